@@ -1,0 +1,102 @@
+# kthrottle build. All output goes to build/ (ignored).
+#   make            daemon, CLI, BPF objects
+#   make test       everything, then the whole suite (root)
+#   make unit       host unit tests only (no root needed)
+#   make bench      benchmark table (root)
+#   make SAN=1 ...  build userspace with AddressSanitizer + UBSan
+#   make clean
+
+BUILD     ?= build
+CLANG     ?= clang
+CC        ?= cc
+BPFTOOL   ?= bpftool
+ARCH      := $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
+
+CFLAGS    ?= -O2 -g
+CFLAGS    += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers -Wno-format-truncation \
+             -Iinclude -Iuser -I$(BUILD)/skel -D_GNU_SOURCE
+LDLIBS    += -lbpf -lelf -lz -lyaml -lhiredis -lm
+ifeq ($(SAN),1)
+CFLAGS    += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS   += -fsanitize=address,undefined
+endif
+
+BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Wall -Werror \
+              -Iinclude -Ibpf -I$(BUILD)
+
+BPF_SRCS  := $(wildcard bpf/*.bpf.c)
+BPF_OBJS  := $(patsubst bpf/%.bpf.c,$(BUILD)/bpf/%.bpf.o,$(BPF_SRCS))
+SKELS     := $(patsubst bpf/%.bpf.c,$(BUILD)/skel/%.skel.h,$(BPF_SRCS))
+
+MAINS     := user/kthrottled.c user/kthrottlectl.c
+LIB_SRCS  := $(filter-out $(MAINS),$(wildcard user/*.c))
+LIB_OBJS  := $(patsubst user/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
+HDRS      := $(wildcard include/*.h user/*.h)
+
+TEST_SRCS := $(wildcard tests/unit/test_*.c tests/bpf/test_*.c tests/e2e/test_*.c)
+TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+TEST_HELPERS := $(patsubst tests/%.c,$(BUILD)/obj/tests/%.o,$(wildcard tests/lib/*.c))
+TOOLS_SRCS := $(wildcard tests/tools/*.c)
+TOOLS_BINS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOLS_SRCS))
+
+.PHONY: all test unit bench clean deps demo
+all: $(BUILD)/kthrottled $(BUILD)/kthrottlectl
+
+deps:
+	scripts/setup.sh
+
+$(BUILD)/vmlinux.h:
+	@mkdir -p $(@D)
+	@test -r /sys/kernel/btf/vmlinux || { echo "error: /sys/kernel/btf/vmlinux missing: kernel built without BTF" >&2; exit 1; }
+	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.bpf.h) include/kthrottle.h $(BUILD)/vmlinux.h
+	@mkdir -p $(@D)
+	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+
+$(BUILD)/skel/%.skel.h: $(BUILD)/bpf/%.bpf.o
+	@mkdir -p $(@D)
+	$(BPFTOOL) gen skeleton $< name kt_$(subst -,_,$*) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/%.o: user/%.c $(HDRS) $(SKELS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/tests/%.o: tests/%.c $(HDRS) $(wildcard tests/lib/*.h) $(SKELS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests/lib -c $< -o $@
+
+$(BUILD)/kthrottled: $(BUILD)/obj/kthrottled.o $(LIB_OBJS)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/kthrottlectl: $(BUILD)/obj/kthrottlectl.o $(LIB_OBJS)
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS) $(wildcard tests/lib/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS) -lcmocka
+
+$(BUILD)/tools/%: tests/tools/%.c $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) $< -o $@ $(LDLIBS)
+
+unit: $(filter $(BUILD)/tests/unit/%,$(TEST_BINS))
+	scripts/run-tests.sh $^
+
+test: deps all $(TEST_BINS) $(TOOLS_BINS)
+	scripts/run-tests.sh $(TEST_BINS)
+
+bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS)
+	$(BUILD)/tests/bench/bench
+
+$(BUILD)/tests/bench/bench: tests/bench/bench.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS)
+
+demo: deps all $(TOOLS_BINS)
+	scripts/demo.sh
+
+clean:
+	rm -rf $(BUILD)
+
+.SECONDARY:

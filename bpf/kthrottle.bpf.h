@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Maps and the classify-then-decide path shared by every kthrottle program.
+ * Each program object defines the same maps, pinned by name, so the objects
+ * load separately and still share one set of buckets. */
+#ifndef KTHROTTLE_BPF_H
+#define KTHROTTLE_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "kthrottle.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, KT_MAX_BUCKETS);
+	__type(key, __u32);
+	__type(value, struct kt_bucket);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_buckets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KT_MAX_BUCKETS);
+	__type(key, __u32);
+	__type(value, struct kt_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KT_MAX_MEMBERSHIPS);
+	__type(key, struct kt_member_key);
+	__type(value, struct kt_member_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_members SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, KT_MAX_PREFIXES);
+	__type(key, struct kt_prefix_key);
+	__type(value, struct kt_rule_set);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_classify SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KT_HOOK_COUNT);
+	__type(key, __u32);
+	__type(value, struct kt_port_filter);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KT_MAX_LIMITS);
+	__type(key, __u32);
+	__type(value, struct kt_limit_info);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_limits SEC(".maps");
+
+/* Cheapest possible exit for traffic no rule of this hook could match: one
+ * inlined array lookup and a bit test. */
+static __always_inline int kt_port_may_match(__u32 hook, __u16 port)
+{
+	struct kt_port_filter *f = bpf_map_lookup_elem(&kt_ports, &hook);
+
+	return f && kt_port_filter_test(f, port);
+}
+
+/* Bucket slot for this cgroup under a limit: the cgroup itself, else the
+ * nearest attached ancestor (processes in a pod's container sub-cgroups count
+ * against the pod). `ctx` is the program context for the ancestor helper. */
+static __always_inline struct kt_member_val *kt_find_member(void *ctx, int is_skb, __u64 cgid,
+							    __u32 limit_id)
+{
+	struct kt_member_key key = { .cgroup_id = cgid, .limit_id = limit_id };
+	struct kt_member_val *m;
+	int level;
+
+	m = bpf_map_lookup_elem(&kt_members, &key);
+	if (m)
+		return m;
+	for (level = KT_MAX_CGROUP_DEPTH - 1; level >= 1; level--) {
+		__u64 anc = is_skb ? bpf_skb_ancestor_cgroup_id(ctx, level)
+				   : bpf_get_current_ancestor_cgroup_id(level);
+		if (!anc || anc == cgid)
+			continue;
+		key.cgroup_id = anc;
+		m = bpf_map_lookup_elem(&kt_members, &key);
+		if (m)
+			return m;
+	}
+	return 0;
+}
+
+/*
+ * Classify a destination and, when a limit of this hook covers it and the
+ * cgroup is one of the limit's members, charge `cost` tokens to its bucket.
+ * addr is the 16-byte (v4-mapped for IPv4) destination, port host order.
+ */
+static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 hook, __u8 proto,
+						  const __u8 *addr, __u16 port, __u64 cgid,
+						  __u64 cost, __u64 *wait_ns)
+{
+	struct kt_prefix_key key = { .prefixlen = 128 };
+	struct kt_rule_set *rs;
+	int i;
+
+	if (!kt_port_may_match(hook, port))
+		return KT_PASS;
+
+	__builtin_memcpy(key.addr, addr, 16);
+	rs = bpf_map_lookup_elem(&kt_classify, &key);
+	if (!rs)
+		return KT_PASS;
+
+	for (i = 0; i < KT_RULES_PER_PREFIX; i++) {
+		struct kt_rule *r;
+		struct kt_member_val *m;
+		struct kt_bucket *b;
+		struct kt_counters *c;
+		__u32 slot;
+		int verdict;
+
+		if (i >= rs->count)
+			break;
+		r = &rs->rules[i];
+		if (r->hook != hook || !(r->proto_mask & proto) || port < r->port_lo ||
+		    port > r->port_hi)
+			continue;
+		m = kt_find_member(ctx, is_skb, cgid, r->limit_id);
+		if (!m)
+			continue;
+		slot = m->slot;
+		b = bpf_map_lookup_elem(&kt_buckets, &slot);
+		c = bpf_map_lookup_elem(&kt_counters, &slot);
+		if (!b || !c)
+			return KT_PASS;
+		if (r->unit != KT_UNIT_BYTE)
+			verdict = kt_gcra_decide(b, bpf_ktime_get_ns(), 1, wait_ns);
+		else
+			verdict = kt_gcra_decide(b, bpf_ktime_get_ns(), cost, wait_ns);
+		/* Per-CPU counters: plain adds, no atomics on the hot path. */
+		if (verdict == KT_ADMIT) {
+			c->admitted++;
+			c->admitted_bytes += cost;
+		} else {
+			c->throttled++;
+			c->throttled_bytes += cost;
+		}
+		return verdict;
+	}
+	return KT_PASS;
+}
+
+static __always_inline void kt_v4_mapped(__u8 *out, __u32 addr_be)
+{
+	__builtin_memset(out, 0, 10);
+	out[10] = 0xff;
+	out[11] = 0xff;
+	__builtin_memcpy(out + 12, &addr_be, 4);
+}
+
+#endif /* KTHROTTLE_BPF_H */

@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * kthrottle: types shared by the BPF programs and userspace, and the decision
+ * math. Everything here compiles both with `clang -target bpf` and on the host,
+ * so the unit tests exercise the exact arithmetic the kernel runs.
+ *
+ * Every struct has fixed-width fields, explicit padding and a size assertion:
+ * the layout is an ABI between the programs, the daemon, kthrottlectl and
+ * whatever an operator writes by hand with bpftool.
+ */
+#ifndef KTHROTTLE_H
+#define KTHROTTLE_H
+
+#ifndef __bpf__
+#include <linux/types.h>
+#endif
+
+#define KT_NAME_LEN 32
+#define KT_MAX_LIMITS 256        /* limit ids 0..KT_MAX_LIMITS-1 */
+#define KT_MAX_BUCKETS 4096      /* bucket slots, shared by all limits */
+#define KT_MAX_MEMBERSHIPS 8192  /* (limit, cgroup) pairs */
+#define KT_MAX_PREFIXES 4096     /* destination prefixes in the classifier */
+#define KT_RULES_PER_PREFIX 8    /* limits that may share one prefix */
+#define KT_MAX_CGROUP_DEPTH 16   /* ancestor levels searched for nested cgroups */
+#define KT_CAS_RETRIES 8         /* bounded; contention past this refuses */
+
+/* Fixed point for the token interval: Q48.16 nanoseconds per token. Lets one
+ * 64-bit word express 0.1 tokens/s (1e10 ns) as well as 10 GB/s of bytes
+ * (0.1 ns per byte) without integer starvation. */
+#define KT_FP_SHIFT 16
+#define KT_FP_ONE (1ULL << KT_FP_SHIFT)
+
+/* errno a refused connect() or sendmsg() fails with (visible to the caller at
+ * once, instead of a timeout). EBUSY: the resource exists but is busy now. */
+#define KT_REFUSE_ERRNO 16 /* EBUSY */
+
+enum kt_unit {
+	KT_UNIT_CONNECTION = 0, /* cgroup/connect4, connect6 */
+	KT_UNIT_DATAGRAM = 1,   /* cgroup/sendmsg4, sendmsg6 (unconnected UDP) */
+	KT_UNIT_PACKET = 2,     /* cgroup_skb/egress */
+	KT_UNIT_BYTE = 3,       /* cgroup_skb/egress, cost = skb->len */
+	KT_UNIT_COUNT
+};
+
+/* Which program a rule is for: one class per hook family. */
+enum kt_hook {
+	KT_HOOK_CONNECT = 0,
+	KT_HOOK_SENDMSG = 1,
+	KT_HOOK_EGRESS = 2,
+	KT_HOOK_COUNT
+};
+
+enum kt_scope {
+	KT_SCOPE_POD = 0,  /* one bucket per (limit, attached cgroup) */
+	KT_SCOPE_NODE = 1, /* one bucket per limit, shared by its cgroups */
+};
+
+#define KT_PROTO_TCP (1u << 0)
+#define KT_PROTO_UDP (1u << 1)
+
+/* Outcome of classification plus decision. */
+enum kt_verdict {
+	KT_PASS = 0,   /* no limit matched: not counted */
+	KT_ADMIT = 1,
+	KT_REFUSE = 2,
+};
+
+/* kt_buckets (array, mmapable): one per (limit, member) or (limit, node). */
+struct kt_bucket {
+	__u64 tat;         /* theoretical arrival time, CLOCK_MONOTONIC ns */
+	__u64 interval_fp; /* Q48.16 ns per token; 0 = closed, refuse all */
+	__u64 burst;       /* tokens that may pass back to back */
+	__u32 limit_id;
+	__u32 flags;       /* KT_BUCKET_* */
+};
+#define KT_BUCKET_IN_USE (1u << 0)
+#define KT_BUCKET_NODE (1u << 1) /* node scope: shared by all the limit's cgroups */
+_Static_assert(sizeof(struct kt_bucket) == 32, "kt_bucket layout");
+
+/* kt_counters (per-CPU array, same index as kt_buckets). */
+struct kt_counters {
+	__u64 admitted;
+	__u64 throttled;
+	__u64 admitted_bytes;
+	__u64 throttled_bytes;
+};
+_Static_assert(sizeof(struct kt_counters) == 32, "kt_counters layout");
+
+/* kt_members (hash): which bucket a cgroup's traffic for a limit goes to. */
+struct kt_member_key {
+	__u64 cgroup_id;
+	__u32 limit_id;
+	__u32 pad;
+};
+_Static_assert(sizeof(struct kt_member_key) == 16, "kt_member_key layout");
+
+struct kt_member_val {
+	__u32 slot; /* index into kt_buckets / kt_counters */
+	__u32 pad;
+};
+_Static_assert(sizeof(struct kt_member_val) == 8, "kt_member_val layout");
+
+/* kt_classify (LPM trie): destination prefix -> rules. IPv4 is stored
+ * v4-mapped (::ffff:a.b.c.d, prefix + 96) so one trie serves both families. */
+struct kt_prefix_key {
+	__u32 prefixlen;
+	__u8 addr[16];
+};
+_Static_assert(sizeof(struct kt_prefix_key) == 20, "kt_prefix_key layout");
+
+struct kt_rule {
+	__u32 limit_id;
+	__u16 port_lo;   /* host byte order, inclusive */
+	__u16 port_hi;
+	__u8 proto_mask; /* KT_PROTO_* */
+	__u8 hook;       /* enum kt_hook */
+	__u8 unit;       /* enum kt_unit */
+	__u8 pad;
+};
+_Static_assert(sizeof(struct kt_rule) == 12, "kt_rule layout");
+
+/* Rules are ordered most specific prefix first; each prefix entry also holds
+ * the rules of every shorter prefix that covers it, so a longest-prefix hit
+ * never hides a broader limit on another port. */
+struct kt_rule_set {
+	__u32 count;
+	__u32 pad;
+	struct kt_rule rules[KT_RULES_PER_PREFIX];
+};
+_Static_assert(sizeof(struct kt_rule_set) == 8 + 12 * KT_RULES_PER_PREFIX, "kt_rule_set layout");
+
+/* kt_ports (array, KT_HOOK_COUNT entries): destination ports any rule of the
+ * hook covers. Unmatched traffic stops here after one inlined array load. */
+struct kt_port_filter {
+	__u64 bits[65536 / 64];
+};
+_Static_assert(sizeof(struct kt_port_filter) == 8192, "kt_port_filter layout");
+
+/* kt_limits (array, KT_MAX_LIMITS): names and settings, so a restarted daemon
+ * maps limit names back to the ids the pinned buckets use. */
+struct kt_limit_info {
+	char name[KT_NAME_LEN];
+	__u8 in_use;
+	__u8 unit;
+	__u8 scope;
+	__u8 pad[5];
+};
+_Static_assert(sizeof(struct kt_limit_info) == 40, "kt_limit_info layout");
+
+/* kt_events (ring buffer): sampled throttle events. */
+struct kt_event {
+	__u64 ts_ns;
+	__u64 cgroup_id;
+	__u64 retry_after_ns;
+	__u32 limit_id;
+	__u32 slot;
+	__u8 hook;
+	__u8 pad[7];
+};
+_Static_assert(sizeof(struct kt_event) == 40, "kt_event layout");
+
+static inline int kt_port_filter_test(const struct kt_port_filter *f, __u16 port)
+{
+	return (f->bits[port >> 6] >> (port & 63)) & 1;
+}
+
+/* Q48.16 interval for a rate in tokens per second; 0 for rate <= 0 (closed).
+ * Host only: BPF has no floating point. Rounds up so the enforced rate never
+ * exceeds the requested one. */
+#ifndef __bpf__
+static inline __u64 kt_interval_fp_from_rate(double tokens_per_sec)
+{
+	if (!(tokens_per_sec > 0))
+		return 0;
+	double fp = 1e9 * (double)KT_FP_ONE / tokens_per_sec;
+	if (fp >= 18446744073709549568.0) /* largest double below 2^64 */
+		return ~0ULL;
+	__u64 v = (__u64)fp;
+	if ((double)v < fp)
+		v++;
+	return v ? v : 1;
+}
+
+static inline double kt_rate_from_interval_fp(__u64 interval_fp)
+{
+	return interval_fp ? 1e9 * (double)KT_FP_ONE / (double)interval_fp : 0.0;
+}
+#endif
+
+/* ns that `tokens` tokens take at `interval_fp`, rounded up; ~0 on overflow
+ * (such a cost can never conform). */
+static inline __u64 kt_tokens_to_ns(__u64 tokens, __u64 interval_fp)
+{
+	if (tokens == 0)
+		return 0;
+	if (tokens > 1 && interval_fp > (~0ULL - (KT_FP_ONE - 1)) / tokens)
+		return ~0ULL;
+	if (tokens == 1 && interval_fp > ~0ULL - (KT_FP_ONE - 1))
+		return ~0ULL >> KT_FP_SHIFT;
+	return (tokens * interval_fp + (KT_FP_ONE - 1)) >> KT_FP_SHIFT;
+}
+
+#ifdef __bpf__
+#define KT_READ_ONCE(x) (*(volatile __typeof__(x) *)&(x))
+#else
+#define KT_READ_ONCE(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+#endif
+
+/*
+ * GCRA: the bucket is one theoretical arrival time (tat). A request of `cost`
+ * tokens conforms when, after charging it, tat is no further than the burst
+ * tolerance (burst tokens worth of ns) ahead of now. Charging is a
+ * compare-and-swap on tat, so concurrent CPUs never lose or double-spend a
+ * token; on persistent contention it refuses, which errs below the limit.
+ *
+ * A single request larger than the whole burst (a 64 KiB GSO packet against a
+ * small byte bucket) is admitted only when the bucket is full, and its excess
+ * is carried as debt, so large units are never starved and the long-run rate
+ * still holds.
+ *
+ * Time comparisons use signed differences, so the math stays correct across a
+ * wrap of the 64-bit clock.
+ *
+ * Returns KT_ADMIT or KT_REFUSE; *wait_ns is how long until the same request
+ * would conform (0 when admitted).
+ */
+static inline int kt_gcra_decide(struct kt_bucket *b, __u64 now, __u64 cost, __u64 *wait_ns)
+{
+	__u64 interval = KT_READ_ONCE(b->interval_fp);
+	__u64 burst = KT_READ_ONCE(b->burst);
+	__u64 cost_ns, tau;
+	int i;
+
+	*wait_ns = 0;
+	if (interval == 0) {
+		*wait_ns = ~0ULL;
+		return KT_REFUSE;
+	}
+	cost_ns = kt_tokens_to_ns(cost, interval);
+	tau = kt_tokens_to_ns(burst, interval);
+
+	for (i = 0; i < KT_CAS_RETRIES; i++) {
+		__u64 tat = KT_READ_ONCE(b->tat);
+		__u64 base = (__s64)(tat - now) > 0 ? tat : now;
+		__u64 ahead = base - now; /* debt already queued, ns */
+
+		if (cost_ns > tau) {
+			if (ahead > 0) {
+				*wait_ns = ahead;
+				return KT_REFUSE;
+			}
+		} else if (ahead > tau - cost_ns) {
+			*wait_ns = ahead - (tau - cost_ns);
+			return KT_REFUSE;
+		}
+		if (__sync_val_compare_and_swap(&b->tat, tat, base + cost_ns) == tat)
+			return KT_ADMIT;
+	}
+	return KT_REFUSE;
+}
+
+/* Whole tokens a bucket holds at `now` (for status and utilization). */
+static inline __u64 kt_gcra_tokens_left(const struct kt_bucket *b, __u64 now)
+{
+	__u64 interval = KT_READ_ONCE(b->interval_fp);
+	__u64 tat = KT_READ_ONCE(b->tat);
+	__u64 tau, ahead;
+
+	if (interval == 0)
+		return 0;
+	tau = kt_tokens_to_ns(b->burst, interval);
+	ahead = (__s64)(tat - now) > 0 ? tat - now : 0;
+	if (ahead >= tau)
+		return 0;
+	/* (tau - ahead) ns / (interval_fp / 2^16) ns per token */
+	__u64 left_ns = tau - ahead;
+	if (left_ns > (~0ULL >> KT_FP_SHIFT))
+		return b->burst;
+	__u64 tokens = (left_ns << KT_FP_SHIFT) / interval;
+	return tokens > b->burst ? b->burst : tokens;
+}
+
+#endif /* KTHROTTLE_H */

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs every Debian package kthrottle needs to build, test and run.
+# Idempotent: does nothing when everything is present. Needs root.
+set -euo pipefail
+
+pkgs=(clang llvm make gcc pkg-config libbpf-dev libelf-dev zlib1g-dev bpftool
+      libhiredis-dev libyaml-dev libcmocka-dev redis-server redis-sentinel iproute2)
+
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "setup: missing packages: ${missing[*]} (run as root to install)" >&2
+		exit 1
+	fi
+	echo "setup: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# The packages start system redis instances; kthrottle's tests start
+	# their own on free ports and need none of them.
+fi

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Test helper: real redis-server and redis-sentinel processes on free
+ * loopback ports, each in its own temp dir. Only the pids started here are
+ * ever signalled; children also get PR_SET_PDEATHSIG so a crashed test
+ * leaves nothing running. Set KT_KEEP_REDIS_DIRS=1 to keep the dirs (logs). */
+#ifndef KT_REDIS_PROC_H
+#define KT_REDIS_PROC_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+#include <hiredis/hiredis.h>
+
+struct rp_opts {
+	const char *password;   /* requirepass; NULL: none */
+	const char *extra_conf; /* appended to the config file verbatim; NULL: none */
+};
+
+struct rp_proc {
+	pid_t pid;              /* 0 when not running */
+	int port;
+	bool sentinel;
+	char dir[64];           /* temp dir: config, log, data */
+	char password[128];     /* used by rp_connect/rp_command; "" for none */
+};
+
+/* A port that was free on 127.0.0.1 a moment ago (starters retry on a race). */
+int rp_free_port(void);
+/* Starts redis-server and waits until it answers PING. Returns 0 or -errno. */
+int rp_start_master(struct rp_proc *p, const struct rp_opts *o);
+/* Starts a replica of master (masterauth = master's password) and waits until
+ * its replication link is up. */
+int rp_start_replica(struct rp_proc *p, const struct rp_proc *master, const struct rp_opts *o);
+/* Starts redis-sentinel monitoring master as `name` with quorum and
+ * down-after-milliseconds (auth-pass = master's password; o->password is the
+ * sentinel's own requirepass). Waits until it answers PING. */
+int rp_start_sentinel(struct rp_proc *p, const struct rp_proc *master, const char *name, int quorum,
+		      int down_after_ms, const struct rp_opts *o);
+/* SIGTERM (after SIGCONT in case it is stopped), SIGKILL after 3 s, reap,
+ * remove the dir. Safe on a zeroed or already stopped struct. */
+int rp_stop(struct rp_proc *p);
+/* kill(p->pid, sig): SIGSTOP, SIGCONT, SIGKILL... (SIGKILL also reaps). */
+int rp_signal(struct rp_proc *p, int sig);
+
+/* New connection (1 s timeouts) authenticated with p->password; NULL on failure. */
+redisContext *rp_connect(const struct rp_proc *p);
+/* One command on a fresh connection; NULL on connection failure. Free with freeReplyObject. */
+redisReply *rp_command(const struct rp_proc *p, const char *fmt, ...);
+/* Same, argv form (binary-safe). */
+redisReply *rp_command_argv(const struct rp_proc *p, int argc, const char **argv);
+/* Integer reply of a command, or `fallback` if the reply is not an integer. */
+long long rp_command_int(const struct rp_proc *p, long long fallback, const char *fmt, ...);
+/* Value of `field` in INFO `section` ("replication", "commandstats", ...)
+ * copied into buf. Returns 0 or -ENOENT / -EIO. */
+int rp_info_field(const struct rp_proc *p, const char *section, const char *field, char *buf, size_t len);
+/* Waits until the sentinel knows at least n replicas of `name` that are not
+ * flagged down/disconnected. Returns 0 or -ETIMEDOUT. */
+int rp_sentinel_wait_replicas(const struct rp_proc *s, const char *name, int n, int timeout_ms);
+/* Port of the master the sentinel currently names, or -1. */
+int rp_sentinel_master_port(const struct rp_proc *s, const char *name);
+
+void rp_sleep_ms(int ms);
+
+#endif

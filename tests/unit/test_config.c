@@ -1,0 +1,891 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* Config parser: defaults field by field, every error path with its exact
+ * line and field path, durations, and every example config. */
+#include <errno.h>
+#include <glob.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "config.h"
+
+#define MS 1000000ULL
+#define SEC 1000000000ULL
+
+static int parse(const char *yaml, struct kt_config *cfg, char *err)
+{
+	return kt_config_parse("t.yaml", yaml, strlen(yaml), cfg, err, KT_ERR_LEN);
+}
+
+static bool all_zero(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (b[i])
+			return false;
+	return true;
+}
+
+/* Lines 1-5: one limit with every required field. */
+#define LIM "limits:\n  - name: a\n    cgroups: [x]\n    unit: connection\n    rateLimit: {max: 100}\n"
+/* Lines 1-6: the same with a block rateLimit, for rateLimit keys at line 7. */
+#define RL "limits:\n  - name: a\n    cgroups: [x]\n    unit: connection\n    rateLimit:\n      max: 100\n"
+/* Line 1 "store:", line 2 "  redisStore:", line 3 "    mode: single"... */
+#define REDIS(body) "store:\n  redisStore:\n    mode: single\n" body LIM
+#define SENT(body) "store:\n  redisStore:\n    mode: sentinel\n" body LIM
+
+/* ---- valid configs ---------------------------------------------------- */
+
+static void check_default_store(const struct kt_store_cfg *s)
+{
+	assert_int_equal(s->kind, KT_STORE_LOCAL);
+	assert_int_equal(s->line, 0);
+	assert_int_equal(s->heartbeat_ns, 1 * SEC);
+	assert_int_equal(s->stale_after, 3);
+	assert_int_equal(s->valid_for_ns, 10 * SEC);
+	assert_int_equal(s->on_failure, KT_FAIL_CONSERVATIVE);
+	assert_string_equal(s->key_prefix, "kthrottle");
+	assert_null(s->host);
+	assert_int_equal(s->n_endpoints, 0);
+	assert_false(s->redis_tls.enabled);
+	assert_null(s->redis_auth.password);
+}
+
+static void test_minimal_defaults(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN], host[256] = "";
+	const struct kt_limit_cfg *l;
+	static const uint8_t v4_all[16] = { [10] = 0xff, [11] = 0xff };
+	static const uint8_t zero[16] = { 0 };
+
+	(void)state;
+	assert_int_equal(parse(LIM, &cfg, err), 0);
+	assert_string_equal(cfg.file, "t.yaml");
+	assert_int_equal(gethostname(host, sizeof(host) - 1), 0);
+	assert_string_equal(cfg.node_name, host);
+	assert_string_equal(cfg.pin_dir, "/sys/fs/bpf/kthrottle");
+	assert_string_equal(cfg.socket_path, "/run/kthrottle/kthrottled.sock");
+	assert_int_equal(cfg.tick_ns, 100 * MS);
+	assert_int_equal(cfg.epoch_ns, 1 * SEC);
+	check_default_store(&cfg.store);
+	assert_int_equal(cfg.n_limits, 1);
+
+	l = &cfg.limits[0];
+	assert_string_equal(l->name, "a");
+	assert_int_equal(l->line, 2);
+	assert_int_equal(l->n_cgroups, 1);
+	assert_string_equal(l->cgroups[0], "x");
+	assert_int_equal(l->cgroup_lines[0], 3);
+	assert_int_equal(l->match.n_cidrs, 2);
+	assert_memory_equal(l->match.cidrs[0].addr, v4_all, 16);
+	assert_int_equal(l->match.cidrs[0].prefixlen, 96);
+	assert_memory_equal(l->match.cidrs[1].addr, zero, 16);
+	assert_int_equal(l->match.cidrs[1].prefixlen, 0);
+	assert_int_equal(l->match.port_lo, 0);
+	assert_int_equal(l->match.port_hi, 65535);
+	assert_int_equal(l->match.proto_mask, KT_PROTO_TCP | KT_PROTO_UDP);
+	assert_int_equal(l->unit, KT_UNIT_CONNECTION);
+	assert_int_equal(l->scope, KT_SCOPE_POD);
+	assert_int_equal(l->share, KT_SHARE_EQUAL);
+	assert_true(l->burst == 100);
+	assert_true(l->rl.max == 100);
+	assert_true(l->rl.min == 100);
+	assert_int_equal(l->rl.ramp_up_ns, 0);
+	assert_int_equal(l->rl.mode, KT_MODE_RELAXED);
+	assert_true(l->rl.threshold_pct == 50);
+	assert_int_equal(l->rl.cool_down_ns, 5 * SEC);
+	assert_true(l->rl.ramp_down_pct == 50);
+	assert_false(l->rl.resumed_ramp_up);
+	assert_int_equal(l->rl.ttl_ns, 180 * SEC);
+	check_default_store(&l->store);
+	assert_ptr_not_equal(l->store.key_prefix, cfg.store.key_prefix);
+	kt_config_free(&cfg);
+	assert_true(all_zero(&cfg, sizeof(cfg)));
+}
+
+/* Burst defaults: max(1, max), and max(1500, max) for bytes. */
+static void test_burst_defaults(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse("limits:\n"
+			       "  - {name: a, cgroups: x, unit: packet, rateLimit: {max: 0.25}}\n"
+			       "  - {name: b, cgroups: x, unit: byte, rateLimit: {max: 100}}\n"
+			       "  - {name: c, cgroups: x, unit: byte, rateLimit: {max: 1e6}}\n",
+			       &cfg, err), 0);
+	assert_true(cfg.limits[0].burst == 1);
+	assert_true(cfg.limits[0].rl.max == 0.25);
+	assert_true(cfg.limits[1].burst == 1500);
+	assert_true(cfg.limits[2].burst == 1e6);
+	assert_string_equal(cfg.limits[0].cgroups[0], "x");
+	kt_config_free(&cfg);
+}
+
+static const char everything[] =
+	"node: node-a\n"
+	"pinDir: /sys/fs/bpf/kt2\n"
+	"socket: /tmp/kt.sock\n"
+	"tickInterval: 50ms\n"
+	"epoch: 2s\n"
+	"store:\n"
+	"  redisStore:\n"
+	"    mode: single\n"
+	"    url: rediss://bob:p%40ss@[::1]:6380/2\n"
+	"    redis_tls: {ca_cert_secret: /ca, cert_secret: /c, key_secret: /k, insecure_skip_verify: true}\n"
+	"    keyPrefix: kt:test\n"
+	"  heartbeat: 250ms\n"
+	"  staleAfter: 4\n"
+	"  validFor: 3s\n"
+	"  onStoreFailure: closed\n"
+	"limits:\n"
+	"  - name: api.v1_x-2\n"                      /* line 17 */
+	"    cgroups:\n"
+	"      - /sys/fs/cgroup/unified/demo\n"        /* line 19 */
+	"      - pods/a\n"                              /* line 20 */
+	"    match:\n"
+	"      cidrs: [10.1.2.3/8, \"::1/128\", 127.0.0.1, \"fd00::1234/16\", 0.0.0.0/0]\n"
+	"      ports: \"8000-8080\"\n"
+	"      protocol: udp\n"
+	"    unit: datagram\n"
+	"    scope: node\n"
+	"    burst: 20.5\n"
+	"    share: demand\n"
+	"    rateLimit:\n"
+	"      max: 100\n"
+	"      min: 0.1\n"
+	"      rampUpDuration: 1m30s\n"
+	"      modes:\n"
+	"        goBackN: {thresholdPercentage: 40, coolDownPeriod: \"7s\", rampDownPercentage: 25}\n"
+	"      resumedRampUp: true\n"
+	"      ttl: 60\n"
+	"  - name: b\n"
+	"    cgroups: [y]\n"
+	"    match: {ports: 443, protocol: tcp}\n"
+	"    unit: byte\n"
+	"    rateLimit:\n"
+	"      max: 1e6\n"
+	"      modes: {onlyIfUsed: {thresholdPercentage: 10}}\n"
+	"      store:\n"                                /* line 44 */
+	"        static: {poolSize: 3}\n"
+	"        onStoreFailure: open\n"
+	"  - name: c\n"
+	"    cgroups: z\n"
+	"    unit: packet\n"
+	"    rateLimit: {max: 1, modes: {scheduled: }, store: }\n";
+
+static void test_everything(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+	const struct kt_limit_cfg *l;
+	const struct kt_store_cfg *s;
+	static const uint8_t a10[16] = { [10] = 0xff, [11] = 0xff, [12] = 10 };
+	static const uint8_t lo6[16] = { [15] = 1 };
+	static const uint8_t lo4[16] = { [10] = 0xff, [11] = 0xff, [12] = 127, [15] = 1 };
+	static const uint8_t fd00[16] = { [0] = 0xfd };
+	static const uint8_t any4[16] = { [10] = 0xff, [11] = 0xff };
+
+	(void)state;
+	assert_int_equal(parse(everything, &cfg, err), 0);
+	assert_string_equal(cfg.node_name, "node-a");
+	assert_string_equal(cfg.pin_dir, "/sys/fs/bpf/kt2");
+	assert_string_equal(cfg.socket_path, "/tmp/kt.sock");
+	assert_int_equal(cfg.tick_ns, 50 * MS);
+	assert_int_equal(cfg.epoch_ns, 2 * SEC);
+
+	s = &cfg.store;
+	assert_int_equal(s->kind, KT_STORE_REDIS);
+	assert_int_equal(s->line, 7);
+	assert_int_equal(s->redis_mode, KT_REDIS_SINGLE);
+	assert_string_equal(s->host, "::1");
+	assert_int_equal(s->port, 6380);
+	assert_int_equal(s->db, 2);
+	assert_string_equal(s->redis_auth.username, "bob");
+	assert_string_equal(s->redis_auth.password, "p@ss");
+	assert_true(s->redis_tls.enabled);
+	assert_string_equal(s->redis_tls.ca_cert, "/ca");
+	assert_string_equal(s->redis_tls.cert, "/c");
+	assert_string_equal(s->redis_tls.key, "/k");
+	assert_true(s->redis_tls.insecure_skip_verify);
+	assert_false(s->sentinel_tls.enabled);
+	assert_string_equal(s->key_prefix, "kt:test");
+	assert_int_equal(s->heartbeat_ns, 250 * MS);
+	assert_int_equal(s->stale_after, 4);
+	assert_int_equal(s->valid_for_ns, 3 * SEC);
+	assert_int_equal(s->on_failure, KT_FAIL_CLOSED);
+
+	assert_int_equal(cfg.n_limits, 3);
+	l = &cfg.limits[0];
+	assert_string_equal(l->name, "api.v1_x-2");
+	assert_int_equal(l->line, 17);
+	assert_int_equal(l->n_cgroups, 2);
+	assert_string_equal(l->cgroups[0], "/sys/fs/cgroup/unified/demo");
+	assert_string_equal(l->cgroups[1], "pods/a");
+	assert_int_equal(l->cgroup_lines[0], 19);
+	assert_int_equal(l->cgroup_lines[1], 20);
+	assert_int_equal(l->match.n_cidrs, 5);
+	/* host bits cleared, v4 mapped with prefix + 96 */
+	assert_memory_equal(l->match.cidrs[0].addr, a10, 16);
+	assert_int_equal(l->match.cidrs[0].prefixlen, 104);
+	assert_memory_equal(l->match.cidrs[1].addr, lo6, 16);
+	assert_int_equal(l->match.cidrs[1].prefixlen, 128);
+	assert_memory_equal(l->match.cidrs[2].addr, lo4, 16);
+	assert_int_equal(l->match.cidrs[2].prefixlen, 128);
+	assert_memory_equal(l->match.cidrs[3].addr, fd00, 16);
+	assert_int_equal(l->match.cidrs[3].prefixlen, 16);
+	assert_memory_equal(l->match.cidrs[4].addr, any4, 16);
+	assert_int_equal(l->match.cidrs[4].prefixlen, 96);
+	assert_int_equal(l->match.port_lo, 8000);
+	assert_int_equal(l->match.port_hi, 8080);
+	assert_int_equal(l->match.proto_mask, KT_PROTO_UDP);
+	assert_int_equal(l->unit, KT_UNIT_DATAGRAM);
+	assert_int_equal(l->scope, KT_SCOPE_NODE);
+	assert_true(l->burst == 20.5);
+	assert_int_equal(l->share, KT_SHARE_DEMAND);
+	assert_true(l->rl.max == 100);
+	assert_true(l->rl.min == 0.1);
+	assert_int_equal(l->rl.ramp_up_ns, 90 * SEC);
+	assert_int_equal(l->rl.mode, KT_MODE_GO_BACK_N);
+	assert_true(l->rl.threshold_pct == 40);
+	assert_int_equal(l->rl.cool_down_ns, 7 * SEC);
+	assert_true(l->rl.ramp_down_pct == 25);
+	assert_true(l->rl.resumed_ramp_up);
+	assert_int_equal(l->rl.ttl_ns, 60 * SEC);
+	/* no rateLimit.store: a deep copy of the top-level store */
+	assert_int_equal(l->store.kind, KT_STORE_REDIS);
+	assert_string_equal(l->store.host, "::1");
+	assert_ptr_not_equal(l->store.host, cfg.store.host);
+	assert_string_equal(l->store.redis_auth.password, "p@ss");
+	assert_ptr_not_equal(l->store.redis_auth.password, cfg.store.redis_auth.password);
+	assert_string_equal(l->store.redis_tls.key, "/k");
+	assert_int_equal(l->store.heartbeat_ns, 250 * MS);
+
+	l = &cfg.limits[1];
+	assert_int_equal(l->match.port_lo, 443);
+	assert_int_equal(l->match.port_hi, 443);
+	assert_int_equal(l->match.proto_mask, KT_PROTO_TCP);
+	assert_int_equal(l->unit, KT_UNIT_BYTE);
+	assert_true(l->burst == 1e6);
+	assert_int_equal(l->rl.mode, KT_MODE_ONLY_IF_USED);
+	assert_true(l->rl.threshold_pct == 10);
+	assert_int_equal(l->store.kind, KT_STORE_STATIC);
+	assert_int_equal(l->store.line, 45);
+	assert_int_equal(l->store.static_pool_size, 3);
+	assert_int_equal(l->store.on_failure, KT_FAIL_OPEN);
+	assert_int_equal(l->store.heartbeat_ns, 1 * SEC); /* own store: own defaults */
+	assert_null(l->store.host);
+
+	/* "scheduled:" and "store:" with no value read as {} */
+	l = &cfg.limits[2];
+	assert_int_equal(l->rl.mode, KT_MODE_SCHEDULED);
+	assert_int_equal(l->store.kind, KT_STORE_LOCAL);
+	assert_null(l->store.host);
+	assert_string_equal(l->cgroups[0], "z");
+	kt_config_free(&cfg);
+	assert_true(all_zero(&cfg, sizeof(cfg)));
+}
+
+static void test_redis_url_defaults(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse(REDIS("    url: redis://cache.local\n"), &cfg, err), 0);
+	assert_string_equal(cfg.store.host, "cache.local");
+	assert_int_equal(cfg.store.port, 6379);
+	assert_int_equal(cfg.store.db, 0);
+	assert_false(cfg.store.redis_tls.enabled);
+	assert_null(cfg.store.redis_auth.username);
+	assert_null(cfg.store.redis_auth.password);
+	assert_string_equal(cfg.store.key_prefix, "kthrottle");
+	kt_config_free(&cfg);
+
+	/* ":password@" form, and redis_auth adding the username */
+	assert_int_equal(parse(REDIS("    url: redis://:pw@10.0.0.1:7000/\n"
+				     "    redis_auth: {username: alice}\n"), &cfg, err), 0);
+	assert_string_equal(cfg.store.host, "10.0.0.1");
+	assert_int_equal(cfg.store.port, 7000);
+	assert_string_equal(cfg.store.redis_auth.username, "alice");
+	assert_string_equal(cfg.store.redis_auth.password, "pw");
+	kt_config_free(&cfg);
+}
+
+static void test_password_sources(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN], path[] = "/tmp/kt-test-pass-XXXXXX", yaml[512];
+	int fd;
+
+	(void)state;
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "s3cret\n", 7), 7);
+	close(fd);
+	snprintf(yaml, sizeof(yaml),
+		 REDIS("    url: redis://h\n    redis_auth: {username: u, passwordFile: %s}\n"), path);
+	assert_int_equal(parse(yaml, &cfg, err), 0);
+	assert_string_equal(cfg.store.redis_auth.username, "u");
+	assert_string_equal(cfg.store.redis_auth.password, "s3cret");
+	kt_config_free(&cfg);
+	unlink(path);
+
+	assert_int_equal(setenv("KT_TEST_REDIS_PW", "from-env", 1), 0);
+	assert_int_equal(parse(REDIS("    url: redis://h\n"
+				     "    redis_auth: {passwordEnv: KT_TEST_REDIS_PW}\n"), &cfg, err), 0);
+	assert_string_equal(cfg.store.redis_auth.password, "from-env");
+	assert_null(cfg.store.redis_auth.username);
+	kt_config_free(&cfg);
+	unsetenv("KT_TEST_REDIS_PW");
+}
+
+static void test_sentinel(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+	const struct kt_store_cfg *s;
+
+	(void)state;
+	assert_int_equal(parse(SENT("    sentinel:\n"
+				    "      endpoints: [\"127.0.0.1:26379\", \"[::1]:26380\", sent.local:5]\n"
+				    "      master_name: mymaster\n"
+				    "      redis_auth: {password: a}\n"
+				    "      sentinel_auth: {username: s, password: b}\n"
+				    "      sentinel_tls: {insecure_skip_verify: false}\n"
+				    "    keyPrefix: k\n"), &cfg, err), 0);
+	s = &cfg.store;
+	assert_int_equal(s->kind, KT_STORE_REDIS);
+	assert_int_equal(s->redis_mode, KT_REDIS_SENTINEL);
+	assert_int_equal(s->n_endpoints, 3);
+	assert_string_equal(s->endpoint_host[0], "127.0.0.1");
+	assert_int_equal(s->endpoint_port[0], 26379);
+	assert_string_equal(s->endpoint_host[1], "::1");
+	assert_int_equal(s->endpoint_port[1], 26380);
+	assert_string_equal(s->endpoint_host[2], "sent.local");
+	assert_int_equal(s->endpoint_port[2], 5);
+	assert_string_equal(s->master_name, "mymaster");
+	assert_string_equal(s->redis_auth.password, "a");
+	assert_null(s->redis_auth.username);
+	assert_string_equal(s->sentinel_auth.username, "s");
+	assert_string_equal(s->sentinel_auth.password, "b");
+	assert_true(s->sentinel_tls.enabled);
+	assert_false(s->sentinel_tls.insecure_skip_verify);
+	assert_false(s->redis_tls.enabled);
+	assert_null(s->host);
+	assert_string_equal(s->key_prefix, "k");
+	/* the limit's copy owns its endpoint strings */
+	assert_string_equal(cfg.limits[0].store.endpoint_host[1], "::1");
+	assert_ptr_not_equal(cfg.limits[0].store.endpoint_host[1], s->endpoint_host[1]);
+	assert_string_equal(cfg.limits[0].store.master_name, "mymaster");
+	kt_config_free(&cfg);
+}
+
+/* KT_MAX_LIMITS limits parse; one more is refused at the extra item. */
+static void test_limit_count(void **state)
+{
+	size_t cap = 64 * (KT_MAX_LIMITS + 2);
+	char *yaml = malloc(cap), err[KT_ERR_LEN], expect[64];
+	struct kt_config cfg;
+	size_t off;
+	int i;
+
+	(void)state;
+	assert_non_null(yaml);
+	off = (size_t)snprintf(yaml, cap, "limits:\n");
+	for (i = 0; i < KT_MAX_LIMITS; i++)
+		off += (size_t)snprintf(yaml + off, cap - off,
+					"- {name: l%d, cgroups: x, unit: packet, rateLimit: {max: 1}}\n", i);
+	assert_int_equal(parse(yaml, &cfg, err), 0);
+	assert_int_equal(cfg.n_limits, KT_MAX_LIMITS);
+	assert_string_equal(cfg.limits[KT_MAX_LIMITS - 1].name, "l255");
+	kt_config_free(&cfg);
+	snprintf(yaml + off, cap - off, "- {name: extra, cgroups: x, unit: packet, rateLimit: {max: 1}}\n");
+	assert_int_equal(parse(yaml, &cfg, err), -EINVAL);
+	snprintf(expect, sizeof(expect), "t.yaml:%d: limits: at most %d limits", KT_MAX_LIMITS + 2,
+		 KT_MAX_LIMITS);
+	assert_string_equal(err, expect);
+	assert_true(all_zero(&cfg, sizeof(cfg)));
+	free(yaml);
+}
+
+/* ---- errors ----------------------------------------------------------- */
+
+struct bad {
+	const char *yaml;
+	const char *prefix;  /* "t.yaml:LINE: FIELD: " exactly */
+	const char *problem; /* a substring of the rest */
+	int rc;              /* 0: -EINVAL */
+};
+
+static const struct bad bad_cases[] = {
+	/* top level */
+	{ "bogus: 1\n" LIM, "t.yaml:1: bogus: ", "unknown key (expected one of: node," },
+	{ "", "t.yaml:1: limits: ", "required" },
+	{ "node: a\n", "t.yaml:1: limits: ", "required but missing" },
+	{ "limits: []\n", "t.yaml:1: limits: ", "at least one limit" },
+	{ "limits: {a: 1}\n", "t.yaml:1: limits: ", "expected a list" },
+	{ "- a\n", "t.yaml:1: config: ", "expected a mapping" },
+	{ "epoch: 1s\nepoch: 2s\n" LIM, "t.yaml:2: epoch: ", "duplicate key (first at line 1)" },
+	{ "tickInterval: 0\n" LIM, "t.yaml:1: tickInterval: ", "shorter than the minimum 1ms" },
+	{ "tickInterval: 20s\n" LIM, "t.yaml:1: tickInterval: ", "longer than the maximum 10s" },
+	{ "tickInterval: fast\n" LIM, "t.yaml:1: tickInterval: ", "\"fast\" is not a duration" },
+	{ "tickInterval: 500ms\nepoch: 100ms\n" LIM, "t.yaml:2: epoch: ",
+	  "epoch (100ms) must not be shorter than tickInterval (500ms)" },
+	{ "tickInterval: 2s\n" LIM, "t.yaml:1: tickInterval: ", "must not be shorter" },
+	{ "epoch: -1s\n" LIM, "t.yaml:1: epoch: ", "not a duration" },
+	{ "socket: rel.sock\n" LIM, "t.yaml:1: socket: ", "must be an absolute path" },
+	{ "socket: /" "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n" LIM,
+	  "t.yaml:1: socket: ", "longer than 107 bytes" },
+	{ "pinDir: [a]\n" LIM, "t.yaml:1: pinDir: ", "expected a string, got a list" },
+	{ "node: bad/name\n" LIM, "t.yaml:1: node: ", "may only hold" },
+	{ "a: b: c\n", "t.yaml:1: yaml: ", "mapping values are not allowed" },
+	{ LIM "---\nfoo: 1\n", "t.yaml:7: yaml: ", "only one document" },
+	{ "limits: [\n", "t.yaml:2: yaml: ", "" },
+
+	/* a limit */
+	{ LIM "    bogus: 1\n", "t.yaml:6: limits[0].bogus: ", "unknown key" },
+	{ "limits:\n  - cgroups: [x]\n    unit: connection\n    rateLimit: {max: 1}\n",
+	  "t.yaml:2: limits[0].name: ", "required but missing" },
+	{ "limits:\n  - name: a\n    unit: connection\n    rateLimit: {max: 1}\n",
+	  "t.yaml:2: limits[0].cgroups: ", "required" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    rateLimit: {max: 1}\n",
+	  "t.yaml:2: limits[0].unit: ", "required" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n",
+	  "t.yaml:2: limits[0].rateLimit: ", "required" },
+	{ "limits:\n  - name\n", "t.yaml:2: limits[0]: ", "expected a mapping, got a scalar" },
+	{ "limits:\n  - name: a b\n    cgroups: [x]\n    unit: packet\n    rateLimit: {max: 1}\n",
+	  "t.yaml:2: limits[0].name: ", "\"a b\" must be 1..31 of" },
+	{ "limits:\n  - name: abcdefghijklmnopqrstuvwxyz012345\n    cgroups: [x]\n    unit: packet\n"
+	  "    rateLimit: {max: 1}\n", "t.yaml:2: limits[0].name: ", "must be 1..31" },
+	{ "limits:\n  - name: \"a\\0b\"\n    cgroups: [x]\n    unit: packet\n    rateLimit: {max: 1}\n",
+	  "t.yaml:2: limits[0].name: ", "NUL byte" },
+	{ LIM "  - name: a\n    cgroups: [y]\n    unit: packet\n    rateLimit: {max: 1}\n",
+	  "t.yaml:6: limits[1].name: ", "\"a\" is already used by limits[0] (line 2)" },
+	{ "limits:\n  - name: a\n    cgroups: []\n    unit: packet\n    rateLimit: {max: 1}\n",
+	  "t.yaml:3: limits[0].cgroups: ", "at least one cgroup" },
+	{ "limits:\n  - name: a\n    cgroups: [x, y, x]\n    unit: packet\n    rateLimit: {max: 1}\n",
+	  "t.yaml:3: limits[0].cgroups[2]: ", "\"x\" is listed twice (first at line 3)" },
+	{ "limits:\n  - name: a\n    cgroups: [pods/../../etc]\n    unit: packet\n    rateLimit: {max: 1}\n",
+	  "t.yaml:3: limits[0].cgroups[0]: ", "must not contain '..'" },
+	{ "limits:\n  - name: a\n    cgroups: {a: b}\n    unit: packet\n    rateLimit: {max: 1}\n",
+	  "t.yaml:3: limits[0].cgroups: ", "expected a list of cgroup paths, got a mapping" },
+	{ "limits:\n  - name: a\n    cgroups:\n      - x\n      - [y]\n    unit: packet\n    rateLimit: {max: 1}\n",
+	  "t.yaml:5: limits[0].cgroups[1]: ", "expected a string, got a list" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: bytes\n    rateLimit: {max: 1}\n",
+	  "t.yaml:4: limits[0].unit: ", "\"bytes\" is not one of: connection, datagram, packet, byte" },
+	{ LIM "    scope: cluster\n", "t.yaml:6: limits[0].scope: ", "is not one of: pod, node" },
+	{ LIM "    share: fair\n", "t.yaml:6: limits[0].share: ", "is not one of: equal, demand" },
+	{ LIM "    burst: 0\n", "t.yaml:6: limits[0].burst: ", "0 must be at least 1" },
+	{ LIM "    burst: 10x\n", "t.yaml:6: limits[0].burst: ", "\"10x\" is not a number" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: byte\n    rateLimit: {max: 1}\n    burst: 1000\n",
+	  "t.yaml:6: limits[0].burst: ", "1000 must be at least 1500" },
+
+	/* match */
+	{ LIM "    match: {foo: 1}\n", "t.yaml:6: limits[0].match.foo: ",
+	  "unknown key (expected one of: cidrs, ports, protocol)" },
+	{ LIM "    match: [1]\n", "t.yaml:6: limits[0].match: ", "expected a mapping, got a list" },
+	{ LIM "    match:\n      cidrs: [10.0.0.0/8, 10.0.0.0/33]\n", "t.yaml:7: limits[0].match.cidrs[1]: ",
+	  "\"10.0.0.0/33\" has a prefix length over 32" },
+	{ LIM "    match: {cidrs: [not-an-ip]}\n", "t.yaml:6: limits[0].match.cidrs[0]: ",
+	  "is not an IPv4 or IPv6 address" },
+	{ LIM "    match: {cidrs: [\"::/129\"]}\n", "t.yaml:6: limits[0].match.cidrs[0]: ",
+	  "prefix length over 128" },
+	{ LIM "    match: {cidrs: [\"10.0.0.0/\"]}\n", "t.yaml:6: limits[0].match.cidrs[0]: ",
+	  "bad prefix length" },
+	{ LIM "    match: {cidrs: [\"10.0.0.0/+8\"]}\n", "t.yaml:6: limits[0].match.cidrs[0]: ",
+	  "bad prefix length" },
+	{ LIM "    match: {cidrs: [10.0.0.1/8, 10.9.9.9/8]}\n", "t.yaml:6: limits[0].match.cidrs[1]: ",
+	  "listed twice" },
+	{ LIM "    match: {cidrs: []}\n", "t.yaml:6: limits[0].match.cidrs: ", "is empty" },
+	{ LIM "    match: {ports: 70000}\n", "t.yaml:6: limits[0].match.ports: ", "over 65535" },
+	{ LIM "    match: {ports: 9000-80}\n", "t.yaml:6: limits[0].match.ports: ", "range runs backwards" },
+	{ LIM "    match: {ports: \"80-\"}\n", "t.yaml:6: limits[0].match.ports: ", "is not a port" },
+	{ LIM "    match: {ports: -1}\n", "t.yaml:6: limits[0].match.ports: ", "is not a port" },
+	{ LIM "    match: {ports: [80, 443]}\n", "t.yaml:6: limits[0].match.ports: ", "got a list" },
+	{ LIM "    match: {protocol: sctp}\n", "t.yaml:6: limits[0].match.protocol: ",
+	  "is not one of: any, tcp, udp" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: datagram\n    match:\n      protocol: tcp\n"
+	  "    rateLimit: {max: 1}\n", "t.yaml:6: limits[0].match.protocol: ", "never matches unit datagram" },
+
+	/* rateLimit */
+	{ RL "      bogus: 1\n", "t.yaml:7: limits[0].rateLimit.bogus: ", "unknown key (expected one of: max," },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit:\n      min: 1\n",
+	  "t.yaml:6: limits[0].rateLimit.max: ", "required but missing" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit: 5\n",
+	  "t.yaml:5: limits[0].rateLimit: ", "expected a mapping, got a scalar" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit:\n      max: 0\n",
+	  "t.yaml:6: limits[0].rateLimit.max: ", "0 must be greater than 0" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit:\n      max: -5\n",
+	  "t.yaml:6: limits[0].rateLimit.max: ", "-5 must be greater than 0" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit:\n      max: abc\n",
+	  "t.yaml:6: limits[0].rateLimit.max: ", "\"abc\" is not a number" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit:\n      max: .inf\n",
+	  "t.yaml:6: limits[0].rateLimit.max: ", "not a number" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit:\n      max: 0x10\n",
+	  "t.yaml:6: limits[0].rateLimit.max: ", "not a number" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit:\n      max: 1e400\n",
+	  "t.yaml:6: limits[0].rateLimit.max: ", "out of range" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit:\n      max: 1e13\n",
+	  "t.yaml:6: limits[0].rateLimit.max: ", "greater than the maximum 1e+12" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit:\n      max: [1]\n",
+	  "t.yaml:6: limits[0].rateLimit.max: ", "expected a number, got a list" },
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit:\n      max:\n",
+	  "t.yaml:6: limits[0].rateLimit.max: ", "expected a number, got nothing" },
+	{ RL "      min: 200\n", "t.yaml:7: limits[0].rateLimit.min: ", "200 is greater than max (100)" },
+	{ RL "      min: 0\n", "t.yaml:7: limits[0].rateLimit.min: ", "0 must be greater than 0" },
+	{ RL "      rampUpDuration: 5 parsecs\n", "t.yaml:7: limits[0].rateLimit.rampUpDuration: ",
+	  "not a duration" },
+	{ RL "      rampUpDuration: -1s\n", "t.yaml:7: limits[0].rateLimit.rampUpDuration: ", "not a duration" },
+	{ RL "      ttl: 99999999999h\n", "t.yaml:7: limits[0].rateLimit.ttl: ", "too long a duration" },
+	{ RL "      ttl: {a: 1}\n", "t.yaml:7: limits[0].rateLimit.ttl: ", "expected a duration, got a mapping" },
+	{ RL "      resumedRampUp: yes\n", "t.yaml:7: limits[0].rateLimit.resumedRampUp: ",
+	  "\"yes\" is not true or false" },
+	{ RL "      modes:\n        relaxed: {}\n        scheduled: {}\n",
+	  "t.yaml:9: limits[0].rateLimit.modes.scheduled: ", "only one mode may be given (relaxed at line 8)" },
+	{ RL "      modes: {turbo: {}}\n", "t.yaml:7: limits[0].rateLimit.modes.turbo: ",
+	  "unknown key (expected one of: relaxed, scheduled, onlyIfUsed, goBackN)" },
+	{ RL "      modes: {}\n", "t.yaml:7: limits[0].rateLimit.modes: ", "needs exactly one of" },
+	{ RL "      modes: relaxed\n", "t.yaml:7: limits[0].rateLimit.modes: ", "expected a mapping" },
+	{ RL "      modes:\n        onlyIfUsed: {thresholdPercentage: 101}\n",
+	  "t.yaml:8: limits[0].rateLimit.modes.onlyIfUsed.thresholdPercentage: ",
+	  "101 is greater than the maximum 100" },
+	{ RL "      modes:\n        goBackN:\n          rampDownPercentage: -1\n",
+	  "t.yaml:9: limits[0].rateLimit.modes.goBackN.rampDownPercentage: ", "-1 must be at least 0" },
+	{ RL "      modes:\n        goBackN:\n          coolDownPeriod: soon\n",
+	  "t.yaml:9: limits[0].rateLimit.modes.goBackN.coolDownPeriod: ", "not a duration" },
+	{ RL "      modes:\n        relaxed: {x: 1}\n", "t.yaml:8: limits[0].rateLimit.modes.relaxed.x: ",
+	  "this block takes no keys" },
+	{ RL "      modes:\n        onlyIfUsed: {coolDownPeriod: 5s}\n",
+	  "t.yaml:8: limits[0].rateLimit.modes.onlyIfUsed.coolDownPeriod: ",
+	  "unknown key (expected one of: thresholdPercentage)" },
+	{ RL "      store: {static: {poolSize: -1}}\n",
+	  "t.yaml:7: limits[0].rateLimit.store.static.poolSize: ", "out of range 1..1000000" },
+
+	/* store */
+	{ "store: []\n" LIM, "t.yaml:1: store: ", "expected a mapping, got a list" },
+	{ "store:\n  redis: {}\n" LIM, "t.yaml:2: store.redis: ", "unknown key (expected one of: static," },
+	{ "store:\n  static: {poolSize: 2}\n  redisStore: {mode: single, url: \"redis://h\"}\n" LIM,
+	  "t.yaml:3: store.redisStore: ", "give only one of static, redisStore (static at line 2)" },
+	{ "store:\n  static: {poolSize: 0}\n" LIM, "t.yaml:2: store.static.poolSize: ", "out of range" },
+	{ "store:\n  static: {poolSize: 2.5}\n" LIM, "t.yaml:2: store.static.poolSize: ",
+	  "\"2.5\" is not an integer" },
+	{ "store:\n  static: {}\n" LIM, "t.yaml:2: store.static.poolSize: ", "required" },
+	{ "store:\n  heartbeat: 5ms\n" LIM, "t.yaml:2: store.heartbeat: ", "shorter than the minimum 10ms" },
+	{ "store:\n  heartbeat: 2m\n" LIM, "t.yaml:2: store.heartbeat: ", "longer than the maximum 1m" },
+	{ "store:\n  staleAfter: 1\n" LIM, "t.yaml:2: store.staleAfter: ", "out of range 2..100" },
+	{ "store:\n  heartbeat: 1s\n  validFor: 1s\n" LIM, "t.yaml:3: store.validFor: ",
+	  "validFor (1s) must be longer than heartbeat (1s)" },
+	{ "store:\n  heartbeat: 20s\n" LIM, "t.yaml:2: store.heartbeat: ", "must be longer than heartbeat" },
+	{ "store:\n  onStoreFailure: panic\n" LIM, "t.yaml:2: store.onStoreFailure: ",
+	  "is not one of: conservative, open, closed" },
+	{ "store:\n  redisStore:\n    url: redis://h\n" LIM, "t.yaml:3: store.redisStore.mode: ", "required" },
+	{ "store:\n  redisStore:\n    mode: cluster\n" LIM, "t.yaml:3: store.redisStore.mode: ",
+	  "is not one of: single, sentinel" },
+	{ REDIS(""), "t.yaml:3: store.redisStore.url: ", "required" },
+	{ REDIS("    url: http://h\n"), "t.yaml:4: store.redisStore.url: ", "must start with redis://" },
+	{ REDIS("    url: redis://h:99999\n"), "t.yaml:4: store.redisStore.url: ", "port out of range" },
+	{ REDIS("    url: redis://h:x\n"), "t.yaml:4: store.redisStore.url: ", "bad port" },
+	{ REDIS("    url: redis://\n"), "t.yaml:4: store.redisStore.url: ", "bad host name" },
+	{ REDIS("    url: redis://h/x\n"), "t.yaml:4: store.redisStore.url: ", "database must be a number" },
+	{ REDIS("    url: redis://h?db=1\n"), "t.yaml:4: store.redisStore.url: ", "query" },
+	{ REDIS("    url: redis://::1:6379\n"), "t.yaml:4: store.redisStore.url: ", "brackets" },
+	{ REDIS("    url: redis://u:p%zz@h\n"), "t.yaml:4: store.redisStore.url: ", "percent-encoding" },
+	{ REDIS("    url: redis://u@h\n"), "t.yaml:4: store.redisStore.url: ", "username needs a password" },
+	{ REDIS("    url: redis://h\n    sentinel: {master_name: m}\n"), "t.yaml:5: store.redisStore.sentinel: ",
+	  "only used with mode: sentinel" },
+	{ REDIS("    url: redis://h\n    redis_auth: {passwordEnv: KT_TEST_NO_SUCH_VAR}\n"),
+	  "t.yaml:5: store.redisStore.redis_auth.passwordEnv: ",
+	  "environment variable KT_TEST_NO_SUCH_VAR is not set" },
+	{ REDIS("    url: redis://h\n    redis_auth:\n      password: a\n      passwordEnv: B\n"),
+	  "t.yaml:7: store.redisStore.redis_auth.passwordEnv: ",
+	  "give only one of password, passwordFile, passwordEnv (password at line 6)" },
+	{ REDIS("    url: redis://h\n    redis_auth: {passwordFile: /nonexistent/kt-pass}\n"),
+	  "t.yaml:5: store.redisStore.redis_auth.passwordFile: ",
+	  "cannot open /nonexistent/kt-pass: No such file or directory", -ENOENT },
+	{ REDIS("    url: redis://h\n    redis_auth: {pass: x}\n"), "t.yaml:5: store.redisStore.redis_auth.pass: ",
+	  "unknown key" },
+	{ REDIS("    url: redis://h\n    redis_auth: {username: u}\n"), "t.yaml:5: store.redisStore.redis_auth: ",
+	  "username needs a password" },
+	{ REDIS("    url: redis://:pw@h\n    redis_auth: {password: other}\n"),
+	  "t.yaml:5: store.redisStore.redis_auth: ", "password also given in url" },
+	{ REDIS("    url: redis://h\n    redis_auth: {password: \"\"}\n"),
+	  "t.yaml:5: store.redisStore.redis_auth.password: ", "is empty" },
+	{ REDIS("    url: redis://h\n    redis_tls: {cert_secret: /c}\n"), "t.yaml:5: store.redisStore.redis_tls: ",
+	  "cert_secret and key_secret must be given together" },
+	{ REDIS("    url: redis://h\n    redis_tls: {insecure_skip_verify: maybe}\n"),
+	  "t.yaml:5: store.redisStore.redis_tls.insecure_skip_verify: ", "not true or false" },
+	{ REDIS("    url: redis://h\n    keyPrefix: a b\n"), "t.yaml:5: store.redisStore.keyPrefix: ",
+	  "may only hold letters" },
+	{ SENT(""), "t.yaml:3: store.redisStore.sentinel: ", "required" },
+	{ SENT("    url: redis://h\n"), "t.yaml:4: store.redisStore.url: ", "not used with mode: sentinel" },
+	{ SENT("    sentinel: {master_name: m}\n"), "t.yaml:4: store.redisStore.sentinel.endpoints: ", "required" },
+	{ SENT("    sentinel: {endpoints: [\"h:1\"]}\n"), "t.yaml:4: store.redisStore.sentinel.master_name: ",
+	  "required" },
+	{ SENT("    sentinel: {endpoints: [], master_name: m}\n"), "t.yaml:4: store.redisStore.sentinel.endpoints: ",
+	  "at least one endpoint" },
+	{ SENT("    sentinel: {endpoints: \"h:1\", master_name: m}\n"),
+	  "t.yaml:4: store.redisStore.sentinel.endpoints: ", "expected a list" },
+	{ SENT("    sentinel:\n      endpoints: [\"h:1\", h]\n      master_name: m\n"),
+	  "t.yaml:5: store.redisStore.sentinel.endpoints[1]: ", "\"h\" needs a port" },
+	{ SENT("    sentinel:\n      endpoints: [\"::1:26379\"]\n      master_name: m\n"),
+	  "t.yaml:5: store.redisStore.sentinel.endpoints[0]: ", "brackets" },
+	{ SENT("    sentinel:\n      endpoints: [\"[::g]:1\"]\n      master_name: m\n"),
+	  "t.yaml:5: store.redisStore.sentinel.endpoints[0]: ", "bad IPv6 address" },
+	{ SENT("    sentinel:\n      endpoints: [\"h:1\", \"h:1\"]\n      master_name: m\n"),
+	  "t.yaml:5: store.redisStore.sentinel.endpoints[1]: ", "listed twice" },
+	{ SENT("    sentinel:\n      endpoints: [a:1, b:1, c:1, d:1, e:1, f:1, g:1, h:1, i:1]\n      master_name: m\n"),
+	  "t.yaml:5: store.redisStore.sentinel.endpoints[8]: ", "at most 8 endpoints" },
+	{ SENT("    redis_auth: {password: a}\n    sentinel:\n      endpoints: [\"h:1\"]\n      master_name: m\n"
+	       "      redis_auth: {password: b}\n"),
+	  "t.yaml:8: store.redisStore.sentinel.redis_auth: ", "also given at redisStore.redis_auth (line 4)" },
+	{ SENT("    sentinel:\n      endpoints: [\"h:1\"]\n      master_name: m\n      sentinel_auth: {username: s}\n"),
+	  "t.yaml:7: store.redisStore.sentinel.sentinel_auth: ", "username needs a password" },
+	{ SENT("    sentinel:\n      endpoints: [\"h:1\"]\n      master_name: m\n      bogus: 1\n"),
+	  "t.yaml:7: store.redisStore.sentinel.bogus: ", "unknown key" },
+};
+
+static void test_errors(void **state)
+{
+	size_t i, failed = 0;
+
+	(void)state;
+	for (i = 0; i < sizeof(bad_cases) / sizeof(bad_cases[0]); i++) {
+		const struct bad *b = &bad_cases[i];
+		struct kt_config cfg;
+		char err[KT_ERR_LEN];
+		int rc;
+
+		memset(&cfg, 0xa5, sizeof(cfg)); /* the parser must zero it */
+		rc = parse(b->yaml, &cfg, err);
+		if (getenv("KT_TEST_VERBOSE"))
+			print_message("%s\n", err);
+		if (rc != (b->rc ? b->rc : -EINVAL) || strncmp(err, b->prefix, strlen(b->prefix)) ||
+		    !strstr(err + strlen(b->prefix), b->problem) || strchr(err, '\n'))
+		{
+			print_error("case %zu: rc %d, got \"%s\", want \"%s...%s\"\n", i, rc, err,
+				    b->prefix, b->problem);
+			failed++;
+		}
+		assert_true(all_zero(&cfg, sizeof(cfg)));
+	}
+	assert_int_equal(failed, 0);
+}
+
+/* No message ever carries a password, whichever check fails around it. */
+static void test_secrets_not_echoed(void **state)
+{
+	static const char *const yamls[] = {
+		REDIS("    url: redis://u:Hunter2Pw@h:99999\n"),
+		REDIS("    url: redis://u:Hunter2Pw@h/x\n"),
+		REDIS("    url: redis://u:Hunter2Pw@::1\n"),
+		REDIS("    url: redis://:Hunter2Pw@h\n    redis_auth: {password: Hunter2Pw}\n"),
+		REDIS("    url: redis://h\n    redis_auth: {password: [Hunter2Pw]}\n"),
+		REDIS("    url: Hunter2Pw\n"),
+	};
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(yamls) / sizeof(yamls[0]); i++) {
+		struct kt_config cfg;
+		char err[KT_ERR_LEN];
+
+		assert_int_equal(parse(yamls[i], &cfg, err), -EINVAL);
+		assert_true(strncmp(err, "t.yaml:", 7) == 0);
+		if (strstr(err, "Hunter2Pw"))
+			fail_msg("case %zu leaks the password: %s", i, err);
+	}
+}
+
+/* ---- durations -------------------------------------------------------- */
+
+static void test_durations(void **state)
+{
+	static const struct {
+		const char *s;
+		int rc;
+		uint64_t ns;
+	} cases[] = {
+		{ "1s", 0, SEC },
+		{ "100ms", 0, 100 * MS },
+		{ "1m30s", 0, 90 * SEC },
+		{ "250us", 0, 250000 },
+		{ "250\xc2\xb5s", 0, 250000 },
+		{ "5ns", 0, 5 },
+		{ "2h", 0, 7200 * SEC },
+		{ "1.5s", 0, 1500 * MS },
+		{ "0.001ms", 0, 1000 },
+		{ ".5s", 0, 500 * MS },
+		{ "1h1m1s1ms1us1ns", 0, 3661 * SEC + MS + 1000 + 1 },
+		{ "5", 0, 5 * SEC },
+		{ "0", 0, 0 },
+		{ "2.25", 0, 2250 * MS },
+		{ "18446744073709551615ns", 0, UINT64_MAX },
+		{ "18446744073709551616ns", -ERANGE, 0 },
+		{ "5124096h", -ERANGE, 0 },
+		{ "99999999999999999999999s", -ERANGE, 0 },
+		{ "", -EINVAL, 0 },
+		{ "-1s", -EINVAL, 0 },
+		{ "+1s", -EINVAL, 0 },
+		{ "s", -EINVAL, 0 },
+		{ "1x", -EINVAL, 0 },
+		{ "1s5", -EINVAL, 0 },
+		{ "0s5", -EINVAL, 0 },
+		{ "1 s", -EINVAL, 0 },
+		{ " 1s", -EINVAL, 0 },
+		{ "1e3", -EINVAL, 0 },
+		{ "1ss", -EINVAL, 0 },
+		{ ".", -EINVAL, 0 },
+		{ "nan", -EINVAL, 0 },
+	};
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t ns = 12345;
+		int rc = kt_parse_duration(cases[i].s, &ns);
+
+		if (rc != cases[i].rc || (rc == 0 && ns != cases[i].ns))
+			fail_msg("\"%s\": rc %d ns %llu, want rc %d ns %llu", cases[i].s, rc,
+				 (unsigned long long)ns, cases[i].rc, (unsigned long long)cases[i].ns);
+	}
+}
+
+static void test_names(void **state)
+{
+	(void)state;
+	assert_string_equal(kt_unit_name(KT_UNIT_CONNECTION), "connection");
+	assert_string_equal(kt_unit_name(KT_UNIT_DATAGRAM), "datagram");
+	assert_string_equal(kt_unit_name(KT_UNIT_PACKET), "packet");
+	assert_string_equal(kt_unit_name(KT_UNIT_BYTE), "byte");
+	assert_string_equal(kt_unit_name(KT_UNIT_COUNT), "?");
+	assert_string_equal(kt_mode_name(KT_MODE_RELAXED), "relaxed");
+	assert_string_equal(kt_mode_name(KT_MODE_SCHEDULED), "scheduled");
+	assert_string_equal(kt_mode_name(KT_MODE_ONLY_IF_USED), "onlyIfUsed");
+	assert_string_equal(kt_mode_name(KT_MODE_GO_BACK_N), "goBackN");
+	assert_string_equal(kt_scope_name(KT_SCOPE_POD), "pod");
+	assert_string_equal(kt_scope_name(KT_SCOPE_NODE), "node");
+	assert_string_equal(kt_share_name(KT_SHARE_DEMAND), "demand");
+	assert_string_equal(kt_store_failure_name(KT_FAIL_OPEN), "open");
+	assert_string_equal(kt_store_kind_name(KT_STORE_REDIS), "redis");
+}
+
+/* ---- files ------------------------------------------------------------ */
+
+static void test_load_errors(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN], dir[] = "/tmp/kt-test-cfg-XXXXXX", path[64];
+	FILE *f;
+
+	(void)state;
+	assert_int_equal(kt_config_load("/nonexistent/kt.yaml", &cfg, err, sizeof(err)), -ENOENT);
+	assert_string_equal(err, "/nonexistent/kt.yaml: cannot open: No such file or directory");
+	assert_true(all_zero(&cfg, sizeof(cfg)));
+
+	assert_non_null(mkdtemp(dir));
+	assert_int_equal(kt_config_load(dir, &cfg, err, sizeof(err)), -EISDIR);
+	assert_true(strstr(err, ": cannot read: Is a directory") != NULL);
+
+	snprintf(path, sizeof(path), "%s/k.yaml", dir);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(RL "      min: 200\n", f);
+	fclose(f);
+	assert_int_equal(kt_config_load(path, &cfg, err, sizeof(err)), -EINVAL);
+	assert_true(strncmp(err, path, strlen(path)) == 0);
+	assert_string_equal(err + strlen(path), ":7: limits[0].rateLimit.min: 200 is greater than max (100)");
+	assert_true(all_zero(&cfg, sizeof(cfg)));
+
+	/* a NULL error buffer is allowed */
+	assert_int_equal(kt_config_load(path, &cfg, NULL, 0), -EINVAL);
+	assert_int_equal(kt_config_load("/nonexistent/kt.yaml", &cfg, NULL, 0), -ENOENT);
+
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(LIM, f);
+	fclose(f);
+	assert_int_equal(kt_config_load(path, &cfg, err, sizeof(err)), 0);
+	assert_string_equal(cfg.file, path);
+	assert_string_equal(cfg.limits[0].name, "a");
+	kt_config_free(&cfg);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* Every shipped example parses; demo.yaml is what the demo script relies on. */
+static void test_examples(void **state)
+{
+	const char *src = getenv("KT_SRCDIR");
+	char pattern[4096], err[KT_ERR_LEN];
+	struct kt_config cfg;
+	glob_t g;
+	size_t i;
+	bool saw_demo = false;
+
+	(void)state;
+	snprintf(pattern, sizeof(pattern), "%s/examples/*.yaml", src ? src : ".");
+	assert_int_equal(glob(pattern, 0, NULL, &g), 0);
+	assert_true(g.gl_pathc >= 4);
+	for (i = 0; i < g.gl_pathc; i++) {
+		int rc = kt_config_load(g.gl_pathv[i], &cfg, err, sizeof(err));
+
+		if (rc)
+			fail_msg("%s", err);
+		assert_true(cfg.n_limits >= 1);
+		if (strstr(g.gl_pathv[i], "/demo.yaml")) {
+			const struct kt_limit_cfg *l = &cfg.limits[0];
+
+			saw_demo = true;
+			assert_int_equal(cfg.n_limits, 1);
+			assert_string_equal(l->name, "demo");
+			assert_int_equal(l->n_cgroups, 1);
+			assert_string_equal(l->cgroups[0], "kthrottle-demo");
+			assert_int_equal(l->match.port_lo, 9000);
+			assert_int_equal(l->match.port_hi, 9100);
+			assert_int_equal(l->match.proto_mask, KT_PROTO_TCP | KT_PROTO_UDP);
+			assert_int_equal(l->unit, KT_UNIT_DATAGRAM);
+			assert_true(l->rl.max == 100);
+			assert_true(l->burst == 10);
+			assert_int_equal(l->store.kind, KT_STORE_LOCAL);
+		}
+		if (strstr(g.gl_pathv[i], "/sentinel.yaml"))
+			assert_int_equal(cfg.store.redis_mode, KT_REDIS_SENTINEL);
+		if (strstr(g.gl_pathv[i], "/redis.yaml"))
+			assert_int_equal(cfg.store.kind, KT_STORE_REDIS);
+		kt_config_free(&cfg);
+	}
+	globfree(&g);
+	assert_true(saw_demo);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_minimal_defaults),
+		cmocka_unit_test(test_burst_defaults),
+		cmocka_unit_test(test_everything),
+		cmocka_unit_test(test_redis_url_defaults),
+		cmocka_unit_test(test_password_sources),
+		cmocka_unit_test(test_sentinel),
+		cmocka_unit_test(test_limit_count),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_secrets_not_echoed),
+		cmocka_unit_test(test_durations),
+		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_load_errors),
+		cmocka_unit_test(test_examples),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Reconciles the kernel maps and links with a configuration: limit ids,
+ * bucket slots, memberships, classifier and attachments. Existing buckets
+ * (adopted after a restart, or kept across a reload) keep their state; only
+ * their rate and burst are rewritten. */
+#ifndef KT_APPLY_H
+#define KT_APPLY_H
+
+#include <stdint.h>
+#include "bpf_loader.h"
+#include "config.h"
+
+struct kt_member_rt {
+	char *path;        /* canonical cgroup directory */
+	uint64_t cgid;
+	uint32_t slot;     /* bucket this member's traffic is charged to */
+};
+
+struct kt_limit_rt {
+	const struct kt_limit_cfg *cfg;
+	uint32_t id;
+	struct kt_member_rt *members;
+	int n_members;
+	/* bucket rate and burst last written (tokens/s, tokens) */
+	double bucket_rate;
+	double bucket_burst;
+};
+
+struct kt_plan {
+	struct kt_limit_rt *limits;
+	int n_limits;
+};
+
+/* Resolves every cgroup path of cfg (absolute, or relative to the cgroup v2
+ * mount) and reads its id. Touches no BPF state. Errors name file, line and
+ * field. */
+int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan,
+		    char *err, size_t errlen);
+void kt_plan_free(struct kt_plan *plan);
+
+/* Writes the plan into the maps and links. rates[i] / bursts[i]: the rate and
+ * burst of each bucket of plan->limits[i] (pod scope: one member's share;
+ * node scope: the node's). Fills ids and slots. */
+int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
+		  const double *bursts, char *err, size_t errlen);
+
+/* Distinct bucket slots of a limit (pod scope: one per member; node: one). */
+int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max);
+
+/* One atomic store of the interval: the bucket's tat (its tokens) is kept. */
+void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double burst);
+
+#endif

@@ -1,0 +1,444 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "bpf_loader.h"
+#include "log.h"
+#include "connect.skel.h"
+#include "sendmsg.skel.h"
+#include "egress.skel.h"
+
+static const char *const map_names[] = {
+	"kt_buckets", "kt_counters", "kt_members", "kt_classify", "kt_ports", "kt_limits",
+};
+
+static int is_bpffs(const char *path)
+{
+	struct statfs s;
+
+	return statfs(path, &s) == 0 && s.f_type == BPF_FS_MAGIC;
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+	char buf[PATH_MAX];
+	char *p;
+
+	if (strlen(path) >= sizeof(buf))
+		return -ENAMETOOLONG;
+	strcpy(buf, path);
+	for (p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(buf, mode) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int kt_bpffs_ensure(const char *dir, char *err, size_t errlen)
+{
+	char buf[PATH_MAX];
+	char *slash;
+
+	if (strlen(dir) >= sizeof(buf) || dir[0] != '/') {
+		snprintf(err, errlen, "pin directory %s: must be an absolute path", dir);
+		return -EINVAL;
+	}
+	/* Walk up to the nearest existing ancestor: it must be on bpffs. */
+	strcpy(buf, dir);
+	while (access(buf, F_OK) != 0 && (slash = strrchr(buf, '/')) && slash != buf)
+		*slash = 0;
+	if (is_bpffs(buf))
+		return 0;
+	if (strncmp(dir, "/sys/fs/bpf/", 12) == 0 && !is_bpffs("/sys/fs/bpf")) {
+		if (mkdir_p("/sys/fs/bpf", 0700) < 0 ||
+		    mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700") < 0) {
+			snprintf(err, errlen, "cannot mount bpffs at /sys/fs/bpf: %s",
+				 strerror(errno));
+			return -errno;
+		}
+		kt_info("mounted bpffs at /sys/fs/bpf");
+		return 0;
+	}
+	snprintf(err, errlen, "pin directory %s is not on a bpf filesystem (mount -t bpf bpf DIR)",
+		 dir);
+	return -EINVAL;
+}
+
+bool kt_bpf_pinned(const char *pin_dir)
+{
+	char p[PATH_MAX];
+
+	snprintf(p, sizeof(p), "%s/kt_buckets", pin_dir);
+	return access(p, F_OK) == 0;
+}
+
+static void zero_fds(struct kt_bpf *b)
+{
+	b->buckets_fd = b->counters_fd = b->members_fd = -1;
+	b->classify_fd = b->ports_fd = b->limits_fd = -1;
+}
+
+static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
+{
+	int *fds[] = { &b->buckets_fd, &b->counters_fd, &b->members_fd,
+		       &b->classify_fd, &b->ports_fd, &b->limits_fd };
+	char p[PATH_MAX];
+	size_t i;
+
+	for (i = 0; i < sizeof(fds) / sizeof(fds[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s", b->pin_dir, map_names[i]);
+		*fds[i] = bpf_obj_get(p);
+		if (*fds[i] < 0) {
+			int e = errno;
+			snprintf(err, errlen, "%s: %s", p, strerror(e));
+			return -e;
+		}
+	}
+	return 0;
+}
+
+static void close_fds(struct kt_bpf *b)
+{
+	int fds[] = { b->buckets_fd, b->counters_fd, b->members_fd,
+		      b->classify_fd, b->ports_fd, b->limits_fd };
+
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	zero_fds(b);
+}
+
+int kt_bpf_open_pinned(struct kt_bpf *b, const char *pin_dir, char *err, size_t errlen)
+{
+	int ret;
+
+	memset(b, 0, sizeof(*b));
+	zero_fds(b);
+	snprintf(b->pin_dir, sizeof(b->pin_dir), "%s", pin_dir);
+	b->ncpus = libbpf_num_possible_cpus();
+	if (b->ncpus <= 0) {
+		snprintf(err, errlen, "cannot count possible CPUs");
+		return -EINVAL;
+	}
+	ret = open_pinned_maps(b, err, errlen);
+	if (ret)
+		close_fds(b);
+	return ret;
+}
+
+static void unpin_maps(const char *pin_dir)
+{
+	char p[PATH_MAX];
+
+	for (size_t i = 0; i < sizeof(map_names) / sizeof(map_names[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s", pin_dir, map_names[i]);
+		unlink(p);
+	}
+}
+
+int kt_bpf_open(struct kt_bpf *b, const char *pin_dir, char *err, size_t errlen)
+{
+	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = pin_dir);
+	size_t maplen;
+	int ret;
+
+	memset(b, 0, sizeof(*b));
+	zero_fds(b);
+	if (strlen(pin_dir) >= sizeof(b->pin_dir)) {
+		snprintf(err, errlen, "pin directory too long");
+		return -ENAMETOOLONG;
+	}
+	strcpy(b->pin_dir, pin_dir);
+	ret = kt_bpffs_ensure(pin_dir, err, errlen);
+	if (ret)
+		return ret;
+	ret = mkdir_p(pin_dir, 0700);
+	if (ret) {
+		snprintf(err, errlen, "cannot create pin directory %s: %s", pin_dir, strerror(-ret));
+		return ret;
+	}
+	b->adopted = kt_bpf_pinned(pin_dir);
+	b->ncpus = libbpf_num_possible_cpus();
+
+	/* Each object declares the same pinned-by-name maps: the first load
+	 * creates and pins them (or reuses the pins), the others reuse them. */
+	b->connect = kt_connect__open_opts(&opts);
+	b->sendmsg = kt_sendmsg__open_opts(&opts);
+	b->egress = kt_egress__open_opts(&opts);
+	if (!b->connect || !b->sendmsg || !b->egress) {
+		ret = -errno ? -errno : -EINVAL;
+		snprintf(err, errlen, "cannot open BPF objects: %s", strerror(-ret));
+		goto fail;
+	}
+	if ((ret = kt_connect__load(b->connect)) || (ret = kt_sendmsg__load(b->sendmsg)) ||
+	    (ret = kt_egress__load(b->egress))) {
+		snprintf(err, errlen,
+			 "cannot load BPF programs: %s%s", strerror(-ret),
+			 b->adopted ? " (pinned maps from another version? run kthrottlectl cleanup)"
+				    : " (is this kernel built with BPF and BTF? run with -v for details)");
+		goto fail;
+	}
+	ret = open_pinned_maps(b, err, errlen);
+	if (ret)
+		goto fail;
+	maplen = (size_t)KT_MAX_BUCKETS * sizeof(struct kt_bucket);
+	b->buckets = mmap(NULL, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, b->buckets_fd, 0);
+	if (b->buckets == MAP_FAILED) {
+		ret = -errno;
+		b->buckets = NULL;
+		snprintf(err, errlen, "cannot mmap kt_buckets: %s", strerror(-ret));
+		goto fail;
+	}
+	return 0;
+fail:
+	kt_bpf_close(b);
+	/* Leave nothing pinned that this call created. */
+	if (!b->adopted) {
+		unpin_maps(pin_dir);
+		rmdir(pin_dir);
+	}
+	return ret;
+}
+
+void kt_bpf_close(struct kt_bpf *b)
+{
+	if (b->buckets)
+		munmap(b->buckets, (size_t)KT_MAX_BUCKETS * sizeof(struct kt_bucket));
+	b->buckets = NULL;
+	close_fds(b);
+	kt_connect__destroy(b->connect);
+	kt_sendmsg__destroy(b->sendmsg);
+	kt_egress__destroy(b->egress);
+	b->connect = NULL;
+	b->sendmsg = NULL;
+	b->egress = NULL;
+}
+
+int kt_bpf_read_counters(const struct kt_bpf *b, uint32_t slot, struct kt_counters *sum)
+{
+	struct kt_counters *v = calloc(b->ncpus, sizeof(*v));
+	int ret = 0;
+
+	if (!v)
+		return -ENOMEM;
+	memset(sum, 0, sizeof(*sum));
+	if (bpf_map_lookup_elem(b->counters_fd, &slot, v) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	for (int i = 0; i < b->ncpus; i++) {
+		sum->admitted += v[i].admitted;
+		sum->throttled += v[i].throttled;
+		sum->admitted_bytes += v[i].admitted_bytes;
+		sum->throttled_bytes += v[i].throttled_bytes;
+	}
+out:
+	free(v);
+	return ret;
+}
+
+/* ---- links ---- */
+
+struct hook_prog {
+	enum kt_hook hook;
+	const char *name;
+};
+
+static const struct hook_prog hook_progs[] = {
+	{ KT_HOOK_CONNECT, "kt_connect4" }, { KT_HOOK_CONNECT, "kt_connect6" },
+	{ KT_HOOK_SENDMSG, "kt_sendmsg4" }, { KT_HOOK_SENDMSG, "kt_sendmsg6" },
+	{ KT_HOOK_EGRESS, "kt_egress" },
+};
+#define N_HOOK_PROGS (sizeof(hook_progs) / sizeof(hook_progs[0]))
+
+static struct bpf_program *prog_by_name(struct kt_bpf *b, const char *name)
+{
+	struct bpf_object *objs[] = { b->connect->obj, b->sendmsg->obj, b->egress->obj };
+
+	for (size_t i = 0; i < 3; i++) {
+		struct bpf_program *p = bpf_object__find_program_by_name(objs[i], name);
+		if (p)
+			return p;
+	}
+	return NULL;
+}
+
+static void link_pin_path(const char *pin_dir, uint64_t cgid, const char *prog, char *out,
+			  size_t outlen)
+{
+	snprintf(out, outlen, "%s/links/%llu-%s", pin_dir, (unsigned long long)cgid, prog);
+}
+
+/* Detach a pinned link and remove its pin. */
+static int remove_pinned_link(const char *path)
+{
+	struct bpf_link *l = bpf_link__open(path);
+	int ret = 0;
+
+	if (l) {
+		if (bpf_link__detach(l) < 0)
+			ret = -errno;
+		bpf_link__destroy(l);
+	}
+	if (unlink(path) < 0 && errno != ENOENT && !ret)
+		ret = -errno;
+	return ret;
+}
+
+int kt_bpf_sync_links(struct kt_bpf *b, const struct kt_attach *want, int n, char *err,
+		      size_t errlen)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	char (*created)[PATH_MAX] = NULL;
+	int ncreated = 0, ret = 0, i;
+	size_t j;
+	DIR *d;
+	struct dirent *de;
+
+	snprintf(dir, sizeof(dir), "%s/links", b->pin_dir);
+	ret = mkdir_p(dir, 0700);
+	if (ret) {
+		snprintf(err, errlen, "cannot create %s: %s", dir, strerror(-ret));
+		return ret;
+	}
+	created = calloc((size_t)n * N_HOOK_PROGS + 1, sizeof(*created));
+	if (!created)
+		return -ENOMEM;
+
+	for (i = 0; i < n; i++) {
+		for (j = 0; j < N_HOOK_PROGS; j++) {
+			struct bpf_program *prog;
+			struct bpf_link *l;
+
+			link_pin_path(b->pin_dir, want[i].cgroup_id, hook_progs[j].name, path,
+				      sizeof(path));
+			if (!(want[i].hook_mask & (1u << hook_progs[j].hook))) {
+				if (access(path, F_OK) == 0)
+					remove_pinned_link(path);
+				continue;
+			}
+			prog = prog_by_name(b, hook_progs[j].name);
+			l = bpf_link__open(path);
+			if (l) {
+				/* adopt: swap in the freshly loaded program, no gap */
+				if (bpf_link__update_program(l, prog) < 0) {
+					ret = -errno;
+					snprintf(err, errlen, "cannot update link %s: %s", path,
+						 strerror(-ret));
+					bpf_link__destroy(l);
+					goto rollback;
+				}
+				bpf_link__destroy(l);
+				continue;
+			}
+			int cgfd = open(want[i].path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (cgfd < 0) {
+				ret = -errno;
+				snprintf(err, errlen, "cannot open cgroup %s: %s", want[i].path,
+					 strerror(-ret));
+				goto rollback;
+			}
+			l = bpf_program__attach_cgroup(prog, cgfd);
+			close(cgfd);
+			if (!l) {
+				ret = -errno;
+				snprintf(err, errlen, "cannot attach %s to %s: %s",
+					 hook_progs[j].name, want[i].path, strerror(-ret));
+				goto rollback;
+			}
+			if (bpf_link__pin(l, path) < 0) {
+				ret = -errno;
+				snprintf(err, errlen, "cannot pin link %s: %s", path, strerror(-ret));
+				bpf_link__destroy(l); /* not pinned: closing detaches */
+				goto rollback;
+			}
+			bpf_link__destroy(l); /* the pin keeps it attached */
+			strcpy(created[ncreated++], path);
+		}
+	}
+
+	/* Links for cgroups no longer wanted. */
+	d = opendir(dir);
+	if (d) {
+		while ((de = readdir(d))) {
+			unsigned long long cgid;
+			char name[64];
+			int keep = 0;
+
+			if (de->d_name[0] == '.')
+				continue;
+			if (sscanf(de->d_name, "%llu-%63s", &cgid, name) != 2)
+				continue;
+			for (i = 0; i < n && !keep; i++)
+				if (want[i].cgroup_id == cgid)
+					for (j = 0; j < N_HOOK_PROGS; j++)
+						if (!strcmp(hook_progs[j].name, name) &&
+						    (want[i].hook_mask & (1u << hook_progs[j].hook)))
+							keep = 1;
+			if (!keep) {
+				snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+				remove_pinned_link(path);
+			}
+		}
+		closedir(d);
+	}
+	free(created);
+	return 0;
+
+rollback:
+	while (ncreated > 0)
+		remove_pinned_link(created[--ncreated]);
+	free(created);
+	return ret;
+}
+
+int kt_bpf_cleanup(const char *pin_dir, char *err, size_t errlen)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct dirent *de;
+	int ret = 0, r;
+	DIR *d;
+
+	if (access(pin_dir, F_OK) != 0)
+		return 0;
+	snprintf(dir, sizeof(dir), "%s/links", pin_dir);
+	d = opendir(dir);
+	if (d) {
+		while ((de = readdir(d))) {
+			if (de->d_name[0] == '.')
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+			r = remove_pinned_link(path);
+			if (r && !ret) {
+				ret = r;
+				snprintf(err, errlen, "cannot detach %s: %s", path, strerror(-r));
+			}
+		}
+		closedir(d);
+		rmdir(dir);
+	}
+	unpin_maps(pin_dir);
+	if (rmdir(pin_dir) < 0 && errno != ENOENT && !ret) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot remove %s: %s (unknown files left there?)", pin_dir,
+			 strerror(errno));
+	}
+	return ret;
+}

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Lifecycle of the kernel side: load the programs against the pinned maps
+ * (creating and pinning them the first time, adopting them afterwards), keep
+ * pinned cgroup links in sync with the wanted attachments, and remove
+ * everything on cleanup. Pinned maps and links outlive the daemon, so
+ * enforcement continues across a crash or restart. */
+#ifndef KT_BPF_LOADER_H
+#define KT_BPF_LOADER_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "kthrottle.h"
+
+#define KT_DEFAULT_PIN_DIR "/sys/fs/bpf/kthrottle"
+
+struct kt_connect;
+struct kt_sendmsg;
+struct kt_egress;
+
+struct kt_bpf {
+	char pin_dir[PATH_MAX];
+	struct kt_connect *connect;
+	struct kt_sendmsg *sendmsg;
+	struct kt_egress *egress;
+	int buckets_fd, counters_fd, members_fd, classify_fd, ports_fd, limits_fd;
+	struct kt_bucket *buckets; /* mmap of kt_buckets: rates change by one atomic store */
+	int ncpus;
+	bool adopted;              /* pinned maps existed before this open */
+};
+
+/* One cgroup and the hooks (bit per enum kt_hook) its limits need. */
+struct kt_attach {
+	uint64_t cgroup_id;
+	const char *path;
+	unsigned hook_mask;
+};
+
+/* Mounts bpffs under pin_dir's parent when needed, loads every program with
+ * the maps pinned in pin_dir (created when absent). */
+int kt_bpf_open(struct kt_bpf *b, const char *pin_dir, char *err, size_t errlen);
+/* Drops this process's handles; pinned maps and links stay in force. */
+void kt_bpf_close(struct kt_bpf *b);
+/* Makes the pinned links exactly `want`: adopts (and upgrades to the loaded
+ * programs, atomically) links that exist, creates missing ones, detaches the
+ * rest. On failure, links created by this call are removed again. */
+int kt_bpf_sync_links(struct kt_bpf *b, const struct kt_attach *want, int n, char *err,
+		      size_t errlen);
+/* Detaches every pinned link and removes every pin under pin_dir. */
+int kt_bpf_cleanup(const char *pin_dir, char *err, size_t errlen);
+
+/* Whether pin_dir holds kthrottle maps. */
+bool kt_bpf_pinned(const char *pin_dir);
+
+/* Open the pinned maps read-only for inspection (kthrottlectl, tests):
+ * fills the *_fd fields and ncpus only. */
+int kt_bpf_open_pinned(struct kt_bpf *b, const char *pin_dir, char *err, size_t errlen);
+
+/* Sum of a slot's per-CPU counters. */
+int kt_bpf_read_counters(const struct kt_bpf *b, uint32_t slot, struct kt_counters *sum);
+
+/* Ensure a bpffs is mounted at `dir` or one of its parents (mounts at
+ * /sys/fs/bpf when nothing is). */
+int kt_bpffs_ensure(const char *dir, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,20 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* cgroup v2 discovery. Never assumes /sys/fs/cgroup: hybrid hosts mount v2 at
+ * e.g. /sys/fs/cgroup/unified, so the mount is read from /proc/mounts. */
+#ifndef KT_CGROUP_H
+#define KT_CGROUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* First cgroup2 mount in /proc/mounts (or `mounts_path` when not NULL). */
+int kt_cgroup2_mount(char *out, size_t outlen, const char *mounts_path);
+/* Resolve a config path (absolute, or relative to the cgroup2 mount) to an
+ * absolute, canonical directory on cgroup2. On error fills err with the
+ * reason (not a directory, not on cgroup v2, ...). */
+int kt_cgroup_resolve(const char *path, const char *mount, char *out, size_t outlen,
+		      char *err, size_t errlen);
+/* 64-bit cgroup id, the value bpf_get_current_cgroup_id() returns. */
+int kt_cgroup_id(const char *path, uint64_t *id);
+
+#endif

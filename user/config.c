@@ -1,0 +1,1787 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* kthrottled configuration: YAML (libyaml document API) walked against a
+ * fixed schema. Every mapping is checked for unknown and duplicate keys before
+ * its values are read, so a typo never silently falls back to a default. Each
+ * error is one line naming file, line and field path. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "config.h"
+
+#define FIELD_LEN 200            /* longest field path we print */
+#define MAX_FILE_BYTES (4 << 20) /* a config is kilobytes; refuse anything huge */
+#define MAX_SECRET_BYTES 4096
+#define MAX_PATH_BYTES 4095
+#define MAX_RATE 1e12
+#define NS_PER_MS 1000000ULL
+#define NS_PER_SEC 1000000000ULL
+#define NAME_CHARS "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-"
+
+struct ctx {
+	const char *file;
+	yaml_document_t *doc;
+	char *err;
+	size_t errlen;
+};
+
+/* ---- names ------------------------------------------------------------ */
+
+static const char *const unit_names[] = { "connection", "datagram", "packet", "byte" };
+static const char *const mode_names[] = { "relaxed", "scheduled", "onlyIfUsed", "goBackN" };
+static const char *const scope_names[] = { "pod", "node" };
+static const char *const share_names[] = { "equal", "demand" };
+static const char *const failure_names[] = { "conservative", "open", "closed" };
+static const char *const store_kind_names[] = { "local", "static", "redis" };
+static const char *const redis_mode_names[] = { "single", "sentinel" };
+static const char *const proto_names[] = { "any", "tcp", "udp" };
+
+#define NAME_OF(tab, i) ((unsigned)(i) < sizeof(tab) / sizeof(tab[0]) ? tab[i] : "?")
+
+const char *kt_unit_name(enum kt_unit u) { return NAME_OF(unit_names, u); }
+const char *kt_mode_name(enum kt_mode m) { return NAME_OF(mode_names, m); }
+const char *kt_scope_name(enum kt_scope s) { return NAME_OF(scope_names, s); }
+const char *kt_share_name(enum kt_share_policy s) { return NAME_OF(share_names, s); }
+const char *kt_store_failure_name(enum kt_store_failure f) { return NAME_OF(failure_names, f); }
+const char *kt_store_kind_name(enum kt_store_kind k) { return NAME_OF(store_kind_names, k); }
+
+/* ---- errors ----------------------------------------------------------- */
+
+static int line_of(const yaml_node_t *n)
+{
+	return n ? (int)n->start_mark.line + 1 : 1;
+}
+
+__attribute__((format(printf, 5, 6)))
+static int fail_code(struct ctx *c, int code, const yaml_node_t *n, const char *field,
+		     const char *fmt, ...)
+{
+	char msg[KT_ERR_LEN];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (c->err && c->errlen)
+		snprintf(c->err, c->errlen, "%s:%d: %s: %s", c->file, line_of(n), field, msg);
+	return code;
+}
+
+#define fail(c, n, field, ...) fail_code(c, -EINVAL, n, field, __VA_ARGS__)
+#define oom(c, n, field) fail_code(c, -ENOMEM, n, field, "out of memory")
+
+/* A value shown in an error: short, printable, one line. Returned by value so
+ * it can be used inline; it lives until the end of the full expression. */
+struct shown {
+	char s[52];
+};
+
+static struct shown show_str(const char *v)
+{
+	struct shown out;
+	size_t i, n = 0;
+
+	for (i = 0; v[i] && n < sizeof(out.s) - 4; i++)
+		out.s[n++] = (v[i] >= 0x20 && v[i] < 0x7f) ? v[i] : '?';
+	if (v[i])
+		out.s[n++] = '.', out.s[n++] = '.', out.s[n++] = '.';
+	out.s[n] = '\0';
+	return out;
+}
+
+static const char *kind_of(const yaml_node_t *n)
+{
+	switch (n->type) {
+	case YAML_MAPPING_NODE: return "a mapping";
+	case YAML_SEQUENCE_NODE: return "a list";
+	default: return "a scalar";
+	}
+}
+
+/* Field paths: "limits[0].rateLimit.max". */
+static const char *join(char *buf, const char *parent, const char *key)
+{
+	struct shown k = show_str(key);
+
+	if (parent && *parent)
+		snprintf(buf, FIELD_LEN, "%s.%s", parent, k.s);
+	else
+		snprintf(buf, FIELD_LEN, "%s", k.s);
+	return buf;
+}
+
+static const char *index_of(char *buf, const char *parent, int i)
+{
+	snprintf(buf, FIELD_LEN, "%s[%d]", parent, i);
+	return buf;
+}
+
+static void list_names(char *buf, size_t len, const char *const *names, size_t n)
+{
+	size_t i, off = 0;
+
+	buf[0] = '\0';
+	for (i = 0; i < n && off < len; i++) {
+		int w = snprintf(buf + off, len - off, "%s%s", i ? ", " : "", names[i]);
+		if (w < 0)
+			break;
+		off += (size_t)w;
+	}
+}
+
+/* ---- node access ------------------------------------------------------ */
+
+static yaml_node_t *node_at(struct ctx *c, int id)
+{
+	return yaml_document_get_node(c->doc, id);
+}
+
+static const char *sval(const yaml_node_t *n)
+{
+	return (const char *)n->data.scalar.value;
+}
+
+/* YAML null: an absent value, "~" or "null". An empty block reads as null,
+ * so "modes: {scheduled: }" and "store:" behave like their {} forms. */
+static bool is_null(const yaml_node_t *n)
+{
+	const char *v;
+
+	if (!n || n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+		return false;
+	v = sval(n);
+	return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") ||
+	       !strcmp(v, "NULL");
+}
+
+/* The mapping's key set must be a subset of `keys` (NULL-terminated), with no
+ * key given twice. A null node is an empty mapping. */
+static int check_map(struct ctx *c, yaml_node_t *n, const char *field, const char *const *keys)
+{
+	yaml_node_pair_t *p, *q;
+	char sub[FIELD_LEN];
+
+	if (is_null(n))
+		return 0;
+	if (n->type != YAML_MAPPING_NODE)
+		return fail(c, n, field, "expected a mapping, got %s", kind_of(n));
+	for (p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+		yaml_node_t *k = node_at(c, p->key);
+		size_t i;
+
+		if (!k || k->type != YAML_SCALAR_NODE)
+			return fail(c, k ? k : n, field, "keys must be strings");
+		for (i = 0; keys[i]; i++)
+			if (!strcmp(keys[i], sval(k)))
+				break;
+		if (!keys[i]) {
+			char allowed[300];
+
+			list_names(allowed, sizeof(allowed), keys, i);
+			if (!i)
+				return fail(c, k, join(sub, field, sval(k)),
+					    "unknown key (this block takes no keys)");
+			return fail(c, k, join(sub, field, sval(k)),
+				    "unknown key (expected one of: %s)", allowed);
+		}
+		for (q = n->data.mapping.pairs.start; q < p; q++) {
+			yaml_node_t *prev = node_at(c, q->key);
+
+			if (!strcmp(sval(prev), sval(k)))
+				return fail(c, k, join(sub, field, sval(k)),
+					    "duplicate key (first at line %d)", line_of(prev));
+		}
+	}
+	return 0;
+}
+
+/* Value of `key`, or NULL when absent. Call check_map first. */
+static yaml_node_t *map_get(struct ctx *c, yaml_node_t *n, const char *key)
+{
+	yaml_node_pair_t *p;
+
+	if (!n || n->type != YAML_MAPPING_NODE)
+		return NULL;
+	for (p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+		yaml_node_t *k = node_at(c, p->key);
+
+		if (k && k->type == YAML_SCALAR_NODE && !strcmp(sval(k), key))
+			return node_at(c, p->value);
+	}
+	return NULL;
+}
+
+static int missing(struct ctx *c, yaml_node_t *parent, const char *field, const char *key)
+{
+	char sub[FIELD_LEN];
+
+	return fail(c, parent, join(sub, field, key), "required but missing");
+}
+
+/* ---- scalars ---------------------------------------------------------- */
+
+/* A non-null scalar with no embedded NUL. `what` names the expected type. */
+static int get_scalar(struct ctx *c, yaml_node_t *v, const char *field, const char *what,
+		      const char **out)
+{
+	if (v->type != YAML_SCALAR_NODE)
+		return fail(c, v, field, "expected %s, got %s", what, kind_of(v));
+	if (is_null(v))
+		return fail(c, v, field, "expected %s, got nothing", what);
+	if (strlen(sval(v)) != v->data.scalar.length)
+		return fail(c, v, field, "contains a NUL byte");
+	*out = sval(v);
+	return 0;
+}
+
+static bool has_control(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return true;
+	return false;
+}
+
+static int get_str(struct ctx *c, yaml_node_t *v, const char *field, size_t maxlen, char **out)
+{
+	const char *s;
+	int err = get_scalar(c, v, field, "a string", &s);
+
+	if (err)
+		return err;
+	if (strlen(s) > maxlen)
+		return fail(c, v, field, "longer than %zu bytes", maxlen);
+	if (has_control(s))
+		return fail(c, v, field, "contains a control character");
+	*out = strdup(s);
+	return *out ? 0 : oom(c, v, field);
+}
+
+/* Decimal only: YAML's .inf, .nan, hex and octal forms, and strtod's "inf",
+ * "0x10" or leading blanks are all refused before conversion. */
+static bool is_decimal(const char *s, bool frac)
+{
+	bool digits = false;
+
+	if (*s == '-' || *s == '+')
+		s++;
+	for (; *s >= '0' && *s <= '9'; s++)
+		digits = true;
+	if (frac && *s == '.')
+		for (s++; *s >= '0' && *s <= '9'; s++)
+			digits = true;
+	if (!digits)
+		return false;
+	if (frac && (*s == 'e' || *s == 'E')) {
+		s++;
+		if (*s == '-' || *s == '+')
+			s++;
+		if (!(*s >= '0' && *s <= '9'))
+			return false;
+		while (*s >= '0' && *s <= '9')
+			s++;
+	}
+	return *s == '\0';
+}
+
+static int get_number(struct ctx *c, yaml_node_t *v, const char *field, double *out)
+{
+	const char *s;
+	int err = get_scalar(c, v, field, "a number", &s);
+
+	if (err)
+		return err;
+	if (!is_decimal(s, true))
+		return fail(c, v, field, "\"%s\" is not a number", show_str(s).s);
+	*out = strtod(s, NULL);
+	if (!isfinite(*out))
+		return fail(c, v, field, "\"%s\" is out of range", show_str(s).s);
+	return 0;
+}
+
+/* A number in [lo, hi]; `above_lo` makes the lower bound exclusive. */
+static int get_number_in(struct ctx *c, yaml_node_t *v, const char *field, double lo, bool above_lo,
+			 double hi, double *out)
+{
+	int err = get_number(c, v, field, out);
+
+	if (err)
+		return err;
+	if (above_lo ? !(*out > lo) : !(*out >= lo))
+		return fail(c, v, field, "%g must be %s %g", *out, above_lo ? "greater than" : "at least",
+			    lo);
+	if (*out > hi)
+		return fail(c, v, field, "%g is greater than the maximum %g", *out, hi);
+	return 0;
+}
+
+static int get_int(struct ctx *c, yaml_node_t *v, const char *field, long long lo, long long hi,
+		   long long *out)
+{
+	const char *s;
+	int err = get_scalar(c, v, field, "an integer", &s);
+
+	if (err)
+		return err;
+	if (!is_decimal(s, false))
+		return fail(c, v, field, "\"%s\" is not an integer", show_str(s).s);
+	errno = 0;
+	*out = strtoll(s, NULL, 10);
+	if (errno || *out < lo || *out > hi)
+		return fail(c, v, field, "%s is out of range %lld..%lld", show_str(s).s, lo, hi);
+	return 0;
+}
+
+static int get_bool(struct ctx *c, yaml_node_t *v, const char *field, bool *out)
+{
+	const char *s;
+	int err = get_scalar(c, v, field, "true or false", &s);
+
+	if (err)
+		return err;
+	if (!strcmp(s, "true"))
+		*out = true;
+	else if (!strcmp(s, "false"))
+		*out = false;
+	else
+		return fail(c, v, field, "\"%s\" is not true or false", show_str(s).s);
+	return 0;
+}
+
+static int get_enum(struct ctx *c, yaml_node_t *v, const char *field, const char *const *names,
+		    size_t n, int *out)
+{
+	char allowed[200];
+	const char *s;
+	size_t i;
+	int err = get_scalar(c, v, field, "a string", &s);
+
+	if (err)
+		return err;
+	for (i = 0; i < n; i++) {
+		if (!strcmp(s, names[i])) {
+			*out = (int)i;
+			return 0;
+		}
+	}
+	list_names(allowed, sizeof(allowed), names, n);
+	return fail(c, v, field, "\"%s\" is not one of: %s", show_str(s).s, allowed);
+}
+
+/* ---- durations -------------------------------------------------------- */
+
+int kt_parse_duration(const char *s, uint64_t *out_ns)
+{
+	static const struct {
+		const char *sfx;
+		uint64_t ns;
+	} units[] = {
+		/* two-letter units first so "ms" is not read as "m" */
+		{ "ns", 1 }, { "us", 1000 }, { "\xc2\xb5s", 1000 }, { "ms", NS_PER_MS },
+		{ "s", NS_PER_SEC }, { "m", 60 * NS_PER_SEC }, { "h", 3600 * NS_PER_SEC },
+	};
+	unsigned __int128 total = 0;
+	const char *p = s;
+	bool first = true;
+
+	if (!s || !*s)
+		return -EINVAL;
+	while (*p) {
+		uint64_t whole = 0, frac = 0, scale = 1, unit = 0;
+		int digits = 0;
+		size_t i;
+
+		for (; *p >= '0' && *p <= '9'; p++, digits++) {
+			if (whole > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+				return -ERANGE;
+			whole = whole * 10 + (uint64_t)(*p - '0');
+		}
+		if (*p == '.') {
+			/* digits past 1e-18 cannot change a nanosecond count */
+			for (p++; *p >= '0' && *p <= '9'; p++, digits++) {
+				if (scale < 1000000000000000000ULL) {
+					frac = frac * 10 + (uint64_t)(*p - '0');
+					scale *= 10;
+				}
+			}
+		}
+		if (!digits)
+			return -EINVAL;
+		for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+			size_t l = strlen(units[i].sfx);
+
+			if (!strncmp(p, units[i].sfx, l)) {
+				unit = units[i].ns;
+				p += l;
+				break;
+			}
+		}
+		if (!unit) {
+			/* only a whole string that is one bare number means seconds */
+			if (*p || !first)
+				return -EINVAL;
+			unit = NS_PER_SEC;
+		}
+		total += (unsigned __int128)whole * unit + (unsigned __int128)frac * unit / scale;
+		if (total > UINT64_MAX)
+			return -ERANGE;
+		first = false;
+	}
+	*out_ns = (uint64_t)total;
+	return 0;
+}
+
+/* "1500ms" style for messages: the largest unit that divides evenly. */
+static struct shown fmt_dur(uint64_t ns)
+{
+	static const struct {
+		const char *sfx;
+		uint64_t ns;
+	} units[] = {
+		{ "h", 3600 * NS_PER_SEC }, { "m", 60 * NS_PER_SEC }, { "s", NS_PER_SEC },
+		{ "ms", NS_PER_MS }, { "us", 1000 }, { "ns", 1 },
+	};
+	struct shown out;
+	size_t i;
+
+	for (i = 0; i < sizeof(units) / sizeof(units[0]) - 1; i++)
+		if (ns && ns % units[i].ns == 0)
+			break;
+	if (!ns)
+		i = 2;
+	snprintf(out.s, sizeof(out.s), "%llu%s", (unsigned long long)(ns / units[i].ns),
+		 units[i].sfx);
+	return out;
+}
+
+static int get_duration(struct ctx *c, yaml_node_t *v, const char *field, uint64_t lo, uint64_t hi,
+			uint64_t *out)
+{
+	const char *s;
+	int err = get_scalar(c, v, field, "a duration", &s);
+
+	if (err)
+		return err;
+	err = kt_parse_duration(s, out);
+	if (err == -ERANGE)
+		return fail(c, v, field, "\"%s\" is too long a duration", show_str(s).s);
+	if (err)
+		return fail(c, v, field, "\"%s\" is not a duration (e.g. 250us, 100ms, 1s, 1m30s, 2h)",
+			    show_str(s).s);
+	if (*out < lo)
+		return fail(c, v, field, "%s is shorter than the minimum %s", show_str(s).s,
+			    fmt_dur(lo).s);
+	if (*out > hi)
+		return fail(c, v, field, "%s is longer than the maximum %s", show_str(s).s,
+			    fmt_dur(hi).s);
+	return 0;
+}
+
+/* ---- addresses -------------------------------------------------------- */
+
+/* "10.0.0.0/8", "fd00::/64", or a plain address (host prefix). IPv4 becomes
+ * v4-mapped with prefix + 96 so one LPM trie serves both families. Host bits
+ * are cleared: "10.1.2.3/8" means 10.0.0.0/8. */
+static const char *parse_cidr(const char *s, struct kt_cidr *out)
+{
+	char addr[INET6_ADDRSTRLEN + 1];
+	const char *slash = strchr(s, '/');
+	size_t alen = slash ? (size_t)(slash - s) : strlen(s);
+	unsigned char v4[4];
+	int plen, maxlen, i;
+
+	if (!alen || alen >= sizeof(addr))
+		return "is not an IPv4 or IPv6 address";
+	memcpy(addr, s, alen);
+	addr[alen] = '\0';
+	memset(out, 0, sizeof(*out));
+	if (inet_pton(AF_INET, addr, v4) == 1) {
+		out->addr[10] = out->addr[11] = 0xff;
+		memcpy(out->addr + 12, v4, 4);
+		maxlen = 32;
+	} else if (inet_pton(AF_INET6, addr, out->addr) == 1) {
+		maxlen = 128;
+	} else {
+		return "is not an IPv4 or IPv6 address";
+	}
+	plen = maxlen;
+	if (slash) {
+		const char *p = slash + 1;
+
+		if (!*p || strlen(p) > 3 || strspn(p, "0123456789") != strlen(p))
+			return "has a bad prefix length";
+		plen = atoi(p);
+		if (plen > maxlen)
+			return maxlen == 32 ? "has a prefix length over 32" :
+					      "has a prefix length over 128";
+	}
+	out->prefixlen = (uint8_t)(plen + (maxlen == 32 ? 96 : 0));
+	for (i = out->prefixlen; i < 128; i++)
+		out->addr[i / 8] &= (uint8_t)~(0x80u >> (i % 8));
+	return NULL;
+}
+
+/* "443", "8000-8080". */
+static const char *parse_ports(const char *s, uint16_t *lo, uint16_t *hi)
+{
+	const char *dash = strchr(s, '-');
+	long a, b;
+	char *end;
+
+	if (!(*s >= '0' && *s <= '9'))
+		return "is not a port or port range (e.g. 443, 8000-8080)";
+	a = strtol(s, &end, 10);
+	if (end == s || (dash ? end != dash : *end != '\0'))
+		return "is not a port or port range (e.g. 443, 8000-8080)";
+	b = a;
+	if (dash) {
+		if (!(dash[1] >= '0' && dash[1] <= '9'))
+			return "is not a port or port range (e.g. 443, 8000-8080)";
+		b = strtol(dash + 1, &end, 10);
+		if (*end)
+			return "is not a port or port range (e.g. 443, 8000-8080)";
+	}
+	if (a > 65535 || b > 65535)
+		return "has a port over 65535";
+	if (a > b)
+		return "range runs backwards";
+	*lo = (uint16_t)a;
+	*hi = (uint16_t)b;
+	return NULL;
+}
+
+static bool host_chars_ok(const char *s, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		char ch = s[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '.' || ch == '-' || ch == '_'))
+			return false;
+	}
+	return n > 0 && n <= 253;
+}
+
+/* "host:port", "[v6]:port", or without ":port" when defport > 0. The host is
+ * returned without brackets. Returns NULL or a reason; *host is malloc'd. */
+static const char *parse_hostport(const char *s, size_t n, int defport, char **host, int *port)
+{
+	const char *h = s, *rest;
+	size_t hlen;
+
+	*host = NULL;
+	if (n && s[0] == '[') {
+		const char *close = memchr(s, ']', n);
+		char tmp[INET6_ADDRSTRLEN + 1];
+		struct in6_addr a6;
+
+		if (!close)
+			return "has an unclosed [";
+		h = s + 1;
+		hlen = (size_t)(close - h);
+		if (!hlen || hlen >= sizeof(tmp))
+			return "has a bad IPv6 address";
+		memcpy(tmp, h, hlen);
+		tmp[hlen] = '\0';
+		if (inet_pton(AF_INET6, tmp, &a6) != 1)
+			return "has a bad IPv6 address";
+		rest = close + 1;
+	} else {
+		const char *colon = memchr(s, ':', n);
+
+		if (colon && memchr(colon + 1, ':', n - (size_t)(colon + 1 - s)))
+			return "needs brackets around an IPv6 address ([::1]:6379)";
+		hlen = colon ? (size_t)(colon - s) : n;
+		if (!host_chars_ok(s, hlen))
+			return "has a bad host name";
+		rest = s + hlen;
+	}
+	if (rest == s + n) {
+		if (defport <= 0)
+			return "needs a port (host:port)";
+		*port = defport;
+	} else {
+		long p = 0;
+		const char *q;
+
+		if (*rest != ':' || rest + 1 == s + n)
+			return "has a bad port";
+		for (q = rest + 1; q < s + n; q++) {
+			if (*q < '0' || *q > '9' || p > 65535)
+				return "has a bad port";
+			p = p * 10 + (*q - '0');
+		}
+		if (p < 1 || p > 65535)
+			return "has a port out of range 1..65535";
+		*port = (int)p;
+	}
+	*host = strndup(h, hlen);
+	return *host ? NULL : "out of memory";
+}
+
+/* ---- store ------------------------------------------------------------ */
+
+static void free_secret(char **p)
+{
+	if (*p) {
+		explicit_bzero(*p, strlen(*p));
+		free(*p);
+		*p = NULL;
+	}
+}
+
+static void auth_free(struct kt_auth_cfg *a)
+{
+	free(a->username);
+	a->username = NULL;
+	free_secret(&a->password);
+}
+
+static void tls_free(struct kt_tls_cfg *t)
+{
+	free(t->ca_cert);
+	free(t->cert);
+	free(t->key);
+	memset(t, 0, sizeof(*t));
+}
+
+static void store_free(struct kt_store_cfg *s)
+{
+	int i;
+
+	free(s->host);
+	auth_free(&s->redis_auth);
+	tls_free(&s->redis_tls);
+	for (i = 0; i < KT_MAX_ENDPOINTS; i++)
+		free(s->endpoint_host[i]);
+	free(s->master_name);
+	auth_free(&s->sentinel_auth);
+	tls_free(&s->sentinel_tls);
+	free(s->key_prefix);
+	memset(s, 0, sizeof(*s));
+}
+
+static int store_defaults(struct kt_store_cfg *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->heartbeat_ns = NS_PER_SEC;
+	s->stale_after = 3;
+	s->valid_for_ns = 10 * NS_PER_SEC;
+	s->on_failure = KT_FAIL_CONSERVATIVE;
+	s->key_prefix = strdup("kthrottle");
+	return s->key_prefix ? 0 : -ENOMEM;
+}
+
+/* Duplicates every string so each limit owns its store; on failure every
+ * pointer is either a fresh copy or NULL, so store_free is safe. */
+static void dup_into(char **p, bool *ok)
+{
+	if (*p) {
+		*p = strdup(*p);
+		if (!*p)
+			*ok = false;
+	}
+}
+
+static int store_copy(struct kt_store_cfg *dst, const struct kt_store_cfg *src)
+{
+	bool ok = true;
+	int i;
+
+	*dst = *src;
+	dup_into(&dst->host, &ok);
+	dup_into(&dst->redis_auth.username, &ok);
+	dup_into(&dst->redis_auth.password, &ok);
+	dup_into(&dst->redis_tls.ca_cert, &ok);
+	dup_into(&dst->redis_tls.cert, &ok);
+	dup_into(&dst->redis_tls.key, &ok);
+	for (i = 0; i < KT_MAX_ENDPOINTS; i++)
+		dup_into(&dst->endpoint_host[i], &ok);
+	dup_into(&dst->master_name, &ok);
+	dup_into(&dst->sentinel_auth.username, &ok);
+	dup_into(&dst->sentinel_auth.password, &ok);
+	dup_into(&dst->sentinel_tls.ca_cert, &ok);
+	dup_into(&dst->sentinel_tls.cert, &ok);
+	dup_into(&dst->sentinel_tls.key, &ok);
+	dup_into(&dst->key_prefix, &ok);
+	if (!ok) {
+		store_free(dst);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* Reads a password file; one trailing newline (as editors and `echo` leave)
+ * is not part of the password. */
+static int read_secret_file(struct ctx *c, yaml_node_t *v, const char *field, const char *path,
+			    char **out)
+{
+	char *buf = NULL;
+	ssize_t n;
+	size_t len = 0;
+	int fd, err = 0;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return fail_code(c, -errno, v, field, "cannot open %s: %s", show_str(path).s,
+				 strerror(errno));
+	buf = malloc(MAX_SECRET_BYTES + 1);
+	if (!buf) {
+		err = oom(c, v, field);
+		goto out;
+	}
+	for (;;) {
+		n = read(fd, buf + len, MAX_SECRET_BYTES + 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			err = fail_code(c, -errno, v, field, "cannot read %s: %s", show_str(path).s,
+					strerror(errno));
+			goto out;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+		if (len > MAX_SECRET_BYTES) {
+			err = fail(c, v, field, "%s is longer than %d bytes", show_str(path).s,
+				   MAX_SECRET_BYTES);
+			goto out;
+		}
+	}
+	if (len && buf[len - 1] == '\n')
+		len--;
+	if (len && buf[len - 1] == '\r')
+		len--;
+	buf[len] = '\0';
+	if (!len) {
+		err = fail(c, v, field, "%s is empty", show_str(path).s);
+		goto out;
+	}
+	if (strlen(buf) != len) {
+		err = fail(c, v, field, "%s contains a NUL byte", show_str(path).s);
+		goto out;
+	}
+	*out = buf;
+	buf = NULL;
+out:
+	if (buf) {
+		explicit_bzero(buf, MAX_SECRET_BYTES + 1);
+		free(buf);
+	}
+	close(fd);
+	return err;
+}
+
+static const char *const auth_keys[] = { "username", "password", "passwordFile", "passwordEnv",
+					 NULL };
+
+/* Secrets are never echoed: every message here names the field, not the value. */
+static int parse_auth(struct ctx *c, yaml_node_t *n, const char *field, struct kt_auth_cfg *a)
+{
+	char sub[FIELD_LEN];
+	yaml_node_t *v, *src = NULL;
+	const char *s, *src_key = NULL;
+	int i, err = check_map(c, n, field, auth_keys);
+
+	if (err)
+		return err;
+	if ((v = map_get(c, n, "username")) &&
+	    (err = get_str(c, v, join(sub, field, "username"), 256, &a->username)))
+		return err;
+	for (i = 1; i <= 3; i++) {
+		yaml_node_t *w = map_get(c, n, auth_keys[i]);
+
+		if (!w)
+			continue;
+		if (src)
+			return fail(c, w, join(sub, field, auth_keys[i]),
+				    "give only one of password, passwordFile, passwordEnv (%s at line %d)",
+				    src_key, line_of(src));
+		src = w;
+		src_key = auth_keys[i];
+	}
+	if (!src)
+		return 0;
+	join(sub, field, src_key);
+	if ((err = get_scalar(c, src, sub, "a string", &s)))
+		return err;
+	if (!*s)
+		return fail(c, src, sub, "is empty");
+	if (!strcmp(src_key, "password")) {
+		a->password = strdup(s);
+		return a->password ? 0 : oom(c, src, sub);
+	}
+	if (!strcmp(src_key, "passwordFile"))
+		return read_secret_file(c, src, sub, s, &a->password);
+	/* passwordEnv */
+	if (!getenv(s))
+		return fail(c, src, sub, "environment variable %s is not set", show_str(s).s);
+	if (!*getenv(s))
+		return fail(c, src, sub, "environment variable %s is empty", show_str(s).s);
+	a->password = strdup(getenv(s));
+	return a->password ? 0 : oom(c, src, sub);
+}
+
+static int parse_tls(struct ctx *c, yaml_node_t *n, const char *field, struct kt_tls_cfg *t)
+{
+	static const char *const keys[] = { "ca_cert_secret", "cert_secret", "key_secret",
+					    "insecure_skip_verify", NULL };
+	char sub[FIELD_LEN];
+	yaml_node_t *v;
+	int err = check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	t->enabled = true;
+	if ((v = map_get(c, n, "ca_cert_secret")) &&
+	    (err = get_str(c, v, join(sub, field, "ca_cert_secret"), MAX_PATH_BYTES, &t->ca_cert)))
+		return err;
+	if ((v = map_get(c, n, "cert_secret")) &&
+	    (err = get_str(c, v, join(sub, field, "cert_secret"), MAX_PATH_BYTES, &t->cert)))
+		return err;
+	if ((v = map_get(c, n, "key_secret")) &&
+	    (err = get_str(c, v, join(sub, field, "key_secret"), MAX_PATH_BYTES, &t->key)))
+		return err;
+	if ((v = map_get(c, n, "insecure_skip_verify")) &&
+	    (err = get_bool(c, v, join(sub, field, "insecure_skip_verify"), &t->insecure_skip_verify)))
+		return err;
+	if (!t->cert != !t->key)
+		return fail(c, n, field, "cert_secret and key_secret must be given together");
+	return 0;
+}
+
+static int hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	if (ch >= 'a' && ch <= 'f')
+		return ch - 'a' + 10;
+	if (ch >= 'A' && ch <= 'F')
+		return ch - 'A' + 10;
+	return -1;
+}
+
+/* Percent-decodes s[0..n) into a new string; NULL for empty input; sets *bad
+ * on a malformed escape or a decoded NUL. */
+static char *pct_decode(const char *s, size_t n, bool *bad, bool *nomem)
+{
+	char *out;
+	size_t i, o = 0;
+
+	if (!n)
+		return NULL;
+	out = malloc(n + 1);
+	if (!out) {
+		*nomem = true;
+		return NULL;
+	}
+	for (i = 0; i < n; i++) {
+		if (s[i] == '%') {
+			int hi = i + 2 < n ? hexval(s[i + 1]) : -1;
+			int lo = i + 2 < n ? hexval(s[i + 2]) : -1;
+
+			if (hi < 0 || lo < 0 || (hi | lo) == 0) {
+				*bad = true;
+				break;
+			}
+			out[o++] = (char)(hi << 4 | lo);
+			i += 2;
+		} else {
+			out[o++] = s[i];
+		}
+	}
+	out[o] = '\0';
+	if (*bad) {
+		explicit_bzero(out, n + 1);
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+/* redis://[user[:password]@]host[:port][/db], rediss:// for TLS. The URL may
+ * carry a password, so no message here quotes it. */
+static int parse_url(struct ctx *c, yaml_node_t *v, const char *field, struct kt_store_cfg *s)
+{
+	const char *u, *rest, *at, *why;
+	size_t alen;
+	bool bad = false, nomem = false;
+	int err = get_scalar(c, v, field, "a string", &u);
+
+	if (err)
+		return err;
+	if (!strncmp(u, "redis://", 8)) {
+		rest = u + 8;
+	} else if (!strncmp(u, "rediss://", 9)) {
+		rest = u + 9;
+		s->redis_tls.enabled = true;
+	} else {
+		return fail(c, v, field, "must start with redis:// or rediss://");
+	}
+	if (strpbrk(rest, "?#"))
+		return fail(c, v, field, "query and fragment are not supported");
+	if (has_control(rest) || strchr(rest, ' '))
+		return fail(c, v, field, "contains a space or control character");
+	alen = strcspn(rest, "/");
+	at = memrchr(rest, '@', alen);
+	if (at) {
+		const char *colon = memchr(rest, ':', (size_t)(at - rest));
+		size_t ulen = colon ? (size_t)(colon - rest) : (size_t)(at - rest);
+
+		s->redis_auth.username = pct_decode(rest, ulen, &bad, &nomem);
+		if (colon && !bad && !nomem)
+			s->redis_auth.password =
+				pct_decode(colon + 1, (size_t)(at - colon - 1), &bad, &nomem);
+		if (nomem)
+			return oom(c, v, field);
+		if (bad)
+			return fail(c, v, field, "bad percent-encoding in the user info");
+		alen -= (size_t)(at + 1 - rest);
+		rest = at + 1;
+	}
+	why = parse_hostport(rest, alen, 6379, &s->host, &s->port);
+	if (why)
+		return fail(c, v, field, "%s", why);
+	rest += alen;
+	s->db = 0;
+	if (*rest == '/' && rest[1]) {
+		const char *d = rest + 1;
+
+		if (strspn(d, "0123456789") != strlen(d) || strlen(d) > 9)
+			return fail(c, v, field, "database must be a number (redis://host:6379/0)");
+		s->db = atoi(d);
+	}
+	return 0;
+}
+
+/* Fills `dst` from a second source (a redis_auth block) where the URL or an
+ * outer block left it empty; giving the same thing twice is an error. */
+static int merge_auth(struct ctx *c, yaml_node_t *n, const char *field, struct kt_auth_cfg *dst,
+		      struct kt_auth_cfg *src, const char *first)
+{
+	if ((dst->username && src->username) || (dst->password && src->password))
+		return fail(c, n, field, "%s also given in %s",
+			    dst->username && src->username ? "username" : "password", first);
+	if (src->username) {
+		dst->username = src->username;
+		src->username = NULL;
+	}
+	if (src->password) {
+		dst->password = src->password;
+		src->password = NULL;
+	}
+	return 0;
+}
+
+static int parse_endpoints(struct ctx *c, yaml_node_t *n, const char *field, struct kt_store_cfg *s)
+{
+	char sub[FIELD_LEN];
+	yaml_node_item_t *it;
+	int i, err;
+
+	if (n->type != YAML_SEQUENCE_NODE)
+		return fail(c, n, field, "expected a list of host:port, got %s", kind_of(n));
+	if (n->data.sequence.items.top == n->data.sequence.items.start)
+		return fail(c, n, field, "needs at least one endpoint");
+	for (it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+		yaml_node_t *e = node_at(c, *it);
+		const char *str, *why;
+
+		index_of(sub, field, s->n_endpoints);
+		if (s->n_endpoints >= KT_MAX_ENDPOINTS)
+			return fail(c, e, sub, "at most %d endpoints", KT_MAX_ENDPOINTS);
+		if ((err = get_scalar(c, e, sub, "host:port", &str)))
+			return err;
+		why = parse_hostport(str, strlen(str), 0, &s->endpoint_host[s->n_endpoints],
+				     &s->endpoint_port[s->n_endpoints]);
+		if (why)
+			return fail(c, e, sub, "\"%s\" %s", show_str(str).s, why);
+		s->n_endpoints++;
+		for (i = 0; i < s->n_endpoints - 1; i++)
+			if (!strcmp(s->endpoint_host[i], s->endpoint_host[s->n_endpoints - 1]) &&
+			    s->endpoint_port[i] == s->endpoint_port[s->n_endpoints - 1])
+				return fail(c, e, sub, "\"%s\" is listed twice", show_str(str).s);
+	}
+	return 0;
+}
+
+static int parse_sentinel(struct ctx *c, yaml_node_t *n, const char *field, struct kt_store_cfg *s,
+			  yaml_node_t *outer_auth, yaml_node_t *outer_tls)
+{
+	static const char *const keys[] = { "endpoints", "master_name", "redis_auth", "sentinel_auth",
+					    "redis_tls", "sentinel_tls", NULL };
+	char sub[FIELD_LEN];
+	yaml_node_t *v;
+	int err = check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	if (!(v = map_get(c, n, "endpoints")))
+		return missing(c, n, field, "endpoints");
+	if ((err = parse_endpoints(c, v, join(sub, field, "endpoints"), s)))
+		return err;
+	if (!(v = map_get(c, n, "master_name")))
+		return missing(c, n, field, "master_name");
+	if ((err = get_str(c, v, join(sub, field, "master_name"), 255, &s->master_name)))
+		return err;
+	if ((v = map_get(c, n, "redis_auth"))) {
+		if (outer_auth)
+			return fail(c, v, join(sub, field, "redis_auth"),
+				    "also given at redisStore.redis_auth (line %d)", line_of(outer_auth));
+		if ((err = parse_auth(c, v, sub, &s->redis_auth)))
+			return err;
+	}
+	if ((v = map_get(c, n, "redis_tls"))) {
+		if (outer_tls)
+			return fail(c, v, join(sub, field, "redis_tls"),
+				    "also given at redisStore.redis_tls (line %d)", line_of(outer_tls));
+		if ((err = parse_tls(c, v, sub, &s->redis_tls)))
+			return err;
+	}
+	if ((v = map_get(c, n, "sentinel_auth")) &&
+	    (err = parse_auth(c, v, join(sub, field, "sentinel_auth"), &s->sentinel_auth)))
+		return err;
+	if ((v = map_get(c, n, "sentinel_tls")) &&
+	    (err = parse_tls(c, v, join(sub, field, "sentinel_tls"), &s->sentinel_tls)))
+		return err;
+	return 0;
+}
+
+static bool key_prefix_ok(const char *s)
+{
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+		      strchr("_.:-", *s)))
+			return false;
+	return true;
+}
+
+static int parse_redis(struct ctx *c, yaml_node_t *n, const char *field, struct kt_store_cfg *s)
+{
+	static const char *const keys[] = { "mode", "url", "redis_auth", "redis_tls", "sentinel",
+					    "keyPrefix", NULL };
+	struct kt_auth_cfg block = { 0 };
+	char sub[FIELD_LEN];
+	yaml_node_t *v, *url, *auth, *tls, *sent;
+	int mode, err = check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	if (!(v = map_get(c, n, "mode")))
+		return missing(c, n, field, "mode");
+	if ((err = get_enum(c, v, join(sub, field, "mode"), redis_mode_names, 2, &mode)))
+		return err;
+	s->redis_mode = (enum kt_redis_mode)mode;
+	url = map_get(c, n, "url");
+	auth = map_get(c, n, "redis_auth");
+	tls = map_get(c, n, "redis_tls");
+	sent = map_get(c, n, "sentinel");
+
+	if (s->redis_mode == KT_REDIS_SINGLE) {
+		if (sent)
+			return fail(c, sent, join(sub, field, "sentinel"), "only used with mode: sentinel");
+		if (!url)
+			return missing(c, n, field, "url");
+		if ((err = parse_url(c, url, join(sub, field, "url"), s)))
+			return err;
+	} else {
+		if (url)
+			return fail(c, url, join(sub, field, "url"),
+				    "not used with mode: sentinel (give sentinel.endpoints)");
+		if (!sent)
+			return missing(c, n, field, "sentinel");
+		if ((err = parse_sentinel(c, sent, join(sub, field, "sentinel"), s, auth, tls)))
+			return err;
+	}
+	if (auth) {
+		join(sub, field, "redis_auth");
+		err = parse_auth(c, auth, sub, &block);
+		if (!err)
+			err = merge_auth(c, auth, sub, &s->redis_auth, &block, "url");
+		auth_free(&block);
+		if (err)
+			return err;
+	}
+	if (tls && (err = parse_tls(c, tls, join(sub, field, "redis_tls"), &s->redis_tls)))
+		return err;
+	if (s->redis_auth.username && !s->redis_auth.password) {
+		if (auth)
+			return fail(c, auth, join(sub, field, "redis_auth"), "username needs a password");
+		if (url)
+			return fail(c, url, join(sub, field, "url"), "username needs a password");
+		v = map_get(c, sent, "redis_auth");
+		return fail(c, v, join(sub, field, "sentinel.redis_auth"), "username needs a password");
+	}
+	if (s->sentinel_auth.username && !s->sentinel_auth.password)
+		return fail(c, map_get(c, sent, "sentinel_auth"),
+			    join(sub, field, "sentinel.sentinel_auth"), "username needs a password");
+	if ((v = map_get(c, n, "keyPrefix"))) {
+		join(sub, field, "keyPrefix");
+		free(s->key_prefix);
+		s->key_prefix = NULL;
+		if ((err = get_str(c, v, sub, 64, &s->key_prefix)))
+			return err;
+		if (!key_prefix_ok(s->key_prefix))
+			return fail(c, v, sub, "\"%s\" may only hold letters, digits and _.:-",
+				    show_str(s->key_prefix).s);
+	}
+	return 0;
+}
+
+/* Fills *s (already defaulted by store_defaults) from a store block. */
+static int parse_store(struct ctx *c, yaml_node_t *n, const char *field, struct kt_store_cfg *s)
+{
+	static const char *const keys[] = { "static", "redisStore", "heartbeat", "staleAfter",
+					    "validFor", "onStoreFailure", NULL };
+	char sub[FIELD_LEN];
+	yaml_node_t *st, *rs, *v, *hb;
+	long long ll;
+	int e, err = check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	s->line = line_of(n);
+	st = map_get(c, n, "static");
+	rs = map_get(c, n, "redisStore");
+	if (st && rs)
+		return fail(c, rs, join(sub, field, "redisStore"),
+			    "give only one of static, redisStore (static at line %d)", line_of(st));
+	if (st) {
+		static const char *const skeys[] = { "poolSize", NULL };
+
+		s->kind = KT_STORE_STATIC;
+		join(sub, field, "static");
+		if ((err = check_map(c, st, sub, skeys)))
+			return err;
+		if (!(v = map_get(c, st, "poolSize")))
+			return missing(c, st, sub, "poolSize");
+		if ((err = get_int(c, v, join(sub, field, "static.poolSize"), 1, 1000000, &ll)))
+			return err;
+		s->static_pool_size = (int)ll;
+	}
+	if (rs) {
+		s->kind = KT_STORE_REDIS;
+		if ((err = parse_redis(c, rs, join(sub, field, "redisStore"), s)))
+			return err;
+	}
+	if ((hb = map_get(c, n, "heartbeat")) &&
+	    (err = get_duration(c, hb, join(sub, field, "heartbeat"), 10 * NS_PER_MS,
+				60 * NS_PER_SEC, &s->heartbeat_ns)))
+		return err;
+	if ((v = map_get(c, n, "staleAfter"))) {
+		if ((err = get_int(c, v, join(sub, field, "staleAfter"), 2, 100, &ll)))
+			return err;
+		s->stale_after = (int)ll;
+	}
+	if ((v = map_get(c, n, "validFor")) &&
+	    (err = get_duration(c, v, join(sub, field, "validFor"), 0, UINT64_MAX, &s->valid_for_ns)))
+		return err;
+	if (s->valid_for_ns <= s->heartbeat_ns)
+		return fail(c, v ? v : hb, join(sub, field, v ? "validFor" : "heartbeat"),
+			    "validFor (%s) must be longer than heartbeat (%s)",
+			    fmt_dur(s->valid_for_ns).s, fmt_dur(s->heartbeat_ns).s);
+	if ((v = map_get(c, n, "onStoreFailure"))) {
+		if ((err = get_enum(c, v, join(sub, field, "onStoreFailure"), failure_names, 3, &e)))
+			return err;
+		s->on_failure = (enum kt_store_failure)e;
+	}
+	return 0;
+}
+
+/* ---- limits ----------------------------------------------------------- */
+
+static int parse_match(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l)
+{
+	static const char *const keys[] = { "cidrs", "ports", "protocol", NULL };
+	struct kt_match *m = &l->match;
+	char sub[FIELD_LEN], item[FIELD_LEN];
+	yaml_node_t *v;
+	const char *s, *why;
+	int i, p, err = check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	if ((v = map_get(c, n, "cidrs"))) {
+		yaml_node_item_t *start, *top, *it, one = 0;
+
+		join(sub, field, "cidrs");
+		if (v->type == YAML_SCALAR_NODE) {
+			start = &one;
+			top = start + 1;
+			one = (yaml_node_item_t)(v - c->doc->nodes.start) + 1;
+		} else if (v->type == YAML_SEQUENCE_NODE) {
+			start = v->data.sequence.items.start;
+			top = v->data.sequence.items.top;
+		} else {
+			return fail(c, v, sub, "expected a list of CIDRs, got %s", kind_of(v));
+		}
+		if (start == top)
+			return fail(c, v, sub, "is empty (leave it out to match every address)");
+		m->n_cidrs = 0;
+		for (it = start; it < top; it++) {
+			yaml_node_t *e = node_at(c, *it);
+			struct kt_cidr *cd = &m->cidrs[m->n_cidrs];
+
+			if (v->type == YAML_SEQUENCE_NODE)
+				index_of(item, sub, (int)(it - start));
+			else
+				snprintf(item, sizeof(item), "%s", sub);
+			if (m->n_cidrs >= KT_MAX_CIDRS)
+				return fail(c, e, item, "at most %d CIDRs per limit", KT_MAX_CIDRS);
+			if ((err = get_scalar(c, e, item, "a CIDR", &s)))
+				return err;
+			if ((why = parse_cidr(s, cd)))
+				return fail(c, e, item, "\"%s\" %s", show_str(s).s, why);
+			for (i = 0; i < m->n_cidrs; i++)
+				if (!memcmp(&m->cidrs[i], cd, sizeof(*cd)))
+					return fail(c, e, item, "\"%s\" is listed twice", show_str(s).s);
+			m->n_cidrs++;
+		}
+	}
+	if ((v = map_get(c, n, "ports"))) {
+		join(sub, field, "ports");
+		if ((err = get_scalar(c, v, sub, "a port or port range", &s)))
+			return err;
+		if ((why = parse_ports(s, &m->port_lo, &m->port_hi)))
+			return fail(c, v, sub, "\"%s\" %s", show_str(s).s, why);
+	}
+	if ((v = map_get(c, n, "protocol"))) {
+		if ((err = get_enum(c, v, join(sub, field, "protocol"), proto_names, 3, &p)))
+			return err;
+		m->proto_mask = p == 1 ? KT_PROTO_TCP : p == 2 ? KT_PROTO_UDP :
+				KT_PROTO_TCP | KT_PROTO_UDP;
+	}
+	return 0;
+}
+
+static int parse_modes(struct ctx *c, yaml_node_t *n, const char *field,
+		       struct kt_rate_limit_cfg *rl)
+{
+	static const char *const keys[] = { "relaxed", "scheduled", "onlyIfUsed", "goBackN", NULL };
+	static const char *const no_keys[] = { NULL };
+	static const char *const oiu_keys[] = { "thresholdPercentage", NULL };
+	static const char *const gbn_keys[] = { "thresholdPercentage", "coolDownPeriod",
+						"rampDownPercentage", NULL };
+	char sub[FIELD_LEN], sub2[FIELD_LEN];
+	yaml_node_t *k, *v, *w;
+	int err = check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	if (is_null(n) || n->data.mapping.pairs.top == n->data.mapping.pairs.start)
+		return fail(c, n, field, "needs exactly one of: relaxed, scheduled, onlyIfUsed, goBackN");
+	if (n->data.mapping.pairs.top - n->data.mapping.pairs.start > 1) {
+		k = node_at(c, n->data.mapping.pairs.start[1].key);
+		return fail(c, k, join(sub, field, sval(k)), "only one mode may be given (%s at line %d)",
+			    sval(node_at(c, n->data.mapping.pairs.start[0].key)),
+			    line_of(node_at(c, n->data.mapping.pairs.start[0].key)));
+	}
+	k = node_at(c, n->data.mapping.pairs.start[0].key);
+	v = node_at(c, n->data.mapping.pairs.start[0].value);
+	join(sub, field, sval(k));
+	if (!strcmp(sval(k), "relaxed") || !strcmp(sval(k), "scheduled")) {
+		rl->mode = !strcmp(sval(k), "relaxed") ? KT_MODE_RELAXED : KT_MODE_SCHEDULED;
+		return check_map(c, v, sub, no_keys);
+	}
+	rl->mode = !strcmp(sval(k), "onlyIfUsed") ? KT_MODE_ONLY_IF_USED : KT_MODE_GO_BACK_N;
+	if ((err = check_map(c, v, sub, rl->mode == KT_MODE_ONLY_IF_USED ? oiu_keys : gbn_keys)))
+		return err;
+	if ((w = map_get(c, v, "thresholdPercentage")) &&
+	    (err = get_number_in(c, w, join(sub2, sub, "thresholdPercentage"), 0, false, 100,
+				 &rl->threshold_pct)))
+		return err;
+	if ((w = map_get(c, v, "coolDownPeriod")) &&
+	    (err = get_duration(c, w, join(sub2, sub, "coolDownPeriod"), 0, UINT64_MAX,
+				&rl->cool_down_ns)))
+		return err;
+	if ((w = map_get(c, v, "rampDownPercentage")) &&
+	    (err = get_number_in(c, w, join(sub2, sub, "rampDownPercentage"), 0, false, 100,
+				 &rl->ramp_down_pct)))
+		return err;
+	return 0;
+}
+
+/* The seeds' rateLimit block. *store_node is set when it carries a store. */
+static int parse_rate_limit(struct ctx *c, yaml_node_t *n, const char *field,
+			    struct kt_rate_limit_cfg *rl, yaml_node_t **store_node)
+{
+	static const char *const keys[] = { "max", "min", "rampUpDuration", "modes", "resumedRampUp",
+					    "ttl", "store", NULL };
+	char sub[FIELD_LEN];
+	yaml_node_t *v;
+	int err = check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	rl->mode = KT_MODE_RELAXED;
+	rl->threshold_pct = 50;
+	rl->cool_down_ns = 5 * NS_PER_SEC;
+	rl->ramp_down_pct = 50;
+	rl->ttl_ns = 180 * NS_PER_SEC;
+	if (!(v = map_get(c, n, "max")))
+		return missing(c, n, field, "max");
+	if ((err = get_number_in(c, v, join(sub, field, "max"), 0, true, MAX_RATE, &rl->max)))
+		return err;
+	rl->min = rl->max;
+	if ((v = map_get(c, n, "min"))) {
+		join(sub, field, "min");
+		if ((err = get_number_in(c, v, sub, 0, true, MAX_RATE, &rl->min)))
+			return err;
+		if (rl->min > rl->max)
+			return fail(c, v, sub, "%g is greater than max (%g)", rl->min, rl->max);
+	}
+	if ((v = map_get(c, n, "rampUpDuration")) &&
+	    (err = get_duration(c, v, join(sub, field, "rampUpDuration"), 0, UINT64_MAX,
+				&rl->ramp_up_ns)))
+		return err;
+	if ((v = map_get(c, n, "modes")) &&
+	    (err = parse_modes(c, v, join(sub, field, "modes"), rl)))
+		return err;
+	if ((v = map_get(c, n, "resumedRampUp")) &&
+	    (err = get_bool(c, v, join(sub, field, "resumedRampUp"), &rl->resumed_ramp_up)))
+		return err;
+	if ((v = map_get(c, n, "ttl")) &&
+	    (err = get_duration(c, v, join(sub, field, "ttl"), 0, UINT64_MAX, &rl->ttl_ns)))
+		return err;
+	*store_node = map_get(c, n, "store");
+	return 0;
+}
+
+static bool name_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	return n && n < KT_NAME_LEN && strspn(s, NAME_CHARS) == n;
+}
+
+/* A cgroup path must not climb out of the cgroup2 mount it is resolved in. */
+static bool has_dotdot(const char *p)
+{
+	const char *s = p;
+
+	while ((s = strstr(s, ".."))) {
+		if ((s == p || s[-1] == '/') && (s[2] == '\0' || s[2] == '/'))
+			return true;
+		s += 2;
+	}
+	return false;
+}
+
+static int parse_cgroups(struct ctx *c, yaml_node_t *v, const char *field, struct kt_limit_cfg *l)
+{
+	char item[FIELD_LEN];
+	yaml_node_item_t *start, *top, *it, one;
+	int i, err;
+
+	if (v->type == YAML_SCALAR_NODE) {
+		one = (yaml_node_item_t)(v - c->doc->nodes.start) + 1;
+		start = &one;
+		top = start + 1;
+	} else if (v->type == YAML_SEQUENCE_NODE) {
+		start = v->data.sequence.items.start;
+		top = v->data.sequence.items.top;
+	} else {
+		return fail(c, v, field, "expected a list of cgroup paths, got %s", kind_of(v));
+	}
+	if (start == top)
+		return fail(c, v, field, "needs at least one cgroup");
+	for (it = start; it < top; it++) {
+		yaml_node_t *e = node_at(c, *it);
+		int k = l->n_cgroups;
+
+		if (v->type == YAML_SEQUENCE_NODE)
+			index_of(item, field, (int)(it - start));
+		else
+			snprintf(item, sizeof(item), "%s", field);
+		if (k >= KT_MAX_CGROUPS_PER_LIMIT)
+			return fail(c, e, item, "at most %d cgroups per limit", KT_MAX_CGROUPS_PER_LIMIT);
+		if ((err = get_str(c, e, item, MAX_PATH_BYTES, &l->cgroups[k])))
+			return err;
+		l->n_cgroups++;
+		l->cgroup_lines[k] = line_of(e);
+		if (has_dotdot(l->cgroups[k]))
+			return fail(c, e, item, "\"%s\" must not contain '..'", show_str(l->cgroups[k]).s);
+		for (i = 0; i < k; i++)
+			if (!strcmp(l->cgroups[i], l->cgroups[k]))
+				return fail(c, e, item, "\"%s\" is listed twice (first at line %d)",
+					    show_str(l->cgroups[k]).s, l->cgroup_lines[i]);
+	}
+	return 0;
+}
+
+static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
+		       int idx)
+{
+	static const char *const keys[] = { "name", "cgroups", "match", "unit", "scope", "burst",
+					    "share", "rateLimit", NULL };
+	struct kt_limit_cfg *l = &cfg->limits[idx];
+	char sub[FIELD_LEN];
+	yaml_node_t *v, *rl, *store = NULL;
+	const char *s;
+	int i, e, err;
+
+	if (n->type != YAML_MAPPING_NODE)
+		return fail(c, n, field, "expected a mapping, got %s", kind_of(n));
+	if ((err = check_map(c, n, field, keys)))
+		return err;
+	l->line = line_of(n);
+	l->scope = KT_SCOPE_POD;
+	l->share = KT_SHARE_EQUAL;
+	l->match.port_lo = 0;
+	l->match.port_hi = 65535;
+	l->match.proto_mask = KT_PROTO_TCP | KT_PROTO_UDP;
+	/* every IPv4 address (v4-mapped ::ffff:0:0/96), every IPv6 address */
+	l->match.n_cidrs = 2;
+	l->match.cidrs[0].addr[10] = l->match.cidrs[0].addr[11] = 0xff;
+	l->match.cidrs[0].prefixlen = 96;
+	l->match.cidrs[1].prefixlen = 0;
+
+	if (!(v = map_get(c, n, "name")))
+		return missing(c, n, field, "name");
+	join(sub, field, "name");
+	if ((err = get_scalar(c, v, sub, "a name", &s)))
+		return err;
+	if (!name_ok(s))
+		return fail(c, v, sub, "\"%s\" must be 1..%d of A-Z a-z 0-9 _ . -", show_str(s).s,
+			    KT_NAME_LEN - 1);
+	for (i = 0; i < idx; i++)
+		if (!strcmp(cfg->limits[i].name, s))
+			return fail(c, v, sub, "\"%s\" is already used by limits[%d] (line %d)", s, i,
+				    cfg->limits[i].line);
+	snprintf(l->name, sizeof(l->name), "%s", s);
+
+	if (!(v = map_get(c, n, "cgroups")))
+		return missing(c, n, field, "cgroups");
+	if ((err = parse_cgroups(c, v, join(sub, field, "cgroups"), l)))
+		return err;
+	if ((v = map_get(c, n, "match")) && (err = parse_match(c, v, join(sub, field, "match"), l)))
+		return err;
+	if (!(v = map_get(c, n, "unit")))
+		return missing(c, n, field, "unit");
+	if ((err = get_enum(c, v, join(sub, field, "unit"), unit_names, KT_UNIT_COUNT, &e)))
+		return err;
+	l->unit = (enum kt_unit)e;
+	/* sendmsg hooks only see UDP: a TCP-only datagram limit would never fire */
+	if (l->unit == KT_UNIT_DATAGRAM && l->match.proto_mask == KT_PROTO_TCP)
+		return fail(c, map_get(c, map_get(c, n, "match"), "protocol"),
+			    join(sub, field, "match.protocol"), "tcp never matches unit datagram");
+	if ((v = map_get(c, n, "scope"))) {
+		if ((err = get_enum(c, v, join(sub, field, "scope"), scope_names, 2, &e)))
+			return err;
+		l->scope = (enum kt_scope)e;
+	}
+	if ((v = map_get(c, n, "share"))) {
+		if ((err = get_enum(c, v, join(sub, field, "share"), share_names, 2, &e)))
+			return err;
+		l->share = (enum kt_share_policy)e;
+	}
+	if (!(rl = map_get(c, n, "rateLimit")))
+		return missing(c, n, field, "rateLimit");
+	if ((err = parse_rate_limit(c, rl, join(sub, field, "rateLimit"), &l->rl, &store)))
+		return err;
+
+	/* One full-size packet must fit a byte bucket, or it could never pass. */
+	{
+		double floor = l->unit == KT_UNIT_BYTE ? 1500 : 1;
+
+		l->burst = l->rl.max > floor ? l->rl.max : floor;
+		if ((v = map_get(c, n, "burst"))) {
+			join(sub, field, "burst");
+			if ((err = get_number_in(c, v, sub, floor, false, MAX_RATE, &l->burst)))
+				return err;
+		}
+	}
+
+	if (store) {
+		if ((err = store_defaults(&l->store)))
+			return oom(c, store, field);
+		return parse_store(c, store, join(sub, field, "rateLimit.store"), &l->store);
+	}
+	if ((err = store_copy(&l->store, &cfg->store)))
+		return oom(c, n, field);
+	return 0;
+}
+
+/* ---- top level -------------------------------------------------------- */
+
+static int get_abs_path(struct ctx *c, yaml_node_t *v, const char *field, size_t maxlen, char **out)
+{
+	int err = get_str(c, v, field, maxlen, out);
+
+	if (err)
+		return err;
+	if ((*out)[0] != '/')
+		return fail(c, v, field, "\"%s\" must be an absolute path", show_str(*out).s);
+	return 0;
+}
+
+static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
+{
+	static const char *const keys[] = { "node", "pinDir", "socket", "tickInterval", "epoch",
+					    "store", "limits", NULL };
+	struct sockaddr_un sun;
+	yaml_node_t *v, *tick, *limits;
+	yaml_node_item_t *it;
+	char sub[FIELD_LEN];
+	int i, err;
+
+	if (!root || is_null(root))
+		return fail(c, root, "limits", "required but missing (the file is empty)");
+	if (root->type != YAML_MAPPING_NODE)
+		return fail(c, root, "config", "expected a mapping at the top, got %s", kind_of(root));
+	if ((err = check_map(c, root, "", keys)))
+		return err;
+
+	if ((v = map_get(c, root, "node"))) {
+		/* the node name goes into store keys: keep it to a safe alphabet */
+		if ((err = get_str(c, v, "node", 63, &cfg->node_name)))
+			return err;
+		if (strspn(cfg->node_name, NAME_CHARS) != strlen(cfg->node_name))
+			return fail(c, v, "node", "\"%s\" may only hold A-Z a-z 0-9 _ . -",
+				    show_str(cfg->node_name).s);
+	} else {
+		char host[256] = "";
+
+		if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
+			return fail_code(c, -errno ? -errno : -EINVAL, root, "node",
+					 "not given and gethostname() failed");
+		cfg->node_name = strdup(host);
+		if (!cfg->node_name)
+			return oom(c, root, "node");
+	}
+	if ((v = map_get(c, root, "pinDir")))
+		err = get_abs_path(c, v, "pinDir", MAX_PATH_BYTES, &cfg->pin_dir);
+	else if (!(cfg->pin_dir = strdup("/sys/fs/bpf/kthrottle")))
+		err = oom(c, root, "pinDir");
+	if (err)
+		return err;
+	if ((v = map_get(c, root, "socket")))
+		err = get_abs_path(c, v, "socket", sizeof(sun.sun_path) - 1, &cfg->socket_path);
+	else if (!(cfg->socket_path = strdup("/run/kthrottle/kthrottled.sock")))
+		err = oom(c, root, "socket");
+	if (err)
+		return err;
+
+	cfg->tick_ns = 100 * NS_PER_MS;
+	cfg->epoch_ns = NS_PER_SEC;
+	if ((tick = map_get(c, root, "tickInterval")) &&
+	    (err = get_duration(c, tick, "tickInterval", NS_PER_MS, 10 * NS_PER_SEC, &cfg->tick_ns)))
+		return err;
+	if ((v = map_get(c, root, "epoch")) &&
+	    (err = get_duration(c, v, "epoch", 1, UINT64_MAX, &cfg->epoch_ns)))
+		return err;
+	if (cfg->epoch_ns < cfg->tick_ns)
+		return fail(c, v ? v : tick, v ? "epoch" : "tickInterval",
+			    "epoch (%s) must not be shorter than tickInterval (%s)",
+			    fmt_dur(cfg->epoch_ns).s, fmt_dur(cfg->tick_ns).s);
+
+	if (store_defaults(&cfg->store))
+		return oom(c, root, "store");
+	if ((v = map_get(c, root, "store")) && (err = parse_store(c, v, "store", &cfg->store)))
+		return err;
+
+	if (!(limits = map_get(c, root, "limits")))
+		return missing(c, root, "", "limits");
+	if (limits->type != YAML_SEQUENCE_NODE)
+		return fail(c, limits, "limits", "expected a list of limits, got %s", kind_of(limits));
+	i = (int)(limits->data.sequence.items.top - limits->data.sequence.items.start);
+	if (i == 0)
+		return fail(c, limits, "limits", "needs at least one limit");
+	if (i > KT_MAX_LIMITS)
+		return fail(c, node_at(c, limits->data.sequence.items.start[KT_MAX_LIMITS]), "limits",
+			    "at most %d limits", KT_MAX_LIMITS);
+	cfg->limits = calloc((size_t)i, sizeof(*cfg->limits));
+	if (!cfg->limits)
+		return oom(c, limits, "limits");
+	cfg->n_limits = i;
+	for (it = limits->data.sequence.items.start, i = 0; it < limits->data.sequence.items.top;
+	     it++, i++)
+		if ((err = parse_limit(c, node_at(c, *it), index_of(sub, "limits", i), cfg, i)))
+			return err;
+	return 0;
+}
+
+static int yaml_error(struct ctx *c, yaml_parser_t *p, const char *text, size_t len)
+{
+	int line;
+
+	if (p->error == YAML_MEMORY_ERROR)
+		return fail_code(c, -ENOMEM, NULL, "yaml", "out of memory");
+	if (p->error == YAML_READER_ERROR) {
+		/* reader errors carry a byte offset, not a mark */
+		size_t i, end = p->problem_offset < len ? p->problem_offset : len;
+
+		line = 1;
+		for (i = 0; i < end; i++)
+			line += text[i] == '\n';
+	} else {
+		line = (int)p->problem_mark.line + 1;
+	}
+	if (c->err && c->errlen) {
+		if (p->context)
+			snprintf(c->err, c->errlen, "%s:%d: yaml: %s (%s at line %d)", c->file, line,
+				 p->problem ? p->problem : "syntax error", p->context,
+				 (int)p->context_mark.line + 1);
+		else
+			snprintf(c->err, c->errlen, "%s:%d: yaml: %s", c->file, line,
+				 p->problem ? p->problem : "syntax error");
+	}
+	return -EINVAL;
+}
+
+int kt_config_parse(const char *name, const char *yaml, size_t len, struct kt_config *cfg,
+		    char *err, size_t errlen)
+{
+	struct ctx c = { .file = name, .err = err, .errlen = errlen };
+	yaml_parser_t parser;
+	yaml_document_t doc, extra;
+	bool have_doc = false;
+	int ret;
+
+	memset(cfg, 0, sizeof(*cfg));
+	if (err && errlen)
+		err[0] = '\0';
+	if (!yaml_parser_initialize(&parser))
+		return fail_code(&c, -ENOMEM, NULL, "yaml", "out of memory");
+	yaml_parser_set_input_string(&parser, (const unsigned char *)yaml, len);
+	if (!yaml_parser_load(&parser, &doc)) {
+		ret = yaml_error(&c, &parser, yaml, len);
+		goto out;
+	}
+	have_doc = true;
+	c.doc = &doc;
+	if (yaml_document_get_root_node(&doc)) {
+		/* a second document would be silently ignored: refuse it */
+		if (!yaml_parser_load(&parser, &extra)) {
+			ret = yaml_error(&c, &parser, yaml, len);
+			goto out;
+		}
+		if (yaml_document_get_root_node(&extra)) {
+			ret = fail(&c, yaml_document_get_root_node(&extra), "yaml",
+				   "only one document is allowed");
+			yaml_document_delete(&extra);
+			goto out;
+		}
+		yaml_document_delete(&extra);
+	}
+	cfg->file = strdup(name);
+	if (!cfg->file) {
+		ret = oom(&c, NULL, "config");
+		goto out;
+	}
+	ret = parse_root(&c, yaml_document_get_root_node(&doc), cfg);
+out:
+	if (have_doc)
+		yaml_document_delete(&doc);
+	yaml_parser_delete(&parser);
+	if (ret)
+		kt_config_free(cfg);
+	return ret;
+}
+
+__attribute__((format(printf, 3, 4)))
+static void load_err(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+int kt_config_load(const char *path, struct kt_config *cfg, char *err, size_t errlen)
+{
+	struct stat st;
+	char *buf = NULL;
+	size_t len = 0;
+	ssize_t n;
+	int fd, ret;
+
+	memset(cfg, 0, sizeof(*cfg));
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		load_err(err, errlen, "%s: cannot open: %s", path, strerror(-ret));
+		return ret;
+	}
+	if (fstat(fd, &st) < 0) {
+		ret = -errno;
+		load_err(err, errlen, "%s: cannot stat: %s", path, strerror(-ret));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		ret = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+		load_err(err, errlen, "%s: cannot read: %s", path,
+			 S_ISDIR(st.st_mode) ? strerror(EISDIR) : "not a regular file");
+		goto out;
+	}
+	if (st.st_size > MAX_FILE_BYTES) {
+		ret = -EFBIG;
+		load_err(err, errlen, "%s: cannot read: larger than %d bytes", path, MAX_FILE_BYTES);
+		goto out;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		ret = -ENOMEM;
+		load_err(err, errlen, "%s: cannot read: %s", path, strerror(ENOMEM));
+		goto out;
+	}
+	/* read to EOF, bounded by the size seen at fstat */
+	while (len <= (size_t)st.st_size) {
+		n = read(fd, buf + len, (size_t)st.st_size + 1 - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			ret = -errno;
+			load_err(err, errlen, "%s: cannot read: %s", path, strerror(-ret));
+			goto out;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	if (len > (size_t)st.st_size) {
+		ret = -EAGAIN;
+		load_err(err, errlen, "%s: cannot read: file grew while reading", path);
+		goto out;
+	}
+	ret = kt_config_parse(path, buf, len, cfg, err, errlen);
+out:
+	free(buf);
+	close(fd);
+	return ret;
+}
+
+void kt_config_free(struct kt_config *cfg)
+{
+	int i, j;
+
+	if (!cfg)
+		return;
+	for (i = 0; cfg->limits && i < cfg->n_limits; i++) {
+		for (j = 0; j < KT_MAX_CGROUPS_PER_LIMIT; j++)
+			free(cfg->limits[i].cgroups[j]);
+		store_free(&cfg->limits[i].store);
+	}
+	free(cfg->limits);
+	store_free(&cfg->store);
+	free(cfg->file);
+	free(cfg->node_name);
+	free(cfg->pin_dir);
+	free(cfg->socket_path);
+	memset(cfg, 0, sizeof(*cfg));
+}

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* kthrottled configuration: the YAML file parsed into plain structs.
+ * Parsing and validation are pure (no filesystem checks beyond reading the
+ * file); runtime checks such as "is this a cgroup v2 directory" happen in the
+ * daemon, which reports them with the line numbers kept here. */
+#ifndef KT_CONFIG_H
+#define KT_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "kthrottle.h"
+
+#define KT_MAX_CIDRS 32
+#define KT_MAX_CGROUPS_PER_LIMIT 256
+#define KT_MAX_ENDPOINTS 8
+#define KT_ERR_LEN 512
+
+enum kt_mode {
+	KT_MODE_RELAXED = 0, /* default */
+	KT_MODE_SCHEDULED,
+	KT_MODE_ONLY_IF_USED,
+	KT_MODE_GO_BACK_N,
+};
+
+struct kt_rate_limit_cfg {
+	double max;               /* pool tokens per second, > 0 */
+	double min;               /* default: max */
+	uint64_t ramp_up_ns;      /* rampUpDuration, default 0 */
+	enum kt_mode mode;
+	double threshold_pct;     /* onlyIfUsed / goBackN, default 50, 0..100 */
+	uint64_t cool_down_ns;    /* goBackN, default 5 s */
+	double ramp_down_pct;     /* goBackN, default 50, 0..100 */
+	bool resumed_ramp_up;     /* default false */
+	uint64_t ttl_ns;          /* default 180 s */
+};
+
+struct kt_cidr {
+	uint8_t addr[16];         /* v4 stored v4-mapped (::ffff:a.b.c.d) */
+	uint8_t prefixlen;        /* in the 128-bit v4-mapped space */
+};
+
+struct kt_match {
+	struct kt_cidr cidrs[KT_MAX_CIDRS];
+	int n_cidrs;              /* default: 0.0.0.0/0 and ::/0 */
+	uint16_t port_lo, port_hi; /* default 0..65535 */
+	uint8_t proto_mask;       /* KT_PROTO_*, default both */
+};
+
+struct kt_auth_cfg {
+	char *username;           /* NULL if absent */
+	char *password;           /* resolved from password, passwordFile or passwordEnv */
+};
+
+struct kt_tls_cfg {
+	bool enabled;             /* true when a *_tls block is present */
+	char *ca_cert;            /* paths; NULL if absent */
+	char *cert;
+	char *key;
+	bool insecure_skip_verify;
+};
+
+enum kt_store_kind {
+	KT_STORE_LOCAL = 0,       /* no store: this node enforces the whole limit */
+	KT_STORE_STATIC,          /* static: {poolSize: N} */
+	KT_STORE_REDIS,
+};
+
+enum kt_redis_mode { KT_REDIS_SINGLE = 0, KT_REDIS_SENTINEL };
+
+enum kt_store_failure {
+	KT_FAIL_CONSERVATIVE = 0, /* min / last known pool size */
+	KT_FAIL_OPEN,             /* keep the last share */
+	KT_FAIL_CLOSED,           /* rate 0 */
+};
+
+enum kt_share_policy { KT_SHARE_EQUAL = 0, KT_SHARE_DEMAND };
+
+struct kt_store_cfg {
+	enum kt_store_kind kind;
+	int line;                 /* where the store block starts, 0 if defaulted */
+	int static_pool_size;     /* KT_STORE_STATIC, >= 1 */
+	/* KT_STORE_REDIS */
+	enum kt_redis_mode redis_mode;
+	char *host;               /* single: from url */
+	int port;
+	int db;
+	struct kt_auth_cfg redis_auth; /* single: from url and/or redis_auth */
+	struct kt_tls_cfg redis_tls;
+	/* sentinel */
+	char *endpoint_host[KT_MAX_ENDPOINTS];
+	int endpoint_port[KT_MAX_ENDPOINTS];
+	int n_endpoints;
+	char *master_name;
+	struct kt_auth_cfg sentinel_auth;
+	struct kt_tls_cfg sentinel_tls;
+	/* agreement and failure policy */
+	uint64_t heartbeat_ns;    /* default 1 s */
+	int stale_after;          /* heartbeats, default 3 */
+	uint64_t valid_for_ns;    /* default 10 s */
+	enum kt_store_failure on_failure;
+	char *key_prefix;         /* default "kthrottle" */
+};
+
+struct kt_limit_cfg {
+	char name[KT_NAME_LEN];   /* [A-Za-z0-9_.-], 1..31 chars, unique */
+	int line;
+	char *cgroups[KT_MAX_CGROUPS_PER_LIMIT]; /* as written */
+	int cgroup_lines[KT_MAX_CGROUPS_PER_LIMIT];
+	int n_cgroups;            /* >= 1 */
+	struct kt_match match;
+	enum kt_unit unit;        /* required */
+	enum kt_scope scope;      /* default pod */
+	double burst;             /* pool tokens, default max(1, rateLimit.max) */
+	enum kt_share_policy share;
+	struct kt_rate_limit_cfg rl;
+	struct kt_store_cfg store; /* rateLimit.store, else the top-level store */
+};
+
+struct kt_config {
+	char *file;               /* path as given */
+	char *node_name;          /* default: gethostname() */
+	char *pin_dir;            /* default /sys/fs/bpf/kthrottle */
+	char *socket_path;        /* default /run/kthrottle/kthrottled.sock */
+	uint64_t tick_ns;         /* tickInterval, default 100 ms */
+	uint64_t epoch_ns;        /* epoch, default 1 s */
+	struct kt_store_cfg store; /* top-level default store */
+	struct kt_limit_cfg *limits;
+	int n_limits;             /* >= 1 */
+};
+
+/* Parse and validate. On error returns -EINVAL (or -errno for I/O), fills err
+ * with one line "FILE:LINE: FIELD: what is wrong", and leaves cfg zeroed. */
+int kt_config_load(const char *path, struct kt_config *cfg, char *err, size_t errlen);
+/* Same, from a string (for tests); `name` stands in for the file name. */
+int kt_config_parse(const char *name, const char *yaml, size_t len, struct kt_config *cfg,
+		    char *err, size_t errlen);
+void kt_config_free(struct kt_config *cfg);
+
+/* "1s", "100ms", "1m30s", "250us", "5ns", "2h"; a bare number means seconds. */
+int kt_parse_duration(const char *s, uint64_t *out_ns);
+
+const char *kt_unit_name(enum kt_unit u);
+const char *kt_mode_name(enum kt_mode m);
+const char *kt_scope_name(enum kt_scope s);
+const char *kt_share_name(enum kt_share_policy s);
+const char *kt_store_failure_name(enum kt_store_failure f);
+const char *kt_store_kind_name(enum kt_store_kind k); /* "local", "static", "redis" */
+
+#endif

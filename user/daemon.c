@@ -1,0 +1,773 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/timerfd.h>
+#include <sys/un.h>
+#include "cgroup.h"
+#include "daemon.h"
+#include "log.h"
+
+uint64_t kt_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- pool arithmetic ---- */
+
+/* Members that share the pool. Local store: this node's members; static:
+ * the configured count (never fewer than the members we can see). */
+static int limit_pool_size(const struct kt_limit_rt *l)
+{
+	int local = l->n_members > 0 ? l->n_members : 1;
+
+	if (l->cfg->store.kind == KT_STORE_STATIC)
+		return l->cfg->store.static_pool_size > local ? l->cfg->store.static_pool_size
+							       : local;
+	return local;
+}
+
+/* Members one bucket serves: pod scope one, node scope all local ones. */
+static int bucket_served(const struct kt_limit_rt *l)
+{
+	return l->cfg->scope == KT_SCOPE_NODE ? (l->n_members > 0 ? l->n_members : 1) : 1;
+}
+
+static void compute_bucket(const struct kt_limit_rt *l, struct kt_limit_state *s)
+{
+	double frac = (double)bucket_served(l) / (double)s->pool_size;
+
+	s->bucket_rate = s->pool_rate * frac;
+	s->bucket_burst = l->cfg->burst * frac;
+	if (s->bucket_burst < 1)
+		s->bucket_burst = 1;
+}
+
+static void write_rates(struct kt_daemon *d, int i)
+{
+	struct kt_limit_rt *l = &d->plan.limits[i];
+	struct kt_limit_state *s = &d->ls[i];
+	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
+	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+
+	for (int k = 0; k < n; k++)
+		kt_bucket_set_rate(&d->bpf, slots[k], s->bucket_rate, s->bucket_burst);
+	l->bucket_rate = s->bucket_rate;
+	l->bucket_burst = s->bucket_burst;
+}
+
+static void init_limit_state(struct kt_limit_state *s, const struct kt_limit_rt *l, uint64_t now)
+{
+	memset(s, 0, sizeof(*s));
+	kt_ramp_init(&s->ramp, &l->cfg->rl, now, 0);
+	s->pool_rate = kt_ramp_rate(&s->ramp);
+	s->pool_size = limit_pool_size(l);
+	compute_bucket(l, s);
+}
+
+/* ---- controller ---- */
+
+static void read_limit_counters(struct kt_daemon *d, int i)
+{
+	struct kt_limit_rt *l = &d->plan.limits[i];
+	struct kt_limit_state *s = &d->ls[i];
+	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
+	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+	struct kt_counters c;
+
+	s->admitted = s->throttled = s->admitted_bytes = s->throttled_bytes = 0;
+	for (int k = 0; k < n; k++) {
+		if (kt_bpf_read_counters(&d->bpf, slots[k], &c))
+			continue;
+		s->admitted += c.admitted;
+		s->throttled += c.throttled;
+		s->admitted_bytes += c.admitted_bytes;
+		s->throttled_bytes += c.throttled_bytes;
+	}
+}
+
+static const struct kt_sample *sample_at(const struct kt_limit_state *s, int back)
+{
+	int idx = (s->hist_head - 1 - back + KT_HISTORY) % KT_HISTORY;
+
+	return &s->hist[idx];
+}
+
+void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
+{
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		struct kt_limit_rt *l = &d->plan.limits[i];
+		struct kt_limit_state *s = &d->ls[i];
+		struct kt_sample cur = { .ts_ns = now };
+		const struct kt_sample *prev = NULL, *old;
+		uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
+		int nb = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+		struct kt_epoch_obs obs;
+		int back;
+
+		read_limit_counters(d, i);
+		cur.used = l->cfg->unit == KT_UNIT_BYTE ? s->admitted_bytes : s->admitted;
+		cur.calls = s->admitted + s->throttled;
+		if (s->hist_len > 0) {
+			prev = sample_at(s, 0);
+			cur.granted = prev->granted +
+				      s->bucket_rate * nb * (double)(now - prev->ts_ns) / 1e9;
+		}
+		s->hist[s->hist_head] = cur;
+		s->hist_head = (s->hist_head + 1) % KT_HISTORY;
+		if (s->hist_len < KT_HISTORY)
+			s->hist_len++;
+		if (!prev)
+			continue;
+
+		/* trailing epoch: the oldest sample no older than one epoch */
+		for (back = 1; back < s->hist_len - 1; back++)
+			if (now - sample_at(s, back + 1)->ts_ns > d->cfg.epoch_ns)
+				break;
+		old = sample_at(s, back < s->hist_len ? back : s->hist_len - 1);
+		double win = (double)(now - old->ts_ns) / 1e9;
+		obs = (struct kt_epoch_obs){
+			.now_ns = now,
+			.granted_tokens = cur.granted - old->granted,
+			.used_tokens = (double)(cur.used - old->used),
+			/* the ramp advances only in ticks that saw traffic */
+			.calls = cur.calls - prev->calls,
+		};
+		if (win > 0)
+			s->epoch_used_rate = obs.used_tokens / win;
+		s->pool_rate = kt_ramp_epoch(&s->ramp, &obs);
+		s->pool_size = limit_pool_size(l);
+		double before = s->bucket_rate, burst_before = s->bucket_burst;
+		compute_bucket(l, s);
+		if (fabs(s->bucket_rate - before) > 1e-9 * before || s->bucket_burst != burst_before)
+			write_rates(d, i);
+	}
+	d->ticks++;
+}
+
+/* ---- control socket ---- */
+
+struct sbuf {
+	char *p;
+	size_t len, cap;
+	int oom;
+};
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (b->oom)
+		return;
+	for (;;) {
+		size_t room = b->cap - b->len;
+		va_start(ap, fmt);
+		n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? room : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->oom = 1;
+			return;
+		}
+		if (b->p && (size_t)n < room) {
+			b->len += n;
+			return;
+		}
+		size_t cap = (b->cap + n + 1) * 2;
+		char *np = realloc(b->p, cap);
+		if (!np) {
+			b->oom = 1;
+			return;
+		}
+		b->p = np;
+		b->cap = cap;
+	}
+}
+
+static void sb_json_str(struct sbuf *b, const char *s)
+{
+	sb_printf(b, "\"");
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			sb_printf(b, "\\%c", c);
+		else if (c < 0x20)
+			sb_printf(b, "\\u%04x", c);
+		else
+			sb_printf(b, "%c", c);
+	}
+	sb_printf(b, "\"");
+}
+
+static const char *store_kind_name(enum kt_store_kind k)
+{
+	return k == KT_STORE_STATIC ? "static" : k == KT_STORE_REDIS ? "redis" : "local";
+}
+
+char *kt_daemon_status(struct kt_daemon *d, bool json)
+{
+	struct sbuf b = { 0 };
+	uint64_t now = kt_now_ns();
+	int i, j;
+
+	if (json) {
+		sb_printf(&b, "{\"node\":");
+		sb_json_str(&b, d->cfg.node_name);
+		sb_printf(&b, ",\"pin_dir\":");
+		sb_json_str(&b, d->bpf.pin_dir);
+		sb_printf(&b, ",\"uptime_s\":%.3f,\"ticks\":%llu,\"reloads\":%llu,\"limits\":[",
+			  (double)(now - d->started_ns) / 1e9, (unsigned long long)d->ticks,
+			  (unsigned long long)d->reloads);
+	} else {
+		sb_printf(&b, "node %s  pins %s  up %.0fs\n", d->cfg.node_name, d->bpf.pin_dir,
+			  (double)(now - d->started_ns) / 1e9);
+		sb_printf(&b, "%-16s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",
+			  "LIMIT", "UNIT", "SCOPE", "MODE", "POOL_RATE/s", "MAX/s", "RAMP%",
+			  "UTIL%", "BUCKET_RATE", "BURST", "ADMITTED", "THROTTLED", "ADMIT/s");
+	}
+	for (i = 0; i < d->plan.n_limits; i++) {
+		const struct kt_limit_rt *l = &d->plan.limits[i];
+		struct kt_limit_state *s = &d->ls[i];
+		const struct kt_limit_cfg *c = l->cfg;
+
+		read_limit_counters(d, i);
+		if (json) {
+			sb_printf(&b, "%s{\"name\":", i ? "," : "");
+			sb_json_str(&b, c->name);
+			sb_printf(&b,
+				  ",\"id\":%u,\"unit\":\"%s\",\"scope\":\"%s\",\"mode\":\"%s\","
+				  "\"pool_rate\":%.6g,\"min\":%.6g,\"max\":%.6g,\"ramp_progress_pct\":%.2f,"
+				  "\"utilization_pct\":%.2f,\"pool_size\":%d,\"store\":\"%s\","
+				  "\"bucket_rate\":%.6g,\"burst\":%.6g,\"admitted\":%llu,\"throttled\":%llu,"
+				  "\"admitted_bytes\":%llu,\"throttled_bytes\":%llu,"
+				  "\"admitted_per_s\":%.3f,\"cgroups\":[",
+				  l->id, kt_unit_name(c->unit), kt_scope_name(c->scope),
+				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.min, c->rl.max,
+				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
+				  s->pool_size, store_kind_name(c->store.kind), s->bucket_rate,
+				  s->bucket_burst, (unsigned long long)s->admitted,
+				  (unsigned long long)s->throttled,
+				  (unsigned long long)s->admitted_bytes,
+				  (unsigned long long)s->throttled_bytes, s->epoch_used_rate);
+		} else {
+			sb_printf(&b,
+				  "%-16s %-10s %-5s %-10s %12.3f %12.3f %6.1f %6.1f %12.3f %8.0f %12llu %12llu %10.1f\n",
+				  c->name, kt_unit_name(c->unit), kt_scope_name(c->scope),
+				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.max,
+				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
+				  s->bucket_rate, s->bucket_burst, (unsigned long long)s->admitted,
+				  (unsigned long long)s->throttled, s->epoch_used_rate);
+		}
+		for (j = 0; j < l->n_members; j++) {
+			const struct kt_member_rt *m = &l->members[j];
+			struct kt_counters mc = { 0 };
+
+			kt_bpf_read_counters(&d->bpf, m->slot, &mc);
+			if (json) {
+				sb_printf(&b, "%s{\"path\":", j ? "," : "");
+				sb_json_str(&b, m->path);
+				sb_printf(&b,
+					  ",\"cgroup_id\":%llu,\"slot\":%u,\"admitted\":%llu,\"throttled\":%llu}",
+					  (unsigned long long)m->cgid, m->slot,
+					  (unsigned long long)mc.admitted,
+					  (unsigned long long)mc.throttled);
+			} else {
+				sb_printf(&b, "  cgroup %s (id %llu, bucket %u)%s\n", m->path,
+					  (unsigned long long)m->cgid, m->slot,
+					  c->scope == KT_SCOPE_NODE ? " shared" : "");
+			}
+		}
+		if (json)
+			sb_printf(&b, "]}");
+	}
+	if (json)
+		sb_printf(&b, "]}\n");
+	if (b.oom) {
+		free(b.p);
+		return NULL;
+	}
+	return b.p;
+}
+
+static void client_close(struct kt_daemon *d, struct kt_client *c)
+{
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+	c->len = 0;
+}
+
+static void client_reply(struct kt_client *c, const char *s)
+{
+	size_t n = strlen(s), off = 0;
+
+	while (off < n) {
+		ssize_t w = write(c->fd, s + off, n - off);
+		if (w <= 0) {
+			if (w < 0 && errno == EINTR)
+				continue;
+			return; /* client gone or too slow (SO_SNDTIMEO): drop */
+		}
+		off += (size_t)w;
+	}
+}
+
+static void handle_command(struct kt_daemon *d, struct kt_client *c, const char *line)
+{
+	char err[KT_ERR_LEN];
+	char *out;
+
+	if (!strcmp(line, "status") || !strcmp(line, "status json")) {
+		out = kt_daemon_status(d, line[6] != 0);
+		client_reply(c, out ? out : "error: out of memory\n");
+		free(out);
+	} else if (!strcmp(line, "reload")) {
+		if (kt_daemon_reload(d, err, sizeof(err)) == 0) {
+			client_reply(c, "ok: reloaded\n");
+		} else {
+			client_reply(c, "error: ");
+			client_reply(c, err);
+			client_reply(c, "\n");
+		}
+	} else if (!strcmp(line, "ping")) {
+		client_reply(c, "ok: pong\n");
+	} else {
+		client_reply(c, "error: unknown command (expected status, status json, reload, ping)\n");
+	}
+}
+
+static void client_readable(struct kt_daemon *d, struct kt_client *c)
+{
+	ssize_t r = read(c->fd, c->buf + c->len, sizeof(c->buf) - 1 - c->len);
+	char *nl;
+
+	if (r <= 0) {
+		if (r < 0 && (errno == EAGAIN || errno == EINTR))
+			return;
+		client_close(d, c);
+		return;
+	}
+	c->len += (size_t)r;
+	c->buf[c->len] = 0;
+	nl = strchr(c->buf, '\n');
+	if (!nl) {
+		if (c->len >= sizeof(c->buf) - 1) {
+			client_reply(c, "error: command line too long\n");
+			client_close(d, c);
+		}
+		return;
+	}
+	*nl = 0;
+	if (nl > c->buf && nl[-1] == '\r')
+		nl[-1] = 0;
+	/* one command per connection keeps the protocol trivially robust */
+	int fl = fcntl(c->fd, F_GETFL);
+	fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
+	handle_command(d, c, c->buf);
+	client_close(d, c);
+}
+
+static void accept_client(struct kt_daemon *d)
+{
+	struct timeval tv = { .tv_sec = 1 };
+	struct epoll_event ev = { .events = EPOLLIN };
+	int fd = accept4(d->listenfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	int i;
+
+	if (fd < 0)
+		return;
+	for (i = 0; i < KT_MAX_CLIENTS; i++)
+		if (d->clients[i].fd < 0)
+			break;
+	if (i == KT_MAX_CLIENTS) {
+		close(fd); /* busy: the client retries */
+		return;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	d->clients[i].fd = fd;
+	d->clients[i].len = 0;
+	ev.data.u64 = 100 + (uint64_t)i;
+	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		client_close(d, &d->clients[i]);
+}
+
+static int mkdir_parent(const char *path)
+{
+	char buf[PATH_MAX];
+	char *slash;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	slash = strrchr(buf, '/');
+	if (!slash || slash == buf)
+		return 0;
+	*slash = 0;
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		mkdir(buf, 0755);
+		*p = '/';
+	}
+	if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int open_control_socket(struct kt_daemon *d, char *err, size_t errlen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *path = d->cfg.socket_path;
+	int fd, ret;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		snprintf(err, errlen, "socket path %s: longer than %zu bytes", path,
+			 sizeof(sa.sun_path) - 1);
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, path);
+	ret = mkdir_parent(path);
+	if (ret) {
+		snprintf(err, errlen, "cannot create directory for %s: %s", path, strerror(-ret));
+		return ret;
+	}
+	/* A live daemon answers on the socket; a stale file is replaced. */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+		close(fd);
+		snprintf(err, errlen, "another kthrottled is running on %s", path);
+		return -EADDRINUSE;
+	}
+	if (fd >= 0)
+		close(fd);
+	unlink(path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 16) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot listen on %s: %s", path, strerror(-ret));
+		if (fd >= 0)
+			close(fd);
+		return ret;
+	}
+	chmod(path, 0600);
+	d->listenfd = fd;
+	return 0;
+}
+
+/* ---- lifecycle ---- */
+
+static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct itimerspec its = { 0 };
+	sigset_t mask;
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	d->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	d->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	d->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (d->sigfd < 0 || d->timerfd < 0 || d->epfd < 0) {
+		snprintf(err, errlen, "cannot set up event loop: %s", strerror(errno));
+		return -errno;
+	}
+	its.it_interval.tv_sec = d->cfg.tick_ns / 1000000000ull;
+	its.it_interval.tv_nsec = d->cfg.tick_ns % 1000000000ull;
+	its.it_value = its.it_interval;
+	timerfd_settime(d->timerfd, 0, &its, NULL);
+	ev.data.u64 = 1;
+	epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->sigfd, &ev);
+	ev.data.u64 = 2;
+	epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->timerfd, &ev);
+	ev.data.u64 = 3;
+	epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->listenfd, &ev);
+	return 0;
+}
+
+static int apply_plan(struct kt_daemon *d, struct kt_plan *plan, struct kt_limit_state *ls,
+		      char *err, size_t errlen)
+{
+	double *rates = calloc(plan->n_limits, sizeof(double));
+	double *bursts = calloc(plan->n_limits, sizeof(double));
+	int ret;
+
+	if (!rates || !bursts) {
+		free(rates);
+		free(bursts);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < plan->n_limits; i++) {
+		rates[i] = ls[i].bucket_rate;
+		bursts[i] = ls[i].bucket_burst;
+	}
+	ret = kt_plan_apply(&d->bpf, plan, rates, bursts, err, errlen);
+	free(rates);
+	free(bursts);
+	return ret;
+}
+
+int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on_exit)
+{
+	char err[KT_ERR_LEN];
+	uint64_t now;
+	int ret, i;
+
+	memset(d, 0, sizeof(*d));
+	d->epfd = d->sigfd = d->timerfd = d->listenfd = -1;
+	for (i = 0; i < KT_MAX_CLIENTS; i++)
+		d->clients[i].fd = -1;
+	d->detach_on_exit = detach_on_exit;
+	snprintf(d->config_path, sizeof(d->config_path), "%s", config_path);
+
+	ret = kt_config_load(config_path, &d->cfg, err, sizeof(err));
+	if (ret) {
+		kt_err("%s", err);
+		return KT_EXIT_CONFIG;
+	}
+	if (geteuid() != 0) {
+		kt_err("must run as root (needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN to load and attach BPF programs)");
+		ret = KT_EXIT_RUNTIME;
+		goto fail_cfg;
+	}
+	if (access("/sys/kernel/btf/vmlinux", R_OK) != 0) {
+		kt_err("no BPF support: /sys/kernel/btf/vmlinux is missing (kernel needs CONFIG_BPF_SYSCALL and CONFIG_DEBUG_INFO_BTF)");
+		ret = KT_EXIT_RUNTIME;
+		goto fail_cfg;
+	}
+	ret = kt_cgroup2_mount(d->cg_mount, sizeof(d->cg_mount), NULL);
+	if (ret) {
+		kt_err("no cgroup v2 mount found in /proc/mounts (mount -t cgroup2 none /sys/fs/cgroup)");
+		ret = KT_EXIT_RUNTIME;
+		goto fail_cfg;
+	}
+	ret = kt_plan_resolve(&d->cfg, d->cg_mount, &d->plan, err, sizeof(err));
+	if (ret) {
+		kt_err("%s", err);
+		ret = KT_EXIT_CONFIG;
+		goto fail_cfg;
+	}
+	ret = open_control_socket(d, err, sizeof(err));
+	if (ret) {
+		kt_err("%s", err);
+		ret = KT_EXIT_RUNTIME;
+		goto fail_plan;
+	}
+	ret = kt_bpf_open(&d->bpf, d->cfg.pin_dir, err, sizeof(err));
+	if (ret) {
+		kt_err("%s", err);
+		ret = KT_EXIT_RUNTIME;
+		goto fail_sock;
+	}
+	d->ls = calloc(d->plan.n_limits, sizeof(*d->ls));
+	if (!d->ls) {
+		ret = KT_EXIT_RUNTIME;
+		goto fail_bpf;
+	}
+	now = kt_now_ns();
+	for (i = 0; i < d->plan.n_limits; i++)
+		init_limit_state(&d->ls[i], &d->plan.limits[i], now);
+	ret = apply_plan(d, &d->plan, d->ls, err, sizeof(err));
+	if (ret) {
+		kt_err("%s", err);
+		ret = KT_EXIT_RUNTIME;
+		goto fail_bpf;
+	}
+	ret = setup_loop(d, err, sizeof(err));
+	if (ret) {
+		kt_err("%s", err);
+		ret = KT_EXIT_RUNTIME;
+		goto fail_bpf;
+	}
+	d->started_ns = now;
+	d->running = true;
+	kt_daemon_tick(d, now); /* first sample */
+	kt_info("%s %d limit(s) on node %s, pins in %s, control socket %s",
+		d->bpf.adopted ? "adopted pinned state;" : "enforcing", d->plan.n_limits,
+		d->cfg.node_name, d->cfg.pin_dir, d->cfg.socket_path);
+	return KT_EXIT_OK;
+
+fail_bpf:
+	{
+		bool fresh = !d->bpf.adopted;
+		kt_bpf_close(&d->bpf);
+		/* a first start that failed leaves nothing behind */
+		if (fresh)
+			kt_bpf_cleanup(d->cfg.pin_dir, err, sizeof(err));
+	}
+	free(d->ls);
+	d->ls = NULL;
+fail_sock:
+	if (d->listenfd >= 0) {
+		close(d->listenfd);
+		unlink(d->cfg.socket_path);
+	}
+fail_plan:
+	kt_plan_free(&d->plan);
+fail_cfg:
+	kt_config_free(&d->cfg);
+	if (d->epfd >= 0)
+		close(d->epfd);
+	if (d->sigfd >= 0)
+		close(d->sigfd);
+	if (d->timerfd >= 0)
+		close(d->timerfd);
+	return ret;
+}
+
+int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
+{
+	struct kt_config ncfg;
+	struct kt_plan nplan;
+	struct kt_limit_state *nls;
+	uint64_t now = kt_now_ns();
+	int ret, i, j;
+
+	ret = kt_config_load(d->config_path, &ncfg, err, errlen);
+	if (ret)
+		goto failed;
+	if (strcmp(ncfg.pin_dir, d->cfg.pin_dir) || strcmp(ncfg.socket_path, d->cfg.socket_path)) {
+		snprintf(err, errlen, "%s: pinDir and socket cannot change on reload (restart kthrottled)",
+			 d->config_path);
+		kt_config_free(&ncfg);
+		ret = -EINVAL;
+		goto failed;
+	}
+	ret = kt_plan_resolve(&ncfg, d->cg_mount, &nplan, err, errlen);
+	if (ret) {
+		kt_config_free(&ncfg);
+		goto failed;
+	}
+	nls = calloc(nplan.n_limits, sizeof(*nls));
+	if (!nls) {
+		kt_plan_free(&nplan);
+		kt_config_free(&ncfg);
+		ret = -ENOMEM;
+		goto failed;
+	}
+	for (i = 0; i < nplan.n_limits; i++) {
+		const struct kt_limit_rt *nl = &nplan.limits[i];
+		for (j = 0; j < d->plan.n_limits; j++)
+			if (!strcmp(d->plan.limits[j].cfg->name, nl->cfg->name))
+				break;
+		if (j < d->plan.n_limits) {
+			/* keep the ramp level and history: no restart from min */
+			nls[i] = d->ls[j];
+			kt_ramp_reconfigure(&nls[i].ramp, &nl->cfg->rl, now);
+			nls[i].pool_rate = kt_ramp_rate(&nls[i].ramp);
+		} else {
+			init_limit_state(&nls[i], nl, now);
+		}
+		nls[i].pool_size = limit_pool_size(nl);
+		compute_bucket(nl, &nls[i]);
+	}
+	ret = apply_plan(d, &nplan, nls, err, errlen);
+	if (ret) {
+		free(nls);
+		kt_plan_free(&nplan);
+		kt_config_free(&ncfg);
+		/* the old limits' rates are rewritten in full on the next tick */
+		goto failed;
+	}
+	kt_plan_free(&d->plan);
+	kt_config_free(&d->cfg);
+	free(d->ls);
+	d->cfg = ncfg;
+	d->plan = nplan;
+	d->ls = nls;
+	for (i = 0; i < d->plan.n_limits; i++)
+		write_rates(d, i);
+	d->reloads++;
+	kt_info("reloaded %s: %d limit(s)", d->config_path, d->plan.n_limits);
+	return 0;
+failed:
+	d->reload_failures++;
+	kt_err("reload rejected, keeping the running configuration: %s", err);
+	return ret;
+}
+
+int kt_daemon_run(struct kt_daemon *d)
+{
+	struct epoll_event evs[8];
+	char err[KT_ERR_LEN];
+
+	while (d->running) {
+		int n = epoll_wait(d->epfd, evs, 8, -1);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			kt_err("epoll_wait: %s", strerror(errno));
+			return KT_EXIT_RUNTIME;
+		}
+		for (int i = 0; i < n; i++) {
+			uint64_t tag = evs[i].data.u64;
+			if (tag == 1) {
+				struct signalfd_siginfo si;
+				while (read(d->sigfd, &si, sizeof(si)) == sizeof(si)) {
+					if (si.ssi_signo == SIGHUP)
+						kt_daemon_reload(d, err, sizeof(err));
+					else
+						d->running = false;
+				}
+			} else if (tag == 2) {
+				uint64_t expirations;
+				if (read(d->timerfd, &expirations, sizeof(expirations)) > 0)
+					kt_daemon_tick(d, kt_now_ns());
+			} else if (tag == 3) {
+				accept_client(d);
+			} else if (tag >= 100 && tag < 100 + KT_MAX_CLIENTS) {
+				struct kt_client *c = &d->clients[tag - 100];
+				if (c->fd >= 0)
+					client_readable(d, c);
+			}
+		}
+	}
+	return KT_EXIT_OK;
+}
+
+void kt_daemon_stop(struct kt_daemon *d)
+{
+	char err[KT_ERR_LEN];
+	char pin_dir[PATH_MAX];
+
+	snprintf(pin_dir, sizeof(pin_dir), "%s", d->bpf.pin_dir);
+	for (int i = 0; i < KT_MAX_CLIENTS; i++)
+		if (d->clients[i].fd >= 0)
+			close(d->clients[i].fd);
+	kt_bpf_close(&d->bpf);
+	if (d->detach_on_exit) {
+		if (kt_bpf_cleanup(pin_dir, err, sizeof(err)))
+			kt_err("%s", err);
+		else
+			kt_info("detached and removed pins in %s", pin_dir);
+	} else {
+		kt_info("exiting; programs stay attached and enforcing from %s", pin_dir);
+	}
+	if (d->listenfd >= 0) {
+		close(d->listenfd);
+		unlink(d->cfg.socket_path);
+	}
+	close(d->epfd);
+	close(d->sigfd);
+	close(d->timerfd);
+	free(d->ls);
+	kt_plan_free(&d->plan);
+	kt_config_free(&d->cfg);
+}

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+#include <errno.h>
+#include <string.h>
+#include <bpf/bpf.h>
+#include "inspect.h"
+
+int kt_inspect_read(const struct kt_bpf *b, struct kt_kstate *st)
+{
+	struct kt_member_key key, next;
+	struct kt_member_val val;
+	uint32_t id;
+	int idx_of[KT_MAX_LIMITS];
+
+	memset(st, 0, sizeof(*st));
+	for (id = 0; id < KT_MAX_LIMITS; id++) {
+		struct kt_limit_info li;
+		idx_of[id] = -1;
+		if (bpf_map_lookup_elem(b->limits_fd, &id, &li) < 0)
+			return -errno;
+		if (!li.in_use)
+			continue;
+		li.name[KT_NAME_LEN - 1] = 0;
+		idx_of[id] = st->n_limits;
+		st->limits[st->n_limits].id = id;
+		st->limits[st->n_limits].info = li;
+		st->n_limits++;
+	}
+	if (bpf_map_get_next_key(b->members_fd, NULL, &next) != 0)
+		return 0;
+	do {
+		struct kt_klimit *l;
+		struct kt_kmember *m;
+		struct kt_bucket bk;
+		int dup = 0;
+
+		key = next;
+		if (bpf_map_lookup_elem(b->members_fd, &key, &val) < 0)
+			continue;
+		if (key.limit_id >= KT_MAX_LIMITS || idx_of[key.limit_id] < 0 ||
+		    val.slot >= KT_MAX_BUCKETS)
+			continue; /* written by hand or mid-update: not ours to show */
+		l = &st->limits[idx_of[key.limit_id]];
+		if (l->n_members >= KT_INSPECT_MAX_MEMBERS)
+			continue;
+		m = &l->members[l->n_members];
+		m->cgroup_id = key.cgroup_id;
+		m->slot = val.slot;
+		if (bpf_map_lookup_elem(b->buckets_fd, &val.slot, &bk) == 0) {
+			m->rate = bk.interval_fp ? 1e9 * (double)KT_FP_ONE / (double)bk.interval_fp : 0;
+			m->burst = bk.burst;
+		}
+		kt_bpf_read_counters(b, val.slot, &m->counters);
+		for (int k = 0; k < l->n_members; k++)
+			dup |= l->members[k].slot == val.slot;
+		if (!dup) {
+			l->total.admitted += m->counters.admitted;
+			l->total.throttled += m->counters.throttled;
+			l->total.admitted_bytes += m->counters.admitted_bytes;
+			l->total.throttled_bytes += m->counters.throttled_bytes;
+		}
+		l->n_members++;
+	} while (bpf_map_get_next_key(b->members_fd, &key, &next) == 0);
+	return 0;
+}
+
+const struct kt_klimit *kt_inspect_find(const struct kt_kstate *st, const char *name)
+{
+	for (int i = 0; i < st->n_limits; i++)
+		if (!strcmp(st->limits[i].info.name, name))
+			return &st->limits[i];
+	return NULL;
+}

@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* kthrottled: the kthrottle node daemon. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "bpf_loader.h"
+#include "cgroup.h"
+#include "config.h"
+#include "daemon.h"
+#include "log.h"
+
+#define KT_VERSION "0.1.0"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: kthrottled --config FILE [options]\n"
+		"       kthrottled --cleanup [--config FILE | --pin-dir DIR]\n"
+		"\n"
+		"Enforces the limits in FILE with BPF programs attached to the listed cgroups,\n"
+		"and keeps their rates up to date (ramp-up, pool share). Programs and maps are\n"
+		"pinned, so enforcement continues when the daemon exits or crashes, and a new\n"
+		"daemon adopts them without a gap.\n"
+		"\n"
+		"Options:\n"
+		"  -c, --config FILE     YAML configuration (see examples/full.yaml)\n"
+		"      --check           validate FILE (syntax and cgroup paths) and exit\n"
+		"      --cleanup         detach every program and remove every pin, then exit\n"
+		"      --pin-dir DIR     pin directory for --cleanup without --config\n"
+		"                        (default " KT_DEFAULT_PIN_DIR ")\n"
+		"      --detach-on-exit  on SIGTERM/SIGINT also detach and unpin (default: keep\n"
+		"                        enforcing after exit)\n"
+		"  -v, --verbose         debug logging, including libbpf's messages\n"
+		"  -h, --help            this text\n"
+		"      --version         print the version\n"
+		"\n"
+		"Signals: SIGHUP reloads FILE (an invalid file is rejected and the running\n"
+		"configuration kept); SIGTERM/SIGINT stop.\n"
+		"Exit status: 0 ok, 1 runtime error, 2 configuration or usage error.\n");
+}
+
+int main(int argc, char **argv)
+{
+	enum { OPT_CHECK = 256, OPT_CLEANUP, OPT_PIN_DIR, OPT_DETACH, OPT_VERSION };
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "check", no_argument, NULL, OPT_CHECK },
+		{ "cleanup", no_argument, NULL, OPT_CLEANUP },
+		{ "pin-dir", required_argument, NULL, OPT_PIN_DIR },
+		{ "detach-on-exit", no_argument, NULL, OPT_DETACH },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, OPT_VERSION },
+		{ 0 },
+	};
+	const char *config = NULL, *pin_dir = NULL;
+	bool check = false, cleanup = false, detach = false;
+	enum kt_log_level level = KT_LOG_INFO;
+	char err[KT_ERR_LEN];
+	struct kt_daemon *d;
+	int c, ret;
+
+	while ((c = getopt_long(argc, argv, "c:vh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			config = optarg;
+			break;
+		case OPT_CHECK:
+			check = true;
+			break;
+		case OPT_CLEANUP:
+			cleanup = true;
+			break;
+		case OPT_PIN_DIR:
+			pin_dir = optarg;
+			break;
+		case OPT_DETACH:
+			detach = true;
+			break;
+		case 'v':
+			level = KT_LOG_DEBUG;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		case OPT_VERSION:
+			printf("kthrottled %s\n", KT_VERSION);
+			return 0;
+		default:
+			usage(stderr);
+			return KT_EXIT_CONFIG;
+		}
+	}
+	kt_log_init("kthrottled", level);
+	kt_log_setup_libbpf();
+	if (optind < argc) {
+		kt_err("unexpected argument '%s' (see --help)", argv[optind]);
+		return KT_EXIT_CONFIG;
+	}
+
+	if (cleanup) {
+		struct kt_config cfg;
+		if (config) {
+			if (kt_config_load(config, &cfg, err, sizeof(err))) {
+				kt_err("%s", err);
+				return KT_EXIT_CONFIG;
+			}
+			ret = kt_bpf_cleanup(cfg.pin_dir, err, sizeof(err));
+			if (!ret)
+				kt_info("removed every link and pin under %s", cfg.pin_dir);
+			kt_config_free(&cfg);
+		} else {
+			const char *dir = pin_dir ? pin_dir : KT_DEFAULT_PIN_DIR;
+			ret = kt_bpf_cleanup(dir, err, sizeof(err));
+			if (!ret)
+				kt_info("removed every link and pin under %s", dir);
+		}
+		if (ret) {
+			kt_err("%s", err);
+			return KT_EXIT_RUNTIME;
+		}
+		return KT_EXIT_OK;
+	}
+	if (!config) {
+		kt_err("--config FILE is required (see --help)");
+		return KT_EXIT_CONFIG;
+	}
+	if (check) {
+		struct kt_config cfg;
+		struct kt_plan plan;
+		char mount[4096];
+		if (kt_config_load(config, &cfg, err, sizeof(err))) {
+			kt_err("%s", err);
+			return KT_EXIT_CONFIG;
+		}
+		ret = kt_cgroup2_mount(mount, sizeof(mount), NULL);
+		if (!ret)
+			ret = kt_plan_resolve(&cfg, mount, &plan, err, sizeof(err));
+		else
+			snprintf(err, sizeof(err), "no cgroup v2 mount found in /proc/mounts");
+		if (ret) {
+			kt_err("%s", err);
+			kt_config_free(&cfg);
+			return KT_EXIT_CONFIG;
+		}
+		printf("%s: ok, %d limit(s)\n", config, cfg.n_limits);
+		kt_plan_free(&plan);
+		kt_config_free(&cfg);
+		return KT_EXIT_OK;
+	}
+
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		kt_err("out of memory");
+		return KT_EXIT_RUNTIME;
+	}
+	ret = kt_daemon_start(d, config, detach);
+	if (ret == KT_EXIT_OK) {
+		ret = kt_daemon_run(d);
+		kt_daemon_stop(d);
+	}
+	free(d);
+	return ret;
+}

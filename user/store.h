@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Redis store client for the distributed pool (hiredis, blocking, short
+ * timeouts). The daemon calls it synchronously from its event loop once per
+ * heartbeat; the request path never touches it.
+ *
+ * Keys (P = store.keyPrefix, default "kthrottle"; L = limit name):
+ *   P:pool:L:hb    sorted set  member id -> last heartbeat, Redis TIME in ms
+ *   P:pool:L:size  hash        member id -> pool size that member reported
+ *   P:pool:L:ramp  string      ramp level (tokens/s, "%.17g") for resumedRampUp
+ * hb and size get PEXPIRE KT_STORE_EXPIRE_FACTOR x staleAfter on every
+ * heartbeat, so they vanish once every member is gone; ramp is SET with PX ttl.
+ * Redis Cluster is not supported (one script touches the keys of every limit).
+ *
+ * Consensus (seed 000, with DESIGN.md §5's defects fixed): each heartbeat is
+ * ONE EVALSHA per node covering all of its limits (kt_store_heartbeat_many).
+ * Per limit the script, with redis.call('TIME') as its only clock:
+ *   1. ZADD hb now id for every local member;
+ *   2. removes members whose heartbeat is older than stale_ms from hb and
+ *      size, and size entries that have no heartbeat;
+ *   3. HSET size id reported_size for every local member, where
+ *      KT_POOL_REPORT_LIVE (0) stores the live count just computed;
+ *   4. answers AGREE(size) when every live member's stored size is the same
+ *      and equals the live count, else DISAGREE with
+ *      size = max(largest stored size, live count).
+ * Caller's rule: act on ans.size (on DISAGREE the larger, conservative
+ * figure) and report KT_POOL_REPORT_LIVE, i.e. what the pool looks like now.
+ * Every node's next heartbeat then stores the new live count, so after a join
+ * or a graceful leave every node sees AGREE within 2 of its heartbeats, and
+ * after a death within stale_ms + 2 heartbeats, shrinking as well as growing.
+ * (Reporting the previous ans.live, seed 000's "report the answer", also
+ * converges but needs one heartbeat more.)
+ *
+ * Connection: opened lazily by the first call. A call blocks at most
+ * KT_STORE_CALL_BUDGET_MS (each connect or command step at most
+ * KT_STORE_TIMEOUT_MS). On a connection-level error the connection is dropped,
+ * the store goes DOWN, and calls fail fast with -EAGAIN until the next retry
+ * time (capped, jittered exponential back-off). Sentinel mode asks each
+ * endpoint in turn (starting with the one that answered last) for the master,
+ * checks ROLE, and re-resolves after any connection error or a READONLY reply.
+ *
+ * Errors (negative errno, err filled with one line naming the server and the
+ * step; passwords never appear): -EINVAL bad argument, -ENOTSUP TLS requested,
+ * -EAGAIN backing off, -ETIMEDOUT, -ECONNREFUSED/-ECONNRESET/... connection,
+ * -EACCES authentication, -ENOENT sentinel does not know the master, -EROFS
+ * the server is not a master, -EIO Redis error reply (e.g. WRONGTYPE),
+ * -EPROTO malformed reply, -ENOMEM.
+ *
+ * hiredis writes with write(2), so a peer reset raises SIGPIPE: kt_store_open
+ * sets SIGPIPE to SIG_IGN if it is still SIG_DFL. Not thread-safe: one
+ * kt_store per thread. */
+#ifndef KT_STORE_H
+#define KT_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "config.h"
+
+#define KT_STORE_TIMEOUT_MS 200       /* connect timeout, and per-command timeout */
+#define KT_STORE_CALL_BUDGET_MS 1000  /* upper bound on one call, connection setup included */
+#define KT_STORE_BACKOFF_MIN_MS 100   /* first retry after a failure... */
+#define KT_STORE_BACKOFF_MAX_MS 5000  /* ...doubling up to this; each delay jittered in [d/2, d] */
+#define KT_STORE_EXPIRE_FACTOR 3      /* hb/size keys expire after this many stale windows */
+#define KT_STORE_MAX_POOL 1000000     /* reported sizes are 1..this */
+#define KT_STORE_ID_MAX 255           /* member id: 1..this bytes of '!'..'~' */
+#define KT_STORE_PREFIX_MAX 64        /* keyPrefix: 1..this bytes of '!'..'~' */
+#define KT_STORE_STALE_MAX_MS (24ULL * 3600 * 1000)
+
+struct kt_store;
+
+enum kt_store_state {
+	KT_STORE_IDLE = 0, /* never connected yet, no failure either */
+	KT_STORE_UP,       /* connected */
+	KT_STORE_DOWN,     /* last attempt failed; backing off */
+};
+
+#define KT_POOL_REPORT_LIVE 0
+
+struct kt_pool_member {
+	const char *id;    /* stable: node name + cgroup identity; unique within a request */
+	int reported_size; /* KT_POOL_REPORT_LIVE, or an explicit size 1..KT_STORE_MAX_POOL */
+};
+
+struct kt_pool_req {
+	const char *limit;                     /* limit name, [A-Za-z0-9_.-], 1..KT_NAME_LEN-1 */
+	const struct kt_pool_member *members;  /* this node's members of the limit */
+	int n_members;                         /* may be 0: only read the answer */
+	uint64_t stale_ms;                     /* 1..KT_STORE_STALE_MAX_MS */
+	double save_ramp;                      /* >= 0: also SET the ramp key (PX ramp_ttl_ms); < 0: no */
+	uint64_t ramp_ttl_ms;                  /* >= 1 when save_ramp >= 0 */
+};
+
+struct kt_pool_answer {
+	int agree; /* 1 AGREE, 0 DISAGREE */
+	int size;  /* agreed size, or max(largest reported, live); 0 only if live == 0 */
+	int live;  /* live members of the limit across all nodes */
+};
+
+struct kt_store_stats {
+	uint64_t round_trips; /* request/reply exchanges (a pipeline counts once) */
+	uint64_t commands;    /* Redis commands sent */
+	uint64_t connects;    /* successful connection setups */
+	uint64_t failures;    /* connection-level failures (each starts or extends DOWN) */
+};
+
+/* Validates and copies cfg (kind must be KT_STORE_REDIS); does not connect.
+ * Fails with -ENOTSUP if redis_tls or sentinel_tls is enabled: this build
+ * has no TLS and never falls back to clear text. */
+int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *err, size_t errlen);
+void kt_store_close(struct kt_store *s);
+
+/* One round trip for all limits of this node. ans[i] answers reqs[i]. */
+int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, int n,
+			    struct kt_pool_answer *ans, char *err, size_t errlen);
+/* Convenience: one limit, no ramp save. */
+int kt_store_heartbeat(struct kt_store *s, const char *limit, const struct kt_pool_member *m, int n,
+		       uint64_t stale_ms, struct kt_pool_answer *ans, char *err, size_t errlen);
+/* Graceful deregistration: removes ids from hb and size at once. */
+int kt_store_leave(struct kt_store *s, const char *limit, const char *const *ids, int n, char *err,
+		   size_t errlen);
+/* SET P:pool:L:ramp rate PX ttl_ms (last writer wins). */
+int kt_store_save_ramp(struct kt_store *s, const char *limit, double rate, uint64_t ttl_ms, char *err,
+		       size_t errlen);
+/* *rate = saved level, or -1 when there is none (never saved or expired). */
+int kt_store_load_ramp(struct kt_store *s, const char *limit, double *rate, char *err, size_t errlen);
+/* Connects if needed and sends PING. */
+int kt_store_ping(struct kt_store *s, char *err, size_t errlen);
+
+/* since_ns: CLOCK_MONOTONIC time the current state began (0 for IDLE);
+ * next_retry_ns: when DOWN, the earliest time the next call will try again. */
+enum kt_store_state kt_store_state(const struct kt_store *s, uint64_t *since_ns, uint64_t *next_retry_ns);
+int kt_store_connected(const struct kt_store *s);
+const char *kt_store_state_name(enum kt_store_state st);
+/* "host:port" of the server in use (the resolved master in sentinel mode),
+ * "" when not connected. Returns buf. */
+const char *kt_store_endpoint(const struct kt_store *s, char *buf, size_t len);
+/* Last error message (no passwords), "" if none. */
+const char *kt_store_last_error(const struct kt_store *s);
+void kt_store_get_stats(const struct kt_store *s, struct kt_store_stats *st);
+
+#endif

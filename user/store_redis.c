@@ -1,0 +1,1325 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Redis store client: see store.h for keys, consensus and failure handling. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <hiredis/hiredis.h>
+#include "store.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* KEYS: hb, size, ramp per limit. ARGV per limit: stale_ms, n, ramp ("" =
+ * none), ramp_ttl_ms, then n (id, size) pairs, size "0" meaning "the live
+ * count computed here". Returns {agree, size, live} per limit. TIME is the only clock; replicate_commands makes a write after
+ * TIME legal on Redis < 5 (a no-op since 5). unpack is chunked: Lua's C stack
+ * is limited. A stored size that is not an integer in range counts as a
+ * member that does not agree, never as an error. */
+static const char hb_script[] =
+	"if redis.replicate_commands then redis.replicate_commands() end\n"
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"local function each(cmd, key, list)\n"
+	"  for i = 1, #list, 500 do\n"
+	"    redis.call(cmd, key, unpack(list, i, math.min(i + 499, #list)))\n"
+	"  end\n"
+	"end\n"
+	"local out, a = {}, 1\n"
+	"for k = 1, #KEYS, 3 do\n"
+	"  local hb, sz = KEYS[k], KEYS[k + 1]\n"
+	"  local stale, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])\n"
+	"  local ramp, rttl = ARGV[a + 2], ARGV[a + 3]\n"
+	"  a = a + 4\n"
+	"  local first = a\n"
+	"  for i = 1, n do\n"
+	"    redis.call('ZADD', hb, now, ARGV[a])\n"
+	"    a = a + 2\n"
+	"  end\n"
+	"  if ramp ~= '' then redis.call('SET', KEYS[k + 2], ramp, 'PX', rttl) end\n"
+	"  local dead = redis.call('ZRANGEBYSCORE', hb, '-inf', '(' .. string.format('%.0f', now - stale))\n"
+	"  if #dead > 0 then each('ZREM', hb, dead); each('HDEL', sz, dead) end\n"
+	"  local live = redis.call('ZRANGE', hb, 0, -1)\n"
+	"  for i = first, a - 1, 2 do\n"
+	"    local r = ARGV[i + 1]\n"
+	"    if r == '0' then r = #live end\n"
+	"    redis.call('HSET', sz, ARGV[i], r)\n"
+	"  end\n"
+	"  local lo, hi, bad = nil, 0, false\n"
+	"  for i = 1, #live, 500 do\n"
+	"    local v = redis.call('HMGET', sz, unpack(live, i, math.min(i + 499, #live)))\n"
+	"    for j = 1, #v do\n"
+	"      local x = tonumber(v[j])\n"
+	"      if x == nil or x < 1 or x > " STR(KT_STORE_MAX_POOL) " or x ~= math.floor(x) then\n"
+	"        bad = true\n"
+	"      else\n"
+	"        if lo == nil or x < lo then lo = x end\n"
+	"        if x > hi then hi = x end\n"
+	"      end\n"
+	"    end\n"
+	"  end\n"
+	"  if redis.call('HLEN', sz) > #live then\n"
+	"    local alive, orphans = {}, {}\n"
+	"    for i = 1, #live do alive[live[i]] = true end\n"
+	"    for _, id in ipairs(redis.call('HKEYS', sz)) do\n"
+	"      if not alive[id] then orphans[#orphans + 1] = id end\n"
+	"    end\n"
+	"    each('HDEL', sz, orphans)\n"
+	"  end\n"
+	"  if #live > 0 then\n"
+	"    redis.call('PEXPIRE', hb, stale * " STR(KT_STORE_EXPIRE_FACTOR) ")\n"
+	"    redis.call('PEXPIRE', sz, stale * " STR(KT_STORE_EXPIRE_FACTOR) ")\n"
+	"  end\n"
+	"  local agree = 0\n"
+	"  if not bad and lo == hi and hi == #live then agree = 1 end\n"
+	"  out[#out + 1] = {agree, math.max(hi, #live), #live}\n"
+	"end\n"
+	"return out\n";
+
+/* KEYS: hb, size. ARGV: ids. Returns how many had a heartbeat. */
+static const char leave_script[] =
+	"local n = 0\n"
+	"for i = 1, #ARGV do\n"
+	"  n = n + redis.call('ZREM', KEYS[1], ARGV[i])\n"
+	"  redis.call('HDEL', KEYS[2], ARGV[i])\n"
+	"end\n"
+	"return n\n";
+
+enum { SCRIPT_HB, SCRIPT_LEAVE, N_SCRIPTS };
+static const char *const scripts[N_SCRIPTS] = { hb_script, leave_script };
+
+struct kt_store {
+	enum kt_redis_mode mode;
+	char *host;
+	int port;
+	int db;
+	char *user, *pass;
+	char *ep_host[KT_MAX_ENDPOINTS];
+	int ep_port[KT_MAX_ENDPOINTS];
+	int n_ep;
+	int ep_next;                 /* sentinel asked first at the next resolution */
+	char *master_name;
+	char *s_user, *s_pass;
+	char *prefix;
+
+	redisContext *c;             /* NULL when not connected */
+	char cur_host[256];
+	int cur_port;
+	char sha[N_SCRIPTS][41];
+
+	enum kt_store_state state;
+	uint64_t since_ns, next_retry_ns;
+	uint64_t backoff_ms;         /* last back-off delay before jitter, 0 after success */
+	uint64_t deadline_ns;        /* of the call in progress */
+	uint64_t rng;
+	char last_err[KT_ERR_LEN];
+	struct kt_store_stats st;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- errors: every message goes through here so passwords are scrubbed ---- */
+
+/* Defence in depth: no message is built from a password, but Redis error text
+ * is echoed, so any occurrence is masked. Shorter secrets would mangle
+ * ordinary words and are not worth hiding. */
+static void scrub(char *buf, const char *secret)
+{
+	size_t sl;
+	char *p;
+
+	if (!secret || (sl = strlen(secret)) < 4)
+		return;
+	while ((p = strstr(buf, secret))) {
+		memcpy(p, "***", 3);
+		memmove(p + 3, p + sl, strlen(p + sl) + 1);
+	}
+}
+
+__attribute__((format(printf, 4, 5)))
+static void seterr(struct kt_store *s, char *err, size_t errlen, const char *fmt, ...)
+{
+	char buf[KT_ERR_LEN];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	scrub(buf, s->pass);
+	scrub(buf, s->s_pass);
+	snprintf(s->last_err, sizeof(s->last_err), "%s", buf);
+	if (err && errlen)
+		snprintf(err, errlen, "%s", buf);
+}
+
+/* Redis error text, one line, bounded (it is echoed into our messages). */
+static const char *reply_text(const redisReply *r, char *buf, size_t len)
+{
+	size_t i, n = r->str ? r->len : 0;
+
+	if (n >= len)
+		n = len - 1;
+	for (i = 0; i < n; i++)
+		buf[i] = (r->str[i] >= 0x20 && r->str[i] < 0x7f) ? r->str[i] : '?';
+	buf[n] = 0;
+	return buf;
+}
+
+static bool starts_with(const redisReply *r, const char *prefix)
+{
+	size_t n = strlen(prefix);
+
+	return r->str && r->len >= n && memcmp(r->str, prefix, n) == 0;
+}
+
+/* ---- validation ---- */
+
+static bool valid_limit(const char *l)
+{
+	size_t n;
+
+	if (!l)
+		return false;
+	n = strlen(l);
+	if (n < 1 || n >= KT_NAME_LEN)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char ch = l[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+		      ch == '_' || ch == '.' || ch == '-'))
+			return false;
+	}
+	return true;
+}
+
+static bool valid_token(const char *t, size_t max)
+{
+	size_t n;
+
+	if (!t)
+		return false;
+	n = strlen(t);
+	if (n < 1 || n > max)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)t[i] < 0x21 || (unsigned char)t[i] > 0x7e)
+			return false;
+	return true;
+}
+
+static bool valid_host(const char *h)
+{
+	return valid_token(h, 253);
+}
+
+/* ---- connection state ---- */
+
+static uint64_t next_rand(struct kt_store *s)
+{
+	/* xorshift64*: jitter only, no need for quality */
+	s->rng ^= s->rng >> 12;
+	s->rng ^= s->rng << 25;
+	s->rng ^= s->rng >> 27;
+	return s->rng * 2685821657736338717ULL;
+}
+
+static void drop_conn(struct kt_store *s)
+{
+	if (s->c)
+		redisFree(s->c);
+	s->c = NULL;
+	s->cur_host[0] = 0;
+	s->cur_port = 0;
+}
+
+/* A connection-level failure: drop, go DOWN, schedule the next attempt. */
+static void conn_failed(struct kt_store *s)
+{
+	uint64_t now = mono_ns(), d;
+
+	drop_conn(s);
+	s->st.failures++;
+	if (s->state != KT_STORE_DOWN) {
+		s->state = KT_STORE_DOWN;
+		s->since_ns = now;
+	}
+	s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : KT_STORE_BACKOFF_MIN_MS;
+	if (s->backoff_ms > KT_STORE_BACKOFF_MAX_MS)
+		s->backoff_ms = KT_STORE_BACKOFF_MAX_MS;
+	d = s->backoff_ms / 2 + next_rand(s) % (s->backoff_ms / 2 + 1);
+	s->next_retry_ns = now + d * 1000000ULL;
+}
+
+/* Timeout for the next step: the per-step timeout capped by the call budget. */
+static int step_timeout(struct kt_store *s, struct timeval *tv)
+{
+	uint64_t now = mono_ns(), ms;
+
+	if (now + 1000000ULL > s->deadline_ns)
+		return -ETIMEDOUT;
+	ms = (s->deadline_ns - now) / 1000000ULL;
+	if (ms > KT_STORE_TIMEOUT_MS)
+		ms = KT_STORE_TIMEOUT_MS;
+	tv->tv_sec = (time_t)(ms / 1000);
+	tv->tv_usec = (suseconds_t)(ms % 1000) * 1000;
+	return 0;
+}
+
+/* errno for a failed hiredis context; errno_saved was read right after the call. */
+static int ctx_errno(const redisContext *c, int errno_saved)
+{
+	switch (c->err) {
+	case REDIS_ERR_IO:
+		if (errno_saved == EAGAIN || errno_saved == EWOULDBLOCK || errno_saved == EINPROGRESS)
+			return -ETIMEDOUT;
+		return errno_saved > 0 ? -errno_saved : -EIO;
+	case REDIS_ERR_EOF:
+		return -ECONNRESET;
+	case REDIS_ERR_PROTOCOL:
+		return -EPROTO;
+	case REDIS_ERR_OOM:
+		return -ENOMEM;
+	default:
+		return -EIO;
+	}
+}
+
+static const char *ctx_errstr(const redisContext *c, int ret)
+{
+	if (ret == -ETIMEDOUT)
+		return "timed out after " STR(KT_STORE_TIMEOUT_MS) " ms";
+	if (ret == -ECONNRESET)
+		return "server closed the connection";
+	return c->errstr[0] ? c->errstr : strerror(-ret);
+}
+
+static int dial(struct kt_store *s, const char *role, const char *host, int port, redisContext **out,
+		char *err, size_t errlen)
+{
+	struct timeval tv;
+	redisContext *c;
+	int ret, e;
+
+	if (step_timeout(s, &tv)) {
+		seterr(s, err, errlen, "%s %s:%d: connect: call budget of %d ms exhausted", role, host,
+		       port, KT_STORE_CALL_BUDGET_MS);
+		return -ETIMEDOUT;
+	}
+	errno = 0;
+	c = redisConnectWithTimeout(host, port, tv);
+	e = errno;
+	if (!c) {
+		seterr(s, err, errlen, "%s %s:%d: connect: out of memory", role, host, port);
+		return -ENOMEM;
+	}
+	if (c->err) {
+		ret = ctx_errno(c, e);
+		seterr(s, err, errlen, "%s %s:%d: connect: %s", role, host, port,
+		       ret == -ETIMEDOUT ? "timed out after " STR(KT_STORE_TIMEOUT_MS) " ms" : c->errstr);
+		redisFree(c);
+		return ret;
+	}
+	*out = c;
+	return 0;
+}
+
+struct cmd {
+	int argc;
+	const char *argv[4];
+	size_t len[4];
+};
+
+static void cmd_set(struct cmd *k, int argc, ...)
+{
+	va_list ap;
+	int i;
+
+	va_start(ap, argc);
+	k->argc = argc;
+	for (i = 0; i < argc; i++) {
+		k->argv[i] = va_arg(ap, const char *);
+		k->len[i] = strlen(k->argv[i]);
+	}
+	va_end(ap);
+}
+
+static void free_replies(redisReply **rep, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (rep[i])
+			freeReplyObject(rep[i]);
+}
+
+/* Sends n commands in one write and reads n replies (errors replies included).
+ * Returns 0, or a negative errno for an I/O failure (the caller drops c). */
+static int pipeline(struct kt_store *s, redisContext *c, const char *where, struct cmd *cmds,
+		    int n, redisReply **rep, char *err, size_t errlen)
+{
+	struct timeval tv;
+	int i, ret, e;
+	void *r;
+
+	for (i = 0; i < n; i++)
+		rep[i] = NULL;
+	if (step_timeout(s, &tv) || redisSetTimeout(c, tv) != REDIS_OK) {
+		seterr(s, err, errlen, "%s: call budget of %d ms exhausted", where,
+		       KT_STORE_CALL_BUDGET_MS);
+		return -ETIMEDOUT;
+	}
+	for (i = 0; i < n; i++) {
+		if (redisAppendCommandArgv(c, cmds[i].argc, cmds[i].argv, cmds[i].len) != REDIS_OK) {
+			seterr(s, err, errlen, "%s: out of memory", where);
+			return -ENOMEM;
+		}
+	}
+	s->st.round_trips++;
+	s->st.commands += (uint64_t)n;
+	for (i = 0; i < n; i++) {
+		errno = 0;
+		if (redisGetReply(c, &r) != REDIS_OK || !r) {
+			e = errno;
+			ret = ctx_errno(c, e);
+			seterr(s, err, errlen, "%s: %s", where, ctx_errstr(c, ret));
+			free_replies(rep, i);
+			return ret;
+		}
+		rep[i] = r;
+	}
+	return 0;
+}
+
+static bool is_ok(const redisReply *r)
+{
+	return r->type == REDIS_REPLY_STATUS && r->len == 2 && memcmp(r->str, "OK", 2) == 0;
+}
+
+/* AUTH [user] password, as a pipelined command. */
+static void auth_cmd(struct cmd *k, const char *user, const char *pass)
+{
+	if (user)
+		cmd_set(k, 3, "AUTH", user, pass);
+	else
+		cmd_set(k, 2, "AUTH", pass);
+}
+
+static int auth_failed(struct kt_store *s, const char *where, const redisReply *r, char *err,
+		       size_t errlen)
+{
+	char t[200];
+
+	seterr(s, err, errlen, "%s: authentication failed: %s", where, reply_text(r, t, sizeof(t)));
+	return -EACCES;
+}
+
+/* Asks one sentinel for the master's address. */
+static int ask_sentinel(struct kt_store *s, int idx, char *host, size_t hostlen, int *port, char *err,
+			size_t errlen)
+{
+	redisContext *c = NULL;
+	redisReply *rep[2] = { NULL, NULL }, *r;
+	struct cmd cmds[2];
+	char where[300], t[200], *end;
+	int n = 0, ret;
+	long v;
+
+	snprintf(where, sizeof(where), "sentinel %s:%d", s->ep_host[idx], s->ep_port[idx]);
+	ret = dial(s, "sentinel", s->ep_host[idx], s->ep_port[idx], &c, err, errlen);
+	if (ret)
+		return ret;
+	if (s->s_pass)
+		auth_cmd(&cmds[n++], s->s_user, s->s_pass);
+	cmd_set(&cmds[n++], 3, "SENTINEL", "get-master-addr-by-name", s->master_name);
+	ret = pipeline(s, c, where, cmds, n, rep, err, errlen);
+	if (ret)
+		goto out;
+	if (s->s_pass && !is_ok(rep[0])) {
+		ret = auth_failed(s, where, rep[0], err, errlen);
+		goto out;
+	}
+	r = rep[n - 1];
+	ret = -EPROTO;
+	if (r->type == REDIS_REPLY_NIL) {
+		seterr(s, err, errlen, "%s: does not know master '%s'", where, s->master_name);
+		ret = -ENOENT;
+		goto out;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		seterr(s, err, errlen, "%s: SENTINEL get-master-addr-by-name: %s", where,
+		       reply_text(r, t, sizeof(t)));
+		ret = starts_with(r, "NOAUTH") ? -EACCES : -EIO;
+		goto out;
+	}
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+	    r->element[0]->type != REDIS_REPLY_STRING || r->element[1]->type != REDIS_REPLY_STRING ||
+	    r->element[0]->len >= hostlen || !valid_host(r->element[0]->str)) {
+		seterr(s, err, errlen, "%s: malformed reply to SENTINEL get-master-addr-by-name", where);
+		goto out;
+	}
+	errno = 0;
+	v = strtol(r->element[1]->str, &end, 10);
+	if (errno || *end || end == r->element[1]->str || v < 1 || v > 65535) {
+		seterr(s, err, errlen, "%s: malformed master port in SENTINEL reply", where);
+		goto out;
+	}
+	memcpy(host, r->element[0]->str, r->element[0]->len + 1);
+	*port = (int)v;
+	ret = 0;
+out:
+	free_replies(rep, 2);
+	redisFree(c);
+	return ret;
+}
+
+static bool is_sha(const redisReply *r)
+{
+	if (r->type != REDIS_REPLY_STRING || r->len != 40)
+		return false;
+	for (int i = 0; i < 40; i++)
+		if (!((r->str[i] >= '0' && r->str[i] <= '9') || (r->str[i] >= 'a' && r->str[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/* AUTH, SELECT, ROLE (sentinel mode) and SCRIPT LOAD, in one round trip. */
+static int setup_master(struct kt_store *s, redisContext *c, const char *where, char *err,
+			size_t errlen)
+{
+	struct cmd cmds[3 + N_SCRIPTS];
+	redisReply *rep[3 + N_SCRIPTS], *r;
+	int n = 0, i_auth = -1, i_sel = -1, i_role = -1, i_scr, i, ret;
+	char db[16], t[200];
+
+	if (s->pass) {
+		i_auth = n;
+		auth_cmd(&cmds[n++], s->user, s->pass);
+	}
+	if (s->db) {
+		snprintf(db, sizeof(db), "%d", s->db);
+		i_sel = n;
+		cmd_set(&cmds[n++], 2, "SELECT", db);
+	}
+	if (s->mode == KT_REDIS_SENTINEL) {
+		i_role = n;
+		cmd_set(&cmds[n++], 1, "ROLE");
+	}
+	i_scr = n;
+	for (i = 0; i < N_SCRIPTS; i++)
+		cmd_set(&cmds[n++], 3, "SCRIPT", "LOAD", scripts[i]);
+	ret = pipeline(s, c, where, cmds, n, rep, err, errlen);
+	if (ret)
+		return ret;
+	if (i_auth >= 0 && !is_ok(rep[i_auth])) {
+		ret = auth_failed(s, where, rep[i_auth], err, errlen);
+		goto out;
+	}
+	if (i_sel >= 0 && !is_ok(rep[i_sel])) {
+		seterr(s, err, errlen, "%s: SELECT %d: %s", where, s->db,
+		       rep[i_sel]->type == REDIS_REPLY_ERROR ? reply_text(rep[i_sel], t, sizeof(t))
+							    : "unexpected reply");
+		ret = -EIO;
+		goto out;
+	}
+	if (i_role >= 0) {
+		r = rep[i_role];
+		if (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+		    r->element[0]->type != REDIS_REPLY_STRING) {
+			seterr(s, err, errlen, "%s: malformed reply to ROLE", where);
+			ret = -EPROTO;
+			goto out;
+		}
+		if (strcmp(r->element[0]->str, "master") != 0) {
+			seterr(s, err, errlen, "%s: not a master (ROLE: %s); failover in progress?", where,
+			       reply_text(r->element[0], t, sizeof(t)));
+			ret = -EROFS;
+			goto out;
+		}
+	}
+	for (i = 0; i < N_SCRIPTS; i++) {
+		r = rep[i_scr + i];
+		if (r->type == REDIS_REPLY_ERROR) {
+			seterr(s, err, errlen, "%s: SCRIPT LOAD: %s%s", where, reply_text(r, t, sizeof(t)),
+			       starts_with(r, "NOAUTH") ? " (configure a password)" : "");
+			ret = starts_with(r, "NOAUTH") ? -EACCES : -EIO;
+			goto out;
+		}
+		if (!is_sha(r)) {
+			seterr(s, err, errlen, "%s: malformed reply to SCRIPT LOAD", where);
+			ret = -EPROTO;
+			goto out;
+		}
+		memcpy(s->sha[i], r->str, 41);
+	}
+out:
+	free_replies(rep, n);
+	return ret;
+}
+
+static int connect_store(struct kt_store *s, char *err, size_t errlen)
+{
+	char host[256], where[300];
+	redisContext *c = NULL;
+	int port, ret, i;
+
+	if (s->mode == KT_REDIS_SENTINEL) {
+		ret = -EIO;
+		for (i = 0; i < s->n_ep; i++) {
+			int idx = (s->ep_next + i) % s->n_ep;
+
+			ret = ask_sentinel(s, idx, host, sizeof(host), &port, err, errlen);
+			if (!ret) {
+				s->ep_next = idx;
+				break;
+			}
+		}
+		if (ret) {
+			if (s->n_ep > 1) {
+				char last[KT_ERR_LEN];
+
+				snprintf(last, sizeof(last), "%s", s->last_err);
+				seterr(s, err, errlen, "no sentinel of %d answered for master '%s'; last: %s",
+				       s->n_ep, s->master_name, last);
+			}
+			return ret;
+		}
+	} else {
+		snprintf(host, sizeof(host), "%s", s->host);
+		port = s->port;
+	}
+	snprintf(where, sizeof(where), "redis %s:%d", host, port);
+	ret = dial(s, "redis", host, port, &c, err, errlen);
+	if (!ret)
+		ret = setup_master(s, c, where, err, errlen);
+	if (ret) {
+		if (c)
+			redisFree(c);
+		/* the sentinel that named this master may be stale: start elsewhere next time */
+		if (s->mode == KT_REDIS_SENTINEL)
+			s->ep_next = (s->ep_next + 1) % s->n_ep;
+		return ret;
+	}
+	s->c = c;
+	snprintf(s->cur_host, sizeof(s->cur_host), "%s", host);
+	s->cur_port = port;
+	return 0;
+}
+
+/* Start of every public call: set the budget, connect if needed, honour back-off. */
+static int begin(struct kt_store *s, char *err, size_t errlen)
+{
+	uint64_t now = mono_ns();
+	int ret;
+
+	s->deadline_ns = now + KT_STORE_CALL_BUDGET_MS * 1000000ULL;
+	if (s->c)
+		return 0;
+	if (s->state == KT_STORE_DOWN && now < s->next_retry_ns) {
+		if (err && errlen)
+			snprintf(err, errlen, "store down for %.1f s, next retry in %llu ms; last error: %s",
+				 (double)(now - s->since_ns) / 1e9,
+				 (unsigned long long)((s->next_retry_ns - now + 999999) / 1000000),
+				 s->last_err);
+		return -EAGAIN;
+	}
+	ret = connect_store(s, err, errlen);
+	if (ret) {
+		conn_failed(s);
+		return ret;
+	}
+	s->st.connects++;
+	if (s->state != KT_STORE_UP) {
+		s->state = KT_STORE_UP;
+		s->since_ns = mono_ns();
+	}
+	s->backoff_ms = 0;
+	return 0;
+}
+
+/* One command on the connection. I/O failures drop it. Error replies are
+ * returned to the caller in *out (with 0) for classification. */
+static int roundtrip(struct kt_store *s, int argc, const char **argv, const size_t *len,
+		     const char *what, redisReply **out, char *err, size_t errlen)
+{
+	struct timeval tv;
+	redisReply *r;
+	int ret, e;
+
+	*out = NULL;
+	if (step_timeout(s, &tv) || redisSetTimeout(s->c, tv) != REDIS_OK) {
+		seterr(s, err, errlen, "redis %s:%d: %s: call budget of %d ms exhausted", s->cur_host,
+		       s->cur_port, what, KT_STORE_CALL_BUDGET_MS);
+		conn_failed(s);
+		return -ETIMEDOUT;
+	}
+	s->st.round_trips++;
+	s->st.commands++;
+	errno = 0;
+	r = redisCommandArgv(s->c, argc, argv, len);
+	e = errno;
+	if (!r) {
+		ret = ctx_errno(s->c, e);
+		seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cur_host, s->cur_port, what,
+		       ctx_errstr(s->c, ret));
+		conn_failed(s);
+		return ret;
+	}
+	*out = r;
+	return 0;
+}
+
+/* Classifies an error reply. Replies that mean "wrong server now" (failover,
+ * restart, lost auth) drop the connection so the next call re-resolves. */
+static int error_reply(struct kt_store *s, const redisReply *r, const char *what, char *err,
+		       size_t errlen)
+{
+	char t[200];
+	int ret = -EIO;
+	bool drop = false;
+
+	if (starts_with(r, "READONLY")) {
+		ret = -EROFS;
+		drop = true;
+	} else if (starts_with(r, "NOAUTH")) {
+		ret = -EACCES;
+		drop = true;
+	} else if (starts_with(r, "MASTERDOWN") || starts_with(r, "LOADING")) {
+		drop = true;
+	}
+	seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cur_host, s->cur_port, what,
+	       reply_text(r, t, sizeof(t)));
+	if (drop)
+		conn_failed(s);
+	return ret;
+}
+
+/* ---- argument vectors ---- */
+
+struct args {
+	int n, cap;
+	const char **v;
+	size_t *len;
+	char **owned;
+	int n_owned;
+	bool oom;
+};
+
+static int args_init(struct args *a, int cap)
+{
+	memset(a, 0, sizeof(*a));
+	a->cap = cap;
+	a->v = calloc((size_t)cap, sizeof(*a->v));
+	a->len = calloc((size_t)cap, sizeof(*a->len));
+	a->owned = calloc((size_t)cap, sizeof(*a->owned));
+	return a->v && a->len && a->owned ? 0 : -ENOMEM;
+}
+
+static void args_free(struct args *a)
+{
+	for (int i = 0; i < a->n_owned; i++)
+		free(a->owned[i]);
+	free(a->v);
+	free(a->len);
+	free(a->owned);
+}
+
+static void arg_ref(struct args *a, const char *p)
+{
+	if (a->n >= a->cap) {
+		a->oom = true;
+		return;
+	}
+	a->v[a->n] = p;
+	a->len[a->n++] = strlen(p);
+}
+
+__attribute__((format(printf, 2, 3)))
+static void arg_fmt(struct args *a, const char *fmt, ...)
+{
+	va_list ap;
+	char *p;
+	int len;
+
+	va_start(ap, fmt);
+	len = vasprintf(&p, fmt, ap);
+	va_end(ap);
+	if (len < 0 || a->n >= a->cap) {
+		if (len >= 0)
+			free(p);
+		a->oom = true;
+		return;
+	}
+	a->owned[a->n_owned++] = p;
+	a->v[a->n] = p;
+	a->len[a->n++] = (size_t)len;
+}
+
+/* EVALSHA, falling back to EVAL when the server lost the script (restart,
+ * SCRIPT FLUSH). argv[0..1] are reserved for the command and script. */
+static int run_script(struct kt_store *s, int script, struct args *a, const char *what,
+		      redisReply **out, char *err, size_t errlen)
+{
+	redisReply *r;
+	int ret;
+
+	a->v[0] = "EVALSHA";
+	a->len[0] = 7;
+	a->v[1] = s->sha[script];
+	a->len[1] = 40;
+	ret = roundtrip(s, a->n, a->v, a->len, what, &r, err, errlen);
+	if (ret)
+		return ret;
+	if (r->type == REDIS_REPLY_ERROR && starts_with(r, "NOSCRIPT")) {
+		freeReplyObject(r);
+		a->v[0] = "EVAL";
+		a->len[0] = 4;
+		a->v[1] = scripts[script];
+		a->len[1] = strlen(scripts[script]);
+		ret = roundtrip(s, a->n, a->v, a->len, what, &r, err, errlen);
+		if (ret)
+			return ret;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		ret = error_reply(s, r, what, err, errlen);
+		freeReplyObject(r);
+		return ret;
+	}
+	*out = r;
+	return 0;
+}
+
+/* ---- public API ---- */
+
+static void free_secret(char *p)
+{
+	if (p) {
+		explicit_bzero(p, strlen(p));
+		free(p);
+	}
+}
+
+void kt_store_close(struct kt_store *s)
+{
+	if (!s)
+		return;
+	drop_conn(s);
+	free(s->host);
+	free(s->user);
+	free_secret(s->pass);
+	for (int i = 0; i < s->n_ep; i++)
+		free(s->ep_host[i]);
+	free(s->master_name);
+	free(s->s_user);
+	free_secret(s->s_pass);
+	free(s->prefix);
+	free(s);
+}
+
+static int dup_str(char **dst, const char *src)
+{
+	if (!src) {
+		*dst = NULL;
+		return 0;
+	}
+	*dst = strdup(src);
+	return *dst ? 0 : -ENOMEM;
+}
+
+static int check_auth(const struct kt_auth_cfg *a, const char *what, int line, char *err, size_t errlen)
+{
+	if (a->username && !a->password) {
+		snprintf(err, errlen, "store (line %d): %s: username given without a password", line, what);
+		return -EINVAL;
+	}
+	if (a->username && !valid_token(a->username, 255)) {
+		snprintf(err, errlen, "store (line %d): %s: username must be 1..255 printable characters",
+			 line, what);
+		return -EINVAL;
+	}
+	if (a->password && (!*a->password || strlen(a->password) > 4096)) {
+		snprintf(err, errlen, "store (line %d): %s: password must be 1..4096 bytes", line, what);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *err, size_t errlen)
+{
+	struct kt_store *s = NULL;
+	struct sigaction sa;
+	const char *prefix;
+	int ret, i;
+
+	*out = NULL;
+	if (cfg->kind != KT_STORE_REDIS) {
+		snprintf(err, errlen, "store (line %d): not a redisStore", cfg->line);
+		return -EINVAL;
+	}
+	/* refuse before anything else: never fall back to clear text */
+	if (cfg->redis_tls.enabled || cfg->sentinel_tls.enabled) {
+		snprintf(err, errlen,
+			 "store (line %d): %s: TLS requested but this build has no TLS support "
+			 "(hiredis without SSL); refusing to connect in clear text",
+			 cfg->line, cfg->redis_tls.enabled ? "redis_tls" : "sentinel_tls");
+		return -ENOTSUP;
+	}
+	prefix = cfg->key_prefix ? cfg->key_prefix : "kthrottle";
+	if (!valid_token(prefix, KT_STORE_PREFIX_MAX)) {
+		snprintf(err, errlen, "store (line %d): keyPrefix must be 1..%d printable characters without spaces",
+			 cfg->line, KT_STORE_PREFIX_MAX);
+		return -EINVAL;
+	}
+	if (cfg->db < 0) {
+		snprintf(err, errlen, "store (line %d): db %d is negative", cfg->line, cfg->db);
+		return -EINVAL;
+	}
+	ret = check_auth(&cfg->redis_auth, "redis_auth", cfg->line, err, errlen);
+	if (ret)
+		return ret;
+	if (cfg->redis_mode == KT_REDIS_SINGLE) {
+		if (!valid_host(cfg->host) || cfg->port < 1 || cfg->port > 65535) {
+			snprintf(err, errlen, "store (line %d): url: host missing or port %d out of 1..65535",
+				 cfg->line, cfg->port);
+			return -EINVAL;
+		}
+	} else if (cfg->redis_mode == KT_REDIS_SENTINEL) {
+		if (cfg->n_endpoints < 1 || cfg->n_endpoints > KT_MAX_ENDPOINTS) {
+			snprintf(err, errlen, "store (line %d): sentinel: %d endpoints, need 1..%d", cfg->line,
+				 cfg->n_endpoints, KT_MAX_ENDPOINTS);
+			return -EINVAL;
+		}
+		for (i = 0; i < cfg->n_endpoints; i++) {
+			if (!valid_host(cfg->endpoint_host[i]) || cfg->endpoint_port[i] < 1 ||
+			    cfg->endpoint_port[i] > 65535) {
+				snprintf(err, errlen, "store (line %d): sentinel: endpoint %d: bad host or port",
+					 cfg->line, i + 1);
+				return -EINVAL;
+			}
+		}
+		if (!valid_token(cfg->master_name, 255)) {
+			snprintf(err, errlen, "store (line %d): sentinel: master_name missing or not printable",
+				 cfg->line);
+			return -EINVAL;
+		}
+		ret = check_auth(&cfg->sentinel_auth, "sentinel_auth", cfg->line, err, errlen);
+		if (ret)
+			return ret;
+	} else {
+		snprintf(err, errlen, "store (line %d): unknown redis mode %d", cfg->line, (int)cfg->redis_mode);
+		return -EINVAL;
+	}
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		goto oom;
+	s->mode = cfg->redis_mode;
+	s->port = cfg->port;
+	s->db = cfg->db;
+	if (dup_str(&s->prefix, prefix) || dup_str(&s->user, cfg->redis_auth.username) ||
+	    dup_str(&s->pass, cfg->redis_auth.password))
+		goto oom;
+	if (s->mode == KT_REDIS_SINGLE) {
+		if (dup_str(&s->host, cfg->host))
+			goto oom;
+	} else {
+		for (i = 0; i < cfg->n_endpoints; i++) {
+			if (dup_str(&s->ep_host[i], cfg->endpoint_host[i]))
+				goto oom;
+			s->ep_port[i] = cfg->endpoint_port[i];
+			s->n_ep = i + 1;
+		}
+		if (dup_str(&s->master_name, cfg->master_name) ||
+		    dup_str(&s->s_user, cfg->sentinel_auth.username) ||
+		    dup_str(&s->s_pass, cfg->sentinel_auth.password))
+			goto oom;
+	}
+	s->rng = mono_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s;
+	if (!s->rng)
+		s->rng = 1;
+	/* hiredis uses write(2): a reset peer must not kill the daemon */
+	if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
+		signal(SIGPIPE, SIG_IGN);
+	*out = s;
+	return 0;
+oom:
+	kt_store_close(s);
+	snprintf(err, errlen, "store (line %d): out of memory", cfg->line);
+	return -ENOMEM;
+}
+
+static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, char *err, size_t errlen)
+{
+	if (!valid_limit(q->limit)) {
+		seterr(s, err, errlen, "heartbeat: request %d: invalid limit name", idx);
+		return -EINVAL;
+	}
+	if (q->n_members < 0 || q->n_members > KT_STORE_MAX_POOL || (q->n_members && !q->members)) {
+		seterr(s, err, errlen, "heartbeat: limit %s: bad member count %d", q->limit, q->n_members);
+		return -EINVAL;
+	}
+	if (q->stale_ms < 1 || q->stale_ms > KT_STORE_STALE_MAX_MS) {
+		seterr(s, err, errlen, "heartbeat: limit %s: stale_ms %llu out of 1..%llu", q->limit,
+		       (unsigned long long)q->stale_ms, (unsigned long long)KT_STORE_STALE_MAX_MS);
+		return -EINVAL;
+	}
+	if (q->save_ramp >= 0 &&
+	    (!isfinite(q->save_ramp) || q->save_ramp > 1e15 || q->ramp_ttl_ms < 1 ||
+	     q->ramp_ttl_ms > KT_STORE_STALE_MAX_MS * 365)) {
+		seterr(s, err, errlen, "heartbeat: limit %s: ramp %g or ttl %llu ms out of range", q->limit,
+		       q->save_ramp, (unsigned long long)q->ramp_ttl_ms);
+		return -EINVAL;
+	}
+	for (int i = 0; i < q->n_members; i++) {
+		const struct kt_pool_member *m = &q->members[i];
+
+		if (!valid_token(m->id, KT_STORE_ID_MAX)) {
+			seterr(s, err, errlen, "heartbeat: limit %s: member %d: id must be 1..%d printable characters",
+			       q->limit, i, KT_STORE_ID_MAX);
+			return -EINVAL;
+		}
+		if (m->reported_size < 0 || m->reported_size > KT_STORE_MAX_POOL) {
+			seterr(s, err, errlen, "heartbeat: limit %s: member %s: reported size %d out of 0..%d",
+			       q->limit, m->id, m->reported_size, KT_STORE_MAX_POOL);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+static bool int_in(const redisReply *r, long long lo, long long hi)
+{
+	return r->type == REDIS_REPLY_INTEGER && r->integer >= lo && r->integer <= hi;
+}
+
+static int parse_answers(struct kt_store *s, const redisReply *r, const struct kt_pool_req *reqs, int n,
+			 struct kt_pool_answer *ans, char *err, size_t errlen)
+{
+	const char *why = NULL;
+	int i;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n) {
+		seterr(s, err, errlen, "redis %s:%d: heartbeat: malformed reply: expected %d answers",
+		       s->cur_host, s->cur_port, n);
+		return -EPROTO;
+	}
+	for (i = 0; i < n && !why; i++) {
+		const redisReply *e = r->element[i];
+		struct kt_pool_answer a;
+
+		if (e->type != REDIS_REPLY_ARRAY || e->elements != 3) {
+			why = "not an array of 3";
+		} else if (!int_in(e->element[0], 0, 1) || !int_in(e->element[1], 0, KT_STORE_MAX_POOL) ||
+			   !int_in(e->element[2], 0, KT_STORE_MAX_POOL)) {
+			why = "field not an integer in range";
+		} else {
+			a.agree = (int)e->element[0]->integer;
+			a.size = (int)e->element[1]->integer;
+			a.live = (int)e->element[2]->integer;
+			if (a.size < a.live)
+				why = "size below live count";
+			else if (a.agree && (a.size != a.live || a.live < 1))
+				why = "AGREE on a size other than the live count";
+			else if (reqs[i].n_members > 0 && a.live < 1)
+				why = "no live member right after a heartbeat";
+			else
+				ans[i] = a;
+		}
+	}
+	if (why) {
+		seterr(s, err, errlen, "redis %s:%d: heartbeat: malformed reply for limit %s: %s",
+		       s->cur_host, s->cur_port, reqs[i - 1].limit, why);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, int n,
+			    struct kt_pool_answer *ans, char *err, size_t errlen)
+{
+	struct args a = { 0 };
+	redisReply *r = NULL;
+	int i, j, cap, ret;
+
+	if (n < 1 || n > KT_MAX_LIMITS || !reqs || !ans) {
+		seterr(s, err, errlen, "heartbeat: %d limits, need 1..%d", n, KT_MAX_LIMITS);
+		return -EINVAL;
+	}
+	cap = 3;
+	for (i = 0; i < n; i++) {
+		ret = check_req(s, &reqs[i], i, err, errlen);
+		if (ret)
+			return ret;
+		cap += 7 + 2 * reqs[i].n_members;
+	}
+	ret = begin(s, err, errlen);
+	if (ret)
+		return ret;
+	ret = args_init(&a, cap);
+	if (ret)
+		goto oom;
+	a.n = 2; /* EVALSHA sha */
+	arg_fmt(&a, "%d", 3 * n);
+	for (i = 0; i < n; i++) {
+		arg_fmt(&a, "%s:pool:%s:hb", s->prefix, reqs[i].limit);
+		arg_fmt(&a, "%s:pool:%s:size", s->prefix, reqs[i].limit);
+		arg_fmt(&a, "%s:pool:%s:ramp", s->prefix, reqs[i].limit);
+	}
+	for (i = 0; i < n; i++) {
+		const struct kt_pool_req *q = &reqs[i];
+
+		arg_fmt(&a, "%llu", (unsigned long long)q->stale_ms);
+		arg_fmt(&a, "%d", q->n_members);
+		if (q->save_ramp >= 0) {
+			arg_fmt(&a, "%.17g", q->save_ramp);
+			arg_fmt(&a, "%llu", (unsigned long long)q->ramp_ttl_ms);
+		} else {
+			arg_ref(&a, "");
+			arg_ref(&a, "0");
+		}
+		for (j = 0; j < q->n_members; j++) {
+			arg_ref(&a, q->members[j].id);
+			arg_fmt(&a, "%d", q->members[j].reported_size);
+		}
+	}
+	if (a.oom)
+		goto oom;
+	ret = run_script(s, SCRIPT_HB, &a, "heartbeat", &r, err, errlen);
+	if (!ret)
+		ret = parse_answers(s, r, reqs, n, ans, err, errlen);
+	goto out;
+oom:
+	seterr(s, err, errlen, "heartbeat: out of memory");
+	ret = -ENOMEM;
+out:
+	if (r)
+		freeReplyObject(r);
+	args_free(&a);
+	return ret;
+}
+
+int kt_store_heartbeat(struct kt_store *s, const char *limit, const struct kt_pool_member *m, int n,
+		       uint64_t stale_ms, struct kt_pool_answer *ans, char *err, size_t errlen)
+{
+	struct kt_pool_req q = {
+		.limit = limit, .members = m, .n_members = n, .stale_ms = stale_ms, .save_ramp = -1,
+	};
+
+	return kt_store_heartbeat_many(s, &q, 1, ans, err, errlen);
+}
+
+int kt_store_leave(struct kt_store *s, const char *limit, const char *const *ids, int n, char *err,
+		   size_t errlen)
+{
+	struct args a = { 0 };
+	redisReply *r = NULL;
+	int i, ret;
+
+	if (!valid_limit(limit) || n < 0 || n > KT_STORE_MAX_POOL || (n && !ids)) {
+		seterr(s, err, errlen, "leave: invalid limit name or %d ids", n);
+		return -EINVAL;
+	}
+	for (i = 0; i < n; i++) {
+		if (!valid_token(ids[i], KT_STORE_ID_MAX)) {
+			seterr(s, err, errlen, "leave: limit %s: id %d must be 1..%d printable characters",
+			       limit, i, KT_STORE_ID_MAX);
+			return -EINVAL;
+		}
+	}
+	if (n == 0)
+		return 0;
+	ret = begin(s, err, errlen);
+	if (ret)
+		return ret;
+	ret = args_init(&a, 5 + n);
+	if (ret)
+		goto oom;
+	a.n = 2;
+	arg_ref(&a, "2");
+	arg_fmt(&a, "%s:pool:%s:hb", s->prefix, limit);
+	arg_fmt(&a, "%s:pool:%s:size", s->prefix, limit);
+	for (i = 0; i < n; i++)
+		arg_ref(&a, ids[i]);
+	if (a.oom)
+		goto oom;
+	ret = run_script(s, SCRIPT_LEAVE, &a, "leave", &r, err, errlen);
+	if (!ret && !int_in(r, 0, n)) {
+		seterr(s, err, errlen, "redis %s:%d: leave: malformed reply", s->cur_host, s->cur_port);
+		ret = -EPROTO;
+	}
+	goto out;
+oom:
+	seterr(s, err, errlen, "leave: out of memory");
+	ret = -ENOMEM;
+out:
+	if (r)
+		freeReplyObject(r);
+	args_free(&a);
+	return ret;
+}
+
+/* One plain command with a classified reply; *out is never an error reply. */
+static int simple(struct kt_store *s, int argc, const char **argv, const char *what, redisReply **out,
+		  char *err, size_t errlen)
+{
+	size_t len[8];
+	int ret;
+
+	for (int i = 0; i < argc; i++)
+		len[i] = strlen(argv[i]);
+	ret = roundtrip(s, argc, argv, len, what, out, err, errlen);
+	if (ret)
+		return ret;
+	if ((*out)->type == REDIS_REPLY_ERROR) {
+		ret = error_reply(s, *out, what, err, errlen);
+		freeReplyObject(*out);
+		*out = NULL;
+	}
+	return ret;
+}
+
+int kt_store_save_ramp(struct kt_store *s, const char *limit, double rate, uint64_t ttl_ms, char *err,
+		       size_t errlen)
+{
+	char key[KT_STORE_PREFIX_MAX + KT_NAME_LEN + 16], val[32], ttl[24];
+	const char *argv[5] = { "SET", key, val, "PX", ttl };
+	redisReply *r = NULL;
+	int ret;
+
+	if (!valid_limit(limit) || !isfinite(rate) || rate < 0 || rate > 1e15 || ttl_ms < 1 ||
+	    ttl_ms > KT_STORE_STALE_MAX_MS * 365) {
+		seterr(s, err, errlen, "save ramp: invalid limit name, rate %g or ttl %llu ms", rate,
+		       (unsigned long long)ttl_ms);
+		return -EINVAL;
+	}
+	ret = begin(s, err, errlen);
+	if (ret)
+		return ret;
+	snprintf(key, sizeof(key), "%s:pool:%s:ramp", s->prefix, limit);
+	snprintf(val, sizeof(val), "%.17g", rate);
+	snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)ttl_ms);
+	ret = simple(s, 5, argv, "save ramp", &r, err, errlen);
+	if (!ret && !is_ok(r)) {
+		seterr(s, err, errlen, "redis %s:%d: save ramp: malformed reply to SET", s->cur_host,
+		       s->cur_port);
+		ret = -EPROTO;
+	}
+	if (r)
+		freeReplyObject(r);
+	return ret;
+}
+
+int kt_store_load_ramp(struct kt_store *s, const char *limit, double *rate, char *err, size_t errlen)
+{
+	char key[KT_STORE_PREFIX_MAX + KT_NAME_LEN + 16], *end;
+	const char *argv[2] = { "GET", key };
+	redisReply *r = NULL;
+	double v;
+	int ret;
+
+	*rate = -1;
+	if (!valid_limit(limit)) {
+		seterr(s, err, errlen, "load ramp: invalid limit name");
+		return -EINVAL;
+	}
+	ret = begin(s, err, errlen);
+	if (ret)
+		return ret;
+	snprintf(key, sizeof(key), "%s:pool:%s:ramp", s->prefix, limit);
+	ret = simple(s, 2, argv, "load ramp", &r, err, errlen);
+	if (ret)
+		return ret;
+	if (r->type == REDIS_REPLY_NIL)
+		goto out;
+	ret = -EPROTO;
+	if (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len > 31 || strlen(r->str) != r->len)
+		goto bad;
+	errno = 0;
+	v = strtod(r->str, &end);
+	if (errno || *end || !isfinite(v) || v < 0 || v > 1e15)
+		goto bad;
+	*rate = v;
+	ret = 0;
+	goto out;
+bad:
+	seterr(s, err, errlen, "redis %s:%d: load ramp: malformed value in %s", s->cur_host, s->cur_port,
+	       key);
+out:
+	freeReplyObject(r);
+	return ret;
+}
+
+int kt_store_ping(struct kt_store *s, char *err, size_t errlen)
+{
+	const char *argv[1] = { "PING" };
+	redisReply *r = NULL;
+	int ret;
+
+	ret = begin(s, err, errlen);
+	if (ret)
+		return ret;
+	ret = simple(s, 1, argv, "ping", &r, err, errlen);
+	if (!ret && !(r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0)) {
+		seterr(s, err, errlen, "redis %s:%d: ping: malformed reply", s->cur_host, s->cur_port);
+		ret = -EPROTO;
+	}
+	if (r)
+		freeReplyObject(r);
+	return ret;
+}
+
+enum kt_store_state kt_store_state(const struct kt_store *s, uint64_t *since_ns, uint64_t *next_retry_ns)
+{
+	if (since_ns)
+		*since_ns = s->state == KT_STORE_IDLE ? 0 : s->since_ns;
+	if (next_retry_ns)
+		*next_retry_ns = s->state == KT_STORE_DOWN ? s->next_retry_ns : 0;
+	return s->state;
+}
+
+int kt_store_connected(const struct kt_store *s)
+{
+	return s->c != NULL;
+}
+
+const char *kt_store_state_name(enum kt_store_state st)
+{
+	switch (st) {
+	case KT_STORE_IDLE:
+		return "idle";
+	case KT_STORE_UP:
+		return "up";
+	case KT_STORE_DOWN:
+		return "down";
+	}
+	return "?";
+}
+
+const char *kt_store_endpoint(const struct kt_store *s, char *buf, size_t len)
+{
+	if (s->c)
+		snprintf(buf, len, "%s:%d", s->cur_host, s->cur_port);
+	else if (len)
+		buf[0] = 0;
+	return buf;
+}
+
+const char *kt_store_last_error(const struct kt_store *s)
+{
+	return s->last_err;
+}
+
+void kt_store_get_stats(const struct kt_store *s, struct kt_store_stats *st)
+{
+	*st = s->st;
+}
