@@ -259,6 +259,8 @@ static int get_str(struct ctx *c, yaml_node_t *v, const char *field, size_t maxl
 
 	if (err)
 		return err;
+	if (!*s)
+		return fail(c, v, field, "is empty");
 	if (strlen(s) > maxlen)
 		return fail(c, v, field, "longer than %zu bytes", maxlen);
 	if (has_control(s))

@@ -185,7 +185,7 @@ static int watch(const char *pin_dir, double interval, long count)
 {
 	struct kt_kstate *prev = calloc(1, sizeof(*prev)), *cur = calloc(1, sizeof(*cur));
 	struct kt_bpf b;
-	double t0, t1;
+	double t0, t1, tstart;
 	int ret = KT_EXIT_OK;
 
 	if (!prev || !cur || open_maps(pin_dir, &b)) {
@@ -196,7 +196,7 @@ static int watch(const char *pin_dir, double interval, long count)
 	signal(SIGINT, on_sigint);
 	signal(SIGTERM, on_sigint);
 	kt_inspect_read(&b, prev);
-	t0 = now_s();
+	t0 = tstart = now_s();
 	printf("%8s  %-16s %12s %12s %12s %12s\n", "TIME_S", "LIMIT", "ADMITTED/s", "THROTTLED/s",
 	       "RATE/bucket", "BYTES/s");
 	fflush(stdout);
@@ -218,7 +218,7 @@ static int watch(const char *pin_dir, double interval, long count)
 			double dt = t1 - t0;
 			if (!p)
 				continue;
-			printf("%8.1f  %-16s %12.1f %12.1f %12.3f %12.0f\n", t1, c->info.name,
+			printf("%8.1f  %-16s %12.1f %12.1f %12.3f %12.0f\n", t1 - tstart, c->info.name,
 			       (double)(c->total.admitted - p->total.admitted) / dt,
 			       (double)(c->total.throttled - p->total.throttled) / dt,
 			       c->n_members ? c->members[0].rate : 0.0,
@@ -277,7 +277,7 @@ int main(int argc, char **argv)
 	int c, ret;
 
 	kt_log_init("kthrottlectl", KT_LOG_INFO);
-	while ((c = getopt_long(argc, argv, "+c:s:p:i:n:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "c:s:p:i:n:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			if (kt_config_load(optarg, &cfg, err, sizeof(err))) {
@@ -326,15 +326,11 @@ int main(int argc, char **argv)
 		return KT_EXIT_CONFIG;
 	}
 	cmd = argv[optind++];
-	/* options may also follow the command: `status --json` */
-	for (; optind < argc; optind++) {
-		if (!strcmp(argv[optind], "--json") && !strcmp(cmd, "status")) {
-			json = true;
-		} else {
-			kt_err("unexpected argument '%s' for %s (see --help)", argv[optind], cmd);
-			ret = KT_EXIT_CONFIG;
-			goto out;
-		}
+	/* getopt permutes, so options may also follow the command */
+	if (optind < argc) {
+		kt_err("unexpected argument '%s' for %s (see --help)", argv[optind], cmd);
+		ret = KT_EXIT_CONFIG;
+		goto out;
 	}
 
 	if (!strcmp(cmd, "status")) {

@@ -449,6 +449,7 @@ static const struct bad bad_cases[] = {
 	  "t.yaml:1: socket: ", "longer than 107 bytes" },
 	{ "pinDir: [a]\n" LIM, "t.yaml:1: pinDir: ", "expected a string, got a list" },
 	{ "node: bad/name\n" LIM, "t.yaml:1: node: ", "may only hold" },
+	{ "node: \"\"\n" LIM, "t.yaml:1: node: ", "is empty" },
 	{ "a: b: c\n", "t.yaml:1: yaml: ", "mapping values are not allowed" },
 	{ LIM "---\nfoo: 1\n", "t.yaml:7: yaml: ", "only one document" },
 	{ "limits: [\n", "t.yaml:2: yaml: ", "" },
@@ -478,6 +479,8 @@ static const struct bad bad_cases[] = {
 	  "t.yaml:3: limits[0].cgroups[2]: ", "\"x\" is listed twice (first at line 3)" },
 	{ "limits:\n  - name: a\n    cgroups: [pods/../../etc]\n    unit: packet\n    rateLimit: {max: 1}\n",
 	  "t.yaml:3: limits[0].cgroups[0]: ", "must not contain '..'" },
+	{ "limits:\n  - name: a\n    cgroups: [x, \"\"]\n    unit: packet\n    rateLimit: {max: 1}\n",
+	  "t.yaml:3: limits[0].cgroups[1]: ", "is empty" },
 	{ "limits:\n  - name: a\n    cgroups: {a: b}\n    unit: packet\n    rateLimit: {max: 1}\n",
 	  "t.yaml:3: limits[0].cgroups: ", "expected a list of cgroup paths, got a mapping" },
 	{ "limits:\n  - name: a\n    cgroups:\n      - x\n      - [y]\n    unit: packet\n    rateLimit: {max: 1}\n",
@@ -853,10 +856,14 @@ static void test_examples(void **state)
 			assert_string_equal(l->cgroups[0], "kthrottle-demo");
 			assert_int_equal(l->match.port_lo, 9000);
 			assert_int_equal(l->match.port_hi, 9100);
-			assert_int_equal(l->match.proto_mask, KT_PROTO_TCP | KT_PROTO_UDP);
+			assert_int_equal(l->match.proto_mask, KT_PROTO_UDP);
 			assert_int_equal(l->unit, KT_UNIT_DATAGRAM);
 			assert_true(l->rl.max == 100);
+			assert_true(l->rl.min == 50);
+			assert_true(l->rl.ramp_up_ns == 4000000000ull);
+			assert_int_equal(l->rl.mode, KT_MODE_RELAXED);
 			assert_true(l->burst == 10);
+			assert_string_equal(cfg.pin_dir, "/sys/fs/bpf/kthrottle-demo");
 			assert_int_equal(l->store.kind, KT_STORE_LOCAL);
 		}
 		if (strstr(g.gl_pathv[i], "/sentinel.yaml"))

@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Pool membership and agreement for every limit (issue: distributed pool).
+ *
+ * The daemon owns one struct kt_pool built from the config. Every controller
+ * tick it calls kt_pool_tick(); when a heartbeat is due the pool does one
+ * store round trip per distinct store (all limits on that store in one
+ * request) and updates each limit's view. The daemon then asks
+ * kt_pool_bucket_rate() what to write into each bucket. Nothing here is on
+ * the request path: the kernel decides with whatever rate was last written.
+ *
+ * Store kinds:
+ *   local   size = this node's members; always agreed.
+ *   static  size = max(poolSize, this node's members); always agreed.
+ *   redis   seed 000's consensus through kt_store_heartbeat_many (store.h).
+ */
+#ifndef KT_POOL_H
+#define KT_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "config.h"
+
+enum kt_pool_phase {
+	KT_POOL_AGREED = 0,   /* last answer AGREE (or local/static) */
+	KT_POOL_DISAGREED,    /* last answer DISAGREE: act on the larger size */
+	KT_POOL_JOINING,      /* no AGREE seen since start: run at min / size */
+	KT_POOL_STORE_LOST,   /* no answer for longer than validFor: onStoreFailure applies */
+};
+
+/* What the daemon tells the pool about one limit each tick. */
+struct kt_pool_local {
+	const struct kt_limit_cfg *cfg;
+	const char *const *member_ids; /* stable ids of this node's members */
+	int n_members;
+	double pool_rate;              /* current ramp level, saved for resumedRampUp */
+};
+
+/* The pool's view of one limit. */
+struct kt_pool_view {
+	enum kt_pool_phase phase;
+	int size;                  /* members sharing the pool, >= 1 */
+	int live;                  /* live members seen by the store (redis), else size */
+	bool agree;                /* last answer */
+	uint64_t last_answer_ns;   /* CLOCK_MONOTONIC of the last store answer, 0 never */
+	uint64_t phase_since_ns;
+};
+
+struct kt_pool;
+
+/* n limits, index-aligned with cfg->limits. node: this node's name. Does not
+ * block on any store (connections are lazy). */
+int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err, size_t errlen);
+/* Heartbeats when due (per store every store.heartbeat), applies answers and
+ * validity deadlines. `local` is index-aligned with the config's limits. */
+void kt_pool_tick(struct kt_pool *p, uint64_t now_ns, const struct kt_pool_local *local, int n);
+const struct kt_pool_view *kt_pool_view(const struct kt_pool *p, int limit_idx);
+
+/* Rate of one bucket serving `served` members of limit i:
+ *   AGREED/DISAGREED: pool_rate * served / size
+ *   JOINING:          min(pool_rate, rateLimit.min) * served / size
+ *   STORE_LOST:       conservative: rateLimit.min * served / last size;
+ *                     open: as before the loss; closed: 0.
+ * Pure function of the view and config. */
+double kt_pool_bucket_rate(const struct kt_pool *p, int limit_idx, double pool_rate, int served);
+
+/* resumedRampUp: the saved ramp level found in the store for limit i, once
+ * (returns true and fills *rate the first time it is available, then false). */
+bool kt_pool_take_resume(struct kt_pool *p, int limit_idx, double *rate);
+
+/* Graceful stop: save ramp levels (resumedRampUp) and deregister every local
+ * member, one round trip per store, bounded by the store timeouts. */
+void kt_pool_leave(struct kt_pool *p, const struct kt_pool_local *local, int n);
+void kt_pool_destroy(struct kt_pool *p);
+
+/* Store state for status: "none" (local/static), "idle", "up", "down";
+ * since_ns: when that state began; endpoint "host:port" or "". */
+const char *kt_pool_store_state(const struct kt_pool *p, int limit_idx, uint64_t *since_ns,
+				char *endpoint, size_t len);
+/* Redis round trips made so far by all stores (for the benchmark). */
+uint64_t kt_pool_round_trips(const struct kt_pool *p);
+
+#endif
