@@ -187,17 +187,37 @@ static inline double kt_rate_from_interval_fp(__u64 interval_fp)
 }
 #endif
 
-/* ns that `tokens` tokens take at `interval_fp`, rounded up; ~0 on overflow
- * (such a cost can never conform). */
+/* a * b, saturating at ~0, with no divide on the hot path: a few 32-bit
+ * partial products (BPF has no 128-bit multiply). */
+static inline __u64 kt_mul_sat(__u64 a, __u64 b)
+{
+	__u64 hi, lo, r;
+
+	if (a >> 32) {
+		if (b >> 32)
+			return ~0ULL; /* both >= 2^32 */
+		__u64 t = a;
+		a = b;
+		b = t;
+	}
+	hi = a * (b >> 32);
+	if (hi >> 32)
+		return ~0ULL;
+	lo = a * (b & 0xffffffffULL);
+	r = (hi << 32) + lo;
+	return r < lo ? ~0ULL : r;
+}
+
+/* ns that `tokens` tokens take at `interval_fp`, rounded up; saturates near
+ * 2^48 ns (78 hours), far beyond any burst tolerance, so an overflowing cost
+ * can never conform. */
 static inline __u64 kt_tokens_to_ns(__u64 tokens, __u64 interval_fp)
 {
-	if (tokens == 0)
-		return 0;
-	if (tokens > 1 && interval_fp > (~0ULL - (KT_FP_ONE - 1)) / tokens)
-		return ~0ULL;
-	if (tokens == 1 && interval_fp > ~0ULL - (KT_FP_ONE - 1))
+	__u64 p = kt_mul_sat(tokens, interval_fp);
+
+	if (p > ~0ULL - (KT_FP_ONE - 1))
 		return ~0ULL >> KT_FP_SHIFT;
-	return (tokens * interval_fp + (KT_FP_ONE - 1)) >> KT_FP_SHIFT;
+	return (p + (KT_FP_ONE - 1)) >> KT_FP_SHIFT;
 }
 
 #ifdef __bpf__
@@ -279,5 +299,35 @@ static inline __u64 kt_gcra_tokens_left(const struct kt_bucket *b, __u64 now)
 	__u64 tokens = (left_ns << KT_FP_SHIFT) / interval;
 	return tokens > b->burst ? b->burst : tokens;
 }
+
+#ifndef __bpf__
+/*
+ * Change a bucket's rate without losing or gaining tokens: the debt queued
+ * in tat (ns at the old rate) is rescaled to the same number of tokens at the
+ * new rate, so a rate rise takes effect at once instead of after the old
+ * debt drains, and a fall does not hand out a fresh allowance. The interval
+ * itself is still one atomic store; a decision that runs between the two
+ * writes errs by at most one request.
+ */
+static inline void kt_bucket_rescale(struct kt_bucket *b, __u64 now, __u64 new_interval_fp)
+{
+	__u64 old_interval = __atomic_load_n(&b->interval_fp, __ATOMIC_RELAXED);
+	int i;
+
+	if (old_interval && new_interval_fp && old_interval != new_interval_fp) {
+		for (i = 0; i < KT_CAS_RETRIES; i++) {
+			__u64 tat = __atomic_load_n(&b->tat, __ATOMIC_RELAXED);
+			if ((__s64)(tat - now) <= 0)
+				break; /* bucket full: nothing queued to rescale */
+			long double scaled =
+				(long double)(tat - now) * new_interval_fp / old_interval;
+			__u64 ahead = scaled > 4e18L ? 4000000000000000000ULL : (__u64)scaled;
+			if (__sync_bool_compare_and_swap(&b->tat, tat, now + ahead))
+				break;
+		}
+	}
+	__atomic_store_n(&b->interval_fp, new_interval_fp, __ATOMIC_RELEASE);
+}
+#endif
 
 #endif /* KTHROTTLE_H */

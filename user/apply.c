@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+#include <time.h>
 #include <bpf/bpf.h>
 #include "apply.h"
 #include "cgroup.h"
@@ -97,12 +98,16 @@ int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max)
 void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double burst)
 {
 	struct kt_bucket *bk = &b->buckets[slot];
-	__u64 burst_tokens = burst < 1 ? 1 : (__u64)ceil(burst);
+	/* < 2^32 keeps the kernel's burst multiply division-free */
+	__u64 burst_tokens = burst < 1 ? 1 : burst > 4294967295.0 ? 4294967295ULL : (__u64)ceil(burst);
+	struct timespec ts;
 
-	/* burst first: a reader that sees the new interval with the old burst
-	 * for one decision errs by at most the burst difference, never more */
+	/* burst first: a decision that sees the new burst with the old
+	 * interval errs by at most the burst difference, once */
 	__atomic_store_n(&bk->burst, burst_tokens, __ATOMIC_RELAXED);
-	__atomic_store_n(&bk->interval_fp, kt_interval_fp_from_rate(rate), __ATOMIC_RELEASE);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	kt_bucket_rescale(bk, (__u64)ts.tv_sec * 1000000000ull + (__u64)ts.tv_nsec,
+			  kt_interval_fp_from_rate(rate));
 }
 
 /* slot_state: 0 free, 1 kept from before, 2 newly allocated */

@@ -78,5 +78,7 @@ const char *kt_pool_store_state(const struct kt_pool *p, int limit_idx, uint64_t
 				char *endpoint, size_t len);
 /* Redis round trips made so far by all stores (for the benchmark). */
 uint64_t kt_pool_round_trips(const struct kt_pool *p);
+/* "agreed", "disagreed", "joining", "store-lost" (status and logs). */
+const char *kt_pool_phase_name(enum kt_pool_phase ph);
 
 #endif

@@ -2,6 +2,7 @@
 /* Redis store client: see store.h for keys, consensus and failure handling. */
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -109,6 +110,8 @@ struct kt_store {
 	char *prefix;
 
 	redisContext *c;             /* NULL when not connected */
+	redisContext *sub;           /* sentinel mode: subscribed to +switch-master, or NULL */
+	uint64_t sub_retry_ns;       /* earliest time to subscribe again after losing sub */
 	char cur_host[256];
 	int cur_port;
 	char sha[N_SCRIPTS][41];
@@ -616,6 +619,91 @@ static int connect_store(struct kt_store *s, char *err, size_t errlen)
 	return 0;
 }
 
+/* Sentinel mode keeps a second connection to a sentinel subscribed to
+ * +switch-master: the old master keeps accepting writes after a failover
+ * until the sentinels demote it (they poll it only every 10 s), so waiting
+ * for READONLY alone would split the pool for that long. */
+static void drop_sub(struct kt_store *s)
+{
+	if (s->sub)
+		redisFree(s->sub);
+	s->sub = NULL;
+	s->sub_retry_ns = mono_ns() + KT_STORE_BACKOFF_MAX_MS * 1000000ULL;
+}
+
+static void subscribe(struct kt_store *s)
+{
+	redisReply *rep[2] = { NULL, NULL }, *r;
+	redisContext *c = NULL;
+	struct cmd cmds[2];
+	char where[300];
+	int n = 0, idx = s->ep_next;
+
+	snprintf(where, sizeof(where), "sentinel %s:%d", s->ep_host[idx], s->ep_port[idx]);
+	if (dial(s, "sentinel", s->ep_host[idx], s->ep_port[idx], &c, NULL, 0))
+		goto fail;
+	if (s->s_pass)
+		auth_cmd(&cmds[n++], s->s_user, s->s_pass);
+	cmd_set(&cmds[n++], 2, "SUBSCRIBE", "+switch-master");
+	if (pipeline(s, c, where, cmds, n, rep, NULL, 0))
+		goto fail;
+	r = rep[n - 1];
+	if ((s->s_pass && !is_ok(rep[0])) || r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+		goto fail;
+	free_replies(rep, n);
+	s->sub = c;
+	return;
+fail:
+	free_replies(rep, n);
+	if (c)
+		redisFree(c);
+	drop_sub(s);
+	s->ep_next = (idx + 1) % s->n_ep; /* try another sentinel next time */
+}
+
+static bool is_switch(const struct kt_store *s, const redisReply *r)
+{
+	size_t nl = strlen(s->master_name);
+	const redisReply *m;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+		return false;
+	m = r->element[2];
+	/* "message" "+switch-master" "<name> <old ip> <old port> <new ip> <new port>" */
+	return m->type == REDIS_REPLY_STRING && m->len > nl && memcmp(m->str, s->master_name, nl) == 0 &&
+	       m->str[nl] == ' ';
+}
+
+/* Reads whatever the subscription has received, without blocking. */
+static bool master_switched(struct kt_store *s)
+{
+	struct pollfd p = { .events = POLLIN };
+	bool sw = false;
+	void *r;
+
+	if (!s->sub)
+		return false;
+	p.fd = s->sub->fd;
+	while (poll(&p, 1, 0) == 1) {
+		if (redisBufferRead(s->sub) != REDIS_OK) {
+			drop_sub(s);
+			break;
+		}
+		for (;;) {
+			r = NULL;
+			if (redisGetReplyFromReader(s->sub, &r) != REDIS_OK) {
+				drop_sub(s);
+				return sw;
+			}
+			if (!r)
+				break;
+			sw |= is_switch(s, r);
+			freeReplyObject(r);
+		}
+	}
+	return sw;
+}
+
 /* Start of every public call: set the budget, connect if needed, honour back-off. */
 static int begin(struct kt_store *s, char *err, size_t errlen)
 {
@@ -623,8 +711,13 @@ static int begin(struct kt_store *s, char *err, size_t errlen)
 	int ret;
 
 	s->deadline_ns = now + KT_STORE_CALL_BUDGET_MS * 1000000ULL;
-	if (s->c)
+	if (s->c && master_switched(s))
+		drop_conn(s); /* not a failure: resolve the new master right now */
+	if (s->c) {
+		if (s->mode == KT_REDIS_SENTINEL && !s->sub && now >= s->sub_retry_ns)
+			subscribe(s);
 		return 0;
+	}
 	if (s->state == KT_STORE_DOWN && now < s->next_retry_ns) {
 		if (err && errlen)
 			snprintf(err, errlen, "store down for %.1f s, next retry in %llu ms; last error: %s",
@@ -639,6 +732,8 @@ static int begin(struct kt_store *s, char *err, size_t errlen)
 		return ret;
 	}
 	s->st.connects++;
+	if (s->mode == KT_REDIS_SENTINEL && !s->sub)
+		subscribe(s);
 	if (s->state != KT_STORE_UP) {
 		s->state = KT_STORE_UP;
 		s->since_ns = mono_ns();
@@ -814,6 +909,8 @@ void kt_store_close(struct kt_store *s)
 	if (!s)
 		return;
 	drop_conn(s);
+	if (s->sub)
+		redisFree(s->sub);
 	free(s->host);
 	free(s->user);
 	free_secret(s->pass);

@@ -246,19 +246,57 @@ static pid_t spawn(const char *bin, const char *conf, const char *dir)
 	_exit(127);
 }
 
+/* Spawns p->bin on the config in p->dir and waits until it answers PING.
+ * -ECHILD if it exited (typically: port taken), -ETIMEDOUT if it never answered. */
+static int spawn_and_wait(struct rp_proc *p)
+{
+	char conf[128];
+	long long end;
+	int st;
+
+	snprintf(conf, sizeof(conf), "%s/server.conf", p->dir);
+	p->pid = spawn(p->bin, conf, p->dir);
+	if (p->pid < 0) {
+		p->pid = 0;
+		return -EAGAIN;
+	}
+	end = now_ms() + READY_TIMEOUT_MS;
+	while (now_ms() < end) {
+		redisReply *r;
+
+		if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+			p->pid = 0;
+			return -ECHILD;
+		}
+		r = rp_command(p, "PING");
+		if (r) {
+			bool ok = r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
+
+			freeReplyObject(r);
+			if (ok)
+				return 0;
+		}
+		rp_sleep_ms(20);
+	}
+	kill(p->pid, SIGKILL);
+	waitpid(p->pid, &st, 0);
+	p->pid = 0;
+	return -ETIMEDOUT;
+}
+
 typedef int (*write_conf_fn)(FILE *f, const struct rp_proc *p, const void *ctx);
 
-/* Writes the config, starts the server, waits for PING; retries on another
- * port if the process dies (most likely the port was taken meanwhile). */
+/* Writes the config and starts the server; retries on another port if the
+ * process dies (most likely the port was taken meanwhile). */
 static int start(struct rp_proc *p, const char *bin, write_conf_fn write_conf, const void *ctx,
 		 const struct rp_opts *o)
 {
 	char conf[128];
-	int attempt, st;
-	long long end;
+	int attempt, ret = -EIO;
 	FILE *f;
 
 	memset(p, 0, sizeof(*p));
+	snprintf(p->bin, sizeof(p->bin), "%s", bin);
 	strcpy(p->dir, "/tmp/kt-redis-XXXXXX");
 	if (!mkdtemp(p->dir)) {
 		p->dir[0] = 0;
@@ -285,37 +323,30 @@ static int start(struct rp_proc *p, const char *bin, write_conf_fn write_conf, c
 		}
 		if (fclose(f))
 			break;
-		p->pid = spawn(bin, conf, p->dir);
-		if (p->pid < 0) {
-			p->pid = 0;
+		ret = spawn_and_wait(p);
+		if (ret != -ECHILD)
 			break;
-		}
-		end = now_ms() + READY_TIMEOUT_MS;
-		while (now_ms() < end) {
-			redisReply *r;
-
-			if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
-				p->pid = 0;
-				break;
-			}
-			r = rp_command(p, "PING");
-			if (r) {
-				bool ok = r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
-
-				freeReplyObject(r);
-				if (ok)
-					return 0;
-			}
-			rp_sleep_ms(20);
-		}
-		if (p->pid > 0) { /* alive but not answering: give up on it */
-			kill(p->pid, SIGKILL);
-			waitpid(p->pid, &st, 0);
-			p->pid = 0;
-		}
 	}
-	fprintf(stderr, "redis_proc: could not start %s (see %s/server.log)\n", bin, p->dir);
-	return -EIO;
+	if (ret)
+		fprintf(stderr, "redis_proc: could not start %s (see %s/server.log)\n", bin, p->dir);
+	return ret;
+}
+
+int rp_restart(struct rp_proc *p)
+{
+	int ret;
+
+	if (!p->dir[0])
+		return -EINVAL;
+	if (p->pid > 0) {
+		kill(p->pid, SIGKILL);
+		reap(p, 3000);
+	}
+	ret = spawn_and_wait(p);
+	if (ret)
+		fprintf(stderr, "redis_proc: could not restart %s on port %d (see %s/server.log)\n",
+			p->bin, p->port, p->dir);
+	return ret;
 }
 
 static int conf_master(FILE *f, const struct rp_proc *p, const void *ctx)

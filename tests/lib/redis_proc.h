@@ -19,6 +19,7 @@ struct rp_proc {
 	pid_t pid;              /* 0 when not running */
 	int port;
 	bool sentinel;
+	char bin[16];           /* redis-server or redis-sentinel */
 	char dir[64];           /* temp dir: config, log, data */
 	char password[128];     /* used by rp_connect/rp_command; "" for none */
 };
@@ -38,6 +39,9 @@ int rp_start_sentinel(struct rp_proc *p, const struct rp_proc *master, const cha
 /* SIGTERM (after SIGCONT in case it is stopped), SIGKILL after 3 s, reap,
  * remove the dir. Safe on a zeroed or already stopped struct. */
 int rp_stop(struct rp_proc *p);
+/* SIGKILL if running, then start again on the same port, dir and config
+ * (data is not persisted: a restarted server is empty). Waits for PING. */
+int rp_restart(struct rp_proc *p);
 /* kill(p->pid, sig): SIGSTOP, SIGCONT, SIGKILL... (SIGKILL also reaps). */
 int rp_signal(struct rp_proc *p, int sig);
 

@@ -1,0 +1,1333 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * `make bench`: what a decision costs, printed as a markdown table. Not a
+ * test: targets are reported in the `ok` column, and the exit code is
+ * non-zero only when a measurement is not credible (a sanity check failed:
+ * wrong verdicts, counters that do not add up) or the setup failed.
+ *
+ * Sections (one function each, registered in `sections[]` at the bottom;
+ * add rows for later issues, e.g. the distributed pool, by adding one):
+ *   skb      cgroup_skb egress decision via BPF_PROG_TEST_RUN, next to an
+ *            empty cgroup_skb program, paired run by run
+ *   connect  real connect() calls from a process in a test cgroup, with no
+ *            program, an empty one and kthrottle's connect4
+ *   gcra     the GCRA decision in userspace on the mmapped bucket
+ *   tick     controller tick cost per limit (ramp math alone; full tick)
+ *
+ * Everything runs in its own pin directory (/sys/fs/bpf/kt-bench-<pid>) and
+ * its own cgroups; all of it is removed at exit, also on SIGINT/SIGTERM.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "apply.h"
+#include "bpf_loader.h"
+#include "cgroup.h"
+#include "config.h"
+#include "daemon.h"
+#include "ktest.h"
+#include "kthrottle.h"
+#include "ramp.h"
+#include "bench_empty.skel.h"
+#include "egress.skel.h"
+
+static volatile sig_atomic_t g_stop;
+static int g_quick;
+static int g_sanity_failures;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	g_stop = 1;
+}
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n)
+{
+	double s[64];
+
+	if (n <= 0 || n > 64)
+		return NAN;
+	memcpy(s, v, (size_t)n * sizeof(*v));
+	qsort(s, (size_t)n, sizeof(*s), cmp_double);
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+/* A failed sanity check means the numbers next to it are not to be trusted. */
+static void sanity(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sanity(int ok, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (ok)
+		return;
+	g_sanity_failures++;
+	fprintf(stderr, "bench: SANITY CHECK FAILED: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* Pin to one CPU (when there are several): the connect worker and the
+ * listener on different CPUs measure far steadier than wherever they land. */
+static void pin_cpu(int which)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t set;
+
+	if (n < 2)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(which == 0 ? 0 : (int)(n - 1), &set);
+	sched_setaffinity(0, sizeof(set), &set);
+}
+
+/* ---- results table ---- */
+
+#define MAX_ROWS 64
+
+struct row {
+	char what[112];
+	char value[40];
+	char baseline[40];
+	char delta[40];
+	char target[32];
+	char ok[8];
+};
+
+static struct row g_rows[MAX_ROWS];
+static int g_nrows, g_targets, g_targets_met;
+
+static struct row *row_new(const char *what)
+{
+	struct row *r;
+
+	if (g_nrows == MAX_ROWS) {
+		fprintf(stderr, "bench: more than %d rows; dropping '%s'\n", MAX_ROWS, what);
+		return NULL;
+	}
+	r = &g_rows[g_nrows++];
+	snprintf(r->what, sizeof(r->what), "%s", what);
+	strcpy(r->value, "—");
+	strcpy(r->baseline, "—");
+	strcpy(r->delta, "—");
+	strcpy(r->target, "—");
+	strcpy(r->ok, "—");
+	return r;
+}
+
+static void row_target(struct row *r, int met)
+{
+	g_targets++;
+	g_targets_met += met;
+	strcpy(r->ok, met ? "yes" : "NO");
+}
+
+/* value and baseline in ns; delta = value - baseline against a max delta
+ * (NAN: no target). */
+static void row_ns_delta(const char *what, double value, double base, double delta,
+			 double max_delta)
+{
+	struct row *r = row_new(what);
+
+	if (!r)
+		return;
+	snprintf(r->value, sizeof(r->value), "%.1f ns", value);
+	snprintf(r->baseline, sizeof(r->baseline), "%.1f ns", base);
+	snprintf(r->delta, sizeof(r->delta), "%+.1f ns", delta);
+	if (!isnan(max_delta)) {
+		snprintf(r->target, sizeof(r->target), "≤ +%.0f ns", max_delta);
+		row_target(r, delta <= max_delta);
+	}
+}
+
+/* Long operations (µs): delta is the median of paired per-round deltas,
+ * shown as a ratio to the baseline and in ns. */
+static void row_ns_ratio(const char *what, double value, double base, double delta)
+{
+	struct row *r = row_new(what);
+
+	if (!r)
+		return;
+	snprintf(r->value, sizeof(r->value), "%.0f ns", value);
+	if (!isnan(base)) {
+		snprintf(r->baseline, sizeof(r->baseline), "%.0f ns", base);
+		snprintf(r->delta, sizeof(r->delta), "×%.3f (%+.0f ns)", 1 + delta / base, delta);
+	}
+}
+
+static void row_us_per_limit(const char *what, double us, double max_us)
+{
+	struct row *r = row_new(what);
+
+	if (!r)
+		return;
+	snprintf(r->value, sizeof(r->value), "%.3f µs/limit", us);
+	snprintf(r->target, sizeof(r->target), "≤ %.0f µs/limit", max_us);
+	row_target(r, us <= max_us);
+}
+
+static void print_table(void)
+{
+	printf("\n| measurement | value | baseline | delta / ratio | target | ok |\n");
+	printf("|---|---:|---:|---:|---|---|\n");
+	for (int i = 0; i < g_nrows; i++) {
+		const struct row *r = &g_rows[i];
+		printf("| %s | %s | %s | %s | %s | %s |\n", r->what, r->value, r->baseline, r->delta,
+		       r->target, r->ok);
+	}
+	printf("\ntargets met: %d/%d; sanity checks failed: %d\n", g_targets_met, g_targets,
+	       g_sanity_failures);
+}
+
+/* ---- environment ---- */
+
+static void read_first_line(const char *path, char *out, size_t len)
+{
+	FILE *f = fopen(path, "r");
+
+	snprintf(out, len, "?");
+	if (!f)
+		return;
+	if (fgets(out, (int)len, f))
+		out[strcspn(out, "\n")] = 0;
+	fclose(f);
+}
+
+static void print_env(void)
+{
+	char cpu[128] = "?", line[256], jit[16], stats[16], clk[32];
+	struct utsname u;
+	FILE *f = fopen("/proc/cpuinfo", "r");
+
+	if (f) {
+		while (fgets(line, sizeof(line), f)) {
+			char *colon = strchr(line, ':');
+			if (!strncmp(line, "model name", 10) && colon) {
+				snprintf(cpu, sizeof(cpu), "%s", colon + 2);
+				cpu[strcspn(cpu, "\n")] = 0;
+				break;
+			}
+		}
+		fclose(f);
+	}
+	read_first_line("/proc/sys/net/core/bpf_jit_enable", jit, sizeof(jit));
+	read_first_line("/proc/sys/kernel/bpf_stats_enabled", stats, sizeof(stats));
+	read_first_line("/sys/devices/system/clocksource/clocksource0/current_clocksource", clk,
+			sizeof(clk));
+	uname(&u);
+	printf("## kthrottle benchmark\n\n");
+	printf("- kernel: %s %s (%s)\n", u.sysname, u.release, u.machine);
+	printf("- cpu: %s; nproc: %ld online\n", cpu, sysconf(_SC_NPROCESSORS_ONLN));
+	printf("- libbpf %u.%u; bpf_jit_enable=%s; bpf_stats_enabled=%s; clocksource=%s\n",
+	       libbpf_major_version(), libbpf_minor_version(), jit, stats, clk);
+	printf("- mode: %s\n", g_quick ? "quick (fewer rounds: numbers noisier)" : "full");
+	fflush(stdout);
+}
+
+/* ---- shared fixture for the skb, connect and gcra sections ---- */
+
+enum {
+	LIM_SKB_MATCH,    /* egress, 10.0.0.0/8 port SKB_PORT_MATCH; member: test-run socket */
+	LIM_SKB_NOMEMBER, /* egress, 10.0.0.0/8 port SKB_PORT_NOMEMBER; no test-run member */
+	LIM_CONN_MATCH,   /* connect, 127.0.0.0/8 port lport[0]; member cg_kt */
+	LIM_CONN_REFUSE,  /* connect, 127.0.0.0/8 port refuse_port; member cg_kt */
+	LIM_USER,         /* egress, 198.51.100.0/24: a bucket only userspace touches */
+	N_LIMITS
+};
+
+#define SKB_PORT_MATCH 5000
+#define SKB_PORT_NOMEMBER 5001
+#define SKB_PORT_NORULE 5002
+
+struct bench_env {
+	char cg_mount[PATH_MAX];
+	char pin_dir[PATH_MAX];
+	char cg_skb[PATH_MAX], cg_plain[PATH_MAX], cg_empty[PATH_MAX], cg_kt[PATH_MAX];
+	uint64_t self_cgid;
+	char cfg_name[16];
+	struct kt_config cfg; /* built here, not parsed: only limits[] is allocated */
+	struct kt_plan plan;
+	struct kt_bpf bpf;
+	bool bpf_open;
+	struct kt_bench_empty *empty;
+	struct bpf_link *empty_link; /* empty_connect4 on cg_empty, not pinned */
+	int lfd[2];                  /* loopback listeners: [0] limited port, [1] unlimited */
+	uint16_t lport[2];
+	uint16_t refuse_port;
+	pid_t listener;
+	uint32_t slot[N_LIMITS];
+	uint32_t limit_id[N_LIMITS];
+};
+
+static void v4_cidr(struct kt_cidr *c, const char *addr, int plen)
+{
+	memset(c, 0, sizeof(*c));
+	c->addr[10] = 0xff;
+	c->addr[11] = 0xff;
+	inet_pton(AF_INET, addr, c->addr + 12);
+	c->prefixlen = (uint8_t)(96 + plen);
+}
+
+/* A limit as the config parser would produce it; rate and burst are set per
+ * measurement with kt_bucket_set_rate. */
+static void limit_cfg(struct kt_limit_cfg *lc, const char *name, enum kt_unit unit,
+		      const char *addr, int plen, uint16_t port, char *cgroup)
+{
+	memset(lc, 0, sizeof(*lc));
+	snprintf(lc->name, sizeof(lc->name), "%s", name);
+	lc->cgroups[0] = cgroup;
+	lc->n_cgroups = 1;
+	v4_cidr(&lc->match.cidrs[0], addr, plen);
+	lc->match.n_cidrs = 1;
+	lc->match.port_lo = lc->match.port_hi = port;
+	lc->match.proto_mask = KT_PROTO_TCP | KT_PROTO_UDP;
+	lc->unit = unit;
+	lc->scope = KT_SCOPE_POD;
+	lc->burst = 1000;
+	lc->rl.max = lc->rl.min = 1000;
+	lc->rl.mode = KT_MODE_RELAXED;
+	lc->rl.threshold_pct = 50;
+	lc->rl.ramp_down_pct = 50;
+	lc->rl.cool_down_ns = 5000000000ull;
+	lc->rl.ttl_ns = 180000000000ull;
+	lc->store.kind = KT_STORE_LOCAL;
+}
+
+/* This process's cgroup v2 id (what a test-run skb's socket carries). */
+static uint64_t self_cgroup_id(const char *mount)
+{
+	char line[PATH_MAX], path[PATH_MAX * 2];
+	uint64_t id = 0;
+	FILE *f = fopen("/proc/self/cgroup", "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "0::", 3))
+			continue;
+		line[strcspn(line, "\n")] = 0;
+		snprintf(path, sizeof(path), "%s%s", mount, line + 3);
+		if (kt_cgroup_id(path, &id))
+			id = 0;
+		break;
+	}
+	fclose(f);
+	return id;
+}
+
+static int listen_loopback(uint16_t *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int one = 1;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 4096) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&sa, &len) < 0) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+/* Accepts and closes until killed; dies with the parent. */
+static void listener_main(const int *fds, int n, pid_t parent)
+{
+	struct pollfd p[2];
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(0);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	pin_cpu(1);
+	for (int i = 0; i < n; i++)
+		p[i] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
+	for (;;) {
+		if (poll(p, (nfds_t)n, -1) < 0 && errno != EINTR)
+			_exit(1);
+		for (int i = 0; i < n; i++) {
+			int c;
+			while ((c = accept4(fds[i], NULL, NULL, SOCK_CLOEXEC)) >= 0)
+				close(c);
+		}
+	}
+}
+
+static void env_free(struct bench_env *e)
+{
+	char err[KT_ERR_LEN];
+
+	if (e->listener > 0) {
+		kill(e->listener, SIGKILL);
+		waitpid(e->listener, NULL, 0);
+		e->listener = 0;
+	}
+	for (int i = 0; i < 2; i++)
+		if (e->lfd[i] >= 0)
+			close(e->lfd[i]);
+	e->lfd[0] = e->lfd[1] = -1;
+	bpf_link__destroy(e->empty_link); /* not pinned: destroying detaches */
+	e->empty_link = NULL;
+	kt_bench_empty__destroy(e->empty);
+	e->empty = NULL;
+	if (e->bpf_open) {
+		kt_bpf_close(&e->bpf);
+		e->bpf_open = false;
+	}
+	if (e->pin_dir[0] && kt_bpf_cleanup(e->pin_dir, err, sizeof(err)))
+		fprintf(stderr, "bench: cleanup: %s\n", err);
+	e->pin_dir[0] = 0;
+	kt_plan_free(&e->plan);
+	free(e->cfg.limits);
+	e->cfg.limits = NULL;
+	const char *cgs[] = { e->cg_skb, e->cg_plain, e->cg_empty, e->cg_kt };
+	for (size_t i = 0; i < sizeof(cgs) / sizeof(cgs[0]); i++)
+		if (cgs[i][0])
+			ktest_cgroup_destroy(cgs[i]);
+	e->cg_skb[0] = e->cg_plain[0] = e->cg_empty[0] = e->cg_kt[0] = 0;
+}
+
+static int env_setup(struct bench_env *e)
+{
+	char err[KT_ERR_LEN];
+	double rates[N_LIMITS], bursts[N_LIMITS];
+	int ret, cgfd;
+
+	memset(e, 0, sizeof(*e));
+	e->lfd[0] = e->lfd[1] = -1;
+	ret = kt_cgroup2_mount(e->cg_mount, sizeof(e->cg_mount), NULL);
+	if (ret) {
+		fprintf(stderr, "bench: no cgroup v2 mount in /proc/mounts\n");
+		return ret;
+	}
+	e->self_cgid = self_cgroup_id(e->cg_mount);
+	if ((ret = ktest_cgroup_create("bench-skb", e->cg_skb, sizeof(e->cg_skb))) ||
+	    (ret = ktest_cgroup_create("bench-plain", e->cg_plain, sizeof(e->cg_plain))) ||
+	    (ret = ktest_cgroup_create("bench-empty", e->cg_empty, sizeof(e->cg_empty))) ||
+	    (ret = ktest_cgroup_create("bench-kt", e->cg_kt, sizeof(e->cg_kt)))) {
+		fprintf(stderr, "bench: cannot create test cgroups under %s: %s\n", e->cg_mount,
+			strerror(-ret));
+		return ret;
+	}
+	for (int i = 0; i < 2; i++) {
+		e->lfd[i] = listen_loopback(&e->lport[i]);
+		if (e->lfd[i] < 0) {
+			ret = e->lfd[i];
+			fprintf(stderr, "bench: cannot listen on 127.0.0.1: %s\n", strerror(-ret));
+			return ret;
+		}
+	}
+	ret = ktest_free_port(SOCK_STREAM);
+	if (ret <= 0) {
+		fprintf(stderr, "bench: cannot find a free loopback port\n");
+		return -EADDRNOTAVAIL;
+	}
+	e->refuse_port = (uint16_t)ret;
+
+	snprintf(e->cfg_name, sizeof(e->cfg_name), "bench");
+	e->cfg.file = e->cfg_name;
+	e->cfg.node_name = e->cfg_name;
+	e->cfg.epoch_ns = 1000000000ull;
+	e->cfg.tick_ns = 100000000ull;
+	e->cfg.limits = calloc(N_LIMITS, sizeof(*e->cfg.limits));
+	if (!e->cfg.limits)
+		return -ENOMEM;
+	e->cfg.n_limits = N_LIMITS;
+	limit_cfg(&e->cfg.limits[LIM_SKB_MATCH], "skb-match", KT_UNIT_PACKET, "10.0.0.0", 8,
+		  SKB_PORT_MATCH, e->cg_skb);
+	limit_cfg(&e->cfg.limits[LIM_SKB_NOMEMBER], "skb-nomember", KT_UNIT_PACKET, "10.0.0.0", 8,
+		  SKB_PORT_NOMEMBER, e->cg_skb);
+	limit_cfg(&e->cfg.limits[LIM_CONN_MATCH], "conn-match", KT_UNIT_CONNECTION, "127.0.0.0", 8,
+		  e->lport[0], e->cg_kt);
+	limit_cfg(&e->cfg.limits[LIM_CONN_REFUSE], "conn-refuse", KT_UNIT_CONNECTION, "127.0.0.0",
+		  8, e->refuse_port, e->cg_kt);
+	limit_cfg(&e->cfg.limits[LIM_USER], "user-gcra", KT_UNIT_PACKET, "198.51.100.0", 24, 1,
+		  e->cg_skb);
+
+	ret = kt_plan_resolve(&e->cfg, e->cg_mount, &e->plan, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "bench: %s\n", err);
+		return ret;
+	}
+	snprintf(e->pin_dir, sizeof(e->pin_dir), "/sys/fs/bpf/kt-bench-%d", getpid());
+	ret = kt_bpf_open(&e->bpf, e->pin_dir, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "bench: %s\n", err);
+		e->pin_dir[0] = 0; /* kt_bpf_open removed what it created */
+		return ret;
+	}
+	e->bpf_open = true;
+	for (int i = 0; i < N_LIMITS; i++) {
+		rates[i] = 1000;
+		bursts[i] = 1000;
+	}
+	ret = kt_plan_apply(&e->bpf, &e->plan, rates, bursts, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "bench: %s\n", err);
+		return ret;
+	}
+	for (int i = 0; i < N_LIMITS; i++) {
+		e->slot[i] = e->plan.limits[i].members[0].slot;
+		e->limit_id[i] = e->plan.limits[i].id;
+	}
+
+	/* BPF_PROG_TEST_RUN gives the skb a dummy socket charged to the
+	 * caller's cgroup, so bpf_skb_cgroup_id() is this process's cgroup id
+	 * (checked on 6.18: a member key of 0 is never hit). Kernels that run
+	 * it without a socket see 0: both are members of the matched limit, so
+	 * the matched case finds its bucket on the first lookup, as traffic
+	 * from a member cgroup does. */
+	if (e->self_cgid == 0) {
+		fprintf(stderr, "bench: cannot read this process's cgroup v2 id from /proc/self/cgroup\n");
+		return -ENOENT;
+	}
+	uint64_t ids[2] = { e->self_cgid, 0 };
+	for (int i = 0; i < 2; i++) {
+		struct kt_member_key k = { .cgroup_id = ids[i], .limit_id = e->limit_id[LIM_SKB_MATCH] };
+		struct kt_member_val v = { .slot = e->slot[LIM_SKB_MATCH] };
+
+		if (bpf_map_update_elem(e->bpf.members_fd, &k, &v, BPF_ANY) < 0) {
+			ret = -errno;
+			fprintf(stderr, "bench: kt_members update: %s\n", strerror(-ret));
+			return ret;
+		}
+	}
+
+	e->empty = kt_bench_empty__open_and_load();
+	if (!e->empty) {
+		ret = -errno ? -errno : -EINVAL;
+		fprintf(stderr, "bench: cannot load bench_empty programs: %s\n", strerror(-ret));
+		return ret;
+	}
+	cgfd = open(e->cg_empty, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cgfd < 0) {
+		ret = -errno;
+		fprintf(stderr, "bench: %s: %s\n", e->cg_empty, strerror(-ret));
+		return ret;
+	}
+	e->empty_link = bpf_program__attach_cgroup(e->empty->progs.empty_connect4, cgfd);
+	close(cgfd);
+	if (!e->empty_link) {
+		ret = -errno;
+		fprintf(stderr, "bench: cannot attach empty_connect4 to %s: %s\n", e->cg_empty,
+			strerror(-ret));
+		return ret;
+	}
+
+	e->listener = fork();
+	if (e->listener < 0) {
+		ret = -errno;
+		e->listener = 0;
+		fprintf(stderr, "bench: fork: %s\n", strerror(-ret));
+		return ret;
+	}
+	if (e->listener == 0)
+		listener_main(e->lfd, 2, getppid());
+	return 0;
+}
+
+static void print_prog_size(const char *name, int fd)
+{
+	struct bpf_prog_info info = { 0 };
+	__u32 len = sizeof(info);
+
+	if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0)
+		printf("- %s: %u bytes translated, %u bytes JITed\n", name, info.xlated_prog_len,
+		       info.jited_prog_len);
+}
+
+/* ---- section: cgroup_skb decision via BPF_PROG_TEST_RUN ---- */
+
+/* 14-byte Ethernet header + IPv4 + UDP + payload. The test run strips the
+ * Ethernet header for cgroup_skb, as the egress hook sees L3. */
+struct bench_pkt {
+	uint8_t eth[14];
+	uint8_t ip[20];
+	uint8_t udp[8];
+	uint8_t payload[18];
+} __attribute__((packed));
+
+static void make_pkt(struct bench_pkt *p, const char *daddr, uint16_t dport)
+{
+	uint32_t src = htonl(0x0a000001), dst;
+	uint16_t v;
+
+	memset(p, 0, sizeof(*p));
+	p->eth[12] = 0x08; /* ETH_P_IP */
+	p->ip[0] = 0x45;
+	v = htons(sizeof(*p) - 14);
+	memcpy(p->ip + 2, &v, 2);
+	p->ip[8] = 64;
+	p->ip[9] = IPPROTO_UDP;
+	inet_pton(AF_INET, daddr, &dst);
+	memcpy(p->ip + 12, &src, 4);
+	memcpy(p->ip + 16, &dst, 4);
+	v = htons(40000);
+	memcpy(p->udp, &v, 2);
+	v = htons(dport);
+	memcpy(p->udp + 2, &v, 2);
+	v = htons(8 + sizeof(p->payload));
+	memcpy(p->udp + 4, &v, 2);
+}
+
+static int test_run(int fd, const struct bench_pkt *pkt, int repeat, double *ns, __u32 *retval)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = pkt, .data_size_in = sizeof(*pkt),
+		    .repeat = repeat);
+
+	if (bpf_prog_test_run_opts(fd, &o) < 0)
+		return -errno;
+	*ns = o.duration;
+	*retval = o.retval;
+	return 0;
+}
+
+enum bucket_state { B_NONE, B_HUGE, B_EXHAUSTED, B_CLOSED };
+
+static void set_bucket(struct bench_env *e, uint32_t slot, enum bucket_state s)
+{
+	switch (s) {
+	case B_HUGE: /* 1e12 tokens/s, a deep burst: every decision admits */
+		kt_bucket_set_rate(&e->bpf, slot, 1e12, 1e9);
+		/* A rate change keeps the debt (tat) an exhausted round left,
+		 * by design; the bench refills the bucket so it admits now. */
+		__atomic_store_n(&e->bpf.buckets[slot].tat, 0, __ATOMIC_RELAXED);
+		break;
+	case B_EXHAUSTED: /* one token per 1000 s: after the first, all refuse */
+		kt_bucket_set_rate(&e->bpf, slot, 1e-3, 1);
+		break;
+	case B_CLOSED:
+		kt_bucket_set_rate(&e->bpf, slot, 0, 1);
+		break;
+	case B_NONE:
+		break;
+	}
+}
+
+static int read_counters(struct bench_env *e, uint32_t slot, struct kt_counters *c)
+{
+	int ret = kt_bpf_read_counters(&e->bpf, slot, c);
+
+	sanity(ret == 0, "reading counters of slot %u: %s", slot, strerror(-ret));
+	return ret;
+}
+
+enum expect_count { C_NONE, C_ADMIT, C_REFUSE };
+
+struct skb_case {
+	const char *what;
+	const char *daddr;
+	uint16_t dport;
+	enum bucket_state bucket;
+	__u32 want_retval;
+	enum expect_count count;
+	double max_delta;
+};
+
+static int bench_skb(struct bench_env *e)
+{
+	static const struct skb_case cases[] = {
+		{ "egress (a) matched, admitted", "10.1.2.3", SKB_PORT_MATCH, B_HUGE, 1, C_ADMIT, 60 },
+		{ "egress (b) matched, refused (bucket exhausted)", "10.1.2.3", SKB_PORT_MATCH,
+		  B_EXHAUSTED, 0, C_REFUSE, 60 },
+		{ "egress (b') matched, refused (rate closed)", "10.1.2.3", SKB_PORT_MATCH, B_CLOSED, 0,
+		  C_REFUSE, 60 },
+		{ "egress (c) unmatched: port in no rule", "10.1.2.3", SKB_PORT_NORULE, B_HUGE, 1,
+		  C_NONE, 15 },
+		{ "egress (d) rule matched, cgroup not a member (ancestor walk)", "10.1.2.3",
+		  SKB_PORT_NOMEMBER, B_HUGE, 1, C_NONE, 60 },
+		{ "egress (e) unmatched: port in a rule, address in no prefix", "192.0.2.1",
+		  SKB_PORT_MATCH, B_HUGE, 1, C_NONE, 15 },
+	};
+	enum { NC = sizeof(cases) / sizeof(cases[0]) };
+	const int rounds = g_quick ? 3 : 7;
+	const int repeat = g_quick ? 500000 : 2000000;
+	int kt_fd = bpf_program__fd(e->bpf.egress->progs.kt_egress);
+	int empty_fd = bpf_program__fd(e->empty->progs.empty_egress);
+	double val[NC][16], base[NC * 16], delta[NC][16];
+	uint32_t slot = e->slot[LIM_SKB_MATCH];
+	struct bench_pkt pkts[NC], empty_pkt;
+	int nbase = 0, ret;
+
+	print_prog_size("kt_egress", kt_fd);
+	print_prog_size("empty_egress", empty_fd);
+	fflush(stdout);
+	make_pkt(&empty_pkt, "10.1.2.3", SKB_PORT_MATCH);
+	for (int c = 0; c < NC; c++)
+		make_pkt(&pkts[c], cases[c].daddr, cases[c].dport);
+
+	for (int r = 0; r < rounds; r++) {
+		for (int c = 0; c < NC; c++) {
+			struct kt_counters before, after;
+			struct kt_counters nb_before, nb_after;
+			double ns_empty, ns_kt;
+			__u32 rv;
+
+			if (g_stop)
+				return -EINTR;
+			set_bucket(e, slot, cases[c].bucket);
+			if (read_counters(e, slot, &before) ||
+			    read_counters(e, e->slot[LIM_SKB_NOMEMBER], &nb_before))
+				return -EIO;
+			/* paired: the empty program right before, same packet size */
+			ret = test_run(empty_fd, &empty_pkt, repeat, &ns_empty, &rv);
+			if (!ret)
+				ret = test_run(kt_fd, &pkts[c], repeat, &ns_kt, &rv);
+			if (ret) {
+				fprintf(stderr, "bench: BPF_PROG_TEST_RUN: %s\n", strerror(-ret));
+				return ret;
+			}
+			base[nbase++] = ns_empty;
+			val[c][r] = ns_kt;
+			delta[c][r] = ns_kt - ns_empty;
+			sanity(rv == cases[c].want_retval, "%s: program returned %u, expected %u",
+			       cases[c].what, rv, cases[c].want_retval);
+			if (read_counters(e, slot, &after) ||
+			    read_counters(e, e->slot[LIM_SKB_NOMEMBER], &nb_after))
+				return -EIO;
+			__u64 adm = after.admitted - before.admitted;
+			__u64 thr = after.throttled - before.throttled;
+			switch (cases[c].count) {
+			case C_ADMIT:
+				sanity(adm == (__u64)repeat && thr == 0,
+				       "%s: counted %llu admitted, %llu throttled of %d runs",
+				       cases[c].what, (unsigned long long)adm,
+				       (unsigned long long)thr, repeat);
+				break;
+			case C_REFUSE:
+				/* an exhausted bucket may admit the first run of the first round */
+				sanity(adm + thr == (__u64)repeat && thr + 1 >= (__u64)repeat,
+				       "%s: counted %llu admitted, %llu throttled of %d runs",
+				       cases[c].what, (unsigned long long)adm,
+				       (unsigned long long)thr, repeat);
+				break;
+			case C_NONE:
+				sanity(adm == 0 && thr == 0 &&
+					       nb_after.admitted == nb_before.admitted &&
+					       nb_after.throttled == nb_before.throttled,
+				       "%s: unmatched traffic was counted", cases[c].what);
+				break;
+			}
+		}
+	}
+	double b = median(base, nbase);
+	for (int c = 0; c < NC; c++)
+		row_ns_delta(cases[c].what, median(val[c], rounds), b, median(delta[c], rounds),
+			     cases[c].max_delta);
+	return 0;
+}
+
+/* ---- section: connect() through real sockets ---- */
+
+struct conn_result {
+	long n, ok, refused, errors;
+	int last_errno;
+	double median_ns; /* of the connect() syscalls alone */
+	double mean_ns;
+};
+
+/* n connects from a child that joined `cgroup`; SO_LINGER 0 closes with a
+ * reset, so no TIME_WAIT piles up and ephemeral ports never run out. */
+static void connect_child(const char *cgroup, uint16_t port, long n, int out_fd, pid_t parent)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+	struct conn_result r = { 0 };
+	uint64_t spent = 0, start;
+	double *per = calloc((size_t)n, sizeof(*per));
+	long i;
+	int ret;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(1);
+	pin_cpu(0);
+	ret = per ? ktest_cgroup_join(cgroup) : -ENOMEM;
+	if (ret) {
+		r.errors = 1;
+		r.last_errno = -ret;
+		goto out;
+	}
+	start = now_ns();
+	for (i = 0; i < n; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		uint64_t t0;
+		int rc, e;
+
+		if (fd < 0) {
+			r.errors++;
+			r.last_errno = errno;
+			break;
+		}
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		t0 = now_ns();
+		rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+		e = errno;
+		per[i] = (double)(now_ns() - t0);
+		spent += (uint64_t)per[i];
+		if (rc == 0)
+			r.ok++;
+		else if (e == KT_REFUSE_ERRNO)
+			r.refused++;
+		else {
+			r.errors++;
+			r.last_errno = e;
+		}
+		close(fd);
+		/* bounded in time too: a stalled listener must not hang the bench */
+		if ((i & 255) == 255 && now_ns() - start > 15000000000ull) {
+			i++;
+			break;
+		}
+	}
+	r.n = i;
+	r.mean_ns = i ? (double)spent / (double)i : NAN;
+	if (i) {
+		qsort(per, (size_t)i, sizeof(*per), cmp_double);
+		r.median_ns = per[i / 2];
+	}
+out:
+	free(per);
+	if (write(out_fd, &r, sizeof(r)) != (ssize_t)sizeof(r))
+		_exit(1);
+	_exit(0);
+}
+
+static int run_connects(const char *cgroup, uint16_t port, long n, struct conn_result *res)
+{
+	int p[2], status;
+	ssize_t got = 0;
+	pid_t pid;
+
+	memset(res, 0, sizeof(*res));
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		int e = errno;
+		close(p[0]);
+		close(p[1]);
+		return -e;
+	}
+	if (pid == 0) {
+		close(p[0]);
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		connect_child(cgroup, port, n, p[1], getppid());
+	}
+	close(p[1]);
+	while (got < (ssize_t)sizeof(*res)) {
+		ssize_t r = read(p[0], (char *)res + got, sizeof(*res) - (size_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += r;
+	}
+	close(p[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	return got == (ssize_t)sizeof(*res) ? 0 : -EIO;
+}
+
+struct conn_mode {
+	const char *what;
+	const char *cgroup;
+	uint16_t port;
+	int expect_refused; /* every connect fails with KT_REFUSE_ERRNO */
+};
+
+static int bench_connect(struct bench_env *e)
+{
+	enum { M_PLAIN, M_EMPTY, M_MATCH, M_UNMATCH, M_REFUSE, NM };
+	const struct conn_mode modes[NM] = {
+		[M_PLAIN] = { "connect() (i) no program attached", e->cg_plain, e->lport[0], 0 },
+		[M_EMPTY] = { "connect() empty connect4 program attached", e->cg_empty, e->lport[0], 0 },
+		[M_MATCH] = { "connect() (ii) kthrottle, matched limit, admitted", e->cg_kt,
+			      e->lport[0], 0 },
+		[M_UNMATCH] = { "connect() (iii) kthrottle, limit on another port", e->cg_kt,
+				e->lport[1], 0 },
+		[M_REFUSE] = { "connect() kthrottle, refused (rate closed; fails EBUSY)", e->cg_kt,
+			       e->refuse_port, 1 },
+	};
+	const int rounds = g_quick ? 3 : 10;
+	const long n = g_quick ? 1000 : 2000;
+	double ns[NM][16], mean[NM][16], delta[NM][16];
+	struct kt_counters m0, m1, r0, r1;
+	long sum_ok[NM] = { 0 }, sum_refused[NM] = { 0 };
+	int ret;
+
+	set_bucket(e, e->slot[LIM_CONN_MATCH], B_HUGE);
+	set_bucket(e, e->slot[LIM_CONN_REFUSE], B_CLOSED);
+	if (read_counters(e, e->slot[LIM_CONN_MATCH], &m0) ||
+	    read_counters(e, e->slot[LIM_CONN_REFUSE], &r0))
+		return -EIO;
+	for (int r = 0; r < rounds; r++) {
+		/* rotate the order so no mode always runs first or last */
+		for (int k = 0; k < NM; k++) {
+			int m = (k + r) % NM;
+			struct conn_result res;
+
+			if (g_stop)
+				return -EINTR;
+			ret = run_connects(modes[m].cgroup, modes[m].port, n, &res);
+			if (ret) {
+				fprintf(stderr, "bench: connect worker: %s\n", strerror(-ret));
+				return ret;
+			}
+			sanity(res.errors == 0 && res.n == n, "%s: %ld of %ld done, %ld errors (last: %s)",
+			       modes[m].what, res.n, n, res.errors, strerror(res.last_errno));
+			sanity(modes[m].expect_refused ? res.refused == res.n : res.refused == 0,
+			       "%s: %ld of %ld refused", modes[m].what, res.refused, res.n);
+			ns[m][r] = res.median_ns;
+			mean[m][r] = res.mean_ns;
+			sum_ok[m] += res.ok;
+			sum_refused[m] += res.refused;
+		}
+		for (int m = 0; m < NM; m++)
+			delta[m][r] = ns[m][r] - ns[M_PLAIN][r];
+		if (getenv("KT_BENCH_VERBOSE"))
+			fprintf(stderr,
+				"bench: connect round %d median (mean) ns: plain %.0f (%.0f) empty %.0f (%.0f) "
+				"match %.0f (%.0f) unmatch %.0f (%.0f) refuse %.0f (%.0f)\n",
+				r, ns[0][r], mean[0][r], ns[1][r], mean[1][r], ns[2][r], mean[2][r],
+				ns[3][r], mean[3][r], ns[4][r], mean[4][r]);
+	}
+	if (read_counters(e, e->slot[LIM_CONN_MATCH], &m1) ||
+	    read_counters(e, e->slot[LIM_CONN_REFUSE], &r1))
+		return -EIO;
+	sanity(m1.admitted - m0.admitted == (__u64)sum_ok[M_MATCH] && m1.throttled == m0.throttled,
+	       "matched limit counted %llu admitted, %llu throttled; %ld connects were made",
+	       (unsigned long long)(m1.admitted - m0.admitted),
+	       (unsigned long long)(m1.throttled - m0.throttled), sum_ok[M_MATCH]);
+	sanity(r1.throttled - r0.throttled == (__u64)sum_refused[M_REFUSE] &&
+		       r1.admitted == r0.admitted,
+	       "closed limit counted %llu throttled, %llu admitted; %ld connects were refused",
+	       (unsigned long long)(r1.throttled - r0.throttled),
+	       (unsigned long long)(r1.admitted - r0.admitted), sum_refused[M_REFUSE]);
+
+	double base = median(ns[M_PLAIN], rounds);
+	for (int m = 0; m < NM; m++) {
+		char what[112];
+		snprintf(what, sizeof(what), "%s (median of %ld calls)", modes[m].what, n * rounds);
+		row_ns_ratio(what, median(ns[m], rounds), m == M_PLAIN ? NAN : base,
+			     median(delta[m], rounds));
+	}
+	return 0;
+}
+
+/* ---- section: GCRA in userspace on the mmapped bucket ---- */
+
+static int bench_gcra_user(struct bench_env *e)
+{
+	const int rounds = g_quick ? 3 : 5;
+	const long n = g_quick ? 500000 : 2000000;
+	struct kt_bucket *bk = &e->bpf.buckets[e->slot[LIM_USER]];
+	double clk[16], adm[16], ref[16], d_adm[16], d_ref[16];
+
+	for (int r = 0; r < rounds; r++) {
+		volatile __u64 sink = 0;
+		long admitted = 0, refused = 0;
+		__u64 wait;
+		uint64_t t0, t1;
+
+		if (g_stop)
+			return -EINTR;
+		t0 = now_ns();
+		for (long i = 0; i < n; i++)
+			sink += now_ns();
+		t1 = now_ns();
+		clk[r] = (double)(t1 - t0) / (double)n;
+
+		set_bucket(e, e->slot[LIM_USER], B_HUGE);
+		t0 = now_ns();
+		for (long i = 0; i < n; i++)
+			admitted += kt_gcra_decide(bk, now_ns(), 1, &wait) == KT_ADMIT;
+		t1 = now_ns();
+		adm[r] = (double)(t1 - t0) / (double)n;
+
+		set_bucket(e, e->slot[LIM_USER], B_EXHAUSTED);
+		t0 = now_ns();
+		for (long i = 0; i < n; i++)
+			refused += kt_gcra_decide(bk, now_ns(), 1, &wait) == KT_REFUSE;
+		t1 = now_ns();
+		ref[r] = (double)(t1 - t0) / (double)n;
+
+		d_adm[r] = adm[r] - clk[r];
+		d_ref[r] = ref[r] - clk[r];
+		(void)sink;
+		sanity(admitted == n, "userspace GCRA: %ld of %ld admitted at a huge rate", admitted,
+		       n);
+		sanity(refused >= n - 1, "userspace GCRA: %ld of %ld refused on an exhausted bucket",
+		       refused, n);
+	}
+	double b = median(clk, rounds);
+	row_ns_delta("userspace GCRA on mmapped bucket + clock_gettime, admitted", median(adm, rounds),
+		     b, median(d_adm, rounds), NAN);
+	row_ns_delta("userspace GCRA on mmapped bucket + clock_gettime, refused", median(ref, rounds),
+		     b, median(d_ref, rounds), NAN);
+	return 0;
+}
+
+/* ---- section: controller tick cost ---- */
+
+static void ramp_cfg(struct kt_rate_limit_cfg *rl, int i)
+{
+	static const enum kt_mode modes[] = { KT_MODE_SCHEDULED, KT_MODE_RELAXED,
+					      KT_MODE_ONLY_IF_USED, KT_MODE_GO_BACK_N };
+
+	memset(rl, 0, sizeof(*rl));
+	rl->min = 10;
+	rl->max = 1e6;
+	/* long enough that no limit reaches max in the run: every tick moves
+	 * the rate and rewrites the buckets (the expensive case) */
+	rl->ramp_up_ns = 1000000ull * 1000000000ull;
+	rl->mode = modes[i % 4];
+	rl->threshold_pct = 50;
+	rl->cool_down_ns = 5000000000ull;
+	rl->ramp_down_pct = 50;
+	rl->ttl_ns = 180000000000ull;
+}
+
+/* kt_ramp_epoch alone, per limit, as a tick over n limits calls it. */
+static double ramp_only_us(int nlimits, long total_calls)
+{
+	struct kt_ramp *r = calloc((size_t)nlimits, sizeof(*r));
+	struct kt_rate_limit_cfg rl;
+	long ticks = total_calls / nlimits;
+	uint64_t t = 1000000000ull, t0, t1;
+	volatile double sink = 0;
+
+	if (!r)
+		return NAN;
+	for (int i = 0; i < nlimits; i++) {
+		ramp_cfg(&rl, i);
+		kt_ramp_init(&r[i], &rl, t, 0);
+	}
+	t0 = now_ns();
+	for (long k = 0; k < ticks; k++) {
+		t += 100000000ull;
+		for (int i = 0; i < nlimits; i++) {
+			struct kt_epoch_obs obs = {
+				.now_ns = t,
+				.granted_tokens = r[i].rate * 0.1,
+				.used_tokens = r[i].rate * 0.1 * (k & 1 ? 0.7 : 0.3),
+				.calls = (uint64_t)(k & 3),
+			};
+			sink += kt_ramp_epoch(&r[i], &obs);
+		}
+	}
+	t1 = now_ns();
+	(void)sink;
+	free(r);
+	return (double)(t1 - t0) / 1e3 / (double)(ticks * nlimits);
+}
+
+/* kt_daemon_tick on a daemon with n limits in real maps: counter reads,
+ * ramp, bucket writes. Returns µs per limit per tick, or NAN. */
+static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char *cgroup, int nlimits,
+			   long total_calls)
+{
+	char err[KT_ERR_LEN], name[16];
+	double *rates = NULL, *bursts = NULL, us = NAN;
+	long ticks = total_calls / nlimits;
+	uint64_t t, t0, t1;
+	int ret;
+
+	if (ticks < 20)
+		ticks = 20;
+	d->cfg.limits = calloc((size_t)nlimits, sizeof(*d->cfg.limits));
+	rates = calloc((size_t)nlimits, sizeof(*rates));
+	bursts = calloc((size_t)nlimits, sizeof(*bursts));
+	d->ls = calloc((size_t)nlimits, sizeof(*d->ls));
+	if (!d->cfg.limits || !rates || !bursts || !d->ls)
+		goto out;
+	d->cfg.n_limits = nlimits;
+	for (int i = 0; i < nlimits; i++) {
+		struct kt_limit_cfg *lc = &d->cfg.limits[i];
+		char addr[32];
+
+		/* one /24 each: a prefix holds at most KT_RULES_PER_PREFIX rules */
+		snprintf(name, sizeof(name), "tick-%d", i);
+		snprintf(addr, sizeof(addr), "10.%d.%d.0", i / 256, i % 256);
+		limit_cfg(lc, name, KT_UNIT_PACKET, addr, 24, 0, cgroup);
+		lc->match.port_hi = 65535;
+		ramp_cfg(&lc->rl, i);
+		lc->burst = 100;
+	}
+	ret = kt_plan_resolve(&d->cfg, cg_mount, &d->plan, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "bench: tick: %s\n", err);
+		goto out;
+	}
+	t = now_ns();
+	for (int i = 0; i < nlimits; i++) {
+		struct kt_limit_state *s = &d->ls[i];
+
+		/* as the daemon starts a limit: at min, one member */
+		kt_ramp_init(&s->ramp, &d->cfg.limits[i].rl, t, 0);
+		s->pool_rate = kt_ramp_rate(&s->ramp);
+		s->pool_size = 1;
+		s->bucket_rate = rates[i] = s->pool_rate;
+		s->bucket_burst = bursts[i] = d->cfg.limits[i].burst;
+	}
+	ret = kt_plan_apply(&d->bpf, &d->plan, rates, bursts, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "bench: tick: %s\n", err);
+		goto out;
+	}
+	/* fill the trailing epoch first: 100 ms ticks on an injected clock */
+	for (int k = 0; k < 12; k++)
+		kt_daemon_tick(d, t += 100000000ull);
+	double first = d->ls[0].pool_rate;
+	t0 = now_ns();
+	for (long k = 0; k < ticks; k++)
+		kt_daemon_tick(d, t += 100000000ull);
+	t1 = now_ns();
+	us = (double)(t1 - t0) / 1e3 / (double)(ticks * nlimits);
+
+	/* the scheduled limit (0) must have ramped, and the map must hold
+	 * exactly what the controller last wrote */
+	struct kt_bucket *bk = &d->bpf.buckets[d->plan.limits[0].members[0].slot];
+	sanity(d->ls[0].pool_rate > first, "tick: scheduled ramp did not advance (%g -> %g)", first,
+	       d->ls[0].pool_rate);
+	sanity(bk->interval_fp == kt_interval_fp_from_rate(d->ls[0].bucket_rate),
+	       "tick: bucket interval %llu is not the controller's rate %g",
+	       (unsigned long long)bk->interval_fp, d->ls[0].bucket_rate);
+out:
+	kt_plan_free(&d->plan);
+	free(d->cfg.limits);
+	d->cfg.limits = NULL;
+	d->cfg.n_limits = 0;
+	free(d->ls);
+	d->ls = NULL;
+	free(rates);
+	free(bursts);
+	return us;
+}
+
+static int bench_tick(struct bench_env *e)
+{
+	static const int ramp_n[] = { 1, 100, 1000 };
+	static const int full_n[] = { 1, 100, KT_MAX_LIMITS - 6 };
+	const long ramp_calls = g_quick ? 200000 : 2000000;
+	const long full_calls = g_quick ? 5000 : 40000;
+	char err[KT_ERR_LEN], pin_dir[PATH_MAX], cg[PATH_MAX] = "", what[112];
+	struct kt_daemon *d = calloc(1, sizeof(*d));
+	int ret = 0;
+
+	if (!d)
+		return -ENOMEM;
+	for (size_t i = 0; i < sizeof(ramp_n) / sizeof(ramp_n[0]); i++) {
+		if (g_stop) {
+			ret = -EINTR;
+			goto out;
+		}
+		double us = ramp_only_us(ramp_n[i], ramp_calls);
+		snprintf(what, sizeof(what), "controller: kt_ramp_epoch only, %d limit%s", ramp_n[i],
+			 ramp_n[i] > 1 ? "s" : "");
+		sanity(!isnan(us), "%s: out of memory", what);
+		row_us_per_limit(what, us, 5);
+	}
+
+	/* The full tick needs its own maps: a plan of N limits replaces the
+	 * fixture's. KT_MAX_LIMITS bounds N. */
+	snprintf(pin_dir, sizeof(pin_dir), "%s-tick", e->pin_dir);
+	ret = ktest_cgroup_create("bench-tick", cg, sizeof(cg));
+	if (ret) {
+		fprintf(stderr, "bench: cannot create tick cgroup: %s\n", strerror(-ret));
+		cg[0] = 0;
+		goto out;
+	}
+	ret = kt_bpf_open(&d->bpf, pin_dir, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "bench: tick: %s\n", err);
+		pin_dir[0] = 0;
+		goto out;
+	}
+	d->cfg.file = e->cfg_name;
+	d->cfg.node_name = e->cfg_name;
+	d->cfg.epoch_ns = 1000000000ull;
+	d->cfg.tick_ns = 100000000ull;
+	for (size_t i = 0; i < sizeof(full_n) / sizeof(full_n[0]); i++) {
+		if (g_stop) {
+			ret = -EINTR;
+			break;
+		}
+		double us = full_tick_us(d, e->cg_mount, cg, full_n[i], full_calls);
+		snprintf(what, sizeof(what), "controller: full kt_daemon_tick (counters, ramp, bucket writes), %d limit%s",
+			 full_n[i], full_n[i] > 1 ? "s" : "");
+		if (isnan(us)) {
+			ret = -EIO;
+			break;
+		}
+		row_us_per_limit(what, us, 5);
+	}
+	kt_bpf_close(&d->bpf);
+out:
+	if (pin_dir[0] && kt_bpf_cleanup(pin_dir, err, sizeof(err)))
+		fprintf(stderr, "bench: cleanup: %s\n", err);
+	if (cg[0])
+		ktest_cgroup_destroy(cg);
+	free(d);
+	return ret;
+}
+
+/* ---- driver ---- */
+
+struct section {
+	const char *name;
+	const char *what;
+	int (*run)(struct bench_env *e);
+};
+
+/* Later issues add their sections here (e.g. "pool": aggregate accuracy with
+ * three simulated nodes, convergence time, Redis round trips per heartbeat).
+ * A section adds rows with row_ns_delta / row_ns_ratio / row_us_per_limit
+ * (or row_new for another shape) and reports doubtful numbers with sanity(). */
+static const struct section sections[] = {
+	{ "skb", "cgroup_skb egress decision (BPF_PROG_TEST_RUN)", bench_skb },
+	{ "connect", "connect() through real sockets", bench_connect },
+	{ "gcra", "GCRA in userspace on the mmapped bucket", bench_gcra_user },
+	{ "tick", "controller tick cost", bench_tick },
+};
+#define N_SECTIONS (int)(sizeof(sections) / sizeof(sections[0]))
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: bench [--quick] [--only SECTION[,SECTION...]]\n  sections:");
+	for (int i = 0; i < N_SECTIONS; i++)
+		fprintf(f, " %s", sections[i].name);
+	fprintf(f, "\n");
+}
+
+static int parse_only(const char *arg, bool *want)
+{
+	char *dup = strdup(arg), *save = NULL, *tok;
+	int ret = 0;
+
+	if (!dup)
+		return -ENOMEM;
+	for (int i = 0; i < N_SECTIONS; i++)
+		want[i] = false;
+	for (tok = strtok_r(dup, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		int i;
+		for (i = 0; i < N_SECTIONS; i++)
+			if (!strcmp(tok, sections[i].name))
+				break;
+		if (i == N_SECTIONS) {
+			fprintf(stderr, "bench: --only: unknown section '%s'\n", tok);
+			ret = -EINVAL;
+			break;
+		}
+		want[i] = true;
+	}
+	free(dup);
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	bool want[N_SECTIONS];
+	struct bench_env env;
+	struct sigaction sa = { .sa_handler = on_signal };
+	const char *why;
+	uint64_t t0 = now_ns();
+	int ret = 0, failed_sections = 0;
+
+	for (int i = 0; i < N_SECTIONS; i++)
+		want[i] = true;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--quick")) {
+			g_quick = 1;
+		} else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+			if (parse_only(argv[++i], want)) {
+				usage(stderr);
+				return 2;
+			}
+		} else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			usage(stdout);
+			return 0;
+		} else {
+			fprintf(stderr, "bench: unknown argument '%s'\n", argv[i]);
+			usage(stderr);
+			return 2;
+		}
+	}
+	why = ktest_root_unavailable();
+	if (why) {
+		fprintf(stderr, "bench: cannot run: %s\n", why);
+		return 1;
+	}
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	libbpf_set_print(NULL);
+
+	print_env();
+	ret = env_setup(&env);
+	if (ret) {
+		env_free(&env);
+		return 1;
+	}
+	for (int i = 0; i < N_SECTIONS && !g_stop; i++) {
+		if (!want[i])
+			continue;
+		uint64_t s0 = now_ns();
+		fprintf(stderr, "bench: %s ...\n", sections[i].what);
+		ret = sections[i].run(&env);
+		fprintf(stderr, "bench: %s: %s in %.1f s\n", sections[i].name,
+			ret ? strerror(-ret) : "done", (double)(now_ns() - s0) / 1e9);
+		failed_sections += ret != 0;
+	}
+	env_free(&env);
+	print_table();
+	printf("total time %.1f s\n", (double)(now_ns() - t0) / 1e9);
+	if (g_stop) {
+		fprintf(stderr, "bench: interrupted\n");
+		return 1;
+	}
+	return failed_sections || g_sanity_failures ? 1 : 0;
+}

@@ -1,0 +1,535 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* Live reload end-to-end (issue 3): SIGHUP and `kthrottlectl reload` change
+ * a limit under saturating load; the admitted rate follows within two ticks
+ * (tickInterval 100 ms) with no burst above the new limit; a config with an
+ * error is rejected and the old one kept; limits added and removed attach
+ * and detach cleanly.
+ *
+ * kt-load reports its admitted count every 0.1 s. Tolerance on a window's
+ * admitted count: +-(5% + 2) of rate x window, as in test_daemon.c. The
+ * report clock starts a few ms after the fork measured here, so windows that
+ * must lie after a reload start at the first report boundary after it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "ktest.h"
+
+#define TICK_S 0.1
+#define PERIOD_S 0.1 /* kt-load --report */
+#define BURST 40.0   /* explicit and fixed, so only the rate changes */
+
+static struct fixture {
+	struct ktest_daemon d;
+	char cg[2][PATH_MAX];
+	pid_t load_pid;
+} fx;
+
+#define SKIP_UNLESS_ROOT()                                                                         \
+	do {                                                                                       \
+		const char *why_ = ktest_root_unavailable();                                       \
+		if (why_) {                                                                        \
+			print_message("skipped: %s\n", why_);                                       \
+			skip();                                                                    \
+		}                                                                                  \
+	} while (0)
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t cap = 0;
+
+	if (!f)
+		return strdup("");
+	if (getdelim(&buf, &cap, 0, f) < 0) {
+		free(buf);
+		buf = strdup("");
+	}
+	fclose(f);
+	return buf;
+}
+
+static int run_bin(const char *prog, char **out, ...)
+{
+	char bin[PATH_MAX];
+	char *argv[16];
+	va_list ap;
+	int n = 0;
+
+	snprintf(bin, sizeof(bin), "%s/%s", ktest_build_dir(), prog);
+	argv[n++] = bin;
+	va_start(ap, out);
+	while (n < 15 && (argv[n] = va_arg(ap, char *)))
+		n++;
+	va_end(ap);
+	argv[n] = NULL;
+	return ktest_run_capture(argv, out);
+}
+
+static int bpftool_cgroup_show(const char *cg, char **out)
+{
+	char *argv[] = { "/usr/sbin/bpftool", "cgroup", "show", (char *)cg, NULL };
+
+	if (access(argv[0], X_OK) != 0)
+		argv[0] = "/usr/bin/bpftool";
+	return ktest_run_capture(argv, out);
+}
+
+static bool attached(const char *cg)
+{
+	char *out = NULL;
+	bool yes;
+
+	assert_int_equal(bpftool_cgroup_show(cg, &out), 0);
+	yes = strstr(out, "kt_sendmsg4") || strstr(out, "kt_connect4") || strstr(out, "kt_egress");
+	free(out);
+	return yes;
+}
+
+static bool json_limit_num(const char *json, const char *name, const char *field, double *v)
+{
+	char key[128], fk[64];
+	const char *p, *end;
+
+	snprintf(key, sizeof(key), "\"name\":\"%s\"", name);
+	snprintf(fk, sizeof(fk), "\"%s\":", field);
+	p = strstr(json, key);
+	if (!p)
+		return false;
+	end = strstr(p, "\"cgroups\":");
+	p = strstr(p, fk);
+	if (!p || (end && p > end))
+		return false;
+	*v = strtod(p + strlen(fk), NULL);
+	return true;
+}
+
+static double status_num(const char *limit, const char *field)
+{
+	char *out = ktest_daemon_cmd(&fx.d, "status json");
+	double v = -1;
+
+	assert_non_null(out);
+	assert_true(json_limit_num(out, limit, field, &v));
+	free(out);
+	return v;
+}
+
+static const char *limit_yaml(char *buf, size_t len, const char *name, const char *cg, int port,
+			      double max)
+{
+	snprintf(buf, len,
+		 "  - name: %s\n"
+		 "    cgroups: [%s]\n"
+		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+		 "    unit: datagram\n"
+		 "    burst: %.0f\n"
+		 "    rateLimit: {max: %g}\n",
+		 name, cg, port, BURST, max);
+	return buf;
+}
+
+static void write_config(const char *limits)
+{
+	char body[4096];
+
+	snprintf(body, sizeof(body), "tickInterval: 100ms\nlimits:\n%s", limits);
+	assert_int_equal(ktest_daemon_config(&fx.d, body), 0);
+}
+
+static void start_daemon(const char *limits)
+{
+	int code = -1;
+
+	assert_int_equal(ktest_daemon_init(&fx.d), 0);
+	write_config(limits);
+	if (ktest_daemon_start(&fx.d, 5000, &code) != 0) {
+		char *log = slurp(fx.d.log);
+		print_message("kthrottled did not start (exit %d):\n%s", code, log);
+		free(log);
+		fail();
+	}
+}
+
+static double since_s(uint64_t t0)
+{
+	return (double)(ktest_now_ns() - t0) / 1e9;
+}
+
+/* ---- kt-load in the background, reporting every PERIOD_S ---- */
+
+#define MAX_PERIODS 200
+struct series {
+	int n;
+	double end[MAX_PERIODS];              /* period end, s after kt-load's start */
+	unsigned long long ok[MAX_PERIODS];
+	unsigned long long total_ok, total_refused, errors;
+};
+
+static int bg_fd = -1;
+
+static uint64_t bg_start(const char *cg, int port, double secs)
+{
+	char bin[PATH_MAX], portbuf[16], dur[32], rep[32];
+	int p[2];
+	uint64_t t0;
+
+	snprintf(bin, sizeof(bin), "%s/tools/kt-load", ktest_build_dir());
+	snprintf(portbuf, sizeof(portbuf), "%d", port);
+	snprintf(dur, sizeof(dur), "%.3f", secs);
+	snprintf(rep, sizeof(rep), "%.3f", PERIOD_S);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	t0 = ktest_now_ns();
+	fx.load_pid = fork();
+	assert_true(fx.load_pid >= 0);
+	if (fx.load_pid == 0) {
+		dup2(p[1], 1);
+		execl(bin, bin, "--cgroup", cg, "--mode", "udp", "--addr", "127.0.0.1", "--port",
+		      portbuf, "--duration", dur, "--report", rep, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	bg_fd = p[0];
+	return t0;
+}
+
+static void bg_finish(struct series *s)
+{
+	size_t len = 0, cap = 1 << 16;
+	char *buf = calloc(1, cap), *line, *save = NULL;
+	int status;
+	ssize_t r;
+
+	assert_non_null(buf);
+	while ((r = read(bg_fd, buf + len, cap - 1 - len)) > 0)
+		len += (size_t)r;
+	close(bg_fd);
+	bg_fd = -1;
+	assert_int_equal(waitpid(fx.load_pid, &status, 0), fx.load_pid);
+	fx.load_pid = -1;
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	memset(s, 0, sizeof(*s));
+	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		double t, el;
+		unsigned long long ok, ref;
+
+		if (sscanf(line, "t=%lf ok=%llu refused=%llu", &t, &ok, &ref) == 3 &&
+		    s->n < MAX_PERIODS) {
+			s->end[s->n] = t;
+			s->ok[s->n++] = ok;
+		} else if (sscanf(line, "ok=%llu refused=%llu errors=%llu elapsed=%lf", &s->total_ok,
+				  &s->total_refused, &s->errors, &el) == 4) {
+			continue;
+		}
+	}
+	free(buf);
+	assert_int_equal(s->errors, 0);
+	assert_true(s->total_refused > 0); /* saturating throughout */
+}
+
+/* Admitted in the whole periods inside [from, to]; *span gets their length. */
+static unsigned long long window(const struct series *s, double from, double to, double *span)
+{
+	unsigned long long sum = 0;
+
+	*span = 0;
+	for (int i = 0; i < s->n; i++) {
+		double start = s->end[i] - PERIOD_S;
+		if (start >= from - 1e-6 && s->end[i] <= to + 1e-6) {
+			sum += s->ok[i];
+			*span += PERIOD_S;
+		}
+	}
+	return sum;
+}
+
+static void assert_rate(const char *what, unsigned long long got, double rate, double span)
+{
+	double want = rate * span, tol = 0.05 * want + 2;
+
+	print_message("%s: %llu admitted in %.1fs, expected %.1f +- %.1f (%.0f/s)\n", what, got,
+		      span, want, tol, rate);
+	assert_true(span > 0.25);
+	assert_true((double)got >= want - tol && (double)got <= want + tol);
+}
+
+static void print_series(const struct series *s, double reload_at)
+{
+	print_message("per %.1fs (reload at ~%.2fs):", PERIOD_S, reload_at);
+	for (int i = 0; i < s->n; i++)
+		print_message(" %llu", s->ok[i]);
+	print_message("\n");
+}
+
+/* next report boundary at or after t */
+static double boundary_after(double t)
+{
+	double b = PERIOD_S;
+
+	while (b < t - 1e-9)
+		b += PERIOD_S;
+	return b;
+}
+
+/* ---- fixtures ---- */
+
+static int setup(void **state)
+{
+	(void)state;
+	memset(&fx, 0, sizeof(fx));
+	fx.d.pid = -1;
+	fx.load_pid = -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (fx.load_pid > 0) {
+		kill(fx.load_pid, SIGKILL);
+		waitpid(fx.load_pid, NULL, 0);
+	}
+	if (bg_fd >= 0)
+		close(bg_fd);
+	bg_fd = -1;
+	if (fx.d.dir[0])
+		ktest_daemon_cleanup(&fx.d);
+	for (int i = 0; i < 2; i++)
+		if (fx.cg[i][0])
+			ktest_cgroup_destroy(fx.cg[i]);
+	return 0;
+}
+
+/* ---- tests ---- */
+
+/* Lower max 400 -> 100 with `kthrottlectl reload` under load. The bucket
+ * is empty when the rate drops, so after the reply nothing beyond the new
+ * rate may pass: no burst above the new limit. */
+static void test_reload_lowers_rate_without_burst(void **state)
+{
+	char lim[1024], *out = NULL;
+	struct series s;
+	int port;
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	assert_int_equal(ktest_cgroup_create("reload-low", fx.cg[0], sizeof(fx.cg[0])), 0);
+	port = ktest_free_port(SOCK_DGRAM);
+	start_daemon(limit_yaml(lim, sizeof(lim), "rl", fx.cg[0], port, 400));
+	assert_int_equal(bpftool_cgroup_show(fx.cg[0], &out), 0);
+	char *links_before = out;
+
+	uint64_t t0 = bg_start(fx.cg[0], port, 3.0);
+	ktest_sleep_ms(1200);
+	write_config(limit_yaml(lim, sizeof(lim), "rl", fx.cg[0], port, 100));
+	double sent = since_s(t0);
+	assert_int_equal(run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
+	double replied = since_s(t0);
+	assert_non_null(strstr(out, "ok"));
+	free(out);
+	bg_finish(&s);
+	print_series(&s, sent);
+
+	unsigned long long got;
+	double span, b = boundary_after(replied);
+	/* before: from 0.3 s (the initial burst is spent) to the reload */
+	got = window(&s, 0.3, sent - 0.05, &span);
+	assert_rate("before reload", got, 400, span);
+	/* within two ticks of the reload the admitted rate is the new one */
+	double settled = boundary_after(sent + 2 * TICK_S);
+	got = window(&s, settled, 10, &span);
+	assert_rate("after reload", got, 100, span);
+	/* no burst: from the first boundary after the reply to the end, at
+	 * most the new rate (the bucket was empty when the rate changed) */
+	unsigned long long after = window(&s, b, 10, &span);
+	print_message("from %.1fs: %llu admitted, new-rate bound %.1f\n", b, after,
+		      100 * span + 0.05 * 100 * span + 2);
+	assert_true((double)after <= 100 * span * 1.05 + 2);
+
+	assert_true(status_num("rl", "max") == 100);
+	assert_true(status_num("rl", "bucket_rate") == 100);
+	/* no detach: the same links (same ids) before and after */
+	assert_int_equal(bpftool_cgroup_show(fx.cg[0], &out), 0);
+	assert_string_equal(out, links_before);
+	free(out);
+	free(links_before);
+}
+
+/* Raise max 100 -> 400 with SIGHUP under load: the new rate within two
+ * ticks, and no burst above it. */
+static void test_sighup_raises_rate_within_two_ticks(void **state)
+{
+	char lim[1024], *log;
+	struct series s;
+	int port;
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	assert_int_equal(ktest_cgroup_create("reload-high", fx.cg[0], sizeof(fx.cg[0])), 0);
+	port = ktest_free_port(SOCK_DGRAM);
+	start_daemon(limit_yaml(lim, sizeof(lim), "rh", fx.cg[0], port, 100));
+
+	uint64_t t0 = bg_start(fx.cg[0], port, 3.0);
+	ktest_sleep_ms(1200);
+	write_config(limit_yaml(lim, sizeof(lim), "rh", fx.cg[0], port, 400));
+	double sent = since_s(t0);
+	assert_int_equal(kill(fx.d.pid, SIGHUP), 0);
+	bg_finish(&s);
+	print_series(&s, sent);
+
+	unsigned long long got;
+	double span;
+	got = window(&s, 0.6, sent - 0.05, &span);
+	assert_rate("before SIGHUP", got, 100, span);
+	double settled = boundary_after(sent + 2 * TICK_S);
+	got = window(&s, settled, 10, &span);
+	assert_rate("after SIGHUP", got, 400, span);
+	/* no burst: from the signal on, at most the new rate (+ tolerance) */
+	double b = boundary_after(sent);
+	unsigned long long after = window(&s, b, 10, &span);
+	assert_true((double)after <= 400 * span * 1.05 + 2);
+
+	log = slurp(fx.d.log);
+	assert_non_null(strstr(log, "reloaded"));
+	free(log);
+	assert_true(status_num("rh", "max") == 400);
+}
+
+/* A broken config is rejected with its file:line, through the CLI and
+ * through SIGHUP, and the running one stays in force. */
+static void test_bad_reload_keeps_old_config(void **state)
+{
+	char lim[1024], bad[1400], *out = NULL, *log;
+	struct ktest_load l;
+	int port;
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	assert_int_equal(ktest_cgroup_create("reload-bad", fx.cg[0], sizeof(fx.cg[0])), 0);
+	port = ktest_free_port(SOCK_DGRAM);
+	start_daemon(limit_yaml(lim, sizeof(lim), "rb", fx.cg[0], port, 200));
+
+	snprintf(bad, sizeof(bad), "%s    bogusKey: 1\n", limit_yaml(lim, sizeof(lim), "rb",
+								     fx.cg[0], port, 50));
+	write_config(bad);
+	/* the offending line: the last one of the file */
+	char *cfg = slurp(fx.d.config), want[600];
+	int lines = 0;
+	for (char *p = cfg; *p; p++)
+		lines += *p == '\n';
+	free(cfg);
+	snprintf(want, sizeof(want), "%s:%d:", fx.d.config, lines);
+
+	assert_int_equal(run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 1);
+	print_message("reload reply: %s", out);
+	assert_true(!strncmp(out, "error:", 6));
+	assert_non_null(strstr(out, want));
+	assert_non_null(strstr(out, "bogusKey"));
+	assert_null(strchr(out, '\n') ? strchr(strchr(out, '\n') + 1, '\n') : NULL);
+	free(out);
+
+	assert_int_equal(kill(fx.d.pid, SIGHUP), 0);
+	ktest_sleep_ms(300);
+	assert_int_equal(waitpid(fx.d.pid, NULL, WNOHANG), 0);
+	log = slurp(fx.d.log);
+	assert_non_null(strstr(log, "reload rejected"));
+	free(log);
+
+	/* old config in force: max 200 */
+	assert_true(status_num("rb", "max") == 200);
+	assert_true(status_num("rb", "bucket_rate") == 200);
+	ktest_sleep_ms(250); /* full bucket */
+	assert_int_equal(ktest_load(fx.cg[0], "udp", "127.0.0.1", port, 1.0, &l), 0);
+	double want_ok = 200 * l.elapsed + BURST;
+	print_message("after rejected reload: ok=%llu expected %.1f\n", l.ok, want_ok);
+	assert_true(l.refused > 0);
+	assert_true(fabs((double)l.ok - want_ok) <= 0.05 * want_ok + 2);
+}
+
+/* Adding a limit attaches to its cgroup; removing one detaches from it,
+ * and the remaining limit keeps its bucket. */
+static void test_reload_adds_and_removes_limits(void **state)
+{
+	char la[1024], lb[1024], both[2100], *out = NULL;
+	struct ktest_load l;
+	int pa, pb;
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	assert_int_equal(ktest_cgroup_create("reload-a", fx.cg[0], sizeof(fx.cg[0])), 0);
+	assert_int_equal(ktest_cgroup_create("reload-b", fx.cg[1], sizeof(fx.cg[1])), 0);
+	pa = ktest_free_port(SOCK_DGRAM);
+	pb = ktest_free_port(SOCK_DGRAM);
+	if (pb == pa)
+		pb = pa < 65535 ? pa + 1 : pa - 1;
+	limit_yaml(la, sizeof(la), "ra", fx.cg[0], pa, 200);
+	/* rb: one token per 10 s, to see that its bucket survives a reload */
+	snprintf(lb, sizeof(lb),
+		 "  - name: rb\n"
+		 "    cgroups: [%s]\n"
+		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+		 "    unit: datagram\n"
+		 "    burst: 3\n"
+		 "    rateLimit: {max: 0.1}\n",
+		 fx.cg[1], pb);
+	start_daemon(la);
+	assert_true(attached(fx.cg[0]));
+	assert_false(attached(fx.cg[1]));
+
+	snprintf(both, sizeof(both), "%s%s", la, lb);
+	write_config(both);
+	assert_int_equal(run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
+	free(out);
+	assert_true(attached(fx.cg[0]));
+	assert_true(attached(fx.cg[1]));
+	assert_int_equal(ktest_load(fx.cg[1], "udp", "127.0.0.1", pb, 0.2, &l), 0);
+	assert_int_equal(l.ok, 3); /* the new limit enforces: burst 3 */
+	assert_true(l.refused > 0);
+
+	write_config(lb);
+	assert_int_equal(run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
+	free(out);
+	assert_false(attached(fx.cg[0]));
+	assert_true(attached(fx.cg[1]));
+	/* ra is gone: its cgroup is untouched */
+	assert_int_equal(ktest_load(fx.cg[0], "udp", "127.0.0.1", pa, 0.3, &l), 0);
+	assert_int_equal(l.refused, 0);
+	assert_true(l.ok > 10 * (200 * 0.3 + BURST));
+	/* rb kept its (empty) bucket across the reload */
+	assert_int_equal(ktest_load(fx.cg[1], "udp", "127.0.0.1", pb, 0.1, &l), 0);
+	assert_int_equal(l.ok, 0);
+	assert_true(l.refused > 0);
+
+	char *st = ktest_daemon_cmd(&fx.d, "status json");
+	assert_non_null(st);
+	assert_null(strstr(st, "\"name\":\"ra\""));
+	assert_non_null(strstr(st, "\"name\":\"rb\""));
+	free(st);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_reload_lowers_rate_without_burst, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sighup_raises_rate_within_two_ticks, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_bad_reload_keeps_old_config, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_reload_adds_and_removes_limits, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("e2e_reload", tests, NULL, NULL);
+}

@@ -1,0 +1,514 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* The classifier the daemon writes into kt_classify / kt_ports, checked
+ * through kt_classifier_lookup (the same walk the BPF programs do): CIDRs of
+ * both families, longest prefix, inheritance of broader limits, ports,
+ * protocols, hooks, and the per-prefix rule limit. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "classify.h"
+
+#define TCP KT_PROTO_TCP
+#define UDP KT_PROTO_UDP
+#define BOTH (KT_PROTO_TCP | KT_PROTO_UDP)
+
+/* "10.0.0.0/8" or "2001:db8::/32" into the v4-mapped 128-bit space. */
+static struct kt_cidr cidr(const char *s)
+{
+	struct kt_cidr c = { 0 };
+	char buf[64];
+	char *slash;
+	int len;
+
+	snprintf(buf, sizeof(buf), "%s", s);
+	slash = strchr(buf, '/');
+	assert_non_null(slash);
+	*slash = 0;
+	len = atoi(slash + 1);
+	if (strchr(buf, ':')) {
+		assert_int_equal(inet_pton(AF_INET6, buf, c.addr), 1);
+		c.prefixlen = (uint8_t)len;
+	} else {
+		c.addr[10] = c.addr[11] = 0xff;
+		assert_int_equal(inet_pton(AF_INET, buf, c.addr + 12), 1);
+		c.prefixlen = (uint8_t)(96 + len);
+	}
+	return c;
+}
+
+static const uint8_t *addr(const char *s)
+{
+	static uint8_t a[8][16];
+	static int next;
+	uint8_t *p = a[next++ % 8];
+
+	memset(p, 0, 16);
+	if (strchr(s, ':')) {
+		assert_int_equal(inet_pton(AF_INET6, s, p), 1);
+	} else {
+		p[10] = p[11] = 0xff;
+		assert_int_equal(inet_pton(AF_INET, s, p + 12), 1);
+	}
+	return p;
+}
+
+#define MAXC 4
+struct rule {
+	uint32_t id;
+	enum kt_unit unit;
+	uint8_t proto;
+	uint16_t lo, hi;
+	const char *cidrs[MAXC];
+};
+
+struct built {
+	struct kt_classifier c;
+	struct kt_cidr cidrs[16][MAXC];
+	struct kt_rule_input in[16];
+	char err[256];
+	int ret;
+};
+
+static void build(struct built *b, const struct rule *r, int n)
+{
+	memset(b, 0, sizeof(*b));
+	assert_true(n <= 16);
+	for (int i = 0; i < n; i++) {
+		int k = 0;
+		while (k < MAXC && r[i].cidrs[k]) {
+			b->cidrs[i][k] = cidr(r[i].cidrs[k]);
+			k++;
+		}
+		b->in[i] = (struct kt_rule_input){ .limit_id = r[i].id, .unit = r[i].unit,
+						   .proto_mask = r[i].proto, .port_lo = r[i].lo,
+						   .port_hi = r[i].hi, .cidrs = b->cidrs[i],
+						   .n_cidrs = k };
+	}
+	b->ret = kt_classifier_build(b->in, n, &b->c, b->err, sizeof(b->err));
+}
+
+static int look(const struct built *b, const char *a, enum kt_hook h, uint8_t proto, uint16_t port)
+{
+	return kt_classifier_lookup(&b->c, addr(a), h, proto, port);
+}
+
+static const struct kt_prefix_entry *entry(const struct built *b, const char *c)
+{
+	struct kt_cidr k = cidr(c);
+
+	for (int i = 0; i < b->c.n_entries; i++)
+		if (b->c.entries[i].key.prefixlen == k.prefixlen &&
+		    !memcmp(b->c.entries[i].key.addr, k.addr, 16))
+			return &b->c.entries[i];
+	return NULL;
+}
+
+static int port_bit(const struct built *b, enum kt_hook h, unsigned port)
+{
+	return kt_port_filter_test(&b->c.ports[h], (uint16_t)port);
+}
+
+static void test_hook_for_unit(void **state)
+{
+	(void)state;
+	assert_int_equal(kt_hook_for_unit(KT_UNIT_CONNECTION), KT_HOOK_CONNECT);
+	assert_int_equal(kt_hook_for_unit(KT_UNIT_DATAGRAM), KT_HOOK_SENDMSG);
+	assert_int_equal(kt_hook_for_unit(KT_UNIT_PACKET), KT_HOOK_EGRESS);
+	assert_int_equal(kt_hook_for_unit(KT_UNIT_BYTE), KT_HOOK_EGRESS);
+}
+
+static void test_v4_cidr(void **state)
+{
+	static const struct rule r[] = {
+		{ 7, KT_UNIT_CONNECTION, TCP, 80, 80, { "10.0.0.0/8" } },
+	};
+	struct built b;
+	(void)state;
+
+	build(&b, r, 1);
+	assert_int_equal(b.ret, 0);
+	assert_int_equal(b.c.n_entries, 1);
+	assert_int_equal(b.c.entries[0].key.prefixlen, 96 + 8);
+	assert_int_equal(look(&b, "10.0.0.0", KT_HOOK_CONNECT, TCP, 80), 7);
+	assert_int_equal(look(&b, "10.255.255.255", KT_HOOK_CONNECT, TCP, 80), 7);
+	assert_int_equal(look(&b, "9.255.255.255", KT_HOOK_CONNECT, TCP, 80), -1);
+	assert_int_equal(look(&b, "11.0.0.0", KT_HOOK_CONNECT, TCP, 80), -1);
+	/* the same bits as a native IPv6 address are another destination */
+	assert_int_equal(look(&b, "a00::1", KT_HOOK_CONNECT, TCP, 80), -1);
+	assert_int_equal(look(&b, "::a00:1", KT_HOOK_CONNECT, TCP, 80), -1);
+	kt_classifier_free(&b.c);
+	assert_null(b.c.entries);
+
+	/* odd prefix lengths: 192.168.4.0/22 is .4.0 - .7.255 */
+	static const struct rule r2[] = {
+		{ 1, KT_UNIT_DATAGRAM, UDP, 53, 53, { "192.168.4.0/22", "1.2.3.4/32" } },
+	};
+	build(&b, r2, 1);
+	assert_int_equal(b.ret, 0);
+	assert_int_equal(b.c.n_entries, 2);
+	assert_int_equal(look(&b, "192.168.3.255", KT_HOOK_SENDMSG, UDP, 53), -1);
+	assert_int_equal(look(&b, "192.168.4.0", KT_HOOK_SENDMSG, UDP, 53), 1);
+	assert_int_equal(look(&b, "192.168.7.255", KT_HOOK_SENDMSG, UDP, 53), 1);
+	assert_int_equal(look(&b, "192.168.8.0", KT_HOOK_SENDMSG, UDP, 53), -1);
+	assert_int_equal(look(&b, "1.2.3.4", KT_HOOK_SENDMSG, UDP, 53), 1);
+	assert_int_equal(look(&b, "1.2.3.5", KT_HOOK_SENDMSG, UDP, 53), -1);
+	kt_classifier_free(&b.c);
+}
+
+static void test_v6_cidr(void **state)
+{
+	static const struct rule r[] = {
+		{ 3, KT_UNIT_PACKET, BOTH, 0, 65535, { "2001:db8::/32", "fd00::1/128" } },
+	};
+	struct built b;
+	(void)state;
+
+	build(&b, r, 1);
+	assert_int_equal(b.ret, 0);
+	assert_int_equal(look(&b, "2001:db8::", KT_HOOK_EGRESS, TCP, 443), 3);
+	assert_int_equal(look(&b, "2001:db8:ffff:ffff::1", KT_HOOK_EGRESS, UDP, 1), 3);
+	assert_int_equal(look(&b, "2001:db9::", KT_HOOK_EGRESS, TCP, 443), -1);
+	assert_int_equal(look(&b, "fd00::1", KT_HOOK_EGRESS, TCP, 0), 3);
+	assert_int_equal(look(&b, "fd00::2", KT_HOOK_EGRESS, TCP, 0), -1);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_EGRESS, TCP, 443), -1);
+	kt_classifier_free(&b.c);
+
+	/* the defaults 0.0.0.0/0 and ::/0: everything, both families */
+	static const struct rule all[] = {
+		{ 9, KT_UNIT_CONNECTION, BOTH, 0, 65535, { "0.0.0.0/0", "::/0" } },
+	};
+	build(&b, all, 1);
+	assert_int_equal(b.ret, 0);
+	assert_int_equal(look(&b, "8.8.8.8", KT_HOOK_CONNECT, TCP, 1), 9);
+	assert_int_equal(look(&b, "::1", KT_HOOK_CONNECT, UDP, 65535), 9);
+	assert_int_equal(look(&b, "ffff::", KT_HOOK_CONNECT, TCP, 0), 9);
+	kt_classifier_free(&b.c);
+}
+
+/* The longest matching prefix picks the limit; a broader limit still owns
+ * what the narrower one does not cover. */
+static void test_longest_prefix(void **state)
+{
+	static const struct rule r[] = {
+		{ 1, KT_UNIT_CONNECTION, TCP, 80, 80, { "10.0.0.0/8" } },
+		{ 2, KT_UNIT_CONNECTION, TCP, 80, 80, { "10.1.0.0/16" } },
+		{ 3, KT_UNIT_CONNECTION, TCP, 80, 80, { "10.1.2.0/24" } },
+		{ 4, KT_UNIT_CONNECTION, TCP, 80, 80, { "10.1.2.3/32" } },
+	};
+	const struct rule rev[] = { r[3], r[2], r[1], r[0] };
+	struct built b;
+	(void)state;
+
+	for (int pass = 0; pass < 2; pass++) {
+		/* config order does not decide between different prefix lengths */
+		build(&b, pass ? rev : r, 4);
+		assert_int_equal(b.ret, 0);
+		assert_int_equal(b.c.n_entries, 4);
+		assert_int_equal(look(&b, "10.9.9.9", KT_HOOK_CONNECT, TCP, 80), 1);
+		assert_int_equal(look(&b, "10.1.9.9", KT_HOOK_CONNECT, TCP, 80), 2);
+		assert_int_equal(look(&b, "10.1.2.9", KT_HOOK_CONNECT, TCP, 80), 3);
+		assert_int_equal(look(&b, "10.1.2.3", KT_HOOK_CONNECT, TCP, 80), 4);
+		/* the /32 entry carries all four, most specific first */
+		const struct kt_prefix_entry *e = entry(&b, "10.1.2.3/32");
+		assert_non_null(e);
+		assert_int_equal(e->set.count, 4);
+		for (int i = 0; i < 4; i++)
+			assert_int_equal(e->set.rules[i].limit_id, 4 - i);
+		kt_classifier_free(&b.c);
+	}
+
+	/* same prefix, same traffic: the first in config order wins */
+	static const struct rule tie[] = {
+		{ 5, KT_UNIT_CONNECTION, TCP, 1, 1000, { "10.0.0.0/8" } },
+		{ 6, KT_UNIT_CONNECTION, TCP, 80, 80, { "10.0.0.0/8" } },
+	};
+	build(&b, tie, 2);
+	assert_int_equal(b.ret, 0);
+	assert_int_equal(b.c.n_entries, 1); /* one entry for the shared prefix */
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 80), 5);
+	kt_classifier_free(&b.c);
+}
+
+/* A more specific prefix for port 80 must not hide a broader limit on port
+ * 53: the /16 entry inherits the /8 rule. */
+static void test_inheritance(void **state)
+{
+	static const struct rule r[] = {
+		{ 1, KT_UNIT_DATAGRAM, UDP, 53, 53, { "10.0.0.0/8" } },
+		{ 2, KT_UNIT_DATAGRAM, UDP, 80, 80, { "10.1.0.0/16" } },
+		{ 3, KT_UNIT_CONNECTION, TCP, 80, 80, { "10.1.2.0/24" } },
+		{ 4, KT_UNIT_DATAGRAM, UDP, 0, 65535, { "::/0" } },
+	};
+	struct built b;
+	(void)state;
+
+	build(&b, r, 4);
+	assert_int_equal(b.ret, 0);
+	assert_int_equal(look(&b, "10.1.2.3", KT_HOOK_SENDMSG, UDP, 53), 1);
+	assert_int_equal(look(&b, "10.1.2.3", KT_HOOK_SENDMSG, UDP, 80), 2);
+	assert_int_equal(look(&b, "10.1.2.3", KT_HOOK_CONNECT, TCP, 80), 3);
+	assert_int_equal(look(&b, "10.2.0.1", KT_HOOK_SENDMSG, UDP, 80), 4);
+	assert_int_equal(look(&b, "10.1.0.1", KT_HOOK_SENDMSG, UDP, 53), 1);
+	/* ::/0 covers every IPv4 destination too (v4-mapped) */
+	assert_int_equal(look(&b, "192.0.2.1", KT_HOOK_SENDMSG, UDP, 9999), 4);
+	assert_int_equal(look(&b, "10.1.2.3", KT_HOOK_SENDMSG, UDP, 9999), 4);
+	assert_int_equal(look(&b, "10.1.2.3", KT_HOOK_CONNECT, TCP, 53), -1);
+
+	/* what the kernel will see: the /24 entry holds all four rules */
+	const struct kt_prefix_entry *e = entry(&b, "10.1.2.0/24");
+	assert_non_null(e);
+	assert_int_equal(e->set.count, 4);
+	assert_int_equal(e->set.rules[0].limit_id, 3);
+	assert_int_equal(e->set.rules[1].limit_id, 2);
+	assert_int_equal(e->set.rules[2].limit_id, 1);
+	assert_int_equal(e->set.rules[3].limit_id, 4);
+	assert_int_equal(e->set.rules[0].hook, KT_HOOK_CONNECT);
+	assert_int_equal(e->set.rules[0].unit, KT_UNIT_CONNECTION);
+	assert_int_equal(e->set.rules[0].port_lo, 80);
+	assert_int_equal(e->set.rules[0].proto_mask, TCP);
+	/* the broadest holds only itself */
+	e = entry(&b, "::/0");
+	assert_non_null(e);
+	assert_int_equal(e->set.count, 1);
+	kt_classifier_free(&b.c);
+}
+
+/* Port ranges are inclusive; the per-hook port filter has exactly the ports
+ * some rule of that hook covers, so everything else exits early. */
+static void test_ports(void **state)
+{
+	static const struct rule r[] = {
+		{ 1, KT_UNIT_CONNECTION, TCP, 1000, 2000, { "10.0.0.0/8" } },
+		{ 2, KT_UNIT_CONNECTION, TCP, 443, 443, { "10.0.0.0/8" } },
+		{ 3, KT_UNIT_BYTE, BOTH, 0, 0, { "10.0.0.0/8" } },
+		{ 4, KT_UNIT_DATAGRAM, UDP, 65535, 65535, { "10.0.0.0/8" } },
+	};
+	struct built b;
+	(void)state;
+
+	build(&b, r, 4);
+	assert_int_equal(b.ret, 0);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 999), -1);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 1000), 1);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 1500), 1);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 2000), 1);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 2001), -1);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 443), 2);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 442), -1);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_EGRESS, TCP, 0), 3);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_EGRESS, UDP, 1), -1);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_SENDMSG, UDP, 65535), 4);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_SENDMSG, UDP, 65534), -1);
+
+	for (unsigned p = 0; p <= 65535; p++) {
+		int want_c = (p >= 1000 && p <= 2000) || p == 443;
+		if (port_bit(&b, KT_HOOK_CONNECT, p) != want_c ||
+		    port_bit(&b, KT_HOOK_EGRESS, p) != (p == 0) ||
+		    port_bit(&b, KT_HOOK_SENDMSG, p) != (p == 65535)) {
+			print_error("port %u: filter bits %d %d %d\n", p,
+				    port_bit(&b, KT_HOOK_CONNECT, p), port_bit(&b, KT_HOOK_SENDMSG, p),
+				    port_bit(&b, KT_HOOK_EGRESS, p));
+			fail();
+		}
+	}
+	kt_classifier_free(&b.c);
+
+	/* no rules: empty filters, no entries, every lookup passes */
+	build(&b, NULL, 0);
+	assert_int_equal(b.ret, 0);
+	assert_int_equal(b.c.n_entries, 0);
+	for (int h = 0; h < KT_HOOK_COUNT; h++)
+		for (unsigned p = 0; p <= 65535; p += 97)
+			assert_int_equal(port_bit(&b, h, p), 0);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 80), -1);
+	kt_classifier_free(&b.c);
+}
+
+static void test_protocols(void **state)
+{
+	static const struct rule r[] = {
+		{ 1, KT_UNIT_PACKET, TCP, 80, 80, { "10.0.0.0/8" } },
+		{ 2, KT_UNIT_PACKET, UDP, 80, 80, { "10.0.0.0/8" } },
+		{ 3, KT_UNIT_PACKET, BOTH, 81, 81, { "10.0.0.0/8" } },
+		{ 4, KT_UNIT_PACKET, 0, 82, 82, { "10.0.0.0/8" } }, /* matches nothing */
+	};
+	struct built b;
+	(void)state;
+
+	build(&b, r, 4);
+	assert_int_equal(b.ret, 0);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_EGRESS, TCP, 80), 1);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_EGRESS, UDP, 80), 2);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_EGRESS, TCP, 81), 3);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_EGRESS, UDP, 81), 3);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_EGRESS, TCP, 82), -1);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_EGRESS, UDP, 82), -1);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_EGRESS, 0, 81), -1);
+	kt_classifier_free(&b.c);
+}
+
+/* Each rule lands in its unit's hook and is invisible to the others. */
+static void test_hook_selection(void **state)
+{
+	static const struct rule r[] = {
+		{ 1, KT_UNIT_CONNECTION, BOTH, 80, 80, { "10.0.0.0/8" } },
+		{ 2, KT_UNIT_DATAGRAM, BOTH, 80, 80, { "10.0.0.0/8" } },
+		{ 3, KT_UNIT_PACKET, BOTH, 80, 80, { "10.0.0.0/8" } },
+		{ 4, KT_UNIT_BYTE, BOTH, 90, 90, { "10.0.0.0/8" } },
+	};
+	struct built b;
+	(void)state;
+
+	build(&b, r, 4);
+	assert_int_equal(b.ret, 0);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 80), 1);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_SENDMSG, UDP, 80), 2);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_EGRESS, TCP, 80), 3);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_EGRESS, UDP, 90), 4);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 90), -1);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_SENDMSG, UDP, 90), -1);
+	assert_false(port_bit(&b, KT_HOOK_CONNECT, 90));
+	assert_true(port_bit(&b, KT_HOOK_EGRESS, 90));
+
+	const struct kt_prefix_entry *e = entry(&b, "10.0.0.0/8");
+	assert_non_null(e);
+	assert_int_equal(e->set.count, 4);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(e->set.rules[i].limit_id, i + 1); /* config order */
+		assert_int_equal(e->set.rules[i].hook, kt_hook_for_unit(r[i].unit));
+		assert_int_equal(e->set.rules[i].unit, r[i].unit);
+	}
+	kt_classifier_free(&b.c);
+}
+
+/* KT_RULES_PER_PREFIX covering limits fit; one more is -E2BIG naming the
+ * prefix that overflows. */
+static void test_too_many_rules(void **state)
+{
+	struct rule r[KT_RULES_PER_PREFIX + 1];
+	struct built b;
+	(void)state;
+
+	for (int i = 0; i <= KT_RULES_PER_PREFIX; i++)
+		r[i] = (struct rule){ (uint32_t)i, KT_UNIT_CONNECTION, TCP, (uint16_t)(100 + i),
+				      (uint16_t)(100 + i), { "10.0.0.0/8" } };
+	/* the last one is narrower: only 10.1.0.0/16 is covered by all nine */
+	r[KT_RULES_PER_PREFIX].cidrs[0] = "10.1.0.0/16";
+
+	build(&b, r, KT_RULES_PER_PREFIX);
+	assert_int_equal(b.ret, 0);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 100 + KT_RULES_PER_PREFIX - 1),
+			 KT_RULES_PER_PREFIX - 1);
+	kt_classifier_free(&b.c);
+
+	build(&b, r, KT_RULES_PER_PREFIX + 1);
+	assert_int_equal(b.ret, -E2BIG);
+	assert_null(b.c.entries);
+	assert_int_equal(b.c.n_entries, 0);
+	if (!strstr(b.err, "10.1.0.0/16")) {
+		print_error("error does not name the prefix: %s\n", b.err);
+		fail();
+	}
+	kt_classifier_free(&b.c); /* safe after a failure */
+
+	/* IPv6 prefixes are named in IPv6 notation */
+	for (int i = 0; i <= KT_RULES_PER_PREFIX; i++)
+		r[i].cidrs[0] = "2001:db8::/32";
+	build(&b, r, KT_RULES_PER_PREFIX + 1);
+	assert_int_equal(b.ret, -E2BIG);
+	if (!strstr(b.err, "2001:db8::/32")) {
+		print_error("error does not name the prefix: %s\n", b.err);
+		fail();
+	}
+	kt_classifier_free(&b.c);
+
+	/* one limit with two cidrs covering a prefix counts once */
+	for (int i = 0; i < KT_RULES_PER_PREFIX; i++) {
+		r[i].cidrs[0] = "10.0.0.0/8";
+		r[i].cidrs[1] = i == 0 ? "10.1.0.0/16" : NULL;
+	}
+	build(&b, r, KT_RULES_PER_PREFIX);
+	assert_int_equal(b.ret, 0);
+	const struct kt_prefix_entry *e = entry(&b, "10.1.0.0/16");
+	assert_non_null(e);
+	assert_int_equal(e->set.count, KT_RULES_PER_PREFIX);
+	kt_classifier_free(&b.c);
+}
+
+static void test_too_many_prefixes(void **state)
+{
+	int n = KT_MAX_PREFIXES + 1;
+	struct kt_cidr *c = calloc((size_t)n, sizeof(*c));
+	struct kt_rule_input in = { .limit_id = 1, .unit = KT_UNIT_PACKET, .proto_mask = BOTH,
+				    .port_lo = 0, .port_hi = 65535, .cidrs = c };
+	struct kt_classifier cls;
+	char err[256] = "";
+	(void)state;
+
+	assert_non_null(c);
+	for (int i = 0; i < n; i++) {
+		c[i].addr[0] = 0xfd;
+		c[i].addr[14] = (uint8_t)(i >> 8);
+		c[i].addr[15] = (uint8_t)i;
+		c[i].prefixlen = 128;
+	}
+	in.n_cidrs = n - 1;
+	assert_int_equal(kt_classifier_build(&in, 1, &cls, err, sizeof(err)), 0);
+	assert_int_equal(cls.n_entries, KT_MAX_PREFIXES);
+	kt_classifier_free(&cls);
+
+	in.n_cidrs = n;
+	assert_int_equal(kt_classifier_build(&in, 1, &cls, err, sizeof(err)), -E2BIG);
+	assert_non_null(strstr(err, "prefixes"));
+	assert_null(cls.entries);
+	kt_classifier_free(&cls);
+	free(c);
+}
+
+/* Traffic that matches no limit: -1 for every reason it can miss. */
+static void test_unmatched(void **state)
+{
+	static const struct rule r[] = {
+		{ 1, KT_UNIT_CONNECTION, TCP, 80, 80, { "10.0.0.0/8", "2001:db8::/32" } },
+	};
+	struct built b;
+	(void)state;
+
+	build(&b, r, 1);
+	assert_int_equal(b.ret, 0);
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 80), 1);
+	assert_int_equal(look(&b, "2001:db8::1", KT_HOOK_CONNECT, TCP, 80), 1);
+	assert_int_equal(look(&b, "192.0.2.1", KT_HOOK_CONNECT, TCP, 80), -1);   /* address */
+	assert_int_equal(look(&b, "2001:db9::1", KT_HOOK_CONNECT, TCP, 80), -1); /* address */
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 81), -1);    /* port */
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, UDP, 80), -1);    /* protocol */
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_EGRESS, TCP, 80), -1);     /* hook */
+	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_SENDMSG, TCP, 80), -1);    /* hook */
+	kt_classifier_free(&b.c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hook_for_unit),
+		cmocka_unit_test(test_v4_cidr),
+		cmocka_unit_test(test_v6_cidr),
+		cmocka_unit_test(test_longest_prefix),
+		cmocka_unit_test(test_inheritance),
+		cmocka_unit_test(test_ports),
+		cmocka_unit_test(test_protocols),
+		cmocka_unit_test(test_hook_selection),
+		cmocka_unit_test(test_too_many_rules),
+		cmocka_unit_test(test_too_many_prefixes),
+		cmocka_unit_test(test_unmatched),
+	};
+	return cmocka_run_group_tests_name("classify", tests, NULL, NULL);
+}

@@ -1,0 +1,556 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* The decision math of include/kthrottle.h, the same code the BPF programs
+ * run: exact bursts, long-run rates on a simulated clock, fractional rates,
+ * byte costs, oversize requests, closed buckets, clock wrap-around, overflow,
+ * concurrent charging and rate changes. */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "kthrottle.h"
+
+#define US 1000ULL
+#define MS 1000000ULL
+#define SEC 1000000000ULL
+/* Some uptime, so a fresh bucket (tat 0) lies in the past. */
+#define T0 (1000ULL * SEC)
+
+static struct kt_bucket mk(double rate, __u64 burst)
+{
+	return (struct kt_bucket){ .tat = 0, .interval_fp = kt_interval_fp_from_rate(rate),
+				   .burst = burst };
+}
+
+/* Exact ns per token of a bucket (what the fixed point stands for). */
+static double ns_per_token(const struct kt_bucket *b)
+{
+	return (double)b->interval_fp / (double)KT_FP_ONE;
+}
+
+/* Requests of `cost` at one instant until the first refusal (at most max). */
+static __u64 drain(struct kt_bucket *b, __u64 now, __u64 cost, __u64 max, __u64 *wait)
+{
+	__u64 n = 0, w = 0;
+
+	while (n < max && kt_gcra_decide(b, now, cost, &w) == KT_ADMIT) {
+		assert_int_equal(w, 0);
+		n++;
+	}
+	if (wait)
+		*wait = w;
+	return n;
+}
+
+/* One request of `cost` every `step` ns over [start, start + dur]; returns
+ * admitted requests and fails if the admitted tokens ever exceed
+ * burst + rate * elapsed (+ slack tokens). */
+static __u64 simulate(struct kt_bucket *b, __u64 start, __u64 dur, __u64 step, __u64 cost,
+		      double slack)
+{
+	double rate = 1e9 / ns_per_token(b);
+	__u64 n = 0, w, t;
+
+	for (t = 0; t <= dur; t += step) {
+		if (kt_gcra_decide(b, start + t, cost, &w) == KT_ADMIT)
+			n++;
+		double bound = (double)b->burst + rate * (double)t / 1e9 + slack;
+		if ((double)(n * cost) > bound + 1e-6) {
+			print_error("rate %g burst %llu cost %llu: %llu tokens admitted by +%llu ns, bound %.3f\n",
+				    rate, (unsigned long long)b->burst, (unsigned long long)cost,
+				    (unsigned long long)(n * cost), (unsigned long long)t, bound);
+			fail();
+		}
+	}
+	return n;
+}
+
+static void test_tokens_to_ns(void **state)
+{
+	(void)state;
+	assert_int_equal(kt_tokens_to_ns(0, 12345), 0);
+	assert_int_equal(kt_tokens_to_ns(0, ~0ULL), 0);
+	assert_int_equal(kt_tokens_to_ns(1, KT_FP_ONE), 1);
+	assert_int_equal(kt_tokens_to_ns(7, KT_FP_ONE), 7);
+	/* rounds up: a fraction of a ns costs a whole one */
+	assert_int_equal(kt_tokens_to_ns(1, KT_FP_ONE + 1), 2);
+	assert_int_equal(kt_tokens_to_ns(1, 1), 1);
+	assert_int_equal(kt_tokens_to_ns(2, KT_FP_ONE / 2), 1);
+	assert_int_equal(kt_tokens_to_ns(3, KT_FP_ONE / 2), 2);
+	/* 0.1 ns per byte: 1500 bytes = 150 ns (6554/65536 rounds 150.006 up) */
+	assert_int_equal(kt_tokens_to_ns(1500, 6554), 151);
+	assert_int_equal(kt_tokens_to_ns(10, 6553600), 1000);
+	/* products past 2^64 saturate instead of wrapping to something small */
+	assert_true(kt_tokens_to_ns(~0ULL, ~0ULL) >= (1ULL << 62));
+	assert_true(kt_tokens_to_ns(1ULL << 40, 1ULL << 40) >= (1ULL << 62));
+	assert_true(kt_tokens_to_ns(1, ~0ULL) >= (~0ULL >> KT_FP_SHIFT));
+	/* monotonic in tokens across the overflow boundary */
+	__u64 ifp = 1ULL << 50, prev = 0;
+	for (__u64 k = 1; k < (1ULL << 20); k = k * 3 + 1) {
+		__u64 ns = kt_tokens_to_ns(k, ifp);
+		assert_true(ns >= prev);
+		prev = ns;
+	}
+}
+
+static void test_interval_from_rate(void **state)
+{
+	(void)state;
+	assert_int_equal(kt_interval_fp_from_rate(1), 1000000000ULL << KT_FP_SHIFT);
+	assert_int_equal(kt_interval_fp_from_rate(0.1), 10000000000ULL << KT_FP_SHIFT);
+	assert_int_equal(kt_interval_fp_from_rate(1e9), KT_FP_ONE);
+	assert_int_equal(kt_interval_fp_from_rate(1e10), 6554); /* 6553.6 rounded up */
+	/* closed: zero, negative, NaN */
+	assert_int_equal(kt_interval_fp_from_rate(0), 0);
+	assert_int_equal(kt_interval_fp_from_rate(-5), 0);
+	assert_int_equal(kt_interval_fp_from_rate(NAN), 0);
+	/* extremes saturate instead of closing the bucket */
+	assert_int_equal(kt_interval_fp_from_rate(1e-30), ~0ULL);
+	assert_int_equal(kt_interval_fp_from_rate(1e30), 1);
+	assert_int_equal(kt_interval_fp_from_rate(INFINITY), 1);
+	assert_true(kt_rate_from_interval_fp(0) == 0.0);
+
+	/* Rounded up: the enforced rate never exceeds the requested one (but
+	 * for double rounding, 1e-12), and is within 1e-4 of it up to 10 G
+	 * tokens/s (bytes of a 100 Gbit link). */
+	for (double r = 1e-4; r <= 1e10; r *= 1.37) {
+		double got = kt_rate_from_interval_fp(kt_interval_fp_from_rate(r));
+		if (!(got <= r * (1 + 1e-12) && got >= r * (1 - 1e-4))) {
+			print_error("rate %.9g represented as %.9g\n", r, got);
+			fail();
+		}
+	}
+}
+
+/* Burst N admits exactly N at one instant; the next waits one token. */
+static void test_exact_burst(void **state)
+{
+	static const double rates[] = { 1, 3, 7, 10, 0.1, 0.3, 333, 1000, 12345.678, 1e6, 3e7 };
+	static const __u64 bursts[] = { 1, 2, 3, 5, 10, 64, 1000 };
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++) {
+		for (size_t j = 0; j < sizeof(bursts) / sizeof(bursts[0]); j++) {
+			struct kt_bucket b = mk(rates[i], bursts[j]);
+			__u64 wait, w2, n = drain(&b, T0, 1, bursts[j] + 10, &wait);
+			double x = ns_per_token(&b);
+
+			if (n != bursts[j]) {
+				print_error("rate %g burst %llu: %llu admitted back to back\n",
+					    rates[i], (unsigned long long)bursts[j],
+					    (unsigned long long)n);
+				fail();
+			}
+			/* the refusal charged nothing */
+			__u64 tat = b.tat;
+			assert_int_equal(kt_gcra_decide(&b, T0, 1, &w2), KT_REFUSE);
+			assert_int_equal(b.tat, tat);
+			assert_int_equal(w2, wait);
+			/* next token one interval later, to the ns */
+			if (fabs((double)wait - x) > 1.0) {
+				print_error("rate %g burst %llu: wait %llu ns, interval %.3f ns\n",
+					    rates[i], (unsigned long long)bursts[j],
+					    (unsigned long long)wait, x);
+				fail();
+			}
+			assert_int_equal(kt_gcra_decide(&b, T0 + wait - 1, 1, &w2), KT_REFUSE);
+			assert_int_equal(w2, 1);
+			assert_int_equal(kt_gcra_decide(&b, T0 + wait, 1, &w2), KT_ADMIT);
+			assert_int_equal(kt_gcra_decide(&b, T0 + wait, 1, &w2), KT_REFUSE);
+		}
+	}
+}
+
+/* Admitted over T seconds == rate * T + burst, within one token below, and
+ * never above burst + rate * elapsed at any point. (Bursts of at least 2:
+ * with burst 1 a poller that arrives late loses the lateness, as in any
+ * token bucket of capacity 1.) */
+static void test_steady_rate(void **state)
+{
+	static const struct {
+		double rate;
+		__u64 burst, dur, step;
+	} c[] = {
+		{ 1000, 10, 10 * SEC, 100 * US },
+		{ 1000, 2, 10 * SEC, 37 * US }, /* step not a divisor of the interval */
+		{ 3, 5, 60 * SEC, 1 * MS },
+		{ 7, 2, 100 * SEC, 10 * MS },
+		{ 250000, 100, 1 * SEC, 1 * US },
+		{ 1e6, 1000, 500 * MS, 250 },
+	};
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		struct kt_bucket b = mk(c[i].rate, c[i].burst);
+		double want = c[i].rate * (double)c[i].dur / 1e9 + (double)c[i].burst;
+		__u64 n = simulate(&b, T0, c[i].dur, c[i].step, 1, 0);
+
+		if ((double)n > want || (double)n < want - 1) {
+			print_error("rate %g burst %llu over %.3f s: %llu admitted, want %.3f\n",
+				    c[i].rate, (unsigned long long)c[i].burst, c[i].dur / 1e9,
+				    (unsigned long long)n, want);
+			fail();
+		}
+		/* idle for a long time: refills to the burst, not beyond */
+		__u64 later = T0 + c[i].dur + 1000 * SEC;
+		assert_int_equal(kt_gcra_tokens_left(&b, later), c[i].burst);
+		assert_int_equal(drain(&b, later, 1, c[i].burst + 10, NULL), c[i].burst);
+	}
+}
+
+/* Rates below one token per second are exact: 0.1/s is one token every
+ * 10 s, never zero tokens (the seeds' integer-flooring defect). */
+static void test_fractional_rates(void **state)
+{
+	static const double rates[] = { 0.1, 0.5, 1.0 / 3, 0.01, 0.001, 2.5 };
+	__u64 w;
+	(void)state;
+
+	struct kt_bucket b = mk(0.1, 1);
+	assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_REFUSE);
+	assert_int_equal(w, 10 * SEC);
+	assert_int_equal(kt_gcra_decide(&b, T0 + 10 * SEC - 1, 1, &w), KT_REFUSE);
+	assert_int_equal(w, 1);
+	assert_int_equal(kt_gcra_decide(&b, T0 + 10 * SEC, 1, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_decide(&b, T0 + 15 * SEC, 1, &w), KT_REFUSE);
+	assert_int_equal(w, 5 * SEC);
+
+	/* 10 intervals polled 10 times per interval: burst + 10 tokens */
+	for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++) {
+		b = mk(rates[i], 1);
+		__u64 dur = (__u64)llround(10e9 / rates[i]);
+		__u64 n = simulate(&b, T0, dur, dur / 100, 1, 0);
+		if (n != 11 && n != 10) {
+			print_error("rate %g: %llu admitted over 10 intervals, want 11\n", rates[i],
+				    (unsigned long long)n);
+			fail();
+		}
+	}
+}
+
+/* Byte unit: the cost is the packet size. */
+static void test_byte_units(void **state)
+{
+	__u64 w, n;
+	(void)state;
+
+	/* 10 kB/s, burst 10000 bytes: six 1500-byte packets back to back */
+	struct kt_bucket b = mk(10000, 10000);
+	assert_int_equal(drain(&b, T0, 1500, 100, &w), 6);
+	assert_int_equal(w, 50 * MS); /* 500 bytes short at 10 kB/s */
+	/* a smaller packet still fits the 1000 bytes left */
+	assert_int_equal(kt_gcra_decide(&b, T0, 1000, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_REFUSE);
+	assert_int_equal(kt_gcra_tokens_left(&b, T0), 0);
+	assert_int_equal(kt_gcra_tokens_left(&b, T0 + 150 * MS), 1500);
+
+	/* steady: 10 s of 1500-byte packets every ms holds 10 kB/s + burst */
+	b = mk(10000, 10000);
+	n = simulate(&b, T0, 10 * SEC, 1 * MS, 1500, 0);
+	assert_true(n * 1500 <= 110000);
+	assert_true(n * 1500 > 110000 - 1500);
+
+	/* a burst of whole packets at a rate whose ns per byte is fractional */
+	b = mk(7000, 3000);
+	assert_int_equal(drain(&b, T0, 1500, 100, NULL), 2);
+
+	/* 10 GB/s: 1500-byte packets and 64 KiB GSO packets within 1% */
+	static const __u64 sizes[] = { 1500, 65536, 9000 };
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		b = mk(1e10, 1000000);
+		n = simulate(&b, T0, 1 * MS, 10, sizes[i], 0);
+		double got = (double)(n * sizes[i]), want = 1e10 * 1e-3 + 1e6;
+		if (got > want || got < want * 0.99) {
+			print_error("10 GB/s, %llu-byte packets: %.0f bytes in 1 ms, want %.0f\n",
+				    (unsigned long long)sizes[i], got, want);
+			fail();
+		}
+	}
+}
+
+/* A request larger than the burst passes only from a full bucket, and its
+ * excess is owed, so the long-run rate holds. */
+static void test_oversize(void **state)
+{
+	__u64 w, n;
+	(void)state;
+
+	/* 1000 B/s, burst 1500 B, 64000-byte requests */
+	struct kt_bucket b = mk(1000, 1500);
+	assert_int_equal(kt_gcra_decide(&b, T0, 64000, &w), KT_ADMIT);
+	assert_int_equal(w, 0);
+	assert_int_equal(kt_gcra_tokens_left(&b, T0), 0);
+	/* everything waits for the debt: 64 s for another oversize request */
+	assert_int_equal(kt_gcra_decide(&b, T0, 64000, &w), KT_REFUSE);
+	assert_int_equal(w, 64 * SEC);
+	/* a small one only needs the debt below the burst tolerance */
+	assert_int_equal(kt_gcra_decide(&b, T0, 100, &w), KT_REFUSE);
+	assert_int_equal(w, 64 * SEC - 1400 * MS);
+	assert_int_equal(kt_gcra_decide(&b, T0 + 64 * SEC - 1, 64000, &w), KT_REFUSE);
+	assert_int_equal(w, 1);
+	assert_int_equal(kt_gcra_decide(&b, T0 + 64 * SEC, 64000, &w), KT_ADMIT);
+
+	/* not full: refused even though the tokens left exceed the burst share */
+	b = mk(1000, 1500);
+	assert_int_equal(kt_gcra_decide(&b, T0, 100, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_decide(&b, T0, 64000, &w), KT_REFUSE);
+	assert_int_equal(w, 100 * MS);
+	assert_int_equal(kt_gcra_decide(&b, T0 + 100 * MS, 64000, &w), KT_ADMIT);
+
+	/* long run: one per 64 s (plus the first) over 6400 s, within 1% */
+	b = mk(1000, 1500);
+	n = simulate(&b, T0, 6400 * SEC, 1 * SEC, 64000, 64000);
+	assert_int_equal(n, 101);
+}
+
+/* interval 0 is a closed bucket: everything is refused, nothing charged. */
+static void test_closed(void **state)
+{
+	struct kt_bucket b = { .tat = 0, .interval_fp = 0, .burst = 100 };
+	__u64 w;
+	(void)state;
+
+	for (__u64 t = 0; t < 10; t++) {
+		assert_int_equal(kt_gcra_decide(&b, T0 + t * SEC, 1, &w), KT_REFUSE);
+		assert_int_equal(w, ~0ULL);
+		assert_int_equal(kt_gcra_decide(&b, T0 + t * SEC, 0, &w), KT_REFUSE);
+	}
+	assert_int_equal(b.tat, 0);
+	assert_int_equal(kt_gcra_tokens_left(&b, T0), 0);
+	/* reopening gives the full burst: closing charged nothing */
+	b.interval_fp = kt_interval_fp_from_rate(10);
+	assert_int_equal(drain(&b, T0 + 20 * SEC, 1, 1000, NULL), 100);
+}
+
+/* The clock is compared by signed difference, so a wrap of the 64-bit
+ * counter changes nothing. */
+static void test_clock_wrap(void **state)
+{
+	__u64 start = 0ULL - 200 * MS, w, n;
+	(void)state;
+
+	/* 10/s, burst 5; tat = now: a full bucket at the start */
+	struct kt_bucket b = mk(10, 5);
+	b.tat = start;
+	assert_int_equal(kt_gcra_tokens_left(&b, start), 5);
+	assert_int_equal(drain(&b, start, 1, 100, &w), 5);
+	assert_int_equal(w, 100 * MS);
+	assert_true(b.tat < start); /* the debt wrapped past 0 */
+	assert_int_equal(kt_gcra_tokens_left(&b, start), 0);
+	assert_int_equal(kt_gcra_decide(&b, start + 100 * MS - 1, 1, &w), KT_REFUSE);
+	assert_int_equal(kt_gcra_decide(&b, start + 100 * MS, 1, &w), KT_ADMIT);
+	/* now itself wraps: one token per 100 ms continues on the other side */
+	assert_int_equal(kt_gcra_decide(&b, start + 200 * MS, 1, &w), KT_ADMIT); /* now == 0 */
+	assert_int_equal(kt_gcra_decide(&b, start + 200 * MS, 1, &w), KT_REFUSE);
+	assert_int_equal(w, 100 * MS);
+	assert_int_equal(kt_gcra_tokens_left(&b, start + 10 * SEC), 5);
+
+	/* steady across the wrap: 10 s at 10/s from 5 s before it */
+	b = mk(10, 5);
+	b.tat = 0ULL - 5 * SEC;
+	n = simulate(&b, 0ULL - 5 * SEC, 10 * SEC, 1 * MS, 1, 0);
+	assert_true(n == 105 || n == 104);
+}
+
+/* Huge costs, intervals and bursts saturate; none admits by wrapping. */
+static void test_overflow_safety(void **state)
+{
+	__u64 w, n;
+	(void)state;
+
+	/* 0.1 B/s, burst 1, 64 KiB packets: cost in ns overflows 64 bits at
+	 * Q48.16; the first may pass (oversize from full), then none. */
+	struct kt_bucket b = mk(0.1, 1);
+	n = drain(&b, T0, 65536, 100, NULL);
+	assert_true(n <= 1);
+	for (int i = 0; i < 10; i++)
+		assert_int_equal(kt_gcra_decide(&b, T0 + i * SEC, 65536, &w), KT_REFUSE);
+
+	/* the slowest representable rate with a burst of 2: exactly 2 */
+	b = (struct kt_bucket){ .interval_fp = ~0ULL, .burst = 2 };
+	assert_int_equal(drain(&b, T0, 1, 1000, NULL), 2);
+
+	/* burst 100 at 0.0001/s: the tolerance (1e15 ns) is above 2^48 ns */
+	b = mk(0.0001, 100);
+	assert_int_equal(drain(&b, T0, 1, 1000, NULL), 100);
+
+	/* cost ~0 from a full bucket: never admitted by wrap-around, and
+	 * refused requests leave the bucket as it was */
+	b = mk(1e9, 1000);
+	n = drain(&b, T0, ~0ULL, 10, NULL);
+	assert_true(n <= 1);
+	if (n == 0) {
+		assert_int_equal(b.tat, 0);
+		assert_int_equal(drain(&b, T0, 1, 2000, NULL), 1000);
+	} else {
+		assert_int_equal(kt_gcra_decide(&b, T0 + 1000 * SEC, 1, &w), KT_REFUSE);
+	}
+
+	/* debt near 2^63 ns must not read as "in the past" */
+	b = (struct kt_bucket){ .interval_fp = 1ULL << 47, .burst = 1ULL << 40 };
+	n = drain(&b, T0, 1ULL << 31, 2000, NULL); /* 2^62 ns per request */
+	assert_true(n >= 1 && n <= 512);
+
+	/* huge interval with a huge burst: the tolerance saturates */
+	b = (struct kt_bucket){ .interval_fp = ~0ULL, .burst = ~0ULL };
+	n = drain(&b, T0, 1, 100000, NULL);
+	assert_true(n < 100000);
+
+	/* tokens_left saturates too */
+	b = (struct kt_bucket){ .interval_fp = ~0ULL, .burst = ~0ULL };
+	assert_true(kt_gcra_tokens_left(&b, T0) > 0);
+	b = (struct kt_bucket){ .interval_fp = 1, .burst = ~0ULL };
+	assert_int_equal(kt_gcra_tokens_left(&b, T0), ~0ULL);
+}
+
+static void test_tokens_left(void **state)
+{
+	__u64 w;
+	(void)state;
+
+	struct kt_bucket b = mk(10, 10); /* whole ns per token */
+	assert_int_equal(kt_gcra_tokens_left(&b, T0), 10);
+	for (int k = 1; k <= 10; k++) {
+		assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_ADMIT);
+		assert_int_equal(kt_gcra_tokens_left(&b, T0), 10 - k);
+	}
+	assert_int_equal(kt_gcra_tokens_left(&b, T0 + 100 * MS - 1), 0);
+	assert_int_equal(kt_gcra_tokens_left(&b, T0 + 100 * MS), 1);
+	assert_int_equal(kt_gcra_tokens_left(&b, T0 + 350 * MS), 3);
+	assert_int_equal(kt_gcra_tokens_left(&b, T0 + 100 * SEC), 10);
+
+	/* fractional ns per token: within one token of the exact count */
+	b = mk(3, 10);
+	for (int k = 1; k <= 9; k++) {
+		assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_ADMIT);
+		__u64 left = kt_gcra_tokens_left(&b, T0);
+		assert_true(left <= (__u64)(10 - k) && left + 1 >= (__u64)(10 - k));
+	}
+}
+
+/* Rewriting interval_fp (what the daemon does on every tick) keeps the
+ * bucket's state: no refill to full, no emptying; the new rate applies
+ * from then on. */
+static void test_rate_change(void **state)
+{
+	__u64 w, n;
+	(void)state;
+
+	/* drained at 10/s, raised to 20/s: still drained at that instant */
+	struct kt_bucket b = mk(10, 10);
+	assert_int_equal(drain(&b, T0, 1, 100, NULL), 10);
+	__u64 tat = b.tat;
+	__atomic_store_n(&b.interval_fp, kt_interval_fp_from_rate(20), __ATOMIC_RELEASE);
+	assert_int_equal(b.tat, tat);
+	assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_REFUSE);
+	assert_int_equal(kt_gcra_tokens_left(&b, T0), 0);
+	/* then 20/s: over 10 s, 200 tokens (+ at most the burst as the
+	 * debt of the old rate is worked off) */
+	n = simulate(&b, T0, 10 * SEC, 1 * MS, 1, 0);
+	assert_true(n >= 185 && n <= 210);
+
+	/* full at 10/s, lowered to 1/s: still full, not emptied */
+	b = mk(10, 10);
+	__atomic_store_n(&b.interval_fp, kt_interval_fp_from_rate(1), __ATOMIC_RELEASE);
+	assert_int_equal(kt_gcra_tokens_left(&b, T0), 10);
+	assert_int_equal(drain(&b, T0, 1, 100, &w), 10);
+	assert_int_equal(w, 1 * SEC);
+
+	/* half used at 10/s, then 5/s with the burst kept: partly full, neither
+	 * reset to 10 nor emptied */
+	b = mk(10, 10);
+	assert_int_equal(drain(&b, T0, 1, 5, NULL), 5);
+	__atomic_store_n(&b.interval_fp, kt_interval_fp_from_rate(5), __ATOMIC_RELEASE);
+	n = drain(&b, T0, 1, 100, NULL);
+	assert_true(n >= 1 && n < 10);
+
+	/* closed and reopened: the debt is still there */
+	b = mk(10, 10);
+	assert_int_equal(drain(&b, T0, 1, 100, NULL), 10);
+	__atomic_store_n(&b.interval_fp, 0, __ATOMIC_RELEASE);
+	assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_REFUSE);
+	__atomic_store_n(&b.interval_fp, kt_interval_fp_from_rate(10), __ATOMIC_RELEASE);
+	assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_REFUSE);
+	assert_int_equal(kt_gcra_decide(&b, T0 + 100 * MS, 1, &w), KT_ADMIT);
+}
+
+/* Four threads charging one bucket at one fixed instant: the CAS on tat
+ * must admit exactly the burst in total, never a token twice. */
+#define THREADS 4
+#define BURST_MT 20000
+#define TRIES_MT 40000
+
+struct mt_arg {
+	struct kt_bucket *b;
+	pthread_barrier_t *bar;
+	__u64 admitted, refused;
+};
+
+static void *mt_worker(void *p)
+{
+	struct mt_arg *a = p;
+	__u64 w;
+
+	pthread_barrier_wait(a->bar);
+	for (int i = 0; i < TRIES_MT; i++) {
+		if (kt_gcra_decide(a->b, T0, 1, &w) == KT_ADMIT)
+			a->admitted++;
+		else
+			a->refused++;
+	}
+	return NULL;
+}
+
+static void test_concurrent_cas(void **state)
+{
+	static struct kt_bucket b __attribute__((aligned(64)));
+	struct mt_arg args[THREADS];
+	pthread_t th[THREADS];
+	pthread_barrier_t bar;
+	__u64 total = 0;
+	(void)state;
+
+	for (int round = 0; round < 5; round++) {
+		b = mk(1, BURST_MT); /* 1 s per token: no refill at a fixed clock */
+		assert_int_equal(pthread_barrier_init(&bar, NULL, THREADS), 0);
+		for (int i = 0; i < THREADS; i++) {
+			args[i] = (struct mt_arg){ .b = &b, .bar = &bar };
+			assert_int_equal(pthread_create(&th[i], NULL, mt_worker, &args[i]), 0);
+		}
+		total = 0;
+		for (int i = 0; i < THREADS; i++) {
+			pthread_join(th[i], NULL);
+			total += args[i].admitted;
+			assert_int_equal(args[i].admitted + args[i].refused, TRIES_MT);
+		}
+		pthread_barrier_destroy(&bar);
+		assert_int_equal(total, BURST_MT);
+		assert_int_equal(b.tat, T0 + BURST_MT * SEC);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_tokens_to_ns),
+		cmocka_unit_test(test_interval_from_rate),
+		cmocka_unit_test(test_exact_burst),
+		cmocka_unit_test(test_steady_rate),
+		cmocka_unit_test(test_fractional_rates),
+		cmocka_unit_test(test_byte_units),
+		cmocka_unit_test(test_oversize),
+		cmocka_unit_test(test_closed),
+		cmocka_unit_test(test_clock_wrap),
+		cmocka_unit_test(test_overflow_safety),
+		cmocka_unit_test(test_tokens_left),
+		cmocka_unit_test(test_rate_change),
+		cmocka_unit_test(test_concurrent_cas),
+	};
+	return cmocka_run_group_tests_name("gcra", tests, NULL, NULL);
+}

@@ -1,0 +1,1181 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Store client against real redis-server / redis-sentinel processes on free
+ * loopback ports, plus a fake server for replies Redis would never send. */
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <cmocka.h>
+#include "redis_proc.h"
+#include "store.h"
+
+#define PREFIX "kttest"
+#define LIVE KT_POOL_REPORT_LIVE
+
+static struct rp_proc g_master;    /* shared by the tests that need a plain server */
+static struct rp_proc g_procs[4];  /* per-test servers, stopped by teardown */
+static struct kt_store *g_stores[8];
+static char err[KT_ERR_LEN];
+
+#define ASSERT_OK(expr)                                                            \
+	do {                                                                       \
+		int r_ = (expr);                                                   \
+		if (r_)                                                            \
+			print_error("%s = %d: %s\n", #expr, r_, err);              \
+		assert_int_equal(r_, 0);                                           \
+	} while (0)
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void cfg_single(struct kt_store_cfg *c, int port)
+{
+	memset(c, 0, sizeof(*c));
+	c->kind = KT_STORE_REDIS;
+	c->line = 7;
+	c->redis_mode = KT_REDIS_SINGLE;
+	c->host = "127.0.0.1";
+	c->port = port;
+	c->key_prefix = PREFIX;
+}
+
+static struct kt_store *track(struct kt_store *s)
+{
+	for (size_t i = 0; i < sizeof(g_stores) / sizeof(g_stores[0]); i++) {
+		if (!g_stores[i]) {
+			g_stores[i] = s;
+			return s;
+		}
+	}
+	fail_msg("too many stores in one test");
+	return NULL;
+}
+
+static struct kt_store *open_cfg(const struct kt_store_cfg *c)
+{
+	struct kt_store *s;
+
+	ASSERT_OK(kt_store_open(&s, c, err, sizeof(err)));
+	return track(s);
+}
+
+static struct kt_store *open_single(int port, const char *user, const char *pass, int db)
+{
+	struct kt_store_cfg c;
+
+	cfg_single(&c, port);
+	c.redis_auth.username = (char *)user;
+	c.redis_auth.password = (char *)pass;
+	c.db = db;
+	return open_cfg(&c);
+}
+
+static struct kt_pool_answer beat(struct kt_store *s, const char *limit, const char *id, int size,
+				  uint64_t stale_ms)
+{
+	struct kt_pool_member m = { id, size };
+	struct kt_pool_answer a = { -1, -1, -1 };
+
+	ASSERT_OK(kt_store_heartbeat(s, limit, &m, 1, stale_ms, &a, err, sizeof(err)));
+	assert_true(a.size >= a.live);
+	return a;
+}
+
+#define ASSERT_ANS(a, ag, sz, lv)                                                  \
+	do {                                                                       \
+		assert_int_equal((a).agree, (ag));                                 \
+		assert_int_equal((a).size, (sz));                                  \
+		assert_int_equal((a).live, (lv));                                  \
+	} while (0)
+
+static void key(char *buf, size_t len, const char *limit, const char *suffix)
+{
+	snprintf(buf, len, PREFIX ":pool:%s:%s", limit, suffix);
+}
+
+/* 1 if id has a heartbeat in hb, 0 if not. */
+static int in_hb(const char *limit, const char *id)
+{
+	char k[128];
+	redisReply *r;
+	int ret;
+
+	key(k, sizeof(k), limit, "hb");
+	r = rp_command(&g_master, "ZSCORE %s %s", k, id);
+	assert_non_null(r);
+	ret = r->type == REDIS_REPLY_STRING;
+	freeReplyObject(r);
+	return ret;
+}
+
+static int in_size(const char *limit, const char *id)
+{
+	char k[128];
+
+	key(k, sizeof(k), limit, "size");
+	return (int)rp_command_int(&g_master, -1, "HEXISTS %s %s", k, id);
+}
+
+static long long server_time_ms(const struct rp_proc *p)
+{
+	redisReply *r = rp_command(p, "TIME");
+	long long t;
+
+	assert_non_null(r);
+	assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+	t = atoll(r->element[0]->str) * 1000 + atoll(r->element[1]->str) / 1000;
+	freeReplyObject(r);
+	return t;
+}
+
+static long long cmd_calls(const struct rp_proc *p, const char *cmd)
+{
+	char field[64], v[256];
+
+	snprintf(field, sizeof(field), "cmdstat_%s", cmd);
+	if (rp_info_field(p, "commandstats", field, v, sizeof(v)))
+		return 0;
+	assert_memory_equal(v, "calls=", 6);
+	return atoll(v + 6);
+}
+
+/* ---- fake server: serves canned replies to check reply validation ---- */
+
+struct fake {
+	int lfd, port;
+	pthread_t th;
+	pthread_mutex_t mu;
+	bool running, stop;
+	char reply[512];      /* to EVALSHA, EVAL, GET, SENTINEL */
+	char sha_reply[128];  /* to SCRIPT LOAD */
+	char last_cmd[32];
+	int last_argc;
+	char last_arg2[32];
+};
+static struct fake g_fake = { .mu = PTHREAD_MUTEX_INITIALIZER, .lfd = -1 };
+
+static bool fake_stopping(struct fake *f)
+{
+	bool s;
+
+	pthread_mutex_lock(&f->mu);
+	s = f->stop;
+	pthread_mutex_unlock(&f->mu);
+	return s;
+}
+
+/* Parses one "*N\r\n$L\r\n...": returns bytes used, 0 if incomplete, -1 if junk. */
+static long parse_cmd(const char *b, size_t len, char *name, size_t nlen, int *argc, char *arg2, size_t alen)
+{
+	const char *p = b, *end = b + len, *nl;
+	long n, l;
+
+	if (len < 1)
+		return 0;
+	if (*p != '*')
+		return -1;
+	nl = memchr(p, '\n', (size_t)(end - p));
+	if (!nl)
+		return 0;
+	n = atol(p + 1);
+	p = nl + 1;
+	*argc = (int)n;
+	for (long i = 0; i < n; i++) {
+		if (p >= end)
+			return 0;
+		if (*p != '$')
+			return -1;
+		nl = memchr(p, '\n', (size_t)(end - p));
+		if (!nl)
+			return 0;
+		l = atol(p + 1);
+		p = nl + 1;
+		if (end - p < l + 2)
+			return 0;
+		if (i == 0 || i == 2) {
+			char *dst = i == 0 ? name : arg2;
+			size_t cap = i == 0 ? nlen : alen, k = (size_t)l < cap - 1 ? (size_t)l : cap - 1;
+
+			memcpy(dst, p, k);
+			dst[k] = 0;
+		}
+		p += l + 2;
+	}
+	return p - b;
+}
+
+static void fake_serve(struct fake *f, int c)
+{
+	static char buf[1 << 16];
+	size_t len = 0;
+	struct pollfd pfd = { .fd = c, .events = POLLIN };
+
+	while (!fake_stopping(f)) {
+		char name[32] = "", arg2[32] = "";
+		const char *out;
+		ssize_t n;
+		long used;
+		int argc = 0;
+
+		used = parse_cmd(buf, len, name, sizeof(name), &argc, arg2, sizeof(arg2));
+		if (used < 0)
+			return;
+		if (used == 0) {
+			if (poll(&pfd, 1, 100) <= 0)
+				continue;
+			n = read(c, buf + len, sizeof(buf) - len);
+			if (n <= 0)
+				return;
+			len += (size_t)n;
+			continue;
+		}
+		memmove(buf, buf + used, len - (size_t)used);
+		len -= (size_t)used;
+		pthread_mutex_lock(&f->mu);
+		if (!strcasecmp(name, "SCRIPT"))
+			out = f->sha_reply;
+		else if (!strcasecmp(name, "PING"))
+			out = "+PONG\r\n";
+		else if (!strcasecmp(name, "AUTH") || !strcasecmp(name, "SELECT"))
+			out = "+OK\r\n";
+		else
+			out = f->reply;
+		snprintf(f->last_cmd, sizeof(f->last_cmd), "%s", name);
+		snprintf(f->last_arg2, sizeof(f->last_arg2), "%s", arg2);
+		f->last_argc = argc;
+		if (write(c, out, strlen(out)) < 0) {
+			pthread_mutex_unlock(&f->mu);
+			return;
+		}
+		pthread_mutex_unlock(&f->mu);
+	}
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake *f = arg;
+
+	for (;;) {
+		int c = accept(f->lfd, NULL, NULL);
+
+		if (c < 0) {
+			if (errno == EINTR && !fake_stopping(f))
+				continue;
+			break;
+		}
+		fake_serve(f, c);
+		close(c);
+	}
+	return NULL;
+}
+
+static void fake_start(struct fake *f)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+
+	f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(f->lfd >= 0);
+	assert_int_equal(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&sa, &sl), 0);
+	assert_int_equal(listen(f->lfd, 8), 0);
+	f->port = ntohs(sa.sin_port);
+	f->stop = false;
+	snprintf(f->sha_reply, sizeof(f->sha_reply), "$40\r\n%s\r\n",
+		 "0123456789abcdef0123456789abcdef01234567");
+	assert_int_equal(pthread_create(&f->th, NULL, fake_main, f), 0);
+	f->running = true;
+}
+
+static void fake_stop(struct fake *f)
+{
+	if (!f->running)
+		return;
+	pthread_mutex_lock(&f->mu);
+	f->stop = true;
+	pthread_mutex_unlock(&f->mu);
+	shutdown(f->lfd, SHUT_RDWR); /* wakes accept() */
+	pthread_join(f->th, NULL);
+	close(f->lfd);
+	f->lfd = -1;
+	f->running = false;
+}
+
+static void fake_set(struct fake *f, const char *reply)
+{
+	pthread_mutex_lock(&f->mu);
+	snprintf(f->reply, sizeof(f->reply), "%s", reply);
+	pthread_mutex_unlock(&f->mu);
+}
+
+/* ---- fixtures ---- */
+
+static int group_setup(void **state)
+{
+	(void)state;
+	return rp_start_master(&g_master, NULL);
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	rp_stop(&g_master);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(g_stores) / sizeof(g_stores[0]); i++) {
+		kt_store_close(g_stores[i]);
+		g_stores[i] = NULL;
+	}
+	fake_stop(&g_fake);
+	for (size_t i = 0; i < sizeof(g_procs) / sizeof(g_procs[0]); i++)
+		rp_stop(&g_procs[i]);
+	return 0;
+}
+
+/* ---- agreement ---- */
+
+static void test_agree_one(void **state)
+{
+	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_pool_answer a;
+	uint64_t since, next;
+	char ep[64], want[64];
+
+	(void)state;
+	/* lazy: nothing happened yet */
+	assert_int_equal(kt_store_state(s, &since, &next), KT_STORE_IDLE);
+	assert_int_equal(since, 0);
+	assert_false(kt_store_connected(s));
+	a = beat(s, "one", "n1/a", LIVE, 3000);
+	ASSERT_ANS(a, 1, 1, 1);
+	assert_int_equal(kt_store_state(s, &since, &next), KT_STORE_UP);
+	assert_true(since > 0);
+	assert_true(kt_store_connected(s));
+	snprintf(want, sizeof(want), "127.0.0.1:%d", g_master.port);
+	assert_string_equal(kt_store_endpoint(s, ep, sizeof(ep)), want);
+	/* explicit size 1 agrees too */
+	a = beat(s, "one", "n1/a", 1, 3000);
+	ASSERT_ANS(a, 1, 1, 1);
+}
+
+static void test_agree_three_members_one_node(void **state)
+{
+	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_pool_member m[3] = { { "n1/a", LIVE }, { "n1/b", LIVE }, { "n1/c", LIVE } };
+	struct kt_pool_answer a;
+
+	(void)state;
+	ASSERT_OK(kt_store_heartbeat(s, "three", m, 3, 3000, &a, err, sizeof(err)));
+	ASSERT_ANS(a, 1, 3, 3);
+	for (int i = 0; i < 3; i++)
+		m[i].reported_size = 3;
+	ASSERT_OK(kt_store_heartbeat(s, "three", m, 3, 3000, &a, err, sizeof(err)));
+	ASSERT_ANS(a, 1, 3, 3);
+	/* one member saying 2 breaks agreement: the larger size wins */
+	m[1].reported_size = 2;
+	ASSERT_OK(kt_store_heartbeat(s, "three", m, 3, 3000, &a, err, sizeof(err)));
+	ASSERT_ANS(a, 0, 3, 3);
+}
+
+/* Seed 000's rule: nodes report the previous answer's live count. */
+static void test_disagree_then_converge(void **state)
+{
+	struct kt_store *A = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *B = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_pool_answer a;
+
+	(void)state;
+	a = beat(A, "dis", "A", 2, 3000);
+	ASSERT_ANS(a, 0, 2, 1); /* alone, but says 2: no agreement */
+	a = beat(B, "dis", "B", 5, 3000);
+	ASSERT_ANS(a, 0, 5, 2); /* largest reported wins */
+	a = beat(A, "dis", "A", a.live, 3000);
+	ASSERT_ANS(a, 0, 5, 2);
+	a = beat(B, "dis", "B", a.live, 3000);
+	ASSERT_ANS(a, 1, 2, 2);
+	a = beat(A, "dis", "A", a.live, 3000);
+	ASSERT_ANS(a, 1, 2, 2);
+}
+
+/* Joins with KT_POOL_REPORT_LIVE: every node agrees within 2 of its heartbeats. */
+static void test_join_report_live(void **state)
+{
+	struct kt_store *s[3];
+	const char *ids[3] = { "A", "B", "C" };
+	struct kt_pool_answer a;
+
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		s[i] = open_single(g_master.port, NULL, NULL, 0);
+	a = beat(s[0], "join", ids[0], LIVE, 3000);
+	ASSERT_ANS(a, 1, 1, 1);
+	a = beat(s[1], "join", ids[1], LIVE, 3000);
+	ASSERT_ANS(a, 0, 2, 2); /* A still says 1 */
+	a = beat(s[2], "join", ids[2], LIVE, 3000);
+	ASSERT_ANS(a, 0, 3, 3);
+	a = beat(s[0], "join", ids[0], LIVE, 3000);
+	ASSERT_ANS(a, 0, 3, 3); /* B still says 2 */
+	a = beat(s[1], "join", ids[1], LIVE, 3000);
+	ASSERT_ANS(a, 1, 3, 3);
+	a = beat(s[2], "join", ids[2], LIVE, 3000);
+	ASSERT_ANS(a, 1, 3, 3);
+	a = beat(s[0], "join", ids[0], LIVE, 3000);
+	ASSERT_ANS(a, 1, 3, 3);
+}
+
+/* A member that stops heartbeating is pruned after stale_ms; the pool shrinks
+ * within stale + 2 heartbeats and its entries vanish from both keys. */
+static void test_stale_shrink(void **state)
+{
+	const uint64_t stale = 300, hb = 100;
+	struct kt_store *s[3];
+	const char *ids[3] = { "sA", "sB", "sC" };
+	struct kt_pool_answer a[3];
+	uint64_t t0, elapsed = 0;
+	int round, i;
+
+	(void)state;
+	for (i = 0; i < 3; i++)
+		s[i] = open_single(g_master.port, NULL, NULL, 0);
+	for (round = 0; round < 3; round++)
+		for (i = 0; i < 3; i++)
+			a[i] = beat(s[i], "stale", ids[i], LIVE, stale);
+	for (i = 0; i < 3; i++)
+		ASSERT_ANS(a[i], 1, 3, 3);
+	/* C dies now */
+	t0 = mono_ms();
+	for (round = 0; round < 20; round++) {
+		rp_sleep_ms((int)hb);
+		a[0] = beat(s[0], "stale", ids[0], LIVE, stale);
+		a[1] = beat(s[1], "stale", ids[1], LIVE, stale);
+		if (round == 0)
+			assert_int_equal(a[0].live, 3); /* not pruned before stale_ms */
+		assert_true(a[0].size >= 2 && a[1].size >= 2);
+		if (a[0].agree && a[0].size == 2 && a[1].agree && a[1].size == 2) {
+			elapsed = mono_ms() - t0;
+			break;
+		}
+	}
+	assert_true(elapsed > 0);
+	if (elapsed > stale + 2 * hb + 150)
+		fail_msg("shrink took %llu ms, stale %llu + 2 x %llu", (unsigned long long)elapsed,
+			 (unsigned long long)stale, (unsigned long long)hb);
+	assert_int_equal(in_hb("stale", "sC"), 0);
+	assert_int_equal(in_size("stale", "sC"), 0);
+	assert_int_equal(in_hb("stale", "sA"), 1);
+	assert_int_equal(in_size("stale", "sA"), 1);
+}
+
+static void test_leave_shrinks(void **state)
+{
+	struct kt_store *A = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *B = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_pool_member am[2] = { { "A/1", LIVE }, { "A/2", LIVE } };
+	const char *gone[2] = { "A/2", "never-joined" };
+	struct kt_pool_answer a;
+
+	(void)state;
+	ASSERT_OK(kt_store_heartbeat(A, "leave", am, 2, 5000, &a, err, sizeof(err)));
+	a = beat(B, "leave", "B/1", LIVE, 5000);
+	ASSERT_ANS(a, 0, 3, 3);
+	ASSERT_OK(kt_store_heartbeat(A, "leave", am, 2, 5000, &a, err, sizeof(err)));
+	ASSERT_ANS(a, 1, 3, 3);
+
+	ASSERT_OK(kt_store_leave(A, "leave", gone, 2, err, sizeof(err)));
+	assert_int_equal(in_hb("leave", "A/2"), 0);
+	assert_int_equal(in_size("leave", "A/2"), 0);
+	/* first heartbeat of each node after the leave: B (which still says 3) blocks A */
+	ASSERT_OK(kt_store_heartbeat(A, "leave", am, 1, 5000, &a, err, sizeof(err)));
+	ASSERT_ANS(a, 0, 3, 2);
+	a = beat(B, "leave", "B/1", LIVE, 5000);
+	ASSERT_ANS(a, 1, 2, 2);
+	ASSERT_OK(kt_store_heartbeat(A, "leave", am, 1, 5000, &a, err, sizeof(err)));
+	ASSERT_ANS(a, 1, 2, 2);
+	/* leaving with no ids is a no-op */
+	ASSERT_OK(kt_store_leave(A, "leave", NULL, 0, err, sizeof(err)));
+}
+
+/* Heartbeats are stamped with the server's TIME: a member stamped an hour
+ * ago (by the server's clock) is pruned; ours carries the server time. */
+static void test_server_time(void **state)
+{
+	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	char hbk[128], szk[128];
+	long long t = server_time_ms(&g_master), score;
+	struct kt_pool_answer a;
+	redisReply *r;
+
+	(void)state;
+	key(hbk, sizeof(hbk), "time", "hb");
+	key(szk, sizeof(szk), "time", "size");
+	assert_int_equal(rp_command_int(&g_master, -1, "ZADD %s %lld ghost", hbk, t - 3600 * 1000), 1);
+	assert_int_equal(rp_command_int(&g_master, -1, "HSET %s ghost 2", szk), 1);
+	a = beat(s, "time", "real", LIVE, 10000);
+	ASSERT_ANS(a, 1, 1, 1);
+	assert_int_equal(in_hb("time", "ghost"), 0);
+	assert_int_equal(in_size("time", "ghost"), 0);
+	r = rp_command(&g_master, "ZSCORE %s real", hbk);
+	assert_non_null(r);
+	assert_int_equal(r->type, REDIS_REPLY_STRING);
+	score = atoll(r->str);
+	freeReplyObject(r);
+	assert_true(score >= t && score <= server_time_ms(&g_master));
+}
+
+static void test_keys_expire(void **state)
+{
+	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	char hbk[128], szk[128];
+	long long pttl;
+
+	(void)state;
+	key(hbk, sizeof(hbk), "ttl", "hb");
+	key(szk, sizeof(szk), "ttl", "size");
+	beat(s, "ttl", "m", LIVE, 2000);
+	pttl = rp_command_int(&g_master, -9, "PTTL %s", hbk);
+	assert_true(pttl > 5000 && pttl <= 6000); /* KT_STORE_EXPIRE_FACTOR x stale */
+	pttl = rp_command_int(&g_master, -9, "PTTL %s", szk);
+	assert_true(pttl > 5000 && pttl <= 6000);
+	/* once nobody heartbeats, everything disappears on its own */
+	beat(s, "ttl", "m", LIVE, 100);
+	rp_sleep_ms(450);
+	assert_int_equal(rp_command_int(&g_master, -1, "EXISTS %s %s", hbk, szk), 0);
+}
+
+static void test_ramp(void **state)
+{
+	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_pool_member m = { "r1", LIVE };
+	struct kt_pool_req q = {
+		.limit = "ramp2", .members = &m, .n_members = 1, .stale_ms = 3000,
+		.save_ramp = 7.25, .ramp_ttl_ms = 5000,
+	};
+	struct kt_pool_answer a;
+	char k[128];
+	double rate;
+	redisReply *r;
+
+	(void)state;
+	ASSERT_OK(kt_store_load_ramp(s, "ramp", &rate, err, sizeof(err)));
+	assert_true(rate < 0);
+	ASSERT_OK(kt_store_save_ramp(s, "ramp", 42.5, 400, err, sizeof(err)));
+	ASSERT_OK(kt_store_load_ramp(s, "ramp", &rate, err, sizeof(err)));
+	assert_true(rate == 42.5);
+	key(k, sizeof(k), "ramp", "ramp");
+	assert_in_range(rp_command_int(&g_master, -9, "PTTL %s", k), 1, 400);
+	/* fractional rates survive the round trip exactly */
+	ASSERT_OK(kt_store_save_ramp(s, "ramp", 0.1 + 0.2, 150, err, sizeof(err)));
+	ASSERT_OK(kt_store_load_ramp(s, "ramp", &rate, err, sizeof(err)));
+	assert_true(rate == 0.1 + 0.2);
+	rp_sleep_ms(300);
+	ASSERT_OK(kt_store_load_ramp(s, "ramp", &rate, err, sizeof(err)));
+	assert_true(rate < 0); /* expired */
+
+	/* saved by the heartbeat itself, in the same round trip */
+	ASSERT_OK(kt_store_heartbeat_many(s, &q, 1, &a, err, sizeof(err)));
+	ASSERT_ANS(a, 1, 1, 1);
+	key(k, sizeof(k), "ramp2", "ramp");
+	r = rp_command(&g_master, "GET %s", k);
+	assert_non_null(r);
+	assert_int_equal(r->type, REDIS_REPLY_STRING);
+	assert_string_equal(r->str, "7.25");
+	freeReplyObject(r);
+	assert_in_range(rp_command_int(&g_master, -9, "PTTL %s", k), 4000, 5000);
+
+	/* values written by someone else are validated */
+	key(k, sizeof(k), "rampbad", "ramp");
+	const char *bad[] = { "abc", "nan", "-3", "1e400", "5x", "" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *argv[3] = { "SET", k, bad[i] };
+
+		r = rp_command_argv(&g_master, 3, argv);
+		assert_non_null(r);
+		freeReplyObject(r);
+		rate = 1;
+		assert_int_equal(kt_store_load_ramp(s, "rampbad", &rate, err, sizeof(err)), -EPROTO);
+		assert_true(rate < 0);
+		assert_non_null(strstr(err, "malformed value"));
+	}
+	assert_int_equal(rp_command_int(&g_master, -1, "DEL %s", k), 1);
+	assert_int_equal(rp_command_int(&g_master, -1, "HSET %s f 1", k), 1);
+	assert_int_equal(kt_store_load_ramp(s, "rampbad", &rate, err, sizeof(err)), -EIO);
+	assert_non_null(strstr(err, "WRONGTYPE"));
+	assert_true(kt_store_connected(s));
+}
+
+/* All limits of a node in one EVALSHA. */
+static void test_many_one_round_trip(void **state)
+{
+	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_pool_member m1[1] = { { "x", LIVE } }, m2[2] = { { "y", LIVE }, { "z", 4 } };
+	struct kt_pool_req q[3] = {
+		{ .limit = "many.1", .members = m1, .n_members = 1, .stale_ms = 3000, .save_ramp = -1 },
+		{ .limit = "many.2", .members = m2, .n_members = 2, .stale_ms = 3000, .save_ramp = -1 },
+		{ .limit = "many-3", .members = NULL, .n_members = 0, .stale_ms = 3000, .save_ramp = -1 },
+	};
+	struct kt_pool_answer a[3];
+	struct kt_store_stats st0, st1;
+	long long calls0;
+
+	(void)state;
+	ASSERT_OK(kt_store_ping(s, err, sizeof(err))); /* connection setup out of the way */
+	kt_store_get_stats(s, &st0);
+	calls0 = cmd_calls(&g_master, "evalsha");
+	ASSERT_OK(kt_store_heartbeat_many(s, q, 3, a, err, sizeof(err)));
+	ASSERT_ANS(a[0], 1, 1, 1);
+	ASSERT_ANS(a[1], 0, 4, 2);
+	ASSERT_ANS(a[2], 0, 0, 0); /* nobody there, nothing created */
+	kt_store_get_stats(s, &st1);
+	assert_int_equal(cmd_calls(&g_master, "evalsha"), calls0 + 1);
+	assert_int_equal(st1.round_trips - st0.round_trips, 1);
+	assert_int_equal(st1.commands - st0.commands, 1);
+	assert_int_equal(rp_command_int(&g_master, -1, "EXISTS " PREFIX ":pool:many-3:hb"), 0);
+}
+
+/* After SCRIPT FLUSH (or a restart) the script is sent again with EVAL. */
+static void test_noscript_fallback(void **state)
+{
+	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_pool_answer a;
+	long long evals;
+	redisReply *r;
+
+	(void)state;
+	beat(s, "flush", "f", LIVE, 3000);
+	r = rp_command(&g_master, "SCRIPT FLUSH");
+	assert_non_null(r);
+	freeReplyObject(r);
+	evals = cmd_calls(&g_master, "eval");
+	a = beat(s, "flush", "f", LIVE, 3000);
+	ASSERT_ANS(a, 1, 1, 1);
+	assert_int_equal(cmd_calls(&g_master, "eval"), evals + 1);
+	a = beat(s, "flush", "f", LIVE, 3000); /* EVAL cached it again: back to EVALSHA */
+	ASSERT_ANS(a, 1, 1, 1);
+	assert_int_equal(cmd_calls(&g_master, "eval"), evals + 1);
+}
+
+/* Data written by hand: orphans are cleaned, garbage sizes disagree, a key of
+ * the wrong type is an error on that call only. */
+static void test_bad_data(void **state)
+{
+	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	char hbk[128], szk[128];
+	struct kt_pool_member m = { "ok", LIVE };
+	struct kt_pool_answer a;
+
+	(void)state;
+	key(hbk, sizeof(hbk), "bad", "hb");
+	key(szk, sizeof(szk), "bad", "size");
+	assert_int_equal(rp_command_int(&g_master, -1, "HSET %s orphan 4", szk), 1);
+	a = beat(s, "bad", "ok", LIVE, 60000);
+	ASSERT_ANS(a, 1, 1, 1);
+	assert_int_equal(in_size("bad", "orphan"), 0);
+
+	const char *garbage[] = { "abc", "1e300", "2.5", "-1", "0" };
+	for (size_t i = 0; i < sizeof(garbage) / sizeof(garbage[0]); i++) {
+		assert_in_range(rp_command_int(&g_master, -1, "ZADD %s %lld weird", hbk,
+					       server_time_ms(&g_master)), 0, 1);
+		assert_in_range(rp_command_int(&g_master, -1, "HSET %s weird %s", szk, garbage[i]), 0, 1);
+		a = beat(s, "bad", "ok", LIVE, 60000);
+		ASSERT_ANS(a, 0, 2, 2);
+	}
+	/* a live member that never wrote a size */
+	assert_int_equal(rp_command_int(&g_master, -1, "HDEL %s weird", szk), 1);
+	a = beat(s, "bad", "ok", LIVE, 60000);
+	ASSERT_ANS(a, 0, 2, 2);
+
+	assert_int_equal(rp_command_int(&g_master, -1, "DEL " PREFIX ":pool:wrong:hb"), 0);
+	redisReply *r = rp_command(&g_master, "SET " PREFIX ":pool:wrong:hb x");
+	assert_non_null(r);
+	freeReplyObject(r);
+	assert_int_equal(kt_store_heartbeat(s, "wrong", &m, 1, 3000, &a, err, sizeof(err)), -EIO);
+	assert_non_null(strstr(err, "WRONGTYPE"));
+	assert_non_null(strstr(err, "heartbeat"));
+	assert_true(kt_store_connected(s)); /* the server is fine: no reconnect */
+	a = beat(s, "bad", "ok", LIVE, 60000);
+	assert_int_equal(a.live, 2);
+}
+
+static void test_invalid_args(void **state)
+{
+	struct kt_store_cfg c;
+	struct kt_store *s;
+	struct kt_pool_member m = { "ok", LIVE };
+	struct kt_pool_answer a;
+	struct kt_store_stats st;
+	double rate;
+	char longid[KT_STORE_ID_MAX + 2];
+
+	(void)state;
+	cfg_single(&c, 0);
+	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -EINVAL);
+	assert_null(s);
+	assert_non_null(strstr(err, "line 7"));
+	cfg_single(&c, 6379);
+	c.host = NULL;
+	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -EINVAL);
+	cfg_single(&c, 6379);
+	c.key_prefix = "has space";
+	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -EINVAL);
+	cfg_single(&c, 6379);
+	c.redis_auth.username = "u";
+	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "without a password"));
+	cfg_single(&c, 6379);
+	c.kind = KT_STORE_STATIC;
+	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -EINVAL);
+	cfg_single(&c, 6379);
+	c.redis_mode = KT_REDIS_SENTINEL;
+	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -EINVAL); /* no endpoints */
+	c.n_endpoints = 1;
+	c.endpoint_host[0] = "127.0.0.1";
+	c.endpoint_port[0] = 26379;
+	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -EINVAL); /* no master_name */
+
+	/* bad arguments are refused before any I/O (the port is never used) */
+	s = open_single(1, NULL, NULL, 0);
+	assert_int_equal(kt_store_heartbeat(s, "a b", &m, 1, 3000, &a, err, sizeof(err)), -EINVAL);
+	assert_int_equal(kt_store_heartbeat(s, "", &m, 1, 3000, &a, err, sizeof(err)), -EINVAL);
+	assert_int_equal(kt_store_heartbeat(s, "0123456789012345678901234567890123", &m, 1, 3000, &a,
+					    err, sizeof(err)), -EINVAL);
+	assert_int_equal(kt_store_heartbeat(s, "l", &m, 1, 0, &a, err, sizeof(err)), -EINVAL);
+	assert_int_equal(kt_store_heartbeat(s, "l", &m, -1, 3000, &a, err, sizeof(err)), -EINVAL);
+	m.reported_size = -1;
+	assert_int_equal(kt_store_heartbeat(s, "l", &m, 1, 3000, &a, err, sizeof(err)), -EINVAL);
+	m.reported_size = KT_STORE_MAX_POOL + 1;
+	assert_int_equal(kt_store_heartbeat(s, "l", &m, 1, 3000, &a, err, sizeof(err)), -EINVAL);
+	m.reported_size = 1;
+	m.id = "with space";
+	assert_int_equal(kt_store_heartbeat(s, "l", &m, 1, 3000, &a, err, sizeof(err)), -EINVAL);
+	memset(longid, 'x', sizeof(longid) - 1);
+	longid[sizeof(longid) - 1] = 0;
+	m.id = longid;
+	assert_int_equal(kt_store_heartbeat(s, "l", &m, 1, 3000, &a, err, sizeof(err)), -EINVAL);
+	m.id = "";
+	assert_int_equal(kt_store_heartbeat(s, "l", &m, 1, 3000, &a, err, sizeof(err)), -EINVAL);
+	assert_int_equal(kt_store_save_ramp(s, "l", -1, 1000, err, sizeof(err)), -EINVAL);
+	assert_int_equal(kt_store_save_ramp(s, "l", NAN, 1000, err, sizeof(err)), -EINVAL);
+	assert_int_equal(kt_store_save_ramp(s, "l", 1, 0, err, sizeof(err)), -EINVAL);
+	assert_int_equal(kt_store_load_ramp(s, "l/x", &rate, err, sizeof(err)), -EINVAL);
+	kt_store_get_stats(s, &st);
+	assert_int_equal(st.round_trips, 0);
+	assert_int_equal(kt_store_state(s, NULL, NULL), KT_STORE_IDLE);
+}
+
+static void test_tls_refused(void **state)
+{
+	struct kt_store_cfg c;
+	struct kt_store *s = (struct kt_store *)&c; /* any non-NULL: open must reset it */
+
+	(void)state;
+	cfg_single(&c, g_master.port);
+	c.redis_tls.enabled = true;
+	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -ENOTSUP);
+	assert_null(s);
+	assert_non_null(strstr(err, "TLS requested but this build has no TLS support"));
+	assert_non_null(strstr(err, "redis_tls"));
+	cfg_single(&c, g_master.port);
+	c.redis_mode = KT_REDIS_SENTINEL;
+	c.sentinel_tls.enabled = true;
+	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -ENOTSUP);
+	assert_non_null(strstr(err, "sentinel_tls"));
+}
+
+static void test_auth_and_db(void **state)
+{
+	static const char pw[] = "s3cret-Pw";
+	struct rp_opts o = { .password = pw };
+	struct rp_proc *p = &g_procs[0];
+	struct kt_store *s;
+	struct kt_pool_answer a;
+	struct kt_pool_member m = { "m", LIVE };
+	redisContext *c;
+	redisReply *r;
+
+	(void)state;
+	ASSERT_OK(rp_start_master(p, &o));
+
+	s = open_single(p->port, NULL, pw, 0);
+	ASSERT_OK(kt_store_ping(s, err, sizeof(err)));
+
+	s = open_single(p->port, NULL, "wrong-Pw-123", 0);
+	assert_int_equal(kt_store_heartbeat(s, "auth", &m, 1, 3000, &a, err, sizeof(err)), -EACCES);
+	assert_non_null(strstr(err, "authentication failed"));
+	assert_null(strstr(err, "wrong-Pw-123"));
+	assert_null(strstr(kt_store_last_error(s), "wrong-Pw-123"));
+	assert_null(strstr(err, pw));
+	assert_int_equal(kt_store_state(s, NULL, NULL), KT_STORE_DOWN);
+
+	s = open_single(p->port, NULL, NULL, 0);
+	assert_int_equal(kt_store_ping(s, err, sizeof(err)), -EACCES);
+	assert_non_null(strstr(err, "NOAUTH"));
+
+	/* Redis 6 ACL user */
+	r = rp_command(p, "ACL SETUSER alice on >alice-Pw ~* +@all");
+	assert_non_null(r);
+	assert_int_equal(r->type, REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	s = open_single(p->port, "alice", "alice-Pw", 0);
+	a = beat(s, "acl", "m", LIVE, 3000);
+	ASSERT_ANS(a, 1, 1, 1);
+	s = open_single(p->port, "alice", "alice-wrong", 0);
+	assert_int_equal(kt_store_ping(s, err, sizeof(err)), -EACCES);
+	assert_null(strstr(err, "alice-wrong"));
+
+	/* SELECT db */
+	s = open_single(p->port, NULL, pw, 2);
+	beat(s, "db", "m", LIVE, 3000);
+	c = rp_connect(p);
+	assert_non_null(c);
+	r = redisCommand(c, "SELECT 2");
+	freeReplyObject(r);
+	r = redisCommand(c, "EXISTS " PREFIX ":pool:db:hb");
+	assert_int_equal(r->integer, 1);
+	freeReplyObject(r);
+	redisFree(c);
+	assert_int_equal(rp_command_int(p, -1, "EXISTS " PREFIX ":pool:db:hb"), 0);
+	s = open_single(p->port, NULL, pw, 99);
+	assert_int_equal(kt_store_ping(s, err, sizeof(err)), -EIO);
+	assert_non_null(strstr(err, "SELECT 99"));
+}
+
+/* Sleeps until the store's next retry time; returns how long that was (ms). */
+static uint64_t sleep_until_retry(struct kt_store *s, uint64_t *since)
+{
+	uint64_t next, now_ns;
+	struct timespec ts;
+
+	assert_int_equal(kt_store_state(s, since, &next), KT_STORE_DOWN);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now_ns = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	if (next <= now_ns)
+		return 0;
+	rp_sleep_ms((int)((next - now_ns) / 1000000 + 1));
+	return (next - now_ns) / 1000000;
+}
+
+/* A frozen server: the call fails within the timeout, later calls fail fast
+ * while backing off (capped, jittered), and the store recovers on SIGCONT. */
+static void test_sigstop_timeout_and_backoff(void **state)
+{
+	struct rp_proc *p = &g_procs[0];
+	struct kt_store *s;
+	struct kt_pool_member m = { "m", LIVE };
+	struct kt_pool_answer a;
+	uint64_t t0, el, since, since0, next, d, lo = KT_STORE_BACKOFF_MIN_MS, i;
+	struct kt_store_stats st;
+	int ret;
+
+	(void)state;
+	ASSERT_OK(rp_start_master(p, NULL));
+	s = open_single(p->port, NULL, NULL, 0);
+	beat(s, "stop", "m", LIVE, 3000);
+	ASSERT_OK(rp_signal(p, SIGSTOP));
+
+	t0 = mono_ms();
+	ret = kt_store_heartbeat(s, "stop", &m, 1, 3000, &a, err, sizeof(err));
+	el = mono_ms() - t0;
+	assert_int_equal(ret, -ETIMEDOUT);
+	assert_non_null(strstr(err, "timed out"));
+	assert_in_range(el, KT_STORE_TIMEOUT_MS - 20, KT_STORE_TIMEOUT_MS + 300);
+	assert_int_equal(kt_store_state(s, &since0, &next), KT_STORE_DOWN);
+	assert_false(kt_store_connected(s));
+	assert_true(next > since0);
+
+	/* while backing off: immediate failure, no I/O */
+	t0 = mono_ms();
+	assert_int_equal(kt_store_heartbeat(s, "stop", &m, 1, 3000, &a, err, sizeof(err)), -EAGAIN);
+	assert_true(mono_ms() - t0 < 50);
+	assert_non_null(strstr(err, "next retry"));
+
+	/* each retry (connect works: the kernel accepts; the reply never comes)
+	 * doubles the delay, jittered into [d/2, d] */
+	for (i = 0; i < 3; i++) {
+		d = sleep_until_retry(s, &since);
+		assert_int_equal(since, since0); /* DOWN since the first failure */
+		ret = kt_store_heartbeat(s, "stop", &m, 1, 3000, &a, err, sizeof(err));
+		assert_int_equal(ret, -ETIMEDOUT);
+		assert_in_range(d, lo / 2 > 60 ? lo / 2 - 60 : 0, lo); /* the delay before this retry */
+		lo *= 2;
+	}
+	d = sleep_until_retry(s, &since);
+	assert_in_range(d, lo / 2 > 60 ? lo / 2 - 60 : 0, lo);
+	kt_store_get_stats(s, &st);
+	assert_int_equal(st.failures, 4);
+
+	ASSERT_OK(rp_signal(p, SIGCONT));
+	t0 = mono_ms();
+	do {
+		rp_sleep_ms(50);
+		ret = kt_store_heartbeat(s, "stop", &m, 1, 3000, &a, err, sizeof(err));
+	} while (ret == -EAGAIN && mono_ms() - t0 < 3000);
+	ASSERT_OK(ret);
+	ASSERT_ANS(a, 1, 1, 1);
+	assert_int_equal(kt_store_state(s, &since, NULL), KT_STORE_UP);
+	assert_true(since > since0);
+
+	/* killed: the open connection breaks, then connect is refused */
+	ASSERT_OK(rp_signal(p, SIGKILL));
+	ret = kt_store_heartbeat(s, "stop", &m, 1, 3000, &a, err, sizeof(err));
+	assert_true(ret == -ECONNRESET || ret == -EPIPE);
+	t0 = mono_ms();
+	do {
+		rp_sleep_ms(20);
+		ret = kt_store_ping(s, err, sizeof(err));
+	} while (ret == -EAGAIN && mono_ms() - t0 < 2000);
+	assert_int_equal(ret, -ECONNREFUSED);
+	assert_non_null(strstr(err, "connect"));
+
+	/* back on the same port (empty): the pool is rebuilt by the next heartbeat */
+	ASSERT_OK(rp_restart(p));
+	t0 = mono_ms();
+	do {
+		rp_sleep_ms(50);
+		ret = kt_store_heartbeat(s, "stop", &m, 1, 3000, &a, err, sizeof(err));
+	} while (ret == -EAGAIN && mono_ms() - t0 < 6000);
+	ASSERT_OK(ret);
+	ASSERT_ANS(a, 1, 1, 1);
+}
+
+struct bad_case {
+	const char *reply;
+	const char *what; /* expected in err */
+};
+
+static void test_malformed_replies(void **state)
+{
+	static const struct bad_case hb[] = {
+		{ ":1\r\n", "expected 1 answers" },
+		{ "*-1\r\n", "expected 1 answers" },
+		{ "*2\r\n*3\r\n:1\r\n:1\r\n:1\r\n*3\r\n:1\r\n:1\r\n:1\r\n", "expected 1 answers" },
+		{ "*1\r\n:1\r\n", "not an array of 3" },
+		{ "*1\r\n*2\r\n:0\r\n:1\r\n", "not an array of 3" },
+		{ "*1\r\n*4\r\n:0\r\n:1\r\n:1\r\n:1\r\n", "not an array of 3" },
+		{ "*1\r\n*3\r\n$1\r\n1\r\n:1\r\n:1\r\n", "not an integer" },
+		{ "*1\r\n*3\r\n:2\r\n:1\r\n:1\r\n", "not an integer" },
+		{ "*1\r\n*3\r\n:0\r\n:99999999999\r\n:1\r\n", "not an integer" },
+		{ "*1\r\n*3\r\n:0\r\n:-1\r\n:1\r\n", "not an integer" },
+		{ "*1\r\n*3\r\n:0\r\n:1\r\n:2\r\n", "size below live" },
+		{ "*1\r\n*3\r\n:1\r\n:5\r\n:3\r\n", "AGREE on a size" },
+		{ "*1\r\n*3\r\n:0\r\n:0\r\n:0\r\n", "no live member" },
+		{ "*1\r\n*3\r\n*0\r\n:1\r\n:1\r\n", "not an integer" },
+		{ "+OK\r\n", "expected 1 answers" },
+	};
+	static const char *const ramp[] = { "$3\r\nabc\r\n", "$3\r\nnan\r\n", "$4\r\n-1.5\r\n",
+					    ":5\r\n", "*0\r\n", "$0\r\n\r\n" };
+	struct kt_pool_member m = { "m", LIVE };
+	struct kt_pool_answer a;
+	struct kt_store_cfg c;
+	struct kt_store *s;
+	double rate;
+	const char *ids[1] = { "m" };
+	char last[128];
+
+	(void)state;
+	fake_start(&g_fake);
+
+	/* a bad SHA from SCRIPT LOAD fails the connection setup */
+	pthread_mutex_lock(&g_fake.mu);
+	snprintf(g_fake.sha_reply, sizeof(g_fake.sha_reply), "$3\r\nxyz\r\n");
+	pthread_mutex_unlock(&g_fake.mu);
+	s = open_single(g_fake.port, NULL, NULL, 0);
+	assert_int_equal(kt_store_ping(s, err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "SCRIPT LOAD"));
+	pthread_mutex_lock(&g_fake.mu);
+	snprintf(g_fake.sha_reply, sizeof(g_fake.sha_reply), "$40\r\n%s\r\n",
+		 "0123456789abcdef0123456789abcdef01234567");
+	pthread_mutex_unlock(&g_fake.mu);
+
+	s = open_single(g_fake.port, NULL, NULL, 0);
+	/* the fake itself works: a well-formed answer is accepted */
+	fake_set(&g_fake, "*1\r\n*3\r\n:0\r\n:4\r\n:2\r\n");
+	ASSERT_OK(kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err)));
+	ASSERT_ANS(a, 0, 4, 2);
+	pthread_mutex_lock(&g_fake.mu);
+	snprintf(last, sizeof(last), "%s %s %d", g_fake.last_cmd, g_fake.last_arg2, g_fake.last_argc);
+	pthread_mutex_unlock(&g_fake.mu);
+	/* EVALSHA sha 3 (hb, size, ramp keys) + stale, n, ramp, ttl + one (id, size) */
+	assert_string_equal(last, "EVALSHA 3 12");
+	for (size_t i = 0; i < sizeof(hb) / sizeof(hb[0]); i++) {
+		fake_set(&g_fake, hb[i].reply);
+		a.agree = 7;
+		assert_int_equal(kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err)), -EPROTO);
+		if (!strstr(err, hb[i].what))
+			fail_msg("case %zu: '%s' not in '%s'", i, hb[i].what, err);
+		assert_int_equal(a.agree, 7); /* answer untouched */
+		assert_true(kt_store_connected(s));
+	}
+	for (size_t i = 0; i < sizeof(ramp) / sizeof(ramp[0]); i++) {
+		fake_set(&g_fake, ramp[i]);
+		assert_int_equal(kt_store_load_ramp(s, "fake", &rate, err, sizeof(err)), -EPROTO);
+		assert_true(rate < 0);
+	}
+	fake_set(&g_fake, "$4\r\n2.50\r\n");
+	ASSERT_OK(kt_store_load_ramp(s, "fake", &rate, err, sizeof(err)));
+	assert_true(rate == 2.5);
+	fake_set(&g_fake, "+QUEUED\r\n");
+	assert_int_equal(kt_store_save_ramp(s, "fake", 1, 1000, err, sizeof(err)), -EPROTO);
+	fake_set(&g_fake, ":5\r\n");
+	assert_int_equal(kt_store_leave(s, "fake", ids, 1, err, sizeof(err)), -EPROTO);
+	fake_set(&g_fake, "-ERR something odd\r\n");
+	assert_int_equal(kt_store_leave(s, "fake", ids, 1, err, sizeof(err)), -EIO);
+	assert_non_null(strstr(err, "something odd"));
+	/* READONLY means a failover happened: drop and back off */
+	fake_set(&g_fake, "-READONLY You can't write against a read only replica.\r\n");
+	assert_int_equal(kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err)), -EROFS);
+	assert_false(kt_store_connected(s));
+
+	/* not RESP at all: hiredis' protocol error, connection dropped */
+	s = open_single(g_fake.port, NULL, NULL, 0);
+	ASSERT_OK(kt_store_ping(s, err, sizeof(err)));
+	fake_set(&g_fake, "hello\r\n");
+	assert_int_equal(kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err)), -EPROTO);
+	assert_int_equal(kt_store_state(s, NULL, NULL), KT_STORE_DOWN);
+
+	/* a sentinel naming an impossible port */
+	memset(&c, 0, sizeof(c));
+	c.kind = KT_STORE_REDIS;
+	c.redis_mode = KT_REDIS_SENTINEL;
+	c.n_endpoints = 1;
+	c.endpoint_host[0] = "127.0.0.1";
+	c.endpoint_port[0] = g_fake.port;
+	c.master_name = "mm";
+	s = open_cfg(&c);
+	fake_set(&g_fake, "*2\r\n$9\r\n127.0.0.1\r\n$5\r\n99999\r\n");
+	assert_int_equal(kt_store_ping(s, err, sizeof(err)), -EPROTO);
+	assert_non_null(strstr(err, "malformed master port"));
+}
+
+/* master + replica + one sentinel, all with passwords; the first sentinel
+ * endpoint is dead. SENTINEL FAILOVER: the store follows the new master. */
+static void test_sentinel_failover(void **state)
+{
+	static const char mpw[] = "m-Passw0rd", spw[] = "s-Passw0rd";
+	struct rp_opts mo = { .password = mpw }, so = { .password = spw };
+	struct rp_proc *M = &g_procs[0], *R = &g_procs[1], *S = &g_procs[2];
+	struct kt_store_cfg c;
+	struct kt_store *s, *bad;
+	struct kt_pool_answer a;
+	struct kt_pool_member m = { "sm", LIVE };
+	char ep[64], want[64];
+	uint64_t t0;
+	redisReply *r;
+	int ret;
+
+	(void)state;
+	ASSERT_OK(rp_start_master(M, &mo));
+	ASSERT_OK(rp_start_replica(R, M, &mo));
+	ASSERT_OK(rp_start_sentinel(S, M, "ktm", 1, 1000, &so));
+
+	memset(&c, 0, sizeof(c));
+	c.kind = KT_STORE_REDIS;
+	c.redis_mode = KT_REDIS_SENTINEL;
+	c.n_endpoints = 2;
+	c.endpoint_host[0] = "127.0.0.1";
+	c.endpoint_port[0] = rp_free_port(); /* nobody listens */
+	c.endpoint_host[1] = "127.0.0.1";
+	c.endpoint_port[1] = S->port;
+	c.master_name = "ktm";
+	c.redis_auth.password = (char *)mpw;
+	c.sentinel_auth.password = (char *)spw;
+	c.key_prefix = PREFIX;
+	s = open_cfg(&c);
+	a = beat(s, "sent", "sm", LIVE, 5000);
+	ASSERT_ANS(a, 1, 1, 1);
+	snprintf(want, sizeof(want), "127.0.0.1:%d", M->port);
+	assert_string_equal(kt_store_endpoint(s, ep, sizeof(ep)), want);
+
+	c.master_name = "nope";
+	bad = open_cfg(&c);
+	assert_int_equal(kt_store_ping(bad, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "does not know master 'nope'"));
+	assert_non_null(strstr(err, "no sentinel of 2 answered"));
+	c.master_name = "ktm";
+	c.sentinel_auth.password = "not-the-Pw";
+	bad = open_cfg(&c);
+	assert_int_equal(kt_store_ping(bad, err, sizeof(err)), -EACCES);
+	assert_null(strstr(err, "not-the-Pw"));
+
+	ASSERT_OK(rp_sentinel_wait_replicas(S, "ktm", 1, 15000));
+	t0 = mono_ms();
+	for (;;) {
+		r = rp_command(S, "SENTINEL FAILOVER ktm");
+		assert_non_null(r);
+		ret = r->type == REDIS_REPLY_STATUS ? 0 : -1;
+		freeReplyObject(r);
+		if (!ret)
+			break;
+		assert_true(mono_ms() - t0 < 10000);
+		rp_sleep_ms(200);
+	}
+	while (rp_sentinel_master_port(S, "ktm") != R->port) {
+		assert_true(mono_ms() - t0 < 20000);
+		rp_sleep_ms(100);
+	}
+	/* the old master still takes writes until the sentinel demotes it (up to
+	 * 10 s later): the store must move on the +switch-master event, at once */
+	snprintf(want, sizeof(want), "127.0.0.1:%d", R->port);
+	t0 = mono_ms();
+	for (;;) {
+		ret = kt_store_heartbeat(s, "sent", &m, 1, 5000, &a, err, sizeof(err));
+		if (!ret && strcmp(kt_store_endpoint(s, ep, sizeof(ep)), want) == 0)
+			break;
+		if (mono_ms() - t0 > 1000)
+			fail_msg("store did not follow the failover: %d %s (at %s)", ret, err, ep);
+		rp_sleep_ms(50);
+	}
+	ASSERT_ANS(a, 1, 1, 1);
+	r = rp_command(R, "ZSCORE " PREFIX ":pool:sent:hb sm");
+	assert_non_null(r);
+	assert_int_equal(r->type, REDIS_REPLY_STRING);
+	freeReplyObject(r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_agree_one, teardown),
+		cmocka_unit_test_teardown(test_agree_three_members_one_node, teardown),
+		cmocka_unit_test_teardown(test_disagree_then_converge, teardown),
+		cmocka_unit_test_teardown(test_join_report_live, teardown),
+		cmocka_unit_test_teardown(test_stale_shrink, teardown),
+		cmocka_unit_test_teardown(test_leave_shrinks, teardown),
+		cmocka_unit_test_teardown(test_server_time, teardown),
+		cmocka_unit_test_teardown(test_keys_expire, teardown),
+		cmocka_unit_test_teardown(test_ramp, teardown),
+		cmocka_unit_test_teardown(test_many_one_round_trip, teardown),
+		cmocka_unit_test_teardown(test_noscript_fallback, teardown),
+		cmocka_unit_test_teardown(test_bad_data, teardown),
+		cmocka_unit_test_teardown(test_invalid_args, teardown),
+		cmocka_unit_test_teardown(test_tls_refused, teardown),
+		cmocka_unit_test_teardown(test_auth_and_db, teardown),
+		cmocka_unit_test_teardown(test_sigstop_timeout_and_backoff, teardown),
+		cmocka_unit_test_teardown(test_malformed_replies, teardown),
+		cmocka_unit_test_teardown(test_sentinel_failover, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

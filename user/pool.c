@@ -1,0 +1,768 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Pool membership and agreement: see pool.h for the contract and store.h for
+ * the consensus script. This file decides when to talk to the store, turns
+ * answers into phases and sizes, and applies validFor and onStoreFailure.
+ *
+ * Choices beyond pool.h:
+ * - Members report KT_POOL_REPORT_LIVE (store.h's caller rule): converges one
+ *   heartbeat sooner than echoing the previous answer.
+ * - Limits whose stores connect to the same place (kind, mode, addresses,
+ *   auth, TLS, db, keyPrefix, heartbeat) share one kt_store, so a heartbeat
+ *   is one round trip per store whatever the number of limits and members.
+ *   staleAfter, validFor and onStoreFailure stay per limit.
+ * - Members that vanish from local[i].member_ids between two heartbeats are
+ *   deregistered at once (kt_store_leave), so a detached cgroup shrinks the
+ *   pool within 2 heartbeats instead of staleAfter + 2.
+ * - After an outage longer than the stale window every member has been
+ *   pruned, so the first node back sees a pool of itself alone. To keep the
+ *   sum of shares under max while the others reconnect (their back-off may be
+ *   up to KT_STORE_BACKOFF_MAX_MS), the size before the outage is kept as a
+ *   floor for that long plus 3 heartbeats (phase DISAGREED while it binds).
+ * - resumedRampUp: the ramp key is read once, on the first heartbeat, before
+ *   anything is written to it; until then nothing is saved, and while a found
+ *   level has not been taken the saved level is max(it, pool_rate), so an
+ *   early crash does not lose it. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "log.h"
+#include "pool.h"
+#include "store.h"
+
+#define NS_PER_MS 1000000ULL
+
+enum resume_state {
+	RES_OFF = 0, /* resumedRampUp not set */
+	RES_WAIT,    /* not read from the store yet */
+	RES_FOUND,   /* read, a level is waiting for kt_pool_take_resume */
+	RES_DONE,    /* taken, or nothing was saved */
+};
+
+struct lim {
+	char name[KT_NAME_LEN];
+	enum kt_store_kind kind;
+	int static_size;
+	struct kt_rate_limit_cfg rl;
+	uint64_t stale_ns, valid_for_ns;
+	enum kt_store_failure on_failure;
+	int group;                      /* index in kt_pool.g, -1 for local/static */
+
+	struct kt_pool_view v;
+	enum kt_pool_phase before_lost; /* phase when STORE_LOST began (open policy) */
+	bool answered, ever_agreed;
+	int floor;                      /* re-sync floor after an outage, 0 none */
+	uint64_t floor_until_ns;
+
+	enum resume_state res;
+	double res_rate;
+
+	char **ids;                     /* ids sent at the last heartbeat */
+	int n_ids;
+};
+
+struct group {
+	struct kt_store *st;
+	char label[300];                /* "redis host:port" or "sentinel master NAME": logs only */
+	char host[256];                 /* single mode, for status before a connection */
+	int port;
+	uint64_t heartbeat_ns, next_ns;
+	bool started, failing;
+	int *lims;
+	int n;
+	struct kt_pool_req *reqs;
+	struct kt_pool_answer *ans;
+	struct kt_pool_member *mbuf;
+	int mcap;
+};
+
+struct kt_pool {
+	struct lim *l;
+	int n;
+	struct group *g;
+	int n_groups;
+	bool started, left, bad_input_logged;
+	uint64_t start_ns;
+};
+
+const char *kt_pool_phase_name(enum kt_pool_phase ph)
+{
+	switch (ph) {
+	case KT_POOL_AGREED:
+		return "agreed";
+	case KT_POOL_DISAGREED:
+		return "disagreed";
+	case KT_POOL_JOINING:
+		return "joining";
+	case KT_POOL_STORE_LOST:
+		return "store-lost";
+	}
+	return "?";
+}
+
+/* ---- store grouping ---- */
+
+static bool str_eq(const char *a, const char *b)
+{
+	if (!a || !b)
+		return a == b;
+	return strcmp(a, b) == 0;
+}
+
+static bool auth_eq(const struct kt_auth_cfg *a, const struct kt_auth_cfg *b)
+{
+	return str_eq(a->username, b->username) && str_eq(a->password, b->password);
+}
+
+static bool tls_eq(const struct kt_tls_cfg *a, const struct kt_tls_cfg *b)
+{
+	return a->enabled == b->enabled && str_eq(a->ca_cert, b->ca_cert) && str_eq(a->cert, b->cert) &&
+	       str_eq(a->key, b->key) && a->insecure_skip_verify == b->insecure_skip_verify;
+}
+
+static const char *prefix_of(const struct kt_store_cfg *s)
+{
+	return s->key_prefix ? s->key_prefix : "kthrottle";
+}
+
+/* Same server, same keys, same cadence: one connection and one request. */
+static bool same_store(const struct kt_store_cfg *a, const struct kt_store_cfg *b)
+{
+	int i;
+
+	if (a->kind != b->kind || a->redis_mode != b->redis_mode || !str_eq(a->host, b->host) ||
+	    a->port != b->port || a->db != b->db || !auth_eq(&a->redis_auth, &b->redis_auth) ||
+	    !tls_eq(&a->redis_tls, &b->redis_tls) || a->n_endpoints != b->n_endpoints ||
+	    !str_eq(a->master_name, b->master_name) || !auth_eq(&a->sentinel_auth, &b->sentinel_auth) ||
+	    !tls_eq(&a->sentinel_tls, &b->sentinel_tls) || a->heartbeat_ns != b->heartbeat_ns ||
+	    strcmp(prefix_of(a), prefix_of(b)) != 0)
+		return false;
+	for (i = 0; i < a->n_endpoints && i < KT_MAX_ENDPOINTS; i++)
+		if (!str_eq(a->endpoint_host[i], b->endpoint_host[i]) ||
+		    a->endpoint_port[i] != b->endpoint_port[i])
+			return false;
+	return true;
+}
+
+/* ---- create / destroy ---- */
+
+static void free_ids(struct lim *l)
+{
+	for (int i = 0; i < l->n_ids; i++)
+		free(l->ids[i]);
+	free(l->ids);
+	l->ids = NULL;
+	l->n_ids = 0;
+}
+
+void kt_pool_destroy(struct kt_pool *p)
+{
+	int i;
+
+	if (!p)
+		return;
+	for (i = 0; i < p->n_groups; i++) {
+		struct group *g = &p->g[i];
+
+		kt_store_close(g->st);
+		free(g->lims);
+		free(g->reqs);
+		free(g->ans);
+		free(g->mbuf);
+	}
+	for (i = 0; i < p->n; i++)
+		free_ids(&p->l[i]);
+	free(p->g);
+	free(p->l);
+	free(p);
+}
+
+static int new_group(struct kt_pool *p, const struct kt_store_cfg *s, const char *limit, int n_limits,
+		     char *err, size_t errlen)
+{
+	struct group *g = &p->g[p->n_groups];
+	char e[KT_ERR_LEN];
+	int ret;
+
+	g->lims = calloc((size_t)n_limits, sizeof(*g->lims));
+	g->reqs = calloc((size_t)n_limits, sizeof(*g->reqs));
+	g->ans = calloc((size_t)n_limits, sizeof(*g->ans));
+	/* counted before the store opens so destroy frees the arrays on any failure */
+	p->n_groups++;
+	if (!g->lims || !g->reqs || !g->ans) {
+		snprintf(err, errlen, "pool: limit %s: out of memory", limit);
+		return -ENOMEM;
+	}
+	ret = kt_store_open(&g->st, s, e, sizeof(e));
+	if (ret) {
+		snprintf(err, errlen, "limit %s: %s", limit, e);
+		return ret;
+	}
+	g->heartbeat_ns = s->heartbeat_ns;
+	if (s->redis_mode == KT_REDIS_SENTINEL) {
+		snprintf(g->label, sizeof(g->label), "sentinel master %s", s->master_name);
+	} else {
+		snprintf(g->host, sizeof(g->host), "%s", s->host);
+		g->port = s->port;
+		snprintf(g->label, sizeof(g->label), "redis %s:%d", s->host, s->port);
+	}
+	return 0;
+}
+
+int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err, size_t errlen)
+{
+	struct kt_pool *p = NULL;
+	int ret, i, j;
+
+	*out = NULL;
+	if (!cfg || !cfg->limits || cfg->n_limits < 1 || cfg->n_limits > KT_MAX_LIMITS) {
+		snprintf(err, errlen, "pool: config has %d limits, need 1..%d", cfg ? cfg->n_limits : 0,
+			 KT_MAX_LIMITS);
+		return -EINVAL;
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		goto oom;
+	p->l = calloc((size_t)cfg->n_limits, sizeof(*p->l));
+	p->g = calloc((size_t)cfg->n_limits, sizeof(*p->g));
+	if (!p->l || !p->g)
+		goto oom;
+	p->n = cfg->n_limits;
+	for (i = 0; i < p->n; i++) {
+		const struct kt_limit_cfg *lc = &cfg->limits[i];
+		const struct kt_store_cfg *s = &lc->store;
+		struct lim *l = &p->l[i];
+
+		snprintf(l->name, sizeof(l->name), "%s", lc->name);
+		l->kind = s->kind;
+		l->rl = lc->rl;
+		l->static_size = s->static_pool_size;
+		l->valid_for_ns = s->valid_for_ns;
+		l->on_failure = s->on_failure;
+		l->stale_ns = (uint64_t)(s->stale_after > 0 ? s->stale_after : 1) * s->heartbeat_ns;
+		l->group = -1;
+		l->v.size = 1;
+		l->v.live = 1;
+		switch (s->kind) {
+		case KT_STORE_LOCAL:
+			l->v.phase = KT_POOL_AGREED;
+			l->v.agree = true;
+			continue;
+		case KT_STORE_STATIC:
+			if (s->static_pool_size < 1) {
+				snprintf(err, errlen, "limit %s: store (line %d): static poolSize %d must be >= 1",
+					 l->name, s->line, s->static_pool_size);
+				ret = -EINVAL;
+				goto fail;
+			}
+			l->v.phase = KT_POOL_AGREED;
+			l->v.agree = true;
+			l->v.size = l->v.live = s->static_pool_size;
+			continue;
+		case KT_STORE_REDIS:
+			break;
+		default:
+			snprintf(err, errlen, "limit %s: store (line %d): unknown store kind %d", l->name,
+				 s->line, (int)s->kind);
+			ret = -EINVAL;
+			goto fail;
+		}
+		if (s->heartbeat_ns < NS_PER_MS || s->valid_for_ns <= s->heartbeat_ns) {
+			snprintf(err, errlen,
+				 "limit %s: store (line %d): heartbeat must be >= 1ms and shorter than validFor",
+				 l->name, s->line);
+			ret = -EINVAL;
+			goto fail;
+		}
+		l->v.phase = KT_POOL_JOINING;
+		l->v.agree = false;
+		l->res = lc->rl.resumed_ramp_up ? RES_WAIT : RES_OFF;
+		for (j = 0; j < p->n_groups; j++)
+			if (same_store(&cfg->limits[p->g[j].lims[0]].store, s))
+				break;
+		if (j == p->n_groups) {
+			ret = new_group(p, s, l->name, p->n, err, errlen);
+			if (ret)
+				goto fail;
+		}
+		l->group = j;
+		p->g[j].lims[p->g[j].n++] = i;
+	}
+	*out = p;
+	return 0;
+oom:
+	snprintf(err, errlen, "pool: out of memory");
+	ret = -ENOMEM;
+fail:
+	kt_pool_destroy(p);
+	return ret;
+}
+
+/* ---- views ---- */
+
+static void set_phase(struct lim *l, enum kt_pool_phase ph, uint64_t now)
+{
+	if (l->v.phase == ph)
+		return;
+	if (ph == KT_POOL_STORE_LOST)
+		kt_warn("pool: limit %s: no store answer for longer than validFor (%.1f s): "
+			"onStoreFailure %s applies (last size %d)",
+			l->name, (double)l->valid_for_ns / 1e9, kt_store_failure_name(l->on_failure),
+			l->v.size);
+	else
+		kt_info("pool: limit %s: %s -> %s, size %d (live %d)", l->name,
+			kt_pool_phase_name(l->v.phase), kt_pool_phase_name(ph), l->v.size, l->v.live);
+	if (ph == KT_POOL_STORE_LOST)
+		l->before_lost = l->v.phase;
+	l->v.phase = ph;
+	l->v.phase_since_ns = now;
+}
+
+static uint64_t since(uint64_t now, uint64_t t)
+{
+	return now > t ? now - t : 0;
+}
+
+static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_answer *a, uint64_t now)
+{
+	const struct group *g = &p->g[l->group];
+	enum kt_pool_phase ph;
+	int size, old = l->v.size;
+
+	/* a gap longer than the stale window: every member was pruned meanwhile */
+	if (l->answered && since(now, l->v.last_answer_ns) > l->stale_ns) {
+		l->floor = l->v.size;
+		l->floor_until_ns = now + KT_STORE_BACKOFF_MAX_MS * NS_PER_MS + 3 * g->heartbeat_ns;
+	}
+	if (l->floor && now >= l->floor_until_ns)
+		l->floor = 0;
+
+	size = a->size > 1 ? a->size : 1;
+	if (a->agree) {
+		l->ever_agreed = true;
+		ph = KT_POOL_AGREED;
+	} else {
+		ph = l->ever_agreed ? KT_POOL_DISAGREED : KT_POOL_JOINING;
+	}
+	if (l->floor > size) {
+		size = l->floor;
+		if (ph == KT_POOL_AGREED)
+			ph = KT_POOL_DISAGREED;
+	}
+	l->answered = true;
+	l->v.agree = a->agree != 0;
+	l->v.live = a->live;
+	l->v.size = size;
+	l->v.last_answer_ns = now;
+	if (ph == l->v.phase && ph == KT_POOL_AGREED && size != old)
+		kt_info("pool: limit %s: agreed size %d -> %d", l->name, old, size);
+	set_phase(l, ph, now);
+}
+
+/* ---- heartbeat ---- */
+
+static bool has_id(const char *const *ids, int n, const char *id)
+{
+	for (int i = 0; i < n; i++)
+		if (ids[i] && strcmp(ids[i], id) == 0)
+			return true;
+	return false;
+}
+
+/* Members of local[i] usable this tick (0 on malformed input, logged once). */
+static int local_members(struct kt_pool *p, const struct kt_pool_local *lo, int i)
+{
+	int n = lo->n_members;
+
+	if (n == 0)
+		return 0;
+	if (n < 0 || n > KT_STORE_MAX_POOL || !lo->member_ids) {
+		if (!p->bad_input_logged)
+			kt_err("pool: limit %s: %d member ids given (ids %s)", p->l[i].name, n,
+			       lo->member_ids ? "set" : "NULL");
+		p->bad_input_logged = true;
+		return 0;
+	}
+	return n;
+}
+
+/* Remembers the ids sent, and deregisters the ones that disappeared. */
+static void sync_ids(struct group *g, struct lim *l, const char *const *ids, int n)
+{
+	const char **gone = NULL;
+	char **keep = NULL, e[KT_ERR_LEN];
+	int n_gone = 0, i, ret;
+	bool same = n == l->n_ids;
+
+	for (i = 0; same && i < n; i++)
+		same = strcmp(ids[i], l->ids[i]) == 0;
+	if (same)
+		return;
+	if (l->n_ids) {
+		gone = calloc((size_t)l->n_ids, sizeof(*gone));
+		if (!gone)
+			goto oom;
+		for (i = 0; i < l->n_ids; i++)
+			if (!has_id(ids, n, l->ids[i]))
+				gone[n_gone++] = l->ids[i];
+	}
+	if (n_gone) {
+		ret = kt_store_leave(g->st, l->name, gone, n_gone, e, sizeof(e));
+		if (ret)
+			kt_debug("pool: limit %s: deregistering %d members: %s (they expire instead)",
+				 l->name, n_gone, e);
+		else
+			kt_info("pool: limit %s: %d members left", l->name, n_gone);
+	}
+	if (n) {
+		keep = calloc((size_t)n, sizeof(*keep));
+		if (!keep)
+			goto oom;
+		for (i = 0; i < n; i++)
+			if (!(keep[i] = strdup(ids[i])))
+				goto oom;
+	}
+	free(gone);
+	free_ids(l);
+	l->ids = keep;
+	l->n_ids = n;
+	return;
+oom:
+	/* forget rather than half-remember; the next heartbeat retries */
+	if (keep)
+		for (i = 0; i < n; i++)
+			free(keep[i]);
+	free(keep);
+	free(gone);
+	free_ids(l);
+	kt_err("pool: limit %s: out of memory tracking member ids", l->name);
+}
+
+/* Reads saved ramp levels before the first write to them. Returns false if
+ * the store is unreachable (the heartbeat would fail too). */
+static bool load_resumes(struct group *g, struct kt_pool *p)
+{
+	char e[KT_ERR_LEN];
+	double rate;
+	int k, ret;
+
+	for (k = 0; k < g->n; k++) {
+		struct lim *l = &p->l[g->lims[k]];
+
+		if (l->res != RES_WAIT)
+			continue;
+		ret = kt_store_load_ramp(g->st, l->name, &rate, e, sizeof(e));
+		if (ret && !kt_store_connected(g->st)) {
+			if (!g->failing)
+				kt_warn("pool: %s: reading saved ramp levels: %s", g->label, e);
+			return false;
+		}
+		if (ret) {
+			/* the server answered but the value is unusable: start from min, overwrite it */
+			kt_warn("pool: limit %s: saved ramp level ignored: %s", l->name, e);
+			l->res = RES_DONE;
+		} else if (rate >= 0) {
+			kt_info("pool: limit %s: resuming the ramp at %g (saved within ttl)", l->name, rate);
+			l->res = RES_FOUND;
+			l->res_rate = rate;
+		} else {
+			l->res = RES_DONE;
+		}
+	}
+	return true;
+}
+
+static double save_level(const struct lim *l, double pool_rate)
+{
+	if (l->res == RES_OFF || l->res == RES_WAIT || !isfinite(pool_rate) || pool_rate < 0)
+		return -1;
+	if (l->res == RES_FOUND && l->res_rate > pool_rate)
+		return l->res_rate;
+	return pool_rate;
+}
+
+static uint64_t stale_ms(const struct lim *l)
+{
+	uint64_t ms = l->stale_ns / NS_PER_MS;
+
+	return ms ? ms : 1;
+}
+
+static uint64_t ttl_ms(const struct lim *l)
+{
+	uint64_t ms = l->rl.ttl_ns / NS_PER_MS;
+
+	return ms ? ms : 1;
+}
+
+static void heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const struct kt_pool_local *local)
+{
+	char e[KT_ERR_LEN];
+	int k, j, total = 0, off = 0, ret;
+
+	if (!load_resumes(g, p)) {
+		g->failing = true;
+		return;
+	}
+	for (k = 0; k < g->n; k++)
+		total += local_members(p, &local[g->lims[k]], g->lims[k]);
+	if (total > g->mcap) {
+		struct kt_pool_member *m = realloc(g->mbuf, (size_t)total * sizeof(*m));
+
+		if (!m) {
+			kt_err("pool: %s: out of memory building a heartbeat", g->label);
+			return;
+		}
+		g->mbuf = m;
+		g->mcap = total;
+	}
+	for (k = 0; k < g->n; k++) {
+		int i = g->lims[k];
+		struct lim *l = &p->l[i];
+		const struct kt_pool_local *lo = &local[i];
+		int n = local_members(p, lo, i);
+		struct kt_pool_req *q = &g->reqs[k];
+
+		sync_ids(g, l, lo->member_ids, n);
+		for (j = 0; j < n; j++) {
+			g->mbuf[off + j].id = lo->member_ids[j];
+			g->mbuf[off + j].reported_size = KT_POOL_REPORT_LIVE;
+		}
+		q->limit = l->name;
+		q->members = n ? &g->mbuf[off] : NULL;
+		q->n_members = n;
+		q->stale_ms = stale_ms(l);
+		q->save_ramp = save_level(l, lo->pool_rate);
+		q->ramp_ttl_ms = ttl_ms(l);
+		off += n;
+	}
+	ret = kt_store_heartbeat_many(g->st, g->reqs, g->n, g->ans, e, sizeof(e));
+	if (ret) {
+		if (!g->failing)
+			kt_warn("pool: %s: heartbeat failed, keeping the last view for validFor: %s",
+				g->label, e);
+		g->failing = true;
+		return;
+	}
+	if (g->failing)
+		kt_info("pool: %s: store answers again", g->label);
+	g->failing = false;
+	for (k = 0; k < g->n; k++)
+		apply_answer(p, &p->l[g->lims[k]], &g->ans[k], now);
+}
+
+void kt_pool_tick(struct kt_pool *p, uint64_t now, const struct kt_pool_local *local, int n)
+{
+	int i, k;
+
+	if (!p || p->left)
+		return;
+	if (!local || n != p->n) {
+		if (!p->bad_input_logged)
+			kt_err("pool: tick with %d limits, the pool has %d", local ? n : -1, p->n);
+		p->bad_input_logged = true;
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		if (local[i].cfg && strcmp(local[i].cfg->name, p->l[i].name) != 0) {
+			if (!p->bad_input_logged)
+				kt_err("pool: tick: limit %d is '%s', the pool has '%s'", i,
+				       local[i].cfg->name, p->l[i].name);
+			p->bad_input_logged = true;
+			return;
+		}
+	}
+	if (!p->started) {
+		p->started = true;
+		p->start_ns = now;
+		for (i = 0; i < p->n; i++)
+			p->l[i].v.phase_since_ns = now;
+	}
+	for (i = 0; i < p->n; i++) {
+		struct lim *l = &p->l[i];
+		int m = local_members(p, &local[i], i);
+
+		if (m < 1)
+			m = 1;
+		if (l->kind == KT_STORE_LOCAL)
+			l->v.size = l->v.live = m;
+		else if (l->kind == KT_STORE_STATIC)
+			l->v.size = l->v.live = m > l->static_size ? m : l->static_size;
+		else if (!l->answered)
+			l->v.size = m; /* all we know before the first answer */
+	}
+	for (k = 0; k < p->n_groups; k++) {
+		struct group *g = &p->g[k];
+
+		/* a clock that jumped back must not postpone heartbeats for long */
+		if (!g->started || now >= g->next_ns || g->next_ns - now > g->heartbeat_ns) {
+			g->next_ns = g->started ? g->next_ns + g->heartbeat_ns : now + g->heartbeat_ns;
+			if (g->next_ns <= now || g->next_ns - now > g->heartbeat_ns)
+				g->next_ns = now + g->heartbeat_ns;
+			g->started = true;
+			heartbeat(p, g, now, local);
+		}
+		if (!g->failing)
+			continue;
+		for (i = 0; i < g->n; i++) {
+			struct lim *l = &p->l[g->lims[i]];
+			uint64_t ref = l->answered ? l->v.last_answer_ns : p->start_ns;
+
+			if (l->v.phase != KT_POOL_STORE_LOST && since(now, ref) > l->valid_for_ns)
+				set_phase(l, KT_POOL_STORE_LOST, now);
+		}
+	}
+}
+
+const struct kt_pool_view *kt_pool_view(const struct kt_pool *p, int i)
+{
+	if (!p || i < 0 || i >= p->n)
+		return NULL;
+	return &p->l[i].v;
+}
+
+double kt_pool_bucket_rate(const struct kt_pool *p, int i, double pool_rate, int served)
+{
+	const struct lim *l;
+	enum kt_pool_phase ph;
+	int size;
+
+	if (!p || i < 0 || i >= p->n || served < 1 || !isfinite(pool_rate) || pool_rate <= 0)
+		return 0;
+	l = &p->l[i];
+	size = l->v.size > 1 ? l->v.size : 1;
+	/* a stale view can be smaller than this node's own members: never hand out
+	 * more than the pool rate */
+	if (served > size)
+		served = size;
+	ph = l->v.phase;
+	if (ph == KT_POOL_STORE_LOST) {
+		switch (l->on_failure) {
+		case KT_FAIL_CLOSED:
+			return 0;
+		case KT_FAIL_CONSERVATIVE:
+			return l->rl.min > 0 ? l->rl.min * served / size : 0;
+		case KT_FAIL_OPEN:
+			ph = l->before_lost;
+			break;
+		}
+	}
+	if (ph == KT_POOL_JOINING && l->rl.min < pool_rate)
+		pool_rate = l->rl.min > 0 ? l->rl.min : 0;
+	return pool_rate * served / size;
+}
+
+bool kt_pool_take_resume(struct kt_pool *p, int i, double *rate)
+{
+	if (!p || i < 0 || i >= p->n || p->l[i].res != RES_FOUND)
+		return false;
+	*rate = p->l[i].res_rate;
+	p->l[i].res = RES_DONE;
+	return true;
+}
+
+/* ---- leave ---- */
+
+static void leave_group(struct kt_pool *p, struct group *g, const struct kt_pool_local *local)
+{
+	char e[KT_ERR_LEN];
+	const char **ids = NULL;
+	int k, j, n, nq = 0, ret;
+
+	/* ramp levels first, all limits in one round trip (no members: nothing re-registers) */
+	for (k = 0; k < g->n; k++) {
+		struct lim *l = &p->l[g->lims[k]];
+		double lvl = local ? save_level(l, local[g->lims[k]].pool_rate) : -1;
+
+		if (lvl < 0)
+			continue;
+		g->reqs[nq] = (struct kt_pool_req){ .limit = l->name, .stale_ms = stale_ms(l),
+						     .save_ramp = lvl, .ramp_ttl_ms = ttl_ms(l) };
+		nq++;
+	}
+	if (nq) {
+		ret = kt_store_heartbeat_many(g->st, g->reqs, nq, g->ans, e, sizeof(e));
+		if (ret) {
+			kt_warn("pool: %s: saving ramp levels at exit: %s", g->label, e);
+			if (!kt_store_connected(g->st))
+				return;
+		}
+	}
+	for (k = 0; k < g->n; k++) {
+		struct lim *l = &p->l[g->lims[k]];
+		int m = local ? local_members(p, &local[g->lims[k]], g->lims[k]) : 0;
+
+		ids = calloc((size_t)(m + l->n_ids) + 1, sizeof(*ids));
+		if (!ids) {
+			kt_err("pool: limit %s: out of memory leaving", l->name);
+			return;
+		}
+		n = 0;
+		for (j = 0; j < m; j++)
+			ids[n++] = local[g->lims[k]].member_ids[j];
+		for (j = 0; j < l->n_ids; j++)
+			if (!has_id(ids, n, l->ids[j]))
+				ids[n++] = l->ids[j];
+		ret = n ? kt_store_leave(g->st, l->name, ids, n, e, sizeof(e)) : 0;
+		free(ids);
+		if (ret) {
+			kt_warn("pool: limit %s: deregistering at exit: %s (members expire instead)",
+				l->name, e);
+			if (!kt_store_connected(g->st))
+				return; /* bounded: no more waiting on a dead store */
+		}
+	}
+}
+
+void kt_pool_leave(struct kt_pool *p, const struct kt_pool_local *local, int n)
+{
+	if (!p || p->left)
+		return;
+	if (local && n != p->n) {
+		kt_err("pool: leave with %d limits, the pool has %d; deregistering known members only", n,
+		       p->n);
+		local = NULL;
+	}
+	for (int k = 0; k < p->n_groups; k++)
+		leave_group(p, &p->g[k], local);
+	p->left = true;
+}
+
+/* ---- status ---- */
+
+const char *kt_pool_store_state(const struct kt_pool *p, int i, uint64_t *since_ns, char *endpoint,
+				size_t len)
+{
+	const struct group *g;
+	enum kt_store_state st;
+
+	if (since_ns)
+		*since_ns = 0;
+	if (endpoint && len)
+		endpoint[0] = 0;
+	if (!p || i < 0 || i >= p->n || p->l[i].group < 0)
+		return "none";
+	g = &p->g[p->l[i].group];
+	st = kt_store_state(g->st, since_ns, NULL);
+	if (endpoint && len) {
+		kt_store_endpoint(g->st, endpoint, len);
+		if (!endpoint[0] && g->host[0])
+			snprintf(endpoint, len, "%s:%d", g->host, g->port);
+	}
+	return kt_store_state_name(st);
+}
+
+uint64_t kt_pool_round_trips(const struct kt_pool *p)
+{
+	struct kt_store_stats st;
+	uint64_t sum = 0;
+
+	if (!p)
+		return 0;
+	for (int k = 0; k < p->n_groups; k++) {
+		kt_store_get_stats(p->g[k].st, &st);
+		sum += st.round_trips;
+	}
+	return sum;
+}
