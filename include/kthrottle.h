@@ -65,17 +65,25 @@ enum kt_verdict {
 	KT_REFUSE = 2,
 };
 
-/* kt_buckets (array, mmapable): one per (limit, member) or (limit, node). */
+/* kt_buckets (array, mmapable): one per (limit, member) or (limit, node).
+ * One cache line each, so CPUs charging different buckets never contend. */
 struct kt_bucket {
 	__u64 tat;         /* theoretical arrival time, CLOCK_MONOTONIC ns */
 	__u64 interval_fp; /* Q48.16 ns per token; 0 = closed, refuse all */
 	__u64 burst;       /* tokens that may pass back to back */
+	/* Validity: the daemon pushes valid_until forward every tick. If it
+	 * stops doing so (crashed, stopped, node cut off) the bucket falls back
+	 * to fallback_fp once valid_until passes, the store-failure policy
+	 * applied by the kernel itself. 0 = valid forever. */
+	__u64 valid_until;
+	__u64 fallback_fp; /* Q48.16 interval after valid_until; 0 = closed */
 	__u32 limit_id;
 	__u32 flags;       /* KT_BUCKET_* */
+	__u64 pad[2];
 };
 #define KT_BUCKET_IN_USE (1u << 0)
 #define KT_BUCKET_NODE (1u << 1) /* node scope: shared by all the limit's cgroups */
-_Static_assert(sizeof(struct kt_bucket) == 32, "kt_bucket layout");
+_Static_assert(sizeof(struct kt_bucket) == 64, "kt_bucket layout");
 
 /* kt_counters (per-CPU array, same index as kt_buckets). */
 struct kt_counters {
@@ -244,9 +252,19 @@ static inline __u64 kt_tokens_to_ns(__u64 tokens, __u64 interval_fp)
  * Returns KT_ADMIT or KT_REFUSE; *wait_ns is how long until the same request
  * would conform (0 when admitted).
  */
+/* The interval in force at `now`: the fallback once the validity lapsed. */
+static inline __u64 kt_bucket_interval(const struct kt_bucket *b, __u64 now)
+{
+	__u64 until = KT_READ_ONCE(b->valid_until);
+
+	if (until && (__s64)(now - until) > 0)
+		return KT_READ_ONCE(b->fallback_fp);
+	return KT_READ_ONCE(b->interval_fp);
+}
+
 static inline int kt_gcra_decide(struct kt_bucket *b, __u64 now, __u64 cost, __u64 *wait_ns)
 {
-	__u64 interval = KT_READ_ONCE(b->interval_fp);
+	__u64 interval = kt_bucket_interval(b, now);
 	__u64 burst = KT_READ_ONCE(b->burst);
 	__u64 cost_ns, tau;
 	int i;
@@ -282,7 +300,7 @@ static inline int kt_gcra_decide(struct kt_bucket *b, __u64 now, __u64 cost, __u
 /* Whole tokens a bucket holds at `now` (for status and utilization). */
 static inline __u64 kt_gcra_tokens_left(const struct kt_bucket *b, __u64 now)
 {
-	__u64 interval = KT_READ_ONCE(b->interval_fp);
+	__u64 interval = kt_bucket_interval(b, now);
 	__u64 tat = KT_READ_ONCE(b->tat);
 	__u64 tau, ahead;
 

@@ -14,10 +14,13 @@
  *   deregistered at once (kt_store_leave), so a detached cgroup shrinks the
  *   pool within 2 heartbeats instead of staleAfter + 2.
  * - After an outage longer than the stale window every member has been
- *   pruned, so the first node back sees a pool of itself alone. To keep the
- *   sum of shares under max while the others reconnect (their back-off may be
- *   up to KT_STORE_BACKOFF_MAX_MS), the size before the outage is kept as a
- *   floor for that long plus 3 heartbeats (phase DISAGREED while it binds).
+ *   pruned, and after a reconnection the server may be a restarted or
+ *   promoted one that lost the membership: either way the first node back
+ *   sees a pool of itself alone. To keep the sum of shares under max while
+ *   the others reconnect (their back-off may be up to
+ *   KT_STORE_BACKOFF_MAX_MS), the size before the gap is kept as a floor for
+ *   that long plus 3 heartbeats (phase DISAGREED while it binds). A genuine
+ *   shrink during the gap is delayed by as much; a growth is not.
  * - resumedRampUp: the ramp key is read once, on the first heartbeat, before
  *   anything is written to it; until then nothing is saved, and while a found
  *   level has not been taken the saved level is max(it, pool_rate), so an
@@ -68,6 +71,7 @@ struct group {
 	char host[256];                 /* single mode, for status before a connection */
 	int port;
 	uint64_t heartbeat_ns, next_ns;
+	uint64_t connects;              /* store's connection count at the last answer */
 	bool started, failing;
 	int *lims;
 	int n;
@@ -277,6 +281,7 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 		}
 		l->v.phase = KT_POOL_JOINING;
 		l->v.agree = false;
+		l->v.live = 0; /* nothing seen yet */
 		l->res = lc->rl.resumed_ramp_up ? RES_WAIT : RES_OFF;
 		for (j = 0; j < p->n_groups; j++)
 			if (same_store(&cfg->limits[p->g[j].lims[0]].store, s))
@@ -324,14 +329,15 @@ static uint64_t since(uint64_t now, uint64_t t)
 	return now > t ? now - t : 0;
 }
 
-static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_answer *a, uint64_t now)
+static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_answer *a, uint64_t now,
+			 bool reconnected)
 {
 	const struct group *g = &p->g[l->group];
 	enum kt_pool_phase ph;
 	int size, old = l->v.size;
 
-	/* a gap longer than the stale window: every member was pruned meanwhile */
-	if (l->answered && since(now, l->v.last_answer_ns) > l->stale_ns) {
+	/* the membership may have been lost: pruned during a long gap, or a new server */
+	if (l->answered && (reconnected || since(now, l->v.last_answer_ns) > l->stale_ns)) {
 		l->floor = l->v.size;
 		l->floor_until_ns = now + KT_STORE_BACKOFF_MAX_MS * NS_PER_MS + 3 * g->heartbeat_ns;
 	}
@@ -498,6 +504,8 @@ static uint64_t ttl_ms(const struct lim *l)
 
 static void heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const struct kt_pool_local *local)
 {
+	struct kt_store_stats st;
+	bool reconnected;
 	char e[KT_ERR_LEN];
 	int k, j, total = 0, off = 0, ret;
 
@@ -548,8 +556,11 @@ static void heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const st
 	if (g->failing)
 		kt_info("pool: %s: store answers again", g->label);
 	g->failing = false;
+	kt_store_get_stats(g->st, &st);
+	reconnected = g->connects && st.connects != g->connects;
+	g->connects = st.connects;
 	for (k = 0; k < g->n; k++)
-		apply_answer(p, &p->l[g->lims[k]], &g->ans[k], now);
+		apply_answer(p, &p->l[g->lims[k]], &g->ans[k], now, reconnected);
 }
 
 void kt_pool_tick(struct kt_pool *p, uint64_t now, const struct kt_pool_local *local, int n)

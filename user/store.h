@@ -36,7 +36,10 @@
  * the store goes DOWN, and calls fail fast with -EAGAIN until the next retry
  * time (capped, jittered exponential back-off). Sentinel mode asks each
  * endpoint in turn (starting with the one that answered last) for the master,
- * checks ROLE, and re-resolves after any connection error or a READONLY reply.
+ * checks ROLE, and re-resolves after any connection error, a READONLY reply,
+ * or a +switch-master event: a second connection to the sentinel stays
+ * subscribed to it and is polled (without blocking) at the start of each
+ * call, so the store moves to a new master at its next call.
  *
  * Errors (negative errno, err filled with one line naming the server and the
  * step; passwords never appear): -EINVAL bad argument, -ENOTSUP TLS requested,

@@ -30,7 +30,11 @@
 
 #define TICK_S 0.1
 #define PERIOD_S 0.1 /* kt-load --report */
-#define BURST 40.0   /* explicit and fixed, so only the rate changes */
+/* Explicit and fixed, so only the rate changes; large, so that a rate change
+ * that mishandles the queued debt shows: keeping tat in ns as is hands out
+ * BURST x (1 - new/old) free tokens on a fall and stalls BURST x (1/old -
+ * 1/new) s on a rise (750 ms for 100 -> 400/s, far beyond two ticks). */
+#define BURST 100.0
 
 static struct fixture {
 	struct ktest_daemon d;
@@ -178,6 +182,7 @@ struct series {
 	double end[MAX_PERIODS];              /* period end, s after kt-load's start */
 	unsigned long long ok[MAX_PERIODS];
 	unsigned long long total_ok, total_refused, errors;
+	double elapsed;
 };
 
 static int bg_fd = -1;
@@ -224,7 +229,7 @@ static void bg_finish(struct series *s)
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	memset(s, 0, sizeof(*s));
 	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		double t, el;
+		double t;
 		unsigned long long ok, ref;
 
 		if (sscanf(line, "t=%lf ok=%llu refused=%llu", &t, &ok, &ref) == 3 &&
@@ -232,7 +237,7 @@ static void bg_finish(struct series *s)
 			s->end[s->n] = t;
 			s->ok[s->n++] = ok;
 		} else if (sscanf(line, "ok=%llu refused=%llu errors=%llu elapsed=%lf", &s->total_ok,
-				  &s->total_refused, &s->errors, &el) == 4) {
+				  &s->total_refused, &s->errors, &s->elapsed) == 4) {
 			continue;
 		}
 	}
@@ -359,6 +364,11 @@ static void test_reload_lowers_rate_without_burst(void **state)
 	print_message("from %.1fs: %llu admitted, new-rate bound %.1f\n", b, after,
 		      100 * span + 0.05 * 100 * span + 2);
 	assert_true((double)after <= 100 * span * 1.05 + 2);
+	/* Exact GCRA bound over the whole run: at most BURST + 400/s until the
+	 * reload took effect (no later than the reply) + 100/s after it. */
+	double bound = BURST + 400 * replied + 100 * (s.elapsed - replied) + 2;
+	print_message("whole run: %llu admitted, bound %.1f\n", s.total_ok, bound);
+	assert_true((double)s.total_ok <= bound);
 
 	assert_true(status_num("rl", "max") == 100);
 	assert_true(status_num("rl", "bucket_rate") == 100);
@@ -402,6 +412,11 @@ static void test_sighup_raises_rate_within_two_ticks(void **state)
 	double b = boundary_after(sent);
 	unsigned long long after = window(&s, b, 10, &span);
 	assert_true((double)after <= 400 * span * 1.05 + 2);
+	/* Exact bound over the whole run: BURST + 100/s until the signal
+	 * (less 50 ms for kt-load's later clock start) + 400/s after it. */
+	double bound = BURST + 100 * (sent - 0.05) + 400 * (s.elapsed - sent + 0.05) + 2;
+	print_message("whole run: %llu admitted, bound %.1f\n", s.total_ok, bound);
+	assert_true((double)s.total_ok <= bound);
 
 	log = slurp(fx.d.log);
 	assert_non_null(strstr(log, "reloaded"));

@@ -623,6 +623,52 @@ static void test_never_answered(void **state)
 	free(st);
 }
 
+/* Redis killed and restarted empty: the first node back sees itself alone
+ * but keeps the size it had until the others re-register, so the sum of
+ * rates stays within max; then agreement returns. */
+static void test_redis_restart(void **state)
+{
+	struct node a, b;
+	struct node *ns[2] = { &a, &b };
+	char *st = redis_store("1s", "10s", "conservative");
+	uint64_t now = T0, last;
+	int r;
+
+	(void)state;
+	node_new(&a, "a", st, LIMIT("api", RL_PLAIN), 1);
+	node_new(&b, "b", st, LIMIT("api", RL_PLAIN), 1);
+	for (r = 0; r < 3; r++, now += SEC)
+		round_all(ns, 2, now);
+	expect(&a, 0, KT_POOL_AGREED, 2);
+	expect(&b, 0, KT_POOL_AGREED, 2);
+	last = view(&a, 0)->last_answer_ns;
+
+	assert_int_equal(rp_restart(&redis), 0);
+	/* the old connection fails: views hold */
+	round_all(ns, 2, now);
+	expect(&a, 0, KT_POOL_AGREED, 2);
+	assert_int_equal(view(&a, 0)->last_answer_ns, last);
+	assert_string_equal(kt_pool_store_state(a.p, 0, NULL, NULL, 0), "down");
+	rp_sleep_ms(KT_STORE_BACKOFF_MIN_MS + 20); /* past the first back-off */
+
+	now += SEC;
+	tick(&a, now);
+	assert_int_equal(view(&a, 0)->last_answer_ns, now);
+	assert_int_equal(view(&a, 0)->live, 1);
+	expect(&a, 0, KT_POOL_DISAGREED, 2);
+	assert_near(rate1(&a, 0), MAX_RATE / 2);
+	tick(&b, now);
+	check_sum(ns, 2, 0);
+	expect(&b, 0, KT_POOL_DISAGREED, 2); /* a reported 1 */
+	now += SEC;
+	round_all(ns, 2, now);
+	expect(&a, 0, KT_POOL_AGREED, 2);
+	expect(&b, 0, KT_POOL_AGREED, 2);
+	node_close(&a);
+	node_close(&b);
+	free(st);
+}
+
 /* ---- real-time scenarios (100 ms heartbeat) ---- */
 
 #define HB_MS 100
@@ -866,6 +912,7 @@ int main(void)
 		T(test_rate_edges),
 		T(test_create_errors),
 		T(test_never_answered),
+		T(test_redis_restart),
 		T(test_death),
 		T(test_store_lost),
 	};

@@ -1,0 +1,1080 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* The real BPF programs, loaded through kt_bpf_open into a private pin dir.
+ * cgroup_skb/egress runs under BPF_PROG_TEST_RUN on crafted packets;
+ * connect4/6 and sendmsg4/6 (no test-run support) are attached to a test
+ * cgroup through kt_plan_apply and driven by real sockets from a child
+ * process inside it. Needs root; skipped otherwise. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <net/ethernet.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <netinet/ip6.h>
+#include <netinet/tcp.h>
+#include <netinet/udp.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "apply.h"
+#include "bpf_loader.h"
+#include "cgroup.h"
+#include "classify.h"
+#include "egress.skel.h"
+#include "ktest.h"
+
+/* Slow enough that no token refills while a test runs. */
+#define SLOW_RATE 0.001
+
+#define MAX_KIDS 8
+#define MAX_CGS 6
+#define MAX_FDS 16
+
+struct fx {
+	char pin[PATH_MAX];
+	struct kt_bpf b;
+	bool opened;
+	struct kt_plan plan;
+	struct kt_limit_cfg *cfgs; /* owned here; the plan points into it */
+	char cg[MAX_CGS][PATH_MAX]; /* destroyed in reverse order */
+	int ncg;
+	pid_t kids[MAX_KIDS];
+	int nkids;
+	int fds[MAX_FDS];
+	int nfds;
+};
+
+static int seq;
+
+static int fx_setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -1;
+	snprintf(f->pin, sizeof(f->pin), "/sys/fs/bpf/kt-test-%d-progs%d", getpid(), seq++);
+	*state = f;
+	return 0;
+}
+
+static int fx_teardown(void **state)
+{
+	struct fx *f = *state;
+	char err[256];
+	int i;
+
+	for (i = 0; i < f->nkids; i++) {
+		if (f->kids[i] > 0) {
+			kill(f->kids[i], SIGKILL);
+			waitpid(f->kids[i], NULL, 0);
+		}
+	}
+	for (i = 0; i < f->nfds; i++)
+		close(f->fds[i]);
+	if (f->opened)
+		kt_bpf_close(&f->b);
+	if (kt_bpf_cleanup(f->pin, err, sizeof(err)) != 0)
+		fprintf(stderr, "cleanup of %s: %s\n", f->pin, err);
+	for (i = f->ncg - 1; i >= 0; i--)
+		ktest_cgroup_destroy(f->cg[i]);
+	kt_plan_free(&f->plan);
+	free(f->cfgs);
+	free(f);
+	return 0;
+}
+
+/* Skips unless root with BTF and cgroup v2; opens the programs. */
+static struct fx *fx_open(void **state)
+{
+	struct fx *f = *state;
+	const char *why = ktest_root_unavailable();
+	char err[512];
+
+	if (why) {
+		print_message("skipped: %s\n", why);
+		skip();
+	}
+	if (kt_bpf_open(&f->b, f->pin, err, sizeof(err)) != 0) {
+		print_error("kt_bpf_open %s: %s\n", f->pin, err);
+		fail();
+	}
+	f->opened = true;
+	assert_non_null(f->b.buckets);
+	assert_true(f->b.ncpus > 0);
+	return f;
+}
+
+static int keep_fd(struct fx *f, int fd)
+{
+	assert_true(fd >= 0);
+	assert_true(f->nfds < MAX_FDS);
+	f->fds[f->nfds++] = fd;
+	return fd;
+}
+
+static const char *add_cgroup(struct fx *f, const char *name)
+{
+	assert_true(f->ncg < MAX_CGS);
+	assert_int_equal(ktest_cgroup_create(name, f->cg[f->ncg], PATH_MAX), 0);
+	return f->cg[f->ncg++];
+}
+
+/* The cgroup this process runs in. BPF_PROG_TEST_RUN gives the skb a dummy
+ * socket charged to the caller's cgroup, so that is what
+ * bpf_skb_cgroup_id() sees in the egress runs below. */
+static uint64_t self_cgroup_id(void)
+{
+	char m[PATH_MAX], line[PATH_MAX], path[2 * PATH_MAX];
+	uint64_t id = 0;
+	FILE *fp;
+
+	assert_int_equal(kt_cgroup2_mount(m, sizeof(m), NULL), 0);
+	fp = fopen("/proc/self/cgroup", "r");
+	assert_non_null(fp);
+	while (fgets(line, sizeof(line), fp)) {
+		if (strncmp(line, "0::", 3))
+			continue;
+		line[strcspn(line, "\n")] = 0;
+		snprintf(path, sizeof(path), "%s%s", m, line + 3);
+		assert_int_equal(kt_cgroup_id(path, &id), 0);
+	}
+	fclose(fp);
+	assert_true(id != 0);
+	return id;
+}
+
+/* ---- direct map programming ---- */
+
+static struct kt_cidr cidr(const char *s)
+{
+	struct kt_cidr c = { 0 };
+	char buf[64];
+	char *slash;
+
+	snprintf(buf, sizeof(buf), "%s", s);
+	slash = strchr(buf, '/');
+	assert_non_null(slash);
+	*slash = 0;
+	if (strchr(buf, ':')) {
+		assert_int_equal(inet_pton(AF_INET6, buf, c.addr), 1);
+		c.prefixlen = (uint8_t)atoi(slash + 1);
+	} else {
+		c.addr[10] = c.addr[11] = 0xff;
+		assert_int_equal(inet_pton(AF_INET, buf, c.addr + 12), 1);
+		c.prefixlen = (uint8_t)(96 + atoi(slash + 1));
+	}
+	return c;
+}
+
+struct lim {
+	uint32_t id;
+	enum kt_unit unit;
+	uint8_t proto;
+	uint16_t lo, hi;
+	const char *cidr;
+	uint32_t slot;
+	__u64 burst;
+};
+
+/* Writes the classifier for `n` limits (built by kt_classifier_build, as the
+ * daemon does), a bucket per limit and a membership of cgroup `cgid`. */
+static void program(struct fx *f, const struct lim *l, int n, uint64_t cgid,
+		    struct kt_classifier *keep)
+{
+	struct kt_rule_input in[8];
+	struct kt_cidr c[8];
+	struct kt_classifier cls;
+	char err[256];
+	int i;
+
+	assert_true(n <= 8);
+	for (i = 0; i < n; i++) {
+		c[i] = cidr(l[i].cidr);
+		in[i] = (struct kt_rule_input){ .limit_id = l[i].id, .unit = l[i].unit,
+						.proto_mask = l[i].proto, .port_lo = l[i].lo,
+						.port_hi = l[i].hi, .cidrs = &c[i], .n_cidrs = 1 };
+	}
+	assert_int_equal(kt_classifier_build(in, n, &cls, err, sizeof(err)), 0);
+	for (i = 0; i < cls.n_entries; i++)
+		assert_int_equal(bpf_map_update_elem(f->b.classify_fd, &cls.entries[i].key,
+						     &cls.entries[i].set, BPF_ANY),
+				 0);
+	for (__u32 h = 0; h < KT_HOOK_COUNT; h++)
+		assert_int_equal(bpf_map_update_elem(f->b.ports_fd, &h, &cls.ports[h], BPF_ANY), 0);
+	for (i = 0; i < n; i++) {
+		struct kt_member_key k = { .cgroup_id = cgid, .limit_id = l[i].id };
+		struct kt_member_val v = { .slot = l[i].slot };
+		struct kt_limit_info li = { .in_use = 1, .unit = (__u8)l[i].unit };
+
+		snprintf(li.name, sizeof(li.name), "lim%u", l[i].id);
+		assert_int_equal(bpf_map_update_elem(f->b.limits_fd, &l[i].id, &li, BPF_ANY), 0);
+		f->b.buckets[l[i].slot] = (struct kt_bucket){
+			.tat = 0,
+			.interval_fp = kt_interval_fp_from_rate(SLOW_RATE),
+			.burst = l[i].burst,
+			.limit_id = l[i].id,
+			.flags = KT_BUCKET_IN_USE,
+		};
+		assert_int_equal(bpf_map_update_elem(f->b.members_fd, &k, &v, BPF_ANY), 0);
+	}
+	if (keep)
+		*keep = cls;
+	else
+		kt_classifier_free(&cls);
+}
+
+static struct kt_counters counters(struct fx *f, uint32_t slot)
+{
+	struct kt_counters c;
+
+	assert_int_equal(kt_bpf_read_counters(&f->b, slot, &c), 0);
+	return c;
+}
+
+/* All slots' counters added up: "touches no counter" checks. */
+static struct kt_counters all_counters(struct fx *f)
+{
+	struct kt_counters s = { 0 };
+
+	for (uint32_t i = 0; i < 16; i++) {
+		struct kt_counters c = counters(f, i);
+		s.admitted += c.admitted;
+		s.throttled += c.throttled;
+		s.admitted_bytes += c.admitted_bytes;
+		s.throttled_bytes += c.throttled_bytes;
+	}
+	return s;
+}
+
+/* ---- crafted packets for BPF_PROG_TEST_RUN ---- */
+
+struct pkt {
+	uint8_t data[2048];
+	size_t len; /* with the Ethernet header */
+};
+
+/* Ethernet + IP + TCP/UDP to dst:port, `ip_len` bytes from the IP header on
+ * (what the program sees as skb->len). proto: IPPROTO_TCP/UDP/ICMP. Headers
+ * are built as structs and copied in (no type-punned stores into the bytes). */
+static struct pkt mkpkt(const char *dst, uint8_t proto, uint16_t port, size_t ip_len)
+{
+	struct pkt p;
+	struct ether_header eth = { 0 };
+	size_t off = sizeof(eth), l3len;
+
+	memset(&p, 0, sizeof(p));
+	assert_true(ip_len + sizeof(eth) <= sizeof(p.data));
+	p.len = sizeof(eth) + ip_len;
+	memset(eth.ether_dhost, 0x02, ETH_ALEN);
+	memset(eth.ether_shost, 0x04, ETH_ALEN);
+	if (strchr(dst, ':')) {
+		struct ip6_hdr ip6 = { 0 };
+		eth.ether_type = htons(ETHERTYPE_IPV6);
+		ip6.ip6_flow = htonl(6u << 28);
+		ip6.ip6_plen = htons((uint16_t)(ip_len - sizeof(ip6)));
+		ip6.ip6_nxt = proto;
+		ip6.ip6_hlim = 64;
+		assert_int_equal(inet_pton(AF_INET6, "fd00::1", &ip6.ip6_src), 1);
+		assert_int_equal(inet_pton(AF_INET6, dst, &ip6.ip6_dst), 1);
+		memcpy(p.data + off, &ip6, sizeof(ip6));
+		l3len = sizeof(ip6);
+	} else {
+		struct iphdr ip = { 0 };
+		eth.ether_type = htons(ETHERTYPE_IP);
+		ip.version = 4;
+		ip.ihl = 5;
+		ip.tot_len = htons((uint16_t)ip_len);
+		ip.ttl = 64;
+		ip.protocol = proto;
+		ip.saddr = htonl(0x0a000063);
+		assert_int_equal(inet_pton(AF_INET, dst, &ip.daddr), 1);
+		memcpy(p.data + off, &ip, sizeof(ip));
+		l3len = sizeof(ip);
+	}
+	memcpy(p.data, &eth, sizeof(eth));
+	off += l3len;
+	if (proto == IPPROTO_TCP) {
+		struct tcphdr t = { 0 };
+		assert_true(ip_len >= l3len + sizeof(t));
+		t.source = htons(40000);
+		t.dest = htons(port);
+		t.doff = 5;
+		t.syn = 1;
+		memcpy(p.data + off, &t, sizeof(t));
+	} else if (proto == IPPROTO_UDP) {
+		struct udphdr u = { 0 };
+		assert_true(ip_len >= l3len + sizeof(u));
+		u.source = htons(40000);
+		u.dest = htons(port);
+		u.len = htons((uint16_t)(ip_len - l3len));
+		memcpy(p.data + off, &u, sizeof(u));
+	}
+	return p;
+}
+
+/* Byte offsets in a mkpkt() IPv4 packet, for corrupting it on purpose. */
+#define ETHERTYPE_OFF 12
+#define IP4_FRAG_OFF (sizeof(struct ether_header) + 6)
+
+static __u32 run(struct fx *f, const struct pkt *p)
+{
+	LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = p->data, .data_size_in = (__u32)p->len,
+		    .repeat = 1);
+	int fd = bpf_program__fd(f->b.egress->progs.kt_egress);
+
+	if (bpf_prog_test_run_opts(fd, &o) != 0) {
+		print_error("BPF_PROG_TEST_RUN: %s\n", strerror(errno));
+		fail();
+	}
+	return o.retval;
+}
+
+#define SKB_DROP 0
+#define SKB_PASS 1
+#define SKB_DROP_CN 2
+
+/* ---- egress under BPF_PROG_TEST_RUN (the caller's cgroup, see self_cgroup_id) ---- */
+
+/* Burst N admits N, then UDP is dropped and TCP dropped with congestion
+ * notification; counters match. */
+static void test_egress_burst_v4(void **state)
+{
+	struct fx *f = fx_open(state);
+	static const struct lim l[] = {
+		{ 0, KT_UNIT_PACKET, KT_PROTO_TCP | KT_PROTO_UDP, 5000, 5000, "10.0.0.0/8", 3, 5 },
+	};
+	struct pkt udp = mkpkt("10.1.2.3", IPPROTO_UDP, 5000, 100);
+	struct pkt tcp = mkpkt("10.1.2.3", IPPROTO_TCP, 5000, 60);
+	struct kt_counters c;
+
+	program(f, l, 1, self_cgroup_id(), NULL);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(run(f, &udp), SKB_PASS);
+	assert_int_equal(run(f, &udp), SKB_DROP);
+	assert_int_equal(run(f, &udp), SKB_DROP);
+	assert_int_equal(run(f, &tcp), SKB_DROP_CN);
+	c = counters(f, 3);
+	assert_int_equal(c.admitted, 5);
+	assert_int_equal(c.throttled, 3);
+	/* packet unit still records bytes: skb->len from the IP header on */
+	assert_int_equal(c.admitted_bytes, 5 * 100);
+	assert_int_equal(c.throttled_bytes, 2 * 100 + 60);
+	/* the bucket in the mmap is the one the program charged */
+	assert_true(f->b.buckets[3].tat > ktest_now_ns());
+
+	/* refill: at 20/s one token is back within 50 ms */
+	__atomic_store_n(&f->b.buckets[3].interval_fp, kt_interval_fp_from_rate(20),
+			 __ATOMIC_RELEASE);
+	f->b.buckets[3].tat = 0;
+	f->b.buckets[3].burst = 1;
+	assert_int_equal(run(f, &tcp), SKB_PASS);
+	assert_int_equal(run(f, &tcp), SKB_DROP_CN);
+	ktest_sleep_ms(60);
+	assert_int_equal(run(f, &tcp), SKB_PASS);
+}
+
+static void test_egress_burst_v6(void **state)
+{
+	struct fx *f = fx_open(state);
+	static const struct lim l[] = {
+		{ 4, KT_UNIT_PACKET, KT_PROTO_TCP | KT_PROTO_UDP, 443, 443, "2001:db8::/32", 7, 3 },
+	};
+	struct pkt tcp = mkpkt("2001:db8::42", IPPROTO_TCP, 443, 80);
+	struct pkt udp = mkpkt("2001:db8:1::1", IPPROTO_UDP, 443, 120);
+	struct kt_counters c;
+
+	program(f, l, 1, self_cgroup_id(), NULL);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(run(f, &tcp), SKB_PASS);
+	assert_int_equal(run(f, &tcp), SKB_DROP_CN);
+	assert_int_equal(run(f, &udp), SKB_DROP);
+	c = counters(f, 7);
+	assert_int_equal(c.admitted, 3);
+	assert_int_equal(c.throttled, 2);
+	assert_int_equal(c.admitted_bytes, 3 * 80);
+	assert_int_equal(c.throttled_bytes, 80 + 120);
+	/* an IPv4 packet to the "same" bits is another destination */
+	struct pkt v4 = mkpkt("32.1.13.184", IPPROTO_TCP, 443, 60);
+	assert_int_equal(run(f, &v4), SKB_PASS);
+	assert_int_equal(counters(f, 7).throttled, 2);
+}
+
+/* Limits on different ports and prefixes have separate buckets; a narrower
+ * prefix on port 80 does not hide the broader limit on port 443. The kernel
+ * agrees with kt_classifier_lookup on every probe. */
+static void test_egress_isolation(void **state)
+{
+	struct fx *f = fx_open(state);
+	static const struct lim l[] = {
+		{ 0, KT_UNIT_PACKET, KT_PROTO_TCP, 80, 80, "10.0.0.0/8", 0, 3 },
+		{ 1, KT_UNIT_PACKET, KT_PROTO_TCP, 443, 443, "10.0.0.0/8", 1, 3 },
+		{ 2, KT_UNIT_PACKET, KT_PROTO_TCP, 80, 80, "10.1.0.0/16", 2, 3 },
+		{ 3, KT_UNIT_PACKET, KT_PROTO_UDP, 80, 80, "fd00::/8", 3, 3 },
+	};
+	static const struct {
+		const char *dst;
+		uint8_t proto;
+		uint16_t port;
+		int limit; /* what classifies it; -1: nothing */
+	} pr[] = {
+		{ "10.2.0.1", IPPROTO_TCP, 80, 0 },   /* A: /8 port 80 */
+		{ "10.1.0.1", IPPROTO_TCP, 80, 2 },   /* B: /16 port 80 */
+		{ "10.2.0.1", IPPROTO_TCP, 443, 1 },  /* C: /8 port 443 */
+		{ "10.1.0.1", IPPROTO_TCP, 443, 1 },  /* C': 443 under the /16 */
+		{ "fd12::1", IPPROTO_UDP, 80, 3 },    /* D */
+		{ "fd12::1", IPPROTO_TCP, 80, -1 },   /* protocol */
+		{ "11.0.0.1", IPPROTO_TCP, 80, -1 },  /* address */
+		{ "10.1.0.1", IPPROTO_UDP, 80, -1 },  /* protocol */
+	};
+	enum { A, B, C, C2, D, U1, U2, U3 };
+	static const struct {
+		int probe;
+		__u32 verdict;
+	} step[] = {
+		{ A, SKB_PASS },    { A, SKB_PASS },    { A, SKB_PASS },    { A, SKB_DROP_CN },
+		{ B, SKB_PASS },    { B, SKB_PASS },    { B, SKB_PASS },    { B, SKB_DROP_CN },
+		{ A, SKB_DROP_CN }, { C, SKB_PASS },    { C2, SKB_PASS },   { C, SKB_PASS },
+		{ C2, SKB_DROP_CN }, { C, SKB_DROP_CN }, { B, SKB_DROP_CN }, { D, SKB_PASS },
+		{ D, SKB_PASS },    { D, SKB_PASS },    { D, SKB_DROP },    { U1, SKB_PASS },
+		{ U2, SKB_PASS },   { U3, SKB_PASS },
+	};
+	static const __u64 adm[4] = { 3, 3, 3, 3 }, thr[4] = { 2, 2, 2, 1 };
+	struct kt_classifier cls;
+
+	program(f, l, 4, self_cgroup_id(), &cls);
+	for (size_t i = 0; i < sizeof(pr) / sizeof(pr[0]); i++) {
+		uint8_t a[16] = { 0 };
+		if (strchr(pr[i].dst, ':')) {
+			inet_pton(AF_INET6, pr[i].dst, a);
+		} else {
+			a[10] = a[11] = 0xff;
+			inet_pton(AF_INET, pr[i].dst, a + 12);
+		}
+		assert_int_equal(kt_classifier_lookup(&cls, a, KT_HOOK_EGRESS,
+						      pr[i].proto == IPPROTO_TCP ? KT_PROTO_TCP
+										 : KT_PROTO_UDP,
+						      pr[i].port),
+				 pr[i].limit);
+	}
+	kt_classifier_free(&cls);
+
+	for (size_t i = 0; i < sizeof(step) / sizeof(step[0]); i++) {
+		int k = step[i].probe;
+		struct pkt p = mkpkt(pr[k].dst, pr[k].proto, pr[k].port, 64);
+		__u32 got = run(f, &p);
+		if (got != step[i].verdict) {
+			print_error("step %zu: %s %s:%u: verdict %u, want %u\n", i,
+				    pr[k].proto == IPPROTO_TCP ? "tcp" : "udp", pr[k].dst, pr[k].port,
+				    got, step[i].verdict);
+			fail();
+		}
+	}
+	for (uint32_t s = 0; s < 4; s++) {
+		struct kt_counters c = counters(f, s);
+		assert_int_equal(c.admitted, adm[s]);
+		assert_int_equal(c.throttled, thr[s]);
+	}
+}
+
+/* Traffic no limit covers passes and costs no counter. */
+static void test_egress_unmatched(void **state)
+{
+	struct fx *f = fx_open(state);
+	static const struct lim l[] = {
+		{ 0, KT_UNIT_PACKET, KT_PROTO_UDP, 5000, 5000, "10.0.0.0/8", 0, 1 },
+	};
+	struct pkt hit = mkpkt("10.0.0.1", IPPROTO_UDP, 5000, 64);
+	struct pkt miss[] = {
+		mkpkt("10.0.0.1", IPPROTO_UDP, 5001, 64),      /* port */
+		mkpkt("10.0.0.1", IPPROTO_UDP, 4999, 64),      /* port */
+		mkpkt("11.0.0.1", IPPROTO_UDP, 5000, 64),      /* address */
+		mkpkt("10.0.0.1", IPPROTO_TCP, 5000, 64),      /* protocol */
+		mkpkt("10.0.0.1", IPPROTO_ICMP, 0, 64),        /* not TCP/UDP */
+		mkpkt("2001:db8::1", IPPROTO_UDP, 5000, 64),   /* family */
+		mkpkt("::ffff:10.0.0.1", IPPROTO_UDP, 5001, 64), /* v4-mapped v6, port */
+	};
+	struct kt_counters before, after;
+
+	program(f, l, 1, self_cgroup_id(), NULL);
+	assert_int_equal(run(f, &hit), SKB_PASS);
+	assert_int_equal(run(f, &hit), SKB_DROP); /* drained: anything matched is refused */
+	before = all_counters(f);
+	assert_int_equal(before.admitted, 1);
+	assert_int_equal(before.throttled, 1);
+	for (size_t i = 0; i < sizeof(miss) / sizeof(miss[0]); i++) {
+		if (run(f, &miss[i]) != SKB_PASS) {
+			print_error("unmatched packet %zu refused\n", i);
+			fail();
+		}
+	}
+	/* a later IPv4 fragment carries no ports: counted under port 0 */
+	struct pkt frag = hit;
+	uint16_t v = htons(100); /* fragment offset 800 bytes */
+	memcpy(frag.data + IP4_FRAG_OFF, &v, 2);
+	assert_int_equal(run(f, &frag), SKB_PASS);
+	/* not IP at all, and a truncated IP header */
+	struct pkt arp = hit;
+	v = htons(ETHERTYPE_ARP);
+	memcpy(arp.data + ETHERTYPE_OFF, &v, 2);
+	assert_int_equal(run(f, &arp), SKB_PASS);
+	struct pkt trunc = hit;
+	trunc.len = sizeof(struct ether_header) + 12;
+	assert_int_equal(run(f, &trunc), SKB_PASS);
+
+	after = all_counters(f);
+	assert_memory_equal(&before, &after, sizeof(before));
+}
+
+/* Byte unit: the cost is skb->len (from the IP header on). */
+static void test_egress_bytes(void **state)
+{
+	struct fx *f = fx_open(state);
+	static const struct lim l[] = {
+		{ 0, KT_UNIT_BYTE, KT_PROTO_TCP | KT_PROTO_UDP, 9000, 9000, "192.0.2.0/24", 5, 3000 },
+	};
+	struct pkt p1000 = mkpkt("192.0.2.7", IPPROTO_UDP, 9000, 1000);
+	struct pkt p400 = mkpkt("192.0.2.7", IPPROTO_UDP, 9000, 400);
+	struct pkt p100 = mkpkt("192.0.2.7", IPPROTO_TCP, 9000, 100);
+	struct kt_counters c;
+
+	program(f, l, 1, self_cgroup_id(), NULL);
+	assert_int_equal(run(f, &p1000), SKB_PASS);
+	assert_int_equal(run(f, &p1000), SKB_PASS);
+	assert_int_equal(run(f, &p400), SKB_PASS);
+	/* 600 bytes left: 1000 does not fit, 400 does, then not even 100 */
+	assert_int_equal(run(f, &p1000), SKB_DROP);
+	assert_int_equal(run(f, &p400), SKB_PASS);
+	assert_int_equal(run(f, &p400), SKB_DROP);
+	assert_int_equal(run(f, &p100), SKB_PASS);
+	assert_int_equal(run(f, &p100), SKB_PASS);
+	assert_int_equal(run(f, &p100), SKB_DROP_CN);
+	c = counters(f, 5);
+	assert_int_equal(c.admitted, 6);
+	assert_int_equal(c.throttled, 3);
+	assert_int_equal(c.admitted_bytes, 3000);
+	assert_int_equal(c.throttled_bytes, 1000 + 400 + 100);
+
+	/* a packet larger than the whole burst passes only on a full bucket */
+	f->b.buckets[5].tat = 0;
+	struct pkt big = mkpkt("192.0.2.7", IPPROTO_UDP, 9000, 1900);
+	f->b.buckets[5].burst = 1500;
+	assert_int_equal(run(f, &big), SKB_PASS);
+	assert_int_equal(run(f, &p100), SKB_DROP_CN);
+}
+
+/* A cgroup that is no member of the limit passes untouched. */
+static void test_egress_non_member(void **state)
+{
+	struct fx *f = fx_open(state);
+	static const struct lim l[] = {
+		{ 0, KT_UNIT_PACKET, KT_PROTO_UDP, 53, 53, "0.0.0.0/0", 0, 1 },
+	};
+	struct pkt p = mkpkt("8.8.8.8", IPPROTO_UDP, 53, 64);
+	struct kt_member_key k = { .cgroup_id = self_cgroup_id(), .limit_id = 0 };
+
+	program(f, l, 1, 12345, NULL); /* member: some other cgroup */
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(run(f, &p), SKB_PASS);
+	struct kt_counters c = all_counters(f);
+	assert_int_equal(c.admitted + c.throttled, 0);
+
+	/* becoming a member makes it count */
+	struct kt_member_val v = { .slot = 0 };
+	assert_int_equal(bpf_map_update_elem(f->b.members_fd, &k, &v, BPF_ANY), 0);
+	assert_int_equal(run(f, &p), SKB_PASS);
+	assert_int_equal(run(f, &p), SKB_DROP);
+	c = counters(f, 0);
+	assert_int_equal(c.admitted, 1);
+	assert_int_equal(c.throttled, 1);
+	/* and leaving again stops it */
+	assert_int_equal(bpf_map_delete_elem(f->b.members_fd, &k), 0);
+	assert_int_equal(run(f, &p), SKB_PASS);
+	assert_int_equal(counters(f, 0).throttled, 1);
+}
+
+/* A closed bucket (rate 0) refuses everything it matches. */
+static void test_egress_closed(void **state)
+{
+	struct fx *f = fx_open(state);
+	static const struct lim l[] = {
+		{ 0, KT_UNIT_PACKET, KT_PROTO_UDP, 53, 53, "0.0.0.0/0", 2, 100 },
+	};
+	struct pkt p = mkpkt("8.8.8.8", IPPROTO_UDP, 53, 64);
+
+	program(f, l, 1, self_cgroup_id(), NULL);
+	__atomic_store_n(&f->b.buckets[2].interval_fp, 0, __ATOMIC_RELEASE);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(run(f, &p), SKB_DROP);
+	assert_int_equal(counters(f, 2).throttled, 3);
+	assert_int_equal(f->b.buckets[2].tat, 0);
+}
+
+/* ---- sock_addr programs: real sockets in a test cgroup ---- */
+
+/* A loopback listener (TCP) or receiver (UDP) on a free port. */
+static int serve(struct fx *f, int family, int type, uint16_t *port)
+{
+	struct sockaddr_storage ss = { 0 };
+	socklen_t sl;
+	int fd = socket(family, type | SOCK_CLOEXEC, 0);
+
+	keep_fd(f, fd);
+	if (family == AF_INET) {
+		struct sockaddr_in *a = (void *)&ss;
+		a->sin_family = AF_INET;
+		a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		sl = sizeof(*a);
+	} else {
+		struct sockaddr_in6 *a = (void *)&ss;
+		a->sin6_family = AF_INET6;
+		a->sin6_addr = in6addr_loopback;
+		sl = sizeof(*a);
+	}
+	assert_int_equal(bind(fd, (struct sockaddr *)&ss, sl), 0);
+	if (type == SOCK_STREAM)
+		assert_int_equal(listen(fd, 128), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&ss, &sl), 0);
+	*port = ntohs(family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+					: ((struct sockaddr_in6 *)&ss)->sin6_port);
+	return fd;
+}
+
+enum op_kind { OP_CONNECT, OP_SENDTO, OP_SEND_CONNECTED };
+
+struct op {
+	enum op_kind kind;
+	int family;
+	uint16_t port;
+	int times;
+};
+
+struct res {
+	int err;    /* 0 or errno */
+	int64_t ns; /* how long the call took */
+};
+
+static struct res do_op(const struct op *o)
+{
+	struct sockaddr_storage ss = { 0 };
+	socklen_t sl;
+	struct res r = { 0 };
+	int type = o->kind == OP_CONNECT ? SOCK_STREAM : SOCK_DGRAM;
+	int fd = socket(o->family, type | SOCK_CLOEXEC, 0);
+	uint64_t t0;
+	long n = 0;
+
+	if (fd < 0) {
+		r.err = errno ? errno : EIO;
+		return r;
+	}
+	if (o->family == AF_INET) {
+		struct sockaddr_in *a = (void *)&ss;
+		a->sin_family = AF_INET;
+		a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		a->sin_port = htons(o->port);
+		sl = sizeof(*a);
+	} else {
+		struct sockaddr_in6 *a = (void *)&ss;
+		a->sin6_family = AF_INET6;
+		a->sin6_addr = in6addr_loopback;
+		a->sin6_port = htons(o->port);
+		sl = sizeof(*a);
+	}
+	t0 = ktest_now_ns();
+	switch (o->kind) {
+	case OP_CONNECT:
+		n = connect(fd, (struct sockaddr *)&ss, sl);
+		break;
+	case OP_SENDTO:
+		n = sendto(fd, "x", 1, 0, (struct sockaddr *)&ss, sl);
+		break;
+	case OP_SEND_CONNECTED:
+		n = connect(fd, (struct sockaddr *)&ss, sl);
+		if (n == 0)
+			n = send(fd, "x", 1, 0);
+		break;
+	}
+	r.err = n < 0 ? errno : 0;
+	r.ns = (int64_t)(ktest_now_ns() - t0);
+	close(fd);
+	return r;
+}
+
+/* Forks a process that joins cgroup `cg` (NULL: stays where the test runs),
+ * performs the ops and reports each call's outcome. */
+static void run_ops(struct fx *f, const char *cg, const struct op *ops, int nops,
+		    struct res *out, int nout)
+{
+	int p[2], total = 0, got = 0, status;
+	pid_t pid;
+
+	for (int i = 0; i < nops; i++)
+		total += ops[i].times;
+	assert_int_equal(total, nout);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct res fail_r = { .err = -1 };
+		close(p[0]);
+		if (cg && ktest_cgroup_join(cg) != 0) {
+			if (write(p[1], &fail_r, sizeof(fail_r)) < 0)
+				_exit(2);
+			_exit(1);
+		}
+		for (int i = 0; i < nops; i++)
+			for (int k = 0; k < ops[i].times; k++) {
+				struct res r = do_op(&ops[i]);
+				if (write(p[1], &r, sizeof(r)) != sizeof(r))
+					_exit(2);
+			}
+		_exit(0);
+	}
+	close(p[1]);
+	assert_true(f->nkids < MAX_KIDS);
+	f->kids[f->nkids++] = pid;
+	keep_fd(f, p[0]);
+	while (got < nout) {
+		struct pollfd pf = { .fd = p[0], .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&pf, 1, 10000) != 1) {
+			print_error("child %d: no result after 10 s\n", pid);
+			fail();
+		}
+		n = read(p[0], &out[got], sizeof(out[got]));
+		if (n != sizeof(out[got])) {
+			print_error("child %d: result %d missing\n", pid, got);
+			fail();
+		}
+		if (out[got].err == -1) {
+			print_error("child %d: cannot join cgroup %s\n", pid, cg);
+			fail();
+		}
+		got++;
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	f->kids[f->nkids - 1] = -1;
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* `n` ok then `m` refused with EBUSY, each refusal immediate. */
+static void expect(const struct res *r, int n_ok, int n_busy, const char *what)
+{
+	for (int i = 0; i < n_ok + n_busy; i++) {
+		int want = i < n_ok ? 0 : KT_REFUSE_ERRNO;
+		if (r[i].err != want) {
+			print_error("%s: call %d: %s, want %s\n", what, i,
+				    r[i].err ? strerror(r[i].err) : "ok",
+				    want ? strerror(want) : "ok");
+			fail();
+		}
+		if (want && r[i].ns > 50 * 1000000LL) {
+			print_error("%s: call %d refused after %lld ms, not at once\n", what, i,
+				    (long long)(r[i].ns / 1000000));
+			fail();
+		}
+	}
+}
+
+/* A limit over loopback destinations on one port, with its cgroups. */
+struct plim {
+	const char *name;
+	enum kt_unit unit;
+	enum kt_scope scope;
+	uint8_t proto;
+	uint16_t port;
+	const char *cidr;
+	double burst;
+	const char *cgs[3];
+};
+
+static void apply(struct fx *f, const struct plim *pl, int n)
+{
+	double rates[8], bursts[8];
+	char err[512];
+
+	assert_true(n <= 8);
+	f->cfgs = calloc((size_t)n, sizeof(*f->cfgs));
+	f->plan.limits = calloc((size_t)n, sizeof(*f->plan.limits));
+	assert_non_null(f->cfgs);
+	assert_non_null(f->plan.limits);
+	f->plan.n_limits = n;
+	for (int i = 0; i < n; i++) {
+		struct kt_limit_cfg *c = &f->cfgs[i];
+		struct kt_limit_rt *l = &f->plan.limits[i];
+
+		snprintf(c->name, sizeof(c->name), "%s", pl[i].name);
+		c->unit = pl[i].unit;
+		c->scope = pl[i].scope;
+		c->burst = pl[i].burst;
+		c->match.cidrs[0] = cidr(pl[i].cidr);
+		c->match.n_cidrs = 1;
+		c->match.port_lo = c->match.port_hi = pl[i].port;
+		c->match.proto_mask = pl[i].proto;
+		c->rl.max = c->rl.min = SLOW_RATE;
+		l->cfg = c;
+		l->members = calloc(3, sizeof(*l->members));
+		assert_non_null(l->members);
+		for (int j = 0; j < 3 && pl[i].cgs[j]; j++) {
+			l->members[j].path = strdup(pl[i].cgs[j]);
+			assert_non_null(l->members[j].path);
+			l->members[j].cgid = ktest_cgroup_id(pl[i].cgs[j]);
+			assert_true(l->members[j].cgid != 0);
+			l->n_members++;
+		}
+		rates[i] = SLOW_RATE;
+		bursts[i] = pl[i].burst;
+	}
+	if (kt_plan_apply(&f->b, &f->plan, rates, bursts, err, sizeof(err)) != 0) {
+		print_error("kt_plan_apply: %s\n", err);
+		fail();
+	}
+}
+
+static struct kt_counters member_counters(struct fx *f, int limit, int member)
+{
+	return counters(f, f->plan.limits[limit].members[member].slot);
+}
+
+/* connect4/connect6: exactly the burst connects, then EBUSY at once; an
+ * unmatched port and a process outside the cgroup are untouched. */
+static void test_connect(void **state)
+{
+	struct fx *f = fx_open(state);
+	const char *cg = add_cgroup(f, "conn");
+	uint16_t p4, p6, other;
+
+	serve(f, AF_INET, SOCK_STREAM, &p4);
+	serve(f, AF_INET6, SOCK_STREAM, &p6);
+	serve(f, AF_INET, SOCK_STREAM, &other);
+	const struct plim pl[] = {
+		{ "c4", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, p4, "127.0.0.1/32", 3, { cg } },
+		{ "c6", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, p6, "::1/128", 2, { cg } },
+	};
+	apply(f, pl, 2);
+
+	const struct op ops[] = {
+		{ OP_CONNECT, AF_INET, p4, 5 },
+		{ OP_CONNECT, AF_INET6, p6, 4 },
+		{ OP_CONNECT, AF_INET, other, 6 },
+		{ OP_CONNECT, AF_INET6, p4, 2 }, /* ::1 on p4: c4 is 127.0.0.1 only */
+	};
+	struct res r[17];
+	run_ops(f, cg, ops, 4, r, 17);
+	expect(r, 3, 2, "connect 127.0.0.1");
+	expect(r + 5, 2, 2, "connect ::1");
+	for (int i = 9; i < 17; i++)
+		assert_true(r[i].err == 0 || r[i].err == ECONNREFUSED);
+	for (int i = 9; i < 15; i++)
+		assert_int_equal(r[i].err, 0); /* unmatched port */
+
+	struct kt_counters c = member_counters(f, 0, 0);
+	assert_int_equal(c.admitted, 3);
+	assert_int_equal(c.throttled, 2);
+	c = member_counters(f, 1, 0);
+	assert_int_equal(c.admitted, 2);
+	assert_int_equal(c.throttled, 2);
+
+	/* outside the cgroup: no limit at all */
+	const struct op out_ops[] = { { OP_CONNECT, AF_INET, p4, 5 }, { OP_CONNECT, AF_INET6, p6, 5 } };
+	run_ops(f, NULL, out_ops, 2, r, 10);
+	expect(r, 10, 0, "connect from outside");
+	assert_int_equal(member_counters(f, 0, 0).admitted + member_counters(f, 0, 0).throttled, 5);
+
+	/* the bucket stays drained for a new process in the cgroup */
+	const struct op again[] = { { OP_CONNECT, AF_INET, p4, 1 } };
+	run_ops(f, cg, again, 1, r, 1);
+	expect(r, 0, 1, "connect again");
+}
+
+/* sendmsg4/sendmsg6: unconnected UDP sendto() refused with EBUSY after the
+ * burst; connected UDP is not seen by these hooks. */
+static void test_sendmsg(void **state)
+{
+	struct fx *f = fx_open(state);
+	const char *cg = add_cgroup(f, "send");
+	uint16_t u4, u6, other;
+
+	serve(f, AF_INET, SOCK_DGRAM, &u4);
+	serve(f, AF_INET6, SOCK_DGRAM, &u6);
+	serve(f, AF_INET, SOCK_DGRAM, &other);
+	const struct plim pl[] = {
+		{ "d4", KT_UNIT_DATAGRAM, KT_SCOPE_POD, KT_PROTO_UDP, u4, "127.0.0.0/8", 4, { cg } },
+		{ "d6", KT_UNIT_DATAGRAM, KT_SCOPE_POD, KT_PROTO_UDP, u6, "::1/128", 2, { cg } },
+	};
+	apply(f, pl, 2);
+
+	const struct op ops[] = {
+		{ OP_SENDTO, AF_INET, u4, 6 },
+		{ OP_SENDTO, AF_INET6, u6, 3 },
+		{ OP_SENDTO, AF_INET, other, 5 },
+		{ OP_SEND_CONNECTED, AF_INET, u4, 3 },
+	};
+	struct res r[17];
+	run_ops(f, cg, ops, 4, r, 17);
+	expect(r, 4, 2, "sendto 127.0.0.1");
+	expect(r + 6, 2, 1, "sendto ::1");
+	expect(r + 9, 5, 0, "sendto unmatched port");
+	expect(r + 14, 3, 0, "send on a connected UDP socket");
+
+	struct kt_counters c = member_counters(f, 0, 0);
+	assert_int_equal(c.admitted, 4);
+	assert_int_equal(c.throttled, 2);
+	c = member_counters(f, 1, 0);
+	assert_int_equal(c.admitted, 2);
+	assert_int_equal(c.throttled, 1);
+
+	const struct op out_ops[] = { { OP_SENDTO, AF_INET, u4, 6 }, { OP_SENDTO, AF_INET6, u6, 3 } };
+	run_ops(f, NULL, out_ops, 2, r, 9);
+	expect(r, 9, 0, "sendto from outside");
+	assert_int_equal(member_counters(f, 0, 0).throttled, 2);
+}
+
+/* A process in a child cgroup of the attached one counts against the
+ * parent's membership (ancestor walk), shared with the parent's own. */
+static void test_nested_cgroup(void **state)
+{
+	struct fx *f = fx_open(state);
+	const char *parent = add_cgroup(f, "nest");
+	char inner[PATH_MAX], deeper[PATH_MAX];
+	uint16_t p4;
+
+	/* created under the parent; destroyed (reverse order) before it */
+	snprintf(inner, sizeof(inner), "%s/inner", parent);
+	snprintf(deeper, sizeof(deeper), "%s/inner/deeper", parent);
+	assert_true(f->ncg + 2 <= MAX_CGS);
+	assert_int_equal(mkdir(inner, 0755), 0);
+	snprintf(f->cg[f->ncg++], PATH_MAX, "%s", inner);
+	assert_int_equal(mkdir(deeper, 0755), 0);
+	snprintf(f->cg[f->ncg++], PATH_MAX, "%s", deeper);
+
+	serve(f, AF_INET, SOCK_STREAM, &p4);
+	const struct plim pl[] = {
+		{ "n4", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, p4, "127.0.0.1/32", 4,
+		  { parent } },
+	};
+	apply(f, pl, 1);
+
+	struct res r[5];
+	const struct op two[] = { { OP_CONNECT, AF_INET, p4, 2 } };
+	run_ops(f, deeper, two, 1, r, 2);
+	expect(r, 2, 0, "connect from parent/inner/deeper");
+	run_ops(f, inner, two, 1, r, 2);
+	expect(r, 2, 0, "connect from parent/inner");
+	const struct op one[] = { { OP_CONNECT, AF_INET, p4, 1 } };
+	run_ops(f, parent, one, 1, r, 1);
+	expect(r, 0, 1, "connect from parent after its children used the burst");
+	run_ops(f, deeper, one, 1, r, 1);
+	expect(r, 0, 1, "connect from parent/inner/deeper");
+
+	struct kt_counters c = member_counters(f, 0, 0);
+	assert_int_equal(c.admitted, 4);
+	assert_int_equal(c.throttled, 2);
+}
+
+/* Pod scope: a bucket per member cgroup. Node scope: one bucket shared by
+ * every member. */
+static void test_scopes(void **state)
+{
+	struct fx *f = fx_open(state);
+	const char *a = add_cgroup(f, "scope-a");
+	const char *b = add_cgroup(f, "scope-b");
+	uint16_t pod_port, node_port;
+
+	serve(f, AF_INET, SOCK_STREAM, &pod_port);
+	serve(f, AF_INET, SOCK_STREAM, &node_port);
+	const struct plim pl[] = {
+		{ "pod", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, pod_port, "127.0.0.1/32", 2,
+		  { a, b } },
+		{ "node", KT_UNIT_CONNECTION, KT_SCOPE_NODE, KT_PROTO_TCP, node_port, "127.0.0.1/32",
+		  3, { a, b } },
+	};
+	apply(f, pl, 2);
+	assert_int_not_equal(f->plan.limits[0].members[0].slot, f->plan.limits[0].members[1].slot);
+	assert_int_equal(f->plan.limits[1].members[0].slot, f->plan.limits[1].members[1].slot);
+
+	const struct op ops[] = { { OP_CONNECT, AF_INET, pod_port, 3 },
+				  { OP_CONNECT, AF_INET, node_port, 2 } };
+	struct res r[5];
+	run_ops(f, a, ops, 2, r, 5);
+	expect(r, 2, 1, "pod scope, cgroup a");
+	expect(r + 3, 2, 0, "node scope, cgroup a");
+	run_ops(f, b, ops, 2, r, 5);
+	expect(r, 2, 1, "pod scope, cgroup b: its own bucket");
+	expect(r + 3, 1, 1, "node scope, cgroup b: the shared bucket");
+
+	assert_int_equal(member_counters(f, 0, 0).admitted, 2);
+	assert_int_equal(member_counters(f, 0, 1).admitted, 2);
+	struct kt_counters c = member_counters(f, 1, 0);
+	assert_int_equal(c.admitted, 3);
+	assert_int_equal(c.throttled, 1);
+}
+
+/* Runs last: every earlier test removed its pins and cgroups. */
+static void test_nothing_left(void **state)
+{
+	char prefix[64], m[PATH_MAX];
+	struct dirent *de;
+	DIR *d;
+	(void)state;
+
+	if (ktest_root_unavailable())
+		skip();
+	snprintf(prefix, sizeof(prefix), "kt-test-%d-", getpid());
+	d = opendir("/sys/fs/bpf");
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, prefix, strlen(prefix))) {
+			print_error("left behind: /sys/fs/bpf/%s\n", de->d_name);
+			fail();
+		}
+	closedir(d);
+
+	assert_int_equal(kt_cgroup2_mount(m, sizeof(m), NULL), 0);
+	d = opendir(m);
+	assert_non_null(d);
+	while ((de = readdir(d)))
+		if (!strncmp(de->d_name, prefix, strlen(prefix))) {
+			print_error("left behind: %s/%s\n", m, de->d_name);
+			fail();
+		}
+	closedir(d);
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_egress_burst_v4),
+		T(test_egress_burst_v6),
+		T(test_egress_isolation),
+		T(test_egress_unmatched),
+		T(test_egress_bytes),
+		T(test_egress_non_member),
+		T(test_egress_closed),
+		T(test_connect),
+		T(test_sendmsg),
+		T(test_nested_cgroup),
+		T(test_scopes),
+		cmocka_unit_test(test_nothing_left),
+	};
+	return cmocka_run_group_tests_name("bpf_progs", tests, NULL, NULL);
+}
