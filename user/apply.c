@@ -60,8 +60,19 @@ int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount, struct kt
 				ret = -ENOMEM;
 				goto fail;
 			}
+			/* the cgroup id is stable for the cgroup's life, which is
+			 * the member's life: a recreated pod is a new member */
+			snprintf(m->id, sizeof(m->id), "%s:%llu", cfg->node_name,
+				 (unsigned long long)m->cgid);
 			l->n_members++;
 		}
+		l->member_ids = calloc(l->n_members + 1, sizeof(*l->member_ids));
+		if (!l->member_ids) {
+			ret = -ENOMEM;
+			goto fail;
+		}
+		for (j = 0; j < l->n_members; j++)
+			l->member_ids[j] = l->members[j].id;
 	}
 	return 0;
 fail:
@@ -75,6 +86,7 @@ void kt_plan_free(struct kt_plan *plan)
 		for (int j = 0; j < plan->limits[i].n_members; j++)
 			free(plan->limits[i].members[j].path);
 		free(plan->limits[i].members);
+		free(plan->limits[i].member_ids);
 	}
 	free(plan->limits);
 	memset(plan, 0, sizeof(*plan));
@@ -108,6 +120,17 @@ void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double bur
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	kt_bucket_rescale(bk, (__u64)ts.tv_sec * 1000000000ull + (__u64)ts.tv_nsec,
 			  kt_interval_fp_from_rate(rate));
+}
+
+void kt_bucket_set_validity(struct kt_bpf *b, uint32_t slot, uint64_t valid_until,
+			    double fallback_rate)
+{
+	struct kt_bucket *bk = &b->buckets[slot];
+
+	/* fallback first, so the deadline never arms a stale fallback */
+	__atomic_store_n(&bk->fallback_fp, kt_interval_fp_from_rate(fallback_rate),
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&bk->valid_until, valid_until, __ATOMIC_RELEASE);
 }
 
 /* slot_state: 0 free, 1 kept from before, 2 newly allocated */
@@ -150,6 +173,8 @@ static void init_bucket(struct kt_bpf *b, uint32_t slot, uint32_t limit_id, unsi
 		free(zero);
 	}
 	bk->tat = 0; /* full burst available */
+	bk->valid_until = 0;
+	bk->fallback_fp = 0;
 	bk->limit_id = limit_id;
 	kt_bucket_set_rate(b, slot, rate, burst);
 	__atomic_store_n(&bk->flags, flags, __ATOMIC_RELEASE);

@@ -12,6 +12,7 @@
 
 struct kt_member_rt {
 	char *path;        /* canonical cgroup directory */
+	char id[96];       /* stable member id in the store: "<node>:<cgroup id>" */
 	uint64_t cgid;
 	uint32_t slot;     /* bucket this member's traffic is charged to */
 };
@@ -21,6 +22,7 @@ struct kt_limit_rt {
 	uint32_t id;
 	struct kt_member_rt *members;
 	int n_members;
+	const char **member_ids; /* members[j].id, as the pool wants them */
 	/* bucket rate and burst last written (tokens/s, tokens) */
 	double bucket_rate;
 	double bucket_burst;
@@ -47,7 +49,12 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
 /* Distinct bucket slots of a limit (pod scope: one per member; node: one). */
 int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max);
 
-/* One atomic store of the interval: the bucket's tat (its tokens) is kept. */
+/* One atomic store of the interval: the bucket's tokens are kept (the queued
+ * debt is rescaled to the new rate). */
 void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double burst);
+/* Until `valid_until` (CLOCK_MONOTONIC ns, 0 = forever) the bucket runs at
+ * its rate; after it, at `fallback_rate` (0 = closed). */
+void kt_bucket_set_validity(struct kt_bpf *b, uint32_t slot, uint64_t valid_until,
+			    double fallback_rate);
 
 #endif

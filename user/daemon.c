@@ -29,32 +29,45 @@ uint64_t kt_now_ns(void)
 
 /* ---- pool arithmetic ---- */
 
-/* Members that share the pool. Local store: this node's members; static:
- * the configured count (never fewer than the members we can see). */
-static int limit_pool_size(const struct kt_limit_rt *l)
-{
-	int local = l->n_members > 0 ? l->n_members : 1;
-
-	if (l->cfg->store.kind == KT_STORE_STATIC)
-		return l->cfg->store.static_pool_size > local ? l->cfg->store.static_pool_size
-							       : local;
-	return local;
-}
-
 /* Members one bucket serves: pod scope one, node scope all local ones. */
 static int bucket_served(const struct kt_limit_rt *l)
 {
 	return l->cfg->scope == KT_SCOPE_NODE ? (l->n_members > 0 ? l->n_members : 1) : 1;
 }
 
-static void compute_bucket(const struct kt_limit_rt *l, struct kt_limit_state *s)
+static bool limit_uses_redis(const struct kt_limit_rt *l)
 {
-	double frac = (double)bucket_served(l) / (double)s->pool_size;
+	return l->cfg->store.kind == KT_STORE_REDIS;
+}
 
-	s->bucket_rate = s->pool_rate * frac;
+/* Bucket rate and burst from the pool's view; the kernel fallback for when
+ * this daemon stops refreshing (store-failure policy, applied in-kernel). */
+static void compute_bucket(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
+			   struct kt_limit_state *s)
+{
+	const struct kt_pool_view *v = kt_pool_view(pool, i);
+	int served = bucket_served(l);
+	double frac;
+
+	s->pool_size = v->size > 0 ? v->size : 1;
+	if (served > s->pool_size)
+		served = s->pool_size;
+	frac = (double)served / (double)s->pool_size;
+	s->bucket_rate = kt_pool_bucket_rate(pool, i, s->pool_rate, served);
 	s->bucket_burst = l->cfg->burst * frac;
 	if (s->bucket_burst < 1)
 		s->bucket_burst = 1;
+	switch (l->cfg->store.on_failure) {
+	case KT_FAIL_CLOSED:
+		s->fallback_rate = 0;
+		break;
+	case KT_FAIL_OPEN:
+		s->fallback_rate = s->bucket_rate;
+		break;
+	default:
+		s->fallback_rate = l->cfg->rl.min * frac;
+		break;
+	}
 }
 
 static void write_rates(struct kt_daemon *d, int i)
@@ -70,13 +83,39 @@ static void write_rates(struct kt_daemon *d, int i)
 	l->bucket_burst = s->bucket_burst;
 }
 
+/* With a Redis store, the other nodes drop this node's members after
+ * staleAfter heartbeats of silence; the kernel must stop granting their
+ * share by then, even if this daemon is dead. Refreshed every tick. */
+static void write_validity(struct kt_daemon *d, int i, uint64_t now, bool expire_now)
+{
+	struct kt_limit_rt *l = &d->plan.limits[i];
+	const struct kt_store_cfg *st = &l->cfg->store;
+	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
+	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+	uint64_t until = 0;
+
+	if (limit_uses_redis(l))
+		until = expire_now ? now : now + (uint64_t)st->stale_after * st->heartbeat_ns;
+	for (int k = 0; k < n; k++)
+		kt_bucket_set_validity(&d->bpf, slots[k], until, d->ls[i].fallback_rate);
+}
+
 static void init_limit_state(struct kt_limit_state *s, const struct kt_limit_rt *l, uint64_t now)
 {
 	memset(s, 0, sizeof(*s));
 	kt_ramp_init(&s->ramp, &l->cfg->rl, now, 0);
 	s->pool_rate = kt_ramp_rate(&s->ramp);
-	s->pool_size = limit_pool_size(l);
-	compute_bucket(l, s);
+}
+
+static void fill_pool_local(struct kt_daemon *d)
+{
+	for (int i = 0; i < d->plan.n_limits; i++)
+		d->pool_local[i] = (struct kt_pool_local){
+			.cfg = d->plan.limits[i].cfg,
+			.member_ids = d->plan.limits[i].member_ids,
+			.n_members = d->plan.limits[i].n_members,
+			.pool_rate = d->ls[i].pool_rate,
+		};
 }
 
 /* ---- controller ---- */
@@ -150,11 +189,27 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 		if (win > 0)
 			s->epoch_used_rate = obs.used_tokens / win;
 		s->pool_rate = kt_ramp_epoch(&s->ramp, &obs);
-		s->pool_size = limit_pool_size(l);
-		double before = s->bucket_rate, burst_before = s->bucket_burst;
-		compute_bucket(l, s);
+	}
+
+	/* agreement (a store round trip when a heartbeat is due) */
+	fill_pool_local(d);
+	kt_pool_tick(d->pool, now, d->pool_local, d->plan.n_limits);
+
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		struct kt_limit_rt *l = &d->plan.limits[i];
+		struct kt_limit_state *s = &d->ls[i];
+		double resume, before = s->bucket_rate, burst_before = s->bucket_burst;
+
+		/* resumedRampUp: the level saved before a restart, once */
+		if (kt_pool_take_resume(d->pool, i, &resume) && resume > s->pool_rate) {
+			kt_ramp_init(&s->ramp, &l->cfg->rl, now, resume);
+			s->pool_rate = kt_ramp_rate(&s->ramp);
+			kt_info("limit %s: resuming ramp at %.3f/s", l->cfg->name, s->pool_rate);
+		}
+		compute_bucket(d->pool, i, l, s);
 		if (fabs(s->bucket_rate - before) > 1e-9 * before || s->bucket_burst != burst_before)
 			write_rates(d, i);
+		write_validity(d, i, now, false);
 	}
 	d->ticks++;
 }
@@ -214,10 +269,6 @@ static void sb_json_str(struct sbuf *b, const char *s)
 	sb_printf(b, "\"");
 }
 
-static const char *store_kind_name(enum kt_store_kind k)
-{
-	return k == KT_STORE_STATIC ? "static" : k == KT_STORE_REDIS ? "redis" : "local";
-}
 
 char *kt_daemon_status(struct kt_daemon *d, bool json)
 {
@@ -249,21 +300,37 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 		if (json) {
 			sb_printf(&b, "%s{\"name\":", i ? "," : "");
 			sb_json_str(&b, c->name);
+			const struct kt_pool_view *v = kt_pool_view(d->pool, i);
+			uint64_t st_since = 0;
+			char ep[300] = "";
+			const char *st = kt_pool_store_state(d->pool, i, &st_since, ep, sizeof(ep));
+
 			sb_printf(&b,
 				  ",\"id\":%u,\"unit\":\"%s\",\"scope\":\"%s\",\"mode\":\"%s\","
 				  "\"pool_rate\":%.6g,\"min\":%.6g,\"max\":%.6g,\"ramp_progress_pct\":%.2f,"
-				  "\"utilization_pct\":%.2f,\"pool_size\":%d,\"store\":\"%s\","
-				  "\"bucket_rate\":%.6g,\"burst\":%.6g,\"admitted\":%llu,\"throttled\":%llu,"
+				  "\"utilization_pct\":%.2f,\"bucket_rate\":%.6g,\"burst\":%.6g,"
+				  "\"fallback_rate\":%.6g,\"admitted\":%llu,\"throttled\":%llu,"
 				  "\"admitted_bytes\":%llu,\"throttled_bytes\":%llu,"
-				  "\"admitted_per_s\":%.3f,\"cgroups\":[",
+				  "\"admitted_per_s\":%.3f,",
 				  l->id, kt_unit_name(c->unit), kt_scope_name(c->scope),
 				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.min, c->rl.max,
 				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
-				  s->pool_size, store_kind_name(c->store.kind), s->bucket_rate,
-				  s->bucket_burst, (unsigned long long)s->admitted,
-				  (unsigned long long)s->throttled,
+				  s->bucket_rate, s->bucket_burst, s->fallback_rate,
+				  (unsigned long long)s->admitted, (unsigned long long)s->throttled,
 				  (unsigned long long)s->admitted_bytes,
 				  (unsigned long long)s->throttled_bytes, s->epoch_used_rate);
+			sb_printf(&b, "\"store\":{\"kind\":\"%s\",\"state\":\"%s\",\"since_s\":%.3f,\"endpoint\":",
+				  kt_store_kind_name(c->store.kind), st,
+				  st_since && now > st_since ? (double)(now - st_since) / 1e9 : 0.0);
+			sb_json_str(&b, ep);
+			sb_printf(&b,
+				  "},\"pool\":{\"phase\":\"%s\",\"size\":%d,\"live\":%d,\"agree\":%s,"
+				  "\"share\":%.6g,\"last_heartbeat_age_s\":%.3f},\"cgroups\":[",
+				  kt_pool_phase_name(v->phase), v->size, v->live, v->agree ? "true" : "false",
+				  kt_pool_bucket_rate(d->pool, i, s->pool_rate, 1),
+				  v->last_answer_ns && now > v->last_answer_ns
+					  ? (double)(now - v->last_answer_ns) / 1e9
+					  : -1.0);
 		} else {
 			sb_printf(&b,
 				  "%-16s %-10s %-5s %-10s %12.3f %12.3f %6.1f %6.1f %12.3f %8.0f %12llu %12llu %10.1f\n",
@@ -272,6 +339,26 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
 				  s->bucket_rate, s->bucket_burst, (unsigned long long)s->admitted,
 				  (unsigned long long)s->throttled, s->epoch_used_rate);
+			const struct kt_pool_view *v = kt_pool_view(d->pool, i);
+			uint64_t st_since = 0;
+			char ep[300] = "";
+			const char *st = kt_pool_store_state(d->pool, i, &st_since, ep, sizeof(ep));
+			sb_printf(&b, "  store %s%s%s  pool %s size %d live %d  share %.3f/s",
+				  kt_store_kind_name(c->store.kind), ep[0] ? " " : "", ep,
+				  kt_pool_phase_name(v->phase), v->size, v->live,
+				  kt_pool_bucket_rate(d->pool, i, s->pool_rate, 1));
+			if (c->store.kind == KT_STORE_REDIS) {
+				if (st_since && now > st_since)
+					sb_printf(&b, " (store %s for %.1fs", st, (double)(now - st_since) / 1e9);
+				else
+					sb_printf(&b, " (store %s", st);
+				if (v->last_answer_ns && now > v->last_answer_ns)
+					sb_printf(&b, ", last heartbeat %.1fs ago)",
+						  (double)(now - v->last_answer_ns) / 1e9);
+				else
+					sb_printf(&b, ", no answer yet)");
+			}
+			sb_printf(&b, "\n");
 		}
 		for (j = 0; j < l->n_members; j++) {
 			const struct kt_member_rt *m = &l->members[j];
@@ -279,7 +366,9 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 
 			kt_bpf_read_counters(&d->bpf, m->slot, &mc);
 			if (json) {
-				sb_printf(&b, "%s{\"path\":", j ? "," : "");
+				sb_printf(&b, "%s{\"member_id\":", j ? "," : "");
+				sb_json_str(&b, m->id);
+				sb_printf(&b, ",\"path\":");
 				sb_json_str(&b, m->path);
 				sb_printf(&b,
 					  ",\"cgroup_id\":%llu,\"slot\":%u,\"admitted\":%llu,\"throttled\":%llu}",
@@ -287,9 +376,10 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 					  (unsigned long long)mc.admitted,
 					  (unsigned long long)mc.throttled);
 			} else {
-				sb_printf(&b, "  cgroup %s (id %llu, bucket %u)%s\n", m->path,
-					  (unsigned long long)m->cgid, m->slot,
-					  c->scope == KT_SCOPE_NODE ? " shared" : "");
+				sb_printf(&b, "  member %s  cgroup %s  bucket %u%s  admitted %llu  throttled %llu\n",
+					  m->id, m->path, m->slot,
+					  c->scope == KT_SCOPE_NODE ? " (shared)" : "",
+					  (unsigned long long)mc.admitted, (unsigned long long)mc.throttled);
 			}
 		}
 		if (json)
@@ -564,11 +654,17 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		ret = KT_EXIT_CONFIG;
 		goto fail_cfg;
 	}
+	ret = kt_pool_create(&d->pool, &d->cfg, err, sizeof(err));
+	if (ret) {
+		kt_err("%s", err);
+		ret = ret == -ENOTSUP ? KT_EXIT_CONFIG : KT_EXIT_RUNTIME;
+		goto fail_plan;
+	}
 	ret = open_control_socket(d, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
 		ret = KT_EXIT_RUNTIME;
-		goto fail_plan;
+		goto fail_pool;
 	}
 	ret = kt_bpf_open(&d->bpf, d->cfg.pin_dir, err, sizeof(err));
 	if (ret) {
@@ -577,13 +673,16 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		goto fail_sock;
 	}
 	d->ls = calloc(d->plan.n_limits, sizeof(*d->ls));
-	if (!d->ls) {
+	d->pool_local = calloc(d->plan.n_limits, sizeof(*d->pool_local));
+	if (!d->ls || !d->pool_local) {
 		ret = KT_EXIT_RUNTIME;
 		goto fail_bpf;
 	}
 	now = kt_now_ns();
-	for (i = 0; i < d->plan.n_limits; i++)
+	for (i = 0; i < d->plan.n_limits; i++) {
 		init_limit_state(&d->ls[i], &d->plan.limits[i], now);
+		compute_bucket(d->pool, i, &d->plan.limits[i], &d->ls[i]);
+	}
 	ret = apply_plan(d, &d->plan, d->ls, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
@@ -614,11 +713,16 @@ fail_bpf:
 	}
 	free(d->ls);
 	d->ls = NULL;
+	free(d->pool_local);
+	d->pool_local = NULL;
 fail_sock:
 	if (d->listenfd >= 0) {
 		close(d->listenfd);
 		unlink(d->cfg.socket_path);
 	}
+fail_pool:
+	kt_pool_destroy(d->pool);
+	d->pool = NULL;
 fail_plan:
 	kt_plan_free(&d->plan);
 fail_cfg:
@@ -636,7 +740,9 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 {
 	struct kt_config ncfg;
 	struct kt_plan nplan;
-	struct kt_limit_state *nls;
+	struct kt_limit_state *nls = NULL;
+	struct kt_pool_local *nlocal = NULL;
+	struct kt_pool *npool = NULL;
 	uint64_t now = kt_now_ns();
 	int ret, i, j;
 
@@ -655,12 +761,14 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 		kt_config_free(&ncfg);
 		goto failed;
 	}
+	ret = kt_pool_create(&npool, &ncfg, err, errlen);
+	if (ret)
+		goto failed_plan;
 	nls = calloc(nplan.n_limits, sizeof(*nls));
-	if (!nls) {
-		kt_plan_free(&nplan);
-		kt_config_free(&ncfg);
+	nlocal = calloc(nplan.n_limits, sizeof(*nlocal));
+	if (!nls || !nlocal) {
 		ret = -ENOMEM;
-		goto failed;
+		goto failed_plan;
 	}
 	for (i = 0; i < nplan.n_limits; i++) {
 		const struct kt_limit_rt *nl = &nplan.limits[i];
@@ -668,35 +776,44 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 			if (!strcmp(d->plan.limits[j].cfg->name, nl->cfg->name))
 				break;
 		if (j < d->plan.n_limits) {
-			/* keep the ramp level and history: no restart from min */
+			/* keep the ramp level, history and agreed pool: no restart
+			 * from min, no rejoin */
 			nls[i] = d->ls[j];
 			kt_ramp_reconfigure(&nls[i].ramp, &nl->cfg->rl, now);
 			nls[i].pool_rate = kt_ramp_rate(&nls[i].ramp);
+			kt_pool_inherit(npool, i, d->pool, j);
 		} else {
 			init_limit_state(&nls[i], nl, now);
 		}
-		nls[i].pool_size = limit_pool_size(nl);
-		compute_bucket(nl, &nls[i]);
+		compute_bucket(npool, i, nl, &nls[i]);
 	}
 	ret = apply_plan(d, &nplan, nls, err, errlen);
-	if (ret) {
-		free(nls);
-		kt_plan_free(&nplan);
-		kt_config_free(&ncfg);
-		/* the old limits' rates are rewritten in full on the next tick */
-		goto failed;
-	}
+	if (ret)
+		goto failed_plan; /* the old limits' rates are rewritten on the next tick */
+	/* Members the new plan dropped simply stop heartbeating and expire. */
+	kt_pool_destroy(d->pool);
 	kt_plan_free(&d->plan);
 	kt_config_free(&d->cfg);
 	free(d->ls);
+	free(d->pool_local);
 	d->cfg = ncfg;
 	d->plan = nplan;
 	d->ls = nls;
-	for (i = 0; i < d->plan.n_limits; i++)
+	d->pool = npool;
+	d->pool_local = nlocal;
+	for (i = 0; i < d->plan.n_limits; i++) {
 		write_rates(d, i);
+		write_validity(d, i, now, false);
+	}
 	d->reloads++;
 	kt_info("reloaded %s: %d limit(s)", d->config_path, d->plan.n_limits);
 	return 0;
+failed_plan:
+	kt_pool_destroy(npool);
+	free(nls);
+	free(nlocal);
+	kt_plan_free(&nplan);
+	kt_config_free(&ncfg);
 failed:
 	d->reload_failures++;
 	kt_err("reload rejected, keeping the running configuration: %s", err);
@@ -751,6 +868,19 @@ void kt_daemon_stop(struct kt_daemon *d)
 	for (int i = 0; i < KT_MAX_CLIENTS; i++)
 		if (d->clients[i].fd >= 0)
 			close(d->clients[i].fd);
+	/* A graceful stop deregisters this node's members at once, so the
+	 * other nodes' shares grow; the kernel buckets of Redis-backed limits
+	 * drop to the store-failure rate now instead of granting a share the
+	 * pool no longer counts. Local and static limits keep their rates. */
+	fill_pool_local(d);
+	kt_pool_leave(d->pool, d->pool_local, d->plan.n_limits);
+	if (!d->detach_on_exit)
+		for (int i = 0; i < d->plan.n_limits; i++)
+			write_validity(d, i, kt_now_ns(), true);
+	kt_pool_destroy(d->pool);
+	d->pool = NULL;
+	free(d->pool_local);
+	d->pool_local = NULL;
 	kt_bpf_close(&d->bpf);
 	if (d->detach_on_exit) {
 		if (kt_bpf_cleanup(pin_dir, err, sizeof(err)))

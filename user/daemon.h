@@ -11,6 +11,7 @@
 #include "apply.h"
 #include "bpf_loader.h"
 #include "config.h"
+#include "pool.h"
 #include "ramp.h"
 
 #define KT_DEFAULT_SOCKET "/run/kthrottle/kthrottled.sock"
@@ -31,6 +32,7 @@ struct kt_limit_state {
 	int pool_size;             /* members sharing the pool */
 	double bucket_rate;        /* last written per-bucket rate */
 	double bucket_burst;
+	double fallback_rate;      /* kernel's rate if the daemon stops refreshing */
 	struct kt_sample hist[KT_HISTORY];
 	int hist_len, hist_head;   /* ring of the last ticks */
 	double epoch_used_rate;    /* admitted tokens/s over the trailing epoch */
@@ -47,6 +49,8 @@ struct kt_daemon {
 	struct kt_config cfg;
 	struct kt_plan plan;
 	struct kt_limit_state *ls;
+	struct kt_pool *pool;
+	struct kt_pool_local *pool_local; /* scratch, index-aligned with plan.limits */
 	struct kt_bpf bpf;
 	char cg_mount[PATH_MAX];
 	char config_path[PATH_MAX];

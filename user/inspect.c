@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 #include <bpf/bpf.h>
 #include "inspect.h"
 
@@ -46,7 +47,15 @@ int kt_inspect_read(const struct kt_bpf *b, struct kt_kstate *st)
 		m->cgroup_id = key.cgroup_id;
 		m->slot = val.slot;
 		if (bpf_map_lookup_elem(b->buckets_fd, &val.slot, &bk) == 0) {
-			m->rate = bk.interval_fp ? 1e9 * (double)KT_FP_ONE / (double)bk.interval_fp : 0;
+			struct timespec ts;
+			__u64 now;
+
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			now = (__u64)ts.tv_sec * 1000000000ull + (__u64)ts.tv_nsec;
+			/* the rate the kernel applies now: the fallback once the
+			 * daemon stopped refreshing the bucket's validity */
+			m->rate = kt_rate_from_interval_fp(kt_bucket_interval(&bk, now));
+			m->fallback_active = bk.valid_until && (__s64)(now - bk.valid_until) > 0;
 			m->burst = bk.burst;
 		}
 		kt_bpf_read_counters(b, val.slot, &m->counters);

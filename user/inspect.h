@@ -5,6 +5,7 @@
 #ifndef KT_INSPECT_H
 #define KT_INSPECT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include "bpf_loader.h"
 #include "kthrottle.h"
@@ -14,7 +15,8 @@
 struct kt_kmember {
 	uint64_t cgroup_id;
 	uint32_t slot;
-	double rate;     /* tokens/s of its bucket */
+	double rate;     /* tokens/s its bucket grants now */
+	bool fallback_active; /* the daemon stopped refreshing: store-failure rate */
 	uint64_t burst;
 	struct kt_counters counters;
 };

@@ -155,8 +155,11 @@ static int status_from_maps(const char *pin_dir, bool json)
 			       scope, rate, burst, (unsigned long long)l->total.admitted,
 			       (unsigned long long)l->total.throttled);
 			for (int j = 0; j < l->n_members; j++)
-				printf("  cgroup id %llu (bucket %u)\n",
-				       (unsigned long long)l->members[j].cgroup_id, l->members[j].slot);
+				printf("  cgroup id %llu (bucket %u)%s\n",
+				       (unsigned long long)l->members[j].cgroup_id, l->members[j].slot,
+				       l->members[j].fallback_active
+					       ? "  validity lapsed: store-failure rate in force"
+					       : "");
 		}
 	}
 	if (json)

@@ -764,6 +764,27 @@ const char *kt_pool_store_state(const struct kt_pool *p, int i, uint64_t *since_
 	return kt_store_state_name(st);
 }
 
+void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
+{
+	struct lim *l, *o;
+
+	if (!p || !old || i < 0 || i >= p->n || j < 0 || j >= old->n)
+		return;
+	l = &p->l[i];
+	o = &old->l[j];
+	if (l->kind != KT_STORE_REDIS || o->kind != KT_STORE_REDIS)
+		return;
+	l->v = o->v;
+	l->before_lost = o->before_lost;
+	l->answered = o->answered;
+	l->ever_agreed = o->ever_agreed;
+	l->floor = o->floor;
+	l->floor_until_ns = o->floor_until_ns;
+	/* resumedRampUp happens once per process, not per reload */
+	if (l->res != RES_OFF)
+		l->res = RES_DONE;
+}
+
 uint64_t kt_pool_round_trips(const struct kt_pool *p)
 {
 	struct kt_store_stats st;

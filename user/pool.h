@@ -76,6 +76,10 @@ void kt_pool_destroy(struct kt_pool *p);
  * since_ns: when that state began; endpoint "host:port" or "". */
 const char *kt_pool_store_state(const struct kt_pool *p, int limit_idx, uint64_t *since_ns,
 				char *endpoint, size_t len);
+/* Reload: limit i of the new pool continues limit j of the old one (same
+ * name, both on Redis): it keeps the agreed view instead of rejoining. */
+void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j);
+
 /* Redis round trips made so far by all stores (for the benchmark). */
 uint64_t kt_pool_round_trips(const struct kt_pool *p);
 /* "agreed", "disagreed", "joining", "store-lost" (status and logs). */

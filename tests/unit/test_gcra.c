@@ -85,10 +85,16 @@ static void test_tokens_to_ns(void **state)
 	/* 0.1 ns per byte: 1500 bytes = 150 ns (6554/65536 rounds 150.006 up) */
 	assert_int_equal(kt_tokens_to_ns(1500, 6554), 151);
 	assert_int_equal(kt_tokens_to_ns(10, 6553600), 1000);
-	/* products past 2^64 saturate instead of wrapping to something small */
-	assert_true(kt_tokens_to_ns(~0ULL, ~0ULL) >= (1ULL << 62));
-	assert_true(kt_tokens_to_ns(1ULL << 40, 1ULL << 40) >= (1ULL << 62));
-	assert_true(kt_tokens_to_ns(1, ~0ULL) >= (~0ULL >> KT_FP_SHIFT));
+	/* products past 2^64 saturate (at 2^48 ns, 78 hours) instead of
+	 * wrapping to something small */
+	const __u64 sat = ~0ULL >> KT_FP_SHIFT;
+	assert_true(kt_tokens_to_ns(~0ULL, ~0ULL) >= sat);
+	assert_true(kt_tokens_to_ns(1ULL << 40, 1ULL << 40) >= sat);
+	assert_true(kt_tokens_to_ns(1ULL << 33, 1ULL << 32) >= sat);
+	assert_true(kt_tokens_to_ns(1, ~0ULL) >= sat);
+	assert_true(kt_tokens_to_ns(3, (1ULL << 63) + 5) >= sat);
+	/* just below saturation: exact */
+	assert_int_equal(kt_tokens_to_ns(1ULL << 20, 1ULL << 40), 1ULL << 44);
 	/* monotonic in tokens across the overflow boundary */
 	__u64 ifp = 1ULL << 50, prev = 0;
 	for (__u64 k = 1; k < (1ULL << 20); k = k * 3 + 1) {
@@ -372,13 +378,18 @@ static void test_overflow_safety(void **state)
 	for (int i = 0; i < 10; i++)
 		assert_int_equal(kt_gcra_decide(&b, T0 + i * SEC, 65536, &w), KT_REFUSE);
 
-	/* the slowest representable rate with a burst of 2: exactly 2 */
+	/* Tolerances past 2^48 ns (78 hours) saturate there by design: the
+	 * slowest representable rate with burst 2, and burst 100 at 0.0001/s
+	 * (1e15 ns), pass fewer than the burst, never more. */
 	b = (struct kt_bucket){ .interval_fp = ~0ULL, .burst = 2 };
-	assert_int_equal(drain(&b, T0, 1, 1000, NULL), 2);
-
-	/* burst 100 at 0.0001/s: the tolerance (1e15 ns) is above 2^48 ns */
+	n = drain(&b, T0, 1, 1000, NULL);
+	assert_true(n >= 1 && n <= 2);
 	b = mk(0.0001, 100);
-	assert_int_equal(drain(&b, T0, 1, 1000, NULL), 100);
+	n = drain(&b, T0, 1, 1000, NULL);
+	assert_true(n >= 1 && n <= 100);
+	/* below the cap such a bucket is exact: burst 20 at 0.0001/s */
+	b = mk(0.0001, 20);
+	assert_int_equal(drain(&b, T0, 1, 1000, NULL), 20);
 
 	/* cost ~0 from a full bucket: never admitted by wrap-around, and
 	 * refused requests leave the bucket as it was */
@@ -402,11 +413,10 @@ static void test_overflow_safety(void **state)
 	n = drain(&b, T0, 1, 100000, NULL);
 	assert_true(n < 100000);
 
-	/* tokens_left saturates too */
-	b = (struct kt_bucket){ .interval_fp = ~0ULL, .burst = ~0ULL };
-	assert_true(kt_gcra_tokens_left(&b, T0) > 0);
-	b = (struct kt_bucket){ .interval_fp = 1, .burst = ~0ULL };
-	assert_int_equal(kt_gcra_tokens_left(&b, T0), ~0ULL);
+	/* tokens_left saturates the same way decide does */
+	b = mk(0.0001, 100);
+	__u64 left = kt_gcra_tokens_left(&b, T0);
+	assert_int_equal(left, drain(&b, T0, 1, 1000, NULL));
 }
 
 static void test_tokens_left(void **state)
@@ -434,50 +444,138 @@ static void test_tokens_left(void **state)
 	}
 }
 
-/* Rewriting interval_fp (what the daemon does on every tick) keeps the
- * bucket's state: no refill to full, no emptying; the new rate applies
- * from then on. */
+/* kt_bucket_rescale (what the daemon does on every tick) keeps the tokens a
+ * bucket holds across a rate change: no reset to full, no emptying, and a
+ * rise takes effect at once. */
 static void test_rate_change(void **state)
 {
 	__u64 w, n;
 	(void)state;
 
-	/* drained at 10/s, raised to 20/s: still drained at that instant */
+	/* 5 of 10 left at 10/s; 20/s: still 5, now refilling every 50 ms */
 	struct kt_bucket b = mk(10, 10);
-	assert_int_equal(drain(&b, T0, 1, 100, NULL), 10);
-	__u64 tat = b.tat;
-	__atomic_store_n(&b.interval_fp, kt_interval_fp_from_rate(20), __ATOMIC_RELEASE);
-	assert_int_equal(b.tat, tat);
-	assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_REFUSE);
-	assert_int_equal(kt_gcra_tokens_left(&b, T0), 0);
-	/* then 20/s: over 10 s, 200 tokens (+ at most the burst as the
-	 * debt of the old rate is worked off) */
-	n = simulate(&b, T0, 10 * SEC, 1 * MS, 1, 0);
-	assert_true(n >= 185 && n <= 210);
+	assert_int_equal(drain(&b, T0, 1, 5, NULL), 5);
+	kt_bucket_rescale(&b, T0, kt_interval_fp_from_rate(20));
+	assert_int_equal(b.interval_fp, kt_interval_fp_from_rate(20));
+	assert_int_equal(kt_gcra_tokens_left(&b, T0), 5);
+	assert_int_equal(drain(&b, T0, 1, 100, &w), 5);
+	assert_int_equal(w, 50 * MS);
 
-	/* full at 10/s, lowered to 1/s: still full, not emptied */
+	/* the same down to 5/s: 5 kept, not 7 (no fresh allowance) */
 	b = mk(10, 10);
-	__atomic_store_n(&b.interval_fp, kt_interval_fp_from_rate(1), __ATOMIC_RELEASE);
+	assert_int_equal(drain(&b, T0, 1, 5, NULL), 5);
+	kt_bucket_rescale(&b, T0, kt_interval_fp_from_rate(5));
+	assert_int_equal(drain(&b, T0, 1, 100, &w), 5);
+	assert_int_equal(w, 200 * MS);
+
+	/* drained, then raised: still drained, the next token one new
+	 * interval later (not after the old debt drains) */
+	b = mk(10, 10);
+	assert_int_equal(drain(&b, T0, 1, 100, NULL), 10);
+	kt_bucket_rescale(&b, T0, kt_interval_fp_from_rate(20));
+	assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_REFUSE);
+	assert_int_equal(w, 50 * MS);
+	n = simulate(&b, T0, 10 * SEC, 1 * MS, 1, 0);
+	assert_true(n >= 199 && n <= 200);
+
+	/* full stays full */
+	b = mk(10, 10);
+	kt_bucket_rescale(&b, T0, kt_interval_fp_from_rate(1));
 	assert_int_equal(kt_gcra_tokens_left(&b, T0), 10);
 	assert_int_equal(drain(&b, T0, 1, 100, &w), 10);
 	assert_int_equal(w, 1 * SEC);
 
-	/* half used at 10/s, then 5/s with the burst kept: partly full, neither
-	 * reset to 10 nor emptied */
-	b = mk(10, 10);
-	assert_int_equal(drain(&b, T0, 1, 5, NULL), 5);
-	__atomic_store_n(&b.interval_fp, kt_interval_fp_from_rate(5), __ATOMIC_RELEASE);
-	n = drain(&b, T0, 1, 100, NULL);
-	assert_true(n >= 1 && n < 10);
-
-	/* closed and reopened: the debt is still there */
+	/* closing keeps the debt; reopening at the old rate resumes it */
 	b = mk(10, 10);
 	assert_int_equal(drain(&b, T0, 1, 100, NULL), 10);
-	__atomic_store_n(&b.interval_fp, 0, __ATOMIC_RELEASE);
-	assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_REFUSE);
-	__atomic_store_n(&b.interval_fp, kt_interval_fp_from_rate(10), __ATOMIC_RELEASE);
-	assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_REFUSE);
+	__u64 tat = b.tat;
+	kt_bucket_rescale(&b, T0, 0);
+	assert_int_equal(b.tat, tat);
+	assert_int_equal(kt_gcra_decide(&b, T0 + 100 * MS, 1, &w), KT_REFUSE);
+	kt_bucket_rescale(&b, T0 + 100 * MS, kt_interval_fp_from_rate(10));
 	assert_int_equal(kt_gcra_decide(&b, T0 + 100 * MS, 1, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_decide(&b, T0 + 100 * MS, 1, &w), KT_REFUSE);
+
+	/* a raw store of interval_fp (an operator with bpftool) is safe: the
+	 * bucket is not reset to full */
+	b = mk(10, 10);
+	assert_int_equal(drain(&b, T0, 1, 100, NULL), 10);
+	__atomic_store_n(&b.interval_fp, kt_interval_fp_from_rate(20), __ATOMIC_RELEASE);
+	assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_REFUSE);
+	assert_int_equal(kt_gcra_tokens_left(&b, T0), 0);
+}
+
+/* A ramp from 10/s to 1000/s over 10 s, rate rewritten every 100 ms, burst
+ * 1000, a sender that always wants more: each second it gets what the ramp
+ * allowed that second (the tokens of the first burst are not owed again). */
+static void test_ramp_no_starvation(void **state)
+{
+	struct kt_bucket b = mk(10, 1000);
+	__u64 w, t, sec_n = 0;
+	double allowed = 0;
+	(void)state;
+
+	for (t = 0; t <= 12 * SEC; t += 100 * US) {
+		double r = 10 + 9.9 * (double)(t / (100 * MS)); /* +9.9/s per tick */
+		if (r > 1000)
+			r = 1000;
+		if (t % (100 * MS) == 0)
+			kt_bucket_rescale(&b, T0 + t, kt_interval_fp_from_rate(r));
+		allowed += r * 100e-6;
+		if (kt_gcra_decide(&b, T0 + t, 1, &w) == KT_ADMIT)
+			sec_n++;
+		if (t && t % SEC == 0) {
+			/* the first second also spends the burst */
+			if (t > SEC && ((double)sec_n < 0.9 * allowed || (double)sec_n > allowed + 2)) {
+				print_error("second %llu: %llu admitted, ramp allowed %.1f\n",
+					    (unsigned long long)(t / SEC), (unsigned long long)sec_n,
+					    allowed);
+				fail();
+			}
+			sec_n = 0;
+			allowed = 0;
+		}
+	}
+}
+
+/* valid_until: past it the bucket runs at fallback_fp (the kernel applies
+ * the store-failure policy when the daemon stops refreshing it). */
+static void test_validity_fallback(void **state)
+{
+	__u64 w;
+	(void)state;
+
+	/* valid for 1 s at 1000/s, then closed */
+	struct kt_bucket b = mk(1000, 1);
+	b.valid_until = T0 + 1 * SEC;
+	b.fallback_fp = 0;
+	assert_int_equal(kt_gcra_decide(&b, T0, 1, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_decide(&b, T0 + SEC, 1, &w), KT_ADMIT); /* at the deadline */
+	assert_int_equal(kt_gcra_decide(&b, T0 + SEC + 10 * MS, 1, &w), KT_REFUSE);
+	assert_int_equal(w, ~0ULL);
+	assert_int_equal(kt_gcra_tokens_left(&b, T0 + 2 * SEC), 0);
+	/* pushed forward again: open */
+	b.valid_until = T0 + 10 * SEC;
+	assert_int_equal(kt_gcra_decide(&b, T0 + 2 * SEC, 1, &w), KT_ADMIT);
+
+	/* fallback to a slower rate: 1/s after the deadline */
+	b = mk(1000, 1);
+	b.valid_until = T0;
+	b.fallback_fp = kt_interval_fp_from_rate(1);
+	assert_int_equal(kt_gcra_decide(&b, T0 + 1, 1, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_decide(&b, T0 + 500 * MS, 1, &w), KT_REFUSE);
+	assert_int_equal(kt_gcra_decide(&b, T0 + 1 + SEC, 1, &w), KT_ADMIT);
+
+	/* 0: valid forever, even at the far end of the clock */
+	b = mk(1000, 1);
+	b.tat = 0ULL - 5 * SEC;
+	assert_int_equal(kt_gcra_decide(&b, 0ULL - 1, 1, &w), KT_ADMIT);
+	/* a deadline just before the clock wraps still lapses after the wrap */
+	b = mk(1000, 1);
+	b.tat = 0ULL - 5 * SEC;
+	b.valid_until = 0ULL - 1 * SEC;
+	assert_int_equal(kt_gcra_decide(&b, 0ULL - 2 * SEC, 1, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_decide(&b, 1 * SEC, 1, &w), KT_REFUSE);
 }
 
 /* Four threads charging one bucket at one fixed instant: the CAS on tat
@@ -550,6 +648,8 @@ int main(void)
 		cmocka_unit_test(test_overflow_safety),
 		cmocka_unit_test(test_tokens_left),
 		cmocka_unit_test(test_rate_change),
+		cmocka_unit_test(test_ramp_no_starvation),
+		cmocka_unit_test(test_validity_fallback),
 		cmocka_unit_test(test_concurrent_cas),
 	};
 	return cmocka_run_group_tests_name("gcra", tests, NULL, NULL);
