@@ -1488,6 +1488,10 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 		if ((err = get_enum(c, v, join(sub, field, "share"), share_names, 2, &e)))
 			return err;
 		l->share = (enum kt_share_policy)e;
+		/* reserved spelling: accepted by the schema, refused until built */
+		if (l->share == KT_SHARE_DEMAND)
+			return fail(c, v, join(sub, field, "share"),
+				    "demand is not implemented in this version (use equal)");
 	}
 	if (!(rl = map_get(c, n, "rateLimit")))
 		return missing(c, n, field, "rateLimit");

@@ -379,8 +379,8 @@ static void test_egress_burst_v4(void **state)
 	/* the bucket in the mmap is the one the program charged */
 	assert_true(f->b.buckets[3].tat > ktest_now_ns());
 
-	/* a rate whose ns per token is fractional (3/s): still exactly the
-	 * burst back to back (the next token is 333 ms away) */
+	/* a fractional rate (3/s, 333333333.3 ns per token): the burst, then
+	 * nothing for the next 333 ms */
 	f->b.buckets[3].tat = 0;
 	f->b.buckets[3].burst = 4;
 	__atomic_store_n(&f->b.buckets[3].interval_fp, kt_interval_fp_from_rate(3),
@@ -651,6 +651,81 @@ static void test_egress_closed(void **state)
 		assert_int_equal(run(f, &p), SKB_DROP);
 	assert_int_equal(counters(f, 2).throttled, 3);
 	assert_int_equal(f->b.buckets[2].tat, 0);
+}
+
+/* Test runs from a process inside cgroup `cg`: the dummy socket of each run
+ * belongs to that cgroup. Verdicts of `n` runs of `p` into out. */
+static void run_in_cgroup(struct fx *f, const char *cg, const struct pkt *p, int n, __u32 *out)
+{
+	int fd = bpf_program__fd(f->b.egress->progs.kt_egress), pp[2], status;
+	pid_t pid;
+
+	assert_int_equal(pipe2(pp, O_CLOEXEC), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(pp[0]);
+		if (ktest_cgroup_join(cg) != 0)
+			_exit(1);
+		for (int i = 0; i < n; i++) {
+			LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = p->data,
+				    .data_size_in = (__u32)p->len, .repeat = 1);
+			if (bpf_prog_test_run_opts(fd, &o) != 0 ||
+			    write(pp[1], &o.retval, sizeof(o.retval)) != sizeof(o.retval))
+				_exit(2);
+		}
+		_exit(0);
+	}
+	close(pp[1]);
+	assert_true(f->nkids < MAX_KIDS);
+	f->kids[f->nkids++] = pid;
+	keep_fd(f, pp[0]);
+	for (int i = 0; i < n; i++) {
+		struct pollfd pf = { .fd = pp[0], .events = POLLIN };
+		assert_int_equal(poll(&pf, 1, 10000), 1);
+		assert_int_equal(read(pp[0], &out[i], sizeof(out[i])), sizeof(out[i]));
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	f->kids[f->nkids - 1] = -1;
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static const char *add_child_cgroup(struct fx *f, const char *parent, const char *name)
+{
+	assert_true(f->ncg < MAX_CGS);
+	snprintf(f->cg[f->ncg], PATH_MAX, "%s/%s", parent, name);
+	assert_int_equal(mkdir(f->cg[f->ncg], 0755), 0);
+	return f->cg[f->ncg++];
+}
+
+/* egress walks the socket's cgroup ancestors (bpf_skb_ancestor_cgroup_id):
+ * traffic of a nested cgroup counts against the attached parent. */
+static void test_egress_nested_cgroup(void **state)
+{
+	struct fx *f = fx_open(state);
+	const char *parent = add_cgroup(f, "egress-nest");
+	const char *inner = add_child_cgroup(f, parent, "inner");
+	const char *deeper = add_child_cgroup(f, inner, "deeper");
+	static const struct lim l[] = {
+		{ 0, KT_UNIT_PACKET, KT_PROTO_UDP, 53, 53, "0.0.0.0/0", 6, 3 },
+	};
+	struct pkt p = mkpkt("192.0.2.1", IPPROTO_UDP, 53, 64);
+	__u32 r[4];
+
+	program(f, l, 1, ktest_cgroup_id(parent), NULL);
+	run_in_cgroup(f, deeper, &p, 2, r);
+	assert_int_equal(r[0], SKB_PASS);
+	assert_int_equal(r[1], SKB_PASS);
+	run_in_cgroup(f, inner, &p, 2, r);
+	assert_int_equal(r[0], SKB_PASS);
+	assert_int_equal(r[1], SKB_DROP);
+	run_in_cgroup(f, parent, &p, 1, r);
+	assert_int_equal(r[0], SKB_DROP);
+	/* this process is no member (nor below one): untouched */
+	assert_int_equal(run(f, &p), SKB_PASS);
+	struct kt_counters c = counters(f, 6);
+	assert_int_equal(c.admitted, 3);
+	assert_int_equal(c.throttled, 2);
 }
 
 /* ---- sock_addr programs: real sockets in a test cgroup ---- */
@@ -981,17 +1056,10 @@ static void test_nested_cgroup(void **state)
 {
 	struct fx *f = fx_open(state);
 	const char *parent = add_cgroup(f, "nest");
-	char inner[PATH_MAX], deeper[PATH_MAX];
+	/* children are destroyed (reverse order) before the parent */
+	const char *inner = add_child_cgroup(f, parent, "inner");
+	const char *deeper = add_child_cgroup(f, inner, "deeper");
 	uint16_t p4;
-
-	/* created under the parent; destroyed (reverse order) before it */
-	snprintf(inner, sizeof(inner), "%s/inner", parent);
-	snprintf(deeper, sizeof(deeper), "%s/inner/deeper", parent);
-	assert_true(f->ncg + 2 <= MAX_CGS);
-	assert_int_equal(mkdir(inner, 0755), 0);
-	snprintf(f->cg[f->ncg++], PATH_MAX, "%s", inner);
-	assert_int_equal(mkdir(deeper, 0755), 0);
-	snprintf(f->cg[f->ncg++], PATH_MAX, "%s", deeper);
 
 	serve(f, AF_INET, SOCK_STREAM, &p4);
 	const struct plim pl[] = {
@@ -1098,6 +1166,7 @@ int main(void)
 		T(test_egress_bytes),
 		T(test_egress_non_member),
 		T(test_egress_closed),
+		T(test_egress_nested_cgroup),
 		T(test_connect),
 		T(test_sendmsg),
 		T(test_nested_cgroup),

@@ -160,7 +160,7 @@ static const char everything[] =
 	"    unit: datagram\n"
 	"    scope: node\n"
 	"    burst: 20.5\n"
-	"    share: demand\n"
+	"    share: equal\n"
 	"    rateLimit:\n"
 	"      max: 100\n"
 	"      min: 0.1\n"
@@ -252,7 +252,7 @@ static void test_everything(void **state)
 	assert_int_equal(l->unit, KT_UNIT_DATAGRAM);
 	assert_int_equal(l->scope, KT_SCOPE_NODE);
 	assert_true(l->burst == 20.5);
-	assert_int_equal(l->share, KT_SHARE_DEMAND);
+	assert_int_equal(l->share, KT_SHARE_EQUAL);
 	assert_true(l->rl.max == 100);
 	assert_true(l->rl.min == 0.1);
 	assert_int_equal(l->rl.ramp_up_ns, 90 * SEC);
@@ -489,6 +489,7 @@ static const struct bad bad_cases[] = {
 	  "t.yaml:4: limits[0].unit: ", "\"bytes\" is not one of: connection, datagram, packet, byte" },
 	{ LIM "    scope: cluster\n", "t.yaml:6: limits[0].scope: ", "is not one of: pod, node" },
 	{ LIM "    share: fair\n", "t.yaml:6: limits[0].share: ", "is not one of: equal, demand" },
+	{ LIM "    share: demand\n", "t.yaml:6: limits[0].share: ", "demand is not implemented" },
 	{ LIM "    burst: 0\n", "t.yaml:6: limits[0].burst: ", "0 must be at least 1" },
 	{ LIM "    burst: 10x\n", "t.yaml:6: limits[0].burst: ", "\"10x\" is not a number" },
 	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: byte\n    rateLimit: {max: 1}\n    burst: 1000\n",
