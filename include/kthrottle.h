@@ -276,6 +276,15 @@ static inline int kt_gcra_decide(struct kt_bucket *b, __u64 now, __u64 cost, __u
 	}
 	cost_ns = kt_tokens_to_ns(cost, interval);
 	tau = kt_tokens_to_ns(burst, interval);
+	/* Every charge rounds up to a whole ns, so the tolerance must hold
+	 * burst/cost whole charges or the rounding eats the burst (3/s with
+	 * burst 2 would pass 1). Same 2^48 ns cap as kt_tokens_to_ns. */
+	if (cost && cost <= burst) {
+		__u64 whole = kt_mul_sat(cost == 1 ? burst : burst / cost, cost_ns);
+
+		if (whole > tau)
+			tau = whole < (~0ULL >> KT_FP_SHIFT) ? whole : (~0ULL >> KT_FP_SHIFT);
+	}
 
 	for (i = 0; i < KT_CAS_RETRIES; i++) {
 		__u64 tat = KT_READ_ONCE(b->tat);

@@ -335,7 +335,8 @@ int kt_bpf_sync_links(struct kt_bpf *b, const struct kt_attach *want, int n, cha
 				continue;
 			}
 			prog = prog_by_name(b, hook_progs[j].name);
-			l = bpf_link__open(path);
+			/* probe first: libbpf logs a failed open as an error */
+			l = access(path, F_OK) == 0 ? bpf_link__open(path) : NULL;
 			if (l) {
 				/* adopt: swap in the freshly loaded program, no gap */
 				if (bpf_link__update_program(l, prog) < 0) {

@@ -472,6 +472,21 @@ static void client_readable(struct kt_daemon *d, struct kt_client *c)
 	client_close(d, c);
 }
 
+/* Slots only hold clients that have not sent their line yet (a command is
+ * answered and closed at once), so a client past the timeout is stuck or
+ * idle: it must not keep others out of the daemon. */
+static void expire_clients(struct kt_daemon *d, uint64_t now)
+{
+	for (int i = 0; i < KT_MAX_CLIENTS; i++) {
+		struct kt_client *c = &d->clients[i];
+
+		if (c->fd >= 0 && now - c->since_ns > KT_CLIENT_TIMEOUT_NS) {
+			client_reply(c, "error: timed out waiting for a command line\n");
+			client_close(d, c);
+		}
+	}
+}
+
 static void accept_client(struct kt_daemon *d)
 {
 	struct timeval tv = { .tv_sec = 1 };
@@ -485,12 +500,19 @@ static void accept_client(struct kt_daemon *d)
 		if (d->clients[i].fd < 0)
 			break;
 	if (i == KT_MAX_CLIENTS) {
-		close(fd); /* busy: the client retries */
-		return;
+		/* full of silent clients: the oldest makes room, since a live
+		 * client sends its line right after connecting */
+		i = 0;
+		for (int k = 1; k < KT_MAX_CLIENTS; k++)
+			if (d->clients[k].since_ns < d->clients[i].since_ns)
+				i = k;
+		client_reply(&d->clients[i], "error: timed out waiting for a command line\n");
+		client_close(d, &d->clients[i]);
 	}
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	d->clients[i].fd = fd;
 	d->clients[i].len = 0;
+	d->clients[i].since_ns = kt_now_ns();
 	ev.data.u64 = 100 + (uint64_t)i;
 	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
 		client_close(d, &d->clients[i]);
@@ -845,8 +867,11 @@ int kt_daemon_run(struct kt_daemon *d)
 				}
 			} else if (tag == 2) {
 				uint64_t expirations;
-				if (read(d->timerfd, &expirations, sizeof(expirations)) > 0)
-					kt_daemon_tick(d, kt_now_ns());
+				if (read(d->timerfd, &expirations, sizeof(expirations)) > 0) {
+					uint64_t now = kt_now_ns();
+					kt_daemon_tick(d, now);
+					expire_clients(d, now);
+				}
 			} else if (tag == 3) {
 				accept_client(d);
 			} else if (tag >= 100 && tag < 100 + KT_MAX_CLIENTS) {

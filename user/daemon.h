@@ -16,6 +16,7 @@
 
 #define KT_DEFAULT_SOCKET "/run/kthrottle/kthrottled.sock"
 #define KT_MAX_CLIENTS 16
+#define KT_CLIENT_TIMEOUT_NS 2000000000ull /* to send the command line */
 #define KT_HISTORY 1024 /* per-tick samples kept for the trailing epoch */
 
 struct kt_sample {
@@ -43,6 +44,7 @@ struct kt_client {
 	int fd;
 	char buf[256];
 	size_t len;
+	uint64_t since_ns;  /* accepted at */
 };
 
 struct kt_daemon {

@@ -280,7 +280,8 @@ int main(int argc, char **argv)
 	int c, ret;
 
 	kt_log_init("kthrottlectl", KT_LOG_INFO);
-	while ((c = getopt_long(argc, argv, "c:s:p:i:n:h", opts, NULL)) != -1) {
+	opterr = 0; /* one-line errors below instead of getopt's message */
+	while ((c = getopt_long(argc, argv, ":c:s:p:i:n:h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			if (kt_config_load(optarg, &cfg, err, sizeof(err))) {
@@ -315,8 +316,11 @@ int main(int argc, char **argv)
 		case 'h':
 			usage(stdout);
 			return 0;
+		case ':':
+			kt_err("option '%s' needs a value (see --help)", argv[optind - 1]);
+			return KT_EXIT_CONFIG;
 		default:
-			usage(stderr);
+			kt_err("unknown option '%s' (see --help)", argv[optind - 1]);
 			return KT_EXIT_CONFIG;
 		}
 	}
@@ -325,7 +329,7 @@ int main(int argc, char **argv)
 		pin_dir = cfg.pin_dir;
 	}
 	if (optind >= argc) {
-		usage(stderr);
+		kt_err("no command given (status, watch, reload, cleanup, bpftool; see --help)");
 		return KT_EXIT_CONFIG;
 	}
 	cmd = argv[optind++];

@@ -61,7 +61,8 @@ int main(int argc, char **argv)
 	struct kt_daemon *d;
 	int c, ret;
 
-	while ((c = getopt_long(argc, argv, "c:vh", opts, NULL)) != -1) {
+	opterr = 0; /* one-line errors below instead of getopt's message and the usage */
+	while ((c = getopt_long(argc, argv, ":c:vh", opts, NULL)) != -1) {
 		switch (c) {
 		case 'c':
 			config = optarg;
@@ -87,8 +88,13 @@ int main(int argc, char **argv)
 		case OPT_VERSION:
 			printf("kthrottled %s\n", KT_VERSION);
 			return 0;
+		case ':':
+			fprintf(stderr, "kthrottled: error: option '%s' needs a value (see --help)\n",
+				argv[optind - 1]);
+			return KT_EXIT_CONFIG;
 		default:
-			usage(stderr);
+			fprintf(stderr, "kthrottled: error: unknown option '%s' (see --help)\n",
+				argv[optind - 1]);
 			return KT_EXIT_CONFIG;
 		}
 	}

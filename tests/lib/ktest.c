@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -230,6 +231,8 @@ int ktest_daemon_start(struct ktest_daemon *d, int timeout_ms, int *exit_code)
 		return -1;
 	if (pid == 0) {
 		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		/* a killed test must not leave its daemon behind */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (fd >= 0) {
 			dup2(fd, 1);
 			dup2(fd, 2);
@@ -305,7 +308,7 @@ int ktest_run_capture(char *const argv[], char **out)
 	pid_t pid;
 
 	*out = NULL;
-	if (!buf || pipe(p) < 0) {
+	if (!buf || pipe2(p, O_CLOEXEC) < 0) {
 		free(buf);
 		return -1;
 	}
