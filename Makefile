@@ -4,12 +4,21 @@
 #   make unit       host unit tests only (no root needed)
 #   make bench      benchmark table (root)
 #   make SAN=1 ...  build userspace with AddressSanitizer + UBSan
+#   make V=1 ...    show the full commands
 #   make clean
 
 BUILD     ?= build
 CLANG     ?= clang
 CC        ?= cc
 BPFTOOL   ?= bpftool
+V         ?= 0
+ifeq ($(V),0)
+Q         := @
+msg        = @printf '  %-8s %s\n' $(1) $(2);
+else
+Q         :=
+msg        =
+endif
 ARCH      := $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
 
 CFLAGS    ?= -O2 -g
@@ -48,37 +57,37 @@ deps:
 $(BUILD)/vmlinux.h:
 	@mkdir -p $(@D)
 	@test -r /sys/kernel/btf/vmlinux || { echo "error: /sys/kernel/btf/vmlinux missing: kernel built without BTF" >&2; exit 1; }
-	$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
+	$(call msg,GEN,$@)$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.bpf.h) include/kthrottle.h $(BUILD)/vmlinux.h
 	@mkdir -p $(@D)
-	$(CLANG) $(BPF_CFLAGS) -c $< -o $@
+	$(call msg,BPF,$@)$(CLANG) $(BPF_CFLAGS) -c $< -o $@
 
 $(BUILD)/skel/%.skel.h: $(BUILD)/bpf/%.bpf.o
 	@mkdir -p $(@D)
-	$(BPFTOOL) gen skeleton $< name kt_$(subst -,_,$*) > $@.tmp && mv $@.tmp $@
+	$(call msg,SKEL,$@)$(BPFTOOL) gen skeleton $< name kt_$(subst -,_,$*) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/obj/%.o: user/%.c $(HDRS) $(SKELS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(call msg,CC,$@)$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/tests/%.o: tests/%.c $(HDRS) $(wildcard tests/lib/*.h) $(SKELS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itests/lib -c $< -o $@
+	$(call msg,CC,$@)$(CC) $(CFLAGS) -Itests/lib -c $< -o $@
 
 $(BUILD)/kthrottled: $(BUILD)/obj/kthrottled.o $(LIB_OBJS)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(call msg,LD,$@)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/kthrottlectl: $(BUILD)/obj/kthrottlectl.o $(LIB_OBJS)
-	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+	$(call msg,LD,$@)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS) $(wildcard tests/lib/*.h)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS) -lcmocka
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS) -lcmocka
 
 $(BUILD)/tools/%: tests/tools/%.c $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) $< -o $@ $(LDLIBS)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) $< -o $@ $(LDLIBS)
 
 unit: $(filter $(BUILD)/tests/unit/%,$(TEST_BINS))
 	scripts/run-tests.sh $^
@@ -91,7 +100,7 @@ bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS)
 
 $(BUILD)/tests/bench/bench: tests/bench/bench.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS)
 
 demo: deps all $(TOOLS_BINS)
 	scripts/demo.sh

@@ -1102,6 +1102,13 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char *cgro
 		fprintf(stderr, "bench: tick: %s\n", err);
 		goto out;
 	}
+	/* the tick consults the pool (local store here: no round trips) */
+	d->pool_local = calloc((size_t)nlimits, sizeof(*d->pool_local));
+	ret = d->pool_local ? kt_pool_create(&d->pool, &d->cfg, err, sizeof(err)) : -ENOMEM;
+	if (ret) {
+		fprintf(stderr, "bench: tick: %s\n", ret == -ENOMEM ? "out of memory" : err);
+		goto out;
+	}
 	t = now_ns();
 	for (int i = 0; i < nlimits; i++) {
 		struct kt_limit_state *s = &d->ls[i];
@@ -1137,6 +1144,10 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char *cgro
 	       "tick: bucket interval %llu is not the controller's rate %g",
 	       (unsigned long long)bk->interval_fp, d->ls[0].bucket_rate);
 out:
+	kt_pool_destroy(d->pool);
+	d->pool = NULL;
+	free(d->pool_local);
+	d->pool_local = NULL;
 	kt_plan_free(&d->plan);
 	free(d->cfg.limits);
 	d->cfg.limits = NULL;
