@@ -165,4 +165,31 @@ static __always_inline void kt_v4_mapped(__u8 *out, __u32 addr_be)
 	__builtin_memcpy(out + 12, &addr_be, 4);
 }
 
+/* connect and sendmsg hooks: classify the destination of a sock_addr call
+ * and refuse it with KT_REFUSE_ERRNO, at once, when its bucket is empty. */
+static __always_inline int kt_sock_addr_verdict(struct bpf_sock_addr *ctx, __u32 hook, int v6)
+{
+	__u8 proto = ctx->protocol == IPPROTO_TCP ? KT_PROTO_TCP
+		     : ctx->protocol == IPPROTO_UDP ? KT_PROTO_UDP : 0;
+	__u32 addr[4];
+	__u64 wait_ns;
+
+	if (!proto)
+		return 1;
+	if (v6) {
+		addr[0] = ctx->user_ip6[0];
+		addr[1] = ctx->user_ip6[1];
+		addr[2] = ctx->user_ip6[2];
+		addr[3] = ctx->user_ip6[3];
+	} else {
+		kt_v4_mapped((__u8 *)addr, ctx->user_ip4);
+	}
+	if (kt_classify_and_decide(ctx, 0, hook, proto, (const __u8 *)addr,
+				   bpf_ntohs(ctx->user_port), bpf_get_current_cgroup_id(), 1,
+				   &wait_ns) != KT_REFUSE)
+		return 1;
+	bpf_set_retval(-KT_REFUSE_ERRNO);
+	return 0;
+}
+
 #endif /* KTHROTTLE_BPF_H */

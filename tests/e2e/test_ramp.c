@@ -1,0 +1,495 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* Ramp-up end-to-end (issue 3): the real daemon on a real cgroup, a UDP
+ * datagram limit min 50/s -> max 200/s over rampUpDuration 3 s, burst 5,
+ * tickInterval 100 ms, epoch 1 s, and kt-load sending real datagrams.
+ *
+ * Measurement: the test polls `status json` every 50 ms. Each answer carries
+ * the daemon's uptime and the kernel's exact admitted/throttled counters read
+ * at that instant, so admitted counts are placed on the daemon's own clock,
+ * the one its ramp runs on (the ramp starts at min at uptime 0). The expected
+ * count over [a, b] is the integral of r(u) = min(max, min + slope*u) over it.
+ *
+ * Tolerance per one-second window after the first: +-max(8%, 5 tokens). The
+ * controller writes a new rate each tick, so the admitted rate lags the ideal
+ * ramp by half a tick on average: slope x 0.05 s = 2.5 tokens per second
+ * (1.4-2% of the windows on the ramp). The first second is left out: it holds
+ * the burst and the program load before enforcement starts. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "ktest.h"
+
+#define MIN_RATE 50.0
+#define MAX_RATE 200.0
+#define RAMP_S 3.0
+#define SLOPE ((MAX_RATE - MIN_RATE) / RAMP_S) /* 50 tokens/s per second */
+#define BURST 5
+#define POLL_MS 50
+#define MAX_SNAPS 400
+
+static struct fixture {
+	struct ktest_daemon d;
+	char cg[PATH_MAX];
+	pid_t load_pid;
+	int port;
+} fx;
+
+struct snap {
+	double up;                      /* daemon uptime, s */
+	double pool_rate, progress, util;
+	unsigned long long admitted, throttled;
+	char mode[32];
+};
+
+#define SKIP_UNLESS_ROOT()                                                                         \
+	do {                                                                                       \
+		const char *why_ = ktest_root_unavailable();                                       \
+		if (why_) {                                                                        \
+			print_message("skipped: %s\n", why_);                                       \
+			skip();                                                                    \
+		}                                                                                  \
+	} while (0)
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t cap = 0;
+
+	if (!f)
+		return strdup("");
+	if (getdelim(&buf, &cap, 0, f) < 0) {
+		free(buf);
+		buf = strdup("");
+	}
+	fclose(f);
+	return buf;
+}
+
+/* The limit-level value of `field` in the JSON object of limit `name` (its
+ * own fields come before its "cgroups" array). */
+static bool json_limit_field(const char *json, const char *name, const char *field,
+			     const char **val)
+{
+	char key[128], fk[64];
+	const char *p, *end;
+
+	snprintf(key, sizeof(key), "\"name\":\"%s\"", name);
+	snprintf(fk, sizeof(fk), "\"%s\":", field);
+	p = strstr(json, key);
+	if (!p)
+		return false;
+	end = strstr(p, "\"cgroups\":");
+	p = strstr(p, fk);
+	if (!p || (end && p > end))
+		return false;
+	*val = p + strlen(fk);
+	return true;
+}
+
+static bool json_limit_num(const char *json, const char *name, const char *field, double *v)
+{
+	const char *p;
+
+	if (!json_limit_field(json, name, field, &p))
+		return false;
+	*v = strtod(p, NULL);
+	return true;
+}
+
+/* One status answer; false if the daemon did not answer or a field is missing. */
+static bool snap_take(struct snap *s)
+{
+	char *out = ktest_daemon_cmd(&fx.d, "status json");
+	const char *up, *mode;
+	double adm, thr;
+	bool ok = false;
+
+	memset(s, 0, sizeof(*s));
+	if (!out)
+		return false;
+	up = strstr(out, "\"uptime_s\":");
+	if (up && json_limit_num(out, "ramp", "pool_rate", &s->pool_rate) &&
+	    json_limit_num(out, "ramp", "ramp_progress_pct", &s->progress) &&
+	    json_limit_num(out, "ramp", "utilization_pct", &s->util) &&
+	    json_limit_num(out, "ramp", "admitted", &adm) &&
+	    json_limit_num(out, "ramp", "throttled", &thr) &&
+	    json_limit_field(out, "ramp", "mode", &mode) && *mode == '"') {
+		s->up = strtod(up + strlen("\"uptime_s\":"), NULL);
+		s->admitted = (unsigned long long)adm;
+		s->throttled = (unsigned long long)thr;
+		snprintf(s->mode, sizeof(s->mode), "%.*s", (int)strcspn(mode + 1, "\""), mode + 1);
+		ok = true;
+	}
+	free(out);
+	return ok;
+}
+
+static struct snap snap_now(void)
+{
+	struct snap s;
+
+	assert_true(snap_take(&s));
+	return s;
+}
+
+/* Polls until the daemon's uptime reaches up_end; returns the count. */
+static int poll_until(double up_end, struct snap *s, int max)
+{
+	int n = 0;
+
+	for (int guard = 0; guard < 100000 / POLL_MS && n < max; guard++) {
+		if (!snap_take(&s[n]))
+			fail_msg("daemon stopped answering");
+		if (s[n++].up >= up_end)
+			break;
+		ktest_sleep_ms(POLL_MS);
+	}
+	return n;
+}
+
+/* Integral of the ideal ramp r(u) = min(max, min + slope*u) over [0, u]. */
+static double ramp_integral(double u)
+{
+	if (u <= 0)
+		return 0;
+	if (u <= RAMP_S)
+		return MIN_RATE * u + SLOPE * u * u / 2;
+	return MIN_RATE * RAMP_S + SLOPE * RAMP_S * RAMP_S / 2 + MAX_RATE * (u - RAMP_S);
+}
+
+static double ramp_rate(double u)
+{
+	double r = MIN_RATE + SLOPE * (u > 0 ? u : 0);
+
+	return r < MAX_RATE ? r : MAX_RATE;
+}
+
+static int nearest(const struct snap *s, int n, double u)
+{
+	int best = 0;
+
+	for (int i = 1; i < n; i++)
+		if (fabs(s[i].up - u) < fabs(s[best].up - u))
+			best = i;
+	return best;
+}
+
+/* ---- config and processes ---- */
+
+/* The test cgroup and the UDP port the limit matches. */
+static void prepare(void)
+{
+	assert_int_equal(ktest_cgroup_create("ramp", fx.cg, sizeof(fx.cg)), 0);
+	fx.port = ktest_free_port(SOCK_DGRAM);
+	assert_true(fx.port > 0);
+}
+
+static void start_daemon(const char *modes)
+{
+	char body[2048];
+	int code = -1;
+
+	if (!fx.cg[0])
+		prepare();
+	assert_int_equal(ktest_daemon_init(&fx.d), 0);
+	snprintf(body, sizeof(body),
+		 "tickInterval: 100ms\n"
+		 "epoch: 1s\n"
+		 "limits:\n"
+		 "  - name: ramp\n"
+		 "    cgroups: [%s]\n"
+		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+		 "    unit: datagram\n"
+		 "    burst: %d\n"
+		 "    rateLimit:\n"
+		 "      max: %.0f\n"
+		 "      min: %.0f\n"
+		 "      rampUpDuration: %.0fs\n"
+		 "      modes: {%s}\n",
+		 fx.cg, fx.port, BURST, MAX_RATE, MIN_RATE, RAMP_S, modes);
+	assert_int_equal(ktest_daemon_config(&fx.d, body), 0);
+	if (ktest_daemon_start(&fx.d, 5000, &code) != 0) {
+		char *log = slurp(fx.d.log);
+		print_message("kthrottled did not start (exit %d):\n%s", code, log);
+		free(log);
+		fail();
+	}
+}
+
+/* kt-load in fx.cg in the background (output discarded); rate 0 = flat out. */
+static void load_bg(double secs)
+{
+	char bin[PATH_MAX], port[16], dur[32];
+	pid_t parent = getpid();
+
+	snprintf(bin, sizeof(bin), "%s/tools/kt-load", ktest_build_dir());
+	snprintf(port, sizeof(port), "%d", fx.port);
+	snprintf(dur, sizeof(dur), "%.3f", secs);
+	assert_int_equal(access(bin, X_OK), 0);
+	fx.load_pid = fork();
+	assert_true(fx.load_pid >= 0);
+	if (fx.load_pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
+		if (null >= 0)
+			dup2(null, 1);
+		execl(bin, bin, "--cgroup", fx.cg, "--mode", "udp", "--addr", "127.0.0.1", "--port",
+		      port, "--duration", dur, (char *)NULL);
+		_exit(127);
+	}
+}
+
+static void load_stop(void)
+{
+	if (fx.load_pid > 0) {
+		kill(fx.load_pid, SIGKILL);
+		waitpid(fx.load_pid, NULL, 0);
+		fx.load_pid = -1;
+	}
+}
+
+/* kt-load in fx.cg, synchronously; rate 0 = flat out. */
+static void load_run(double secs, double rate, struct ktest_load *r)
+{
+	char bin[PATH_MAX], port[16], dur[32], rt[32], *out = NULL;
+	char *argv[] = { bin, "--cgroup", fx.cg, "--mode", "udp", "--addr", "127.0.0.1", "--port",
+			 port, "--duration", dur, "--rate", rt, NULL };
+
+	snprintf(bin, sizeof(bin), "%s/tools/kt-load", ktest_build_dir());
+	snprintf(port, sizeof(port), "%d", fx.port);
+	snprintf(dur, sizeof(dur), "%.3f", secs);
+	snprintf(rt, sizeof(rt), "%.3f", rate);
+	assert_int_equal(ktest_run_capture(argv, &out), 0);
+	memset(r, 0, sizeof(*r));
+	assert_int_equal(sscanf(out, "ok=%llu refused=%llu errors=%llu elapsed=%lf", &r->ok,
+				&r->refused, &r->errors, &r->elapsed), 4);
+	free(out);
+	print_message("kt-load %.1fs rate %s: ok=%llu refused=%llu errors=%llu elapsed=%.3f\n", secs,
+		      rate > 0 ? rt : "max", r->ok, r->refused, r->errors, r->elapsed);
+	assert_int_equal(r->errors, 0);
+}
+
+/* ---- fixtures ---- */
+
+static int setup(void **state)
+{
+	(void)state;
+	memset(&fx, 0, sizeof(fx));
+	fx.d.pid = -1;
+	fx.load_pid = -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	load_stop();
+	if (fx.d.dir[0])
+		ktest_daemon_cleanup(&fx.d);
+	if (fx.cg[0])
+		ktest_cgroup_destroy(fx.cg);
+	return 0;
+}
+
+/* ---- tests ---- */
+
+/* Saturating from before the daemon starts: each second after the first
+ * admits the integral of the ramp, then max per second; status agrees. */
+static void ramp_tracks(const char *modes, const char *mode_name)
+{
+	static struct snap s[MAX_SNAPS];
+	const double end = 6.05;
+	int n;
+
+	prepare();
+	load_bg(20); /* killed once measured */
+	ktest_sleep_ms(100); /* saturating before the programs attach */
+	start_daemon(modes);
+	n = poll_until(end, s, MAX_SNAPS);
+	load_stop();
+	assert_true(n > 2 * (int)end);
+	assert_true(s[n - 1].up >= end - 0.01);
+
+	for (int k = 1; k + 1 <= (int)end; k++) {
+		int a = nearest(s, n, k), b = nearest(s, n, k + 1);
+		double want = ramp_integral(s[b].up) - ramp_integral(s[a].up);
+		double got = (double)(s[b].admitted - s[a].admitted);
+		double tol = fmax(0.08 * want, 5);
+
+		print_message("%s [%.3f, %.3f]s: admitted %.0f, expected %.1f +- %.1f (%+.2f%%), "
+			      "throttled %llu, pool_rate %.2f -> %.2f\n",
+			      mode_name, s[a].up, s[b].up, got, want, tol, (got - want) / want * 100,
+			      s[b].throttled - s[a].throttled, s[a].pool_rate, s[b].pool_rate);
+		/* a sample within one poll of each boundary, and saturated throughout */
+		assert_true(fabs(s[a].up - k) < 0.1 && fabs(s[b].up - (k + 1)) < 0.1);
+		assert_true(s[b].throttled > s[a].throttled);
+		assert_true(fabs(got - want) <= tol);
+	}
+
+	/* status while ramping: mode, pool rate on the ideal ramp (at most one
+	 * tick behind), progress consistent with the rate */
+	for (int i = 0; i < n; i++) {
+		double lo = ramp_rate(s[i].up - 0.1 - 0.03), hi = ramp_rate(s[i].up) + 0.01;
+
+		assert_string_equal(s[i].mode, mode_name);
+		if (s[i].pool_rate < lo - 0.01 || s[i].pool_rate > hi) {
+			print_message("uptime %.3f: pool_rate %.3f outside [%.3f, %.3f]\n", s[i].up,
+				      s[i].pool_rate, lo, hi);
+			fail();
+		}
+		assert_true(fabs(s[i].progress - (s[i].pool_rate - MIN_RATE) /
+							 (MAX_RATE - MIN_RATE) * 100) <= 0.02);
+	}
+	/* held at max, fully used */
+	const struct snap *last = &s[n - 1];
+	print_message("final: pool_rate %.2f progress %.2f%% utilization %.2f%%\n", last->pool_rate,
+		      last->progress, last->util);
+	assert_true(last->pool_rate == MAX_RATE);
+	assert_true(last->progress == 100);
+	assert_true(last->util >= 90);
+}
+
+static void test_scheduled_ramp_tracks(void **state)
+{
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	ramp_tracks("scheduled: {}", "scheduled");
+}
+
+static void test_relaxed_ramp_tracks(void **state)
+{
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	ramp_tracks("relaxed: {}", "relaxed");
+}
+
+/* Relaxed: no traffic, no rise; load 1 s rises ~slope; an idle 2 s gap
+ * holds the rate; loading again resumes from there. */
+static void test_relaxed_idle_gap_stalls(void **state)
+{
+	struct ktest_load l;
+	struct snap a, b, c, d;
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	start_daemon("relaxed: {}");
+	ktest_sleep_ms(500);
+	a = snap_now();
+	print_message("idle from start: pool_rate %.2f at %.2fs\n", a.pool_rate, a.up);
+	assert_true(a.pool_rate == MIN_RATE);
+	assert_string_equal(a.mode, "relaxed");
+
+	load_run(1.0, 0, &l);
+	assert_true(l.refused > 0);
+	ktest_sleep_ms(300); /* the tick that saw the last calls has run */
+	b = snap_now();
+	ktest_sleep_ms(1700);
+	c = snap_now();
+	print_message("after load: %.2f at %.2fs; after the idle gap: %.2f at %.2fs\n", b.pool_rate,
+		      b.up, c.pool_rate, c.up);
+	/* ~1 s of busy ticks (+ one partial): slope x 1.0..1.1 */
+	assert_true(b.pool_rate - MIN_RATE >= 0.8 * SLOPE && b.pool_rate - MIN_RATE <= 1.25 * SLOPE);
+	assert_true(fabs(c.pool_rate - b.pool_rate) <= 0.01); /* stalled */
+	assert_true(c.progress == b.progress);
+
+	load_run(1.0, 0, &l);
+	ktest_sleep_ms(300);
+	d = snap_now();
+	print_message("after the second load: %.2f at %.2fs (%.2f%%)\n", d.pool_rate, d.up, d.progress);
+	/* resumed from where it stalled, not from min and not by the gap */
+	assert_true(d.pool_rate - c.pool_rate >= 0.8 * SLOPE &&
+		    d.pool_rate - c.pool_rate <= 1.25 * SLOPE);
+}
+
+/* goBackN (threshold 50, coolDownPeriod 1 s, rampDown 50%): rises under
+ * saturation; after the load stops it holds through the cool-down, then
+ * falls by 50% of the slope per second, never below min. */
+static void test_gobackn_falls_after_cooldown(void **state)
+{
+	struct ktest_load l;
+	struct snap a, b, c;
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	start_daemon("goBackN: {thresholdPercentage: 50, coolDownPeriod: 1s, rampDownPercentage: 50}");
+	load_run(2.0, 0, &l);
+	assert_true(l.refused > 0);
+	ktest_sleep_ms(250);
+	a = snap_now();
+	ktest_sleep_ms(500);
+	b = snap_now();
+	ktest_sleep_ms(1700);
+	c = snap_now();
+	print_message("goBackN: stop+0.25s %.2f (util %.1f%%), +0.75s %.2f, +2.45s %.2f (%.2f%%)\n",
+		      a.pool_rate, a.util, b.pool_rate, c.pool_rate, c.progress);
+	assert_string_equal(a.mode, "goBackN");
+	assert_true(a.pool_rate >= MIN_RATE + 1.5 * SLOPE); /* rose under load */
+	assert_true(fabs(b.pool_rate - a.pool_rate) <= 0.01); /* cool-down: holds */
+	/* the fall: 50% x slope per second past the cool-down, which ends 1 s
+	 * after the last tick with calls (0..0.1 s after the stop): 1.35-1.45 s
+	 * x 25/s in c, within a tick */
+	double fall = a.pool_rate - c.pool_rate;
+	assert_true(fall >= 0.5 * SLOPE * 1.2 && fall <= 0.5 * SLOPE * 1.6);
+	assert_true(c.pool_rate >= MIN_RATE);
+}
+
+/* onlyIfUsed (threshold 50): traffic at 10/s uses 20% of min's 50/s, so the
+ * rate holds at min; saturating traffic then makes it rise. */
+static void test_only_if_used_low_traffic_holds(void **state)
+{
+	struct ktest_load l;
+	struct snap a, b;
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	start_daemon("onlyIfUsed: {thresholdPercentage: 50}");
+	load_run(2.5, 10, &l);
+	assert_int_equal(l.refused, 0);
+	a = snap_now();
+	print_message("onlyIfUsed at 10/s: pool_rate %.2f utilization %.1f%% at %.2fs\n", a.pool_rate,
+		      a.util, a.up);
+	assert_string_equal(a.mode, "onlyIfUsed");
+	assert_true(a.pool_rate == MIN_RATE);
+	assert_true(a.progress == 0);
+	assert_true(a.util >= 10 && a.util <= 30); /* 10/s of 50/s */
+
+	load_run(1.5, 0, &l);
+	assert_true(l.refused > 0);
+	b = snap_now();
+	print_message("onlyIfUsed saturated: pool_rate %.2f utilization %.1f%% at %.2fs\n",
+		      b.pool_rate, b.util, b.up);
+	/* the trailing epoch crosses 50% after ~0.5 s: then ~1 s of rise */
+	assert_true(b.pool_rate >= MIN_RATE + 0.5 * SLOPE);
+	assert_true(b.util >= 90);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_scheduled_ramp_tracks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_relaxed_ramp_tracks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_relaxed_idle_gap_stalls, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gobackn_falls_after_cooldown, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_only_if_used_low_traffic_holds, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("e2e_ramp", tests, NULL, NULL);
+}
