@@ -636,6 +636,51 @@ static int apply_plan(struct kt_daemon *d, struct kt_plan *plan, struct kt_limit
 	return ret;
 }
 
+static bool member_alive(const struct kt_member_rt *m)
+{
+	uint64_t id;
+
+	/* same path with a new id is a new cgroup: the old member is gone */
+	return kt_cgroup_id(m->path, &id) == 0 && id == m->cgid;
+}
+
+int kt_daemon_prune_members(struct kt_daemon *d)
+{
+	char err[KT_ERR_LEN];
+	int pruned = 0, ret;
+
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		struct kt_limit_rt *l = &d->plan.limits[i];
+		int kept = 0;
+
+		for (int j = 0; j < l->n_members; j++) {
+			if (member_alive(&l->members[j])) {
+				l->members[kept++] = l->members[j];
+				continue;
+			}
+			kt_warn("limit %s: cgroup %s is gone: member %s leaves the pool",
+				l->cfg->name, l->members[j].path, l->members[j].id);
+			free(l->members[j].path);
+			pruned++;
+		}
+		l->n_members = kept;
+		for (int j = 0; j < kept; j++)
+			l->member_ids[j] = l->members[j].id;
+	}
+	if (!pruned)
+		return 0;
+	/* the pool deregisters ids that vanish from the list at its next tick;
+	 * apply drops the dead cgroups' links, memberships and buckets */
+	for (int i = 0; i < d->plan.n_limits; i++)
+		compute_bucket(d->pool, i, &d->plan.limits[i], &d->ls[i]);
+	ret = apply_plan(d, &d->plan, d->ls, err, sizeof(err));
+	if (ret)
+		kt_err("dropping removed cgroups: %s", err);
+	for (int i = 0; i < d->plan.n_limits; i++)
+		write_rates(d, i);
+	return pruned;
+}
+
 int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on_exit)
 {
 	char err[KT_ERR_LEN];
@@ -871,6 +916,10 @@ int kt_daemon_run(struct kt_daemon *d)
 					uint64_t now = kt_now_ns();
 					kt_daemon_tick(d, now);
 					expire_clients(d, now);
+					if (now - d->last_prune_ns >= d->cfg.epoch_ns) {
+						kt_daemon_prune_members(d);
+						d->last_prune_ns = now;
+					}
 				}
 			} else if (tag == 3) {
 				accept_client(d);

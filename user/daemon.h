@@ -63,6 +63,7 @@ struct kt_daemon {
 	uint64_t started_ns;
 	uint64_t ticks;
 	uint64_t reloads, reload_failures;
+	uint64_t last_prune_ns;
 };
 
 uint64_t kt_now_ns(void);
@@ -81,6 +82,9 @@ void kt_daemon_stop(struct kt_daemon *d);
 
 /* One controller tick at `now` (exposed for tests and the benchmark). */
 void kt_daemon_tick(struct kt_daemon *d, uint64_t now);
+/* Drops members whose cgroup was removed (the pod ended): their links and
+ * buckets go, and they leave the pool at once. Returns how many. */
+int kt_daemon_prune_members(struct kt_daemon *d);
 /* Re-read the config; on error keep the running one. 0 or negative errno. */
 int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen);
 /* Status as a human table or JSON into a malloc'd string. */
