@@ -4,6 +4,9 @@
 # A binary that crashes or exits non-zero without a summary counts as a failure.
 set -u
 passed=0 failed=0 skipped=0 bad_bins=()
+count() { # count KIND FILE: sum of "[  KIND  ] N test(s)" summaries
+	grep -oE "\[ +$1 +\] [0-9]+ test" "$2" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}'
+}
 for bin in "$@"; do
 	[ -x "$bin" ] || continue
 	echo "=== $bin"
@@ -11,9 +14,9 @@ for bin in "$@"; do
 	start=$(date +%s)
 	"$bin" 2>&1 | tee "$out"
 	rc=${PIPESTATUS[0]}
-	p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$out" | awk '{s+=$1} END {print s+0}')
-	f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$out" | awk '{s+=$1} END {print s+0}')
-	s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$out" | awk '{s+=$1} END {print s+0}')
+	# cmocka writes these to stderr and the rest to stdout: a line may be
+	# joined with another, so match anywhere in the line
+	p=$(count PASSED "$out") f=$(count FAILED "$out") s=$(count SKIPPED "$out")
 	rm -f "$out"
 	if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
 		f=1 # crashed or failed outside a test

@@ -161,6 +161,7 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 		read_limit_counters(d, i);
 		cur.used = l->cfg->unit == KT_UNIT_BYTE ? s->admitted_bytes : s->admitted;
 		cur.calls = s->admitted + s->throttled;
+		cur.refused = s->throttled;
 		if (s->hist_len > 0) {
 			prev = sample_at(s, 0);
 			cur.granted = prev->granted +
@@ -185,6 +186,7 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 			.used_tokens = (double)(cur.used - old->used),
 			/* the ramp advances only in ticks that saw traffic */
 			.calls = cur.calls - prev->calls,
+			.refused = cur.refused - prev->refused,
 		};
 		if (win > 0)
 			s->epoch_used_rate = obs.used_tokens / win;

@@ -23,6 +23,7 @@ struct kt_sample {
 	uint64_t ts_ns;
 	uint64_t used;      /* admitted tokens (bytes for unit byte), cumulative */
 	uint64_t calls;     /* admitted + throttled requests, cumulative */
+	uint64_t refused;   /* throttled requests, cumulative */
 	double granted;     /* tokens granted since start, cumulative */
 };
 

@@ -104,8 +104,10 @@ double kt_ramp_epoch(struct kt_ramp *r, const struct kt_epoch_obs *obs)
 
 	bool busy = obs->calls > 0;
 	double util;
-	if (obs->granted_tokens <= 0 && busy)
-		util = 100; /* demand met a closed bucket: fully used */
+	if ((obs->granted_tokens <= 0 && busy) || obs->refused > 0)
+		/* demand met an empty (or closed) bucket: every granted token was
+		 * used, whatever an epoch window still holding idle time says */
+		util = 100;
 	else
 		util = kt_utilization_pct(obs->granted_tokens, obs->used_tokens);
 	r->last_util_pct = util;

@@ -62,6 +62,10 @@ struct kt_epoch_obs {
 	double granted_tokens;    /* tokens the buckets were given this epoch */
 	double used_tokens;       /* tokens admitted this epoch */
 	uint64_t calls;           /* requests seen, admitted and refused */
+	uint64_t refused;         /* requests refused in the latest tick: when > 0
+				   * the bucket ran dry, so utilization counts as
+				   * 100% (the trailing window may still hold an
+				   * idle stretch that would understate demand) */
 };
 
 /* Start at min, or at resume_rate when cfg->resumed_ramp_up is set and

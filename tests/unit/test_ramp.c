@@ -231,6 +231,35 @@ static void test_epoch_records_utilization(void **state)
 	assert_float_equal(kt_ramp_last_utilization_pct(&r), 0, EPS);
 }
 
+/* A tick with refused calls proves the bucket ran dry: threshold modes must
+ * see full use even while the trailing window still holds an idle stretch
+ * (low window utilization), instead of holding (onlyIfUsed) or falling
+ * (goBackN) under saturating load. */
+static void test_refusals_count_as_full_use(void **state)
+{
+	(void)state;
+	struct kt_rate_limit_cfg only = CFG(50, 150, 1000, KT_MODE_ONLY_IF_USED);
+	struct kt_rate_limit_cfg gbn = CFGX(50, 150, 1000, KT_MODE_GO_BACK_N, 50, 1000, 50);
+	struct kt_ramp r;
+
+	kt_ramp_init(&r, &only, T0, 0);
+	/* window 20% used, but this tick refused calls: rises by slope*dt */
+	kt_ramp_epoch(&r, &(struct kt_epoch_obs){ .now_ns = T0 + MS(100), .granted_tokens = 50,
+						.used_tokens = 10, .calls = 30, .refused = 5 });
+	assert_float_equal(kt_ramp_last_utilization_pct(&r), 100, EPS);
+	assert_float_equal(kt_ramp_rate(&r), 60, 1e-6);
+	/* same window without refusals: holds */
+	kt_ramp_epoch(&r, &(struct kt_epoch_obs){ .now_ns = T0 + MS(200), .granted_tokens = 50,
+						.used_tokens = 10, .calls = 30, .refused = 0 });
+	assert_float_equal(kt_ramp_rate(&r), 60, 1e-6);
+
+	kt_ramp_init(&r, &gbn, T0, 100);
+	r.rate = 100;
+	kt_ramp_epoch(&r, &(struct kt_epoch_obs){ .now_ns = T0 + MS(100), .granted_tokens = 50,
+						.used_tokens = 10, .calls = 30, .refused = 5 });
+	assert_float_equal(kt_ramp_rate(&r), 110, 1e-6); /* rises, not falls */
+}
+
 static void test_progress(void **state)
 {
 	(void)state;
@@ -442,6 +471,7 @@ int main(void)
 		SCENARIO(min_above_max),
 		cmocka_unit_test(test_utilization_pct),
 		cmocka_unit_test(test_epoch_records_utilization),
+		cmocka_unit_test(test_refusals_count_as_full_use),
 		cmocka_unit_test(test_progress),
 		cmocka_unit_test(test_resume_init),
 		cmocka_unit_test(test_resume_rate_ttl),

@@ -1,0 +1,1236 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* End-to-end distributed pool: several build/kthrottled processes on this
+ * machine, each with its own node name, pin dir and cgroup, act as the nodes
+ * of one limit agreed through a real redis-server (or redis-sentinel) that
+ * the test starts on a free loopback port. Paced senders (see bg_start) flood
+ * UDP from inside the cgroups; what the kernel admitted is read from the
+ * daemons' counters (status json) or from the senders' own counts.
+ *
+ * Timings are short so the file runs in well under 90 s: heartbeat 200 ms,
+ * staleAfter 3, validFor 2 s, tickInterval 50 ms. Limit: max 300/s, min
+ * 60/s, burst 30 unless a test says otherwise; three nodes get 100/s and a
+ * burst of 10 each.
+ *
+ * Tolerances:
+ * - Rates from counters: deltas over a window that starts after a warm-up,
+ *   with every sender saturated, so no burst is in the window. GCRA admits
+ *   exactly one token per interval; +-5% covers the window edges and the
+ *   skew between status reads (a few ms).
+ * - Sender counts from a fresh (full) bucket: rate x elapsed + burst within
+ *   +-(5% + 3).
+ * - Time bounds are the protocol's bound (in heartbeats) plus two ticks
+ *   (heartbeats are due on ticks) plus 100-150 ms for status polling and
+ *   scheduling on this 2-core machine; each assertion says which.
+ * - Configured rates (status bucket_rate) are exact and compared exactly. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "ktest.h"
+#include "redis_proc.h"
+
+#define HB_MS 200
+#define TICK_MS 50
+#define STALE 3
+#define VALID_MS 2000
+#define PREFIX "kte2e"
+
+#define MAX 300.0
+#define MIN 60.0
+#define BURST 30.0
+
+#define MAX_NODES 4
+#define MAX_LOADS 8
+
+/* Per-test resources, released by the teardown even when an assert fails. */
+static struct fixture {
+	struct ktest_daemon d[MAX_NODES];
+	char cg[MAX_NODES][PATH_MAX];
+	struct rp_proc rp[3];   /* [0] master, [1] replica, [2] sentinel */
+	pid_t loads[MAX_LOADS]; /* senders in flight */
+	char redis_block[256];  /* the redisStore flow mapping every node uses */
+} fx;
+
+static double ms_since(uint64_t t0)
+{
+	return (double)(ktest_now_ns() - t0) / 1e6;
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t cap = 0;
+	ssize_t n;
+
+	if (!f)
+		return strdup("");
+	n = getdelim(&buf, &cap, 0, f);
+	fclose(f);
+	if (n < 0) {
+		free(buf);
+		return strdup("");
+	}
+	return buf;
+}
+
+/* Last part of a node's log and its status, for a failing assertion. */
+static void dump_node(int i)
+{
+	char *log, *st;
+	size_t n;
+
+	if (!fx.d[i].dir[0])
+		return;
+	log = slurp(fx.d[i].log);
+	n = strlen(log);
+	print_message("--- node n%d log (tail):\n%s\n", i, log + (n > 2500 ? n - 2500 : 0));
+	free(log);
+	st = fx.d[i].pid > 0 ? ktest_daemon_cmd(&fx.d[i], "status json") : NULL;
+	print_message("--- node n%d status: %s\n", i, st ? st : "(not running)");
+	free(st);
+}
+
+/* ---- config ---- */
+
+static void use_single_redis(const struct rp_proc *r)
+{
+	snprintf(fx.redis_block, sizeof(fx.redis_block),
+		 "{mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: " PREFIX "}", r->port);
+}
+
+static void use_sentinel(const struct rp_proc *s, const char *master)
+{
+	snprintf(fx.redis_block, sizeof(fx.redis_block),
+		 "{mode: sentinel, sentinel: {endpoints: [\"127.0.0.1:%d\"], master_name: %s}, "
+		 "keyPrefix: " PREFIX "}",
+		 s->port, master);
+}
+
+/* Appends one UDP datagram limit on `cg` to buf; rl_extra goes inside the
+ * rateLimit flow mapping (", rampUpDuration: 4s", ", store: {...}"). */
+static void add_limit(char *buf, size_t len, const char *name, const char *cg, int port, double max,
+		      double min, double burst, const char *rl_extra)
+{
+	size_t off = strlen(buf);
+
+	snprintf(buf + off, len - off,
+		 "  - name: %s\n"
+		 "    cgroups: [%s]\n"
+		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+		 "    unit: datagram\n"
+		 "    burst: %g\n"
+		 "    rateLimit: {max: %g, min: %g%s}\n",
+		 name, cg, port, burst, max, min, rl_extra ? rl_extra : "");
+}
+
+/* A per-limit store block on the nodes' Redis with its own failure policy. */
+static void store_extra(char *buf, size_t len, const char *policy)
+{
+	snprintf(buf, len,
+		 ", store: {redisStore: %s, heartbeat: %dms, staleAfter: %d, validFor: %dms, "
+		 "onStoreFailure: %s}",
+		 fx.redis_block, HB_MS, STALE, VALID_MS, policy);
+}
+
+static void write_node_config(int i, const char *limits)
+{
+	char *body;
+
+	assert_true(asprintf(&body,
+			     "node: n%d\n"
+			     "tickInterval: %dms\n"
+			     "store:\n"
+			     "  redisStore: %s\n"
+			     "  heartbeat: %dms\n"
+			     "  staleAfter: %d\n"
+			     "  validFor: %dms\n"
+			     "  onStoreFailure: conservative\n"
+			     "limits:\n%s",
+			     i, TICK_MS, fx.redis_block, HB_MS, STALE, VALID_MS, limits) > 0);
+	assert_int_equal(ktest_daemon_init(&fx.d[i]), 0);
+	assert_int_equal(ktest_daemon_config(&fx.d[i], body), 0);
+	free(body);
+}
+
+static void run_node(int i)
+{
+	int code = -1;
+
+	if (ktest_daemon_start(&fx.d[i], 5000, &code) != 0) {
+		print_message("kthrottled n%d did not start (exit %d)\n", i, code);
+		dump_node(i);
+		fail();
+	}
+}
+
+static void start_node(int i, const char *limits)
+{
+	write_node_config(i, limits);
+	run_node(i);
+}
+
+static const char *new_cgroup(int i, const char *name)
+{
+	assert_int_equal(ktest_cgroup_create(name, fx.cg[i], sizeof(fx.cg[i])), 0);
+	return fx.cg[i];
+}
+
+static int udp_port(void)
+{
+	int p = ktest_free_port(SOCK_DGRAM);
+
+	assert_true(p > 0);
+	return p;
+}
+
+/* ---- status json ---- */
+
+/* A limit's own fields: from its "name" to its "cgroups" array. */
+static bool limit_span(const char *json, const char *limit, const char **b, const char **e)
+{
+	char key[96];
+
+	snprintf(key, sizeof(key), "\"name\":\"%s\"", limit);
+	*b = strstr(json, key);
+	if (!*b)
+		return false;
+	*e = strstr(*b, "\"cgroups\":");
+	if (!*e)
+		*e = *b + strlen(*b);
+	return true;
+}
+
+static bool jnum(const char *json, const char *limit, const char *field, double *v)
+{
+	const char *b, *e, *p;
+	char fk[64];
+
+	if (!limit_span(json, limit, &b, &e))
+		return false;
+	snprintf(fk, sizeof(fk), "\"%s\":", field);
+	p = strstr(b, fk);
+	if (!p || p > e)
+		return false;
+	*v = strtod(p + strlen(fk), NULL);
+	return true;
+}
+
+static bool jstr(const char *json, const char *limit, const char *field, char *out, size_t len)
+{
+	const char *b, *e, *p, *q;
+	char fk[64];
+
+	if (!limit_span(json, limit, &b, &e))
+		return false;
+	snprintf(fk, sizeof(fk), "\"%s\":\"", field);
+	p = strstr(b, fk);
+	if (!p || p > e)
+		return false;
+	p += strlen(fk);
+	q = strchr(p, '"');
+	if (!q || (size_t)(q - p) >= len)
+		return false;
+	memcpy(out, p, (size_t)(q - p));
+	out[q - p] = 0;
+	return true;
+}
+
+struct lst {
+	char phase[24], state[16], endpoint[96];
+	double size, live, pool_rate, bucket_rate, burst, fallback_rate, admitted, share;
+	uint64_t t_ns; /* when the status was asked for */
+};
+
+/* One limit's status on node i (false if the daemon did not answer). */
+static bool lstatus(int i, const char *limit, struct lst *s)
+{
+	char *js;
+	bool ok;
+
+	memset(s, 0, sizeof(*s));
+	s->t_ns = ktest_now_ns();
+	js = ktest_daemon_cmd(&fx.d[i], "status json");
+	if (!js)
+		return false;
+	ok = jstr(js, limit, "phase", s->phase, sizeof(s->phase)) &&
+	     jstr(js, limit, "state", s->state, sizeof(s->state)) &&
+	     jstr(js, limit, "endpoint", s->endpoint, sizeof(s->endpoint)) &&
+	     jnum(js, limit, "size", &s->size) && jnum(js, limit, "live", &s->live) &&
+	     jnum(js, limit, "pool_rate", &s->pool_rate) &&
+	     jnum(js, limit, "bucket_rate", &s->bucket_rate) && jnum(js, limit, "burst", &s->burst) &&
+	     jnum(js, limit, "fallback_rate", &s->fallback_rate) &&
+	     jnum(js, limit, "admitted", &s->admitted) && jnum(js, limit, "share", &s->share);
+	if (!ok)
+		print_message("node n%d: cannot parse limit %s in status: %s\n", i, limit, js);
+	free(js);
+	return ok;
+}
+
+static void must_status(int i, const char *limit, struct lst *s)
+{
+	if (!lstatus(i, limit, s)) {
+		dump_node(i);
+		fail();
+	}
+}
+
+static bool near(double got, double want, double tol)
+{
+	return fabs(got - want) <= tol;
+}
+
+/* Exact configured rate (status prints %.6g). */
+static void assert_rate(int i, const char *limit, const char *what, double got, double want)
+{
+	if (!near(got, want, 1e-6 * (want > 1 ? want : 1))) {
+		print_message("node n%d limit %s: %s %.6g, expected %.6g\n", i, limit, what, got, want);
+		fail();
+	}
+}
+
+/* Polls nodes[] until each shows `limit` agreed at `size` with its store up
+ * (a node answers status only between ticks, so "up" and the phase come from
+ * the same heartbeat). Returns ms since t0, or -1 after timeout_ms (dumping
+ * the nodes). */
+static double wait_agreed(uint64_t t0, const int *nodes, int n, const char *limit, int size,
+			  int timeout_ms)
+{
+	for (;;) {
+		int good = 0;
+
+		for (int k = 0; k < n; k++) {
+			struct lst s;
+
+			if (lstatus(nodes[k], limit, &s) && !strcmp(s.phase, "agreed") &&
+			    !strcmp(s.state, "up") && s.size == size && s.live == size)
+				good++;
+		}
+		if (good == n)
+			return ms_since(t0);
+		if (ms_since(t0) > timeout_ms) {
+			print_message("limit %s: no agreement on size %d within %d ms\n", limit, size,
+				      timeout_ms);
+			for (int k = 0; k < n; k++)
+				dump_node(nodes[k]);
+			return -1;
+		}
+		ktest_sleep_ms(10);
+	}
+}
+
+/* ---- senders in the background ---- */
+
+/* A paced UDP sender inside cgroup `cg`: one sendto every PACE_US, sleeping
+ * in between, for `secs`; it reports like kt-load (ok, refused = EBUSY,
+ * errors, elapsed) through a pipe. Not kt-load: kt-load spins, and on this
+ * 2-core machine (shared with other test runs) spinning senders starve each
+ * other for longer than a bucket's burst lasts (100 ms at 100/s with burst
+ * 10) and lose tokens, so a rate would read low for reasons that have
+ * nothing to do with the pool. A sleeper is woken within far less than that
+ * and still tries ~30 times per token at 150/s: its bucket stays saturated. */
+#define PACE_US 200
+
+struct bg {
+	pid_t pid;
+	int fd;
+	const char *what;
+};
+
+static void sender(const char *cg, int port, double secs, int out)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct timespec pace = { 0, PACE_US * 1000L };
+	struct ktest_load r = { 0 };
+	uint64_t t0, end;
+	int fd;
+
+	/* join first: the cgroup programs see the cgroup a socket was made in */
+	if (ktest_cgroup_join(cg) != 0)
+		_exit(3);
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		_exit(4);
+	t0 = ktest_now_ns();
+	end = t0 + (uint64_t)(secs * 1e9);
+	while (ktest_now_ns() < end) {
+		if (sendto(fd, "x", 1, 0, (struct sockaddr *)&sa, sizeof(sa)) >= 0)
+			r.ok++;
+		else if (errno == EBUSY)
+			r.refused++;
+		else
+			r.errors++;
+		nanosleep(&pace, NULL);
+	}
+	r.elapsed = (double)(ktest_now_ns() - t0) / 1e9;
+	_exit(write(out, &r, sizeof(r)) == sizeof(r) ? 0 : 5);
+}
+
+static void bg_start(struct bg *b, const char *what, const char *cg, int port, double secs)
+{
+	pid_t parent = getpid();
+	int p[2], slot;
+
+	for (slot = 0; slot < MAX_LOADS && fx.loads[slot] > 0; slot++)
+		;
+	assert_true(slot < MAX_LOADS);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	b->pid = fork();
+	assert_true(b->pid >= 0);
+	if (b->pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(126);
+		close(p[0]);
+		sender(cg, port, secs, p[1]);
+	}
+	close(p[1]);
+	fx.loads[slot] = b->pid;
+	b->fd = p[0];
+	b->what = what;
+}
+
+static void bg_wait(struct bg *b, struct ktest_load *r)
+{
+	ssize_t n = read(b->fd, r, sizeof(*r));
+	int status = -1;
+
+	close(b->fd);
+	assert_int_equal(waitpid(b->pid, &status, 0), b->pid);
+	for (int i = 0; i < MAX_LOADS; i++)
+		if (fx.loads[i] == b->pid)
+			fx.loads[i] = 0;
+	if (n != (ssize_t)sizeof(*r) || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		print_message("sender %s failed (status 0x%x)\n", b->what, status);
+		fail();
+	}
+	print_message("sender %s: ok=%llu refused=%llu errors=%llu elapsed=%.3f\n", b->what, r->ok,
+		      r->refused, r->errors, r->elapsed);
+	assert_int_equal(r->errors, 0);
+}
+
+static void assert_admitted(const char *what, unsigned long long ok, double rate, double secs,
+			    double burst)
+{
+	double want = rate * secs + burst, tol = 0.05 * want + 3;
+
+	print_message("%s: admitted %llu, expected %.1f +- %.1f (%.1f/s x %.3fs + burst %.0f)\n", what,
+		      ok, want, tol, rate, secs, burst);
+	assert_true(near((double)ok, want, tol));
+}
+
+/* Admitted per second on node i between window_open and window_rate. */
+struct window {
+	double a0;
+	uint64_t t0;
+};
+
+static void window_open(int i, const char *limit, struct window *w)
+{
+	struct lst s;
+
+	must_status(i, limit, &s);
+	w->a0 = s.admitted;
+	w->t0 = s.t_ns;
+}
+
+static double window_rate(int i, const char *limit, const struct window *w)
+{
+	struct lst s;
+
+	must_status(i, limit, &s);
+	return (s.admitted - w->a0) / ((double)(s.t_ns - w->t0) / 1e9);
+}
+
+/* ---- Redis ---- */
+
+static void start_redis(void)
+{
+	assert_int_equal(rp_start_master(&fx.rp[0], NULL), 0);
+	use_single_redis(&fx.rp[0]);
+}
+
+static void member_id(int node, char *buf, size_t len)
+{
+	snprintf(buf, len, "n%d:%llu", node, (unsigned long long)ktest_cgroup_id(fx.cg[node]));
+}
+
+/* The hb sorted set of `limit` holds exactly the members of nodes[]. */
+static void expect_members(const struct rp_proc *r, const char *limit, const int *nodes, int n)
+{
+	redisReply *rep = rp_command(r, "ZRANGE " PREFIX ":pool:%s:hb 0 -1", limit);
+	char id[96];
+
+	assert_non_null(rep);
+	assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
+	for (size_t j = 0; j < rep->elements; j++)
+		print_message("%s hb member: %s\n", limit, rep->element[j]->str);
+	assert_int_equal(rep->elements, (size_t)n);
+	for (int k = 0; k < n; k++) {
+		bool found = false;
+
+		member_id(nodes[k], id, sizeof(id));
+		for (size_t j = 0; j < rep->elements; j++)
+			found |= rep->element[j]->type == REDIS_REPLY_STRING &&
+				 !strcmp(rep->element[j]->str, id);
+		if (!found)
+			print_message("member %s missing from %s:pool:%s:hb\n", id, PREFIX, limit);
+		assert_true(found);
+	}
+	freeReplyObject(rep);
+}
+
+static long long evalsha_calls(const struct rp_proc *r)
+{
+	char buf[256];
+	unsigned long long calls = 0;
+
+	if (rp_info_field(r, "commandstats", "cmdstat_evalsha", buf, sizeof(buf)))
+		return 0; /* none yet */
+	assert_int_equal(sscanf(buf, "calls=%llu", &calls), 1);
+	return (long long)calls;
+}
+
+/* ---- fixtures ---- */
+
+static int setup(void **state)
+{
+	(void)state;
+	memset(&fx, 0, sizeof(fx));
+	for (int i = 0; i < MAX_NODES; i++)
+		fx.d[i].pid = -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	for (int i = 0; i < MAX_LOADS; i++)
+		if (fx.loads[i] > 0) {
+			kill(fx.loads[i], SIGKILL);
+			waitpid(fx.loads[i], NULL, 0);
+			fx.loads[i] = 0;
+		}
+	for (int i = 0; i < MAX_NODES; i++)
+		if (fx.d[i].dir[0])
+			ktest_daemon_cleanup(&fx.d[i]);
+	for (int i = 0; i < MAX_NODES; i++)
+		if (fx.cg[i][0])
+			ktest_cgroup_destroy(fx.cg[i]);
+	for (int i = 2; i >= 0; i--)
+		rp_stop(&fx.rp[i]);
+	return 0;
+}
+
+#define SKIP_UNLESS_ROOT()                                                                         \
+	do {                                                                                       \
+		const char *why_ = ktest_root_unavailable();                                       \
+		if (why_) {                                                                        \
+			print_message("skipped: %s\n", why_);                                       \
+			skip();                                                                    \
+		}                                                                                  \
+	} while (0)
+
+/* Nodes 0..n-1, each on its own cgroup, one limit "shared" on `port`. */
+static void start_pool_nodes(int n, int port, const char *prefix)
+{
+	static const int all[] = { 0, 1, 2, 3 };
+
+	for (int i = 0; i < n; i++) {
+		char name[32], lim[1024] = "";
+
+		snprintf(name, sizeof(name), "%s%d", prefix, i);
+		add_limit(lim, sizeof(lim), "shared", new_cgroup(i, name), port, MAX, MIN, BURST, NULL);
+		start_node(i, lim);
+	}
+	/* bound: n sequential joins, each agreed within 2 heartbeats */
+	assert_true(wait_agreed(ktest_now_ns(), all, n, "shared", n, 5000) >= 0);
+}
+
+/* ---- tests ---- */
+
+/* Three nodes, all saturated: the aggregate is max (+-5%), each gets max/3. */
+static void test_three_nodes_share_max(void **state)
+{
+	static const int nodes[] = { 0, 1, 2 };
+	struct bg b[3];
+	struct ktest_load r[3];
+	struct window w[3];
+	double rate[3], sum = 0;
+	char ep[64];
+	int port;
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	start_redis();
+	port = udp_port();
+	start_pool_nodes(3, port, "share");
+
+	snprintf(ep, sizeof(ep), "127.0.0.1:%d", fx.rp[0].port);
+	for (int i = 0; i < 3; i++) {
+		struct lst s;
+
+		must_status(i, "shared", &s);
+		assert_string_equal(s.state, "up");
+		assert_string_equal(s.endpoint, ep);
+		assert_rate(i, "shared", "bucket_rate", s.bucket_rate, MAX / 3);
+		assert_rate(i, "shared", "share", s.share, MAX / 3);
+		assert_rate(i, "shared", "burst", s.burst, BURST / 3);
+		assert_rate(i, "shared", "pool_rate", s.pool_rate, MAX);
+	}
+	expect_members(&fx.rp[0], "shared", nodes, 3);
+
+	for (int i = 0; i < 3; i++)
+		bg_start(&b[i], i == 0 ? "n0" : i == 1 ? "n1" : "n2", fx.cg[i], port, 4.5);
+	ktest_sleep_ms(500); /* warm-up: the bursts are spent */
+	for (int i = 0; i < 3; i++)
+		window_open(i, "shared", &w[i]);
+	ktest_sleep_ms(3500);
+	for (int i = 0; i < 3; i++) {
+		rate[i] = window_rate(i, "shared", &w[i]);
+		sum += rate[i];
+	}
+	for (int i = 0; i < 3; i++)
+		bg_wait(&b[i], &r[i]);
+	print_message("admitted/s: n0 %.1f n1 %.1f n2 %.1f, aggregate %.1f (max %.0f)\n", rate[0],
+		      rate[1], rate[2], sum, MAX);
+	for (int i = 0; i < 3; i++) {
+		assert_true(r[i].refused > 0); /* saturated */
+		assert_true(near(rate[i], MAX / 3, 0.05 * MAX / 3));
+	}
+	assert_true(near(sum, MAX, 0.05 * MAX));
+}
+
+/* kill -9 one node: the survivors prune it and agree on 2 within
+ * staleAfter + 2 heartbeats and get max/2 each; the dead node's kernel
+ * buckets fall to the conservative rate min / 3 once their validity lapses. */
+static void test_kill9_survivors_take_over(void **state)
+{
+	static const int surv[] = { 0, 1 };
+	struct bg b[3];
+	struct ktest_load r[3];
+	struct window w[2];
+	double rate[2], ms;
+	uint64_t t_kill;
+	int port;
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	start_redis();
+	port = udp_port();
+	start_pool_nodes(3, port, "kill");
+
+	t_kill = ktest_now_ns();
+	assert_int_equal(ktest_daemon_signal_wait(&fx.d[2], SIGKILL), 128 + SIGKILL);
+	ms = wait_agreed(t_kill, surv, 2, "shared", 2, 4000);
+	/* (staleAfter + 2) heartbeats from the dead node's last heartbeat (which
+	 * was before the kill), + 2 ticks + 100 ms polling/scheduling */
+	print_message("survivors agreed on 2 after %.0f ms (bound %d ms)\n", ms,
+		      (STALE + 2) * HB_MS + 2 * TICK_MS + 100);
+	assert_true(ms >= 0 && ms <= (STALE + 2) * HB_MS + 2 * TICK_MS + 100);
+	for (int i = 0; i < 2; i++) {
+		struct lst s;
+
+		must_status(i, "shared", &s);
+		assert_rate(i, "shared", "bucket_rate", s.bucket_rate, MAX / 2);
+	}
+	expect_members(&fx.rp[0], "shared", surv, 2);
+
+	/* The dead node's validity ran out staleAfter heartbeats after its last
+	 * tick (<= one heartbeat after its last heartbeat); be sure it passed. */
+	while (ms_since(t_kill) < (STALE + 1) * HB_MS + 2 * TICK_MS)
+		ktest_sleep_ms(10);
+	bg_start(&b[0], "survivor n0", fx.cg[0], port, 3.0);
+	bg_start(&b[1], "survivor n1", fx.cg[1], port, 3.0);
+	bg_start(&b[2], "dead n2", fx.cg[2], port, 2.5);
+	ktest_sleep_ms(500);
+	for (int i = 0; i < 2; i++)
+		window_open(i, "shared", &w[i]);
+	ktest_sleep_ms(2000);
+	for (int i = 0; i < 2; i++)
+		rate[i] = window_rate(i, "shared", &w[i]);
+	for (int i = 0; i < 3; i++)
+		bg_wait(&b[i], &r[i]);
+	print_message("survivors admitted/s: n0 %.1f n1 %.1f (expected %.0f each)\n", rate[0],
+		      rate[1], MAX / 2);
+	for (int i = 0; i < 2; i++)
+		assert_true(near(rate[i], MAX / 2, 0.05 * MAX / 2));
+	assert_true(near(rate[0] + rate[1], MAX, 0.05 * MAX));
+	/* conservative: rateLimit.min x 1 / last size 3, burst still 30 / 3 */
+	assert_true(r[2].refused > 0);
+	assert_admitted("dead node n2 (conservative)", r[2].ok, MIN / 3, r[2].elapsed, BURST / 3);
+}
+
+/* SIGTERM one node: it deregisters at once, the pool shrinks within 2
+ * heartbeats, its own buckets drop to the conservative rate at once. Then a
+ * new node joins while the others are saturated: the sum of the members'
+ * rates exceeds max by at most one share, for at most one heartbeat. */
+static void test_graceful_stop_and_join(void **state)
+{
+	static const int surv[] = { 0, 1 }, after[] = { 0, 1, 3 };
+	enum { ROUNDS = 40 };
+	struct {
+		uint64_t t;
+		double rate_sum, adm[3];
+		uint64_t ta[3];
+	} rd[ROUNDS];
+	struct bg b[3];
+	struct ktest_load r[3];
+	char lim[1024] = "";
+	double ms, joiner_burst = BURST / 3;
+	uint64_t t0, t_started;
+	int port, nr = 0;
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	start_redis();
+	port = udp_port();
+	start_pool_nodes(3, port, "join");
+
+	/* graceful stop */
+	t0 = ktest_now_ns();
+	assert_int_equal(ktest_daemon_signal_wait(&fx.d[2], SIGTERM), 0);
+	bg_start(&b[2], "stopped n2", fx.cg[2], port, 0.6);
+	ms = wait_agreed(t0, surv, 2, "shared", 2, 3000);
+	/* 2 heartbeats after the leave, + 2 ticks + 150 ms (exit, polling) */
+	print_message("pool shrank to 2 after %.0f ms (bound %d ms)\n", ms,
+		      2 * HB_MS + 2 * TICK_MS + 150);
+	assert_true(ms >= 0 && ms <= 2 * HB_MS + 2 * TICK_MS + 150);
+	bg_wait(&b[2], &r[2]);
+	/* at once: the share (100/s) would admit ~70 in 0.6 s, min/3 ~22 */
+	assert_true(r[2].refused > 0);
+	assert_admitted("stopped node n2 (conservative at once)", r[2].ok, MIN / 3, r[2].elapsed,
+			BURST / 3);
+	expect_members(&fx.rp[0], "shared", surv, 2);
+	for (int i = 0; i < 2; i++) {
+		struct lst s;
+
+		must_status(i, "shared", &s);
+		assert_rate(i, "shared", "bucket_rate", s.bucket_rate, MAX / 2);
+	}
+
+	/* join: n0 and n1 saturated at 150/s each, n3 starts */
+	bg_start(&b[0], "n0", fx.cg[0], port, 3.5);
+	bg_start(&b[1], "n1", fx.cg[1], port, 3.5);
+	ktest_sleep_ms(400);
+	add_limit(lim, sizeof(lim), "shared", new_cgroup(3, "join3"), port, MAX, MIN, BURST, NULL);
+	write_node_config(3, lim);
+	/* round 0: before the joiner exists */
+	memset(rd, 0, sizeof(rd));
+	for (int k = 0; k < 2; k++) {
+		struct lst s;
+
+		must_status(after[k], "shared", &s);
+		rd[0].rate_sum += s.bucket_rate;
+		rd[0].adm[k] = s.admitted;
+		rd[0].ta[k] = s.t_ns;
+	}
+	rd[0].t = rd[0].ta[0];
+	rd[0].ta[2] = rd[0].t;
+	nr = 1;
+	run_node(3);
+	t_started = ktest_now_ns();
+	bg_start(&b[2], "joiner n3", fx.cg[3], port, 2.4);
+	while (nr < ROUNDS && ms_since(t_started) < 2200) {
+		ktest_sleep_ms(100);
+		rd[nr].t = ktest_now_ns();
+		for (int k = 0; k < 3; k++) {
+			struct lst s;
+
+			must_status(after[k], "shared", &s);
+			rd[nr].rate_sum += s.bucket_rate;
+			rd[nr].adm[k] = s.admitted;
+			rd[nr].ta[k] = s.t_ns;
+		}
+		nr++;
+	}
+	for (int i = 0; i < 3; i++)
+		bg_wait(&b[i], &r[i]);
+
+	/* The joiner registered before run_node returned (its first heartbeat is
+	 * in its start-up, before its socket answers; until that round trip its
+	 * bucket holds min/1, but nothing sends in its cgroup yet). n0 and n1
+	 * see size 3 at their next heartbeat, <= one heartbeat + tick later.
+	 * Until then the sum is 150 + 150 + min/3 (the joiner at min/size):
+	 * above max by min/3, less than one share (100). Bound checked: every
+	 * sample <= max + one share; samples later than a heartbeat + 2 ticks
+	 * + 50 ms (status latency) after the start <= max. */
+	double late_from = HB_MS + 2 * TICK_MS + 50, late_adm = 0, late_t = 0;
+	int first_late = -1;
+
+	for (int j = 0; j < nr; j++) {
+		double at = j ? (double)(rd[j].t - t_started) / 1e6 : -1;
+
+		print_message("join round %2d at %6.0f ms: sum of bucket rates %.1f, admitted "
+			      "%.0f %.0f %.0f\n", j, at, rd[j].rate_sum, rd[j].adm[0], rd[j].adm[1],
+			      rd[j].adm[2]);
+		assert_true(rd[j].rate_sum <= MAX + MAX / 3 + 1e-6);
+		if (at > late_from)
+			assert_true(rd[j].rate_sum <= MAX + 1e-6);
+		if (j == 0)
+			continue;
+		/* counters per ~100 ms: at most (max + one share) x dt, + the
+		 * joiner's initial burst in the interval it starts, + 3 tokens
+		 * for the skew between the three status reads */
+		double dt = 0, d = 0, bound;
+
+		for (int k = 0; k < 3; k++) {
+			double dtk = (double)(rd[j].ta[k] - rd[j - 1].ta[k]) / 1e9;
+
+			if (dtk > dt)
+				dt = dtk;
+			d += rd[j].adm[k] - rd[j - 1].adm[k];
+		}
+		bound = (MAX + MAX / 3) * dt + (rd[j - 1].adm[2] == 0 ? joiner_burst : 0) + 3;
+		if (d > bound)
+			print_message("round %d: admitted %.0f in %.3f s > bound %.1f\n", j, d, dt,
+				      bound);
+		assert_true(d <= bound);
+		if (at > 3 * HB_MS + 2 * TICK_MS) {
+			if (first_late < 0)
+				first_late = j - 1;
+			late_adm += d;
+		}
+	}
+	assert_true(first_late >= 1 && nr - 1 - first_late >= 5);
+	late_t = (double)(rd[nr - 1].t - rd[first_late].t) / 1e9;
+	/* once agreed, the three saturated members admit max between them */
+	print_message("after the join settled: %.0f admitted in %.3f s = %.1f/s (max %.0f)\n",
+		      late_adm, late_t, late_adm / late_t, MAX);
+	assert_true(near(late_adm, MAX * late_t, 0.05 * MAX * late_t + 3));
+	/* and over the whole join: max x T + the joiner's burst + min/3 for one
+	 * heartbeat and two ticks, +2% + 3 */
+	{
+		double t = (double)(rd[nr - 1].t - rd[0].t) / 1e9, tot = 0;
+
+		for (int k = 0; k < 3; k++)
+			tot += rd[nr - 1].adm[k] - rd[0].adm[k];
+		print_message("whole join: %.0f admitted in %.3f s (max x T = %.0f)\n", tot, t,
+			      MAX * t);
+		assert_true(tot <= MAX * t * 1.02 + joiner_burst + MIN / 3 * (HB_MS + 2 * TICK_MS) / 1e3 + 3);
+		assert_true(tot >= MAX * t * 0.9);
+	}
+	assert_true(wait_agreed(ktest_now_ns(), after, 3, "shared", 3, 1000) >= 0);
+	for (int k = 0; k < 3; k++) {
+		struct lst s;
+
+		must_status(after[k], "shared", &s);
+		assert_rate(after[k], "shared", "bucket_rate", s.bucket_rate, MAX / 3);
+	}
+	expect_members(&fx.rp[0], "shared", after, 3);
+}
+
+/* Redis stops answering (SIGSTOP): the last share holds until validFor,
+ * then each limit's onStoreFailure applies (conservative, open, closed).
+ * SIGCONT: agreement returns. Redis killed: the share holds; restarted
+ * (empty): agreement returns and the members re-register. */
+static void test_store_failure_policies(void **state)
+{
+	static const char *const names[3] = { "cons", "open", "closed" };
+	static const char *const policies[3] = { "conservative", "open", "closed" };
+	static const int nodes[] = { 0, 1 };
+	const double max = 200, min = 40, burst = 20, share = max / 2;
+	const double lost_rate[3] = { min / 2, share, 0 };
+	struct bg b[3];
+	struct ktest_load r[3];
+	int ports[3];
+	uint64_t t0;
+	double ms, t_lost[2] = { -1, -1 };
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	start_redis();
+	for (int k = 0; k < 3; k++) {
+		ports[k] = udp_port();
+		for (int j = 0; j < k; j++)
+			if (ports[j] == ports[k])
+				ports[k]++;
+	}
+	for (int i = 0; i < 2; i++) {
+		char lim[4096] = "", extra[512], name[16];
+
+		snprintf(name, sizeof(name), "fail%d", i);
+		new_cgroup(i, name);
+		for (int k = 0; k < 3; k++) {
+			store_extra(extra, sizeof(extra), policies[k]);
+			add_limit(lim, sizeof(lim), names[k], fx.cg[i], ports[k], max, min, burst, extra);
+		}
+		start_node(i, lim);
+	}
+	for (int k = 0; k < 3; k++)
+		assert_true(wait_agreed(ktest_now_ns(), nodes, 2, names[k], 2, 5000) >= 0);
+
+	/* Redis frozen: connections hang, every call times out */
+	t0 = ktest_now_ns();
+	assert_int_equal(rp_signal(&fx.rp[0], SIGSTOP), 0);
+	ktest_sleep_ms(150);
+	for (int k = 0; k < 3; k++)
+		bg_start(&b[k], names[k], fx.cg[0], ports[k], 1.0);
+	for (int k = 0; k < 3; k++)
+		bg_wait(&b[k], &r[k]);
+	/* the last share, for every policy; the kernel validity must not lapse
+	 * while the daemon waits on the store */
+	for (int k = 0; k < 3; k++)
+		assert_admitted(names[k], r[k].ok, share, r[k].elapsed, burst / 2);
+	print_message("store frozen for %.0f ms\n", ms_since(t0));
+	assert_true(ms_since(t0) < VALID_MS - HB_MS - TICK_MS); /* else the test was too slow */
+	for (int k = 0; k < 3; k++) {
+		struct lst s;
+
+		must_status(0, names[k], &s);
+		assert_string_equal(s.state, "down");
+		assert_string_equal(s.phase, "agreed");
+		assert_rate(0, names[k], "bucket_rate", s.bucket_rate, share);
+	}
+
+	/* validFor after the last answer (<= one heartbeat + tick before the
+	 * stop): store-lost, not earlier; later by at most a tick and a store
+	 * call's budget (1 s) */
+	while ((t_lost[0] < 0 || t_lost[1] < 0) && ms_since(t0) < VALID_MS + 2500) {
+		for (int i = 0; i < 2; i++) {
+			struct lst s;
+			int lost = 0;
+
+			for (int k = 0; k < 3 && t_lost[i] < 0; k++)
+				if (lstatus(i, names[k], &s) && !strcmp(s.phase, "store-lost"))
+					lost++;
+			if (lost == 3)
+				t_lost[i] = ms_since(t0);
+		}
+		ktest_sleep_ms(10);
+	}
+	for (int i = 0; i < 2; i++) {
+		print_message("n%d: store-lost after %.0f ms (validFor %d ms)\n", i, t_lost[i],
+			      VALID_MS);
+		if (t_lost[i] < 0)
+			dump_node(i);
+		assert_true(t_lost[i] >= VALID_MS - HB_MS - TICK_MS - 50);
+		assert_true(t_lost[i] <= VALID_MS + 1000 + TICK_MS + 150);
+	}
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 3; k++) {
+			struct lst s;
+
+			must_status(i, names[k], &s);
+			assert_string_equal(s.phase, "store-lost");
+			assert_rate(i, names[k], "bucket_rate", s.bucket_rate, lost_rate[k]);
+			assert_rate(i, names[k], "fallback_rate", s.fallback_rate, lost_rate[k]);
+		}
+	for (int k = 0; k < 3; k++)
+		bg_start(&b[k], names[k], fx.cg[0], ports[k], 1.5);
+	for (int k = 0; k < 3; k++)
+		bg_wait(&b[k], &r[k]);
+	/* conservative: min / last size; open: the last share; closed: nothing */
+	assert_admitted("cons (store lost)", r[0].ok, min / 2, r[0].elapsed, burst / 2);
+	assert_admitted("open (store lost)", r[1].ok, share, r[1].elapsed, burst / 2);
+	assert_int_equal(r[2].ok, 0);
+	assert_true(r[2].refused > 0);
+
+	/* Redis answers again: agreement returns within the capped back-off
+	 * (5 s) + the re-sync floor's few heartbeats */
+	t0 = ktest_now_ns();
+	assert_int_equal(rp_signal(&fx.rp[0], SIGCONT), 0);
+	for (int k = 0; k < 3; k++) {
+		ms = wait_agreed(t0, nodes, 2, names[k], 2, 9000);
+		print_message("%s: agreed again %.0f ms after SIGCONT\n", names[k], ms);
+		assert_true(ms >= 0);
+	}
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 3; k++) {
+			struct lst s;
+
+			must_status(i, names[k], &s);
+			assert_string_equal(s.state, "up");
+			assert_rate(i, names[k], "bucket_rate", s.bucket_rate, share);
+		}
+
+	/* Redis killed: refused connections, the share holds within validFor */
+	assert_int_equal(rp_signal(&fx.rp[0], SIGKILL), 0);
+	ktest_sleep_ms(800);
+	for (int k = 0; k < 3; k++) {
+		struct lst s;
+
+		must_status(0, names[k], &s);
+		assert_string_equal(s.state, "down");
+		assert_string_equal(s.phase, "agreed");
+		assert_rate(0, names[k], "bucket_rate", s.bucket_rate, share);
+	}
+	/* restarted empty on the same port: the members register again */
+	t0 = ktest_now_ns();
+	assert_int_equal(rp_restart(&fx.rp[0]), 0);
+	for (int k = 0; k < 3; k++) {
+		ms = wait_agreed(t0, nodes, 2, names[k], 2, 9000);
+		print_message("%s: agreed again %.0f ms after the restart\n", names[k], ms);
+		assert_true(ms >= 0);
+		expect_members(&fx.rp[0], names[k], nodes, 2);
+	}
+}
+
+/* Sentinel: the daemons find the master through the sentinel, and after a
+ * failover they follow the promoted replica and agree again. */
+static void test_sentinel_failover(void **state)
+{
+	static const int nodes[] = { 0, 1 };
+	char want[64];
+	redisReply *rep;
+	uint64_t t0;
+	double ms = -1;
+	int port;
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	assert_int_equal(rp_start_master(&fx.rp[0], NULL), 0);
+	assert_int_equal(rp_start_replica(&fx.rp[1], &fx.rp[0], NULL), 0);
+	assert_int_equal(rp_start_sentinel(&fx.rp[2], &fx.rp[0], "ktm", 1, 2000, NULL), 0);
+	use_sentinel(&fx.rp[2], "ktm");
+	port = udp_port();
+	start_pool_nodes(2, port, "sent");
+
+	snprintf(want, sizeof(want), "127.0.0.1:%d", fx.rp[0].port);
+	for (int i = 0; i < 2; i++) {
+		struct lst s;
+
+		must_status(i, "shared", &s);
+		assert_string_equal(s.endpoint, want);
+		assert_string_equal(s.state, "up");
+	}
+	expect_members(&fx.rp[0], "shared", nodes, 2);
+
+	assert_int_equal(rp_sentinel_wait_replicas(&fx.rp[2], "ktm", 1, 10000), 0);
+	rep = rp_command(&fx.rp[2], "SENTINEL FAILOVER ktm");
+	assert_non_null(rep);
+	if (rep->type != REDIS_REPLY_STATUS)
+		print_message("SENTINEL FAILOVER: %s\n", rep->str ? rep->str : "?");
+	assert_int_equal(rep->type, REDIS_REPLY_STATUS);
+	freeReplyObject(rep);
+	t0 = ktest_now_ns();
+	while (rp_sentinel_master_port(&fx.rp[2], "ktm") != fx.rp[1].port && ms_since(t0) < 15000)
+		ktest_sleep_ms(50);
+	assert_int_equal(rp_sentinel_master_port(&fx.rp[2], "ktm"), fx.rp[1].port);
+	print_message("sentinel promoted port %d after %.0f ms\n", fx.rp[1].port, ms_since(t0));
+
+	/* both nodes on the new master, agreed on 2 */
+	snprintf(want, sizeof(want), "127.0.0.1:%d", fx.rp[1].port);
+	while (ms_since(t0) < 20000) {
+		int good = 0;
+
+		for (int i = 0; i < 2; i++) {
+			struct lst s;
+
+			if (lstatus(i, "shared", &s) && !strcmp(s.endpoint, want) &&
+			    !strcmp(s.phase, "agreed") && s.size == 2 && !strcmp(s.state, "up"))
+				good++;
+		}
+		if (good == 2) {
+			ms = ms_since(t0);
+			break;
+		}
+		ktest_sleep_ms(20);
+	}
+	print_message("daemons on the new master %s and agreed %.0f ms after the failover began\n",
+		      want, ms);
+	if (ms < 0) {
+		dump_node(0);
+		dump_node(1);
+	}
+	assert_true(ms >= 0);
+	/* they heartbeat on the new master: the members are there, fresh */
+	ktest_sleep_ms(2 * HB_MS);
+	expect_members(&fx.rp[1], "shared", nodes, 2);
+	assert_true(wait_agreed(ktest_now_ns(), nodes, 2, "shared", 2, 1000) >= 0);
+	for (int i = 0; i < 2; i++) {
+		struct lst s;
+
+		must_status(i, "shared", &s);
+		assert_rate(i, "shared", "bucket_rate", s.bucket_rate, MAX / 2);
+	}
+}
+
+/* resumedRampUp: the ramp level is saved in Redis (every heartbeat, so a
+ * crash counts); a restart within ttl resumes it, one after ttl starts at
+ * min. min 50, max 250, 4 s ramp (50/s per s while there is traffic). */
+static void test_resumed_ramp_up(void **state)
+{
+	const double min = 50, max = 250;
+	const int ttl_ms = 3000;
+	const char *key = PREFIX ":pool:ramp:ramp";
+	char lim[1024] = "";
+	struct bg b;
+	struct ktest_load r;
+	struct lst s;
+	redisReply *rep;
+	double level, saved;
+	long long pttl;
+	int port;
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	start_redis();
+	port = udp_port();
+	add_limit(lim, sizeof(lim), "ramp", new_cgroup(0, "ramp"), port, max, min, 25,
+		  ", rampUpDuration: 4s, modes: {relaxed: {}}, resumedRampUp: true, ttl: 3s");
+	start_node(0, lim);
+	must_status(0, "ramp", &s);
+	assert_rate(0, "ramp", "pool_rate", s.pool_rate, min);
+
+	/* 3.4 s of traffic: ~50 + 50 x 3.4 = 220; relaxed holds it once idle */
+	bg_start(&b, "ramp", fx.cg[0], port, 3.4);
+	bg_wait(&b, &r);
+	ktest_sleep_ms(2 * HB_MS + TICK_MS); /* a heartbeat has saved the idle level */
+	must_status(0, "ramp", &s);
+	level = s.pool_rate;
+	print_message("ramp level reached: %.2f/s\n", level);
+	assert_true(level >= 150 && level < max);
+
+	/* crash: the level saved by the last heartbeat survives */
+	assert_int_equal(ktest_daemon_signal_wait(&fx.d[0], SIGKILL), 128 + SIGKILL);
+	rep = rp_command(&fx.rp[0], "GET %s", key);
+	assert_non_null(rep);
+	assert_int_equal(rep->type, REDIS_REPLY_STRING);
+	saved = strtod(rep->str, NULL);
+	freeReplyObject(rep);
+	pttl = rp_command_int(&fx.rp[0], -3, "PTTL %s", key);
+	print_message("saved %s = %.3f, pttl %lld ms\n", key, saved, pttl);
+	assert_true(near(saved, level, 0.005 * level));
+	assert_true(pttl > 0 && pttl <= ttl_ms);
+
+	/* restart within ttl: resumes at the saved level, not at min */
+	run_node(0);
+	must_status(0, "ramp", &s);
+	print_message("restart within ttl: pool_rate %.2f/s\n", s.pool_rate);
+	assert_true(near(s.pool_rate, level, 0.01 * level));
+
+	/* graceful stop saves again; after ttl the key is gone and a restart
+	 * starts at min */
+	assert_int_equal(ktest_daemon_signal_wait(&fx.d[0], SIGTERM), 0);
+	pttl = rp_command_int(&fx.rp[0], -3, "PTTL %s", key);
+	assert_true(pttl > ttl_ms - 500 && pttl <= ttl_ms);
+	ktest_sleep_ms(ttl_ms + 300);
+	assert_int_equal(rp_command_int(&fx.rp[0], -1, "EXISTS %s", key), 0);
+	run_node(0);
+	must_status(0, "ramp", &s);
+	print_message("restart after ttl: pool_rate %.2f/s\n", s.pool_rate);
+	assert_rate(0, "ramp", "pool_rate", s.pool_rate, min);
+}
+
+/* The Redis keys as documented: hb sorted set of live member ids scored with
+ * Redis TIME in ms, size hash of reported sizes, both expiring; one EVALSHA
+ * per node per heartbeat whatever the traffic; a graceful stop removes the
+ * node's entries at once and nothing is left when all are gone. */
+static void test_redis_keys(void **state)
+{
+	static const int nodes[] = { 0, 1 }, one[] = { 0 };
+	const char *hb = PREFIX ":pool:shared:hb", *sz = PREFIX ":pool:shared:size";
+	redisReply *rep, *tm;
+	long long now_ms, pttl, c0, c1, c2, c3;
+	struct bg b;
+	struct ktest_load r;
+	char id[96];
+	int port;
+
+	(void)state;
+	SKIP_UNLESS_ROOT();
+	start_redis();
+	port = udp_port();
+	start_pool_nodes(2, port, "keys");
+	expect_members(&fx.rp[0], "shared", nodes, 2);
+
+	/* scores: Redis TIME in ms, fresh within a heartbeat + tick + slack */
+	tm = rp_command(&fx.rp[0], "TIME");
+	assert_non_null(tm);
+	assert_int_equal(tm->type, REDIS_REPLY_ARRAY);
+	now_ms = atoll(tm->element[0]->str) * 1000 + atoll(tm->element[1]->str) / 1000;
+	freeReplyObject(tm);
+	for (int i = 0; i < 2; i++) {
+		member_id(i, id, sizeof(id));
+		rep = rp_command(&fx.rp[0], "ZSCORE %s %s", hb, id);
+		assert_non_null(rep);
+		assert_int_equal(rep->type, REDIS_REPLY_STRING);
+		print_message("ZSCORE %s %s = %s (TIME %lld ms)\n", hb, id, rep->str, now_ms);
+		assert_true(llabs(now_ms - atoll(rep->str)) <= HB_MS + TICK_MS + 200);
+		freeReplyObject(rep);
+		rep = rp_command(&fx.rp[0], "HGET %s %s", sz, id);
+		assert_non_null(rep);
+		assert_int_equal(rep->type, REDIS_REPLY_STRING);
+		assert_string_equal(rep->str, "2");
+		freeReplyObject(rep);
+	}
+	assert_int_equal(rp_command_int(&fx.rp[0], -1, "HLEN %s", sz), 2);
+	/* expiry: KT_STORE_EXPIRE_FACTOR (3) stale windows, refreshed each heartbeat */
+	for (int k = 0; k < 2; k++) {
+		pttl = rp_command_int(&fx.rp[0], -3, "PTTL %s", k ? sz : hb);
+		print_message("PTTL %s = %lld\n", k ? sz : hb, pttl);
+		assert_true(pttl > 0 && pttl <= 3 * STALE * HB_MS);
+	}
+	/* no ramp key without resumedRampUp */
+	assert_int_equal(rp_command_int(&fx.rp[0], -1, "EXISTS " PREFIX ":pool:shared:ramp"), 0);
+
+	/* one EVALSHA per node per heartbeat, idle and saturated alike: 2 nodes
+	 * x 2 s / 200 ms = 20, +-1 heartbeat per node at the window edges and
+	 * tick jitter (15..24) */
+	c0 = evalsha_calls(&fx.rp[0]);
+	ktest_sleep_ms(2000);
+	c1 = evalsha_calls(&fx.rp[0]);
+	bg_start(&b, "n0 during the count", fx.cg[0], port, 2.3);
+	ktest_sleep_ms(100);
+	c2 = evalsha_calls(&fx.rp[0]);
+	ktest_sleep_ms(2000);
+	c3 = evalsha_calls(&fx.rp[0]);
+	bg_wait(&b, &r);
+	print_message("EVALSHA per 2 s: idle %lld, saturated %lld (the sender made %llu calls)\n",
+		      c1 - c0, c3 - c2, r.ok + r.refused);
+	assert_true(r.refused > 0);
+	assert_true(c1 - c0 >= 15 && c1 - c0 <= 24);
+	assert_true(c3 - c2 >= 15 && c3 - c2 <= 24);
+
+	/* graceful stop: n1's entries go at once */
+	assert_int_equal(ktest_daemon_signal_wait(&fx.d[1], SIGTERM), 0);
+	expect_members(&fx.rp[0], "shared", one, 1);
+	member_id(1, id, sizeof(id));
+	assert_int_equal(rp_command_int(&fx.rp[0], -1, "HEXISTS %s %s", sz, id), 0);
+	/* the last one out: the keys are gone, nothing with the prefix is left */
+	assert_int_equal(ktest_daemon_signal_wait(&fx.d[0], SIGTERM), 0);
+	assert_int_equal(rp_command_int(&fx.rp[0], -1, "EXISTS %s %s", hb, sz), 0);
+	rep = rp_command(&fx.rp[0], "KEYS " PREFIX ":*");
+	assert_non_null(rep);
+	assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
+	for (size_t j = 0; j < rep->elements; j++)
+		print_message("left behind: %s\n", rep->element[j]->str);
+	assert_int_equal(rep->elements, 0);
+	freeReplyObject(rep);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_three_nodes_share_max, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kill9_survivors_take_over, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_graceful_stop_and_join, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_failure_policies, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sentinel_failover, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_resumed_ramp_up, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_redis_keys, setup, teardown),
+	};
+
+	/* KT_TEST_FILTER=test_sentinel* runs a subset */
+	if (getenv("KT_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("KT_TEST_FILTER"));
+	return cmocka_run_group_tests_name("e2e_pool", tests, NULL, NULL);
+}
