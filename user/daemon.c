@@ -211,7 +211,8 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 		compute_bucket(d->pool, i, l, s);
 		if (fabs(s->bucket_rate - before) > 1e-9 * before || s->bucket_burst != burst_before)
 			write_rates(d, i);
-		write_validity(d, i, now, false);
+		/* from after the heartbeat, which may have blocked on the store */
+		write_validity(d, i, kt_now_ns(), false);
 	}
 	d->ticks++;
 }

@@ -858,10 +858,14 @@ static void test_store_failure_policies(void **state)
 	SKIP_UNLESS_ROOT();
 	start_redis();
 	for (int k = 0; k < 3; k++) {
-		ports[k] = udp_port();
-		for (int j = 0; j < k; j++)
-			if (ports[j] == ports[k])
-				ports[k]++;
+		bool dup;
+
+		do { /* three distinct ports, one per limit */
+			ports[k] = udp_port();
+			dup = false;
+			for (int j = 0; j < k; j++)
+				dup |= ports[j] == ports[k];
+		} while (dup);
 	}
 	for (int i = 0; i < 2; i++) {
 		char lim[4096] = "", extra[512], name[16];
@@ -996,8 +1000,12 @@ static void test_sentinel_failover(void **state)
 
 	(void)state;
 	SKIP_UNLESS_ROOT();
-	assert_int_equal(rp_start_master(&fx.rp[0], NULL), 0);
-	assert_int_equal(rp_start_replica(&fx.rp[1], &fx.rp[0], NULL), 0);
+	/* Redis 7 waits repl-diskless-sync-delay (5 s) before a full sync, as
+	 * long as rp_start_replica waits for the link: sync at once */
+	const struct rp_opts now = { .extra_conf = "repl-diskless-sync-delay 0" };
+
+	assert_int_equal(rp_start_master(&fx.rp[0], &now), 0);
+	assert_int_equal(rp_start_replica(&fx.rp[1], &fx.rp[0], &now), 0);
 	assert_int_equal(rp_start_sentinel(&fx.rp[2], &fx.rp[0], "ktm", 1, 2000, NULL), 0);
 	use_sentinel(&fx.rp[2], "ktm");
 	port = udp_port();

@@ -353,7 +353,7 @@ static int conf_master(FILE *f, const struct rp_proc *p, const void *ctx)
 {
 	(void)p;
 	(void)ctx;
-	return fprintf(f, "save \"\"\nappendonly no\n") < 0;
+	return fprintf(f, "save \"\"\nappendonly no\nrepl-diskless-sync-delay 0\n") < 0;
 }
 
 int rp_start_master(struct rp_proc *p, const struct rp_opts *o)
@@ -366,7 +366,7 @@ static int conf_replica(FILE *f, const struct rp_proc *p, const void *ctx)
 	const struct rp_proc *m = ctx;
 
 	(void)p;
-	if (fprintf(f, "save \"\"\nappendonly no\nreplicaof 127.0.0.1 %d\n", m->port) < 0)
+	if (fprintf(f, "save \"\"\nappendonly no\nrepl-diskless-sync-delay 0\nreplicaof 127.0.0.1 %d\n", m->port) < 0)
 		return -1;
 	if (m->password[0] && fprintf(f, "masterauth %s\n", m->password) < 0)
 		return -1;
