@@ -216,6 +216,8 @@ static inline __u64 kt_mul_sat(__u64 a, __u64 b)
 	return r < lo ? ~0ULL : r;
 }
 
+#define KT_NS_CAP (~0ULL >> KT_FP_SHIFT) /* 2^48 ns, about 78 hours */
+
 /* ns that `tokens` tokens take at `interval_fp`, rounded up; saturates near
  * 2^48 ns (78 hours), far beyond any burst tolerance, so an overflowing cost
  * can never conform. */
@@ -224,7 +226,7 @@ static inline __u64 kt_tokens_to_ns(__u64 tokens, __u64 interval_fp)
 	__u64 p = kt_mul_sat(tokens, interval_fp);
 
 	if (p > ~0ULL - (KT_FP_ONE - 1))
-		return ~0ULL >> KT_FP_SHIFT;
+		return KT_NS_CAP;
 	return (p + (KT_FP_ONE - 1)) >> KT_FP_SHIFT;
 }
 
@@ -274,17 +276,26 @@ static inline int kt_gcra_decide(struct kt_bucket *b, __u64 now, __u64 cost, __u
 		*wait_ns = ~0ULL;
 		return KT_REFUSE;
 	}
-	cost_ns = kt_tokens_to_ns(cost, interval);
-	tau = kt_tokens_to_ns(burst, interval);
 	/* Every charge rounds up to a whole ns, so the tolerance must hold
 	 * burst/cost whole charges or the rounding eats the burst (3/s with
-	 * burst 2 would pass 1). Same 2^48 ns cap as kt_tokens_to_ns. */
-	if (cost && cost <= burst) {
-		__u64 whole = kt_mul_sat(cost == 1 ? burst : burst / cost, cost_ns);
+	 * burst 2 would pass 1). Capped like kt_tokens_to_ns. */
+	if (cost == 1) {
+		/* the common unit (connection, datagram, packet): no divide */
+		cost_ns = interval > ~0ULL - (KT_FP_ONE - 1) ? KT_NS_CAP
+							     : (interval + (KT_FP_ONE - 1)) >> KT_FP_SHIFT;
+		tau = kt_mul_sat(burst, cost_ns);
+	} else {
+		cost_ns = kt_tokens_to_ns(cost, interval);
+		tau = kt_tokens_to_ns(burst, interval);
+		if (cost && cost <= burst) {
+			__u64 whole = kt_mul_sat(burst / cost, cost_ns);
 
-		if (whole > tau)
-			tau = whole < (~0ULL >> KT_FP_SHIFT) ? whole : (~0ULL >> KT_FP_SHIFT);
+			if (whole > tau)
+				tau = whole;
+		}
 	}
+	if (tau > KT_NS_CAP)
+		tau = KT_NS_CAP;
 
 	for (i = 0; i < KT_CAS_RETRIES; i++) {
 		__u64 tat = KT_READ_ONCE(b->tat);
