@@ -1592,6 +1592,11 @@ static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 		return fail(c, v ? v : tick, v ? "epoch" : "tickInterval",
 			    "epoch (%s) must not be shorter than tickInterval (%s)",
 			    fmt_dur(cfg->epoch_ns).s, fmt_dur(cfg->tick_ns).s);
+	/* the daemon keeps one epoch of per-tick samples (KT_EPOCH_TICKS_MAX) */
+	if (cfg->epoch_ns / cfg->tick_ns > KT_EPOCH_TICKS_MAX)
+		return fail(c, v ? v : tick, v ? "epoch" : "tickInterval",
+			    "epoch (%s) spans more than %d ticks of %s",
+			    fmt_dur(cfg->epoch_ns).s, KT_EPOCH_TICKS_MAX, fmt_dur(cfg->tick_ns).s);
 
 	if (store_defaults(&cfg->store))
 		return oom(c, root, "store");

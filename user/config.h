@@ -15,6 +15,7 @@
 #define KT_MAX_CGROUPS_PER_LIMIT 256
 #define KT_MAX_ENDPOINTS 8
 #define KT_ERR_LEN 512
+#define KT_EPOCH_TICKS_MAX 1000   /* epoch / tickInterval */
 
 enum kt_mode {
 	KT_MODE_RELAXED = 0, /* default */

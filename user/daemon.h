@@ -17,7 +17,7 @@
 #define KT_DEFAULT_SOCKET "/run/kthrottle/kthrottled.sock"
 #define KT_MAX_CLIENTS 16
 #define KT_CLIENT_TIMEOUT_NS 2000000000ull /* to send the command line */
-#define KT_HISTORY 1024 /* per-tick samples kept for the trailing epoch */
+#define KT_HISTORY (KT_EPOCH_TICKS_MAX + 2) /* per-tick samples: one epoch */
 
 struct kt_sample {
 	uint64_t ts_ns;
