@@ -8,7 +8,8 @@
  * Sections (one function each, registered in `sections[]` at the bottom;
  * add rows for later issues, e.g. the distributed pool, by adding one):
  *   skb      cgroup_skb egress decision via BPF_PROG_TEST_RUN, next to an
- *            empty cgroup_skb program, paired run by run
+ *            empty cgroup_skb program, paired run by run; and a program that
+ *            only reads the clock, to show that part of the matched cost
  *   connect  real connect() calls from a process in a test cgroup, with no
  *            program, an empty one and kthrottle's connect4
  *   gcra     the GCRA decision in userspace on the mmapped bucket
@@ -406,11 +407,7 @@ static void env_free(struct bench_env *e)
 {
 	char err[KT_ERR_LEN];
 
-	if (e->listener > 0) {
-		kill(e->listener, SIGKILL);
-		waitpid(e->listener, NULL, 0);
-		e->listener = 0;
-	}
+	ktest_kill_wait(&e->listener);
 	for (int i = 0; i < 2; i++)
 		if (e->lfd[i] >= 0)
 			close(e->lfd[i]);
@@ -693,13 +690,15 @@ static int bench_skb(struct bench_env *e)
 	const int repeat = g_quick ? 500000 : 2000000;
 	int kt_fd = bpf_program__fd(e->bpf.egress->progs.kt_egress);
 	int empty_fd = bpf_program__fd(e->empty->progs.empty_egress);
-	double val[NC][16], base[NC * 16], delta[NC][16];
+	int clock_fd = bpf_program__fd(e->empty->progs.clock_egress);
+	double val[NC][16], base[NC * 16], delta[NC][16], clk_val[16], clk_delta[16];
 	uint32_t slot = e->slot[LIM_SKB_MATCH];
 	struct bench_pkt pkts[NC], empty_pkt;
 	int nbase = 0, ret;
 
 	print_prog_size("kt_egress", kt_fd);
 	print_prog_size("empty_egress", empty_fd);
+	print_prog_size("clock_egress", clock_fd);
 	fflush(stdout);
 	make_pkt(&empty_pkt, "10.1.2.3", SKB_PORT_MATCH);
 	for (int c = 0; c < NC; c++)
@@ -758,11 +757,27 @@ static int bench_skb(struct bench_env *e)
 				break;
 			}
 		}
+		/* the clock read alone, paired with the empty program likewise */
+		double ns_empty, ns_clk;
+		__u32 rv;
+
+		ret = test_run(empty_fd, &empty_pkt, repeat, &ns_empty, &rv);
+		if (!ret)
+			ret = test_run(clock_fd, &empty_pkt, repeat, &ns_clk, &rv);
+		if (ret) {
+			fprintf(stderr, "bench: BPF_PROG_TEST_RUN: %s\n", strerror(-ret));
+			return ret;
+		}
+		sanity(rv == 1, "clock_egress returned %u, expected 1", rv);
+		clk_val[r] = ns_clk;
+		clk_delta[r] = ns_clk - ns_empty;
 	}
 	double b = median(base, nbase);
 	for (int c = 0; c < NC; c++)
 		row_ns_delta(cases[c].what, median(val[c], rounds), b, median(delta[c], rounds),
 			     cases[c].max_delta);
+	row_ns_delta("egress: clock read only (bpf_ktime_get_ns)", median(clk_val, rounds), b,
+		     median(clk_delta, rounds), NAN);
 	return 0;
 }
 
@@ -1251,30 +1266,6 @@ static void row_text(const char *what, const char *value, const char *target, in
 	}
 }
 
-/* Value of `field` in limit `name`'s JSON object (its own fields and its
- * store and pool objects come before its "cgroups" array). */
-static bool json_limit_num(const char *json, const char *name, const char *field, double *v)
-{
-	char key[128], fk[64];
-	const char *p, *end;
-
-	snprintf(key, sizeof(key), "\"name\":\"%s\"", name);
-	snprintf(fk, sizeof(fk), "\"%s\":", field);
-	p = strstr(json, key);
-	if (!p)
-		return false;
-	end = strstr(p, "\"cgroups\":");
-	p = strstr(p, fk);
-	if (!p || (end && p > end))
-		return false;
-	if (!strncmp(p + strlen(fk), "true", 4) || !strncmp(p + strlen(fk), "false", 5)) {
-		*v = p[strlen(fk)] == 't';
-		return true;
-	}
-	*v = strtod(p + strlen(fk), NULL);
-	return true;
-}
-
 /* One `status json` answer of a daemon under test, for limit `name`. */
 struct dsnap {
 	double up;               /* daemon uptime: the clock its ramp runs on */
@@ -1286,123 +1277,34 @@ struct dsnap {
 static bool dsnap_take(const struct ktest_daemon *d, const char *name, struct dsnap *s)
 {
 	char *out = ktest_daemon_cmd(d, "status json");
-	const char *up = out ? strstr(out, "\"uptime_s\":") : NULL;
 	double size = 0;
 	bool ok;
 
 	memset(s, 0, sizeof(*s));
-	ok = up && json_limit_num(out, name, "pool_rate", &s->pool_rate) &&
-	     json_limit_num(out, name, "admitted", &s->admitted) &&
-	     json_limit_num(out, name, "throttled", &s->throttled) &&
-	     json_limit_num(out, name, "size", &size);
-	if (ok) {
-		s->up = strtod(up + strlen("\"uptime_s\":"), NULL);
-		s->size = (int)size;
-	}
+	ok = out && ktest_json_num(out, "uptime_s", &s->up) &&
+	     ktest_json_limit_num(out, name, "pool_rate", &s->pool_rate) &&
+	     ktest_json_limit_num(out, name, "admitted", &s->admitted) &&
+	     ktest_json_limit_num(out, name, "throttled", &s->throttled) &&
+	     ktest_json_limit_num(out, name, "size", &size);
+	s->size = (int)size;
 	free(out);
 	return ok;
 }
 
-/* build/kthrottled on `body` (ktest adds pinDir and socket); on failure the
- * daemon's log goes to stderr. d is ready for ktest_daemon_cleanup either way. */
-static int daemon_up(struct ktest_daemon *d, const char *body)
-{
-	int code = -1;
-
-	if (ktest_daemon_init(d)) {
-		fprintf(stderr, "bench: cannot create a temp dir for kthrottled\n");
-		return -EIO;
-	}
-	if (ktest_daemon_config(d, body)) {
-		fprintf(stderr, "bench: cannot write %s\n", d->config);
-		return -EIO;
-	}
-	if (ktest_daemon_start(d, 5000, &code)) {
-		char line[512];
-		FILE *f = fopen(d->log, "r");
-
-		fprintf(stderr, "bench: kthrottled on %s did not start (exit %d):\n", d->config, code);
-		while (f && fgets(line, sizeof(line), f))
-			fprintf(stderr, "  %s", line);
-		if (f)
-			fclose(f);
-		return -EIO;
-	}
-	return 0;
-}
-
-/* kt-load flat out from `cgroup` to 127.0.0.1:port for secs, output dropped;
- * dies with the bench. Returns its pid or -errno. */
-static pid_t load_spawn(const char *cgroup, int port, double secs)
-{
-	char bin[PATH_MAX], portbuf[16], dur[32];
-	pid_t parent = getpid(), pid;
-
-	snprintf(bin, sizeof(bin), "%s/tools/kt-load", ktest_build_dir());
-	snprintf(portbuf, sizeof(portbuf), "%d", port);
-	snprintf(dur, sizeof(dur), "%.3f", secs);
-	if (access(bin, X_OK) != 0) {
-		fprintf(stderr, "bench: %s missing (make build/tools/kt-load)\n", bin);
-		return -ENOENT;
-	}
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0)
-		return -errno;
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(1);
-		signal(SIGINT, SIG_DFL);
-		signal(SIGTERM, SIG_DFL);
-		if (null >= 0)
-			dup2(null, 1);
-		execl(bin, bin, "--cgroup", cgroup, "--mode", "udp", "--addr", "127.0.0.1", "--port",
-		      portbuf, "--duration", dur, (char *)NULL);
-		_exit(127);
-	}
-	return pid;
-}
-
-static void pid_kill(pid_t *pid)
-{
-	if (*pid > 0) {
-		kill(*pid, SIGKILL);
-		waitpid(*pid, NULL, 0);
-	}
-	*pid = 0;
-}
-
 /* ---- section: ramp tracking with the real daemon ---- */
 
-#define RAMP_MIN 50.0
-#define RAMP_MAX 200.0
-#define RAMP_S 3.0
 #define RAMP_SECONDS 6 /* measured: seconds 2..6 (the first holds burst and attach) */
 
-/* Integral over [0, u] of the ideal ramp min(max, min + slope*u). */
-static double ramp_integral(double u)
-{
-	const double slope = (RAMP_MAX - RAMP_MIN) / RAMP_S;
-
-	if (u <= 0)
-		return 0;
-	if (u <= RAMP_S)
-		return RAMP_MIN * u + slope * u * u / 2;
-	return RAMP_MIN * RAMP_S + slope * RAMP_S * RAMP_S / 2 + RAMP_MAX * (u - RAMP_S);
-}
-
-/* The issue 3 scenario: min 50/s -> max 200/s over 3 s, burst 5, saturated
- * by kt-load from before the daemon starts. Polling `status json` places the
- * kernel's exact admitted counts on the daemon's uptime clock; per second k
- * after the first, error = |admitted - integral of the ramp| / integral. */
+/* The issue 3 scenario (ktest_ramp_config): min 50/s -> max 200/s over 3 s,
+ * burst 5, saturated by kt-load from before the daemon starts. Polling
+ * `status json` places the kernel's exact admitted counts on the daemon's
+ * uptime clock; per second k after the first, error = |admitted - integral
+ * of the ramp| / integral. */
 static int ramp_run(struct bench_env *e, const char *mode, double *max_err, double *mean_err)
 {
 	static struct dsnap s[512];
 	struct ktest_daemon d = { .pid = -1 };
-	char cg[PATH_MAX] = "", body[2048];
+	char cg[PATH_MAX] = "", body[2048], modes[64];
 	pid_t load = 0;
 	int port, n = 0, ret;
 
@@ -1415,29 +1317,18 @@ static int ramp_run(struct bench_env *e, const char *mode, double *max_err, doub
 		ret = ret ? ret : -EADDRNOTAVAIL;
 		goto out;
 	}
-	snprintf(body, sizeof(body),
-		 "tickInterval: 100ms\n"
-		 "epoch: 1s\n"
-		 "limits:\n"
-		 "  - name: ramp\n"
-		 "    cgroups: [%s]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    burst: 5\n"
-		 "    rateLimit:\n"
-		 "      max: %.0f\n"
-		 "      min: %.0f\n"
-		 "      rampUpDuration: %.0fs\n"
-		 "      modes: {%s: {}}\n",
-		 cg, port, RAMP_MAX, RAMP_MIN, RAMP_S, mode);
-	load = load_spawn(cg, port, RAMP_SECONDS + 10); /* killed once measured */
+	snprintf(modes, sizeof(modes), "%s: {}", mode);
+	ret = ktest_ramp_config(body, sizeof(body), cg, port, modes);
+	if (ret)
+		goto out;
+	load = ktest_load_spawn(cg, port, RAMP_SECONDS + 10, 0, NULL); /* killed once measured */
 	if (load < 0) {
 		ret = load;
 		load = 0;
 		goto out;
 	}
 	ktest_sleep_ms(100); /* saturating before the programs attach */
-	ret = daemon_up(&d, body);
+	ret = ktest_daemon_up(&d, body);
 	if (ret)
 		goto out;
 	for (int guard = 0; guard < 1000 && n < (int)(sizeof(s) / sizeof(s[0])); guard++) {
@@ -1454,7 +1345,7 @@ static int ramp_run(struct bench_env *e, const char *mode, double *max_err, doub
 			break;
 		ktest_sleep_ms(50);
 	}
-	pid_kill(&load);
+	ktest_kill_wait(&load);
 
 	double sum = 0, worst = 0;
 	int windows = 0;
@@ -1467,7 +1358,7 @@ static int ramp_run(struct bench_env *e, const char *mode, double *max_err, doub
 			if (fabs(s[i].up - (k + 1)) < fabs(s[b].up - (k + 1)))
 				b = i;
 		}
-		double want = ramp_integral(s[b].up) - ramp_integral(s[a].up);
+		double want = ktest_ramp_integral(s[b].up) - ktest_ramp_integral(s[a].up);
 		double got = s[b].admitted - s[a].admitted;
 		double err = fabs(got - want) / want;
 
@@ -1482,12 +1373,12 @@ static int ramp_run(struct bench_env *e, const char *mode, double *max_err, doub
 		worst = fmax(worst, err);
 		windows++;
 	}
-	sanity(n > 0 && s[n - 1].pool_rate == RAMP_MAX, "ramp %s: pool rate %g at the end, not max",
-	       mode, n > 0 ? s[n - 1].pool_rate : NAN);
+	sanity(n > 0 && s[n - 1].pool_rate == KTEST_RAMP_MAX,
+	       "ramp %s: pool rate %g at the end, not max", mode, n > 0 ? s[n - 1].pool_rate : NAN);
 	*max_err = worst * 100;
 	*mean_err = sum / windows * 100;
 out:
-	pid_kill(&load);
+	ktest_kill_wait(&load);
 	if (d.dir[0])
 		ktest_daemon_cleanup(&d);
 	if (cg[0])
@@ -1661,7 +1552,7 @@ static int bench_pool(struct bench_env *e)
 	}
 	for (int i = 0; i < POOL_NODES; i++) {
 		if ((ret = pool_body(body, sizeof(body), rp.port, i, cg[i], port)) ||
-		    (ret = daemon_up(&d[i], body)))
+		    (ret = ktest_daemon_up(&d[i], body)))
 			goto out;
 	}
 	t = wait_size(d, all, POOL_NODES, POOL_NODES, 5, now_ns());
@@ -1684,7 +1575,7 @@ static int bench_pool(struct bench_env *e)
 
 	/* saturated: every node's member sends flat out */
 	for (int i = 0; i < POOL_NODES; i++) {
-		load[i] = load_spawn(cg[i], port, 60);
+		load[i] = ktest_load_spawn(cg[i], port, 60, 0, NULL);
 		if (load[i] < 0) {
 			ret = load[i];
 			load[i] = 0;
@@ -1786,7 +1677,7 @@ static int bench_pool(struct bench_env *e)
 	if ((ret = pool_body(body, sizeof(body), rp.port, POOL_NODES, cg[POOL_NODES], port)))
 		goto out;
 	uint64_t spawn = now_ns();
-	if ((ret = daemon_up(&d[POOL_NODES], body)))
+	if ((ret = ktest_daemon_up(&d[POOL_NODES], body)))
 		goto out;
 	t0 = now_ns();
 	t = wait_size(d, joined, POOL_NODES, POOL_NODES, 5, t0);
@@ -1802,7 +1693,7 @@ static int bench_pool(struct bench_env *e)
 	ret = 0;
 out:
 	for (int i = 0; i <= POOL_NODES; i++)
-		pid_kill(&load[i]);
+		ktest_kill_wait(&load[i]);
 	for (int i = 0; i <= POOL_NODES; i++)
 		if (d[i].dir[0])
 			ktest_daemon_cleanup(&d[i]);

@@ -103,13 +103,9 @@ static int fx_teardown(void **state)
 static struct fx *fx_open(void **state)
 {
 	struct fx *f = *state;
-	const char *why = ktest_root_unavailable();
 	char err[512];
 
-	if (why) {
-		print_message("skipped: %s\n", why);
-		skip();
-	}
+	KTEST_SKIP_UNLESS_ROOT();
 	if (kt_bpf_open(&f->b, f->pin, err, sizeof(err)) != 0) {
 		print_error("kt_bpf_open %s: %s\n", f->pin, err);
 		fail();
@@ -1131,8 +1127,7 @@ static void test_nothing_left(void **state)
 	DIR *d;
 	(void)state;
 
-	if (ktest_root_unavailable())
-		skip();
+	KTEST_SKIP_UNLESS_ROOT();
 	snprintf(prefix, sizeof(prefix), "kt-test-%d-", getpid());
 	d = opendir("/sys/fs/bpf");
 	assert_non_null(d);

@@ -6,12 +6,10 @@
  * error and the daemon keeps serving everyone else. */
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <limits.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,66 +30,13 @@ static char plain_dir[PATH_MAX]; /* a directory that is not on cgroup2 */
 #define MAX_DAEMONS 2
 static struct ktest_daemon dm[MAX_DAEMONS];
 
-#define SKIP_UNLESS_ROOT()                                                                         \
-	do {                                                                                       \
-		const char *why_ = ktest_root_unavailable();                                       \
-		if (why_) {                                                                        \
-			print_message("skipped: %s\n", why_);                                       \
-			skip();                                                                    \
-		}                                                                                  \
-	} while (0)
-
-/* Runs argv as `uid` (or unchanged with uid < 0), stdout+stderr into *out. */
-static int run_as(char *const argv[], int uid, char **out)
-{
-	int p[2], status;
-	size_t len = 0, cap = 4096;
-	char *buf = malloc(cap);
-	pid_t pid;
-
-	*out = NULL;
-	if (!buf || pipe2(p, O_CLOEXEC) < 0) {
-		free(buf);
-		return -1;
-	}
-	pid = fork();
-	if (pid == 0) {
-		dup2(p[1], 1);
-		dup2(p[1], 2);
-		if (uid >= 0 && (setgroups(0, NULL) < 0 || setgid((gid_t)uid) < 0 ||
-				 setuid((uid_t)uid) < 0))
-			_exit(126);
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	close(p[1]);
-	for (;;) {
-		if (len + 1 >= cap) {
-			char *nb = realloc(buf, cap *= 2);
-			if (!nb)
-				break;
-			buf = nb;
-		}
-		ssize_t r = read(p[0], buf + len, cap - 1 - len);
-		if (r <= 0)
-			break;
-		len += (size_t)r;
-	}
-	close(p[0]);
-	buf[len] = 0;
-	*out = buf;
-	if (waitpid(pid, &status, 0) != pid)
-		return -1;
-	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 static int kthrottled(char **out, int uid, const char *a1, const char *a2)
 {
 	char bin[PATH_MAX];
 	char *argv[] = { bin, (char *)a1, (char *)a2, NULL };
 
 	snprintf(bin, sizeof(bin), "%s/kthrottled", ktest_build_dir());
-	return run_as(argv, uid, out);
+	return ktest_run_capture_as(argv, uid, out);
 }
 
 static int count_lines(const char *s)
@@ -238,7 +183,7 @@ static void run_bad_cfg(const struct bad_cfg *c, const char *cgroup_arg, const c
 static void test_config_errors_exit_2(void **state)
 {
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	for (size_t i = 0; i < sizeof(bad_cfgs) / sizeof(bad_cfgs[0]); i++)
 		run_bad_cfg(&bad_cfgs[i], cg, bad_cfgs[i].needle);
 }
@@ -251,7 +196,7 @@ static void test_plain_directory_is_not_a_cgroup(void **state)
 				   NULL, "limits[0].cgroups[0]", "not a cgroup v2 directory" };
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	run_bad_cfg(&c, plain_dir, plain_dir);
 }
 
@@ -260,7 +205,7 @@ static void test_missing_file_and_cli_errors(void **state)
 	char path[PATH_MAX], *out = NULL;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	snprintf(path, sizeof(path), "/tmp/kt-test-none-%d/kthrottled.yaml", getpid());
 
 	assert_int_equal(kthrottled(&out, -1, "--config", path), 2);
@@ -300,23 +245,13 @@ static const char *valid_body(char *buf, size_t len)
 	return buf;
 }
 
-static void start_or_fail(struct ktest_daemon *d)
-{
-	int code = -1;
-
-	if (ktest_daemon_start(d, 5000, &code) != 0) {
-		print_message("kthrottled did not start (exit %d)\n", code);
-		fail();
-	}
-}
-
 static void test_no_root_exit_1(void **state)
 {
 	struct ktest_daemon *d = &dm[0];
 	char body[1024], *out = NULL;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	assert_int_equal(ktest_daemon_init(d), 0);
 	assert_int_equal(ktest_daemon_config(d, valid_body(body, sizeof(body))), 0);
 	assert_int_equal(chmod(d->dir, 0755), 0); /* readable by nobody */
@@ -335,10 +270,8 @@ static void test_second_daemon_exit_1_first_unaffected(void **state)
 	struct ktest_load l;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
-	assert_int_equal(ktest_daemon_init(d), 0);
-	assert_int_equal(ktest_daemon_config(d, valid_body(body, sizeof(body))), 0);
-	start_or_fail(d);
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_int_equal(ktest_daemon_up(d, valid_body(body, sizeof(body))), 0);
 
 	/* same config: same socket and pin dir */
 	assert_int_equal(kthrottled(&out, -1, "--config", d->config), 1);
@@ -442,10 +375,8 @@ static void test_bad_socket_lines(void **state)
 	const size_t big_len = 10 * 1024;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
-	assert_int_equal(ktest_daemon_init(d), 0);
-	assert_int_equal(ktest_daemon_config(d, valid_body(body, sizeof(body))), 0);
-	start_or_fail(d);
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_int_equal(ktest_daemon_up(d, valid_body(body, sizeof(body))), 0);
 
 	static const char *const bad[] = { "bogus\n", "\n", "status  json\n", "\x01\x02\xff\n",
 					   "reload now\n" };
@@ -487,10 +418,8 @@ static void test_hanging_clients(void **state)
 	int idle = -1, half = -1;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
-	assert_int_equal(ktest_daemon_init(d), 0);
-	assert_int_equal(ktest_daemon_config(d, valid_body(body, sizeof(body))), 0);
-	start_or_fail(d);
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_int_equal(ktest_daemon_up(d, valid_body(body, sizeof(body))), 0);
 
 	idle = sock_connect(d->socket);
 	half = sock_connect(d->socket);
@@ -516,10 +445,8 @@ static void test_many_hanging_clients(void **state)
 	int fds[40], n = 0;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
-	assert_int_equal(ktest_daemon_init(d), 0);
-	assert_int_equal(ktest_daemon_config(d, valid_body(body, sizeof(body))), 0);
-	start_or_fail(d);
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_int_equal(ktest_daemon_up(d, valid_body(body, sizeof(body))), 0);
 
 	for (n = 0; n < 40; n++) {
 		fds[n] = sock_connect(d->socket);

@@ -14,7 +14,6 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,71 +55,6 @@ static void assert_admitted(const char *what, unsigned long long ok, double rate
 	print_message("%s: admitted %llu, expected %.1f +- %.1f (rate %.1f/s x %.3fs + burst %.0f)\n",
 		      what, ok, want, tol, rate, secs, burst);
 	assert_true((double)ok >= want - tol && (double)ok <= want + tol);
-}
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf = NULL;
-	size_t cap = 0;
-	ssize_t n;
-
-	if (!f)
-		return strdup("");
-	n = getdelim(&buf, &cap, 0, f);
-	fclose(f);
-	if (n < 0) {
-		free(buf);
-		return strdup("");
-	}
-	return buf;
-}
-
-/* Runs build/<prog> with up to 14 arguments; output (stdout+stderr) in *out. */
-static int run_bin(const char *prog, char **out, ...)
-{
-	char bin[PATH_MAX];
-	char *argv[16];
-	va_list ap;
-	int n = 0;
-
-	snprintf(bin, sizeof(bin), "%s/%s", ktest_build_dir(), prog);
-	argv[n++] = bin;
-	va_start(ap, out);
-	while (n < 15 && (argv[n] = va_arg(ap, char *)))
-		n++;
-	va_end(ap);
-	argv[n] = NULL;
-	return ktest_run_capture(argv, out);
-}
-
-static int bpftool_cgroup_show(const char *cg, char **out)
-{
-	char *argv[] = { "/usr/sbin/bpftool", "cgroup", "show", (char *)cg, NULL };
-
-	if (access(argv[0], X_OK) != 0)
-		argv[0] = "/usr/bin/bpftool";
-	return ktest_run_capture(argv, out);
-}
-
-/* The limit-level value of `field` in the JSON object of limit `name` (the
- * limit's own fields come before its "cgroups" array). */
-static bool json_limit_num(const char *json, const char *name, const char *field, double *v)
-{
-	char key[128], fk[64];
-	const char *p, *end;
-
-	snprintf(key, sizeof(key), "\"name\":\"%s\"", name);
-	snprintf(fk, sizeof(fk), "\"%s\":", field);
-	p = strstr(json, key);
-	if (!p)
-		return false;
-	end = strstr(p, "\"cgroups\":");
-	p = strstr(p, fk);
-	if (!p || (end && p > end))
-		return false;
-	*v = strtod(p + strlen(fk), NULL);
-	return true;
 }
 
 /* Value in column `col` (a header name) of the table row starting with
@@ -165,14 +99,7 @@ static struct ktest_daemon *new_daemon(int i, const char *body)
 
 static void start_daemon(struct ktest_daemon *d)
 {
-	int code = -1;
-
-	if (ktest_daemon_start(d, 5000, &code) != 0) {
-		char *log = slurp(d->log);
-		print_message("kthrottled did not start (exit %d):\n%s", code, log);
-		free(log);
-		fail();
-	}
+	assert_int_equal(ktest_daemon_start_logged(d), 0);
 }
 
 static const char *new_cgroup(int i, const char *name)
@@ -329,11 +256,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
 	(void)state;
-	if (server_pid > 0) {
-		kill(server_pid, SIGKILL);
-		waitpid(server_pid, NULL, 0);
-		server_pid = -1;
-	}
+	ktest_kill_wait(&server_pid);
 	return 0;
 }
 
@@ -358,15 +281,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-#define SKIP_UNLESS_ROOT()                                                                         \
-	do {                                                                                       \
-		const char *why_ = ktest_root_unavailable();                                       \
-		if (why_) {                                                                        \
-			print_message("skipped: %s\n", why_);                                       \
-			skip();                                                                    \
-		}                                                                                  \
-	} while (0)
-
 /* ---- tests ---- */
 
 /* A UDP datagram limit and a TCP connection limit on one cgroup: a
@@ -383,7 +297,7 @@ static void test_enforce_inside_not_outside(void **state)
 	int udp_port;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	const char *cg = new_cgroup(0, "enforce");
 	udp_port = ktest_free_port(SOCK_DGRAM);
 	snprintf(body, sizeof(body),
@@ -430,15 +344,9 @@ static void test_enforce_inside_not_outside(void **state)
 	assert_true(uo.ok > 10 * (UDP_MAX * uo.elapsed + UDP_BURST));
 	{
 		/* at most 1000 connects: each leaves a TIME_WAIT behind */
-		char portbuf[16];
-		snprintf(portbuf, sizeof(portbuf), "%d", tcp_port);
-		assert_int_equal(run_bin("tools/kt-load", &out, "--mode", "tcp", "--addr", "127.0.0.1",
-					 "--port", portbuf, "--duration", "2", "--max", "1000", NULL),
+		char *const max1000[] = { "--max", "1000", NULL };
+		assert_int_equal(ktest_load_args(NULL, "tcp", "127.0.0.1", tcp_port, 2, max1000, &to),
 				 0);
-		assert_int_equal(sscanf(out, "ok=%llu refused=%llu errors=%llu elapsed=%lf", &to.ok,
-					&to.refused, &to.errors, &to.elapsed),
-				 4);
-		free(out);
 		print_message("kt-load tcp outside, 1000 connects: ok=%llu refused=%llu errors=%llu "
 			      "elapsed=%.3f\n", to.ok, to.refused, to.errors, to.elapsed);
 		assert_int_equal(to.ok, 1000);
@@ -450,7 +358,7 @@ static void test_enforce_inside_not_outside(void **state)
 	/* status: limit names, the cgroup path, exact counts */
 	unsigned long long udp_adm = u.ok + pu.ok, udp_thr = u.refused + pu.ebusy;
 	unsigned long long tcp_adm = t.ok + pt.ok, tcp_thr = t.refused + pt.ebusy;
-	assert_int_equal(run_bin("kthrottlectl", &out, "-s", d->socket, "status", NULL), 0);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", d->socket, "status", NULL), 0);
 	print_message("%s", out);
 	assert_non_null(strstr(out, cg));
 	assert_true(table_value(out, "e2e-udp", "ADMITTED", &v));
@@ -463,21 +371,22 @@ static void test_enforce_inside_not_outside(void **state)
 	assert_int_equal(v, tcp_thr);
 	free(out);
 
-	assert_int_equal(run_bin("kthrottlectl", &out, "-s", d->socket, "status", "--json", NULL), 0);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", d->socket, "status", "--json",
+				       NULL), 0);
 	assert_true(out[0] == '{');
 	assert_non_null(strstr(out, "\"path\":\""));
 	assert_non_null(strstr(out, cg));
-	assert_true(json_limit_num(out, "e2e-udp", "admitted", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-udp", "admitted", &dv));
 	assert_int_equal((unsigned long long)dv, udp_adm);
-	assert_true(json_limit_num(out, "e2e-udp", "throttled", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-udp", "throttled", &dv));
 	assert_int_equal((unsigned long long)dv, udp_thr);
-	assert_true(json_limit_num(out, "e2e-udp", "bucket_rate", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-udp", "bucket_rate", &dv));
 	assert_true(dv == UDP_MAX);
-	assert_true(json_limit_num(out, "e2e-udp", "burst", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-udp", "burst", &dv));
 	assert_true(dv == UDP_BURST);
-	assert_true(json_limit_num(out, "e2e-tcp", "admitted", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-tcp", "admitted", &dv));
 	assert_int_equal((unsigned long long)dv, tcp_adm);
-	assert_true(json_limit_num(out, "e2e-tcp", "throttled", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-tcp", "throttled", &dv));
 	assert_int_equal((unsigned long long)dv, tcp_thr);
 	free(out);
 }
@@ -492,7 +401,7 @@ static void test_scope_pod_vs_node(void **state)
 	double dv;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	const char *a = new_cgroup(0, "scope-a"), *b = new_cgroup(1, "scope-b");
 	pod_port = ktest_free_port(SOCK_DGRAM);
 	node_port = ktest_free_port(SOCK_DGRAM);
@@ -532,16 +441,17 @@ static void test_scope_pod_vs_node(void **state)
 	/* one bucket for both: the sum holds max, not 2 x max */
 	assert_admitted("node scope, a + b", na.res.ok + nb.res.ok, UDP_MAX, span, UDP_BURST);
 
-	assert_int_equal(run_bin("kthrottlectl", &out, "-s", d->socket, "status", "--json", NULL), 0);
-	assert_true(json_limit_num(out, "e2e-pod", "bucket_rate", &dv));
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", d->socket, "status", "--json",
+				       NULL), 0);
+	assert_true(ktest_json_limit_num(out, "e2e-pod", "bucket_rate", &dv));
 	assert_true(dv == UDP_MAX / 2);
-	assert_true(json_limit_num(out, "e2e-pod", "burst", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-pod", "burst", &dv));
 	assert_true(dv == UDP_BURST / 2);
-	assert_true(json_limit_num(out, "e2e-pod", "admitted", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-pod", "admitted", &dv));
 	assert_int_equal((unsigned long long)dv, pa.res.ok + pb.res.ok);
-	assert_true(json_limit_num(out, "e2e-node", "bucket_rate", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-node", "bucket_rate", &dv));
 	assert_true(dv == UDP_MAX);
-	assert_true(json_limit_num(out, "e2e-node", "burst", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-node", "burst", &dv));
 	assert_true(dv == UDP_BURST);
 	free(out);
 }
@@ -559,7 +469,7 @@ static void test_kill9_enforces_and_restart_adopts(void **state)
 	double dv;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	const char *cg = new_cgroup(0, "adopt");
 	port = ktest_free_port(SOCK_DGRAM);
 	slow_port = ktest_free_port(SOCK_DGRAM);
@@ -598,8 +508,8 @@ static void test_kill9_enforces_and_restart_adopts(void **state)
 	assert_admitted("daemon killed", l2.ok, UDP_MAX, l2.elapsed, UDP_BURST);
 
 	/* no daemon: status from the pinned maps */
-	assert_int_equal(run_bin("kthrottlectl", &out, "-s", d->socket, "-p", d->pin_dir, "status",
-				 NULL), 0);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", d->socket, "-p", d->pin_dir,
+				       "status", NULL), 0);
 	print_message("%s", out);
 	assert_non_null(strstr(out, "daemon not running"));
 	assert_true(table_value(out, "e2e-adopt", "ADMITTED", &v));
@@ -607,12 +517,12 @@ static void test_kill9_enforces_and_restart_adopts(void **state)
 	assert_true(table_value(out, "e2e-slow", "ADMITTED", &v));
 	assert_int_equal(v, 3);
 	free(out);
-	assert_int_equal(run_bin("kthrottlectl", &out, "-s", d->socket, "-p", d->pin_dir, "status",
-				 "--json", NULL), 0);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", d->socket, "-p", d->pin_dir,
+				       "status", "--json", NULL), 0);
 	assert_non_null(strstr(out, "\"daemon\":false"));
-	assert_true(json_limit_num(out, "e2e-adopt", "admitted", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-adopt", "admitted", &dv));
 	assert_int_equal((unsigned long long)dv, l1.ok + l2.ok);
-	assert_true(json_limit_num(out, "e2e-adopt", "throttled", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-adopt", "throttled", &dv));
 	assert_int_equal((unsigned long long)dv, l1.refused + l2.refused);
 	{
 		char idbuf[64];
@@ -623,25 +533,26 @@ static void test_kill9_enforces_and_restart_adopts(void **state)
 	free(out);
 
 	/* restart on the same config: adopted, not reset */
-	log = slurp(d->log);
+	log = ktest_slurp(d->log);
 	log_len = strlen(log);
 	free(log);
 	start_daemon(d);
 	load(cg, "udp", slow_port, 0.1, &s2);
 	assert_int_equal(s2.ok, 0); /* a fresh bucket would admit 3 */
 	assert_true(s2.refused > 0);
-	log = slurp(d->log);
+	log = ktest_slurp(d->log);
 	print_message("log after restart: %s", log + log_len);
 	assert_non_null(strstr(log + log_len, "adopted"));
 	free(log);
 
-	assert_int_equal(run_bin("kthrottlectl", &out, "-s", d->socket, "status", "--json", NULL), 0);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", d->socket, "status", "--json",
+				       NULL), 0);
 	assert_non_null(strstr(out, "\"uptime_s\"")); /* answered by the daemon */
-	assert_true(json_limit_num(out, "e2e-adopt", "admitted", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-adopt", "admitted", &dv));
 	assert_int_equal((unsigned long long)dv, l1.ok + l2.ok);
-	assert_true(json_limit_num(out, "e2e-slow", "admitted", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-slow", "admitted", &dv));
 	assert_int_equal((unsigned long long)dv, 3);
-	assert_true(json_limit_num(out, "e2e-slow", "throttled", &dv));
+	assert_true(ktest_json_limit_num(out, "e2e-slow", "throttled", &dv));
 	assert_int_equal((unsigned long long)dv, s1.refused + s2.refused);
 	free(out);
 
@@ -649,12 +560,6 @@ static void test_kill9_enforces_and_restart_adopts(void **state)
 	ktest_sleep_ms(150);
 	load(cg, "udp", port, 1.0, &l3);
 	assert_admitted("after restart", l3.ok, UDP_MAX, l3.elapsed, UDP_BURST);
-}
-
-static bool shows_kthrottle_prog(const char *bpftool_out)
-{
-	return strstr(bpftool_out, "kt_sendmsg4") || strstr(bpftool_out, "kt_connect4") ||
-	       strstr(bpftool_out, "kt_egress");
 }
 
 /* SIGTERM: exit 0, programs stay attached and enforcing; --cleanup removes
@@ -666,7 +571,7 @@ static void test_sigterm_keeps_enforcing_cleanup_removes(void **state)
 	int port;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	const char *cg = new_cgroup(0, "term");
 	port = ktest_free_port(SOCK_DGRAM);
 	snprintf(body, sizeof(body),
@@ -684,23 +589,24 @@ static void test_sigterm_keeps_enforcing_cleanup_removes(void **state)
 	assert_int_equal(ktest_daemon_signal_wait(d, SIGTERM), 0);
 	assert_int_not_equal(access(d->socket, F_OK), 0); /* socket removed */
 	assert_int_equal(access(d->pin_dir, F_OK), 0);
-	log = slurp(d->log);
+	log = ktest_slurp(d->log);
 	assert_non_null(strstr(log, "stay attached"));
 	free(log);
-	assert_int_equal(bpftool_cgroup_show(cg, &out), 0);
-	assert_true(shows_kthrottle_prog(out));
+	assert_int_equal(ktest_bpftool_cgroup_show(cg, &out), 0);
+	assert_true(ktest_lists_kthrottle_prog(out));
 	free(out);
 
 	load(cg, "udp", port, 1.0, &l1);
 	assert_true(l1.refused > 0);
 	assert_admitted("after SIGTERM", l1.ok, UDP_MAX, l1.elapsed, UDP_BURST);
 
-	assert_int_equal(run_bin("kthrottled", &out, "--cleanup", "--pin-dir", d->pin_dir, NULL), 0);
+	assert_int_equal(ktest_run_bin("kthrottled", &out, "--cleanup", "--pin-dir", d->pin_dir, NULL),
+			 0);
 	free(out);
 	assert_int_not_equal(access(d->pin_dir, F_OK), 0);
-	assert_int_equal(bpftool_cgroup_show(cg, &out), 0);
+	assert_int_equal(ktest_bpftool_cgroup_show(cg, &out), 0);
 	print_message("bpftool cgroup show after cleanup: [%s]\n", out);
-	assert_false(shows_kthrottle_prog(out));
+	assert_false(ktest_lists_kthrottle_prog(out));
 	assert_null(strstr(out, "sendmsg")); /* nothing of ours left on the cgroup */
 	free(out);
 

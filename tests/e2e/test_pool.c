@@ -28,7 +28,6 @@
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -72,24 +71,6 @@ static double ms_since(uint64_t t0)
 	return (double)(ktest_now_ns() - t0) / 1e6;
 }
 
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf = NULL;
-	size_t cap = 0;
-	ssize_t n;
-
-	if (!f)
-		return strdup("");
-	n = getdelim(&buf, &cap, 0, f);
-	fclose(f);
-	if (n < 0) {
-		free(buf);
-		return strdup("");
-	}
-	return buf;
-}
-
 /* Last part of a node's log and its status, for a failing assertion. */
 static void dump_node(int i)
 {
@@ -98,7 +79,7 @@ static void dump_node(int i)
 
 	if (!fx.d[i].dir[0])
 		return;
-	log = slurp(fx.d[i].log);
+	log = ktest_slurp(fx.d[i].log);
 	n = strlen(log);
 	print_message("--- node n%d log (tail):\n%s\n", i, log + (n > 2500 ? n - 2500 : 0));
 	free(log);
@@ -202,56 +183,6 @@ static int udp_port(void)
 
 /* ---- status json ---- */
 
-/* A limit's own fields: from its "name" to its "cgroups" array. */
-static bool limit_span(const char *json, const char *limit, const char **b, const char **e)
-{
-	char key[96];
-
-	snprintf(key, sizeof(key), "\"name\":\"%s\"", limit);
-	*b = strstr(json, key);
-	if (!*b)
-		return false;
-	*e = strstr(*b, "\"cgroups\":");
-	if (!*e)
-		*e = *b + strlen(*b);
-	return true;
-}
-
-static bool jnum(const char *json, const char *limit, const char *field, double *v)
-{
-	const char *b, *e, *p;
-	char fk[64];
-
-	if (!limit_span(json, limit, &b, &e))
-		return false;
-	snprintf(fk, sizeof(fk), "\"%s\":", field);
-	p = strstr(b, fk);
-	if (!p || p > e)
-		return false;
-	*v = strtod(p + strlen(fk), NULL);
-	return true;
-}
-
-static bool jstr(const char *json, const char *limit, const char *field, char *out, size_t len)
-{
-	const char *b, *e, *p, *q;
-	char fk[64];
-
-	if (!limit_span(json, limit, &b, &e))
-		return false;
-	snprintf(fk, sizeof(fk), "\"%s\":\"", field);
-	p = strstr(b, fk);
-	if (!p || p > e)
-		return false;
-	p += strlen(fk);
-	q = strchr(p, '"');
-	if (!q || (size_t)(q - p) >= len)
-		return false;
-	memcpy(out, p, (size_t)(q - p));
-	out[q - p] = 0;
-	return true;
-}
-
 struct lst {
 	char phase[24], state[16], endpoint[96];
 	double size, live, pool_rate, bucket_rate, burst, fallback_rate, admitted, share;
@@ -269,14 +200,17 @@ static bool lstatus(int i, const char *limit, struct lst *s)
 	js = ktest_daemon_cmd(&fx.d[i], "status json");
 	if (!js)
 		return false;
-	ok = jstr(js, limit, "phase", s->phase, sizeof(s->phase)) &&
-	     jstr(js, limit, "state", s->state, sizeof(s->state)) &&
-	     jstr(js, limit, "endpoint", s->endpoint, sizeof(s->endpoint)) &&
-	     jnum(js, limit, "size", &s->size) && jnum(js, limit, "live", &s->live) &&
-	     jnum(js, limit, "pool_rate", &s->pool_rate) &&
-	     jnum(js, limit, "bucket_rate", &s->bucket_rate) && jnum(js, limit, "burst", &s->burst) &&
-	     jnum(js, limit, "fallback_rate", &s->fallback_rate) &&
-	     jnum(js, limit, "admitted", &s->admitted) && jnum(js, limit, "share", &s->share);
+	ok = ktest_json_limit_str(js, limit, "phase", s->phase, sizeof(s->phase)) &&
+	     ktest_json_limit_str(js, limit, "state", s->state, sizeof(s->state)) &&
+	     ktest_json_limit_str(js, limit, "endpoint", s->endpoint, sizeof(s->endpoint)) &&
+	     ktest_json_limit_num(js, limit, "size", &s->size) &&
+	     ktest_json_limit_num(js, limit, "live", &s->live) &&
+	     ktest_json_limit_num(js, limit, "pool_rate", &s->pool_rate) &&
+	     ktest_json_limit_num(js, limit, "bucket_rate", &s->bucket_rate) &&
+	     ktest_json_limit_num(js, limit, "burst", &s->burst) &&
+	     ktest_json_limit_num(js, limit, "fallback_rate", &s->fallback_rate) &&
+	     ktest_json_limit_num(js, limit, "admitted", &s->admitted) &&
+	     ktest_json_limit_num(js, limit, "share", &s->share);
 	if (!ok)
 		print_message("node n%d: cannot parse limit %s in status: %s\n", i, limit, js);
 	free(js);
@@ -523,11 +457,7 @@ static int teardown(void **state)
 {
 	(void)state;
 	for (int i = 0; i < MAX_LOADS; i++)
-		if (fx.loads[i] > 0) {
-			kill(fx.loads[i], SIGKILL);
-			waitpid(fx.loads[i], NULL, 0);
-			fx.loads[i] = 0;
-		}
+		ktest_kill_wait(&fx.loads[i]);
 	for (int i = 0; i < MAX_NODES; i++)
 		if (fx.d[i].dir[0])
 			ktest_daemon_cleanup(&fx.d[i]);
@@ -538,15 +468,6 @@ static int teardown(void **state)
 		rp_stop(&fx.rp[i]);
 	return 0;
 }
-
-#define SKIP_UNLESS_ROOT()                                                                         \
-	do {                                                                                       \
-		const char *why_ = ktest_root_unavailable();                                       \
-		if (why_) {                                                                        \
-			print_message("skipped: %s\n", why_);                                       \
-			skip();                                                                    \
-		}                                                                                  \
-	} while (0)
 
 /* Nodes 0..n-1, each on its own cgroup, one limit "shared" on `port`. */
 static void start_pool_nodes(int n, int port, const char *prefix)
@@ -578,7 +499,7 @@ static void test_three_nodes_share_max(void **state)
 	int port;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	start_redis();
 	port = udp_port();
 	start_pool_nodes(3, port, "share");
@@ -632,7 +553,7 @@ static void test_kill9_survivors_take_over(void **state)
 	int port;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	start_redis();
 	port = udp_port();
 	start_pool_nodes(3, port, "kill");
@@ -699,7 +620,7 @@ static void test_graceful_stop_and_join(void **state)
 	int port, nr = 0;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	start_redis();
 	port = udp_port();
 	start_pool_nodes(3, port, "join");
@@ -855,7 +776,7 @@ static void test_store_failure_policies(void **state)
 	double ms, t_lost[2] = { -1, -1 };
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	start_redis();
 	for (int k = 0; k < 3; k++) {
 		bool dup;
@@ -999,7 +920,7 @@ static void test_sentinel_failover(void **state)
 	int port;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	/* Redis 7 waits repl-diskless-sync-delay (5 s) before a full sync, as
 	 * long as rp_start_replica waits for the link: sync at once */
 	const struct rp_opts now = { .extra_conf = "repl-diskless-sync-delay 0" };
@@ -1089,7 +1010,7 @@ static void test_resumed_ramp_up(void **state)
 	int port;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	start_redis();
 	port = udp_port();
 	add_limit(lim, sizeof(lim), "ramp", new_cgroup(0, "ramp"), port, max, min, 25,
@@ -1154,7 +1075,7 @@ static void test_redis_keys(void **state)
 	int port;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	start_redis();
 	port = udp_port();
 	start_pool_nodes(2, port, "keys");

@@ -20,7 +20,6 @@
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -34,11 +33,10 @@
 
 #include "ktest.h"
 
-#define MIN_RATE 50.0
-#define MAX_RATE 200.0
-#define RAMP_S 3.0
+#define MIN_RATE KTEST_RAMP_MIN /* 50/s */
+#define MAX_RATE KTEST_RAMP_MAX /* 200/s */
+#define RAMP_S KTEST_RAMP_S     /* 3 s */
 #define SLOPE ((MAX_RATE - MIN_RATE) / RAMP_S) /* 50 tokens/s per second */
-#define BURST 5
 #define POLL_MS 50
 #define MAX_SNAPS 400
 
@@ -56,84 +54,25 @@ struct snap {
 	char mode[32];
 };
 
-#define SKIP_UNLESS_ROOT()                                                                         \
-	do {                                                                                       \
-		const char *why_ = ktest_root_unavailable();                                       \
-		if (why_) {                                                                        \
-			print_message("skipped: %s\n", why_);                                       \
-			skip();                                                                    \
-		}                                                                                  \
-	} while (0)
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf = NULL;
-	size_t cap = 0;
-
-	if (!f)
-		return strdup("");
-	if (getdelim(&buf, &cap, 0, f) < 0) {
-		free(buf);
-		buf = strdup("");
-	}
-	fclose(f);
-	return buf;
-}
-
-/* The limit-level value of `field` in the JSON object of limit `name` (its
- * own fields come before its "cgroups" array). */
-static bool json_limit_field(const char *json, const char *name, const char *field,
-			     const char **val)
-{
-	char key[128], fk[64];
-	const char *p, *end;
-
-	snprintf(key, sizeof(key), "\"name\":\"%s\"", name);
-	snprintf(fk, sizeof(fk), "\"%s\":", field);
-	p = strstr(json, key);
-	if (!p)
-		return false;
-	end = strstr(p, "\"cgroups\":");
-	p = strstr(p, fk);
-	if (!p || (end && p > end))
-		return false;
-	*val = p + strlen(fk);
-	return true;
-}
-
-static bool json_limit_num(const char *json, const char *name, const char *field, double *v)
-{
-	const char *p;
-
-	if (!json_limit_field(json, name, field, &p))
-		return false;
-	*v = strtod(p, NULL);
-	return true;
-}
-
 /* One status answer; false if the daemon did not answer or a field is missing. */
 static bool snap_take(struct snap *s)
 {
 	char *out = ktest_daemon_cmd(&fx.d, "status json");
-	const char *up, *mode;
 	double adm, thr;
 	bool ok = false;
 
 	memset(s, 0, sizeof(*s));
 	if (!out)
 		return false;
-	up = strstr(out, "\"uptime_s\":");
-	if (up && json_limit_num(out, "ramp", "pool_rate", &s->pool_rate) &&
-	    json_limit_num(out, "ramp", "ramp_progress_pct", &s->progress) &&
-	    json_limit_num(out, "ramp", "utilization_pct", &s->util) &&
-	    json_limit_num(out, "ramp", "admitted", &adm) &&
-	    json_limit_num(out, "ramp", "throttled", &thr) &&
-	    json_limit_field(out, "ramp", "mode", &mode) && *mode == '"') {
-		s->up = strtod(up + strlen("\"uptime_s\":"), NULL);
+	if (ktest_json_num(out, "uptime_s", &s->up) &&
+	    ktest_json_limit_num(out, "ramp", "pool_rate", &s->pool_rate) &&
+	    ktest_json_limit_num(out, "ramp", "ramp_progress_pct", &s->progress) &&
+	    ktest_json_limit_num(out, "ramp", "utilization_pct", &s->util) &&
+	    ktest_json_limit_num(out, "ramp", "admitted", &adm) &&
+	    ktest_json_limit_num(out, "ramp", "throttled", &thr) &&
+	    ktest_json_limit_str(out, "ramp", "mode", s->mode, sizeof(s->mode))) {
 		s->admitted = (unsigned long long)adm;
 		s->throttled = (unsigned long long)thr;
-		snprintf(s->mode, sizeof(s->mode), "%.*s", (int)strcspn(mode + 1, "\""), mode + 1);
 		ok = true;
 	}
 	free(out);
@@ -161,16 +100,6 @@ static int poll_until(double up_end, struct snap *s, int max)
 		ktest_sleep_ms(POLL_MS);
 	}
 	return n;
-}
-
-/* Integral of the ideal ramp r(u) = min(max, min + slope*u) over [0, u]. */
-static double ramp_integral(double u)
-{
-	if (u <= 0)
-		return 0;
-	if (u <= RAMP_S)
-		return MIN_RATE * u + SLOPE * u * u / 2;
-	return MIN_RATE * RAMP_S + SLOPE * RAMP_S * RAMP_S / 2 + MAX_RATE * (u - RAMP_S);
 }
 
 static double ramp_rate(double u)
@@ -203,85 +132,33 @@ static void prepare(void)
 static void start_daemon(const char *modes)
 {
 	char body[2048];
-	int code = -1;
 
 	if (!fx.cg[0])
 		prepare();
-	assert_int_equal(ktest_daemon_init(&fx.d), 0);
-	snprintf(body, sizeof(body),
-		 "tickInterval: 100ms\n"
-		 "epoch: 1s\n"
-		 "limits:\n"
-		 "  - name: ramp\n"
-		 "    cgroups: [%s]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    burst: %d\n"
-		 "    rateLimit:\n"
-		 "      max: %.0f\n"
-		 "      min: %.0f\n"
-		 "      rampUpDuration: %.0fs\n"
-		 "      modes: {%s}\n",
-		 fx.cg, fx.port, BURST, MAX_RATE, MIN_RATE, RAMP_S, modes);
-	assert_int_equal(ktest_daemon_config(&fx.d, body), 0);
-	if (ktest_daemon_start(&fx.d, 5000, &code) != 0) {
-		char *log = slurp(fx.d.log);
-		print_message("kthrottled did not start (exit %d):\n%s", code, log);
-		free(log);
-		fail();
-	}
+	assert_int_equal(ktest_ramp_config(body, sizeof(body), fx.cg, fx.port, modes), 0);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 }
 
-/* kt-load in fx.cg in the background (output discarded); rate 0 = flat out. */
+/* kt-load in fx.cg in the background (output discarded), flat out. */
 static void load_bg(double secs)
 {
-	char bin[PATH_MAX], port[16], dur[32];
-	pid_t parent = getpid();
-
-	snprintf(bin, sizeof(bin), "%s/tools/kt-load", ktest_build_dir());
-	snprintf(port, sizeof(port), "%d", fx.port);
-	snprintf(dur, sizeof(dur), "%.3f", secs);
-	assert_int_equal(access(bin, X_OK), 0);
-	fx.load_pid = fork();
-	assert_true(fx.load_pid >= 0);
-	if (fx.load_pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(1);
-		if (null >= 0)
-			dup2(null, 1);
-		execl(bin, bin, "--cgroup", fx.cg, "--mode", "udp", "--addr", "127.0.0.1", "--port",
-		      port, "--duration", dur, (char *)NULL);
-		_exit(127);
-	}
+	fx.load_pid = ktest_load_spawn(fx.cg, fx.port, secs, 0, NULL);
+	assert_true(fx.load_pid > 0);
 }
 
 static void load_stop(void)
 {
-	if (fx.load_pid > 0) {
-		kill(fx.load_pid, SIGKILL);
-		waitpid(fx.load_pid, NULL, 0);
-		fx.load_pid = -1;
-	}
+	ktest_kill_wait(&fx.load_pid);
 }
 
 /* kt-load in fx.cg, synchronously; rate 0 = flat out. */
 static void load_run(double secs, double rate, struct ktest_load *r)
 {
-	char bin[PATH_MAX], port[16], dur[32], rt[32], *out = NULL;
-	char *argv[] = { bin, "--cgroup", fx.cg, "--mode", "udp", "--addr", "127.0.0.1", "--port",
-			 port, "--duration", dur, "--rate", rt, NULL };
+	char rt[32];
+	char *const extra[] = { "--rate", rt, NULL };
 
-	snprintf(bin, sizeof(bin), "%s/tools/kt-load", ktest_build_dir());
-	snprintf(port, sizeof(port), "%d", fx.port);
-	snprintf(dur, sizeof(dur), "%.3f", secs);
 	snprintf(rt, sizeof(rt), "%.3f", rate);
-	assert_int_equal(ktest_run_capture(argv, &out), 0);
-	memset(r, 0, sizeof(*r));
-	assert_int_equal(sscanf(out, "ok=%llu refused=%llu errors=%llu elapsed=%lf", &r->ok,
-				&r->refused, &r->errors, &r->elapsed), 4);
-	free(out);
+	assert_int_equal(ktest_load_args(fx.cg, "udp", "127.0.0.1", fx.port, secs, extra, r), 0);
 	print_message("kt-load %.1fs rate %s: ok=%llu refused=%llu errors=%llu elapsed=%.3f\n", secs,
 		      rate > 0 ? rt : "max", r->ok, r->refused, r->errors, r->elapsed);
 	assert_int_equal(r->errors, 0);
@@ -330,7 +207,7 @@ static void ramp_tracks(const char *modes, const char *mode_name)
 
 	for (int k = 1; k + 1 <= (int)end; k++) {
 		int a = nearest(s, n, k), b = nearest(s, n, k + 1);
-		double want = ramp_integral(s[b].up) - ramp_integral(s[a].up);
+		double want = ktest_ramp_integral(s[b].up) - ktest_ramp_integral(s[a].up);
 		double got = (double)(s[b].admitted - s[a].admitted);
 		double tol = fmax(0.08 * want, 5);
 
@@ -370,14 +247,14 @@ static void ramp_tracks(const char *modes, const char *mode_name)
 static void test_scheduled_ramp_tracks(void **state)
 {
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	ramp_tracks("scheduled: {}", "scheduled");
 }
 
 static void test_relaxed_ramp_tracks(void **state)
 {
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	ramp_tracks("relaxed: {}", "relaxed");
 }
 
@@ -389,7 +266,7 @@ static void test_relaxed_idle_gap_stalls(void **state)
 	struct snap a, b, c, d;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	start_daemon("relaxed: {}");
 	ktest_sleep_ms(500);
 	a = snap_now();
@@ -428,7 +305,7 @@ static void test_gobackn_falls_after_cooldown(void **state)
 	struct snap a, b, c;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	start_daemon("goBackN: {thresholdPercentage: 50, coolDownPeriod: 1s, rampDownPercentage: 50}");
 	load_run(2.0, 0, &l);
 	assert_true(l.refused > 0);
@@ -459,7 +336,7 @@ static void test_only_if_used_low_traffic_holds(void **state)
 	struct snap a, b;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	start_daemon("onlyIfUsed: {thresholdPercentage: 50}");
 	load_run(2.5, 10, &l);
 	assert_int_equal(l.refused, 0);

@@ -15,7 +15,6 @@
 #include <math.h>
 #include <setjmp.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,84 +41,15 @@ static struct fixture {
 	pid_t load_pid;
 } fx;
 
-#define SKIP_UNLESS_ROOT()                                                                         \
-	do {                                                                                       \
-		const char *why_ = ktest_root_unavailable();                                       \
-		if (why_) {                                                                        \
-			print_message("skipped: %s\n", why_);                                       \
-			skip();                                                                    \
-		}                                                                                  \
-	} while (0)
-
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *buf = NULL;
-	size_t cap = 0;
-
-	if (!f)
-		return strdup("");
-	if (getdelim(&buf, &cap, 0, f) < 0) {
-		free(buf);
-		buf = strdup("");
-	}
-	fclose(f);
-	return buf;
-}
-
-static int run_bin(const char *prog, char **out, ...)
-{
-	char bin[PATH_MAX];
-	char *argv[16];
-	va_list ap;
-	int n = 0;
-
-	snprintf(bin, sizeof(bin), "%s/%s", ktest_build_dir(), prog);
-	argv[n++] = bin;
-	va_start(ap, out);
-	while (n < 15 && (argv[n] = va_arg(ap, char *)))
-		n++;
-	va_end(ap);
-	argv[n] = NULL;
-	return ktest_run_capture(argv, out);
-}
-
-static int bpftool_cgroup_show(const char *cg, char **out)
-{
-	char *argv[] = { "/usr/sbin/bpftool", "cgroup", "show", (char *)cg, NULL };
-
-	if (access(argv[0], X_OK) != 0)
-		argv[0] = "/usr/bin/bpftool";
-	return ktest_run_capture(argv, out);
-}
-
 static bool attached(const char *cg)
 {
 	char *out = NULL;
 	bool yes;
 
-	assert_int_equal(bpftool_cgroup_show(cg, &out), 0);
-	yes = strstr(out, "kt_sendmsg4") || strstr(out, "kt_connect4") || strstr(out, "kt_egress");
+	assert_int_equal(ktest_bpftool_cgroup_show(cg, &out), 0);
+	yes = ktest_lists_kthrottle_prog(out);
 	free(out);
 	return yes;
-}
-
-static bool json_limit_num(const char *json, const char *name, const char *field, double *v)
-{
-	char key[128], fk[64];
-	const char *p, *end;
-
-	snprintf(key, sizeof(key), "\"name\":\"%s\"", name);
-	snprintf(fk, sizeof(fk), "\"%s\":", field);
-	p = strstr(json, key);
-	if (!p)
-		return false;
-	end = strstr(p, "\"cgroups\":");
-	p = strstr(p, fk);
-	if (!p || (end && p > end))
-		return false;
-	*v = strtod(p + strlen(fk), NULL);
-	return true;
 }
 
 static double status_num(const char *limit, const char *field)
@@ -128,7 +58,7 @@ static double status_num(const char *limit, const char *field)
 	double v = -1;
 
 	assert_non_null(out);
-	assert_true(json_limit_num(out, limit, field, &v));
+	assert_true(ktest_json_limit_num(out, limit, field, &v));
 	free(out);
 	return v;
 }
@@ -157,16 +87,9 @@ static void write_config(const char *limits)
 
 static void start_daemon(const char *limits)
 {
-	int code = -1;
-
 	assert_int_equal(ktest_daemon_init(&fx.d), 0);
 	write_config(limits);
-	if (ktest_daemon_start(&fx.d, 5000, &code) != 0) {
-		char *log = slurp(fx.d.log);
-		print_message("kthrottled did not start (exit %d):\n%s", code, log);
-		free(log);
-		fail();
-	}
+	assert_int_equal(ktest_daemon_start_logged(&fx.d), 0);
 }
 
 static double since_s(uint64_t t0)
@@ -189,26 +112,10 @@ static int bg_fd = -1;
 
 static uint64_t bg_start(const char *cg, int port, double secs)
 {
-	char bin[PATH_MAX], portbuf[16], dur[32], rep[32];
-	int p[2];
-	uint64_t t0;
+	uint64_t t0 = ktest_now_ns();
 
-	snprintf(bin, sizeof(bin), "%s/tools/kt-load", ktest_build_dir());
-	snprintf(portbuf, sizeof(portbuf), "%d", port);
-	snprintf(dur, sizeof(dur), "%.3f", secs);
-	snprintf(rep, sizeof(rep), "%.3f", PERIOD_S);
-	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-	t0 = ktest_now_ns();
-	fx.load_pid = fork();
-	assert_true(fx.load_pid >= 0);
-	if (fx.load_pid == 0) {
-		dup2(p[1], 1);
-		execl(bin, bin, "--cgroup", cg, "--mode", "udp", "--addr", "127.0.0.1", "--port",
-		      portbuf, "--duration", dur, "--report", rep, (char *)NULL);
-		_exit(127);
-	}
-	close(p[1]);
-	bg_fd = p[0];
+	fx.load_pid = ktest_load_spawn(cg, port, secs, PERIOD_S, &bg_fd);
+	assert_true(fx.load_pid > 0);
 	return t0;
 }
 
@@ -229,6 +136,7 @@ static void bg_finish(struct series *s)
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	memset(s, 0, sizeof(*s));
 	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		struct ktest_load sum;
 		double t;
 		unsigned long long ok, ref;
 
@@ -236,9 +144,11 @@ static void bg_finish(struct series *s)
 		    s->n < MAX_PERIODS) {
 			s->end[s->n] = t;
 			s->ok[s->n++] = ok;
-		} else if (sscanf(line, "ok=%llu refused=%llu errors=%llu elapsed=%lf", &s->total_ok,
-				  &s->total_refused, &s->errors, &s->elapsed) == 4) {
-			continue;
+		} else if (ktest_load_parse(line, &sum)) {
+			s->total_ok = sum.ok;
+			s->total_refused = sum.refused;
+			s->errors = sum.errors;
+			s->elapsed = sum.elapsed;
 		}
 	}
 	free(buf);
@@ -304,10 +214,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (fx.load_pid > 0) {
-		kill(fx.load_pid, SIGKILL);
-		waitpid(fx.load_pid, NULL, 0);
-	}
+	ktest_kill_wait(&fx.load_pid);
 	if (bg_fd >= 0)
 		close(bg_fd);
 	bg_fd = -1;
@@ -331,18 +238,18 @@ static void test_reload_lowers_rate_without_burst(void **state)
 	int port;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	assert_int_equal(ktest_cgroup_create("reload-low", fx.cg[0], sizeof(fx.cg[0])), 0);
 	port = ktest_free_port(SOCK_DGRAM);
 	start_daemon(limit_yaml(lim, sizeof(lim), "rl", fx.cg[0], port, 400));
-	assert_int_equal(bpftool_cgroup_show(fx.cg[0], &out), 0);
+	assert_int_equal(ktest_bpftool_cgroup_show(fx.cg[0], &out), 0);
 	char *links_before = out;
 
 	uint64_t t0 = bg_start(fx.cg[0], port, 3.0);
 	ktest_sleep_ms(1200);
 	write_config(limit_yaml(lim, sizeof(lim), "rl", fx.cg[0], port, 100));
 	double sent = since_s(t0);
-	assert_int_equal(run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
 	double replied = since_s(t0);
 	assert_non_null(strstr(out, "ok"));
 	free(out);
@@ -373,7 +280,7 @@ static void test_reload_lowers_rate_without_burst(void **state)
 	assert_true(status_num("rl", "max") == 100);
 	assert_true(status_num("rl", "bucket_rate") == 100);
 	/* no detach: the same links (same ids) before and after */
-	assert_int_equal(bpftool_cgroup_show(fx.cg[0], &out), 0);
+	assert_int_equal(ktest_bpftool_cgroup_show(fx.cg[0], &out), 0);
 	assert_string_equal(out, links_before);
 	free(out);
 	free(links_before);
@@ -388,7 +295,7 @@ static void test_sighup_raises_rate_within_two_ticks(void **state)
 	int port;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	assert_int_equal(ktest_cgroup_create("reload-high", fx.cg[0], sizeof(fx.cg[0])), 0);
 	port = ktest_free_port(SOCK_DGRAM);
 	start_daemon(limit_yaml(lim, sizeof(lim), "rh", fx.cg[0], port, 100));
@@ -418,7 +325,7 @@ static void test_sighup_raises_rate_within_two_ticks(void **state)
 	print_message("whole run: %llu admitted, bound %.1f\n", s.total_ok, bound);
 	assert_true((double)s.total_ok <= bound);
 
-	log = slurp(fx.d.log);
+	log = ktest_slurp(fx.d.log);
 	assert_non_null(strstr(log, "reloaded"));
 	free(log);
 	assert_true(status_num("rh", "max") == 400);
@@ -433,7 +340,7 @@ static void test_bad_reload_keeps_old_config(void **state)
 	int port;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	assert_int_equal(ktest_cgroup_create("reload-bad", fx.cg[0], sizeof(fx.cg[0])), 0);
 	port = ktest_free_port(SOCK_DGRAM);
 	start_daemon(limit_yaml(lim, sizeof(lim), "rb", fx.cg[0], port, 200));
@@ -442,14 +349,14 @@ static void test_bad_reload_keeps_old_config(void **state)
 								     fx.cg[0], port, 50));
 	write_config(bad);
 	/* the offending line: the last one of the file */
-	char *cfg = slurp(fx.d.config), want[600];
+	char *cfg = ktest_slurp(fx.d.config), want[600];
 	int lines = 0;
 	for (char *p = cfg; *p; p++)
 		lines += *p == '\n';
 	free(cfg);
 	snprintf(want, sizeof(want), "%s:%d:", fx.d.config, lines);
 
-	assert_int_equal(run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 1);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 1);
 	print_message("reload reply: %s", out);
 	assert_true(!strncmp(out, "error:", 6));
 	assert_non_null(strstr(out, want));
@@ -460,7 +367,7 @@ static void test_bad_reload_keeps_old_config(void **state)
 	assert_int_equal(kill(fx.d.pid, SIGHUP), 0);
 	ktest_sleep_ms(300);
 	assert_int_equal(waitpid(fx.d.pid, NULL, WNOHANG), 0);
-	log = slurp(fx.d.log);
+	log = ktest_slurp(fx.d.log);
 	assert_non_null(strstr(log, "reload rejected"));
 	free(log);
 
@@ -484,7 +391,7 @@ static void test_reload_adds_and_removes_limits(void **state)
 	int pa, pb;
 
 	(void)state;
-	SKIP_UNLESS_ROOT();
+	KTEST_SKIP_UNLESS_ROOT();
 	assert_int_equal(ktest_cgroup_create("reload-a", fx.cg[0], sizeof(fx.cg[0])), 0);
 	assert_int_equal(ktest_cgroup_create("reload-b", fx.cg[1], sizeof(fx.cg[1])), 0);
 	pa = ktest_free_port(SOCK_DGRAM);
@@ -507,7 +414,7 @@ static void test_reload_adds_and_removes_limits(void **state)
 
 	snprintf(both, sizeof(both), "%s%s", la, lb);
 	write_config(both);
-	assert_int_equal(run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
 	free(out);
 	assert_true(attached(fx.cg[0]));
 	assert_true(attached(fx.cg[1]));
@@ -516,7 +423,7 @@ static void test_reload_adds_and_removes_limits(void **state)
 	assert_true(l.refused > 0);
 
 	write_config(lb);
-	assert_int_equal(run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
 	free(out);
 	assert_false(attached(fx.cg[0]));
 	assert_true(attached(fx.cg[1]));

@@ -3,8 +3,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <grp.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,6 +262,32 @@ int ktest_daemon_start(struct ktest_daemon *d, int timeout_ms, int *exit_code)
 	return -1;
 }
 
+int ktest_daemon_start_logged(struct ktest_daemon *d)
+{
+	int code = -1;
+	char *log;
+
+	if (ktest_daemon_start(d, 5000, &code) == 0)
+		return 0;
+	log = ktest_slurp(d->log);
+	fprintf(stderr, "kthrottled on %s did not start (exit %d):\n%s", d->config, code, log);
+	free(log);
+	return -1;
+}
+
+int ktest_daemon_up(struct ktest_daemon *d, const char *yaml_body)
+{
+	if (ktest_daemon_init(d)) {
+		fprintf(stderr, "ktest: cannot create a temp dir for kthrottled\n");
+		return -EIO;
+	}
+	if (ktest_daemon_config(d, yaml_body)) {
+		fprintf(stderr, "ktest: cannot write %s\n", d->config);
+		return -EIO;
+	}
+	return ktest_daemon_start_logged(d) ? -EIO : 0;
+}
+
 int ktest_daemon_signal_wait(struct ktest_daemon *d, int sig)
 {
 	int status = 0;
@@ -284,11 +312,7 @@ void ktest_daemon_cleanup(struct ktest_daemon *d)
 {
 	char bin[PATH_MAX];
 
-	if (d->pid > 0) {
-		kill(d->pid, SIGKILL);
-		waitpid(d->pid, NULL, 0);
-		d->pid = -1;
-	}
+	ktest_kill_wait(&d->pid);
 	if (d->pin_dir[0] && access(d->pin_dir, F_OK) == 0) {
 		char *argv[] = { bin, "--cleanup", "--pin-dir", d->pin_dir, NULL };
 		char *out = NULL;
@@ -300,7 +324,7 @@ void ktest_daemon_cleanup(struct ktest_daemon *d)
 	d->dir[0] = 0;
 }
 
-int ktest_run_capture(char *const argv[], char **out)
+int ktest_run_capture_as(char *const argv[], int uid, char **out)
 {
 	int p[2], status;
 	size_t len = 0, cap = 4096;
@@ -317,6 +341,9 @@ int ktest_run_capture(char *const argv[], char **out)
 		dup2(p[1], 1);
 		dup2(p[1], 2);
 		close(p[0]);
+		if (uid >= 0 && (setgroups(0, NULL) < 0 || setgid((gid_t)uid) < 0 ||
+				 setuid((uid_t)uid) < 0))
+			_exit(126);
 		execv(argv[0], argv);
 		_exit(127);
 	}
@@ -341,11 +368,137 @@ int ktest_run_capture(char *const argv[], char **out)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-int ktest_load(const char *cgroup, const char *mode, const char *addr, int port, double duration,
-	       struct ktest_load *res)
+int ktest_run_capture(char *const argv[], char **out)
+{
+	return ktest_run_capture_as(argv, -1, out);
+}
+
+int ktest_run_bin(const char *prog, char **out, ...)
+{
+	char bin[PATH_MAX];
+	char *argv[16];
+	va_list ap;
+	int n = 0;
+
+	snprintf(bin, sizeof(bin), "%s/%s", ktest_build_dir(), prog);
+	argv[n++] = bin;
+	va_start(ap, out);
+	while (n < 15 && (argv[n] = va_arg(ap, char *)))
+		n++;
+	va_end(ap);
+	argv[n] = NULL;
+	return ktest_run_capture(argv, out);
+}
+
+int ktest_bpftool_cgroup_show(const char *cg, char **out)
+{
+	char *argv[] = { "/usr/sbin/bpftool", "cgroup", "show", (char *)cg, NULL };
+
+	if (access(argv[0], X_OK) != 0)
+		argv[0] = "/usr/bin/bpftool";
+	return ktest_run_capture(argv, out);
+}
+
+bool ktest_lists_kthrottle_prog(const char *bpftool_out)
+{
+	return strstr(bpftool_out, "kt_sendmsg4") || strstr(bpftool_out, "kt_connect4") ||
+	       strstr(bpftool_out, "kt_egress");
+}
+
+char *ktest_slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = NULL;
+	size_t cap = 0;
+	ssize_t n;
+
+	if (!f)
+		return strdup("");
+	n = getdelim(&buf, &cap, 0, f);
+	fclose(f);
+	if (n < 0) {
+		free(buf);
+		return strdup("");
+	}
+	return buf;
+}
+
+const char *ktest_json_limit_field(const char *json, const char *limit, const char *field)
+{
+	char key[128], fk[64];
+	const char *p, *end;
+
+	snprintf(key, sizeof(key), "\"name\":\"%s\"", limit);
+	snprintf(fk, sizeof(fk), "\"%s\":", field);
+	p = strstr(json, key);
+	if (!p)
+		return NULL;
+	end = strstr(p, "\"cgroups\":");
+	p = strstr(p, fk);
+	if (!p || (end && p > end))
+		return NULL;
+	return p + strlen(fk);
+}
+
+static bool json_number(const char *p, double *v)
+{
+	char *e;
+	double x;
+
+	if (!strncmp(p, "true", 4) || !strncmp(p, "false", 5)) {
+		*v = *p == 't';
+		return true;
+	}
+	x = strtod(p, &e);
+	if (e == p)
+		return false;
+	*v = x;
+	return true;
+}
+
+bool ktest_json_limit_num(const char *json, const char *limit, const char *field, double *v)
+{
+	const char *p = ktest_json_limit_field(json, limit, field);
+
+	return p && json_number(p, v);
+}
+
+bool ktest_json_limit_str(const char *json, const char *limit, const char *field, char *out,
+			  size_t len)
+{
+	const char *p = ktest_json_limit_field(json, limit, field), *q;
+
+	if (!p || *p++ != '"')
+		return false;
+	q = strchr(p, '"');
+	if (!q || (size_t)(q - p) >= len)
+		return false;
+	memcpy(out, p, (size_t)(q - p));
+	out[q - p] = 0;
+	return true;
+}
+
+bool ktest_json_num(const char *json, const char *key, double *v)
+{
+	char k[64];
+	const char *p;
+
+	snprintf(k, sizeof(k), "\"%s\":", key);
+	p = strstr(json, k);
+	return p && json_number(p + strlen(k), v);
+}
+
+bool ktest_load_parse(const char *line, struct ktest_load *res)
+{
+	return sscanf(line, "ok=%llu refused=%llu errors=%llu elapsed=%lf", &res->ok, &res->refused,
+		      &res->errors, &res->elapsed) == 4;
+}
+
+int ktest_load_args(const char *cgroup, const char *mode, const char *addr, int port,
+		    double duration, char *const extra[], struct ktest_load *res)
 {
 	char bin[PATH_MAX], portbuf[16], durbuf[32];
-	char *argv[16], *out = NULL;
+	char *argv[24], *out = NULL;
 	int n = 0, rc;
 
 	snprintf(bin, sizeof(bin), "%s/tools/kt-load", ktest_build_dir());
@@ -364,15 +517,111 @@ int ktest_load(const char *cgroup, const char *mode, const char *addr, int port,
 	argv[n++] = portbuf;
 	argv[n++] = "--duration";
 	argv[n++] = durbuf;
+	for (int i = 0; extra && extra[i] && i < 8; i++)
+		argv[n++] = extra[i];
 	argv[n] = NULL;
 	rc = ktest_run_capture(argv, &out);
 	memset(res, 0, sizeof(*res));
-	if (rc != 0 || !out ||
-	    sscanf(out, "ok=%llu refused=%llu errors=%llu elapsed=%lf", &res->ok, &res->refused,
-		   &res->errors, &res->elapsed) != 4) {
+	if (rc != 0 || !out || !ktest_load_parse(out, res)) {
 		free(out);
 		return -1;
 	}
 	free(out);
 	return 0;
+}
+
+int ktest_load(const char *cgroup, const char *mode, const char *addr, int port, double duration,
+	       struct ktest_load *res)
+{
+	return ktest_load_args(cgroup, mode, addr, port, duration, NULL, res);
+}
+
+pid_t ktest_load_spawn(const char *cgroup, int port, double secs, double report_s, int *out_fd)
+{
+	char bin[PATH_MAX], portbuf[16], dur[32], rep[32];
+	char *argv[] = { bin, "--cgroup", (char *)cgroup, "--mode", "udp", "--addr", "127.0.0.1",
+			 "--port", portbuf, "--duration", dur, report_s > 0 ? "--report" : NULL, rep,
+			 NULL };
+	pid_t parent = getpid(), pid;
+	int p[2] = { -1, -1 };
+
+	snprintf(bin, sizeof(bin), "%s/tools/kt-load", ktest_build_dir());
+	snprintf(portbuf, sizeof(portbuf), "%d", port);
+	snprintf(dur, sizeof(dur), "%.3f", secs);
+	snprintf(rep, sizeof(rep), "%.3f", report_s);
+	if (access(bin, X_OK) != 0) {
+		fprintf(stderr, "ktest: %s missing (make build/tools/kt-load)\n", bin);
+		return -ENOENT;
+	}
+	if (out_fd && pipe2(p, O_CLOEXEC) < 0)
+		return -errno;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		int fd = out_fd ? p[1] : open("/dev/null", O_WRONLY | O_CLOEXEC);
+
+		/* dies with the caller, even if that died before this line */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		if (fd >= 0)
+			dup2(fd, 1);
+		execv(bin, argv);
+		_exit(127);
+	}
+	if (pid < 0)
+		pid = -errno;
+	if (out_fd) {
+		close(p[1]);
+		if (pid > 0)
+			*out_fd = p[0];
+		else
+			close(p[0]);
+	}
+	return pid;
+}
+
+void ktest_kill_wait(pid_t *pid)
+{
+	if (*pid > 0) {
+		kill(*pid, SIGKILL);
+		waitpid(*pid, NULL, 0);
+	}
+	*pid = -1;
+}
+
+int ktest_ramp_config(char *buf, size_t len, const char *cg, int port, const char *modes)
+{
+	int n = snprintf(buf, len,
+			 "tickInterval: 100ms\n"
+			 "epoch: 1s\n"
+			 "limits:\n"
+			 "  - name: ramp\n"
+			 "    cgroups: [%s]\n"
+			 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+			 "    unit: datagram\n"
+			 "    burst: %d\n"
+			 "    rateLimit:\n"
+			 "      max: %.0f\n"
+			 "      min: %.0f\n"
+			 "      rampUpDuration: %.0fs\n"
+			 "      modes: {%s}\n",
+			 cg, port, KTEST_RAMP_BURST, KTEST_RAMP_MAX, KTEST_RAMP_MIN, KTEST_RAMP_S,
+			 modes);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+double ktest_ramp_integral(double u)
+{
+	const double slope = (KTEST_RAMP_MAX - KTEST_RAMP_MIN) / KTEST_RAMP_S;
+
+	if (u <= 0)
+		return 0;
+	if (u <= KTEST_RAMP_S)
+		return KTEST_RAMP_MIN * u + slope * u * u / 2;
+	return KTEST_RAMP_MIN * KTEST_RAMP_S + slope * KTEST_RAMP_S * KTEST_RAMP_S / 2 +
+	       KTEST_RAMP_MAX * (u - KTEST_RAMP_S);
 }

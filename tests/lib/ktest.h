@@ -58,18 +58,97 @@ void ktest_daemon_cleanup(struct ktest_daemon *d);
 /* Prepares paths (tmp dir and pin dir) without starting anything. */
 int ktest_daemon_init(struct ktest_daemon *d);
 
-/* Runs argv (argv[0] a path) with stdout captured into a malloc'd string;
- * returns the exit status or -1. */
+/* Starts d (already configured) with a 5 s timeout; on failure prints its
+ * exit status and log to stderr. 0 or -1. */
+int ktest_daemon_start_logged(struct ktest_daemon *d);
+/* ktest_daemon_init + ktest_daemon_config(yaml_body) +
+ * ktest_daemon_start_logged; each failure is named on stderr. 0 or -EIO;
+ * either way d is ready for ktest_daemon_cleanup. */
+int ktest_daemon_up(struct ktest_daemon *d, const char *yaml_body);
+
+/* Whole file as a malloc'd string; "" (also malloc'd) if it cannot be read,
+ * so callers can strstr() it unchecked. */
+char *ktest_slurp(const char *path);
+
+/* Runs argv (argv[0] a path) with stdout and stderr captured into a malloc'd
+ * string; returns the exit status or -1. */
 int ktest_run_capture(char *const argv[], char **out);
-/* Runs kt-load inside `cgroup` (NULL: this cgroup); parses its summary. */
+/* The same as user and group `uid` with no supplementary groups (exit 126
+ * if that fails); uid < 0: as this process. */
+int ktest_run_capture_as(char *const argv[], int uid, char **out);
+/* ktest_run_capture of <build dir>/<prog> and the arguments that follow, up
+ * to 14 and a terminating NULL. */
+int ktest_run_bin(const char *prog, char **out, ...) __attribute__((sentinel));
+/* `bpftool cgroup show <cg>` output into *out; its exit status. */
+int ktest_bpftool_cgroup_show(const char *cg, char **out);
+/* Whether bpftool output lists one of kthrottle's cgroup programs. */
+bool ktest_lists_kthrottle_prog(const char *bpftool_out);
+
+/* Reading `kthrottlectl status --json` (or the socket's "status json"). A
+ * limit's own fields, its "store" and its "pool" objects come before its
+ * "cgroups" array; the lookups below search only that part of the object
+ * whose "name" is `limit`. */
+/* Start of the value of `field` in limit `limit`, or NULL. */
+const char *ktest_json_limit_field(const char *json, const char *limit, const char *field);
+/* A number (true/false read as 1/0); false if absent or not a number. */
+bool ktest_json_limit_num(const char *json, const char *limit, const char *field, double *v);
+/* A string without its quotes; false if absent, not a string, or longer
+ * than len - 1. */
+bool ktest_json_limit_str(const char *json, const char *limit, const char *field, char *out,
+			  size_t len);
+/* The number after the first "key": anywhere (top-level fields such as
+ * uptime_s). */
+bool ktest_json_num(const char *json, const char *key, double *v);
+
+/* kt-load's summary line "ok=.. refused=.. errors=.. elapsed=.."; false if
+ * `line` does not start with one. */
 struct ktest_load {
 	unsigned long long ok, refused, errors;
 	double elapsed;
 };
+bool ktest_load_parse(const char *line, struct ktest_load *res);
+/* Runs kt-load inside `cgroup` (NULL: this cgroup) and parses its summary;
+ * 0, or -1 if it failed or printed no summary. */
 int ktest_load(const char *cgroup, const char *mode, const char *addr, int port, double duration,
 	       struct ktest_load *res);
+/* The same with up to 8 more kt-load arguments (NULL-terminated, or NULL),
+ * e.g. { "--rate", "10", NULL }. */
+int ktest_load_args(const char *cgroup, const char *mode, const char *addr, int port,
+		    double duration, char *const extra[], struct ktest_load *res);
+/* kt-load in the background: UDP from `cgroup` to 127.0.0.1:port flat out
+ * for secs, killed with the caller. report_s > 0 adds --report report_s.
+ * With out_fd its stdout goes to a pipe whose read end is *out_fd, else to
+ * /dev/null. Returns its pid or -errno. */
+pid_t ktest_load_spawn(const char *cgroup, int port, double secs, double report_s, int *out_fd);
+/* SIGKILL and reap *pid if it is > 0; then *pid = -1. */
+void ktest_kill_wait(pid_t *pid);
+
+/* The ramp that e2e test_ramp asserts and the bench's ramp section measures:
+ * one UDP datagram limit "ramp" from KTEST_RAMP_MIN to KTEST_RAMP_MAX per
+ * second over KTEST_RAMP_S seconds, burst KTEST_RAMP_BURST, tickInterval
+ * 100 ms, epoch 1 s. */
+#define KTEST_RAMP_MIN 50.0
+#define KTEST_RAMP_MAX 200.0
+#define KTEST_RAMP_S 3.0
+#define KTEST_RAMP_BURST 5
+/* Its config body on cgroup `cg` and 127.0.0.1:port; `modes` is the inside
+ * of the modes mapping, e.g. "relaxed: {}". 0 or -ENAMETOOLONG. */
+int ktest_ramp_config(char *buf, size_t len, const char *cg, int port, const char *modes);
+/* Tokens the ideal ramp r(u) = min(max, min + slope*u) admits over [0, u]. */
+double ktest_ramp_integral(double u);
 
 uint64_t ktest_now_ns(void);
 void ktest_sleep_ms(int ms);
+
+/* For cmocka tests: skip (with the reason) unless ktest_root_unavailable()
+ * says the environment can run root tests. */
+#define KTEST_SKIP_UNLESS_ROOT()                                                                   \
+	do {                                                                                       \
+		const char *why_ = ktest_root_unavailable();                                       \
+		if (why_) {                                                                        \
+			print_message("skipped: %s\n", why_);                                      \
+			skip();                                                                    \
+		}                                                                                  \
+	} while (0)
 
 #endif
