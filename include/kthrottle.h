@@ -16,7 +16,7 @@
 #endif
 
 #define KT_NAME_LEN 32
-#define KT_MAX_LIMITS 256        /* limit ids 0..KT_MAX_LIMITS-1 */
+#define KT_MAX_LIMITS 1024       /* limit ids 0..KT_MAX_LIMITS-1 */
 #define KT_MAX_BUCKETS 4096      /* bucket slots, shared by all limits */
 #define KT_MAX_MEMBERSHIPS 8192  /* (limit, cgroup) pairs */
 #define KT_MAX_PREFIXES 4096     /* destination prefixes in the classifier */

@@ -408,7 +408,8 @@ static void test_limit_count(void **state)
 					"- {name: l%d, cgroups: x, unit: packet, rateLimit: {max: 1}}\n", i);
 	assert_int_equal(parse(yaml, &cfg, err), 0);
 	assert_int_equal(cfg.n_limits, KT_MAX_LIMITS);
-	assert_string_equal(cfg.limits[KT_MAX_LIMITS - 1].name, "l255");
+	snprintf(expect, sizeof(expect), "l%d", KT_MAX_LIMITS - 1);
+	assert_string_equal(cfg.limits[KT_MAX_LIMITS - 1].name, expect);
 	kt_config_free(&cfg);
 	snprintf(yaml + off, cap - off, "- {name: extra, cgroups: x, unit: packet, rateLimit: {max: 1}}\n");
 	assert_int_equal(parse(yaml, &cfg, err), -EINVAL);
