@@ -17,7 +17,7 @@ int kt_egress(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
-	__u8 addr[16];
+	struct kt_prefix_key key;
 	__u8 l4proto, proto;
 	__u16 port = 0;
 	void *l4;
@@ -29,7 +29,7 @@ int kt_egress(struct __sk_buff *skb)
 
 		if ((void *)(ip + 1) > data_end)
 			return SKB_PASS;
-		kt_v4_mapped(addr, ip->daddr);
+		kt_key_v4(&key, ip->daddr);
 		l4proto = ip->protocol;
 		/* Later fragments carry no ports: they count under port 0. */
 		l4 = (ip->frag_off & bpf_htons(0x1fff)) ? 0 : (void *)ip + ip->ihl * 4;
@@ -38,7 +38,8 @@ int kt_egress(struct __sk_buff *skb)
 
 		if ((void *)(ip6 + 1) > data_end)
 			return SKB_PASS;
-		__builtin_memcpy(addr, &ip6->daddr, 16);
+		key.prefixlen = 128;
+		__builtin_memcpy(key.addr, &ip6->daddr, 16);
 		/* Extension headers are not walked: such packets count under port 0. */
 		l4proto = ip6->nexthdr;
 		l4 = (void *)(ip6 + 1);
@@ -57,7 +58,7 @@ int kt_egress(struct __sk_buff *skb)
 	if (l4 && l4 + 4 <= data_end)
 		port = bpf_ntohs(*(__u16 *)(l4 + 2));
 
-	verdict = kt_classify_and_decide(skb, 1, KT_HOOK_EGRESS, proto, addr, port,
+	verdict = kt_classify_and_decide(skb, 1, KT_HOOK_EGRESS, proto, &key, port,
 					 bpf_skb_cgroup_id(skb), skb->len, &wait_ns);
 	if (verdict != KT_REFUSE)
 		return SKB_PASS;

@@ -32,7 +32,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, KT_MAX_MEMBERSHIPS);
-	__type(key, struct kt_member_key);
+	__type(key, __u64); /* struct kt_member_key */
 	__type(value, struct kt_member_val);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_members SEC(".maps");
@@ -71,58 +71,79 @@ static __always_inline int kt_port_may_match(__u32 hook, __u16 port)
 	return f && kt_port_filter_test(f, port);
 }
 
-/* Bucket slot for this cgroup under a limit: the cgroup itself, else the
- * nearest attached ancestor (processes in a pod's container sub-cgroups count
- * against the pod). `ctx` is the program context for the ancestor helper. */
-static __always_inline struct kt_member_val *kt_find_member(void *ctx, int is_skb, __u64 cgid,
-							    __u32 limit_id)
+/* Slot `v` gives `limit_id`, or -1 when the cgroup is no member of it. */
+static __always_inline __s64 kt_member_slot(const struct kt_member_val *v, __u32 limit_id)
 {
-	struct kt_member_key key = { .cgroup_id = cgid, .limit_id = limit_id };
-	struct kt_member_val *m;
+	int i;
+
+	for (i = 0; i < KT_LIMITS_PER_CGROUP; i++) {
+		if (i >= v->count)
+			break;
+		if (v->ents[i].limit_id == limit_id)
+			return v->ents[i].slot;
+	}
+	return -1;
+}
+
+/* Bucket slot of the nearest ancestor of `cgid` that is a member of the
+ * limit (processes in a pod's container sub-cgroups count against the pod),
+ * or -1. `ctx` is the program context for the ancestor helper. */
+static __always_inline __s64 kt_ancestor_slot(void *ctx, int is_skb, __u64 cgid, __u32 limit_id)
+{
+	struct kt_member_val *v;
+	__s64 slot;
 	int level;
 
-	m = bpf_map_lookup_elem(&kt_members, &key);
-	if (m)
-		return m;
 	for (level = KT_MAX_CGROUP_DEPTH - 1; level >= 1; level--) {
 		__u64 anc = is_skb ? bpf_skb_ancestor_cgroup_id(ctx, level)
 				   : bpf_get_current_ancestor_cgroup_id(level);
 		if (!anc || anc == cgid)
 			continue;
-		key.cgroup_id = anc;
-		m = bpf_map_lookup_elem(&kt_members, &key);
-		if (m)
-			return m;
+		v = bpf_map_lookup_elem(&kt_members, &anc);
+		if (v && (slot = kt_member_slot(v, limit_id)) >= 0)
+			return slot;
 	}
-	return 0;
+	return -1;
+}
+
+/* IPv4 destination as a full-length v4-mapped classifier key (::ffff:a.b.c.d). */
+static __always_inline void kt_key_v4(struct kt_prefix_key *key, __u32 addr_be)
+{
+	__u32 *w = (__u32 *)key->addr;
+
+	key->prefixlen = 128;
+	w[0] = 0;
+	w[1] = 0;
+	w[2] = bpf_htonl(0xffff);
+	w[3] = addr_be;
 }
 
 /*
  * Classify a destination and, when a limit of this hook covers it and the
- * cgroup is one of the limit's members, charge `cost` tokens to its bucket.
- * addr is the 16-byte (v4-mapped for IPv4) destination, port host order.
+ * cgroup (or its nearest ancestor that is) is one of the limit's members,
+ * charge `cost` tokens to its bucket. `key` is the full-length classifier key
+ * of the destination, built in place by the caller; port in host order.
  */
 static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 hook, __u8 proto,
-						  const __u8 *addr, __u16 port, __u64 cgid,
+						  struct kt_prefix_key *key, __u16 port, __u64 cgid,
 						  __u64 cost, __u64 *wait_ns)
 {
-	struct kt_prefix_key key = { .prefixlen = 128 };
+	struct kt_member_val *own = 0;
 	struct kt_rule_set *rs;
-	int i;
+	int i, looked = 0;
 
 	if (!kt_port_may_match(hook, port))
 		return KT_PASS;
 
-	__builtin_memcpy(key.addr, addr, 16);
-	rs = bpf_map_lookup_elem(&kt_classify, &key);
+	rs = bpf_map_lookup_elem(&kt_classify, key);
 	if (!rs)
 		return KT_PASS;
 
 	for (i = 0; i < KT_RULES_PER_PREFIX; i++) {
 		struct kt_rule *r;
-		struct kt_member_val *m;
 		struct kt_bucket *b;
 		struct kt_counters *c;
+		__s64 found = -1;
 		__u32 slot;
 		int verdict;
 
@@ -132,10 +153,18 @@ static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 h
 		if (r->hook != hook || !(r->proto_mask & proto) || port < r->port_lo ||
 		    port > r->port_hi)
 			continue;
-		m = kt_find_member(ctx, is_skb, cgid, r->limit_id);
-		if (!m)
+		/* the cgroup's own list: looked up once, at the first candidate */
+		if (!looked) {
+			own = bpf_map_lookup_elem(&kt_members, &cgid);
+			looked = 1;
+		}
+		if (own)
+			found = kt_member_slot(own, r->limit_id);
+		if (found < 0)
+			found = kt_ancestor_slot(ctx, is_skb, cgid, r->limit_id);
+		if (found < 0)
 			continue;
-		slot = m->slot;
+		slot = (__u32)found;
 		b = bpf_map_lookup_elem(&kt_buckets, &slot);
 		c = bpf_map_lookup_elem(&kt_counters, &slot);
 		if (!b || !c)
@@ -157,34 +186,29 @@ static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 h
 	return KT_PASS;
 }
 
-static __always_inline void kt_v4_mapped(__u8 *out, __u32 addr_be)
-{
-	__builtin_memset(out, 0, 10);
-	out[10] = 0xff;
-	out[11] = 0xff;
-	__builtin_memcpy(out + 12, &addr_be, 4);
-}
-
 /* connect and sendmsg hooks: classify the destination of a sock_addr call
  * and refuse it with KT_REFUSE_ERRNO, at once, when its bucket is empty. */
 static __always_inline int kt_sock_addr_verdict(struct bpf_sock_addr *ctx, __u32 hook, int v6)
 {
 	__u8 proto = ctx->protocol == IPPROTO_TCP ? KT_PROTO_TCP
 		     : ctx->protocol == IPPROTO_UDP ? KT_PROTO_UDP : 0;
-	__u32 addr[4];
+	struct kt_prefix_key key;
 	__u64 wait_ns;
 
 	if (!proto)
 		return 1;
 	if (v6) {
-		addr[0] = ctx->user_ip6[0];
-		addr[1] = ctx->user_ip6[1];
-		addr[2] = ctx->user_ip6[2];
-		addr[3] = ctx->user_ip6[3];
+		__u32 *w = (__u32 *)key.addr;
+
+		key.prefixlen = 128;
+		w[0] = ctx->user_ip6[0];
+		w[1] = ctx->user_ip6[1];
+		w[2] = ctx->user_ip6[2];
+		w[3] = ctx->user_ip6[3];
 	} else {
-		kt_v4_mapped((__u8 *)addr, ctx->user_ip4);
+		kt_key_v4(&key, ctx->user_ip4);
 	}
-	if (kt_classify_and_decide(ctx, 0, hook, proto, (const __u8 *)addr,
+	if (kt_classify_and_decide(ctx, 0, hook, proto, &key,
 				   bpf_ntohs(ctx->user_port), bpf_get_current_cgroup_id(), 1,
 				   &wait_ns) != KT_REFUSE)
 		return 1;

@@ -18,7 +18,8 @@
 #define KT_NAME_LEN 32
 #define KT_MAX_LIMITS 1024       /* limit ids 0..KT_MAX_LIMITS-1 */
 #define KT_MAX_BUCKETS 4096      /* bucket slots, shared by all limits */
-#define KT_MAX_MEMBERSHIPS 8192  /* (limit, cgroup) pairs */
+#define KT_MAX_MEMBERSHIPS 8192  /* member cgroups (kt_members entries) */
+#define KT_LIMITS_PER_CGROUP 8   /* limits one cgroup may be a member of */
 #define KT_MAX_PREFIXES 4096     /* destination prefixes in the classifier */
 #define KT_RULES_PER_PREFIX 8    /* limits that may share one prefix */
 #define KT_MAX_CGROUP_DEPTH 16   /* ancestor levels searched for nested cgroups */
@@ -94,19 +95,26 @@ struct kt_counters {
 };
 _Static_assert(sizeof(struct kt_counters) == 32, "kt_counters layout");
 
-/* kt_members (hash): which bucket a cgroup's traffic for a limit goes to. */
+/* kt_members (hash): cgroup id -> the limits the cgroup is a member of and
+ * the bucket each charges. One 8-byte-key lookup per packet, whatever the
+ * number of candidate rules. Userspace writes a cgroup's whole list in one
+ * update, so a program sees the old list or the new one, never a mix. */
 struct kt_member_key {
 	__u64 cgroup_id;
-	__u32 limit_id;
-	__u32 pad;
 };
-_Static_assert(sizeof(struct kt_member_key) == 16, "kt_member_key layout");
+_Static_assert(sizeof(struct kt_member_key) == 8, "kt_member_key layout");
+
+struct kt_member_ent {
+	__u32 limit_id;
+	__u32 slot; /* index into kt_buckets / kt_counters */
+};
 
 struct kt_member_val {
-	__u32 slot; /* index into kt_buckets / kt_counters */
+	__u32 count; /* entries in use, at most KT_LIMITS_PER_CGROUP */
 	__u32 pad;
+	struct kt_member_ent ents[KT_LIMITS_PER_CGROUP];
 };
-_Static_assert(sizeof(struct kt_member_val) == 8, "kt_member_val layout");
+_Static_assert(sizeof(struct kt_member_val) == 8 + 8 * KT_LIMITS_PER_CGROUP, "kt_member_val layout");
 
 /* kt_classify (LPM trie): destination prefix -> rules. IPv4 is stored
  * v4-mapped (::ffff:a.b.c.d, prefix + 96) so one trie serves both families. */

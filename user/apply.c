@@ -153,13 +153,60 @@ static int alloc_slot(struct slot_alloc *a, const struct kt_bpf *b)
 	return -1;
 }
 
-static int find_existing(const struct kt_member_key *keys, const struct kt_member_val *vals,
-			 int n, uint64_t cgid, uint32_t limit_id)
+/* One (cgroup, limit) -> slot membership found in kt_members. */
+struct old_member {
+	uint64_t cgid;
+	uint32_t limit_id, slot;
+};
+
+static int find_existing(const struct old_member *old, int n, uint64_t cgid, uint32_t limit_id)
 {
 	for (int i = 0; i < n; i++)
-		if (keys[i].cgroup_id == cgid && keys[i].limit_id == limit_id)
-			return (int)vals[i].slot;
+		if (old[i].cgid == cgid && old[i].limit_id == limit_id)
+			return (int)old[i].slot;
 	return -1;
+}
+
+/* Member cgroups of the plan, each with the kt_members value listing its
+ * limits and the hooks its limits need. Fails, naming the cgroup, when one
+ * is in more limits than a kt_members value holds. */
+static int collect_cgroups(const struct kt_plan *plan, struct kt_attach *want,
+			   struct kt_member_val *vals, int *n_out, char *err, size_t errlen)
+{
+	int n = 0;
+
+	for (int i = 0; i < plan->n_limits; i++) {
+		for (int j = 0; j < plan->limits[i].n_members; j++) {
+			const struct kt_member_rt *m = &plan->limits[i].members[j];
+			struct kt_member_val *v;
+			int k;
+
+			for (k = 0; k < n; k++)
+				if (want[k].cgroup_id == m->cgid)
+					break;
+			if (k == n) {
+				if (n == KT_MAX_MEMBERSHIPS) {
+					snprintf(err, errlen, "more than %d member cgroups",
+						 KT_MAX_MEMBERSHIPS);
+					return -E2BIG;
+				}
+				want[n] = (struct kt_attach){ .cgroup_id = m->cgid, .path = m->path };
+				memset(&vals[n], 0, sizeof(vals[n]));
+				n++;
+			}
+			v = &vals[k];
+			if (v->count == KT_LIMITS_PER_CGROUP) {
+				snprintf(err, errlen, "cgroup %s is a member of more than %d limits",
+					 m->path, KT_LIMITS_PER_CGROUP);
+				return -E2BIG;
+			}
+			v->ents[v->count++] = (struct kt_member_ent){ .limit_id = plan->limits[i].id,
+								      .slot = m->slot };
+			want[k].hook_mask |= 1u << kt_hook_for_unit(plan->limits[i].cfg->unit);
+		}
+	}
+	*n_out = n;
+	return 0;
 }
 
 static void init_bucket(struct kt_bpf *b, uint32_t slot, uint32_t limit_id, unsigned flags,
@@ -185,20 +232,23 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
 {
 	struct kt_limit_info infos[KT_MAX_LIMITS];
 	struct kt_member_key *old_keys = NULL, key, next;
-	struct kt_member_val *old_vals = NULL, val;
+	struct kt_member_val *want_vals = NULL, val;
+	struct old_member *old = NULL;
 	struct kt_rule_input *rules = NULL;
 	struct kt_classifier cls = { 0 };
 	struct kt_attach *want = NULL;
 	struct slot_alloc *sa = NULL;
 	bool id_used[KT_MAX_LIMITS] = { 0 };
-	int n_old = 0, n_want = 0, i, j, ret = 0;
+	int n_old = 0, n_old_keys = 0, n_want = 0, i, j, ret = 0;
 	uint32_t id;
 
 	sa = calloc(1, sizeof(*sa));
 	old_keys = calloc(KT_MAX_MEMBERSHIPS, sizeof(*old_keys));
-	old_vals = calloc(KT_MAX_MEMBERSHIPS, sizeof(*old_vals));
+	old = calloc(KT_MAX_MEMBERSHIPS * KT_LIMITS_PER_CGROUP, sizeof(*old));
+	want = calloc(KT_MAX_MEMBERSHIPS, sizeof(*want));
+	want_vals = calloc(KT_MAX_MEMBERSHIPS, sizeof(*want_vals));
 	rules = calloc(plan->n_limits + 1, sizeof(*rules));
-	if (!sa || !old_keys || !old_vals || !rules) {
+	if (!sa || !old_keys || !old || !want || !want_vals || !rules) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -240,12 +290,17 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
 	if (bpf_map_get_next_key(b->members_fd, NULL, &next) == 0) {
 		do {
 			key = next;
-			if (n_old < KT_MAX_MEMBERSHIPS &&
-			    bpf_map_lookup_elem(b->members_fd, &key, &val) == 0 &&
-			    val.slot < KT_MAX_BUCKETS) {
-				old_keys[n_old] = key;
-				old_vals[n_old++] = val;
-			}
+			if (n_old_keys == KT_MAX_MEMBERSHIPS ||
+			    bpf_map_lookup_elem(b->members_fd, &key, &val) < 0)
+				continue;
+			old_keys[n_old_keys++] = key;
+			for (uint32_t e = 0; e < val.count && e < KT_LIMITS_PER_CGROUP; e++)
+				if (val.ents[e].slot < KT_MAX_BUCKETS)
+					old[n_old++] = (struct old_member){
+						.cgid = key.cgroup_id,
+						.limit_id = val.ents[e].limit_id,
+						.slot = val.ents[e].slot,
+					};
 		} while (bpf_map_get_next_key(b->members_fd, &key, &next) == 0);
 	}
 
@@ -256,7 +311,7 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
 		int shared = -1;
 
 		for (j = 0; j < l->n_members; j++) {
-			int s = find_existing(old_keys, old_vals, n_old, l->members[j].cgid, l->id);
+			int s = find_existing(old, n_old, l->members[j].cgid, l->id);
 			if (s >= 0 && (b->buckets[s].flags & KT_BUCKET_NODE) == (node ? KT_BUCKET_NODE : 0) &&
 			    b->buckets[s].limit_id == l->id && (!node || shared < 0 || shared == s) &&
 			    (node || sa->state[s] == 0)) {
@@ -309,6 +364,9 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
 	ret = kt_classifier_build(rules, plan->n_limits, &cls, err, errlen);
 	if (ret)
 		goto out;
+	ret = collect_cgroups(plan, want, want_vals, &n_want, err, errlen);
+	if (ret)
+		goto out;
 
 	/* Names, then memberships, then rules: when a rule becomes visible
 	 * its buckets are already in place. */
@@ -319,13 +377,12 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
 		id = plan->limits[i].id;
 		if (bpf_map_update_elem(b->limits_fd, &id, &li, BPF_ANY) < 0)
 			goto map_err;
-		for (j = 0; j < plan->limits[i].n_members; j++) {
-			key = (struct kt_member_key){ .cgroup_id = plan->limits[i].members[j].cgid,
-						      .limit_id = id };
-			val = (struct kt_member_val){ .slot = plan->limits[i].members[j].slot };
-			if (bpf_map_update_elem(b->members_fd, &key, &val, BPF_ANY) < 0)
-				goto map_err;
-		}
+	}
+	/* one update per cgroup replaces its whole list at once */
+	for (i = 0; i < n_want; i++) {
+		key = (struct kt_member_key){ .cgroup_id = want[i].cgroup_id };
+		if (bpf_map_update_elem(b->members_fd, &key, &want_vals[i], BPF_ANY) < 0)
+			goto map_err;
 	}
 	for (i = 0; i < cls.n_entries; i++)
 		if (bpf_map_update_elem(b->classify_fd, &cls.entries[i].key, &cls.entries[i].set,
@@ -336,27 +393,6 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
 			goto map_err;
 
 	/* Attachments: every member cgroup gets the hooks its limits need. */
-	want = calloc(KT_MAX_MEMBERSHIPS, sizeof(*want));
-	if (!want) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	for (i = 0; i < plan->n_limits; i++) {
-		for (j = 0; j < plan->limits[i].n_members; j++) {
-			const struct kt_member_rt *m = &plan->limits[i].members[j];
-			int k;
-			for (k = 0; k < n_want; k++)
-				if (want[k].cgroup_id == m->cgid)
-					break;
-			if (k == n_want) {
-				if (n_want == KT_MAX_MEMBERSHIPS)
-					continue;
-				want[n_want++] = (struct kt_attach){ .cgroup_id = m->cgid,
-								     .path = m->path };
-			}
-			want[k].hook_mask |= 1u << kt_hook_for_unit(plan->limits[i].cfg->unit);
-		}
-	}
 	ret = kt_bpf_sync_links(b, want, n_want, err, errlen);
 	if (ret)
 		goto out;
@@ -382,16 +418,11 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
 			bpf_map_delete_elem(b->classify_fd, &stale[i]);
 		free(stale);
 	}
-	for (i = 0; i < n_old; i++) {
-		int wanted = 0;
-		for (j = 0; j < plan->n_limits && !wanted; j++) {
-			if (plan->limits[j].id != old_keys[i].limit_id)
-				continue;
-			for (int k = 0; k < plan->limits[j].n_members; k++)
-				if (plan->limits[j].members[k].cgid == old_keys[i].cgroup_id)
-					wanted = 1;
-		}
-		if (!wanted)
+	for (i = 0; i < n_old_keys; i++) {
+		for (j = 0; j < n_want; j++)
+			if (want[j].cgroup_id == old_keys[i].cgroup_id)
+				break;
+		if (j == n_want)
 			bpf_map_delete_elem(b->members_fd, &old_keys[i]);
 	}
 	for (uint32_t s = 0; s < KT_MAX_BUCKETS; s++)
@@ -414,7 +445,8 @@ out:
 	free(want);
 	free(rules);
 	free(old_keys);
-	free(old_vals);
+	free(old);
+	free(want_vals);
 	free(sa);
 	return ret;
 }

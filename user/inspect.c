@@ -29,45 +29,50 @@ int kt_inspect_read(const struct kt_bpf *b, struct kt_kstate *st)
 	if (bpf_map_get_next_key(b->members_fd, NULL, &next) != 0)
 		return 0;
 	do {
-		struct kt_klimit *l;
-		struct kt_kmember *m;
-		struct kt_bucket bk;
-		int dup = 0;
-
 		key = next;
 		if (bpf_map_lookup_elem(b->members_fd, &key, &val) < 0)
 			continue;
-		if (key.limit_id >= KT_MAX_LIMITS || idx_of[key.limit_id] < 0 ||
-		    val.slot >= KT_MAX_BUCKETS)
-			continue; /* written by hand or mid-update: not ours to show */
-		l = &st->limits[idx_of[key.limit_id]];
-		if (l->n_members >= KT_INSPECT_MAX_MEMBERS)
-			continue;
-		m = &l->members[l->n_members];
-		m->cgroup_id = key.cgroup_id;
-		m->slot = val.slot;
-		if (bpf_map_lookup_elem(b->buckets_fd, &val.slot, &bk) == 0) {
-			struct timespec ts;
-			__u64 now;
+		if (val.count > KT_LIMITS_PER_CGROUP)
+			continue; /* written by hand: not ours to show */
+		for (uint32_t e = 0; e < val.count; e++) {
+			const struct kt_member_ent *me = &val.ents[e];
+			struct kt_klimit *l;
+			struct kt_kmember *m;
+			struct kt_bucket bk;
+			int dup = 0;
 
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			now = (__u64)ts.tv_sec * 1000000000ull + (__u64)ts.tv_nsec;
-			/* the rate the kernel applies now: the fallback once the
-			 * daemon stopped refreshing the bucket's validity */
-			m->rate = kt_rate_from_interval_fp(kt_bucket_interval(&bk, now));
-			m->fallback_active = bk.valid_until && (__s64)(now - bk.valid_until) > 0;
-			m->burst = bk.burst;
+			if (me->limit_id >= KT_MAX_LIMITS || idx_of[me->limit_id] < 0 ||
+			    me->slot >= KT_MAX_BUCKETS)
+				continue; /* written by hand or mid-update: not ours to show */
+			l = &st->limits[idx_of[me->limit_id]];
+			if (l->n_members >= KT_INSPECT_MAX_MEMBERS)
+				continue;
+			m = &l->members[l->n_members];
+			m->cgroup_id = key.cgroup_id;
+			m->slot = me->slot;
+			if (bpf_map_lookup_elem(b->buckets_fd, &me->slot, &bk) == 0) {
+				struct timespec ts;
+				__u64 now;
+
+				clock_gettime(CLOCK_MONOTONIC, &ts);
+				now = (__u64)ts.tv_sec * 1000000000ull + (__u64)ts.tv_nsec;
+				/* the rate the kernel applies now: the fallback once the
+				 * daemon stopped refreshing the bucket's validity */
+				m->rate = kt_rate_from_interval_fp(kt_bucket_interval(&bk, now));
+				m->fallback_active = bk.valid_until && (__s64)(now - bk.valid_until) > 0;
+				m->burst = bk.burst;
+			}
+			kt_bpf_read_counters(b, me->slot, &m->counters);
+			for (int k = 0; k < l->n_members; k++)
+				dup |= l->members[k].slot == me->slot;
+			if (!dup) {
+				l->total.admitted += m->counters.admitted;
+				l->total.throttled += m->counters.throttled;
+				l->total.admitted_bytes += m->counters.admitted_bytes;
+				l->total.throttled_bytes += m->counters.throttled_bytes;
+			}
+			l->n_members++;
 		}
-		kt_bpf_read_counters(b, val.slot, &m->counters);
-		for (int k = 0; k < l->n_members; k++)
-			dup |= l->members[k].slot == val.slot;
-		if (!dup) {
-			l->total.admitted += m->counters.admitted;
-			l->total.throttled += m->counters.throttled;
-			l->total.admitted_bytes += m->counters.admitted_bytes;
-			l->total.throttled_bytes += m->counters.throttled_bytes;
-		}
-		l->n_members++;
 	} while (bpf_map_get_next_key(b->members_fd, &key, &next) == 0);
 	return 0;
 }

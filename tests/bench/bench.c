@@ -529,8 +529,10 @@ static int env_setup(struct bench_env *e)
 	}
 	uint64_t ids[2] = { e->self_cgid, 0 };
 	for (int i = 0; i < 2; i++) {
-		struct kt_member_key k = { .cgroup_id = ids[i], .limit_id = e->limit_id[LIM_SKB_MATCH] };
-		struct kt_member_val v = { .slot = e->slot[LIM_SKB_MATCH] };
+		struct kt_member_key k = { .cgroup_id = ids[i] };
+		struct kt_member_val v = { .count = 1,
+					   .ents[0] = { .limit_id = e->limit_id[LIM_SKB_MATCH],
+							.slot = e->slot[LIM_SKB_MATCH] } };
 
 		if (bpf_map_update_elem(e->bpf.members_fd, &k, &v, BPF_ANY) < 0) {
 			ret = -errno;
@@ -1089,10 +1091,14 @@ static double ramp_only_us(int nlimits, long total_calls)
 	return (double)(t1 - t0) / 1e3 / (double)(ticks * nlimits);
 }
 
+/* Member cgroups for the full tick: one cgroup is in at most
+ * KT_LIMITS_PER_CGROUP limits, so KT_MAX_LIMITS limits need this many. */
+#define TICK_CGROUPS ((KT_MAX_LIMITS + KT_LIMITS_PER_CGROUP - 1) / KT_LIMITS_PER_CGROUP)
+
 /* kt_daemon_tick on a daemon with n limits in real maps: counter reads,
  * ramp, bucket writes. Returns µs per limit per tick, or NAN. */
-static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char *cgroup, int nlimits,
-			   long total_calls)
+static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char (*cgroups)[PATH_MAX],
+			   int nlimits, long total_calls)
 {
 	char err[KT_ERR_LEN], name[16];
 	double *rates = NULL, *bursts = NULL, us = NAN;
@@ -1116,7 +1122,7 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char *cgro
 		/* one /24 each: a prefix holds at most KT_RULES_PER_PREFIX rules */
 		snprintf(name, sizeof(name), "tick-%d", i);
 		snprintf(addr, sizeof(addr), "10.%d.%d.0", i / 256, i % 256);
-		limit_cfg(lc, name, KT_UNIT_PACKET, addr, 24, 0, cgroup);
+		limit_cfg(lc, name, KT_UNIT_PACKET, addr, 24, 0, cgroups[i / KT_LIMITS_PER_CGROUP]);
 		lc->match.port_hi = 65535;
 		ramp_cfg(&lc->rl, i);
 		lc->burst = 100;
@@ -1189,12 +1195,16 @@ static int bench_tick(struct bench_env *e)
 	static const int full_n[] = { 1, 100, 1000 };
 	const long ramp_calls = g_quick ? 200000 : 2000000;
 	const long full_calls = g_quick ? 5000 : 40000;
-	char err[KT_ERR_LEN], pin_dir[PATH_MAX], cg[PATH_MAX] = "", what[112];
+	char err[KT_ERR_LEN], pin_dir[PATH_MAX], what[112];
+	char (*cgs)[PATH_MAX] = calloc(TICK_CGROUPS, sizeof(*cgs));
 	struct kt_daemon *d = calloc(1, sizeof(*d));
 	int ret = 0;
 
-	if (!d)
-		return -ENOMEM;
+	pin_dir[0] = 0;
+	if (!d || !cgs) {
+		ret = -ENOMEM;
+		goto out;
+	}
 	for (size_t i = 0; i < sizeof(ramp_n) / sizeof(ramp_n[0]); i++) {
 		if (g_stop) {
 			ret = -EINTR;
@@ -1209,13 +1219,18 @@ static int bench_tick(struct bench_env *e)
 
 	/* The full tick needs its own maps: a plan of N limits replaces the
 	 * fixture's. KT_MAX_LIMITS bounds N. */
-	snprintf(pin_dir, sizeof(pin_dir), "%s-tick", e->pin_dir);
-	ret = ktest_cgroup_create("bench-tick", cg, sizeof(cg));
-	if (ret) {
-		fprintf(stderr, "bench: cannot create tick cgroup: %s\n", strerror(-ret));
-		cg[0] = 0;
-		goto out;
+	for (int i = 0; i < TICK_CGROUPS; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "bench-tick-%d", i);
+		ret = ktest_cgroup_create(name, cgs[i], sizeof(cgs[i]));
+		if (ret) {
+			fprintf(stderr, "bench: cannot create tick cgroup: %s\n", strerror(-ret));
+			cgs[i][0] = 0;
+			goto out;
+		}
 	}
+	snprintf(pin_dir, sizeof(pin_dir), "%s-tick", e->pin_dir);
 	ret = kt_bpf_open(&d->bpf, pin_dir, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "bench: tick: %s\n", err);
@@ -1231,7 +1246,7 @@ static int bench_tick(struct bench_env *e)
 			ret = -EINTR;
 			break;
 		}
-		double us = full_tick_us(d, e->cg_mount, cg, full_n[i], full_calls);
+		double us = full_tick_us(d, e->cg_mount, cgs, full_n[i], full_calls);
 		snprintf(what, sizeof(what), "controller: full kt_daemon_tick (counters, ramp, bucket writes), %d limit%s",
 			 full_n[i], full_n[i] > 1 ? "s" : "");
 		if (isnan(us)) {
@@ -1244,8 +1259,10 @@ static int bench_tick(struct bench_env *e)
 out:
 	if (pin_dir[0] && kt_bpf_cleanup(pin_dir, err, sizeof(err)))
 		fprintf(stderr, "bench: cleanup: %s\n", err);
-	if (cg[0])
-		ktest_cgroup_destroy(cg);
+	/* after cleanup: the pinned links no longer hold the cgroups */
+	for (int i = 0; cgs && i < TICK_CGROUPS && cgs[i][0]; i++)
+		ktest_cgroup_destroy(cgs[i]);
+	free(cgs);
 	free(d);
 	return ret;
 }

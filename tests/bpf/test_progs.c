@@ -37,6 +37,7 @@
 #include "cgroup.h"
 #include "classify.h"
 #include "egress.skel.h"
+#include "inspect.h"
 #include "ktest.h"
 
 /* Slow enough that no token refills while a test runs. */
@@ -214,9 +215,10 @@ static void program(struct fx *f, const struct lim *l, int n, uint64_t cgid,
 				 0);
 	for (__u32 h = 0; h < KT_HOOK_COUNT; h++)
 		assert_int_equal(bpf_map_update_elem(f->b.ports_fd, &h, &cls.ports[h], BPF_ANY), 0);
+	struct kt_member_key k = { .cgroup_id = cgid };
+	struct kt_member_val v = { .count = (__u32)n };
+
 	for (i = 0; i < n; i++) {
-		struct kt_member_key k = { .cgroup_id = cgid, .limit_id = l[i].id };
-		struct kt_member_val v = { .slot = l[i].slot };
 		struct kt_limit_info li = { .in_use = 1, .unit = (__u8)l[i].unit };
 
 		snprintf(li.name, sizeof(li.name), "lim%u", l[i].id);
@@ -228,8 +230,9 @@ static void program(struct fx *f, const struct lim *l, int n, uint64_t cgid,
 			.limit_id = l[i].id,
 			.flags = KT_BUCKET_IN_USE,
 		};
-		assert_int_equal(bpf_map_update_elem(f->b.members_fd, &k, &v, BPF_ANY), 0);
+		v.ents[i] = (struct kt_member_ent){ .limit_id = l[i].id, .slot = l[i].slot };
 	}
+	assert_int_equal(bpf_map_update_elem(f->b.members_fd, &k, &v, BPF_ANY), 0);
 	if (keep)
 		*keep = cls;
 	else
@@ -610,7 +613,7 @@ static void test_egress_non_member(void **state)
 		{ 0, KT_UNIT_PACKET, KT_PROTO_UDP, 53, 53, "0.0.0.0/0", 0, 1 },
 	};
 	struct pkt p = mkpkt("8.8.8.8", IPPROTO_UDP, 53, 64);
-	struct kt_member_key k = { .cgroup_id = self_cgroup_id(), .limit_id = 0 };
+	struct kt_member_key k = { .cgroup_id = self_cgroup_id() };
 
 	program(f, l, 1, 12345, NULL); /* member: some other cgroup */
 	for (int i = 0; i < 5; i++)
@@ -619,7 +622,7 @@ static void test_egress_non_member(void **state)
 	assert_int_equal(c.admitted + c.throttled, 0);
 
 	/* becoming a member makes it count */
-	struct kt_member_val v = { .slot = 0 };
+	struct kt_member_val v = { .count = 1, .ents[0] = { .limit_id = 0, .slot = 0 } };
 	assert_int_equal(bpf_map_update_elem(f->b.members_fd, &k, &v, BPF_ANY), 0);
 	assert_int_equal(run(f, &p), SKB_PASS);
 	assert_int_equal(run(f, &p), SKB_DROP);
@@ -904,12 +907,15 @@ struct plim {
 	const char *cgs[3];
 };
 
-static void apply(struct fx *f, const struct plim *pl, int n)
+/* Replaces the fixture's plan with `pl` and applies it; kt_plan_apply's
+ * return, its message in err. */
+static int try_apply(struct fx *f, const struct plim *pl, int n, char *err, size_t errlen)
 {
-	double rates[8], bursts[8];
-	char err[512];
+	double rates[16], bursts[16];
 
-	assert_true(n <= 8);
+	assert_true(n <= 16);
+	kt_plan_free(&f->plan);
+	free(f->cfgs);
 	f->cfgs = calloc((size_t)n, sizeof(*f->cfgs));
 	f->plan.limits = calloc((size_t)n, sizeof(*f->plan.limits));
 	assert_non_null(f->cfgs);
@@ -941,7 +947,14 @@ static void apply(struct fx *f, const struct plim *pl, int n)
 		rates[i] = SLOW_RATE;
 		bursts[i] = pl[i].burst;
 	}
-	if (kt_plan_apply(&f->b, &f->plan, rates, bursts, err, sizeof(err)) != 0) {
+	return kt_plan_apply(&f->b, &f->plan, rates, bursts, err, errlen);
+}
+
+static void apply(struct fx *f, const struct plim *pl, int n)
+{
+	char err[512];
+
+	if (try_apply(f, pl, n, err, sizeof(err)) != 0) {
 		print_error("kt_plan_apply: %s\n", err);
 		fail();
 	}
@@ -1119,6 +1132,69 @@ static void test_scopes(void **state)
 	assert_int_equal(c.throttled, 1);
 }
 
+/* One kt_members value lists a cgroup's limits: KT_LIMITS_PER_CGROUP of them
+ * apply, one more is refused naming the cgroup before any membership or
+ * limit name is written. */
+static void test_limits_per_cgroup(void **state)
+{
+	struct fx *f = fx_open(state);
+	const char *cg = add_cgroup(f, "many");
+	struct plim pl[KT_LIMITS_PER_CGROUP + 1];
+	char names[KT_LIMITS_PER_CGROUP + 1][16], cidrs[KT_LIMITS_PER_CGROUP + 1][24];
+	char err[512], want[64];
+	struct kt_member_key k = { .cgroup_id = ktest_cgroup_id(cg) };
+	struct kt_member_val v;
+	struct kt_kstate *st = calloc(1, sizeof(*st));
+
+	assert_non_null(st);
+	for (int i = 0; i <= KT_LIMITS_PER_CGROUP; i++) {
+		/* a prefix each: one prefix holds only KT_RULES_PER_PREFIX rules */
+		snprintf(names[i], sizeof(names[i]), "many%d", i);
+		snprintf(cidrs[i], sizeof(cidrs[i]), "127.0.%d.1/32", i);
+		pl[i] = (struct plim){ names[i], KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP,
+				       (uint16_t)(1000 + i), cidrs[i], 1, { cg } };
+	}
+	assert_int_equal(try_apply(f, pl, KT_LIMITS_PER_CGROUP + 1, err, sizeof(err)), -E2BIG);
+	snprintf(want, sizeof(want), "is a member of more than %d limits", KT_LIMITS_PER_CGROUP);
+	assert_non_null(strstr(err, want));
+	assert_non_null(strstr(err, cg));
+	assert_true(bpf_map_lookup_elem(f->b.members_fd, &k, &v) < 0 && errno == ENOENT);
+	assert_int_equal(kt_inspect_read(&f->b, st), 0);
+	assert_int_equal(st->n_limits, 0);
+
+	assert_int_equal(try_apply(f, pl, KT_LIMITS_PER_CGROUP, err, sizeof(err)), 0);
+	assert_int_equal(bpf_map_lookup_elem(f->b.members_fd, &k, &v), 0);
+	assert_int_equal(v.count, KT_LIMITS_PER_CGROUP);
+	for (int i = 0; i < KT_LIMITS_PER_CGROUP; i++) {
+		assert_int_equal(v.ents[i].limit_id, f->plan.limits[i].id);
+		assert_int_equal(v.ents[i].slot, f->plan.limits[i].members[0].slot);
+	}
+	/* inspect reads every entry back as a member of its limit */
+	assert_int_equal(kt_inspect_read(&f->b, st), 0);
+	assert_int_equal(st->n_limits, KT_LIMITS_PER_CGROUP);
+	for (int i = 0; i < st->n_limits; i++) {
+		assert_int_equal(st->limits[i].n_members, 1);
+		assert_int_equal(st->limits[i].members[0].cgroup_id, k.cgroup_id);
+	}
+
+	/* dropping limits rewrites the cgroup's list, keeping the bucket */
+	uint32_t slot2 = v.ents[2].slot;
+	assert_int_equal(try_apply(f, pl + 2, 1, err, sizeof(err)), 0);
+	assert_int_equal(bpf_map_lookup_elem(f->b.members_fd, &k, &v), 0);
+	assert_int_equal(v.count, 1);
+	assert_int_equal(v.ents[0].limit_id, f->plan.limits[0].id);
+	assert_int_equal(v.ents[0].slot, slot2);
+	/* a cgroup in no limit any more loses its entry */
+	const char *other = add_cgroup(f, "many-other");
+	pl[0].cgs[0] = other;
+	assert_int_equal(try_apply(f, pl, 1, err, sizeof(err)), 0);
+	assert_true(bpf_map_lookup_elem(f->b.members_fd, &k, &v) < 0 && errno == ENOENT);
+	k.cgroup_id = ktest_cgroup_id(other);
+	assert_int_equal(bpf_map_lookup_elem(f->b.members_fd, &k, &v), 0);
+	assert_int_equal(v.count, 1);
+	free(st);
+}
+
 /* Runs last: every earlier test removed its pins and cgroups. */
 static void test_nothing_left(void **state)
 {
@@ -1166,6 +1242,7 @@ int main(void)
 		T(test_sendmsg),
 		T(test_nested_cgroup),
 		T(test_scopes),
+		T(test_limits_per_cgroup),
 		cmocka_unit_test(test_nothing_left),
 	};
 	return cmocka_run_group_tests_name("bpf_progs", tests, NULL, NULL);
