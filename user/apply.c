@@ -55,6 +55,17 @@ int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount, struct kt
 				dup |= l->members[k].cgid == m->cgid;
 			if (dup)
 				continue;
+			/* a kt_members value lists at most KT_LIMITS_PER_CGROUP limits */
+			for (k = 0, dup = 0; k < i; k++)
+				for (int q = 0; q < plan->limits[k].n_members; q++)
+					dup += plan->limits[k].members[q].cgid == m->cgid;
+			if (dup >= KT_LIMITS_PER_CGROUP) {
+				snprintf(err, errlen,
+					 "%s:%d: limits[%d].cgroups[%d]: %s is already a member of %d limits, the most one cgroup may join",
+					 cfg->file, lc->cgroup_lines[j], i, j, real, KT_LIMITS_PER_CGROUP);
+				ret = -E2BIG;
+				goto fail;
+			}
 			m->path = strdup(real);
 			if (!m->path) {
 				ret = -ENOMEM;
@@ -209,6 +220,42 @@ static int collect_cgroups(const struct kt_plan *plan, struct kt_attach *want,
 	return 0;
 }
 
+/* Is `path` strictly inside directory `dir`? */
+static bool path_inside(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	return strncmp(path, dir, n) == 0 && path[n] == '/';
+}
+
+/* Attach points for the member cgroups. Programs attached to a cgroup also
+ * run for its descendants, so a member nested in another member must not get
+ * its own attachment: the packet would be decided (and charged) twice. Such
+ * members are served by their outermost member ancestor's attachment, which
+ * takes on their hooks; the program finds the nested member itself by its
+ * own cgroup id. */
+static int fold_nested(const struct kt_attach *want, int n, struct kt_attach *out)
+{
+	int n_out = 0;
+
+	for (int i = 0; i < n; i++) {
+		int top = i;
+
+		for (int j = 0; j < n; j++)
+			if (path_inside(want[top].path, want[j].path))
+				top = j, j = -1; /* restart: find the outermost */
+		int k;
+		for (k = 0; k < n_out; k++)
+			if (out[k].cgroup_id == want[top].cgroup_id)
+				break;
+		if (k == n_out)
+			out[n_out++] = (struct kt_attach){ .cgroup_id = want[top].cgroup_id,
+							   .path = want[top].path };
+		out[k].hook_mask |= want[i].hook_mask;
+	}
+	return n_out;
+}
+
 static void init_bucket(struct kt_bpf *b, uint32_t slot, uint32_t limit_id, unsigned flags,
 			double rate, double burst)
 {
@@ -236,7 +283,7 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
 	struct old_member *old = NULL;
 	struct kt_rule_input *rules = NULL;
 	struct kt_classifier cls = { 0 };
-	struct kt_attach *want = NULL;
+	struct kt_attach *want = NULL, *attach = NULL;
 	struct slot_alloc *sa = NULL;
 	bool id_used[KT_MAX_LIMITS] = { 0 };
 	int n_old = 0, n_old_keys = 0, n_want = 0, i, j, ret = 0;
@@ -392,8 +439,14 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
 		if (bpf_map_update_elem(b->ports_fd, &id, &cls.ports[id], BPF_ANY) < 0)
 			goto map_err;
 
-	/* Attachments: every member cgroup gets the hooks its limits need. */
-	ret = kt_bpf_sync_links(b, want, n_want, err, errlen);
+	/* Attachments: every outermost member cgroup gets the hooks its own
+	 * and its nested members' limits need. */
+	attach = calloc(n_want + 1, sizeof(*attach));
+	if (!attach) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = kt_bpf_sync_links(b, attach, fold_nested(want, n_want, attach), err, errlen);
 	if (ret)
 		goto out;
 
@@ -443,6 +496,7 @@ map_err:
 out:
 	kt_classifier_free(&cls);
 	free(want);
+	free(attach);
 	free(rules);
 	free(old_keys);
 	free(old);

@@ -1094,6 +1094,50 @@ static void test_nested_cgroup(void **state)
 	assert_int_equal(c.throttled, 2);
 }
 
+/* A member nested in another member: programs attached to the outer cgroup
+ * also run for the inner one, so attaching both would decide (and charge)
+ * every call twice. Only the outer one is attached; the inner member still
+ * gets its own bucket, charged exactly once per call. */
+static void test_nested_members_charged_once(void **state)
+{
+	struct fx *f = fx_open(state);
+	const char *outer = add_cgroup(f, "pod");
+	const char *inner = add_child_cgroup(f, outer, "ctr");
+	char links[PATH_MAX], *out = NULL;
+	uint16_t p4;
+
+	serve(f, AF_INET, SOCK_STREAM, &p4);
+	const struct plim pl[] = {
+		{ "nm", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, p4, "127.0.0.1/32", 4,
+		  { outer, inner } },
+	};
+	apply(f, pl, 1);
+
+	struct res r[6];
+	const struct op six[] = { { OP_CONNECT, AF_INET, p4, 6 } };
+	run_ops(f, inner, six, 1, r, 6);
+	expect(r, 4, 2, "connect from the inner member"); /* its burst, not half of it */
+	struct kt_counters ci = member_counters(f, 0, 1), co = member_counters(f, 0, 0);
+	assert_int_equal(ci.admitted, 4);
+	assert_int_equal(ci.throttled, 2);
+	assert_int_equal(co.admitted + co.throttled, 0);
+	run_ops(f, outer, six, 1, r, 6);
+	expect(r, 4, 2, "connect from the outer member");
+
+	/* one attachment, on the outer cgroup */
+	snprintf(links, sizeof(links), "/bin/ls %s/links", f->b.pin_dir);
+	char *argv[] = { "/bin/sh", "-c", links, NULL };
+	assert_int_equal(ktest_run_capture(argv, &out), 0);
+	char want_outer[64], want_inner[64];
+	snprintf(want_outer, sizeof(want_outer), "%llu-kt_connect4",
+		 (unsigned long long)ktest_cgroup_id(outer));
+	snprintf(want_inner, sizeof(want_inner), "%llu-kt_connect4",
+		 (unsigned long long)ktest_cgroup_id(inner));
+	assert_non_null(strstr(out, want_outer));
+	assert_null(strstr(out, want_inner));
+	free(out);
+}
+
 /* Pod scope: a bucket per member cgroup. Node scope: one bucket shared by
  * every member. */
 static void test_scopes(void **state)
@@ -1241,6 +1285,7 @@ int main(void)
 		T(test_connect),
 		T(test_sendmsg),
 		T(test_nested_cgroup),
+		T(test_nested_members_charged_once),
 		T(test_scopes),
 		T(test_limits_per_cgroup),
 		cmocka_unit_test(test_nothing_left),

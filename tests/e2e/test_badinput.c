@@ -154,6 +154,12 @@ static const struct bad_cfg bad_cfgs[] = {
 	{ "cgroup that does not exist",
 	  LIMIT_HEAD "    cgroups:\n      - %s\n      - %s-missing\n    rateLimit: {max: 10}\n",
 	  "-missing", "limits[0].cgroups[1]", "No such file" },
+	{ "one cgroup in more limits than a membership holds (8)",
+	  "limits:\n"
+	  "  - {name: l1, cgroups: [%1$s], unit: packet, match: {ports: 1001}, rateLimit: {max: 10}}\n  - {name: l2, cgroups: [%1$s], unit: packet, match: {ports: 1002}, rateLimit: {max: 10}}\n  - {name: l3, cgroups: [%1$s], unit: packet, match: {ports: 1003}, rateLimit: {max: 10}}\n  - {name: l4, cgroups: [%1$s], unit: packet, match: {ports: 1004}, rateLimit: {max: 10}}\n  - {name: l5, cgroups: [%1$s], unit: packet, match: {ports: 1005}, rateLimit: {max: 10}}\n  - {name: l6, cgroups: [%1$s], unit: packet, match: {ports: 1006}, rateLimit: {max: 10}}\n  - {name: l7, cgroups: [%1$s], unit: packet, match: {ports: 1007}, rateLimit: {max: 10}}\n  - {name: l8, cgroups: [%1$s], unit: packet, match: {ports: 1008}, rateLimit: {max: 10}}\n"
+	  "  - name: l9\n    unit: packet\n    rateLimit: {max: 10}\n"
+	  "    cgroups:\n      - %1$s  # the ninth\n",
+	  "the ninth", "limits[8].cgroups[0]", "already a member of 8 limits" },
 };
 
 static void run_bad_cfg(const struct bad_cfg *c, const char *cgroup_arg, const char *needle)
