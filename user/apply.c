@@ -105,16 +105,13 @@ void kt_plan_free(struct kt_plan *plan)
 
 int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max)
 {
-	int n = 0;
+	int n = l->n_members < max ? l->n_members : max;
 
-	for (int j = 0; j < l->n_members; j++) {
-		int k;
-		for (k = 0; k < n; k++)
-			if (slots[k] == l->members[j].slot)
-				break;
-		if (k == n && n < max)
-			slots[n++] = l->members[j].slot;
-	}
+	/* apply gives pod-scope members a slot each, node-scope ones one slot */
+	if (n > 0 && l->cfg->scope == KT_SCOPE_NODE)
+		n = 1;
+	for (int j = 0; j < n; j++)
+		slots[j] = l->members[j].slot;
 	return n;
 }
 

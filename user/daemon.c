@@ -120,12 +120,9 @@ static void fill_pool_local(struct kt_daemon *d)
 
 /* ---- controller ---- */
 
-static void read_limit_counters(struct kt_daemon *d, int i)
+static void read_limit_counters(struct kt_daemon *d, int i, const uint32_t *slots, int n)
 {
-	struct kt_limit_rt *l = &d->plan.limits[i];
 	struct kt_limit_state *s = &d->ls[i];
-	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
-	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
 	struct kt_counters c;
 
 	s->admitted = s->throttled = s->admitted_bytes = s->throttled_bytes = 0;
@@ -158,7 +155,7 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 		struct kt_epoch_obs obs;
 		int back;
 
-		read_limit_counters(d, i);
+		read_limit_counters(d, i, slots, nb);
 		cur.used = l->cfg->unit == KT_UNIT_BYTE ? s->admitted_bytes : s->admitted;
 		cur.calls = s->admitted + s->throttled;
 		cur.refused = s->throttled;
@@ -298,8 +295,9 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 		const struct kt_limit_rt *l = &d->plan.limits[i];
 		struct kt_limit_state *s = &d->ls[i];
 		const struct kt_limit_cfg *c = l->cfg;
+		uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
 
-		read_limit_counters(d, i);
+		read_limit_counters(d, i, slots, kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT));
 		if (json) {
 			sb_printf(&b, "%s{\"name\":", i ? "," : "");
 			sb_json_str(&b, c->name);
