@@ -3,7 +3,7 @@
 # Idempotent: does nothing when everything is present. Needs root.
 set -euo pipefail
 
-pkgs=(clang llvm make gcc pkg-config libbpf-dev libelf-dev zlib1g-dev bpftool
+pkgs=(clang make gcc pkg-config libbpf-dev libelf-dev zlib1g-dev bpftool
       libhiredis-dev libyaml-dev libcmocka-dev redis-server redis-sentinel iproute2)
 
 missing=()
