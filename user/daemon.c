@@ -18,6 +18,7 @@
 #include "cgroup.h"
 #include "daemon.h"
 #include "log.h"
+#include "store.h"
 
 uint64_t kt_now_ns(void)
 {
@@ -94,8 +95,13 @@ static void write_validity(struct kt_daemon *d, int i, uint64_t now, bool expire
 	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
 	uint64_t until = 0;
 
-	if (limit_uses_redis(l))
-		until = expire_now ? now : now + (uint64_t)st->stale_after * st->heartbeat_ns;
+	if (limit_uses_redis(l)) {
+		/* never shorter than one blocked store call plus two ticks, or
+		 * a live daemon stalled on the store would trip its own fallback */
+		uint64_t window = (uint64_t)st->stale_after * st->heartbeat_ns;
+		uint64_t floor = (uint64_t)KT_STORE_CALL_BUDGET_MS * 1000000ull + 2 * d->cfg.tick_ns;
+		until = expire_now ? now : now + (window > floor ? window : floor);
+	}
 	for (int k = 0; k < n; k++)
 		kt_bucket_set_validity(&d->bpf, slots[k], until, d->ls[i].fallback_rate);
 }
