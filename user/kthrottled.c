@@ -36,7 +36,9 @@ static void usage(FILE *f)
 		"      --version         print the version\n"
 		"\n"
 		"Signals: SIGHUP reloads FILE (an invalid file is rejected and the running\n"
-		"configuration kept); SIGTERM/SIGINT stop.\n"
+		"configuration kept); SIGTERM/SIGINT stop. On stop, members of limits shared\n"
+		"through Redis leave the pool and their buckets drop to the onStoreFailure\n"
+		"rate; other limits keep enforcing their last rates.\n"
 		"Exit status: 0 ok, 1 runtime error, 2 configuration or usage error.\n");
 }
 
