@@ -130,9 +130,9 @@ static int status_from_maps(const char *pin_dir, bool json)
 	}
 	for (int i = 0; i < st->n_limits; i++) {
 		const struct kt_klimit *l = &st->limits[i];
-		static const char *units[] = { "connection", "datagram", "packet", "byte" };
-		const char *unit = l->info.unit < KT_UNIT_COUNT ? units[l->info.unit] : "?";
-		const char *scope = l->info.scope == KT_SCOPE_NODE ? "node" : "pod";
+		/* bounds-checked: a value written by hand reads as "?" */
+		const char *unit = kt_unit_name(l->info.unit);
+		const char *scope = kt_scope_name(l->info.scope);
 		double rate = l->n_members ? l->members[0].rate : 0;
 		unsigned long long burst = l->n_members ? l->members[0].burst : 0;
 
