@@ -30,7 +30,7 @@ static int is_bpffs(const char *path)
 	return statfs(path, &s) == 0 && s.f_type == BPF_FS_MAGIC;
 }
 
-static int mkdir_p(const char *path, mode_t mode)
+int kt_mkdir_p(const char *path, mode_t mode)
 {
 	char buf[PATH_MAX];
 	char *p;
@@ -67,7 +67,7 @@ int kt_bpffs_ensure(const char *dir, char *err, size_t errlen)
 	if (is_bpffs(buf))
 		return 0;
 	if (strncmp(dir, "/sys/fs/bpf/", 12) == 0 && !is_bpffs("/sys/fs/bpf")) {
-		if (mkdir_p("/sys/fs/bpf", 0700) < 0 ||
+		if (kt_mkdir_p("/sys/fs/bpf", 0700) < 0 ||
 		    mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700") < 0) {
 			snprintf(err, errlen, "cannot mount bpffs at /sys/fs/bpf: %s",
 				 strerror(errno));
@@ -169,7 +169,7 @@ int kt_bpf_open(struct kt_bpf *b, const char *pin_dir, char *err, size_t errlen)
 	ret = kt_bpffs_ensure(pin_dir, err, errlen);
 	if (ret)
 		return ret;
-	ret = mkdir_p(pin_dir, 0700);
+	ret = kt_mkdir_p(pin_dir, 0700);
 	if (ret) {
 		snprintf(err, errlen, "cannot create pin directory %s: %s", pin_dir, strerror(-ret));
 		return ret;
@@ -313,7 +313,7 @@ int kt_bpf_sync_links(struct kt_bpf *b, const struct kt_attach *want, int n, cha
 	struct dirent *de;
 
 	snprintf(dir, sizeof(dir), "%s/links", b->pin_dir);
-	ret = mkdir_p(dir, 0700);
+	ret = kt_mkdir_p(dir, 0700);
 	if (ret) {
 		snprintf(err, errlen, "cannot create %s: %s", dir, strerror(-ret));
 		return ret;

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "kthrottle.h"
 
 #define KT_DEFAULT_PIN_DIR "/sys/fs/bpf/kthrottle"
@@ -59,6 +60,9 @@ int kt_bpf_open_pinned(struct kt_bpf *b, const char *pin_dir, char *err, size_t 
 
 /* Sum of a slot's per-CPU counters. */
 int kt_bpf_read_counters(const struct kt_bpf *b, uint32_t slot, struct kt_counters *sum);
+
+/* mkdir -p: creates path and its missing parents; 0 or negative errno. */
+int kt_mkdir_p(const char *path, mode_t mode);
 
 /* Ensure a bpffs is mounted at `dir` or one of its parents (mounts at
  * /sys/fs/bpf when nothing is). */

@@ -525,6 +525,7 @@ static void accept_client(struct kt_daemon *d)
 		client_close(d, &d->clients[i]);
 }
 
+/* The directory the socket lives in, created when missing. */
 static int mkdir_parent(const char *path)
 {
 	char buf[PATH_MAX];
@@ -535,16 +536,7 @@ static int mkdir_parent(const char *path)
 	if (!slash || slash == buf)
 		return 0;
 	*slash = 0;
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = 0;
-		mkdir(buf, 0755);
-		*p = '/';
-	}
-	if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
+	return kt_mkdir_p(buf, 0755);
 }
 
 static int open_control_socket(struct kt_daemon *d, char *err, size_t errlen)
