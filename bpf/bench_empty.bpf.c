@@ -19,11 +19,11 @@ int empty_connect4(struct bpf_sock_addr *ctx)
 }
 
 /* Only the clock read kt_egress does per matched packet: the difference to
- * empty_egress is what bpf_ktime_get_ns() adds to a decision. */
+ * empty_egress is what bpf_ktime_get_boot_ns() adds to a decision. */
 SEC("cgroup_skb/egress")
 int clock_egress(struct __sk_buff *skb)
 {
-	__u64 ts = bpf_ktime_get_ns();
+	__u64 ts = bpf_ktime_get_boot_ns();
 
 	/* always 1 (pass); the helper call stays even where clang folds this */
 	return (ts & 1) | 1;

@@ -62,6 +62,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_limits SEC(".maps");
 
+/* Userspace-only (the programs never read it): see struct kt_lease. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KT_MAX_LIMITS);
+	__type(key, struct kt_lease_key);
+	__type(value, struct kt_lease);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_leases SEC(".maps");
+
 /* Cheapest possible exit for traffic no rule of this hook could match: one
  * inlined array lookup and a bit test. */
 static __always_inline int kt_port_may_match(__u32 hook, __u16 port)
@@ -170,9 +179,9 @@ static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 h
 		if (!b || !c)
 			return KT_PASS;
 		if (r->unit != KT_UNIT_BYTE)
-			verdict = kt_gcra_decide(b, bpf_ktime_get_ns(), 1, wait_ns);
+			verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), 1, wait_ns);
 		else
-			verdict = kt_gcra_decide(b, bpf_ktime_get_ns(), cost, wait_ns);
+			verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), cost, wait_ns);
 		/* Per-CPU counters: plain adds, no atomics on the hot path. */
 		if (verdict == KT_ADMIT) {
 			c->admitted++;

@@ -13,6 +13,7 @@
 
 #ifndef __bpf__
 #include <linux/types.h>
+#include <time.h>
 #endif
 
 #define KT_NAME_LEN 32
@@ -69,18 +70,22 @@ enum kt_verdict {
 /* kt_buckets (array, mmapable): one per (limit, member) or (limit, node).
  * One cache line each, so CPUs charging different buckets never contend. */
 struct kt_bucket {
-	__u64 tat;         /* theoretical arrival time, CLOCK_MONOTONIC ns */
+	__u64 tat;         /* theoretical arrival time, kt clock ns (CLOCK_BOOTTIME) */
 	__u64 interval_fp; /* Q48.16 ns per token; 0 = closed, refuse all */
 	__u64 burst;       /* tokens that may pass back to back */
-	/* Validity: the daemon pushes valid_until forward every tick. If it
-	 * stops doing so (crashed, stopped, node cut off) the bucket falls back
-	 * to fallback_fp once valid_until passes, the store-failure policy
-	 * applied by the kernel itself. 0 = valid forever. */
+	/* Lease: the share in interval_fp holds until valid_until, the moment
+	 * the other nodes stop counting it (set from the last store answer,
+	 * never from the daemon's tick). Past it the bucket runs at
+	 * fallback_fp, the store-failure rate the other nodes keep reserving,
+	 * until fallback_until; past that it is closed. The kernel applies
+	 * this by itself, so a dead or cut-off daemon cannot overspend.
+	 * valid_until 0 = valid forever; fallback_until 0 = fallback forever. */
 	__u64 valid_until;
 	__u64 fallback_fp; /* Q48.16 interval after valid_until; 0 = closed */
 	__u32 limit_id;
 	__u32 flags;       /* KT_BUCKET_* */
-	__u64 pad[2];
+	__u64 fallback_until;
+	__u64 pad;
 };
 #define KT_BUCKET_IN_USE (1u << 0)
 #define KT_BUCKET_NODE (1u << 1) /* node scope: shared by all the limit's cgroups */
@@ -163,6 +168,28 @@ struct kt_limit_info {
 };
 _Static_assert(sizeof(struct kt_limit_info) == 40, "kt_limit_info layout");
 
+/* kt_leases (hash, limit name -> state): what a limit's pool last agreed,
+ * kept by the kernel so a daemon that restarts (a rolling update, a crash)
+ * continues the same lease instead of guessing. Written by the daemon after
+ * every store answer; never read by the programs. Rates are in
+ * micro-tokens/s so bpftool prints them readably. */
+struct kt_lease_key {
+	char name[KT_NAME_LEN];
+};
+_Static_assert(sizeof(struct kt_lease_key) == 32, "kt_lease_key layout");
+
+struct kt_lease {
+	__u64 lease_until;    /* kt clock ns: the share holds until then; 0 = no lease yet */
+	__u64 fallback_until; /* kt clock ns: then the fallback ends too; 0 = never */
+	__u64 fallback_urate; /* per-member fallback rate the store was told */
+	__u64 reserved_urate; /* lapsed members' fallback the pool reserves */
+	__u64 ramp_urate;     /* ramp level (pool rate), for a restart within ttl */
+	__u64 ramp_saved_ns;  /* kt clock ns the ramp level was written, 0 = never */
+	__u32 size;           /* pool size of the last store answer, 0 = none */
+	__u32 agreed;         /* 1: that answer was AGREE */
+};
+_Static_assert(sizeof(struct kt_lease) == 56, "kt_lease layout");
+
 /* kt_events (ring buffer): sampled throttle events. */
 struct kt_event {
 	__u64 ts_ns;
@@ -184,6 +211,18 @@ static inline int kt_port_filter_test(const struct kt_port_filter *f, __u16 port
  * Host only: BPF has no floating point. Rounds up so the enforced rate never
  * exceeds the requested one. */
 #ifndef __bpf__
+/* The one clock of kthrottle: CLOCK_BOOTTIME, which bpf_ktime_get_boot_ns()
+ * reads in the programs. Unlike CLOCK_MONOTONIC it keeps counting while the
+ * machine is suspended or the VM paused, so no deadline (a lease, a
+ * fallback) is stretched by a pause the other nodes did not share. */
+static inline __u64 kt_clock_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (__u64)ts.tv_sec * 1000000000ull + (__u64)ts.tv_nsec;
+}
+
 static inline __u64 kt_interval_fp_from_rate(double tokens_per_sec)
 {
 	if (!(tokens_per_sec > 0))
@@ -262,14 +301,19 @@ static inline __u64 kt_tokens_to_ns(__u64 tokens, __u64 interval_fp)
  * Returns KT_ADMIT or KT_REFUSE; *wait_ns is how long until the same request
  * would conform (0 when admitted).
  */
-/* The interval in force at `now`: the fallback once the validity lapsed. */
+/* The interval in force at `now`: the share while the lease holds, then
+ * the fallback, then closed. */
 static inline __u64 kt_bucket_interval(const struct kt_bucket *b, __u64 now)
 {
 	__u64 until = KT_READ_ONCE(b->valid_until);
+	__u64 fb_until;
 
-	if (until && (__s64)(now - until) > 0)
-		return KT_READ_ONCE(b->fallback_fp);
-	return KT_READ_ONCE(b->interval_fp);
+	if (!until || (__s64)(now - until) <= 0)
+		return KT_READ_ONCE(b->interval_fp);
+	fb_until = KT_READ_ONCE(b->fallback_until);
+	if (fb_until && (__s64)(now - fb_until) > 0)
+		return 0;
+	return KT_READ_ONCE(b->fallback_fp);
 }
 
 static inline int kt_gcra_decide(struct kt_bucket *b, __u64 now, __u64 cost, __u64 *wait_ns)

@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -120,25 +121,37 @@ void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double bur
 	struct kt_bucket *bk = &b->buckets[slot];
 	/* < 2^32 keeps the kernel's burst multiply division-free */
 	__u64 burst_tokens = burst < 1 ? 1 : burst > 4294967295.0 ? 4294967295ULL : (__u64)ceil(burst);
-	struct timespec ts;
 
 	/* burst first: a decision that sees the new burst with the old
 	 * interval errs by at most the burst difference, once */
 	__atomic_store_n(&bk->burst, burst_tokens, __ATOMIC_RELAXED);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	kt_bucket_rescale(bk, (__u64)ts.tv_sec * 1000000000ull + (__u64)ts.tv_nsec,
-			  kt_interval_fp_from_rate(rate));
+	kt_bucket_rescale(bk, kt_clock_ns(), kt_interval_fp_from_rate(rate));
 }
 
-void kt_bucket_set_validity(struct kt_bpf *b, uint32_t slot, uint64_t valid_until,
-			    double fallback_rate)
+/* Each write must be safe with the others still old. A lease that moves
+ * forward: fallback first, so the later deadline never arms a stale
+ * fallback. A lease cut short: the deadline first, so the old, longer one
+ * never meets the new fallback. */
+static void store_lease(struct kt_bucket *bk, uint64_t valid_until, uint64_t fb_fp,
+			uint64_t fb_until)
 {
-	struct kt_bucket *bk = &b->buckets[slot];
+	uint64_t old_until = __atomic_load_n(&bk->valid_until, __ATOMIC_RELAXED);
 
-	/* fallback first, so the deadline never arms a stale fallback */
-	__atomic_store_n(&bk->fallback_fp, kt_interval_fp_from_rate(fallback_rate),
-			 __ATOMIC_RELAXED);
-	__atomic_store_n(&bk->valid_until, valid_until, __ATOMIC_RELEASE);
+	if (!valid_until || (old_until && valid_until >= old_until)) {
+		__atomic_store_n(&bk->fallback_fp, fb_fp, __ATOMIC_RELAXED);
+		__atomic_store_n(&bk->fallback_until, fb_until, __ATOMIC_RELAXED);
+		__atomic_store_n(&bk->valid_until, valid_until, __ATOMIC_RELEASE);
+	} else {
+		__atomic_store_n(&bk->valid_until, valid_until, __ATOMIC_RELEASE);
+		__atomic_store_n(&bk->fallback_until, fb_until, __ATOMIC_RELAXED);
+		__atomic_store_n(&bk->fallback_fp, fb_fp, __ATOMIC_RELAXED);
+	}
+}
+
+void kt_bucket_set_lease(struct kt_bpf *b, uint32_t slot, const struct kt_bucket_policy *pol)
+{
+	store_lease(&b->buckets[slot], pol->valid_until,
+		    kt_interval_fp_from_rate(pol->fallback_rate), pol->fallback_until);
 }
 
 /* slot_state: 0 free, 1 kept from before, 2 newly allocated */
@@ -147,6 +160,7 @@ struct slot_alloc {
 	int next;
 };
 
+/* Picks a free slot; only the plan's state records it until the commit. */
 static int alloc_slot(struct slot_alloc *a, const struct kt_bpf *b)
 {
 	for (; a->next < KT_MAX_BUCKETS; a->next++) {
@@ -253,114 +267,206 @@ static int fold_nested(const struct kt_attach *want, int n, struct kt_attach *ou
 	return n_out;
 }
 
-static void init_bucket(struct kt_bpf *b, uint32_t slot, uint32_t limit_id, unsigned flags,
-			double rate, double burst)
+/* Hooks of the links pinned for cgroup `cgid` ("<cgid>-<program>" under
+ * pin_dir/links; the program names start with their hook's name). */
+static unsigned pinned_hooks(const struct kt_bpf *b, uint64_t cgid)
 {
-	struct kt_counters *zero = calloc(b->ncpus, sizeof(*zero));
-	struct kt_bucket *bk = &b->buckets[slot];
+	static const char *const prefix[KT_HOOK_COUNT] = {
+		[KT_HOOK_CONNECT] = "kt_connect",
+		[KT_HOOK_SENDMSG] = "kt_sendmsg",
+		[KT_HOOK_EGRESS] = "kt_egress",
+	};
+	char dir[PATH_MAX], name[64];
+	unsigned long long id;
+	unsigned mask = 0;
+	struct dirent *de;
+	DIR *d;
 
-	if (zero) {
-		bpf_map_update_elem(b->counters_fd, &slot, zero, BPF_ANY);
-		free(zero);
-	}
-	bk->tat = 0; /* full burst available */
-	bk->valid_until = 0;
-	bk->fallback_fp = 0;
-	bk->limit_id = limit_id;
-	kt_bucket_set_rate(b, slot, rate, burst);
-	__atomic_store_n(&bk->flags, flags, __ATOMIC_RELEASE);
+	snprintf(dir, sizeof(dir), "%s/links", b->pin_dir);
+	d = opendir(dir);
+	if (!d)
+		return 0;
+	while ((de = readdir(d)))
+		if (sscanf(de->d_name, "%llu-%63s", &id, name) == 2 && id == cgid)
+			for (int h = 0; h < KT_HOOK_COUNT; h++)
+				if (!strncmp(name, prefix[h], strlen(prefix[h])))
+					mask |= 1u << h;
+	closedir(d);
+	return mask;
 }
 
-int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
-		  const double *bursts, char *err, size_t errlen)
-{
+/* A bucket slot the commit wrote, as it was before. */
+struct saved_slot {
+	uint32_t slot;
+	bool fresh;               /* newly allocated: its counters were zeroed too */
+	struct kt_bucket old;
+	uint64_t tat_after;       /* tat right after our write */
+	struct kt_counters *ctrs; /* fresh: the old per-CPU counters */
+};
+
+/* One apply: the kernel state it read, the plan it computed, and what its
+ * commit wrote so far. */
+struct apply {
+	struct kt_bpf *b;
+	struct kt_plan *plan;
+	const struct kt_bucket_policy *pol;
+	/* before */
 	struct kt_limit_info infos[KT_MAX_LIMITS];
-	struct kt_member_key *old_keys = NULL, key, next;
-	struct kt_member_val *want_vals = NULL, val;
-	struct old_member *old = NULL;
-	struct kt_rule_input *rules = NULL;
-	struct kt_classifier cls = { 0 };
-	struct kt_attach *want = NULL, *attach = NULL;
-	struct slot_alloc *sa = NULL;
-	bool id_used[KT_MAX_LIMITS] = { 0 };
-	int n_old = 0, n_old_keys = 0, n_want = 0, i, j, ret = 0;
-	uint32_t id;
+	struct kt_member_key *old_keys;
+	struct kt_member_val *old_vals;
+	int n_old_keys;
+	struct old_member *old;
+	int n_old;
+	struct kt_prefix_entry *old_cls;
+	int n_old_cls;
+	struct kt_port_filter old_ports[KT_HOOK_COUNT];
+	/* the plan */
+	bool id_used[KT_MAX_LIMITS];
+	struct slot_alloc sa;
+	struct kt_rule_input *rules;
+	struct kt_classifier cls;
+	struct kt_attach *want;
+	struct kt_member_val *want_vals;
+	int n_want;
+	int *want_old;         /* old_keys index of want[i]; -1: a new key */
+	int *cls_old;          /* old_cls index of cls.entries[i]; -1: a new prefix */
+	bool *old_key_kept, *old_cls_kept;
+	struct kt_attach *attach, *grow;
+	int n_attach;
+	bool trim;             /* grow has links that attach does not */
+	struct kt_counters *zero;
+	/* the commit */
+	int steps;
+	uint16_t saved_idx[KT_MAX_BUCKETS]; /* 1 + index into saved; 0: untouched */
+	struct saved_slot *saved;
+	int n_saved, n_fresh;
+	struct kt_counters *ctrs;
+	int done_limits, done_members, done_cls, done_ports;
+};
 
-	sa = calloc(1, sizeof(*sa));
-	old_keys = calloc(KT_MAX_MEMBERSHIPS, sizeof(*old_keys));
-	old = calloc(KT_MAX_MEMBERSHIPS * KT_LIMITS_PER_CGROUP, sizeof(*old));
-	want = calloc(KT_MAX_MEMBERSHIPS, sizeof(*want));
-	want_vals = calloc(KT_MAX_MEMBERSHIPS, sizeof(*want_vals));
-	rules = calloc(plan->n_limits + 1, sizeof(*rules));
-	if (!sa || !old_keys || !old || !want || !want_vals || !rules) {
-		ret = -ENOMEM;
-		goto out;
+int kt_apply_fail_step;
+
+/* Counts a commit's kernel writes; the injected one fails as the kernel
+ * refusing it would. */
+static int commit_step(struct apply *a)
+{
+	if (++a->steps == kt_apply_fail_step && kt_apply_fail_step > 0) {
+		errno = EIO;
+		return -EIO;
 	}
+	return 0;
+}
 
-	/* Limit ids: names already pinned keep their id. */
+/* Limit ids: names already pinned keep their id. */
+static int plan_ids(struct apply *a, char *err, size_t errlen)
+{
+	struct kt_plan *plan = a->plan;
+	uint32_t id;
+	int i;
+
 	for (id = 0; id < KT_MAX_LIMITS; id++) {
-		if (bpf_map_lookup_elem(b->limits_fd, &id, &infos[id]) < 0) {
-			ret = -errno;
+		if (bpf_map_lookup_elem(a->b->limits_fd, &id, &a->infos[id]) < 0) {
+			int ret = -errno;
 			snprintf(err, errlen, "cannot read kt_limits: %s", strerror(-ret));
-			goto out;
+			return ret;
 		}
-		infos[id].name[KT_NAME_LEN - 1] = 0;
 	}
 	for (i = 0; i < plan->n_limits; i++) {
 		plan->limits[i].id = UINT32_MAX;
 		for (id = 0; id < KT_MAX_LIMITS; id++)
-			if (infos[id].in_use && !strcmp(infos[id].name, plan->limits[i].cfg->name)) {
+			/* strncmp: a pinned name need not be terminated */
+			if (a->infos[id].in_use &&
+			    !strncmp(a->infos[id].name, plan->limits[i].cfg->name, KT_NAME_LEN)) {
 				plan->limits[i].id = id;
-				id_used[id] = true;
+				a->id_used[id] = true;
 			}
 	}
 	for (i = 0; i < plan->n_limits; i++) {
 		if (plan->limits[i].id != UINT32_MAX)
 			continue;
 		for (id = 0; id < KT_MAX_LIMITS; id++)
-			if (!id_used[id] && !infos[id].in_use)
+			if (!a->id_used[id] && !a->infos[id].in_use)
 				break;
 		if (id == KT_MAX_LIMITS) {
 			snprintf(err, errlen, "more than %d limits", KT_MAX_LIMITS);
-			ret = -E2BIG;
-			goto out;
+			return -E2BIG;
 		}
 		plan->limits[i].id = id;
-		id_used[id] = true;
+		a->id_used[id] = true;
 	}
+	return 0;
+}
 
-	/* Existing memberships: kept when the same (cgroup, limit) with the
-	 * same scope is wanted again, so its bucket's tokens carry over. */
+/* Current kt_members, kt_classify and kt_ports: what the plan keeps and
+ * what a rollback puts back. */
+static int read_maps(struct apply *a, char *err, size_t errlen)
+{
+	struct kt_member_key key, next;
+	struct kt_prefix_key pk, pnext;
+	struct kt_bpf *b = a->b;
+	int ret;
+
 	if (bpf_map_get_next_key(b->members_fd, NULL, &next) == 0) {
 		do {
+			struct kt_member_val *val = &a->old_vals[a->n_old_keys];
+
 			key = next;
-			if (n_old_keys == KT_MAX_MEMBERSHIPS ||
-			    bpf_map_lookup_elem(b->members_fd, &key, &val) < 0)
+			if (a->n_old_keys == KT_MAX_MEMBERSHIPS ||
+			    bpf_map_lookup_elem(b->members_fd, &key, val) < 0)
 				continue;
-			old_keys[n_old_keys++] = key;
-			for (uint32_t e = 0; e < val.count && e < KT_LIMITS_PER_CGROUP; e++)
-				if (val.ents[e].slot < KT_MAX_BUCKETS)
-					old[n_old++] = (struct old_member){
+			a->old_keys[a->n_old_keys++] = key;
+			for (uint32_t e = 0; e < val->count && e < KT_LIMITS_PER_CGROUP; e++)
+				if (val->ents[e].slot < KT_MAX_BUCKETS)
+					a->old[a->n_old++] = (struct old_member){
 						.cgid = key.cgroup_id,
-						.limit_id = val.ents[e].limit_id,
-						.slot = val.ents[e].slot,
+						.limit_id = val->ents[e].limit_id,
+						.slot = val->ents[e].slot,
 					};
 		} while (bpf_map_get_next_key(b->members_fd, &key, &next) == 0);
 	}
+	if (bpf_map_get_next_key(b->classify_fd, NULL, &pnext) == 0) {
+		do {
+			struct kt_prefix_entry *e = &a->old_cls[a->n_old_cls];
 
-	for (i = 0; i < plan->n_limits; i++) {
+			pk = pnext;
+			/* an existing key's exact entry is its longest match */
+			if (a->n_old_cls == KT_MAX_PREFIXES ||
+			    bpf_map_lookup_elem(b->classify_fd, &pk, &e->set) < 0)
+				continue;
+			e->key = pk;
+			a->n_old_cls++;
+		} while (bpf_map_get_next_key(b->classify_fd, &pk, &pnext) == 0);
+	}
+	for (uint32_t h = 0; h < KT_HOOK_COUNT; h++) {
+		if (bpf_map_lookup_elem(b->ports_fd, &h, &a->old_ports[h]) < 0) {
+			ret = -errno;
+			snprintf(err, errlen, "cannot read kt_ports: %s", strerror(-ret));
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/* Bucket slots: existing memberships are kept when the same (cgroup, limit)
+ * with the same scope is wanted again, so their tokens carry over; the rest
+ * get free slots. */
+static int plan_slots(struct apply *a, char *err, size_t errlen)
+{
+	struct kt_plan *plan = a->plan;
+	struct kt_bpf *b = a->b;
+
+	for (int i = 0; i < plan->n_limits; i++) {
 		struct kt_limit_rt *l = &plan->limits[i];
 		bool node = l->cfg->scope == KT_SCOPE_NODE;
-		unsigned flags = KT_BUCKET_IN_USE | (node ? KT_BUCKET_NODE : 0);
-		int shared = -1;
+		int shared = -1, j;
 
 		for (j = 0; j < l->n_members; j++) {
-			int s = find_existing(old, n_old, l->members[j].cgid, l->id);
+			int s = find_existing(a->old, a->n_old, l->members[j].cgid, l->id);
 			if (s >= 0 && (b->buckets[s].flags & KT_BUCKET_NODE) == (node ? KT_BUCKET_NODE : 0) &&
 			    b->buckets[s].limit_id == l->id && (!node || shared < 0 || shared == s) &&
-			    (node || sa->state[s] == 0)) {
+			    (node || a->sa.state[s] == 0)) {
 				l->members[j].slot = (uint32_t)s;
-				sa->state[s] = 1;
+				a->sa.state[s] = 1;
 				if (node)
 					shared = s;
 			} else {
@@ -374,28 +480,28 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
 				l->members[j].slot = (uint32_t)shared;
 				continue;
 			}
-			int s = alloc_slot(sa, b);
+			int s = alloc_slot(&a->sa, b);
 			if (s < 0) {
 				snprintf(err, errlen, "more than %d buckets needed", KT_MAX_BUCKETS);
-				ret = -E2BIG;
-				goto out;
+				return -E2BIG;
 			}
 			l->members[j].slot = (uint32_t)s;
 			if (node)
 				shared = s;
-			init_bucket(b, (uint32_t)s, l->id, flags, rates[i], bursts[i]);
 		}
-		for (j = 0; j < l->n_members; j++)
-			if (sa->state[l->members[j].slot] == 1)
-				kt_bucket_set_rate(b, l->members[j].slot, rates[i], bursts[i]);
-		l->bucket_rate = rates[i];
-		l->bucket_burst = bursts[i];
 	}
+	return 0;
+}
 
-	/* Classifier, checked before anything below is written. */
+/* Classifier, memberships and attachments, with what each replaces. */
+static int plan_rest(struct apply *a, char *err, size_t errlen)
+{
+	struct kt_plan *plan = a->plan;
+	int i, j, ret;
+
 	for (i = 0; i < plan->n_limits; i++) {
 		const struct kt_limit_cfg *lc = plan->limits[i].cfg;
-		rules[i] = (struct kt_rule_input){
+		a->rules[i] = (struct kt_rule_input){
 			.limit_id = plan->limits[i].id,
 			.unit = lc->unit,
 			.proto_mask = lc->match.proto_mask,
@@ -405,99 +511,333 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
 			.n_cidrs = lc->match.n_cidrs,
 		};
 	}
-	ret = kt_classifier_build(rules, plan->n_limits, &cls, err, errlen);
+	ret = kt_classifier_build(a->rules, plan->n_limits, &a->cls, err, errlen);
 	if (ret)
-		goto out;
-	ret = collect_cgroups(plan, want, want_vals, &n_want, err, errlen);
+		return ret;
+	ret = collect_cgroups(plan, a->want, a->want_vals, &a->n_want, err, errlen);
 	if (ret)
-		goto out;
+		return ret;
 
-	/* Names, then memberships, then rules: when a rule becomes visible
-	 * its buckets are already in place. */
-	for (i = 0; i < plan->n_limits; i++) {
+	a->cls_old = calloc(a->cls.n_entries + 1, sizeof(*a->cls_old));
+	a->attach = calloc(a->n_want + 1, sizeof(*a->attach));
+	a->grow = calloc(a->n_want + 1, sizeof(*a->grow));
+	if (!a->cls_old || !a->attach || !a->grow)
+		return -ENOMEM;
+	for (i = 0; i < a->cls.n_entries; i++) {
+		a->cls_old[i] = -1;
+		for (j = 0; j < a->n_old_cls; j++)
+			if (!memcmp(&a->cls.entries[i].key, &a->old_cls[j].key, sizeof(a->old_cls[j].key))) {
+				a->cls_old[i] = j;
+				a->old_cls_kept[j] = true;
+				break;
+			}
+	}
+	for (i = 0; i < a->n_want; i++) {
+		a->want_old[i] = -1;
+		for (j = 0; j < a->n_old_keys; j++)
+			if (a->old_keys[j].cgroup_id == a->want[i].cgroup_id) {
+				a->want_old[i] = j;
+				a->old_key_kept[j] = true;
+				break;
+			}
+	}
+
+	/* kt_bpf_sync_links removes a kept cgroup's unwanted hooks before it
+	 * may fail on a later cgroup, and only undoes the links it created.
+	 * So it first gets the wanted hooks plus those already pinned (it only
+	 * adds), and the surplus goes after the commit. */
+	a->n_attach = fold_nested(a->want, a->n_want, a->attach);
+	for (i = 0; i < a->n_attach; i++) {
+		a->grow[i] = a->attach[i];
+		a->grow[i].hook_mask |= pinned_hooks(a->b, a->attach[i].cgroup_id);
+		a->trim |= a->grow[i].hook_mask != a->attach[i].hook_mask;
+	}
+	return 0;
+}
+
+/* Writes one bucket slot of limit i, first saving what it held. */
+static int commit_slot(struct apply *a, uint32_t slot, int i)
+{
+	const struct kt_limit_rt *l = &a->plan->limits[i];
+	const struct kt_bucket_policy *pol = &a->pol[i];
+	struct kt_bucket *bk = &a->b->buckets[slot];
+	struct saved_slot *s = &a->saved[a->n_saved];
+	bool fresh = a->sa.state[slot] == 2;
+
+	*s = (struct saved_slot){ .slot = slot, .fresh = fresh, .old = *bk };
+	s->old.tat = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED); /* the kernel CASes it */
+	s->tat_after = s->old.tat;
+	if (fresh) {
+		s->ctrs = a->ctrs + (size_t)a->n_fresh * a->b->ncpus;
+		if (bpf_map_lookup_elem(a->b->counters_fd, &slot, s->ctrs) < 0)
+			return -errno;
+		a->n_fresh++;
+	}
+	a->saved_idx[slot] = (uint16_t)++a->n_saved;
+
+	if (fresh) {
+		unsigned flags = KT_BUCKET_IN_USE |
+				 (l->cfg->scope == KT_SCOPE_NODE ? KT_BUCKET_NODE : 0);
+
+		if (commit_step(a) ||
+		    bpf_map_update_elem(a->b->counters_fd, &slot, a->zero, BPF_ANY) < 0)
+			return -errno;
+		if (commit_step(a))
+			return -errno;
+		bk->tat = 0; /* full burst available */
+		bk->valid_until = 0;
+		bk->limit_id = l->id;
+		kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
+		kt_bucket_set_lease(a->b, slot, pol); /* a finite lease from birth */
+		__atomic_store_n(&bk->flags, flags, __ATOMIC_RELEASE);
+	} else {
+		if (commit_step(a))
+			return -errno;
+		kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
+		kt_bucket_set_lease(a->b, slot, pol);
+	}
+	s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* Writes the plan, saving what each write replaces. Links last: once they
+ * are in sync the new configuration is in force and nothing is undone. */
+static int commit(struct apply *a, char *err, size_t errlen)
+{
+	struct kt_plan *plan = a->plan;
+	struct kt_bpf *b = a->b;
+	struct kt_member_key key;
+	uint32_t id;
+	int i, j, ret;
+
+	/* Buckets, then names, then memberships, then rules: when a rule
+	 * becomes visible its buckets are already in place. */
+	for (i = 0; i < plan->n_limits; i++)
+		for (j = 0; j < plan->limits[i].n_members; j++) {
+			uint32_t s = plan->limits[i].members[j].slot;
+
+			if (!a->saved_idx[s] && (ret = commit_slot(a, s, i)))
+				goto fail;
+		}
+	for (i = 0; i < plan->n_limits; i++, a->done_limits++) {
 		struct kt_limit_info li = { .in_use = 1, .unit = plan->limits[i].cfg->unit,
 					    .scope = plan->limits[i].cfg->scope };
 		snprintf(li.name, sizeof(li.name), "%s", plan->limits[i].cfg->name);
 		id = plan->limits[i].id;
-		if (bpf_map_update_elem(b->limits_fd, &id, &li, BPF_ANY) < 0)
+		if (commit_step(a) || bpf_map_update_elem(b->limits_fd, &id, &li, BPF_ANY) < 0)
 			goto map_err;
 	}
 	/* one update per cgroup replaces its whole list at once */
-	for (i = 0; i < n_want; i++) {
-		key = (struct kt_member_key){ .cgroup_id = want[i].cgroup_id };
-		if (bpf_map_update_elem(b->members_fd, &key, &want_vals[i], BPF_ANY) < 0)
+	for (i = 0; i < a->n_want; i++, a->done_members++) {
+		key = (struct kt_member_key){ .cgroup_id = a->want[i].cgroup_id };
+		if (commit_step(a) ||
+		    bpf_map_update_elem(b->members_fd, &key, &a->want_vals[i], BPF_ANY) < 0)
 			goto map_err;
 	}
-	for (i = 0; i < cls.n_entries; i++)
-		if (bpf_map_update_elem(b->classify_fd, &cls.entries[i].key, &cls.entries[i].set,
-					BPF_ANY) < 0)
+	for (i = 0; i < a->cls.n_entries; i++, a->done_cls++)
+		if (commit_step(a) || bpf_map_update_elem(b->classify_fd, &a->cls.entries[i].key,
+							  &a->cls.entries[i].set, BPF_ANY) < 0)
 			goto map_err;
-	for (id = 0; id < KT_HOOK_COUNT; id++)
-		if (bpf_map_update_elem(b->ports_fd, &id, &cls.ports[id], BPF_ANY) < 0)
+	for (id = 0; id < KT_HOOK_COUNT; id++, a->done_ports++)
+		if (commit_step(a) || bpf_map_update_elem(b->ports_fd, &id, &a->cls.ports[id], BPF_ANY) < 0)
 			goto map_err;
 
 	/* Attachments: every outermost member cgroup gets the hooks its own
-	 * and its nested members' limits need. */
-	attach = calloc(n_want + 1, sizeof(*attach));
-	if (!attach) {
-		ret = -ENOMEM;
-		goto out;
+	 * and its nested members' limits need. On failure kt_bpf_sync_links
+	 * has removed the links it created. */
+	if (commit_step(a)) {
+		snprintf(err, errlen, "cannot attach programs: %s", strerror(EIO));
+		return -EIO;
 	}
-	ret = kt_bpf_sync_links(b, attach, fold_nested(want, n_want, attach), err, errlen);
-	if (ret)
-		goto out;
+	return kt_bpf_sync_links(b, a->grow, a->n_attach, err, errlen);
 
-	/* Drop what the plan no longer has: stale prefixes, memberships,
-	 * buckets and names. */
-	{
-		struct kt_prefix_key pk, pnext;
-		struct kt_prefix_key *stale = calloc(KT_MAX_PREFIXES, sizeof(*stale));
-		int n_stale = 0;
+map_err:
+	ret = errno ? -errno : -EIO;
+fail:
+	snprintf(err, errlen, "cannot update kernel maps: %s", strerror(-ret));
+	return ret;
+}
 
-		if (stale && bpf_map_get_next_key(b->classify_fd, NULL, &pnext) == 0) {
-			do {
-				pk = pnext;
-				for (i = 0; i < cls.n_entries; i++)
-					if (!memcmp(&cls.entries[i].key, &pk, sizeof(pk)))
-						break;
-				if (i == cls.n_entries && n_stale < KT_MAX_PREFIXES)
-					stale[n_stale++] = pk;
-			} while (bpf_map_get_next_key(b->classify_fd, &pk, &pnext) == 0);
-		}
-		for (i = 0; i < n_stale; i++)
-			bpf_map_delete_elem(b->classify_fd, &stale[i]);
-		free(stale);
+/* Puts a slot back as saved: tat exactly when nothing was charged since our
+ * write, else rescaled back so the charges made meanwhile keep their cost. */
+static int restore_slot(struct apply *a, const struct saved_slot *s, uint64_t now)
+{
+	struct kt_bucket *bk = &a->b->buckets[s->slot];
+	const struct kt_bucket *o = &s->old;
+
+	__atomic_store_n(&bk->burst, o->burst, __ATOMIC_RELAXED);
+	if (__sync_bool_compare_and_swap(&bk->tat, s->tat_after, o->tat))
+		__atomic_store_n(&bk->interval_fp, o->interval_fp, __ATOMIC_RELEASE);
+	else
+		kt_bucket_rescale(bk, now, o->interval_fp);
+	store_lease(bk, o->valid_until, o->fallback_fp, o->fallback_until);
+	__atomic_store_n(&bk->limit_id, o->limit_id, __ATOMIC_RELAXED);
+	__atomic_store_n(&bk->flags, o->flags, __ATOMIC_RELEASE);
+	if (s->fresh && bpf_map_update_elem(a->b->counters_fd, &s->slot, s->ctrs, BPF_ANY) < 0)
+		return 1;
+	return 0;
+}
+
+/* Undoes a failed commit, newest write first, so no rule or membership
+ * ever points at a bucket that is already put back. */
+static void rollback(struct apply *a)
+{
+	struct kt_bpf *b = a->b;
+	uint64_t now = kt_clock_ns();
+	struct kt_member_key key;
+	int failed = 0, i;
+
+	for (uint32_t h = (uint32_t)a->done_ports; h-- > 0;)
+		failed += bpf_map_update_elem(b->ports_fd, &h, &a->old_ports[h], BPF_ANY) < 0;
+	for (i = a->done_cls; i-- > 0;) {
+		const struct kt_prefix_key *pk = &a->cls.entries[i].key;
+
+		if (a->cls_old[i] >= 0)
+			failed += bpf_map_update_elem(b->classify_fd, pk, &a->old_cls[a->cls_old[i]].set,
+						      BPF_ANY) < 0;
+		else
+			failed += bpf_map_delete_elem(b->classify_fd, pk) < 0;
 	}
-	for (i = 0; i < n_old_keys; i++) {
-		for (j = 0; j < n_want; j++)
-			if (want[j].cgroup_id == old_keys[i].cgroup_id)
-				break;
-		if (j == n_want)
-			bpf_map_delete_elem(b->members_fd, &old_keys[i]);
+	for (i = a->done_members; i-- > 0;) {
+		key = (struct kt_member_key){ .cgroup_id = a->want[i].cgroup_id };
+		if (a->want_old[i] >= 0)
+			failed += bpf_map_update_elem(b->members_fd, &key, &a->old_vals[a->want_old[i]],
+						      BPF_ANY) < 0;
+		else
+			failed += bpf_map_delete_elem(b->members_fd, &key) < 0;
 	}
+	for (i = a->done_limits; i-- > 0;) {
+		uint32_t id = a->plan->limits[i].id;
+
+		failed += bpf_map_update_elem(b->limits_fd, &id, &a->infos[id], BPF_ANY) < 0;
+	}
+	for (i = a->n_saved; i-- > 0;)
+		failed += restore_slot(a, &a->saved[i], now);
+	if (failed)
+		kt_err("rollback of a failed apply: %d kernel map writes failed too", failed);
+}
+
+/* After the commit: drop what the plan no longer has (surplus links, stale
+ * prefixes, memberships, buckets and names). A failure here leaves only
+ * entries nothing refers to, and the next apply retries. */
+static void drop_stale(struct apply *a)
+{
+	struct kt_bpf *b = a->b;
+	char why[KT_ERR_LEN];
+	int i;
+
+	if (a->trim && kt_bpf_sync_links(b, a->attach, a->n_attach, why, sizeof(why)))
+		kt_warn("cannot detach surplus links: %s", why);
+	for (i = 0; i < a->n_old_cls; i++)
+		if (!a->old_cls_kept[i])
+			bpf_map_delete_elem(b->classify_fd, &a->old_cls[i].key);
+	for (i = 0; i < a->n_old_keys; i++)
+		if (!a->old_key_kept[i])
+			bpf_map_delete_elem(b->members_fd, &a->old_keys[i]);
 	for (uint32_t s = 0; s < KT_MAX_BUCKETS; s++)
-		if (!sa->state[s] && (b->buckets[s].flags & KT_BUCKET_IN_USE))
+		if (!a->sa.state[s] && (b->buckets[s].flags & KT_BUCKET_IN_USE))
 			__atomic_store_n(&b->buckets[s].flags, 0, __ATOMIC_RELEASE);
-	for (id = 0; id < KT_MAX_LIMITS; id++) {
-		if (infos[id].in_use && !id_used[id]) {
+	for (uint32_t id = 0; id < KT_MAX_LIMITS; id++) {
+		if (a->infos[id].in_use && !a->id_used[id]) {
 			struct kt_limit_info none = { 0 };
 			bpf_map_update_elem(b->limits_fd, &id, &none, BPF_ANY);
 		}
 	}
-	ret = 0;
+}
+
+/* Plan (kernel reads only), commit (every write saved first), and on a
+ * failed write a rollback to the maps as they were. */
+int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket_policy *pol,
+		  char *err, size_t errlen)
+{
+	struct apply *a = calloc(1, sizeof(*a));
+	uint32_t *ids = NULL, *slots = NULL; /* the plan as given, for a failure to restore */
+	int n_members = 0, n_fresh = 0, ret, i, j, k;
+
+	if (!a)
+		goto nomem;
+	a->b = b;
+	a->plan = plan;
+	a->pol = pol;
+	for (i = 0; i < plan->n_limits; i++)
+		n_members += plan->limits[i].n_members;
+	ids = calloc(plan->n_limits + 1, sizeof(*ids));
+	slots = calloc(n_members + 1, sizeof(*slots));
+	a->old_keys = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->old_keys));
+	a->old_vals = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->old_vals));
+	a->old_key_kept = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->old_key_kept));
+	a->old = calloc(KT_MAX_MEMBERSHIPS * KT_LIMITS_PER_CGROUP, sizeof(*a->old));
+	a->old_cls = calloc(KT_MAX_PREFIXES, sizeof(*a->old_cls));
+	a->old_cls_kept = calloc(KT_MAX_PREFIXES, sizeof(*a->old_cls_kept));
+	a->want = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->want));
+	a->want_vals = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->want_vals));
+	a->want_old = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->want_old));
+	a->rules = calloc(plan->n_limits + 1, sizeof(*a->rules));
+	a->zero = calloc(b->ncpus, sizeof(*a->zero));
+	a->saved = calloc(KT_MAX_BUCKETS, sizeof(*a->saved));
+	if (!ids || !slots || !a->old_keys || !a->old_vals || !a->old_key_kept || !a->old ||
+	    !a->old_cls || !a->old_cls_kept || !a->want || !a->want_vals || !a->want_old ||
+	    !a->rules || !a->zero || !a->saved)
+		goto nomem;
+	for (i = 0, k = 0; i < plan->n_limits; i++) {
+		ids[i] = plan->limits[i].id;
+		for (j = 0; j < plan->limits[i].n_members; j++)
+			slots[k++] = plan->limits[i].members[j].slot;
+	}
+
+	/* Plan: the kernel is only read, so any error leaves it untouched. */
+	if ((ret = plan_ids(a, err, errlen)) || (ret = read_maps(a, err, errlen)) ||
+	    (ret = plan_slots(a, err, errlen)) || (ret = plan_rest(a, err, errlen)))
+		goto out;
+	for (i = 0; i < KT_MAX_BUCKETS; i++)
+		n_fresh += a->sa.state[i] == 2;
+	a->ctrs = calloc((size_t)n_fresh * b->ncpus + 1, sizeof(*a->ctrs));
+	if (!a->ctrs)
+		goto nomem;
+
+	ret = commit(a, err, errlen);
+	if (ret) {
+		rollback(a);
+		goto out;
+	}
+	drop_stale(a);
+	for (i = 0; i < plan->n_limits; i++) {
+		plan->limits[i].bucket_rate = pol[i].rate;
+		plan->limits[i].bucket_burst = pol[i].burst;
+	}
 	goto out;
 
-map_err:
-	ret = -errno;
-	snprintf(err, errlen, "cannot update kernel maps: %s", strerror(-ret));
+nomem:
+	ret = -ENOMEM;
+	snprintf(err, errlen, "out of memory");
 out:
-	kt_classifier_free(&cls);
-	free(want);
-	free(attach);
-	free(rules);
-	free(old_keys);
-	free(old);
-	free(want_vals);
-	free(sa);
+	if (ret && ids && slots)
+		for (i = 0, k = 0; i < plan->n_limits; i++) {
+			plan->limits[i].id = ids[i];
+			for (j = 0; j < plan->limits[i].n_members; j++)
+				plan->limits[i].members[j].slot = slots[k++];
+		}
+	if (a) {
+		kt_classifier_free(&a->cls);
+		free(a->old_keys);
+		free(a->old_vals);
+		free(a->old_key_kept);
+		free(a->old);
+		free(a->old_cls);
+		free(a->old_cls_kept);
+		free(a->want);
+		free(a->want_vals);
+		free(a->want_old);
+		free(a->rules);
+		free(a->cls_old);
+		free(a->attach);
+		free(a->grow);
+		free(a->zero);
+		free(a->saved);
+		free(a->ctrs);
+		free(a);
+	}
+	free(ids);
+	free(slots);
 	return ret;
 }

@@ -40,11 +40,24 @@ int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount, struct kt
 		    char *err, size_t errlen);
 void kt_plan_free(struct kt_plan *plan);
 
-/* Writes the plan into the maps and links. rates[i] / bursts[i]: the rate and
- * burst of each bucket of plan->limits[i] (pod scope: one member's share;
- * node scope: the node's). Fills ids and slots. */
-int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const double *rates,
-		  const double *bursts, char *err, size_t errlen);
+/* What one bucket of a limit may admit: its share while the lease holds,
+ * then the fallback, then nothing (see struct kt_bucket). Times are kt clock
+ * ns; valid_until 0 = no lease (local and static stores). */
+struct kt_bucket_policy {
+	double rate;           /* tokens/s: the share (pod scope: one member's; node: the node's) */
+	double burst;          /* tokens */
+	uint64_t valid_until;
+	double fallback_rate;  /* tokens/s after valid_until; 0 = closed */
+	uint64_t fallback_until; /* 0 = the fallback never ends */
+};
+
+/* Writes the plan into the maps and links. pol[i]: what each bucket of
+ * plan->limits[i] may admit; a bucket created here gets it from birth, kept
+ * buckets get the new rate (their tokens carry over) and lease. Fills ids
+ * and slots. All or nothing: on error the maps, buckets and links are as
+ * they were (the plan's ids and slots too). */
+int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket_policy *pol,
+		  char *err, size_t errlen);
 
 /* Distinct bucket slots of a limit (pod scope: one per member; node: one). */
 int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max);
@@ -52,9 +65,12 @@ int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max);
 /* One atomic store of the interval: the bucket's tokens are kept (the queued
  * debt is rescaled to the new rate). */
 void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double burst);
-/* Until `valid_until` (CLOCK_MONOTONIC ns, 0 = forever) the bucket runs at
- * its rate; after it, at `fallback_rate` (0 = closed). */
-void kt_bucket_set_validity(struct kt_bpf *b, uint32_t slot, uint64_t valid_until,
-			    double fallback_rate);
+/* The lease part of `pol` (valid_until, fallback_rate, fallback_until). */
+void kt_bucket_set_lease(struct kt_bpf *b, uint32_t slot, const struct kt_bucket_policy *pol);
+
+/* Test only: 0 = off; N > 0 = the Nth kernel write of each kt_plan_apply
+ * commit (a map update, a bucket store, the link sync) fails with -EIO as if
+ * the kernel refused it, so tests can check the rollback. */
+extern int kt_apply_fail_step;
 
 #endif

@@ -20,7 +20,7 @@
 #include "egress.skel.h"
 
 static const char *const map_names[] = {
-	"kt_buckets", "kt_counters", "kt_members", "kt_classify", "kt_ports", "kt_limits",
+	"kt_buckets", "kt_counters", "kt_members", "kt_classify", "kt_ports", "kt_limits", "kt_leases",
 };
 
 static int is_bpffs(const char *path)
@@ -92,13 +92,13 @@ bool kt_bpf_pinned(const char *pin_dir)
 static void zero_fds(struct kt_bpf *b)
 {
 	b->buckets_fd = b->counters_fd = b->members_fd = -1;
-	b->classify_fd = b->ports_fd = b->limits_fd = -1;
+	b->classify_fd = b->ports_fd = b->limits_fd = b->leases_fd = -1;
 }
 
 static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
 {
 	int *fds[] = { &b->buckets_fd, &b->counters_fd, &b->members_fd,
-		       &b->classify_fd, &b->ports_fd, &b->limits_fd };
+		       &b->classify_fd, &b->ports_fd, &b->limits_fd, &b->leases_fd };
 	char p[PATH_MAX];
 	size_t i;
 
@@ -117,7 +117,7 @@ static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
 static void close_fds(struct kt_bpf *b)
 {
 	int fds[] = { b->buckets_fd, b->counters_fd, b->members_fd,
-		      b->classify_fd, b->ports_fd, b->limits_fd };
+		      b->classify_fd, b->ports_fd, b->limits_fd, b->leases_fd };
 
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)

@@ -25,7 +25,7 @@ struct kt_bpf {
 	struct kt_connect *connect;
 	struct kt_sendmsg *sendmsg;
 	struct kt_egress *egress;
-	int buckets_fd, counters_fd, members_fd, classify_fd, ports_fd, limits_fd;
+	int buckets_fd, counters_fd, members_fd, classify_fd, ports_fd, limits_fd, leases_fd;
 	struct kt_bucket *buckets; /* mmap of kt_buckets: rates change by one atomic store */
 	int ncpus;
 	bool adopted;              /* pinned maps existed before this open */

@@ -681,6 +681,7 @@ static int store_defaults(struct kt_store_cfg *s)
 	s->heartbeat_ns = NS_PER_SEC;
 	s->stale_after = 3;
 	s->valid_for_ns = 10 * NS_PER_SEC;
+	s->fallback_for_ns = 60 * NS_PER_SEC;
 	s->on_failure = KT_FAIL_CONSERVATIVE;
 	s->key_prefix = strdup("kthrottle");
 	return s->key_prefix ? 0 : -ENOMEM;
@@ -1145,8 +1146,9 @@ static int parse_redis(struct ctx *c, yaml_node_t *n, const char *field, struct 
 /* Fills *s (already defaulted by store_defaults) from a store block. */
 static int parse_store(struct ctx *c, yaml_node_t *n, const char *field, struct kt_store_cfg *s)
 {
-	static const char *const keys[] = { "static", "redisStore", "heartbeat", "staleAfter",
-					    "validFor", "onStoreFailure", NULL };
+	static const char *const keys[] = { "static",	   "redisStore",  "heartbeat",
+					    "staleAfter",  "validFor",	  "fallbackFor",
+					    "maxMembers",  "onStoreFailure", NULL };
 	char sub[FIELD_LEN];
 	yaml_node_t *st, *rs, *v, *hb;
 	long long ll;
@@ -1194,6 +1196,15 @@ static int parse_store(struct ctx *c, yaml_node_t *n, const char *field, struct 
 		return fail(c, v ? v : hb, join(sub, field, v ? "validFor" : "heartbeat"),
 			    "validFor (%s) must be longer than heartbeat (%s)",
 			    fmt_dur(s->valid_for_ns).s, fmt_dur(s->heartbeat_ns).s);
+	if ((v = map_get(c, n, "fallbackFor")) &&
+	    (err = get_duration(c, v, join(sub, field, "fallbackFor"), 0, 24 * 3600 * NS_PER_SEC,
+				&s->fallback_for_ns)))
+		return err;
+	if ((v = map_get(c, n, "maxMembers"))) {
+		if ((err = get_int(c, v, join(sub, field, "maxMembers"), 1, 1000000, &ll)))
+			return err;
+		s->max_members = (int)ll;
+	}
 	if ((v = map_get(c, n, "onStoreFailure"))) {
 		if ((err = get_enum(c, v, join(sub, field, "onStoreFailure"), failure_names, 3, &e)))
 			return err;

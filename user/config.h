@@ -98,7 +98,9 @@ struct kt_store_cfg {
 	/* agreement and failure policy */
 	uint64_t heartbeat_ns;    /* default 1 s */
 	int stale_after;          /* heartbeats, default 3 */
-	uint64_t valid_for_ns;    /* default 10 s */
+	uint64_t valid_for_ns;    /* default 10 s; the lease is min(this, staleAfter x heartbeat) */
+	uint64_t fallback_for_ns; /* default 60 s: onStoreFailure rate after the lease, then closed */
+	int max_members;          /* pool size assumed before any answer; 0 = unknown: closed */
 	enum kt_store_failure on_failure;
 	char *key_prefix;         /* default "kthrottle" */
 };

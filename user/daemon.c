@@ -15,18 +15,11 @@
 #include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <sys/un.h>
+#include <bpf/bpf.h>
 #include "cgroup.h"
 #include "daemon.h"
 #include "log.h"
 #include "store.h"
-
-uint64_t kt_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- pool arithmetic ---- */
 
@@ -36,39 +29,18 @@ static int bucket_served(const struct kt_limit_rt *l)
 	return l->cfg->scope == KT_SCOPE_NODE ? (l->n_members > 0 ? l->n_members : 1) : 1;
 }
 
-static bool limit_uses_redis(const struct kt_limit_rt *l)
-{
-	return l->cfg->store.kind == KT_STORE_REDIS;
-}
-
-/* Bucket rate and burst from the pool's view; the kernel fallback for when
- * this daemon stops refreshing (store-failure policy, applied in-kernel). */
+/* The limit's policy (share, burst, lease, fallback) from the pool: one
+ * owner, kt_pool_bucket_policy. */
 static void compute_bucket(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 			   struct kt_limit_state *s)
 {
 	const struct kt_pool_view *v = kt_pool_view(pool, i);
-	int served = bucket_served(l);
-	double frac;
 
-	s->pool_size = v->size > 0 ? v->size : 1;
-	if (served > s->pool_size)
-		served = s->pool_size;
-	frac = (double)served / (double)s->pool_size;
-	s->bucket_rate = kt_pool_bucket_rate(pool, i, s->pool_rate, served);
-	s->bucket_burst = l->cfg->burst * frac;
-	if (s->bucket_burst < 1)
-		s->bucket_burst = 1;
-	switch (l->cfg->store.on_failure) {
-	case KT_FAIL_CLOSED:
-		s->fallback_rate = 0;
-		break;
-	case KT_FAIL_OPEN:
-		s->fallback_rate = s->bucket_rate;
-		break;
-	default:
-		s->fallback_rate = l->cfg->rl.min * frac;
-		break;
-	}
+	s->pool_size = v->size;
+	kt_pool_bucket_policy(pool, i, s->pool_rate, bucket_served(l), &s->pol);
+	s->bucket_rate = s->pol.rate;
+	s->bucket_burst = s->pol.burst;
+	s->fallback_rate = s->pol.fallback_rate;
 }
 
 static void write_rates(struct kt_daemon *d, int i)
@@ -84,26 +56,85 @@ static void write_rates(struct kt_daemon *d, int i)
 	l->bucket_burst = s->bucket_burst;
 }
 
-/* With a Redis store, the other nodes drop this node's members after
- * staleAfter heartbeats of silence; the kernel must stop granting their
- * share by then, even if this daemon is dead. Refreshed every tick. */
-static void write_validity(struct kt_daemon *d, int i, uint64_t now, bool expire_now)
+/* The lease follows the last store answer, never the tick: a daemon that
+ * cannot renew it (store down, connection frozen, daemon dead) lets it run
+ * out in the kernel exactly when the other nodes stop counting it. */
+static void write_lease(struct kt_daemon *d, int i)
 {
 	struct kt_limit_rt *l = &d->plan.limits[i];
-	const struct kt_store_cfg *st = &l->cfg->store;
 	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
 	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
-	uint64_t until = 0;
 
-	if (limit_uses_redis(l)) {
-		/* never shorter than one blocked store call plus two ticks, or
-		 * a live daemon stalled on the store would trip its own fallback */
-		uint64_t window = (uint64_t)st->stale_after * st->heartbeat_ns;
-		uint64_t floor = (uint64_t)KT_STORE_CALL_BUDGET_MS * 1000000ull + 2 * d->cfg.tick_ns;
-		until = expire_now ? now : now + (window > floor ? window : floor);
-	}
 	for (int k = 0; k < n; k++)
-		kt_bucket_set_validity(&d->bpf, slots[k], until, d->ls[i].fallback_rate);
+		kt_bucket_set_lease(&d->bpf, slots[k], &d->ls[i].pol);
+}
+
+/* Pins what a restarted daemon continues from: the pool's lease and size,
+ * and the ramp level (resumedRampUp without a store). */
+static void pin_lease(struct kt_daemon *d, int i, uint64_t now)
+{
+	const struct kt_limit_rt *l = &d->plan.limits[i];
+	struct kt_limit_state *s = &d->ls[i];
+	struct kt_lease_key key = { 0 };
+	struct kt_lease val;
+
+	kt_pool_lease(d->pool, i, &val);
+	val.ramp_urate = s->pool_rate > 0 && isfinite(s->pool_rate) ? (uint64_t)(s->pool_rate * 1e6) : 0;
+	val.ramp_saved_ns = now;
+	snprintf(key.name, sizeof(key.name), "%s", l->cfg->name);
+	if (bpf_map_update_elem(d->bpf.leases_fd, &key, &val, BPF_ANY) == 0) {
+		s->pinned_lease = val.lease_until;
+		s->pinned_ns = now;
+	}
+}
+
+/* A restart continues the lease the previous daemon pinned, and, with
+ * resumedRampUp, its ramp level if saved within ttl. */
+static void adopt_pinned(struct kt_daemon *d, int i, uint64_t now)
+{
+	const struct kt_limit_rt *l = &d->plan.limits[i];
+	struct kt_limit_state *s = &d->ls[i];
+	struct kt_lease_key key = { 0 };
+	struct kt_lease val;
+	double level;
+
+	snprintf(key.name, sizeof(key.name), "%s", l->cfg->name);
+	if (bpf_map_lookup_elem(d->bpf.leases_fd, &key, &val) < 0)
+		return;
+	kt_pool_adopt(d->pool, i, &val, now);
+	level = (double)val.ramp_urate / 1e6;
+	if (l->cfg->rl.resumed_ramp_up && val.ramp_saved_ns && val.ramp_saved_ns <= now &&
+	    now - val.ramp_saved_ns <= l->cfg->rl.ttl_ns && level > s->pool_rate) {
+		kt_ramp_init(&s->ramp, &l->cfg->rl, now, level);
+		s->pool_rate = kt_ramp_rate(&s->ramp);
+		kt_info("limit %s: resuming ramp at %.3f/s (pinned %.1f s ago)", l->cfg->name,
+			s->pool_rate, (double)(now - val.ramp_saved_ns) / 1e9);
+	}
+}
+
+/* Leases of limits the plan no longer has. */
+static void drop_stale_leases(struct kt_daemon *d)
+{
+	struct kt_lease_key key, next, *gone = calloc(KT_MAX_LIMITS, sizeof(*gone));
+	int n = 0, i;
+
+	if (!gone)
+		return;
+	if (bpf_map_get_next_key(d->bpf.leases_fd, NULL, &next) == 0) {
+		do {
+			key = next;
+			key.name[KT_NAME_LEN - 1] = 0;
+			for (i = 0; i < d->plan.n_limits; i++)
+				if (!strcmp(d->plan.limits[i].cfg->name, key.name))
+					break;
+			if (i == d->plan.n_limits && n < KT_MAX_LIMITS)
+				gone[n++] = next;
+			key = next;
+		} while (bpf_map_get_next_key(d->bpf.leases_fd, &key, &next) == 0);
+	}
+	for (i = 0; i < n; i++)
+		bpf_map_delete_elem(d->bpf.leases_fd, &gone[i]);
+	free(gone);
 }
 
 static void init_limit_state(struct kt_limit_state *s, const struct kt_limit_rt *l, uint64_t now)
@@ -211,11 +242,19 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 			s->pool_rate = kt_ramp_rate(&s->ramp);
 			kt_info("limit %s: resuming ramp at %.3f/s", l->cfg->name, s->pool_rate);
 		}
+		uint64_t lease_before = s->pol.valid_until, fb_before = s->pol.fallback_until;
+		double fbr_before = s->pol.fallback_rate;
+
 		compute_bucket(d->pool, i, l, s);
+		/* rate before lease: either order of the two is safe alone, and
+		 * this one never pairs a new lease with the old, larger rate */
 		if (fabs(s->bucket_rate - before) > 1e-9 * before || s->bucket_burst != burst_before)
 			write_rates(d, i);
-		/* from after the heartbeat, which may have blocked on the store */
-		write_validity(d, i, kt_now_ns(), false);
+		if (s->pol.valid_until != lease_before || s->pol.fallback_until != fb_before ||
+		    s->pol.fallback_rate != fbr_before)
+			write_lease(d, i);
+		if (s->pinned_lease != s->pol.valid_until || now - s->pinned_ns >= d->cfg.epoch_ns)
+			pin_lease(d, i, now);
 	}
 	d->ticks++;
 }
@@ -279,7 +318,7 @@ static void sb_json_str(struct sbuf *b, const char *s)
 char *kt_daemon_status(struct kt_daemon *d, bool json)
 {
 	struct sbuf b = { 0 };
-	uint64_t now = kt_now_ns();
+	uint64_t now = kt_clock_ns();
 	int i, j;
 
 	if (json) {
@@ -519,7 +558,7 @@ static void accept_client(struct kt_daemon *d)
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	d->clients[i].fd = fd;
 	d->clients[i].len = 0;
-	d->clients[i].since_ns = kt_now_ns();
+	d->clients[i].since_ns = kt_clock_ns();
 	ev.data.u64 = 100 + (uint64_t)i;
 	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
 		client_close(d, &d->clients[i]);
@@ -594,7 +633,7 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	d->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-	d->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	d->timerfd = timerfd_create(CLOCK_BOOTTIME, TFD_CLOEXEC | TFD_NONBLOCK);
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (d->sigfd < 0 || d->timerfd < 0 || d->epfd < 0) {
 		snprintf(err, errlen, "cannot set up event loop: %s", strerror(errno));
@@ -616,22 +655,15 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 static int apply_plan(struct kt_daemon *d, struct kt_plan *plan, struct kt_limit_state *ls,
 		      char *err, size_t errlen)
 {
-	double *rates = calloc(plan->n_limits, sizeof(double));
-	double *bursts = calloc(plan->n_limits, sizeof(double));
+	struct kt_bucket_policy *pol = calloc(plan->n_limits, sizeof(*pol));
 	int ret;
 
-	if (!rates || !bursts) {
-		free(rates);
-		free(bursts);
+	if (!pol)
 		return -ENOMEM;
-	}
-	for (int i = 0; i < plan->n_limits; i++) {
-		rates[i] = ls[i].bucket_rate;
-		bursts[i] = ls[i].bucket_burst;
-	}
-	ret = kt_plan_apply(&d->bpf, plan, rates, bursts, err, errlen);
-	free(rates);
-	free(bursts);
+	for (int i = 0; i < plan->n_limits; i++)
+		pol[i] = ls[i].pol;
+	ret = kt_plan_apply(&d->bpf, plan, pol, err, errlen);
+	free(pol);
 	return ret;
 }
 
@@ -744,9 +776,10 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		ret = KT_EXIT_RUNTIME;
 		goto fail_bpf;
 	}
-	now = kt_now_ns();
+	now = kt_clock_ns();
 	for (i = 0; i < d->plan.n_limits; i++) {
 		init_limit_state(&d->ls[i], &d->plan.limits[i], now);
+		adopt_pinned(d, i, now);
 		compute_bucket(d->pool, i, &d->plan.limits[i], &d->ls[i]);
 	}
 	ret = apply_plan(d, &d->plan, d->ls, err, sizeof(err));
@@ -755,6 +788,7 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		ret = KT_EXIT_RUNTIME;
 		goto fail_bpf;
 	}
+	drop_stale_leases(d);
 	ret = setup_loop(d, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
@@ -809,7 +843,7 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	struct kt_limit_state *nls = NULL;
 	struct kt_pool_local *nlocal = NULL;
 	struct kt_pool *npool = NULL;
-	uint64_t now = kt_now_ns();
+	uint64_t now = kt_clock_ns();
 	int ret, i, j;
 
 	ret = kt_config_load(d->config_path, &ncfg, err, errlen);
@@ -869,8 +903,9 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	d->pool_local = nlocal;
 	for (i = 0; i < d->plan.n_limits; i++) {
 		write_rates(d, i);
-		write_validity(d, i, now, false);
+		write_lease(d, i);
 	}
+	drop_stale_leases(d);
 	d->reloads++;
 	kt_info("reloaded %s: %d limit(s)", d->config_path, d->plan.n_limits);
 	return 0;
@@ -912,7 +947,7 @@ int kt_daemon_run(struct kt_daemon *d)
 			} else if (tag == 2) {
 				uint64_t expirations;
 				if (read(d->timerfd, &expirations, sizeof(expirations)) > 0) {
-					uint64_t now = kt_now_ns();
+					uint64_t now = kt_clock_ns();
 					kt_daemon_tick(d, now);
 					expire_clients(d, now);
 					if (now - d->last_prune_ns >= d->cfg.epoch_ns) {
@@ -941,15 +976,16 @@ void kt_daemon_stop(struct kt_daemon *d)
 	for (int i = 0; i < KT_MAX_CLIENTS; i++)
 		if (d->clients[i].fd >= 0)
 			close(d->clients[i].fd);
-	/* A graceful stop deregisters this node's members at once, so the
-	 * other nodes' shares grow; the kernel buckets of Redis-backed limits
-	 * drop to the store-failure rate now instead of granting a share the
-	 * pool no longer counts. Local and static limits keep their rates. */
+	/* A stop changes nothing the other nodes count: this node's members
+	 * stay in the pool and the kernel runs their lease out (then the
+	 * fallback, then closes), unless the next daemon renews it first (a
+	 * rolling restart). Only --detach-on-exit, which removes the programs,
+	 * deregisters the members at once. */
 	fill_pool_local(d);
-	kt_pool_leave(d->pool, d->pool_local, d->plan.n_limits);
+	kt_pool_leave(d->pool, d->pool_local, d->plan.n_limits, d->detach_on_exit);
 	if (!d->detach_on_exit)
 		for (int i = 0; i < d->plan.n_limits; i++)
-			write_validity(d, i, kt_now_ns(), true);
+			pin_lease(d, i, kt_clock_ns());
 	kt_pool_destroy(d->pool);
 	d->pool = NULL;
 	free(d->pool_local);

@@ -34,7 +34,10 @@ struct kt_limit_state {
 	int pool_size;             /* members sharing the pool */
 	double bucket_rate;        /* last written per-bucket rate */
 	double bucket_burst;
-	double fallback_rate;      /* kernel's rate if the daemon stops refreshing */
+	double fallback_rate;      /* kernel's rate once the lease lapses */
+	struct kt_bucket_policy pol; /* last computed: share, burst, lease */
+	uint64_t pinned_lease;     /* lease_until last written to kt_leases */
+	uint64_t pinned_ns;        /* when */
 	struct kt_sample hist[KT_HISTORY];
 	int hist_len, hist_head;   /* ring of the last ticks */
 	double epoch_used_rate;    /* admitted tokens/s over the trailing epoch */
@@ -66,8 +69,6 @@ struct kt_daemon {
 	uint64_t reloads, reload_failures;
 	uint64_t last_prune_ns;
 };
-
-uint64_t kt_now_ns(void);
 
 /* Exit codes */
 #define KT_EXIT_OK 0

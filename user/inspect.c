@@ -51,13 +51,10 @@ int kt_inspect_read(const struct kt_bpf *b, struct kt_kstate *st)
 			m->cgroup_id = key.cgroup_id;
 			m->slot = me->slot;
 			if (bpf_map_lookup_elem(b->buckets_fd, &me->slot, &bk) == 0) {
-				struct timespec ts;
-				__u64 now;
+				__u64 now = kt_clock_ns();
 
-				clock_gettime(CLOCK_MONOTONIC, &ts);
-				now = (__u64)ts.tv_sec * 1000000000ull + (__u64)ts.tv_nsec;
 				/* the rate the kernel applies now: the fallback once the
-				 * daemon stopped refreshing the bucket's validity */
+				 * lease lapsed, 0 once the fallback ended too */
 				m->rate = kt_rate_from_interval_fp(kt_bucket_interval(&bk, now));
 				m->fallback_active = bk.valid_until && (__s64)(now - bk.valid_until) > 0;
 				m->burst = bk.burst;

@@ -180,7 +180,7 @@ static void on_sigint(int sig)
 static double now_s(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
@@ -245,7 +245,7 @@ static void print_bpftool(const char *pin)
 	       "bpftool map dump pinned %s/kt_limits\n"
 	       "# Which bucket each (cgroup id, limit id) is charged to:\n"
 	       "bpftool map dump pinned %s/kt_members\n"
-	       "# Buckets: tat = theoretical arrival time (CLOCK_MONOTONIC ns),\n"
+	       "# Buckets: tat = theoretical arrival time (CLOCK_BOOTTIME ns),\n"
 	       "# interval_fp = ns per token << 16 (rate = 65536e9 / interval_fp tokens/s),\n"
 	       "# burst = tokens that may pass back to back:\n"
 	       "bpftool map lookup pinned %s/kt_buckets key 0 0 0 0\n"

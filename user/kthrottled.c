@@ -36,9 +36,11 @@ static void usage(FILE *f)
 		"      --version         print the version\n"
 		"\n"
 		"Signals: SIGHUP reloads FILE (an invalid file is rejected and the running\n"
-		"configuration kept); SIGTERM/SIGINT stop. On stop, members of limits shared\n"
-		"through Redis leave the pool and their buckets drop to the onStoreFailure\n"
-		"rate; other limits keep enforcing their last rates.\n"
+		"configuration kept); SIGTERM/SIGINT stop. On stop, programs keep enforcing:\n"
+		"members of limits shared through Redis stay in the pool and their kernel\n"
+		"buckets run out the lease of the last store answer, then the onStoreFailure\n"
+		"rate for fallbackFor, then close, unless a new kthrottled renews the lease\n"
+		"first (a rolling restart changes nothing). Other limits keep their rates.\n"
 		"Exit status: 0 ok, 1 runtime error, 2 configuration or usage error.\n");
 }
 

@@ -21,6 +21,20 @@
  *   KT_STORE_BACKOFF_MAX_MS), the size before the gap is kept as a floor for
  *   that long plus 3 heartbeats (phase DISAGREED while it binds). A genuine
  *   shrink during the gap is delayed by as much; a growth is not.
+ * - Leases (DESIGN.md section 8): an answer to a heartbeat sent at t grants
+ *   the share until t + min(staleAfter x heartbeat, validFor) on our clock,
+ *   which is no later than the store stops counting us (it stamps the
+ *   heartbeat with its TIME, after t). Past the lease the phase is
+ *   STORE_LOST whatever the daemon is doing, and the kernel switches by
+ *   itself. Each heartbeat tells the store our per-member fallback rate; a
+ *   lapsed member's fallback stays reserved for fallbackFor, and the kernel
+ *   closes its buckets when that ends.
+ * - Unknown is not alone: before the first answer the size is the adopted
+ *   (pinned) one, else maxMembers, else unknown (0), and an unknown size
+ *   grants nothing.
+ * - A shrink is taken one answer late (the larger of the last two answers),
+ *   so a store clock that jumps forward, or a failover to a server whose
+ *   clock differs, cannot make every other member look dead at once.
  * - resumedRampUp: the ramp key is read once, on the first heartbeat, before
  *   anything is written to it; until then nothing is saved, and while a found
  *   level has not been taken the saved level is max(it, pool_rate), so an
@@ -49,12 +63,19 @@ struct lim {
 	int static_size;
 	struct kt_rate_limit_cfg rl;
 	uint64_t stale_ns, valid_for_ns;
+	uint64_t lease_ns, hold_ns;     /* min(stale, validFor); fallbackFor (0: closed) */
+	int max_members;
+	double burst;
 	enum kt_store_failure on_failure;
 	int group;                      /* index in kt_pool.g, -1 for local/static */
 
 	struct kt_pool_view v;
 	enum kt_pool_phase before_lost; /* phase when STORE_LOST began (open policy) */
 	bool answered, ever_agreed;
+	bool adopted;                   /* a pinned lease continued, no answer yet */
+	int prev_size;                  /* size of the previous answer (shrink damping) */
+	double sent_fallback;           /* per-member fallback in the heartbeat in flight */
+	double sent_pool_rate;          /* pool rate it was computed from */
 	int floor;                      /* re-sync floor after an outage, 0 none */
 	uint64_t floor_until_ns;
 
@@ -245,6 +266,10 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 		l->valid_for_ns = s->valid_for_ns;
 		l->on_failure = s->on_failure;
 		l->stale_ns = (uint64_t)(s->stale_after > 0 ? s->stale_after : 1) * s->heartbeat_ns;
+		l->lease_ns = l->valid_for_ns < l->stale_ns ? l->valid_for_ns : l->stale_ns;
+		l->hold_ns = s->on_failure == KT_FAIL_CLOSED ? 0 : s->fallback_for_ns;
+		l->max_members = s->max_members;
+		l->burst = lc->burst;
 		l->group = -1;
 		l->v.size = 1;
 		l->v.live = 1;
@@ -282,6 +307,7 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 		l->v.phase = KT_POOL_JOINING;
 		l->v.agree = false;
 		l->v.live = 0; /* nothing seen yet */
+		l->v.size = l->max_members; /* never "alone": unknown (0) unless bounded */
 		l->res = lc->rl.resumed_ramp_up ? RES_WAIT : RES_OFF;
 		for (j = 0; j < p->n_groups; j++)
 			if (same_store(&cfg->limits[p->g[j].lims[0]].store, s))
@@ -311,9 +337,9 @@ static void set_phase(struct lim *l, enum kt_pool_phase ph, uint64_t now)
 	if (l->v.phase == ph)
 		return;
 	if (ph == KT_POOL_STORE_LOST)
-		kt_warn("pool: limit %s: no store answer for longer than validFor (%.1f s): "
+		kt_warn("pool: limit %s: lease ran out (no store answer for %.1f s): "
 			"onStoreFailure %s applies (last size %d)",
-			l->name, (double)l->valid_for_ns / 1e9, kt_store_failure_name(l->on_failure),
+			l->name, (double)l->lease_ns / 1e9, kt_store_failure_name(l->on_failure),
 			l->v.size);
 	else
 		kt_info("pool: limit %s: %s -> %s, size %d (live %d)", l->name,
@@ -329,12 +355,23 @@ static uint64_t since(uint64_t now, uint64_t t)
 	return now > t ? now - t : 0;
 }
 
+static double member_fallback(const struct lim *l, double pool_rate);
+
+/* The lease an answer to a heartbeat sent at `sent` grants. */
+static void grant_lease(struct lim *l, uint64_t sent)
+{
+	l->v.lease_until_ns = sent + l->lease_ns;
+	/* open never ends its fallback: the one policy that may exceed max */
+	l->v.fallback_until_ns = l->on_failure == KT_FAIL_OPEN ? 0 : l->v.lease_until_ns + l->hold_ns;
+}
+
 static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_answer *a, uint64_t now,
 			 bool reconnected)
 {
 	const struct group *g = &p->g[l->group];
 	enum kt_pool_phase ph;
-	int size, old = l->v.size;
+	int size, raw, old = l->v.size;
+	bool agree;
 
 	/* the membership may have been lost: pruned during a long gap, or a new server */
 	if (l->answered && (reconnected || since(now, l->v.last_answer_ns) > l->stale_ns)) {
@@ -344,8 +381,14 @@ static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_
 	if (l->floor && now >= l->floor_until_ns)
 		l->floor = 0;
 
-	size = a->size > 1 ? a->size : 1;
-	if (a->agree) {
+	raw = size = a->size > 1 ? a->size : 1;
+	/* a shrink is believed one answer late (acting on the larger size
+	 * meanwhile, as in DISAGREE) */
+	if ((l->answered || l->adopted) && l->prev_size > size)
+		size = l->prev_size;
+	l->prev_size = raw;
+	agree = a->agree && size == raw;
+	if (agree) {
 		l->ever_agreed = true;
 		ph = KT_POOL_AGREED;
 	} else {
@@ -357,10 +400,18 @@ static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_
 			ph = KT_POOL_DISAGREED;
 	}
 	l->answered = true;
-	l->v.agree = a->agree != 0;
+	l->adopted = false;
+	l->v.agree = agree;
 	l->v.live = a->live;
 	l->v.size = size;
+	l->v.reserved = a->reserved;
 	l->v.last_answer_ns = now;
+	/* the store reserves what we told it; the kernel may run at less when
+	 * the answer grew the pool (never at more) */
+	l->v.fallback_member = member_fallback(l, l->sent_pool_rate);
+	if (l->v.fallback_member > l->sent_fallback)
+		l->v.fallback_member = l->sent_fallback;
+	grant_lease(l, now);
 	if (ph == l->v.phase && ph == KT_POOL_AGREED && size != old)
 		kt_info("pool: limit %s: agreed size %d -> %d", l->name, old, size);
 	set_phase(l, ph, now);
@@ -502,6 +553,31 @@ static uint64_t ttl_ms(const struct lim *l)
 	return ms ? ms : 1;
 }
 
+/* The share left for live members once lapsed members' fallback is held. */
+static double available(const struct lim *l, double pool_rate)
+{
+	double avail = pool_rate - l->v.reserved;
+
+	return avail > 0 ? avail : 0;
+}
+
+/* Per-member rate of this node's buckets once the lease lapses (what the
+ * store is told to reserve for them). Unknown size: nothing. */
+static double member_fallback(const struct lim *l, double pool_rate)
+{
+	if (l->v.size < 1 || !isfinite(pool_rate) || pool_rate <= 0)
+		return 0;
+	switch (l->on_failure) {
+	case KT_FAIL_CONSERVATIVE:
+		return l->rl.min > 0 ? l->rl.min / l->v.size : 0;
+	case KT_FAIL_OPEN:
+		return available(l, pool_rate) / l->v.size;
+	case KT_FAIL_CLOSED:
+		break;
+	}
+	return 0;
+}
+
 static void heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const struct kt_pool_local *local)
 {
 	struct kt_store_stats st;
@@ -543,6 +619,10 @@ static void heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const st
 		q->stale_ms = stale_ms(l);
 		q->save_ramp = save_level(l, lo->pool_rate);
 		q->ramp_ttl_ms = ttl_ms(l);
+		q->hold_ms = l->hold_ns / NS_PER_MS;
+		l->sent_fallback = member_fallback(l, lo->pool_rate);
+		l->sent_pool_rate = lo->pool_rate;
+		q->fallback_rate = l->sent_fallback;
 		off += n;
 	}
 	ret = kt_store_heartbeat_many(g->st, g->reqs, g->n, g->ans, e, sizeof(e));
@@ -600,8 +680,10 @@ void kt_pool_tick(struct kt_pool *p, uint64_t now, const struct kt_pool_local *l
 			l->v.size = l->v.live = m;
 		else if (l->kind == KT_STORE_STATIC)
 			l->v.size = l->v.live = m > l->static_size ? m : l->static_size;
-		else if (!l->answered)
-			l->v.size = m; /* all we know before the first answer */
+		else if (!l->answered && !l->adopted && !l->v.lease_until_ns)
+			/* maxMembers stands in for an answer from start-up; an
+			 * unknown size grants nothing anyway */
+			grant_lease(l, now);
 	}
 	for (k = 0; k < p->n_groups; k++) {
 		struct group *g = &p->g[k];
@@ -614,13 +696,12 @@ void kt_pool_tick(struct kt_pool *p, uint64_t now, const struct kt_pool_local *l
 			g->started = true;
 			heartbeat(p, g, now, local);
 		}
-		if (!g->failing)
-			continue;
+		/* the lease runs out whatever the reason: store down, a frozen
+		 * connection, or this daemon blocked */
 		for (i = 0; i < g->n; i++) {
 			struct lim *l = &p->l[g->lims[i]];
-			uint64_t ref = l->answered ? l->v.last_answer_ns : p->start_ns;
 
-			if (l->v.phase != KT_POOL_STORE_LOST && since(now, ref) > l->valid_for_ns)
+			if (l->v.phase != KT_POOL_STORE_LOST && now > l->v.lease_until_ns)
 				set_phase(l, KT_POOL_STORE_LOST, now);
 		}
 	}
@@ -642,7 +723,9 @@ double kt_pool_bucket_rate(const struct kt_pool *p, int i, double pool_rate, int
 	if (!p || i < 0 || i >= p->n || served < 1 || !isfinite(pool_rate) || pool_rate <= 0)
 		return 0;
 	l = &p->l[i];
-	size = l->v.size > 1 ? l->v.size : 1;
+	if (l->v.size < 1)
+		return 0; /* unknown is not alone */
+	size = l->v.size;
 	/* a stale view can be smaller than this node's own members: never hand out
 	 * more than the pool rate */
 	if (served > size)
@@ -659,9 +742,91 @@ double kt_pool_bucket_rate(const struct kt_pool *p, int i, double pool_rate, int
 			break;
 		}
 	}
+	pool_rate = l->kind == KT_STORE_REDIS ? available(l, pool_rate) : pool_rate;
 	if (ph == KT_POOL_JOINING && l->rl.min < pool_rate)
 		pool_rate = l->rl.min > 0 ? l->rl.min : 0;
 	return pool_rate * served / size;
+}
+
+void kt_pool_bucket_policy(const struct kt_pool *p, int i, double pool_rate, int served,
+			   struct kt_bucket_policy *out)
+{
+	const struct lim *l;
+	int size;
+
+	memset(out, 0, sizeof(*out));
+	out->burst = 1;
+	if (!p || i < 0 || i >= p->n || served < 1)
+		return;
+	l = &p->l[i];
+	size = l->v.size;
+	if (served > size && size > 0)
+		served = size;
+	out->rate = kt_pool_bucket_rate(p, i, pool_rate, served);
+	if (size > 0)
+		out->burst = l->burst * served / size;
+	if (out->burst < 1)
+		out->burst = 1;
+	if (l->kind != KT_STORE_REDIS)
+		return; /* no lease: the rate holds until the daemon changes it */
+	out->valid_until = l->v.lease_until_ns;
+	out->fallback_until = l->v.fallback_until_ns;
+	/* exactly what the store reserves for us (told with the heartbeat) */
+	out->fallback_rate = l->v.fallback_member * served;
+	/* no lease yet: the kernel must not run ahead of one */
+	if (!out->valid_until)
+		out->rate = out->fallback_rate = 0;
+}
+
+void kt_pool_adopt(struct kt_pool *p, int i, const struct kt_lease *pin, uint64_t now)
+{
+	struct lim *l;
+
+	if (!p || !pin || i < 0 || i >= p->n)
+		return;
+	l = &p->l[i];
+	if (l->kind != KT_STORE_REDIS || l->answered || !pin->size || !pin->lease_until ||
+	    pin->size > KT_STORE_MAX_POOL)
+		return;
+	l->adopted = true;
+	l->ever_agreed = pin->agreed != 0;
+	l->v.size = l->prev_size = (int)pin->size;
+	l->v.agree = pin->agreed != 0;
+	l->v.reserved = (double)pin->reserved_urate / 1e6;
+	l->v.fallback_member = (double)pin->fallback_urate / 1e6;
+	/* never longer than this config would have granted from now */
+	l->v.lease_until_ns = pin->lease_until < now + l->lease_ns ? pin->lease_until : now + l->lease_ns;
+	l->v.fallback_until_ns = pin->fallback_until;
+	if (l->on_failure == KT_FAIL_CLOSED)
+		l->v.fallback_member = 0;
+	set_phase(l, now > l->v.lease_until_ns ? KT_POOL_STORE_LOST
+			: pin->agreed ? KT_POOL_AGREED : KT_POOL_DISAGREED, now);
+	kt_info("pool: limit %s: continuing the pinned lease: size %u, %.1f s left", l->name, pin->size,
+		now < l->v.lease_until_ns ? (double)(l->v.lease_until_ns - now) / 1e9 : 0.0);
+}
+
+static uint64_t to_urate(double r)
+{
+	return r > 0 && isfinite(r) ? (uint64_t)(r * 1e6) : 0;
+}
+
+bool kt_pool_lease(const struct kt_pool *p, int i, struct kt_lease *out)
+{
+	const struct lim *l;
+
+	memset(out, 0, sizeof(*out));
+	if (!p || i < 0 || i >= p->n)
+		return false;
+	l = &p->l[i];
+	if (l->kind != KT_STORE_REDIS || !(l->answered || l->adopted) || l->v.size < 1)
+		return false;
+	out->lease_until = l->v.lease_until_ns;
+	out->fallback_until = l->v.fallback_until_ns;
+	out->fallback_urate = to_urate(l->v.fallback_member);
+	out->reserved_urate = to_urate(l->v.reserved);
+	out->size = (uint32_t)l->v.size;
+	out->agreed = l->v.phase == KT_POOL_AGREED;
+	return true;
 }
 
 bool kt_pool_take_resume(struct kt_pool *p, int i, double *rate)
@@ -675,7 +840,8 @@ bool kt_pool_take_resume(struct kt_pool *p, int i, double *rate)
 
 /* ---- leave ---- */
 
-static void leave_group(struct kt_pool *p, struct group *g, const struct kt_pool_local *local)
+static void leave_group(struct kt_pool *p, struct group *g, const struct kt_pool_local *local,
+			bool deregister)
 {
 	char e[KT_ERR_LEN];
 	const char **ids = NULL;
@@ -700,6 +866,8 @@ static void leave_group(struct kt_pool *p, struct group *g, const struct kt_pool
 				return;
 		}
 	}
+	if (!deregister)
+		return;
 	for (k = 0; k < g->n; k++) {
 		struct lim *l = &p->l[g->lims[k]];
 		int m = local ? local_members(p, &local[g->lims[k]], g->lims[k]) : 0;
@@ -726,7 +894,7 @@ static void leave_group(struct kt_pool *p, struct group *g, const struct kt_pool
 	}
 }
 
-void kt_pool_leave(struct kt_pool *p, const struct kt_pool_local *local, int n)
+void kt_pool_leave(struct kt_pool *p, const struct kt_pool_local *local, int n, bool deregister)
 {
 	if (!p || p->left)
 		return;
@@ -736,7 +904,7 @@ void kt_pool_leave(struct kt_pool *p, const struct kt_pool_local *local, int n)
 		local = NULL;
 	}
 	for (int k = 0; k < p->n_groups; k++)
-		leave_group(p, &p->g[k], local);
+		leave_group(p, &p->g[k], local, deregister);
 	p->left = true;
 }
 
@@ -777,6 +945,8 @@ void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 	l->v = o->v;
 	l->before_lost = o->before_lost;
 	l->answered = o->answered;
+	l->adopted = o->adopted;
+	l->prev_size = o->prev_size;
 	l->ever_agreed = o->ever_agreed;
 	l->floor = o->floor;
 	l->floor_until_ns = o->floor_until_ns;

@@ -18,13 +18,15 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include "apply.h"
 #include "config.h"
+#include "kthrottle.h"
 
 enum kt_pool_phase {
 	KT_POOL_AGREED = 0,   /* last answer AGREE (or local/static) */
 	KT_POOL_DISAGREED,    /* last answer DISAGREE: act on the larger size */
 	KT_POOL_JOINING,      /* no AGREE seen since start: run at min / size */
-	KT_POOL_STORE_LOST,   /* no answer for longer than validFor: onStoreFailure applies */
+	KT_POOL_STORE_LOST,   /* the lease ran out: onStoreFailure applies */
 };
 
 /* What the daemon tells the pool about one limit each tick. */
@@ -38,11 +40,18 @@ struct kt_pool_local {
 /* The pool's view of one limit. */
 struct kt_pool_view {
 	enum kt_pool_phase phase;
-	int size;                  /* members sharing the pool, >= 1 */
+	int size;                  /* members sharing the pool; 0 = unknown (no answer, nothing adopted) */
 	int live;                  /* live members seen by the store (redis), else size */
 	bool agree;                /* last answer */
-	uint64_t last_answer_ns;   /* CLOCK_MONOTONIC of the last store answer, 0 never */
+	uint64_t last_answer_ns;   /* kt clock of the last store answer, 0 never */
 	uint64_t phase_since_ns;
+	/* Redis only: the lease granted by the last answer, on the kt clock:
+	 * from when the heartbeat was sent plus min(staleAfter x heartbeat,
+	 * validFor), never later than the store stops counting this node. */
+	uint64_t lease_until_ns;
+	uint64_t fallback_until_ns; /* the fallback ends (0 = never: open) */
+	double reserved;           /* fallback rates of lapsed members, held for them */
+	double fallback_member;    /* per-member fallback rate the store was told */
 };
 
 struct kt_pool;
@@ -55,21 +64,41 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 void kt_pool_tick(struct kt_pool *p, uint64_t now_ns, const struct kt_pool_local *local, int n);
 const struct kt_pool_view *kt_pool_view(const struct kt_pool *p, int limit_idx);
 
-/* Rate of one bucket serving `served` members of limit i:
- *   AGREED/DISAGREED: pool_rate * served / size
- *   JOINING:          min(pool_rate, rateLimit.min) * served / size
- *   STORE_LOST:       conservative: rateLimit.min * served / last size;
- *                     open: as before the loss; closed: 0.
+/* Rate of one bucket serving `served` members of limit i, where avail =
+ * pool_rate - reserved (the fallback of lapsed members), never below 0:
+ *   AGREED/DISAGREED: avail * served / size
+ *   JOINING:          min(avail, rateLimit.min) * served / size
+ *   STORE_LOST:       the fallback: conservative: rateLimit.min * served /
+ *                     last size; open: as before the loss; closed: 0.
+ *   size unknown:     0 (no answer yet, nothing adopted, no maxMembers).
  * Pure function of the view and config. */
 double kt_pool_bucket_rate(const struct kt_pool *p, int limit_idx, double pool_rate, int served);
+
+/* Everything one bucket serving `served` members may admit: the share, the
+ * burst (burst * served / size, at least 1), and the lease the kernel
+ * enforces by itself (valid_until, fallback rate, fallback_until). The one
+ * place a limit's policy is decided. */
+void kt_pool_bucket_policy(const struct kt_pool *p, int limit_idx, double pool_rate, int served,
+			   struct kt_bucket_policy *out);
+
+/* Handover: a daemon that starts before its first store answer continues
+ * the lease the previous one left pinned (size, lease, reserve), instead of
+ * guessing the size. Ignored once an answer came, or for local/static. */
+void kt_pool_adopt(struct kt_pool *p, int limit_idx, const struct kt_lease *pinned, uint64_t now);
+/* The state to pin for limit i (redis: after every answer). False when
+ * there is nothing to pin (local/static, or no answer and nothing adopted). */
+bool kt_pool_lease(const struct kt_pool *p, int limit_idx, struct kt_lease *out);
 
 /* resumedRampUp: the saved ramp level found in the store for limit i, once
  * (returns true and fills *rate the first time it is available, then false). */
 bool kt_pool_take_resume(struct kt_pool *p, int limit_idx, double *rate);
 
-/* Graceful stop: save ramp levels (resumedRampUp) and deregister every local
- * member, one round trip per store, bounded by the store timeouts. */
-void kt_pool_leave(struct kt_pool *p, const struct kt_pool_local *local, int n);
+/* Stop: save ramp levels (resumedRampUp), one round trip per store, bounded
+ * by the store timeouts. With `deregister` (the programs are being
+ * detached) also remove every local member from the pool at once; without
+ * it the members stay, and their lease runs out in the kernel unless the
+ * next daemon renews it (a rolling restart changes nothing). */
+void kt_pool_leave(struct kt_pool *p, const struct kt_pool_local *local, int n, bool deregister);
 void kt_pool_destroy(struct kt_pool *p);
 
 /* Store state for status: "none" (local/static), "idle", "up", "down";

@@ -7,16 +7,22 @@
  *   P:pool:L:hb    sorted set  member id -> last heartbeat, Redis TIME in ms
  *   P:pool:L:size  hash        member id -> pool size that member reported
  *   P:pool:L:ramp  string      ramp level (tokens/s, "%.17g") for resumedRampUp
- * hb and size get PEXPIRE KT_STORE_EXPIRE_FACTOR x staleAfter on every
- * heartbeat, so they vanish once every member is gone; ramp is SET with PX ttl.
+ *   P:pool:L:fb    hash        member id -> fallback rate its kernel buckets
+ *                              run at once its lease lapsed (tokens/s)
+ * hb, size and fb get PEXPIRE KT_STORE_EXPIRE_FACTOR x (stale + hold) on
+ * every heartbeat, so they vanish once every member is gone; ramp is SET
+ * with PX ttl.
  * Redis Cluster is not supported (one script touches the keys of every limit).
  *
  * Consensus (seed 000, with DESIGN.md §5's defects fixed): each heartbeat is
  * ONE EVALSHA per node covering all of its limits (kt_store_heartbeat_many).
  * Per limit the script, with redis.call('TIME') as its only clock:
  *   1. ZADD hb now id for every local member;
- *   2. removes members whose heartbeat is older than stale_ms from hb and
- *      size, and size entries that have no heartbeat;
+ *   2. a member whose heartbeat is older than stale_ms has lapsed (its
+ *      lease ended): it leaves size, but for hold_ms more it stays in hb and
+ *      its fallback rate is added to the answer's `reserved`; older than
+ *      stale_ms + hold_ms it is removed from hb, size and fb; size entries
+ *      with no live heartbeat are removed;
  *   3. HSET size id reported_size for every local member, where
  *      KT_POOL_REPORT_LIVE (0) stores the live count just computed;
  *   4. answers AGREE(size) when every live member's stored size is the same
@@ -90,12 +96,15 @@ struct kt_pool_req {
 	uint64_t stale_ms;                     /* 1..KT_STORE_STALE_MAX_MS */
 	double save_ramp;                      /* >= 0: also SET the ramp key (PX ramp_ttl_ms); < 0: no */
 	uint64_t ramp_ttl_ms;                  /* >= 1 when save_ramp >= 0 */
+	uint64_t hold_ms;                      /* 0..KT_STORE_STALE_MAX_MS: lapsed members reserved this long */
+	double fallback_rate;                  /* >= 0: each member's rate once its lease lapsed */
 };
 
 struct kt_pool_answer {
 	int agree; /* 1 AGREE, 0 DISAGREE */
 	int size;  /* agreed size, or max(largest reported, live); 0 only if live == 0 */
 	int live;  /* live members of the limit across all nodes */
+	double reserved; /* sum of the fallback rates of lapsed, still-held members */
 };
 
 struct kt_store_stats {

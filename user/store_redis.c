@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "kthrottle.h"
 #include <unistd.h>
 #include <hiredis/hiredis.h>
 #include "store.h"
@@ -17,12 +18,24 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-/* KEYS: hb, size, ramp per limit. ARGV per limit: stale_ms, n, ramp ("" =
- * none), ramp_ttl_ms, then n (id, size) pairs, size "0" meaning "the live
- * count computed here". Returns {agree, size, live} per limit. TIME is the only clock; replicate_commands makes a write after
- * TIME legal on Redis < 5 (a no-op since 5). unpack is chunked: Lua's C stack
- * is limited. A stored size that is not an integer in range counts as a
- * member that does not agree, never as an error. */
+/* KEYS: hb, size, ramp, fb per limit. ARGV per limit: stale_ms, n, ramp
+ * ("" = none), ramp_ttl_ms, hold_ms, fb (this node's fallback rate per
+ * member, "%.17g"), then n (id, size) pairs, size "0" meaning "the live count
+ * computed here". Returns {agree, size, live, reserved} per limit, reserved
+ * as a string (Lua numbers become integers in replies).
+ *
+ * A member is live while its heartbeat is at most stale_ms old (its lease);
+ * then it lapses: it leaves the live count and the size hash, but for
+ * hold_ms more it stays in hb and its fallback rate (fb hash) is summed into
+ * `reserved`, because its kernel buckets may still admit that much. After
+ * that its buckets are closed and it is forgotten.
+ *
+ * TIME is the only clock; replicate_commands makes a write after TIME legal
+ * on Redis < 5 (a no-op since 5). unpack is chunked: Lua's C stack is
+ * limited. A stored size that is not an integer in range counts as a member
+ * that does not agree, never as an error; a stored fallback rate that is not
+ * a finite number >= 0 is reserved as 0 and overwritten at that member's
+ * next heartbeat. */
 static const char hb_script[] =
 	"if redis.replicate_commands then redis.replicate_commands() end\n"
 	"local t = redis.call('TIME')\n"
@@ -33,20 +46,34 @@ static const char hb_script[] =
 	"  end\n"
 	"end\n"
 	"local out, a = {}, 1\n"
-	"for k = 1, #KEYS, 3 do\n"
-	"  local hb, sz = KEYS[k], KEYS[k + 1]\n"
+	"for k = 1, #KEYS, 4 do\n"
+	"  local hb, sz, fbk = KEYS[k], KEYS[k + 1], KEYS[k + 3]\n"
 	"  local stale, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])\n"
 	"  local ramp, rttl = ARGV[a + 2], ARGV[a + 3]\n"
-	"  a = a + 4\n"
+	"  local hold, fb = tonumber(ARGV[a + 4]), ARGV[a + 5]\n"
+	"  a = a + 6\n"
 	"  local first = a\n"
 	"  for i = 1, n do\n"
 	"    redis.call('ZADD', hb, now, ARGV[a])\n"
+	"    if fb ~= '0' then redis.call('HSET', fbk, ARGV[a], fb) else redis.call('HDEL', fbk, ARGV[a]) end\n"
 	"    a = a + 2\n"
 	"  end\n"
 	"  if ramp ~= '' then redis.call('SET', KEYS[k + 2], ramp, 'PX', rttl) end\n"
-	"  local dead = redis.call('ZRANGEBYSCORE', hb, '-inf', '(' .. string.format('%.0f', now - stale))\n"
-	"  if #dead > 0 then each('ZREM', hb, dead); each('HDEL', sz, dead) end\n"
-	"  local live = redis.call('ZRANGE', hb, 0, -1)\n"
+	"  local dead = redis.call('ZRANGEBYSCORE', hb, '-inf', '(' .. string.format('%.0f', now - stale - hold))\n"
+	"  if #dead > 0 then each('ZREM', hb, dead); each('HDEL', sz, dead); each('HDEL', fbk, dead) end\n"
+	"  local lapsed = redis.call('ZRANGEBYSCORE', hb, '-inf', '(' .. string.format('%.0f', now - stale))\n"
+	"  local reserved = 0\n"
+	"  if #lapsed > 0 then\n"
+	"    each('HDEL', sz, lapsed)\n"
+	"    for i = 1, #lapsed, 500 do\n"
+	"      local v = redis.call('HMGET', fbk, unpack(lapsed, i, math.min(i + 499, #lapsed)))\n"
+	"      for j = 1, #v do\n"
+	"        local x = tonumber(v[j])\n"
+	"        if x ~= nil and x >= 0 and x < 1e15 then reserved = reserved + x end\n"
+	"      end\n"
+	"    end\n"
+	"  end\n"
+	"  local live = redis.call('ZRANGEBYSCORE', hb, string.format('%.0f', now - stale), '+inf')\n"
 	"  for i = first, a - 1, 2 do\n"
 	"    local r = ARGV[i + 1]\n"
 	"    if r == '0' then r = #live end\n"
@@ -73,22 +100,25 @@ static const char hb_script[] =
 	"    end\n"
 	"    each('HDEL', sz, orphans)\n"
 	"  end\n"
-	"  if #live > 0 then\n"
-	"    redis.call('PEXPIRE', hb, stale * " STR(KT_STORE_EXPIRE_FACTOR) ")\n"
-	"    redis.call('PEXPIRE', sz, stale * " STR(KT_STORE_EXPIRE_FACTOR) ")\n"
+	"  if #live + #lapsed > 0 then\n"
+	"    local ttl = (stale + hold) * " STR(KT_STORE_EXPIRE_FACTOR) "\n"
+	"    redis.call('PEXPIRE', hb, ttl)\n"
+	"    redis.call('PEXPIRE', sz, ttl)\n"
+	"    redis.call('PEXPIRE', fbk, ttl)\n"
 	"  end\n"
 	"  local agree = 0\n"
 	"  if not bad and lo == hi and hi == #live then agree = 1 end\n"
-	"  out[#out + 1] = {agree, math.max(hi, #live), #live}\n"
+	"  out[#out + 1] = {agree, math.max(hi, #live), #live, string.format('%.17g', reserved)}\n"
 	"end\n"
 	"return out\n";
 
-/* KEYS: hb, size. ARGV: ids. Returns how many had a heartbeat. */
+/* KEYS: hb, size, fb. ARGV: ids. Returns how many had a heartbeat. */
 static const char leave_script[] =
 	"local n = 0\n"
 	"for i = 1, #ARGV do\n"
 	"  n = n + redis.call('ZREM', KEYS[1], ARGV[i])\n"
 	"  redis.call('HDEL', KEYS[2], ARGV[i])\n"
+	"  redis.call('HDEL', KEYS[3], ARGV[i])\n"
 	"end\n"
 	"return n\n";
 
@@ -127,10 +157,7 @@ struct kt_store {
 
 static uint64_t mono_ns(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+	return kt_clock_ns();
 }
 
 /* ---- errors: every message goes through here so passwords are scrubbed ---- */
@@ -1070,6 +1097,12 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 		       (unsigned long long)q->stale_ms, (unsigned long long)KT_STORE_STALE_MAX_MS);
 		return -EINVAL;
 	}
+	if (q->hold_ms > KT_STORE_STALE_MAX_MS || !isfinite(q->fallback_rate) || q->fallback_rate < 0 ||
+	    q->fallback_rate > 1e15) {
+		seterr(s, err, errlen, "heartbeat: limit %s: hold %llu ms or fallback rate %g out of range",
+		       q->limit, (unsigned long long)q->hold_ms, q->fallback_rate);
+		return -EINVAL;
+	}
 	if (q->save_ramp >= 0 &&
 	    (!isfinite(q->save_ramp) || q->save_ramp > 1e15 || q->ramp_ttl_ms < 1 ||
 	     q->ramp_ttl_ms > KT_STORE_STALE_MAX_MS * 365)) {
@@ -1099,6 +1132,22 @@ static bool int_in(const redisReply *r, long long lo, long long hi)
 	return r->type == REDIS_REPLY_INTEGER && r->integer >= lo && r->integer <= hi;
 }
 
+/* A rate the script formatted with %.17g. */
+static bool parse_rate(const redisReply *r, double *out)
+{
+	char *end;
+	double v;
+
+	if (r->type != REDIS_REPLY_STRING || r->len < 1 || r->len > 40)
+		return false;
+	errno = 0;
+	v = strtod(r->str, &end);
+	if (errno || end != r->str + r->len || !isfinite(v) || v < 0 || v > 1e15)
+		return false;
+	*out = v;
+	return true;
+}
+
 static int parse_answers(struct kt_store *s, const redisReply *r, const struct kt_pool_req *reqs, int n,
 			 struct kt_pool_answer *ans, char *err, size_t errlen)
 {
@@ -1114,8 +1163,8 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 		const redisReply *e = r->element[i];
 		struct kt_pool_answer a;
 
-		if (e->type != REDIS_REPLY_ARRAY || e->elements != 3) {
-			why = "not an array of 3";
+		if (e->type != REDIS_REPLY_ARRAY || e->elements != 4) {
+			why = "not an array of 4";
 		} else if (!int_in(e->element[0], 0, 1) || !int_in(e->element[1], 0, KT_STORE_MAX_POOL) ||
 			   !int_in(e->element[2], 0, KT_STORE_MAX_POOL)) {
 			why = "field not an integer in range";
@@ -1129,6 +1178,8 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				why = "AGREE on a size other than the live count";
 			else if (reqs[i].n_members > 0 && a.live < 1)
 				why = "no live member right after a heartbeat";
+			else if (!parse_rate(e->element[3], &a.reserved))
+				why = "reserved rate not a finite number >= 0";
 			else
 				ans[i] = a;
 		}
@@ -1157,7 +1208,7 @@ int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, 
 		ret = check_req(s, &reqs[i], i, err, errlen);
 		if (ret)
 			return ret;
-		cap += 7 + 2 * reqs[i].n_members;
+		cap += 10 + 2 * reqs[i].n_members;
 	}
 	ret = begin(s, err, errlen);
 	if (ret)
@@ -1166,11 +1217,12 @@ int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, 
 	if (ret)
 		goto oom;
 	a.n = 2; /* EVALSHA sha */
-	arg_fmt(&a, "%d", 3 * n);
+	arg_fmt(&a, "%d", 4 * n);
 	for (i = 0; i < n; i++) {
 		arg_fmt(&a, "%s:pool:%s:hb", s->prefix, reqs[i].limit);
 		arg_fmt(&a, "%s:pool:%s:size", s->prefix, reqs[i].limit);
 		arg_fmt(&a, "%s:pool:%s:ramp", s->prefix, reqs[i].limit);
+		arg_fmt(&a, "%s:pool:%s:fb", s->prefix, reqs[i].limit);
 	}
 	for (i = 0; i < n; i++) {
 		const struct kt_pool_req *q = &reqs[i];
@@ -1184,6 +1236,11 @@ int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, 
 			arg_ref(&a, "");
 			arg_ref(&a, "0");
 		}
+		arg_fmt(&a, "%llu", (unsigned long long)q->hold_ms);
+		if (q->fallback_rate > 0)
+			arg_fmt(&a, "%.17g", q->fallback_rate);
+		else
+			arg_ref(&a, "0");
 		for (j = 0; j < q->n_members; j++) {
 			arg_ref(&a, q->members[j].id);
 			arg_fmt(&a, "%d", q->members[j].reported_size);
@@ -1238,13 +1295,14 @@ int kt_store_leave(struct kt_store *s, const char *limit, const char *const *ids
 	ret = begin(s, err, errlen);
 	if (ret)
 		return ret;
-	ret = args_init(&a, 5 + n);
+	ret = args_init(&a, 6 + n);
 	if (ret)
 		goto oom;
 	a.n = 2;
-	arg_ref(&a, "2");
+	arg_ref(&a, "3");
 	arg_fmt(&a, "%s:pool:%s:hb", s->prefix, limit);
 	arg_fmt(&a, "%s:pool:%s:size", s->prefix, limit);
+	arg_fmt(&a, "%s:pool:%s:fb", s->prefix, limit);
 	for (i = 0; i < n; i++)
 		arg_ref(&a, ids[i]);
 	if (a.oom)

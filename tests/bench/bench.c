@@ -73,7 +73,7 @@ static inline uint64_t now_ns(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -436,7 +436,7 @@ static void env_free(struct bench_env *e)
 static int env_setup(struct bench_env *e)
 {
 	char err[KT_ERR_LEN];
-	double rates[N_LIMITS], bursts[N_LIMITS];
+	static struct kt_bucket_policy pol[N_LIMITS];
 	int ret, cgfd;
 
 	memset(e, 0, sizeof(*e));
@@ -504,10 +504,9 @@ static int env_setup(struct bench_env *e)
 	}
 	e->bpf_open = true;
 	for (int i = 0; i < N_LIMITS; i++) {
-		rates[i] = 1000;
-		bursts[i] = 1000;
+		pol[i] = (struct kt_bucket_policy){ .rate = 1000, .burst = 1000 };
 	}
-	ret = kt_plan_apply(&e->bpf, &e->plan, rates, bursts, err, sizeof(err));
+	ret = kt_plan_apply(&e->bpf, &e->plan, pol, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "bench: %s\n", err);
 		return ret;
@@ -1101,7 +1100,8 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char (*cgr
 			   int nlimits, long total_calls)
 {
 	char err[KT_ERR_LEN], name[16];
-	double *rates = NULL, *bursts = NULL, us = NAN;
+	struct kt_bucket_policy *pol = NULL;
+	double us = NAN;
 	long ticks = total_calls / nlimits;
 	uint64_t t, t0, t1;
 	int ret;
@@ -1109,10 +1109,9 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char (*cgr
 	if (ticks < 20)
 		ticks = 20;
 	d->cfg.limits = calloc((size_t)nlimits, sizeof(*d->cfg.limits));
-	rates = calloc((size_t)nlimits, sizeof(*rates));
-	bursts = calloc((size_t)nlimits, sizeof(*bursts));
+	pol = calloc((size_t)nlimits, sizeof(*pol));
 	d->ls = calloc((size_t)nlimits, sizeof(*d->ls));
-	if (!d->cfg.limits || !rates || !bursts || !d->ls)
+	if (!d->cfg.limits || !pol || !d->ls)
 		goto out;
 	d->cfg.n_limits = nlimits;
 	for (int i = 0; i < nlimits; i++) {
@@ -1147,10 +1146,10 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char (*cgr
 		kt_ramp_init(&s->ramp, &d->cfg.limits[i].rl, t, 0);
 		s->pool_rate = kt_ramp_rate(&s->ramp);
 		s->pool_size = 1;
-		s->bucket_rate = rates[i] = s->pool_rate;
-		s->bucket_burst = bursts[i] = d->cfg.limits[i].burst;
+		s->bucket_rate = pol[i].rate = s->pool_rate;
+		s->bucket_burst = pol[i].burst = d->cfg.limits[i].burst;
 	}
-	ret = kt_plan_apply(&d->bpf, &d->plan, rates, bursts, err, sizeof(err));
+	ret = kt_plan_apply(&d->bpf, &d->plan, pol, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "bench: tick: %s\n", err);
 		goto out;
@@ -1184,8 +1183,7 @@ out:
 	d->cfg.n_limits = 0;
 	free(d->ls);
 	d->ls = NULL;
-	free(rates);
-	free(bursts);
+	free(pol);
 	return us;
 }
 

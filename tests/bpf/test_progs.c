@@ -911,7 +911,7 @@ struct plim {
  * return, its message in err. */
 static int try_apply(struct fx *f, const struct plim *pl, int n, char *err, size_t errlen)
 {
-	double rates[16], bursts[16];
+	struct kt_bucket_policy pol[16] = { 0 };
 
 	assert_true(n <= 16);
 	kt_plan_free(&f->plan);
@@ -944,10 +944,10 @@ static int try_apply(struct fx *f, const struct plim *pl, int n, char *err, size
 			assert_true(l->members[j].cgid != 0);
 			l->n_members++;
 		}
-		rates[i] = SLOW_RATE;
-		bursts[i] = pl[i].burst;
+		pol[i].rate = SLOW_RATE;
+		pol[i].burst = pl[i].burst;
 	}
-	return kt_plan_apply(&f->b, &f->plan, rates, bursts, err, errlen);
+	return kt_plan_apply(&f->b, &f->plan, pol, err, errlen);
 }
 
 static void apply(struct fx *f, const struct plim *pl, int n)

@@ -54,6 +54,7 @@
 #define MAX 300.0
 #define MIN 60.0
 #define BURST 30.0
+#define RES (MIN / 3) /* a lapsed member's conservative fallback, held back by the others */
 
 #define MAX_NODES 4
 #define MAX_LOADS 8
@@ -128,7 +129,7 @@ static void store_extra(char *buf, size_t len, const char *policy)
 	snprintf(buf, len,
 		 ", store: {redisStore: %s, heartbeat: %dms, staleAfter: %d, validFor: %dms, "
 		 "onStoreFailure: %s}",
-		 fx.redis_block, HB_MS, STALE, VALID_MS, policy);
+		 fx.redis_block, HB_MS, VALID_MS / HB_MS, VALID_MS, policy);
 }
 
 static void write_node_config(int i, const char *limits)
@@ -562,27 +563,28 @@ static void test_kill9_survivors_take_over(void **state)
 	t_kill = ktest_now_ns();
 	assert_int_equal(ktest_daemon_signal_wait(&fx.d[2], SIGKILL), 128 + SIGKILL);
 	ms = wait_agreed(t_kill, surv, 2, "shared", 2, 4000);
-	/* (staleAfter + 2) heartbeats from the dead node's last heartbeat (which
-	 * was before the kill), + 2 ticks + 100 ms polling/scheduling */
+	/* (staleAfter + 3) heartbeats from the dead node's last heartbeat (which
+	 * was before the kill; the shrink is believed one answer late), + 2
+	 * ticks + 100 ms polling/scheduling */
 	print_message("survivors agreed on 2 after %.0f ms (bound %d ms)\n", ms,
-		      (STALE + 2) * HB_MS + 2 * TICK_MS + 100);
-	assert_true(ms >= 0 && ms <= (STALE + 2) * HB_MS + 2 * TICK_MS + 100);
+		      (STALE + 3) * HB_MS + 2 * TICK_MS + 100);
+	assert_true(ms >= 0 && ms <= (STALE + 3) * HB_MS + 2 * TICK_MS + 100);
+	/* the dead node's kernel may still admit its fallback (min / 3) for
+	 * fallbackFor: the survivors hold that back */
 	for (int i = 0; i < 2; i++) {
 		struct lst s;
 
 		must_status(i, "shared", &s);
-		assert_rate(i, "shared", "bucket_rate", s.bucket_rate, MAX / 2);
+		assert_rate(i, "shared", "bucket_rate", s.bucket_rate, (MAX - MIN / 3) / 2);
 	}
-	expect_members(&fx.rp[0], "shared", surv, 2);
+	/* the dead member lapsed: still held in hb, out of the live sizes */
+	assert_int_equal(rp_command_int(&fx.rp[0], -1, "ZCARD " PREFIX ":pool:shared:hb"), 3);
+	assert_int_equal(rp_command_int(&fx.rp[0], -1, "HLEN " PREFIX ":pool:shared:size"), 2);
 
-	/* The dead node's validity runs out max(staleAfter heartbeats, the
-	 * 1 s a store call may block + 2 ticks) after its last tick; be sure
-	 * it passed. */
-	{
-		uint64_t window = STALE * HB_MS, floor = KT_STORE_CALL_BUDGET_MS + 2 * TICK_MS;
-		while (ms_since(t_kill) < (window > floor ? window : floor) + HB_MS + 2 * TICK_MS)
-			ktest_sleep_ms(10);
-	}
+	/* the dead node's lease ran out staleAfter heartbeats after its last
+	 * heartbeat, before the kill */
+	while (ms_since(t_kill) < STALE * HB_MS + 2 * TICK_MS)
+		ktest_sleep_ms(10);
 	bg_start(&b[0], "survivor n0", fx.cg[0], port, 3.0);
 	bg_start(&b[1], "survivor n1", fx.cg[1], port, 3.0);
 	bg_start(&b[2], "dead n2", fx.cg[2], port, 2.5);
@@ -595,18 +597,20 @@ static void test_kill9_survivors_take_over(void **state)
 	for (int i = 0; i < 3; i++)
 		bg_wait(&b[i], &r[i]);
 	print_message("survivors admitted/s: n0 %.1f n1 %.1f (expected %.0f each)\n", rate[0],
-		      rate[1], MAX / 2);
+		      rate[1], (MAX - MIN / 3) / 2);
 	for (int i = 0; i < 2; i++)
-		assert_true(near(rate[i], MAX / 2, 0.05 * MAX / 2));
-	assert_true(near(rate[0] + rate[1], MAX, 0.05 * MAX));
+		assert_true(near(rate[i], (MAX - MIN / 3) / 2, 0.05 * MAX / 2));
+	/* with the dead node's fallback, the pool is exactly max */
+	assert_true(near(rate[0] + rate[1] + MIN / 3, MAX, 0.05 * MAX));
 	/* conservative: rateLimit.min x 1 / last size 3, burst still 30 / 3 */
 	assert_true(r[2].refused > 0);
 	assert_admitted("dead node n2 (conservative)", r[2].ok, MIN / 3, r[2].elapsed, BURST / 3);
 }
 
-/* SIGTERM one node: it deregisters at once, the pool shrinks within 2
- * heartbeats, its own buckets drop to the conservative rate at once. Then a
- * new node joins while the others are saturated: the sum of the members'
+/* SIGTERM one node: its members stay in the pool (a rolling restart would
+ * renew them); its kernel runs out the lease at the share, then the
+ * conservative fallback, which the survivors hold back once it lapsed. Then
+ * a new node joins while the others are saturated: the sum of the members'
  * rates exceeds max by at most one share, for at most one heartbeat. */
 static void test_graceful_stop_and_join(void **state)
 {
@@ -635,21 +639,24 @@ static void test_graceful_stop_and_join(void **state)
 	assert_int_equal(ktest_daemon_signal_wait(&fx.d[2], SIGTERM), 0);
 	bg_start(&b[2], "stopped n2", fx.cg[2], port, 0.6);
 	ms = wait_agreed(t0, surv, 2, "shared", 2, 3000);
-	/* 2 heartbeats after the leave, + 2 ticks + 150 ms (exit, polling) */
+	/* staleAfter + 3 heartbeats (lapse, then the damped shrink), + 2 ticks
+	 * + 150 ms (exit, polling) */
 	print_message("pool shrank to 2 after %.0f ms (bound %d ms)\n", ms,
-		      2 * HB_MS + 2 * TICK_MS + 150);
-	assert_true(ms >= 0 && ms <= 2 * HB_MS + 2 * TICK_MS + 150);
+		      (STALE + 3) * HB_MS + 2 * TICK_MS + 150);
+	assert_true(ms >= 0 && ms <= (STALE + 3) * HB_MS + 2 * TICK_MS + 150);
 	bg_wait(&b[2], &r[2]);
-	/* at once: the share (100/s) would admit ~70 in 0.6 s, min/3 ~22 */
+	/* never above its share (100/s) while its lease runs, then min/3 */
 	assert_true(r[2].refused > 0);
-	assert_admitted("stopped node n2 (conservative at once)", r[2].ok, MIN / 3, r[2].elapsed,
-			BURST / 3);
-	expect_members(&fx.rp[0], "shared", surv, 2);
+	print_message("stopped node n2 admitted %llu in %.2f s (share %.0f/s, burst %.0f)\n",
+		      (unsigned long long)r[2].ok, r[2].elapsed, MAX / 3, BURST / 3);
+	/* +5% for the sender's clock against the kernel's, as elsewhere here */
+	assert_true((double)r[2].ok <= MAX / 3 * r[2].elapsed * 1.05 + BURST / 3 + 2);
+	/* n2 lapsed, not deregistered: in hb, out of the live count */
 	for (int i = 0; i < 2; i++) {
 		struct lst s;
 
 		must_status(i, "shared", &s);
-		assert_rate(i, "shared", "bucket_rate", s.bucket_rate, MAX / 2);
+		assert_rate(i, "shared", "bucket_rate", s.bucket_rate, (MAX - RES) / 2);
 	}
 
 	/* join: n0 and n1 saturated at 150/s each, n3 starts */
@@ -737,10 +744,11 @@ static void test_graceful_stop_and_join(void **state)
 	}
 	assert_true(first_late >= 1 && nr - 1 - first_late >= 5);
 	late_t = (double)(rd[nr - 1].t - rd[first_late].t) / 1e9;
-	/* once agreed, the three saturated members admit max between them */
-	print_message("after the join settled: %.0f admitted in %.3f s = %.1f/s (max %.0f)\n",
-		      late_adm, late_t, late_adm / late_t, MAX);
-	assert_true(near(late_adm, MAX * late_t, 0.05 * MAX * late_t + 3));
+	/* once agreed, the three saturated members admit max between them,
+	 * less the stopped node's fallback, still held back */
+	print_message("after the join settled: %.0f admitted in %.3f s = %.1f/s (max %.0f - %.0f held)\n",
+		      late_adm, late_t, late_adm / late_t, MAX, RES);
+	assert_true(near(late_adm, (MAX - RES) * late_t, 0.05 * MAX * late_t + 3));
 	/* and over the whole join: max x T + the joiner's burst + min/3 for one
 	 * heartbeat and two ticks, +2% + 3 */
 	{
@@ -758,9 +766,8 @@ static void test_graceful_stop_and_join(void **state)
 		struct lst s;
 
 		must_status(after[k], "shared", &s);
-		assert_rate(after[k], "shared", "bucket_rate", s.bucket_rate, MAX / 3);
+		assert_rate(after[k], "shared", "bucket_rate", s.bucket_rate, (MAX - RES) / 3);
 	}
-	expect_members(&fx.rp[0], "shared", after, 3);
 }
 
 /* Redis stops answering (SIGSTOP): the last share holds until validFor,
@@ -1070,7 +1077,7 @@ static void test_resumed_ramp_up(void **state)
  * node's entries at once and nothing is left when all are gone. */
 static void test_redis_keys(void **state)
 {
-	static const int nodes[] = { 0, 1 }, one[] = { 0 };
+	static const int nodes[] = { 0, 1 };
 	const char *hb = PREFIX ":pool:shared:hb", *sz = PREFIX ":pool:shared:size";
 	redisReply *rep, *tm;
 	long long now_ms, pttl, c0, c1, c2, c3;
@@ -1111,7 +1118,8 @@ static void test_redis_keys(void **state)
 	for (int k = 0; k < 2; k++) {
 		pttl = rp_command_int(&fx.rp[0], -3, "PTTL %s", k ? sz : hb);
 		print_message("PTTL %s = %lld\n", k ? sz : hb, pttl);
-		assert_true(pttl > 0 && pttl <= 3 * STALE * HB_MS);
+		/* 3 x (stale window + fallbackFor, default 60 s) */
+		assert_true(pttl > 0 && pttl <= 3 * (STALE * HB_MS + 60000));
 	}
 	/* no ramp key without resumedRampUp */
 	assert_int_equal(rp_command_int(&fx.rp[0], -1, "EXISTS " PREFIX ":pool:shared:ramp"), 0);
@@ -1134,20 +1142,23 @@ static void test_redis_keys(void **state)
 	assert_true(c1 - c0 >= 15 && c1 - c0 <= 24);
 	assert_true(c3 - c2 >= 15 && c3 - c2 <= 24);
 
-	/* graceful stop: n1's entries go at once */
+	/* stop: n1's member stays (a rolling restart would renew it), lapses
+	 * after the stale window (out of size, still held in hb) */
 	assert_int_equal(ktest_daemon_signal_wait(&fx.d[1], SIGTERM), 0);
-	expect_members(&fx.rp[0], "shared", one, 1);
 	member_id(1, id, sizeof(id));
+	ktest_sleep_ms((STALE + 2) * HB_MS);
 	assert_int_equal(rp_command_int(&fx.rp[0], -1, "HEXISTS %s %s", sz, id), 0);
-	/* the last one out: the keys are gone, nothing with the prefix is left */
+	assert_true(rp_command_int(&fx.rp[0], -1, "ZRANK %s %s", hb, id) >= 0);
+	/* the last one out: nothing with the prefix outlives its expiry */
 	assert_int_equal(ktest_daemon_signal_wait(&fx.d[0], SIGTERM), 0);
-	assert_int_equal(rp_command_int(&fx.rp[0], -1, "EXISTS %s %s", hb, sz), 0);
 	rep = rp_command(&fx.rp[0], "KEYS " PREFIX ":*");
 	assert_non_null(rep);
 	assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
-	for (size_t j = 0; j < rep->elements; j++)
-		print_message("left behind: %s\n", rep->element[j]->str);
-	assert_int_equal(rep->elements, 0);
+	for (size_t j = 0; j < rep->elements; j++) {
+		pttl = rp_command_int(&fx.rp[0], -3, "PTTL %s", rep->element[j]->str);
+		print_message("left until expiry: %s (PTTL %lld)\n", rep->element[j]->str, pttl);
+		assert_true(pttl > 0 && pttl <= 3 * (STALE * HB_MS + 60000));
+	}
 	freeReplyObject(rep);
 }
 

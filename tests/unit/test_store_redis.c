@@ -43,7 +43,7 @@ static uint64_t mono_ms(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
@@ -489,6 +489,60 @@ static void test_stale_shrink(void **state)
 	assert_int_equal(in_size("stale", "sA"), 1);
 }
 
+/* Leases: a member silent for stale_ms lapses (out of the live count at
+ * once) but its fallback rate stays reserved for hold_ms more, because its
+ * kernel buckets may still admit that much; then it is forgotten. */
+static void test_lapsed_member_reserved(void **state)
+{
+	const uint64_t stale = 200, hold = 600;
+	struct kt_store *s[2];
+	struct kt_pool_member ma = { "rA", LIVE }, mb = { "rB", LIVE };
+	struct kt_pool_req q = { .limit = "lapse", .n_members = 1, .stale_ms = stale,
+				 .save_ramp = -1, .hold_ms = hold };
+	struct kt_pool_answer a;
+	uint64_t t0;
+	bool saw_reserved = false;
+
+	(void)state;
+	s[0] = open_single(g_master.port, NULL, NULL, 0);
+	s[1] = open_single(g_master.port, NULL, NULL, 0);
+	q.members = &ma;
+	q.fallback_rate = 2.5;
+	ASSERT_OK(kt_store_heartbeat_many(s[0], &q, 1, &a, err, sizeof(err)));
+	q.members = &mb;
+	q.fallback_rate = 0.25;
+	ASSERT_OK(kt_store_heartbeat_many(s[1], &q, 1, &a, err, sizeof(err)));
+	ASSERT_ANS(a, 0, 2, 2);
+	assert_true(a.reserved == 0);
+	/* A goes silent; B keeps beating */
+	t0 = mono_ms();
+	for (int round = 0; round < 40 && mono_ms() - t0 < 2000; round++) {
+		uint64_t age;
+
+		rp_sleep_ms(50);
+		age = mono_ms() - t0;
+		ASSERT_OK(kt_store_heartbeat_many(s[1], &q, 1, &a, err, sizeof(err)));
+		if (age < stale - 20) {
+			assert_int_equal(a.live, 2);
+			assert_true(a.reserved == 0);
+		} else if (age > stale + 20 && age < stale + hold - 20) {
+			/* lapsed: not live, its fallback held */
+			assert_int_equal(a.live, 1);
+			assert_true(a.reserved == 2.5);
+			assert_int_equal(in_hb("lapse", "rA"), 1);
+			assert_int_equal(in_size("lapse", "rA"), 0);
+			saw_reserved = true;
+		} else if (age > stale + hold + 20) {
+			assert_int_equal(a.live, 1);
+			assert_true(a.reserved == 0);
+			assert_int_equal(in_hb("lapse", "rA"), 0);
+			break;
+		}
+	}
+	assert_true(saw_reserved);
+	assert_true(mono_ms() - t0 > stale + hold);
+}
+
 static void test_leave_shrinks(void **state)
 {
 	struct kt_store *A = open_single(g_master.port, NULL, NULL, 0);
@@ -869,7 +923,7 @@ static uint64_t sleep_until_retry(struct kt_store *s, uint64_t *since)
 	struct timespec ts;
 
 	assert_int_equal(kt_store_state(s, since, &next), KT_STORE_DOWN);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_BOOTTIME, &ts);
 	now_ns = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 	if (next <= now_ns)
 		return 0;
@@ -967,23 +1021,30 @@ struct bad_case {
 
 static void test_malformed_replies(void **state)
 {
+	/* answers are {agree, size, live, reserved}; R is a good reserved */
+#define R "$1\r\n0\r\n"
 	static const struct bad_case hb[] = {
 		{ ":1\r\n", "expected 1 answers" },
 		{ "*-1\r\n", "expected 1 answers" },
-		{ "*2\r\n*3\r\n:1\r\n:1\r\n:1\r\n*3\r\n:1\r\n:1\r\n:1\r\n", "expected 1 answers" },
-		{ "*1\r\n:1\r\n", "not an array of 3" },
-		{ "*1\r\n*2\r\n:0\r\n:1\r\n", "not an array of 3" },
-		{ "*1\r\n*4\r\n:0\r\n:1\r\n:1\r\n:1\r\n", "not an array of 3" },
-		{ "*1\r\n*3\r\n$1\r\n1\r\n:1\r\n:1\r\n", "not an integer" },
-		{ "*1\r\n*3\r\n:2\r\n:1\r\n:1\r\n", "not an integer" },
-		{ "*1\r\n*3\r\n:0\r\n:99999999999\r\n:1\r\n", "not an integer" },
-		{ "*1\r\n*3\r\n:0\r\n:-1\r\n:1\r\n", "not an integer" },
-		{ "*1\r\n*3\r\n:0\r\n:1\r\n:2\r\n", "size below live" },
-		{ "*1\r\n*3\r\n:1\r\n:5\r\n:3\r\n", "AGREE on a size" },
-		{ "*1\r\n*3\r\n:0\r\n:0\r\n:0\r\n", "no live member" },
-		{ "*1\r\n*3\r\n*0\r\n:1\r\n:1\r\n", "not an integer" },
+		{ "*2\r\n*4\r\n:1\r\n:1\r\n:1\r\n" R "*4\r\n:1\r\n:1\r\n:1\r\n" R, "expected 1 answers" },
+		{ "*1\r\n:1\r\n", "not an array of 4" },
+		{ "*1\r\n*3\r\n:0\r\n:1\r\n:1\r\n", "not an array of 4" },
+		{ "*1\r\n*5\r\n:0\r\n:1\r\n:1\r\n" R ":1\r\n", "not an array of 4" },
+		{ "*1\r\n*4\r\n$1\r\n1\r\n:1\r\n:1\r\n" R, "not an integer" },
+		{ "*1\r\n*4\r\n:2\r\n:1\r\n:1\r\n" R, "not an integer" },
+		{ "*1\r\n*4\r\n:0\r\n:99999999999\r\n:1\r\n" R, "not an integer" },
+		{ "*1\r\n*4\r\n:0\r\n:-1\r\n:1\r\n" R, "not an integer" },
+		{ "*1\r\n*4\r\n:0\r\n:1\r\n:2\r\n" R, "size below live" },
+		{ "*1\r\n*4\r\n:1\r\n:5\r\n:3\r\n" R, "AGREE on a size" },
+		{ "*1\r\n*4\r\n:0\r\n:0\r\n:0\r\n" R, "no live member" },
+		{ "*1\r\n*4\r\n*0\r\n:1\r\n:1\r\n" R, "not an integer" },
+		{ "*1\r\n*4\r\n:0\r\n:1\r\n:1\r\n:0\r\n", "reserved rate" },
+		{ "*1\r\n*4\r\n:0\r\n:1\r\n:1\r\n$3\r\nnan\r\n", "reserved rate" },
+		{ "*1\r\n*4\r\n:0\r\n:1\r\n:1\r\n$2\r\n-1\r\n", "reserved rate" },
+		{ "*1\r\n*4\r\n:0\r\n:1\r\n:1\r\n$3\r\n1x5\r\n", "reserved rate" },
 		{ "+OK\r\n", "expected 1 answers" },
 	};
+#undef R
 	static const char *const ramp[] = { "$3\r\nabc\r\n", "$3\r\nnan\r\n", "$4\r\n-1.5\r\n",
 					    ":5\r\n", "*0\r\n", "$0\r\n\r\n" };
 	struct kt_pool_member m = { "m", LIVE };
@@ -1011,14 +1072,16 @@ static void test_malformed_replies(void **state)
 
 	s = open_single(g_fake.port, NULL, NULL, 0);
 	/* the fake itself works: a well-formed answer is accepted */
-	fake_set(&g_fake, "*1\r\n*3\r\n:0\r\n:4\r\n:2\r\n");
+	fake_set(&g_fake, "*1\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n");
 	ASSERT_OK(kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err)));
 	ASSERT_ANS(a, 0, 4, 2);
 	pthread_mutex_lock(&g_fake.mu);
 	snprintf(last, sizeof(last), "%s %s %d", g_fake.last_cmd, g_fake.last_arg2, g_fake.last_argc);
 	pthread_mutex_unlock(&g_fake.mu);
-	/* EVALSHA sha 3 (hb, size, ramp keys) + stale, n, ramp, ttl + one (id, size) */
-	assert_string_equal(last, "EVALSHA 3 12");
+	assert_true(a.reserved == 1.5);
+	/* EVALSHA sha 4 (hb, size, ramp, fb keys) + stale, n, ramp, ttl, hold, fb
+	 * + one (id, size) */
+	assert_string_equal(last, "EVALSHA 4 15");
 	for (size_t i = 0; i < sizeof(hb) / sizeof(hb[0]); i++) {
 		fake_set(&g_fake, hb[i].reply);
 		a.agree = 7;
@@ -1162,6 +1225,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_disagree_then_converge, teardown),
 		cmocka_unit_test_teardown(test_join_report_live, teardown),
 		cmocka_unit_test_teardown(test_stale_shrink, teardown),
+		cmocka_unit_test_teardown(test_lapsed_member_reserved, teardown),
 		cmocka_unit_test_teardown(test_leave_shrinks, teardown),
 		cmocka_unit_test_teardown(test_server_time, teardown),
 		cmocka_unit_test_teardown(test_keys_expire, teardown),

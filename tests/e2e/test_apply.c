@@ -1,0 +1,552 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* kt_plan_apply is all or nothing. Against the real maps and links in a
+ * private pin dir: a plan whose commit fails at any one of its kernel writes
+ * (kt_apply_fail_step), or whose link sync genuinely fails (a member cgroup
+ * removed between resolve and apply), leaves every map, every bucket, every
+ * counter and the set of pinned links byte for byte as they were; a plan
+ * rejected by validation, applied 600 times, leaks no bucket slot. */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <cmocka.h>
+
+#include "apply.h"
+#include "cgroup.h"
+#include "ktest.h"
+
+#define N_CG 6
+
+static struct fixture {
+	char cg[N_CG][PATH_MAX];
+	char cg_mount[PATH_MAX];
+	char tmp[PATH_MAX];
+	char pin[PATH_MAX];
+	struct kt_bpf b;
+	bool open;
+	struct kt_config cfg[2];
+	struct kt_plan plan[2];
+	int n_cfg;
+} fx;
+
+/* ---- configs ---- */
+
+/* Writes the limits (with CG0..CG5 standing for the test cgroups) to a file
+ * and resolves it into the next config/plan pair of the fixture. */
+static struct kt_plan *load_plan(const char *name, const char *limits)
+{
+	char body[8192], path[PATH_MAX + 64], err[KT_ERR_LEN];
+	size_t n = 0;
+	int i = fx.n_cfg++;
+
+	assert_true(i < 2);
+	n += snprintf(body + n, sizeof(body) - n, "node: apply-test\nlimits:\n");
+	for (const char *p = limits; *p; p++) {
+		if (p[0] == 'C' && p[1] == 'G' && p[2] >= '0' && p[2] < '0' + N_CG) {
+			n += snprintf(body + n, sizeof(body) - n, "%s", fx.cg[p[2] - '0']);
+			p += 2;
+		} else {
+			body[n++] = *p;
+		}
+		assert_true(n < sizeof(body) - PATH_MAX);
+	}
+	body[n] = 0;
+	snprintf(path, sizeof(path), "%s/%s.yaml", fx.tmp, name);
+	assert_int_equal(ktest_write_file(path, body), 0);
+	if (kt_config_load(path, &fx.cfg[i], err, sizeof(err)) ||
+	    kt_plan_resolve(&fx.cfg[i], fx.cg_mount, &fx.plan[i], err, sizeof(err)))
+		fail_msg("%s: %s", name, err);
+	return &fx.plan[i];
+}
+
+static void free_plans(void)
+{
+	for (int i = 0; i < fx.n_cfg; i++) {
+		kt_plan_free(&fx.plan[i]);
+		kt_config_free(&fx.cfg[i]);
+	}
+	fx.n_cfg = 0;
+}
+
+/* A: three limits on CG0..CG2, every unit family, pod and node scope. */
+static const char plan_a[] =
+	"  - name: a-udp\n"
+	"    cgroups: [CG0, CG1]\n"
+	"    match: {cidrs: [10.1.0.0/16], ports: 5001, protocol: udp}\n"
+	"    unit: datagram\n"
+	"    burst: 10\n"
+	"    rateLimit: {max: 100}\n"
+	"  - name: a-conn\n"
+	"    cgroups: [CG1, CG2]\n"
+	"    scope: node\n"
+	"    match: {cidrs: [10.2.0.0/16, 127.0.0.1/32], ports: 5002-5010, protocol: tcp}\n"
+	"    unit: connection\n"
+	"    rateLimit: {max: 50}\n"
+	"  - name: a-pkt\n"
+	"    cgroups: [CG0]\n"
+	"    match: {ports: 5003}\n"
+	"    unit: packet\n"
+	"    rateLimit: {max: 1000}\n";
+
+/* B: a-udp kept (CG1's bucket kept, new max 5, new prefixes and port), the
+ * others gone; CG0 leaves, CG1 loses its connect hook, CG2 trades connect
+ * for egress, CG3 and CG4 are new. `extra` is appended to b-bytes'
+ * cgroups. */
+static const char *plan_b(char *buf, size_t len, const char *extra)
+{
+	snprintf(buf, len,
+		 "  - name: a-udp\n"
+		 "    cgroups: [CG1, CG3]\n"
+		 "    match: {cidrs: [10.1.0.0/16, 10.9.0.0/24], ports: 6001, protocol: udp}\n"
+		 "    unit: datagram\n"
+		 "    burst: 5\n"
+		 "    rateLimit: {max: 5}\n"
+		 "  - name: b-bytes\n"
+		 "    cgroups: [CG2, CG4%s]\n"
+		 "    scope: node\n"
+		 "    match: {cidrs: [192.168.0.0/16], ports: 6002}\n"
+		 "    unit: byte\n"
+		 "    rateLimit: {max: 100000}\n",
+		 extra);
+	return buf;
+}
+
+/* Nine limits on one prefix: more than KT_RULES_PER_PREFIX, so the
+ * classifier refuses it, after 18 buckets would have been planned. */
+static const char *plan_bad(char *buf, size_t len)
+{
+	size_t n = 0;
+
+	for (int i = 0; i < KT_RULES_PER_PREFIX + 1; i++)
+		n += snprintf(buf + n, len - n,
+			      "  - name: bad-%d\n"
+			      "    cgroups: [CG%d, CG%d]\n"
+			      "    match: {cidrs: [10.3.0.0/16], ports: %d}\n"
+			      "    unit: packet\n"
+			      "    rateLimit: {max: %d}\n",
+			      i, i % N_CG, (i + 1) % N_CG, 7000 + i, 10 + i);
+	assert_true(n < len);
+	return buf;
+}
+
+/* What each bucket of the plan gets: B also a lease, so it is rewritten. */
+static struct kt_bucket_policy *policy(const struct kt_plan *p, bool lease)
+{
+	struct kt_bucket_policy *pol = calloc(p->n_limits, sizeof(*pol));
+	uint64_t now = kt_clock_ns();
+
+	assert_non_null(pol);
+	for (int i = 0; i < p->n_limits; i++) {
+		pol[i].rate = p->limits[i].cfg->rl.max;
+		pol[i].burst = p->limits[i].cfg->burst;
+		if (lease) {
+			pol[i].valid_until = now + 60000000000ull;
+			pol[i].fallback_rate = 1;
+			pol[i].fallback_until = now + 120000000000ull;
+		}
+	}
+	return pol;
+}
+
+static int apply(struct kt_plan *p, bool lease, char *err, size_t len)
+{
+	struct kt_bucket_policy *pol = policy(p, lease);
+	int ret;
+
+	err[0] = 0;
+	ret = kt_plan_apply(&fx.b, p, pol, err, len);
+	free(pol);
+	return ret;
+}
+
+/* ---- dumps ---- */
+
+struct dump {
+	unsigned char *data;
+	size_t len, cap;
+	size_t section[8]; /* start offsets, for the report of a difference */
+	int n_sections;
+};
+
+static const char *const section_names[] = { "kt_limits", "kt_members", "kt_classify",
+					     "kt_ports",  "kt_buckets", "kt_counters",
+					     "links" };
+
+static void put(struct dump *d, const void *p, size_t n)
+{
+	if (d->len + n > d->cap) {
+		d->cap = (d->len + n) * 2;
+		d->data = realloc(d->data, d->cap);
+		assert_non_null(d->data);
+	}
+	memcpy(d->data + d->len, p, n);
+	d->len += n;
+}
+
+static size_t sort_key_len;
+static int cmp_key(const void *a, const void *b)
+{
+	return memcmp(a, b, sort_key_len);
+}
+
+/* Every entry of a map, sorted by key, so a hash map's order does not matter. */
+static void dump_map(struct dump *d, int fd)
+{
+	struct bpf_map_info info = { 0 };
+	__u32 ilen = sizeof(info);
+	size_t vsize, rec, n = 0, cap = 64;
+	unsigned char *recs, *key;
+
+	d->section[d->n_sections++] = d->len;
+	assert_int_equal(bpf_obj_get_info_by_fd(fd, &info, &ilen), 0);
+	vsize = info.value_size;
+	if (info.type == BPF_MAP_TYPE_PERCPU_ARRAY || info.type == BPF_MAP_TYPE_PERCPU_HASH)
+		vsize = ((vsize + 7) & ~7ul) * (size_t)fx.b.ncpus;
+	rec = info.key_size + vsize;
+	recs = malloc(cap * rec);
+	key = calloc(1, info.key_size);
+	assert_non_null(recs);
+	assert_non_null(key);
+	for (int r = bpf_map_get_next_key(fd, NULL, key); r == 0;
+	     r = bpf_map_get_next_key(fd, key, key)) {
+		if (n == cap) {
+			cap *= 2;
+			recs = realloc(recs, cap * rec);
+			assert_non_null(recs);
+		}
+		memcpy(recs + n * rec, key, info.key_size);
+		assert_int_equal(bpf_map_lookup_elem(fd, key, recs + n * rec + info.key_size), 0);
+		n++;
+	}
+	sort_key_len = info.key_size;
+	qsort(recs, n, rec, cmp_key);
+	put(d, &n, sizeof(n));
+	put(d, recs, n * rec);
+	free(recs);
+	free(key);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Pinned links: name, link id and program id. */
+static void dump_links(struct dump *d)
+{
+	char dir[PATH_MAX + 8], path[2 * PATH_MAX], *lines[256];
+	struct dirent *de;
+	int n = 0;
+	DIR *dd;
+
+	d->section[d->n_sections++] = d->len;
+	snprintf(dir, sizeof(dir), "%s/links", fx.pin);
+	dd = opendir(dir);
+	while (dd && (de = readdir(dd))) {
+		struct bpf_link_info li = { 0 };
+		__u32 len = sizeof(li);
+		int fd;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		fd = bpf_obj_get(path);
+		assert_true(fd >= 0);
+		assert_int_equal(bpf_obj_get_info_by_fd(fd, &li, &len), 0);
+		close(fd);
+		assert_true(n < 256);
+		assert_true(asprintf(&lines[n++], "%s link %u prog %u\n", de->d_name, li.id,
+				     li.prog_id) > 0);
+	}
+	if (dd)
+		closedir(dd);
+	qsort(lines, n, sizeof(lines[0]), cmp_str);
+	for (int i = 0; i < n; i++) {
+		put(d, lines[i], strlen(lines[i]));
+		free(lines[i]);
+	}
+	put(d, "", 1);
+}
+
+static void take_dump(struct dump *d)
+{
+	memset(d, 0, sizeof(*d));
+	dump_map(d, fx.b.limits_fd);
+	dump_map(d, fx.b.members_fd);
+	dump_map(d, fx.b.classify_fd);
+	dump_map(d, fx.b.ports_fd);
+	d->section[d->n_sections++] = d->len;
+	put(d, fx.b.buckets, (size_t)KT_MAX_BUCKETS * sizeof(struct kt_bucket)); /* the mmap */
+	dump_map(d, fx.b.counters_fd);
+	dump_links(d);
+}
+
+static void assert_same_dump(const struct dump *want, const struct dump *got, const char *what)
+{
+	if (want->len == got->len && !memcmp(want->data, got->data, want->len))
+		return;
+	for (int s = 0; s < want->n_sections; s++) {
+		size_t a = want->section[s], e = s + 1 < want->n_sections ? want->section[s + 1] : want->len;
+		size_t ga = got->section[s], ge = s + 1 < got->n_sections ? got->section[s + 1] : got->len;
+
+		if (e - a != ge - ga || memcmp(want->data + a, got->data + ga, e - a))
+			fail_msg("%s: %s differs from before the apply (%zu vs %zu bytes)", what,
+				 section_names[s], e - a, ge - ga);
+	}
+	fail_msg("%s: dumps differ", what);
+}
+
+static void free_dump(struct dump *d)
+{
+	free(d->data);
+	memset(d, 0, sizeof(*d));
+}
+
+/* ---- checks on the applied state ---- */
+
+static bool has_link(uint64_t cgid, const char *prog)
+{
+	char path[PATH_MAX + 96];
+
+	snprintf(path, sizeof(path), "%s/links/%llu-%s", fx.pin, (unsigned long long)cgid, prog);
+	return access(path, F_OK) == 0;
+}
+
+/* The buckets in use are exactly the plan's slots, each with its limit. */
+static void assert_buckets_are(const struct kt_plan *p)
+{
+	bool want[KT_MAX_BUCKETS] = { 0 };
+	int n_want = 0, n_used = 0;
+
+	for (int i = 0; i < p->n_limits; i++) {
+		uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
+		int n = kt_limit_slots(&p->limits[i], slots, KT_MAX_CGROUPS_PER_LIMIT);
+
+		for (int j = 0; j < n; j++) {
+			assert_true(slots[j] < KT_MAX_BUCKETS);
+			assert_false(want[slots[j]]);
+			want[slots[j]] = true;
+			n_want++;
+			assert_int_equal(fx.b.buckets[slots[j]].limit_id, p->limits[i].id);
+		}
+		/* node scope: every member charges the one bucket */
+		for (int j = 0; j < p->limits[i].n_members; j++)
+			assert_true(want[p->limits[i].members[j].slot]);
+	}
+	for (int s = 0; s < KT_MAX_BUCKETS; s++) {
+		bool used = fx.b.buckets[s].flags & KT_BUCKET_IN_USE;
+
+		n_used += used;
+		if (used != want[s])
+			fail_msg("slot %d: in use %d, in the plan %d", s, used, want[s]);
+	}
+	print_message("%d buckets in use, the plan's %d\n", n_used, n_want);
+}
+
+/* Every member cgroup of the plan has its kt_members entry, and no other. */
+static void assert_members_are(const struct kt_plan *p)
+{
+	struct kt_member_key key, next;
+	int n_keys = 0, n_want = 0;
+
+	for (int r = bpf_map_get_next_key(fx.b.members_fd, NULL, &next); r == 0;
+	     r = bpf_map_get_next_key(fx.b.members_fd, &key, &next)) {
+		key = next;
+		n_keys++;
+	}
+	for (int c = 0; c < N_CG; c++) {
+		uint64_t id = ktest_cgroup_id(fx.cg[c]);
+		struct kt_member_val v;
+		bool member = false;
+
+		for (int i = 0; i < p->n_limits; i++)
+			for (int j = 0; j < p->limits[i].n_members; j++)
+				member |= p->limits[i].members[j].cgid == id;
+		key.cgroup_id = id;
+		assert_int_equal(bpf_map_lookup_elem(fx.b.members_fd, &key, &v) == 0, member);
+		n_want += member;
+	}
+	assert_int_equal(n_keys, n_want);
+}
+
+/* ---- fixtures ---- */
+
+static int setup(void **state)
+{
+	char err[KT_ERR_LEN], name[32];
+	static int seq;
+
+	(void)state;
+	memset(&fx, 0, sizeof(fx));
+	if (ktest_root_unavailable())
+		return 0;
+	kt_apply_fail_step = 0;
+	if (kt_cgroup2_mount(fx.cg_mount, sizeof(fx.cg_mount), NULL) ||
+	    ktest_tmpdir(fx.tmp, sizeof(fx.tmp)))
+		return -1;
+	for (int i = 0; i < N_CG; i++) {
+		snprintf(name, sizeof(name), "apply-%d", i);
+		if (ktest_cgroup_create(name, fx.cg[i], sizeof(fx.cg[i])))
+			return -1;
+	}
+	/* kt_bpf_open pins on bpffs only, so not in fx.tmp */
+	snprintf(fx.pin, sizeof(fx.pin), "/sys/fs/bpf/kt-test-%d-apply%d", getpid(), seq++);
+	if (kt_bpf_open(&fx.b, fx.pin, err, sizeof(err))) {
+		fprintf(stderr, "kt_bpf_open %s: %s\n", fx.pin, err);
+		fx.pin[0] = 0;
+		return -1;
+	}
+	fx.open = true;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	kt_apply_fail_step = 0;
+	free_plans();
+	if (fx.open)
+		kt_bpf_close(&fx.b);
+	if (fx.pin[0] && kt_bpf_cleanup(fx.pin, err, sizeof(err)))
+		fprintf(stderr, "cleanup of %s: %s\n", fx.pin, err);
+	for (int i = 0; i < N_CG; i++)
+		if (fx.cg[i][0])
+			ktest_cgroup_destroy(fx.cg[i]);
+	ktest_rmtree(fx.tmp);
+	memset(&fx, 0, sizeof(fx));
+	return 0;
+}
+
+/* ---- tests ---- */
+
+/* A applied; then B failing at each of its commit's kernel writes in turn,
+ * and once at a real link failure: each time everything is as A left it. */
+static void test_failed_apply_changes_nothing(void **state)
+{
+	char err[KT_ERR_LEN], buf[4096];
+	struct kt_plan *a, *b;
+	struct dump before, after;
+	int n, ret;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	a = load_plan("a", plan_a);
+	if (apply(a, false, err, sizeof(err)))
+		fail_msg("plan A: %s", err);
+	assert_true(has_link(a->limits[1].members[0].cgid, "kt_connect4"));
+	take_dump(&before);
+
+	/* A real failure inside kt_bpf_sync_links: CG5 is gone by the time its
+	 * programs are attached, after CG2..CG4 got new links. */
+	b = load_plan("b-doomed", plan_b(buf, sizeof(buf), ", CG5"));
+	ktest_cgroup_destroy(fx.cg[5]);
+	ret = apply(b, true, err, sizeof(err));
+	print_message("B with a removed cgroup: %d %s\n", ret, err);
+	assert_int_equal(ret, -ENOENT);
+	assert_non_null(strstr(err, fx.cg[5]));
+	take_dump(&after);
+	assert_same_dump(&before, &after, "link failure");
+	free_dump(&after);
+	for (int i = 0; i < b->n_limits; i++) {
+		assert_int_equal(b->limits[i].id, 0); /* the plan as given */
+		for (int j = 0; j < b->limits[i].n_members; j++)
+			assert_int_equal(b->limits[i].members[j].slot, 0);
+	}
+	kt_plan_free(b);
+	kt_config_free(&fx.cfg[1]);
+	fx.n_cfg = 1;
+	assert_int_equal(ktest_cgroup_create("apply-5", fx.cg[5], sizeof(fx.cg[5])), 0);
+
+	/* Every commit step of B refused in turn; the first N past the last
+	 * step is the one that succeeds. */
+	b = load_plan("b", plan_b(buf, sizeof(buf), ""));
+	for (n = 1; n < 10000; n++) {
+		char what[64];
+
+		kt_apply_fail_step = n;
+		ret = apply(b, true, err, sizeof(err));
+		if (ret == 0)
+			break;
+		assert_int_equal(ret, -EIO);
+		assert_true(err[0]);
+		snprintf(what, sizeof(what), "step %d (%s)", n, err);
+		take_dump(&after);
+		assert_same_dump(&before, &after, what);
+		free_dump(&after);
+	}
+	kt_apply_fail_step = 0;
+	print_message("commit of B: %d steps, each refused in turn, all rolled back\n", n - 1);
+	assert_true(n - 1 >= 15);
+	free_dump(&before);
+
+	/* B in force: its members, buckets and links, A's surplus gone. */
+	uint64_t cg0 = a->limits[0].members[0].cgid, cg1 = a->limits[0].members[1].cgid;
+	uint64_t cg2 = a->limits[1].members[1].cgid;
+	assert_members_are(b);
+	assert_buckets_are(b);
+	assert_int_equal(b->limits[0].id, a->limits[0].id);
+	assert_int_equal(b->limits[0].members[0].slot, a->limits[0].members[1].slot); /* CG1 kept */
+	assert_false(has_link(cg0, "kt_sendmsg4"));
+	assert_false(has_link(cg0, "kt_egress"));
+	assert_true(has_link(cg1, "kt_sendmsg4"));
+	assert_false(has_link(cg1, "kt_connect4"));
+	assert_false(has_link(cg2, "kt_connect4"));
+	assert_true(has_link(cg2, "kt_egress"));
+	assert_true(has_link(b->limits[0].members[1].cgid, "kt_sendmsg6"));
+	assert_true(has_link(b->limits[1].members[1].cgid, "kt_egress"));
+}
+
+/* A config the classifier refuses, 600 times: no slot leaks, and B then
+ * fits with exactly its own buckets in use. */
+static void test_rejected_apply_leaks_nothing(void **state)
+{
+	char err[KT_ERR_LEN], buf[8192];
+	struct kt_plan *a, *bad, *b;
+	struct dump before, after;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	a = load_plan("a", plan_a);
+	if (apply(a, false, err, sizeof(err)))
+		fail_msg("plan A: %s", err);
+	take_dump(&before);
+	bad = load_plan("bad", plan_bad(buf, sizeof(buf)));
+	for (int i = 0; i < 600; i++) {
+		assert_int_equal(apply(bad, false, err, sizeof(err)), -E2BIG);
+		if (i == 0)
+			print_message("rejected: %s\n", err);
+	}
+	take_dump(&after);
+	assert_same_dump(&before, &after, "600 rejected applies");
+	free_dump(&after);
+	free_dump(&before);
+	kt_plan_free(bad);
+	kt_config_free(&fx.cfg[1]);
+	fx.n_cfg = 1;
+
+	b = load_plan("b", plan_b(buf, sizeof(buf), ""));
+	if (apply(b, true, err, sizeof(err)))
+		fail_msg("plan B after 600 rejected applies: %s", err);
+	assert_members_are(b);
+	assert_buckets_are(b);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_failed_apply_changes_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rejected_apply_leaks_nothing, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("e2e_apply", tests, NULL, NULL);
+}
