@@ -21,9 +21,14 @@ msg        =
 endif
 ARCH      := $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
 
+# user/ by subsystem: base (config, cgroups, logging), kernel (loader, apply,
+# classifier, inspection), pool (agreement, Redis store), control (ramp,
+# controller, daemon loop), bin (the two programs)
+USER_DIRS := user/base user/kernel user/pool user/control
+
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers -Wno-format-truncation \
-             -Iinclude -Iuser -I$(BUILD)/skel -D_GNU_SOURCE
+             -Iinclude $(addprefix -I,$(USER_DIRS)) -I$(BUILD)/skel -D_GNU_SOURCE
 LDLIBS    += -lbpf -lelf -lz -lyaml -lhiredis -lm
 ifeq ($(SAN),1)
 CFLAGS    += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -37,10 +42,10 @@ BPF_SRCS  := $(wildcard bpf/*.bpf.c)
 BPF_OBJS  := $(patsubst bpf/%.bpf.c,$(BUILD)/bpf/%.bpf.o,$(BPF_SRCS))
 SKELS     := $(patsubst bpf/%.bpf.c,$(BUILD)/skel/%.skel.h,$(BPF_SRCS))
 
-MAINS     := user/kthrottled.c user/kthrottlectl.c
-LIB_SRCS  := $(filter-out $(MAINS),$(wildcard user/*.c))
+MAINS     := user/bin/kthrottled.c user/bin/kthrottlectl.c
+LIB_SRCS  := $(wildcard $(addsuffix /*.c,$(USER_DIRS)))
 LIB_OBJS  := $(patsubst user/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
-HDRS      := $(wildcard include/*.h user/*.h)
+HDRS      := $(wildcard include/*.h $(addsuffix /*.h,$(USER_DIRS)))
 
 TEST_SRCS := $(wildcard tests/unit/test_*.c tests/bpf/test_*.c tests/e2e/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
@@ -75,10 +80,10 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(HDRS) $(wildcard tests/lib/*.h) $(SKELS)
 	@mkdir -p $(@D)
 	$(call msg,CC,$@)$(CC) $(CFLAGS) -Itests/lib -c $< -o $@
 
-$(BUILD)/kthrottled: $(BUILD)/obj/kthrottled.o $(LIB_OBJS)
+$(BUILD)/kthrottled: $(BUILD)/obj/bin/kthrottled.o $(LIB_OBJS)
 	$(call msg,LD,$@)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/kthrottlectl: $(BUILD)/obj/kthrottlectl.o $(LIB_OBJS)
+$(BUILD)/kthrottlectl: $(BUILD)/obj/bin/kthrottlectl.o $(LIB_OBJS)
 	$(call msg,LD,$@)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS) $(wildcard tests/lib/*.h)

@@ -1133,7 +1133,9 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char (*cgr
 	}
 	/* the tick consults the pool (local store here: no round trips) */
 	d->pool_local = calloc((size_t)nlimits, sizeof(*d->pool_local));
-	ret = d->pool_local ? kt_pool_create(&d->pool, &d->cfg, err, sizeof(err)) : -ENOMEM;
+	d->slot_base = calloc(KT_MAX_BUCKETS, sizeof(*d->slot_base));
+	ret = d->pool_local && d->slot_base ? kt_pool_create(&d->pool, &d->cfg, err, sizeof(err))
+					    : -ENOMEM;
 	if (ret) {
 		fprintf(stderr, "bench: tick: %s\n", ret == -ENOMEM ? "out of memory" : err);
 		goto out;
@@ -1177,6 +1179,8 @@ out:
 	d->pool = NULL;
 	free(d->pool_local);
 	d->pool_local = NULL;
+	free(d->slot_base);
+	d->slot_base = NULL;
 	kt_plan_free(&d->plan);
 	free(d->cfg.limits);
 	d->cfg.limits = NULL;

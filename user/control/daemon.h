@@ -11,38 +11,13 @@
 #include "apply.h"
 #include "bpf_loader.h"
 #include "config.h"
+#include "controller.h"
 #include "pool.h"
 #include "ramp.h"
 
 #define KT_DEFAULT_SOCKET "/run/kthrottle/kthrottled.sock"
 #define KT_MAX_CLIENTS 16
 #define KT_CLIENT_TIMEOUT_NS 2000000000ull /* to send the command line */
-#define KT_HISTORY (KT_EPOCH_TICKS_MAX + 2) /* per-tick samples: one epoch */
-
-struct kt_sample {
-	uint64_t ts_ns;
-	uint64_t used;      /* admitted tokens (bytes for unit byte), cumulative */
-	uint64_t calls;     /* admitted + throttled requests, cumulative */
-	uint64_t refused;   /* throttled requests, cumulative */
-	double granted;     /* tokens granted since start, cumulative */
-};
-
-/* Controller state of one limit, index-aligned with plan.limits. */
-struct kt_limit_state {
-	struct kt_ramp ramp;
-	double pool_rate;          /* tokens/s for the whole pool (ramp output) */
-	int pool_size;             /* members sharing the pool */
-	double bucket_rate;        /* last written per-bucket rate */
-	double bucket_burst;
-	double fallback_rate;      /* kernel's rate once the lease lapses */
-	struct kt_bucket_policy pol; /* last computed: share, burst, lease */
-	uint64_t pinned_lease;     /* lease_until last written to kt_leases */
-	uint64_t pinned_ns;        /* when */
-	struct kt_sample hist[KT_HISTORY];
-	int hist_len, hist_head;   /* ring of the last ticks */
-	double epoch_used_rate;    /* admitted tokens/s over the trailing epoch */
-	uint64_t admitted, throttled, admitted_bytes, throttled_bytes;
-};
 
 struct kt_client {
 	int fd;
@@ -68,6 +43,7 @@ struct kt_daemon {
 	uint64_t ticks;
 	uint64_t reloads, reload_failures;
 	uint64_t last_prune_ns;
+	struct kt_slot_base *slot_base; /* KT_MAX_BUCKETS, the controller's counter baselines */
 };
 
 /* Exit codes */
@@ -82,8 +58,6 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 int kt_daemon_run(struct kt_daemon *d);
 void kt_daemon_stop(struct kt_daemon *d);
 
-/* One controller tick at `now` (exposed for tests and the benchmark). */
-void kt_daemon_tick(struct kt_daemon *d, uint64_t now);
 /* Drops members whose cgroup was removed (the pod ended): their links and
  * buckets go, and they leave the pool at once. Returns how many. */
 int kt_daemon_prune_members(struct kt_daemon *d);

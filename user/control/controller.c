@@ -1,0 +1,285 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The controller: everything a limit's policy does over time, per limit and
+ * per tick. Read the counters (per-slot baselines), advance the ramp, let
+ * the pool agree (a store round trip when a heartbeat is due), decide the
+ * bucket policy (kt_pool_bucket_policy: share, burst, lease, fallback),
+ * write the rate and then the lease into the kernel, and pin what a
+ * restarted daemon continues from (kt_leases). The event loop, control
+ * socket and lifecycle are daemon.c's. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <bpf/bpf.h>
+#include "controller.h"
+#include "daemon.h"
+#include "log.h"
+
+
+/* Members one bucket serves: pod scope one, node scope all local ones. */
+static int bucket_served(const struct kt_limit_rt *l)
+{
+	return l->cfg->scope == KT_SCOPE_NODE ? (l->n_members > 0 ? l->n_members : 1) : 1;
+}
+
+/* The limit's policy (share, burst, lease, fallback) from the pool: one
+ * owner, kt_pool_bucket_policy. */
+void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
+		   struct kt_limit_state *s)
+{
+	const struct kt_pool_view *v = kt_pool_view(pool, i);
+
+	s->pool_size = v->size;
+	kt_pool_bucket_policy(pool, i, s->pool_rate, bucket_served(l), &s->pol);
+	s->bucket_rate = s->pol.rate;
+	s->bucket_burst = s->pol.burst;
+	s->fallback_rate = s->pol.fallback_rate;
+}
+
+void kt_ctl_write_rates(struct kt_daemon *d, int i)
+{
+	struct kt_limit_rt *l = &d->plan.limits[i];
+	struct kt_limit_state *s = &d->ls[i];
+	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
+	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+
+	for (int k = 0; k < n; k++)
+		kt_bucket_set_rate(&d->bpf, slots[k], s->bucket_rate, s->bucket_burst);
+	l->bucket_rate = s->bucket_rate;
+	l->bucket_burst = s->bucket_burst;
+}
+
+/* The lease follows the last store answer, never the tick: a daemon that
+ * cannot renew it (store down, connection frozen, daemon dead) lets it run
+ * out in the kernel exactly when the other nodes stop counting it. */
+void kt_ctl_write_lease(struct kt_daemon *d, int i)
+{
+	struct kt_limit_rt *l = &d->plan.limits[i];
+	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
+	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+
+	for (int k = 0; k < n; k++)
+		kt_bucket_set_lease(&d->bpf, slots[k], &d->ls[i].pol);
+}
+
+/* Pins what a restarted daemon continues from: the pool's lease and size,
+ * and the ramp level (resumedRampUp without a store). */
+void kt_ctl_pin(struct kt_daemon *d, int i, uint64_t now)
+{
+	const struct kt_limit_rt *l = &d->plan.limits[i];
+	struct kt_limit_state *s = &d->ls[i];
+	struct kt_lease_key key = { 0 };
+	struct kt_lease val;
+
+	kt_pool_lease(d->pool, i, &val);
+	val.ramp_urate = s->pool_rate > 0 && isfinite(s->pool_rate) ? (uint64_t)(s->pool_rate * 1e6) : 0;
+	val.ramp_saved_ns = now;
+	snprintf(key.name, sizeof(key.name), "%s", l->cfg->name);
+	if (bpf_map_update_elem(d->bpf.leases_fd, &key, &val, BPF_ANY) == 0) {
+		s->pinned_lease = val.lease_until;
+		s->pinned_ns = now;
+	}
+}
+
+/* A restart continues the lease the previous daemon pinned, and, with
+ * resumedRampUp, its ramp level if saved within ttl. */
+void kt_ctl_start_limit(struct kt_daemon *d, int i, uint64_t now)
+{
+	const struct kt_limit_rt *l = &d->plan.limits[i];
+	struct kt_limit_state *s = &d->ls[i];
+	struct kt_lease_key key = { 0 };
+	struct kt_lease val;
+	double level;
+
+	kt_ctl_init_state(s, l, now);
+	snprintf(key.name, sizeof(key.name), "%s", l->cfg->name);
+	if (bpf_map_lookup_elem(d->bpf.leases_fd, &key, &val) < 0)
+		return;
+	kt_pool_adopt(d->pool, i, &val, now);
+	level = (double)val.ramp_urate / 1e6;
+	if (l->cfg->rl.resumed_ramp_up && val.ramp_saved_ns && val.ramp_saved_ns <= now &&
+	    now - val.ramp_saved_ns <= l->cfg->rl.ttl_ns && level > s->pool_rate) {
+		kt_ramp_init(&s->ramp, &l->cfg->rl, now, level);
+		s->pool_rate = kt_ramp_rate(&s->ramp);
+		kt_info("limit %s: resuming ramp at %.3f/s (pinned %.1f s ago)", l->cfg->name,
+			s->pool_rate, (double)(now - val.ramp_saved_ns) / 1e9);
+	}
+}
+
+/* Leases of limits the plan no longer has. */
+void kt_ctl_drop_stale_pins(struct kt_daemon *d)
+{
+	struct kt_lease_key key, next, *gone = calloc(KT_MAX_LIMITS, sizeof(*gone));
+	int n = 0, i;
+
+	if (!gone)
+		return;
+	if (bpf_map_get_next_key(d->bpf.leases_fd, NULL, &next) == 0) {
+		do {
+			key = next;
+			key.name[KT_NAME_LEN - 1] = 0;
+			for (i = 0; i < d->plan.n_limits; i++)
+				if (!strcmp(d->plan.limits[i].cfg->name, key.name))
+					break;
+			if (i == d->plan.n_limits && n < KT_MAX_LIMITS)
+				gone[n++] = next;
+			key = next;
+		} while (bpf_map_get_next_key(d->bpf.leases_fd, &key, &next) == 0);
+	}
+	for (i = 0; i < n; i++)
+		bpf_map_delete_elem(d->bpf.leases_fd, &gone[i]);
+	free(gone);
+}
+
+void kt_ctl_init_state(struct kt_limit_state *s, const struct kt_limit_rt *l, uint64_t now)
+{
+	memset(s, 0, sizeof(*s));
+	kt_ramp_init(&s->ramp, &l->cfg->rl, now, 0);
+	s->pool_rate = kt_ramp_rate(&s->ramp);
+}
+
+void kt_ctl_fill_pool_local(struct kt_daemon *d)
+{
+	for (int i = 0; i < d->plan.n_limits; i++)
+		d->pool_local[i] = (struct kt_pool_local){
+			.cfg = d->plan.limits[i].cfg,
+			.member_ids = d->plan.limits[i].member_ids,
+			.n_members = d->plan.limits[i].n_members,
+			.pool_rate = d->ls[i].pool_rate,
+		};
+}
+
+/* ---- controller ---- */
+
+/* Per-slot baselines: the controller's totals only ever grow by what each
+ * slot admitted since it was last read, so a member that leaves (its slot's
+ * counts vanish from the sum) or a slot reused and zeroed never makes the
+ * totals go backwards, and utilization stays true under churn. A slot seen
+ * for the first time, or now owned by another limit, starts from its
+ * current counts. */
+static uint64_t grown(uint64_t cur, uint64_t last)
+{
+	return cur >= last ? cur - last : cur; /* below: zeroed for a new member */
+}
+
+static void account_slot(struct kt_daemon *d, struct kt_limit_state *s, uint32_t limit_id,
+			 uint32_t slot, const struct kt_counters *c)
+{
+	struct kt_slot_base *b = &d->slot_base[slot];
+
+	if (b->owner != limit_id + 1) {
+		b->owner = limit_id + 1;
+		b->last = *c;
+		return;
+	}
+	s->total_admitted += grown(c->admitted, b->last.admitted);
+	s->total_throttled += grown(c->throttled, b->last.throttled);
+	s->total_admitted_bytes += grown(c->admitted_bytes, b->last.admitted_bytes);
+	b->last = *c;
+}
+
+void kt_ctl_read_counters(struct kt_daemon *d, int i)
+{
+	struct kt_limit_rt *l = &d->plan.limits[i];
+	struct kt_limit_state *s = &d->ls[i];
+	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
+	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+	struct kt_counters c;
+
+	s->admitted = s->throttled = s->admitted_bytes = s->throttled_bytes = 0;
+	for (int k = 0; k < n; k++) {
+		if (kt_bpf_read_counters(&d->bpf, slots[k], &c))
+			continue;
+		s->admitted += c.admitted;
+		s->throttled += c.throttled;
+		s->admitted_bytes += c.admitted_bytes;
+		s->throttled_bytes += c.throttled_bytes;
+		account_slot(d, s, l->id, slots[k], &c);
+	}
+}
+
+static const struct kt_sample *sample_at(const struct kt_limit_state *s, int back)
+{
+	int idx = (s->hist_head - 1 - back + KT_HISTORY) % KT_HISTORY;
+
+	return &s->hist[idx];
+}
+
+void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
+{
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		struct kt_limit_rt *l = &d->plan.limits[i];
+		struct kt_limit_state *s = &d->ls[i];
+		struct kt_sample cur = { .ts_ns = now };
+		const struct kt_sample *prev = NULL, *old;
+		uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
+		int nb = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+		struct kt_epoch_obs obs;
+		int back;
+
+		kt_ctl_read_counters(d, i);
+		cur.used = l->cfg->unit == KT_UNIT_BYTE ? s->total_admitted_bytes : s->total_admitted;
+		cur.calls = s->total_admitted + s->total_throttled;
+		cur.refused = s->total_throttled;
+		if (s->hist_len > 0) {
+			prev = sample_at(s, 0);
+			cur.granted = prev->granted +
+				      s->bucket_rate * nb * (double)(now - prev->ts_ns) / 1e9;
+		}
+		s->hist[s->hist_head] = cur;
+		s->hist_head = (s->hist_head + 1) % KT_HISTORY;
+		if (s->hist_len < KT_HISTORY)
+			s->hist_len++;
+		if (!prev)
+			continue;
+
+		/* trailing epoch: the oldest sample no older than one epoch */
+		for (back = 1; back < s->hist_len - 1; back++)
+			if (now - sample_at(s, back + 1)->ts_ns > d->cfg.epoch_ns)
+				break;
+		old = sample_at(s, back < s->hist_len ? back : s->hist_len - 1);
+		double win = (double)(now - old->ts_ns) / 1e9;
+		obs = (struct kt_epoch_obs){
+			.now_ns = now,
+			.granted_tokens = cur.granted - old->granted,
+			.used_tokens = (double)(cur.used - old->used),
+			/* the ramp advances only in ticks that saw traffic */
+			.calls = cur.calls - prev->calls,
+			.refused = cur.refused - prev->refused,
+		};
+		if (win > 0)
+			s->epoch_used_rate = obs.used_tokens / win;
+		s->pool_rate = kt_ramp_epoch(&s->ramp, &obs);
+	}
+
+	/* agreement (a store round trip when a heartbeat is due) */
+	kt_ctl_fill_pool_local(d);
+	kt_pool_tick(d->pool, now, d->pool_local, d->plan.n_limits);
+
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		struct kt_limit_rt *l = &d->plan.limits[i];
+		struct kt_limit_state *s = &d->ls[i];
+		double resume, before = s->bucket_rate, burst_before = s->bucket_burst;
+
+		/* resumedRampUp: the level saved before a restart, once */
+		if (kt_pool_take_resume(d->pool, i, &resume) && resume > s->pool_rate) {
+			kt_ramp_init(&s->ramp, &l->cfg->rl, now, resume);
+			s->pool_rate = kt_ramp_rate(&s->ramp);
+			kt_info("limit %s: resuming ramp at %.3f/s", l->cfg->name, s->pool_rate);
+		}
+		uint64_t lease_before = s->pol.valid_until, fb_before = s->pol.fallback_until;
+		double fbr_before = s->pol.fallback_rate;
+
+		kt_ctl_decide(d->pool, i, l, s);
+		/* rate before lease: either order of the two is safe alone, and
+		 * this one never pairs a new lease with the old, larger rate */
+		if (fabs(s->bucket_rate - before) > 1e-9 * before || s->bucket_burst != burst_before)
+			kt_ctl_write_rates(d, i);
+		if (s->pol.valid_until != lease_before || s->pol.fallback_until != fb_before ||
+		    s->pol.fallback_rate != fbr_before)
+			kt_ctl_write_lease(d, i);
+		if (s->pinned_lease != s->pol.valid_until || now - s->pinned_ns >= d->cfg.epoch_ns)
+			kt_ctl_pin(d, i, now);
+	}
+	d->ticks++;
+}

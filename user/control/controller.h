@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The controller owns each limit's policy over time (see controller.c):
+ * counters, ramp, agreement, bucket policy, kernel writes and pins. */
+#ifndef KT_CONTROLLER_H
+#define KT_CONTROLLER_H
+
+#include <stdint.h>
+#include "apply.h"
+#include "kthrottle.h"
+#include "pool.h"
+#include "ramp.h"
+
+#define KT_HISTORY (KT_EPOCH_TICKS_MAX + 2) /* per-tick samples: one epoch */
+
+struct kt_sample {
+	uint64_t ts_ns;
+	uint64_t used;      /* admitted tokens (bytes for unit byte), cumulative */
+	uint64_t calls;     /* admitted + throttled requests, cumulative */
+	uint64_t refused;   /* throttled requests, cumulative */
+	double granted;     /* tokens granted since start, cumulative */
+};
+
+/* Controller state of one limit, index-aligned with plan.limits. */
+struct kt_limit_state {
+	struct kt_ramp ramp;
+	double pool_rate;          /* tokens/s for the whole pool (ramp output) */
+	int pool_size;             /* members sharing the pool */
+	double bucket_rate;        /* last written per-bucket rate */
+	double bucket_burst;
+	double fallback_rate;      /* kernel's rate once the lease lapses */
+	struct kt_bucket_policy pol; /* last computed: share, burst, lease */
+	uint64_t pinned_lease;     /* lease_until last written to kt_leases */
+	uint64_t pinned_ns;        /* when */
+	struct kt_sample hist[KT_HISTORY];
+	int hist_len, hist_head;   /* ring of the last ticks */
+	double epoch_used_rate;    /* admitted tokens/s over the trailing epoch */
+	uint64_t admitted, throttled, admitted_bytes, throttled_bytes; /* sums of the slots now */
+	/* what the limit's slots admitted and refused since start, summed
+	 * from per-slot growth: never goes backwards when members leave */
+	uint64_t total_admitted, total_throttled, total_admitted_bytes;
+};
+
+/* Last counts read from one bucket slot, and the limit (id + 1, 0 = none)
+ * they were read for. */
+struct kt_slot_base {
+	uint32_t owner;
+	struct kt_counters last;
+};
+
+struct kt_daemon;
+
+/* A limit's fresh state at `now`: the ramp at min. */
+void kt_ctl_init_state(struct kt_limit_state *s, const struct kt_limit_rt *l, uint64_t now);
+/* Fresh state, then what the previous daemon pinned for this limit: its
+ * pool lease (kt_pool_adopt) and, with resumedRampUp, its ramp level. */
+void kt_ctl_start_limit(struct kt_daemon *d, int i, uint64_t now);
+/* The bucket policy of limit i from the pool's view (kt_pool_bucket_policy). */
+void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
+		   struct kt_limit_state *s);
+/* Rate and burst, then the lease, into every bucket of limit i. */
+void kt_ctl_write_rates(struct kt_daemon *d, int i);
+void kt_ctl_write_lease(struct kt_daemon *d, int i);
+/* kt_leases: pin limit i's state; drop entries of limits no longer configured. */
+void kt_ctl_pin(struct kt_daemon *d, int i, uint64_t now);
+void kt_ctl_drop_stale_pins(struct kt_daemon *d);
+/* What the pool is told about each limit this tick. */
+void kt_ctl_fill_pool_local(struct kt_daemon *d);
+/* Counters of limit i: the sums now (status) and the totals (utilization). */
+void kt_ctl_read_counters(struct kt_daemon *d, int i);
+/* One controller tick at `now` (exposed for tests and the benchmark). */
+void kt_daemon_tick(struct kt_daemon *d, uint64_t now);
+
+#endif
