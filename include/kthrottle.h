@@ -85,7 +85,12 @@ struct kt_bucket {
 	__u32 limit_id;
 	__u32 flags;       /* KT_BUCKET_* */
 	__u64 fallback_until;
-	__u64 pad;
+	/* Burst during the fallback, in tokens; 0 = burst. The daemon sets it
+	 * to burst x fallback rate / rate, so the tolerance in ns (burst x
+	 * interval) does not grow at the switch: the debt queued in tat at the
+	 * share's rate is not rescaled by the kernel, and a longer tolerance
+	 * would hand out burst x (1 - fallback/rate) tokens for free. */
+	__u64 fallback_burst;
 };
 #define KT_BUCKET_IN_USE (1u << 0)
 #define KT_BUCKET_NODE (1u << 1) /* node scope: shared by all the limit's cgroups */
@@ -301,25 +306,29 @@ static inline __u64 kt_tokens_to_ns(__u64 tokens, __u64 interval_fp)
  * Returns KT_ADMIT or KT_REFUSE; *wait_ns is how long until the same request
  * would conform (0 when admitted).
  */
-/* The interval in force at `now`: the share while the lease holds, then
- * the fallback, then closed. */
-static inline __u64 kt_bucket_interval(const struct kt_bucket *b, __u64 now)
+/* The interval and burst in force at `now`: the share while the lease
+ * holds, then the fallback, then closed (interval 0). */
+static inline __u64 kt_bucket_params(const struct kt_bucket *b, __u64 now, __u64 *burst)
 {
 	__u64 until = KT_READ_ONCE(b->valid_until);
-	__u64 fb_until;
+	__u64 fb_until, fb_burst;
 
+	*burst = KT_READ_ONCE(b->burst);
 	if (!until || (__s64)(now - until) <= 0)
 		return KT_READ_ONCE(b->interval_fp);
 	fb_until = KT_READ_ONCE(b->fallback_until);
 	if (fb_until && (__s64)(now - fb_until) > 0)
 		return 0;
+	fb_burst = KT_READ_ONCE(b->fallback_burst);
+	if (fb_burst && fb_burst < *burst)
+		*burst = fb_burst;
 	return KT_READ_ONCE(b->fallback_fp);
 }
 
 static inline int kt_gcra_decide(struct kt_bucket *b, __u64 now, __u64 cost, __u64 *wait_ns)
 {
-	__u64 interval = kt_bucket_interval(b, now);
-	__u64 burst = KT_READ_ONCE(b->burst);
+	__u64 burst;
+	__u64 interval = kt_bucket_params(b, now, &burst);
 	__u64 cost_ns, tau;
 	int i;
 
@@ -372,22 +381,23 @@ static inline int kt_gcra_decide(struct kt_bucket *b, __u64 now, __u64 cost, __u
 /* Whole tokens a bucket holds at `now` (for status and utilization). */
 static inline __u64 kt_gcra_tokens_left(const struct kt_bucket *b, __u64 now)
 {
-	__u64 interval = kt_bucket_interval(b, now);
+	__u64 burst;
+	__u64 interval = kt_bucket_params(b, now, &burst);
 	__u64 tat = KT_READ_ONCE(b->tat);
 	__u64 tau, ahead;
 
 	if (interval == 0)
 		return 0;
-	tau = kt_tokens_to_ns(b->burst, interval);
+	tau = kt_tokens_to_ns(burst, interval);
 	ahead = (__s64)(tat - now) > 0 ? tat - now : 0;
 	if (ahead >= tau)
 		return 0;
 	/* (tau - ahead) ns / (interval_fp / 2^16) ns per token */
 	__u64 left_ns = tau - ahead;
 	if (left_ns > (~0ULL >> KT_FP_SHIFT))
-		return b->burst;
+		return burst;
 	__u64 tokens = (left_ns << KT_FP_SHIFT) / interval;
-	return tokens > b->burst ? b->burst : tokens;
+	return tokens > burst ? burst : tokens;
 }
 
 #ifndef __bpf__

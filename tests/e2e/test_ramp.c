@@ -358,6 +358,56 @@ static void test_only_if_used_low_traffic_holds(void **state)
 	assert_true(b.util >= 90);
 }
 
+/* resumedRampUp without a store: the ramp level is pinned with the kernel
+ * state, so a restart within ttl resumes it instead of starting at min;
+ * without resumedRampUp a restart starts at min (seed 001). */
+static void restart_resumes(bool resumed)
+{
+	char body[2048];
+	struct snap a, b;
+	int n;
+
+	KTEST_SKIP_UNLESS_ROOT();
+	prepare();
+	n = snprintf(body, sizeof(body),
+		     "tickInterval: 100ms\n"
+		     "epoch: 1s\n"
+		     "limits:\n"
+		     "  - name: ramp\n"
+		     "    cgroups: [%s]\n"
+		     "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+		     "    unit: datagram\n"
+		     "    rateLimit: {max: %.0f, min: %.0f, rampUpDuration: %.0fs,\n"
+		     "                modes: {scheduled: {}}, resumedRampUp: %s, ttl: 60s}\n",
+		     fx.cg, fx.port, MAX_RATE, MIN_RATE, RAMP_S, resumed ? "true" : "false");
+	assert_true(n > 0 && (size_t)n < sizeof(body));
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	ktest_sleep_ms(1500); /* scheduled: rises with or without traffic */
+	a = snap_now();
+	assert_true(a.pool_rate > MIN_RATE + 0.8 * SLOPE);
+	assert_int_equal(ktest_daemon_signal_wait(&fx.d, SIGTERM), 0);
+	assert_int_equal(ktest_daemon_start_logged(&fx.d), 0);
+	b = snap_now();
+	print_message("resumedRampUp %s: %.2f/s before the restart, %.2f/s %.2fs after\n",
+		      resumed ? "true" : "false", a.pool_rate, b.pool_rate, b.up);
+	if (resumed)
+		assert_true(b.pool_rate >= a.pool_rate && b.pool_rate <= MAX_RATE);
+	else
+		assert_true(b.pool_rate < MIN_RATE + SLOPE * (b.up + 0.2));
+}
+
+static void test_restart_resumes_ramp_without_store(void **state)
+{
+	(void)state;
+	restart_resumes(true);
+}
+
+static void test_restart_without_resume_starts_at_min(void **state)
+{
+	(void)state;
+	restart_resumes(false);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -366,6 +416,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_relaxed_idle_gap_stalls, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_gobackn_falls_after_cooldown, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_only_if_used_low_traffic_holds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restart_resumes_ramp_without_store, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_restart_without_resume_starts_at_min, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests_name("e2e_ramp", tests, NULL, NULL);

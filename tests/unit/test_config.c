@@ -51,6 +51,8 @@ static void check_default_store(const struct kt_store_cfg *s)
 	assert_int_equal(s->heartbeat_ns, 1 * SEC);
 	assert_int_equal(s->stale_after, 3);
 	assert_int_equal(s->valid_for_ns, 10 * SEC);
+	assert_int_equal(s->fallback_for_ns, 60 * SEC);
+	assert_int_equal(s->max_members, 0);
 	assert_int_equal(s->on_failure, KT_FAIL_CONSERVATIVE);
 	assert_string_equal(s->key_prefix, "kthrottle");
 	assert_null(s->host);
@@ -129,6 +131,26 @@ static void test_burst_defaults(void **state)
 	assert_true(cfg.limits[1].burst == 1500);
 	assert_true(cfg.limits[2].burst == 1e6);
 	assert_string_equal(cfg.limits[0].cgroups[0], "x");
+	kt_config_free(&cfg);
+}
+
+/* The lease options: fallbackFor and maxMembers, top level and per limit. */
+static void test_lease_options(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse("store:\n  fallbackFor: 90s\n  maxMembers: 12\n"
+			       "limits:\n"
+			       "  - {name: a, cgroups: x, unit: packet, rateLimit: {max: 5}}\n"
+			       "  - {name: b, cgroups: x, unit: packet, rateLimit: {max: 5,\n"
+			       "     store: {fallbackFor: 0s, maxMembers: 3}}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].store.fallback_for_ns, 90 * SEC);
+	assert_int_equal(cfg.limits[0].store.max_members, 12);
+	assert_int_equal(cfg.limits[1].store.fallback_for_ns, 0);
+	assert_int_equal(cfg.limits[1].store.max_members, 3);
 	kt_config_free(&cfg);
 }
 
@@ -594,6 +616,10 @@ static const struct bad bad_cases[] = {
 	{ "store:\n  heartbeat: 1s\n  validFor: 1s\n" LIM, "t.yaml:3: store.validFor: ",
 	  "validFor (1s) must be longer than heartbeat (1s)" },
 	{ "store:\n  heartbeat: 20s\n" LIM, "t.yaml:2: store.heartbeat: ", "must be longer than heartbeat" },
+	{ "store:\n  fallbackFor: 25h\n" LIM, "t.yaml:2: store.fallbackFor: ", "longer than the maximum" },
+	{ "store:\n  fallbackFor: soon\n" LIM, "t.yaml:2: store.fallbackFor: ", "" },
+	{ "store:\n  maxMembers: 0\n" LIM, "t.yaml:2: store.maxMembers: ", "out of range 1..1000000" },
+	{ "store:\n  maxMembers: many\n" LIM, "t.yaml:2: store.maxMembers: ", "is not an integer" },
 	{ "store:\n  onStoreFailure: panic\n" LIM, "t.yaml:2: store.onStoreFailure: ",
 	  "is not one of: conservative, open, closed" },
 	{ "store:\n  redisStore:\n    url: redis://h\n" LIM, "t.yaml:3: store.redisStore.mode: ", "required" },
@@ -885,6 +911,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_minimal_defaults),
 		cmocka_unit_test(test_burst_defaults),
+		cmocka_unit_test(test_lease_options),
 		cmocka_unit_test(test_everything),
 		cmocka_unit_test(test_redis_url_defaults),
 		cmocka_unit_test(test_password_sources),

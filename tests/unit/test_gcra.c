@@ -566,6 +566,17 @@ static void test_validity_fallback(void **state)
 	assert_int_equal(kt_gcra_decide(&b, T0 + 500 * MS, 1, &w), KT_REFUSE);
 	assert_int_equal(kt_gcra_decide(&b, T0 + 1 + SEC, 1, &w), KT_ADMIT);
 
+	/* the fallback ends: closed after fallback_until */
+	b = mk(1000, 1);
+	b.valid_until = T0;
+	b.fallback_fp = kt_interval_fp_from_rate(1000);
+	b.fallback_until = T0 + SEC;
+	assert_int_equal(kt_gcra_decide(&b, T0 + SEC / 2, 1, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_decide(&b, T0 + SEC + 10 * MS, 1, &w), KT_REFUSE);
+	assert_int_equal(w, ~0ULL);
+	b.fallback_until = 0; /* 0: the fallback never ends (open) */
+	assert_int_equal(kt_gcra_decide(&b, T0 + 100 * SEC, 1, &w), KT_ADMIT);
+
 	/* 0: valid forever, even at the far end of the clock */
 	b = mk(1000, 1);
 	b.tat = 0ULL - 5 * SEC;
@@ -576,6 +587,38 @@ static void test_validity_fallback(void **state)
 	b.valid_until = 0ULL - 1 * SEC;
 	assert_int_equal(kt_gcra_decide(&b, 0ULL - 2 * SEC, 1, &w), KT_ADMIT);
 	assert_int_equal(kt_gcra_decide(&b, 1 * SEC, 1, &w), KT_REFUSE);
+}
+
+/* The switch to the fallback hands out no tokens: a saturated bucket at
+ * 100/s burst 10 whose lease lapses into 20/s with the fallback burst
+ * scaled (10 x 20/100 = 2) admits no more than the fallback rate allows,
+ * where keeping the full burst would free ~8 tokens at once. */
+static void test_fallback_switch_no_free_tokens(void **state)
+{
+	struct kt_bucket b = mk(100, 10);
+	__u64 w, now = T0, n = 0;
+
+	(void)state;
+	/* drain: saturated, debt queued in tat at 100/s */
+	n = drain(&b, now, 1, 100, &w);
+	assert_int_equal(n, 10);
+	b.valid_until = now + 1;
+	b.fallback_fp = kt_interval_fp_from_rate(20);
+	b.fallback_burst = 2;
+	/* right after the deadline nothing is free: the debt still stands */
+	assert_int_equal(drain(&b, now + 2, 1, 100, &w), 0);
+	/* over one second of fallback: at most 20 + the fallback burst */
+	n = 0;
+	for (__u64 t = now + 2; t <= now + SEC; t += MS)
+		n += drain(&b, t, 1, 100, &w);
+	assert_true(n <= 20 + 2);
+	assert_true(n >= 18);
+	/* without the scaled burst the tolerance grows fivefold: the flaw */
+	b = mk(100, 10);
+	drain(&b, now, 1, 100, &w);
+	b.valid_until = now + 1;
+	b.fallback_fp = kt_interval_fp_from_rate(20);
+	assert_true(drain(&b, now + 2, 1, 100, &w) >= 7);
 }
 
 /* Four threads charging one bucket at one fixed instant: the CAS on tat
@@ -650,6 +693,7 @@ int main(void)
 		cmocka_unit_test(test_rate_change),
 		cmocka_unit_test(test_ramp_no_starvation),
 		cmocka_unit_test(test_validity_fallback),
+		cmocka_unit_test(test_fallback_switch_no_free_tokens),
 		cmocka_unit_test(test_concurrent_cas),
 	};
 	return cmocka_run_group_tests_name("gcra", tests, NULL, NULL);

@@ -353,6 +353,63 @@ static void test_leave_and_detach(void **state)
 	free(st);
 }
 
+/* Handover: a daemon that starts before any store answer continues the
+ * pinned lease (size, share, reserve) instead of guessing; never longer than
+ * its own config would grant from now; a lapsed pin means the fallback. The
+ * first answer then takes over. */
+static void test_adopt_pinned_lease(void **state)
+{
+	struct node a;
+	char *st = redis_store("1s", "10s", "conservative");
+	struct kt_lease pin = { .size = 3, .agreed = 1, .fallback_urate = 3000000,
+				.reserved_urate = 0 };
+	struct kt_bucket_policy pol;
+	struct kt_lease out;
+
+	(void)state;
+	node_new(&a, "a", st, LIMIT("api", RL_PLAIN), 1);
+	assert_false(kt_pool_lease(a.p, 0, &out)); /* nothing known yet */
+	pin.lease_until = T0 + 2 * SEC;
+	pin.fallback_until = T0 + 62 * SEC;
+	kt_pool_adopt(a.p, 0, &pin, T0);
+	expect(&a, 0, KT_POOL_AGREED, 3);
+	assert_near(rate1(&a, 0), MAX_RATE / 3);
+	kt_pool_bucket_policy(a.p, 0, MAX_RATE, 1, &pol);
+	assert_near(pol.rate, MAX_RATE / 3);
+	assert_int_equal(pol.valid_until, T0 + 2 * SEC);
+	assert_int_equal(pol.fallback_until, T0 + 62 * SEC);
+	assert_near(pol.fallback_rate, 3.0);
+	assert_true(kt_pool_lease(a.p, 0, &out));
+	assert_int_equal(out.size, 3);
+	assert_int_equal(out.lease_until, T0 + 2 * SEC);
+	node_close(&a);
+
+	/* a pinned lease longer than this config grants (staleAfter 3 x 1 s) */
+	node_new(&a, "a", st, LIMIT("api", RL_PLAIN), 1);
+	pin.lease_until = T0 + 100 * SEC;
+	kt_pool_adopt(a.p, 0, &pin, T0);
+	assert_int_equal(view(&a, 0)->lease_until_ns, T0 + 3 * SEC);
+	node_close(&a);
+
+	/* a lapsed one: the fallback on the pinned size, held by the others */
+	node_new(&a, "a", st, LIMIT("api", RL_PLAIN), 1);
+	pin.lease_until = T0 - SEC;
+	kt_pool_adopt(a.p, 0, &pin, T0);
+	expect(&a, 0, KT_POOL_STORE_LOST, 3);
+	assert_near(rate1(&a, 0), MIN_RATE / 3);
+	node_close(&a);
+
+	/* garbage is ignored: unknown stays unknown */
+	node_new(&a, "a", st, LIMIT("api", RL_PLAIN), 1);
+	pin.size = 0;
+	pin.lease_until = T0 + SEC;
+	kt_pool_adopt(a.p, 0, &pin, T0);
+	expect(&a, 0, KT_POOL_JOINING, 0);
+	assert_true(rate1(&a, 0) == 0);
+	node_close(&a);
+	free(st);
+}
+
 /* One store per distinct store config: a heartbeat is one round trip per
  * store whatever the number of limits and members, none between heartbeats;
  * grouped limits each get their own answer. */
@@ -951,6 +1008,7 @@ int main(void)
 		T(test_redis_restart),
 		T(test_death),
 		T(test_store_lost),
+		T(test_adopt_pinned_lease),
 	};
 	return cmocka_run_group_tests_name("pool", tests, group_setup, group_teardown);
 }

@@ -77,6 +77,14 @@ static void sb_json_str(struct sbuf *b, const char *s)
 }
 
 
+/* Seconds until `until` (kt clock): -1 for no deadline, 0 once passed. */
+static double left_s(uint64_t until, uint64_t now)
+{
+	if (!until)
+		return -1;
+	return until > now ? (double)(until - now) / 1e9 : 0;
+}
+
 char *kt_daemon_status(struct kt_daemon *d, bool json)
 {
 	struct sbuf b = { 0 };
@@ -132,12 +140,14 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 			sb_json_str(&b, ep);
 			sb_printf(&b,
 				  "},\"pool\":{\"phase\":\"%s\",\"size\":%d,\"live\":%d,\"agree\":%s,"
-				  "\"share\":%.6g,\"last_heartbeat_age_s\":%.3f},\"cgroups\":[",
+				  "\"share\":%.6g,\"reserved\":%.6g,\"last_heartbeat_age_s\":%.3f,"
+				  "\"lease_left_s\":%.3f,\"fallback_left_s\":%.3f},\"cgroups\":[",
 				  kt_pool_phase_name(v->phase), v->size, v->live, v->agree ? "true" : "false",
-				  kt_pool_bucket_rate(d->pool, i, s->pool_rate, 1),
+				  kt_pool_bucket_rate(d->pool, i, s->pool_rate, 1), v->reserved,
 				  v->last_answer_ns && now > v->last_answer_ns
 					  ? (double)(now - v->last_answer_ns) / 1e9
-					  : -1.0);
+					  : -1.0,
+				  left_s(v->lease_until_ns, now), left_s(v->fallback_until_ns, now));
 		} else {
 			sb_printf(&b,
 				  "%-16s %-10s %-5s %-10s %12.3f %12.3f %6.1f %6.1f %12.3f %8.0f %12llu %12llu %10.1f\n",
@@ -160,10 +170,16 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 				else
 					sb_printf(&b, " (store %s", st);
 				if (v->last_answer_ns && now > v->last_answer_ns)
-					sb_printf(&b, ", last heartbeat %.1fs ago)",
+					sb_printf(&b, ", last heartbeat %.1fs ago",
 						  (double)(now - v->last_answer_ns) / 1e9);
 				else
-					sb_printf(&b, ", no answer yet)");
+					sb_printf(&b, ", no answer yet");
+				if (v->lease_until_ns > now)
+					sb_printf(&b, ", lease %.1fs left)", left_s(v->lease_until_ns, now));
+				else
+					sb_printf(&b, ", lease expired)");
+				if (v->reserved > 0)
+					sb_printf(&b, "  held for lapsed members %.3f/s", v->reserved);
 			}
 			sb_printf(&b, "\n");
 		}

@@ -51,13 +51,13 @@ int kt_inspect_read(const struct kt_bpf *b, struct kt_kstate *st)
 			m->cgroup_id = key.cgroup_id;
 			m->slot = me->slot;
 			if (bpf_map_lookup_elem(b->buckets_fd, &me->slot, &bk) == 0) {
-				__u64 now = kt_clock_ns();
+				__u64 now = kt_clock_ns(), burst;
 
-				/* the rate the kernel applies now: the fallback once the
-				 * lease lapsed, 0 once the fallback ended too */
-				m->rate = kt_rate_from_interval_fp(kt_bucket_interval(&bk, now));
+				/* the rate and burst the kernel applies now: the fallback
+				 * once the lease lapsed, closed once that ended too */
+				m->rate = kt_rate_from_interval_fp(kt_bucket_params(&bk, now, &burst));
 				m->fallback_active = bk.valid_until && (__s64)(now - bk.valid_until) > 0;
-				m->burst = bk.burst;
+				m->burst = burst;
 			}
 			kt_bpf_read_counters(b, me->slot, &m->counters);
 			for (int k = 0; k < l->n_members; k++)
