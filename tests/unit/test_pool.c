@@ -744,6 +744,11 @@ static void test_never_answered(void **state)
 	tick(&a, T0 + 400 * MS);
 	expect(&a, 0, KT_POOL_STORE_LOST, 4);
 	assert_near(rate1(&a, 0), MIN_RATE / 4); /* conservative */
+	assert_false(view(&a, 0)->closed);
+	/* fallbackFor (60 s) after the lease: closed, as the kernel is */
+	tick(&a, T0 + 400 * MS + 60 * SEC);
+	assert_true(view(&a, 0)->closed);
+	assert_true(rate1(&a, 0) == 0);
 	node_close(&a);
 	free(limits);
 	free(st);

@@ -70,7 +70,6 @@ struct lim {
 	int group;                      /* index in kt_pool.g, -1 for local/static */
 
 	struct kt_pool_view v;
-	enum kt_pool_phase before_lost; /* phase when STORE_LOST began (open policy) */
 	bool answered, ever_agreed;
 	bool adopted;                   /* a pinned lease continued, no answer yet */
 	int prev_size;                  /* size of the previous answer (shrink damping) */
@@ -344,8 +343,6 @@ static void set_phase(struct lim *l, enum kt_pool_phase ph, uint64_t now)
 	else
 		kt_info("pool: limit %s: %s -> %s, size %d (live %d)", l->name,
 			kt_pool_phase_name(l->v.phase), kt_pool_phase_name(ph), l->v.size, l->v.live);
-	if (ph == KT_POOL_STORE_LOST)
-		l->before_lost = l->v.phase;
 	l->v.phase = ph;
 	l->v.phase_since_ns = now;
 }
@@ -411,6 +408,7 @@ static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_
 	l->v.fallback_member = member_fallback(l, l->sent_pool_rate);
 	if (l->v.fallback_member > l->sent_fallback)
 		l->v.fallback_member = l->sent_fallback;
+	l->v.closed = false;
 	grant_lease(l, now);
 	if (ph == l->v.phase && ph == KT_POOL_AGREED && size != old)
 		kt_info("pool: limit %s: agreed size %d -> %d", l->name, old, size);
@@ -680,10 +678,13 @@ void kt_pool_tick(struct kt_pool *p, uint64_t now, const struct kt_pool_local *l
 			l->v.size = l->v.live = m;
 		else if (l->kind == KT_STORE_STATIC)
 			l->v.size = l->v.live = m > l->static_size ? m : l->static_size;
-		else if (!l->answered && !l->adopted && !l->v.lease_until_ns)
-			/* maxMembers stands in for an answer from start-up; an
-			 * unknown size grants nothing anyway */
+		else if (!l->answered && !l->adopted && !l->v.lease_until_ns) {
+			/* maxMembers stands in for an answer from start-up, its
+			 * bound standing in for the reserve; an unknown size
+			 * grants nothing anyway */
 			grant_lease(l, now);
+			l->v.fallback_member = member_fallback(l, local[i].pool_rate);
+		}
 	}
 	for (k = 0; k < p->n_groups; k++) {
 		struct group *g = &p->g[k];
@@ -703,6 +704,12 @@ void kt_pool_tick(struct kt_pool *p, uint64_t now, const struct kt_pool_local *l
 
 			if (l->v.phase != KT_POOL_STORE_LOST && now > l->v.lease_until_ns)
 				set_phase(l, KT_POOL_STORE_LOST, now);
+			if (l->v.phase == KT_POOL_STORE_LOST && !l->v.closed && l->v.fallback_until_ns &&
+			    now > l->v.fallback_until_ns) {
+				l->v.closed = true;
+				kt_warn("pool: limit %s: fallbackFor ran out: closed until the store answers",
+					l->name);
+			}
 		}
 	}
 }
@@ -731,17 +738,10 @@ double kt_pool_bucket_rate(const struct kt_pool *p, int i, double pool_rate, int
 	if (served > size)
 		served = size;
 	ph = l->v.phase;
-	if (ph == KT_POOL_STORE_LOST) {
-		switch (l->on_failure) {
-		case KT_FAIL_CLOSED:
-			return 0;
-		case KT_FAIL_CONSERVATIVE:
-			return l->rl.min > 0 ? l->rl.min * served / size : 0;
-		case KT_FAIL_OPEN:
-			ph = l->before_lost;
-			break;
-		}
-	}
+	/* past the lease: exactly what the kernel does, the fallback the store
+	 * holds for us, then closed */
+	if (ph == KT_POOL_STORE_LOST)
+		return l->v.closed ? 0 : l->v.fallback_member * served;
 	pool_rate = l->kind == KT_STORE_REDIS ? available(l, pool_rate) : pool_rate;
 	if (ph == KT_POOL_JOINING && l->rl.min < pool_rate)
 		pool_rate = l->rl.min > 0 ? l->rl.min : 0;
@@ -943,7 +943,6 @@ void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 	if (l->kind != KT_STORE_REDIS || o->kind != KT_STORE_REDIS)
 		return;
 	l->v = o->v;
-	l->before_lost = o->before_lost;
 	l->answered = o->answered;
 	l->adopted = o->adopted;
 	l->prev_size = o->prev_size;

@@ -52,6 +52,7 @@ struct kt_pool_view {
 	uint64_t fallback_until_ns; /* the fallback ends (0 = never: open) */
 	double reserved;           /* fallback rates of lapsed members, held for them */
 	double fallback_member;    /* per-member fallback rate the store was told */
+	bool closed;               /* past fallback_until too: nothing admitted */
 };
 
 struct kt_pool;
@@ -68,8 +69,10 @@ const struct kt_pool_view *kt_pool_view(const struct kt_pool *p, int limit_idx);
  * pool_rate - reserved (the fallback of lapsed members), never below 0:
  *   AGREED/DISAGREED: avail * served / size
  *   JOINING:          min(avail, rateLimit.min) * served / size
- *   STORE_LOST:       the fallback: conservative: rateLimit.min * served /
- *                     last size; open: as before the loss; closed: 0.
+ *   STORE_LOST:       the fallback the store holds for us (told with the
+ *                     last answered heartbeat): conservative: rateLimit.min
+ *                     * served / last size; open: the last share; closed:
+ *                     0; and 0 once fallbackFor ran out too.
  *   size unknown:     0 (no answer yet, nothing adopted, no maxMembers).
  * Pure function of the view and config. */
 double kt_pool_bucket_rate(const struct kt_pool *p, int limit_idx, double pool_rate, int served);
