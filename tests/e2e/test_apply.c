@@ -4,7 +4,9 @@
  * (kt_apply_fail_step), or whose link sync genuinely fails (a member cgroup
  * removed between resolve and apply), leaves every map, every bucket, every
  * counter and the set of pinned links byte for byte as they were; a plan
- * rejected by validation, applied 600 times, leaks no bucket slot. */
+ * rejected by validation, applied 600 times, leaks no bucket slot; and
+ * kt_bpf_sync_links on its own detaches nothing (and puts upgraded links
+ * back) when a later cgroup's attach fails. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -541,11 +543,89 @@ static void test_rejected_apply_leaks_nothing(void **state)
 	assert_buckets_are(b);
 }
 
+/* kt_bpf_sync_links on its own: CG0 stays and loses its connect hook, CG2
+ * is new, CG5 is gone, so its attach fails after CG0 and CG2 were handled.
+ * Every link is then as it was, CG0's connect links included (same link,
+ * same program), and CG2 has none. Also through a second load of the
+ * programs (a restart): the links it upgraded are put back on the old
+ * programs, and a sync that succeeds upgrades them in place. */
+static void test_failed_sync_keeps_links(void **state)
+{
+	char err[KT_ERR_LEN], path[PATH_MAX + 96];
+	struct dump before, after;
+	struct kt_bpf b2;
+	uint64_t id[N_CG];
+	struct bpf_link_info li0 = { 0 }, li1 = { 0 };
+	__u32 len = sizeof(li0);
+	int fd;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	for (int i = 0; i < N_CG; i++)
+		id[i] = ktest_cgroup_id(fx.cg[i]);
+	const struct kt_attach first[] = {
+		{ id[0], fx.cg[0], 1u << KT_HOOK_CONNECT | 1u << KT_HOOK_SENDMSG },
+		{ id[1], fx.cg[1], 1u << KT_HOOK_EGRESS },
+	};
+	const struct kt_attach doomed[] = {
+		{ id[0], fx.cg[0], 1u << KT_HOOK_SENDMSG },
+		{ id[2], fx.cg[2], 1u << KT_HOOK_CONNECT },
+		{ id[5], fx.cg[5], 1u << KT_HOOK_CONNECT },
+		{ id[1], fx.cg[1], 1u << KT_HOOK_EGRESS },
+	};
+	if (kt_bpf_sync_links(&fx.b, first, 2, err, sizeof(err)))
+		fail_msg("first sync: %s", err);
+	assert_true(has_link(id[0], "kt_connect4"));
+	take_dump(&before);
+	ktest_cgroup_destroy(fx.cg[5]);
+
+	assert_int_equal(kt_bpf_sync_links(&fx.b, doomed, 4, err, sizeof(err)), -ENOENT);
+	print_message("sync with a removed cgroup: %s\n", err);
+	take_dump(&after);
+	assert_same_dump(&before, &after, "failed sync");
+	free_dump(&after);
+	assert_true(has_link(id[0], "kt_connect4"));
+	assert_true(has_link(id[0], "kt_connect6"));
+	assert_false(has_link(id[2], "kt_connect4"));
+
+	/* Freshly loaded programs: a failed sync has upgraded CG0's and CG1's
+	 * kept links before the failure, and must put the old programs back. */
+	if (kt_bpf_open(&b2, fx.pin, err, sizeof(err)))
+		fail_msg("second open: %s", err);
+	assert_int_equal(kt_bpf_sync_links(&b2, doomed, 4, err, sizeof(err)), -ENOENT);
+	take_dump(&after);
+	assert_same_dump(&before, &after, "failed sync after a reload");
+	free_dump(&after);
+
+	snprintf(path, sizeof(path), "%s/links/%llu-kt_sendmsg4", fx.pin, (unsigned long long)id[0]);
+	fd = bpf_obj_get(path);
+	assert_true(fd >= 0);
+	assert_int_equal(bpf_obj_get_info_by_fd(fd, &li0, &len), 0);
+	close(fd);
+	if (kt_bpf_sync_links(&b2, doomed, 2, err, sizeof(err))) /* without CG5 and CG1 */
+		fail_msg("sync after a reload: %s", err);
+	fd = bpf_obj_get(path);
+	assert_true(fd >= 0);
+	assert_int_equal(bpf_obj_get_info_by_fd(fd, &li1, &len), 0);
+	close(fd);
+	assert_int_equal(li1.id, li0.id);         /* the same link, never detached */
+	assert_int_not_equal(li1.prog_id, li0.prog_id); /* on the new program */
+	assert_false(has_link(id[0], "kt_connect4"));
+	assert_false(has_link(id[0], "kt_connect6"));
+	assert_true(has_link(id[0], "kt_sendmsg6"));
+	assert_true(has_link(id[2], "kt_connect6"));
+	assert_false(has_link(id[1], "kt_egress"));
+	kt_bpf_close(&b2);
+	free_dump(&before);
+	assert_int_equal(ktest_cgroup_create("apply-5", fx.cg[5], sizeof(fx.cg[5])), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_failed_apply_changes_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rejected_apply_leaks_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_failed_sync_keeps_links, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("e2e_apply", tests, NULL, NULL);

@@ -1,5 +1,4 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -267,34 +266,6 @@ static int fold_nested(const struct kt_attach *want, int n, struct kt_attach *ou
 	return n_out;
 }
 
-/* Hooks of the links pinned for cgroup `cgid` ("<cgid>-<program>" under
- * pin_dir/links; the program names start with their hook's name). */
-static unsigned pinned_hooks(const struct kt_bpf *b, uint64_t cgid)
-{
-	static const char *const prefix[KT_HOOK_COUNT] = {
-		[KT_HOOK_CONNECT] = "kt_connect",
-		[KT_HOOK_SENDMSG] = "kt_sendmsg",
-		[KT_HOOK_EGRESS] = "kt_egress",
-	};
-	char dir[PATH_MAX], name[64];
-	unsigned long long id;
-	unsigned mask = 0;
-	struct dirent *de;
-	DIR *d;
-
-	snprintf(dir, sizeof(dir), "%s/links", b->pin_dir);
-	d = opendir(dir);
-	if (!d)
-		return 0;
-	while ((de = readdir(d)))
-		if (sscanf(de->d_name, "%llu-%63s", &id, name) == 2 && id == cgid)
-			for (int h = 0; h < KT_HOOK_COUNT; h++)
-				if (!strncmp(name, prefix[h], strlen(prefix[h])))
-					mask |= 1u << h;
-	closedir(d);
-	return mask;
-}
-
 /* A bucket slot the commit wrote, as it was before. */
 struct saved_slot {
 	uint32_t slot;
@@ -331,9 +302,8 @@ struct apply {
 	int *want_old;         /* old_keys index of want[i]; -1: a new key */
 	int *cls_old;          /* old_cls index of cls.entries[i]; -1: a new prefix */
 	bool *old_key_kept, *old_cls_kept;
-	struct kt_attach *attach, *grow;
+	struct kt_attach *attach;
 	int n_attach;
-	bool trim;             /* grow has links that attach does not */
 	struct kt_counters *zero;
 	/* the commit */
 	int steps;
@@ -520,8 +490,7 @@ static int plan_rest(struct apply *a, char *err, size_t errlen)
 
 	a->cls_old = calloc(a->cls.n_entries + 1, sizeof(*a->cls_old));
 	a->attach = calloc(a->n_want + 1, sizeof(*a->attach));
-	a->grow = calloc(a->n_want + 1, sizeof(*a->grow));
-	if (!a->cls_old || !a->attach || !a->grow)
+	if (!a->cls_old || !a->attach)
 		return -ENOMEM;
 	for (i = 0; i < a->cls.n_entries; i++) {
 		a->cls_old[i] = -1;
@@ -541,17 +510,7 @@ static int plan_rest(struct apply *a, char *err, size_t errlen)
 				break;
 			}
 	}
-
-	/* kt_bpf_sync_links removes a kept cgroup's unwanted hooks before it
-	 * may fail on a later cgroup, and only undoes the links it created.
-	 * So it first gets the wanted hooks plus those already pinned (it only
-	 * adds), and the surplus goes after the commit. */
 	a->n_attach = fold_nested(a->want, a->n_want, a->attach);
-	for (i = 0; i < a->n_attach; i++) {
-		a->grow[i] = a->attach[i];
-		a->grow[i].hook_mask |= pinned_hooks(a->b, a->attach[i].cgroup_id);
-		a->trim |= a->grow[i].hook_mask != a->attach[i].hook_mask;
-	}
 	return 0;
 }
 
@@ -643,13 +602,13 @@ static int commit(struct apply *a, char *err, size_t errlen)
 			goto map_err;
 
 	/* Attachments: every outermost member cgroup gets the hooks its own
-	 * and its nested members' limits need. On failure kt_bpf_sync_links
-	 * has removed the links it created. */
+	 * and its nested members' limits need, the rest are detached. On
+	 * failure kt_bpf_sync_links has left every link as it was. */
 	if (commit_step(a)) {
 		snprintf(err, errlen, "cannot attach programs: %s", strerror(EIO));
 		return -EIO;
 	}
-	return kt_bpf_sync_links(b, a->grow, a->n_attach, err, errlen);
+	return kt_bpf_sync_links(b, a->attach, a->n_attach, err, errlen);
 
 map_err:
 	ret = errno ? -errno : -EIO;
@@ -717,17 +676,15 @@ static void rollback(struct apply *a)
 		kt_err("rollback of a failed apply: %d kernel map writes failed too", failed);
 }
 
-/* After the commit: drop what the plan no longer has (surplus links, stale
- * prefixes, memberships, buckets and names). A failure here leaves only
- * entries nothing refers to, and the next apply retries. */
+/* After the commit: drop what the plan no longer has (stale prefixes,
+ * memberships, buckets and names; the link sync detached the surplus
+ * links). A failure here leaves only entries nothing refers to, and the
+ * next apply retries. */
 static void drop_stale(struct apply *a)
 {
 	struct kt_bpf *b = a->b;
-	char why[KT_ERR_LEN];
 	int i;
 
-	if (a->trim && kt_bpf_sync_links(b, a->attach, a->n_attach, why, sizeof(why)))
-		kt_warn("cannot detach surplus links: %s", why);
 	for (i = 0; i < a->n_old_cls; i++)
 		if (!a->old_cls_kept[i])
 			bpf_map_delete_elem(b->classify_fd, &a->old_cls[i].key);
@@ -831,7 +788,6 @@ out:
 		free(a->rules);
 		free(a->cls_old);
 		free(a->attach);
-		free(a->grow);
 		free(a->zero);
 		free(a->saved);
 		free(a->ctrs);

@@ -302,12 +302,121 @@ static int remove_pinned_link(const char *path)
 	return ret;
 }
 
+/* A link this sync created or upgraded, for its undo. */
+struct link_undo {
+	char path[PATH_MAX];
+	int old_prog_fd; /* -1: created here; else the program it ran before */
+};
+
+/* The program behind a link fd, or a program fd's own id; 0 on error. */
+static __u32 prog_id(int fd, bool link)
+{
+	struct bpf_link_info li = { 0 };
+	struct bpf_prog_info pi = { 0 };
+	__u32 len = link ? sizeof(li) : sizeof(pi);
+
+	if (bpf_obj_get_info_by_fd(fd, link ? (void *)&li : (void *)&pi, &len) < 0)
+		return 0;
+	return link ? li.prog_id : pi.id;
+}
+
+/* Makes the link at `path` run `prog`: upgrades the pinned link in place
+ * (no gap) or creates and pins one. Records in *u what to undo: nothing
+ * (u->path empty) when the link already runs prog. */
+static int attach_one(struct bpf_program *prog, const struct kt_attach *w, const char *path,
+		      struct link_undo *u, char *err, size_t errlen)
+{
+	struct bpf_link *l;
+	__u32 old_id = 0, new_id;
+	int cgfd, ret = 0;
+
+	u->old_prog_fd = -1;
+	/* probe first: libbpf logs a failed open as an error */
+	l = access(path, F_OK) == 0 ? bpf_link__open(path) : NULL;
+	if (l) {
+		new_id = prog_id(bpf_program__fd(prog), false);
+		if (new_id)
+			old_id = prog_id(bpf_link__fd(l), true);
+		if (old_id && old_id == new_id)
+			goto out;
+		/* hold the old program: the update drops the link's reference */
+		if (old_id)
+			u->old_prog_fd = bpf_prog_get_fd_by_id(old_id);
+		if (u->old_prog_fd < 0) {
+			ret = errno ? -errno : -EINVAL;
+			snprintf(err, errlen, "cannot read link %s: %s", path, strerror(-ret));
+			goto out;
+		}
+		if (bpf_link__update_program(l, prog) < 0) {
+			ret = -errno;
+			snprintf(err, errlen, "cannot update link %s: %s", path, strerror(-ret));
+			close(u->old_prog_fd);
+			u->old_prog_fd = -1;
+			goto out;
+		}
+		strcpy(u->path, path);
+		goto out;
+	}
+	cgfd = open(w->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (cgfd < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot open cgroup %s: %s", w->path, strerror(-ret));
+		goto out;
+	}
+	l = bpf_program__attach_cgroup(prog, cgfd);
+	close(cgfd);
+	if (!l) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot attach %s to %s: %s", bpf_program__name(prog), w->path,
+			 strerror(-ret));
+		goto out;
+	}
+	if (bpf_link__pin(l, path) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot pin link %s: %s", path, strerror(-ret));
+		goto out; /* not pinned: the destroy below detaches it */
+	}
+	strcpy(u->path, path);
+out:
+	bpf_link__destroy(l); /* a pinned link stays attached */
+	return ret;
+}
+
+/* Puts back a link attach_one changed: removes a created one, returns an
+ * upgraded one to its old program. */
+static void undo_link(const struct link_undo *u)
+{
+	struct bpf_link *l;
+	int r;
+
+	if (u->old_prog_fd < 0) {
+		r = remove_pinned_link(u->path);
+		if (r)
+			kt_err("cannot remove link %s: %s", u->path, strerror(-r));
+		return;
+	}
+	l = bpf_link__open(u->path);
+	if (!l || bpf_link_update(bpf_link__fd(l), u->old_prog_fd, NULL) < 0)
+		kt_err("cannot put link %s back on its program: %s", u->path, strerror(errno));
+	bpf_link__destroy(l);
+}
+
+static bool link_wanted(const struct kt_attach *want, int n, uint64_t cgid, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		for (size_t j = 0; j < N_HOOK_PROGS; j++)
+			if (want[i].cgroup_id == cgid && !strcmp(hook_progs[j].name, name) &&
+			    (want[i].hook_mask & (1u << hook_progs[j].hook)))
+				return true;
+	return false;
+}
+
 int kt_bpf_sync_links(struct kt_bpf *b, const struct kt_attach *want, int n, char *err,
 		      size_t errlen)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
-	char (*created)[PATH_MAX] = NULL;
-	int ncreated = 0, ret = 0, i;
+	struct link_undo *undo = NULL;
+	int nundo = 0, ret, i, r;
 	size_t j;
 	DIR *d;
 	struct dirent *de;
@@ -318,95 +427,55 @@ int kt_bpf_sync_links(struct kt_bpf *b, const struct kt_attach *want, int n, cha
 		snprintf(err, errlen, "cannot create %s: %s", dir, strerror(-ret));
 		return ret;
 	}
-	created = calloc((size_t)n * N_HOOK_PROGS + 1, sizeof(*created));
-	if (!created)
+	undo = calloc((size_t)n * N_HOOK_PROGS + 1, sizeof(*undo));
+	if (!undo) {
+		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
+	}
 
+	/* Every wanted link first, and only then the detaches: a failure on a
+	 * later cgroup must find every link that was in force still there. */
 	for (i = 0; i < n; i++) {
 		for (j = 0; j < N_HOOK_PROGS; j++) {
-			struct bpf_program *prog;
-			struct bpf_link *l;
-
+			if (!(want[i].hook_mask & (1u << hook_progs[j].hook)))
+				continue;
 			link_pin_path(b->pin_dir, want[i].cgroup_id, hook_progs[j].name, path,
 				      sizeof(path));
-			if (!(want[i].hook_mask & (1u << hook_progs[j].hook))) {
-				if (access(path, F_OK) == 0)
-					remove_pinned_link(path);
-				continue;
-			}
-			prog = prog_by_name(b, hook_progs[j].name);
-			/* probe first: libbpf logs a failed open as an error */
-			l = access(path, F_OK) == 0 ? bpf_link__open(path) : NULL;
-			if (l) {
-				/* adopt: swap in the freshly loaded program, no gap */
-				if (bpf_link__update_program(l, prog) < 0) {
-					ret = -errno;
-					snprintf(err, errlen, "cannot update link %s: %s", path,
-						 strerror(-ret));
-					bpf_link__destroy(l);
-					goto rollback;
-				}
-				bpf_link__destroy(l);
-				continue;
-			}
-			int cgfd = open(want[i].path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-			if (cgfd < 0) {
-				ret = -errno;
-				snprintf(err, errlen, "cannot open cgroup %s: %s", want[i].path,
-					 strerror(-ret));
-				goto rollback;
-			}
-			l = bpf_program__attach_cgroup(prog, cgfd);
-			close(cgfd);
-			if (!l) {
-				ret = -errno;
-				snprintf(err, errlen, "cannot attach %s to %s: %s",
-					 hook_progs[j].name, want[i].path, strerror(-ret));
-				goto rollback;
-			}
-			if (bpf_link__pin(l, path) < 0) {
-				ret = -errno;
-				snprintf(err, errlen, "cannot pin link %s: %s", path, strerror(-ret));
-				bpf_link__destroy(l); /* not pinned: closing detaches */
-				goto rollback;
-			}
-			bpf_link__destroy(l); /* the pin keeps it attached */
-			strcpy(created[ncreated++], path);
+			ret = attach_one(prog_by_name(b, hook_progs[j].name), &want[i], path,
+					 &undo[nundo], err, errlen);
+			if (ret)
+				goto out;
+			nundo += undo[nundo].path[0] != 0;
 		}
 	}
 
-	/* Links for cgroups no longer wanted. */
+	/* The new set is in force. A link that cannot be detached here only
+	 * lingers, harmless (its program finds no rule for its cgroup or
+	 * hook), until the next sync retries. */
 	d = opendir(dir);
 	if (d) {
 		while ((de = readdir(d))) {
 			unsigned long long cgid;
 			char name[64];
-			int keep = 0;
 
-			if (de->d_name[0] == '.')
+			if (sscanf(de->d_name, "%llu-%63s", &cgid, name) != 2 ||
+			    link_wanted(want, n, cgid, name))
 				continue;
-			if (sscanf(de->d_name, "%llu-%63s", &cgid, name) != 2)
-				continue;
-			for (i = 0; i < n && !keep; i++)
-				if (want[i].cgroup_id == cgid)
-					for (j = 0; j < N_HOOK_PROGS; j++)
-						if (!strcmp(hook_progs[j].name, name) &&
-						    (want[i].hook_mask & (1u << hook_progs[j].hook)))
-							keep = 1;
-			if (!keep) {
-				snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-				remove_pinned_link(path);
-			}
+			snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+			r = remove_pinned_link(path);
+			if (r)
+				kt_warn("cannot detach %s: %s", path, strerror(-r));
 		}
 		closedir(d);
 	}
-	free(created);
-	return 0;
-
-rollback:
-	while (ncreated > 0)
-		remove_pinned_link(created[--ncreated]);
-	free(created);
+out:
+	for (i = nundo; i-- > 0;) {
+		if (ret)
+			undo_link(&undo[i]);
+		if (undo[i].old_prog_fd >= 0)
+			close(undo[i].old_prog_fd);
+	}
+	free(undo);
 	return ret;
 }
 

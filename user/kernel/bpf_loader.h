@@ -44,8 +44,12 @@ int kt_bpf_open(struct kt_bpf *b, const char *pin_dir, char *err, size_t errlen)
 /* Drops this process's handles; pinned maps and links stay in force. */
 void kt_bpf_close(struct kt_bpf *b);
 /* Makes the pinned links exactly `want`: adopts (and upgrades to the loaded
- * programs, atomically) links that exist, creates missing ones, detaches the
- * rest. On failure, links created by this call are removed again. */
+ * programs, atomically) links that exist, creates missing ones, and only
+ * once all of that succeeded detaches the rest. All or nothing: on failure
+ * the links created by this call are removed again, those it upgraded are
+ * put back on their old programs, and none was detached. A link that then
+ * fails to detach is logged and left for the next call (harmless: its
+ * program finds no rule for it). */
 int kt_bpf_sync_links(struct kt_bpf *b, const struct kt_attach *want, int n, char *err,
 		      size_t errlen);
 /* Detaches every pinned link and removes every pin under pin_dir. */
