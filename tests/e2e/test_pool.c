@@ -602,9 +602,11 @@ static void test_kill9_survivors_take_over(void **state)
 		assert_true(near(rate[i], (MAX - MIN / 3) / 2, 0.05 * MAX / 2));
 	/* with the dead node's fallback, the pool is exactly max */
 	assert_true(near(rate[0] + rate[1] + MIN / 3, MAX, 0.05 * MAX));
-	/* conservative: rateLimit.min x 1 / last size 3, burst still 30 / 3 */
+	/* conservative: rateLimit.min x 1 / last size 3, the burst scaled
+	 * with the rate (30 / 3 x 20 / 100) */
 	assert_true(r[2].refused > 0);
-	assert_admitted("dead node n2 (conservative)", r[2].ok, MIN / 3, r[2].elapsed, BURST / 3);
+	assert_admitted("dead node n2 (conservative)", r[2].ok, MIN / 3, r[2].elapsed,
+			BURST / 3 * MIN / MAX);
 }
 
 /* SIGTERM one node: its members stay in the pool (a rolling restart would
@@ -875,7 +877,8 @@ static void test_store_failure_policies(void **state)
 	for (int k = 0; k < 3; k++)
 		bg_wait(&b[k], &r[k]);
 	/* conservative: min / last size; open: the last share; closed: nothing */
-	assert_admitted("cons (store lost)", r[0].ok, min / 2, r[0].elapsed, burst / 2);
+	/* the fallback's burst scales with its rate: 10 x 20 / 100 */
+	assert_admitted("cons (store lost)", r[0].ok, min / 2, r[0].elapsed, burst / 2 * min / max);
 	assert_admitted("open (store lost)", r[1].ok, share, r[1].elapsed, burst / 2);
 	assert_int_equal(r[2].ok, 0);
 	assert_true(r[2].refused > 0);

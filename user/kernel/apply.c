@@ -115,15 +115,20 @@ int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max)
 	return n;
 }
 
+/* Whole tokens, 1..2^32-1: < 2^32 keeps the kernel's burst multiply
+ * division-free. */
+static __u64 burst_tokens(double burst)
+{
+	return burst < 1 ? 1 : burst > 4294967295.0 ? 4294967295ULL : (__u64)ceil(burst);
+}
+
 void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double burst)
 {
 	struct kt_bucket *bk = &b->buckets[slot];
-	/* < 2^32 keeps the kernel's burst multiply division-free */
-	__u64 burst_tokens = burst < 1 ? 1 : burst > 4294967295.0 ? 4294967295ULL : (__u64)ceil(burst);
 
 	/* burst first: a decision that sees the new burst with the old
 	 * interval errs by at most the burst difference, once */
-	__atomic_store_n(&bk->burst, burst_tokens, __ATOMIC_RELAXED);
+	__atomic_store_n(&bk->burst, burst_tokens(burst), __ATOMIC_RELAXED);
 	kt_bucket_rescale(bk, kt_clock_ns(), kt_interval_fp_from_rate(rate));
 }
 
@@ -132,25 +137,27 @@ void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double bur
  * fallback. A lease cut short: the deadline first, so the old, longer one
  * never meets the new fallback. */
 static void store_lease(struct kt_bucket *bk, uint64_t valid_until, uint64_t fb_fp,
-			uint64_t fb_until)
+			uint64_t fb_burst, uint64_t fb_until)
 {
 	uint64_t old_until = __atomic_load_n(&bk->valid_until, __ATOMIC_RELAXED);
 
 	if (!valid_until || (old_until && valid_until >= old_until)) {
 		__atomic_store_n(&bk->fallback_fp, fb_fp, __ATOMIC_RELAXED);
+		__atomic_store_n(&bk->fallback_burst, fb_burst, __ATOMIC_RELAXED);
 		__atomic_store_n(&bk->fallback_until, fb_until, __ATOMIC_RELAXED);
 		__atomic_store_n(&bk->valid_until, valid_until, __ATOMIC_RELEASE);
 	} else {
 		__atomic_store_n(&bk->valid_until, valid_until, __ATOMIC_RELEASE);
 		__atomic_store_n(&bk->fallback_until, fb_until, __ATOMIC_RELAXED);
+		__atomic_store_n(&bk->fallback_burst, fb_burst, __ATOMIC_RELAXED);
 		__atomic_store_n(&bk->fallback_fp, fb_fp, __ATOMIC_RELAXED);
 	}
 }
 
 void kt_bucket_set_lease(struct kt_bpf *b, uint32_t slot, const struct kt_bucket_policy *pol)
 {
-	store_lease(&b->buckets[slot], pol->valid_until,
-		    kt_interval_fp_from_rate(pol->fallback_rate), pol->fallback_until);
+	store_lease(&b->buckets[slot], pol->valid_until, kt_interval_fp_from_rate(pol->fallback_rate),
+		    burst_tokens(pol->fallback_burst), pol->fallback_until);
 }
 
 /* slot_state: 0 free, 1 kept from before, 2 newly allocated */
@@ -629,7 +636,7 @@ static int restore_slot(struct apply *a, const struct saved_slot *s, uint64_t no
 		__atomic_store_n(&bk->interval_fp, o->interval_fp, __ATOMIC_RELEASE);
 	else
 		kt_bucket_rescale(bk, now, o->interval_fp);
-	store_lease(bk, o->valid_until, o->fallback_fp, o->fallback_until);
+	store_lease(bk, o->valid_until, o->fallback_fp, o->fallback_burst, o->fallback_until);
 	__atomic_store_n(&bk->limit_id, o->limit_id, __ATOMIC_RELAXED);
 	__atomic_store_n(&bk->flags, o->flags, __ATOMIC_RELEASE);
 	if (s->fresh && bpf_map_update_elem(a->b->counters_fd, &s->slot, s->ctrs, BPF_ANY) < 0)

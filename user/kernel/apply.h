@@ -48,6 +48,7 @@ struct kt_bucket_policy {
 	double burst;          /* tokens */
 	uint64_t valid_until;
 	double fallback_rate;  /* tokens/s after valid_until; 0 = closed */
+	double fallback_burst; /* tokens after valid_until (burst x fallback / rate) */
 	uint64_t fallback_until; /* 0 = the fallback never ends */
 };
 

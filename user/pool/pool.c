@@ -773,6 +773,11 @@ void kt_pool_bucket_policy(const struct kt_pool *p, int i, double pool_rate, int
 	out->fallback_until = l->v.fallback_until_ns;
 	/* exactly what the store reserves for us (told with the heartbeat) */
 	out->fallback_rate = l->v.fallback_member * served;
+	/* the burst scales with the rate, so the tolerance in ns does not grow
+	 * at the switch and free tokens (see struct kt_bucket) */
+	out->fallback_burst = out->rate > 0 && out->fallback_rate < out->rate
+				      ? out->burst * out->fallback_rate / out->rate
+				      : out->burst;
 	/* no lease yet: the kernel must not run ahead of one */
 	if (!out->valid_until)
 		out->rate = out->fallback_rate = 0;
