@@ -138,14 +138,15 @@ void kt_ctl_init_state(struct kt_limit_state *s, const struct kt_limit_rt *l, ui
 	s->pool_rate = kt_ramp_rate(&s->ramp);
 }
 
-void kt_ctl_fill_pool_local(struct kt_daemon *d)
+void kt_ctl_fill_pool_local(const struct kt_plan *plan, const struct kt_limit_state *ls,
+			    struct kt_pool_local *local)
 {
-	for (int i = 0; i < d->plan.n_limits; i++)
-		d->pool_local[i] = (struct kt_pool_local){
-			.cfg = d->plan.limits[i].cfg,
-			.member_ids = d->plan.limits[i].member_ids,
-			.n_members = d->plan.limits[i].n_members,
-			.pool_rate = d->ls[i].pool_rate,
+	for (int i = 0; i < plan->n_limits; i++)
+		local[i] = (struct kt_pool_local){
+			.cfg = plan->limits[i].cfg,
+			.member_ids = plan->limits[i].member_ids,
+			.n_members = plan->limits[i].n_members,
+			.pool_rate = ls[i].pool_rate,
 		};
 }
 
@@ -253,7 +254,7 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 	}
 
 	/* agreement (a store round trip when a heartbeat is due) */
-	kt_ctl_fill_pool_local(d);
+	kt_ctl_fill_pool_local(&d->plan, d->ls, d->pool_local);
 	kt_pool_tick(d->pool, now, d->pool_local, d->plan.n_limits);
 
 	for (int i = 0; i < d->plan.n_limits; i++) {

@@ -63,8 +63,9 @@ void kt_ctl_write_lease(struct kt_daemon *d, int i);
 /* kt_leases: pin limit i's state; drop entries of limits no longer configured. */
 void kt_ctl_pin(struct kt_daemon *d, int i, uint64_t now);
 void kt_ctl_drop_stale_pins(struct kt_daemon *d);
-/* What the pool is told about each limit this tick. */
-void kt_ctl_fill_pool_local(struct kt_daemon *d);
+/* What the pool is told about each limit of `plan` (members, ramp level). */
+void kt_ctl_fill_pool_local(const struct kt_plan *plan, const struct kt_limit_state *ls,
+			    struct kt_pool_local *local);
 /* Counters of limit i: the sums now (status) and the totals (utilization). */
 void kt_ctl_read_counters(struct kt_daemon *d, int i);
 /* One controller tick at `now` (exposed for tests and the benchmark). */

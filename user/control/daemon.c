@@ -555,10 +555,13 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		goto fail_bpf;
 	}
 	now = kt_clock_ns();
-	for (i = 0; i < d->plan.n_limits; i++) {
+	for (i = 0; i < d->plan.n_limits; i++)
 		kt_ctl_start_limit(d, i, now);
+	/* sizes count every member before any bucket is written */
+	kt_ctl_fill_pool_local(&d->plan, d->ls, d->pool_local);
+	kt_pool_members(d->pool, d->pool_local, d->plan.n_limits);
+	for (i = 0; i < d->plan.n_limits; i++)
 		kt_ctl_decide(d->pool, i, &d->plan.limits[i], &d->ls[i]);
-	}
 	ret = apply_plan(d, &d->plan, d->ls, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
@@ -664,8 +667,13 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 		} else {
 			kt_ctl_init_state(&nls[i], nl, now);
 		}
-		kt_ctl_decide(npool, i, nl, &nls[i]);
 	}
+	/* the new pool counts every member of the new plan before any bucket
+	 * is written (else each would get the whole pool until the next tick) */
+	kt_ctl_fill_pool_local(&nplan, nls, nlocal);
+	kt_pool_members(npool, nlocal, nplan.n_limits);
+	for (i = 0; i < nplan.n_limits; i++)
+		kt_ctl_decide(npool, i, &nplan.limits[i], &nls[i]);
 	ret = apply_plan(d, &nplan, nls, err, errlen);
 	if (ret)
 		goto failed_plan; /* the old limits' rates are rewritten on the next tick */
@@ -760,7 +768,7 @@ void kt_daemon_stop(struct kt_daemon *d)
 	 * fallback, then closes), unless the next daemon renews it first (a
 	 * rolling restart). Only --detach-on-exit, which removes the programs,
 	 * deregisters the members at once. */
-	kt_ctl_fill_pool_local(d);
+	kt_ctl_fill_pool_local(&d->plan, d->ls, d->pool_local);
 	kt_pool_leave(d->pool, d->pool_local, d->plan.n_limits, d->detach_on_exit);
 	if (!d->detach_on_exit)
 		for (int i = 0; i < d->plan.n_limits; i++)

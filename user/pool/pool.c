@@ -641,34 +641,31 @@ static void heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const st
 		apply_answer(p, &p->l[g->lims[k]], &g->ans[k], now, reconnected);
 }
 
-void kt_pool_tick(struct kt_pool *p, uint64_t now, const struct kt_pool_local *local, int n)
+/* Is `local` index-aligned with the pool's limits? (logged once if not) */
+static bool local_ok(struct kt_pool *p, const struct kt_pool_local *local, int n)
 {
-	int i, k;
-
-	if (!p || p->left)
-		return;
 	if (!local || n != p->n) {
 		if (!p->bad_input_logged)
 			kt_err("pool: tick with %d limits, the pool has %d", local ? n : -1, p->n);
 		p->bad_input_logged = true;
-		return;
+		return false;
 	}
-	for (i = 0; i < n; i++) {
+	for (int i = 0; i < n; i++) {
 		if (local[i].cfg && strcmp(local[i].cfg->name, p->l[i].name) != 0) {
 			if (!p->bad_input_logged)
 				kt_err("pool: tick: limit %d is '%s', the pool has '%s'", i,
 				       local[i].cfg->name, p->l[i].name);
 			p->bad_input_logged = true;
-			return;
+			return false;
 		}
 	}
-	if (!p->started) {
-		p->started = true;
-		p->start_ns = now;
-		for (i = 0; i < p->n; i++)
-			p->l[i].v.phase_since_ns = now;
-	}
-	for (i = 0; i < p->n; i++) {
+	return true;
+}
+
+/* Local and static sizes follow this node's members at once. */
+static void count_members(struct kt_pool *p, const struct kt_pool_local *local)
+{
+	for (int i = 0; i < p->n; i++) {
 		struct lim *l = &p->l[i];
 		int m = local_members(p, &local[i], i);
 
@@ -678,7 +675,32 @@ void kt_pool_tick(struct kt_pool *p, uint64_t now, const struct kt_pool_local *l
 			l->v.size = l->v.live = m;
 		else if (l->kind == KT_STORE_STATIC)
 			l->v.size = l->v.live = m > l->static_size ? m : l->static_size;
-		else if (!l->answered && !l->adopted && !l->v.lease_until_ns) {
+	}
+}
+
+void kt_pool_members(struct kt_pool *p, const struct kt_pool_local *local, int n)
+{
+	if (p && !p->left && local_ok(p, local, n))
+		count_members(p, local);
+}
+
+void kt_pool_tick(struct kt_pool *p, uint64_t now, const struct kt_pool_local *local, int n)
+{
+	int i, k;
+
+	if (!p || p->left || !local_ok(p, local, n))
+		return;
+	if (!p->started) {
+		p->started = true;
+		p->start_ns = now;
+		for (i = 0; i < p->n; i++)
+			p->l[i].v.phase_since_ns = now;
+	}
+	count_members(p, local);
+	for (i = 0; i < p->n; i++) {
+		struct lim *l = &p->l[i];
+
+		if (l->kind == KT_STORE_REDIS && !l->answered && !l->adopted && !l->v.lease_until_ns) {
 			/* maxMembers stands in for an answer from start-up, its
 			 * bound standing in for the reserve; an unknown size
 			 * grants nothing anyway */

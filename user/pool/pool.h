@@ -63,6 +63,10 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 /* Heartbeats when due (per store every store.heartbeat), applies answers and
  * validity deadlines. `local` is index-aligned with the config's limits. */
 void kt_pool_tick(struct kt_pool *p, uint64_t now_ns, const struct kt_pool_local *local, int n);
+/* This node's members, before any policy is computed from a new pool (start,
+ * reload): local and static sizes follow at once, so no bucket is ever
+ * written with a size that does not count its siblings. No store I/O. */
+void kt_pool_members(struct kt_pool *p, const struct kt_pool_local *local, int n);
 const struct kt_pool_view *kt_pool_view(const struct kt_pool *p, int limit_idx);
 
 /* Rate of one bucket serving `served` members of limit i, where avail =
