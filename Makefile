@@ -100,8 +100,9 @@ unit: $(filter $(BUILD)/tests/unit/%,$(TEST_BINS))
 test: deps all $(TEST_BINS) $(TOOLS_BINS)
 	scripts/run-tests.sh $(TEST_BINS)
 
-bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS)
+bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test_faults
 	$(BUILD)/tests/bench/bench
+	scripts/fault-table.sh $(BUILD)/tests/e2e/test_faults
 
 $(BUILD)/tests/bench/bench: tests/bench/bench.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS)
 	@mkdir -p $(@D)

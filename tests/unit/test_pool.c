@@ -382,6 +382,15 @@ static void test_adopt_pinned_lease(void **state)
 	assert_true(kt_pool_lease(a.p, 0, &out));
 	assert_int_equal(out.size, 3);
 	assert_int_equal(out.lease_until, T0 + 2 * SEC);
+	/* the store restarted empty while this daemon was down: its first
+	 * answer says alone, but the pinned size stays a floor while the
+	 * others reconnect */
+	tick(&a, T0 + 100 * MS);
+	assert_int_equal(view(&a, 0)->live, 1);
+	expect(&a, 0, KT_POOL_DISAGREED, 3);
+	assert_near(rate1(&a, 0), MAX_RATE / 3);
+	tick(&a, T0 + 1100 * MS);
+	expect(&a, 0, KT_POOL_DISAGREED, 3);
 	node_close(&a);
 
 	/* a pinned lease longer than this config grants (staleAfter 3 x 1 s) */

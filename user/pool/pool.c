@@ -370,8 +370,11 @@ static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_
 	int size, raw, old = l->v.size;
 	bool agree;
 
-	/* the membership may have been lost: pruned during a long gap, or a new server */
-	if (l->answered && (reconnected || since(now, l->v.last_answer_ns) > l->stale_ns)) {
+	/* the membership may have been lost: pruned during a long gap, or a new
+	 * server; a restarted daemon that continued a pinned lease does not know
+	 * how long its gap was, and the store may have restarted empty */
+	if ((l->answered && (reconnected || since(now, l->v.last_answer_ns) > l->stale_ns)) ||
+	    (l->adopted && l->v.size > 1)) {
 		l->floor = l->v.size;
 		l->floor_until_ns = now + KT_STORE_BACKOFF_MAX_MS * NS_PER_MS + 3 * g->heartbeat_ns;
 	}
