@@ -3,6 +3,7 @@
 #   make test       everything, then the whole suite (root)
 #   make unit       host unit tests only (no root needed)
 #   make bench      benchmark table (root)
+#   make fuzz       run every libFuzzer target FUZZ_SECONDS (300) each
 #   make SAN=1 ...  build userspace with AddressSanitizer + UBSan
 #   make V=1 ...    show the full commands
 #   make clean
@@ -53,7 +54,25 @@ TEST_HELPERS := $(patsubst tests/%.c,$(BUILD)/obj/tests/%.o,$(wildcard tests/lib
 TOOLS_SRCS := $(wildcard tests/tools/*.c)
 TOOLS_BINS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOLS_SRCS))
 
-.PHONY: all test unit bench clean deps demo
+# Fuzzing: every tests/fuzz/fuzz_<name>.c defines LLVMFuzzerTestOneInput and
+# has its seed corpus in tests/fuzz/corpus/<name>/ (and optionally a
+# dictionary tests/fuzz/fuzz_<name>.dict). The user/ library is compiled again
+# with clang and the sanitizers into its own object dir and archived, so each
+# target links only the objects it uses. `make test` runs each target briefly
+# (scripts/run-tests.sh -> scripts/fuzz.sh); `make fuzz` runs them long and
+# keeps what they find in $(BUILD)/fuzz/corpus/<name>/.
+FUZZ_SECONDS ?= 300
+FUZZ_TEST_SECONDS ?= 10
+FUZZ_CC    := $(CLANG)
+FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_CFLAGS := -O1 -g -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
+	       -Iinclude $(addprefix -I,$(USER_DIRS)) -I$(BUILD)/skel -D_GNU_SOURCE $(FUZZ_SAN)
+FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
+FUZZ_OBJS  := $(patsubst user/%.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS))
+FUZZ_LIB   := $(BUILD)/fuzz/libkt-fuzz.a
+
+.PHONY: all test unit bench clean deps demo fuzz fuzz-build
 all: $(BUILD)/kthrottled $(BUILD)/kthrottlectl
 
 deps:
@@ -94,11 +113,28 @@ $(BUILD)/tools/%: tests/tools/%.c $(HDRS)
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) $< -o $@ $(LDLIBS)
 
+$(BUILD)/fuzz/obj/%.o: user/%.c $(HDRS) $(SKELS)
+	@mkdir -p $(@D)
+	$(call msg,FUZZCC,$@)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_LIB): $(FUZZ_OBJS)
+	$(call msg,AR,$@)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB) $(HDRS)
+	$(call msg,FUZZLD,$@)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB) -o $@ $(LDLIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: deps $(FUZZ_BINS)
+	$(Q)rc=0; for f in $(FUZZ_BINS); do \
+		scripts/fuzz.sh $$f $(FUZZ_SECONDS) $(BUILD)/fuzz/corpus/$${f##*/fuzz_} || rc=1; \
+	done; exit $$rc
+
 unit: $(filter $(BUILD)/tests/unit/%,$(TEST_BINS))
 	scripts/run-tests.sh $^
 
-test: deps all $(TEST_BINS) $(TOOLS_BINS)
-	scripts/run-tests.sh $(TEST_BINS)
+test: deps all $(TEST_BINS) $(TOOLS_BINS) $(FUZZ_BINS)
+	FUZZ_TEST_SECONDS=$(FUZZ_TEST_SECONDS) scripts/run-tests.sh $(TEST_BINS) $(FUZZ_BINS)
 
 bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test_faults
 	$(BUILD)/tests/bench/bench

@@ -2,7 +2,10 @@
 # Runs each test binary given, shows its output, and closes with one summary
 # line "N passed, N failed, N skipped" summed over cmocka's per-binary lines.
 # A binary that crashes or exits non-zero without a summary counts as a failure.
+# A libFuzzer target (.../fuzz/fuzz_<name>) runs through scripts/fuzz.sh over
+# its seed corpus plus FUZZ_TEST_SECONDS (default 10) of fuzzing: one test.
 set -u
+here=$(dirname "$0")
 passed=0 failed=0 skipped=0 bad_bins=()
 count() { # count KIND FILE: sum of "[  KIND  ] N test(s)" summaries
 	grep -oE "\[ +$1 +\] [0-9]+ test" "$2" | grep -oE '[0-9]+' | awk '{s+=$1} END {print s+0}'
@@ -12,7 +15,11 @@ for bin in "$@"; do
 	echo "=== $bin"
 	out=$(mktemp)
 	start=$(date +%s)
-	"$bin" 2>&1 | tee "$out"
+	case "$bin" in
+	*/fuzz/fuzz_*) cmd=("$here/fuzz.sh" "$bin" "${FUZZ_TEST_SECONDS:-10}") ;;
+	*) cmd=("$bin") ;;
+	esac
+	"${cmd[@]}" 2>&1 | tee "$out"
 	rc=${PIPESTATUS[0]}
 	# cmocka writes these to stderr and the rest to stdout: a line may be
 	# joined with another, so match anywhere in the line
