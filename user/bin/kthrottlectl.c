@@ -2,6 +2,7 @@
 /* kthrottlectl: inspect and steer kthrottled. */
 #include <errno.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include "bpf_loader.h"
 #include "config.h"
@@ -28,7 +30,10 @@ static void usage(FILE *f)
 		"  watch             admitted/s and throttled/s per limit, read from the\n"
 		"                    pinned maps every --interval seconds\n"
 		"  reload            make the daemon re-read its configuration\n"
-		"  cleanup           detach every program and remove every pin\n"
+		"  cleanup [--force] detach every program and remove every pin; refused for a\n"
+		"                    directory that is not kthrottle's (on bpffs, owned by\n"
+		"                    root, holding its maps) and, without --force, while a\n"
+		"                    kthrottled runs on it\n"
 		"  bpftool           print the bpftool commands that show the kernel state\n"
 		"\n"
 		"Options:\n"
@@ -36,62 +41,209 @@ static void usage(FILE *f)
 		"  -s, --socket PATH   daemon control socket (default " KT_DEFAULT_SOCKET ")\n"
 		"  -p, --pin-dir DIR   pin directory (default " KT_DEFAULT_PIN_DIR ")\n"
 		"      --json          JSON output (status)\n"
+		"      --force         cleanup even while a kthrottled runs on the pin dir\n"
 		"  -i, --interval SEC  watch period, default 1\n"
 		"  -n, --count N       watch: stop after N periods (default: until ^C)\n"
 		"  -h, --help          this text\n"
 		"\n"
-		"Exit status: 0 ok, 1 runtime error (daemon or maps unreachable), 2 usage error.\n");
+		"The socket must be a socket owned by root. A daemon that does not answer\n"
+		"within 3 s (reload: 10 s) is an error, as is an empty reply.\n"
+		"\n"
+		"Exit status: 0 ok, 1 runtime error (daemon or maps unreachable, daemon hung,\n"
+		"busy or not owned by root), 2 usage error.\n");
 }
 
-static int daemon_request(const char *sock, const char *cmd, char **reply)
+/* Every exchange with the daemon is bounded: a hung or flooded daemon makes
+ * kthrottlectl fail with one line, not wait. Reload may wait on the store. */
+#define CTL_TIMEOUT_MS 3000
+#define CTL_RELOAD_TIMEOUT_MS 10000
+#define CTL_MAX_REPLY (64u << 20)
+
+static long long ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void set_sndtimeo(int fd, long long ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	if (ms <= 0)
+		tv.tv_usec = 1000; /* 0 would mean no timeout */
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+
+/* Sends `cmd` and reads the whole reply within timeout_ms. Returns 0 with a
+ * malloc'd, newline-terminated reply; -ENOENT or -ECONNREFUSED when no
+ * daemon is running (no socket, or a stale one); any other error with a
+ * one-line message in err. The socket must be a socket owned by root and
+ * the listener must run as root, else a local user could answer for the
+ * daemon. */
+static int daemon_request(const char *sock, const char *cmd, int timeout_ms, char **reply,
+			  char *err, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct timeval tv = { .tv_sec = 10 };
-	size_t len = 0, cap = 4096;
-	char *buf;
-	int fd;
+	long long deadline = ms_now() + timeout_ms;
+	struct ucred cred;
+	socklen_t credlen = sizeof(cred);
+	size_t len = 0, cap = 4096, cmdlen = strlen(cmd);
+	struct stat st;
+	char *buf = NULL, *line = NULL;
+	int fd = -1, ret;
 
-	if (strlen(sock) >= sizeof(sa.sun_path))
+	*reply = NULL;
+	if (strlen(sock) >= sizeof(sa.sun_path)) {
+		snprintf(err, errlen, "socket path %s: longer than %zu bytes", sock,
+			 sizeof(sa.sun_path) - 1);
 		return -ENAMETOOLONG;
+	}
 	strcpy(sa.sun_path, sock);
+	if (lstat(sock, &st) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot reach kthrottled on %s: %s", sock, strerror(-ret));
+		return ret;
+	}
+	if (!S_ISSOCK(st.st_mode)) {
+		snprintf(err, errlen, "%s is not a socket: not talking to it", sock);
+		return -ENOTSOCK;
+	}
+	if (st.st_uid != 0) {
+		snprintf(err, errlen, "%s is owned by uid %u, not root: not talking to it", sock,
+			 (unsigned)st.st_uid);
+		return -EPERM;
+	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    write(fd, cmd, strlen(cmd)) != (ssize_t)strlen(cmd) || write(fd, "\n", 1) != 1) {
-		int e = errno;
-		close(fd);
-		return -e;
+	if (fd < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "socket: %s", strerror(-ret));
+		return ret;
+	}
+	/* a full backlog blocks connect() up to SO_SNDTIMEO */
+	set_sndtimeo(fd, deadline - ms_now());
+	while ((ret = connect(fd, (struct sockaddr *)&sa, sizeof(sa))) < 0 && errno == EINTR)
+		;
+	if (ret < 0) {
+		ret = -errno;
+		if (ret == -EAGAIN || ret == -EINPROGRESS)
+			snprintf(err, errlen, "kthrottled on %s does not accept connections (busy or hung)",
+				 sock);
+		else
+			snprintf(err, errlen, "cannot reach kthrottled on %s: %s", sock, strerror(-ret));
+		goto fail;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &credlen) < 0 || cred.uid != 0) {
+		snprintf(err, errlen, "the listener on %s does not run as root: not talking to it", sock);
+		ret = -EPERM;
+		goto fail;
+	}
+	if (asprintf(&line, "%s\n", cmd) < 0) {
+		line = NULL;
+		ret = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	for (size_t off = 0; off < cmdlen + 1;) {
+		ssize_t w;
+
+		set_sndtimeo(fd, deadline - ms_now());
+		/* a daemon that dropped us must not kill us with SIGPIPE */
+		w = send(fd, line + off, cmdlen + 1 - off, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			ret = w < 0 ? -errno : -EIO;
+			if (ret == -EAGAIN)
+				snprintf(err, errlen, "kthrottled on %s did not take the command within %d ms",
+					 sock, timeout_ms);
+			else
+				snprintf(err, errlen, "kthrottled on %s closed the connection: %s", sock,
+					 strerror(-ret));
+			goto fail;
+		}
+		off += (size_t)w;
 	}
 	buf = malloc(cap);
 	if (!buf) {
-		close(fd);
-		return -ENOMEM;
+		ret = -ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto fail;
 	}
 	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		long long left = deadline - ms_now();
 		ssize_t r;
+
 		if (len + 1 >= cap) {
-			char *nb = realloc(buf, cap * 2);
+			char *nb = cap < CTL_MAX_REPLY ? realloc(buf, cap * 2) : NULL;
 			if (!nb) {
-				free(buf);
-				close(fd);
-				return -ENOMEM;
+				ret = -ENOMEM;
+				snprintf(err, errlen, "reply from kthrottled on %s is too large", sock);
+				goto fail;
 			}
 			buf = nb;
 			cap *= 2;
 		}
-		r = read(fd, buf + len, cap - 1 - len);
+		r = left > 0 ? poll(&p, 1, (int)left) : 0;
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r <= 0)
+		if (r == 0) {
+			ret = -ETIMEDOUT;
+			snprintf(err, errlen, "kthrottled on %s did not answer within %d ms", sock,
+				 timeout_ms);
+			goto fail;
+		}
+		r = r < 0 ? -1 : recv(fd, buf + len, cap - 1 - len, MSG_DONTWAIT);
+		if (r < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (r < 0) {
+			ret = -errno;
+			snprintf(err, errlen, "reading from kthrottled on %s: %s", sock, strerror(-ret));
+			goto fail;
+		}
+		if (r == 0)
 			break;
 		len += (size_t)r;
 	}
 	buf[len] = 0;
+	/* every reply is whole lines: nothing, or a cut line, is a failure */
+	if (len == 0 || buf[len - 1] != '\n' || strlen(buf) != len) {
+		ret = -EPROTO;
+		snprintf(err, errlen, "kthrottled on %s %s", sock,
+			 len == 0		 ? "closed the connection without answering"
+			 : buf[len - 1] != '\n' ? "sent an incomplete reply"
+						 : "sent a malformed reply");
+		goto fail;
+	}
 	close(fd);
+	free(line);
 	*reply = buf;
 	return 0;
+fail:
+	close(fd);
+	free(line);
+	free(buf);
+	return ret;
+}
+
+/* `s` as a JSON string, quotes included: the pin dir comes from the command
+ * line and names from maps anyone with access may have written. */
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20 || c == 0x7f)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
 }
 
 static int open_maps(const char *pin_dir, struct kt_bpf *b)
@@ -122,7 +274,9 @@ static int status_from_maps(const char *pin_dir, bool json)
 		goto out;
 	}
 	if (json) {
-		printf("{\"daemon\":false,\"pin_dir\":\"%s\",\"limits\":[", pin_dir);
+		printf("{\"daemon\":false,\"pin_dir\":");
+		json_str(stdout, pin_dir);
+		printf(",\"limits\":[");
 	} else {
 		printf("daemon not running; kernel state pinned in %s (still enforcing)\n", pin_dir);
 		printf("%-16s %-10s %-5s %12s %8s %12s %12s\n", "LIMIT", "UNIT", "SCOPE",
@@ -137,10 +291,15 @@ static int status_from_maps(const char *pin_dir, bool json)
 		unsigned long long burst = l->n_members ? l->members[0].burst : 0;
 
 		if (json) {
-			printf("%s{\"name\":\"%s\",\"id\":%u,\"unit\":\"%s\",\"scope\":\"%s\","
-			       "\"bucket_rate\":%.6g,\"burst\":%llu,\"admitted\":%llu,\"throttled\":%llu,"
+			printf("%s{\"name\":", i ? "," : "");
+			json_str(stdout, l->info.name);
+			printf(",\"id\":%u,\"unit\":", l->id);
+			json_str(stdout, unit);
+			printf(",\"scope\":");
+			json_str(stdout, scope);
+			printf(",\"bucket_rate\":%.6g,\"burst\":%llu,\"admitted\":%llu,\"throttled\":%llu,"
 			       "\"cgroups\":[",
-			       i ? "," : "", l->info.name, l->id, unit, scope, rate, burst,
+			       rate, burst,
 			       (unsigned long long)l->total.admitted,
 			       (unsigned long long)l->total.throttled);
 			for (int j = 0; j < l->n_members; j++)
@@ -266,6 +425,7 @@ int main(int argc, char **argv)
 		{ "socket", required_argument, NULL, 's' },
 		{ "pin-dir", required_argument, NULL, 'p' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "force", no_argument, NULL, 'f' },
 		{ "interval", required_argument, NULL, 'i' },
 		{ "count", required_argument, NULL, 'n' },
 		{ "help", no_argument, NULL, 'h' },
@@ -274,6 +434,7 @@ int main(int argc, char **argv)
 	const char *sock = KT_DEFAULT_SOCKET, *pin_dir = KT_DEFAULT_PIN_DIR, *cmd;
 	struct kt_config cfg = { 0 };
 	bool json = false, have_cfg = false;
+	bool force = false; /* cleanup */
 	double interval = 1;
 	long count = 0;
 	char err[KT_ERR_LEN], *reply = NULL, *end;
@@ -298,6 +459,9 @@ int main(int argc, char **argv)
 			break;
 		case 'j':
 			json = true;
+			break;
+		case 'f':
+			force = true;
 			break;
 		case 'i':
 			interval = strtod(optarg, &end);
@@ -341,17 +505,25 @@ int main(int argc, char **argv)
 	}
 
 	if (!strcmp(cmd, "status")) {
-		ret = daemon_request(sock, json ? "status json" : "status", &reply);
+		ret = daemon_request(sock, json ? "status json" : "status", CTL_TIMEOUT_MS, &reply,
+				     err, sizeof(err));
 		if (ret == 0) {
-			fputs(reply, stdout);
-			ret = strncmp(reply, "error:", 6) ? KT_EXIT_OK : KT_EXIT_RUNTIME;
-		} else {
+			bool failed = !strncmp(reply, "error:", 6);
+			fputs(reply, failed ? stderr : stdout);
+			ret = failed ? KT_EXIT_RUNTIME : KT_EXIT_OK;
+		} else if (ret == -ENOENT || ret == -ECONNREFUSED) {
+			/* no daemon (or a stale socket): the kernel state is
+			 * still there; a daemon that is there but fails to
+			 * answer is an error, not a fallback */
 			ret = status_from_maps(pin_dir, json);
+		} else {
+			kt_err("%s", err);
+			ret = KT_EXIT_RUNTIME;
 		}
 	} else if (!strcmp(cmd, "reload")) {
-		ret = daemon_request(sock, "reload", &reply);
+		ret = daemon_request(sock, "reload", CTL_RELOAD_TIMEOUT_MS, &reply, err, sizeof(err));
 		if (ret) {
-			kt_err("cannot reach kthrottled on %s: %s", sock, strerror(-ret));
+			kt_err("%s", err);
 			ret = KT_EXIT_RUNTIME;
 		} else {
 			fputs(reply, strncmp(reply, "ok", 2) ? stderr : stdout);
@@ -360,7 +532,7 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "watch")) {
 		ret = watch(pin_dir, interval, count);
 	} else if (!strcmp(cmd, "cleanup")) {
-		ret = kt_bpf_cleanup(pin_dir, err, sizeof(err));
+		ret = kt_bpf_cleanup_opts(pin_dir, force, err, sizeof(err));
 		if (ret) {
 			kt_err("%s", err);
 			ret = KT_EXIT_RUNTIME;

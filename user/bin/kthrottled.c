@@ -16,7 +16,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: kthrottled --config FILE [options]\n"
-		"       kthrottled --cleanup [--config FILE | --pin-dir DIR]\n"
+		"       kthrottled --cleanup [--force] [--config FILE | --pin-dir DIR]\n"
 		"\n"
 		"Enforces the limits in FILE with BPF programs attached to the listed cgroups,\n"
 		"and keeps their rates up to date (ramp-up, pool share). Programs and maps are\n"
@@ -26,7 +26,11 @@ static void usage(FILE *f)
 		"Options:\n"
 		"  -c, --config FILE     YAML configuration (see examples/full.yaml)\n"
 		"      --check           validate FILE (syntax and cgroup paths) and exit\n"
-		"      --cleanup         detach every program and remove every pin, then exit\n"
+		"      --cleanup         detach every program and remove every pin, then exit;\n"
+		"                        refused for a directory that is not kthrottle's (on\n"
+		"                        bpffs, owned by root, holding its maps) and while a\n"
+		"                        kthrottled runs on it\n"
+		"      --force           --cleanup even while a kthrottled runs on the pin dir\n"
 		"      --pin-dir DIR     pin directory for --cleanup without --config\n"
 		"                        (default " KT_DEFAULT_PIN_DIR ")\n"
 		"      --detach-on-exit  on SIGTERM/SIGINT also detach and unpin (default: keep\n"
@@ -46,11 +50,12 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	enum { OPT_CHECK = 256, OPT_CLEANUP, OPT_PIN_DIR, OPT_DETACH, OPT_VERSION };
+	enum { OPT_CHECK = 256, OPT_CLEANUP, OPT_FORCE, OPT_PIN_DIR, OPT_DETACH, OPT_VERSION };
 	static const struct option opts[] = {
 		{ "config", required_argument, NULL, 'c' },
 		{ "check", no_argument, NULL, OPT_CHECK },
 		{ "cleanup", no_argument, NULL, OPT_CLEANUP },
+		{ "force", no_argument, NULL, OPT_FORCE },
 		{ "pin-dir", required_argument, NULL, OPT_PIN_DIR },
 		{ "detach-on-exit", no_argument, NULL, OPT_DETACH },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -59,7 +64,7 @@ int main(int argc, char **argv)
 		{ 0 },
 	};
 	const char *config = NULL, *pin_dir = NULL;
-	bool check = false, cleanup = false, detach = false;
+	bool check = false, cleanup = false, force = false, detach = false;
 	enum kt_log_level level = KT_LOG_INFO;
 	char err[KT_ERR_LEN];
 	struct kt_daemon *d;
@@ -76,6 +81,9 @@ int main(int argc, char **argv)
 			break;
 		case OPT_CLEANUP:
 			cleanup = true;
+			break;
+		case OPT_FORCE:
+			force = true;
 			break;
 		case OPT_PIN_DIR:
 			pin_dir = optarg;
@@ -116,13 +124,13 @@ int main(int argc, char **argv)
 				kt_err("%s", err);
 				return KT_EXIT_CONFIG;
 			}
-			ret = kt_bpf_cleanup(cfg.pin_dir, err, sizeof(err));
+			ret = kt_bpf_cleanup_opts(cfg.pin_dir, force, err, sizeof(err));
 			if (!ret)
 				kt_info("removed every link and pin under %s", cfg.pin_dir);
 			kt_config_free(&cfg);
 		} else {
 			const char *dir = pin_dir ? pin_dir : KT_DEFAULT_PIN_DIR;
-			ret = kt_bpf_cleanup(dir, err, sizeof(err));
+			ret = kt_bpf_cleanup_opts(dir, force, err, sizeof(err));
 			if (!ret)
 				kt_info("removed every link and pin under %s", dir);
 		}
@@ -131,6 +139,10 @@ int main(int argc, char **argv)
 			return KT_EXIT_RUNTIME;
 		}
 		return KT_EXIT_OK;
+	}
+	if (force) {
+		kt_err("--force goes with --cleanup (see --help)");
+		return KT_EXIT_CONFIG;
 	}
 	if (!config) {
 		kt_err("--config FILE is required (see --help)");

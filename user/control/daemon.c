@@ -17,6 +17,7 @@
 #include <sys/un.h>
 #include <bpf/bpf.h>
 #include "cgroup.h"
+#include "ctlproto.h"
 #include "daemon.h"
 #include "log.h"
 #include "store.h"
@@ -217,57 +218,112 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 	return b.p;
 }
 
+/* A client slot reads its command line, then writes the reply. Replies are
+ * queued and sent non-blocking as the socket drains (EPOLLOUT); a client
+ * that has not taken all of it KT_CLIENT_TIMEOUT_NS after it was queued is
+ * dropped, so a client that never reads cannot stall the loop. The queue is
+ * kept beside d->clients, one entry per slot (one daemon per process). */
+struct client_out {
+	char *p;
+	size_t len, off;
+};
+static struct client_out client_outq[KT_MAX_CLIENTS];
+
+_Static_assert(sizeof(((struct kt_client *)0)->buf) >= KT_CTL_MAX_LINE,
+	       "a client's buffer holds a whole command line");
+
+static struct client_out *client_out(struct kt_daemon *d, struct kt_client *c)
+{
+	return &client_outq[c - d->clients];
+}
+
 static void client_close(struct kt_daemon *d, struct kt_client *c)
 {
+	struct client_out *o = client_out(d, c);
+
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
 	c->fd = -1;
 	c->len = 0;
+	free(o->p);
+	o->p = NULL;
+	o->len = o->off = 0;
 }
 
-static void client_reply(struct kt_client *c, const char *s)
+/* Best effort and never blocking: a last word to a client being dropped. */
+static void client_say(struct kt_client *c, const char *s)
 {
-	size_t n = strlen(s), off = 0;
+	ssize_t r = send(c->fd, s, strlen(s), MSG_NOSIGNAL | MSG_DONTWAIT);
 
-	while (off < n) {
-		ssize_t w = write(c->fd, s + off, n - off);
-		if (w <= 0) {
-			if (w < 0 && errno == EINTR)
-				continue;
-			return; /* client gone or too slow (SO_SNDTIMEO): drop */
-		}
-		off += (size_t)w;
+	(void)r;
+}
+
+/* Sends what the socket takes now; closes once all is sent or on error. */
+static void client_flush(struct kt_daemon *d, struct kt_client *c)
+{
+	struct client_out *o = client_out(d, c);
+
+	while (o->off < o->len) {
+		ssize_t w = send(c->fd, o->p + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return; /* EPOLLOUT resumes */
+		if (w <= 0)
+			break; /* client gone */
+		o->off += (size_t)w;
 	}
+	client_close(d, c);
 }
 
-static void handle_command(struct kt_daemon *d, struct kt_client *c, const char *line)
+/* Queues `out` (malloc'd, taken over; NULL: out of memory) as the reply. */
+static void client_reply(struct kt_daemon *d, struct kt_client *c, char *out)
 {
-	char err[KT_ERR_LEN];
-	char *out;
+	struct client_out *o = client_out(d, c);
+	struct epoll_event ev = { .events = EPOLLOUT, .data.u64 = 100 + (uint64_t)(c - d->clients) };
 
-	if (!strcmp(line, "status") || !strcmp(line, "status json")) {
-		out = kt_daemon_status(d, line[6] != 0);
-		client_reply(c, out ? out : "error: out of memory\n");
-		free(out);
-	} else if (!strcmp(line, "reload")) {
-		if (kt_daemon_reload(d, err, sizeof(err)) == 0) {
-			client_reply(c, "ok: reloaded\n");
-		} else {
-			client_reply(c, "error: ");
-			client_reply(c, err);
-			client_reply(c, "\n");
-		}
-	} else if (!strcmp(line, "ping")) {
-		client_reply(c, "ok: pong\n");
-	} else {
-		client_reply(c, "error: unknown command (expected status, status json, reload, ping)\n");
+	if (!out) {
+		client_say(c, "error: out of memory\n");
+		client_close(d, c);
+		return;
+	}
+	o->p = out;
+	o->len = strlen(out);
+	o->off = 0;
+	c->since_ns = kt_clock_ns(); /* the drain deadline counts from here */
+	client_flush(d, c);
+	/* what did not fit waits for EPOLLOUT; nothing more is read (one
+	 * command per connection) */
+	if (c->fd >= 0 && epoll_ctl(d->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+		client_close(d, c);
+}
+
+/* The reply to a parsed command (or parse error), malloc'd; NULL if out of
+ * memory. */
+static char *command_reply(struct kt_daemon *d, int cmd)
+{
+	char err[KT_ERR_LEN], *out;
+
+	switch (cmd) {
+	case KT_CTL_STATUS:
+	case KT_CTL_STATUS_JSON:
+		return kt_daemon_status(d, cmd == KT_CTL_STATUS_JSON);
+	case KT_CTL_RELOAD:
+		if (kt_daemon_reload(d, err, sizeof(err)) == 0)
+			return strdup("ok: reloaded\n");
+		return asprintf(&out, "error: %s\n", err) < 0 ? NULL : out;
+	case KT_CTL_PING:
+		return strdup("ok: pong\n");
+	default:
+		return strdup(kt_ctl_error_reply(cmd) ? kt_ctl_error_reply(cmd) : "error: bad command\n");
 	}
 }
 
 static void client_readable(struct kt_daemon *d, struct kt_client *c)
 {
-	ssize_t r = read(c->fd, c->buf + c->len, sizeof(c->buf) - 1 - c->len);
-	char *nl;
+	ssize_t r = read(c->fd, c->buf + c->len, sizeof(c->buf) - c->len);
+	int cmd;
 
 	if (r <= 0) {
 		if (r < 0 && (errno == EAGAIN || errno == EINTR))
@@ -276,35 +332,22 @@ static void client_readable(struct kt_daemon *d, struct kt_client *c)
 		return;
 	}
 	c->len += (size_t)r;
-	c->buf[c->len] = 0;
-	nl = strchr(c->buf, '\n');
-	if (!nl) {
-		if (c->len >= sizeof(c->buf) - 1) {
-			client_reply(c, "error: command line too long\n");
-			client_close(d, c);
-		}
-		return;
-	}
-	*nl = 0;
-	if (nl > c->buf && nl[-1] == '\r')
-		nl[-1] = 0;
-	/* one command per connection keeps the protocol trivially robust */
-	int fl = fcntl(c->fd, F_GETFL);
-	fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
-	handle_command(d, c, c->buf);
-	client_close(d, c);
+	cmd = kt_ctl_parse(c->buf, c->len);
+	if (cmd != KT_CTL_INCOMPLETE)
+		client_reply(d, c, command_reply(d, cmd));
 }
 
-/* Slots only hold clients that have not sent their line yet (a command is
- * answered and closed at once), so a client past the timeout is stuck or
- * idle: it must not keep others out of the daemon. */
+/* A slot holds a client that has not sent its line yet or has not taken its
+ * reply yet. Past the timeout it is stuck, idle or not reading: it must not
+ * keep others out of the daemon. */
 static void expire_clients(struct kt_daemon *d, uint64_t now)
 {
 	for (int i = 0; i < KT_MAX_CLIENTS; i++) {
 		struct kt_client *c = &d->clients[i];
 
 		if (c->fd >= 0 && now - c->since_ns > KT_CLIENT_TIMEOUT_NS) {
-			client_reply(c, "error: timed out waiting for a command line\n");
+			if (!client_out(d, c)->p)
+				client_say(c, "error: timed out waiting for a command line\n");
 			client_close(d, c);
 		}
 	}
@@ -312,7 +355,6 @@ static void expire_clients(struct kt_daemon *d, uint64_t now)
 
 static void accept_client(struct kt_daemon *d)
 {
-	struct timeval tv = { .tv_sec = 1 };
 	struct epoll_event ev = { .events = EPOLLIN };
 	int fd = accept4(d->listenfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	int i;
@@ -323,16 +365,17 @@ static void accept_client(struct kt_daemon *d)
 		if (d->clients[i].fd < 0)
 			break;
 	if (i == KT_MAX_CLIENTS) {
-		/* full of silent clients: the oldest makes room, since a live
-		 * client sends its line right after connecting */
+		/* full of slow clients: the oldest makes room, since a live
+		 * client sends its line right after connecting and reads its
+		 * reply right after that */
 		i = 0;
 		for (int k = 1; k < KT_MAX_CLIENTS; k++)
 			if (d->clients[k].since_ns < d->clients[i].since_ns)
 				i = k;
-		client_reply(&d->clients[i], "error: timed out waiting for a command line\n");
+		if (!client_out(d, &d->clients[i])->p)
+			client_say(&d->clients[i], "error: too many clients, dropped while waiting for a command line\n");
 		client_close(d, &d->clients[i]);
 	}
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	d->clients[i].fd = fd;
 	d->clients[i].len = 0;
 	d->clients[i].since_ns = kt_clock_ns();
@@ -355,9 +398,28 @@ static int mkdir_parent(const char *path)
 	return kt_mkdir_p(buf, 0755);
 }
 
+/* Whether a socket file has a listener: 0 if connecting is refused (stale),
+ * -EADDRINUSE if it answers or its backlog is full, else -errno. Never
+ * blocks on a busy listener. */
+static int socket_in_use(const struct sockaddr_un *sa)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0 || errno == EAGAIN ||
+	    errno == EINPROGRESS)
+		ret = -EADDRINUSE;
+	else if (errno != ECONNREFUSED)
+		ret = -errno;
+	close(fd);
+	return ret;
+}
+
 static int open_control_socket(struct kt_daemon *d, char *err, size_t errlen)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat st;
 	const char *path = d->cfg.socket_path;
 	int fd, ret;
 
@@ -367,21 +429,40 @@ static int open_control_socket(struct kt_daemon *d, char *err, size_t errlen)
 		return -ENAMETOOLONG;
 	}
 	strcpy(sa.sun_path, path);
-	ret = mkdir_parent(path);
-	if (ret) {
-		snprintf(err, errlen, "cannot create directory for %s: %s", path, strerror(-ret));
+	/* Only a stale socket is ever removed: whatever else is at the path
+	 * (the config file, a symlink, a directory) is someone's file. */
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			snprintf(err, errlen, "socket path %s exists and is not a socket: not replacing it",
+				 path);
+			return -EEXIST;
+		}
+		ret = socket_in_use(&sa);
+		if (ret == -EADDRINUSE) {
+			snprintf(err, errlen, "another kthrottled is running on %s", path);
+			return ret;
+		}
+		if (ret) {
+			snprintf(err, errlen, "socket path %s: cannot tell whether it is in use: %s", path,
+				 strerror(-ret));
+			return ret;
+		}
+		if (unlink(path) < 0 && errno != ENOENT) {
+			ret = -errno;
+			snprintf(err, errlen, "cannot remove stale socket %s: %s", path, strerror(-ret));
+			return ret;
+		}
+	} else if (errno != ENOENT) {
+		ret = -errno;
+		snprintf(err, errlen, "socket path %s: %s", path, strerror(-ret));
 		return ret;
+	} else {
+		ret = mkdir_parent(path);
+		if (ret) {
+			snprintf(err, errlen, "cannot create directory for %s: %s", path, strerror(-ret));
+			return ret;
+		}
 	}
-	/* A live daemon answers on the socket; a stale file is replaced. */
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-		close(fd);
-		snprintf(err, errlen, "another kthrottled is running on %s", path);
-		return -EADDRINUSE;
-	}
-	if (fd >= 0)
-		close(fd);
-	unlink(path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 16) < 0) {
 		ret = -errno;
@@ -541,7 +622,7 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		ret = KT_EXIT_RUNTIME;
 		goto fail_pool;
 	}
-	ret = kt_bpf_open(&d->bpf, d->cfg.pin_dir, err, sizeof(err));
+	ret = kt_bpf_open_locked(&d->bpf, d->cfg.pin_dir, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
 		ret = KT_EXIT_RUNTIME;
@@ -746,7 +827,9 @@ int kt_daemon_run(struct kt_daemon *d)
 				accept_client(d);
 			} else if (tag >= 100 && tag < 100 + KT_MAX_CLIENTS) {
 				struct kt_client *c = &d->clients[tag - 100];
-				if (c->fd >= 0)
+				if (c->fd >= 0 && client_out(d, c)->p)
+					client_flush(d, c);
+				else if (c->fd >= 0)
 					client_readable(d, c);
 			}
 		}

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -22,6 +23,13 @@
 static const char *const map_names[] = {
 	"kt_buckets", "kt_counters", "kt_members", "kt_classify", "kt_ports", "kt_limits", "kt_leases",
 };
+/* bpf/kthrottle.bpf.h's types, in map_names' order */
+static const __u32 map_types[] = {
+	BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_LPM_TRIE,
+	BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH,
+};
+#define N_MAPS (sizeof(map_names) / sizeof(map_names[0]))
+_Static_assert(sizeof(map_types) / sizeof(map_types[0]) == N_MAPS, "one type per map");
 
 static int is_bpffs(const char *path)
 {
@@ -76,9 +84,94 @@ int kt_bpffs_ensure(const char *dir, char *err, size_t errlen)
 		kt_info("mounted bpffs at /sys/fs/bpf");
 		return 0;
 	}
-	snprintf(err, errlen, "pin directory %s is not on a bpf filesystem (mount -t bpf bpf DIR)",
+	snprintf(err, errlen,
+		 "pin directory %s is not on a bpf filesystem (mount -t bpf -o mode=0700 bpf DIR)",
 		 dir);
 	return -EINVAL;
+}
+
+/* Only root may change what is in a pin directory: whoever can unlink a
+ * pin there detaches the program behind it while status still says
+ * enforcing. path names the directory in messages. */
+static int check_dir_fd(int fd, const char *path, char *err, size_t errlen)
+{
+	struct statfs sf;
+	struct stat st;
+
+	if (fstatfs(fd, &sf) < 0 || fstat(fd, &st) < 0) {
+		int e = errno;
+		snprintf(err, errlen, "pin directory %s: %s", path, strerror(e));
+		return -e;
+	}
+	if (sf.f_type != BPF_FS_MAGIC) {
+		snprintf(err, errlen,
+			 "pin directory %s is not on a bpf filesystem (mount -t bpf -o mode=0700 bpf DIR)",
+			 path);
+		return -ENOTDIR;
+	}
+	if (st.st_uid != 0 && st.st_uid != geteuid()) {
+		snprintf(err, errlen,
+			 "pin directory %s is owned by uid %u, not root: refusing it (its owner could detach the programs; remove it)",
+			 path, (unsigned)st.st_uid);
+		return -EPERM;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(err, errlen,
+			 "pin directory %s has mode %04o, writable by group/other: refusing it (others could detach the programs; chmod go-w it)",
+			 path, (unsigned)(st.st_mode & 07777));
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* Opens name (relative to at) as a directory without following a symlink
+ * in its last component, so the directory checked is the one used. */
+static int open_dir_nofollow(int at, const char *name, const char *path, char *err, size_t errlen)
+{
+	int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	int e;
+
+	if (fd >= 0)
+		return fd;
+	e = errno;
+	if ((e == ELOOP || e == ENOTDIR) && fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    S_ISLNK(st.st_mode))
+		snprintf(err, errlen, "pin directory %s is a symbolic link: refusing it (give the real path)",
+			 path);
+	else
+		snprintf(err, errlen, "pin directory %s: %s", path, strerror(e));
+	return -e;
+}
+
+/* The checked pin directory's fd; its links/ is checked too when present. */
+static int open_pin_dir(const char *pin_dir, char *err, size_t errlen)
+{
+	char links[PATH_MAX];
+	int fd, lfd, ret;
+
+	fd = open_dir_nofollow(AT_FDCWD, pin_dir, pin_dir, err, errlen);
+	if (fd < 0)
+		return fd;
+	ret = check_dir_fd(fd, pin_dir, err, errlen);
+	if (ret)
+		goto fail;
+	snprintf(links, sizeof(links), "%s/links", pin_dir);
+	lfd = open_dir_nofollow(fd, "links", links, err, errlen);
+	if (lfd == -ENOENT)
+		return fd;
+	if (lfd < 0) {
+		ret = lfd;
+		goto fail;
+	}
+	ret = check_dir_fd(lfd, links, err, errlen);
+	close(lfd);
+	if (ret)
+		goto fail;
+	return fd;
+fail:
+	close(fd);
+	return ret;
 }
 
 bool kt_bpf_pinned(const char *pin_dir)
@@ -153,14 +246,15 @@ static void unpin_maps(const char *pin_dir)
 	}
 }
 
-int kt_bpf_open(struct kt_bpf *b, const char *pin_dir, char *err, size_t errlen)
+static int bpf_open(struct kt_bpf *b, const char *pin_dir, bool lock, char *err, size_t errlen)
 {
 	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = pin_dir);
 	size_t maplen;
-	int ret;
+	int ret, dfd, lock_fd;
 
 	memset(b, 0, sizeof(*b));
 	zero_fds(b);
+	b->lock_fd = -1;
 	if (strlen(pin_dir) >= sizeof(b->pin_dir)) {
 		snprintf(err, errlen, "pin directory too long");
 		return -ENAMETOOLONG;
@@ -173,6 +267,28 @@ int kt_bpf_open(struct kt_bpf *b, const char *pin_dir, char *err, size_t errlen)
 	if (ret) {
 		snprintf(err, errlen, "cannot create pin directory %s: %s", pin_dir, strerror(-ret));
 		return ret;
+	}
+	/* an existing directory may have been made by anyone: check it before
+	 * trusting (or deleting) anything in it */
+	dfd = open_pin_dir(pin_dir, err, errlen);
+	if (dfd < 0)
+		return dfd;
+	if (!lock) {
+		close(dfd);
+	} else if (flock(dfd, LOCK_EX | LOCK_NB) < 0) {
+		ret = -errno;
+		if (ret == -EWOULDBLOCK)
+			snprintf(err, errlen,
+				 "pin directory %s is in use by another kthrottled (it holds the directory's lock)",
+				 pin_dir);
+		else
+			snprintf(err, errlen, "cannot lock pin directory %s: %s", pin_dir,
+				 strerror(-ret));
+		close(dfd);
+		return ret == -EWOULDBLOCK ? -EBUSY : ret;
+	} else {
+		b->lock_fd = dfd;
+		b->locked = true;
 	}
 	b->adopted = kt_bpf_pinned(pin_dir);
 	b->ncpus = libbpf_num_possible_cpus();
@@ -208,13 +324,28 @@ int kt_bpf_open(struct kt_bpf *b, const char *pin_dir, char *err, size_t errlen)
 	}
 	return 0;
 fail:
+	/* keep the lock until what this call pinned is gone */
+	lock_fd = b->locked ? b->lock_fd : -1;
+	b->locked = false;
 	kt_bpf_close(b);
 	/* Leave nothing pinned that this call created. */
 	if (!b->adopted) {
 		unpin_maps(pin_dir);
 		rmdir(pin_dir);
 	}
+	if (lock_fd >= 0)
+		close(lock_fd);
 	return ret;
+}
+
+int kt_bpf_open(struct kt_bpf *b, const char *pin_dir, char *err, size_t errlen)
+{
+	return bpf_open(b, pin_dir, false, err, errlen);
+}
+
+int kt_bpf_open_locked(struct kt_bpf *b, const char *pin_dir, char *err, size_t errlen)
+{
+	return bpf_open(b, pin_dir, true, err, errlen);
 }
 
 void kt_bpf_close(struct kt_bpf *b)
@@ -229,6 +360,10 @@ void kt_bpf_close(struct kt_bpf *b)
 	b->connect = NULL;
 	b->sendmsg = NULL;
 	b->egress = NULL;
+	if (b->locked)
+		close(b->lock_fd);
+	b->locked = false;
+	b->lock_fd = -1;
 }
 
 int kt_bpf_read_counters(const struct kt_bpf *b, uint32_t slot, struct kt_counters *sum)
@@ -479,15 +614,117 @@ out:
 	return ret;
 }
 
+/* Whether dfd's directory has no entries. */
+static bool dir_empty(int dfd)
+{
+	int fd = dup(dfd);
+	struct dirent *de;
+	bool empty = true;
+	DIR *d;
+
+	if (fd < 0)
+		return false;
+	d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return false;
+	}
+	while (empty && (de = readdir(d)))
+		empty = !strcmp(de->d_name, ".") || !strcmp(de->d_name, "..");
+	closedir(d);
+	return empty;
+}
+
+/* Whether map_names[i] in the pin directory is kthrottle's pinned map: a
+ * bpffs file (not a symlink to another object) that opens as a BPF map of
+ * that name and type. -ENOENT when absent, -ENOTDIR (err set) otherwise. */
+static int check_map_pin(int dfd, const char *pin_dir, size_t i, char *err, size_t errlen)
+{
+	struct bpf_map_info info;
+	__u32 len = sizeof(info);
+	char p[PATH_MAX], link[64], kind[64];
+	struct stat st;
+	ssize_t n;
+	int fd = -1;
+	bool ok;
+
+	snprintf(p, sizeof(p), "%s/%s", pin_dir, map_names[i]);
+	if (fstatat(dfd, map_names[i], &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		if (errno == ENOENT)
+			return -ENOENT;
+	} else if (S_ISREG(st.st_mode)) {
+		fd = bpf_obj_get(p);
+	}
+	ok = fd >= 0;
+	if (ok) {
+		/* a pinned program or link opens too: only a map's fd is this */
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+		n = readlink(link, kind, sizeof(kind) - 1);
+		kind[n > 0 ? n : 0] = 0;
+		memset(&info, 0, sizeof(info));
+		ok = !strcmp(kind, "anon_inode:bpf-map") &&
+		     bpf_obj_get_info_by_fd(fd, &info, &len) == 0 &&
+		     !strcmp(info.name, map_names[i]) && info.type == map_types[i];
+		close(fd);
+	}
+	if (ok)
+		return 0;
+	snprintf(err, errlen,
+		 "%s is not a kthrottle pin directory (%s is not kthrottle's BPF map): refusing to delete anything in it",
+		 pin_dir, map_names[i]);
+	return -ENOTDIR;
+}
+
 int kt_bpf_cleanup(const char *pin_dir, char *err, size_t errlen)
+{
+	return kt_bpf_cleanup_opts(pin_dir, false, err, errlen);
+}
+
+int kt_bpf_cleanup_opts(const char *pin_dir, bool force, char *err, size_t errlen)
 {
 	char dir[PATH_MAX], path[PATH_MAX];
 	struct dirent *de;
-	int ret = 0, r;
+	struct stat st;
+	int ret = 0, r, dfd;
 	DIR *d;
 
-	if (access(pin_dir, F_OK) != 0)
+	if (lstat(pin_dir, &st) < 0 && errno == ENOENT)
 		return 0;
+	/* unlink and detach only in a directory that is kthrottle's: on
+	 * bpffs, only root's, holding its maps (or empty: nothing to lose) */
+	dfd = open_pin_dir(pin_dir, err, errlen);
+	if (dfd < 0)
+		return dfd;
+	if (!dir_empty(dfd)) {
+		for (size_t i = 0; i < N_MAPS; i++) {
+			r = check_map_pin(dfd, pin_dir, i, err, errlen);
+			if (r == -ENOENT && i == 0)
+				snprintf(err, errlen,
+					 "%s is not a kthrottle pin directory (no kt_buckets map in it): refusing to delete anything in it",
+					 pin_dir);
+			if (r && (r != -ENOENT || i == 0)) {
+				close(dfd);
+				return -ENOTDIR;
+			}
+		}
+	}
+	/* held to the end, so no daemon starts on what is being removed */
+	if (flock(dfd, LOCK_EX | LOCK_NB) < 0) {
+		if (errno != EWOULDBLOCK || !force) {
+			ret = errno == EWOULDBLOCK ? -EBUSY : -errno;
+			if (ret == -EBUSY)
+				snprintf(err, errlen,
+					 "kthrottled is running on pin directory %s (it holds the directory's lock): stop it, or use --force to detach its programs anyway",
+					 pin_dir);
+			else
+				snprintf(err, errlen, "cannot lock pin directory %s: %s", pin_dir,
+					 strerror(-ret));
+			close(dfd);
+			return ret;
+		}
+		kt_warn("kthrottled is running on pin directory %s: detaching its programs anyway (--force)",
+			pin_dir);
+	}
 	snprintf(dir, sizeof(dir), "%s/links", pin_dir);
 	d = opendir(dir);
 	if (d) {
@@ -495,7 +732,12 @@ int kt_bpf_cleanup(const char *pin_dir, char *err, size_t errlen)
 			if (de->d_name[0] == '.')
 				continue;
 			snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-			r = remove_pinned_link(path);
+			/* open (and detach) only pins, never through a symlink */
+			if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    !S_ISREG(st.st_mode))
+				r = unlink(path) < 0 ? -errno : 0;
+			else
+				r = remove_pinned_link(path);
 			if (r && !ret) {
 				ret = r;
 				snprintf(err, errlen, "cannot detach %s: %s", path, strerror(-r));
@@ -510,5 +752,6 @@ int kt_bpf_cleanup(const char *pin_dir, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot remove %s: %s (unknown files left there?)", pin_dir,
 			 strerror(errno));
 	}
+	close(dfd);
 	return ret;
 }

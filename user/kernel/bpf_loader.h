@@ -29,6 +29,8 @@ struct kt_bpf {
 	struct kt_bucket *buckets; /* mmap of kt_buckets: rates change by one atomic store */
 	int ncpus;
 	bool adopted;              /* pinned maps existed before this open */
+	bool locked;               /* lock_fd holds the pin dir lock (kt_bpf_open_locked) */
+	int lock_fd;
 };
 
 /* One cgroup and the hooks (bit per enum kt_hook) its limits need. */
@@ -39,9 +41,17 @@ struct kt_attach {
 };
 
 /* Mounts bpffs under pin_dir's parent when needed, loads every program with
- * the maps pinned in pin_dir (created when absent). */
+ * the maps pinned in pin_dir (created 0700 when absent). An existing pin_dir
+ * or pin_dir/links that is not on bpffs, is a symlink, is not owned by root
+ * or is group/other-writable is refused (-EPERM): whoever can write there
+ * can unpin, and so detach, the programs. */
 int kt_bpf_open(struct kt_bpf *b, const char *pin_dir, char *err, size_t errlen);
-/* Drops this process's handles; pinned maps and links stay in force. */
+/* kt_bpf_open for the daemon: first takes flock(LOCK_EX) on pin_dir, held
+ * until kt_bpf_close, so a second daemon (-EBUSY) or a cleanup cannot work
+ * on a pin directory a daemon is using. */
+int kt_bpf_open_locked(struct kt_bpf *b, const char *pin_dir, char *err, size_t errlen);
+/* Drops this process's handles (and the lock); pinned maps and links stay
+ * in force. */
 void kt_bpf_close(struct kt_bpf *b);
 /* Makes the pinned links exactly `want`: adopts (and upgrades to the loaded
  * programs, atomically) links that exist, creates missing ones, and only
@@ -52,8 +62,13 @@ void kt_bpf_close(struct kt_bpf *b);
  * program finds no rule for it). */
 int kt_bpf_sync_links(struct kt_bpf *b, const struct kt_attach *want, int n, char *err,
 		      size_t errlen);
-/* Detaches every pinned link and removes every pin under pin_dir. */
+/* Detaches every pinned link and removes every pin under pin_dir; 0 when
+ * pin_dir does not exist. Refuses, deleting nothing, a pin_dir that fails
+ * kt_bpf_open's checks or does not hold kthrottle's maps (-ENOTDIR, -EPERM),
+ * and one whose lock a running daemon holds (-EBUSY). */
 int kt_bpf_cleanup(const char *pin_dir, char *err, size_t errlen);
+/* The same; force: even while a daemon holds the lock. */
+int kt_bpf_cleanup_opts(const char *pin_dir, bool force, char *err, size_t errlen);
 
 /* Whether pin_dir holds kthrottle maps. */
 bool kt_bpf_pinned(const char *pin_dir);

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+#include <string.h>
+#include "ctlproto.h"
+
+static const struct {
+	const char *line;
+	int cmd;
+} commands[] = {
+	{ "status", KT_CTL_STATUS },
+	{ "status json", KT_CTL_STATUS_JSON },
+	{ "reload", KT_CTL_RELOAD },
+	{ "ping", KT_CTL_PING },
+};
+
+int kt_ctl_parse(const char *buf, size_t len)
+{
+	size_t n = len < KT_CTL_MAX_LINE ? len : KT_CTL_MAX_LINE;
+	const char *nl = memchr(buf, '\n', n);
+	size_t end = nl ? (size_t)(nl - buf) : n;
+
+	/* a NUL is an error as soon as it arrives: no command can follow it */
+	if (memchr(buf, 0, end))
+		return KT_CTL_ERR_NUL;
+	if (!nl)
+		return len >= KT_CTL_MAX_LINE ? KT_CTL_ERR_TOO_LONG : KT_CTL_INCOMPLETE;
+	if (end && buf[end - 1] == '\r')
+		end--;
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strlen(commands[i].line) == end && !memcmp(buf, commands[i].line, end))
+			return commands[i].cmd;
+	return KT_CTL_ERR_UNKNOWN;
+}
+
+const char *kt_ctl_error_reply(int result)
+{
+	switch (result) {
+	case KT_CTL_ERR_TOO_LONG:
+		return "error: command line too long\n";
+	case KT_CTL_ERR_NUL:
+		return "error: NUL byte in command line\n";
+	case KT_CTL_ERR_UNKNOWN:
+		return "error: unknown command (expected status, status json, reload, ping)\n";
+	default:
+		return NULL;
+	}
+}
