@@ -1,16 +1,171 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Units: packet and byte, on every IP packet a cgroup's sockets send.
- * A refused packet is dropped; for TCP the verdict also asks the stack to
- * back off (congestion notification) instead of blindly retransmitting. */
+/* Units packet and byte, on every IP packet a cgroup's sockets send; and
+ * the datagrams the sendmsg hooks cannot see: those of connected UDP
+ * sockets, and all but the first of a GSO send (UDP_SEGMENT).
+ *
+ * A GSO or TSO packet is charged once per segment it becomes on the wire.
+ * A refused packet is dropped (the sender's call fails with EPERM); for TCP
+ * the verdict also asks the stack to back off (congestion notification)
+ * instead of blindly retransmitting.
+ *
+ * Nothing that carries TCP or UDP passes uncharged for want of parsing:
+ * IPv6 extension headers are walked up to KT_IPV6_EXT_MAX; a later fragment
+ * (no ports), an ESP payload, a truncated or longer header chain is charged
+ * against every port range (and, when the protocol is unknown, both
+ * protocols) of the limits covering its destination. */
 #include "kthrottle.bpf.h"
 
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
 
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_FRAGMENT 44
+#define NEXTHDR_ESP 50
+#define NEXTHDR_AUTH 51
+#define NEXTHDR_NONE 59
+#define NEXTHDR_DEST 60
+#define KT_IPV6_EXT_MAX 8 /* extension headers walked; beyond: charged as unknown */
+
 /* cgroup_skb verdicts: bit 0 = pass, bit 1 = congestion notification. */
 #define SKB_DROP 0
 #define SKB_PASS 1
 #define SKB_DROP_CN 2
+
+#define KT_PROTO_ANY (KT_PROTO_TCP | KT_PROTO_UDP)
+
+/* What the parsers find, packed as (proto mask << 32) | port: proto 0 is
+ * not TCP or UDP (pass). They are global functions so the verifier checks
+ * each once, on its own: walking a header chain inline would multiply the
+ * states of the classification that follows by every path through it. */
+#define KT_L4(proto, port) (((__u64)(proto) << 32) | (port))
+
+static __always_inline __u8 kt_proto_of(__u8 l4proto)
+{
+	return l4proto == IPPROTO_TCP ? KT_PROTO_TCP : l4proto == IPPROTO_UDP ? KT_PROTO_UDP : 0;
+}
+
+/* Destination port of the TCP/UDP header at `off`, or KT_PORT_ANY when it
+ * cannot be read (it sits at offset 2 in both). */
+static __always_inline __u32 kt_port_at(struct __sk_buff *skb, __u32 off)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	__u16 port, *p;
+
+	/* the common case, in the linear head: direct access (the bound lets
+	 * the verifier check the variable offset) */
+	if (off <= 120) {
+		p = data + off + 2;
+		if ((void *)(p + 1) <= data_end)
+			return bpf_ntohs(*p);
+	}
+	if (bpf_skb_load_bytes(skb, off + 2, &port, sizeof(port)) < 0)
+		return KT_PORT_ANY;
+	return bpf_ntohs(port);
+}
+
+/* IPv6: walk the extension headers to the transport header. */
+__noinline __u64 kt_parse_v6(struct __sk_buff *skb, __u32 nexthdr)
+{
+	__u32 off = sizeof(struct ipv6hdr);
+	__u8 hdr[8], p;
+	int i;
+
+	for (i = 0; i < KT_IPV6_EXT_MAX; i++) {
+		switch (nexthdr) {
+		case IPPROTO_TCP:
+		case IPPROTO_UDP:
+			return KT_L4(kt_proto_of(nexthdr), kt_port_at(skb, off));
+		case NEXTHDR_HOP:
+		case NEXTHDR_ROUTING:
+		case NEXTHDR_DEST:
+			if (bpf_skb_load_bytes(skb, off, hdr, 2) < 0)
+				goto unknown;
+			nexthdr = hdr[0];
+			off += ((__u32)hdr[1] + 1) * 8;
+			break;
+		case NEXTHDR_AUTH:
+			if (bpf_skb_load_bytes(skb, off, hdr, 2) < 0)
+				goto unknown;
+			nexthdr = hdr[0];
+			off += ((__u32)hdr[1] + 2) * 4;
+			break;
+		case NEXTHDR_FRAGMENT:
+			if (bpf_skb_load_bytes(skb, off, hdr, 8) < 0)
+				goto unknown;
+			/* a later fragment carries no ports */
+			if (((hdr[2] << 8) | hdr[3]) & 0xfff8) {
+				p = kt_proto_of(hdr[0]);
+				if (!p && (hdr[0] == NEXTHDR_ESP || hdr[0] == NEXTHDR_AUTH))
+					p = KT_PROTO_ANY;
+				return KT_L4(p, KT_PORT_ANY);
+			}
+			nexthdr = hdr[0];
+			off += 8;
+			break;
+		case NEXTHDR_ESP:
+			goto unknown; /* encrypted: the ports are not ours to read */
+		default:
+			return 0; /* ICMPv6, no next header, ...: not TCP or UDP */
+		}
+	}
+unknown:
+	return KT_L4(KT_PROTO_ANY, KT_PORT_ANY);
+}
+
+/* IPv4: options are in ihl; a later fragment has no ports; one AH header is
+ * walked; ESP is charged as unknown. */
+__noinline __u64 kt_parse_v4(struct __sk_buff *skb, __u32 ihl, __u32 proto, __u32 frag_off)
+{
+	__u32 off = ihl * 4;
+	__u8 hdr[2], p;
+
+	if (frag_off & 0x1fff) {
+		p = kt_proto_of(proto);
+		if (!p && (proto == NEXTHDR_ESP || proto == NEXTHDR_AUTH))
+			p = KT_PROTO_ANY;
+		return KT_L4(p, KT_PORT_ANY);
+	}
+	if (proto == NEXTHDR_AUTH) {
+		if (bpf_skb_load_bytes(skb, off, hdr, 2) < 0)
+			return KT_L4(KT_PROTO_ANY, KT_PORT_ANY);
+		proto = hdr[0];
+		off += ((__u32)hdr[1] + 2) * 4;
+	}
+	if (proto == NEXTHDR_ESP)
+		return KT_L4(KT_PROTO_ANY, KT_PORT_ANY);
+	p = kt_proto_of(proto);
+	return p ? KT_L4(p, kt_port_at(skb, off)) : 0;
+}
+
+/* Did the sendmsg hook already charge this packet's first datagram? It
+ * runs for unconnected UDP sockets only (a connected or raw one is charged
+ * here in full). */
+static __always_inline int kt_sendmsg_charged(struct __sk_buff *skb)
+{
+	struct bpf_sock *sk = skb->sk;
+
+	if (sk)
+		sk = bpf_sk_fullsock(sk);
+	return sk && sk->type == 2 /* SOCK_DGRAM */ && sk->protocol == IPPROTO_UDP &&
+	       sk->state != BPF_TCP_ESTABLISHED;
+}
+
+/* A GSO send refused here after sendmsg charged its first datagram: that
+ * token goes back, and the counters say the send was refused. */
+static __always_inline void kt_refund_first(__u32 slot)
+{
+	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
+	struct kt_counters *c = bpf_map_lookup_elem(&kt_counters, &slot);
+
+	if (b)
+		kt_gcra_refund(b, bpf_ktime_get_boot_ns(), 1);
+	if (c && c->admitted) {
+		c->admitted--;
+		c->throttled++;
+	}
+}
 
 SEC("cgroup_skb/egress")
 int kt_egress(struct __sk_buff *skb)
@@ -18,11 +173,13 @@ int kt_egress(struct __sk_buff *skb)
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
 	struct kt_prefix_key key;
-	__u8 l4proto, proto;
-	__u16 port = 0;
-	void *l4;
-	__u64 wait_ns;
-	int verdict;
+	__u64 wait_ns, segs, dgrams, l4;
+	__u32 slot = ~0u;
+	int charged;
+	int any_port;
+	__u16 port;
+	__u8 proto;
+	__u64 cgid;
 
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = data;
@@ -30,9 +187,7 @@ int kt_egress(struct __sk_buff *skb)
 		if ((void *)(ip + 1) > data_end)
 			return SKB_PASS;
 		kt_key_v4(&key, ip->daddr);
-		l4proto = ip->protocol;
-		/* Later fragments carry no ports: they count under port 0. */
-		l4 = (ip->frag_off & bpf_htons(0x1fff)) ? 0 : (void *)ip + ip->ihl * 4;
+		l4 = kt_parse_v4(skb, ip->ihl, ip->protocol, bpf_ntohs(ip->frag_off));
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = data;
 
@@ -40,27 +195,31 @@ int kt_egress(struct __sk_buff *skb)
 			return SKB_PASS;
 		key.prefixlen = 128;
 		__builtin_memcpy(key.addr, &ip6->daddr, 16);
-		/* Extension headers are not walked: such packets count under port 0. */
-		l4proto = ip6->nexthdr;
-		l4 = (void *)(ip6 + 1);
+		l4 = kt_parse_v6(skb, ip6->nexthdr);
 	} else {
 		return SKB_PASS;
 	}
-
-	if (l4proto == IPPROTO_TCP)
-		proto = KT_PROTO_TCP;
-	else if (l4proto == IPPROTO_UDP)
-		proto = KT_PROTO_UDP;
-	else
+	proto = (__u8)(l4 >> 32) & KT_PROTO_ANY;
+	any_port = (__u32)l4 >= KT_PORT_ANY;
+	port = (__u16)l4;
+	if (!proto)
 		return SKB_PASS;
 
-	/* dest port sits at offset 2 in both TCP and UDP headers */
-	if (l4 && l4 + 4 <= data_end)
-		port = bpf_ntohs(*(__u16 *)(l4 + 2));
-
-	verdict = kt_classify_and_decide(skb, 1, KT_HOOK_EGRESS, proto, &key, port,
-					 bpf_skb_cgroup_id(skb), skb->len, &wait_ns);
-	if (verdict != KT_REFUSE)
+	segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
+	cgid = bpf_skb_cgroup_id(skb);
+	if (kt_classify_and_decide(skb, 1, KT_HOOK_EGRESS, proto, &key, port, any_port, cgid, skb->len,
+				   segs, &wait_ns, 0) == KT_REFUSE)
+		return proto == KT_PROTO_TCP ? SKB_DROP_CN : SKB_DROP;
+	if (!(proto & KT_PROTO_UDP))
 		return SKB_PASS;
-	return proto == KT_PROTO_TCP ? SKB_DROP_CN : SKB_DROP;
+	charged = kt_sendmsg_charged(skb);
+	dgrams = charged ? segs - 1 : segs;
+	if (dgrams &&
+	    kt_classify_and_decide(skb, 1, KT_HOOK_SENDMSG, KT_PROTO_UDP, &key, port, any_port, cgid,
+				   skb->len, dgrams, &wait_ns, &slot) == KT_REFUSE) {
+		if (charged && slot != ~0u)
+			kt_refund_first(slot);
+		return SKB_DROP;
+	}
+	return SKB_PASS;
 }

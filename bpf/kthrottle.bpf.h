@@ -127,21 +127,30 @@ static __always_inline void kt_key_v4(struct kt_prefix_key *key, __u32 addr_be)
 	w[3] = addr_be;
 }
 
+/* A destination port the program could not read (a later fragment, a
+ * header it cannot walk): such traffic matches every port range, so it is
+ * charged, never passed. Callers pass it as any_port. */
+#define KT_PORT_ANY 0x10000u
+
 /*
  * Classify a destination and, when a limit of this hook covers it and the
  * cgroup (or its nearest ancestor that is) is one of the limit's members,
- * charge `cost` tokens to its bucket. `key` is the full-length classifier key
- * of the destination, built in place by the caller; port in host order.
+ * charge its bucket: `bytes` for unit byte, else `units` (packets or
+ * datagrams this call carries: a GSO send carries many). `key` is the
+ * full-length classifier key of the destination, built in place by the
+ * caller; port in host order (ignored with any_port); proto a KT_PROTO_*
+ * mask. *slot_out (may be NULL) gets the bucket slot charged, if any.
  */
 static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 hook, __u8 proto,
-						  struct kt_prefix_key *key, __u16 port, __u64 cgid,
-						  __u64 cost, __u64 *wait_ns)
+						  struct kt_prefix_key *key, __u16 port, int any_port,
+						  __u64 cgid, __u64 bytes, __u64 units, __u64 *wait_ns,
+						  __u32 *slot_out)
 {
 	struct kt_member_val *own = 0;
 	struct kt_rule_set *rs;
 	int i, looked = 0;
 
-	if (!kt_port_may_match(hook, port))
+	if (!any_port && !kt_port_may_match(hook, port))
 		return KT_PASS;
 
 	rs = bpf_map_lookup_elem(&kt_classify, key);
@@ -159,8 +168,8 @@ static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 h
 		if (i >= rs->count)
 			break;
 		r = &rs->rules[i];
-		if (r->hook != hook || !(r->proto_mask & proto) || port < r->port_lo ||
-		    port > r->port_hi)
+		if (r->hook != hook || !(r->proto_mask & proto) ||
+		    (!any_port && (port < r->port_lo || port > r->port_hi)))
 			continue;
 		/* the cgroup's own list: looked up once, at the first candidate */
 		if (!looked) {
@@ -174,21 +183,26 @@ static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 h
 		if (found < 0)
 			continue;
 		slot = (__u32)found;
+		if (slot_out)
+			*slot_out = slot;
 		b = bpf_map_lookup_elem(&kt_buckets, &slot);
 		c = bpf_map_lookup_elem(&kt_counters, &slot);
 		if (!b || !c)
 			return KT_PASS;
-		if (r->unit != KT_UNIT_BYTE)
+		if (r->unit == KT_UNIT_BYTE)
+			verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), bytes, wait_ns);
+		else if (units == 1)
 			verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), 1, wait_ns);
 		else
-			verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), cost, wait_ns);
-		/* Per-CPU counters: plain adds, no atomics on the hot path. */
+			verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), units, wait_ns);
+		/* Per-CPU counters, in the limit's tokens (a GSO send counts each
+		 * datagram): plain adds, no atomics on the hot path. */
 		if (verdict == KT_ADMIT) {
-			c->admitted++;
-			c->admitted_bytes += cost;
+			c->admitted += units;
+			c->admitted_bytes += bytes;
 		} else {
-			c->throttled++;
-			c->throttled_bytes += cost;
+			c->throttled += units;
+			c->throttled_bytes += bytes;
 		}
 		return verdict;
 	}
@@ -218,8 +232,8 @@ static __always_inline int kt_sock_addr_verdict(struct bpf_sock_addr *ctx, __u32
 		kt_key_v4(&key, ctx->user_ip4);
 	}
 	if (kt_classify_and_decide(ctx, 0, hook, proto, &key,
-				   bpf_ntohs(ctx->user_port), bpf_get_current_cgroup_id(), 1,
-				   &wait_ns) != KT_REFUSE)
+				   bpf_ntohs(ctx->user_port), 0, bpf_get_current_cgroup_id(), 1, 1,
+				   &wait_ns, 0) != KT_REFUSE)
 		return 1;
 	bpf_set_retval(-KT_REFUSE_ERRNO);
 	return 0;

@@ -378,6 +378,28 @@ static inline int kt_gcra_decide(struct kt_bucket *b, __u64 now, __u64 cost, __u
 	return KT_REFUSE;
 }
 
+/* Gives back `tokens` a decision took (a send refused later on the same
+ * path, whose first token the sendmsg hook had charged): without it a bucket
+ * that single-token charges keep draining never fills enough for a
+ * many-token one. Never more than was taken, so never above the burst. */
+static inline void kt_gcra_refund(struct kt_bucket *b, __u64 now, __u64 tokens)
+{
+	__u64 burst, interval = kt_bucket_params(b, now, &burst);
+	__u64 back = kt_tokens_to_ns(tokens, interval);
+	int i;
+
+	if (!interval)
+		return;
+	for (i = 0; i < KT_CAS_RETRIES; i++) {
+		__u64 tat = KT_READ_ONCE(b->tat);
+
+		if ((__s64)(tat - now) <= 0)
+			return; /* full: nothing of ours is queued */
+		if (__sync_val_compare_and_swap(&b->tat, tat, tat - back) == tat)
+			return;
+	}
+}
+
 /* Whole tokens a bucket holds at `now` (for status and utilization). */
 static inline __u64 kt_gcra_tokens_left(const struct kt_bucket *b, __u64 now)
 {

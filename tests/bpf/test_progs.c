@@ -331,6 +331,43 @@ static struct pkt mkpkt(const char *dst, uint8_t proto, uint16_t port, size_t ip
 /* Byte offsets in a mkpkt() IPv4 packet, for corrupting it on purpose. */
 #define ETHERTYPE_OFF 12
 #define IP4_FRAG_OFF (sizeof(struct ether_header) + 6)
+#define IP4_PROTO_OFF (sizeof(struct ether_header) + 9)
+#define IP6_NXT_OFF (sizeof(struct ether_header) + 6)
+#define IP6_PLEN_OFF (sizeof(struct ether_header) + 4)
+
+/* Inserts IPv6 extension headers after the fixed header of a mkpkt() IPv6
+ * packet: types[] in order (each 8 bytes: next header, length 0, padding;
+ * a fragment header gets `frag_off`), the last pointing at the packet's
+ * original next header. */
+static struct pkt with_ext(const struct pkt *in, const uint8_t *types, int n, uint16_t frag_off)
+{
+	const size_t l3 = sizeof(struct ether_header) + 40;
+	struct pkt p = *in;
+	uint8_t orig = in->data[IP6_NXT_OFF];
+	uint16_t plen;
+
+	assert_true(in->len + 8 * (size_t)n <= sizeof(p.data));
+	memmove(p.data + l3 + 8 * n, in->data + l3, in->len - l3);
+	for (int i = 0; i < n; i++) {
+		uint8_t *h = p.data + l3 + 8 * i;
+
+		memset(h, 0, 8);
+		h[0] = i + 1 < n ? types[i + 1] : orig;
+		if (types[i] == 44) { /* fragment: offset in 8-byte units, shifted by 3 */
+			h[2] = (uint8_t)(frag_off >> 8);
+			h[3] = (uint8_t)frag_off;
+		} else {
+			h[2] = 1; /* PadN option of 4 bytes fills the 8 */
+			h[3] = 4;
+		}
+	}
+	p.data[IP6_NXT_OFF] = types[0];
+	p.len = in->len + 8 * (size_t)n;
+	memcpy(&plen, p.data + IP6_PLEN_OFF, 2);
+	plen = htons((uint16_t)(ntohs(plen) + 8 * n));
+	memcpy(p.data + IP6_PLEN_OFF, &plen, 2);
+	return p;
+}
 
 static __u32 run(struct fx *f, const struct pkt *p)
 {
@@ -348,6 +385,97 @@ static __u32 run(struct fx *f, const struct pkt *p)
 #define SKB_DROP 0
 #define SKB_PASS 1
 #define SKB_DROP_CN 2
+
+/* The same as run() for a GSO packet that becomes `segs` on the wire. */
+static __u32 run_gso(struct fx *f, const struct pkt *p, __u32 segs)
+{
+	struct __sk_buff ctx = { .gso_segs = segs, .gso_size = 100 };
+	LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = p->data, .data_size_in = (__u32)p->len,
+		    .ctx_in = &ctx, .ctx_size_in = sizeof(ctx), .repeat = 1);
+	int fd = bpf_program__fd(f->b.egress->progs.kt_egress);
+
+	if (bpf_prog_test_run_opts(fd, &o) != 0) {
+		print_error("BPF_PROG_TEST_RUN with gso_segs: %s\n", strerror(errno));
+		fail();
+	}
+	return o.retval;
+}
+
+/* No way around a limit through the packet's headers: IPv6 extension
+ * headers are walked (a destination-options header once let 600 of 600
+ * packets pass); a chain longer than the walk, a truncated one, ESP or a
+ * later fragment is charged against every port range of the covering
+ * limits, never passed. */
+static void test_egress_headers_charged(void **state)
+{
+	struct fx *f = fx_open(state);
+	static const struct lim l[] = {
+		{ 0, KT_UNIT_PACKET, KT_PROTO_UDP, 5000, 5000, "2001:db8::/32", 0, 1000 },
+	};
+	struct pkt udp = mkpkt("2001:db8::1", IPPROTO_UDP, 5000, 64);
+	struct pkt other = mkpkt("2001:db8::1", IPPROTO_UDP, 6000, 64);
+	static const uint8_t dst[] = { 60 }, chain[] = { 0, 43, 60, 51 }, frag[] = { 44 };
+	uint8_t longchain[9];
+	struct pkt p;
+	__u64 n = 0;
+
+	memset(longchain, 60, sizeof(longchain));
+	program(f, l, 1, self_cgroup_id(), NULL);
+#define CHARGED(pk, what)                                                                          \
+	do {                                                                                       \
+		assert_int_equal(run(f, pk), SKB_PASS);                                            \
+		if (counters(f, 0).admitted != ++n) {                                              \
+			print_error("%s: not charged\n", what);                                   \
+			fail();                                                                    \
+		}                                                                                  \
+	} while (0)
+	CHARGED(&udp, "plain");
+	p = with_ext(&udp, dst, 1, 0);
+	CHARGED(&p, "destination options");
+	p = with_ext(&udp, chain, 4, 0);
+	CHARGED(&p, "hop-by-hop, routing, destination options, AH");
+	p = with_ext(&udp, frag, 1, 0);
+	CHARGED(&p, "first fragment");
+	p = with_ext(&other, frag, 1, 0);
+	assert_int_equal(run(f, &p), SKB_PASS); /* first fragment: its port is read */
+	assert_int_equal(counters(f, 0).admitted, n);
+	p = with_ext(&other, frag, 1, 100 << 3);
+	CHARGED(&p, "later fragment (no port)");
+	p = with_ext(&other, longchain, 9, 0);
+	CHARGED(&p, "chain longer than the walk");
+	p = with_ext(&other, dst, 1, 0);
+	p.data[sizeof(struct ether_header) + 40 + 1] = 200; /* header length past the end */
+	CHARGED(&p, "truncated chain");
+	p = other;
+	p.data[IP6_NXT_OFF] = 50;
+	CHARGED(&p, "ESP");
+	/* what is not TCP or UDP still passes uncounted */
+	p = with_ext(&other, dst, 1, 0);
+	p.data[sizeof(struct ether_header) + 40] = 58; /* ICMPv6 */
+	assert_int_equal(run(f, &p), SKB_PASS);
+	assert_int_equal(counters(f, 0).admitted, n);
+#undef CHARGED
+}
+
+/* GSO: one send that becomes many packets is charged per packet on the
+ * wire (UDP_SEGMENT once turned one admitted send into 128 datagrams). */
+static void test_egress_gso_per_segment(void **state)
+{
+	struct fx *f = fx_open(state);
+	static const struct lim l[] = {
+		{ 0, KT_UNIT_PACKET, KT_PROTO_UDP, 5000, 5000, "10.0.0.0/8", 0, 20 },
+	};
+	struct pkt udp = mkpkt("10.0.0.1", IPPROTO_UDP, 5000, 1400);
+
+	program(f, l, 1, self_cgroup_id(), NULL);
+	assert_int_equal(run_gso(f, &udp, 16), SKB_PASS);
+	assert_int_equal(counters(f, 0).admitted, 16);
+	/* 4 tokens left: a 16-segment send does not fit */
+	assert_int_equal(run_gso(f, &udp, 16), SKB_DROP);
+	assert_int_equal(counters(f, 0).throttled, 16);
+	assert_int_equal(run_gso(f, &udp, 4), SKB_PASS);
+	assert_int_equal(run(f, &udp), SKB_DROP);
+}
 
 /* ---- egress under BPF_PROG_TEST_RUN (the caller's cgroup, see self_cgroup_id) ---- */
 
@@ -533,24 +661,29 @@ static void test_egress_unmatched(void **state)
 			fail();
 		}
 	}
-	/* a later IPv4 fragment carries no ports: counted under port 0 */
-	struct pkt frag = hit;
-	uint16_t v = htons(100); /* fragment offset 800 bytes */
-	memcpy(frag.data + IP4_FRAG_OFF, &v, 2);
-	assert_int_equal(run(f, &frag), SKB_PASS);
 	/* not IP at all */
 	struct pkt arp = hit;
-	v = htons(ETHERTYPE_ARP);
+	uint16_t v = htons(ETHERTYPE_ARP);
 	memcpy(arp.data + ETHERTYPE_OFF, &v, 2);
 	assert_int_equal(run(f, &arp), SKB_PASS);
-	/* cut after the IP header: no ports to read (test runs refuse packets
-	 * shorter than an IP header, so that case cannot be crafted) */
-	struct pkt trunc = hit;
-	trunc.len = sizeof(struct ether_header) + sizeof(struct iphdr) + 2;
-	assert_int_equal(run(f, &trunc), SKB_PASS);
-
 	after = all_counters(f);
 	assert_memory_equal(&before, &after, sizeof(before));
+
+	/* a later IPv4 fragment carries no ports: charged against every port
+	 * range of the limits covering it (here: refused, the bucket is empty) */
+	struct pkt frag = hit;
+	v = htons(100); /* fragment offset 800 bytes */
+	memcpy(frag.data + IP4_FRAG_OFF, &v, 2);
+	assert_int_equal(run(f, &frag), SKB_DROP);
+	assert_int_equal(all_counters(f).throttled, 2);
+	frag.data[IP4_PROTO_OFF] = IPPROTO_TCP; /* ...of its own protocol only */
+	assert_int_equal(run(f, &frag), SKB_PASS);
+	/* cut after the IP header: no ports to read, so charged as well (test
+	 * runs refuse packets shorter than an IP header) */
+	struct pkt trunc = hit;
+	trunc.len = sizeof(struct ether_header) + sizeof(struct iphdr) + 2;
+	assert_int_equal(run(f, &trunc), SKB_DROP);
+	assert_int_equal(all_counters(f).throttled, 3);
 }
 
 /* Byte unit: the cost is skb->len (from the IP header on). */
@@ -1017,7 +1150,8 @@ static void test_connect(void **state)
 }
 
 /* sendmsg4/sendmsg6: unconnected UDP sendto() refused with EBUSY after the
- * burst; connected UDP is not seen by these hooks. */
+ * burst; connected UDP, which these hooks never see, is charged to the same
+ * limit on egress, where a refusal drops the datagram (EPERM). */
 static void test_sendmsg(void **state)
 {
 	struct fx *f = fx_open(state);
@@ -1044,11 +1178,17 @@ static void test_sendmsg(void **state)
 	expect(r, 4, 2, "sendto 127.0.0.1");
 	expect(r + 6, 2, 1, "sendto ::1");
 	expect(r + 9, 5, 0, "sendto unmatched port");
-	expect(r + 14, 3, 0, "send on a connected UDP socket");
+	/* the burst is spent: no way around the limit by connecting */
+	for (int i = 14; i < 17; i++)
+		if (r[i].err != EPERM) {
+			print_error("send on a connected UDP socket: call %d: %s, want EPERM\n", i - 14,
+				    r[i].err ? strerror(r[i].err) : "ok");
+			fail();
+		}
 
 	struct kt_counters c = member_counters(f, 0, 0);
 	assert_int_equal(c.admitted, 4);
-	assert_int_equal(c.throttled, 2);
+	assert_int_equal(c.throttled, 2 + 3);
 	c = member_counters(f, 1, 0);
 	assert_int_equal(c.admitted, 2);
 	assert_int_equal(c.throttled, 1);
@@ -1056,7 +1196,7 @@ static void test_sendmsg(void **state)
 	const struct op out_ops[] = { { OP_SENDTO, AF_INET, u4, 6 }, { OP_SENDTO, AF_INET6, u6, 3 } };
 	run_ops(f, NULL, out_ops, 2, r, 9);
 	expect(r, 9, 0, "sendto from outside");
-	assert_int_equal(member_counters(f, 0, 0).throttled, 2);
+	assert_int_equal(member_counters(f, 0, 0).throttled, 2 + 3);
 }
 
 /* A process in a child cgroup of the attached one counts against the
@@ -1278,6 +1418,8 @@ int main(void)
 		T(test_egress_burst_v6),
 		T(test_egress_isolation),
 		T(test_egress_unmatched),
+		T(test_egress_headers_charged),
+		T(test_egress_gso_per_segment),
 		T(test_egress_bytes),
 		T(test_egress_non_member),
 		T(test_egress_closed),

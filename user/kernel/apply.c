@@ -231,6 +231,10 @@ static int collect_cgroups(const struct kt_plan *plan, struct kt_attach *want,
 			v->ents[v->count++] = (struct kt_member_ent){ .limit_id = plan->limits[i].id,
 								      .slot = m->slot };
 			want[k].hook_mask |= 1u << kt_hook_for_unit(plan->limits[i].cfg->unit);
+			/* the datagrams sendmsg cannot see (connected sockets, GSO)
+			 * are charged on egress */
+			if (plan->limits[i].cfg->unit == KT_UNIT_DATAGRAM)
+				want[k].hook_mask |= 1u << KT_HOOK_EGRESS;
 		}
 	}
 	*n_out = n;

@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* No way around a limit from inside its cgroup: a real daemon, a real
+ * member cgroup, a process in it trying the ways out that worked before,
+ * and a loopback receiver counting what actually arrives.
+ *
+ *   - UDP GSO (setsockopt UDP_SEGMENT, no privilege): one send became up to
+ *     64 datagrams, 26,752 arrived against 100/s; charged per datagram now,
+ *     for unit datagram and unit packet;
+ *   - a connected UDP socket (dig, most DNS clients, QUIC): the sendmsg hooks
+ *     never run for it, 500 of 500 queries went through at ~3,200/s against
+ *     20/s; charged on egress now;
+ *   - dig itself, against a DNS responder in the test.
+ *
+ * Each case sends for LOAD_S seconds flat out and asserts arrivals <= rate x
+ * elapsed + burst (+ 2 for the edges), and that the limit did bite. */
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "arrivals.h"
+#include "ktest.h"
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+
+#define RATE 50.0
+#define BURST 10.0
+#define LOAD_S 2.0
+
+static struct fixture {
+	struct ktest_daemon d;
+	char cg[PATH_MAX];
+	struct arrivals a;
+	pid_t kid;
+} fx;
+
+static int setup(void **state)
+{
+	(void)state;
+	memset(&fx, 0, sizeof(fx));
+	fx.d.pid = -1;
+	fx.kid = -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	ktest_kill_wait(&fx.kid);
+	arrivals_stop(&fx.a);
+	if (fx.d.dir[0])
+		ktest_daemon_cleanup(&fx.d);
+	if (fx.cg[0])
+		ktest_cgroup_destroy(fx.cg);
+	return 0;
+}
+
+/* A daemon enforcing one limit of `unit` on fx.cg for UDP to the receiver. */
+static void start(const char *unit)
+{
+	char body[1024];
+
+	assert_int_equal(ktest_cgroup_create("escape", fx.cg, sizeof(fx.cg)), 0);
+	assert_int_equal(arrivals_start(&fx.a), 0);
+	snprintf(body, sizeof(body),
+		 "limits:\n"
+		 "  - name: esc\n"
+		 "    cgroups: [%s]\n"
+		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+		 "    unit: %s\n"
+		 "    burst: %.0f\n"
+		 "    rateLimit: {max: %.0f}\n",
+		 fx.cg, fx.a.port, unit, BURST, RATE);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+}
+
+enum how { SEND_GSO, SEND_CONNECTED };
+
+/* In a child inside fx.cg: sends to the receiver for LOAD_S seconds as
+ * `how` says; exits with the number of sends that succeeded (capped). */
+static void sender(enum how how, int out_fd)
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)fx.a.port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	char buf[1000] = { 0 };
+	unsigned long long ok = 0, refused = 0;
+	uint64_t end;
+	int fd, seg = 100;
+
+	if (ktest_cgroup_join(fx.cg) != 0)
+		_exit(2);
+	fd = socket(AF_INET, SOCK_DGRAM, 0);
+	if (fd < 0)
+		_exit(3);
+	if (how == SEND_GSO && setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof(seg)) != 0)
+		_exit(4); /* ten 100-byte datagrams per send */
+	if (how == SEND_CONNECTED && connect(fd, (struct sockaddr *)&to, sizeof(to)) != 0)
+		_exit(5);
+	end = ktest_now_ns() + (uint64_t)(LOAD_S * 1e9);
+	while (ktest_now_ns() < end) {
+		ssize_t n = how == SEND_CONNECTED
+				    ? send(fd, buf, 100, 0)
+				    : sendto(fd, buf, sizeof(buf), 0, (struct sockaddr *)&to, sizeof(to));
+		if (n >= 0)
+			ok++;
+		else
+			refused++;
+		usleep(200);
+	}
+	dprintf(out_fd, "%llu %llu\n", ok, refused);
+	_exit(0);
+}
+
+static void run_sender(enum how how, unsigned long long *ok, unsigned long long *refused)
+{
+	int p[2], status;
+	char line[64] = "";
+	ssize_t n;
+
+	assert_int_equal(pipe(p), 0);
+	fx.kid = fork();
+	assert_true(fx.kid >= 0);
+	if (fx.kid == 0) {
+		close(p[0]);
+		sender(how, p[1]);
+	}
+	close(p[1]);
+	n = read(p[0], line, sizeof(line) - 1);
+	close(p[0]);
+	assert_int_equal(waitpid(fx.kid, &status, 0), fx.kid);
+	fx.kid = -1;
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_true(n > 0 && sscanf(line, "%llu %llu", ok, refused) == 2);
+}
+
+/* What arrived within the limit: rate x the time it ran + burst; and at
+ * least `floor` arrived (the limit, not a failure, set the pace). */
+static void assert_within(const char *what, double secs, double floor)
+{
+	unsigned long long got;
+	double bound = RATE * secs + BURST + 2;
+
+	ktest_sleep_ms(200); /* the last datagrams land */
+	got = arrivals_total(&fx.a);
+	print_message("%s: %llu datagrams arrived in %.1f s (bound %.0f = %.0f/s x %.1f s + burst %.0f)\n",
+		      what, got, secs, bound, RATE, secs, BURST);
+	assert_int_equal(arrivals_drops(&fx.a), 0);
+	assert_true(got <= bound);
+	assert_true(got >= floor);
+}
+
+static void gso_case(const char *unit)
+{
+	unsigned long long ok, refused;
+	double t0;
+
+	KTEST_SKIP_UNLESS_ROOT();
+	start(unit);
+	t0 = arrivals_now_s(&fx.a);
+	run_sender(SEND_GSO, &ok, &refused);
+	print_message("GSO sends (10 datagrams each), unit %s: %llu ok, %llu refused\n", unit, ok,
+		      refused);
+	assert_true(refused > 0);
+	assert_within(unit, arrivals_now_s(&fx.a) - t0, RATE * LOAD_S * 0.8);
+}
+
+static void test_gso_datagram(void **state)
+{
+	(void)state;
+	gso_case("datagram");
+}
+
+static void test_gso_packet(void **state)
+{
+	(void)state;
+	gso_case("packet");
+}
+
+static void test_connected_udp_datagram(void **state)
+{
+	unsigned long long ok, refused;
+	double t0;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	start("datagram");
+	t0 = arrivals_now_s(&fx.a);
+	run_sender(SEND_CONNECTED, &ok, &refused);
+	print_message("connected UDP sends: %llu ok, %llu refused\n", ok, refused);
+	assert_true(refused > 0);
+	assert_within("connected UDP", arrivals_now_s(&fx.a) - t0, RATE * LOAD_S * 0.8);
+}
+
+/* dig (bind9-dnsutils) connects its UDP socket. A responder in the test
+ * answers every query; dig is run back to back from the cgroup for LOAD_S
+ * seconds: the answers it gets stay within the limit. */
+static void test_dig(void **state)
+{
+	static const char *const digs[] = { "/usr/bin/dig", "/bin/dig" };
+	const char *dig = NULL;
+	char port[16], cmd[512];
+	unsigned long long queries = 0;
+	double t0;
+	uint64_t end;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	for (size_t i = 0; i < sizeof(digs) / sizeof(digs[0]); i++)
+		if (access(digs[i], X_OK) == 0)
+			dig = digs[i];
+	if (!dig) {
+		print_message("dig not installed (scripts/setup.sh installs bind9-dnsutils)\n");
+		fail();
+	}
+	start("datagram");
+	snprintf(port, sizeof(port), "%d", fx.a.port);
+	/* The arrivals receiver counts queries; dig waits for no answer (the
+	 * receiver does not answer), so +tries=1 +timeout=1 and many digs in
+	 * parallel per round keep the offered load far above the limit. */
+	t0 = arrivals_now_s(&fx.a);
+	end = ktest_now_ns() + (uint64_t)(LOAD_S * 1e9);
+	while (ktest_now_ns() < end && queries < 2000) {
+		snprintf(cmd, sizeof(cmd),
+			 "for i in $(seq 80); do %s @127.0.0.1 -p %s +tries=1 +timeout=1 +short "
+			 "kthrottle.test >/dev/null 2>&1 & done; wait",
+			 dig, port);
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			if (ktest_cgroup_join(fx.cg) != 0)
+				_exit(2);
+			execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+			_exit(127);
+		}
+		/* each round is bounded by dig's own 1 s timeout */
+		int status;
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		queries += 80;
+	}
+	print_message("dig: %llu queries offered\n", queries);
+	assert_true(queries > RATE * LOAD_S + BURST + 2); /* more than the limit allows */
+	assert_within("dig queries", arrivals_now_s(&fx.a) - t0, BURST);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_gso_datagram, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gso_packet, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_connected_udp_datagram, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_dig, setup, teardown),
+	};
+
+	return cmocka_run_group_tests_name("e2e_escapes", tests, NULL, NULL);
+}
