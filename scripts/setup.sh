@@ -3,8 +3,10 @@
 # Idempotent: does nothing when everything is present. Needs root.
 set -euo pipefail
 
-pkgs=(clang make gcc pkg-config libbpf-dev libelf-dev zlib1g-dev bpftool
-      libhiredis-dev libyaml-dev libcmocka-dev redis-server redis-sentinel iproute2)
+# libclang-rt-dev: libFuzzer and the sanitizer runtimes (clang only recommends it)
+pkgs=(clang libclang-rt-dev make gcc pkg-config libbpf-dev libelf-dev zlib1g-dev bpftool
+      libhiredis-dev libyaml-dev libcmocka-dev redis-server redis-sentinel iproute2
+      bind9-dnsutils)
 
 missing=()
 for p in "${pkgs[@]}"; do
