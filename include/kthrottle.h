@@ -51,6 +51,10 @@ enum kt_hook {
 	KT_HOOK_EGRESS = 2,
 	KT_HOOK_COUNT
 };
+/* Attach points beyond the classified hooks (bits in an attachment's hook
+ * mask, after the enum's): cgroup/sock_create refuses raw sockets. Not a
+ * kt_hook, so the pinned per-hook maps keep their size. */
+#define KT_ATTACH_SOCK_CREATE KT_HOOK_COUNT
 
 enum kt_scope {
 	KT_SCOPE_POD = 0,  /* one bucket per (limit, attached cgroup) */
@@ -121,9 +125,12 @@ struct kt_member_ent {
 
 struct kt_member_val {
 	__u32 count; /* entries in use, at most KT_LIMITS_PER_CGROUP */
-	__u32 pad;
+	__u32 flags; /* KT_MEMBER_* */
 	struct kt_member_ent ents[KT_LIMITS_PER_CGROUP];
 };
+/* A limit of this cgroup does not allow raw IP sockets (they would bypass
+ * its connection and datagram hooks): socket(SOCK_RAW) fails with EPERM. */
+#define KT_MEMBER_NO_RAW (1u << 0)
 _Static_assert(sizeof(struct kt_member_val) == 8 + 8 * KT_LIMITS_PER_CGROUP, "kt_member_val layout");
 
 /* kt_classify (LPM trie): destination prefix -> rules. IPv4 is stored
@@ -374,6 +381,81 @@ static inline int kt_gcra_decide(struct kt_bucket *b, __u64 now, __u64 cost, __u
 		}
 		if (__sync_val_compare_and_swap(&b->tat, tat, base + cost_ns) == tat)
 			return KT_ADMIT;
+	}
+	return KT_REFUSE;
+}
+
+/*
+ * EDT pacing: the egress program's alternative to refusing a TCP packet
+ * whose socket is scheduled by the fq qdisc (which sends every packet at its
+ * skb->tstamp, "earliest departure time"). Instead of "conforms now or not",
+ * it answers *when* the request conforms and charges the bucket as if it had
+ * been admitted at that moment, so the departures it hands out follow GCRA
+ * exactly: the same burst, the same long-run rate, and departures in the
+ * order the requests came. A refused TCP packet costs the sender a
+ * retransmit timeout; a delayed one only a longer RTT, and TCP Small Queues
+ * keeps each socket's queue short, so the sender is slowed to the rate.
+ *
+ * The departure is at most horizon_ns away: past that the debt is too large
+ * to queue (a sender fq does not actually pace, a flood of sockets) and the
+ * request is refused, charging nothing, as kt_gcra_decide would.
+ *
+ * Returns KT_ADMIT with *wait_ns = ns from now until the departure (0: now),
+ * or KT_REFUSE with *wait_ns = the wait that was too long (~0 when closed).
+ */
+#define KT_PACE_HORIZON_NS (2ULL * 1000000000ULL)
+
+static inline int kt_gcra_pace(struct kt_bucket *b, __u64 now, __u64 cost, __u64 horizon_ns,
+			       __u64 *wait_ns)
+{
+	__u64 burst;
+	__u64 interval = kt_bucket_params(b, now, &burst);
+	__u64 cost_ns, tau;
+	int i;
+
+	*wait_ns = ~0ULL;
+	if (interval == 0)
+		return KT_REFUSE;
+	/* the tolerance exactly as kt_gcra_decide computes it */
+	if (cost == 1) {
+		cost_ns = interval > ~0ULL - (KT_FP_ONE - 1) ? KT_NS_CAP
+							     : (interval + (KT_FP_ONE - 1)) >> KT_FP_SHIFT;
+		tau = kt_mul_sat(burst, cost_ns);
+	} else {
+		cost_ns = kt_tokens_to_ns(cost, interval);
+		tau = kt_tokens_to_ns(burst, interval);
+		if (cost && cost <= burst) {
+			__u64 whole = kt_mul_sat(burst / cost, cost_ns);
+
+			if (whole > tau)
+				tau = whole;
+		}
+	}
+	if (tau > KT_NS_CAP)
+		tau = KT_NS_CAP;
+
+	for (i = 0; i < KT_CAS_RETRIES; i++) {
+		__u64 tat = KT_READ_ONCE(b->tat);
+		__u64 base = (__s64)(tat - now) > 0 ? tat : now;
+		__u64 ahead = base - now;
+		__u64 wait;
+
+		/* At now + wait the request conforms: an oversize one once the
+		 * debt is gone, any other once the debt left is tau - cost_ns.
+		 * Then max(tat, departure) = base, so tat becomes
+		 * base + cost_ns, as kt_gcra_decide would make it then. */
+		if (cost_ns > tau)
+			wait = ahead;
+		else
+			wait = ahead > tau - cost_ns ? ahead - (tau - cost_ns) : 0;
+		if (wait > horizon_ns) {
+			*wait_ns = wait;
+			return KT_REFUSE;
+		}
+		if (__sync_val_compare_and_swap(&b->tat, tat, base + cost_ns) == tat) {
+			*wait_ns = wait;
+			return KT_ADMIT;
+		}
 	}
 	return KT_REFUSE;
 }

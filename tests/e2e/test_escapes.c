@@ -70,8 +70,9 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* A daemon enforcing one limit of `unit` on fx.cg for UDP to the receiver. */
-static void start(const char *unit)
+/* A daemon enforcing one limit of `unit` on fx.cg for UDP to the receiver;
+ * `extra`: more keys for the limit (indented 4), or "". */
+static void start_with(const char *unit, const char *extra)
 {
 	char body[1024];
 
@@ -84,9 +85,14 @@ static void start(const char *unit)
 		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
 		 "    unit: %s\n"
 		 "    burst: %.0f\n"
-		 "    rateLimit: {max: %.0f}\n",
-		 fx.cg, fx.a.port, unit, BURST, RATE);
+		 "    rateLimit: {max: %.0f}\n%s",
+		 fx.cg, fx.a.port, unit, BURST, RATE, extra);
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+}
+
+static void start(const char *unit)
+{
+	start_with(unit, "");
 }
 
 enum how { SEND_GSO, SEND_CONNECTED };
@@ -257,6 +263,55 @@ static void test_dig(void **state)
 	assert_within("dig queries", arrivals_now_s(&fx.a) - t0, BURST);
 }
 
+/* errno of socket(AF_INET, SOCK_RAW, IPPROTO_UDP) made in `cg` (NULL: here),
+ * 0 when it succeeds. */
+static int raw_socket_errno(const char *cg)
+{
+	int p[2], status, e = -1;
+	pid_t pid;
+
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int fd, err;
+
+		close(p[0]);
+		if (cg && ktest_cgroup_join(cg) != 0)
+			_exit(2);
+		fd = socket(AF_INET, SOCK_RAW, IPPROTO_UDP);
+		err = fd < 0 ? errno : 0;
+		if (write(p[1], &err, sizeof(err)) != sizeof(err))
+			_exit(3);
+		_exit(0);
+	}
+	close(p[1]);
+	assert_int_equal(read(p[0], &e, sizeof(e)), sizeof(e));
+	close(p[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	return e;
+}
+
+/* A raw socket (CAP_NET_RAW, which containers have by default) would go
+ * around the connect and sendmsg hooks: refused in a member cgroup unless
+ * the limit allows it, untouched elsewhere. */
+static void test_raw_sockets(void **state)
+{
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	start("datagram");
+	assert_int_equal(raw_socket_errno(fx.cg), EPERM);
+	assert_int_equal(raw_socket_errno(NULL), 0);
+	ktest_daemon_cleanup(&fx.d);
+	memset(&fx.d, 0, sizeof(fx.d));
+	fx.d.pid = -1;
+	arrivals_stop(&fx.a);
+	ktest_cgroup_destroy(fx.cg);
+	fx.cg[0] = 0;
+	start_with("datagram", "    allowRawSockets: true\n");
+	assert_int_equal(raw_socket_errno(fx.cg), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -264,6 +319,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_gso_packet, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_connected_udp_datagram, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dig, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_raw_sockets, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("e2e_escapes", tests, NULL, NULL);

@@ -1512,8 +1512,9 @@ static int parse_cgroups(struct ctx *c, yaml_node_t *v, const char *field, struc
 static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
 		       int idx)
 {
-	static const char *const keys[] = { "name", "cgroups", "match", "unit", "scope", "burst",
-					    "share", "rateLimit", NULL };
+	static const char *const keys[] = { "name",  "cgroups",	 "match",	    "unit",
+					    "scope", "burst",	 "share",	    "rateLimit",
+					    "allowRawSockets", NULL };
 	struct kt_limit_cfg *l = &cfg->limits[idx];
 	char sub[FIELD_LEN];
 	yaml_node_t *v, *rl, *store = NULL;
@@ -1570,6 +1571,9 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 			return err;
 		l->scope = (enum kt_scope)e;
 	}
+	if ((v = map_get(c, n, "allowRawSockets")) &&
+	    (err = get_bool(c, v, join(sub, field, "allowRawSockets"), &l->allow_raw_sockets)))
+		return err;
 	if ((v = map_get(c, n, "share"))) {
 		if ((err = get_enum(c, v, join(sub, field, "share"), share_names, 2, &e)))
 			return err;

@@ -114,6 +114,7 @@ struct kt_limit_cfg {
 	struct kt_match match;
 	enum kt_unit unit;        /* required */
 	enum kt_scope scope;      /* default pod */
+	bool allow_raw_sockets;   /* default false: members cannot open raw IP sockets */
 	double burst;             /* pool tokens, default max(1, rateLimit.max) */
 	enum kt_share_policy share;
 	struct kt_rate_limit_cfg rl;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <time.h>
 #include <bpf/bpf.h>
 #include "apply.h"
@@ -23,6 +24,7 @@ int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount, struct kt
 	if (!plan->limits)
 		return -ENOMEM;
 	plan->n_limits = cfg->n_limits;
+	plan->file = cfg->file;
 	for (i = 0; i < cfg->n_limits; i++) {
 		const struct kt_limit_cfg *lc = &cfg->limits[i];
 		struct kt_limit_rt *l = &plan->limits[i];
@@ -235,6 +237,11 @@ static int collect_cgroups(const struct kt_plan *plan, struct kt_attach *want,
 			 * are charged on egress */
 			if (plan->limits[i].cfg->unit == KT_UNIT_DATAGRAM)
 				want[k].hook_mask |= 1u << KT_HOOK_EGRESS;
+			/* raw IP sockets would go around the hooks */
+			if (!plan->limits[i].cfg->allow_raw_sockets) {
+				v->flags |= KT_MEMBER_NO_RAW;
+				want[k].hook_mask |= 1u << KT_ATTACH_SOCK_CREATE;
+			}
 		}
 	}
 	*n_out = n;
@@ -275,6 +282,156 @@ static int fold_nested(const struct kt_attach *want, int n, struct kt_attach *ou
 		out[k].hook_mask |= want[i].hook_mask;
 	}
 	return n_out;
+}
+
+/* err = "FILE:LINE: limits[i] (NAME): what": a plan error names the limit
+ * as the config wrote it. Returns ret. */
+static int limit_err(const struct kt_plan *plan, int i, int ret, char *err, size_t errlen,
+		     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static int limit_err(const struct kt_plan *plan, int i, int ret, char *err, size_t errlen,
+		     const char *fmt, ...)
+{
+	const struct kt_limit_cfg *lc = plan->limits[i].cfg;
+	char what[KT_ERR_LEN];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	snprintf(err, errlen, "%s:%d: limits[%d] (%s): %s", plan->file ? plan->file : "config",
+		 lc->line, i, lc->name, what);
+	return ret;
+}
+
+/* A plan-wide check run on the first k limits only, for blame(). */
+struct check_ctx {
+	const struct kt_plan *plan;
+	const struct kt_rule_input *rules;
+	struct kt_attach *want;         /* scratch, KT_MAX_MEMBERSHIPS */
+	struct kt_member_val *want_vals;
+};
+
+static int check_classifier(const struct check_ctx *c, int k, char *err, size_t errlen)
+{
+	struct kt_classifier cls;
+	int ret = kt_classifier_build(c->rules, k, &cls, err, errlen);
+
+	kt_classifier_free(&cls);
+	return ret;
+}
+
+static int check_members(const struct check_ctx *c, int k, char *err, size_t errlen)
+{
+	struct kt_plan first = *c->plan;
+	int n;
+
+	first.n_limits = k;
+	return collect_cgroups(&first, c->want, c->want_vals, &n, err, errlen);
+}
+
+/* `check` failed with ret and err on all n limits. The limit to name is the
+ * first whose addition makes it fail: limits only add prefixes, rules per
+ * prefix and memberships, so failure is monotonic in the number taken (in
+ * config order) and bisection finds it. The message is that run's. */
+static int blame(const struct check_ctx *c,
+		 int (*check)(const struct check_ctx *, int, char *, size_t), int n, int ret,
+		 char *err, size_t errlen)
+{
+	char why[KT_ERR_LEN], e[KT_ERR_LEN];
+	int lo = 0, hi = n; /* the first lo limits pass, the first hi fail */
+
+	snprintf(why, sizeof(why), "%s", err);
+	while (ret != -ENOMEM && hi - lo > 1) {
+		int mid = lo + (hi - lo) / 2, r = check(c, mid, e, sizeof(e));
+
+		if (r == -ENOMEM)
+			ret = r;
+		else if (r)
+			hi = mid, snprintf(why, sizeof(why), "%s", e);
+		else
+			lo = mid;
+	}
+	if (ret == -ENOMEM) {
+		snprintf(err, errlen, "out of memory");
+		return ret;
+	}
+	return limit_err(c->plan, hi - 1, ret, err, errlen, "%s", why);
+}
+
+/* The part of the plan that needs only the config and the cgroup ids: limit
+ * and bucket counts, the classifier (rules[] filled here), the kt_members
+ * values (want, want_vals: KT_MAX_MEMBERSHIPS each) and the attach points
+ * (*attach allocated here). kt_plan_check and kt_plan_apply both run it, so
+ * --check and a start cannot disagree on it. */
+static int plan_config(const struct kt_plan *plan, struct kt_rule_input *rules,
+		       struct kt_classifier *cls, struct kt_attach *want,
+		       struct kt_member_val *want_vals, int *n_want, struct kt_attach **attach,
+		       int *n_attach, char *err, size_t errlen)
+{
+	const struct check_ctx c = { plan, rules, want, want_vals };
+	int i, slots = 0, ret;
+
+	memset(cls, 0, sizeof(*cls));
+	*n_want = *n_attach = 0;
+	*attach = NULL;
+	if (plan->n_limits > KT_MAX_LIMITS)
+		return limit_err(plan, KT_MAX_LIMITS, -E2BIG, err, errlen, "more than %d limits",
+				 KT_MAX_LIMITS);
+	/* as plan_slots gives them out, before any kernel state counts */
+	for (i = 0; i < plan->n_limits; i++) {
+		const struct kt_limit_rt *l = &plan->limits[i];
+
+		slots += l->cfg->scope == KT_SCOPE_NODE ? l->n_members > 0 : l->n_members;
+		if (slots > KT_MAX_BUCKETS)
+			return limit_err(plan, i, -E2BIG, err, errlen, "more than %d buckets needed",
+					 KT_MAX_BUCKETS);
+	}
+	for (i = 0; i < plan->n_limits; i++) {
+		const struct kt_limit_cfg *lc = plan->limits[i].cfg;
+		rules[i] = (struct kt_rule_input){
+			.limit_id = plan->limits[i].id,
+			.unit = lc->unit,
+			.proto_mask = lc->match.proto_mask,
+			.port_lo = lc->match.port_lo,
+			.port_hi = lc->match.port_hi,
+			.cidrs = lc->match.cidrs,
+			.n_cidrs = lc->match.n_cidrs,
+		};
+	}
+	ret = kt_classifier_build(rules, plan->n_limits, cls, err, errlen);
+	if (ret)
+		return blame(&c, check_classifier, plan->n_limits, ret, err, errlen);
+	ret = collect_cgroups(plan, want, want_vals, n_want, err, errlen);
+	if (ret)
+		return blame(&c, check_members, plan->n_limits, ret, err, errlen);
+	*attach = calloc(*n_want + 1, sizeof(**attach));
+	if (!*attach) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	*n_attach = fold_nested(want, *n_want, *attach);
+	return 0;
+}
+
+int kt_plan_check(const struct kt_plan *plan, char *err, size_t errlen)
+{
+	struct kt_rule_input *rules = calloc(plan->n_limits + 1, sizeof(*rules));
+	struct kt_attach *want = calloc(KT_MAX_MEMBERSHIPS, sizeof(*want)), *attach = NULL;
+	struct kt_member_val *vals = calloc(KT_MAX_MEMBERSHIPS, sizeof(*vals));
+	struct kt_classifier cls = { 0 };
+	int n_want, n_attach, ret = -ENOMEM;
+
+	if (rules && want && vals)
+		ret = plan_config(plan, rules, &cls, want, vals, &n_want, &attach, &n_attach, err,
+				  errlen);
+	else
+		snprintf(err, errlen, "out of memory");
+	kt_classifier_free(&cls);
+	free(attach);
+	free(vals);
+	free(want);
+	free(rules);
+	return ret;
 }
 
 /* A bucket slot the commit wrote, as it was before. */
@@ -477,31 +634,15 @@ static int plan_slots(struct apply *a, char *err, size_t errlen)
 /* Classifier, memberships and attachments, with what each replaces. */
 static int plan_rest(struct apply *a, char *err, size_t errlen)
 {
-	struct kt_plan *plan = a->plan;
 	int i, j, ret;
 
-	for (i = 0; i < plan->n_limits; i++) {
-		const struct kt_limit_cfg *lc = plan->limits[i].cfg;
-		a->rules[i] = (struct kt_rule_input){
-			.limit_id = plan->limits[i].id,
-			.unit = lc->unit,
-			.proto_mask = lc->match.proto_mask,
-			.port_lo = lc->match.port_lo,
-			.port_hi = lc->match.port_hi,
-			.cidrs = lc->match.cidrs,
-			.n_cidrs = lc->match.n_cidrs,
-		};
-	}
-	ret = kt_classifier_build(a->rules, plan->n_limits, &a->cls, err, errlen);
-	if (ret)
-		return ret;
-	ret = collect_cgroups(plan, a->want, a->want_vals, &a->n_want, err, errlen);
+	ret = plan_config(a->plan, a->rules, &a->cls, a->want, a->want_vals, &a->n_want,
+			  &a->attach, &a->n_attach, err, errlen);
 	if (ret)
 		return ret;
 
 	a->cls_old = calloc(a->cls.n_entries + 1, sizeof(*a->cls_old));
-	a->attach = calloc(a->n_want + 1, sizeof(*a->attach));
-	if (!a->cls_old || !a->attach)
+	if (!a->cls_old)
 		return -ENOMEM;
 	for (i = 0; i < a->cls.n_entries; i++) {
 		a->cls_old[i] = -1;
@@ -521,7 +662,6 @@ static int plan_rest(struct apply *a, char *err, size_t errlen)
 				break;
 			}
 	}
-	a->n_attach = fold_nested(a->want, a->n_want, a->attach);
 	return 0;
 }
 
@@ -753,8 +893,9 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket
 			slots[k++] = plan->limits[i].members[j].slot;
 	}
 
-	/* Plan: the kernel is only read, so any error leaves it untouched. */
-	if ((ret = plan_ids(a, err, errlen)) || (ret = read_maps(a, err, errlen)) ||
+	/* Plan: the kernel is only read, so any error leaves it untouched.
+	 * The config's own errors first, named as --check names them. */
+	if ((ret = kt_plan_check(plan, err, errlen)) || (ret = plan_ids(a, err, errlen)) || (ret = read_maps(a, err, errlen)) ||
 	    (ret = plan_slots(a, err, errlen)) || (ret = plan_rest(a, err, errlen)))
 		goto out;
 	for (i = 0; i < KT_MAX_BUCKETS; i++)

@@ -31,6 +31,7 @@ struct kt_limit_rt {
 struct kt_plan {
 	struct kt_limit_rt *limits;
 	int n_limits;
+	const char *file; /* the config's file (owned by the config), for errors */
 };
 
 /* Resolves every cgroup path of cfg (absolute, or relative to the cgroup v2
@@ -39,6 +40,14 @@ struct kt_plan {
 int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan,
 		    char *err, size_t errlen);
 void kt_plan_free(struct kt_plan *plan);
+
+/* Every check of kt_plan_apply's plan that needs no kernel state: limit and
+ * bucket counts of the plan alone, the classifier (rules per prefix,
+ * prefixes), limits per cgroup and member cgroups. kt_plan_apply runs the
+ * same code first, so a plan this accepts fails to apply only for the
+ * kernel's reasons. Errors are one line naming file, line and limit:
+ * "FILE:LINE: limits[I] (NAME): what". No BPF, no root. */
+int kt_plan_check(const struct kt_plan *plan, char *err, size_t errlen);
 
 /* What one bucket of a limit may admit: its share while the lease holds,
  * then the fallback, then nothing (see struct kt_bucket). Times are kt clock

@@ -19,6 +19,7 @@
 #include "connect.skel.h"
 #include "sendmsg.skel.h"
 #include "egress.skel.h"
+#include "sock.skel.h"
 
 static const char *const map_names[] = {
 	"kt_buckets", "kt_counters", "kt_members", "kt_classify", "kt_ports", "kt_limits", "kt_leases",
@@ -298,13 +299,14 @@ static int bpf_open(struct kt_bpf *b, const char *pin_dir, bool lock, char *err,
 	b->connect = kt_connect__open_opts(&opts);
 	b->sendmsg = kt_sendmsg__open_opts(&opts);
 	b->egress = kt_egress__open_opts(&opts);
-	if (!b->connect || !b->sendmsg || !b->egress) {
+	b->sock = kt_sock__open_opts(&opts);
+	if (!b->connect || !b->sendmsg || !b->egress || !b->sock) {
 		ret = -errno ? -errno : -EINVAL;
 		snprintf(err, errlen, "cannot open BPF objects: %s", strerror(-ret));
 		goto fail;
 	}
 	if ((ret = kt_connect__load(b->connect)) || (ret = kt_sendmsg__load(b->sendmsg)) ||
-	    (ret = kt_egress__load(b->egress))) {
+	    (ret = kt_egress__load(b->egress)) || (ret = kt_sock__load(b->sock))) {
 		snprintf(err, errlen,
 			 "cannot load BPF programs: %s%s", strerror(-ret),
 			 b->adopted ? " (pinned maps from another version? run kthrottlectl cleanup)"
@@ -357,9 +359,11 @@ void kt_bpf_close(struct kt_bpf *b)
 	kt_connect__destroy(b->connect);
 	kt_sendmsg__destroy(b->sendmsg);
 	kt_egress__destroy(b->egress);
+	kt_sock__destroy(b->sock);
 	b->connect = NULL;
 	b->sendmsg = NULL;
 	b->egress = NULL;
+	b->sock = NULL;
 	if (b->locked)
 		close(b->lock_fd);
 	b->locked = false;
@@ -392,22 +396,23 @@ out:
 /* ---- links ---- */
 
 struct hook_prog {
-	enum kt_hook hook;
+	unsigned hook; /* enum kt_hook, or KT_ATTACH_SOCK_CREATE */
 	const char *name;
 };
 
 static const struct hook_prog hook_progs[] = {
-	{ KT_HOOK_CONNECT, "kt_connect4" }, { KT_HOOK_CONNECT, "kt_connect6" },
-	{ KT_HOOK_SENDMSG, "kt_sendmsg4" }, { KT_HOOK_SENDMSG, "kt_sendmsg6" },
-	{ KT_HOOK_EGRESS, "kt_egress" },
+	{ KT_HOOK_CONNECT, "kt_connect4" },	     { KT_HOOK_CONNECT, "kt_connect6" },
+	{ KT_HOOK_SENDMSG, "kt_sendmsg4" },	     { KT_HOOK_SENDMSG, "kt_sendmsg6" },
+	{ KT_HOOK_EGRESS, "kt_egress" },	     { KT_ATTACH_SOCK_CREATE, "kt_sock_create" },
 };
 #define N_HOOK_PROGS (sizeof(hook_progs) / sizeof(hook_progs[0]))
 
 static struct bpf_program *prog_by_name(struct kt_bpf *b, const char *name)
 {
-	struct bpf_object *objs[] = { b->connect->obj, b->sendmsg->obj, b->egress->obj };
+	struct bpf_object *objs[] = { b->connect->obj, b->sendmsg->obj, b->egress->obj,
+				      b->sock->obj };
 
-	for (size_t i = 0; i < 3; i++) {
+	for (size_t i = 0; i < sizeof(objs) / sizeof(objs[0]); i++) {
 		struct bpf_program *p = bpf_object__find_program_by_name(objs[i], name);
 		if (p)
 			return p;

@@ -19,12 +19,14 @@
 struct kt_connect;
 struct kt_sendmsg;
 struct kt_egress;
+struct kt_sock;
 
 struct kt_bpf {
 	char pin_dir[PATH_MAX];
 	struct kt_connect *connect;
 	struct kt_sendmsg *sendmsg;
 	struct kt_egress *egress;
+	struct kt_sock *sock;
 	int buckets_fd, counters_fd, members_fd, classify_fd, ports_fd, limits_fd, leases_fd;
 	struct kt_bucket *buckets; /* mmap of kt_buckets: rates change by one atomic store */
 	int ncpus;
