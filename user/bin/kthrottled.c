@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* kthrottled: the kthrottle node daemon. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,15 @@ static void usage(FILE *f)
 		"\n"
 		"Options:\n"
 		"  -c, --config FILE     YAML configuration (see examples/full.yaml)\n"
-		"      --check           validate FILE (syntax and cgroup paths) and exit\n"
+		"      --check           run every check a start (and a reload) runs on FILE,\n"
+		"                        short of loading and attaching BPF: syntax, cgroup\n"
+		"                        paths and ids, store settings (no connection), and\n"
+		"                        the kernel tables' limits (limits per cgroup and per\n"
+		"                        destination, buckets, member cgroups); a file it\n"
+		"                        accepts starts. Needs no root or BPF, only read\n"
+		"                        access to FILE (and password files) and search\n"
+		"                        access to the cgroup paths. Exit 0 ok, 2 with the\n"
+		"                        error start would print\n"
 		"      --cleanup         detach every program and remove every pin, then exit;\n"
 		"                        refused for a directory that is not kthrottle's (on\n"
 		"                        bpffs, owned by root, holding its maps) and while a\n"
@@ -149,8 +158,10 @@ int main(int argc, char **argv)
 		return KT_EXIT_CONFIG;
 	}
 	if (check) {
+		/* kt_daemon_start's checks in its order, without the kernel */
 		struct kt_config cfg;
 		struct kt_plan plan;
+		struct kt_pool *pool = NULL;
 		char mount[4096];
 		if (kt_config_load(config, &cfg, err, sizeof(err))) {
 			kt_err("%s", err);
@@ -164,7 +175,18 @@ int main(int argc, char **argv)
 		if (ret) {
 			kt_err("%s", err);
 			kt_config_free(&cfg);
-			return KT_EXIT_CONFIG;
+			return ret == -ENOMEM ? KT_EXIT_RUNTIME : KT_EXIT_CONFIG;
+		}
+		/* validates the store settings; connects to nothing */
+		ret = kt_pool_create(&pool, &cfg, err, sizeof(err));
+		kt_pool_destroy(pool);
+		if (!ret)
+			ret = kt_plan_check(&plan, err, sizeof(err));
+		if (ret) {
+			kt_err("%s", err);
+			kt_plan_free(&plan);
+			kt_config_free(&cfg);
+			return ret == -ENOMEM ? KT_EXIT_RUNTIME : KT_EXIT_CONFIG;
 		}
 		printf("%s: ok, %d limit(s)\n", config, cfg.n_limits);
 		kt_plan_free(&plan);

@@ -219,27 +219,23 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 }
 
 /* A client slot reads its command line, then writes the reply. Replies are
- * queued and sent non-blocking as the socket drains (EPOLLOUT); a client
- * that has not taken all of it KT_CLIENT_TIMEOUT_NS after it was queued is
- * dropped, so a client that never reads cannot stall the loop. The queue is
- * kept beside d->clients, one entry per slot (one daemon per process). */
-struct client_out {
-	char *p;
-	size_t len, off;
-};
-static struct client_out client_outq[KT_MAX_CLIENTS];
+ * queued (struct kt_client.out) and sent non-blocking as the socket drains
+ * (EPOLLOUT); a client that has not taken all of it KT_CLIENT_TIMEOUT_NS
+ * after it was queued is dropped, so a client that never reads cannot stall
+ * the loop. */
 
 _Static_assert(sizeof(((struct kt_client *)0)->buf) >= KT_CTL_MAX_LINE,
 	       "a client's buffer holds a whole command line");
 
-static struct client_out *client_out(struct kt_daemon *d, struct kt_client *c)
+static struct kt_client_out *client_out(struct kt_daemon *d, struct kt_client *c)
 {
-	return &client_outq[c - d->clients];
+	(void)d;
+	return &c->out;
 }
 
 static void client_close(struct kt_daemon *d, struct kt_client *c)
 {
-	struct client_out *o = client_out(d, c);
+	struct kt_client_out *o = client_out(d, c);
 
 	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
@@ -261,7 +257,7 @@ static void client_say(struct kt_client *c, const char *s)
 /* Sends what the socket takes now; closes once all is sent or on error. */
 static void client_flush(struct kt_daemon *d, struct kt_client *c)
 {
-	struct client_out *o = client_out(d, c);
+	struct kt_client_out *o = client_out(d, c);
 
 	while (o->off < o->len) {
 		ssize_t w = send(c->fd, o->p + o->off, o->len - o->off, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -280,7 +276,7 @@ static void client_flush(struct kt_daemon *d, struct kt_client *c)
 /* Queues `out` (malloc'd, taken over; NULL: out of memory) as the reply. */
 static void client_reply(struct kt_daemon *d, struct kt_client *c, char *out)
 {
-	struct client_out *o = client_out(d, c);
+	struct kt_client_out *o = client_out(d, c);
 	struct epoll_event ev = { .events = EPOLLOUT, .data.u64 = 100 + (uint64_t)(c - d->clients) };
 
 	if (!out) {
@@ -610,11 +606,20 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		ret = KT_EXIT_CONFIG;
 		goto fail_cfg;
 	}
+	/* the pool only validates its store settings here: all but running
+	 * out of memory is the config's fault */
 	ret = kt_pool_create(&d->pool, &d->cfg, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
-		ret = ret == -ENOTSUP ? KT_EXIT_CONFIG : KT_EXIT_RUNTIME;
+		ret = ret == -ENOMEM ? KT_EXIT_RUNTIME : KT_EXIT_CONFIG;
 		goto fail_plan;
+	}
+	/* the plan's own limits, as --check runs them, before the kernel */
+	ret = kt_plan_check(&d->plan, err, sizeof(err));
+	if (ret) {
+		kt_err("%s", err);
+		ret = ret == -ENOMEM ? KT_EXIT_RUNTIME : KT_EXIT_CONFIG;
+		goto fail_pool;
 	}
 	ret = open_control_socket(d, err, sizeof(err));
 	if (ret) {
@@ -725,6 +730,8 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 		goto failed;
 	}
 	ret = kt_pool_create(&npool, &ncfg, err, errlen);
+	if (!ret)
+		ret = kt_plan_check(&nplan, err, errlen);
 	if (ret)
 		goto failed_plan;
 	nls = calloc(nplan.n_limits, sizeof(*nls));
@@ -843,9 +850,11 @@ void kt_daemon_stop(struct kt_daemon *d)
 	char pin_dir[PATH_MAX];
 
 	snprintf(pin_dir, sizeof(pin_dir), "%s", d->bpf.pin_dir);
-	for (int i = 0; i < KT_MAX_CLIENTS; i++)
+	for (int i = 0; i < KT_MAX_CLIENTS; i++) {
 		if (d->clients[i].fd >= 0)
 			close(d->clients[i].fd);
+		free(d->clients[i].out.p);
+	}
 	/* A stop changes nothing the other nodes count: this node's members
 	 * stay in the pool and the kernel runs their lease out (then the
 	 * fallback, then closes), unless the next daemon renews it first (a

@@ -19,11 +19,18 @@
 #define KT_MAX_CLIENTS 16
 #define KT_CLIENT_TIMEOUT_NS 2000000000ull /* to send the command line */
 
+/* A reply being sent, non-blocking: p[off..len) is still to go. */
+struct kt_client_out {
+	char *p;
+	size_t len, off;
+};
+
 struct kt_client {
 	int fd;
 	char buf[256];
 	size_t len;
 	uint64_t since_ns;  /* accepted at */
+	struct kt_client_out out;
 };
 
 struct kt_daemon {

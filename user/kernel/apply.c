@@ -895,8 +895,9 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket
 
 	/* Plan: the kernel is only read, so any error leaves it untouched.
 	 * The config's own errors first, named as --check names them. */
-	if ((ret = kt_plan_check(plan, err, errlen)) || (ret = plan_ids(a, err, errlen)) || (ret = read_maps(a, err, errlen)) ||
-	    (ret = plan_slots(a, err, errlen)) || (ret = plan_rest(a, err, errlen)))
+	if ((ret = kt_plan_check(plan, err, errlen)) || (ret = plan_ids(a, err, errlen)) ||
+	    (ret = read_maps(a, err, errlen)) || (ret = plan_slots(a, err, errlen)) ||
+	    (ret = plan_rest(a, err, errlen)))
 		goto out;
 	for (i = 0; i < KT_MAX_BUCKETS; i++)
 		n_fresh += a->sa.state[i] == 2;
