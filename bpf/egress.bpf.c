@@ -8,6 +8,16 @@
  * the verdict also asks the stack to back off (congestion notification)
  * instead of blindly retransmitting.
  *
+ * TCP whose socket the fq qdisc schedules is paced instead (EDT): a packet
+ * the bucket cannot take now is given the departure time at which it
+ * conforms (skb->tstamp, which fq honours) and charged for then, up to
+ * KT_PACE_HORIZON_NS ahead; past that it is dropped as above. A drop stalls
+ * the TCP sender until its next ACK or a probe timer (200 ms or more), so
+ * with a small burst dropping holds it far below the rate; pacing holds it
+ * at the rate. Sockets fq does
+ * not schedule (loopback, another qdisc) keep the drop: a timestamp nobody
+ * honours would let the packet out at once.
+ *
  * Nothing that carries TCP or UDP passes uncharged for want of parsing:
  * IPv6 extension headers are walked up to KT_IPV6_EXT_MAX; a later fragment
  * (no ports), an ESP payload, a truncated or longer header chain is charged
@@ -167,6 +177,61 @@ static __always_inline void kt_refund_first(__u32 slot)
 	}
 }
 
+/* Whether fq schedules this TCP packet's socket: fq marks a socket whose
+ * packets it queues SK_PACING_FQ (and then honours skb->tstamp); TCP then
+ * leaves pacing to it. Anything else (no full TCP socket, another qdisc,
+ * loopback's none) is not known to honour a departure time. */
+static __always_inline int kt_fq_paces(struct __sk_buff *skb)
+{
+	struct bpf_sock *sk = skb->sk;
+	struct tcp_sock *tp;
+
+	if (!sk)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(sk);
+	return tp && tp->inet_conn.icsk_inet.sk.sk_pacing_status == SK_PACING_FQ;
+}
+
+/* Departure no earlier than `at` (CLOCK_MONOTONIC ns, the clock of
+ * skb->tstamp for TCP and of fq), nor than the one TCP set itself. */
+static __always_inline void kt_depart_at(struct __sk_buff *skb, __u64 at)
+{
+	if ((__s64)(at - skb->tstamp) > 0)
+		skb->tstamp = at;
+}
+
+/* A TCP packet refused by the bucket in `slot`: pace it instead when its
+ * departure lies within the horizon. Charges the bucket (in the limit's
+ * unit) and moves the packet from the throttled counters decide wrote to
+ * the admitted ones. 1 if paced, 0 to drop. */
+static __always_inline int kt_pace(struct __sk_buff *skb, __u32 slot, __u64 segs)
+{
+	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
+	struct kt_counters *c = bpf_map_lookup_elem(&kt_counters, &slot);
+	struct kt_limit_info *li;
+	__u64 wait, cost, mono;
+	__u32 id;
+
+	if (!b || !c)
+		return 0;
+	id = b->limit_id;
+	li = bpf_map_lookup_elem(&kt_limits, &id);
+	if (!li)
+		return 0;
+	cost = li->unit == KT_UNIT_BYTE ? skb->len : segs;
+	mono = bpf_ktime_get_ns();
+	if (kt_gcra_pace(b, bpf_ktime_get_boot_ns(), cost, KT_PACE_HORIZON_NS, &wait) != KT_ADMIT)
+		return 0;
+	kt_depart_at(skb, mono + wait);
+	if (c->throttled >= segs)
+		c->throttled -= segs;
+	if (c->throttled_bytes >= skb->len)
+		c->throttled_bytes -= skb->len;
+	c->admitted += segs;
+	c->admitted_bytes += skb->len;
+	return 1;
+}
+
 SEC("cgroup_skb/egress")
 int kt_egress(struct __sk_buff *skb)
 {
@@ -174,8 +239,8 @@ int kt_egress(struct __sk_buff *skb)
 	void *data_end = (void *)(long)skb->data_end;
 	struct kt_prefix_key key;
 	__u64 wait_ns, segs, dgrams, l4;
-	__u32 slot = ~0u;
-	int charged;
+	__u32 slot = ~0u, eslot = ~0u;
+	int charged, verdict;
 	int any_port;
 	__u16 port;
 	__u8 proto;
@@ -207,8 +272,17 @@ int kt_egress(struct __sk_buff *skb)
 
 	segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
 	cgid = bpf_skb_cgroup_id(skb);
-	if (kt_classify_and_decide(skb, 1, KT_HOOK_EGRESS, proto, &key, port, any_port, cgid, skb->len,
-				   segs, &wait_ns, 0) == KT_REFUSE)
+	verdict = kt_classify_and_decide(skb, 1, KT_HOOK_EGRESS, proto, &key, port, any_port, cgid,
+					 skb->len, segs, &wait_ns, &eslot);
+	if (proto == KT_PROTO_TCP && verdict != KT_PASS && eslot != ~0u && kt_fq_paces(skb)) {
+		if (verdict == KT_REFUSE && kt_pace(skb, eslot, segs))
+			return SKB_PASS;
+		/* admitted now: never before a packet of the same limit
+		 * paced earlier (fq would send it first, out of order) */
+		if (verdict == KT_ADMIT)
+			kt_depart_at(skb, bpf_ktime_get_ns());
+	}
+	if (verdict == KT_REFUSE)
 		return proto == KT_PROTO_TCP ? SKB_DROP_CN : SKB_DROP;
 	if (!(proto & KT_PROTO_UDP))
 		return SKB_PASS;

@@ -676,6 +676,108 @@ static void test_concurrent_cas(void **state)
 	}
 }
 
+/* ---- EDT pacing (kt_gcra_pace) ---- */
+
+/* A paced request departs exactly when kt_gcra_decide would first admit it
+ * (its refusal's wait), and leaves the bucket as that admission would. */
+static void test_pace_matches_decide(void **state)
+{
+	static const __u64 costs[] = { 1, 100, 1500, 64000 };
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(costs) / sizeof(costs[0]); i++) {
+		struct kt_bucket a = mk(1e6, 16384), p;
+		__u64 wd, wp, t;
+
+		/* drain, then one request each way */
+		drain(&a, T0, costs[i], 100000, NULL);
+		p = a;
+		assert_int_equal(kt_gcra_decide(&a, T0, costs[i], &wd), KT_REFUSE);
+		assert_int_equal(kt_gcra_pace(&p, T0, costs[i], KT_PACE_HORIZON_NS, &wp), KT_ADMIT);
+		assert_int_equal(wp, wd);
+		/* decide at the departure time: admitted, same tat */
+		t = T0 + wd;
+		assert_int_equal(kt_gcra_decide(&a, t, costs[i], &wd), KT_ADMIT);
+		assert_int_equal(a.tat, p.tat);
+	}
+	/* a bucket with room: departs now, charged as an admission */
+	struct kt_bucket a = mk(1e6, 16384), p = a;
+	__u64 w;
+	assert_int_equal(kt_gcra_pace(&p, T0, 1500, KT_PACE_HORIZON_NS, &w), KT_ADMIT);
+	assert_int_equal(w, 0);
+	assert_int_equal(kt_gcra_decide(&a, T0, 1500, &w), KT_ADMIT);
+	assert_int_equal(a.tat, p.tat);
+}
+
+/* A sender that never waits (everything queued at once): departures hold
+ * the rate and burst exactly, come in order, and stop at the horizon. */
+static void test_pace_rate_and_horizon(void **state)
+{
+	(void)state;
+	static const __u64 bursts[] = { 16384, 65536, 131072, 1048576 };
+
+	for (size_t i = 0; i < sizeof(bursts) / sizeof(bursts[0]); i++) {
+		struct kt_bucket b = mk(1e6, bursts[i]);
+		__u64 w, last = 0, bytes = 0, n = 0;
+
+		/* 1448-byte segments and 64 KiB TSO packets, alternating */
+		for (int k = 0; k < 100000; k++) {
+			__u64 cost = k % 2 ? 1448 : 65536;
+
+			if (kt_gcra_pace(&b, T0, cost, KT_PACE_HORIZON_NS, &w) != KT_ADMIT) {
+				assert_true(w > KT_PACE_HORIZON_NS);
+				break;
+			}
+			assert_true(w >= last); /* in order */
+			last = w;
+			bytes += cost;
+			n++;
+			/* what departed by now + w is within rate x w + burst, plus
+			 * one oversize packet when the burst is below 64 KiB */
+			double cap = 1e6 * (double)w / 1e9 + (double)bursts[i] +
+				     (bursts[i] < 65536 ? 65536.0 : 0.0) + 1;
+			if ((double)bytes > cap) {
+				print_error("burst %llu: %llu bytes by %llu ns, cap %.0f\n",
+					    (unsigned long long)bursts[i], (unsigned long long)bytes,
+					    (unsigned long long)w, cap);
+				fail();
+			}
+		}
+		/* the horizon ends it at about 2 s worth of bytes + burst */
+		assert_true(n > 0 && n < 100000);
+		assert_true(last <= KT_PACE_HORIZON_NS);
+		assert_true((double)bytes >= 1e6 * 2.0 + (double)bursts[i] - 65536 - 1448);
+		/* refused: nothing charged */
+		__u64 tat = b.tat;
+		assert_int_equal(kt_gcra_pace(&b, T0, 65536, KT_PACE_HORIZON_NS, &w), KT_REFUSE);
+		assert_int_equal(b.tat, tat);
+		/* and once the queue drained, departures are immediate again */
+		assert_int_equal(kt_gcra_pace(&b, T0 + 10 * SEC, 1448, KT_PACE_HORIZON_NS, &w),
+				 KT_ADMIT);
+		assert_int_equal(w, 0);
+	}
+}
+
+/* Closed bucket: refused with an infinite wait; a zero horizon is plain
+ * GCRA (admits only what conforms now). */
+static void test_pace_closed_and_zero_horizon(void **state)
+{
+	struct kt_bucket b = mk(1e6, 3000);
+	__u64 w;
+	(void)state;
+
+	b.interval_fp = 0;
+	assert_int_equal(kt_gcra_pace(&b, T0, 1500, KT_PACE_HORIZON_NS, &w), KT_REFUSE);
+	assert_true(w == ~0ULL);
+	assert_int_equal(b.tat, 0);
+
+	b = mk(1e6, 3000);
+	assert_int_equal(kt_gcra_pace(&b, T0, 1500, 0, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_pace(&b, T0, 1500, 0, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_pace(&b, T0, 1500, 0, &w), KT_REFUSE);
+	assert_int_equal(w, 1500 * US);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -695,6 +797,9 @@ int main(void)
 		cmocka_unit_test(test_validity_fallback),
 		cmocka_unit_test(test_fallback_switch_no_free_tokens),
 		cmocka_unit_test(test_concurrent_cas),
+		cmocka_unit_test(test_pace_matches_decide),
+		cmocka_unit_test(test_pace_rate_and_horizon),
+		cmocka_unit_test(test_pace_closed_and_zero_horizon),
 	};
 	return cmocka_run_group_tests_name("gcra", tests, NULL, NULL);
 }
