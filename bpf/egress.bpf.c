@@ -284,7 +284,9 @@ int kt_egress(struct __sk_buff *skb)
 	}
 	if (verdict == KT_REFUSE)
 		return proto == KT_PROTO_TCP ? SKB_DROP_CN : SKB_DROP;
-	if (!(proto & KT_PROTO_UDP))
+	/* datagram limits: the port filter first, so UDP to ports no such
+	 * limit covers never pays for the socket lookup */
+	if (!(proto & KT_PROTO_UDP) || (!any_port && !kt_port_may_match(KT_HOOK_SENDMSG, port)))
 		return SKB_PASS;
 	charged = kt_sendmsg_charged(skb);
 	dgrams = charged ? segs - 1 : segs;
