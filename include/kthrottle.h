@@ -295,24 +295,6 @@ static inline __u64 kt_tokens_to_ns(__u64 tokens, __u64 interval_fp)
 #define KT_READ_ONCE(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 #endif
 
-/*
- * GCRA: the bucket is one theoretical arrival time (tat). A request of `cost`
- * tokens conforms when, after charging it, tat is no further than the burst
- * tolerance (burst tokens worth of ns) ahead of now. Charging is a
- * compare-and-swap on tat, so concurrent CPUs never lose or double-spend a
- * token; on persistent contention it refuses, which errs below the limit.
- *
- * A single request larger than the whole burst (a 64 KiB GSO packet against a
- * small byte bucket) is admitted only when the bucket is full, and its excess
- * is carried as debt, so large units are never starved and the long-run rate
- * still holds.
- *
- * Time comparisons use signed differences, so the math stays correct across a
- * wrap of the 64-bit clock.
- *
- * Returns KT_ADMIT or KT_REFUSE; *wait_ns is how long until the same request
- * would conform (0 when admitted).
- */
 /* The interval and burst in force at `now`: the share while the lease
  * holds, then the fallback, then closed (interval 0). */
 static inline __u64 kt_bucket_params(const struct kt_bucket *b, __u64 now, __u64 *burst)
@@ -332,6 +314,50 @@ static inline __u64 kt_bucket_params(const struct kt_bucket *b, __u64 now, __u64
 	return KT_READ_ONCE(b->fallback_fp);
 }
 
+/* The tolerance (ns a bucket may run ahead of now) for a request of `cost`
+ * tokens, and *cost_ns, its price. Every charge rounds up to a whole ns, so
+ * the tolerance must hold burst/cost whole charges or the rounding eats the
+ * burst (3/s with burst 2 would pass 1). Capped like kt_tokens_to_ns. */
+static inline __u64 kt_gcra_tolerance(__u64 interval, __u64 burst, __u64 cost, __u64 *cost_ns)
+{
+	__u64 tau;
+
+	if (cost == 1) {
+		/* the common unit (connection, datagram, packet): no divide */
+		*cost_ns = interval > ~0ULL - (KT_FP_ONE - 1) ? KT_NS_CAP
+							      : (interval + (KT_FP_ONE - 1)) >> KT_FP_SHIFT;
+		tau = kt_mul_sat(burst, *cost_ns);
+	} else {
+		*cost_ns = kt_tokens_to_ns(cost, interval);
+		tau = kt_tokens_to_ns(burst, interval);
+		if (cost && cost <= burst) {
+			__u64 whole = kt_mul_sat(burst / cost, *cost_ns);
+
+			if (whole > tau)
+				tau = whole;
+		}
+	}
+	return tau > KT_NS_CAP ? KT_NS_CAP : tau;
+}
+
+/*
+ * GCRA: the bucket is one theoretical arrival time (tat). A request of `cost`
+ * tokens conforms when, after charging it, tat is no further than the burst
+ * tolerance (burst tokens worth of ns) ahead of now. Charging is a
+ * compare-and-swap on tat, so concurrent CPUs never lose or double-spend a
+ * token; on persistent contention it refuses, which errs below the limit.
+ *
+ * A single request larger than the whole burst (a 64 KiB GSO packet against a
+ * small byte bucket) is admitted only when the bucket is full, and its excess
+ * is carried as debt, so large units are never starved and the long-run rate
+ * still holds.
+ *
+ * Time comparisons use signed differences, so the math stays correct across a
+ * wrap of the 64-bit clock.
+ *
+ * Returns KT_ADMIT or KT_REFUSE; *wait_ns is how long until the same request
+ * would conform (0 when admitted).
+ */
 static inline int kt_gcra_decide(struct kt_bucket *b, __u64 now, __u64 cost, __u64 *wait_ns)
 {
 	__u64 burst;
@@ -344,26 +370,7 @@ static inline int kt_gcra_decide(struct kt_bucket *b, __u64 now, __u64 cost, __u
 		*wait_ns = ~0ULL;
 		return KT_REFUSE;
 	}
-	/* Every charge rounds up to a whole ns, so the tolerance must hold
-	 * burst/cost whole charges or the rounding eats the burst (3/s with
-	 * burst 2 would pass 1). Capped like kt_tokens_to_ns. */
-	if (cost == 1) {
-		/* the common unit (connection, datagram, packet): no divide */
-		cost_ns = interval > ~0ULL - (KT_FP_ONE - 1) ? KT_NS_CAP
-							     : (interval + (KT_FP_ONE - 1)) >> KT_FP_SHIFT;
-		tau = kt_mul_sat(burst, cost_ns);
-	} else {
-		cost_ns = kt_tokens_to_ns(cost, interval);
-		tau = kt_tokens_to_ns(burst, interval);
-		if (cost && cost <= burst) {
-			__u64 whole = kt_mul_sat(burst / cost, cost_ns);
-
-			if (whole > tau)
-				tau = whole;
-		}
-	}
-	if (tau > KT_NS_CAP)
-		tau = KT_NS_CAP;
+	tau = kt_gcra_tolerance(interval, burst, cost, &cost_ns);
 
 	for (i = 0; i < KT_CAS_RETRIES; i++) {
 		__u64 tat = KT_READ_ONCE(b->tat);
@@ -416,23 +423,7 @@ static inline int kt_gcra_pace(struct kt_bucket *b, __u64 now, __u64 cost, __u64
 	*wait_ns = ~0ULL;
 	if (interval == 0)
 		return KT_REFUSE;
-	/* the tolerance exactly as kt_gcra_decide computes it */
-	if (cost == 1) {
-		cost_ns = interval > ~0ULL - (KT_FP_ONE - 1) ? KT_NS_CAP
-							     : (interval + (KT_FP_ONE - 1)) >> KT_FP_SHIFT;
-		tau = kt_mul_sat(burst, cost_ns);
-	} else {
-		cost_ns = kt_tokens_to_ns(cost, interval);
-		tau = kt_tokens_to_ns(burst, interval);
-		if (cost && cost <= burst) {
-			__u64 whole = kt_mul_sat(burst / cost, cost_ns);
-
-			if (whole > tau)
-				tau = whole;
-		}
-	}
-	if (tau > KT_NS_CAP)
-		tau = KT_NS_CAP;
+	tau = kt_gcra_tolerance(interval, burst, cost, &cost_ns);
 
 	for (i = 0; i < KT_CAS_RETRIES; i++) {
 		__u64 tat = KT_READ_ONCE(b->tat);
