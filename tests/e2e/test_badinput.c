@@ -39,23 +39,10 @@ static int kthrottled(char **out, int uid, const char *a1, const char *a2)
 	return ktest_run_capture_as(argv, uid, out);
 }
 
-static int count_lines(const char *s)
-{
-	int n = 0;
-
-	for (; *s; s++)
-		n += *s == '\n';
-	return n;
-}
-
 /* Exactly one newline-terminated line. */
 static void assert_one_line(const char *out)
 {
-	size_t n = strlen(out);
-
-	print_message("output: %s", out);
-	assert_true(n > 0 && out[n - 1] == '\n');
-	assert_int_equal(count_lines(out), 1);
+	assert_true(ktest_is_one_line(out));
 }
 
 /* 1-based number of the first line of `file` that contains `needle`. */

@@ -38,22 +38,10 @@ static pid_t kids[MAX_KIDS]; /* fake daemons and flooders, killed in teardown */
 
 /* ---- helpers ---- */
 
-static int count_lines(const char *s)
-{
-	int n = 0;
-
-	for (; *s; s++)
-		n += *s == '\n';
-	return n;
-}
-
+/* Exactly one newline-terminated line. */
 static void assert_one_line(const char *out)
 {
-	size_t n = strlen(out);
-
-	print_message("output: %s", out);
-	assert_true(n > 0 && out[n - 1] == '\n');
-	assert_int_equal(count_lines(out), 1);
+	assert_true(ktest_is_one_line(out));
 }
 
 static const char *valid_body(char *buf, size_t len, const char *cgroup)
@@ -503,7 +491,7 @@ static void test_ctl_flood(void **state)
 			ok++;
 		} else {
 			failed++;
-			if (count_lines(out) != 1 || WEXITSTATUS(status) != 1) {
+			if (ktest_count_lines(out) != 1 || WEXITSTATUS(status) != 1) {
 				multi++;
 				print_message("run %d exit %d: %s", i, WEXITSTATUS(status), out);
 			}

@@ -52,23 +52,10 @@ static void bpffs_path(char *out, size_t len)
 	snprintf(out, len, "/sys/fs/bpf/kt-test-%d-x%d", getpid(), seq++);
 }
 
-static int count_lines(const char *s)
-{
-	int n = 0;
-
-	for (; *s; s++)
-		n += *s == '\n';
-	return n;
-}
-
 /* Exactly one newline-terminated line. */
 static void assert_one_line(const char *out)
 {
-	size_t n = strlen(out);
-
-	print_message("output: %s", out);
-	assert_true(n > 0 && out[n - 1] == '\n');
-	assert_int_equal(count_lines(out), 1);
+	assert_true(ktest_is_one_line(out));
 }
 
 static const char *valid_body(char *buf, size_t len)

@@ -625,3 +625,20 @@ double ktest_ramp_integral(double u)
 	return KTEST_RAMP_MIN * KTEST_RAMP_S + slope * KTEST_RAMP_S * KTEST_RAMP_S / 2 +
 	       KTEST_RAMP_MAX * (u - KTEST_RAMP_S);
 }
+
+int ktest_count_lines(const char *s)
+{
+	int n = 0;
+
+	for (; *s; s++)
+		n += *s == '\n';
+	return n;
+}
+
+bool ktest_is_one_line(const char *out)
+{
+	size_t n = strlen(out);
+
+	printf("output: %s", out);
+	return n > 0 && out[n - 1] == '\n' && ktest_count_lines(out) == 1;
+}

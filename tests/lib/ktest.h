@@ -66,6 +66,12 @@ int ktest_daemon_start_logged(struct ktest_daemon *d);
  * either way d is ready for ktest_daemon_cleanup. */
 int ktest_daemon_up(struct ktest_daemon *d, const char *yaml_body);
 
+/* Newlines in s. */
+int ktest_count_lines(const char *s);
+/* Prints `out` and says whether it is exactly one newline-terminated line
+ * (the shape of every error kthrottled and kthrottlectl print). */
+bool ktest_is_one_line(const char *out);
+
 /* Whole file as a malloc'd string; "" (also malloc'd) if it cannot be read,
  * so callers can strstr() it unchecked. */
 char *ktest_slurp(const char *path);
