@@ -36,7 +36,10 @@
 #include "bpf_loader.h"
 #include "cgroup.h"
 #include "classify.h"
+#include "connect.skel.h"
 #include "egress.skel.h"
+#include "sendmsg.skel.h"
+#include "sock.skel.h"
 #include "inspect.h"
 #include "ktest.h"
 
@@ -1379,6 +1382,37 @@ static void test_limits_per_cgroup(void **state)
 	free(st);
 }
 
+/* Verifier budget: every program verifies in a small share of the kernel's
+ * one-million-instruction limit. Header walks and two classifications on
+ * one path once blew through it (E2BIG at load): a change that multiplies
+ * the verifier's states fails here with the figure, before it fails to
+ * load on a kernel with a tighter budget. */
+#define KT_VERIFIER_BUDGET 500000 /* half the kernel limit; kt_egress needs about 306k today */
+
+static void test_verifier_budget(void **state)
+{
+	struct fx *f = fx_open(state);
+	struct bpf_object *objs[] = { f->b.connect->obj, f->b.sendmsg->obj, f->b.egress->obj,
+				      f->b.sock->obj };
+	struct bpf_program *prog;
+	int n = 0;
+
+	for (size_t i = 0; i < sizeof(objs) / sizeof(objs[0]); i++) {
+		bpf_object__for_each_program(prog, objs[i]) {
+			struct bpf_prog_info info = { 0 };
+			__u32 len = sizeof(info);
+
+			assert_int_equal(bpf_obj_get_info_by_fd(bpf_program__fd(prog), &info, &len), 0);
+			print_message("%-16s verified %6u instructions (budget %d)\n",
+				      bpf_program__name(prog), info.verified_insns, KT_VERIFIER_BUDGET);
+			assert_true(info.verified_insns > 0);
+			assert_true(info.verified_insns <= KT_VERIFIER_BUDGET);
+			n++;
+		}
+	}
+	assert_int_equal(n, 6); /* connect4/6, sendmsg4/6, egress, sock_create */
+}
+
 /* Runs last: every earlier test removed its pins and cgroups. */
 static void test_nothing_left(void **state)
 {
@@ -1417,6 +1451,7 @@ int main(void)
 		T(test_egress_burst_v4),
 		T(test_egress_burst_v6),
 		T(test_egress_isolation),
+		T(test_verifier_budget),
 		T(test_egress_unmatched),
 		T(test_egress_headers_charged),
 		T(test_egress_gso_per_segment),
