@@ -45,24 +45,6 @@ static void assert_one_line(const char *out)
 	assert_true(ktest_is_one_line(out));
 }
 
-/* 1-based number of the first line of `file` that contains `needle`. */
-static int line_of(const char *file, const char *needle)
-{
-	FILE *f = fopen(file, "r");
-	char line[1024];
-	int n = 0, found = 0;
-
-	if (!f)
-		return 0;
-	while (!found && fgets(line, sizeof(line), f)) {
-		n++;
-		if (strstr(line, needle))
-			found = n;
-	}
-	fclose(f);
-	return found;
-}
-
 static void assert_nothing_left(const struct ktest_daemon *d)
 {
 	assert_int_not_equal(access(d->pin_dir, F_OK), 0);
@@ -159,7 +141,7 @@ static void run_bad_cfg(const struct bad_cfg *c, const char *cgroup_arg, const c
 	assert_int_equal(ktest_daemon_init(d), 0);
 	snprintf(body, sizeof(body), c->body, cgroup_arg, cgroup_arg);
 	assert_int_equal(ktest_daemon_config(d, body), 0);
-	line = line_of(d->config, needle);
+	line = ktest_line_of(d->config, needle);
 	assert_true(line > 0);
 	rc = kthrottled(&out, -1, "--config", d->config);
 	assert_int_equal(rc, 2);

@@ -83,24 +83,6 @@ static void first_error(const char *out, char *line, size_t len)
 	snprintf(line, len, "%.*s", (int)(nl ? nl - s : (ptrdiff_t)strlen(s)), s);
 }
 
-/* 1-based line of d->config holding needle, 0 if none. */
-static int line_of(const char *file, const char *needle)
-{
-	FILE *f = fopen(file, "r");
-	char line[4096];
-	int n = 0, found = 0;
-
-	if (!f)
-		return 0;
-	while (!found && fgets(line, sizeof(line), f)) {
-		n++;
-		if (strstr(line, needle))
-			found = n;
-	}
-	fclose(f);
-	return found;
-}
-
 static int check(const char *config, char **out)
 {
 	return ktest_run_bin("kthrottled", out, "--config", config, "--check", NULL);
@@ -234,7 +216,7 @@ static void test_nine_limits_on_default_cidrs(void **state)
 	configure(body);
 	snprintf(want, sizeof(want),
 		 "kthrottled: error: %s:%d: limits[8] (l9): destination 0.0.0.0/0 is covered by more than 8 limits",
-		 dm.config, line_of(dm.config, "name: l9,"));
+		 dm.config, ktest_line_of(dm.config, "name: l9,"));
 
 	assert_int_equal(check(dm.config, &out), 2);
 	print_message("--check: %s", out);

@@ -642,3 +642,20 @@ bool ktest_is_one_line(const char *out)
 	printf("output: %s", out);
 	return n > 0 && out[n - 1] == '\n' && ktest_count_lines(out) == 1;
 }
+
+int ktest_line_of(const char *file, const char *needle)
+{
+	FILE *f = fopen(file, "r");
+	char line[4096];
+	int n = 0, found = 0;
+
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof(line), f)) {
+		n++;
+		if (strstr(line, needle))
+			found = n;
+	}
+	fclose(f);
+	return found;
+}

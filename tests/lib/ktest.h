@@ -66,6 +66,9 @@ int ktest_daemon_start_logged(struct ktest_daemon *d);
  * either way d is ready for ktest_daemon_cleanup. */
 int ktest_daemon_up(struct ktest_daemon *d, const char *yaml_body);
 
+/* 1-based number of the first line of `file` containing `needle`, 0 if none
+ * (or the file cannot be read): where an error message should point. */
+int ktest_line_of(const char *file, const char *needle);
 /* Newlines in s. */
 int ktest_count_lines(const char *s);
 /* Prints `out` and says whether it is exactly one newline-terminated line
