@@ -16,7 +16,10 @@
  * with a small burst dropping holds it far below the rate; pacing holds it
  * at the rate. Sockets fq does
  * not schedule (loopback, another qdisc) keep the drop: a timestamp nobody
- * honours would let the packet out at once.
+ * honours would let the packet out at once. So that they rarely meet it,
+ * the bucket of a byte limit is recorded per TCP socket (kt_sk_pace), and
+ * the sockops program paces the socket itself just below that rate (TCP
+ * internal pacing, which needs no fq).
  *
  * Nothing that carries TCP or UDP passes uncharged for want of parsing:
  * IPv6 extension headers are walked up to KT_IPV6_EXT_MAX; a later fragment
@@ -177,6 +180,55 @@ static __always_inline void kt_refund_first(__u32 slot)
 	}
 }
 
+/* The TCP sockets a byte limit charges, and its bucket (struct kt_sk_pace):
+ * the sockops program (sockops.bpf.c) paces them below the bucket's rate.
+ * Same definition there: shared through the pin. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct kt_sk_pace);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_sk_pace SEC(".maps");
+
+/* Records `slot` as the bucket of the packet's TCP socket when it is a
+ * byte limit's, for sockops to pace the socket by. A global function, so
+ * the verifier checks it once, not once per path through classification.
+ * One storage lookup when nothing changed (the common case). */
+__noinline int kt_note_pace(struct __sk_buff *skb, __u32 slot)
+{
+	struct bpf_sock *sk = skb->sk;
+	struct kt_limit_info *li;
+	struct kt_sk_pace *ps;
+	struct kt_bucket *b;
+	__u32 id;
+
+	if (!sk)
+		return 0;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk || sk->protocol != IPPROTO_TCP)
+		return 0;
+	ps = bpf_sk_storage_get(&kt_sk_pace, sk, 0, 0);
+	if (ps && ps->slot == slot)
+		return 0;
+	b = bpf_map_lookup_elem(&kt_buckets, &slot);
+	if (!b)
+		return 0;
+	id = b->limit_id;
+	li = bpf_map_lookup_elem(&kt_limits, &id);
+	if (!li || li->unit != KT_UNIT_BYTE) {
+		if (ps)
+			ps->slot = ~0u; /* another unit now: sockops unpaces it */
+		return 0;
+	}
+	if (!ps)
+		ps = bpf_sk_storage_get(&kt_sk_pace, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!ps)
+		return 0;
+	ps->slot = slot;
+	return 1;
+}
+
 /* Whether fq schedules this TCP packet's socket: fq marks a socket whose
  * packets it queues SK_PACING_FQ (and then honours skb->tstamp); TCP then
  * leaves pacing to it. Anything else (no full TCP socket, another qdisc,
@@ -274,6 +326,8 @@ int kt_egress(struct __sk_buff *skb)
 	cgid = bpf_skb_cgroup_id(skb);
 	verdict = kt_classify_and_decide(skb, 1, KT_HOOK_EGRESS, proto, &key, port, any_port, cgid,
 					 skb->len, segs, &wait_ns, &eslot);
+	if (proto == KT_PROTO_TCP && verdict != KT_PASS && eslot != ~0u)
+		kt_note_pace(skb, eslot);
 	if (proto == KT_PROTO_TCP && verdict != KT_PASS && eslot != ~0u && kt_fq_paces(skb)) {
 		if (verdict == KT_REFUSE && kt_pace(skb, eslot, segs))
 			return SKB_PASS;

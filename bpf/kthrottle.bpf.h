@@ -40,11 +40,11 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, KT_MAX_PREFIXES);
-	__type(key, struct kt_prefix_key);
-	__type(value, struct kt_rule_set);
+	__uint(max_entries, KT_MAX_DESTS);
+	__type(key, struct kt_dest_key);
+	__type(value, struct kt_dest_val);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kt_classify SEC(".maps");
+} kt_dests SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -80,39 +80,28 @@ static __always_inline int kt_port_may_match(__u32 hook, __u16 port)
 	return f && kt_port_filter_test(f, port);
 }
 
-/* Slot `v` gives `limit_id`, or -1 when the cgroup is no member of it. */
-static __always_inline __s64 kt_member_slot(const struct kt_member_val *v, __u32 limit_id)
+/* The kt_members list that decides for `cgid`: its own, or that of its
+ * nearest ancestor that is a member (processes in a pod's container
+ * sub-cgroups count against the pod). A member's list already holds the
+ * limits of the members it is nested in, so the first found is complete.
+ * `ctx` is the program context for the ancestor helper. */
+static __always_inline struct kt_member_val *kt_member_list(void *ctx, int is_skb, __u64 cgid)
 {
-	int i;
-
-	for (i = 0; i < KT_LIMITS_PER_CGROUP; i++) {
-		if (i >= v->count)
-			break;
-		if (v->ents[i].limit_id == limit_id)
-			return v->ents[i].slot;
-	}
-	return -1;
-}
-
-/* Bucket slot of the nearest ancestor of `cgid` that is a member of the
- * limit (processes in a pod's container sub-cgroups count against the pod),
- * or -1. `ctx` is the program context for the ancestor helper. */
-static __always_inline __s64 kt_ancestor_slot(void *ctx, int is_skb, __u64 cgid, __u32 limit_id)
-{
-	struct kt_member_val *v;
-	__s64 slot;
+	struct kt_member_val *v = bpf_map_lookup_elem(&kt_members, &cgid);
 	int level;
 
+	if (v)
+		return v;
 	for (level = KT_MAX_CGROUP_DEPTH - 1; level >= 1; level--) {
 		__u64 anc = is_skb ? bpf_skb_ancestor_cgroup_id(ctx, level)
 				   : bpf_get_current_ancestor_cgroup_id(level);
 		if (!anc || anc == cgid)
 			continue;
 		v = bpf_map_lookup_elem(&kt_members, &anc);
-		if (v && (slot = kt_member_slot(v, limit_id)) >= 0)
-			return slot;
+		if (v)
+			return v;
 	}
-	return -1;
+	return 0;
 }
 
 /* IPv4 destination as a full-length v4-mapped classifier key (::ffff:a.b.c.d). */
@@ -133,80 +122,84 @@ static __always_inline void kt_key_v4(struct kt_prefix_key *key, __u32 addr_be)
 #define KT_PORT_ANY 0x10000u
 
 /*
- * Classify a destination and, when a limit of this hook covers it and the
- * cgroup (or its nearest ancestor that is) is one of the limit's members,
- * charge its bucket: `bytes` for unit byte, else `units` (packets or
- * datagrams this call carries: a GSO send carries many). `key` is the
- * full-length classifier key of the destination, built in place by the
- * caller; port in host order (ignored with any_port); proto a KT_PROTO_*
- * mask. *slot_out (may be NULL) gets the bucket slot charged, if any.
+ * Classify a destination and charge the bucket of the limit that takes it:
+ * of the limits in the cgroup's list (kt_member_list) whose hook, protocol
+ * and port match and whose kt_dests prefixes cover the destination, the
+ * one with the most specific prefix, then the first in the config. At most
+ * KT_LIMITS_PER_CGROUP lookups, whatever the number of limits on the node.
+ * Charges `bytes` for unit byte, else `units` (packets or datagrams this
+ * call carries: a GSO send carries many). `key` is the full-length
+ * destination, built by the caller; port in host order (ignored with
+ * any_port); proto a KT_PROTO_* mask. *slot_out (may be NULL) gets the
+ * bucket slot charged, if any.
  */
 static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 hook, __u8 proto,
 						  struct kt_prefix_key *key, __u16 port, int any_port,
 						  __u64 cgid, __u64 bytes, __u64 units, __u64 *wait_ns,
 						  __u32 *slot_out)
 {
-	struct kt_member_val *own = 0;
-	struct kt_rule_set *rs;
-	int i, looked = 0;
+	struct kt_member_val *v;
+	struct kt_dest_key dk;
+	struct kt_bucket *b;
+	struct kt_counters *c;
+	__u32 best_prio = 0, slot = 0, unit = 0;
+	int i, verdict;
 
 	if (!any_port && !kt_port_may_match(hook, port))
 		return KT_PASS;
-
-	rs = bpf_map_lookup_elem(&kt_classify, key);
-	if (!rs)
+	v = kt_member_list(ctx, is_skb, cgid);
+	if (!v)
 		return KT_PASS;
 
-	for (i = 0; i < KT_RULES_PER_PREFIX; i++) {
-		struct kt_rule *r;
-		struct kt_bucket *b;
-		struct kt_counters *c;
-		__s64 found = -1;
-		__u32 slot;
-		int verdict;
+	dk.prefixlen = 32 + 128;
+	__builtin_memcpy(dk.addr, key->addr, 16);
+	for (i = 0; i < KT_LIMITS_PER_CGROUP; i++) {
+		struct kt_limit_info *li;
+		struct kt_dest_val *d;
+		__u32 id, prio;
 
-		if (i >= rs->count)
+		if (i >= v->count)
 			break;
-		r = &rs->rules[i];
-		if (r->hook != hook || !(r->proto_mask & proto) ||
-		    (!any_port && (port < r->port_lo || port > r->port_hi)))
+		id = v->ents[i].limit_id;
+		li = bpf_map_lookup_elem(&kt_limits, &id);
+		if (!li || kt_hook_for_unit(li->unit) != hook || !(li->proto_mask & proto) ||
+		    (!any_port && (port < li->port_lo || port > li->port_hi)))
 			continue;
-		/* the cgroup's own list: looked up once, at the first candidate */
-		if (!looked) {
-			own = bpf_map_lookup_elem(&kt_members, &cgid);
-			looked = 1;
-		}
-		if (own)
-			found = kt_member_slot(own, r->limit_id);
-		if (found < 0)
-			found = kt_ancestor_slot(ctx, is_skb, cgid, r->limit_id);
-		if (found < 0)
+		dk.limit_id = id;
+		d = bpf_map_lookup_elem(&kt_dests, &dk);
+		if (!d)
 			continue;
-		slot = (__u32)found;
-		if (slot_out)
-			*slot_out = slot;
-		b = bpf_map_lookup_elem(&kt_buckets, &slot);
-		c = bpf_map_lookup_elem(&kt_counters, &slot);
-		if (!b || !c)
-			return KT_PASS;
-		if (r->unit == KT_UNIT_BYTE)
-			verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), bytes, wait_ns);
-		else if (units == 1)
-			verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), 1, wait_ns);
-		else
-			verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), units, wait_ns);
-		/* Per-CPU counters, in the limit's tokens (a GSO send counts each
-		 * datagram): plain adds, no atomics on the hot path. */
-		if (verdict == KT_ADMIT) {
-			c->admitted += units;
-			c->admitted_bytes += bytes;
-		} else {
-			c->throttled += units;
-			c->throttled_bytes += bytes;
+		prio = kt_dest_priority(d);
+		if (prio > best_prio) {
+			best_prio = prio;
+			slot = v->ents[i].slot;
+			unit = li->unit;
 		}
-		return verdict;
 	}
-	return KT_PASS;
+	if (!best_prio)
+		return KT_PASS;
+	if (slot_out)
+		*slot_out = slot;
+	b = bpf_map_lookup_elem(&kt_buckets, &slot);
+	c = bpf_map_lookup_elem(&kt_counters, &slot);
+	if (!b || !c)
+		return KT_PASS;
+	if (unit == KT_UNIT_BYTE)
+		verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), bytes, wait_ns);
+	else if (units == 1)
+		verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), 1, wait_ns);
+	else
+		verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), units, wait_ns);
+	/* Per-CPU counters, in the limit's tokens (a GSO send counts each
+	 * datagram): plain adds, no atomics on the hot path. */
+	if (verdict == KT_ADMIT) {
+		c->admitted += units;
+		c->admitted_bytes += bytes;
+	} else {
+		c->throttled += units;
+		c->throttled_bytes += bytes;
+	}
+	return verdict;
 }
 
 /* connect and sendmsg hooks: classify the destination of a sock_addr call

@@ -12,30 +12,14 @@
 #define AF_INET6 10
 #define SOCK_RAW 3
 
-/* KT_MEMBER_NO_RAW on the cgroup or its nearest member ancestor. */
-static __always_inline int kt_raw_denied(__u64 cgid)
-{
-	struct kt_member_val *v = bpf_map_lookup_elem(&kt_members, &cgid);
-	int level;
-
-	if (v)
-		return v->flags & KT_MEMBER_NO_RAW;
-	for (level = KT_MAX_CGROUP_DEPTH - 1; level >= 1; level--) {
-		__u64 anc = bpf_get_current_ancestor_cgroup_id(level);
-
-		if (!anc || anc == cgid)
-			continue;
-		v = bpf_map_lookup_elem(&kt_members, &anc);
-		if (v)
-			return v->flags & KT_MEMBER_NO_RAW;
-	}
-	return 0;
-}
-
 SEC("cgroup/sock_create")
 int kt_sock_create(struct bpf_sock *sk)
 {
 	if (sk->type != SOCK_RAW || (sk->family != AF_INET && sk->family != AF_INET6))
 		return 1;
-	return kt_raw_denied(bpf_get_current_cgroup_id()) ? 0 : 1;
+	/* the list of the cgroup or its nearest member ancestor carries the
+	 * flags of every limit it is charged under */
+	struct kt_member_val *v = kt_member_list(sk, 0, bpf_get_current_cgroup_id());
+
+	return v && (v->flags & KT_MEMBER_NO_RAW) ? 0 : 1;
 }

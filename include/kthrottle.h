@@ -21,8 +21,7 @@
 #define KT_MAX_BUCKETS 4096      /* bucket slots, shared by all limits */
 #define KT_MAX_MEMBERSHIPS 8192  /* member cgroups (kt_members entries) */
 #define KT_LIMITS_PER_CGROUP 8   /* limits one cgroup may be a member of */
-#define KT_MAX_PREFIXES 4096     /* destination prefixes in the classifier */
-#define KT_RULES_PER_PREFIX 8    /* limits that may share one prefix */
+#define KT_MAX_DESTS 16384       /* (limit, destination prefix) pairs in kt_dests */
 #define KT_MAX_CGROUP_DEPTH 16   /* ancestor levels searched for nested cgroups */
 #define KT_CAS_RETRIES 8         /* bounded; contention past this refuses */
 
@@ -51,10 +50,21 @@ enum kt_hook {
 	KT_HOOK_EGRESS = 2,
 	KT_HOOK_COUNT
 };
+/* The hook that decides a unit (datagrams the sendmsg hooks cannot see are
+ * charged on egress, but under the sendmsg hook's rules). */
+static inline enum kt_hook kt_hook_for_unit(__u32 unit)
+{
+	return unit == KT_UNIT_CONNECTION ? KT_HOOK_CONNECT
+	       : unit == KT_UNIT_DATAGRAM ? KT_HOOK_SENDMSG
+					  : KT_HOOK_EGRESS;
+}
+
 /* Attach points beyond the classified hooks (bits in an attachment's hook
  * mask, after the enum's): cgroup/sock_create refuses raw sockets. Not a
  * kt_hook, so the pinned per-hook maps keep their size. */
 #define KT_ATTACH_SOCK_CREATE KT_HOOK_COUNT
+/* sockops: paces TCP sockets of byte limits (struct kt_sk_pace). */
+#define KT_ATTACH_SOCKOPS (KT_HOOK_COUNT + 1)
 
 enum kt_scope {
 	KT_SCOPE_POD = 0,  /* one bucket per (limit, attached cgroup) */
@@ -124,43 +134,60 @@ struct kt_member_ent {
 };
 
 struct kt_member_val {
-	__u32 count; /* entries in use, at most KT_LIMITS_PER_CGROUP */
-	__u32 flags; /* KT_MEMBER_* */
+	/* entries in use, at most KT_LIMITS_PER_CGROUP: first the cgroup's
+	 * own limits, then those of the member cgroups it is nested in
+	 * (nearest first), so one lookup finds every limit that may charge
+	 * the cgroup and its sub-cgroups without walking further up */
+	__u32 count;
+	__u16 flags; /* KT_MEMBER_* */
+	__u16 own;   /* ents[0..own) are the cgroup's own; 0 (older daemons): all */
 	struct kt_member_ent ents[KT_LIMITS_PER_CGROUP];
 };
 /* A limit of this cgroup does not allow raw IP sockets (they would bypass
  * its connection and datagram hooks): socket(SOCK_RAW) fails with EPERM. */
 #define KT_MEMBER_NO_RAW (1u << 0)
+
+/* Entries of `v` that are the cgroup's own memberships. */
+static inline __u32 kt_member_own(const struct kt_member_val *v)
+{
+	return v->own && v->own <= v->count ? v->own : v->count;
+}
 _Static_assert(sizeof(struct kt_member_val) == 8 + 8 * KT_LIMITS_PER_CGROUP, "kt_member_val layout");
 
-/* kt_classify (LPM trie): destination prefix -> rules. IPv4 is stored
- * v4-mapped (::ffff:a.b.c.d, prefix + 96) so one trie serves both families. */
+/* Destinations of a hook's traffic are 16-byte addresses; IPv4 is
+ * v4-mapped (::ffff:a.b.c.d, prefix + 96) so one trie serves both
+ * families. The programs build one per packet, prefixlen 128. */
 struct kt_prefix_key {
 	__u32 prefixlen;
 	__u8 addr[16];
 };
 _Static_assert(sizeof(struct kt_prefix_key) == 20, "kt_prefix_key layout");
 
-struct kt_rule {
+/* kt_dests (LPM trie): (limit, destination prefix) -> the limit covers it.
+ * Keyed by the limit first (its id is the key's first 32 bits, so
+ * prefixlen = 32 + the prefix's length in the 128-bit space), a lookup
+ * answers "does this limit cover this address, and how specifically" for
+ * one limit, whatever the number of limits on the same prefixes: a cgroup's
+ * packet looks up only its own (at most KT_LIMITS_PER_CGROUP) limits. */
+struct kt_dest_key {
+	__u32 prefixlen; /* 32 + prefix length */
 	__u32 limit_id;
-	__u16 port_lo;   /* host byte order, inclusive */
-	__u16 port_hi;
-	__u8 proto_mask; /* KT_PROTO_* */
-	__u8 hook;       /* enum kt_hook */
-	__u8 unit;       /* enum kt_unit */
-	__u8 pad;
+	__u8 addr[16];
 };
-_Static_assert(sizeof(struct kt_rule) == 12, "kt_rule layout");
+_Static_assert(sizeof(struct kt_dest_key) == 24, "kt_dest_key layout");
 
-/* Rules are ordered most specific prefix first; each prefix entry also holds
- * the rules of every shorter prefix that covers it, so a longest-prefix hit
- * never hides a broader limit on another port. */
-struct kt_rule_set {
-	__u32 count;
-	__u32 pad;
-	struct kt_rule rules[KT_RULES_PER_PREFIX];
+/* Of the limits that cover a packet, the most specific prefix wins, then
+ * the first in the config: priority = prefixlen << 16 | (0xffff - order). */
+struct kt_dest_val {
+	__u16 prefixlen; /* of the matched prefix, 0..128 (v4-mapped) */
+	__u16 order;     /* the limit's index in the config */
 };
-_Static_assert(sizeof(struct kt_rule_set) == 8 + 12 * KT_RULES_PER_PREFIX, "kt_rule_set layout");
+_Static_assert(sizeof(struct kt_dest_val) == 4, "kt_dest_val layout");
+
+static inline __u32 kt_dest_priority(const struct kt_dest_val *v)
+{
+	return ((__u32)v->prefixlen << 16) | (0xffffu - v->order);
+}
 
 /* kt_ports (array, KT_HOOK_COUNT entries): destination ports any rule of the
  * hook covers. Unmatched traffic stops here after one inlined array load. */
@@ -170,13 +197,17 @@ struct kt_port_filter {
 _Static_assert(sizeof(struct kt_port_filter) == 8192, "kt_port_filter layout");
 
 /* kt_limits (array, KT_MAX_LIMITS): names and settings, so a restarted daemon
- * maps limit names back to the ids the pinned buckets use. */
+ * maps limit names back to the ids the pinned buckets use; and the match of
+ * each limit the programs check before its kt_dests lookup. */
 struct kt_limit_info {
 	char name[KT_NAME_LEN];
 	__u8 in_use;
 	__u8 unit;
 	__u8 scope;
-	__u8 pad[5];
+	/* what the limit matches besides its kt_dests prefixes */
+	__u8 proto_mask; /* KT_PROTO_* */
+	__u16 port_lo;   /* destination ports, host order, inclusive */
+	__u16 port_hi;
 };
 _Static_assert(sizeof(struct kt_limit_info) == 40, "kt_limit_info layout");
 
@@ -213,6 +244,30 @@ struct kt_event {
 	__u8 pad[7];
 };
 _Static_assert(sizeof(struct kt_event) == 40, "kt_event layout");
+
+/* kt_sk_pace (socket storage, pinned): per TCP socket, the byte-unit bucket
+ * its packets were last charged to, so the sockops program can pace the
+ * socket itself (SO_MAX_PACING_RATE, TCP's internal pacing: no fq needed)
+ * just below that bucket's rate instead of letting the egress program drop
+ * it. The egress program writes `slot` (and creates the entry); the sockops
+ * program owns the other fields. Never written by userspace. */
+struct kt_sk_pace {
+	__u32 slot;         /* bucket slot last charged; ~0 = none */
+	__u32 flags;        /* KT_SK_PACE_* */
+	__u32 counted_slot; /* slot whose kt_pace_socks count holds this socket */
+	__u32 rate;         /* SO_MAX_PACING_RATE last set, bytes/s; 0 = never */
+	__u64 checked_ns;   /* kt clock ns of the last refresh */
+	__u32 cwnd_clamp;   /* TCP_BPF_SNDCWND_CLAMP last set, segments; 0 = never */
+	__u32 pad;
+};
+#define KT_SK_PACE_COUNTED (1u << 0) /* counted in kt_pace_socks[counted_slot] */
+_Static_assert(sizeof(struct kt_sk_pace) == 32, "kt_sk_pace layout");
+
+/* kt_pace_socks (array, KT_MAX_BUCKETS x __u32, pinned): paced TCP sockets
+ * per bucket slot, so sockets sharing a bucket split its rate. */
+#define KT_PACE_REFRESH_NS (10ULL * 1000000ULL) /* at most one refresh per socket per 10 ms */
+#define KT_PACE_PERCENT 95 /* pace payload at 95% of the bucket: skb->len counts headers */
+#define KT_PACE_MIN_RATE 1024u /* bytes/s: never pace a socket slower than this */
 
 static inline int kt_port_filter_test(const struct kt_port_filter *f, __u16 port)
 {

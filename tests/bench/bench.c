@@ -276,7 +276,8 @@ enum {
 	LIM_CONN_MATCH,   /* connect, 127.0.0.0/8 port lport[0]; member cg_kt */
 	LIM_CONN_REFUSE,  /* connect, 127.0.0.0/8 port refuse_port; member cg_kt */
 	LIM_USER,         /* egress, 198.51.100.0/24: a bucket only userspace touches */
-	N_LIMITS
+	LIM_SKB_WIDE,     /* 7 limits: egress, 0.0.0.0/0 port SKB_PORT_MATCH; member cg_plain */
+	N_LIMITS = LIM_SKB_WIDE + KT_LIMITS_PER_CGROUP - 1
 };
 
 #define SKB_PORT_MATCH 5000
@@ -335,6 +336,33 @@ static void limit_cfg(struct kt_limit_cfg *lc, const char *name, enum kt_unit un
 	lc->rl.cool_down_ns = 5000000000ull;
 	lc->rl.ttl_ns = 180000000000ull;
 	lc->store.kind = KT_STORE_LOCAL;
+}
+
+/* The test-run socket's membership: skb-match alone, or (full) a whole
+ * kt_members list, the seven skb-wide limits first and skb-match last, all
+ * covering the packet: the most LPM lookups one packet can cost. */
+static int set_self_members(struct bench_env *e, bool full)
+{
+	uint64_t ids[2] = { e->self_cgid, 0 };
+	struct kt_member_val v = { 0 };
+
+	if (full)
+		for (int i = LIM_SKB_WIDE; i < N_LIMITS; i++)
+			v.ents[v.count++] = (struct kt_member_ent){ .limit_id = e->limit_id[i],
+								    .slot = e->slot[i] };
+	v.ents[v.count++] = (struct kt_member_ent){ .limit_id = e->limit_id[LIM_SKB_MATCH],
+						    .slot = e->slot[LIM_SKB_MATCH] };
+	v.own = (__u16)v.count;
+	for (int i = 0; i < 2; i++) {
+		struct kt_member_key k = { .cgroup_id = ids[i] };
+
+		if (bpf_map_update_elem(e->bpf.members_fd, &k, &v, BPF_ANY) < 0) {
+			int ret = -errno;
+			fprintf(stderr, "bench: kt_members update: %s\n", strerror(-ret));
+			return ret;
+		}
+	}
+	return 0;
 }
 
 /* This process's cgroup v2 id (what a test-run skb's socket carries). */
@@ -489,6 +517,13 @@ static int env_setup(struct bench_env *e)
 		  8, e->refuse_port, e->cg_kt);
 	limit_cfg(&e->cfg.limits[LIM_USER], "user-gcra", KT_UNIT_PACKET, "198.51.100.0", 24, 1,
 		  e->cg_skb);
+	for (int i = LIM_SKB_WIDE; i < N_LIMITS; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "skb-wide%d", i - LIM_SKB_WIDE);
+		limit_cfg(&e->cfg.limits[i], name, KT_UNIT_PACKET, "0.0.0.0", 0, SKB_PORT_MATCH,
+			  e->cg_plain);
+	}
 
 	ret = kt_plan_resolve(&e->cfg, e->cg_mount, &e->plan, err, sizeof(err));
 	if (ret) {
@@ -526,19 +561,8 @@ static int env_setup(struct bench_env *e)
 		fprintf(stderr, "bench: cannot read this process's cgroup v2 id from /proc/self/cgroup\n");
 		return -ENOENT;
 	}
-	uint64_t ids[2] = { e->self_cgid, 0 };
-	for (int i = 0; i < 2; i++) {
-		struct kt_member_key k = { .cgroup_id = ids[i] };
-		struct kt_member_val v = { .count = 1,
-					   .ents[0] = { .limit_id = e->limit_id[LIM_SKB_MATCH],
-							.slot = e->slot[LIM_SKB_MATCH] } };
-
-		if (bpf_map_update_elem(e->bpf.members_fd, &k, &v, BPF_ANY) < 0) {
-			ret = -errno;
-			fprintf(stderr, "bench: kt_members update: %s\n", strerror(-ret));
-			return ret;
-		}
-	}
+	if ((ret = set_self_members(e, false)))
+		return ret;
 
 	e->empty = kt_bench_empty__open_and_load();
 	if (!e->empty) {
@@ -669,6 +693,7 @@ struct skb_case {
 	__u32 want_retval;
 	enum expect_count count;
 	double max_delta;
+	bool full_list; /* the cgroup in 8 limits that all cover the packet */
 };
 
 static int bench_skb(struct bench_env *e)
@@ -681,10 +706,12 @@ static int bench_skb(struct bench_env *e)
 		  C_REFUSE, 60 },
 		{ "egress (c) unmatched: port in no rule", "10.1.2.3", SKB_PORT_NORULE, B_HUGE, 1,
 		  C_NONE, 15 },
-		{ "egress (d) rule matched, cgroup not a member (ancestor walk)", "10.1.2.3",
+		{ "egress (d) port of a limit the cgroup is not in", "10.1.2.3",
 		  SKB_PORT_NOMEMBER, B_HUGE, 1, C_NONE, 60 },
 		{ "egress (e) unmatched: port in a rule, address in no prefix", "192.0.2.1",
 		  SKB_PORT_MATCH, B_HUGE, 1, C_NONE, 15 },
+		{ "egress (f) matched, the cgroup's 8 limits all cover it", "10.1.2.3",
+		  SKB_PORT_MATCH, B_HUGE, 1, C_ADMIT, 240, true },
 	};
 	enum { NC = sizeof(cases) / sizeof(cases[0]) };
 	const int rounds = g_quick ? 3 : 7;
@@ -715,6 +742,8 @@ static int bench_skb(struct bench_env *e)
 			if (g_stop)
 				return -EINTR;
 			set_bucket(e, slot, cases[c].bucket);
+			if (cases[c].full_list && (ret = set_self_members(e, true)))
+				return ret;
 			if (read_counters(e, slot, &before) ||
 			    read_counters(e, e->slot[LIM_SKB_NOMEMBER], &nb_before))
 				return -EIO;
@@ -726,6 +755,8 @@ static int bench_skb(struct bench_env *e)
 				fprintf(stderr, "bench: BPF_PROG_TEST_RUN: %s\n", strerror(-ret));
 				return ret;
 			}
+			if (cases[c].full_list && !ret)
+				ret = set_self_members(e, false);
 			base[nbase++] = ns_empty;
 			val[c][r] = ns_kt;
 			delta[c][r] = ns_kt - ns_empty;
@@ -1118,7 +1149,6 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char (*cgr
 		struct kt_limit_cfg *lc = &d->cfg.limits[i];
 		char addr[32];
 
-		/* one /24 each: a prefix holds at most KT_RULES_PER_PREFIX rules */
 		snprintf(name, sizeof(name), "tick-%d", i);
 		snprintf(addr, sizeof(addr), "10.%d.%d.0", i / 256, i % 256);
 		limit_cfg(lc, name, KT_UNIT_PACKET, addr, 24, 0, cgroups[i / KT_LIMITS_PER_CGROUP]);

@@ -40,6 +40,7 @@
 #include "egress.skel.h"
 #include "sendmsg.skel.h"
 #include "sock.skel.h"
+#include "sockops.skel.h"
 #include "inspect.h"
 #include "ktest.h"
 
@@ -212,9 +213,9 @@ static void program(struct fx *f, const struct lim *l, int n, uint64_t cgid,
 						.port_hi = l[i].hi, .cidrs = &c[i], .n_cidrs = 1 };
 	}
 	assert_int_equal(kt_classifier_build(in, n, &cls, err, sizeof(err)), 0);
-	for (i = 0; i < cls.n_entries; i++)
-		assert_int_equal(bpf_map_update_elem(f->b.classify_fd, &cls.entries[i].key,
-						     &cls.entries[i].set, BPF_ANY),
+	for (i = 0; i < cls.n_dests; i++)
+		assert_int_equal(bpf_map_update_elem(f->b.dests_fd, &cls.dests[i].key,
+						     &cls.dests[i].val, BPF_ANY),
 				 0);
 	for (__u32 h = 0; h < KT_HOOK_COUNT; h++)
 		assert_int_equal(bpf_map_update_elem(f->b.ports_fd, &h, &cls.ports[h], BPF_ANY), 0);
@@ -222,7 +223,11 @@ static void program(struct fx *f, const struct lim *l, int n, uint64_t cgid,
 	struct kt_member_val v = { .count = (__u32)n };
 
 	for (i = 0; i < n; i++) {
-		struct kt_limit_info li = { .in_use = 1, .unit = (__u8)l[i].unit };
+		struct kt_limit_info li = { .in_use = 1,
+					    .unit = (__u8)l[i].unit,
+					    .proto_mask = l[i].proto,
+					    .port_lo = l[i].lo,
+					    .port_hi = l[i].hi };
 
 		snprintf(li.name, sizeof(li.name), "lim%u", l[i].id);
 		assert_int_equal(bpf_map_update_elem(f->b.limits_fd, &l[i].id, &li, BPF_ANY), 0);
@@ -1281,6 +1286,72 @@ static void test_nested_members_charged_once(void **state)
 	free(out);
 }
 
+/* A member nested in another member is charged under the outer member's
+ * limits too (its kt_members list inherits them): the pod's limit holds for
+ * traffic of a container that is itself a member of another limit, and of
+ * that container's sub-cgroups; of the limits covering a call, the most
+ * specific prefix wins whichever member it comes from. */
+static void test_nested_members_inherit(void **state)
+{
+	struct fx *f = fx_open(state);
+	const char *pod = add_cgroup(f, "inh-pod");
+	const char *ctr = add_child_cgroup(f, pod, "ctr");
+	const char *sub = add_child_cgroup(f, ctr, "sub");
+	struct kt_member_key k = { .cgroup_id = ktest_cgroup_id(ctr) };
+	struct kt_member_val v;
+	uint16_t pa, pb;
+
+	serve(f, AF_INET, SOCK_STREAM, &pa);
+	serve(f, AF_INET, SOCK_STREAM, &pb);
+	const struct plim pl[] = {
+		/* the pod's: port pa, and the more specific /32 on pb */
+		{ "pod-a", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, pa, "0.0.0.0/0", 2, { pod } },
+		{ "pod-b", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, pb, "127.0.0.1/32", 3,
+		  { pod } },
+		/* the container's: port pb everywhere */
+		{ "ctr-b", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, pb, "0.0.0.0/0", 5, { ctr } },
+	};
+	apply(f, pl, 3);
+
+	assert_int_equal(bpf_map_lookup_elem(f->b.members_fd, &k, &v), 0);
+	assert_int_equal(v.count, 3);
+	assert_int_equal(v.own, 1);
+	assert_int_equal(v.ents[0].limit_id, f->plan.limits[2].id);
+
+	struct res r[4];
+	const struct op a3[] = { { OP_CONNECT, AF_INET, pa, 3 } };
+	run_ops(f, sub, a3, 1, r, 3);
+	expect(r, 2, 1, "connect to the pod's port from the container's sub-cgroup");
+	const struct op b4[] = { { OP_CONNECT, AF_INET, pb, 4 } };
+	run_ops(f, ctr, b4, 1, r, 4);
+	expect(r, 3, 1, "connect to 127.0.0.1 (the pod's /32 beats the container's /0)");
+	assert_int_equal(member_counters(f, 0, 0).admitted, 2);
+	assert_int_equal(member_counters(f, 1, 0).admitted, 3);
+	assert_int_equal(member_counters(f, 1, 0).throttled, 1);
+	struct kt_counters c = member_counters(f, 2, 0);
+	assert_int_equal(c.admitted + c.throttled, 0);
+
+	/* status shows each member under its own limits only */
+	struct kt_kstate *st = calloc(1, sizeof(*st));
+	assert_non_null(st);
+	assert_int_equal(kt_inspect_read(&f->b, st), 0);
+	const struct kt_klimit *kl = kt_inspect_find(st, "ctr-b");
+	assert_non_null(kl);
+	assert_int_equal(kl->n_members, 1);
+	kl = kt_inspect_find(st, "pod-a");
+	assert_non_null(kl);
+	assert_int_equal(kl->n_members, 1);
+	assert_int_equal(kl->members[0].cgroup_id, ktest_cgroup_id(pod));
+	free(st);
+
+	/* a reload keeps every bucket: inherited entries are not memberships */
+	uint32_t slots[3] = { f->plan.limits[0].members[0].slot, f->plan.limits[1].members[0].slot,
+			      f->plan.limits[2].members[0].slot };
+	apply(f, pl, 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(f->plan.limits[i].members[0].slot, slots[i]);
+}
+
 /* Pod scope: a bucket per member cgroup. Node scope: one bucket shared by
  * every member. */
 static void test_scopes(void **state)
@@ -1335,7 +1406,6 @@ static void test_limits_per_cgroup(void **state)
 
 	assert_non_null(st);
 	for (int i = 0; i <= KT_LIMITS_PER_CGROUP; i++) {
-		/* a prefix each: one prefix holds only KT_RULES_PER_PREFIX rules */
 		snprintf(names[i], sizeof(names[i]), "many%d", i);
 		snprintf(cidrs[i], sizeof(cidrs[i]), "127.0.%d.1/32", i);
 		pl[i] = (struct plim){ names[i], KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP,
@@ -1393,7 +1463,7 @@ static void test_verifier_budget(void **state)
 {
 	struct fx *f = fx_open(state);
 	struct bpf_object *objs[] = { f->b.connect->obj, f->b.sendmsg->obj, f->b.egress->obj,
-				      f->b.sock->obj };
+				      f->b.sock->obj, f->b.sockops->obj };
 	struct bpf_program *prog;
 	int n = 0;
 
@@ -1410,7 +1480,7 @@ static void test_verifier_budget(void **state)
 			n++;
 		}
 	}
-	assert_int_equal(n, 6); /* connect4/6, sendmsg4/6, egress, sock_create */
+	assert_int_equal(n, 7); /* connect4/6, sendmsg4/6, egress, sock_create, sockops */
 }
 
 /* Runs last: every earlier test removed its pins and cgroups. */
@@ -1463,6 +1533,7 @@ int main(void)
 		T(test_sendmsg),
 		T(test_nested_cgroup),
 		T(test_nested_members_charged_once),
+		T(test_nested_members_inherit),
 		T(test_scopes),
 		T(test_limits_per_cgroup),
 		cmocka_unit_test(test_nothing_left),

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <bpf/bpf.h>
 #include <cmocka.h>
 
@@ -29,6 +30,7 @@
 
 static struct fixture {
 	char cg[N_CG][PATH_MAX];
+	char nested[PATH_MAX]; /* inside CG0, when a test made it */
 	char cg_mount[PATH_MAX];
 	char tmp[PATH_MAX];
 	char pin[PATH_MAX];
@@ -121,20 +123,28 @@ static const char *plan_b(char *buf, size_t len, const char *extra)
 	return buf;
 }
 
-/* Nine limits on one prefix: more than KT_RULES_PER_PREFIX, so the
- * classifier refuses it, after 18 buckets would have been planned. */
-static const char *plan_bad(char *buf, size_t len)
+/* CG0 in eight limits (with CG1..CG5, 16 buckets planned), and `nested`, a
+ * cgroup inside CG0, in a ninth: with the eight it inherits from CG0 that
+ * is more than a kt_members list holds, so the plan refuses it. */
+static const char *plan_bad(char *buf, size_t len, const char *nested)
 {
 	size_t n = 0;
 
-	for (int i = 0; i < KT_RULES_PER_PREFIX + 1; i++)
+	for (int i = 0; i <= KT_LIMITS_PER_CGROUP; i++) {
+		char cgs[PATH_MAX + 16];
+
+		if (i < KT_LIMITS_PER_CGROUP)
+			snprintf(cgs, sizeof(cgs), "CG0, CG%d", 1 + i % (N_CG - 1));
+		else
+			snprintf(cgs, sizeof(cgs), "%s", nested);
 		n += snprintf(buf + n, len - n,
 			      "  - name: bad-%d\n"
-			      "    cgroups: [CG%d, CG%d]\n"
+			      "    cgroups: [%s]\n"
 			      "    match: {cidrs: [10.3.0.0/16], ports: %d}\n"
 			      "    unit: packet\n"
 			      "    rateLimit: {max: %d}\n",
-			      i, i % N_CG, (i + 1) % N_CG, 7000 + i, 10 + i);
+			      i, cgs, 7000 + i, 10 + i);
+	}
 	assert_true(n < len);
 	return buf;
 }
@@ -178,7 +188,7 @@ struct dump {
 	int n_sections;
 };
 
-static const char *const section_names[] = { "kt_limits", "kt_members", "kt_classify",
+static const char *const section_names[] = { "kt_limits", "kt_members", "kt_dests",
 					     "kt_ports",  "kt_buckets", "kt_counters",
 					     "links" };
 
@@ -283,7 +293,7 @@ static void take_dump(struct dump *d)
 	memset(d, 0, sizeof(*d));
 	dump_map(d, fx.b.limits_fd);
 	dump_map(d, fx.b.members_fd);
-	dump_map(d, fx.b.classify_fd);
+	dump_map(d, fx.b.dests_fd);
 	dump_map(d, fx.b.ports_fd);
 	d->section[d->n_sections++] = d->len;
 	put(d, fx.b.buckets, (size_t)KT_MAX_BUCKETS * sizeof(struct kt_bucket)); /* the mmap */
@@ -421,6 +431,8 @@ static int teardown(void **state)
 		kt_bpf_close(&fx.b);
 	if (fx.pin[0] && kt_bpf_cleanup(fx.pin, err, sizeof(err)))
 		fprintf(stderr, "cleanup of %s: %s\n", fx.pin, err);
+	if (fx.nested[0])
+		rmdir(fx.nested);
 	for (int i = 0; i < N_CG; i++)
 		if (fx.cg[i][0])
 			ktest_cgroup_destroy(fx.cg[i]);
@@ -508,8 +520,8 @@ static void test_failed_apply_changes_nothing(void **state)
 	assert_true(has_link(b->limits[1].members[1].cgid, "kt_egress"));
 }
 
-/* A config the classifier refuses, 600 times: no slot leaks, and B then
- * fits with exactly its own buckets in use. */
+/* A config the plan refuses, 600 times: no slot leaks, and B then fits
+ * with exactly its own buckets in use. */
 static void test_rejected_apply_leaks_nothing(void **state)
 {
 	char err[KT_ERR_LEN], buf[8192];
@@ -522,12 +534,16 @@ static void test_rejected_apply_leaks_nothing(void **state)
 	if (apply(a, false, err, sizeof(err)))
 		fail_msg("plan A: %s", err);
 	take_dump(&before);
-	bad = load_plan("bad", plan_bad(buf, sizeof(buf)));
+	snprintf(fx.nested, sizeof(fx.nested), "%s/nested", fx.cg[0]);
+	assert_int_equal(mkdir(fx.nested, 0755), 0);
+	bad = load_plan("bad", plan_bad(buf, sizeof(buf), fx.nested));
 	for (int i = 0; i < 600; i++) {
 		assert_int_equal(apply(bad, false, err, sizeof(err)), -E2BIG);
 		if (i == 0)
 			print_message("rejected: %s\n", err);
 	}
+	assert_non_null(strstr(err, "limits[8] (bad-8)"));
+	assert_non_null(strstr(err, "counting those of"));
 	take_dump(&after);
 	assert_same_dump(&before, &after, "600 rejected applies");
 	free_dump(&after);

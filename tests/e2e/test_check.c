@@ -5,7 +5,8 @@
  * every examples/<name>.yaml (cgroups swapped for test cgroups, stores pointed
  * at a port nobody listens on), the suite's edge cases at the kernel tables'
  * limits, and bad configs for each kind of check (parser, cgroups, store,
- * limits per cgroup, limits per destination). Also: the reload of a config
+ * limits per cgroup, nested ones included). 1,024 limits on the default
+ * cidrs check, start and each hold its own port. Also: the reload of a config
  * --check refuses is rejected with the same message, and --check needs no
  * root. Every start is bounded (5 s) and the whole test by an alarm; pins,
  * sockets, temp dirs and cgroups are removed. */
@@ -32,6 +33,9 @@
 static char cg[N_CG][PATH_MAX];
 static int ports[3]; /* free and distinct: stores that are never reached */
 static struct ktest_daemon dm;
+#define BIG_CGS (1024 / 8)
+static char big_cg[BIG_CGS][PATH_MAX]; /* test_1024_limits_on_default_cidrs */
+static void destroy_big_cgroups(void);
 
 /* ---- helpers ---- */
 
@@ -174,6 +178,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
 	(void)state;
+	destroy_big_cgroups();
 	if (cg[N_CG - 1][0])
 		ktest_cgroup_destroy(cg[N_CG - 1]);
 	for (int i = 0; i < N_CG - 1; i++)
@@ -202,37 +207,85 @@ static int teardown(void **state)
 
 static const char nine_cgroups[] = "012345678";
 
-/* Nine limits with the default cidrs on different cgroups and ports:
- * --check and a start both refuse it, naming file, line and the ninth
- * limit, exit 2, nothing pinned. */
-static void test_nine_limits_on_default_cidrs(void **state)
+/* KT_MAX_LIMITS (1,024) limits on the default cidrs (every destination of
+ * both families), eight to a cgroup on 128 cgroups, each on its own port:
+ * --check accepts it, the daemon starts with all of them, and each cgroup
+ * is held by its own limits and no other's. */
+static void destroy_big_cgroups(void)
 {
-	char body[4096], want[1024], got[1024], *out = NULL, *log;
-	int rc = -1;
+	for (int i = 0; i < BIG_CGS; i++)
+		if (big_cg[i][0]) {
+			ktest_cgroup_destroy(big_cg[i]);
+			big_cg[i][0] = 0;
+		}
+}
+
+static void test_1024_limits_on_default_cidrs(void **state)
+{
+	size_t cap = 1024 * (PATH_MAX + 200), len = 0;
+	char *body = malloc(cap), *out = NULL, *status;
+	int base = 20000, rc = -1;
+	double n;
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	limits_body(body, sizeof(body), 9, nine_cgroups, "");
-	configure(body);
-	snprintf(want, sizeof(want),
-		 "kthrottled: error: %s:%d: limits[8] (l9): destination 0.0.0.0/0 is covered by more than 8 limits",
-		 dm.config, ktest_line_of(dm.config, "name: l9,"));
+	assert_non_null(body);
+	for (int i = 0; i < BIG_CGS; i++) {
+		char name[32];
 
-	assert_int_equal(check(dm.config, &out), 2);
+		snprintf(name, sizeof(name), "big%d", i);
+		assert_int_equal(ktest_cgroup_create(name, big_cg[i], sizeof(big_cg[i])), 0);
+	}
+	len += (size_t)snprintf(body + len, cap - len, "limits:\n");
+	for (int i = 0; i < 1024; i++)
+		len += (size_t)snprintf(body + len, cap - len,
+					"  - {name: l%d, cgroups: [%s], unit: connection, burst: 3, match: {ports: %d}, rateLimit: {max: 2}}\n",
+					i, big_cg[i / 8], base + i);
+	assert_true(len < cap);
+	assert_int_equal(ktest_daemon_init(&dm), 0);
+	assert_int_equal(ktest_daemon_config(&dm, body), 0);
+	free(body);
+
+	assert_int_equal(check(dm.config, &out), 0);
 	print_message("--check: %s", out);
-	first_error(out, got, sizeof(got));
-	assert_string_equal(got, want);
 	free(out);
+	uint64_t t0 = ktest_now_ns();
+	if (ktest_daemon_start(&dm, 60000, &rc) != 0) {
+		char *log = ktest_slurp(dm.log);
+		print_error("start failed (%d):\n%s\n", rc, log);
+		free(log);
+		destroy_big_cgroups();
+		fail();
+	}
+	print_message("started with 1024 limits in %.2f s\n", (ktest_now_ns() - t0) / 1e9);
+	status = ktest_daemon_cmd(&dm, "status json");
+	assert_non_null(status);
+	assert_true(ktest_json_limit_num(status, "l0", "max", &n) || strstr(status, "\"l0\""));
+	assert_non_null(strstr(status, "\"l1023\""));
+	free(status);
 
-	assert_int_equal(ktest_daemon_start(&dm, 5000, &rc), -1);
-	assert_int_equal(rc, 2);
-	log = ktest_slurp(dm.log);
-	print_message("start: %s", log);
-	first_error(log, got, sizeof(got));
-	free(log);
-	assert_string_equal(got, want);
-	assert_int_not_equal(access(dm.pin_dir, F_OK), 0);
-	assert_int_not_equal(access(dm.socket, F_OK), 0);
+	/* TCP connects with nobody listening: admitted ones fail with
+	 * ECONNREFUSED (kt-load's errors), refused ones with EBUSY */
+	static const int probe[][2] = { { 0, 0 }, { 5, 3 }, { 127, 7 } };
+	for (size_t p = 0; p < sizeof(probe) / sizeof(probe[0]); p++) {
+		int c = probe[p][0], lim = c * 8 + probe[p][1];
+		struct ktest_load own, other;
+
+		assert_int_equal(ktest_load(big_cg[c], "tcp", "127.0.0.1", base + lim, 0.5, &own), 0);
+		/* the next cgroup's limit on the same destinations: not ours */
+		int far = ((c + 1) % BIG_CGS) * 8;
+		assert_int_equal(ktest_load(big_cg[c], "tcp", "127.0.0.1", base + far, 0.2, &other), 0);
+		print_message("cgroup big%d: port of l%d: admitted %llu refused %llu; port of l%d: admitted %llu refused %llu\n",
+			      c, lim, own.ok + own.errors, own.refused, far, other.ok + other.errors,
+			      other.refused);
+		assert_true(own.ok + own.errors >= 3);
+		assert_true(own.ok + own.errors <= 3 + 2); /* burst + 0.5 s at 2/s, rounded up */
+		assert_true(own.refused > 0);
+		assert_int_equal(other.refused, 0);
+		assert_true(other.ok + other.errors > 10);
+	}
+	ktest_daemon_cleanup(&dm);
+	destroy_big_cgroups();
 }
 
 /* A running daemon rejects the reload of that config with the same message
@@ -251,7 +304,7 @@ static void test_reload_rejects_with_check_message(void **state)
 	free(b);
 	assert_int_equal(ktest_daemon_start_logged(&dm), 0);
 
-	limits_body(body, sizeof(body), 9, nine_cgroups, "");
+	limits_body(body, sizeof(body), 9, NULL, ""); /* 9 on one cgroup */
 	b = subst(body);
 	assert_int_equal(ktest_daemon_config(&dm, b), 0);
 	free(b);
@@ -298,7 +351,7 @@ static void test_check_needs_no_root(void **state)
 	assert_non_null(strstr(out, ": ok, 8 limit(s)"));
 	free(out);
 
-	limits_body(body, sizeof(body), 9, nine_cgroups, "");
+	limits_body(body, sizeof(body), 9, NULL, ""); /* 9 on one cgroup */
 	{
 		char *b = subst(body);
 		assert_int_equal(ktest_daemon_config(&dm, b), 0);
@@ -392,10 +445,12 @@ static void test_edge_configs_check_and_start(void **state)
 	KTEST_SKIP_UNLESS_ROOT();
 	limits_body(body, sizeof(body), 8, NULL, "");
 	assert_int_equal(parity("8 limits on one cgroup (the most)", body), 0);
-	limits_body(body, sizeof(body), 8, nine_cgroups, "");
-	assert_int_equal(parity("8 limits on the default cidrs (the most)", body), 0);
+	limits_body(body, sizeof(body), 9, nine_cgroups, "");
+	assert_int_equal(parity("9 limits on the default cidrs", body), 0);
 	limits_body(body, sizeof(body), 8, nine_cgroups, "cidrs: [10.0.0.0/8]");
-	assert_int_equal(parity("8 limits on one prefix (the most)", body), 0);
+	cat(body, sizeof(body),
+	    "  - {name: narrow, cgroups: [@8], unit: packet, match: {cidrs: [10.1.0.0/16]}, rateLimit: {max: 10}}\n");
+	assert_int_equal(parity("9 limits on one prefix, the ninth narrower", body), 0);
 	assert_int_equal(parity("nested member cgroups",
 				"limits:\n"
 				"  - {name: outer, cgroups: [@0], unit: datagram, rateLimit: {max: 10}}\n"
@@ -421,12 +476,10 @@ static void test_bad_configs_check_and_start(void **state)
 	KTEST_SKIP_UNLESS_ROOT();
 	limits_body(body, sizeof(body), 9, NULL, "");
 	assert_int_equal(parity("9 limits on one cgroup", body), 2);
-	limits_body(body, sizeof(body), 9, nine_cgroups, "");
-	assert_int_equal(parity("9 limits on the default cidrs", body), 2);
-	limits_body(body, sizeof(body), 8, nine_cgroups, "cidrs: [10.0.0.0/8]");
+	limits_body(body, sizeof(body), 8, NULL, "");
 	cat(body, sizeof(body),
-	    "  - {name: narrow, cgroups: [@8], unit: packet, match: {cidrs: [10.1.0.0/16]}, rateLimit: {max: 10}}\n");
-	assert_int_equal(parity("9 limits on one prefix, the ninth narrower", body), 2);
+	    "  - {name: inner, cgroups: [@9], unit: packet, match: {ports: 2001}, rateLimit: {max: 10}}\n");
+	assert_int_equal(parity("8 limits on a cgroup and 1 on a cgroup nested in it", body), 2);
 	assert_int_equal(parity("an unknown key",
 				"limits:\n"
 				"  - {name: a, cgroups: [@0], unit: packet, bogusKey: 1, rateLimit: {max: 10}}\n"),
@@ -447,7 +500,7 @@ static void test_bad_configs_check_and_start(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_nine_limits_on_default_cidrs, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_1024_limits_on_default_cidrs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reload_rejects_with_check_message, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_check_needs_no_root, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_examples_check_and_start, setup, teardown),

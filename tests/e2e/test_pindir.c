@@ -384,7 +384,7 @@ static void assert_cleanup_refused(const char *dir, const char *reason)
 static void test_cleanup_refuses_plain_dir(void **state)
 {
 	static const char *const files[] = { "kt_buckets", "kt_counters", "kt_members",
-					     "kt_classify", "kt_ports",	 "kt_limits",
+					     "kt_dests", "kt_ports",	 "kt_limits",
 					     "kt_leases",  "kt_other",	 "links/1-kt_connect4",
 					     "links/2-kt_egress" };
 	char tmp[PATH_MAX], p[PATH_MAX + 64];

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* The classifier the daemon writes into kt_classify / kt_ports, checked
- * through kt_classifier_lookup (the same walk the BPF programs do): CIDRs of
- * both families, longest prefix, inheritance of broader limits, ports,
- * protocols, hooks, and the per-prefix rule limit. */
+/* The classifier the daemon writes into kt_dests / kt_limits / kt_ports,
+ * checked through kt_classifier_lookup (the same choice the BPF programs
+ * make): CIDRs of both families, most specific prefix then config order,
+ * broader limits on other ports, ports, protocols, hooks, membership, and
+ * 1,024 limits on one prefix. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <setjmp.h>
@@ -100,15 +101,22 @@ static int look(const struct built *b, const char *a, enum kt_hook h, uint8_t pr
 	return kt_classifier_lookup(&b->c, addr(a), h, proto, port);
 }
 
-static const struct kt_prefix_entry *entry(const struct built *b, const char *c)
+/* The kt_dests entry of limit `id` for prefix `c`. */
+static const struct kt_dest_entry *entry(const struct built *b, uint32_t id, const char *c)
 {
 	struct kt_cidr k = cidr(c);
 
-	for (int i = 0; i < b->c.n_entries; i++)
-		if (b->c.entries[i].key.prefixlen == k.prefixlen &&
-		    !memcmp(b->c.entries[i].key.addr, k.addr, 16))
-			return &b->c.entries[i];
+	for (int i = 0; i < b->c.n_dests; i++)
+		if (b->c.dests[i].key.limit_id == id && b->c.dests[i].key.prefixlen == 32u + k.prefixlen &&
+		    !memcmp(b->c.dests[i].key.addr, k.addr, 16))
+			return &b->c.dests[i];
 	return NULL;
+}
+
+static int look_in(const struct built *b, const char *a, enum kt_hook h, uint8_t proto,
+		   uint16_t port, const uint32_t *members, int n)
+{
+	return kt_classifier_lookup_in(&b->c, addr(a), h, proto, port, members, n);
 }
 
 static int port_bit(const struct built *b, enum kt_hook h, unsigned port)
@@ -135,8 +143,10 @@ static void test_v4_cidr(void **state)
 
 	build(&b, r, 1);
 	assert_int_equal(b.ret, 0);
-	assert_int_equal(b.c.n_entries, 1);
-	assert_int_equal(b.c.entries[0].key.prefixlen, 96 + 8);
+	assert_int_equal(b.c.n_dests, 1);
+	assert_int_equal(b.c.dests[0].key.prefixlen, 32 + 96 + 8);
+	assert_int_equal(b.c.dests[0].key.limit_id, 7);
+	assert_int_equal(b.c.dests[0].val.prefixlen, 96 + 8);
 	assert_int_equal(look(&b, "10.0.0.0", KT_HOOK_CONNECT, TCP, 80), 7);
 	assert_int_equal(look(&b, "10.255.255.255", KT_HOOK_CONNECT, TCP, 80), 7);
 	assert_int_equal(look(&b, "9.255.255.255", KT_HOOK_CONNECT, TCP, 80), -1);
@@ -145,7 +155,7 @@ static void test_v4_cidr(void **state)
 	assert_int_equal(look(&b, "a00::1", KT_HOOK_CONNECT, TCP, 80), -1);
 	assert_int_equal(look(&b, "::a00:1", KT_HOOK_CONNECT, TCP, 80), -1);
 	kt_classifier_free(&b.c);
-	assert_null(b.c.entries);
+	assert_null(b.c.dests);
 
 	/* odd prefix lengths: 192.168.4.0/22 is .4.0 - .7.255 */
 	static const struct rule r2[] = {
@@ -153,7 +163,7 @@ static void test_v4_cidr(void **state)
 	};
 	build(&b, r2, 1);
 	assert_int_equal(b.ret, 0);
-	assert_int_equal(b.c.n_entries, 2);
+	assert_int_equal(b.c.n_dests, 2);
 	assert_int_equal(look(&b, "192.168.3.255", KT_HOOK_SENDMSG, UDP, 53), -1);
 	assert_int_equal(look(&b, "192.168.4.0", KT_HOOK_SENDMSG, UDP, 53), 1);
 	assert_int_equal(look(&b, "192.168.7.255", KT_HOOK_SENDMSG, UDP, 53), 1);
@@ -211,17 +221,17 @@ static void test_longest_prefix(void **state)
 		/* config order does not decide between different prefix lengths */
 		build(&b, pass ? rev : r, 4);
 		assert_int_equal(b.ret, 0);
-		assert_int_equal(b.c.n_entries, 4);
+		assert_int_equal(b.c.n_dests, 4);
 		assert_int_equal(look(&b, "10.9.9.9", KT_HOOK_CONNECT, TCP, 80), 1);
 		assert_int_equal(look(&b, "10.1.9.9", KT_HOOK_CONNECT, TCP, 80), 2);
 		assert_int_equal(look(&b, "10.1.2.9", KT_HOOK_CONNECT, TCP, 80), 3);
 		assert_int_equal(look(&b, "10.1.2.3", KT_HOOK_CONNECT, TCP, 80), 4);
-		/* the /32 entry carries all four, most specific first */
-		const struct kt_prefix_entry *e = entry(&b, "10.1.2.3/32");
+		/* each limit has its prefix, with its length and config order */
+		const struct kt_dest_entry *e = entry(&b, 4, "10.1.2.3/32");
 		assert_non_null(e);
-		assert_int_equal(e->set.count, 4);
-		for (int i = 0; i < 4; i++)
-			assert_int_equal(e->set.rules[i].limit_id, 4 - i);
+		assert_int_equal(e->val.prefixlen, 96 + 32);
+		assert_int_equal(e->val.order, pass ? 0 : 3);
+		assert_null(entry(&b, 1, "10.1.2.3/32"));
 		kt_classifier_free(&b.c);
 	}
 
@@ -232,7 +242,7 @@ static void test_longest_prefix(void **state)
 	};
 	build(&b, tie, 2);
 	assert_int_equal(b.ret, 0);
-	assert_int_equal(b.c.n_entries, 1); /* one entry for the shared prefix */
+	assert_int_equal(b.c.n_dests, 2); /* the shared prefix once per limit */
 	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 80), 5);
 	kt_classifier_free(&b.c);
 }
@@ -262,22 +272,15 @@ static void test_inheritance(void **state)
 	assert_int_equal(look(&b, "10.1.2.3", KT_HOOK_SENDMSG, UDP, 9999), 4);
 	assert_int_equal(look(&b, "10.1.2.3", KT_HOOK_CONNECT, TCP, 53), -1);
 
-	/* what the kernel will see: the /24 entry holds all four rules */
-	const struct kt_prefix_entry *e = entry(&b, "10.1.2.0/24");
+	/* what the kernel will see: each limit's own prefixes, nothing copied */
+	assert_int_equal(b.c.n_dests, 4);
+	const struct kt_dest_entry *e = entry(&b, 3, "10.1.2.0/24");
 	assert_non_null(e);
-	assert_int_equal(e->set.count, 4);
-	assert_int_equal(e->set.rules[0].limit_id, 3);
-	assert_int_equal(e->set.rules[1].limit_id, 2);
-	assert_int_equal(e->set.rules[2].limit_id, 1);
-	assert_int_equal(e->set.rules[3].limit_id, 4);
-	assert_int_equal(e->set.rules[0].hook, KT_HOOK_CONNECT);
-	assert_int_equal(e->set.rules[0].unit, KT_UNIT_CONNECTION);
-	assert_int_equal(e->set.rules[0].port_lo, 80);
-	assert_int_equal(e->set.rules[0].proto_mask, TCP);
-	/* the broadest holds only itself */
-	e = entry(&b, "::/0");
+	assert_int_equal(e->val.order, 2);
+	e = entry(&b, 4, "::/0");
 	assert_non_null(e);
-	assert_int_equal(e->set.count, 1);
+	assert_int_equal(e->val.prefixlen, 0);
+	assert_int_equal(e->val.order, 3);
 	kt_classifier_free(&b.c);
 }
 
@@ -324,7 +327,7 @@ static void test_ports(void **state)
 	/* no rules: empty filters, no entries, every lookup passes */
 	build(&b, NULL, 0);
 	assert_int_equal(b.ret, 0);
-	assert_int_equal(b.c.n_entries, 0);
+	assert_int_equal(b.c.n_dests, 0);
 	for (int h = 0; h < KT_HOOK_COUNT; h++)
 		for (unsigned p = 0; p <= 65535; p += 97)
 			assert_int_equal(port_bit(&b, h, p), 0);
@@ -378,74 +381,90 @@ static void test_hook_selection(void **state)
 	assert_false(port_bit(&b, KT_HOOK_CONNECT, 90));
 	assert_true(port_bit(&b, KT_HOOK_EGRESS, 90));
 
-	const struct kt_prefix_entry *e = entry(&b, "10.0.0.0/8");
-	assert_non_null(e);
-	assert_int_equal(e->set.count, 4);
 	for (int i = 0; i < 4; i++) {
-		assert_int_equal(e->set.rules[i].limit_id, i + 1); /* config order */
-		assert_int_equal(e->set.rules[i].hook, kt_hook_for_unit(r[i].unit));
-		assert_int_equal(e->set.rules[i].unit, r[i].unit);
+		const struct kt_dest_entry *e = entry(&b, (uint32_t)i + 1, "10.0.0.0/8");
+		assert_non_null(e);
+		assert_int_equal(e->val.order, i); /* config order */
 	}
 	kt_classifier_free(&b.c);
 }
 
-/* KT_RULES_PER_PREFIX covering limits fit; one more is -E2BIG naming the
- * prefix that overflows. */
-static void test_too_many_rules(void **state)
+/* KT_MAX_LIMITS limits on the default cidrs (every destination, both
+ * families) build: no cap per prefix. Each still takes its own port, the
+ * first in the config wins a tie, a narrower prefix beats every broader one
+ * wherever it sits in the config, and a cgroup is charged only under the
+ * limits it is a member of. */
+static void test_many_limits_one_prefix(void **state)
 {
-	struct rule r[KT_RULES_PER_PREFIX + 1];
-	struct built b;
+	enum { N = KT_MAX_LIMITS };
+	struct kt_cidr all[2] = { cidr("0.0.0.0/0"), cidr("::/0") }, narrow = cidr("10.1.0.0/16");
+	struct kt_rule_input *in = calloc(N + 1, sizeof(*in));
+	struct kt_classifier c;
+	char err[256] = "";
 	(void)state;
 
-	for (int i = 0; i <= KT_RULES_PER_PREFIX; i++)
-		r[i] = (struct rule){ (uint32_t)i, KT_UNIT_CONNECTION, TCP, (uint16_t)(100 + i),
-				      (uint16_t)(100 + i), { "10.0.0.0/8" } };
-	/* the last one is narrower: only 10.1.0.0/16 is covered by all nine */
-	r[KT_RULES_PER_PREFIX].cidrs[0] = "10.1.0.0/16";
+	assert_non_null(in);
+	for (int i = 0; i < N; i++)
+		in[i] = (struct kt_rule_input){ .limit_id = (uint32_t)i, .unit = KT_UNIT_CONNECTION,
+						.proto_mask = TCP, .port_lo = (uint16_t)(1000 + i),
+						.port_hi = (uint16_t)(1000 + i), .cidrs = all,
+						.n_cidrs = 2 };
+	/* limit N-2 shares N-1's port; N-1 is narrower */
+	in[N - 2].port_lo = in[N - 2].port_hi = (uint16_t)(1000 + N - 1);
+	in[N - 1].cidrs = &narrow;
+	in[N - 1].n_cidrs = 1;
+	assert_int_equal(kt_classifier_build(in, N, &c, err, sizeof(err)), 0);
+	assert_int_equal(c.n_dests, 2 * N - 1);
+	for (int i = 0; i < N - 2; i++) {
+		if (kt_classifier_lookup(&c, addr("192.0.2.1"), KT_HOOK_CONNECT, TCP,
+					 (uint16_t)(1000 + i)) != i ||
+		    kt_classifier_lookup(&c, addr("2001:db8::1"), KT_HOOK_CONNECT, TCP,
+					 (uint16_t)(1000 + i)) != i) {
+			print_error("port %d is not limit %d's\n", 1000 + i, i);
+			fail();
+		}
+	}
+	assert_int_equal(kt_classifier_lookup(&c, addr("10.1.2.3"), KT_HOOK_CONNECT, TCP, 1000 + N - 1),
+			 N - 1);
+	assert_int_equal(kt_classifier_lookup(&c, addr("10.2.2.3"), KT_HOOK_CONNECT, TCP, 1000 + N - 1),
+			 N - 2);
+	/* a tie on the prefix: the first in the config */
+	in[5].port_lo = in[5].port_hi = 1000 + 3;
+	kt_classifier_free(&c);
+	assert_int_equal(kt_classifier_build(in, N, &c, err, sizeof(err)), 0);
+	assert_int_equal(kt_classifier_lookup(&c, addr("192.0.2.1"), KT_HOOK_CONNECT, TCP, 1003), 3);
 
-	build(&b, r, KT_RULES_PER_PREFIX);
+	/* membership decides among the covering limits */
+	struct built b;
+	static const struct rule r[] = {
+		{ 1, KT_UNIT_CONNECTION, TCP, 80, 80, { "0.0.0.0/0" } },
+		{ 2, KT_UNIT_CONNECTION, TCP, 80, 80, { "10.0.0.0/8" } },
+		{ 3, KT_UNIT_CONNECTION, TCP, 80, 80, { "0.0.0.0/0" } },
+	};
+	static const uint32_t only3[] = { 3 }, one_three[] = { 3, 1 }, all3[] = { 1, 2, 3 };
+	build(&b, r, 3);
 	assert_int_equal(b.ret, 0);
-	assert_int_equal(look(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 100 + KT_RULES_PER_PREFIX - 1),
-			 KT_RULES_PER_PREFIX - 1);
+	assert_int_equal(look_in(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 80, all3, 3), 2);
+	assert_int_equal(look_in(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 80, one_three, 2), 1);
+	assert_int_equal(look_in(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 80, only3, 1), 3);
+	assert_int_equal(look_in(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 80, NULL, 0), 2);
+	assert_int_equal(look_in(&b, "10.0.0.1", KT_HOOK_CONNECT, TCP, 80, all3, 0), -1);
 	kt_classifier_free(&b.c);
 
-	build(&b, r, KT_RULES_PER_PREFIX + 1);
-	assert_int_equal(b.ret, -E2BIG);
-	assert_null(b.c.entries);
-	assert_int_equal(b.c.n_entries, 0);
-	if (!strstr(b.err, "10.1.0.0/16")) {
-		print_error("error does not name the prefix: %s\n", b.err);
-		fail();
-	}
-	kt_classifier_free(&b.c); /* safe after a failure */
-
-	/* IPv6 prefixes are named in IPv6 notation */
-	for (int i = 0; i <= KT_RULES_PER_PREFIX; i++)
-		r[i].cidrs[0] = "2001:db8::/32";
-	build(&b, r, KT_RULES_PER_PREFIX + 1);
-	assert_int_equal(b.ret, -E2BIG);
-	if (!strstr(b.err, "2001:db8::/32")) {
-		print_error("error does not name the prefix: %s\n", b.err);
-		fail();
-	}
-	kt_classifier_free(&b.c);
-
-	/* one limit with two cidrs covering a prefix counts once */
-	for (int i = 0; i < KT_RULES_PER_PREFIX; i++) {
-		r[i].cidrs[0] = "10.0.0.0/8";
-		r[i].cidrs[1] = i == 0 ? "10.1.0.0/16" : NULL;
-	}
-	build(&b, r, KT_RULES_PER_PREFIX);
+	/* a prefix written with host bits is stored as its network */
+	static const struct rule host[] = { { 1, KT_UNIT_CONNECTION, TCP, 80, 80, { "10.1.2.3/8" } } };
+	build(&b, host, 1);
 	assert_int_equal(b.ret, 0);
-	const struct kt_prefix_entry *e = entry(&b, "10.1.0.0/16");
-	assert_non_null(e);
-	assert_int_equal(e->set.count, KT_RULES_PER_PREFIX);
+	assert_non_null(entry(&b, 1, "10.0.0.0/8"));
 	kt_classifier_free(&b.c);
+
+	kt_classifier_free(&c);
+	free(in);
 }
 
 static void test_too_many_prefixes(void **state)
 {
-	int n = KT_MAX_PREFIXES + 1;
+	int n = KT_MAX_DESTS + 1;
 	struct kt_cidr *c = calloc((size_t)n, sizeof(*c));
 	struct kt_rule_input in = { .limit_id = 1, .unit = KT_UNIT_PACKET, .proto_mask = BOTH,
 				    .port_lo = 0, .port_hi = 65535, .cidrs = c };
@@ -462,13 +481,14 @@ static void test_too_many_prefixes(void **state)
 	}
 	in.n_cidrs = n - 1;
 	assert_int_equal(kt_classifier_build(&in, 1, &cls, err, sizeof(err)), 0);
-	assert_int_equal(cls.n_entries, KT_MAX_PREFIXES);
+	assert_int_equal(cls.n_dests, KT_MAX_DESTS);
 	kt_classifier_free(&cls);
 
 	in.n_cidrs = n;
 	assert_int_equal(kt_classifier_build(&in, 1, &cls, err, sizeof(err)), -E2BIG);
 	assert_non_null(strstr(err, "prefixes"));
-	assert_null(cls.entries);
+	assert_null(cls.dests);
+	assert_null(cls.rules);
 	kt_classifier_free(&cls);
 	free(c);
 }
@@ -506,7 +526,7 @@ int main(void)
 		cmocka_unit_test(test_ports),
 		cmocka_unit_test(test_protocols),
 		cmocka_unit_test(test_hook_selection),
-		cmocka_unit_test(test_too_many_rules),
+		cmocka_unit_test(test_many_limits_one_prefix),
 		cmocka_unit_test(test_too_many_prefixes),
 		cmocka_unit_test(test_unmatched),
 	};

@@ -400,9 +400,10 @@ static int watch(const char *pin_dir, double interval, long count)
 
 static void print_bpftool(const char *pin)
 {
-	printf("# Limits (name, unit, scope) by id:\n"
+	printf("# Limits (name, unit, scope, protocols, ports) by id:\n"
 	       "bpftool map dump pinned %s/kt_limits\n"
-	       "# Which bucket each (cgroup id, limit id) is charged to:\n"
+	       "# Which bucket each (cgroup id, limit id) is charged to (the first `own`\n"
+	       "# entries are the cgroup's, the rest its member ancestors'):\n"
 	       "bpftool map dump pinned %s/kt_members\n"
 	       "# Buckets: tat = theoretical arrival time (CLOCK_BOOTTIME ns),\n"
 	       "# interval_fp = ns per token << 16 (rate = 65536e9 / interval_fp tokens/s),\n"
@@ -410,8 +411,8 @@ static void print_bpftool(const char *pin)
 	       "bpftool map lookup pinned %s/kt_buckets key 0 0 0 0\n"
 	       "# Per-CPU counters of bucket 0 (admitted, throttled, bytes):\n"
 	       "bpftool map lookup pinned %s/kt_counters key 0 0 0 0\n"
-	       "# Destination classifier (prefix -> rules) and port filters:\n"
-	       "bpftool map dump pinned %s/kt_classify\n"
+	       "# Destination prefixes of each limit ({prefixlen 32 + len, limit_id, addr}):\n"
+	       "bpftool map dump pinned %s/kt_dests\n"
 	       "# Attached programs, per cgroup:\n"
 	       "ls %s/links; bpftool cgroup tree\n"
 	       "bpftool link show\n",

@@ -197,9 +197,64 @@ static int find_existing(const struct old_member *old, int n, uint64_t cgid, uin
 	return -1;
 }
 
+/* Is `path` strictly inside directory `dir`? */
+static bool path_inside(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	return strncmp(path, dir, n) == 0 && path[n] == '/';
+}
+
+/* Appends to each member's kt_members value the limits of the members it is
+ * nested in, nearest first, skipping limits it has already: the programs
+ * then find every limit that charges a cgroup (or its sub-cgroups) in one
+ * list, and a limit on both keeps the nearest member's bucket. */
+static int inherit_nested(const struct kt_attach *want, struct kt_member_val *vals, int n,
+			  char *err, size_t errlen)
+{
+	for (int k = 0; k < n; k++) {
+		struct kt_member_val *v = &vals[k];
+		size_t done_len = SIZE_MAX; /* ancestors longer than this are merged */
+
+		for (;;) {
+			int anc = -1;
+
+			/* the nearest (longest path) ancestor not merged yet */
+			for (int j = 0; j < n; j++)
+				if (path_inside(want[k].path, want[j].path) &&
+				    strlen(want[j].path) < done_len &&
+				    (anc < 0 || strlen(want[j].path) > strlen(want[anc].path)))
+					anc = j;
+			if (anc < 0)
+				break;
+			done_len = strlen(want[anc].path);
+			for (uint32_t e = 0; e < vals[anc].own; e++) {
+				const struct kt_member_ent *ae = &vals[anc].ents[e];
+				uint32_t q;
+
+				for (q = 0; q < v->count; q++)
+					if (v->ents[q].limit_id == ae->limit_id)
+						break;
+				if (q < v->count)
+					continue;
+				if (v->count == KT_LIMITS_PER_CGROUP) {
+					snprintf(err, errlen,
+						 "cgroup %s is a member of more than %d limits, counting those of %s, which it is nested in",
+						 want[k].path, KT_LIMITS_PER_CGROUP, want[anc].path);
+					return -E2BIG;
+				}
+				v->ents[v->count++] = *ae;
+			}
+			v->flags |= vals[anc].flags;
+		}
+	}
+	return 0;
+}
+
 /* Member cgroups of the plan, each with the kt_members value listing its
- * limits and the hooks its limits need. Fails, naming the cgroup, when one
- * is in more limits than a kt_members value holds. */
+ * limits (then those inherited from the members it is nested in) and the
+ * hooks its limits need. Fails, naming the cgroup, when one is in more
+ * limits than a kt_members value holds. */
 static int collect_cgroups(const struct kt_plan *plan, struct kt_attach *want,
 			   struct kt_member_val *vals, int *n_out, char *err, size_t errlen)
 {
@@ -242,18 +297,15 @@ static int collect_cgroups(const struct kt_plan *plan, struct kt_attach *want,
 				v->flags |= KT_MEMBER_NO_RAW;
 				want[k].hook_mask |= 1u << KT_ATTACH_SOCK_CREATE;
 			}
+			/* TCP under a byte limit paces itself (sockops.bpf.c) */
+			if (plan->limits[i].cfg->unit == KT_UNIT_BYTE)
+				want[k].hook_mask |= 1u << KT_ATTACH_SOCKOPS;
 		}
 	}
+	for (int k = 0; k < n; k++)
+		vals[k].own = (uint16_t)vals[k].count;
 	*n_out = n;
-	return 0;
-}
-
-/* Is `path` strictly inside directory `dir`? */
-static bool path_inside(const char *path, const char *dir)
-{
-	size_t n = strlen(dir);
-
-	return strncmp(path, dir, n) == 0 && path[n] == '/';
+	return inherit_nested(want, vals, n, err, errlen);
 }
 
 /* Attach points for the member cgroups. Programs attached to a cgroup also
@@ -330,8 +382,8 @@ static int check_members(const struct check_ctx *c, int k, char *err, size_t err
 }
 
 /* `check` failed with ret and err on all n limits. The limit to name is the
- * first whose addition makes it fail: limits only add prefixes, rules per
- * prefix and memberships, so failure is monotonic in the number taken (in
+ * first whose addition makes it fail: limits only add prefixes and
+ * memberships, so failure is monotonic in the number taken (in
  * config order) and bisection finds it. The message is that run's. */
 static int blame(const struct check_ctx *c,
 		 int (*check)(const struct check_ctx *, int, char *, size_t), int n, int ret,
@@ -418,14 +470,24 @@ int kt_plan_check(const struct kt_plan *plan, char *err, size_t errlen)
 	struct kt_rule_input *rules = calloc(plan->n_limits + 1, sizeof(*rules));
 	struct kt_attach *want = calloc(KT_MAX_MEMBERSHIPS, sizeof(*want)), *attach = NULL;
 	struct kt_member_val *vals = calloc(KT_MAX_MEMBERSHIPS, sizeof(*vals));
+	struct kt_limit_rt *limits = calloc(plan->n_limits + 1, sizeof(*limits));
 	struct kt_classifier cls = { 0 };
+	struct kt_plan numbered = *plan;
 	int n_want, n_attach, ret = -ENOMEM;
 
-	if (rules && want && vals)
-		ret = plan_config(plan, rules, &cls, want, vals, &n_want, &attach, &n_attach, err,
-				  errlen);
-	else
+	if (rules && want && vals && limits) {
+		/* the kernel ids are given out at apply: any distinct ones check
+		 * the same (memberships are told apart by limit id) */
+		memcpy(limits, plan->limits, plan->n_limits * sizeof(*limits));
+		for (int i = 0; i < plan->n_limits; i++)
+			limits[i].id = (uint32_t)i;
+		numbered.limits = limits;
+		ret = plan_config(&numbered, rules, &cls, want, vals, &n_want, &attach, &n_attach,
+				  err, errlen);
+	} else {
 		snprintf(err, errlen, "out of memory");
+	}
+	free(limits);
 	kt_classifier_free(&cls);
 	free(attach);
 	free(vals);
@@ -456,8 +518,8 @@ struct apply {
 	int n_old_keys;
 	struct old_member *old;
 	int n_old;
-	struct kt_prefix_entry *old_cls;
-	int n_old_cls;
+	struct kt_dest_entry *old_dests;
+	int n_old_dests;
 	struct kt_port_filter old_ports[KT_HOOK_COUNT];
 	/* the plan */
 	bool id_used[KT_MAX_LIMITS];
@@ -468,8 +530,8 @@ struct apply {
 	struct kt_member_val *want_vals;
 	int n_want;
 	int *want_old;         /* old_keys index of want[i]; -1: a new key */
-	int *cls_old;          /* old_cls index of cls.entries[i]; -1: a new prefix */
-	bool *old_key_kept, *old_cls_kept;
+	int *dest_old;         /* old_dests index of cls.dests[i]; -1: a new entry */
+	bool *old_key_kept, *old_dest_kept;
 	struct kt_attach *attach;
 	int n_attach;
 	struct kt_counters *zero;
@@ -479,7 +541,7 @@ struct apply {
 	struct saved_slot *saved;
 	int n_saved, n_fresh;
 	struct kt_counters *ctrs;
-	int done_limits, done_members, done_cls, done_ports;
+	int done_limits, done_members, done_dests, done_ports;
 };
 
 int kt_apply_fail_step;
@@ -535,12 +597,12 @@ static int plan_ids(struct apply *a, char *err, size_t errlen)
 	return 0;
 }
 
-/* Current kt_members, kt_classify and kt_ports: what the plan keeps and
+/* Current kt_members, kt_dests and kt_ports: what the plan keeps and
  * what a rollback puts back. */
 static int read_maps(struct apply *a, char *err, size_t errlen)
 {
 	struct kt_member_key key, next;
-	struct kt_prefix_key pk, pnext;
+	struct kt_dest_key dk, dnext;
 	struct kt_bpf *b = a->b;
 	int ret;
 
@@ -553,7 +615,9 @@ static int read_maps(struct apply *a, char *err, size_t errlen)
 			    bpf_map_lookup_elem(b->members_fd, &key, val) < 0)
 				continue;
 			a->old_keys[a->n_old_keys++] = key;
-			for (uint32_t e = 0; e < val->count && e < KT_LIMITS_PER_CGROUP; e++)
+			/* own memberships only: an inherited entry is the
+			 * ancestor's bucket, kept through the ancestor */
+			for (uint32_t e = 0; e < kt_member_own(val) && e < KT_LIMITS_PER_CGROUP; e++)
 				if (val->ents[e].slot < KT_MAX_BUCKETS)
 					a->old[a->n_old++] = (struct old_member){
 						.cgid = key.cgroup_id,
@@ -562,18 +626,18 @@ static int read_maps(struct apply *a, char *err, size_t errlen)
 					};
 		} while (bpf_map_get_next_key(b->members_fd, &key, &next) == 0);
 	}
-	if (bpf_map_get_next_key(b->classify_fd, NULL, &pnext) == 0) {
+	if (bpf_map_get_next_key(b->dests_fd, NULL, &dnext) == 0) {
 		do {
-			struct kt_prefix_entry *e = &a->old_cls[a->n_old_cls];
+			struct kt_dest_entry *e = &a->old_dests[a->n_old_dests];
 
-			pk = pnext;
+			dk = dnext;
 			/* an existing key's exact entry is its longest match */
-			if (a->n_old_cls == KT_MAX_PREFIXES ||
-			    bpf_map_lookup_elem(b->classify_fd, &pk, &e->set) < 0)
+			if (a->n_old_dests == KT_MAX_DESTS ||
+			    bpf_map_lookup_elem(b->dests_fd, &dk, &e->val) < 0)
 				continue;
-			e->key = pk;
-			a->n_old_cls++;
-		} while (bpf_map_get_next_key(b->classify_fd, &pk, &pnext) == 0);
+			e->key = dk;
+			a->n_old_dests++;
+		} while (bpf_map_get_next_key(b->dests_fd, &dk, &dnext) == 0);
 	}
 	for (uint32_t h = 0; h < KT_HOOK_COUNT; h++) {
 		if (bpf_map_lookup_elem(b->ports_fd, &h, &a->old_ports[h]) < 0) {
@@ -631,6 +695,12 @@ static int plan_slots(struct apply *a, char *err, size_t errlen)
 	return 0;
 }
 
+static int dest_cmp(const void *x, const void *y)
+{
+	return memcmp(&((const struct kt_dest_entry *)x)->key,
+		      &((const struct kt_dest_entry *)y)->key, sizeof(struct kt_dest_key));
+}
+
 /* Classifier, memberships and attachments, with what each replaces. */
 static int plan_rest(struct apply *a, char *err, size_t errlen)
 {
@@ -641,17 +711,19 @@ static int plan_rest(struct apply *a, char *err, size_t errlen)
 	if (ret)
 		return ret;
 
-	a->cls_old = calloc(a->cls.n_entries + 1, sizeof(*a->cls_old));
-	if (!a->cls_old)
+	a->dest_old = calloc(a->cls.n_dests + 1, sizeof(*a->dest_old));
+	if (!a->dest_old)
 		return -ENOMEM;
-	for (i = 0; i < a->cls.n_entries; i++) {
-		a->cls_old[i] = -1;
-		for (j = 0; j < a->n_old_cls; j++)
-			if (!memcmp(&a->cls.entries[i].key, &a->old_cls[j].key, sizeof(a->old_cls[j].key))) {
-				a->cls_old[i] = j;
-				a->old_cls_kept[j] = true;
-				break;
-			}
+	/* sorted, so 16k entries pair up in n log n */
+	qsort(a->old_dests, a->n_old_dests, sizeof(*a->old_dests), dest_cmp);
+	for (i = 0; i < a->cls.n_dests; i++) {
+		const struct kt_dest_entry *o =
+			bsearch(&a->cls.dests[i], a->old_dests, a->n_old_dests,
+				sizeof(*a->old_dests), dest_cmp);
+
+		a->dest_old[i] = o ? (int)(o - a->old_dests) : -1;
+		if (o)
+			a->old_dest_kept[o - a->old_dests] = true;
 	}
 	for (i = 0; i < a->n_want; i++) {
 		a->want_old[i] = -1;
@@ -730,8 +802,13 @@ static int commit(struct apply *a, char *err, size_t errlen)
 				goto fail;
 		}
 	for (i = 0; i < plan->n_limits; i++, a->done_limits++) {
-		struct kt_limit_info li = { .in_use = 1, .unit = plan->limits[i].cfg->unit,
-					    .scope = plan->limits[i].cfg->scope };
+		const struct kt_limit_cfg *lc = plan->limits[i].cfg;
+		struct kt_limit_info li = { .in_use = 1,
+					    .unit = lc->unit,
+					    .scope = lc->scope,
+					    .proto_mask = lc->match.proto_mask,
+					    .port_lo = lc->match.port_lo,
+					    .port_hi = lc->match.port_hi };
 		snprintf(li.name, sizeof(li.name), "%s", plan->limits[i].cfg->name);
 		id = plan->limits[i].id;
 		if (commit_step(a) || bpf_map_update_elem(b->limits_fd, &id, &li, BPF_ANY) < 0)
@@ -744,9 +821,9 @@ static int commit(struct apply *a, char *err, size_t errlen)
 		    bpf_map_update_elem(b->members_fd, &key, &a->want_vals[i], BPF_ANY) < 0)
 			goto map_err;
 	}
-	for (i = 0; i < a->cls.n_entries; i++, a->done_cls++)
-		if (commit_step(a) || bpf_map_update_elem(b->classify_fd, &a->cls.entries[i].key,
-							  &a->cls.entries[i].set, BPF_ANY) < 0)
+	for (i = 0; i < a->cls.n_dests; i++, a->done_dests++)
+		if (commit_step(a) || bpf_map_update_elem(b->dests_fd, &a->cls.dests[i].key,
+							  &a->cls.dests[i].val, BPF_ANY) < 0)
 			goto map_err;
 	for (id = 0; id < KT_HOOK_COUNT; id++, a->done_ports++)
 		if (commit_step(a) || bpf_map_update_elem(b->ports_fd, &id, &a->cls.ports[id], BPF_ANY) < 0)
@@ -799,14 +876,14 @@ static void rollback(struct apply *a)
 
 	for (uint32_t h = (uint32_t)a->done_ports; h-- > 0;)
 		failed += bpf_map_update_elem(b->ports_fd, &h, &a->old_ports[h], BPF_ANY) < 0;
-	for (i = a->done_cls; i-- > 0;) {
-		const struct kt_prefix_key *pk = &a->cls.entries[i].key;
+	for (i = a->done_dests; i-- > 0;) {
+		const struct kt_dest_key *dk = &a->cls.dests[i].key;
 
-		if (a->cls_old[i] >= 0)
-			failed += bpf_map_update_elem(b->classify_fd, pk, &a->old_cls[a->cls_old[i]].set,
+		if (a->dest_old[i] >= 0)
+			failed += bpf_map_update_elem(b->dests_fd, dk, &a->old_dests[a->dest_old[i]].val,
 						      BPF_ANY) < 0;
 		else
-			failed += bpf_map_delete_elem(b->classify_fd, pk) < 0;
+			failed += bpf_map_delete_elem(b->dests_fd, dk) < 0;
 	}
 	for (i = a->done_members; i-- > 0;) {
 		key = (struct kt_member_key){ .cgroup_id = a->want[i].cgroup_id };
@@ -836,9 +913,9 @@ static void drop_stale(struct apply *a)
 	struct kt_bpf *b = a->b;
 	int i;
 
-	for (i = 0; i < a->n_old_cls; i++)
-		if (!a->old_cls_kept[i])
-			bpf_map_delete_elem(b->classify_fd, &a->old_cls[i].key);
+	for (i = 0; i < a->n_old_dests; i++)
+		if (!a->old_dest_kept[i])
+			bpf_map_delete_elem(b->dests_fd, &a->old_dests[i].key);
 	for (i = 0; i < a->n_old_keys; i++)
 		if (!a->old_key_kept[i])
 			bpf_map_delete_elem(b->members_fd, &a->old_keys[i]);
@@ -875,8 +952,8 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket
 	a->old_vals = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->old_vals));
 	a->old_key_kept = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->old_key_kept));
 	a->old = calloc(KT_MAX_MEMBERSHIPS * KT_LIMITS_PER_CGROUP, sizeof(*a->old));
-	a->old_cls = calloc(KT_MAX_PREFIXES, sizeof(*a->old_cls));
-	a->old_cls_kept = calloc(KT_MAX_PREFIXES, sizeof(*a->old_cls_kept));
+	a->old_dests = calloc(KT_MAX_DESTS, sizeof(*a->old_dests));
+	a->old_dest_kept = calloc(KT_MAX_DESTS, sizeof(*a->old_dest_kept));
 	a->want = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->want));
 	a->want_vals = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->want_vals));
 	a->want_old = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->want_old));
@@ -884,7 +961,7 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket
 	a->zero = calloc(b->ncpus, sizeof(*a->zero));
 	a->saved = calloc(KT_MAX_BUCKETS, sizeof(*a->saved));
 	if (!ids || !slots || !a->old_keys || !a->old_vals || !a->old_key_kept || !a->old ||
-	    !a->old_cls || !a->old_cls_kept || !a->want || !a->want_vals || !a->want_old ||
+	    !a->old_dests || !a->old_dest_kept || !a->want || !a->want_vals || !a->want_old ||
 	    !a->rules || !a->zero || !a->saved)
 		goto nomem;
 	for (i = 0, k = 0; i < plan->n_limits; i++) {
@@ -933,13 +1010,13 @@ out:
 		free(a->old_vals);
 		free(a->old_key_kept);
 		free(a->old);
-		free(a->old_cls);
-		free(a->old_cls_kept);
+		free(a->old_dests);
+		free(a->old_dest_kept);
 		free(a->want);
 		free(a->want_vals);
 		free(a->want_old);
 		free(a->rules);
-		free(a->cls_old);
+		free(a->dest_old);
 		free(a->attach);
 		free(a->zero);
 		free(a->saved);

@@ -20,14 +20,17 @@
 #include "sendmsg.skel.h"
 #include "egress.skel.h"
 #include "sock.skel.h"
+#include "sockops.skel.h"
 
 static const char *const map_names[] = {
-	"kt_buckets", "kt_counters", "kt_members", "kt_classify", "kt_ports", "kt_limits", "kt_leases",
+	"kt_buckets", "kt_counters", "kt_members", "kt_dests", "kt_ports", "kt_limits", "kt_leases",
+	"kt_sk_pace", "kt_pace_socks", /* TCP pacing (sockops); absent in older pin dirs */
 };
 /* bpf/kthrottle.bpf.h's types, in map_names' order */
 static const __u32 map_types[] = {
 	BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_LPM_TRIE,
 	BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH,
+	BPF_MAP_TYPE_SK_STORAGE, BPF_MAP_TYPE_ARRAY,
 };
 #define N_MAPS (sizeof(map_names) / sizeof(map_names[0]))
 _Static_assert(sizeof(map_types) / sizeof(map_types[0]) == N_MAPS, "one type per map");
@@ -186,13 +189,13 @@ bool kt_bpf_pinned(const char *pin_dir)
 static void zero_fds(struct kt_bpf *b)
 {
 	b->buckets_fd = b->counters_fd = b->members_fd = -1;
-	b->classify_fd = b->ports_fd = b->limits_fd = b->leases_fd = -1;
+	b->dests_fd = b->ports_fd = b->limits_fd = b->leases_fd = -1;
 }
 
 static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
 {
 	int *fds[] = { &b->buckets_fd, &b->counters_fd, &b->members_fd,
-		       &b->classify_fd, &b->ports_fd, &b->limits_fd, &b->leases_fd };
+		       &b->dests_fd, &b->ports_fd, &b->limits_fd, &b->leases_fd };
 	char p[PATH_MAX];
 	size_t i;
 
@@ -211,7 +214,7 @@ static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
 static void close_fds(struct kt_bpf *b)
 {
 	int fds[] = { b->buckets_fd, b->counters_fd, b->members_fd,
-		      b->classify_fd, b->ports_fd, b->limits_fd, b->leases_fd };
+		      b->dests_fd, b->ports_fd, b->limits_fd, b->leases_fd };
 
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
@@ -245,6 +248,9 @@ static void unpin_maps(const char *pin_dir)
 		snprintf(p, sizeof(p), "%s/%s", pin_dir, map_names[i]);
 		unlink(p);
 	}
+	/* the classifier of versions before kt_dests */
+	snprintf(p, sizeof(p), "%s/kt_classify", pin_dir);
+	unlink(p);
 }
 
 static int bpf_open(struct kt_bpf *b, const char *pin_dir, bool lock, char *err, size_t errlen)
@@ -300,13 +306,15 @@ static int bpf_open(struct kt_bpf *b, const char *pin_dir, bool lock, char *err,
 	b->sendmsg = kt_sendmsg__open_opts(&opts);
 	b->egress = kt_egress__open_opts(&opts);
 	b->sock = kt_sock__open_opts(&opts);
-	if (!b->connect || !b->sendmsg || !b->egress || !b->sock) {
+	b->sockops = kt_sockops__open_opts(&opts);
+	if (!b->connect || !b->sendmsg || !b->egress || !b->sock || !b->sockops) {
 		ret = -errno ? -errno : -EINVAL;
 		snprintf(err, errlen, "cannot open BPF objects: %s", strerror(-ret));
 		goto fail;
 	}
 	if ((ret = kt_connect__load(b->connect)) || (ret = kt_sendmsg__load(b->sendmsg)) ||
-	    (ret = kt_egress__load(b->egress)) || (ret = kt_sock__load(b->sock))) {
+	    (ret = kt_egress__load(b->egress)) || (ret = kt_sock__load(b->sock)) ||
+	    (ret = kt_sockops__load(b->sockops))) {
 		snprintf(err, errlen,
 			 "cannot load BPF programs: %s%s", strerror(-ret),
 			 b->adopted ? " (pinned maps from another version? run kthrottlectl cleanup)"
@@ -360,6 +368,8 @@ void kt_bpf_close(struct kt_bpf *b)
 	kt_sendmsg__destroy(b->sendmsg);
 	kt_egress__destroy(b->egress);
 	kt_sock__destroy(b->sock);
+	kt_sockops__destroy(b->sockops);
+	b->sockops = NULL;
 	b->connect = NULL;
 	b->sendmsg = NULL;
 	b->egress = NULL;
@@ -396,7 +406,7 @@ out:
 /* ---- links ---- */
 
 struct hook_prog {
-	unsigned hook; /* enum kt_hook, or KT_ATTACH_SOCK_CREATE */
+	unsigned hook; /* enum kt_hook, or KT_ATTACH_SOCK_CREATE, KT_ATTACH_SOCKOPS */
 	const char *name;
 };
 
@@ -404,13 +414,14 @@ static const struct hook_prog hook_progs[] = {
 	{ KT_HOOK_CONNECT, "kt_connect4" },	     { KT_HOOK_CONNECT, "kt_connect6" },
 	{ KT_HOOK_SENDMSG, "kt_sendmsg4" },	     { KT_HOOK_SENDMSG, "kt_sendmsg6" },
 	{ KT_HOOK_EGRESS, "kt_egress" },	     { KT_ATTACH_SOCK_CREATE, "kt_sock_create" },
+	{ KT_ATTACH_SOCKOPS, "kt_sockops" },
 };
 #define N_HOOK_PROGS (sizeof(hook_progs) / sizeof(hook_progs[0]))
 
 static struct bpf_program *prog_by_name(struct kt_bpf *b, const char *name)
 {
 	struct bpf_object *objs[] = { b->connect->obj, b->sendmsg->obj, b->egress->obj,
-				      b->sock->obj };
+				      b->sock->obj, b->sockops->obj };
 
 	for (size_t i = 0; i < sizeof(objs) / sizeof(objs[0]); i++) {
 		struct bpf_program *p = bpf_object__find_program_by_name(objs[i], name);

@@ -20,6 +20,7 @@ struct kt_connect;
 struct kt_sendmsg;
 struct kt_egress;
 struct kt_sock;
+struct kt_sockops;
 
 struct kt_bpf {
 	char pin_dir[PATH_MAX];
@@ -27,7 +28,8 @@ struct kt_bpf {
 	struct kt_sendmsg *sendmsg;
 	struct kt_egress *egress;
 	struct kt_sock *sock;
-	int buckets_fd, counters_fd, members_fd, classify_fd, ports_fd, limits_fd, leases_fd;
+	struct kt_sockops *sockops;
+	int buckets_fd, counters_fd, members_fd, dests_fd, ports_fd, limits_fd, leases_fd;
 	struct kt_bucket *buckets; /* mmap of kt_buckets: rates change by one atomic store */
 	int ncpus;
 	bool adopted;              /* pinned maps existed before this open */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Builds the kernel classifier (kt_classify LPM entries and kt_ports filters)
- * from the configured limits. Pure: no BPF calls, so it is unit tested. */
+/* Builds the kernel classifier (kt_dests LPM entries, the per-limit match
+ * written into kt_limits, and the kt_ports filters) from the configured
+ * limits. Pure: no BPF calls, so it is unit tested. */
 #ifndef KT_CLASSIFY_H
 #define KT_CLASSIFY_H
 
@@ -18,27 +19,32 @@ struct kt_rule_input {
 	int n_cidrs;
 };
 
-struct kt_prefix_entry {
-	struct kt_prefix_key key;
-	struct kt_rule_set set;
+struct kt_dest_entry {
+	struct kt_dest_key key;
+	struct kt_dest_val val;
 };
 
 struct kt_classifier {
-	struct kt_prefix_entry *entries;
-	int n_entries;
+	struct kt_dest_entry *dests; /* one per (limit, distinct prefix) */
+	int n_dests;
 	struct kt_port_filter ports[KT_HOOK_COUNT];
+	struct kt_rule_input *rules; /* copies without cidrs, for kt_classifier_lookup */
+	int n_rules;
 };
 
-enum kt_hook kt_hook_for_unit(enum kt_unit unit);
-
 /* Rules are taken in priority order (config order). Fails with -E2BIG and a
- * message when one prefix would need more than KT_RULES_PER_PREFIX rules or
- * the classifier more than KT_MAX_PREFIXES prefixes. */
+ * message when the limits have more than KT_MAX_DESTS prefixes in all, or
+ * more than 65,535 limits are given. */
 int kt_classifier_build(const struct kt_rule_input *rules, int n, struct kt_classifier *out,
 			char *err, size_t errlen);
 void kt_classifier_free(struct kt_classifier *c);
 
-/* What the BPF path would pick: limit id, or -1 for pass. For tests. */
+/* What the BPF path would pick for a cgroup that is a member of every limit
+ * (members = NULL), or of the n_members limit ids given: the limit id, or
+ * -1 for pass. For tests. */
+int kt_classifier_lookup_in(const struct kt_classifier *c, const uint8_t addr[16],
+			    enum kt_hook hook, uint8_t proto, uint16_t port,
+			    const uint32_t *members, int n_members);
 int kt_classifier_lookup(const struct kt_classifier *c, const uint8_t addr[16], enum kt_hook hook,
 			 uint8_t proto, uint16_t port);
 

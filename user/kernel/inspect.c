@@ -34,7 +34,8 @@ int kt_inspect_read(const struct kt_bpf *b, struct kt_kstate *st)
 			continue;
 		if (val.count > KT_LIMITS_PER_CGROUP)
 			continue; /* written by hand: not ours to show */
-		for (uint32_t e = 0; e < val.count; e++) {
+		/* the inherited entries are the ancestor's members, shown there */
+		for (uint32_t e = 0; e < kt_member_own(&val); e++) {
 			const struct kt_member_ent *me = &val.ents[e];
 			struct kt_klimit *l;
 			struct kt_kmember *m;
