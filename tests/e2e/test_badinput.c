@@ -120,9 +120,9 @@ static const struct bad_cfg bad_cfgs[] = {
 	  "limits[0].rateLimit.max", "-5" },
 	{ "zero max", LIMIT_HEAD "    cgroups: [%s]\n    rateLimit:\n      max: 0\n", "max:",
 	  "limits[0].rateLimit.max", "0" },
-	{ "cgroup that does not exist",
-	  LIMIT_HEAD "    cgroups:\n      - %s\n      - %s-missing\n    rateLimit: {max: 10}\n",
-	  "-missing", "limits[0].cgroups[1]", "No such file" },
+	{ "cgroup path that is no cgroup v2 directory (a missing one only warns)",
+	  LIMIT_HEAD "    cgroups:\n      - %s\n      - /tmp\n    rateLimit: {max: 10}\n",
+	  "- /tmp", "limits[0].cgroups[1]", "not a cgroup v2 directory" },
 	{ "one cgroup in more limits than a membership holds (8)",
 	  "limits:\n"
 	  "  - {name: l1, cgroups: [%1$s], unit: packet, match: {ports: 1001}, rateLimit: {max: 10}}\n  - {name: l2, cgroups: [%1$s], unit: packet, match: {ports: 1002}, rateLimit: {max: 10}}\n  - {name: l3, cgroups: [%1$s], unit: packet, match: {ports: 1003}, rateLimit: {max: 10}}\n  - {name: l4, cgroups: [%1$s], unit: packet, match: {ports: 1004}, rateLimit: {max: 10}}\n  - {name: l5, cgroups: [%1$s], unit: packet, match: {ports: 1005}, rateLimit: {max: 10}}\n  - {name: l6, cgroups: [%1$s], unit: packet, match: {ports: 1006}, rateLimit: {max: 10}}\n  - {name: l7, cgroups: [%1$s], unit: packet, match: {ports: 1007}, rateLimit: {max: 10}}\n  - {name: l8, cgroups: [%1$s], unit: packet, match: {ports: 1008}, rateLimit: {max: 10}}\n"

@@ -456,6 +456,11 @@ static void test_edge_configs_check_and_start(void **state)
 				"  - {name: outer, cgroups: [@0], unit: datagram, rateLimit: {max: 10}}\n"
 				"  - {name: inner, cgroups: [@9], unit: connection, rateLimit: {max: 10}}\n"),
 			 0);
+	/* joins when created: a warning, not a refusal */
+	assert_int_equal(parity("a missing cgroup and a pattern",
+				"limits:\n"
+				"  - {name: a, cgroups: [@0-missing, \"@1/w-*\"], unit: packet, rateLimit: {max: 10}}\n"),
+			 0);
 	assert_int_equal(parity("node scope over two cgroups",
 				"limits:\n"
 				"  - name: shared\n"
@@ -484,9 +489,9 @@ static void test_bad_configs_check_and_start(void **state)
 				"limits:\n"
 				"  - {name: a, cgroups: [@0], unit: packet, bogusKey: 1, rateLimit: {max: 10}}\n"),
 			 2);
-	assert_int_equal(parity("a missing cgroup",
+	assert_int_equal(parity("a cgroup path that is no cgroup",
 				"limits:\n"
-				"  - {name: a, cgroups: [@0-missing], unit: packet, rateLimit: {max: 10}}\n"),
+				"  - {name: a, cgroups: [/tmp], unit: packet, rateLimit: {max: 10}}\n"),
 			 2);
 	snprintf(body, sizeof(body),
 		 "store:\n"

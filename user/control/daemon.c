@@ -17,6 +17,7 @@
 #include <sys/un.h>
 #include <bpf/bpf.h>
 #include "cgroup.h"
+#include "cgwatch.h"
 #include "ctlproto.h"
 #include "daemon.h"
 #include "log.h"
@@ -84,6 +85,12 @@ static double left_s(uint64_t until, uint64_t now)
 	if (!until)
 		return -1;
 	return until > now ? (double)(until - now) / 1e9 : 0;
+}
+
+/* "pattern" or "path": the kind of cgroups entry that found member m. */
+static const char *found_by(const struct kt_limit_cfg *c, const struct kt_member_rt *m)
+{
+	return kt_path_is_pattern(c->cgroups[m->entry]) ? "pattern" : "path";
 }
 
 char *kt_daemon_status(struct kt_daemon *d, bool json)
@@ -194,14 +201,17 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 				sb_json_str(&b, m->id);
 				sb_printf(&b, ",\"path\":");
 				sb_json_str(&b, m->path);
+				/* how it was found: the config's entry */
+				sb_printf(&b, ",\"found_by\":\"%s\",\"entry\":", found_by(c, m));
+				sb_json_str(&b, c->cgroups[m->entry]);
 				sb_printf(&b,
 					  ",\"cgroup_id\":%llu,\"slot\":%u,\"admitted\":%llu,\"throttled\":%llu}",
 					  (unsigned long long)m->cgid, m->slot,
 					  (unsigned long long)mc.admitted,
 					  (unsigned long long)mc.throttled);
 			} else {
-				sb_printf(&b, "  member %s  cgroup %s  bucket %u%s  admitted %llu  throttled %llu\n",
-					  m->id, m->path, m->slot,
+				sb_printf(&b, "  member %s  cgroup %s  (%s %s)  bucket %u%s  admitted %llu  throttled %llu\n",
+					  m->id, m->path, found_by(c, m), c->cgroups[m->entry], m->slot,
 					  c->scope == KT_SCOPE_NODE ? " (shared)" : "",
 					  (unsigned long long)mc.admitted, (unsigned long long)mc.throttled);
 			}
@@ -503,6 +513,17 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 	epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->timerfd, &ev);
 	ev.data.u64 = 3;
 	epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->listenfd, &ev);
+	/* without inotify (no instances left) the tick rescans instead */
+	int wret = kt_cgwatch_open(&d->cgwatch, KT_CGWATCH_MAX);
+
+	if (wret == 0) {
+		ev.data.u64 = 4;
+		epoll_ctl(d->epfd, EPOLL_CTL_ADD, kt_cgwatch_fd(d->cgwatch), &ev);
+	} else {
+		kt_warn("cannot watch cgroup directories (inotify): %s; rescanning every tick",
+			strerror(-wret));
+		d->cgwatch = NULL;
+	}
 	return 0;
 }
 
@@ -521,49 +542,109 @@ static int apply_plan(struct kt_daemon *d, struct kt_plan *plan, struct kt_limit
 	return ret;
 }
 
-static bool member_alive(const struct kt_member_rt *m)
+/* What the watcher should watch: every limit's cgroups entries, absolute. */
+static void watch_members(struct kt_daemon *d)
 {
-	uint64_t id;
+	const char **paths;
+	char (*abs)[PATH_MAX];
+	int n = 0, ret;
 
-	/* same path with a new id is a new cgroup: the old member is gone */
-	return kt_cgroup_id(m->path, &id) == 0 && id == m->cgid;
+	if (!d->cgwatch)
+		return;
+	for (int i = 0; i < d->cfg.n_limits; i++)
+		n += d->cfg.limits[i].n_cgroups;
+	paths = calloc(n + 1, sizeof(*paths));
+	abs = calloc(n + 1, sizeof(*abs));
+	if (paths && abs) {
+		n = 0;
+		for (int i = 0; i < d->cfg.n_limits; i++)
+			for (int j = 0; j < d->cfg.limits[i].n_cgroups; j++) {
+				const char *e = d->cfg.limits[i].cgroups[j];
+
+				snprintf(abs[n], PATH_MAX, "%s%s%s", e[0] == '/' ? "" : d->cg_mount,
+					 e[0] == '/' ? "" : "/", e);
+				paths[n] = abs[n];
+				n++;
+			}
+		ret = kt_cgwatch_set(d->cgwatch, paths, n);
+		if (ret && ret != d->cgwatch_err)
+			kt_warn("watching the member cgroups' directories: %s (rescanned every tick instead)",
+				strerror(-ret));
+		d->cgwatch_err = ret;
+	}
+	free(paths);
+	free(abs);
 }
 
-int kt_daemon_prune_members(struct kt_daemon *d)
+int kt_daemon_refresh_members(struct kt_daemon *d)
 {
 	char err[KT_ERR_LEN];
-	int pruned = 0, ret;
+	struct kt_plan next;
+	bool changed;
+	int moved = 0, ret;
 
-	for (int i = 0; i < d->plan.n_limits; i++) {
-		struct kt_limit_rt *l = &d->plan.limits[i];
-		int kept = 0;
-
-		for (int j = 0; j < l->n_members; j++) {
-			if (member_alive(&l->members[j])) {
-				l->members[kept++] = l->members[j];
-				continue;
-			}
-			kt_warn("limit %s: cgroup %s is gone: member %s leaves the pool",
-				l->cfg->name, l->members[j].path, l->members[j].id);
-			free(l->members[j].path);
-			pruned++;
-		}
-		l->n_members = kept;
-		for (int j = 0; j < kept; j++)
-			l->member_ids[j] = l->members[j].id;
+	ret = kt_plan_refresh(&d->plan, &d->cfg, d->cg_mount, &next, &changed, err, sizeof(err));
+	if (ret) {
+		if (strcmp(err, d->refresh_err))
+			kt_err("finding member cgroups: %s", err);
+		snprintf(d->refresh_err, sizeof(d->refresh_err), "%s", err);
+		return ret;
 	}
-	if (!pruned)
+	if (!changed)
 		return 0;
-	/* the pool deregisters ids that vanish from the list at its next tick;
-	 * apply drops the dead cgroups' links, memberships and buckets */
-	for (int i = 0; i < d->plan.n_limits; i++)
-		kt_ctl_decide(d->pool, i, &d->plan.limits[i], &d->ls[i]);
-	ret = apply_plan(d, &d->plan, d->ls, err, sizeof(err));
-	if (ret)
-		kt_err("dropping removed cgroups: %s", err);
-	for (int i = 0; i < d->plan.n_limits; i++)
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		const struct kt_limit_rt *o = &d->plan.limits[i], *n = &next.limits[i];
+
+		for (int j = 0; j < o->n_members; j++) {
+			int k = 0;
+			while (k < n->n_members && n->members[k].cgid != o->members[j].cgid)
+				k++;
+			if (k == n->n_members) {
+				kt_info("limit %s: cgroup %s is gone: member %s leaves the pool",
+					o->cfg->name, o->members[j].path, o->members[j].id);
+				moved++;
+			}
+		}
+		for (int k = 0; k < n->n_members; k++) {
+			int j = 0;
+			while (j < o->n_members && o->members[j].cgid != n->members[k].cgid)
+				j++;
+			if (j == o->n_members) {
+				kt_info("limit %s: cgroup %s joins as member %s", n->cfg->name,
+					n->members[k].path, n->members[k].id);
+				moved++;
+			}
+		}
+	}
+	/* the pool counts the new members before any bucket is written (else
+	 * each would get the whole pool until the next tick); the ids that
+	 * vanished are deregistered at its next tick */
+	kt_ctl_fill_pool_local(&next, d->ls, d->pool_local);
+	kt_pool_members(d->pool, d->pool_local, next.n_limits);
+	for (int i = 0; i < next.n_limits; i++)
+		kt_ctl_decide(d->pool, i, &next.limits[i], &d->ls[i]);
+	ret = apply_plan(d, &next, d->ls, err, sizeof(err));
+	if (ret) {
+		/* all or nothing: the kernel is as it was, and so is the plan;
+		 * the next rescan tries again */
+		if (strcmp(err, d->refresh_err))
+			kt_err("updating members: %s (keeping the members as they were)", err);
+		snprintf(d->refresh_err, sizeof(d->refresh_err), "%s", err);
+		kt_plan_free(&next);
+		for (int i = 0; i < d->plan.n_limits; i++)
+			kt_ctl_decide(d->pool, i, &d->plan.limits[i], &d->ls[i]);
+		return ret;
+	}
+	d->refresh_err[0] = 0;
+	kt_plan_free(&d->plan);
+	d->plan = next;
+	for (int i = 0; i < d->plan.n_limits; i++) {
 		kt_ctl_write_rates(d, i);
-	return pruned;
+		kt_ctl_write_lease(d, i);
+	}
+	d->member_changes += moved;
+	watch_members(d);
+	return moved;
 }
 
 int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on_exit)
@@ -661,6 +742,7 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		ret = KT_EXIT_RUNTIME;
 		goto fail_bpf;
 	}
+	watch_members(d);
 	d->started_ns = now;
 	d->running = true;
 	kt_daemon_tick(d, now); /* first sample */
@@ -781,6 +863,7 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 		kt_ctl_write_lease(d, i);
 	}
 	kt_ctl_drop_stale_pins(d);
+	watch_members(d);
 	d->reloads++;
 	kt_info("reloaded %s: %d limit(s)", d->config_path, d->plan.n_limits);
 	return 0;
@@ -825,13 +908,20 @@ int kt_daemon_run(struct kt_daemon *d)
 					uint64_t now = kt_clock_ns();
 					kt_daemon_tick(d, now);
 					expire_clients(d, now);
-					if (now - d->last_prune_ns >= d->cfg.epoch_ns) {
-						kt_daemon_prune_members(d);
+					/* the safety net under the watcher: every
+					 * epoch, or every tick while it cannot watch */
+					if (!d->cgwatch || d->cgwatch_err ||
+					    now - d->last_prune_ns >= d->cfg.epoch_ns) {
+						kt_daemon_refresh_members(d);
 						d->last_prune_ns = now;
 					}
 				}
 			} else if (tag == 3) {
 				accept_client(d);
+			} else if (tag == 4) {
+				/* a directory came or went where a member may be */
+				if (kt_cgwatch_drain(d->cgwatch))
+					kt_daemon_refresh_members(d);
 			} else if (tag >= 100 && tag < 100 + KT_MAX_CLIENTS) {
 				struct kt_client *c = &d->clients[tag - 100];
 				if (c->fd >= 0 && client_out(d, c)->p)
@@ -885,6 +975,9 @@ void kt_daemon_stop(struct kt_daemon *d)
 	close(d->epfd);
 	close(d->sigfd);
 	close(d->timerfd);
+	if (d->cgwatch)
+		kt_cgwatch_close(d->cgwatch);
+	d->cgwatch = NULL;
 	free(d->ls);
 	free(d->slot_base);
 	kt_plan_free(&d->plan);

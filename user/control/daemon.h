@@ -49,7 +49,11 @@ struct kt_daemon {
 	uint64_t started_ns;
 	uint64_t ticks;
 	uint64_t reloads, reload_failures;
-	uint64_t last_prune_ns;
+	uint64_t last_prune_ns;    /* last periodic member rescan */
+	uint64_t member_changes;   /* members that joined or left since the start */
+	struct kt_cgwatch *cgwatch; /* inotify on the members' directories; NULL: none */
+	int cgwatch_err;           /* last kt_cgwatch_set error, 0 = watching */
+	char refresh_err[KT_ERR_LEN]; /* last rescan error, logged once */
 	struct kt_slot_base *slot_base; /* KT_MAX_BUCKETS, the controller's counter baselines */
 };
 
@@ -65,9 +69,13 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 int kt_daemon_run(struct kt_daemon *d);
 void kt_daemon_stop(struct kt_daemon *d);
 
-/* Drops members whose cgroup was removed (the pod ended): their links and
- * buckets go, and they leave the pool at once. Returns how many. */
-int kt_daemon_prune_members(struct kt_daemon *d);
+/* Finds the members anew (kt_plan_refresh): cgroups that appeared (a
+ * pattern's new match, a listed path created or recreated) are attached
+ * and join the pool; removed ones (the pod ended) lose their links and
+ * buckets and leave the pool at once. All or nothing, through the same
+ * apply as a reload. Returns how many members joined or left, or a
+ * negative errno (logged once; the members stay as they were). */
+int kt_daemon_refresh_members(struct kt_daemon *d);
 /* Re-read the config; on error keep the running one. 0 or negative errno. */
 int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen);
 /* Status as a human table or JSON into a malloc'd string. */

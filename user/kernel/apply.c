@@ -10,87 +10,244 @@
 #include <bpf/bpf.h>
 #include "apply.h"
 #include "cgroup.h"
+#include "cgwatch.h"
 #include "classify.h"
 #include "log.h"
+
+/* Adds cgroup `real` (id cgid), found by entry j of limit i, to `l`'s
+ * members unless it is there already (two entries or spellings of one
+ * cgroup are one member). `prev`: the same limit in the plan this one
+ * replaces, whose members keep their slot and id. */
+static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *cap,
+		      const struct kt_limit_rt *prev, const char *real, uint64_t cgid, int j)
+{
+	struct kt_member_rt *m;
+
+	for (int k = 0; k < l->n_members; k++)
+		if (l->members[k].cgid == cgid)
+			return 0;
+	if (l->n_members == KT_MAX_CGROUPS_PER_LIMIT) {
+		kt_warn("limit %s: more than %d member cgroups: %s is not limited", l->cfg->name,
+			KT_MAX_CGROUPS_PER_LIMIT, real);
+		return 0;
+	}
+	if (l->n_members == *cap) {
+		int grow = *cap ? 2 * *cap : 4;
+		struct kt_member_rt *g = realloc(l->members, (size_t)grow * sizeof(*g));
+
+		if (!g)
+			return -ENOMEM;
+		l->members = g;
+		*cap = grow;
+	}
+	m = &l->members[l->n_members];
+	memset(m, 0, sizeof(*m));
+	m->path = strdup(real);
+	if (!m->path)
+		return -ENOMEM;
+	m->cgid = cgid;
+	m->entry = j;
+	m->slot = UINT32_MAX;
+	for (int k = 0; prev && k < prev->n_members; k++)
+		if (prev->members[k].cgid == cgid)
+			m->slot = prev->members[k].slot;
+	/* the cgroup id is stable for the cgroup's life, which is the
+	 * member's life: a recreated pod is a new member */
+	snprintf(m->id, sizeof(m->id), "%s:%llu", cfg->node_name, (unsigned long long)cgid);
+	l->n_members++;
+	return 0;
+}
+
+/* The members limit i's cgroups entries name now: each plain path that
+ * exists, and every cgroup v2 directory a pattern matches. A missing plain
+ * path is no error (it joins when it appears; `quiet` keeps a rescan from
+ * repeating the warning); a plain path that exists but is no cgroup v2
+ * directory is, with the file, line and field. */
+static int limit_members(const struct kt_config *cfg, int i, const char *cg_mount, bool quiet,
+			 const struct kt_limit_rt *prev, struct kt_limit_rt *l, char *err,
+			 size_t errlen)
+{
+	const struct kt_limit_cfg *lc = &cfg->limits[i];
+	char real[PATH_MAX], why[KT_ERR_LEN], full[PATH_MAX];
+	int cap = 0, ret;
+	uint64_t cgid;
+
+	for (int j = 0; j < lc->n_cgroups; j++) {
+		const char *entry = lc->cgroups[j];
+
+		if (kt_path_is_pattern(entry)) {
+			char **paths = NULL;
+			int n;
+
+			if (entry[0] == '/')
+				snprintf(full, sizeof(full), "%s", entry);
+			else
+				snprintf(full, sizeof(full), "%s/%s", cg_mount ? cg_mount : "", entry);
+			n = kt_cgroup_glob(full, &paths);
+			if (n < 0) {
+				snprintf(err, errlen, "%s:%d: limits[%d].cgroups[%d]: %s: %s", cfg->file,
+					 lc->cgroup_lines[j], i, j, entry, strerror(-n));
+				return n;
+			}
+			for (int k = 0; k < n; k++) {
+				/* a match that is no cgroup (a file the glob
+				 * cannot tell apart, a race with rmdir) is skipped */
+				if (kt_cgroup_resolve(paths[k], cg_mount, real, sizeof(real), why,
+						      sizeof(why)) ||
+				    kt_cgroup_id(real, &cgid))
+					continue;
+				if ((ret = add_member(cfg, l, &cap, prev, real, cgid, j))) {
+					kt_cgroup_glob_free(paths, n);
+					return ret;
+				}
+			}
+			kt_cgroup_glob_free(paths, n);
+			continue;
+		}
+		ret = kt_cgroup_resolve(entry, cg_mount, real, sizeof(real), why, sizeof(why));
+		if (ret == -ENOENT) {
+			if (!quiet)
+				kt_warn("%s:%d: limits[%d].cgroups[%d]: %s does not exist (yet): limit %s applies to it when it appears",
+					cfg->file, lc->cgroup_lines[j], i, j, entry, lc->name);
+			continue;
+		}
+		if (!ret) {
+			ret = kt_cgroup_id(real, &cgid);
+			if (ret == -ENOENT)
+				continue; /* removed in between: as missing */
+			if (ret)
+				snprintf(why, sizeof(why), "%s: cannot read cgroup id: %s", real,
+					 strerror(-ret));
+		}
+		if (ret) {
+			snprintf(err, errlen, "%s:%d: limits[%d].cgroups[%d]: %s", cfg->file,
+				 lc->cgroup_lines[j], i, j, why);
+			return ret;
+		}
+		if ((ret = add_member(cfg, l, &cap, prev, real, cgid, j)))
+			return ret;
+	}
+	return 0;
+}
+
+/* A kt_members value lists at most KT_LIMITS_PER_CGROUP limits: a cgroup
+ * named by a plain path in more is a config error (`strict`); one a
+ * pattern found, or one that appeared after the start, stays out of the
+ * limits past the eighth, with a warning. */
+static int cap_memberships(const struct kt_config *cfg, struct kt_plan *plan, bool strict,
+			   char *err, size_t errlen)
+{
+	for (int i = 0; i < plan->n_limits; i++) {
+		struct kt_limit_rt *l = &plan->limits[i];
+		int kept = 0;
+
+		for (int j = 0; j < l->n_members; j++) {
+			struct kt_member_rt *m = &l->members[j];
+			const struct kt_limit_cfg *lc = &cfg->limits[i];
+			int dup = 0;
+
+			for (int k = 0; k < i; k++)
+				for (int q = 0; q < plan->limits[k].n_members; q++)
+					dup += plan->limits[k].members[q].cgid == m->cgid;
+			if (dup < KT_LIMITS_PER_CGROUP) {
+				l->members[kept++] = *m;
+				continue;
+			}
+			if (strict && !kt_path_is_pattern(lc->cgroups[m->entry])) {
+				snprintf(err, errlen,
+					 "%s:%d: limits[%d].cgroups[%d]: %s is already a member of %d limits, the most one cgroup may join",
+					 cfg->file, lc->cgroup_lines[m->entry], i, m->entry, m->path,
+					 KT_LIMITS_PER_CGROUP);
+				return -E2BIG;
+			}
+			kt_warn("limit %s: %s is already a member of %d limits, the most one cgroup may join: not limited by this one",
+				lc->name, m->path, KT_LIMITS_PER_CGROUP);
+			free(m->path);
+		}
+		l->n_members = kept;
+	}
+	return 0;
+}
+
+static int member_ids(struct kt_plan *plan)
+{
+	for (int i = 0; i < plan->n_limits; i++) {
+		struct kt_limit_rt *l = &plan->limits[i];
+
+		free(l->member_ids);
+		l->member_ids = calloc(l->n_members + 1, sizeof(*l->member_ids));
+		if (!l->member_ids)
+			return -ENOMEM;
+		for (int j = 0; j < l->n_members; j++)
+			l->member_ids[j] = l->members[j].id;
+	}
+	return 0;
+}
+
+/* The plan for cfg with the members found now; prev (may be NULL) is the
+ * plan it replaces for the same cfg: limit ids, slots and member ids carry
+ * over. */
+static int plan_members(const struct kt_config *cfg, const char *cg_mount, const struct kt_plan *prev,
+			bool strict, struct kt_plan *plan, char *err, size_t errlen)
+{
+	int ret = -ENOMEM;
+
+	memset(plan, 0, sizeof(*plan));
+	plan->limits = calloc(cfg->n_limits + 1, sizeof(*plan->limits));
+	if (!plan->limits)
+		goto fail;
+	plan->n_limits = cfg->n_limits;
+	plan->file = cfg->file;
+	for (int i = 0; i < cfg->n_limits; i++) {
+		struct kt_limit_rt *l = &plan->limits[i];
+
+		l->cfg = &cfg->limits[i];
+		if (prev) {
+			l->id = prev->limits[i].id;
+			l->bucket_rate = prev->limits[i].bucket_rate;
+			l->bucket_burst = prev->limits[i].bucket_burst;
+		}
+		ret = limit_members(cfg, i, cg_mount, prev != NULL, prev ? &prev->limits[i] : NULL, l,
+				    err, errlen);
+		if (ret)
+			goto fail;
+	}
+	ret = cap_memberships(cfg, plan, strict, err, errlen);
+	if (!ret)
+		ret = member_ids(plan);
+	if (!ret)
+		return 0;
+fail:
+	if (ret == -ENOMEM)
+		snprintf(err, errlen, "out of memory");
+	kt_plan_free(plan);
+	return ret;
+}
 
 int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan,
 		    char *err, size_t errlen)
 {
-	char real[PATH_MAX], why[KT_ERR_LEN];
-	int i, j, ret;
+	return plan_members(cfg, cg_mount, NULL, true, plan, err, errlen);
+}
 
-	memset(plan, 0, sizeof(*plan));
-	plan->limits = calloc(cfg->n_limits, sizeof(*plan->limits));
-	if (!plan->limits)
-		return -ENOMEM;
-	plan->n_limits = cfg->n_limits;
-	plan->file = cfg->file;
-	for (i = 0; i < cfg->n_limits; i++) {
-		const struct kt_limit_cfg *lc = &cfg->limits[i];
-		struct kt_limit_rt *l = &plan->limits[i];
+int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, const char *cg_mount,
+		    struct kt_plan *next, bool *changed, char *err, size_t errlen)
+{
+	int ret = plan_members(cfg, cg_mount, cur, false, next, err, errlen);
 
-		l->cfg = lc;
-		l->members = calloc(lc->n_cgroups, sizeof(*l->members));
-		if (!l->members) {
-			ret = -ENOMEM;
-			goto fail;
-		}
-		for (j = 0; j < lc->n_cgroups; j++) {
-			struct kt_member_rt *m = &l->members[l->n_members];
-			int k, dup = 0;
+	*changed = false;
+	if (ret)
+		return ret;
+	for (int i = 0; i < cur->n_limits && !*changed; i++) {
+		const struct kt_limit_rt *a = &cur->limits[i], *b = &next->limits[i];
 
-			ret = kt_cgroup_resolve(lc->cgroups[j], cg_mount, real, sizeof(real), why,
-						sizeof(why));
-			if (!ret) {
-				ret = kt_cgroup_id(real, &m->cgid);
-				if (ret)
-					snprintf(why, sizeof(why), "%s: cannot read cgroup id: %s",
-						 real, strerror(-ret));
-			}
-			if (ret) {
-				snprintf(err, errlen, "%s:%d: limits[%d].cgroups[%d]: %s", cfg->file,
-					 lc->cgroup_lines[j], i, j, why);
-				goto fail;
-			}
-			/* two spellings of one cgroup are one member */
-			for (k = 0; k < l->n_members; k++)
-				dup |= l->members[k].cgid == m->cgid;
-			if (dup)
-				continue;
-			/* a kt_members value lists at most KT_LIMITS_PER_CGROUP limits */
-			for (k = 0, dup = 0; k < i; k++)
-				for (int q = 0; q < plan->limits[k].n_members; q++)
-					dup += plan->limits[k].members[q].cgid == m->cgid;
-			if (dup >= KT_LIMITS_PER_CGROUP) {
-				snprintf(err, errlen,
-					 "%s:%d: limits[%d].cgroups[%d]: %s is already a member of %d limits, the most one cgroup may join",
-					 cfg->file, lc->cgroup_lines[j], i, j, real, KT_LIMITS_PER_CGROUP);
-				ret = -E2BIG;
-				goto fail;
-			}
-			m->path = strdup(real);
-			if (!m->path) {
-				ret = -ENOMEM;
-				goto fail;
-			}
-			/* the cgroup id is stable for the cgroup's life, which is
-			 * the member's life: a recreated pod is a new member */
-			snprintf(m->id, sizeof(m->id), "%s:%llu", cfg->node_name,
-				 (unsigned long long)m->cgid);
-			l->n_members++;
-		}
-		l->member_ids = calloc(l->n_members + 1, sizeof(*l->member_ids));
-		if (!l->member_ids) {
-			ret = -ENOMEM;
-			goto fail;
-		}
-		for (j = 0; j < l->n_members; j++)
-			l->member_ids[j] = l->members[j].id;
+		*changed = a->n_members != b->n_members;
+		for (int j = 0; j < a->n_members && !*changed; j++)
+			*changed = a->members[j].cgid != b->members[j].cgid;
 	}
+	if (!*changed)
+		kt_plan_free(next);
 	return 0;
-fail:
-	kt_plan_free(plan);
-	return ret;
 }
 
 void kt_plan_free(struct kt_plan *plan)

@@ -6,6 +6,7 @@
 #ifndef KT_APPLY_H
 #define KT_APPLY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include "bpf_loader.h"
 #include "config.h"
@@ -15,6 +16,7 @@ struct kt_member_rt {
 	char id[96];       /* stable member id in the store: "<node>:<cgroup id>" */
 	uint64_t cgid;
 	uint32_t slot;     /* bucket this member's traffic is charged to */
+	int entry;         /* the limit's cgroups[] entry (path or pattern) that found it */
 };
 
 struct kt_limit_rt {
@@ -34,11 +36,19 @@ struct kt_plan {
 	const char *file; /* the config's file (owned by the config), for errors */
 };
 
-/* Resolves every cgroup path of cfg (absolute, or relative to the cgroup v2
- * mount) and reads its id. Touches no BPF state. Errors name file, line and
- * field. */
+/* Finds the member cgroups of cfg's limits (paths absolute, or relative to
+ * the cgroup v2 mount; patterns expanded) and reads their ids. A plain path
+ * that does not exist yet is a warning, not an error. Touches no BPF
+ * state. Errors name file, line and field. */
 int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan,
 		    char *err, size_t errlen);
+/* The members of cur's limits (cur resolved from cfg) found now: cgroups
+ * that appeared (a pattern's new match, a listed path created), went, or
+ * were recreated under the same path (a new id). *changed is false, and
+ * *next left empty, when the members are the same; else *next is the plan
+ * to apply, limit ids, slots and member ids carried over. */
+int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, const char *cg_mount,
+		    struct kt_plan *next, bool *changed, char *err, size_t errlen);
 void kt_plan_free(struct kt_plan *plan);
 
 /* Every check of kt_plan_apply's plan that needs no kernel state: limit and
