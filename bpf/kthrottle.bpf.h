@@ -62,6 +62,24 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_limits SEC(".maps");
 
+/* See struct kt_anc. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KT_ANC_CACHE_SIZE);
+	__type(key, __u64);
+	__type(value, struct kt_anc);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_anc_cache SEC(".maps");
+
+/* kt_gen[0]: the generation of kt_members (struct kt_anc). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_gen SEC(".maps");
+
 /* Userspace-only (the programs never read it): see struct kt_lease. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -88,20 +106,35 @@ static __always_inline int kt_port_may_match(__u32 hook, __u16 port)
 static __always_inline struct kt_member_val *kt_member_list(void *ctx, int is_skb, __u64 cgid)
 {
 	struct kt_member_val *v = bpf_map_lookup_elem(&kt_members, &cgid);
+	struct kt_anc *c, found = { 0 };
+	__u32 zero = 0;
+	__u64 *gen;
 	int level;
 
 	if (v)
 		return v;
+	/* the generation first: see struct kt_anc */
+	gen = bpf_map_lookup_elem(&kt_gen, &zero);
+	if (!gen)
+		return 0;
+	found.gen = *gen;
+	c = bpf_map_lookup_elem(&kt_anc_cache, &cgid);
+	if (c && c->gen == found.gen)
+		return c->member ? &c->list : 0;
 	for (level = KT_MAX_CGROUP_DEPTH - 1; level >= 1; level--) {
 		__u64 anc = is_skb ? bpf_skb_ancestor_cgroup_id(ctx, level)
 				   : bpf_get_current_ancestor_cgroup_id(level);
 		if (!anc || anc == cgid)
 			continue;
 		v = bpf_map_lookup_elem(&kt_members, &anc);
-		if (v)
-			return v;
+		if (v) {
+			found.member = anc;
+			__builtin_memcpy(&found.list, v, sizeof(found.list));
+			break;
+		}
 	}
-	return 0;
+	bpf_map_update_elem(&kt_anc_cache, &cgid, &found, BPF_ANY);
+	return v;
 }
 
 /* IPv4 destination as a full-length v4-mapped classifier key (::ffff:a.b.c.d). */

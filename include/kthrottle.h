@@ -23,6 +23,7 @@
 #define KT_LIMITS_PER_CGROUP 8   /* limits one cgroup may be a member of */
 #define KT_MAX_DESTS 16384       /* (limit, destination prefix) pairs in kt_dests */
 #define KT_MAX_CGROUP_DEPTH 16   /* ancestor levels searched for nested cgroups */
+#define KT_ANC_CACHE_SIZE 65536  /* sub-cgroups whose nearest member is remembered */
 #define KT_CAS_RETRIES 8         /* bounded; contention past this refuses */
 
 /* Fixed point for the token interval: Q48.16 nanoseconds per token. Lets one
@@ -162,6 +163,21 @@ struct kt_prefix_key {
 	__u8 addr[16];
 };
 _Static_assert(sizeof(struct kt_prefix_key) == 20, "kt_prefix_key layout");
+
+/* kt_anc_cache (LRU hash, cgroup id -> struct kt_anc): for a cgroup that is
+ * no member (a container below a pod), a copy of its nearest member
+ * ancestor's kt_members list, so its packets cost one lookup more than a
+ * member's instead of a walk up to KT_MAX_CGROUP_DEPTH levels. Valid while
+ * `gen` equals kt_gen[0], which the daemon increments after every change
+ * of kt_members: a program reads the generation before it walks, so an
+ * entry computed from a list that was being replaced is stale as soon as
+ * the replacement is complete. Written by the programs only. */
+struct kt_anc {
+	__u64 gen;    /* kt_gen[0] when it was found */
+	__u64 member; /* cgroup id of the nearest member ancestor; 0 = none */
+	struct kt_member_val list; /* its list then */
+};
+_Static_assert(sizeof(struct kt_anc) == 16 + sizeof(struct kt_member_val), "kt_anc layout");
 
 /* kt_dests (LPM trie): (limit, destination prefix) -> the limit covers it.
  * Keyed by the limit first (its id is the key's first 32 bits, so

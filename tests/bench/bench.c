@@ -44,6 +44,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -288,6 +289,10 @@ struct bench_env {
 	char cg_mount[PATH_MAX];
 	char pin_dir[PATH_MAX];
 	char cg_skb[PATH_MAX], cg_plain[PATH_MAX], cg_empty[PATH_MAX], cg_kt[PATH_MAX];
+	/* bench-nest, bench-nest/a, bench-nest/a/b: the member and the
+	 * sub-cgroups one and two levels below it, for rows (g) and (h) */
+	char cg_nest[3][PATH_MAX];
+	char self_cg[PATH_MAX]; /* this process's cgroup directory, to go back to */
 	uint64_t self_cgid;
 	char cfg_name[16];
 	struct kt_config cfg; /* built here, not parsed: only limits[] is allocated */
@@ -365,8 +370,37 @@ static int set_self_members(struct bench_env *e, bool full)
 	return 0;
 }
 
+/* Rows (g), (h): this process moves `levels` (1 or 2) below bench-nest,
+ * which becomes the member skb-match charges (a test-run skb's socket is
+ * made in the caller's cgroup); 0 moves it back and drops that member. */
+static int set_nest(struct bench_env *e, int levels)
+{
+	struct kt_member_key k = { 0 };
+	struct kt_member_val v = { .count = 1, .own = 1 };
+	char procs[PATH_MAX + 16];
+	uint64_t id;
+	int ret;
+
+	if (kt_cgroup_id(e->cg_nest[0], &id))
+		return -ENOENT;
+	k.cgroup_id = id;
+	v.ents[0] = (struct kt_member_ent){ .limit_id = e->limit_id[LIM_SKB_MATCH],
+					    .slot = e->slot[LIM_SKB_MATCH] };
+	if (levels && bpf_map_update_elem(e->bpf.members_fd, &k, &v, BPF_ANY) < 0)
+		return -errno;
+	snprintf(procs, sizeof(procs), "%s/cgroup.procs", levels ? e->cg_nest[levels] : e->self_cg);
+	ret = ktest_write_file(procs, "0");
+	if (ret) {
+		fprintf(stderr, "bench: cannot move into %s: %s\n", procs, strerror(-ret));
+		return ret;
+	}
+	if (!levels)
+		bpf_map_delete_elem(e->bpf.members_fd, &k);
+	return 0;
+}
+
 /* This process's cgroup v2 id (what a test-run skb's socket carries). */
-static uint64_t self_cgroup_id(const char *mount)
+static uint64_t self_cgroup_id(const char *mount, char *dir, size_t dirlen)
 {
 	char line[PATH_MAX], path[PATH_MAX * 2];
 	uint64_t id = 0;
@@ -379,6 +413,7 @@ static uint64_t self_cgroup_id(const char *mount)
 			continue;
 		line[strcspn(line, "\n")] = 0;
 		snprintf(path, sizeof(path), "%s%s", mount, line + 3);
+		snprintf(dir, dirlen, "%s", path);
 		if (kt_cgroup_id(path, &id))
 			id = 0;
 		break;
@@ -454,10 +489,12 @@ static void env_free(struct bench_env *e)
 	kt_plan_free(&e->plan);
 	free(e->cfg.limits);
 	e->cfg.limits = NULL;
-	const char *cgs[] = { e->cg_skb, e->cg_plain, e->cg_empty, e->cg_kt };
+	const char *cgs[] = { e->cg_nest[2], e->cg_nest[1], e->cg_nest[0], e->cg_skb,
+			      e->cg_plain,   e->cg_empty,   e->cg_kt };
 	for (size_t i = 0; i < sizeof(cgs) / sizeof(cgs[0]); i++)
 		if (cgs[i][0])
 			ktest_cgroup_destroy(cgs[i]);
+	e->cg_nest[0][0] = e->cg_nest[1][0] = e->cg_nest[2][0] = 0;
 	e->cg_skb[0] = e->cg_plain[0] = e->cg_empty[0] = e->cg_kt[0] = 0;
 }
 
@@ -474,14 +511,25 @@ static int env_setup(struct bench_env *e)
 		fprintf(stderr, "bench: no cgroup v2 mount in /proc/mounts\n");
 		return ret;
 	}
-	e->self_cgid = self_cgroup_id(e->cg_mount);
+	e->self_cgid = self_cgroup_id(e->cg_mount, e->self_cg, sizeof(e->self_cg));
 	if ((ret = ktest_cgroup_create("bench-skb", e->cg_skb, sizeof(e->cg_skb))) ||
 	    (ret = ktest_cgroup_create("bench-plain", e->cg_plain, sizeof(e->cg_plain))) ||
 	    (ret = ktest_cgroup_create("bench-empty", e->cg_empty, sizeof(e->cg_empty))) ||
-	    (ret = ktest_cgroup_create("bench-kt", e->cg_kt, sizeof(e->cg_kt)))) {
+	    (ret = ktest_cgroup_create("bench-kt", e->cg_kt, sizeof(e->cg_kt))) ||
+	    (ret = ktest_cgroup_create("bench-nest", e->cg_nest[0], sizeof(e->cg_nest[0])))) {
 		fprintf(stderr, "bench: cannot create test cgroups under %s: %s\n", e->cg_mount,
 			strerror(-ret));
 		return ret;
+	}
+	for (int i = 1; i < 3; i++) {
+		snprintf(e->cg_nest[i], sizeof(e->cg_nest[i]), "%s/%s", e->cg_nest[i - 1],
+			 i == 1 ? "a" : "b");
+		if (mkdir(e->cg_nest[i], 0755) < 0 && errno != EEXIST) {
+			ret = -errno;
+			fprintf(stderr, "bench: %s: %s\n", e->cg_nest[i], strerror(-ret));
+			e->cg_nest[i][0] = 0;
+			return ret;
+		}
 	}
 	for (int i = 0; i < 2; i++) {
 		e->lfd[i] = listen_loopback(&e->lport[i]);
@@ -694,6 +742,7 @@ struct skb_case {
 	enum expect_count count;
 	double max_delta;
 	bool full_list; /* the cgroup in 8 limits that all cover the packet */
+	int nest;       /* the sending cgroup 1 or 2 levels below the member */
 };
 
 static int bench_skb(struct bench_env *e)
@@ -712,6 +761,11 @@ static int bench_skb(struct bench_env *e)
 		  SKB_PORT_MATCH, B_HUGE, 1, C_NONE, 15 },
 		{ "egress (f) matched, the cgroup's 8 limits all cover it", "10.1.2.3",
 		  SKB_PORT_MATCH, B_HUGE, 1, C_ADMIT, 240, true },
+		/* within 10 ns of (a): the nearest member is cached per cgroup */
+		{ "egress (g) matched, sender 1 level below the member", "10.1.2.3",
+		  SKB_PORT_MATCH, B_HUGE, 1, C_ADMIT, 70, false, 1 },
+		{ "egress (h) matched, sender 2 levels below the member", "10.1.2.3",
+		  SKB_PORT_MATCH, B_HUGE, 1, C_ADMIT, 70, false, 2 },
 	};
 	enum { NC = sizeof(cases) / sizeof(cases[0]) };
 	const int rounds = g_quick ? 3 : 7;
@@ -744,6 +798,8 @@ static int bench_skb(struct bench_env *e)
 			set_bucket(e, slot, cases[c].bucket);
 			if (cases[c].full_list && (ret = set_self_members(e, true)))
 				return ret;
+			if (cases[c].nest && (ret = set_nest(e, cases[c].nest)))
+				return ret;
 			if (read_counters(e, slot, &before) ||
 			    read_counters(e, e->slot[LIM_SKB_NOMEMBER], &nb_before))
 				return -EIO;
@@ -757,6 +813,8 @@ static int bench_skb(struct bench_env *e)
 			}
 			if (cases[c].full_list && !ret)
 				ret = set_self_members(e, false);
+			if (cases[c].nest && !ret)
+				ret = set_nest(e, 0);
 			base[nbase++] = ns_empty;
 			val[c][r] = ns_kt;
 			delta[c][r] = ns_kt - ns_empty;

@@ -1240,6 +1240,23 @@ static void test_nested_cgroup(void **state)
 	struct kt_counters c = member_counters(f, 0, 0);
 	assert_int_equal(c.admitted, 4);
 	assert_int_equal(c.throttled, 2);
+
+	/* The sub-cgroups' nearest member is cached (kt_anc_cache): when
+	 * `inner` becomes a member too, `deeper` must be charged to inner's
+	 * own new bucket at once, not to the cached parent's (kept, empty). */
+	const struct plim both[] = {
+		{ "n4", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, p4, "127.0.0.1/32", 1,
+		  { parent, inner } },
+	};
+	apply(f, both, 1);
+	run_ops(f, deeper, two, 1, r, 2);
+	expect(r, 1, 1, "connect from parent/inner/deeper, inner now a member (burst 1)");
+	run_ops(f, parent, one, 1, r, 1);
+	expect(r, 0, 1, "connect from parent, its bucket kept and still empty");
+	/* and back: deeper is the parent's again */
+	apply(f, pl, 1);
+	run_ops(f, deeper, one, 1, r, 1);
+	expect(r, 0, 1, "connect from parent/inner/deeper, the parent's bucket again");
 }
 
 /* A member nested in another member: programs attached to the outer cgroup

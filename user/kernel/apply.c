@@ -1140,11 +1140,14 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket
 		goto nomem;
 
 	ret = commit(a, err, errlen);
-	if (ret) {
+	if (ret)
 		rollback(a);
+	else
+		drop_stale(a);
+	/* after the lists are final, never before: see struct kt_anc */
+	kt_bpf_bump_gen(b);
+	if (ret)
 		goto out;
-	}
-	drop_stale(a);
 	for (i = 0; i < plan->n_limits; i++) {
 		plan->limits[i].bucket_rate = pol[i].rate;
 		plan->limits[i].bucket_burst = pol[i].burst;

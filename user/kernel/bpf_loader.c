@@ -25,12 +25,14 @@
 static const char *const map_names[] = {
 	"kt_buckets", "kt_counters", "kt_members", "kt_dests", "kt_ports", "kt_limits", "kt_leases",
 	"kt_sk_pace", "kt_pace_socks", /* TCP pacing (sockops); absent in older pin dirs */
+	"kt_anc_cache", "kt_gen",      /* sub-cgroups' nearest member; absent in older pin dirs */
 };
 /* bpf/kthrottle.bpf.h's types, in map_names' order */
 static const __u32 map_types[] = {
 	BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_PERCPU_ARRAY, BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_LPM_TRIE,
 	BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH,
 	BPF_MAP_TYPE_SK_STORAGE, BPF_MAP_TYPE_ARRAY,
+	BPF_MAP_TYPE_LRU_HASH, BPF_MAP_TYPE_ARRAY,
 };
 #define N_MAPS (sizeof(map_names) / sizeof(map_names[0]))
 _Static_assert(sizeof(map_types) / sizeof(map_types[0]) == N_MAPS, "one type per map");
@@ -190,6 +192,7 @@ static void zero_fds(struct kt_bpf *b)
 {
 	b->buckets_fd = b->counters_fd = b->members_fd = -1;
 	b->dests_fd = b->ports_fd = b->limits_fd = b->leases_fd = -1;
+	b->gen_fd = -1;
 }
 
 static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
@@ -208,13 +211,29 @@ static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
 			return -e;
 		}
 	}
+	/* optional: pin directories of older versions have none */
+	snprintf(p, sizeof(p), "%s/kt_gen", b->pin_dir);
+	b->gen_fd = bpf_obj_get(p);
 	return 0;
+}
+
+void kt_bpf_bump_gen(struct kt_bpf *b)
+{
+	__u32 zero = 0;
+	__u64 gen = 0;
+
+	if (b->gen_fd < 0 || bpf_map_lookup_elem(b->gen_fd, &zero, &gen) < 0)
+		return;
+	gen++;
+	if (bpf_map_update_elem(b->gen_fd, &zero, &gen, BPF_ANY) < 0)
+		kt_err("cannot update kt_gen: %s (sub-cgroups may be charged under their old member until the next change)",
+		       strerror(errno));
 }
 
 static void close_fds(struct kt_bpf *b)
 {
-	int fds[] = { b->buckets_fd, b->counters_fd, b->members_fd,
-		      b->dests_fd, b->ports_fd, b->limits_fd, b->leases_fd };
+	int fds[] = { b->buckets_fd, b->counters_fd, b->members_fd, b->dests_fd,
+		      b->ports_fd,   b->limits_fd,   b->leases_fd,  b->gen_fd };
 
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)

@@ -30,6 +30,7 @@ struct kt_bpf {
 	struct kt_sock *sock;
 	struct kt_sockops *sockops;
 	int buckets_fd, counters_fd, members_fd, dests_fd, ports_fd, limits_fd, leases_fd;
+	int gen_fd; /* kt_gen, -1 in an older pin directory */
 	struct kt_bucket *buckets; /* mmap of kt_buckets: rates change by one atomic store */
 	int ncpus;
 	bool adopted;              /* pinned maps existed before this open */
@@ -90,5 +91,9 @@ int kt_mkdir_p(const char *path, mode_t mode);
 /* Ensure a bpffs is mounted at `dir` or one of its parents (mounts at
  * /sys/fs/bpf when nothing is). */
 int kt_bpffs_ensure(const char *dir, char *err, size_t errlen);
+
+/* Marks every kt_anc_cache entry stale (kt_gen[0]++): after any change of
+ * kt_members, so no sub-cgroup keeps a nearest member that changed. */
+void kt_bpf_bump_gen(struct kt_bpf *b);
 
 #endif
