@@ -1243,16 +1243,22 @@ static void test_nested_cgroup(void **state)
 
 	/* The sub-cgroups' nearest member is cached (kt_anc_cache): when
 	 * `inner` becomes a member too, `deeper` must be charged to inner's
-	 * own new bucket at once, not to the cached parent's (kept, empty). */
+	 * own new bucket at once, not to the cached parent's. (Inner joins a
+	 * limit with members, so its bucket starts with one heartbeat of its
+	 * share: none at this rate, so the connects are refused either way;
+	 * the counters tell the buckets apart.) */
 	const struct plim both[] = {
 		{ "n4", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, p4, "127.0.0.1/32", 1,
 		  { parent, inner } },
 	};
 	apply(f, both, 1);
+	struct kt_counters par0 = member_counters(f, 0, 0);
 	run_ops(f, deeper, two, 1, r, 2);
-	expect(r, 1, 1, "connect from parent/inner/deeper, inner now a member (burst 1)");
-	run_ops(f, parent, one, 1, r, 1);
-	expect(r, 0, 1, "connect from parent, its bucket kept and still empty");
+	expect(r, 0, 2, "connect from parent/inner/deeper, inner now a member");
+	c = member_counters(f, 0, 1);
+	assert_int_equal(c.admitted + c.throttled, 2);
+	struct kt_counters par1 = member_counters(f, 0, 0);
+	assert_int_equal(par1.admitted + par1.throttled, par0.admitted + par0.throttled);
 	/* and back: deeper is the parent's again */
 	apply(f, pl, 1);
 	run_ops(f, deeper, one, 1, r, 1);
@@ -1301,6 +1307,38 @@ static void test_nested_members_charged_once(void **state)
 	assert_non_null(strstr(out, want_outer));
 	assert_null(strstr(out, want_inner));
 	free(out);
+}
+
+/* A member that joins a limit with members on the node (a new pod) starts
+ * with one heartbeat of its share (DESIGN.md section 8), not a full burst
+ * that churning pods would each bring anew; the first members of a limit
+ * start full. */
+static void test_join_credit(void **state)
+{
+	struct fx *f = fx_open(state);
+	const char *a = add_cgroup(f, "credit-a");
+	const char *b = add_cgroup(f, "credit-b");
+	uint16_t p4;
+
+	serve(f, AF_INET, SOCK_STREAM, &p4);
+	const struct plim one[] = {
+		{ "jc", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, p4, "127.0.0.1/32", 4, { a } },
+	};
+	const struct plim two[] = {
+		{ "jc", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, p4, "127.0.0.1/32", 4,
+		  { a, b } },
+	};
+	struct res r[5];
+	const struct op five[] = { { OP_CONNECT, AF_INET, p4, 5 } };
+
+	apply(f, one, 1);
+	run_ops(f, a, five, 1, r, 5);
+	expect(r, 4, 1, "the first member: a full burst");
+	apply(f, two, 1); /* b joins; SLOW_RATE: one heartbeat earns nothing */
+	const struct op two_ops[] = { { OP_CONNECT, AF_INET, p4, 2 } };
+	run_ops(f, b, two_ops, 1, r, 2);
+	expect(r, 0, 2, "a joining member: no burst");
+	assert_int_equal(member_counters(f, 0, 1).throttled, 2);
 }
 
 /* A member nested in another member is charged under the outer member's
@@ -1551,6 +1589,7 @@ int main(void)
 		T(test_nested_cgroup),
 		T(test_nested_members_charged_once),
 		T(test_nested_members_inherit),
+		T(test_join_credit),
 		T(test_scopes),
 		T(test_limits_per_cgroup),
 		cmocka_unit_test(test_nothing_left),

@@ -680,6 +680,9 @@ struct apply {
 	struct kt_port_filter old_ports[KT_HOOK_COUNT];
 	/* the plan */
 	bool id_used[KT_MAX_LIMITS];
+	/* by plan index: a pod-scope limit that keeps buckets, whose new
+	 * buckets start with one heartbeat of their share (see commit_slot) */
+	bool born_empty[KT_MAX_LIMITS];
 	struct slot_alloc sa;
 	struct kt_rule_input *rules;
 	struct kt_classifier cls;
@@ -826,6 +829,7 @@ static int plan_slots(struct apply *a, char *err, size_t errlen)
 			    (node || a->sa.state[s] == 0)) {
 				l->members[j].slot = (uint32_t)s;
 				a->sa.state[s] = 1;
+				a->born_empty[i] = !node;
 				if (node)
 					shared = s;
 			} else {
@@ -928,6 +932,19 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 		bk->limit_id = l->id;
 		kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
 		kt_bucket_set_lease(a->b, slot, pol); /* a finite lease from birth */
+		/* A member joining a limit that already has members on this
+		 * node (a new pod of a pattern) may add at most its share for
+		 * one heartbeat (DESIGN.md section 8): its bucket starts with
+		 * that many tokens, not a full burst, which pods created and
+		 * removed many times a second would each bring anew. The
+		 * first members of a limit (a start, a new limit) start full.
+		 * Invisible until the membership is written, below. */
+		if (a->born_empty[i]) {
+			uint64_t tau = kt_tokens_to_ns(bk->burst, bk->interval_fp),
+				 credit = l->cfg->store.heartbeat_ns;
+
+			bk->tat = kt_clock_ns() + (tau > credit ? tau - credit : 0);
+		}
 		__atomic_store_n(&bk->flags, flags, __ATOMIC_RELEASE);
 	} else {
 		if (commit_step(a))
