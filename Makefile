@@ -72,7 +72,7 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 FUZZ_OBJS  := $(patsubst user/%.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS))
 FUZZ_LIB   := $(BUILD)/fuzz/libkt-fuzz.a
 
-.PHONY: all test unit bench clean deps demo fuzz fuzz-build
+.PHONY: all test unit bench clean deps demo fuzz fuzz-build install uninstall
 all: $(BUILD)/kthrottled $(BUILD)/kthrottlectl
 
 deps:
@@ -146,6 +146,34 @@ $(BUILD)/tests/bench/bench: tests/bench/bench.c $(LIB_OBJS) $(TEST_HELPERS) $(HD
 
 demo: deps all $(TOOLS_BINS)
 	scripts/demo.sh
+
+# Install for systemd hosts (README "Deploy with systemd"). PREFIX for the
+# programs and the unit, DESTDIR for staging; the config lives in /etc
+# whatever the PREFIX, and only its example is installed: an existing
+# kthrottled.yaml is never touched. The unit is generated so that ExecStart
+# names the installed daemon.
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+SBINDIR   ?= $(PREFIX)/sbin
+BINDIR    ?= $(PREFIX)/bin
+UNITDIR   ?= $(PREFIX)/lib/systemd/system
+KT_ETCDIR ?= /etc/kthrottle
+INSTALLED := $(DESTDIR)$(SBINDIR)/kthrottled $(DESTDIR)$(BINDIR)/kthrottlectl \
+	     $(DESTDIR)$(UNITDIR)/kthrottled.service $(DESTDIR)$(KT_ETCDIR)/kthrottled.yaml.example
+
+# (the unit goes through a pipe: install writes nothing outside DESTDIR)
+install: $(BUILD)/kthrottled $(BUILD)/kthrottlectl deploy/systemd/kthrottled.service.in
+	install -D -m 0755 $(BUILD)/kthrottled $(DESTDIR)$(SBINDIR)/kthrottled
+	install -D -m 0755 $(BUILD)/kthrottlectl $(DESTDIR)$(BINDIR)/kthrottlectl
+	sed 's|@SBINDIR@|$(SBINDIR)|g' deploy/systemd/kthrottled.service.in | \
+		install -D -m 0644 /dev/stdin $(DESTDIR)$(UNITDIR)/kthrottled.service
+	install -D -m 0644 deploy/systemd/kthrottled.yaml.example $(DESTDIR)$(KT_ETCDIR)/kthrottled.yaml.example
+
+# removes the files install wrote, and the config dir only if nothing else
+# (such as kthrottled.yaml) is left in it
+uninstall:
+	rm -f $(INSTALLED)
+	[ ! -d $(DESTDIR)$(KT_ETCDIR) ] || rmdir --ignore-fail-on-non-empty $(DESTDIR)$(KT_ETCDIR)
 
 clean:
 	rm -rf $(BUILD)
