@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The README's quickstart: `scripts/quickstart.sh demo` and
+# `scripts/quickstart.sh test`. On a bare Debian (debootstrap minbase has
+# no make and no compiler) it first installs what is missing from Debian
+# (scripts/setup.sh), then runs make with the given targets.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ $# -eq 0 ]; then
+	echo "usage: scripts/quickstart.sh demo|test|bench|... (make targets)" >&2
+	exit 2
+fi
+scripts/setup.sh
+exec make "$@"
