@@ -27,6 +27,7 @@
  * against every port range (and, when the protocol is unknown, both
  * protocols) of the limits covering its destination. */
 #include "kthrottle.bpf.h"
+#include "pace.bpf.h"
 
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
@@ -179,17 +180,6 @@ static __always_inline void kt_refund_first(__u32 slot)
 		c->throttled++;
 	}
 }
-
-/* The TCP sockets a byte limit charges, and its bucket (struct kt_sk_pace):
- * the sockops program (sockops.bpf.c) paces them below the bucket's rate.
- * Same definition there: shared through the pin. */
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct kt_sk_pace);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kt_sk_pace SEC(".maps");
 
 /* Records `slot` as the bucket of the packet's TCP socket when it is a
  * byte limit's, for sockops to pace the socket by. A global function, so

@@ -21,6 +21,7 @@
  * The egress program still enforces the limit: pacing only keeps TCP from
  * running into it. */
 #include "kthrottle.bpf.h"
+#include "pace.bpf.h"
 
 #define SOL_SOCKET 1
 #define SO_MAX_PACING_RATE 47
@@ -31,15 +32,6 @@
 #define KT_HDR_ROOM 72   /* IPv6 + TCP with timestamps: what a segment adds to skb->len */
 #define KT_MIN_CWND 4    /* below this, delayed ACKs would stall the socket */
 #define KT_GSO_MAX 65536 /* largest TSO packet TCP builds */
-
-/* Same definition as in egress.bpf.c: shared through the pin. */
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct kt_sk_pace);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} kt_sk_pace SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
