@@ -315,7 +315,7 @@ int kt_egress(struct __sk_buff *skb)
 	segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
 	cgid = bpf_skb_cgroup_id(skb);
 	verdict = kt_classify_and_decide(skb, 1, KT_HOOK_EGRESS, proto, &key, port, any_port, cgid,
-					 skb->len, segs, &wait_ns, &eslot);
+					 skb->len, segs, &wait_ns, &eslot, 0);
 	if (proto == KT_PROTO_TCP && verdict != KT_PASS && eslot != ~0u)
 		kt_note_pace(skb, eslot);
 	if (proto == KT_PROTO_TCP && verdict != KT_PASS && eslot != ~0u && kt_fq_paces(skb)) {
@@ -336,7 +336,7 @@ int kt_egress(struct __sk_buff *skb)
 	dgrams = charged ? segs - 1 : segs;
 	if (dgrams &&
 	    kt_classify_and_decide(skb, 1, KT_HOOK_SENDMSG, KT_PROTO_UDP, &key, port, any_port, cgid,
-				   skb->len, dgrams, &wait_ns, &slot) == KT_REFUSE) {
+				   skb->len, dgrams, &wait_ns, &slot, 0) == KT_REFUSE) {
 		if (charged && slot != ~0u)
 			kt_refund_first(slot);
 		return SKB_DROP;

@@ -164,18 +164,19 @@ static __always_inline void kt_key_v4(struct kt_prefix_key *key, __u32 addr_be)
  * call carries: a GSO send carries many). `key` is the full-length
  * destination, built by the caller; port in host order (ignored with
  * any_port); proto a KT_PROTO_* mask. *slot_out (may be NULL) gets the
- * bucket slot charged, if any.
+ * bucket slot charged, if any; *errno_out (may be NULL) the errno the
+ * charged limit refuses with (0: KT_REFUSE_ERRNO).
  */
 static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 hook, __u8 proto,
 						  struct kt_prefix_key *key, __u16 port, int any_port,
 						  __u64 cgid, __u64 bytes, __u64 units, __u64 *wait_ns,
-						  __u32 *slot_out)
+						  __u32 *slot_out, __u32 *errno_out)
 {
 	struct kt_member_val *v;
 	struct kt_dest_key dk;
 	struct kt_bucket *b;
 	struct kt_counters *c;
-	__u32 best_prio = 0, slot = 0, unit = 0;
+	__u32 best_prio = 0, slot = 0, unit = 0, refuse_errno = 0;
 	int i, verdict;
 
 	if (!any_port && !kt_port_may_match(hook, port))
@@ -207,12 +208,15 @@ static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 h
 			best_prio = prio;
 			slot = v->ents[i].slot;
 			unit = li->unit;
+			refuse_errno = d->refuse_errno;
 		}
 	}
 	if (!best_prio)
 		return KT_PASS;
 	if (slot_out)
 		*slot_out = slot;
+	if (errno_out)
+		*errno_out = refuse_errno;
 	b = bpf_map_lookup_elem(&kt_buckets, &slot);
 	c = bpf_map_lookup_elem(&kt_counters, &slot);
 	if (!b || !c)
@@ -242,6 +246,7 @@ static __always_inline int kt_sock_addr_verdict(struct bpf_sock_addr *ctx, __u32
 	__u8 proto = ctx->protocol == IPPROTO_TCP ? KT_PROTO_TCP
 		     : ctx->protocol == IPPROTO_UDP ? KT_PROTO_UDP : 0;
 	struct kt_prefix_key key;
+	__u32 refuse_errno = 0;
 	__u64 wait_ns;
 
 	if (!proto)
@@ -259,9 +264,9 @@ static __always_inline int kt_sock_addr_verdict(struct bpf_sock_addr *ctx, __u32
 	}
 	if (kt_classify_and_decide(ctx, 0, hook, proto, &key,
 				   bpf_ntohs(ctx->user_port), 0, bpf_get_current_cgroup_id(), 1, 1,
-				   &wait_ns, 0) != KT_REFUSE)
+				   &wait_ns, 0, &refuse_errno) != KT_REFUSE)
 		return 1;
-	bpf_set_retval(-KT_REFUSE_ERRNO);
+	bpf_set_retval(-(int)(refuse_errno ? refuse_errno : KT_REFUSE_ERRNO));
 	return 0;
 }
 

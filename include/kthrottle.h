@@ -195,10 +195,12 @@ _Static_assert(sizeof(struct kt_dest_key) == 24, "kt_dest_key layout");
 /* Of the limits that cover a packet, the most specific prefix wins, then
  * the first in the config: priority = prefixlen << 16 | (0xffff - order). */
 struct kt_dest_val {
-	__u16 prefixlen; /* of the matched prefix, 0..128 (v4-mapped) */
-	__u16 order;     /* the limit's index in the config */
+	__u16 prefixlen;    /* of the matched prefix, 0..128 (v4-mapped) */
+	__u16 order;        /* the limit's index in the config */
+	__u16 refuse_errno; /* a refused connect/sendmsg fails with it; 0: KT_REFUSE_ERRNO */
+	__u16 pad;
 };
-_Static_assert(sizeof(struct kt_dest_val) == 4, "kt_dest_val layout");
+_Static_assert(sizeof(struct kt_dest_val) == 8, "kt_dest_val layout");
 
 static inline __u32 kt_dest_priority(const struct kt_dest_val *v)
 {

@@ -1046,6 +1046,7 @@ struct plim {
 	const char *cidr;
 	double burst;
 	const char *cgs[3];
+	int refuse_errno; /* errno: of the limit; 0: the default */
 };
 
 /* Replaces the fixture's plan with `pl` and applies it; kt_plan_apply's
@@ -1075,6 +1076,7 @@ static int try_apply(struct fx *f, const struct plim *pl, int n, char *err, size
 		c->match.port_lo = c->match.port_hi = pl[i].port;
 		c->match.proto_mask = pl[i].proto;
 		c->rl.max = c->rl.min = SLOW_RATE;
+		c->refuse_errno = pl[i].refuse_errno;
 		l->cfg = c;
 		l->members = calloc(3, sizeof(*l->members));
 		assert_non_null(l->members);
@@ -1307,6 +1309,44 @@ static void test_nested_members_charged_once(void **state)
 	assert_non_null(strstr(out, want_outer));
 	assert_null(strstr(out, want_inner));
 	free(out);
+}
+
+/* errno: a limit's refused connect() and unconnected sendto() fail with
+ * the errno it configures, at once; another limit keeps the default. */
+static void test_refuse_errno(void **state)
+{
+	struct fx *f = fx_open(state);
+	const char *cg = add_cgroup(f, "errno");
+	uint16_t pt, pu, pd;
+
+	serve(f, AF_INET, SOCK_STREAM, &pt);
+	serve(f, AF_INET, SOCK_DGRAM, &pu);
+	serve(f, AF_INET, SOCK_STREAM, &pd);
+	const struct plim pl[] = {
+		{ "e-conn", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, pt, "127.0.0.1/32", 1,
+		  { cg }, ECONNREFUSED },
+		{ "e-dgram", KT_UNIT_DATAGRAM, KT_SCOPE_POD, KT_PROTO_UDP, pu, "127.0.0.1/32", 1,
+		  { cg }, EAGAIN },
+		{ "e-default", KT_UNIT_CONNECTION, KT_SCOPE_POD, KT_PROTO_TCP, pd, "127.0.0.1/32", 1,
+		  { cg } },
+	};
+	const struct op ops[] = { { OP_CONNECT, AF_INET, pt, 3 },
+				  { OP_SENDTO, AF_INET, pu, 3 },
+				  { OP_CONNECT, AF_INET, pd, 3 } };
+	const int want[] = { ECONNREFUSED, EAGAIN, KT_REFUSE_ERRNO };
+	struct res r[9];
+
+	apply(f, pl, 3);
+	run_ops(f, cg, ops, 3, r, 9);
+	for (int k = 0; k < 3; k++) {
+		assert_int_equal(r[3 * k].err, 0); /* the burst */
+		for (int j = 1; j < 3; j++) {
+			if (r[3 * k + j].err != want[k])
+				fail_msg("limit %s call %d: %s, want %s", pl[k].name, j,
+					 strerror(r[3 * k + j].err), strerror(want[k]));
+			assert_true(r[3 * k + j].ns < 50 * 1000000LL); /* at once */
+		}
+	}
 }
 
 /* A member that joins a limit with members on the node (a new pod) starts
@@ -1590,6 +1630,7 @@ int main(void)
 		T(test_nested_members_charged_once),
 		T(test_nested_members_inherit),
 		T(test_join_credit),
+		T(test_refuse_errno),
 		T(test_scopes),
 		T(test_limits_per_cgroup),
 		cmocka_unit_test(test_nothing_left),

@@ -128,9 +128,28 @@ static void test_burst_defaults(void **state)
 			       &cfg, err), 0);
 	assert_true(cfg.limits[0].burst == 1);
 	assert_true(cfg.limits[0].rl.max == 0.25);
+	assert_int_equal(cfg.limits[0].refuse_errno, EBUSY); /* the default */
 	assert_true(cfg.limits[1].burst == 1500);
 	assert_true(cfg.limits[2].burst == 1e6);
 	assert_string_equal(cfg.limits[0].cgroups[0], "x");
+	kt_config_free(&cfg);
+}
+
+/* errno: what a refused connect()/sendmsg() of the limit fails with. */
+static void test_refuse_errno(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse("limits:\n"
+			       "  - {name: a, cgroups: x, unit: connection, errno: ECONNREFUSED, rateLimit: {max: 1}}\n"
+			       "  - {name: b, cgroups: x, unit: datagram, errno: EAGAIN, rateLimit: {max: 1}}\n"
+			       "  - {name: c, cgroups: x, unit: datagram, rateLimit: {max: 1}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].refuse_errno, ECONNREFUSED);
+	assert_int_equal(cfg.limits[1].refuse_errno, EAGAIN);
+	assert_int_equal(cfg.limits[2].refuse_errno, EBUSY);
 	kt_config_free(&cfg);
 }
 
@@ -458,6 +477,11 @@ static const struct bad bad_cases[] = {
 	{ "node: a\n", "t.yaml:1: limits: ", "required but missing" },
 	{ "limits: []\n", "t.yaml:1: limits: ", "at least one limit" },
 	{ "limits: {a: 1}\n", "t.yaml:1: limits: ", "expected a list" },
+	/* errno: a known name, and only where the hook can choose it */
+	{ LIM "    errno: EFOO\n", "t.yaml:6: limits[0].errno: ",
+	  "\"EFOO\" is not one of: EBUSY, EAGAIN, ECONNREFUSED" },
+	{ "limits:\n  - {name: a, cgroups: x, unit: packet, errno: EAGAIN, rateLimit: {max: 1}}\n",
+	  "t.yaml:2: limits[0].errno: ", "applies to units connection and datagram only" },
 	{ "- a\n", "t.yaml:1: config: ", "expected a mapping" },
 	{ "epoch: 1s\nepoch: 2s\n" LIM, "t.yaml:2: epoch: ", "duplicate key (first at line 1)" },
 	{ "tickInterval: 0\n" LIM, "t.yaml:1: tickInterval: ", "shorter than the minimum 1ms" },
@@ -911,6 +935,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_minimal_defaults),
 		cmocka_unit_test(test_burst_defaults),
+		cmocka_unit_test(test_refuse_errno),
 		cmocka_unit_test(test_lease_options),
 		cmocka_unit_test(test_everything),
 		cmocka_unit_test(test_redis_url_defaults),

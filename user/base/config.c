@@ -45,6 +45,14 @@ static const char *const unit_names[] = { "connection", "datagram", "packet", "b
 static const char *const mode_names[] = { "relaxed", "scheduled", "onlyIfUsed", "goBackN" };
 static const char *const scope_names[] = { "pod", "node" };
 static const char *const share_names[] = { "equal", "demand" };
+/* What a refused connect() or sendmsg() may fail with (`errno:`): errors a
+ * caller can tell from a dead peer and retry later. */
+static const char *const errno_names[] = { "EBUSY",  "EAGAIN",	   "ECONNREFUSED",
+					   "ETIMEDOUT", "ENOBUFS", "EHOSTUNREACH" };
+static const int errno_values[] = { EBUSY, EAGAIN, ECONNREFUSED, ETIMEDOUT, ENOBUFS, EHOSTUNREACH };
+_Static_assert(sizeof(errno_names) / sizeof(errno_names[0]) ==
+		       sizeof(errno_values) / sizeof(errno_values[0]),
+	       "one value per errno name");
 static const char *const failure_names[] = { "conservative", "open", "closed" };
 static const char *const store_kind_names[] = { "local", "static", "redis" };
 static const char *const redis_mode_names[] = { "single", "sentinel" };
@@ -1514,7 +1522,7 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 {
 	static const char *const keys[] = { "name",  "cgroups",	 "match",	    "unit",
 					    "scope", "burst",	 "share",	    "rateLimit",
-					    "allowRawSockets", NULL };
+					    "allowRawSockets", "errno", NULL };
 	struct kt_limit_cfg *l = &cfg->limits[idx];
 	char sub[FIELD_LEN];
 	yaml_node_t *v, *rl, *store = NULL;
@@ -1574,6 +1582,17 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	if ((v = map_get(c, n, "allowRawSockets")) &&
 	    (err = get_bool(c, v, join(sub, field, "allowRawSockets"), &l->allow_raw_sockets)))
 		return err;
+	l->refuse_errno = EBUSY;
+	if ((v = map_get(c, n, "errno"))) {
+		if ((err = get_enum(c, v, join(sub, field, "errno"), errno_names,
+				    sizeof(errno_names) / sizeof(errno_names[0]), &e)))
+			return err;
+		/* the egress hook cannot choose: its drops fail with EPERM */
+		if (l->unit == KT_UNIT_PACKET || l->unit == KT_UNIT_BYTE)
+			return fail(c, v, sub,
+				    "applies to units connection and datagram only (a refused packet fails its send with EPERM)");
+		l->refuse_errno = errno_values[e];
+	}
 	if ((v = map_get(c, n, "share"))) {
 		if ((err = get_enum(c, v, join(sub, field, "share"), share_names, 2, &e)))
 			return err;

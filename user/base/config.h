@@ -115,6 +115,7 @@ struct kt_limit_cfg {
 	enum kt_unit unit;        /* required */
 	enum kt_scope scope;      /* default pod */
 	bool allow_raw_sockets;   /* default false: members cannot open raw IP sockets */
+	int refuse_errno;         /* a refused connect()/sendmsg() fails with it; default EBUSY */
 	double burst;             /* pool tokens, default max(1, rateLimit.max) */
 	enum kt_share_policy share;
 	struct kt_rate_limit_cfg rl;

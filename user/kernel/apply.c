@@ -603,6 +603,7 @@ static int plan_config(const struct kt_plan *plan, struct kt_rule_input *rules,
 			.proto_mask = lc->match.proto_mask,
 			.port_lo = lc->match.port_lo,
 			.port_hi = lc->match.port_hi,
+			.refuse_errno = (uint16_t)lc->refuse_errno,
 			.cidrs = lc->match.cidrs,
 			.n_cidrs = lc->match.n_cidrs,
 		};

@@ -99,7 +99,9 @@ int kt_classifier_build(const struct kt_rule_input *rules, int n, struct kt_clas
 			 * so equal prefixes are equal keys here too */
 			for (unsigned bit = c->prefixlen; bit < 128; bit++)
 				e[ne].key.addr[bit / 8] &= (uint8_t) ~(0x80 >> (bit % 8));
-			e[ne].val = (struct kt_dest_val){ .prefixlen = c->prefixlen, .order = (uint16_t)i };
+			e[ne].val = (struct kt_dest_val){ .prefixlen = c->prefixlen,
+							  .order = (uint16_t)i,
+							  .refuse_errno = rules[i].refuse_errno };
 			ne++;
 		}
 	}

@@ -15,6 +15,7 @@ struct kt_rule_input {
 	enum kt_unit unit;
 	uint8_t proto_mask;
 	uint16_t port_lo, port_hi;
+	uint16_t refuse_errno; /* 0: KT_REFUSE_ERRNO */
 	const struct kt_cidr *cidrs;
 	int n_cidrs;
 };
