@@ -62,6 +62,22 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_limits SEC(".maps");
 
+/* Throttle events: see struct kt_event. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, KT_EVENTS_BYTES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_events SEC(".maps");
+
+/* Per CPU: when it last emitted an event (the sampling gate; each object
+ * has its own, which only loosens the gate by the number of programs). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} kt_ev_gate SEC(".maps");
+
 /* See struct kt_anc. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -154,6 +170,32 @@ static __always_inline void kt_key_v4(struct kt_prefix_key *key, __u32 addr_be)
  * charged, never passed. Callers pass it as any_port. */
 #define KT_PORT_ANY 0x10000u
 
+/* A sampled throttle event (struct kt_event) for a refusal by `b`. */
+static __always_inline void kt_emit_event(struct kt_bucket *b, __u32 slot, __u64 cgid, __u32 hook,
+					  __u64 wait_ns)
+{
+	__u64 now = bpf_ktime_get_boot_ns(), *last;
+	struct kt_event *e;
+	__u32 zero = 0;
+
+	last = bpf_map_lookup_elem(&kt_ev_gate, &zero);
+	if (!last || now - *last < KT_EVENT_GAP_NS)
+		return;
+	*last = now;
+	e = bpf_ringbuf_reserve(&kt_events, sizeof(*e), 0);
+	if (!e)
+		return; /* the daemon is behind: the counters still count */
+	e->ts_ns = now;
+	e->cgroup_id = cgid;
+	e->retry_after_ns = wait_ns;
+	e->limit_id = b->limit_id;
+	e->slot = slot;
+	e->hook = (__u8)hook;
+	e->reason = (__u8)kt_bucket_reason(b, now);
+	__builtin_memset(e->pad, 0, sizeof(e->pad));
+	bpf_ringbuf_submit(e, 0);
+}
+
 /*
  * Classify a destination and charge the bucket of the limit that takes it:
  * of the limits in the cgroup's list (kt_member_list) whose hook, protocol
@@ -235,6 +277,7 @@ static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 h
 	} else {
 		c->throttled += units;
 		c->throttled_bytes += bytes;
+		kt_emit_event(b, slot, cgid, hook, *wait_ns);
 	}
 	return verdict;
 }

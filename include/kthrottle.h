@@ -251,15 +251,30 @@ struct kt_lease {
 };
 _Static_assert(sizeof(struct kt_lease) == 56, "kt_lease layout");
 
-/* kt_events (ring buffer): sampled throttle events. */
+/* kt_events (ring buffer, pinned): throttle events, for the daemon to tell
+ * which limit refused whom, why, and for how long. Sampled: each CPU emits
+ * at most one per KT_EVENT_GAP_NS (the counters count every refusal), so a
+ * flood of refusals costs a per-CPU time check, not a ring write each. */
+#define KT_EVENTS_BYTES (256 * 1024)
+#define KT_EVENT_GAP_NS 1000000ULL
+
+/* Why a bucket refused. */
+enum kt_reason {
+	KT_REASON_SHARE = 0,    /* the member's share (and burst) used up */
+	KT_REASON_FALLBACK = 1, /* lease lapsed: the onStoreFailure rate used up */
+	KT_REASON_CLOSED = 2,   /* rate 0: closed by the policy, or its fallback ended */
+	KT_REASON_COUNT
+};
+
 struct kt_event {
-	__u64 ts_ns;
-	__u64 cgroup_id;
-	__u64 retry_after_ns;
+	__u64 ts_ns;          /* kt clock ns */
+	__u64 cgroup_id;      /* the caller's cgroup (a member or below one) */
+	__u64 retry_after_ns; /* until the same request would conform; ~0: closed */
 	__u32 limit_id;
 	__u32 slot;
-	__u8 hook;
-	__u8 pad[7];
+	__u8 hook;            /* enum kt_hook */
+	__u8 reason;          /* enum kt_reason */
+	__u8 pad[6];
 };
 _Static_assert(sizeof(struct kt_event) == 40, "kt_event layout");
 
@@ -385,6 +400,18 @@ static inline __u64 kt_bucket_params(const struct kt_bucket *b, __u64 now, __u64
 	if (fb_burst && fb_burst < *burst)
 		*burst = fb_burst;
 	return KT_READ_ONCE(b->fallback_fp);
+}
+
+/* Why `b` refuses at `now` (enum kt_reason), as kt_bucket_params decides
+ * what is in force. */
+static inline __u32 kt_bucket_reason(const struct kt_bucket *b, __u64 now)
+{
+	__u64 burst, interval = kt_bucket_params(b, now, &burst);
+	__u64 until = KT_READ_ONCE(b->valid_until);
+
+	if (!interval)
+		return KT_REASON_CLOSED;
+	return until && (__s64)(now - until) > 0 ? KT_REASON_FALLBACK : KT_REASON_SHARE;
 }
 
 /* The tolerance (ns a bucket may run ahead of now) for a request of `cost`

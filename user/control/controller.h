@@ -38,6 +38,10 @@ struct kt_limit_state {
 	/* what the limit's slots admitted and refused since start, summed
 	 * from per-slot growth: never goes backwards when members leave */
 	uint64_t total_admitted, total_throttled, total_admitted_bytes;
+	/* throttle events from the kernel (sampled, see struct kt_event) */
+	uint64_t events[KT_REASON_COUNT];
+	uint64_t last_event_ns, last_retry_after_ns;
+	uint32_t last_event_reason;
 };
 
 /* Last counts read from one bucket slot, and the limit (id + 1, 0 = none)

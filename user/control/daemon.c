@@ -16,6 +16,7 @@
 #include <sys/timerfd.h>
 #include <sys/un.h>
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include "cgroup.h"
 #include "cgwatch.h"
 #include "ctlproto.h"
@@ -87,6 +88,8 @@ static double left_s(uint64_t until, uint64_t now)
 	return until > now ? (double)(until - now) / 1e9 : 0;
 }
 
+static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", "closed" };
+
 /* "pattern" or "path": the kind of cgroups entry that found member m. */
 static const char *found_by(const struct kt_limit_cfg *c, const struct kt_member_rt *m)
 {
@@ -98,6 +101,10 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 	struct sbuf b = { 0 };
 	uint64_t now = kt_clock_ns();
 	int i, j;
+
+	/* the events the loop has not read yet count too */
+	if (d->events)
+		ring_buffer__consume(d->events);
 
 	if (json) {
 		sb_printf(&b, "{\"node\":");
@@ -134,14 +141,28 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 				  "\"utilization_pct\":%.2f,\"bucket_rate\":%.6g,\"burst\":%.6g,"
 				  "\"fallback_rate\":%.6g,\"admitted\":%llu,\"throttled\":%llu,"
 				  "\"admitted_bytes\":%llu,\"throttled_bytes\":%llu,"
-				  "\"admitted_per_s\":%.3f,",
+				  "\"admitted_per_s\":%.3f,\"throttle_events\":{\"share\":%llu,"
+				  "\"fallback\":%llu,\"closed\":%llu},",
 				  l->id, kt_unit_name(c->unit), kt_scope_name(c->scope),
 				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.min, c->rl.max,
 				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
 				  s->bucket_rate, s->bucket_burst, s->fallback_rate,
 				  (unsigned long long)s->admitted, (unsigned long long)s->throttled,
 				  (unsigned long long)s->admitted_bytes,
-				  (unsigned long long)s->throttled_bytes, s->epoch_used_rate);
+				  (unsigned long long)s->throttled_bytes, s->epoch_used_rate,
+				  (unsigned long long)s->events[KT_REASON_SHARE],
+				  (unsigned long long)s->events[KT_REASON_FALLBACK],
+				  (unsigned long long)s->events[KT_REASON_CLOSED]);
+			if (s->last_event_ns)
+				sb_printf(&b,
+					  "\"last_throttle\":{\"reason\":\"%s\",\"retry_after_ms\":%.3f,"
+					  "\"age_s\":%.3f},",
+					  reason_names[s->last_event_reason],
+					  s->last_retry_after_ns == ~0ULL
+						  ? -1.0
+						  : (double)s->last_retry_after_ns / 1e6,
+					  now > s->last_event_ns ? (double)(now - s->last_event_ns) / 1e9
+								 : 0.0);
 			sb_printf(&b, "\"store\":{\"kind\":\"%s\",\"state\":\"%s\",\"since_s\":%.3f,\"endpoint\":",
 				  kt_store_kind_name(c->store.kind), st,
 				  st_since && now > st_since ? (double)(now - st_since) / 1e9 : 0.0);
@@ -168,6 +189,18 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 			uint64_t st_since = 0;
 			char ep[300] = "";
 			const char *st = kt_pool_store_state(d->pool, i, &st_since, ep, sizeof(ep));
+			if (s->last_event_ns)
+				sb_printf(&b,
+					  "  throttle events: share %llu  fallback %llu  closed %llu  (last: %s, retry after %.1f ms, %.1fs ago)\n",
+					  (unsigned long long)s->events[KT_REASON_SHARE],
+					  (unsigned long long)s->events[KT_REASON_FALLBACK],
+					  (unsigned long long)s->events[KT_REASON_CLOSED],
+					  reason_names[s->last_event_reason],
+					  s->last_retry_after_ns == ~0ULL
+						  ? -1.0
+						  : (double)s->last_retry_after_ns / 1e6,
+					  now > s->last_event_ns ? (double)(now - s->last_event_ns) / 1e9
+								 : 0.0);
 			sb_printf(&b, "  store %s%s%s  pool %s size %d live %d  share %.3f/s",
 				  kt_store_kind_name(c->store.kind), ep[0] ? " " : "", ep,
 				  kt_pool_phase_name(v->phase), v->size, v->live,
@@ -484,6 +517,28 @@ static int open_control_socket(struct kt_daemon *d, char *err, size_t errlen)
 
 /* ---- lifecycle ---- */
 
+/* A throttle event from the kernel: counted under its limit, by reason. */
+static int on_event(void *ctx, void *data, size_t len)
+{
+	struct kt_daemon *d = ctx;
+	const struct kt_event *e = data;
+
+	if (len < sizeof(*e) || e->reason >= KT_REASON_COUNT)
+		return 0; /* not ours to trust: skip it */
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		struct kt_limit_state *s = &d->ls[i];
+
+		if (d->plan.limits[i].id != e->limit_id)
+			continue;
+		s->events[e->reason]++;
+		s->last_event_ns = e->ts_ns;
+		s->last_retry_after_ns = e->retry_after_ns;
+		s->last_event_reason = e->reason;
+		break;
+	}
+	return 0;
+}
+
 static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
@@ -514,6 +569,15 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 	ev.data.u64 = 3;
 	epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->listenfd, &ev);
 	/* without inotify (no instances left) the tick rescans instead */
+	if (d->bpf.events_fd >= 0) {
+		d->events = ring_buffer__new(d->bpf.events_fd, on_event, d, NULL);
+		if (d->events) {
+			ev.data.u64 = 5;
+			epoll_ctl(d->epfd, EPOLL_CTL_ADD, ring_buffer__epoll_fd(d->events), &ev);
+		} else {
+			kt_warn("cannot read throttle events: %s", strerror(errno));
+		}
+	}
 	int wret = kt_cgwatch_open(&d->cgwatch, KT_CGWATCH_MAX);
 
 	if (wret == 0) {
@@ -918,6 +982,8 @@ int kt_daemon_run(struct kt_daemon *d)
 				}
 			} else if (tag == 3) {
 				accept_client(d);
+			} else if (tag == 5) {
+				ring_buffer__consume(d->events);
 			} else if (tag == 4) {
 				/* a directory came or went where a member may be */
 				if (kt_cgwatch_drain(d->cgwatch))
@@ -978,6 +1044,8 @@ void kt_daemon_stop(struct kt_daemon *d)
 	if (d->cgwatch)
 		kt_cgwatch_close(d->cgwatch);
 	d->cgwatch = NULL;
+	ring_buffer__free(d->events);
+	d->events = NULL;
 	free(d->ls);
 	free(d->slot_base);
 	kt_plan_free(&d->plan);

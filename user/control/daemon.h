@@ -33,6 +33,8 @@ struct kt_client {
 	struct kt_client_out out;
 };
 
+struct ring_buffer;
+
 struct kt_daemon {
 	struct kt_config cfg;
 	struct kt_plan plan;
@@ -52,6 +54,7 @@ struct kt_daemon {
 	uint64_t last_prune_ns;    /* last periodic member rescan */
 	uint64_t member_changes;   /* members that joined or left since the start */
 	struct kt_cgwatch *cgwatch; /* inotify on the members' directories; NULL: none */
+	struct ring_buffer *events; /* kt_events consumer; NULL: an older pin directory */
 	int cgwatch_err;           /* last kt_cgwatch_set error, 0 = watching */
 	char refresh_err[KT_ERR_LEN]; /* last rescan error, logged once */
 	struct kt_slot_base *slot_base; /* KT_MAX_BUCKETS, the controller's counter baselines */

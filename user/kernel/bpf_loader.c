@@ -26,6 +26,7 @@ static const char *const map_names[] = {
 	"kt_buckets", "kt_counters", "kt_members", "kt_dests", "kt_ports", "kt_limits", "kt_leases",
 	"kt_sk_pace", "kt_pace_socks", /* TCP pacing (sockops); absent in older pin dirs */
 	"kt_anc_cache", "kt_gen",      /* sub-cgroups' nearest member; absent in older pin dirs */
+	"kt_events",                   /* throttle events; absent in older pin dirs */
 };
 /* bpf/kthrottle.bpf.h's types, in map_names' order */
 static const __u32 map_types[] = {
@@ -33,6 +34,7 @@ static const __u32 map_types[] = {
 	BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH,
 	BPF_MAP_TYPE_SK_STORAGE, BPF_MAP_TYPE_ARRAY,
 	BPF_MAP_TYPE_LRU_HASH, BPF_MAP_TYPE_ARRAY,
+	BPF_MAP_TYPE_RINGBUF,
 };
 #define N_MAPS (sizeof(map_names) / sizeof(map_names[0]))
 _Static_assert(sizeof(map_types) / sizeof(map_types[0]) == N_MAPS, "one type per map");
@@ -192,7 +194,7 @@ static void zero_fds(struct kt_bpf *b)
 {
 	b->buckets_fd = b->counters_fd = b->members_fd = -1;
 	b->dests_fd = b->ports_fd = b->limits_fd = b->leases_fd = -1;
-	b->gen_fd = -1;
+	b->gen_fd = b->events_fd = -1;
 }
 
 static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
@@ -214,6 +216,8 @@ static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
 	/* optional: pin directories of older versions have none */
 	snprintf(p, sizeof(p), "%s/kt_gen", b->pin_dir);
 	b->gen_fd = bpf_obj_get(p);
+	snprintf(p, sizeof(p), "%s/kt_events", b->pin_dir);
+	b->events_fd = bpf_obj_get(p);
 	return 0;
 }
 
@@ -232,8 +236,8 @@ void kt_bpf_bump_gen(struct kt_bpf *b)
 
 static void close_fds(struct kt_bpf *b)
 {
-	int fds[] = { b->buckets_fd, b->counters_fd, b->members_fd, b->dests_fd,
-		      b->ports_fd,   b->limits_fd,   b->leases_fd,  b->gen_fd };
+	int fds[] = { b->buckets_fd, b->counters_fd, b->members_fd, b->dests_fd, b->ports_fd,
+		      b->limits_fd,  b->leases_fd,   b->gen_fd,     b->events_fd };
 
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
