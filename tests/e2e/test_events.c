@@ -7,7 +7,10 @@
  *   - a limit whose share is used up: reason "share", a retry-after within
  *     one token's interval, as many events as refusals at most;
  *   - a limit whose store never answered (an unknown pool size grants
- *     nothing, so the bucket is closed): reason "closed". */
+ *     nothing, so the bucket is closed): reason "closed";
+ *   - `kthrottlectl subscribe`: a "throttled" line within a tick of the
+ *     first refusal, with the reason and a retry-after, and "resumed"
+ *     within two ticks (and one of slack) after the refusals stop. */
 #include <errno.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -17,8 +20,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <unistd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "ktest.h"
@@ -134,11 +142,111 @@ static void test_closed_events(void **state)
 	free(st);
 }
 
+/* One line from fd within timeout_ms (without its newline), and when it
+ * came; false on timeout or EOF. */
+static bool read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at)
+{
+	size_t n = 0;
+	uint64_t end = ktest_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+
+	while (n + 1 < len) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int64_t left = (int64_t)(end - ktest_now_ns()) / 1000000;
+
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0 || read(fd, buf + n, 1) != 1)
+			return false;
+		if (buf[n] == '\n') {
+			buf[n] = 0;
+			*at = ktest_now_ns();
+			return true;
+		}
+		n++;
+	}
+	return false;
+}
+
+static void test_subscribe(void **state)
+{
+	int port = ktest_free_port(SOCK_DGRAM), p[2], out = -1, status;
+	char body[1024], bin[PATH_MAX], line[256];
+	uint64_t t0, t_thr, t_res;
+	pid_t sub, load;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_true(port > 0);
+	snprintf(body, sizeof(body),
+		 "limits:\n"
+		 "  - {name: evs, cgroups: [%s], unit: datagram, burst: 1,\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}, rateLimit: {max: 2}}\n",
+		 fx.cg, port);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+
+	/* kthrottlectl subscribe evs -n 2: the throttled and the resumed line */
+	snprintf(bin, sizeof(bin), "%s/kthrottlectl", ktest_build_dir());
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	fflush(NULL);
+	sub = fork();
+	assert_true(sub >= 0);
+	if (sub == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(p[1], 1);
+		execl(bin, bin, "-s", fx.d.socket, "subscribe", "evs", "-n", "2", (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	ktest_sleep_ms(300); /* subscribed */
+
+	t0 = ktest_now_ns();
+	load = ktest_load_spawn(fx.cg, port, 1.0, 0, &out);
+	assert_true(load > 0);
+	assert_true(read_line(p[0], line, sizeof(line), 3000, &t_thr));
+	print_message("after %.3f s: %s\n", (t_thr - t0) / 1e9, line);
+	assert_int_equal(strncmp(line, "throttled evs reason=share retry_after_ms=", 42), 0);
+	double retry_ms = atof(line + 42);
+	assert_true(retry_ms > 0 && retry_ms <= 501);
+	assert_true(t_thr - t0 <= 250000000ull); /* a tick, and room for fork and exec */
+
+	assert_int_equal(waitpid(load, &status, 0), load); /* the 1 s flood ends */
+	uint64_t t_stop = ktest_now_ns();
+	close(out);
+	assert_true(read_line(p[0], line, sizeof(line), 3000, &t_res));
+	print_message("%.3f s after the sender stopped: %s\n", (t_res - t_stop) / 1e9, line);
+	assert_string_equal(line, "resumed evs");
+	assert_true(t_res - t_stop <= 400000000ull); /* two ticks, and one of slack */
+	assert_int_equal(waitpid(sub, &status, 0), sub);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(p[0]);
+}
+
+/* A subscription to a limit that does not exist is refused with one line. */
+static void test_subscribe_unknown(void **state)
+{
+	char *out = NULL, body[1024];
+	int rc;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+
+	snprintf(body, sizeof(body),
+		 "limits:\n  - {name: one, cgroups: [%s], unit: connection, rateLimit: {max: 1}}\n",
+		 fx.cg);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	rc = ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "subscribe", "nope", NULL);
+	print_message("exit %d: %s", rc, out ? out : "(null)\n");
+	assert_int_equal(rc, 1);
+	assert_non_null(out);
+	assert_non_null(strstr(out, "error: no limit named nope"));
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_share_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_closed_events, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_subscribe, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_subscribe_unknown, setup, teardown),
 	};
 
 	alarm(60);

@@ -35,6 +35,9 @@ static void usage(FILE *f)
 		"                    root, holding its maps) and, without --force, while a\n"
 		"                    kthrottled runs on it\n"
 		"  bpftool           print the bpftool commands that show the kernel state\n"
+		"  subscribe LIMIT   print a line when LIMIT starts refusing (\"throttled LIMIT\n"
+		"                    reason=share|fallback|closed retry_after_ms=N\") and when\n"
+		"                    it stops (\"resumed LIMIT\"); until ^C, or -n lines\n"
 		"\n"
 		"Options:\n"
 		"  -c, --config FILE   take the socket and pin directory from FILE\n"
@@ -43,7 +46,8 @@ static void usage(FILE *f)
 		"      --json          JSON output (status)\n"
 		"      --force         cleanup even while a kthrottled runs on the pin dir\n"
 		"  -i, --interval SEC  watch period, default 1\n"
-		"  -n, --count N       watch: stop after N periods (default: until ^C)\n"
+		"  -n, --count N       watch: stop after N periods; subscribe: after N\n"
+		"                      lines (default: until ^C)\n"
 		"  -h, --help          this text\n"
 		"\n"
 		"The socket must be a socket owned by root. A daemon that does not answer\n"
@@ -82,9 +86,26 @@ static void set_sndtimeo(int fd, long long ms)
  * one-line message in err. The socket must be a socket owned by root and
  * the listener must run as root, else a local user could answer for the
  * daemon. */
+/* A streaming reply's lines, one call each; non-zero stops reading. */
+typedef int (*line_fn)(const char *line, void *arg);
+
+static int daemon_exchange(const char *sock, const char *cmd, int timeout_ms, line_fn on_line,
+			   void *arg, char **reply, char *err, size_t errlen);
+
 static int daemon_request(const char *sock, const char *cmd, int timeout_ms, char **reply,
 			  char *err, size_t errlen)
 {
+	return daemon_exchange(sock, cmd, timeout_ms, NULL, NULL, reply, err, errlen);
+}
+
+/* Sends cmd and reads the reply: whole, into *reply (on_line NULL), or line
+ * by line to on_line until the daemon closes or on_line says stop; then
+ * the timeout bounds only the first line (a subscription waits). */
+static int daemon_exchange(const char *sock, const char *cmd, int timeout_ms, line_fn on_line,
+			   void *arg, char **reply, char *err, size_t errlen)
+{
+	size_t delivered = 0;
+	bool streaming = false;
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	long long deadline = ms_now() + timeout_ms;
 	struct ucred cred;
@@ -186,7 +207,7 @@ static int daemon_request(const char *sock, const char *cmd, int timeout_ms, cha
 			buf = nb;
 			cap *= 2;
 		}
-		r = left > 0 ? poll(&p, 1, (int)left) : 0;
+		r = streaming ? poll(&p, 1, -1) : left > 0 ? poll(&p, 1, (int)left) : 0;
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r == 0) {
@@ -206,6 +227,41 @@ static int daemon_request(const char *sock, const char *cmd, int timeout_ms, cha
 		if (r == 0)
 			break;
 		len += (size_t)r;
+		if (!on_line)
+			continue;
+		/* hand over every whole line; keep the cut one */
+		char *nl;
+		while ((nl = memchr(buf + delivered, '\n', len - delivered))) {
+			*nl = 0;
+			if (strlen(buf + delivered) != (size_t)(nl - buf - delivered)) {
+				ret = -EPROTO;
+				snprintf(err, errlen, "kthrottled on %s sent a malformed line", sock);
+				goto fail;
+			}
+			streaming = true;
+			if (on_line(buf + delivered, arg)) {
+				close(fd);
+				free(line);
+				free(buf);
+				return 0;
+			}
+			delivered = (size_t)(nl - buf) + 1;
+		}
+		memmove(buf, buf + delivered, len - delivered);
+		len -= delivered;
+		delivered = 0;
+	}
+	if (on_line) {
+		/* the daemon closed: after lines that is the end, before any a failure */
+		close(fd);
+		free(line);
+		free(buf);
+		if (streaming && len == 0)
+			return 0;
+		snprintf(err, errlen, "kthrottled on %s %s", sock,
+			 streaming ? "closed the connection in the middle of a line"
+				   : "closed the connection without answering");
+		return -EPROTO;
 	}
 	buf[len] = 0;
 	/* every reply is whole lines: nothing, or a cut line, is a failure */
@@ -226,6 +282,29 @@ fail:
 	free(line);
 	free(buf);
 	return ret;
+}
+
+/* subscribe: the daemon's first line is "ok: ..." or "error: ...", then
+ * the events, printed as they come (flushed: often piped). */
+struct sub_state {
+	long count, seen; /* count 0: no end */
+	bool failed;
+};
+
+static int sub_line(const char *line, void *arg)
+{
+	struct sub_state *st = arg;
+
+	if (!strncmp(line, "error:", 6)) {
+		fprintf(stderr, "%s\n", line);
+		st->failed = true;
+		return 1;
+	}
+	if (!strncmp(line, "ok:", 3))
+		return 0;
+	printf("%s\n", line);
+	fflush(stdout);
+	return st->count && ++st->seen >= st->count;
 }
 
 /* `s` as a JSON string, quotes included: the pin dir comes from the command
@@ -494,10 +573,19 @@ int main(int argc, char **argv)
 		pin_dir = cfg.pin_dir;
 	}
 	if (optind >= argc) {
-		kt_err("no command given (status, watch, reload, cleanup, bpftool; see --help)");
+		kt_err("no command given (status, watch, reload, cleanup, bpftool, subscribe; see --help)");
 		return KT_EXIT_CONFIG;
 	}
 	cmd = argv[optind++];
+	const char *sub_limit = NULL;
+	if (!strcmp(cmd, "subscribe")) {
+		if (optind >= argc) {
+			kt_err("subscribe needs a limit name (see --help)");
+			ret = KT_EXIT_CONFIG;
+			goto out;
+		}
+		sub_limit = argv[optind++];
+	}
 	/* getopt permutes, so options may also follow the command */
 	if (optind < argc) {
 		kt_err("unexpected argument '%s' for %s (see --help)", argv[optind], cmd);
@@ -539,6 +627,23 @@ int main(int argc, char **argv)
 			ret = KT_EXIT_RUNTIME;
 		} else {
 			printf("removed every kthrottle link and pin under %s\n", pin_dir);
+		}
+	} else if (sub_limit) {
+		struct sub_state st = { .count = count };
+		char line[128];
+
+		if (snprintf(line, sizeof(line), "subscribe %s", sub_limit) >= (int)sizeof(line)) {
+			kt_err("limit name '%s' is too long", sub_limit);
+			ret = KT_EXIT_CONFIG;
+			goto out;
+		}
+		ret = daemon_exchange(sock, line, CTL_TIMEOUT_MS, sub_line, &st, &reply, err,
+				      sizeof(err));
+		if (ret) {
+			kt_err("%s", err);
+			ret = KT_EXIT_RUNTIME;
+		} else {
+			ret = st.failed ? KT_EXIT_RUNTIME : KT_EXIT_OK;
 		}
 	} else if (!strcmp(cmd, "bpftool")) {
 		print_bpftool(pin_dir);

@@ -17,6 +17,7 @@ enum kt_ctl_result {
 	KT_CTL_STATUS_JSON = 2,
 	KT_CTL_RELOAD = 3,
 	KT_CTL_PING = 4,
+	KT_CTL_SUBSCRIBE = 5,      /* "subscribe NAME": kt_ctl_subscribe_name gives NAME */
 	KT_CTL_ERR_TOO_LONG = -1,  /* no newline within KT_CTL_MAX_LINE bytes */
 	KT_CTL_ERR_NUL = -2,       /* a NUL byte before the newline */
 	KT_CTL_ERR_UNKNOWN = -3,   /* a complete line that is no command */
@@ -26,6 +27,10 @@ enum kt_ctl_result {
  * CR before the LF is ignored, bytes after the LF are ignored). Returns a
  * command (> 0), KT_CTL_INCOMPLETE, or an error (< 0). */
 int kt_ctl_parse(const char *buf, size_t len);
+
+/* The limit name of a "subscribe NAME" line that kt_ctl_parse accepted,
+ * copied NUL-terminated into out (outlen > the name). */
+void kt_ctl_subscribe_name(const char *buf, char *out, size_t outlen);
 
 /* The one-line reply ("error: ...\n") for an error result, else NULL. */
 const char *kt_ctl_error_reply(int result);

@@ -284,6 +284,7 @@ static void client_close(struct kt_daemon *d, struct kt_client *c)
 	close(c->fd);
 	c->fd = -1;
 	c->len = 0;
+	c->subscribed = c->throttled = false;
 	free(o->p);
 	o->p = NULL;
 	o->len = o->off = 0;
@@ -313,7 +314,71 @@ static void client_flush(struct kt_daemon *d, struct kt_client *c)
 			break; /* client gone */
 		o->off += (size_t)w;
 	}
+	if (c->subscribed && o->off == o->len) {
+		/* all sent: wait for the next line, and notice a hang-up */
+		struct epoll_event ev = { .events = EPOLLIN,
+					  .data.u64 = 100 + (uint64_t)(c - d->clients) };
+
+		free(o->p);
+		o->p = NULL;
+		o->len = o->off = 0;
+		if (epoll_ctl(d->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+			client_close(d, c);
+		return;
+	}
 	client_close(d, c);
+}
+
+/* Queues a line to a subscriber, never waiting on it: one that lets
+ * KT_SUB_BACKLOG_MAX bytes pile up is dropped. */
+static void subscriber_say(struct kt_daemon *d, struct kt_client *c, const char *line)
+{
+	struct kt_client_out *o = client_out(d, c);
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT,
+				  .data.u64 = 100 + (uint64_t)(c - d->clients) };
+	size_t n = strlen(line);
+	char *p;
+
+	if (o->len - o->off + n > KT_SUB_BACKLOG_MAX || !(p = realloc(o->p, o->len + n + 1))) {
+		client_close(d, c);
+		return;
+	}
+	if (o->off == o->len)
+		c->since_ns = kt_clock_ns();
+	memcpy(p + o->len, line, n + 1);
+	o->p = p;
+	o->len += n;
+	client_flush(d, c);
+	if (c->fd >= 0 && o->p && epoll_ctl(d->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
+		client_close(d, c);
+}
+
+/* Subscribers of limit i: "throttled" at its first refusal after a quiet
+ * spell (from an event), "resumed" once no refusal was reported for two
+ * ticks (from the tick). */
+static void notify_subscribers(struct kt_daemon *d, int i, uint64_t now)
+{
+	const struct kt_limit_state *s = &d->ls[i];
+	const char *name = d->plan.limits[i].cfg->name;
+	static const char *const why[KT_REASON_COUNT] = { "share", "fallback", "closed" };
+	bool refusing = s->last_event_ns && now - s->last_event_ns <= 2 * d->cfg.tick_ns;
+	char line[160];
+
+	for (int k = 0; k < KT_MAX_CLIENTS; k++) {
+		struct kt_client *c = &d->clients[k];
+
+		if (c->fd < 0 || !c->subscribed || strcmp(c->sub_limit, name) || c->throttled == refusing)
+			continue;
+		if (refusing)
+			snprintf(line, sizeof(line), "throttled %s reason=%s retry_after_ms=%.3f\n", name,
+				 why[s->last_event_reason],
+				 s->last_retry_after_ns == ~0ULL ? -1.0
+								 : (double)s->last_retry_after_ns / 1e6);
+		else
+			snprintf(line, sizeof(line), "resumed %s\n", name);
+		c->throttled = refusing;
+		subscriber_say(d, c, line);
+	}
 }
 
 /* Queues `out` (malloc'd, taken over; NULL: out of memory) as the reply. */
@@ -359,11 +424,52 @@ static char *command_reply(struct kt_daemon *d, int cmd)
 	}
 }
 
+/* "subscribe NAME": the connection becomes a subscriber of limit NAME. */
+static void client_subscribe(struct kt_daemon *d, struct kt_client *c)
+{
+	char name[KT_NAME_LEN], line[96];
+	int subs = 0, i;
+
+	kt_ctl_subscribe_name(c->buf, name, sizeof(name));
+	for (i = 0; i < d->plan.n_limits; i++)
+		if (!strcmp(d->plan.limits[i].cfg->name, name))
+			break;
+	for (int k = 0; k < KT_MAX_CLIENTS; k++)
+		subs += d->clients[k].fd >= 0 && d->clients[k].subscribed;
+	if (i == d->plan.n_limits || subs >= KT_MAX_SUBSCRIBERS) {
+		char *msg = NULL;
+
+		if (i < d->plan.n_limits)
+			msg = strdup("error: too many subscribers\n");
+		else if (asprintf(&msg, "error: no limit named %s\n", name) < 0)
+			msg = NULL;
+		client_reply(d, c, msg);
+		return;
+	}
+	c->subscribed = true;
+	c->throttled = false;
+	snprintf(c->sub_limit, sizeof(c->sub_limit), "%s", name);
+	snprintf(line, sizeof(line), "ok: subscribed %s\n", name);
+	subscriber_say(d, c, line);
+	if (c->fd >= 0)
+		notify_subscribers(d, i, kt_clock_ns()); /* already refusing: say so */
+}
+
 static void client_readable(struct kt_daemon *d, struct kt_client *c)
 {
-	ssize_t r = read(c->fd, c->buf + c->len, sizeof(c->buf) - c->len);
+	ssize_t r;
 	int cmd;
 
+	if (c->subscribed) {
+		char sink[256];
+
+		/* a subscriber says nothing more; EOF is its hang-up */
+		r = read(c->fd, sink, sizeof(sink));
+		if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+			client_close(d, c);
+		return;
+	}
+	r = read(c->fd, c->buf + c->len, sizeof(c->buf) - c->len);
 	if (r <= 0) {
 		if (r < 0 && (errno == EAGAIN || errno == EINTR))
 			return;
@@ -372,7 +478,9 @@ static void client_readable(struct kt_daemon *d, struct kt_client *c)
 	}
 	c->len += (size_t)r;
 	cmd = kt_ctl_parse(c->buf, c->len);
-	if (cmd != KT_CTL_INCOMPLETE)
+	if (cmd == KT_CTL_SUBSCRIBE)
+		client_subscribe(d, c);
+	else if (cmd != KT_CTL_INCOMPLETE)
 		client_reply(d, c, command_reply(d, cmd));
 }
 
@@ -384,6 +492,10 @@ static void expire_clients(struct kt_daemon *d, uint64_t now)
 	for (int i = 0; i < KT_MAX_CLIENTS; i++) {
 		struct kt_client *c = &d->clients[i];
 
+		/* a subscriber waits as long as it likes, but does not leave
+		 * lines unread for longer than the timeout */
+		if (c->fd >= 0 && c->subscribed && !client_out(d, c)->p)
+			continue;
 		if (c->fd >= 0 && now - c->since_ns > KT_CLIENT_TIMEOUT_NS) {
 			if (!client_out(d, c)->p)
 				client_say(c, "error: timed out waiting for a command line\n");
@@ -406,11 +518,14 @@ static void accept_client(struct kt_daemon *d)
 	if (i == KT_MAX_CLIENTS) {
 		/* full of slow clients: the oldest makes room, since a live
 		 * client sends its line right after connecting and reads its
-		 * reply right after that */
-		i = 0;
-		for (int k = 1; k < KT_MAX_CLIENTS; k++)
-			if (d->clients[k].since_ns < d->clients[i].since_ns)
+		 * reply right after that (subscribers, at most half, stay) */
+		i = -1;
+		for (int k = 0; k < KT_MAX_CLIENTS; k++)
+			if (!d->clients[k].subscribed &&
+			    (i < 0 || d->clients[k].since_ns < d->clients[i].since_ns))
 				i = k;
+		if (i < 0)
+			i = 0;
 		if (!client_out(d, &d->clients[i])->p)
 			client_say(&d->clients[i], "error: too many clients, dropped while waiting for a command line\n");
 		client_close(d, &d->clients[i]);
@@ -534,6 +649,7 @@ static int on_event(void *ctx, void *data, size_t len)
 		s->last_event_ns = e->ts_ns;
 		s->last_retry_after_ns = e->retry_after_ns;
 		s->last_event_reason = e->reason;
+		notify_subscribers(d, i, kt_clock_ns());
 		break;
 	}
 	return 0;
@@ -972,6 +1088,8 @@ int kt_daemon_run(struct kt_daemon *d)
 					uint64_t now = kt_clock_ns();
 					kt_daemon_tick(d, now);
 					expire_clients(d, now);
+					for (int k = 0; k < d->plan.n_limits; k++)
+						notify_subscribers(d, k, now);
 					/* the safety net under the watcher: every
 					 * epoch, or every tick while it cannot watch */
 					if (!d->cgwatch || d->cgwatch_err ||

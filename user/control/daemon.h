@@ -29,9 +29,16 @@ struct kt_client {
 	int fd;
 	char buf[256];
 	size_t len;
-	uint64_t since_ns;  /* accepted at */
+	uint64_t since_ns;  /* accepted at; for a subscriber, when its backlog began */
 	struct kt_client_out out;
+	/* "subscribe NAME": the connection stays open and gets a line when the
+	 * limit starts refusing and when it stops */
+	bool subscribed;
+	bool throttled;     /* the last line sent was "throttled" */
+	char sub_limit[KT_NAME_LEN];
 };
+#define KT_MAX_SUBSCRIBERS (KT_MAX_CLIENTS / 2) /* the rest stay for commands */
+#define KT_SUB_BACKLOG_MAX 65536 /* a subscriber this far behind is dropped */
 
 struct ring_buffer;
 
