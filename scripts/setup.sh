@@ -6,7 +6,7 @@ set -euo pipefail
 # libclang-rt-dev: libFuzzer and the sanitizer runtimes (clang only recommends it)
 pkgs=(clang libclang-rt-dev make gcc pkg-config libbpf-dev libelf-dev zlib1g-dev bpftool
       libhiredis-dev libyaml-dev libcmocka-dev redis-server redis-sentinel iproute2
-      bind9-dnsutils)
+      bind9-dnsutils libmicrohttpd-dev prometheus)
 
 missing=()
 for p in "${pkgs[@]}"; do

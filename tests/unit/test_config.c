@@ -153,6 +153,26 @@ static void test_refuse_errno(void **state)
 	kt_config_free(&cfg);
 }
 
+/* metrics: off by default; IPv4 and bracketed IPv6 literals. */
+static void test_metrics_addr(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse(LIM, &cfg, err), 0);
+	assert_int_equal(cfg.metrics_port, 0);
+	kt_config_free(&cfg);
+	assert_int_equal(parse("metrics: 127.0.0.1:9464\n" LIM, &cfg, err), 0);
+	assert_string_equal(cfg.metrics_addr, "127.0.0.1");
+	assert_int_equal(cfg.metrics_port, 9464);
+	kt_config_free(&cfg);
+	assert_int_equal(parse("metrics: \"[::1]:19464\"\n" LIM, &cfg, err), 0);
+	assert_string_equal(cfg.metrics_addr, "::1");
+	assert_int_equal(cfg.metrics_port, 19464);
+	kt_config_free(&cfg);
+}
+
 /* The lease options: fallbackFor and maxMembers, top level and per limit. */
 static void test_lease_options(void **state)
 {
@@ -477,6 +497,11 @@ static const struct bad bad_cases[] = {
 	{ "node: a\n", "t.yaml:1: limits: ", "required but missing" },
 	{ "limits: []\n", "t.yaml:1: limits: ", "at least one limit" },
 	{ "limits: {a: 1}\n", "t.yaml:1: limits: ", "expected a list" },
+	/* metrics: ADDR:PORT with an IP literal */
+	{ "metrics: localhost:9464\n" LIM, "t.yaml:1: metrics: ", "is not an IPv4 or IPv6 address" },
+	{ "metrics: 127.0.0.1\n" LIM, "t.yaml:1: metrics: ", "is not ADDR:PORT" },
+	{ "metrics: 127.0.0.1:0\n" LIM, "t.yaml:1: metrics: ", "is not 1..65535" },
+	{ "metrics: \"[::1]:99999\"\n" LIM, "t.yaml:1: metrics: ", "is not 1..65535" },
 	/* errno: a known name, and only where the hook can choose it */
 	{ LIM "    errno: EFOO\n", "t.yaml:6: limits[0].errno: ",
 	  "\"EFOO\" is not one of: EBUSY, EAGAIN, ECONNREFUSED" },
@@ -936,6 +961,7 @@ int main(void)
 		cmocka_unit_test(test_minimal_defaults),
 		cmocka_unit_test(test_burst_defaults),
 		cmocka_unit_test(test_refuse_errno),
+		cmocka_unit_test(test_metrics_addr),
 		cmocka_unit_test(test_lease_options),
 		cmocka_unit_test(test_everything),
 		cmocka_unit_test(test_redis_url_defaults),

@@ -1642,10 +1642,45 @@ static int get_abs_path(struct ctx *c, yaml_node_t *v, const char *field, size_t
 	return 0;
 }
 
+/* metrics: "127.0.0.1:9464" or "[::1]:9464": an IP literal (no name to
+ * resolve at start) and a port. */
+static int parse_metrics(struct ctx *c, yaml_node_t *v, struct kt_config *cfg)
+{
+	char host[sizeof(cfg->metrics_addr)], *end;
+	unsigned char bin[16];
+	const char *s, *colon;
+	size_t hl;
+	long port;
+	int err = get_scalar(c, v, "metrics", "ADDR:PORT", &s);
+
+	if (err)
+		return err;
+	colon = strrchr(s, ':');
+	if (!colon || colon == s)
+		return fail(c, v, "metrics", "\"%s\" is not ADDR:PORT (e.g. 127.0.0.1:9464, [::1]:9464)",
+			    show_str(s).s);
+	hl = (size_t)(colon - s);
+	if (s[0] == '[' && hl >= 2 && s[hl - 1] == ']')
+		s++, hl -= 2;
+	if (hl >= sizeof(host))
+		return fail(c, v, "metrics", "address too long");
+	memcpy(host, s, hl);
+	host[hl] = 0;
+	if (inet_pton(AF_INET, host, bin) != 1 && inet_pton(AF_INET6, host, bin) != 1)
+		return fail(c, v, "metrics", "\"%s\" is not an IPv4 or IPv6 address", show_str(host).s);
+	errno = 0;
+	port = strtol(colon + 1, &end, 10);
+	if (errno || *end || end == colon + 1 || port < 1 || port > 65535)
+		return fail(c, v, "metrics", "port \"%s\" is not 1..65535", show_str(colon + 1).s);
+	snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr), "%s", host);
+	cfg->metrics_port = (int)port;
+	return 0;
+}
+
 static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 {
-	static const char *const keys[] = { "node", "pinDir", "socket", "tickInterval", "epoch",
-					    "store", "limits", NULL };
+	static const char *const keys[] = { "node",  "pinDir", "socket",  "tickInterval",
+					    "epoch", "store",  "limits",  "metrics", NULL };
 	struct sockaddr_un sun;
 	yaml_node_t *v, *tick, *limits;
 	yaml_node_item_t *it;
@@ -1687,6 +1722,9 @@ static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 	else if (!(cfg->socket_path = strdup("/run/kthrottle/kthrottled.sock")))
 		err = oom(c, root, "socket");
 	if (err)
+		return err;
+
+	if ((v = map_get(c, root, "metrics")) && (err = parse_metrics(c, v, cfg)))
 		return err;
 
 	cfg->tick_ns = 100 * NS_PER_MS;

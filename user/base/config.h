@@ -127,6 +127,10 @@ struct kt_config {
 	char *node_name;          /* default: gethostname() */
 	char *pin_dir;            /* default /sys/fs/bpf/kthrottle */
 	char *socket_path;        /* default /run/kthrottle/kthrottled.sock */
+	/* metrics: "ADDR:PORT" (IPv6 as [ADDR]:PORT) of the Prometheus text
+	 * endpoint; metrics_port 0 = off (the default) */
+	char metrics_addr[48];    /* the IP literal, brackets removed */
+	int metrics_port;
 	uint64_t tick_ns;         /* tickInterval, default 100 ms */
 	uint64_t epoch_ns;        /* epoch, default 1 s */
 	struct kt_store_cfg store; /* top-level default store */

@@ -42,6 +42,8 @@ struct kt_limit_state {
 	uint64_t events[KT_REASON_COUNT];
 	uint64_t last_event_ns, last_retry_after_ns;
 	uint32_t last_event_reason;
+	/* ticks in which the limit refused something, as ns (for metrics) */
+	uint64_t throttled_seen, throttled_ns;
 };
 
 /* Last counts read from one bucket slot, and the limit (id + 1, 0 = none)

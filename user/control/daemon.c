@@ -22,6 +22,7 @@
 #include "ctlproto.h"
 #include "daemon.h"
 #include "log.h"
+#include "metrics.h"
 #include "store.h"
 
 /* ---- control socket ---- */
@@ -89,6 +90,102 @@ static double left_s(uint64_t until, uint64_t now)
 }
 
 static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", "closed" };
+
+char *kt_daemon_metrics(struct kt_daemon *d)
+{
+	struct sbuf b = { 0 };
+	uint64_t now = kt_clock_ns();
+
+	if (d->events)
+		ring_buffer__consume(d->events);
+	sb_printf(&b, "# HELP kthrottle_up 1 while kthrottled runs.\n# TYPE kthrottle_up gauge\n"
+		      "kthrottle_up 1\n"
+		      "# TYPE kthrottle_reloads_total counter\nkthrottle_reloads_total %llu\n"
+		      "# TYPE kthrottle_uptime_seconds gauge\nkthrottle_uptime_seconds %.3f\n",
+		  (unsigned long long)d->reloads, (double)(now - d->started_ns) / 1e9);
+	/* one family at a time, as the text format wants */
+	static const struct {
+		const char *name, *type, *help;
+	} fam[] = {
+		{ "limit_max", "gauge", "The limit's max, tokens/s (pool, all nodes)." },
+		{ "pool_rate", "gauge", "The pool's rate now (the ramp), tokens/s." },
+		{ "share", "gauge", "What one bucket of this node may admit now, tokens/s." },
+		{ "pool_size", "gauge", "Members sharing the pool (0: unknown)." },
+		{ "pool_agreed", "gauge", "1 when the store's last answer agreed on the size." },
+		{ "members", "gauge", "This node's member cgroups." },
+		{ "admitted_total", "counter", "Tokens admitted on this node." },
+		{ "throttled_total", "counter", "Tokens refused on this node." },
+		{ "throttled_seconds_total", "counter", "Ticks in which the limit refused anything, in seconds." },
+	};
+	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+		sb_printf(&b, "# HELP kthrottle_%s %s\n# TYPE kthrottle_%s %s\n", fam[f].name,
+			  fam[f].help, fam[f].name, fam[f].type);
+		for (int i = 0; i < d->plan.n_limits; i++) {
+			const struct kt_limit_rt *l = &d->plan.limits[i];
+			const struct kt_limit_state *s = &d->ls[i];
+			const struct kt_pool_view *v = kt_pool_view(d->pool, i);
+			double val;
+
+			switch (f) {
+			case 0: val = l->cfg->rl.max; break;
+			case 1: val = s->pool_rate; break;
+			case 2: val = s->bucket_rate; break;
+			case 3: val = v->size; break;
+			case 4: val = v->phase == KT_POOL_AGREED; break;
+			case 5: val = l->n_members; break;
+			case 6: val = (double)s->total_admitted; break;
+			case 7: val = (double)s->total_throttled; break;
+			default: val = (double)s->throttled_ns / 1e9; break;
+			}
+			sb_printf(&b, "kthrottle_%s{limit=\"%s\"} %.17g\n", fam[f].name, l->cfg->name, val);
+		}
+	}
+	sb_printf(&b, "# HELP kthrottle_throttle_events_total Throttle events (sampled: at most one per CPU per ms) by reason.\n"
+		      "# TYPE kthrottle_throttle_events_total counter\n");
+	for (int i = 0; i < d->plan.n_limits; i++)
+		for (int r = 0; r < KT_REASON_COUNT; r++)
+			sb_printf(&b, "kthrottle_throttle_events_total{limit=\"%s\",reason=\"%s\"} %llu\n",
+				  d->plan.limits[i].cfg->name, reason_names[r],
+				  (unsigned long long)d->ls[i].events[r]);
+	sb_printf(&b, "# HELP kthrottle_store_state 1 for the state the limit's store is in.\n"
+		      "# TYPE kthrottle_store_state gauge\n");
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		uint64_t since = 0;
+		char ep[300];
+
+		sb_printf(&b, "kthrottle_store_state{limit=\"%s\",state=\"%s\"} 1\n",
+			  d->plan.limits[i].cfg->name,
+			  kt_pool_store_state(d->pool, i, &since, ep, sizeof(ep)));
+	}
+	for (int k = 0; k < 2; k++) {
+		sb_printf(&b, "# HELP kthrottle_member_%s_total Tokens %s for one member cgroup (its bucket's counters).\n"
+			      "# TYPE kthrottle_member_%s_total counter\n",
+			  k ? "throttled" : "admitted", k ? "refused" : "admitted",
+			  k ? "throttled" : "admitted");
+		for (int i = 0; i < d->plan.n_limits; i++) {
+			const struct kt_limit_rt *l = &d->plan.limits[i];
+
+			for (int j = 0; j < l->n_members; j++) {
+				struct kt_counters mc = { 0 };
+
+				kt_bpf_read_counters(&d->bpf, l->members[j].slot, &mc);
+				sb_printf(&b, "kthrottle_member_%s_total{limit=\"%s\",member=\"%s\"} %llu\n",
+					  k ? "throttled" : "admitted", l->cfg->name, l->members[j].id,
+					  (unsigned long long)(k ? mc.throttled : mc.admitted));
+			}
+		}
+	}
+	if (b.oom) {
+		free(b.p);
+		return NULL;
+	}
+	return b.p;
+}
+
+static char *render_metrics(void *arg)
+{
+	return kt_daemon_metrics(arg);
+}
 
 /* "pattern" or "path": the kind of cgroups entry that found member m. */
 static const char *found_by(const struct kt_limit_cfg *c, const struct kt_member_rt *m)
@@ -685,6 +782,15 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 	ev.data.u64 = 3;
 	epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->listenfd, &ev);
 	/* without inotify (no instances left) the tick rescans instead */
+	if (d->cfg.metrics_port) {
+		int mret = kt_metrics_start(&d->metrics, d->cfg.metrics_addr, d->cfg.metrics_port,
+					    render_metrics, d, err, errlen);
+
+		if (mret)
+			return mret;
+		ev.data.u64 = 6;
+		epoll_ctl(d->epfd, EPOLL_CTL_ADD, kt_metrics_fd(d->metrics), &ev);
+	}
 	if (d->bpf.events_fd >= 0) {
 		d->events = ring_buffer__new(d->bpf.events_fd, on_event, d, NULL);
 		if (d->events) {
@@ -979,8 +1085,10 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	ret = kt_config_load(d->config_path, &ncfg, err, errlen);
 	if (ret)
 		goto failed;
-	if (strcmp(ncfg.pin_dir, d->cfg.pin_dir) || strcmp(ncfg.socket_path, d->cfg.socket_path)) {
-		snprintf(err, errlen, "%s: pinDir and socket cannot change on reload (restart kthrottled)",
+	if (strcmp(ncfg.pin_dir, d->cfg.pin_dir) || strcmp(ncfg.socket_path, d->cfg.socket_path) ||
+	    strcmp(ncfg.metrics_addr, d->cfg.metrics_addr) || ncfg.metrics_port != d->cfg.metrics_port) {
+		snprintf(err, errlen,
+			 "%s: pinDir, socket and metrics cannot change on reload (restart kthrottled)",
 			 d->config_path);
 		kt_config_free(&ncfg);
 		ret = -EINVAL;
@@ -1088,8 +1196,15 @@ int kt_daemon_run(struct kt_daemon *d)
 					uint64_t now = kt_clock_ns();
 					kt_daemon_tick(d, now);
 					expire_clients(d, now);
-					for (int k = 0; k < d->plan.n_limits; k++)
+					for (int k = 0; k < d->plan.n_limits; k++) {
+						struct kt_limit_state *ls = &d->ls[k];
+
 						notify_subscribers(d, k, now);
+						if (ls->total_throttled != ls->throttled_seen)
+							ls->throttled_ns += d->cfg.tick_ns;
+						ls->throttled_seen = ls->total_throttled;
+					}
+					kt_metrics_run(d->metrics); /* its timeouts */
 					/* the safety net under the watcher: every
 					 * epoch, or every tick while it cannot watch */
 					if (!d->cgwatch || d->cgwatch_err ||
@@ -1102,6 +1217,8 @@ int kt_daemon_run(struct kt_daemon *d)
 				accept_client(d);
 			} else if (tag == 5) {
 				ring_buffer__consume(d->events);
+			} else if (tag == 6) {
+				kt_metrics_run(d->metrics);
 			} else if (tag == 4) {
 				/* a directory came or went where a member may be */
 				if (kt_cgwatch_drain(d->cgwatch))
@@ -1164,6 +1281,8 @@ void kt_daemon_stop(struct kt_daemon *d)
 	d->cgwatch = NULL;
 	ring_buffer__free(d->events);
 	d->events = NULL;
+	kt_metrics_stop(d->metrics);
+	d->metrics = NULL;
 	free(d->ls);
 	free(d->slot_base);
 	kt_plan_free(&d->plan);

@@ -62,6 +62,7 @@ struct kt_daemon {
 	uint64_t member_changes;   /* members that joined or left since the start */
 	struct kt_cgwatch *cgwatch; /* inotify on the members' directories; NULL: none */
 	struct ring_buffer *events; /* kt_events consumer; NULL: an older pin directory */
+	struct kt_metrics *metrics; /* the Prometheus endpoint; NULL: off */
 	int cgwatch_err;           /* last kt_cgwatch_set error, 0 = watching */
 	char refresh_err[KT_ERR_LEN]; /* last rescan error, logged once */
 	struct kt_slot_base *slot_base; /* KT_MAX_BUCKETS, the controller's counter baselines */
@@ -88,6 +89,8 @@ void kt_daemon_stop(struct kt_daemon *d);
 int kt_daemon_refresh_members(struct kt_daemon *d);
 /* Re-read the config; on error keep the running one. 0 or negative errno. */
 int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen);
+/* The Prometheus text page (every metric prefixed kthrottle_), malloc'd. */
+char *kt_daemon_metrics(struct kt_daemon *d);
 /* Status as a human table or JSON into a malloc'd string. */
 char *kt_daemon_status(struct kt_daemon *d, bool json);
 
