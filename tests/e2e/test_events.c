@@ -219,6 +219,33 @@ static void test_subscribe(void **state)
 	close(p[0]);
 }
 
+/* kthrottlectl top: frames of the daemon's status, -n of them, -i apart. */
+static void test_top(void **state)
+{
+	char body[1024], *out = NULL;
+	uint64_t t0;
+	int rc, frames = 0;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	snprintf(body, sizeof(body),
+		 "limits:\n  - {name: toplim, cgroups: [%s], unit: connection, rateLimit: {max: 1}}\n",
+		 fx.cg);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	t0 = ktest_now_ns();
+	rc = ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "top", "-n", "3", "-i", "0.2",
+			   NULL);
+	double took = (ktest_now_ns() - t0) / 1e9;
+	assert_int_equal(rc, 0);
+	assert_non_null(out);
+	for (const char *p = out; (p = strstr(p, "\ntoplim ")); p++)
+		frames++;
+	print_message("top -n 3 -i 0.2: %d frames in %.2f s\n", frames, took);
+	assert_int_equal(frames, 3);
+	assert_true(took >= 0.4 && took < 3.0);
+	free(out);
+}
+
 /* A subscription to a limit that does not exist is refused with one line. */
 static void test_subscribe_unknown(void **state)
 {
@@ -247,6 +274,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_closed_events, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_subscribe, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_subscribe_unknown, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_top, setup, teardown),
 	};
 
 	alarm(60);

@@ -29,6 +29,8 @@ static void usage(FILE *f)
 		"                    the daemon is not running)\n"
 		"  watch             admitted/s and throttled/s per limit, read from the\n"
 		"                    pinned maps every --interval seconds\n"
+		"  top               the daemon's status redrawn every --interval seconds\n"
+		"                    (limits, pools, members, throttle events)\n"
 		"  reload            make the daemon re-read its configuration\n"
 		"  cleanup [--force] detach every program and remove every pin; refused for a\n"
 		"                    directory that is not kthrottle's (on bpffs, owned by\n"
@@ -45,8 +47,8 @@ static void usage(FILE *f)
 		"  -p, --pin-dir DIR   pin directory (default " KT_DEFAULT_PIN_DIR ")\n"
 		"      --json          JSON output (status)\n"
 		"      --force         cleanup even while a kthrottled runs on the pin dir\n"
-		"  -i, --interval SEC  watch period, default 1\n"
-		"  -n, --count N       watch: stop after N periods; subscribe: after N\n"
+		"  -i, --interval SEC  watch and top period, default 1\n"
+		"  -n, --count N       watch, top: stop after N periods; subscribe: after N\n"
 		"                      lines (default: until ^C)\n"
 		"  -h, --help          this text\n"
 		"\n"
@@ -422,6 +424,43 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* top: the daemon's status, redrawn every interval on a terminal (each
+ * frame after an ANSI clear; plain frames one after the other when stdout
+ * is not a terminal), until ^C or count frames. */
+static int top(const char *sock, double interval, long count)
+{
+	bool tty = isatty(1);
+	char err[KT_ERR_LEN], *reply = NULL;
+	int ret = KT_EXIT_OK;
+
+	signal(SIGINT, on_sigint);
+	signal(SIGTERM, on_sigint);
+	for (long n = 0; (count <= 0 || n < count) && !stop_watch; n++) {
+		if (n) {
+			struct timespec ts = { (time_t)interval,
+					       (long)((interval - (time_t)interval) * 1e9) };
+			while (nanosleep(&ts, &ts) < 0 && errno == EINTR && !stop_watch)
+				;
+			if (stop_watch)
+				break;
+		}
+		if (daemon_request(sock, "status", CTL_TIMEOUT_MS, &reply, err, sizeof(err))) {
+			kt_err("%s", err);
+			ret = KT_EXIT_RUNTIME;
+			break;
+		}
+		if (tty)
+			fputs("\033[H\033[2J", stdout);
+		else if (n)
+			putchar('\n');
+		fputs(reply, stdout);
+		fflush(stdout);
+		free(reply);
+		reply = NULL;
+	}
+	return ret;
+}
+
 static int watch(const char *pin_dir, double interval, long count)
 {
 	struct kt_kstate *prev = calloc(1, sizeof(*prev)), *cur = calloc(1, sizeof(*cur));
@@ -573,7 +612,7 @@ int main(int argc, char **argv)
 		pin_dir = cfg.pin_dir;
 	}
 	if (optind >= argc) {
-		kt_err("no command given (status, watch, reload, cleanup, bpftool, subscribe; see --help)");
+		kt_err("no command given (status, top, watch, reload, cleanup, bpftool, subscribe; see --help)");
 		return KT_EXIT_CONFIG;
 	}
 	cmd = argv[optind++];
@@ -618,6 +657,8 @@ int main(int argc, char **argv)
 			fputs(reply, strncmp(reply, "ok", 2) ? stderr : stdout);
 			ret = strncmp(reply, "ok", 2) ? KT_EXIT_RUNTIME : KT_EXIT_OK;
 		}
+	} else if (!strcmp(cmd, "top")) {
+		ret = top(sock, interval, count);
 	} else if (!strcmp(cmd, "watch")) {
 		ret = watch(pin_dir, interval, count);
 	} else if (!strcmp(cmd, "cleanup")) {
