@@ -14,8 +14,18 @@ static void check(const char *buf, size_t len)
 	const char *reply = kt_ctl_error_reply(r);
 	const char *nl = memchr(buf, '\n', len < KT_CTL_MAX_LINE ? len : KT_CTL_MAX_LINE);
 
-	if (r < KT_CTL_ERR_UNKNOWN || r > KT_CTL_PING)
+	if (r < KT_CTL_ERR_UNKNOWN || r > KT_CTL_SUBSCRIBE)
 		abort();
+	/* a subscription names a limit as a limit name is spelled */
+	if (r == KT_CTL_SUBSCRIBE) {
+		char name[64];
+
+		kt_ctl_subscribe_name(buf, name, sizeof(name));
+		if (!name[0] || strlen(name) > 31 ||
+		    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+			    strlen(name))
+			abort();
+	}
 	if ((r < 0) != (reply != NULL))
 		abort();
 	if (reply && (strncmp(reply, "error: ", 7) || strchr(reply, '\n') != reply + strlen(reply) - 1))

@@ -238,15 +238,31 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 				  "\"utilization_pct\":%.2f,\"bucket_rate\":%.6g,\"burst\":%.6g,"
 				  "\"fallback_rate\":%.6g,\"admitted\":%llu,\"throttled\":%llu,"
 				  "\"admitted_bytes\":%llu,\"throttled_bytes\":%llu,"
-				  "\"admitted_per_s\":%.3f,\"throttle_events\":{\"share\":%llu,"
-				  "\"fallback\":%llu,\"closed\":%llu},",
+				  "\"admitted_per_s\":%.3f,",
 				  l->id, kt_unit_name(c->unit), kt_scope_name(c->scope),
 				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.min, c->rl.max,
 				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
 				  s->bucket_rate, s->bucket_burst, s->fallback_rate,
 				  (unsigned long long)s->admitted, (unsigned long long)s->throttled,
 				  (unsigned long long)s->admitted_bytes,
-				  (unsigned long long)s->throttled_bytes, s->epoch_used_rate,
+				  (unsigned long long)s->throttled_bytes, s->epoch_used_rate);
+			sb_printf(&b, "\"store\":{\"kind\":\"%s\",\"state\":\"%s\",\"since_s\":%.3f,\"endpoint\":",
+				  kt_store_kind_name(c->store.kind), st,
+				  st_since && now > st_since ? (double)(now - st_since) / 1e9 : 0.0);
+			sb_json_str(&b, ep);
+			sb_printf(&b,
+				  "},\"pool\":{\"phase\":\"%s\",\"size\":%d,\"live\":%d,\"agree\":%s,"
+				  "\"share\":%.6g,\"reserved\":%.6g,\"last_heartbeat_age_s\":%.3f,"
+				  "\"lease_left_s\":%.3f,\"fallback_left_s\":%.3f},",
+				  kt_pool_phase_name(v->phase), v->size, v->live, v->agree ? "true" : "false",
+				  kt_pool_bucket_rate(d->pool, i, s->pool_rate, 1), v->reserved,
+				  v->last_answer_ns && now > v->last_answer_ns
+					  ? (double)(now - v->last_answer_ns) / 1e9
+					  : -1.0,
+				  left_s(v->lease_until_ns, now), left_s(v->fallback_until_ns, now));
+			/* after "pool": readers that take the first "share" key of a
+			 * limit get the pool's */
+			sb_printf(&b, "\"throttle_events\":{\"share\":%llu,\"fallback\":%llu,\"closed\":%llu},",
 				  (unsigned long long)s->events[KT_REASON_SHARE],
 				  (unsigned long long)s->events[KT_REASON_FALLBACK],
 				  (unsigned long long)s->events[KT_REASON_CLOSED]);
@@ -260,20 +276,7 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 						  : (double)s->last_retry_after_ns / 1e6,
 					  now > s->last_event_ns ? (double)(now - s->last_event_ns) / 1e9
 								 : 0.0);
-			sb_printf(&b, "\"store\":{\"kind\":\"%s\",\"state\":\"%s\",\"since_s\":%.3f,\"endpoint\":",
-				  kt_store_kind_name(c->store.kind), st,
-				  st_since && now > st_since ? (double)(now - st_since) / 1e9 : 0.0);
-			sb_json_str(&b, ep);
-			sb_printf(&b,
-				  "},\"pool\":{\"phase\":\"%s\",\"size\":%d,\"live\":%d,\"agree\":%s,"
-				  "\"share\":%.6g,\"reserved\":%.6g,\"last_heartbeat_age_s\":%.3f,"
-				  "\"lease_left_s\":%.3f,\"fallback_left_s\":%.3f},\"cgroups\":[",
-				  kt_pool_phase_name(v->phase), v->size, v->live, v->agree ? "true" : "false",
-				  kt_pool_bucket_rate(d->pool, i, s->pool_rate, 1), v->reserved,
-				  v->last_answer_ns && now > v->last_answer_ns
-					  ? (double)(now - v->last_answer_ns) / 1e9
-					  : -1.0,
-				  left_s(v->lease_until_ns, now), left_s(v->fallback_until_ns, now));
+			sb_printf(&b, "\"cgroups\":[");
 		} else {
 			sb_printf(&b,
 				  "%-16s %-10s %-5s %-10s %12.3f %12.3f %6.1f %6.1f %12.3f %8.0f %12llu %12llu %10.1f\n",
