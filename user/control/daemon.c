@@ -187,6 +187,17 @@ static char *render_metrics(void *arg)
 	return kt_daemon_metrics(arg);
 }
 
+/* The last throttle event's retry-after (ms; -1: closed) and age (s). */
+static double last_retry_ms(const struct kt_limit_state *s)
+{
+	return s->last_retry_after_ns == ~0ULL ? -1.0 : (double)s->last_retry_after_ns / 1e6;
+}
+
+static double last_event_age_s(const struct kt_limit_state *s, uint64_t now)
+{
+	return now > s->last_event_ns ? (double)(now - s->last_event_ns) / 1e9 : 0.0;
+}
+
 /* "pattern" or "path": the kind of cgroups entry that found member m. */
 static const char *found_by(const struct kt_limit_cfg *c, const struct kt_member_rt *m)
 {
@@ -271,11 +282,7 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 					  "\"last_throttle\":{\"reason\":\"%s\",\"retry_after_ms\":%.3f,"
 					  "\"age_s\":%.3f},",
 					  reason_names[s->last_event_reason],
-					  s->last_retry_after_ns == ~0ULL
-						  ? -1.0
-						  : (double)s->last_retry_after_ns / 1e6,
-					  now > s->last_event_ns ? (double)(now - s->last_event_ns) / 1e9
-								 : 0.0);
+					  last_retry_ms(s), last_event_age_s(s, now));
 			sb_printf(&b, "\"cgroups\":[");
 		} else {
 			sb_printf(&b,
@@ -296,11 +303,7 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 					  (unsigned long long)s->events[KT_REASON_FALLBACK],
 					  (unsigned long long)s->events[KT_REASON_CLOSED],
 					  reason_names[s->last_event_reason],
-					  s->last_retry_after_ns == ~0ULL
-						  ? -1.0
-						  : (double)s->last_retry_after_ns / 1e6,
-					  now > s->last_event_ns ? (double)(now - s->last_event_ns) / 1e9
-								 : 0.0);
+					  last_retry_ms(s), last_event_age_s(s, now));
 			sb_printf(&b, "  store %s%s%s  pool %s size %d live %d  share %.3f/s",
 				  kt_store_kind_name(c->store.kind), ep[0] ? " " : "", ep,
 				  kt_pool_phase_name(v->phase), v->size, v->live,
@@ -460,7 +463,6 @@ static void notify_subscribers(struct kt_daemon *d, int i, uint64_t now)
 {
 	const struct kt_limit_state *s = &d->ls[i];
 	const char *name = d->plan.limits[i].cfg->name;
-	static const char *const why[KT_REASON_COUNT] = { "share", "fallback", "closed" };
 	bool refusing = s->last_event_ns && now - s->last_event_ns <= 2 * d->cfg.tick_ns;
 	char line[160];
 
@@ -471,9 +473,7 @@ static void notify_subscribers(struct kt_daemon *d, int i, uint64_t now)
 			continue;
 		if (refusing)
 			snprintf(line, sizeof(line), "throttled %s reason=%s retry_after_ms=%.3f\n", name,
-				 why[s->last_event_reason],
-				 s->last_retry_after_ns == ~0ULL ? -1.0
-								 : (double)s->last_retry_after_ns / 1e6);
+				 reason_names[s->last_event_reason], last_retry_ms(s));
 		else
 			snprintf(line, sizeof(line), "resumed %s\n", name);
 		c->throttled = refusing;
