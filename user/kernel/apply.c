@@ -16,10 +16,9 @@
 
 /* Adds cgroup `real` (id cgid), found by entry j of limit i, to `l`'s
  * members unless it is there already (two entries or spellings of one
- * cgroup are one member). `prev`: the same limit in the plan this one
- * replaces, whose members keep their slot and id. */
+ * cgroup are one member). Its bucket slot is kt_plan_apply's to find. */
 static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *cap,
-		      const struct kt_limit_rt *prev, const char *real, uint64_t cgid, int j)
+		      const char *real, uint64_t cgid, int j)
 {
 	struct kt_member_rt *m;
 
@@ -48,9 +47,6 @@ static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *c
 	m->cgid = cgid;
 	m->entry = j;
 	m->slot = UINT32_MAX;
-	for (int k = 0; prev && k < prev->n_members; k++)
-		if (prev->members[k].cgid == cgid)
-			m->slot = prev->members[k].slot;
 	/* the cgroup id is stable for the cgroup's life, which is the
 	 * member's life: a recreated pod is a new member */
 	snprintf(m->id, sizeof(m->id), "%s:%llu", cfg->node_name, (unsigned long long)cgid);
@@ -64,8 +60,7 @@ static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *c
  * repeating the warning); a plain path that exists but is no cgroup v2
  * directory is, with the file, line and field. */
 static int limit_members(const struct kt_config *cfg, int i, const char *cg_mount, bool quiet,
-			 const struct kt_limit_rt *prev, struct kt_limit_rt *l, char *err,
-			 size_t errlen)
+			 struct kt_limit_rt *l, char *err, size_t errlen)
 {
 	const struct kt_limit_cfg *lc = &cfg->limits[i];
 	char real[PATH_MAX], why[KT_ERR_LEN], full[PATH_MAX];
@@ -96,7 +91,7 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 						      sizeof(why)) ||
 				    kt_cgroup_id(real, &cgid))
 					continue;
-				if ((ret = add_member(cfg, l, &cap, prev, real, cgid, j))) {
+				if ((ret = add_member(cfg, l, &cap, real, cgid, j))) {
 					kt_cgroup_glob_free(paths, n);
 					return ret;
 				}
@@ -124,7 +119,7 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 				 lc->cgroup_lines[j], i, j, why);
 			return ret;
 		}
-		if ((ret = add_member(cfg, l, &cap, prev, real, cgid, j)))
+		if ((ret = add_member(cfg, l, &cap, real, cgid, j)))
 			return ret;
 	}
 	return 0;
@@ -184,11 +179,11 @@ static int member_ids(struct kt_plan *plan)
 	return 0;
 }
 
-/* The plan for cfg with the members found now; prev (may be NULL) is the
- * plan it replaces for the same cfg: limit ids, slots and member ids carry
- * over. */
-static int plan_members(const struct kt_config *cfg, const char *cg_mount, const struct kt_plan *prev,
-			bool strict, struct kt_plan *plan, char *err, size_t errlen)
+/* The plan for cfg with the members found now. A rescan (not a start or a
+ * reload) is quiet about missing paths and never fails on a cgroup in too
+ * many limits. Limit ids and slots are kt_plan_apply's to find. */
+static int plan_members(const struct kt_config *cfg, const char *cg_mount, bool rescan,
+			struct kt_plan *plan, char *err, size_t errlen)
 {
 	int ret = -ENOMEM;
 
@@ -202,17 +197,11 @@ static int plan_members(const struct kt_config *cfg, const char *cg_mount, const
 		struct kt_limit_rt *l = &plan->limits[i];
 
 		l->cfg = &cfg->limits[i];
-		if (prev) {
-			l->id = prev->limits[i].id;
-			l->bucket_rate = prev->limits[i].bucket_rate;
-			l->bucket_burst = prev->limits[i].bucket_burst;
-		}
-		ret = limit_members(cfg, i, cg_mount, prev != NULL, prev ? &prev->limits[i] : NULL, l,
-				    err, errlen);
+		ret = limit_members(cfg, i, cg_mount, rescan, l, err, errlen);
 		if (ret)
 			goto fail;
 	}
-	ret = cap_memberships(cfg, plan, strict, err, errlen);
+	ret = cap_memberships(cfg, plan, !rescan, err, errlen);
 	if (!ret)
 		ret = member_ids(plan);
 	if (!ret)
@@ -227,13 +216,13 @@ fail:
 int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan,
 		    char *err, size_t errlen)
 {
-	return plan_members(cfg, cg_mount, NULL, true, plan, err, errlen);
+	return plan_members(cfg, cg_mount, false, plan, err, errlen);
 }
 
 int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, const char *cg_mount,
 		    struct kt_plan *next, bool *changed, char *err, size_t errlen)
 {
-	int ret = plan_members(cfg, cg_mount, cur, false, next, err, errlen);
+	int ret = plan_members(cfg, cg_mount, true, next, err, errlen);
 
 	*changed = false;
 	if (ret)

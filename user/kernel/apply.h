@@ -46,7 +46,7 @@ int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount, struct kt
  * that appeared (a pattern's new match, a listed path created), went, or
  * were recreated under the same path (a new id). *changed is false, and
  * *next left empty, when the members are the same; else *next is the plan
- * to apply, limit ids, slots and member ids carried over. */
+ * to apply (kt_plan_apply finds the ids and keeps existing buckets). */
 int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, const char *cg_mount,
 		    struct kt_plan *next, bool *changed, char *err, size_t errlen);
 void kt_plan_free(struct kt_plan *plan);
