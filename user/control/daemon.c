@@ -865,6 +865,30 @@ static void watch_members(struct kt_daemon *d)
 	free(abs);
 }
 
+/* Logs each member of `a` that `b` lacks, as joining (a is the new plan)
+ * or leaving; how many. */
+static int log_missing(const struct kt_limit_rt *a, const struct kt_limit_rt *b, bool joins)
+{
+	int n = 0;
+
+	for (int j = 0; j < a->n_members; j++) {
+		int k = 0;
+
+		while (k < b->n_members && b->members[k].cgid != a->members[j].cgid)
+			k++;
+		if (k == b->n_members) {
+			if (joins)
+				kt_info("limit %s: cgroup %s joins as member %s", a->cfg->name,
+					a->members[j].path, a->members[j].id);
+			else
+				kt_info("limit %s: cgroup %s is gone: member %s leaves the pool",
+					a->cfg->name, a->members[j].path, a->members[j].id);
+			n++;
+		}
+	}
+	return n;
+}
+
 int kt_daemon_refresh_members(struct kt_daemon *d)
 {
 	char err[KT_ERR_LEN];
@@ -884,26 +908,7 @@ int kt_daemon_refresh_members(struct kt_daemon *d)
 	for (int i = 0; i < d->plan.n_limits; i++) {
 		const struct kt_limit_rt *o = &d->plan.limits[i], *n = &next.limits[i];
 
-		for (int j = 0; j < o->n_members; j++) {
-			int k = 0;
-			while (k < n->n_members && n->members[k].cgid != o->members[j].cgid)
-				k++;
-			if (k == n->n_members) {
-				kt_info("limit %s: cgroup %s is gone: member %s leaves the pool",
-					o->cfg->name, o->members[j].path, o->members[j].id);
-				moved++;
-			}
-		}
-		for (int k = 0; k < n->n_members; k++) {
-			int j = 0;
-			while (j < o->n_members && o->members[j].cgid != n->members[k].cgid)
-				j++;
-			if (j == o->n_members) {
-				kt_info("limit %s: cgroup %s joins as member %s", n->cfg->name,
-					n->members[k].path, n->members[k].id);
-				moved++;
-			}
-		}
+		moved += log_missing(o, n, false) + log_missing(n, o, true);
 	}
 	/* the pool counts the new members before any bucket is written (else
 	 * each would get the whole pool until the next tick); the ids that
