@@ -30,7 +30,7 @@ USER_DIRS := user/base user/kernel user/pool user/control
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers -Wno-format-truncation \
              -Iinclude $(addprefix -I,$(USER_DIRS)) -I$(BUILD)/skel -D_GNU_SOURCE
-LDLIBS    += -lbpf -lelf -lz -lyaml -lhiredis -lmicrohttpd -lm
+LDLIBS    += -lbpf -lelf -lz -lyaml -lhiredis -lmicrohttpd -lcurl -ljson-c -lssl -lcrypto -lpthread -lm
 ifeq ($(SAN),1)
 CFLAGS    += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS   += -fsanitize=address,undefined

@@ -6,7 +6,8 @@ set -euo pipefail
 # libclang-rt-dev: libFuzzer and the sanitizer runtimes (clang only recommends it)
 pkgs=(clang libclang-rt-dev make gcc pkg-config libbpf-dev libelf-dev zlib1g-dev bpftool
       libhiredis-dev libyaml-dev libcmocka-dev redis-server redis-sentinel iproute2
-      bind9-dnsutils libmicrohttpd-dev prometheus)
+      bind9-dnsutils libmicrohttpd-dev prometheus libcurl4-openssl-dev libjson-c-dev libssl-dev
+      openssl)
 
 missing=()
 for p in "${pkgs[@]}"; do
