@@ -573,7 +573,7 @@ static int env_setup(struct bench_env *e)
 			  e->cg_plain);
 	}
 
-	ret = kt_plan_resolve(&e->cfg, e->cg_mount, &e->plan, err, sizeof(err));
+	ret = kt_plan_resolve(&e->cfg, e->cg_mount, NULL, &e->plan, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "bench: %s\n", err);
 		return ret;
@@ -1214,7 +1214,7 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char (*cgr
 		ramp_cfg(&lc->rl, i);
 		lc->burst = 100;
 	}
-	ret = kt_plan_resolve(&d->cfg, cg_mount, &d->plan, err, sizeof(err));
+	ret = kt_plan_resolve(&d->cfg, cg_mount, NULL, &d->plan, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "bench: tick: %s\n", err);
 		goto out;

@@ -66,7 +66,7 @@ static struct kt_plan *load_plan(const char *name, const char *limits)
 	snprintf(path, sizeof(path), "%s/%s.yaml", fx.tmp, name);
 	assert_int_equal(ktest_write_file(path, body), 0);
 	if (kt_config_load(path, &fx.cfg[i], err, sizeof(err)) ||
-	    kt_plan_resolve(&fx.cfg[i], fx.cg_mount, &fx.plan[i], err, sizeof(err)))
+	    kt_plan_resolve(&fx.cfg[i], fx.cg_mount, NULL, &fx.plan[i], err, sizeof(err)))
 		fail_msg("%s: %s", name, err);
 	return &fx.plan[i];
 }

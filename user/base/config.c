@@ -176,8 +176,9 @@ static bool is_null(const yaml_node_t *n)
 	       !strcmp(v, "NULL");
 }
 
-/* The mapping's key set must be a subset of `keys` (NULL-terminated), with no
- * key given twice. A null node is an empty mapping. */
+/* The mapping's key set must be a subset of `keys` (NULL-terminated; NULL:
+ * any key, for maps of user names), with no key given twice. A null node is
+ * an empty mapping. */
 static int check_map(struct ctx *c, yaml_node_t *n, const char *field, const char *const *keys)
 {
 	yaml_node_pair_t *p, *q;
@@ -193,10 +194,10 @@ static int check_map(struct ctx *c, yaml_node_t *n, const char *field, const cha
 
 		if (!k || k->type != YAML_SCALAR_NODE)
 			return fail(c, k ? k : n, field, "keys must be strings");
-		for (i = 0; keys[i]; i++)
+		for (i = 0; keys && keys[i]; i++)
 			if (!strcmp(keys[i], sval(k)))
 				break;
-		if (!keys[i]) {
+		if (keys && !keys[i]) {
 			char allowed[300];
 
 			list_names(allowed, sizeof(allowed), keys, i);
@@ -1517,12 +1518,244 @@ static int parse_cgroups(struct ctx *c, yaml_node_t *v, const char *field, struc
 	return 0;
 }
 
+/* ---- pods: a Kubernetes label selector --------------------------------- */
+
+static const char *const label_op_names[] = { "In", "NotIn", "Exists", "DoesNotExist" };
+
+const char *kt_label_op_name(enum kt_label_op op) { return NAME_OF(label_op_names, op); }
+
+static bool alnum(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+}
+
+/* A label name or value as Kubernetes validates it: at most 63 of
+ * [A-Za-z0-9._-], starting and ending alphanumeric (a value may be empty). */
+static bool label_name_ok(const char *s, size_t n, bool empty_ok)
+{
+	if (!n)
+		return empty_ok;
+	if (n > 63 || !alnum(s[0]) || !alnum(s[n - 1]))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!alnum(s[i]) && s[i] != '.' && s[i] != '_' && s[i] != '-')
+			return false;
+	return true;
+}
+
+/* A DNS subdomain (label key prefixes) or, with `label`, a DNS label
+ * (namespaces): lower-case alphanumerics and '-' (and '.' between labels
+ * of a subdomain), each label starting and ending alphanumeric. */
+static bool dns_name_ok(const char *s, size_t n, bool label)
+{
+	size_t start = 0;
+
+	if (!n || n > (label ? 63 : 253))
+		return false;
+	for (size_t i = 0; i <= n; i++) {
+		char ch = i < n ? s[i] : '.';
+
+		if (ch == '.') {
+			if (label && i < n)
+				return false;
+			if (i == start || s[start] == '-' || s[i - 1] == '-' || i - start > 63)
+				return false;
+			start = i + 1;
+		} else if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-')) {
+			return false;
+		}
+	}
+	return true;
+}
+
+static bool label_key_ok(const char *k)
+{
+	const char *slash = strchr(k, '/');
+
+	if (!slash)
+		return label_name_ok(k, strlen(k), false);
+	return dns_name_ok(k, (size_t)(slash - k), false) &&
+	       label_name_ok(slash + 1, strlen(slash + 1), false);
+}
+
+static int get_label_key(struct ctx *c, yaml_node_t *v, const char *field, char **out)
+{
+	int err = get_str(c, v, field, 317, out);
+
+	if (!err && !label_key_ok(*out))
+		return fail(c, v, field,
+			    "\"%s\" is not a label key ([prefix/]name: name 1..63 of A-Z a-z 0-9 . _ -, starting and ending alphanumeric)",
+			    show_str(*out).s);
+	return err;
+}
+
+static int get_label_value(struct ctx *c, yaml_node_t *v, const char *field, char **out)
+{
+	const char *s;
+	int err;
+
+	/* an empty value is a valid label value: `key: ""` */
+	if (v->type == YAML_SCALAR_NODE && !is_null(v) && !*sval(v))
+		s = "";
+	else if ((err = get_scalar(c, v, field, "a label value", &s)))
+		return err;
+	if (!label_name_ok(s, strlen(s), true))
+		return fail(c, v, field,
+			    "\"%s\" is not a label value (0..63 of A-Z a-z 0-9 . _ -, starting and ending alphanumeric)",
+			    show_str(s).s);
+	*out = strdup(s);
+	return *out ? 0 : oom(c, v, field);
+}
+
+static struct kt_label_req *new_req(struct ctx *c, yaml_node_t *v, const char *field,
+				    struct kt_pod_selector *ps)
+{
+	if (ps->n_reqs == KT_MAX_LABEL_REQS) {
+		fail(c, v, field, "at most %d labels and expressions per selector", KT_MAX_LABEL_REQS);
+		return NULL;
+	}
+	return &ps->reqs[ps->n_reqs++];
+}
+
+static int parse_label_expr(struct ctx *c, yaml_node_t *n, const char *field,
+			    struct kt_pod_selector *ps)
+{
+	static const char *const keys[] = { "key", "operator", "values", NULL };
+	char sub[FIELD_LEN], item[FIELD_LEN];
+	struct kt_label_req *r;
+	yaml_node_t *v, *vals;
+	int e, err;
+
+	if (n->type != YAML_MAPPING_NODE)
+		return fail(c, n, field, "expected a mapping {key, operator, values}, got %s",
+			    kind_of(n));
+	if ((err = check_map(c, n, field, keys)))
+		return err;
+	if (!(r = new_req(c, n, field, ps)))
+		return -EINVAL;
+	if (!(v = map_get(c, n, "key")))
+		return missing(c, n, field, "key");
+	if ((err = get_label_key(c, v, join(sub, field, "key"), &r->key)))
+		return err;
+	if (!(v = map_get(c, n, "operator")))
+		return missing(c, n, field, "operator");
+	if ((err = get_enum(c, v, join(sub, field, "operator"), label_op_names, 4, &e)))
+		return err;
+	r->op = (enum kt_label_op)e;
+	vals = map_get(c, n, "values");
+	join(sub, field, "values");
+	if (r->op == KT_LABEL_EXISTS || r->op == KT_LABEL_DOES_NOT_EXIST) {
+		if (vals && !(vals->type == YAML_SEQUENCE_NODE &&
+			      vals->data.sequence.items.start == vals->data.sequence.items.top))
+			return fail(c, vals, sub, "must be empty for operator %s", label_op_names[e]);
+		return 0;
+	}
+	if (!vals)
+		return fail(c, n, sub, "required for operator %s", label_op_names[e]);
+	if (vals->type != YAML_SEQUENCE_NODE)
+		return fail(c, vals, sub, "expected a list of label values, got %s", kind_of(vals));
+	if (vals->data.sequence.items.start == vals->data.sequence.items.top)
+		return fail(c, vals, sub, "needs at least one value for operator %s",
+			    label_op_names[e]);
+	for (yaml_node_item_t *it = vals->data.sequence.items.start;
+	     it < vals->data.sequence.items.top; it++) {
+		if (r->n_values == KT_MAX_LABEL_VALUES)
+			return fail(c, vals, sub, "at most %d values", KT_MAX_LABEL_VALUES);
+		index_of(item, sub, r->n_values);
+		if ((err = get_label_value(c, node_at(c, *it), item, &r->values[r->n_values])))
+			return err;
+		r->n_values++;
+	}
+	return 0;
+}
+
+/* pods: {namespace: NS, labels: {K: V}, matchExpressions: [{key, operator,
+ * values}]}: every part optional, all must hold (as a Kubernetes selector). */
+static int parse_pods(struct ctx *c, yaml_node_t *n, const char *field, struct kt_pod_selector *ps)
+{
+	static const char *const keys[] = { "namespace", "labels", "matchExpressions", NULL };
+	char sub[FIELD_LEN], item[FIELD_LEN];
+	yaml_node_t *v;
+	int err;
+
+	if (n->type != YAML_MAPPING_NODE)
+		return fail(c, n, field, "expected a mapping {namespace, labels, matchExpressions}, got %s",
+			    kind_of(n));
+	if ((err = check_map(c, n, field, keys)))
+		return err;
+	ps->set = true;
+	ps->line = line_of(n);
+	if ((v = map_get(c, n, "namespace"))) {
+		join(sub, field, "namespace");
+		if ((err = get_str(c, v, sub, 63, &ps->namespace)))
+			return err;
+		if (!dns_name_ok(ps->namespace, strlen(ps->namespace), true))
+			return fail(c, v, sub,
+				    "\"%s\" is not a namespace name (1..63 of a-z 0-9 -, starting and ending alphanumeric)",
+				    show_str(ps->namespace).s);
+	}
+	if ((v = map_get(c, n, "labels"))) {
+		join(sub, field, "labels");
+		if (v->type != YAML_MAPPING_NODE)
+			return fail(c, v, sub, "expected a mapping of label keys to values, got %s",
+				    kind_of(v));
+		if ((err = check_map(c, v, sub, NULL)))
+			return err;
+		for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top;
+		     p++) {
+			yaml_node_t *k = node_at(c, p->key);
+			struct kt_label_req *r = new_req(c, k, sub, ps);
+
+			if (!r)
+				return -EINVAL;
+			r->op = KT_LABEL_IN;
+			if ((err = get_label_key(c, k, sub, &r->key)))
+				return err;
+			join(item, sub, r->key);
+			if ((err = get_label_value(c, node_at(c, p->value), item, &r->values[0])))
+				return err;
+			r->n_values = 1;
+		}
+	}
+	if ((v = map_get(c, n, "matchExpressions"))) {
+		join(sub, field, "matchExpressions");
+		if (v->type != YAML_SEQUENCE_NODE)
+			return fail(c, v, sub, "expected a list of expressions, got %s", kind_of(v));
+		for (yaml_node_item_t *it = v->data.sequence.items.start;
+		     it < v->data.sequence.items.top; it++) {
+			index_of(item, sub, (int)(it - v->data.sequence.items.start));
+			if ((err = parse_label_expr(c, node_at(c, *it), item, ps)))
+				return err;
+		}
+	}
+	return 0;
+}
+
+static void pods_free(struct kt_pod_selector *ps)
+{
+	free(ps->namespace);
+	for (int i = 0; i < ps->n_reqs; i++) {
+		free(ps->reqs[i].key);
+		for (int j = 0; j < ps->reqs[i].n_values; j++)
+			free(ps->reqs[i].values[j]);
+	}
+	memset(ps, 0, sizeof(*ps));
+}
+
+bool kt_config_uses_pods(const struct kt_config *cfg)
+{
+	for (int i = 0; i < cfg->n_limits; i++)
+		if (cfg->limits[i].pods.set)
+			return true;
+	return false;
+}
+
 static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
 		       int idx)
 {
 	static const char *const keys[] = { "name",  "cgroups",	 "match",	    "unit",
 					    "scope", "burst",	 "share",	    "rateLimit",
-					    "allowRawSockets", "errno", NULL };
+					    "allowRawSockets", "errno", "pods", NULL };
 	struct kt_limit_cfg *l = &cfg->limits[idx];
 	char sub[FIELD_LEN];
 	yaml_node_t *v, *rl, *store = NULL;
@@ -1559,9 +1792,12 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 				    cfg->limits[i].line);
 	snprintf(l->name, sizeof(l->name), "%s", s);
 
-	if (!(v = map_get(c, n, "cgroups")))
-		return missing(c, n, field, "cgroups");
-	if ((err = parse_cgroups(c, v, join(sub, field, "cgroups"), l)))
+	if ((v = map_get(c, n, "pods")) && (err = parse_pods(c, v, join(sub, field, "pods"), &l->pods)))
+		return err;
+	/* members come from cgroups:, pods: or both */
+	if (!(v = map_get(c, n, "cgroups")) && !l->pods.set)
+		return fail(c, n, join(sub, field, "cgroups"), "required but missing (or give pods:)");
+	if (v && (err = parse_cgroups(c, v, join(sub, field, "cgroups"), l)))
 		return err;
 	if ((v = map_get(c, n, "match")) && (err = parse_match(c, v, join(sub, field, "match"), l)))
 		return err;
@@ -1677,10 +1913,53 @@ static int parse_metrics(struct ctx *c, yaml_node_t *v, struct kt_config *cfg)
 	return 0;
 }
 
+/* kubernetes: {apiServer, tokenFile, caFile, nodeName, cgroupRoot}: each
+ * optional (in-cluster defaults apply at start). */
+static int parse_kube(struct ctx *c, yaml_node_t *n, struct kt_kube_cfg *k)
+{
+	static const char *const keys[] = { "apiServer", "tokenFile", "caFile", "nodeName",
+					    "cgroupRoot", NULL };
+	yaml_node_t *v;
+	int err = check_map(c, n, "kubernetes", keys);
+
+	if (err)
+		return err;
+	k->line = line_of(n);
+	if ((v = map_get(c, n, "apiServer"))) {
+		if ((err = get_str(c, v, "kubernetes.apiServer", 512, &k->api_server)))
+			return err;
+		/* the token is a credential: never sent in clear */
+		if (strncmp(k->api_server, "https://", 8) || !k->api_server[8])
+			return fail(c, v, "kubernetes.apiServer", "\"%s\" is not an https:// URL",
+				    show_str(k->api_server).s);
+	}
+	if ((v = map_get(c, n, "tokenFile")) &&
+	    (err = get_abs_path(c, v, "kubernetes.tokenFile", MAX_PATH_BYTES, &k->token_file)))
+		return err;
+	if ((v = map_get(c, n, "caFile")) &&
+	    (err = get_abs_path(c, v, "kubernetes.caFile", MAX_PATH_BYTES, &k->ca_file)))
+		return err;
+	if ((v = map_get(c, n, "nodeName"))) {
+		if ((err = get_str(c, v, "kubernetes.nodeName", 253, &k->node_name)))
+			return err;
+		if (!dns_name_ok(k->node_name, strlen(k->node_name), false))
+			return fail(c, v, "kubernetes.nodeName", "\"%s\" is not a node name",
+				    show_str(k->node_name).s);
+	}
+	if ((v = map_get(c, n, "cgroupRoot"))) {
+		if ((err = get_str(c, v, "kubernetes.cgroupRoot", MAX_PATH_BYTES, &k->cgroup_root)))
+			return err;
+		if (has_dotdot(k->cgroup_root))
+			return fail(c, v, "kubernetes.cgroupRoot", "\"%s\" must not contain '..'",
+				    show_str(k->cgroup_root).s);
+	}
+	return 0;
+}
+
 static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 {
 	static const char *const keys[] = { "node",  "pinDir", "socket",  "tickInterval",
-					    "epoch", "store",  "limits",  "metrics", NULL };
+					    "epoch", "store",  "limits",  "metrics", "kubernetes", NULL };
 	struct sockaddr_un sun;
 	yaml_node_t *v, *tick, *limits;
 	yaml_node_item_t *it;
@@ -1725,6 +2004,8 @@ static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 		return err;
 
 	if ((v = map_get(c, root, "metrics")) && (err = parse_metrics(c, v, cfg)))
+		return err;
+	if ((v = map_get(c, root, "kubernetes")) && (err = parse_kube(c, v, &cfg->kube)))
 		return err;
 
 	cfg->tick_ns = 100 * NS_PER_MS;
@@ -1950,9 +2231,15 @@ void kt_config_free(struct kt_config *cfg)
 		for (j = 0; j < KT_MAX_CGROUPS_PER_LIMIT; j++)
 			free(cfg->limits[i].cgroups[j]);
 		store_free(&cfg->limits[i].store);
+		pods_free(&cfg->limits[i].pods);
 	}
 	free(cfg->limits);
 	store_free(&cfg->store);
+	free(cfg->kube.api_server);
+	free(cfg->kube.token_file);
+	free(cfg->kube.ca_file);
+	free(cfg->kube.node_name);
+	free(cfg->kube.cgroup_root);
 	free(cfg->file);
 	free(cfg->node_name);
 	free(cfg->pin_dir);

@@ -77,6 +77,38 @@ enum kt_store_failure {
 
 enum kt_share_policy { KT_SHARE_EQUAL = 0, KT_SHARE_DEMAND };
 
+/* pods: a Kubernetes label selector over the pods on this node. */
+#define KT_MAX_LABEL_REQS 16
+#define KT_MAX_LABEL_VALUES 16
+
+enum kt_label_op { KT_LABEL_IN = 0, KT_LABEL_NOT_IN, KT_LABEL_EXISTS, KT_LABEL_DOES_NOT_EXIST };
+
+struct kt_label_req {
+	char *key;                /* [prefix/]name, as Kubernetes checks it */
+	enum kt_label_op op;
+	char *values[KT_MAX_LABEL_VALUES]; /* In/NotIn: 1..16; Exists/DoesNotExist: none */
+	int n_values;
+};
+
+struct kt_pod_selector {
+	bool set;                 /* the limit has a pods: block */
+	int line;
+	char *namespace;          /* NULL: every namespace */
+	struct kt_label_req reqs[KT_MAX_LABEL_REQS]; /* labels: (as In [v]) then matchExpressions */
+	int n_reqs;               /* 0: every pod (of the namespace) */
+};
+
+/* kubernetes: where the pods come from. NULL fields take the in-cluster
+ * defaults when the daemon starts (kt_kube_resolve_opts). */
+struct kt_kube_cfg {
+	int line;                 /* 0 if the block is absent */
+	char *api_server;         /* https://HOST:PORT; default from KUBERNETES_SERVICE_HOST/PORT */
+	char *token_file;         /* default the service account's token */
+	char *ca_file;            /* default the service account's ca.crt */
+	char *node_name;          /* default $NODE_NAME */
+	char *cgroup_root;        /* where kubepods[.slice] lives, relative to the cgroup2 mount; default "" */
+};
+
 struct kt_store_cfg {
 	enum kt_store_kind kind;
 	int line;                 /* where the store block starts, 0 if defaulted */
@@ -110,7 +142,8 @@ struct kt_limit_cfg {
 	int line;
 	char *cgroups[KT_MAX_CGROUPS_PER_LIMIT]; /* as written */
 	int cgroup_lines[KT_MAX_CGROUPS_PER_LIMIT];
-	int n_cgroups;            /* >= 1 */
+	int n_cgroups;            /* >= 1 unless pods.set */
+	struct kt_pod_selector pods;
 	struct kt_match match;
 	enum kt_unit unit;        /* required */
 	enum kt_scope scope;      /* default pod */
@@ -134,6 +167,7 @@ struct kt_config {
 	uint64_t tick_ns;         /* tickInterval, default 100 ms */
 	uint64_t epoch_ns;        /* epoch, default 1 s */
 	struct kt_store_cfg store; /* top-level default store */
+	struct kt_kube_cfg kube;
 	struct kt_limit_cfg *limits;
 	int n_limits;             /* >= 1 */
 };
@@ -155,5 +189,8 @@ const char *kt_scope_name(enum kt_scope s);
 const char *kt_share_name(enum kt_share_policy s);
 const char *kt_store_failure_name(enum kt_store_failure f);
 const char *kt_store_kind_name(enum kt_store_kind k); /* "local", "static", "redis" */
+const char *kt_label_op_name(enum kt_label_op op);    /* "In", "NotIn", ... */
+/* True when some limit selects pods (the daemon then watches Kubernetes). */
+bool kt_config_uses_pods(const struct kt_config *cfg);
 
 #endif

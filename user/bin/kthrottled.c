@@ -169,7 +169,7 @@ int main(int argc, char **argv)
 		}
 		ret = kt_cgroup2_mount(mount, sizeof(mount), NULL);
 		if (!ret)
-			ret = kt_plan_resolve(&cfg, mount, &plan, err, sizeof(err));
+			ret = kt_plan_resolve(&cfg, mount, NULL, &plan, err, sizeof(err));
 		else
 			snprintf(err, sizeof(err), "no cgroup v2 mount found in /proc/mounts");
 		if (ret) {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -198,10 +199,53 @@ static double last_event_age_s(const struct kt_limit_state *s, uint64_t now)
 	return now > s->last_event_ns ? (double)(now - s->last_event_ns) / 1e9 : 0.0;
 }
 
-/* "pattern" or "path": the kind of cgroups entry that found member m. */
+/* "pattern", "path" or "pods": what found member m. */
 static const char *found_by(const struct kt_limit_cfg *c, const struct kt_member_rt *m)
 {
+	if (m->entry == KT_ENTRY_PODS)
+		return "pods";
 	return kt_path_is_pattern(c->cgroups[m->entry]) ? "pattern" : "path";
+}
+
+/* The entry that found m: the cgroups entry, or the pod "namespace/name". */
+static const char *found_entry(const struct kt_limit_cfg *c, const struct kt_member_rt *m)
+{
+	return m->entry == KT_ENTRY_PODS ? m->pod : c->cgroups[m->entry];
+}
+
+/* The pods watcher's state: one line of text, or a "kubernetes" member of
+ * the status object. */
+static void kube_status(struct kt_daemon *d, struct sbuf *b, bool json, uint64_t now)
+{
+	struct kt_kube_status st;
+
+	if (!d->kube)
+		return;
+	kt_kube_status(d->kube, &st);
+	if (json) {
+		sb_printf(b, ",\"kubernetes\":{\"api_server\":");
+		sb_json_str(b, kt_kube_options(d->kube)->api_server);
+		sb_printf(b, ",\"node\":");
+		sb_json_str(b, kt_kube_options(d->kube)->node_name);
+		sb_printf(b, ",\"state\":\"%s\",\"synced\":%s,\"since_s\":%.3f,\"pods\":%d,"
+			     "\"resource_version\":",
+			  kt_kube_state_name(st.state), st.synced ? "true" : "false",
+			  now > st.since_ns ? (double)(now - st.since_ns) / 1e9 : 0.0, d->pods.n);
+		sb_json_str(b, st.resource_version);
+		sb_printf(b, ",\"lists\":%lu,\"watches\":%lu,\"relists\":%lu,\"skipped\":%lu,\"error\":",
+			  st.lists, st.watches, st.relists, st.skipped);
+		sb_json_str(b, st.error);
+		sb_printf(b, "}");
+		return;
+	}
+	sb_printf(b, "kubernetes %s  node %s  %s for %.1fs  %d pod(s) on this node%s  (lists %lu, watches %lu, relists %lu)\n",
+		  kt_kube_options(d->kube)->api_server, kt_kube_options(d->kube)->node_name,
+		  kt_kube_state_name(st.state),
+		  now > st.since_ns ? (double)(now - st.since_ns) / 1e9 : 0.0, d->pods.n,
+		  st.state == KT_KUBE_UNREACHABLE ? ", the last known" : "", st.lists, st.watches,
+		  st.relists);
+	if (st.error[0])
+		sb_printf(b, "  kubernetes error: %s\n", st.error);
 }
 
 char *kt_daemon_status(struct kt_daemon *d, bool json)
@@ -219,12 +263,15 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 		sb_json_str(&b, d->cfg.node_name);
 		sb_printf(&b, ",\"pin_dir\":");
 		sb_json_str(&b, d->bpf.pin_dir);
-		sb_printf(&b, ",\"uptime_s\":%.3f,\"ticks\":%llu,\"reloads\":%llu,\"limits\":[",
+		sb_printf(&b, ",\"uptime_s\":%.3f,\"ticks\":%llu,\"reloads\":%llu",
 			  (double)(now - d->started_ns) / 1e9, (unsigned long long)d->ticks,
 			  (unsigned long long)d->reloads);
+		kube_status(d, &b, true, now);
+		sb_printf(&b, ",\"limits\":[");
 	} else {
 		sb_printf(&b, "node %s  pins %s  up %.0fs\n", d->cfg.node_name, d->bpf.pin_dir,
 			  (double)(now - d->started_ns) / 1e9);
+		kube_status(d, &b, false, now);
 		sb_printf(&b, "%-16s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",
 			  "LIMIT", "UNIT", "SCOPE", "MODE", "POOL_RATE/s", "MAX/s", "RAMP%",
 			  "UTIL%", "BUCKET_RATE", "BURST", "ADMITTED", "THROTTLED", "ADMIT/s");
@@ -339,7 +386,7 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 				sb_json_str(&b, m->path);
 				/* how it was found: the config's entry */
 				sb_printf(&b, ",\"found_by\":\"%s\",\"entry\":", found_by(c, m));
-				sb_json_str(&b, c->cgroups[m->entry]);
+				sb_json_str(&b, found_entry(c, m));
 				sb_printf(&b,
 					  ",\"cgroup_id\":%llu,\"slot\":%u,\"admitted\":%llu,\"throttled\":%llu}",
 					  (unsigned long long)m->cgid, m->slot,
@@ -347,7 +394,7 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 					  (unsigned long long)mc.throttled);
 			} else {
 				sb_printf(&b, "  member %s  cgroup %s  (%s %s)  bucket %u%s  admitted %llu  throttled %llu\n",
-					  m->id, m->path, found_by(c, m), c->cgroups[m->entry], m->slot,
+					  m->id, m->path, found_by(c, m), found_entry(c, m), m->slot,
 					  c->scope == KT_SCOPE_NODE ? " (shared)" : "",
 					  (unsigned long long)mc.admitted, (unsigned long long)mc.throttled);
 			}
@@ -803,6 +850,10 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 			kt_warn("cannot read throttle events: %s", strerror(errno));
 		}
 	}
+	if (d->kube) {
+		ev.data.u64 = 7;
+		epoll_ctl(d->epfd, EPOLL_CTL_ADD, kt_kube_fd(d->kube), &ev);
+	}
 	int wret = kt_cgwatch_open(&d->cgwatch, KT_CGWATCH_MAX);
 
 	if (wret == 0) {
@@ -814,6 +865,95 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 		d->cgwatch = NULL;
 	}
 	return 0;
+}
+
+static void watch_members(struct kt_daemon *d);
+
+/* The watcher options cfg asks for; o->api_server "" when no limit selects
+ * pods. -EINVAL (err one line) when they cannot be found. */
+static int kube_opts_for(const struct kt_config *cfg, struct kt_kube_opts *o, char *err,
+			 size_t errlen)
+{
+	memset(o, 0, sizeof(*o));
+	if (!kt_config_uses_pods(cfg))
+		return 0;
+	return kt_kube_resolve_opts(&cfg->kube, o, err, errlen);
+}
+
+static void kube_watch_fd(struct kt_daemon *d, bool add)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 7 };
+
+	if (d->epfd >= 0 && d->kube)
+		epoll_ctl(d->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, kt_kube_fd(d->kube), &ev);
+}
+
+/* Makes the watcher follow o: started, restarted with new options, or
+ * stopped (o->api_server ""). The last known pods stay until the new
+ * watcher lists; with no watcher there are none. */
+static int kube_follow(struct kt_daemon *d, const struct kt_kube_opts *o)
+{
+	char err[KT_ERR_LEN];
+	int ret;
+
+	if (d->kube && !memcmp(kt_kube_options(d->kube), o, sizeof(*o)))
+		return 0;
+	if (d->kube) {
+		kube_watch_fd(d, false);
+		kt_kube_stop(d->kube);
+		d->kube = NULL;
+	}
+	if (!o->api_server[0]) {
+		kt_pod_set_clear(&d->pods);
+		return 0;
+	}
+	ret = kt_kube_start(o, &d->kube, err, sizeof(err));
+	if (ret) {
+		kt_err("%s", err);
+		return ret;
+	}
+	kube_watch_fd(d, true);
+	return 0;
+}
+
+/* At the start: the watcher, and up to 2 s for its first list, so the
+ * pods already running are members from the first apply (an API that does
+ * not answer by then is followed in the background). */
+static int start_kube(struct kt_daemon *d, const struct kt_config *cfg, char *err, size_t errlen)
+{
+	struct kt_kube_opts o;
+	struct kt_kube_status st;
+	bool changed;
+	uint64_t until = kt_clock_ns() + 2000000000ull;
+	int ret = kube_opts_for(cfg, &o, err, errlen);
+
+	if (ret || !o.api_server[0])
+		return ret;
+	ret = kt_kube_start(&o, &d->kube, err, errlen);
+	if (ret)
+		return ret;
+	do {
+		struct pollfd p = { .fd = kt_kube_fd(d->kube), .events = POLLIN };
+
+		poll(&p, 1, 50);
+		kt_kube_status(d->kube, &st);
+	} while (!st.synced && st.state != KT_KUBE_UNREACHABLE && kt_clock_ns() < until);
+	if (!st.synced)
+		kt_warn("kubernetes: no pod list from %s yet%s%s: pods join when it answers",
+			o.api_server, st.error[0] ? ": " : "", st.error);
+	return kt_kube_snapshot(d->kube, &d->pods, &changed);
+}
+
+/* The watcher published: take its set; pods selected or gone, or their
+ * directories to watch, may have changed. */
+static void kube_changed(struct kt_daemon *d)
+{
+	bool changed = false;
+
+	if (!d->kube || kt_kube_snapshot(d->kube, &d->pods, &changed) || !changed)
+		return;
+	watch_members(d);
+	kt_daemon_refresh_members(d);
 }
 
 static int apply_plan(struct kt_daemon *d, struct kt_plan *plan, struct kt_limit_state *ls,
@@ -831,18 +971,25 @@ static int apply_plan(struct kt_daemon *d, struct kt_plan *plan, struct kt_limit
 	return ret;
 }
 
-/* What the watcher should watch: every limit's cgroups entries, absolute. */
+/* What the watcher should watch: every limit's cgroups entries, absolute,
+ * and the directories of the selected pods (the kubelet makes them after
+ * the API lists the pod). */
 static void watch_members(struct kt_daemon *d)
 {
 	const char **paths;
 	char (*abs)[PATH_MAX];
-	int n = 0, ret;
+	char **pod_dirs = NULL;
+	int n = 0, n_pod = kt_plan_pod_dirs(&d->cfg, d->cg_mount, &d->pods, &pod_dirs), ret;
 
-	if (!d->cgwatch)
+	if (!d->cgwatch || n_pod < 0) {
+		for (int k = 0; k < n_pod; k++)
+			free(pod_dirs[k]);
+		free(pod_dirs);
 		return;
+	}
 	for (int i = 0; i < d->cfg.n_limits; i++)
 		n += d->cfg.limits[i].n_cgroups;
-	paths = calloc(n + 1, sizeof(*paths));
+	paths = calloc(n + n_pod + 1, sizeof(*paths));
 	abs = calloc(n + 1, sizeof(*abs));
 	if (paths && abs) {
 		n = 0;
@@ -855,6 +1002,8 @@ static void watch_members(struct kt_daemon *d)
 				paths[n] = abs[n];
 				n++;
 			}
+		for (int k = 0; k < n_pod; k++)
+			paths[n++] = pod_dirs[k];
 		ret = kt_cgwatch_set(d->cgwatch, paths, n);
 		if (ret && ret != d->cgwatch_err)
 			kt_warn("watching the member cgroups' directories: %s (rescanned every tick instead)",
@@ -863,6 +1012,9 @@ static void watch_members(struct kt_daemon *d)
 	}
 	free(paths);
 	free(abs);
+	for (int k = 0; k < n_pod; k++)
+		free(pod_dirs[k]);
+	free(pod_dirs);
 }
 
 /* Logs each member of `a` that `b` lacks, as joining (a is the new plan)
@@ -896,7 +1048,8 @@ int kt_daemon_refresh_members(struct kt_daemon *d)
 	bool changed;
 	int moved = 0, ret;
 
-	ret = kt_plan_refresh(&d->plan, &d->cfg, d->cg_mount, &next, &changed, err, sizeof(err));
+	ret = kt_plan_refresh(&d->plan, &d->cfg, d->cg_mount, &d->pods, &next, &changed, err,
+			      sizeof(err));
 	if (ret) {
 		if (strcmp(err, d->refresh_err))
 			kt_err("finding member cgroups: %s", err);
@@ -975,7 +1128,13 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		ret = KT_EXIT_RUNTIME;
 		goto fail_cfg;
 	}
-	ret = kt_plan_resolve(&d->cfg, d->cg_mount, &d->plan, err, sizeof(err));
+	ret = start_kube(d, &d->cfg, err, sizeof(err));
+	if (ret) {
+		kt_err("%s", err);
+		ret = ret == -EINVAL ? KT_EXIT_CONFIG : KT_EXIT_RUNTIME;
+		goto fail_cfg;
+	}
+	ret = kt_plan_resolve(&d->cfg, d->cg_mount, &d->pods, &d->plan, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
 		ret = KT_EXIT_CONFIG;
@@ -1070,6 +1229,9 @@ fail_pool:
 fail_plan:
 	kt_plan_free(&d->plan);
 fail_cfg:
+	kt_kube_stop(d->kube);
+	d->kube = NULL;
+	kt_pod_set_clear(&d->pods);
 	kt_config_free(&d->cfg);
 	if (d->epfd >= 0)
 		close(d->epfd);
@@ -1087,6 +1249,7 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	struct kt_limit_state *nls = NULL;
 	struct kt_pool_local *nlocal = NULL;
 	struct kt_pool *npool = NULL;
+	struct kt_kube_opts kopts;
 	uint64_t now = kt_clock_ns();
 	int ret, i, j;
 
@@ -1102,7 +1265,9 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 		ret = -EINVAL;
 		goto failed;
 	}
-	ret = kt_plan_resolve(&ncfg, d->cg_mount, &nplan, err, errlen);
+	ret = kube_opts_for(&ncfg, &kopts, err, errlen);
+	if (!ret)
+		ret = kt_plan_resolve(&ncfg, d->cg_mount, &d->pods, &nplan, err, errlen);
 	if (ret) {
 		kt_config_free(&ncfg);
 		goto failed;
@@ -1159,6 +1324,7 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 		kt_ctl_write_lease(d, i);
 	}
 	kt_ctl_drop_stale_pins(d);
+	kube_follow(d, &kopts);
 	watch_members(d);
 	d->reloads++;
 	kt_info("reloaded %s: %d limit(s)", d->config_path, d->plan.n_limits);
@@ -1231,6 +1397,8 @@ int kt_daemon_run(struct kt_daemon *d)
 				/* a directory came or went where a member may be */
 				if (kt_cgwatch_drain(d->cgwatch))
 					kt_daemon_refresh_members(d);
+			} else if (tag == 7) {
+				kube_changed(d);
 			} else if (tag >= 100 && tag < 100 + KT_MAX_CLIENTS) {
 				struct kt_client *c = &d->clients[tag - 100];
 				if (c->fd >= 0 && client_out(d, c)->p)
@@ -1287,6 +1455,9 @@ void kt_daemon_stop(struct kt_daemon *d)
 	if (d->cgwatch)
 		kt_cgwatch_close(d->cgwatch);
 	d->cgwatch = NULL;
+	kt_kube_stop(d->kube);
+	d->kube = NULL;
+	kt_pod_set_clear(&d->pods);
 	ring_buffer__free(d->events);
 	d->events = NULL;
 	kt_metrics_stop(d->metrics);

@@ -12,6 +12,7 @@
 #include "bpf_loader.h"
 #include "config.h"
 #include "controller.h"
+#include "kubewatch.h"
 #include "pool.h"
 #include "ramp.h"
 
@@ -66,6 +67,8 @@ struct kt_daemon {
 	int cgwatch_err;           /* last kt_cgwatch_set error, 0 = watching */
 	char refresh_err[KT_ERR_LEN]; /* last rescan error, logged once */
 	struct kt_slot_base *slot_base; /* KT_MAX_BUCKETS, the controller's counter baselines */
+	struct kt_kube *kube;      /* the pods watcher while some limit selects pods; else NULL */
+	struct kt_pod_set pods;    /* the pods on this node as last taken from it */
 };
 
 /* Exit codes */

@@ -18,7 +18,7 @@
  * members unless it is there already (two entries or spellings of one
  * cgroup are one member). Its bucket slot is kt_plan_apply's to find. */
 static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *cap,
-		      const char *real, uint64_t cgid, int j)
+		      const char *real, uint64_t cgid, int j, const struct kt_pod *pod)
 {
 	struct kt_member_rt *m;
 
@@ -44,6 +44,10 @@ static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *c
 	m->path = strdup(real);
 	if (!m->path)
 		return -ENOMEM;
+	if (pod && asprintf(&m->pod, "%s/%s", pod->ns, pod->name) < 0) {
+		free(m->path);
+		return -ENOMEM;
+	}
 	m->cgid = cgid;
 	m->entry = j;
 	m->slot = UINT32_MAX;
@@ -54,13 +58,86 @@ static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *c
 	return 0;
 }
 
+/* The members limit i's pods selector picks among `pods`: each pod whose
+ * cgroup directory exists under one of the kubelet's layouts. One that is
+ * not there yet (the kubelet creates it after the API lists the pod) joins
+ * at the rescan its mkdir triggers. */
+static int pod_members(const struct kt_config *cfg, int i, const char *cg_mount,
+		       const struct kt_pod_set *pods, struct kt_limit_rt *l, int *cap)
+{
+	const struct kt_limit_cfg *lc = &cfg->limits[i];
+	char cands[6][PATH_MAX], real[PATH_MAX], why[KT_ERR_LEN];
+	uint64_t cgid;
+	int ret;
+
+	if (!lc->pods.set || !pods)
+		return 0;
+	for (int p = 0; p < pods->n; p++) {
+		const struct kt_pod *pod = &pods->pods[p];
+		int n;
+
+		if (!kt_pod_selected(&lc->pods, pod))
+			continue;
+		n = kt_pod_cgroup_paths(cfg->kube.cgroup_root, pod, cands, 6);
+		for (int k = 0; k < n; k++) {
+			if (kt_cgroup_resolve(cands[k], cg_mount, real, sizeof(real), why, sizeof(why)) ||
+			    kt_cgroup_id(real, &cgid))
+				continue;
+			if ((ret = add_member(cfg, l, cap, real, cgid, KT_ENTRY_PODS, pod)))
+				return ret;
+			break;
+		}
+	}
+	return 0;
+}
+
+int kt_plan_pod_dirs(const struct kt_config *cfg, const char *cg_mount,
+		     const struct kt_pod_set *pods, char ***out)
+{
+	char cands[6][PATH_MAX];
+	char **v = NULL;
+	int n = 0, cap = 0;
+
+	*out = NULL;
+	for (int p = 0; pods && p < pods->n; p++) {
+		bool wanted = false;
+		int c;
+
+		for (int i = 0; i < cfg->n_limits && !wanted; i++)
+			wanted = kt_pod_selected(&cfg->limits[i].pods, &pods->pods[p]);
+		if (!wanted)
+			continue;
+		c = kt_pod_cgroup_paths(cfg->kube.cgroup_root, &pods->pods[p], cands, 6);
+		for (int k = 0; k < c; k++) {
+			if (n == cap) {
+				char **g = realloc(v, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(*g));
+
+				if (!g)
+					goto oom;
+				v = g;
+			}
+			if (asprintf(&v[n], "%s/%s", cg_mount, cands[k]) < 0)
+				goto oom;
+			n++;
+		}
+	}
+	*out = v;
+	return n;
+oom:
+	while (n)
+		free(v[--n]);
+	free(v);
+	return -ENOMEM;
+}
+
 /* The members limit i's cgroups entries name now: each plain path that
  * exists, and every cgroup v2 directory a pattern matches. A missing plain
  * path is no error (it joins when it appears; `quiet` keeps a rescan from
  * repeating the warning); a plain path that exists but is no cgroup v2
  * directory is, with the file, line and field. */
-static int limit_members(const struct kt_config *cfg, int i, const char *cg_mount, bool quiet,
-			 struct kt_limit_rt *l, char *err, size_t errlen)
+static int limit_members(const struct kt_config *cfg, int i, const char *cg_mount,
+			 const struct kt_pod_set *pods, bool quiet, struct kt_limit_rt *l, char *err,
+			 size_t errlen)
 {
 	const struct kt_limit_cfg *lc = &cfg->limits[i];
 	char real[PATH_MAX], why[KT_ERR_LEN], full[PATH_MAX];
@@ -91,7 +168,7 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 						      sizeof(why)) ||
 				    kt_cgroup_id(real, &cgid))
 					continue;
-				if ((ret = add_member(cfg, l, &cap, real, cgid, j))) {
+				if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL))) {
 					kt_cgroup_glob_free(paths, n);
 					return ret;
 				}
@@ -119,10 +196,10 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 				 lc->cgroup_lines[j], i, j, why);
 			return ret;
 		}
-		if ((ret = add_member(cfg, l, &cap, real, cgid, j)))
+		if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL)))
 			return ret;
 	}
-	return 0;
+	return pod_members(cfg, i, cg_mount, pods, l, &cap);
 }
 
 /* A kt_members value lists at most KT_LIMITS_PER_CGROUP limits: a cgroup
@@ -148,7 +225,8 @@ static int cap_memberships(const struct kt_config *cfg, struct kt_plan *plan, bo
 				l->members[kept++] = *m;
 				continue;
 			}
-			if (strict && !kt_path_is_pattern(lc->cgroups[m->entry])) {
+			if (strict && m->entry != KT_ENTRY_PODS &&
+			    !kt_path_is_pattern(lc->cgroups[m->entry])) {
 				snprintf(err, errlen,
 					 "%s:%d: limits[%d].cgroups[%d]: %s is already a member of %d limits, the most one cgroup may join",
 					 cfg->file, lc->cgroup_lines[m->entry], i, m->entry, m->path,
@@ -158,6 +236,7 @@ static int cap_memberships(const struct kt_config *cfg, struct kt_plan *plan, bo
 			kt_warn("limit %s: %s is already a member of %d limits, the most one cgroup may join: not limited by this one",
 				lc->name, m->path, KT_LIMITS_PER_CGROUP);
 			free(m->path);
+			free(m->pod);
 		}
 		l->n_members = kept;
 	}
@@ -182,8 +261,9 @@ static int member_ids(struct kt_plan *plan)
 /* The plan for cfg with the members found now. A rescan (not a start or a
  * reload) is quiet about missing paths and never fails on a cgroup in too
  * many limits. Limit ids and slots are kt_plan_apply's to find. */
-static int plan_members(const struct kt_config *cfg, const char *cg_mount, bool rescan,
-			struct kt_plan *plan, char *err, size_t errlen)
+static int plan_members(const struct kt_config *cfg, const char *cg_mount,
+			const struct kt_pod_set *pods, bool rescan, struct kt_plan *plan, char *err,
+			size_t errlen)
 {
 	int ret = -ENOMEM;
 
@@ -197,7 +277,7 @@ static int plan_members(const struct kt_config *cfg, const char *cg_mount, bool 
 		struct kt_limit_rt *l = &plan->limits[i];
 
 		l->cfg = &cfg->limits[i];
-		ret = limit_members(cfg, i, cg_mount, rescan, l, err, errlen);
+		ret = limit_members(cfg, i, cg_mount, pods, rescan, l, err, errlen);
 		if (ret)
 			goto fail;
 	}
@@ -213,16 +293,17 @@ fail:
 	return ret;
 }
 
-int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan,
-		    char *err, size_t errlen)
+int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount,
+		    const struct kt_pod_set *pods, struct kt_plan *plan, char *err, size_t errlen)
 {
-	return plan_members(cfg, cg_mount, false, plan, err, errlen);
+	return plan_members(cfg, cg_mount, pods, false, plan, err, errlen);
 }
 
 int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, const char *cg_mount,
-		    struct kt_plan *next, bool *changed, char *err, size_t errlen)
+		    const struct kt_pod_set *pods, struct kt_plan *next, bool *changed, char *err,
+		    size_t errlen)
 {
-	int ret = plan_members(cfg, cg_mount, true, next, err, errlen);
+	int ret = plan_members(cfg, cg_mount, pods, true, next, err, errlen);
 
 	*changed = false;
 	if (ret)
@@ -242,8 +323,10 @@ int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, cons
 void kt_plan_free(struct kt_plan *plan)
 {
 	for (int i = 0; i < plan->n_limits; i++) {
-		for (int j = 0; j < plan->limits[i].n_members; j++)
+		for (int j = 0; j < plan->limits[i].n_members; j++) {
 			free(plan->limits[i].members[j].path);
+			free(plan->limits[i].members[j].pod);
+		}
 		free(plan->limits[i].members);
 		free(plan->limits[i].member_ids);
 	}

@@ -10,14 +10,19 @@
 #include <stdint.h>
 #include "bpf_loader.h"
 #include "config.h"
+#include "pods.h"
 
 struct kt_member_rt {
 	char *path;        /* canonical cgroup directory */
 	char id[96];       /* stable member id in the store: "<node>:<cgroup id>" */
 	uint64_t cgid;
 	uint32_t slot;     /* bucket this member's traffic is charged to */
-	int entry;         /* the limit's cgroups[] entry (path or pattern) that found it */
+	int entry;         /* the limit's cgroups[] entry (path or pattern) that found it,
+			    * or KT_ENTRY_PODS */
+	char *pod;         /* found by pods: "namespace/name"; else NULL */
 };
+
+#define KT_ENTRY_PODS (-1)
 
 struct kt_limit_rt {
 	const struct kt_limit_cfg *cfg;
@@ -37,18 +42,26 @@ struct kt_plan {
 };
 
 /* Finds the member cgroups of cfg's limits (paths absolute, or relative to
- * the cgroup v2 mount; patterns expanded) and reads their ids. A plain path
- * that does not exist yet is a warning, not an error. Touches no BPF
- * state. Errors name file, line and field. */
-int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan,
-		    char *err, size_t errlen);
+ * the cgroup v2 mount; patterns expanded; the pods of `pods` a limit's
+ * selector picks, at their kubelet cgroup directories) and reads their ids.
+ * A plain path that does not exist yet is a warning, not an error; so is a
+ * selected pod whose directory is not there yet. pods NULL: none known.
+ * Touches no BPF state. Errors name file, line and field. */
+int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount,
+		    const struct kt_pod_set *pods, struct kt_plan *plan, char *err, size_t errlen);
 /* The members of cur's limits (cur resolved from cfg) found now: cgroups
  * that appeared (a pattern's new match, a listed path created), went, or
  * were recreated under the same path (a new id). *changed is false, and
  * *next left empty, when the members are the same; else *next is the plan
  * to apply (kt_plan_apply finds the ids and keeps existing buckets). */
 int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, const char *cg_mount,
-		    struct kt_plan *next, bool *changed, char *err, size_t errlen);
+		    const struct kt_pod_set *pods, struct kt_plan *next, bool *changed, char *err,
+		    size_t errlen);
+/* The directories (absolute) where the pods of `pods` that some limit of
+ * cfg selects will have their cgroups: what to watch for while they are
+ * missing. *out malloc'd (free each and it); returns the count or -ENOMEM. */
+int kt_plan_pod_dirs(const struct kt_config *cfg, const char *cg_mount,
+		     const struct kt_pod_set *pods, char ***out);
 void kt_plan_free(struct kt_plan *plan);
 
 /* Every check of kt_plan_apply's plan that needs no kernel state: limit and

@@ -1,0 +1,581 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* Members selected by `pods:` from the Kubernetes API. There is no API
+ * server here, so tests/tools/kt-fakekube stands in for one: the real list
+ * and watch wire format over TLS (a CA and certificate made here with the
+ * openssl CLI) with a bearer token, chunked watch streams, BOOKMARK, 410
+ * Gone and disconnects, driven line by line from the test.
+ *
+ * The pods' cgroups are real directories in the kubelet's layouts (systemd
+ * driver, and cgroupfs for one pod) under a test cgroup given to the
+ * daemon as kubernetes.cgroupRoot. What is asserted is what a user sees:
+ * datagrams from a selected pod's cgroup refused (EBUSY) at the configured
+ * rate, measured by kt-load; status listing the member found by pods with
+ * its namespace/name; and the changes: pods added (the directory created
+ * after the API lists the pod, as the kubelet does), removed, relabelled,
+ * moved to another node, and the API going away (the last set kept, and
+ * said) and coming back, expiring the watch (410: relist) or dropping it. */
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "ktest.h"
+
+#define RATE 20.0
+#define BURST 5.0
+#define NODE "node-a"
+/* a membership change is applied within a tick of the event reaching the
+ * daemon; this allows for the watch stream and a loaded 2-core machine */
+#define CHANGE_BOUND_MS 1000
+
+struct pod {
+	const char *ns, *name, *uid, *qos; /* qos as the API spells it */
+	bool cgroupfs;                     /* the cgroupfs driver's layout */
+};
+
+static const struct pod CRAWLER1 = { "workers", "crawler-1", "11111111-aaaa-4bbb-8ccc-000000000001",
+				     "Burstable" };
+static const struct pod CRAWLER2 = { "workers", "crawler-2", "22222222-aaaa-4bbb-8ccc-000000000002",
+				     "Guaranteed" };
+static const struct pod OTHER = { "workers", "indexer-1", "33333333-aaaa-4bbb-8ccc-000000000003",
+				  "BestEffort" };
+static const struct pod ELSEWHERE = { "workers", "crawler-9", "44444444-aaaa-4bbb-8ccc-000000000004",
+				      "Burstable" };
+static const struct pod WRONGNS = { "default", "crawler-5", "55555555-aaaa-4bbb-8ccc-000000000005",
+				    "Burstable" };
+static const struct pod FSDRIVER = { "workers", "crawler-6", "66666666-aaaa-4bbb-8ccc-000000000006",
+				     "BestEffort", true };
+
+#define MAX_DIRS 32
+
+static struct fixture {
+	struct ktest_daemon d;
+	char dir[PATH_MAX];    /* certificates, token */
+	char base[PATH_MAX];   /* the test's cgroup: the kubelet's cgroup root */
+	char dirs[MAX_DIRS][PATH_MAX]; /* made under base, in creation order */
+	int n_dirs;
+	pid_t api;
+	FILE *api_in, *api_out;
+	int api_port;
+	int udp_port;          /* nothing listens: kt-load counts sends */
+} fx;
+
+/* ---- the fake API server ------------------------------------------------- */
+
+static void api_start(void)
+{
+	char path[PATH_MAX], cert[PATH_MAX + 16], key[PATH_MAX + 16], line[128];
+	int in[2], out[2];
+
+	assert_int_equal(pipe(in), 0);
+	assert_int_equal(pipe(out), 0);
+	snprintf(path, sizeof(path), "%s/tools/kt-fakekube", ktest_build_dir());
+	snprintf(cert, sizeof(cert), "%s/srv.pem", fx.dir);
+	snprintf(key, sizeof(key), "%s/srv.key", fx.dir);
+	fx.api = fork();
+	assert_true(fx.api >= 0);
+	if (fx.api == 0) {
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		close(in[1]);
+		close(out[0]);
+		execl(path, path, "--cert", cert, "--key", key, "--token", "t0ken-for-tests",
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	fx.api_in = fdopen(in[1], "w");
+	fx.api_out = fdopen(out[0], "r");
+	assert_non_null(fx.api_in);
+	assert_non_null(fx.api_out);
+	assert_non_null(fgets(line, sizeof(line), fx.api_out));
+	assert_int_equal(sscanf(line, "ready %d", &fx.api_port), 1);
+}
+
+/* One command; the reply must be "ok". */
+__attribute__((format(printf, 1, 2))) static void api(const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vfprintf(fx.api_in, fmt, ap);
+	va_end(ap);
+	fputc('\n', fx.api_in);
+	fflush(fx.api_in);
+	assert_non_null(fgets(line, sizeof(line), fx.api_out));
+	if (strcmp(line, "ok\n"))
+		print_message("fake API answered: %s", line);
+	assert_string_equal(line, "ok\n");
+}
+
+/* lists= from the server's stats */
+static int api_lists(void)
+{
+	char line[256];
+	int lists = -1, watches, open;
+
+	fputs("stats\n", fx.api_in);
+	fflush(fx.api_in);
+	assert_non_null(fgets(line, sizeof(line), fx.api_out));
+	assert_int_equal(sscanf(line, "lists=%d watches=%d open=%d", &lists, &watches, &open), 3);
+	assert_non_null(fgets(line, sizeof(line), fx.api_out));
+	assert_string_equal(line, "ok\n");
+	return lists;
+}
+
+static void api_add(const struct pod *p, const char *node, const char *labels)
+{
+	api("add %s %s %s %s %s %s", p->ns, p->name, p->uid, node, p->qos, labels);
+}
+
+/* ---- the kubelet's directories --------------------------------------------- */
+
+static void mkdir_once(const char *path)
+{
+	for (int i = 0; i < fx.n_dirs; i++)
+		if (!strcmp(fx.dirs[i], path))
+			return;
+	assert_true(fx.n_dirs < MAX_DIRS);
+	assert_int_equal(mkdir(path, 0755), 0);
+	snprintf(fx.dirs[fx.n_dirs++], PATH_MAX, "%s", path);
+}
+
+/* The pod's directory as the kubelet names it, written out here by hand
+ * (not with the code under test). */
+static void pod_dir(const struct pod *p, char *out, size_t len)
+{
+	char uid_[40], tier[16] = "";
+
+	snprintf(uid_, sizeof(uid_), "%s", p->uid);
+	for (char *c = uid_; *c; c++)
+		if (*c == '-')
+			*c = '_';
+	if (!strcmp(p->qos, "Burstable"))
+		strcpy(tier, "burstable");
+	else if (!strcmp(p->qos, "BestEffort"))
+		strcpy(tier, "besteffort");
+	if (p->cgroupfs)
+		snprintf(out, len, "%s/kubepods%s%s/pod%s", fx.base, tier[0] ? "/" : "", tier, p->uid);
+	else if (tier[0])
+		snprintf(out, len, "%s/kubepods.slice/kubepods-%s.slice/kubepods-%s-pod%s.slice",
+			 fx.base, tier, tier, uid_);
+	else
+		snprintf(out, len, "%s/kubepods.slice/kubepods-pod%s.slice", fx.base, uid_);
+}
+
+/* Creates the pod's directory and its parents. */
+static void kubelet_mkdir(const struct pod *p, char *path, size_t len)
+{
+	char parent[PATH_MAX];
+
+	pod_dir(p, path, len);
+	snprintf(parent, sizeof(parent), "%s", path);
+	for (char *s = parent + strlen(fx.base) + 1; (s = strchr(s, '/')); s++) {
+		*s = '\0';
+		mkdir_once(parent);
+		*s = '/';
+	}
+	mkdir_once(path);
+}
+
+/* ---- what the daemon shows and does ------------------------------------------ */
+
+/* Whether status lists cgroup `path` as a member found by pods as ns/name. */
+static bool member(const struct pod *p)
+{
+	char path[PATH_MAX], want[PATH_MAX + 200], *st;
+	bool found;
+
+	pod_dir(p, path, sizeof(path));
+	st = ktest_daemon_cmd(&fx.d, "status json");
+	assert_non_null(st);
+	snprintf(want, sizeof(want), "\"path\":\"%s\",\"found_by\":\"pods\",\"entry\":\"%s/%s\"",
+		 path, p->ns, p->name);
+	found = strstr(st, want) != NULL;
+	free(st);
+	return found;
+}
+
+/* Polls until member(p) == want or the bound; the time it took (ms). */
+static int wait_member(const struct pod *p, bool want, int bound_ms)
+{
+	uint64_t t0 = ktest_now_ns();
+
+	while (member(p) != want && ktest_now_ns() - t0 < (uint64_t)bound_ms * 1000000ull)
+		ktest_sleep_ms(10);
+	assert_true(member(p) == want);
+	return (int)((ktest_now_ns() - t0) / 1000000ull);
+}
+
+/* The daemon's "kubernetes" status: state and relists. */
+static void kube_state(char *state, size_t len, double *relists)
+{
+	char *st = ktest_daemon_cmd(&fx.d, "status json"), *s;
+
+	assert_non_null(st);
+	s = strstr(st, "\"kubernetes\":{");
+	assert_non_null(s);
+	s = strstr(s, "\"state\":\"");
+	assert_non_null(s);
+	s += 9;
+	snprintf(state, len, "%.*s", (int)strcspn(s, "\""), s);
+	assert_true(ktest_json_num(strstr(st, "\"kubernetes\":{"), "relists", relists));
+	free(st);
+}
+
+static void wait_state(const char *want, int bound_ms)
+{
+	char state[32] = "";
+	double relists;
+	uint64_t t0 = ktest_now_ns();
+
+	do {
+		kube_state(state, sizeof(state), &relists);
+		if (!strcmp(state, want))
+			return;
+		ktest_sleep_ms(20);
+	} while (ktest_now_ns() - t0 < (uint64_t)bound_ms * 1000000ull);
+	print_message("kubernetes state %s, wanted %s\n", state, want);
+	fail();
+}
+
+/* Sends flat out from the pod's cgroup for 0.5 s: enforced means refused
+ * sends and no more admitted than rate x time + burst. */
+static void assert_limited(const struct pod *p, bool limited)
+{
+	char path[PATH_MAX];
+	struct ktest_load r;
+
+	pod_dir(p, path, sizeof(path));
+	assert_int_equal(ktest_load(path, "udp", "127.0.0.1", fx.udp_port, 0.5, &r), 0);
+	print_message("%s/%s: ok %llu refused %llu in %.2f s\n", p->ns, p->name, r.ok, r.refused,
+		      r.elapsed);
+	if (limited) {
+		assert_true(r.refused > 0);
+		assert_true(r.ok <= RATE * r.elapsed + BURST + 1);
+	} else {
+		assert_int_equal(r.refused, 0);
+	}
+}
+
+/* ---- set-up ----------------------------------------------------------------- */
+
+static int make_certs(void)
+{
+	char cmd[4 * PATH_MAX];
+	char *argv[] = { "/bin/sh", "-c", cmd, NULL }, *out = NULL;
+	int ret;
+
+	/* a CA, and a server certificate for 127.0.0.1 signed by it */
+	snprintf(cmd, sizeof(cmd),
+		 "cd '%s' && printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && "
+		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+		 "-keyout ca.key -out ca.pem -days 2 -subj /CN=kt-test-ca && "
+		 "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+		 "-keyout srv.key -out srv.csr -subj /CN=127.0.0.1 && "
+		 "openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+		 "-out srv.pem -days 2 -extfile san.ext && "
+		 "printf 't0ken-for-tests\\n' > token",
+		 fx.dir);
+	ret = ktest_run_capture(argv, &out);
+	if (ret)
+		print_message("openssl: %s\n", out);
+	free(out);
+	return ret;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	memset(&fx, 0, sizeof(fx));
+	fx.d.pid = -1;
+	fx.api = -1;
+	if (ktest_root_unavailable())
+		return 0;
+	if (ktest_tmpdir(fx.dir, sizeof(fx.dir)) || make_certs())
+		return -1;
+	if (ktest_cgroup_create("kube", fx.base, sizeof(fx.base)))
+		return -1;
+	fx.udp_port = ktest_free_port(SOCK_DGRAM);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (fx.d.dir[0])
+		ktest_daemon_cleanup(&fx.d);
+	if (fx.api_in)
+		fclose(fx.api_in); /* EOF: the server exits */
+	if (fx.api > 0) {
+		int status;
+
+		for (int i = 0; i < 100 && waitpid(fx.api, &status, WNOHANG) == 0; i++)
+			ktest_sleep_ms(20);
+		if (kill(fx.api, 0) == 0) {
+			kill(fx.api, SIGKILL);
+			waitpid(fx.api, &status, 0);
+		}
+	}
+	if (fx.api_out)
+		fclose(fx.api_out);
+	for (int i = fx.n_dirs - 1; i >= 0; i--)
+		ktest_cgroup_destroy(fx.dirs[i]);
+	if (fx.base[0])
+		ktest_cgroup_destroy(fx.base);
+	if (fx.dir[0])
+		ktest_rmtree(fx.dir);
+	return 0;
+}
+
+/* The daemon: one datagram limit on the crawler pods of namespace workers. */
+static void start_daemon(void)
+{
+	char body[4096];
+	const char *root = strrchr(fx.base, '/') + 1; /* ktest cgroups sit at the mount's top */
+
+	snprintf(body, sizeof(body),
+		 "kubernetes:\n"
+		 "  apiServer: https://127.0.0.1:%d\n"
+		 "  tokenFile: %s/token\n"
+		 "  caFile: %s/ca.pem\n"
+		 "  nodeName: " NODE "\n"
+		 "  cgroupRoot: %s\n"
+		 "limits:\n"
+		 "  - name: crawl\n"
+		 "    pods:\n"
+		 "      namespace: workers\n"
+		 "      labels: {app: crawler}\n"
+		 "      matchExpressions:\n"
+		 "        - {key: canary, operator: DoesNotExist}\n"
+		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+		 "    unit: datagram\n"
+		 "    burst: %.0f\n"
+		 "    rateLimit: {max: %.0f}\n",
+		 fx.api_port, fx.dir, fx.dir, root, fx.udp_port, BURST, RATE);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+}
+
+/* ---- tests -------------------------------------------------------------------- */
+
+/* The pods on this node that the selector picks are members from the start,
+ * under either driver's layout and every QoS class; a pod on another node,
+ * in another namespace, without the label or with the excluded label is
+ * not, although its directory exists here. */
+static void test_selected_pods_are_members(void **state)
+{
+	const struct pod canary = { "workers", "crawler-7", "77777777-aaaa-4bbb-8ccc-000000000007",
+				    "Burstable" };
+	char path[PATH_MAX];
+	char *st;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler,team=a");
+	api_add(&FSDRIVER, NODE, "app=crawler");
+	api_add(&OTHER, NODE, "app=indexer");
+	api_add(&ELSEWHERE, "node-b", "app=crawler");
+	api_add(&WRONGNS, NODE, "app=crawler");
+	api_add(&canary, NODE, "app=crawler,canary=yes");
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	kubelet_mkdir(&FSDRIVER, path, sizeof(path));
+	kubelet_mkdir(&OTHER, path, sizeof(path));
+	kubelet_mkdir(&ELSEWHERE, path, sizeof(path));
+	kubelet_mkdir(&WRONGNS, path, sizeof(path));
+	kubelet_mkdir(&canary, path, sizeof(path));
+	start_daemon();
+
+	assert_true(member(&CRAWLER1));
+	assert_true(member(&FSDRIVER));
+	assert_false(member(&OTHER));
+	assert_false(member(&ELSEWHERE));
+	assert_false(member(&WRONGNS));
+	assert_false(member(&canary));
+	assert_limited(&CRAWLER1, true);
+	assert_limited(&FSDRIVER, true);
+	assert_limited(&OTHER, false);
+	assert_limited(&ELSEWHERE, false);
+
+	st = ktest_daemon_cmd(&fx.d, "status");
+	assert_non_null(st);
+	print_message("%s", st);
+	assert_non_null(strstr(st, "(pods workers/crawler-1)"));
+	assert_non_null(strstr(st, "kubernetes https://127.0.0.1:"));
+	free(st);
+	wait_state("watching", 2000);
+}
+
+/* Pods added (the directory made after the API lists it), relabelled out
+ * and back in, moved to another node and deleted: each change is applied
+ * within CHANGE_BOUND_MS and enforcement follows. */
+static void test_pods_come_go_and_change(void **state)
+{
+	char path[PATH_MAX];
+	int ms;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	start_daemon();
+	assert_true(member(&CRAWLER1));
+
+	/* listed first, its directory later: it joins when the directory appears */
+	api_add(&CRAWLER2, NODE, "app=crawler");
+	ktest_sleep_ms(200);
+	assert_false(member(&CRAWLER2));
+	kubelet_mkdir(&CRAWLER2, path, sizeof(path));
+	ms = wait_member(&CRAWLER2, true, CHANGE_BOUND_MS);
+	print_message("crawler-2 joined %d ms after its directory appeared\n", ms);
+	assert_limited(&CRAWLER2, true);
+
+	/* relabelled out of the selector: it leaves and runs unlimited */
+	api("labels %s app=indexer", CRAWLER1.uid);
+	ms = wait_member(&CRAWLER1, false, CHANGE_BOUND_MS);
+	print_message("crawler-1 left %d ms after its relabel\n", ms);
+	assert_limited(&CRAWLER1, false);
+	/* and back in */
+	api("labels %s app=crawler", CRAWLER1.uid);
+	wait_member(&CRAWLER1, true, CHANGE_BOUND_MS);
+	assert_limited(&CRAWLER1, true);
+	/* a label the expression excludes */
+	api("labels %s app=crawler,canary=1", CRAWLER1.uid);
+	wait_member(&CRAWLER1, false, CHANGE_BOUND_MS);
+
+	/* scheduled to another node (the field selector drops it) */
+	api("move %s node-b", CRAWLER2.uid);
+	ms = wait_member(&CRAWLER2, false, CHANGE_BOUND_MS);
+	print_message("crawler-2 left %d ms after it moved to node-b\n", ms);
+	api("move %s " NODE, CRAWLER2.uid);
+	wait_member(&CRAWLER2, true, CHANGE_BOUND_MS);
+	/* deleted */
+	api("delete %s", CRAWLER2.uid);
+	wait_member(&CRAWLER2, false, CHANGE_BOUND_MS);
+	assert_limited(&CRAWLER2, false);
+}
+
+/* The API going away keeps the last known set (said in status), its return
+ * is followed (a pod added while it was down joins), an expired watch (410)
+ * is answered by a relist, a dropped stream by a new watch. */
+static void test_api_outages(void **state)
+{
+	char path[PATH_MAX], st[32];
+	double relists;
+	int lists;
+	uint64_t t0;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	kubelet_mkdir(&CRAWLER2, path, sizeof(path));
+	start_daemon();
+	assert_true(member(&CRAWLER1));
+	wait_state("watching", 2000);
+
+	/* down: the members stay, enforcement goes on, status says so */
+	api("down");
+	wait_state("unreachable", 3000);
+	assert_true(member(&CRAWLER1));
+	assert_limited(&CRAWLER1, true);
+	kube_state(st, sizeof(st), &relists);
+	{
+		char *text = ktest_daemon_cmd(&fx.d, "status");
+
+		assert_non_null(text);
+		assert_non_null(strstr(text, "unreachable"));
+		assert_non_null(strstr(text, "the last known"));
+		free(text);
+	}
+
+	/* back up, with a pod added meanwhile: found within the back-off */
+	api("up");
+	api_add(&CRAWLER2, NODE, "app=crawler");
+	t0 = ktest_now_ns();
+	wait_member(&CRAWLER2, true, 12000);
+	print_message("API back: crawler-2 joined after %.2f s\n", (ktest_now_ns() - t0) / 1e9);
+	wait_state("watching", 2000);
+
+	/* 410 Gone: the watcher lists again, and the set is still right */
+	lists = api_lists();
+	api("compact");
+	api("delete %s", CRAWLER1.uid);
+	wait_member(&CRAWLER1, false, 3000);
+	assert_true(api_lists() > lists);
+	kube_state(st, sizeof(st), &relists);
+	assert_true(relists >= 1);
+	/* the same as an HTTP 410 */
+	api("gone-http on");
+	api("compact");
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	wait_member(&CRAWLER1, true, 3000);
+
+	/* a dropped stream: the next change still arrives */
+	api("drop");
+	api("labels %s app=other", CRAWLER2.uid);
+	wait_member(&CRAWLER2, false, 3000);
+	assert_true(member(&CRAWLER1));
+}
+
+/* A wrong CA: the watcher cannot verify the server; status says why and
+ * no pod is a member, but the daemon runs. */
+static void test_untrusted_server(void **state)
+{
+	char path[PATH_MAX], *st;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	/* the CA file now holds the server's own key's CSR-less twin: another CA */
+	{
+		char cmd[2 * PATH_MAX], *out = NULL;
+		char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+
+		snprintf(cmd, sizeof(cmd),
+			 "cd '%s' && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+			 "-nodes -keyout other.key -out ca.pem -days 2 -subj /CN=other-ca",
+			 fx.dir);
+		assert_int_equal(ktest_run_capture(argv, &out), 0);
+		free(out);
+	}
+	start_daemon();
+	wait_state("unreachable", 3000);
+	assert_false(member(&CRAWLER1));
+	st = ktest_daemon_cmd(&fx.d, "status json");
+	assert_non_null(st);
+	print_message("%.*s\n", 400, strstr(st, "\"kubernetes\""));
+	assert_non_null(strstr(st, "certificate"));
+	free(st);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_selected_pods_are_members, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pods_come_go_and_change, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_api_outages, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_untrusted_server, setup, teardown),
+	};
+
+	signal(SIGPIPE, SIG_IGN);
+	alarm(180);
+	return cmocka_run_group_tests_name("e2e_kube", tests, NULL, NULL);
+}

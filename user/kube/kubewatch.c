@@ -1,0 +1,814 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
+#include <curl/curl.h>
+#include <json-c/json.h>
+#include "kthrottle.h"
+#include "kubewatch.h"
+#include "log.h"
+
+/* Bounds on what the API may send: a node's pod list is small (the kubelet
+ * caps pods per node at a few hundred), one event one pod. */
+#define LIST_MAX_BYTES (64u << 20)
+#define EVENT_MAX_BYTES (4u << 20)
+#define TOKEN_MAX_BYTES 65536
+#define CONNECT_TIMEOUT_MS 5000L
+#define LIST_TIMEOUT_MS 30000L
+/* the server ends a watch after this; the client allows a margin over it */
+#define WATCH_SECONDS 300
+#define BACKOFF_FIRST_MS 200
+#define BACKOFF_MAX_MS 8000
+
+struct kt_kube {
+	struct kt_kube_opts o;
+	pthread_t thread;
+	bool started;
+	atomic_bool stop;
+	int efd;
+	CURLM *multi;
+	CURL *easy;               /* the request under way */
+
+	pthread_mutex_t mu;       /* guards pub, version, st */
+	struct kt_pod_set pub;
+	unsigned long version, taken;
+	struct kt_kube_status st;
+
+	/* the thread's own */
+	struct kt_pod_set work;
+	char rv[64];
+	char *buf;                /* list body, or the watch's unfinished line */
+	size_t len, cap;
+	bool watch;               /* buf holds watch lines (else a list body) */
+	bool gone;                /* the API said 410: relist */
+	bool changed;             /* work changed since the last publish */
+	bool too_big;
+	char why[256];            /* why the current transfer was aborted */
+	unsigned seed;
+};
+
+const char *kt_kube_state_name(enum kt_kube_state s)
+{
+	static const char *const names[] = { "listing", "watching", "unreachable" };
+
+	return (unsigned)s < 3 ? names[s] : "?";
+}
+
+/* ---- options ------------------------------------------------------------ */
+
+static bool node_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (!n || n > 253)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-' ||
+		      s[i] == '.'))
+			return false;
+	return true;
+}
+
+int kt_kube_resolve_opts(const struct kt_kube_cfg *k, struct kt_kube_opts *o, char *err,
+			 size_t errlen)
+{
+	const char *node = k->node_name ? k->node_name : getenv("NODE_NAME");
+
+	memset(o, 0, sizeof(*o));
+	if (k->api_server) {
+		size_t n = strlen(k->api_server);
+
+		while (n > 8 && k->api_server[n - 1] == '/')
+			n--;
+		snprintf(o->api_server, sizeof(o->api_server), "%.*s", (int)n, k->api_server);
+	} else {
+		const char *host = getenv("KUBERNETES_SERVICE_HOST");
+		const char *port = getenv("KUBERNETES_SERVICE_PORT");
+
+		if (!host || !*host) {
+			snprintf(err, errlen,
+				 "kubernetes: apiServer not given and KUBERNETES_SERVICE_HOST is not set (not running in a pod?)");
+			return -EINVAL;
+		}
+		if (strspn(host, "0123456789abcdefABCDEF.:-") != strlen(host) ||
+		    (port && strspn(port, "0123456789") != strlen(port))) {
+			snprintf(err, errlen,
+				 "kubernetes: KUBERNETES_SERVICE_HOST/PORT do not name a host and port");
+			return -EINVAL;
+		}
+		/* an IPv6 service address goes in brackets */
+		snprintf(o->api_server, sizeof(o->api_server), "https://%s%s%s:%s",
+			 strchr(host, ':') ? "[" : "", host, strchr(host, ':') ? "]" : "",
+			 port && *port ? port : "443");
+	}
+	snprintf(o->token_file, sizeof(o->token_file), "%s",
+		 k->token_file ? k->token_file : KT_KUBE_SA_DIR "/token");
+	snprintf(o->ca_file, sizeof(o->ca_file), "%s",
+		 k->ca_file ? k->ca_file : KT_KUBE_SA_DIR "/ca.crt");
+	if (!node || !*node) {
+		snprintf(err, errlen,
+			 "kubernetes: nodeName not given and NODE_NAME is not set (the DaemonSet sets it from spec.nodeName)");
+		return -EINVAL;
+	}
+	if (!node_name_ok(node)) {
+		snprintf(err, errlen, "kubernetes: node name \"%.64s\" is not a Kubernetes node name",
+			 node);
+		return -EINVAL;
+	}
+	snprintf(o->node_name, sizeof(o->node_name), "%s", node);
+	return 0;
+}
+
+/* ---- decoding ----------------------------------------------------------- */
+
+static json_object *jget(json_object *o, const char *key)
+{
+	json_object *v = NULL;
+
+	if (!o || !json_object_is_type(o, json_type_object) ||
+	    !json_object_object_get_ex(o, key, &v))
+		return NULL;
+	return v;
+}
+
+/* The string at key, NULL if absent or not a string. */
+static const char *jstr(json_object *o, const char *key)
+{
+	json_object *v = jget(o, key);
+
+	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+}
+
+/* Copies s into a fixed field, refusing what does not fit. */
+static bool fit(char *dst, size_t n, const char *s)
+{
+	if (!s || strlen(s) >= n)
+		return false;
+	memcpy(dst, s, strlen(s) + 1);
+	return true;
+}
+
+static int parse_pod_obj(json_object *obj, struct kt_pod *p, char *node, size_t nodelen,
+			 char *why, size_t whylen)
+{
+	json_object *meta = jget(obj, "metadata"), *labels;
+	const char *qos, *nn;
+
+	memset(p, 0, sizeof(*p));
+	if (!meta || !json_object_is_type(meta, json_type_object)) {
+		snprintf(why, whylen, "no metadata");
+		return -EINVAL;
+	}
+	if (!fit(p->uid, sizeof(p->uid), jstr(meta, "uid")) || !kt_pod_uid_ok(p->uid)) {
+		snprintf(why, whylen, "metadata.uid missing or not a UID");
+		return -EINVAL;
+	}
+	if (!fit(p->ns, sizeof(p->ns), jstr(meta, "namespace")) || !p->ns[0] ||
+	    !fit(p->name, sizeof(p->name), jstr(meta, "name")) || !p->name[0]) {
+		snprintf(why, whylen, "pod %s: metadata.namespace or .name missing or too long", p->uid);
+		return -EINVAL;
+	}
+	labels = jget(meta, "labels");
+	if (labels && !json_object_is_type(labels, json_type_null)) {
+		if (!json_object_is_type(labels, json_type_object)) {
+			snprintf(why, whylen, "pod %s/%s: metadata.labels is not an object", p->ns, p->name);
+			return -EINVAL;
+		}
+		json_object_object_foreach(labels, key, val) {
+			int ret;
+
+			if (!json_object_is_type(val, json_type_string)) {
+				snprintf(why, whylen, "pod %s/%s: label %.63s is not a string", p->ns,
+					 p->name, key);
+				kt_pod_free_labels(p);
+				return -EINVAL;
+			}
+			ret = kt_pod_add_label(p, key, json_object_get_string(val));
+			if (ret) {
+				snprintf(why, whylen, "pod %s/%s: %s", p->ns, p->name,
+					 ret == -E2BIG ? "more than 64 labels" : "out of memory");
+				kt_pod_free_labels(p);
+				return ret;
+			}
+		}
+	}
+	/* not yet set on a pod the scheduler just bound: every class is tried */
+	qos = jstr(jget(obj, "status"), "qosClass");
+	if (qos && (!strcmp(qos, "Guaranteed") || !strcmp(qos, "Burstable") ||
+		    !strcmp(qos, "BestEffort")))
+		snprintf(p->qos, sizeof(p->qos), "%s", qos);
+	nn = jstr(jget(obj, "spec"), "nodeName");
+	snprintf(node, nodelen, "%s", nn ? nn : "");
+	return 0;
+}
+
+int kt_kube_parse_pod(const char *json, struct kt_pod *p, char *node, size_t nodelen, char *why,
+		      size_t whylen)
+{
+	json_object *obj = json_tokener_parse(json);
+	int ret;
+
+	if (!obj) {
+		snprintf(why, whylen, "not JSON");
+		memset(p, 0, sizeof(*p));
+		return -EINVAL;
+	}
+	ret = parse_pod_obj(obj, p, node, nodelen, why, whylen);
+	json_object_put(obj);
+	return ret;
+}
+
+/* ---- publishing ----------------------------------------------------------- */
+
+static void notify(struct kt_kube *k)
+{
+	uint64_t one = 1;
+
+	if (write(k->efd, &one, sizeof(one)) < 0) {
+		/* EAGAIN: the counter is already non-zero, the loop will look */
+	}
+}
+
+/* Under mu: a new state; `why` the error ("" on success). */
+static void set_state(struct kt_kube *k, enum kt_kube_state s, const char *why)
+{
+	bool note;
+
+	pthread_mutex_lock(&k->mu);
+	note = k->st.state != s || strcmp(k->st.error, why);
+	if (k->st.state != s)
+		k->st.since_ns = kt_clock_ns();
+	k->st.state = s;
+	snprintf(k->st.error, sizeof(k->st.error), "%s", why);
+	snprintf(k->st.resource_version, sizeof(k->st.resource_version), "%s", k->rv);
+	pthread_mutex_unlock(&k->mu);
+	if (note) {
+		if (s == KT_KUBE_UNREACHABLE)
+			kt_warn("kubernetes: %s (keeping the last known pods)", why);
+		else if (s == KT_KUBE_WATCHING && !k->st.lists)
+			kt_info("kubernetes: watching the pods of node %s", k->o.node_name);
+		notify(k);
+	}
+}
+
+static void publish(struct kt_kube *k)
+{
+	struct kt_pod_set copy = { 0 };
+
+	if (!k->changed)
+		return;
+	/* copy outside the lock; on failure the next change tries again */
+	if (kt_pod_set_copy(&copy, &k->work))
+		return;
+	pthread_mutex_lock(&k->mu);
+	kt_pod_set_clear(&k->pub);
+	k->pub = copy;
+	k->version++;
+	k->st.pods = copy.n;
+	snprintf(k->st.resource_version, sizeof(k->st.resource_version), "%s", k->rv);
+	pthread_mutex_unlock(&k->mu);
+	k->changed = false;
+	notify(k);
+}
+
+static void count(struct kt_kube *k, unsigned long *field)
+{
+	pthread_mutex_lock(&k->mu);
+	(*field)++;
+	pthread_mutex_unlock(&k->mu);
+}
+
+/* ---- events --------------------------------------------------------------- */
+
+/* Applies one pod as the API now has it: on this node it is put, elsewhere
+ * (moved, or a defensive check of the field selector) removed. */
+static void upsert(struct kt_kube *k, json_object *obj)
+{
+	char node[254], why[256];
+	struct kt_pod p;
+
+	if (parse_pod_obj(obj, &p, node, sizeof(node), why, sizeof(why))) {
+		count(k, &k->st.skipped);
+		kt_debug("kubernetes: skipped a pod: %s", why);
+		return;
+	}
+	if (strcmp(node, k->o.node_name))
+		k->changed |= kt_pod_set_remove(&k->work, p.uid);
+	else if (!kt_pod_set_put(&k->work, &p))
+		k->changed = true;
+	kt_pod_free_labels(&p);
+}
+
+/* One watch event; false aborts the stream (k->why says why). */
+static bool on_event(struct kt_kube *k, json_object *ev)
+{
+	const char *type = jstr(ev, "type");
+	json_object *obj = jget(ev, "object");
+	const char *rv = jstr(jget(obj, "metadata"), "resourceVersion");
+
+	if (!type || !obj) {
+		count(k, &k->st.skipped);
+		return true;
+	}
+	if (!strcmp(type, "ERROR")) {
+		json_object *code = jget(obj, "code");
+		const char *msg = jstr(obj, "message");
+
+		k->gone = code && json_object_get_int(code) == 410;
+		snprintf(k->why, sizeof(k->why), "watch: %s (code %d)", msg ? msg : "error",
+			 code ? json_object_get_int(code) : 0);
+		return false;
+	}
+	if (rv && strlen(rv) < sizeof(k->rv))
+		snprintf(k->rv, sizeof(k->rv), "%s", rv);
+	if (!strcmp(type, "ADDED") || !strcmp(type, "MODIFIED")) {
+		upsert(k, obj);
+	} else if (!strcmp(type, "DELETED")) {
+		const char *uid = jstr(jget(obj, "metadata"), "uid");
+
+		if (uid)
+			k->changed |= kt_pod_set_remove(&k->work, uid);
+	}
+	/* BOOKMARK: only the resourceVersion; unknown types are ignored */
+	return true;
+}
+
+static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+	struct kt_kube *k = ud;
+	size_t n = size * nmemb, limit = k->watch ? EVENT_MAX_BYTES : LIST_MAX_BYTES;
+	bool ok = true;
+
+	if (atomic_load(&k->stop))
+		return 0;
+	if (k->len + n + 1 > limit) {
+		k->too_big = true;
+		snprintf(k->why, sizeof(k->why), "%s larger than %zu MiB",
+			 k->watch ? "a watch event" : "the pod list", limit >> 20);
+		return 0;
+	}
+	if (k->len + n + 1 > k->cap) {
+		size_t cap = k->cap ? k->cap : 65536;
+		char *g;
+
+		while (cap < k->len + n + 1)
+			cap *= 2;
+		if (!(g = realloc(k->buf, cap))) {
+			snprintf(k->why, sizeof(k->why), "out of memory");
+			return 0;
+		}
+		k->buf = g;
+		k->cap = cap;
+	}
+	memcpy(k->buf + k->len, ptr, n);
+	k->len += n;
+	k->buf[k->len] = '\0';
+	if (!k->watch)
+		return n;
+	/* an error answer is a Status object, not a stream of events */
+	{
+		long status = 0;
+
+		curl_easy_getinfo(k->easy, CURLINFO_RESPONSE_CODE, &status);
+		if (status != 200)
+			return n;
+	}
+	/* one JSON event per line */
+	for (char *nl; ok && (nl = memchr(k->buf, '\n', k->len));) {
+		size_t line = (size_t)(nl - k->buf);
+
+		*nl = '\0';
+		if (line) {
+			json_object *ev = json_tokener_parse(k->buf);
+
+			if (ev)
+				ok = on_event(k, ev);
+			else
+				count(k, &k->st.skipped);
+			json_object_put(ev);
+		}
+		memmove(k->buf, nl + 1, k->len - line - 1);
+		k->len -= line + 1;
+		k->buf[k->len] = '\0';
+	}
+	publish(k);
+	return ok ? n : 0;
+}
+
+/* ---- HTTP ----------------------------------------------------------------- */
+
+/* "Authorization: Bearer <token>" from the token file, read at every request
+ * (projected service account tokens are rotated on disk). */
+static int auth_header(struct kt_kube *k, char **out)
+{
+	char *tok = malloc(TOKEN_MAX_BYTES + 1);
+	ssize_t n = 0, r;
+	int fd, ret = 0;
+
+	*out = NULL;
+	if (!tok)
+		return -ENOMEM;
+	fd = open(k->o.token_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		ret = -errno;
+		snprintf(k->why, sizeof(k->why), "cannot read token %s: %s", k->o.token_file,
+			 strerror(errno));
+		goto out;
+	}
+	while (n < TOKEN_MAX_BYTES && (r = read(fd, tok + n, TOKEN_MAX_BYTES - n)) > 0)
+		n += r;
+	close(fd);
+	while (n > 0 && (tok[n - 1] == '\n' || tok[n - 1] == '\r' || tok[n - 1] == ' '))
+		n--;
+	tok[n] = '\0';
+	/* the token goes into a header line: nothing but visible ASCII */
+	for (ssize_t i = 0; i < n; i++)
+		if (tok[i] <= ' ' || tok[i] >= 0x7f) {
+			n = 0;
+			break;
+		}
+	if (!n) {
+		ret = -EINVAL;
+		snprintf(k->why, sizeof(k->why), "token %s is empty or not a bearer token",
+			 k->o.token_file);
+		goto out;
+	}
+	if (asprintf(out, "Authorization: Bearer %s", tok) < 0) {
+		*out = NULL;
+		ret = -ENOMEM;
+	}
+out:
+	explicit_bzero(tok, TOKEN_MAX_BYTES + 1);
+	free(tok);
+	return ret;
+}
+
+/* Runs one GET to its end (or the stop flag). Returns the HTTP status, or
+ * -1 with k->why set. The response body went through on_data. */
+static long get(struct kt_kube *k, const char *url, bool watch, bool *answered)
+{
+	char errbuf[CURL_ERROR_SIZE] = "", *auth = NULL;
+	struct curl_slist *hdrs = NULL, *h;
+	CURLcode res = CURLE_OK;
+	CURL *e = curl_easy_init();
+	long status = 0;
+	int running = 1;
+	CURLMsg *msg;
+
+	*answered = false;
+	k->len = 0;
+	k->watch = watch;
+	k->too_big = false;
+	k->why[0] = '\0';
+	if (!e || auth_header(k, &auth)) {
+		if (!e)
+			snprintf(k->why, sizeof(k->why), "out of memory");
+		curl_easy_cleanup(e);
+		return -1;
+	}
+	hdrs = curl_slist_append(NULL, auth);
+	if (hdrs && (h = curl_slist_append(hdrs, "Accept: application/json")))
+		hdrs = h;
+	explicit_bzero(auth, strlen(auth));
+	free(auth);
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "https");
+	curl_easy_setopt(e, CURLOPT_CAINFO, k->o.ca_file);
+	curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, k);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+	curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, 30L);
+	curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL, 10L);
+	/* a watch is long by design: the server ends it; a silent peer is
+	 * caught by keepalive and by the overall cap */
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, watch ? (WATCH_SECONDS + 60) * 1000L : LIST_TIMEOUT_MS);
+	k->easy = e;
+	curl_multi_add_handle(k->multi, e);
+	while (running && !atomic_load(&k->stop)) {
+		curl_multi_perform(k->multi, &running);
+		if (!*answered) {
+			curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+			/* the watch is open once its headers say 200 */
+			if (status == 200 && watch) {
+				*answered = true;
+				count(k, &k->st.watches);
+				set_state(k, KT_KUBE_WATCHING, "");
+			}
+		}
+		if (running)
+			curl_multi_poll(k->multi, NULL, 0, 1000, NULL);
+	}
+	while ((msg = curl_multi_info_read(k->multi, &running)))
+		if (msg->msg == CURLMSG_DONE)
+			res = msg->data.result;
+	if (atomic_load(&k->stop))
+		res = CURLE_ABORTED_BY_CALLBACK;
+	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+	curl_multi_remove_handle(k->multi, e);
+	curl_easy_cleanup(e);
+	k->easy = NULL;
+	curl_slist_free_all(hdrs);
+	if (res == CURLE_OK)
+		return status;
+	if (!k->why[0])
+		snprintf(k->why, sizeof(k->why), "%s", errbuf[0] ? errbuf : curl_easy_strerror(res));
+	/* a stream the API ended with ERROR 410 reports a write error here */
+	return k->gone ? 410 : -1;
+}
+
+/* "HTTP 403: pods is forbidden: ..." from a Status body when there is one. */
+static void http_error(struct kt_kube *k, const char *what, long status)
+{
+	json_object *st = k->len && !k->watch ? json_tokener_parse(k->buf) : NULL;
+	const char *msg = jstr(st, "message");
+
+	if (!msg && k->watch && k->len)
+		msg = k->buf;
+	snprintf(k->why, sizeof(k->why), "%s: HTTP %ld%s%.180s", what, status, msg ? ": " : "",
+		 msg ? msg : "");
+	json_object_put(st);
+}
+
+enum step { STEP_OK, STEP_ENDED_EARLY, STEP_RELIST, STEP_FAILED };
+
+static enum step do_list(struct kt_kube *k)
+{
+	char url[1024];
+	struct kt_pod_set fresh = { 0 };
+	json_object *list, *items;
+	const char *rv;
+	bool answered;
+	long status;
+	int n;
+
+	snprintf(url, sizeof(url), "%s/api/v1/pods?fieldSelector=spec.nodeName%%3D%s",
+		 k->o.api_server, k->o.node_name);
+	count(k, &k->st.lists);
+	status = get(k, url, false, &answered);
+	if (status < 0) {
+		char why[sizeof(k->why)];
+
+		snprintf(why, sizeof(why), "%s", k->why);
+		snprintf(k->why, sizeof(k->why), "listing pods: %s", why);
+		return STEP_FAILED;
+	}
+	if (status != 200) {
+		http_error(k, "listing pods", status);
+		return STEP_FAILED;
+	}
+	list = json_tokener_parse(k->buf ? k->buf : "");
+	items = jget(list, "items");
+	rv = jstr(jget(list, "metadata"), "resourceVersion");
+	if (!items || !json_object_is_type(items, json_type_array) || !rv || !*rv ||
+	    strlen(rv) >= sizeof(k->rv)) {
+		snprintf(k->why, sizeof(k->why), "listing pods: the answer is not a PodList");
+		json_object_put(list);
+		return STEP_FAILED;
+	}
+	n = (int)json_object_array_length(items);
+	for (int i = 0; i < n; i++) {
+		char node[254], why[256];
+		struct kt_pod p;
+
+		if (parse_pod_obj(json_object_array_get_idx(items, i), &p, node, sizeof(node), why,
+				  sizeof(why))) {
+			count(k, &k->st.skipped);
+			continue;
+		}
+		if (!strcmp(node, k->o.node_name) && kt_pod_set_put(&fresh, &p)) {
+			kt_pod_free_labels(&p);
+			kt_pod_set_clear(&fresh);
+			json_object_put(list);
+			snprintf(k->why, sizeof(k->why), "listing pods: out of memory");
+			return STEP_FAILED;
+		}
+		kt_pod_free_labels(&p);
+	}
+	snprintf(k->rv, sizeof(k->rv), "%s", rv);
+	json_object_put(list);
+	kt_pod_set_clear(&k->work);
+	k->work = fresh;
+	k->changed = true;
+	pthread_mutex_lock(&k->mu);
+	k->st.synced = true;
+	pthread_mutex_unlock(&k->mu);
+	publish(k);
+	set_state(k, KT_KUBE_WATCHING, "");
+	return STEP_OK;
+}
+
+static enum step do_watch(struct kt_kube *k)
+{
+	char url[1200];
+	uint64_t t0 = kt_clock_ns();
+	bool answered;
+	long status;
+
+	snprintf(url, sizeof(url),
+		 "%s/api/v1/pods?fieldSelector=spec.nodeName%%3D%s&watch=1&resourceVersion=%s&allowWatchBookmarks=true&timeoutSeconds=%d",
+		 k->o.api_server, k->o.node_name, k->rv, WATCH_SECONDS);
+	k->gone = false;
+	status = get(k, url, true, &answered);
+	publish(k);
+	if (k->gone || status == 410) {
+		count(k, &k->st.relists);
+		kt_info("kubernetes: resourceVersion %s expired (410 Gone): listing again", k->rv);
+		k->gone = false;
+		return STEP_RELIST;
+	}
+	if (status < 0) {
+		char why[sizeof(k->why)];
+
+		snprintf(why, sizeof(why), "%s", k->why);
+		snprintf(k->why, sizeof(k->why), "watching pods: %s", why);
+		/* a stream that was open and broke is retried at once; one that
+		 * never opened backs off */
+		return answered ? STEP_ENDED_EARLY : STEP_FAILED;
+	}
+	if (status != 200) {
+		http_error(k, "watching pods", status);
+		return STEP_FAILED;
+	}
+	/* ended by the server's timeout: reopen from the last resourceVersion,
+	 * unless it ends at once again and again */
+	return kt_clock_ns() - t0 < 1000000000ull ? STEP_ENDED_EARLY : STEP_OK;
+}
+
+/* Sleeps ms (jittered by +-25%) unless stopped. */
+static void backoff_sleep(struct kt_kube *k, unsigned ms)
+{
+	uint64_t until;
+
+	ms = ms * 3 / 4 + (unsigned)(rand_r(&k->seed) % (ms / 2 + 1));
+	until = kt_clock_ns() + (uint64_t)ms * 1000000ull;
+	while (!atomic_load(&k->stop)) {
+		uint64_t now = kt_clock_ns();
+
+		if (now >= until)
+			break;
+		curl_multi_poll(k->multi, NULL, 0, (int)((until - now) / 1000000ull) + 1, NULL);
+	}
+}
+
+static void *run(void *arg)
+{
+	struct kt_kube *k = arg;
+	bool need_list = true;
+	unsigned delay = 0;
+
+	while (!atomic_load(&k->stop)) {
+		enum step s;
+
+		if (delay)
+			backoff_sleep(k, delay);
+		if (atomic_load(&k->stop))
+			break;
+		s = need_list ? do_list(k) : do_watch(k);
+		if (atomic_load(&k->stop))
+			break;
+		switch (s) {
+		case STEP_OK:
+			need_list = false;
+			delay = 0;
+			break;
+		case STEP_RELIST:
+			need_list = true;
+			delay = 0;
+			break;
+		case STEP_ENDED_EARLY:
+			delay = BACKOFF_FIRST_MS;
+			break;
+		case STEP_FAILED:
+			set_state(k, KT_KUBE_UNREACHABLE, k->why);
+			delay = delay ? (delay * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay * 2)
+				      : BACKOFF_FIRST_MS;
+			break;
+		}
+	}
+	return NULL;
+}
+
+/* ---- lifecycle ------------------------------------------------------------- */
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_res;
+
+static void curl_init(void)
+{
+	curl_init_res = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+int kt_kube_start(const struct kt_kube_opts *o, struct kt_kube **out, char *err, size_t errlen)
+{
+	struct kt_kube *k;
+	int ret;
+
+	*out = NULL;
+	pthread_once(&curl_once, curl_init);
+	if (curl_init_res != CURLE_OK) {
+		snprintf(err, errlen, "kubernetes: cannot initialize libcurl: %s",
+			 curl_easy_strerror(curl_init_res));
+		return -EIO;
+	}
+	k = calloc(1, sizeof(*k));
+	if (!k) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	k->o = *o;
+	k->seed = (unsigned)kt_clock_ns() ^ (unsigned)getpid();
+	k->st.since_ns = kt_clock_ns();
+	pthread_mutex_init(&k->mu, NULL);
+	k->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	k->multi = curl_multi_init();
+	if (k->efd < 0 || !k->multi) {
+		ret = k->efd < 0 ? -errno : -ENOMEM;
+		snprintf(err, errlen, "kubernetes: cannot start the watcher: %s", strerror(-ret));
+		goto fail;
+	}
+	ret = -pthread_create(&k->thread, NULL, run, k);
+	if (ret) {
+		snprintf(err, errlen, "kubernetes: cannot start the watcher thread: %s", strerror(-ret));
+		goto fail;
+	}
+	k->started = true;
+	*out = k;
+	return 0;
+fail:
+	kt_kube_stop(k);
+	return ret;
+}
+
+int kt_kube_fd(const struct kt_kube *k)
+{
+	return k->efd;
+}
+
+int kt_kube_snapshot(struct kt_kube *k, struct kt_pod_set *dst, bool *changed)
+{
+	uint64_t v;
+	int ret = 0;
+
+	if (read(k->efd, &v, sizeof(v)) < 0) {
+		/* EAGAIN: nothing was signalled; the copy is still taken */
+	}
+	*changed = false;
+	pthread_mutex_lock(&k->mu);
+	if (k->version != k->taken) {
+		struct kt_pod_set copy = { 0 };
+
+		ret = kt_pod_set_copy(&copy, &k->pub);
+		if (!ret) {
+			kt_pod_set_clear(dst);
+			*dst = copy;
+			k->taken = k->version;
+			*changed = true;
+		}
+	}
+	pthread_mutex_unlock(&k->mu);
+	return ret;
+}
+
+void kt_kube_status(struct kt_kube *k, struct kt_kube_status *st)
+{
+	pthread_mutex_lock(&k->mu);
+	*st = k->st;
+	pthread_mutex_unlock(&k->mu);
+}
+
+const struct kt_kube_opts *kt_kube_options(const struct kt_kube *k)
+{
+	return &k->o;
+}
+
+void kt_kube_stop(struct kt_kube *k)
+{
+	if (!k)
+		return;
+	atomic_store(&k->stop, true);
+	if (k->started) {
+		curl_multi_wakeup(k->multi);
+		pthread_join(k->thread, NULL);
+	}
+	if (k->multi)
+		curl_multi_cleanup(k->multi);
+	if (k->efd >= 0)
+		close(k->efd);
+	kt_pod_set_clear(&k->work);
+	kt_pod_set_clear(&k->pub);
+	free(k->buf);
+	pthread_mutex_destroy(&k->mu);
+	free(k);
+}

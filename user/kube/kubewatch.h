@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Follows the pods of one node in the Kubernetes API: list, then watch from
+ * the list's resourceVersion (bookmarks kept, 410 Gone answered by a relist,
+ * dropped streams resumed with jittered back-off), over HTTPS with a bearer
+ * token (libcurl), events decoded with json-c.
+ *
+ * The HTTP work runs on a thread of its own so that a slow or unreachable
+ * API server never holds the daemon's loop. The thread keeps its working
+ * set and publishes a copy after each change; the loop takes it with
+ * kt_kube_snapshot when kt_kube_fd becomes readable. With the API
+ * unreachable the last set is kept (pods do not vanish because the API did)
+ * and the status says so. */
+#ifndef KT_KUBEWATCH_H
+#define KT_KUBEWATCH_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include "config.h"
+#include "pods.h"
+
+#define KT_KUBE_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
+
+struct kt_kube_opts {
+	char api_server[520];     /* https://HOST[:PORT], no trailing '/' */
+	char token_file[PATH_MAX];
+	char ca_file[PATH_MAX];
+	char node_name[254];
+};
+
+/* The options from the kubernetes: block, each missing one from the pod's
+ * environment: KUBERNETES_SERVICE_HOST/_PORT, the service account's token
+ * and ca.crt, NODE_NAME. -EINVAL with one line naming what is missing. */
+int kt_kube_resolve_opts(const struct kt_kube_cfg *k, struct kt_kube_opts *o, char *err,
+			 size_t errlen);
+
+enum kt_kube_state {
+	KT_KUBE_LISTING = 0,      /* no answer yet since the start */
+	KT_KUBE_WATCHING,         /* listed; the watch stream is open or being reopened */
+	KT_KUBE_UNREACHABLE,      /* the last request failed: the last set is kept */
+};
+
+struct kt_kube_status {
+	enum kt_kube_state state;
+	bool synced;              /* a list has succeeded: the set is the API's */
+	uint64_t since_ns;        /* kt_clock_ns when state was entered */
+	char error[256];          /* the last failure ("" if none since the last success) */
+	char resource_version[64];
+	int pods;                 /* on this node, in the published set */
+	unsigned long lists, watches, relists, skipped; /* skipped: objects refused as malformed */
+};
+
+const char *kt_kube_state_name(enum kt_kube_state s); /* "listing", "watching", "unreachable" */
+
+struct kt_kube;
+
+/* Starts the watcher thread. Returns 0 or -errno (err says why). */
+int kt_kube_start(const struct kt_kube_opts *o, struct kt_kube **out, char *err, size_t errlen);
+/* An eventfd, readable when the pod set or the state changed: call
+ * kt_kube_snapshot (which also clears it). */
+int kt_kube_fd(const struct kt_kube *k);
+/* dst = the published set; returns true when it differs from the previous
+ * snapshot's (a new version was published since). -ENOMEM keeps dst. */
+int kt_kube_snapshot(struct kt_kube *k, struct kt_pod_set *dst, bool *changed);
+void kt_kube_status(struct kt_kube *k, struct kt_kube_status *st);
+const struct kt_kube_opts *kt_kube_options(const struct kt_kube *k);
+/* Stops the thread (an open request is aborted at once) and frees k. */
+void kt_kube_stop(struct kt_kube *k);
+
+/* Exposed for tests: decode one Pod object (json text) the way the watcher
+ * does; 0, or -EINVAL with why (a missing or malformed field). */
+int kt_kube_parse_pod(const char *json, struct kt_pod *p, char *node, size_t nodelen, char *why,
+		      size_t whylen);
+
+#endif
