@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include "redis_tls.h"
+
+#define EC_CURVE "ec_paramgen_curve:prime256v1" /* EC keys: generated instantly, unlike RSA */
+
+/* Runs openssl with argv (no shell), output appended to dir/openssl.log. */
+static int run_openssl(const char *dir, const char *const *argv)
+{
+	char log[128];
+	pid_t pid;
+	int st, fd;
+
+	snprintf(log, sizeof(log), "%s/openssl.log", dir);
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		if (chdir(dir))
+			_exit(126);
+		execvp("openssl", (char *const *)argv);
+		_exit(127);
+	}
+	if (waitpid(pid, &st, 0) != pid)
+		return -errno;
+	if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+		fprintf(stderr, "redis_tls: openssl %s failed, see %s\n", argv[1], log);
+		return -EIO;
+	}
+	return 0;
+}
+
+static int write_file(const char *dir, const char *name, const char *text)
+{
+	char path[128];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	if (!f)
+		return -errno;
+	fputs(text, f);
+	return fclose(f) ? -errno : 0;
+}
+
+static int make_ca(const char *dir, const char *name, const char *cn)
+{
+	char key[64], crt[64], subj[64];
+	const char *argv[] = { "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", EC_CURVE,
+			       "-nodes", "-keyout", key, "-out", crt, "-subj", subj, "-days", "2",
+			       NULL };
+
+	snprintf(key, sizeof(key), "%s.key", name);
+	snprintf(crt, sizeof(crt), "%s.crt", name);
+	snprintf(subj, sizeof(subj), "/CN=%s", cn);
+	return run_openssl(dir, argv);
+}
+
+/* name.key + name.crt signed by ca, with the extensions in ext_text. */
+static int make_leaf(const char *dir, const char *name, const char *cn, const char *ext_text)
+{
+	char key[64], csr[64], crt[64], ext[64], subj[64];
+	const char *req[] = { "openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", EC_CURVE, "-nodes",
+			      "-keyout", key, "-out", csr, "-subj", subj, NULL };
+	const char *sign[] = { "openssl", "x509", "-req", "-in", csr, "-CA", "ca.crt", "-CAkey", "ca.key",
+			       "-CAcreateserial", "-out", crt, "-days", "2", "-extfile", ext, NULL };
+	int ret;
+
+	snprintf(key, sizeof(key), "%s.key", name);
+	snprintf(csr, sizeof(csr), "%s.csr", name);
+	snprintf(crt, sizeof(crt), "%s.crt", name);
+	snprintf(ext, sizeof(ext), "%s.ext", name);
+	snprintf(subj, sizeof(subj), "/CN=%s", cn);
+	ret = write_file(dir, ext, ext_text);
+	if (!ret)
+		ret = run_openssl(dir, req);
+	if (!ret)
+		ret = run_openssl(dir, sign);
+	return ret;
+}
+
+int rt_make_certs(struct rt_certs *c)
+{
+	int ret;
+
+	memset(c, 0, sizeof(*c));
+	strcpy(c->dir, "/tmp/kt-certs-XXXXXX");
+	if (!mkdtemp(c->dir)) {
+		c->dir[0] = 0;
+		return -errno;
+	}
+	snprintf(c->ca, sizeof(c->ca), "%s/ca.crt", c->dir);
+	snprintf(c->ca_key, sizeof(c->ca_key), "%s/ca.key", c->dir);
+	snprintf(c->server_crt, sizeof(c->server_crt), "%s/server.crt", c->dir);
+	snprintf(c->server_key, sizeof(c->server_key), "%s/server.key", c->dir);
+	snprintf(c->client_crt, sizeof(c->client_crt), "%s/client.crt", c->dir);
+	snprintf(c->client_key, sizeof(c->client_key), "%s/client.key", c->dir);
+	snprintf(c->other_ca, sizeof(c->other_ca), "%s/other-ca.crt", c->dir);
+	ret = make_ca(c->dir, "ca", "kt-test-ca");
+	if (!ret)
+		ret = make_ca(c->dir, "other-ca", "kt-test-other-ca");
+	if (!ret)
+		ret = make_leaf(c->dir, "server", "localhost",
+				"subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+				"extendedKeyUsage=serverAuth,clientAuth\n");
+	if (!ret)
+		ret = make_leaf(c->dir, "client", "kt-test-client", "extendedKeyUsage=clientAuth\n");
+	return ret;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+void rt_remove_certs(struct rt_certs *c)
+{
+	const char *keep = getenv("KT_KEEP_REDIS_DIRS");
+
+	if (!c->dir[0])
+		return;
+	if (keep && *keep == '1')
+		fprintf(stderr, "redis_tls: kept %s\n", c->dir);
+	else
+		nftw(c->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+	c->dir[0] = 0;
+}
+
+int rt_start_tls_master(struct rp_proc *p, const struct rt_certs *c, bool auth_clients, int *tls_port)
+{
+	struct rp_opts o = { 0 };
+	char conf[1024];
+	int attempt, ret = -EIO;
+
+	/* The TLS port is picked before the server starts; if someone takes it
+	 * meanwhile the server exits and we try another. */
+	for (attempt = 0; attempt < 3; attempt++) {
+		*tls_port = rp_free_port();
+		if (*tls_port < 0)
+			return *tls_port;
+		snprintf(conf, sizeof(conf),
+			 "tls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n"
+			 "tls-auth-clients %s\n",
+			 *tls_port, c->server_crt, c->server_key, c->ca, auth_clients ? "yes" : "no");
+		o.extra_conf = conf;
+		ret = rp_start_master(p, &o);
+		if (!ret)
+			return 0;
+		rp_stop(p);
+	}
+	return ret;
+}

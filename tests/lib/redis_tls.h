@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Test helper: throwaway certificates made with the openssl CLI, and a
+ * redis-server (redis_proc.h) that also listens with TLS. The plain port
+ * stays open so rp_* helpers (readiness PING, rp_command) keep working. */
+#ifndef KT_REDIS_TLS_H
+#define KT_REDIS_TLS_H
+
+#include <stdbool.h>
+#include "redis_proc.h"
+
+struct rt_certs {
+	char dir[64];
+	char ca[128];         /* CA that signed server and client */
+	char ca_key[128];
+	char server_crt[128]; /* SAN IP:127.0.0.1, DNS:localhost */
+	char server_key[128];
+	char client_crt[128]; /* CN kt-test-client, clientAuth */
+	char client_key[128];
+	char other_ca[128];   /* unrelated CA: signed nothing here */
+};
+
+/* Creates a temp dir with the files above. Returns 0 or -errno (openssl's
+ * output goes to dir/openssl.log). */
+int rt_make_certs(struct rt_certs *c);
+/* Removes the dir. Safe on a zeroed struct. */
+void rt_remove_certs(struct rt_certs *c);
+/* rp_start_master with tls-port *tls_port (chosen here), the server cert and
+ * key, tls-ca-cert-file c->ca and tls-auth-clients yes|no. */
+int rt_start_tls_master(struct rp_proc *p, const struct rt_certs *c, bool auth_clients, int *tls_port);
+
+#endif
