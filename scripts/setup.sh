@@ -9,6 +9,12 @@ pkgs=(clang libclang-rt-dev make gcc pkg-config libbpf-dev libelf-dev zlib1g-dev
       bind9-dnsutils libmicrohttpd-dev prometheus libcurl4-openssl-dev libjson-c-dev libssl-dev
       openssl podman)
 
+# node and npm for tests/k8s (offline validation of deploy/kubernetes/); a
+# node already installed is kept
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+	pkgs+=(nodejs npm)
+fi
+
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -24,4 +30,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 	# The packages start system redis instances; kthrottle's tests start
 	# their own on free ports and need none of them.
+fi
+
+# the Kubernetes schemas and validator the manifest test uses, pinned by
+# tests/k8s/package-lock.json
+repo=$(cd "$(dirname "$0")/.." && pwd)
+if [ ! -d "$repo/tests/k8s/node_modules" ]; then
+	echo "setup: npm ci in tests/k8s"
+	npm ci --prefix "$repo/tests/k8s" --no-audit --no-fund >/dev/null
 fi
