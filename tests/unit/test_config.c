@@ -70,10 +70,23 @@ static void test_minimal_defaults(void **state)
 	static const uint8_t zero[16] = { 0 };
 
 	(void)state;
+	unsetenv("NODE_NAME");
 	assert_int_equal(parse(LIM, &cfg, err), 0);
 	assert_string_equal(cfg.file, "t.yaml");
 	assert_int_equal(gethostname(host, sizeof(host) - 1), 0);
 	assert_string_equal(cfg.node_name, host);
+	kt_config_free(&cfg);
+	/* in a pod: the node's name from the downward API, not the pod's */
+	setenv("NODE_NAME", "worker-7", 1);
+	assert_int_equal(parse(LIM, &cfg, err), 0);
+	assert_string_equal(cfg.node_name, "worker-7");
+	kt_config_free(&cfg);
+	setenv("NODE_NAME", "not/a name", 1);
+	assert_int_equal(parse(LIM, &cfg, err), 0);
+	assert_string_equal(cfg.node_name, host);
+	unsetenv("NODE_NAME");
+	kt_config_free(&cfg);
+	assert_int_equal(parse(LIM, &cfg, err), 0);
 	assert_string_equal(cfg.pin_dir, "/sys/fs/bpf/kthrottle");
 	assert_string_equal(cfg.socket_path, "/run/kthrottle/kthrottled.sock");
 	assert_int_equal(cfg.tick_ns, 100 * MS);

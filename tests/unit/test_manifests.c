@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <json-c/json.h>
 
 #include "ktest.h"
 
@@ -317,6 +318,45 @@ static void expect_field(const char *object, const char *path, const char *json)
 	globfree(&g);
 }
 
+/* The ConfigMap's kthrottled.yaml is a config the daemon accepts: written
+ * out and given to `kthrottled --check` (the pods: selector and the
+ * kubernetes: block parsed and validated, not only read as YAML). */
+static void test_embedded_config_checks(void **state)
+{
+	char pattern[PATH_MAX + 32], file[sizeof(tmpdir) + 32], daemon[PATH_MAX + 32], *out;
+	const char *extra[3] = { "--get", "ConfigMap/kthrottled-config", "data" };
+	json_object *data, *cfg;
+	glob_t g;
+	FILE *f;
+
+	(void)state;
+	snprintf(pattern, sizeof(pattern), "%s/deploy/kubernetes/*.yaml", root);
+	assert_int_equal(glob(pattern, 0, NULL, &g), 0);
+	assert_int_equal(validate(extra, 3, g.gl_pathv, g.gl_pathc, &out), 0);
+	globfree(&g);
+	data = json_tokener_parse(out);
+	free(out);
+	assert_non_null(data);
+	assert_true(json_object_object_get_ex(data, "kthrottled.yaml", &cfg));
+	snprintf(file, sizeof(file), "%s/kthrottled.yaml", tmpdir);
+	f = fopen(file, "w");
+	assert_non_null(f);
+	fputs(json_object_get_string(cfg), f);
+	fclose(f);
+	json_object_put(data);
+
+	snprintf(daemon, sizeof(daemon), "%s/kthrottled", ktest_build_dir());
+	{
+		char *argv[] = { daemon, "--check", "--config", file, NULL };
+		int rc = run(argv, &out);
+
+		print_message("%s", out);
+		assert_int_equal(rc, 0);
+		assert_non_null(strstr(out, "ok, 1 limit(s)"));
+		free(out);
+	}
+}
+
 #define CTR "spec.template.spec.containers[name=kthrottled]."
 #define PROBE_CMD "[\"/usr/bin/kthrottlectl\",\"--socket\",\"/run/kthrottle/kthrottled.sock\",\"top\",\"-n\",\"1\"]"
 
@@ -360,6 +400,7 @@ int main(void)
 		cmocka_unit_test(test_bad_enum),
 		cmocka_unit_test(test_bad_api_version_and_kind),
 		cmocka_unit_test(test_embedded_config_is_yaml),
+		cmocka_unit_test(test_embedded_config_checks),
 		cmocka_unit_test(test_daemonset_settings),
 	};
 

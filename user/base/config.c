@@ -1980,6 +1980,13 @@ static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 		if (strspn(cfg->node_name, NAME_CHARS) != strlen(cfg->node_name))
 			return fail(c, v, "node", "\"%s\" may only hold A-Z a-z 0-9 _ . -",
 				    show_str(cfg->node_name).s);
+	} else if (getenv("NODE_NAME") && *getenv("NODE_NAME") &&
+		   strlen(getenv("NODE_NAME")) <= 63 &&
+		   strspn(getenv("NODE_NAME"), NAME_CHARS) == strlen(getenv("NODE_NAME"))) {
+		/* in a pod the host name is the pod's, new at every rollout: the
+		 * node's name (downward API) keeps the member ids in the store */
+		if (!(cfg->node_name = strdup(getenv("NODE_NAME"))))
+			return oom(c, root, "node");
 	} else {
 		char host[256] = "";
 

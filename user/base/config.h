@@ -157,7 +157,7 @@ struct kt_limit_cfg {
 
 struct kt_config {
 	char *file;               /* path as given */
-	char *node_name;          /* default: gethostname() */
+	char *node_name;          /* default: $NODE_NAME if it fits the alphabet, else gethostname() */
 	char *pin_dir;            /* default /sys/fs/bpf/kthrottle */
 	char *socket_path;        /* default /run/kthrottle/kthrottled.sock */
 	/* metrics: "ADDR:PORT" (IPv6 as [ADDR]:PORT) of the Prometheus text
