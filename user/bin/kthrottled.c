@@ -19,7 +19,8 @@ static void usage(FILE *f)
 		"Usage: kthrottled --config FILE [options]\n"
 		"       kthrottled --cleanup [--force] [--config FILE | --pin-dir DIR]\n"
 		"\n"
-		"Enforces the limits in FILE with BPF programs attached to the listed cgroups,\n"
+		"Enforces the limits in FILE with BPF programs attached to the listed cgroups\n"
+		"(and to the pods a limit selects from the Kubernetes API),\n"
 		"and keeps their rates up to date (ramp-up, pool share). Programs and maps are\n"
 		"pinned, so enforcement continues when the daemon exits or crashes, and a new\n"
 		"daemon adopts them without a gap.\n"
@@ -54,6 +55,10 @@ static void usage(FILE *f)
 		"buckets run out the lease of the last store answer, then the onStoreFailure\n"
 		"rate for fallbackFor, then close, unless a new kthrottled renews the lease\n"
 		"first (a rolling restart changes nothing). Other limits keep their rates.\n"
+		"Environment: NODE_NAME names the node when the config has no node: (and\n"
+		"the Kubernetes node whose pods a pods: selector picks, without\n"
+		"kubernetes.nodeName); KUBERNETES_SERVICE_HOST/_PORT give the API server\n"
+		"without kubernetes.apiServer (both set in a pod of the DaemonSet).\n"
 		"Exit status: 0 ok, 1 runtime error, 2 configuration or usage error.\n");
 }
 
