@@ -118,17 +118,18 @@ static __always_inline int kt_port_may_match(__u32 hook, __u16 port)
  * nearest ancestor that is a member (processes in a pod's container
  * sub-cgroups count against the pod). A member's list already holds the
  * limits of the members it is nested in, so the first found is complete.
- * `ctx` is the program context for the ancestor helper. */
+ * The answer is cached per cgroup id, members included, so a sub-cgroup and
+ * its member cost the same one LRU lookup once warm (on Kubernetes every
+ * process runs in a container below its pod: the nested case is the normal
+ * one). `ctx` is the program context for the ancestor helper. */
 static __always_inline struct kt_member_val *kt_member_list(void *ctx, int is_skb, __u64 cgid)
 {
-	struct kt_member_val *v = bpf_map_lookup_elem(&kt_members, &cgid);
+	struct kt_member_val *v;
 	struct kt_anc *c, found = { 0 };
 	__u32 zero = 0;
 	__u64 *gen;
 	int level;
 
-	if (v)
-		return v;
 	/* the generation first: see struct kt_anc */
 	gen = bpf_map_lookup_elem(&kt_gen, &zero);
 	if (!gen)
@@ -137,7 +138,12 @@ static __always_inline struct kt_member_val *kt_member_list(void *ctx, int is_sk
 	c = bpf_map_lookup_elem(&kt_anc_cache, &cgid);
 	if (c && c->gen == found.gen)
 		return c->member ? &c->list : 0;
-	for (level = KT_MAX_CGROUP_DEPTH - 1; level >= 1; level--) {
+	v = bpf_map_lookup_elem(&kt_members, &cgid);
+	if (v) {
+		found.member = cgid;
+		__builtin_memcpy(&found.list, v, sizeof(found.list));
+	}
+	for (level = KT_MAX_CGROUP_DEPTH - 1; !v && level >= 1; level--) {
 		__u64 anc = is_skb ? bpf_skb_ancestor_cgroup_id(ctx, level)
 				   : bpf_get_current_ancestor_cgroup_id(level);
 		if (!anc || anc == cgid)
@@ -146,7 +152,6 @@ static __always_inline struct kt_member_val *kt_member_list(void *ctx, int is_sk
 		if (v) {
 			found.member = anc;
 			__builtin_memcpy(&found.list, v, sizeof(found.list));
-			break;
 		}
 	}
 	bpf_map_update_elem(&kt_anc_cache, &cgid, &found, BPF_ANY);

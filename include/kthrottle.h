@@ -164,17 +164,19 @@ struct kt_prefix_key {
 };
 _Static_assert(sizeof(struct kt_prefix_key) == 20, "kt_prefix_key layout");
 
-/* kt_anc_cache (LRU hash, cgroup id -> struct kt_anc): for a cgroup that is
- * no member (a container below a pod), a copy of its nearest member
- * ancestor's kt_members list, so its packets cost one lookup more than a
- * member's instead of a walk up to KT_MAX_CGROUP_DEPTH levels. Valid while
+/* kt_anc_cache (LRU hash, cgroup id -> struct kt_anc): for every cgroup a
+ * program has seen, a copy of the kt_members list that decides for it (its
+ * own, or its nearest member ancestor's: a container below a pod), so a
+ * nested cgroup costs the same one lookup as a member instead of a walk up
+ * to KT_MAX_CGROUP_DEPTH levels. Whoever writes kt_members must bump kt_gen
+ * afterwards for the change to take effect (kt_bpf_bump_gen). Valid while
  * `gen` equals kt_gen[0], which the daemon increments after every change
  * of kt_members: a program reads the generation before it walks, so an
  * entry computed from a list that was being replaced is stale as soon as
  * the replacement is complete. Written by the programs only. */
 struct kt_anc {
 	__u64 gen;    /* kt_gen[0] when it was found */
-	__u64 member; /* cgroup id of the nearest member ancestor; 0 = none */
+	__u64 member; /* cgroup id of the member deciding (itself or its nearest member ancestor); 0 = none */
 	struct kt_member_val list; /* its list then */
 };
 _Static_assert(sizeof(struct kt_anc) == 16 + sizeof(struct kt_member_val), "kt_anc layout");

@@ -241,6 +241,7 @@ static void program(struct fx *f, const struct lim *l, int n, uint64_t cgid,
 		v.ents[i] = (struct kt_member_ent){ .limit_id = l[i].id, .slot = l[i].slot };
 	}
 	assert_int_equal(bpf_map_update_elem(f->b.members_fd, &k, &v, BPF_ANY), 0);
+	kt_bpf_bump_gen(&f->b); /* as the daemon does after writing kt_members */
 	if (keep)
 		*keep = cls;
 	else
@@ -762,9 +763,11 @@ static void test_egress_non_member(void **state)
 	struct kt_counters c = all_counters(f);
 	assert_int_equal(c.admitted + c.throttled, 0);
 
-	/* becoming a member makes it count */
+	/* becoming a member makes it count, once the generation says the
+	 * cached answers are stale (as the daemon bumps it after each apply) */
 	struct kt_member_val v = { .count = 1, .ents[0] = { .limit_id = 0, .slot = 0 } };
 	assert_int_equal(bpf_map_update_elem(f->b.members_fd, &k, &v, BPF_ANY), 0);
+	kt_bpf_bump_gen(&f->b);
 	assert_int_equal(run(f, &p), SKB_PASS);
 	assert_int_equal(run(f, &p), SKB_DROP);
 	c = counters(f, 0);
@@ -772,6 +775,7 @@ static void test_egress_non_member(void **state)
 	assert_int_equal(c.throttled, 1);
 	/* and leaving again stops it */
 	assert_int_equal(bpf_map_delete_elem(f->b.members_fd, &k), 0);
+	kt_bpf_bump_gen(&f->b);
 	assert_int_equal(run(f, &p), SKB_PASS);
 	assert_int_equal(counters(f, 0).throttled, 1);
 }
