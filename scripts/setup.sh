@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(clang libclang-rt-dev make gcc pkg-config libbpf-dev libelf-dev zlib1g-dev bpftool
       libhiredis-dev libyaml-dev libcmocka-dev redis-server redis-sentinel iproute2
       bind9-dnsutils libmicrohttpd-dev prometheus libcurl4-openssl-dev libjson-c-dev libssl-dev
-      openssl podman)
+      openssl podman ca-certificates)
 
 # node and npm for tests/k8s (offline validation of deploy/kubernetes/); a
 # node already installed is kept
