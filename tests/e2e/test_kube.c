@@ -417,6 +417,25 @@ static void test_selected_pods_are_members(void **state)
 	assert_non_null(strstr(st, "kubernetes https://127.0.0.1:"));
 	free(st);
 	wait_state("watching", 2000);
+
+	/* SIGHUP reloads (the watcher thread takes no signal: one delivered
+	 * there would kill the daemon), and the members stay */
+	assert_int_equal(kill(fx.d.pid, SIGHUP), 0);
+	{
+		double reloads = 0;
+		uint64_t t0 = ktest_now_ns();
+
+		do {
+			ktest_sleep_ms(20);
+			st = ktest_daemon_cmd(&fx.d, "status json");
+			assert_non_null(st);
+			assert_true(ktest_json_num(st, "reloads", &reloads));
+			free(st);
+		} while (reloads < 1 && ktest_now_ns() - t0 < 2000000000ull);
+		assert_true(reloads == 1);
+	}
+	assert_true(member(&CRAWLER1));
+	assert_limited(&CRAWLER1, true);
 }
 
 /* Pods added (the directory made after the API lists it), relabelled out

@@ -1029,12 +1029,20 @@ static int log_missing(const struct kt_limit_rt *a, const struct kt_limit_rt *b,
 		while (k < b->n_members && b->members[k].cgid != a->members[j].cgid)
 			k++;
 		if (k == b->n_members) {
-			if (joins)
+			const struct kt_member_rt *m = &a->members[j];
+
+			if (joins && m->pod)
+				kt_info("limit %s: pod %s (cgroup %s) joins as member %s", a->cfg->name,
+					m->pod, m->path, m->id);
+			else if (joins)
 				kt_info("limit %s: cgroup %s joins as member %s", a->cfg->name,
-					a->members[j].path, a->members[j].id);
+					m->path, m->id);
+			else if (m->pod)
+				kt_info("limit %s: pod %s is no longer selected or gone: member %s leaves the pool",
+					a->cfg->name, m->pod, m->id);
 			else
 				kt_info("limit %s: cgroup %s is gone: member %s leaves the pool",
-					a->cfg->name, a->members[j].path, a->members[j].id);
+					a->cfg->name, m->path, m->id);
 			n++;
 		}
 	}

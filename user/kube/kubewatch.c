@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -738,7 +739,16 @@ int kt_kube_start(const struct kt_kube_opts *o, struct kt_kube **out, char *err,
 		snprintf(err, errlen, "kubernetes: cannot start the watcher: %s", strerror(-ret));
 		goto fail;
 	}
-	ret = -pthread_create(&k->thread, NULL, run, k);
+	/* the thread takes no signal: the daemon reads them from a signalfd,
+	 * and one delivered to this thread (SIGHUP) would kill the process */
+	{
+		sigset_t all, old;
+
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		ret = -pthread_create(&k->thread, NULL, run, k);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
 	if (ret) {
 		snprintf(err, errlen, "kubernetes: cannot start the watcher thread: %s", strerror(-ret));
 		goto fail;
