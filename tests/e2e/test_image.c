@@ -57,19 +57,6 @@ static struct fixture {
 	pid_t kid;
 } fx;
 
-static const char *find_prog(const char *name)
-{
-	static const char *dirs[] = { "/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin" };
-	static char p[PATH_MAX];
-
-	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
-		snprintf(p, sizeof(p), "%s/%s", dirs[i], name);
-		if (access(p, X_OK) == 0)
-			return p;
-	}
-	return NULL;
-}
-
 /* Runs `podman ARGS...` (NULL-terminated, up to 30) under timeout(1);
  * output (stdout and stderr) into *out; its exit status. */
 static int podman(char **out, ...)
@@ -115,9 +102,9 @@ static int podman_sandbox(const char *driver)
 	int ret;
 
 	/* find_prog's buffer is static: copy each answer */
-	snprintf(crun, sizeof(crun), "%s", find_prog("crun") ?: "");
-	snprintf(unshare, sizeof(unshare), "%s", find_prog("unshare") ?: "");
-	snprintf(mnt, sizeof(mnt), "%s", find_prog("mount") ?: "");
+	snprintf(crun, sizeof(crun), "%s", ktest_find_prog("crun") ?: "");
+	snprintf(unshare, sizeof(unshare), "%s", ktest_find_prog("unshare") ?: "");
+	snprintf(mnt, sizeof(mnt), "%s", ktest_find_prog("mount") ?: "");
 	if (crun_refuses_hybrid() && crun[0] && unshare[0] && mnt[0]) {
 		char wrapper[PATH_MAX + 16], empty[PATH_MAX + 16], sh[4 * PATH_MAX];
 
@@ -259,9 +246,9 @@ static int setup(void **state)
 	memset(&fx, 0, sizeof(fx));
 	fx.d.pid = -1;
 	fx.kid = -1;
-	if (ktest_root_unavailable() || !find_prog("podman"))
+	if (ktest_root_unavailable() || !ktest_find_prog("podman"))
 		return 0;
-	snprintf(fx.podman, sizeof(fx.podman), "%s", find_prog("podman"));
+	snprintf(fx.podman, sizeof(fx.podman), "%s", ktest_find_prog("podman"));
 	snprintf(fx.tag, sizeof(fx.tag), "localhost/kthrottle-test:%d", getpid());
 	if (ktest_daemon_init(&fx.d))
 		return -1;

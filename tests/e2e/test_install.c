@@ -41,19 +41,6 @@ static bool is_repo(const char *dir)
 	return access(p, R_OK) == 0;
 }
 
-static const char *find_prog(const char *name)
-{
-	static const char *dirs[] = { "/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin" };
-	static char p[PATH_MAX];
-
-	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
-		snprintf(p, sizeof(p), "%s/%s", dirs[i], name);
-		if (access(p, X_OK) == 0)
-			return p;
-	}
-	return NULL;
-}
-
 static void path_in(char *out, size_t len, const char *rel)
 {
 	snprintf(out, len, "%s/%s", dest, rel);
@@ -65,7 +52,7 @@ static int make_target(const char *target, const char *prefix)
 {
 	char make[PATH_MAX], bin_d[PATH_MAX + 16], bin_c[PATH_MAX + 16];
 	char a_build[PATH_MAX + 8], a_dest[PATH_MAX + 8], a_prefix[PATH_MAX + 8];
-	const char *m = find_prog("make");
+	const char *m = ktest_find_prog("make");
 	char *out = NULL;
 	int rc;
 
@@ -206,7 +193,7 @@ static void check_unit(const char *unit_rel, const char *sbindir)
  * complaint about the unit fails: verify exits 0 on unknown keys. */
 static void verify_unit(const char *unit_rel, const char *sbindir)
 {
-	const char *sa = find_prog("systemd-analyze");
+	const char *sa = ktest_find_prog("systemd-analyze");
 	char p[PATH_MAX], dir[PATH_MAX], copy[PATH_MAX + 32], from[PATH_MAX + 16];
 	char to[PATH_MAX + 16], *unit, *out = NULL, *at;
 	FILE *f;

@@ -368,6 +368,19 @@ int ktest_run_capture_as(char *const argv[], int uid, char **out)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+const char *ktest_find_prog(const char *name)
+{
+	static const char *dirs[] = { "/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin" };
+	static char p[PATH_MAX];
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(p, sizeof(p), "%s/%s", dirs[i], name);
+		if (access(p, X_OK) == 0)
+			return p;
+	}
+	return NULL;
+}
+
 int ktest_run_capture(char *const argv[], char **out)
 {
 	return ktest_run_capture_as(argv, -1, out);

@@ -79,6 +79,9 @@ bool ktest_is_one_line(const char *out);
  * so callers can strstr() it unchecked. */
 char *ktest_slurp(const char *path);
 
+/* The path of program `name` in the system's bin and sbin directories, or
+ * NULL; a static buffer, overwritten by the next call. */
+const char *ktest_find_prog(const char *name);
 /* Runs argv (argv[0] a path) with stdout and stderr captured into a malloc'd
  * string; returns the exit status or -1. */
 int ktest_run_capture(char *const argv[], char **out);
