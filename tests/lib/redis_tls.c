@@ -142,27 +142,75 @@ void rt_remove_certs(struct rt_certs *c)
 	c->dir[0] = 0;
 }
 
-int rt_start_tls_master(struct rp_proc *p, const struct rt_certs *c, bool auth_clients, int *tls_port)
+enum rt_kind { RT_MASTER, RT_REPLICA, RT_SENTINEL };
+
+struct rt_start {
+	enum rt_kind kind;
+	const struct rp_proc *master; /* replica, sentinel: a copy with the TLS port */
+	const char *name;
+	int quorum, down_after_ms;
+};
+
+/* Starts one server of kind k with the TLS lines added. The TLS port is
+ * picked before the server starts; if someone takes it meanwhile the server
+ * exits and we try another. */
+static int start_tls(struct rp_proc *p, const struct rt_start *k, const struct rt_certs *c,
+		     bool auth_clients, int *tls_port)
 {
 	struct rp_opts o = { 0 };
 	char conf[1024];
 	int attempt, ret = -EIO;
 
-	/* The TLS port is picked before the server starts; if someone takes it
-	 * meanwhile the server exits and we try another. */
 	for (attempt = 0; attempt < 3; attempt++) {
 		*tls_port = rp_free_port();
 		if (*tls_port < 0)
 			return *tls_port;
 		snprintf(conf, sizeof(conf),
 			 "tls-port %d\ntls-cert-file %s\ntls-key-file %s\ntls-ca-cert-file %s\n"
-			 "tls-auth-clients %s\n",
-			 *tls_port, c->server_crt, c->server_key, c->ca, auth_clients ? "yes" : "no");
+			 "tls-auth-clients %s\n%s",
+			 *tls_port, c->server_crt, c->server_key, c->ca, auth_clients ? "yes" : "no",
+			 k->kind == RT_MASTER ? "" : "tls-replication yes\n");
 		o.extra_conf = conf;
-		ret = rp_start_master(p, &o);
+		if (k->kind == RT_MASTER)
+			ret = rp_start_master(p, &o);
+		else if (k->kind == RT_REPLICA)
+			ret = rp_start_replica(p, k->master, &o);
+		else
+			ret = rp_start_sentinel(p, k->master, k->name, k->quorum, k->down_after_ms, &o);
 		if (!ret)
 			return 0;
 		rp_stop(p);
 	}
 	return ret;
+}
+
+int rt_start_tls_master(struct rp_proc *p, const struct rt_certs *c, bool auth_clients, int *tls_port)
+{
+	struct rt_start k = { .kind = RT_MASTER };
+
+	return start_tls(p, &k, c, auth_clients, tls_port);
+}
+
+int rt_start_tls_replica(struct rp_proc *p, const struct rp_proc *master, int master_tls_port,
+			 const struct rt_certs *c, int *tls_port)
+{
+	struct rp_proc m = *master;
+	struct rt_start k = { .kind = RT_REPLICA, .master = &m };
+
+	m.port = master_tls_port; /* replicaof names this port: replication over TLS */
+	return start_tls(p, &k, c, false, tls_port);
+}
+
+int rt_start_tls_sentinel(struct rp_proc *p, const struct rp_proc *master, int master_tls_port,
+			  const struct rt_certs *c, const char *name, int quorum, int down_after_ms,
+			  bool auth_clients, int *tls_port)
+{
+	struct rp_proc m = *master;
+	struct rt_start k = {
+		.kind = RT_SENTINEL, .master = &m, .name = name, .quorum = quorum,
+		.down_after_ms = down_after_ms,
+	};
+
+	m.port = master_tls_port; /* sentinel monitor names this port */
+	return start_tls(p, &k, c, auth_clients, tls_port);
 }

@@ -27,5 +27,16 @@ void rt_remove_certs(struct rt_certs *c);
 /* rp_start_master with tls-port *tls_port (chosen here), the server cert and
  * key, tls-ca-cert-file c->ca and tls-auth-clients yes|no. */
 int rt_start_tls_master(struct rp_proc *p, const struct rt_certs *c, bool auth_clients, int *tls_port);
+/* rp_start_replica of master reached over TLS at master_tls_port
+ * (tls-replication yes, presenting the server cert as its client cert), itself
+ * listening on TLS port *tls_port too (tls-auth-clients no). */
+int rt_start_tls_replica(struct rp_proc *p, const struct rp_proc *master, int master_tls_port,
+			 const struct rt_certs *c, int *tls_port);
+/* rp_start_sentinel monitoring master over TLS at master_tls_port (so the
+ * sentinel names that port), listening on TLS port *tls_port with
+ * tls-auth-clients yes|no. */
+int rt_start_tls_sentinel(struct rp_proc *p, const struct rp_proc *master, int master_tls_port,
+			  const struct rt_certs *c, const char *name, int quorum, int down_after_ms,
+			  bool auth_clients, int *tls_port);
 
 #endif

@@ -839,22 +839,33 @@ static void test_invalid_args(void **state)
 	assert_int_equal(kt_store_state(s, NULL, NULL), KT_STORE_IDLE);
 }
 
-static void test_tls_refused(void **state)
+/* TLS is no longer refused; the files are checked at open (test_store_tls.c
+ * covers connections). */
+static void test_tls_config_checked(void **state)
 {
 	struct kt_store_cfg c;
 	struct kt_store *s = (struct kt_store *)&c; /* any non-NULL: open must reset it */
 
 	(void)state;
 	cfg_single(&c, g_master.port);
-	c.redis_tls.enabled = true;
-	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -ENOTSUP);
+	c.redis_tls.enabled = true; /* rediss:// alone: the system CA store */
+	ASSERT_OK(kt_store_open(&s, &c, err, sizeof(err)));
+	assert_non_null(s);
+	kt_store_close(s);
+	s = (struct kt_store *)&c;
+	c.redis_tls.ca_cert = (char *)"/nonexistent/kt-ca.pem";
+	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -EIO);
 	assert_null(s);
-	assert_non_null(strstr(err, "TLS requested but this build has no TLS support"));
-	assert_non_null(strstr(err, "redis_tls"));
+	assert_non_null(strstr(err, "redis_tls: cannot read /nonexistent/kt-ca.pem"));
 	cfg_single(&c, g_master.port);
 	c.redis_mode = KT_REDIS_SENTINEL;
+	c.n_endpoints = 1;
+	c.endpoint_host[0] = "127.0.0.1";
+	c.endpoint_port[0] = g_master.port;
+	c.master_name = "m";
 	c.sentinel_tls.enabled = true;
-	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -ENOTSUP);
+	c.sentinel_tls.ca_cert = (char *)"/nonexistent/kt-ca.pem";
+	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -EIO);
 	assert_non_null(strstr(err, "sentinel_tls"));
 }
 
@@ -1234,7 +1245,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_noscript_fallback, teardown),
 		cmocka_unit_test_teardown(test_bad_data, teardown),
 		cmocka_unit_test_teardown(test_invalid_args, teardown),
-		cmocka_unit_test_teardown(test_tls_refused, teardown),
+		cmocka_unit_test_teardown(test_tls_config_checked, teardown),
 		cmocka_unit_test_teardown(test_auth_and_db, teardown),
 		cmocka_unit_test_teardown(test_sigstop_timeout_and_backoff, teardown),
 		cmocka_unit_test_teardown(test_malformed_replies, teardown),

@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <openssl/err.h>
@@ -51,6 +52,8 @@ struct kt_rconn {
 	struct pend *q;
 	size_t q_head, q_len, q_cap;
 	redisReader *reader;
+	kt_rconn_cb push_cb;      /* replies with no command pending; NULL: protocol error */
+	void *push_data;
 	int depth;                /* > 0 while inside handle()/close(): free is deferred */
 	bool closing;
 	int err_code;             /* negative errno once FAILED */
@@ -176,6 +179,22 @@ static void fail_tls(struct kt_rconn *c, const char *step, int e)
 	fail(c, -EPROTO, "%s %s failed: %s%s", step, c->where, reason, verify);
 }
 
+/* The blocking helpers' callback. dispatch() recognises it and hands the
+ * reply over instead of freeing it, so the caller gets it without a copy. */
+struct sync_slot {
+	redisReply *reply;
+	bool done;
+};
+
+static void sync_cb(void *cbdata, redisReply *reply, const char *err)
+{
+	struct sync_slot *slot = cbdata;
+
+	(void)reply; /* only called with NULL: on failure */
+	(void)err;
+	slot->done = true;
+}
+
 /* Moves [data, data+len) into the reader and runs callbacks for complete
  * replies. Stops as soon as the conn fails or a callback closes it. */
 static void dispatch(struct kt_rconn *c, const char *data, size_t len)
@@ -194,12 +213,22 @@ static void dispatch(struct kt_rconn *c, const char *data, size_t len)
 		}
 		if (!r)
 			return;
+		if (!c->q_len && c->push_cb) {
+			c->push_cb(c->push_data, r, NULL);
+			freeReplyObject(r);
+			continue;
+		}
 		if (!c->q_len) {
 			freeReplyObject(r);
 			fail(c, -EPROTO, "protocol error from %s: reply without a command", c->where);
 			return;
 		}
 		p = q_pop(c);
+		if (p.cb == sync_cb) {
+			((struct sync_slot *)p.cbdata)->reply = r;
+			((struct sync_slot *)p.cbdata)->done = true;
+			continue;
+		}
 		p.cb(p.cbdata, r, NULL);
 		freeReplyObject(r);
 	}
@@ -477,17 +506,10 @@ static void free_conn(struct kt_rconn *c)
 	free(c);
 }
 
-int kt_rconn_open(const struct kt_rconn_opts *o, struct kt_rconn **out, char *err, size_t errlen)
+static int check_opts(const struct kt_rconn_opts *o, char *err, size_t errlen)
 {
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
-	struct sigaction sa;
-	struct kt_rconn *c;
-	char port[16];
-	int ret;
-
 	set_err(err, errlen, "%s", "");
-	if (!o || !out || !o->host || !*o->host || strlen(o->host) > 255 || o->port < 1 ||
-	    o->port > 65535) {
+	if (!o || !o->host || !*o->host || strlen(o->host) > 255 || o->port < 1 || o->port > 65535) {
 		set_err(err, errlen, "redis connection: host and port (1..65535) are required");
 		return -EINVAL;
 	}
@@ -496,6 +518,49 @@ int kt_rconn_open(const struct kt_rconn_opts *o, struct kt_rconn **out, char *er
 			o->host, o->port);
 		return -EINVAL;
 	}
+	return 0;
+}
+
+static void set_where(struct kt_rconn *c, const struct kt_rconn_opts *o)
+{
+	snprintf(c->where, sizeof(c->where), strchr(o->host, ':') ? "[%s]:%d" : "%s:%d", o->host,
+		 o->port);
+}
+
+int kt_rconn_tls_check(const struct kt_rconn_opts *o, char *err, size_t errlen)
+{
+	struct kt_rconn *c;
+	int ret = check_opts(o, err, errlen);
+
+	if (ret || !o->tls)
+		return ret;
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		set_err(err, errlen, "TLS setup: out of memory");
+		return -ENOMEM;
+	}
+	c->fd = -1;
+	set_where(c, o);
+	ret = setup_tls(c, o, err, errlen);
+	free_conn(c);
+	return ret;
+}
+
+int kt_rconn_open(const struct kt_rconn_opts *o, struct kt_rconn **out, char *err, size_t errlen)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+	struct sigaction sa;
+	struct kt_rconn *c;
+	char port[16];
+	int ret;
+
+	if (!out) {
+		set_err(err, errlen, "redis connection: no result pointer");
+		return -EINVAL;
+	}
+	ret = check_opts(o, err, errlen);
+	if (ret)
+		return ret;
 	/* TLS writes use write(2) (see rconn.h); a peer reset must not kill us. */
 	if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
 		signal(SIGPIPE, SIG_IGN);
@@ -507,8 +572,7 @@ int kt_rconn_open(const struct kt_rconn_opts *o, struct kt_rconn **out, char *er
 	}
 	c->fd = -1;
 	c->st = KT_RCONN_CONNECTING;
-	snprintf(c->where, sizeof(c->where), strchr(o->host, ':') ? "[%s]:%d" : "%s:%d", o->host,
-		 o->port);
+	set_where(c, o);
 	c->opened_ns = kt_clock_ns();
 	c->connect_deadline_ns = o->connect_deadline_ns;
 	c->reader = redisReaderCreate();
@@ -786,4 +850,173 @@ const char *kt_rconn_error(const struct kt_rconn *c)
 size_t kt_rconn_pending(const struct kt_rconn *c)
 {
 	return c->q_len;
+}
+
+void kt_rconn_set_push(struct kt_rconn *c, kt_rconn_cb cb, void *cbdata)
+{
+	c->push_cb = cb;
+	c->push_data = cbdata;
+}
+
+/* ---- blocking use ---- */
+
+static short to_poll(uint32_t ev)
+{
+	return (short)(((ev & EPOLLIN) ? POLLIN : 0) | ((ev & EPOLLOUT) ? POLLOUT : 0));
+}
+
+static uint32_t from_poll(short rev)
+{
+	return ((rev & POLLIN) ? EPOLLIN : 0) | ((rev & POLLOUT) ? EPOLLOUT : 0) |
+	       ((rev & POLLERR) ? EPOLLERR : 0) | ((rev & POLLHUP) ? EPOLLHUP : 0);
+}
+
+/* Drives c with poll() until done(arg), failure, or deadline_ns (own limit,
+ * 0: none). Returns 0 (done), the conn's negative errno, -ETIMEDOUT (own
+ * deadline; the conn is untouched) or a poll() error. */
+static int drive(struct kt_rconn *c, bool (*done)(const struct kt_rconn *, void *), void *arg,
+		 uint64_t deadline_ns)
+{
+	for (;;) {
+		struct pollfd pfd;
+		uint64_t now, dl;
+		int n, timeout = -1;
+
+		if (done(c, arg))
+			return 0;
+		if (c->st == KT_RCONN_FAILED)
+			return c->err_code;
+		now = kt_clock_ns();
+		if (deadline_ns && now >= deadline_ns) {
+			/* The conn's own deadlines (usually the same) say more. */
+			kt_rconn_handle(c, 0, now);
+			if (done(c, arg))
+				return 0;
+			return c->st == KT_RCONN_FAILED ? c->err_code : -ETIMEDOUT;
+		}
+		dl = kt_rconn_deadline(c);
+		if (deadline_ns && (!dl || deadline_ns < dl))
+			dl = deadline_ns;
+		if (dl) {
+			/* Round up: waking a little early would only spin. */
+			uint64_t ms = dl > now ? (dl - now + 999999) / 1000000 : 0;
+
+			timeout = ms > INT32_MAX ? INT32_MAX : (int)ms;
+		}
+		pfd = (struct pollfd){ .fd = c->fd, .events = to_poll(kt_rconn_events(c)) };
+		n = poll(&pfd, 1, timeout);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		/* revents 0 after a timeout: handle() applies the conn's deadlines. */
+		kt_rconn_handle(c, n > 0 ? from_poll(pfd.revents) : 0, kt_clock_ns());
+	}
+}
+
+static bool is_ready(const struct kt_rconn *c, void *arg)
+{
+	(void)arg;
+	return c->st == KT_RCONN_READY;
+}
+
+int kt_rconn_open_wait(struct kt_rconn *c, uint64_t deadline_ns, char *err, size_t errlen)
+{
+	int ret = drive(c, is_ready, NULL, deadline_ns);
+
+	set_err(err, errlen, "%s", "");
+	if (!ret)
+		return 0;
+	if (c->st == KT_RCONN_FAILED)
+		set_err(err, errlen, "%s", c->err);
+	else if (ret == -ETIMEDOUT)
+		set_err(err, errlen, "%s %s timed out after %llu ms",
+			c->st == KT_RCONN_HANDSHAKING ? "TLS handshake with" : "connect to", c->where,
+			(unsigned long long)((kt_clock_ns() - c->opened_ns) / 1000000));
+	else
+		set_err(err, errlen, "waiting for %s failed: %s", c->where, strerror(-ret));
+	return ret;
+}
+
+struct slots {
+	struct sync_slot *s;
+	int n;
+};
+
+static bool all_done(const struct kt_rconn *c, void *arg)
+{
+	const struct slots *sl = arg;
+
+	(void)c;
+	for (int i = 0; i < sl->n; i++)
+		if (!sl->s[i].done)
+			return false;
+	return true;
+}
+
+int kt_rconn_call_many(struct kt_rconn *c, const struct kt_rconn_cmd *cmds, int n, uint64_t deadline_ns,
+		       redisReply **replies, char *err, size_t errlen)
+{
+	struct slots sl = { .n = 0 };
+	int i, ret = 0;
+
+	set_err(err, errlen, "%s", "");
+	if (!c || !cmds || !replies || n < 1) {
+		set_err(err, errlen, "redis call: no commands");
+		return -EINVAL;
+	}
+	for (i = 0; i < n; i++)
+		replies[i] = NULL;
+	if (c->closing || c->st == KT_RCONN_FAILED) {
+		set_err(err, errlen, "%s", c->st == KT_RCONN_FAILED ? c->err : "closed");
+		return c->err_code ? c->err_code : -ENOTCONN;
+	}
+	sl.s = calloc((size_t)n, sizeof(*sl.s));
+	if (!sl.s) {
+		set_err(err, errlen, "redis call to %s: out of memory", c->where);
+		return -ENOMEM;
+	}
+	for (i = 0; i < n && !ret; i++) {
+		ret = kt_rconn_command_argv(c, cmds[i].argc, cmds[i].argv, cmds[i].argvlen, sync_cb,
+					    &sl.s[i], deadline_ns);
+		if (!ret)
+			sl.n = i + 1;
+	}
+	if (!ret)
+		ret = drive(c, all_done, &sl, deadline_ns);
+	/* A slot is also done when the conn failed under it: no reply then. */
+	for (i = 0; !ret && i < sl.n; i++)
+		if (!sl.s[i].reply)
+			ret = c->err_code ? c->err_code : -EIO;
+	/* The slots live on this call: nothing may still point to them. The
+	 * conn cannot skip a reply, so a half-answered pipeline ends it. */
+	if (ret && !all_done(c, &sl))
+		fail(c, ret, "redis call to %s failed: %s", c->where,
+		     ret == -ETIMEDOUT ? "no reply in time" : strerror(-ret));
+	if (ret) {
+		for (i = 0; i < sl.n; i++)
+			if (sl.s[i].reply)
+				freeReplyObject(sl.s[i].reply);
+		if (c->st == KT_RCONN_FAILED) {
+			set_err(err, errlen, "%s", c->err);
+			ret = c->err_code;
+		} else {
+			set_err(err, errlen, "redis call to %s: %s", c->where, strerror(-ret));
+		}
+	} else {
+		for (i = 0; i < n; i++)
+			replies[i] = sl.s[i].reply;
+	}
+	free(sl.s);
+	return ret;
+}
+
+redisReply *kt_rconn_call(struct kt_rconn *c, int argc, const char **argv, const size_t *argvlen,
+			  uint64_t deadline_ns, char *err, size_t errlen)
+{
+	struct kt_rconn_cmd cmd = { .argc = argc, .argv = argv, .argvlen = argvlen };
+	redisReply *r = NULL;
+
+	return kt_rconn_call_many(c, &cmd, 1, deadline_ns, &r, err, errlen) ? NULL : r;
 }

@@ -18,8 +18,9 @@
  * Commands can be queued from kt_rconn_open on; they are sent in order once
  * the connection is READY, so AUTH, SELECT, SCRIPT LOAD... are simply the
  * first commands queued. Replies are matched to commands in FIFO order
- * (pipelining). RESP2 request/reply only: no SUBSCRIBE/MONITOR mode (an
- * unsolicited reply fails the connection as a protocol error).
+ * (pipelining). RESP2 only. A reply with no command waiting fails the
+ * connection as a protocol error unless kt_rconn_set_push() installed a
+ * handler for it (SUBSCRIBE: the messages that follow the confirmation).
  *
  * Time is kt_clock_ns() (kthrottle.h) everywhere: every deadline is an
  * absolute kt_clock_ns() value, 0 meaning none. A connection does not
@@ -127,5 +128,47 @@ const char *kt_rconn_state_name(enum kt_rconn_state st);
 const char *kt_rconn_error(const struct kt_rconn *c);
 /* Commands queued or sent whose reply has not arrived. */
 size_t kt_rconn_pending(const struct kt_rconn *c);
+
+/* Replies that arrive while no command is pending go to cb (err NULL, reply
+ * freed after it returns) instead of failing the conn: after SUBSCRIBE has
+ * been confirmed, the messages. cb NULL restores the default. Never called
+ * on failure (kt_rconn_state() says FAILED). */
+void kt_rconn_set_push(struct kt_rconn *c, kt_rconn_cb cb, void *cbdata);
+
+/* Checks o's TLS files the way kt_rconn_open would (readable, valid PEM, key
+ * matching the certificate) without connecting: a configuration check.
+ * 0 when o->tls is false. Errors as kt_rconn_open: -EINVAL, -ENOMEM, -EIO. */
+int kt_rconn_tls_check(const struct kt_rconn_opts *o, char *err, size_t errlen);
+
+/* ---- blocking use ----
+ * For a synchronous client: these run a private poll() loop on
+ * kt_rconn_fd/events/deadline until done, so they block the thread for at
+ * most until deadline_ns (0: no limit of their own; the connect deadline
+ * and the commands' deadlines still apply). Not to be called from a
+ * callback or on a conn that is also in someone's epoll set. */
+
+/* Waits until the conn is READY. Returns 0, the negative errno of its
+ * failure (err: kt_rconn_error()), or -ETIMEDOUT when deadline_ns passed
+ * first (the conn is left as it is: close it). */
+int kt_rconn_open_wait(struct kt_rconn *c, uint64_t deadline_ns, char *err, size_t errlen);
+
+struct kt_rconn_cmd {
+	int argc;
+	const char **argv;
+	const size_t *argvlen; /* NULL: strlen each */
+};
+
+/* Queues n commands (one pipeline, written together), each with reply
+ * deadline deadline_ns, and waits for all n replies; connects first if the
+ * conn is not READY yet. Returns 0 with replies[0..n) set (the caller frees
+ * each with freeReplyObject; Redis error replies included), or the negative
+ * errno of the conn's failure with every replies[i] NULL and err one line
+ * (kt_rconn_error()). A missed deadline fails the conn (-ETIMEDOUT), as for
+ * kt_rconn_command_argv. */
+int kt_rconn_call_many(struct kt_rconn *c, const struct kt_rconn_cmd *cmds, int n, uint64_t deadline_ns,
+		       redisReply **replies, char *err, size_t errlen);
+/* One command: the reply (caller frees), or NULL with err filled. */
+redisReply *kt_rconn_call(struct kt_rconn *c, int argc, const char **argv, const size_t *argvlen,
+			  uint64_t deadline_ns, char *err, size_t errlen);
 
 #endif

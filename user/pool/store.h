@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Redis store client for the distributed pool (hiredis, blocking, short
- * timeouts). The daemon calls it synchronously from its event loop once per
+/* Redis store client for the distributed pool (kt_rconn: plain TCP or TLS,
+ * driven blocking for now, short timeouts). The daemon calls it synchronously from its event loop once per
  * heartbeat; the request path never touches it.
  *
  * Keys (P = store.keyPrefix, default "kthrottle"; L = limit name):
@@ -47,14 +47,20 @@
  * subscribed to it and is polled (without blocking) at the start of each
  * call, so the store moves to a new master at its next call.
  *
+ * TLS: redis_tls (or rediss://) for the master, sentinel_tls for the
+ * sentinels: ca_cert (NULL: the system store), optional cert + key (mutual
+ * TLS), insecure_skip_verify; the host connected to is the SNI name and the
+ * name (or IP) the certificate must carry. A TLS failure is a connection-level
+ * failure like any other (DOWN, back-off), e.g. "redis: TLS handshake with
+ * 127.0.0.1:6390 failed: certificate verify failed (...)". Never clear text.
+ *
  * Errors (negative errno, err filled with one line naming the server and the
- * step; passwords never appear): -EINVAL bad argument, -ENOTSUP TLS requested,
- * -EAGAIN backing off, -ETIMEDOUT, -ECONNREFUSED/-ECONNRESET/... connection,
+ * step; passwords never appear): -EINVAL bad argument, -EAGAIN backing off, -ETIMEDOUT, -ECONNREFUSED/-ECONNRESET/... connection,
  * -EACCES authentication, -ENOENT sentinel does not know the master, -EROFS
  * the server is not a master, -EIO Redis error reply (e.g. WRONGTYPE),
- * -EPROTO malformed reply, -ENOMEM.
+ * -EPROTO malformed reply or TLS failure, -ENOMEM.
  *
- * hiredis writes with write(2), so a peer reset raises SIGPIPE: kt_store_open
+ * TLS writes use write(2), so a peer reset raises SIGPIPE: kt_store_open
  * sets SIGPIPE to SIG_IGN if it is still SIG_DFL. Not thread-safe: one
  * kt_store per thread. */
 #ifndef KT_STORE_H
@@ -115,8 +121,8 @@ struct kt_store_stats {
 };
 
 /* Validates and copies cfg (kind must be KT_STORE_REDIS); does not connect.
- * Fails with -ENOTSUP if redis_tls or sentinel_tls is enabled: this build
- * has no TLS and never falls back to clear text. */
+ * TLS files are checked now (-EIO: unreadable, not PEM, key not matching the
+ * certificate) and read again at every connect. */
 int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *err, size_t errlen);
 void kt_store_close(struct kt_store *s);
 

@@ -12,7 +12,9 @@
 #include <time.h>
 #include "kthrottle.h"
 #include <unistd.h>
+#include <sys/epoll.h>
 #include <hiredis/hiredis.h>
+#include "rconn.h"
 #include "store.h"
 
 #define STR_(x) #x
@@ -125,6 +127,13 @@ static const char leave_script[] =
 enum { SCRIPT_HB, SCRIPT_LEAVE, N_SCRIPTS };
 static const char *const scripts[N_SCRIPTS] = { hb_script, leave_script };
 
+/* A redis_tls / sentinel_tls block: file paths as configured. */
+struct tls_opt {
+	bool on;
+	char *ca, *cert, *key;
+	bool skip_verify;
+};
+
 struct kt_store {
 	enum kt_redis_mode mode;
 	char *host;
@@ -138,9 +147,12 @@ struct kt_store {
 	char *master_name;
 	char *s_user, *s_pass;
 	char *prefix;
+	struct tls_opt tls_redis, tls_sentinel;
 
-	redisContext *c;             /* NULL when not connected */
-	redisContext *sub;           /* sentinel mode: subscribed to +switch-master, or NULL */
+	/* Used synchronously (kt_rconn_call_many), so calls block as before. */
+	struct kt_rconn *c;          /* NULL when not connected */
+	struct kt_rconn *sub;        /* sentinel mode: subscribed to +switch-master, or NULL */
+	bool switched;               /* sub saw +switch-master for our master */
 	uint64_t sub_retry_ns;       /* earliest time to subscribe again after losing sub */
 	char cur_host[256];
 	int cur_port;
@@ -268,8 +280,7 @@ static uint64_t next_rand(struct kt_store *s)
 
 static void drop_conn(struct kt_store *s)
 {
-	if (s->c)
-		redisFree(s->c);
+	kt_rconn_close(s->c);
 	s->c = NULL;
 	s->cur_host[0] = 0;
 	s->cur_port = 0;
@@ -293,73 +304,56 @@ static void conn_failed(struct kt_store *s)
 	s->next_retry_ns = now + d * 1000000ULL;
 }
 
-/* Timeout for the next step: the per-step timeout capped by the call budget. */
-static int step_timeout(struct kt_store *s, struct timeval *tv)
+/* Deadline of the next step: the per-step timeout capped by the call budget. */
+static int step_deadline(struct kt_store *s, uint64_t *dl)
 {
-	uint64_t now = mono_ns(), ms;
+	uint64_t now = mono_ns(), step = now + KT_STORE_TIMEOUT_MS * 1000000ULL;
 
 	if (now + 1000000ULL > s->deadline_ns)
 		return -ETIMEDOUT;
-	ms = (s->deadline_ns - now) / 1000000ULL;
-	if (ms > KT_STORE_TIMEOUT_MS)
-		ms = KT_STORE_TIMEOUT_MS;
-	tv->tv_sec = (time_t)(ms / 1000);
-	tv->tv_usec = (suseconds_t)(ms % 1000) * 1000;
+	*dl = step < s->deadline_ns ? step : s->deadline_ns;
 	return 0;
 }
 
-/* errno for a failed hiredis context; errno_saved was read right after the call. */
-static int ctx_errno(const redisContext *c, int errno_saved)
+/* The message for a failed step; rconn's text names the peer and the step. */
+static const char *conn_errstr(int ret, const char *rconn_err)
 {
-	switch (c->err) {
-	case REDIS_ERR_IO:
-		if (errno_saved == EAGAIN || errno_saved == EWOULDBLOCK || errno_saved == EINPROGRESS)
-			return -ETIMEDOUT;
-		return errno_saved > 0 ? -errno_saved : -EIO;
-	case REDIS_ERR_EOF:
-		return -ECONNRESET;
-	case REDIS_ERR_PROTOCOL:
-		return -EPROTO;
-	case REDIS_ERR_OOM:
-		return -ENOMEM;
-	default:
-		return -EIO;
-	}
-}
-
-static const char *ctx_errstr(const redisContext *c, int ret)
-{
-	if (ret == -ETIMEDOUT)
+	if (ret == -ETIMEDOUT && !strstr(rconn_err, "TLS"))
 		return "timed out after " STR(KT_STORE_TIMEOUT_MS) " ms";
-	if (ret == -ECONNRESET)
+	if (ret == -ECONNRESET && !strstr(rconn_err, "TLS"))
 		return "server closed the connection";
-	return c->errstr[0] ? c->errstr : strerror(-ret);
+	return rconn_err[0] ? rconn_err : strerror(-ret);
 }
 
-static int dial(struct kt_store *s, const char *role, const char *host, int port, redisContext **out,
-		char *err, size_t errlen)
+/* Connects (TCP, then the TLS handshake under t) within one step. */
+static int dial(struct kt_store *s, const char *role, const char *host, int port,
+		const struct tls_opt *t, struct kt_rconn **out, char *err, size_t errlen)
 {
-	struct timeval tv;
-	redisContext *c;
-	int ret, e;
+	struct kt_rconn_opts o = {
+		.host = host, .port = port, .tls = t->on, .ca_file = t->ca, .cert_file = t->cert,
+		.key_file = t->key, .insecure_skip_verify = t->skip_verify,
+		.server_name = NULL, /* the host: SNI for names, IP SAN check for literals */
+	};
+	char e[KT_ERR_LEN];
+	struct kt_rconn *c = NULL;
+	int ret;
 
-	if (step_timeout(s, &tv)) {
+	if (step_deadline(s, &o.connect_deadline_ns)) {
 		seterr(s, err, errlen, "%s %s:%d: connect: call budget of %d ms exhausted", role, host,
 		       port, KT_STORE_CALL_BUDGET_MS);
 		return -ETIMEDOUT;
 	}
-	errno = 0;
-	c = redisConnectWithTimeout(host, port, tv);
-	e = errno;
-	if (!c) {
-		seterr(s, err, errlen, "%s %s:%d: connect: out of memory", role, host, port);
-		return -ENOMEM;
-	}
-	if (c->err) {
-		ret = ctx_errno(c, e);
-		seterr(s, err, errlen, "%s %s:%d: connect: %s", role, host, port,
-		       ret == -ETIMEDOUT ? "timed out after " STR(KT_STORE_TIMEOUT_MS) " ms" : c->errstr);
-		redisFree(c);
+	ret = kt_rconn_open(&o, &c, e, sizeof(e));
+	if (!ret)
+		ret = kt_rconn_open_wait(c, o.connect_deadline_ns, e, sizeof(e));
+	if (ret) {
+		/* rconn's line already says "connect to h:p failed: ..." */
+		if (ret == -ETIMEDOUT && !strstr(e, "TLS"))
+			seterr(s, err, errlen, "%s %s:%d: connect: timed out after %d ms", role, host, port,
+			       KT_STORE_TIMEOUT_MS);
+		else
+			seterr(s, err, errlen, "%s: %s", role, e);
+		kt_rconn_close(c);
 		return ret;
 	}
 	*out = c;
@@ -369,7 +363,6 @@ static int dial(struct kt_store *s, const char *role, const char *host, int port
 struct cmd {
 	int argc;
 	const char *argv[4];
-	size_t len[4];
 };
 
 static void cmd_set(struct cmd *k, int argc, ...)
@@ -379,10 +372,8 @@ static void cmd_set(struct cmd *k, int argc, ...)
 
 	va_start(ap, argc);
 	k->argc = argc;
-	for (i = 0; i < argc; i++) {
+	for (i = 0; i < argc; i++)
 		k->argv[i] = va_arg(ap, const char *);
-		k->len[i] = strlen(k->argv[i]);
-	}
 	va_end(ap);
 }
 
@@ -395,40 +386,29 @@ static void free_replies(redisReply **rep, int n)
 
 /* Sends n commands in one write and reads n replies (errors replies included).
  * Returns 0, or a negative errno for an I/O failure (the caller drops c). */
-static int pipeline(struct kt_store *s, redisContext *c, const char *where, struct cmd *cmds,
+static int pipeline(struct kt_store *s, struct kt_rconn *c, const char *where, struct cmd *cmds,
 		    int n, redisReply **rep, char *err, size_t errlen)
 {
-	struct timeval tv;
-	int i, ret, e;
-	void *r;
+	struct kt_rconn_cmd rc[3 + N_SCRIPTS];
+	char e[KT_ERR_LEN];
+	uint64_t dl;
+	int i, ret;
 
 	for (i = 0; i < n; i++)
 		rep[i] = NULL;
-	if (step_timeout(s, &tv) || redisSetTimeout(c, tv) != REDIS_OK) {
+	if (step_deadline(s, &dl)) {
 		seterr(s, err, errlen, "%s: call budget of %d ms exhausted", where,
 		       KT_STORE_CALL_BUDGET_MS);
 		return -ETIMEDOUT;
 	}
-	for (i = 0; i < n; i++) {
-		if (redisAppendCommandArgv(c, cmds[i].argc, cmds[i].argv, cmds[i].len) != REDIS_OK) {
-			seterr(s, err, errlen, "%s: out of memory", where);
-			return -ENOMEM;
-		}
-	}
+	for (i = 0; i < n; i++)
+		rc[i] = (struct kt_rconn_cmd){ .argc = cmds[i].argc, .argv = cmds[i].argv };
 	s->st.round_trips++;
 	s->st.commands += (uint64_t)n;
-	for (i = 0; i < n; i++) {
-		errno = 0;
-		if (redisGetReply(c, &r) != REDIS_OK || !r) {
-			e = errno;
-			ret = ctx_errno(c, e);
-			seterr(s, err, errlen, "%s: %s", where, ctx_errstr(c, ret));
-			free_replies(rep, i);
-			return ret;
-		}
-		rep[i] = r;
-	}
-	return 0;
+	ret = kt_rconn_call_many(c, rc, n, dl, rep, e, sizeof(e));
+	if (ret)
+		seterr(s, err, errlen, "%s: %s", where, conn_errstr(ret, e));
+	return ret;
 }
 
 static bool is_ok(const redisReply *r)
@@ -458,7 +438,7 @@ static int auth_failed(struct kt_store *s, const char *where, const redisReply *
 static int ask_sentinel(struct kt_store *s, int idx, char *host, size_t hostlen, int *port, char *err,
 			size_t errlen)
 {
-	redisContext *c = NULL;
+	struct kt_rconn *c = NULL;
 	redisReply *rep[2] = { NULL, NULL }, *r;
 	struct cmd cmds[2];
 	char where[300], t[200], *end;
@@ -466,7 +446,7 @@ static int ask_sentinel(struct kt_store *s, int idx, char *host, size_t hostlen,
 	long v;
 
 	snprintf(where, sizeof(where), "sentinel %s:%d", s->ep_host[idx], s->ep_port[idx]);
-	ret = dial(s, "sentinel", s->ep_host[idx], s->ep_port[idx], &c, err, errlen);
+	ret = dial(s, "sentinel", s->ep_host[idx], s->ep_port[idx], &s->tls_sentinel, &c, err, errlen);
 	if (ret)
 		return ret;
 	if (s->s_pass)
@@ -509,7 +489,7 @@ static int ask_sentinel(struct kt_store *s, int idx, char *host, size_t hostlen,
 	ret = 0;
 out:
 	free_replies(rep, 2);
-	redisFree(c);
+	kt_rconn_close(c);
 	return ret;
 }
 
@@ -524,7 +504,7 @@ static bool is_sha(const redisReply *r)
 }
 
 /* AUTH, SELECT, ROLE (sentinel mode) and SCRIPT LOAD, in one round trip. */
-static int setup_master(struct kt_store *s, redisContext *c, const char *where, char *err,
+static int setup_master(struct kt_store *s, struct kt_rconn *c, const char *where, char *err,
 			size_t errlen)
 {
 	struct cmd cmds[3 + N_SCRIPTS];
@@ -600,8 +580,8 @@ out:
 static int connect_store(struct kt_store *s, char *err, size_t errlen)
 {
 	char host[256], where[300];
-	redisContext *c = NULL;
-	int port, ret, i;
+	struct kt_rconn *c = NULL;
+	int port = 0, ret, i;
 
 	if (s->mode == KT_REDIS_SENTINEL) {
 		ret = -EIO;
@@ -629,12 +609,11 @@ static int connect_store(struct kt_store *s, char *err, size_t errlen)
 		port = s->port;
 	}
 	snprintf(where, sizeof(where), "redis %s:%d", host, port);
-	ret = dial(s, "redis", host, port, &c, err, errlen);
+	ret = dial(s, "redis", host, port, &s->tls_redis, &c, err, errlen);
 	if (!ret)
 		ret = setup_master(s, c, where, err, errlen);
 	if (ret) {
-		if (c)
-			redisFree(c);
+		kt_rconn_close(c);
 		/* the sentinel that named this master may be stale: start elsewhere next time */
 		if (s->mode == KT_REDIS_SENTINEL)
 			s->ep_next = (s->ep_next + 1) % s->n_ep;
@@ -652,40 +631,10 @@ static int connect_store(struct kt_store *s, char *err, size_t errlen)
  * for READONLY alone would split the pool for that long. */
 static void drop_sub(struct kt_store *s)
 {
-	if (s->sub)
-		redisFree(s->sub);
+	kt_rconn_close(s->sub);
 	s->sub = NULL;
+	s->switched = false;
 	s->sub_retry_ns = mono_ns() + KT_STORE_BACKOFF_MAX_MS * 1000000ULL;
-}
-
-static void subscribe(struct kt_store *s)
-{
-	redisReply *rep[2] = { NULL, NULL }, *r;
-	redisContext *c = NULL;
-	struct cmd cmds[2];
-	char where[300];
-	int n = 0, idx = s->ep_next;
-
-	snprintf(where, sizeof(where), "sentinel %s:%d", s->ep_host[idx], s->ep_port[idx]);
-	if (dial(s, "sentinel", s->ep_host[idx], s->ep_port[idx], &c, NULL, 0))
-		goto fail;
-	if (s->s_pass)
-		auth_cmd(&cmds[n++], s->s_user, s->s_pass);
-	cmd_set(&cmds[n++], 2, "SUBSCRIBE", "+switch-master");
-	if (pipeline(s, c, where, cmds, n, rep, NULL, 0))
-		goto fail;
-	r = rep[n - 1];
-	if ((s->s_pass && !is_ok(rep[0])) || r->type != REDIS_REPLY_ARRAY || r->elements != 3)
-		goto fail;
-	free_replies(rep, n);
-	s->sub = c;
-	return;
-fail:
-	free_replies(rep, n);
-	if (c)
-		redisFree(c);
-	drop_sub(s);
-	s->ep_next = (idx + 1) % s->n_ep; /* try another sentinel next time */
 }
 
 static bool is_switch(const struct kt_store *s, const redisReply *r)
@@ -701,33 +650,70 @@ static bool is_switch(const struct kt_store *s, const redisReply *r)
 	       m->str[nl] == ' ';
 }
 
+/* Messages published to the subscription (replies with no command pending). */
+static void on_message(void *cbdata, redisReply *r, const char *err)
+{
+	struct kt_store *s = cbdata;
+
+	if (r && !err && is_switch(s, r))
+		s->switched = true;
+}
+
+static void subscribe(struct kt_store *s)
+{
+	redisReply *rep[2] = { NULL, NULL }, *r;
+	struct kt_rconn *c = NULL;
+	struct cmd cmds[2];
+	char where[300];
+	int n = 0, idx = s->ep_next;
+
+	snprintf(where, sizeof(where), "sentinel %s:%d", s->ep_host[idx], s->ep_port[idx]);
+	if (dial(s, "sentinel", s->ep_host[idx], s->ep_port[idx], &s->tls_sentinel, &c, NULL, 0))
+		goto fail;
+	/* Before SUBSCRIBE: a message may follow its confirmation in the same read. */
+	kt_rconn_set_push(c, on_message, s);
+	if (s->s_pass)
+		auth_cmd(&cmds[n++], s->s_user, s->s_pass);
+	cmd_set(&cmds[n++], 2, "SUBSCRIBE", "+switch-master");
+	if (pipeline(s, c, where, cmds, n, rep, NULL, 0))
+		goto fail;
+	r = rep[n - 1];
+	if ((s->s_pass && !is_ok(rep[0])) || r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+		goto fail;
+	free_replies(rep, n);
+	s->sub = c;
+	return;
+fail:
+	free_replies(rep, n);
+	kt_rconn_close(c);
+	drop_sub(s);
+	s->ep_next = (idx + 1) % s->n_ep; /* try another sentinel next time */
+}
+
 /* Reads whatever the subscription has received, without blocking. */
 static bool master_switched(struct kt_store *s)
 {
-	struct pollfd p = { .events = POLLIN };
-	bool sw = false;
-	void *r;
+	bool sw;
 
-	if (!s->sub)
-		return false;
-	p.fd = s->sub->fd;
-	while (poll(&p, 1, 0) == 1) {
-		if (redisBufferRead(s->sub) != REDIS_OK) {
-			drop_sub(s);
+	/* A few rounds at most: handle() drains what is readable each time. */
+	for (int i = 0; s->sub && !s->switched && i < 4; i++) {
+		struct pollfd p = { .fd = kt_rconn_fd(s->sub), .events = POLLIN };
+		uint32_t ev = 0;
+
+		if (poll(&p, 1, 0) != 1)
 			break;
-		}
-		for (;;) {
-			r = NULL;
-			if (redisGetReplyFromReader(s->sub, &r) != REDIS_OK) {
-				drop_sub(s);
-				return sw;
-			}
-			if (!r)
-				break;
-			sw |= is_switch(s, r);
-			freeReplyObject(r);
+		if (p.revents & POLLIN)
+			ev |= EPOLLIN;
+		if (p.revents & (POLLERR | POLLHUP))
+			ev |= EPOLLIN | EPOLLERR;
+		if (kt_rconn_handle(s->sub, ev, mono_ns())) {
+			sw = s->switched;
+			drop_sub(s);
+			return sw;
 		}
 	}
+	sw = s->switched;
+	s->switched = false;
 	return sw;
 }
 
@@ -774,12 +760,13 @@ static int begin(struct kt_store *s, char *err, size_t errlen)
 static int roundtrip(struct kt_store *s, int argc, const char **argv, const size_t *len,
 		     const char *what, redisReply **out, char *err, size_t errlen)
 {
-	struct timeval tv;
-	redisReply *r;
-	int ret, e;
+	struct kt_rconn_cmd cmd = { .argc = argc, .argv = argv, .argvlen = len };
+	char e[KT_ERR_LEN];
+	uint64_t dl;
+	int ret;
 
 	*out = NULL;
-	if (step_timeout(s, &tv) || redisSetTimeout(s->c, tv) != REDIS_OK) {
+	if (step_deadline(s, &dl)) {
 		seterr(s, err, errlen, "redis %s:%d: %s: call budget of %d ms exhausted", s->cur_host,
 		       s->cur_port, what, KT_STORE_CALL_BUDGET_MS);
 		conn_failed(s);
@@ -787,17 +774,13 @@ static int roundtrip(struct kt_store *s, int argc, const char **argv, const size
 	}
 	s->st.round_trips++;
 	s->st.commands++;
-	errno = 0;
-	r = redisCommandArgv(s->c, argc, argv, len);
-	e = errno;
-	if (!r) {
-		ret = ctx_errno(s->c, e);
+	ret = kt_rconn_call_many(s->c, &cmd, 1, dl, out, e, sizeof(e));
+	if (ret) {
 		seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cur_host, s->cur_port, what,
-		       ctx_errstr(s->c, ret));
+		       conn_errstr(ret, e));
 		conn_failed(s);
 		return ret;
 	}
-	*out = r;
 	return 0;
 }
 
@@ -931,13 +914,19 @@ static void free_secret(char *p)
 	}
 }
 
+static void tls_opt_free(struct tls_opt *t)
+{
+	free(t->ca);
+	free(t->cert);
+	free(t->key);
+}
+
 void kt_store_close(struct kt_store *s)
 {
 	if (!s)
 		return;
 	drop_conn(s);
-	if (s->sub)
-		redisFree(s->sub);
+	kt_rconn_close(s->sub);
 	free(s->host);
 	free(s->user);
 	free_secret(s->pass);
@@ -947,6 +936,8 @@ void kt_store_close(struct kt_store *s)
 	free(s->s_user);
 	free_secret(s->s_pass);
 	free(s->prefix);
+	tls_opt_free(&s->tls_redis);
+	tls_opt_free(&s->tls_sentinel);
 	free(s);
 }
 
@@ -978,6 +969,42 @@ static int check_auth(const struct kt_auth_cfg *a, const char *what, int line, c
 	return 0;
 }
 
+/* The files are read again at every connect (renewed certificates are
+ * picked up); this catches a wrong path or a bad PEM at start instead of as
+ * an endless series of failed connects. */
+static int check_tls(const struct kt_tls_cfg *t, const char *what, int line, char *err, size_t errlen)
+{
+	struct kt_rconn_opts o = {
+		.host = "localhost", .port = 1, .tls = true, .ca_file = t->ca_cert, .cert_file = t->cert,
+		.key_file = t->key, .insecure_skip_verify = t->insecure_skip_verify,
+	};
+	char e[KT_ERR_LEN];
+	const char *msg = e, *p;
+	int ret;
+
+	if (!t->enabled)
+		return 0;
+	ret = kt_rconn_tls_check(&o, e, sizeof(e));
+	if (!ret)
+		return 0;
+	/* "TLS setup for localhost:1: cannot read ...": the placeholder peer goes */
+	if (!strncmp(e, "TLS setup for ", 14) && (p = strstr(e, ": ")))
+		msg = p + 2;
+	else if (!strncmp(e, "TLS for ", 8) && (p = strstr(e, ": ")))
+		msg = p + 2;
+	snprintf(err, errlen, "store (line %d): %s: %s", line, what, msg);
+	return ret;
+}
+
+static int tls_opt_dup(struct tls_opt *d, const struct kt_tls_cfg *t)
+{
+	d->on = t->enabled;
+	d->skip_verify = t->insecure_skip_verify;
+	return dup_str(&d->ca, t->ca_cert) || dup_str(&d->cert, t->cert) || dup_str(&d->key, t->key)
+		       ? -ENOMEM
+		       : 0;
+}
+
 int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *err, size_t errlen)
 {
 	struct kt_store *s = NULL;
@@ -989,14 +1016,6 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 	if (cfg->kind != KT_STORE_REDIS) {
 		snprintf(err, errlen, "store (line %d): not a redisStore", cfg->line);
 		return -EINVAL;
-	}
-	/* refuse before anything else: never fall back to clear text */
-	if (cfg->redis_tls.enabled || cfg->sentinel_tls.enabled) {
-		snprintf(err, errlen,
-			 "store (line %d): %s: TLS requested but this build has no TLS support "
-			 "(hiredis without SSL); refusing to connect in clear text",
-			 cfg->line, cfg->redis_tls.enabled ? "redis_tls" : "sentinel_tls");
-		return -ENOTSUP;
 	}
 	prefix = cfg->key_prefix ? cfg->key_prefix : "kthrottle";
 	if (!valid_token(prefix, KT_STORE_PREFIX_MAX)) {
@@ -1039,10 +1058,16 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 		ret = check_auth(&cfg->sentinel_auth, "sentinel_auth", cfg->line, err, errlen);
 		if (ret)
 			return ret;
+		ret = check_tls(&cfg->sentinel_tls, "sentinel_tls", cfg->line, err, errlen);
+		if (ret)
+			return ret;
 	} else {
 		snprintf(err, errlen, "store (line %d): unknown redis mode %d", cfg->line, (int)cfg->redis_mode);
 		return -EINVAL;
 	}
+	ret = check_tls(&cfg->redis_tls, "redis_tls", cfg->line, err, errlen);
+	if (ret)
+		return ret;
 
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -1051,7 +1076,7 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 	s->port = cfg->port;
 	s->db = cfg->db;
 	if (dup_str(&s->prefix, prefix) || dup_str(&s->user, cfg->redis_auth.username) ||
-	    dup_str(&s->pass, cfg->redis_auth.password))
+	    dup_str(&s->pass, cfg->redis_auth.password) || tls_opt_dup(&s->tls_redis, &cfg->redis_tls))
 		goto oom;
 	if (s->mode == KT_REDIS_SINGLE) {
 		if (dup_str(&s->host, cfg->host))
@@ -1065,13 +1090,14 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 		}
 		if (dup_str(&s->master_name, cfg->master_name) ||
 		    dup_str(&s->s_user, cfg->sentinel_auth.username) ||
-		    dup_str(&s->s_pass, cfg->sentinel_auth.password))
+		    dup_str(&s->s_pass, cfg->sentinel_auth.password) ||
+		    tls_opt_dup(&s->tls_sentinel, &cfg->sentinel_tls))
 			goto oom;
 	}
 	s->rng = mono_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)s;
 	if (!s->rng)
 		s->rng = 1;
-	/* hiredis uses write(2): a reset peer must not kill the daemon */
+	/* TLS writes use write(2) (rconn.h): a reset peer must not kill the daemon */
 	if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
 		signal(SIGPIPE, SIG_IGN);
 	*out = s;
