@@ -2,7 +2,7 @@
 #   make            daemon, CLI, BPF objects
 #   make test       everything, then the whole suite (root)
 #   make unit       host unit tests only (no root needed)
-#   make bench      benchmark table (root)
+#   make bench      benchmark table, fault table, pod churn soak (root; SOAK_S=600)
 #   make fuzz       run every libFuzzer target FUZZ_SECONDS (300) each
 #   make SAN=1 ...  build userspace with AddressSanitizer + UBSan
 #   make V=1 ...    show the full commands
@@ -137,9 +137,15 @@ unit: $(filter $(BUILD)/tests/unit/%,$(TEST_BINS))
 test: deps all $(TEST_BINS) $(TOOLS_BINS) $(FUZZ_BINS)
 	FUZZ_TEST_SECONDS=$(FUZZ_TEST_SECONDS) scripts/run-tests.sh $(TEST_BINS) $(FUZZ_BINS)
 
-bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test_faults
+# SOAK_S: how long `make bench` churns pod cgroups (50/s) under load while
+# watching the daemon's fds and memory (tests/e2e/test_podchurn.c)
+SOAK_S    ?= 600
+
+bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test_faults \
+	$(BUILD)/tests/e2e/test_podchurn
 	$(BUILD)/tests/bench/bench
 	scripts/fault-table.sh $(BUILD)/tests/e2e/test_faults
+	KT_PODCHURN_S=$(SOAK_S) $(BUILD)/tests/e2e/test_podchurn
 
 $(BUILD)/tests/bench/bench: tests/bench/bench.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS)
 	@mkdir -p $(@D)
