@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
@@ -168,17 +169,22 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 	return 0;
 }
 
-static void remove_dir(struct rp_proc *p)
+void rp_remove_tree(char *dir)
 {
 	const char *keep = getenv("KT_KEEP_REDIS_DIRS");
 
-	if (!p->dir[0])
+	if (!dir[0])
 		return;
 	if (keep && *keep == '1')
-		fprintf(stderr, "redis_proc: kept %s\n", p->dir);
+		fprintf(stderr, "redis_proc: kept %s\n", dir);
 	else
-		nftw(p->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-	p->dir[0] = 0;
+		nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+	dir[0] = 0;
+}
+
+static void remove_dir(struct rp_proc *p)
+{
+	rp_remove_tree(p->dir);
 }
 
 static void reap(struct rp_proc *p, int grace_ms)
@@ -464,6 +470,34 @@ int rp_sentinel_wait_replicas(const struct rp_proc *s, const char *name, int n, 
 		rp_sleep_ms(50);
 	}
 	return -ETIMEDOUT;
+}
+
+int rp_sentinel_failover(const struct rp_proc *s, const char *name, int new_port)
+{
+	long long t0 = now_ms();
+
+	for (;;) {
+		redisReply *r = rp_command(s, "SENTINEL FAILOVER %s", name);
+		bool taken;
+
+		if (!r)
+			return -EIO;
+		taken = r->type == REDIS_REPLY_STATUS;
+		freeReplyObject(r);
+		if (taken)
+			break;
+		/* NOGOODSLAVE and the like until a replica is ready */
+		if (now_ms() - t0 >= 10000)
+			return -ETIMEDOUT;
+		rp_sleep_ms(200);
+	}
+	t0 = now_ms();
+	while (rp_sentinel_master_port(s, name) != new_port) {
+		if (now_ms() - t0 >= 20000)
+			return -ETIMEDOUT;
+		rp_sleep_ms(100);
+	}
+	return 0;
 }
 
 int rp_sentinel_master_port(const struct rp_proc *s, const char *name)

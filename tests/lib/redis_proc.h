@@ -61,6 +61,13 @@ int rp_info_field(const struct rp_proc *p, const char *section, const char *fiel
 int rp_sentinel_wait_replicas(const struct rp_proc *s, const char *name, int n, int timeout_ms);
 /* Port of the master the sentinel currently names, or -1. */
 int rp_sentinel_master_port(const struct rp_proc *s, const char *name);
+/* SENTINEL FAILOVER `name`, retried until the sentinel takes it (up to 10 s),
+ * then waits until it names the master on new_port (up to 20 s more).
+ * Returns 0, -EIO (no answer) or -ETIMEDOUT. */
+int rp_sentinel_failover(const struct rp_proc *s, const char *name, int new_port);
+/* Removes a test's directory tree and empties `dir`, unless
+ * KT_KEEP_REDIS_DIRS=1 (then it says on stderr which directory it kept). */
+void rp_remove_tree(char *dir);
 
 void rp_sleep_ms(int ms);
 

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,26 +119,9 @@ int rt_make_certs(struct rt_certs *c)
 	return ret;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 void rt_remove_certs(struct rt_certs *c)
 {
-	const char *keep = getenv("KT_KEEP_REDIS_DIRS");
-
-	if (!c->dir[0])
-		return;
-	if (keep && *keep == '1')
-		fprintf(stderr, "redis_tls: kept %s\n", c->dir);
-	else
-		nftw(c->dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-	c->dir[0] = 0;
+	rp_remove_tree(c->dir);
 }
 
 enum rt_kind { RT_MASTER, RT_REPLICA, RT_SENTINEL };

@@ -1194,21 +1194,7 @@ static void test_sentinel_failover(void **state)
 	assert_null(strstr(err, "not-the-Pw"));
 
 	ASSERT_OK(rp_sentinel_wait_replicas(S, "ktm", 1, 15000));
-	t0 = mono_ms();
-	for (;;) {
-		r = rp_command(S, "SENTINEL FAILOVER ktm");
-		assert_non_null(r);
-		ret = r->type == REDIS_REPLY_STATUS ? 0 : -1;
-		freeReplyObject(r);
-		if (!ret)
-			break;
-		assert_true(mono_ms() - t0 < 10000);
-		rp_sleep_ms(200);
-	}
-	while (rp_sentinel_master_port(S, "ktm") != R->port) {
-		assert_true(mono_ms() - t0 < 20000);
-		rp_sleep_ms(100);
-	}
+	ASSERT_OK(rp_sentinel_failover(S, "ktm", R->port));
 	/* the old master still takes writes until the sentinel demotes it (up to
 	 * 10 s later): the store must move on the +switch-master event, at once */
 	snprintf(want, sizeof(want), "127.0.0.1:%d", R->port);

@@ -296,7 +296,6 @@ static void test_sentinel_tls(void **state)
 	struct kt_pool_answer a;
 	char ep[64], want[96];
 	uint64_t t0;
-	redisReply *r;
 
 	(void)state;
 	ASSERT_OK(rt_start_tls_master(M, &g_certs, true, &m_port));
@@ -331,21 +330,7 @@ static void test_sentinel_tls(void **state)
 	assert_non_null(strstr(err, "certificate verify failed"));
 
 	ASSERT_OK(rp_sentinel_wait_replicas(S, "ktm", 1, 15000));
-	t0 = mono_ms();
-	for (;;) {
-		r = rp_command(S, "SENTINEL FAILOVER ktm");
-		assert_non_null(r);
-		ret = r->type == REDIS_REPLY_STATUS ? 0 : -1;
-		freeReplyObject(r);
-		if (!ret)
-			break;
-		assert_true(mono_ms() - t0 < 10000);
-		rp_sleep_ms(200);
-	}
-	while (rp_sentinel_master_port(S, "ktm") != r_port) {
-		assert_true(mono_ms() - t0 < 20000);
-		rp_sleep_ms(100);
-	}
+	ASSERT_OK(rp_sentinel_failover(S, "ktm", r_port));
 	/* the old master still takes writes: only the event moves the store */
 	snprintf(want, sizeof(want), "127.0.0.1:%d", r_port);
 	t0 = mono_ms();
