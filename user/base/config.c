@@ -1543,10 +1543,7 @@ static bool label_name_ok(const char *s, size_t n, bool empty_ok)
 	return true;
 }
 
-/* A DNS subdomain (label key prefixes) or, with `label`, a DNS label
- * (namespaces): lower-case alphanumerics and '-' (and '.' between labels
- * of a subdomain), each label starting and ending alphanumeric. */
-static bool dns_name_ok(const char *s, size_t n, bool label)
+bool kt_dns_name_ok(const char *s, size_t n, bool label)
 {
 	size_t start = 0;
 
@@ -1574,7 +1571,7 @@ static bool label_key_ok(const char *k)
 
 	if (!slash)
 		return label_name_ok(k, strlen(k), false);
-	return dns_name_ok(k, (size_t)(slash - k), false) &&
+	return kt_dns_name_ok(k, (size_t)(slash - k), false) &&
 	       label_name_ok(slash + 1, strlen(slash + 1), false);
 }
 
@@ -1689,7 +1686,7 @@ static int parse_pods(struct ctx *c, yaml_node_t *n, const char *field, struct k
 		join(sub, field, "namespace");
 		if ((err = get_str(c, v, sub, 63, &ps->namespace)))
 			return err;
-		if (!dns_name_ok(ps->namespace, strlen(ps->namespace), true))
+		if (!kt_dns_name_ok(ps->namespace, strlen(ps->namespace), true))
 			return fail(c, v, sub,
 				    "\"%s\" is not a namespace name (1..63 of a-z 0-9 -, starting and ending alphanumeric)",
 				    show_str(ps->namespace).s);
@@ -1942,7 +1939,7 @@ static int parse_kube(struct ctx *c, yaml_node_t *n, struct kt_kube_cfg *k)
 	if ((v = map_get(c, n, "nodeName"))) {
 		if ((err = get_str(c, v, "kubernetes.nodeName", 253, &k->node_name)))
 			return err;
-		if (!dns_name_ok(k->node_name, strlen(k->node_name), false))
+		if (!kt_dns_name_ok(k->node_name, strlen(k->node_name), false))
 			return fail(c, v, "kubernetes.nodeName", "\"%s\" is not a node name",
 				    show_str(k->node_name).s);
 	}

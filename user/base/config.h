@@ -190,6 +190,11 @@ const char *kt_share_name(enum kt_share_policy s);
 const char *kt_store_failure_name(enum kt_store_failure f);
 const char *kt_store_kind_name(enum kt_store_kind k); /* "local", "static", "redis" */
 const char *kt_label_op_name(enum kt_label_op op);    /* "In", "NotIn", ... */
+/* A DNS subdomain of n bytes (node names, label key prefixes) or, with
+ * `label`, a DNS label (namespaces), as Kubernetes checks them: lower-case
+ * alphanumerics and '-' (and '.' between the labels of a subdomain), each
+ * label starting and ending alphanumeric. */
+bool kt_dns_name_ok(const char *s, size_t n, bool label);
 /* True when some limit selects pods (the daemon then watches Kubernetes). */
 bool kt_config_uses_pods(const struct kt_config *cfg);
 

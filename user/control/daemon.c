@@ -952,8 +952,10 @@ static void kube_changed(struct kt_daemon *d)
 
 	if (!d->kube || kt_kube_snapshot(d->kube, &d->pods, &changed) || !changed)
 		return;
-	watch_members(d);
-	kt_daemon_refresh_members(d);
+	/* a change of members re-arms the watches itself; else the selected
+	 * pods' directories may still have changed */
+	if (kt_daemon_refresh_members(d) <= 0)
+		watch_members(d);
 }
 
 static int apply_plan(struct kt_daemon *d, struct kt_plan *plan, struct kt_limit_state *ls,

@@ -63,19 +63,6 @@ const char *kt_kube_state_name(enum kt_kube_state s)
 
 /* ---- options ------------------------------------------------------------ */
 
-static bool node_name_ok(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (!n || n > 253)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-' ||
-		      s[i] == '.'))
-			return false;
-	return true;
-}
-
 int kt_kube_resolve_opts(const struct kt_kube_cfg *k, struct kt_kube_opts *o, char *err,
 			 size_t errlen)
 {
@@ -117,7 +104,7 @@ int kt_kube_resolve_opts(const struct kt_kube_cfg *k, struct kt_kube_opts *o, ch
 			 "kubernetes: nodeName not given and NODE_NAME is not set (the DaemonSet sets it from spec.nodeName)");
 		return -EINVAL;
 	}
-	if (!node_name_ok(node)) {
+	if (!kt_dns_name_ok(node, strlen(node), false)) {
 		snprintf(err, errlen, "kubernetes: node name \"%.64s\" is not a Kubernetes node name",
 			 node);
 		return -EINVAL;
@@ -271,7 +258,6 @@ static void publish(struct kt_kube *k)
 	kt_pod_set_clear(&k->pub);
 	k->pub = copy;
 	k->version++;
-	k->st.pods = copy.n;
 	snprintf(k->st.resource_version, sizeof(k->st.resource_version), "%s", k->rv);
 	pthread_mutex_unlock(&k->mu);
 	k->changed = false;

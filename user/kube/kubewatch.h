@@ -46,7 +46,6 @@ struct kt_kube_status {
 	uint64_t since_ns;        /* kt_clock_ns when state was entered */
 	char error[256];          /* the last failure ("" if none since the last success) */
 	char resource_version[64];
-	int pods;                 /* on this node, in the published set */
 	unsigned long lists, watches, relists, skipped; /* skipped: objects refused as malformed */
 };
 
