@@ -109,22 +109,34 @@ static struct kt_pool_answer beat(struct kt_store *s, const char *limit, const c
 
 static void key(char *buf, size_t len, const char *limit, const char *suffix)
 {
-	snprintf(buf, len, PREFIX ":pool:%s:%s", limit, suffix);
+	snprintf(buf, len, PREFIX ":pool:{%s}:%s", limit, suffix);
 }
 
-/* 1 if id has a heartbeat in hb, 0 if not. */
-static int in_hb(const char *limit, const char *id)
+/* 1 if id is in the zset suffix of limit, 0 if not. */
+static int in_zset(const char *limit, const char *suffix, const char *id)
 {
 	char k[128];
 	redisReply *r;
 	int ret;
 
-	key(k, sizeof(k), limit, "hb");
+	key(k, sizeof(k), limit, suffix);
 	r = rp_command(&g_master, "ZSCORE %s %s", k, id);
 	assert_non_null(r);
 	ret = r->type == REDIS_REPLY_STRING;
 	freeReplyObject(r);
 	return ret;
+}
+
+/* live: heartbeat in hb */
+static int in_hb(const char *limit, const char *id)
+{
+	return in_zset(limit, "hb", id);
+}
+
+/* lapsed: out of hb, fallback rate still held */
+static int in_lapsed(const char *limit, const char *id)
+{
+	return in_zset(limit, "lapsed", id);
 }
 
 static int in_size(const char *limit, const char *id)
@@ -529,13 +541,15 @@ static void test_lapsed_member_reserved(void **state)
 			/* lapsed: not live, its fallback held */
 			assert_int_equal(a.live, 1);
 			assert_true(a.reserved == 2.5);
-			assert_int_equal(in_hb("lapse", "rA"), 1);
+			assert_int_equal(in_hb("lapse", "rA"), 0);
+			assert_int_equal(in_lapsed("lapse", "rA"), 1);
 			assert_int_equal(in_size("lapse", "rA"), 0);
 			saw_reserved = true;
 		} else if (age > stale + hold + 20) {
 			assert_int_equal(a.live, 1);
 			assert_true(a.reserved == 0);
 			assert_int_equal(in_hb("lapse", "rA"), 0);
+			assert_int_equal(in_lapsed("lapse", "rA"), 0);
 			break;
 		}
 	}
@@ -706,7 +720,7 @@ static void test_many_one_round_trip(void **state)
 	assert_int_equal(cmd_calls(&g_master, "evalsha"), calls0 + 1);
 	assert_int_equal(st1.round_trips - st0.round_trips, 1);
 	assert_int_equal(st1.commands - st0.commands, 1);
-	assert_int_equal(rp_command_int(&g_master, -1, "EXISTS " PREFIX ":pool:many-3:hb"), 0);
+	assert_int_equal(rp_command_int(&g_master, -1, "EXISTS " PREFIX ":pool:{many-3}:hb"), 0);
 }
 
 /* After SCRIPT FLUSH (or a restart) the script is sent again with EVAL. */
@@ -761,8 +775,8 @@ static void test_bad_data(void **state)
 	a = beat(s, "bad", "ok", LIVE, 60000);
 	ASSERT_ANS(a, 0, 2, 2);
 
-	assert_int_equal(rp_command_int(&g_master, -1, "DEL " PREFIX ":pool:wrong:hb"), 0);
-	redisReply *r = rp_command(&g_master, "SET " PREFIX ":pool:wrong:hb x");
+	assert_int_equal(rp_command_int(&g_master, -1, "DEL " PREFIX ":pool:{wrong}:hb"), 0);
+	redisReply *r = rp_command(&g_master, "SET " PREFIX ":pool:{wrong}:hb x");
 	assert_non_null(r);
 	freeReplyObject(r);
 	assert_int_equal(kt_store_heartbeat(s, "wrong", &m, 1, 3000, &a, err, sizeof(err)), -EIO);
@@ -771,6 +785,318 @@ static void test_bad_data(void **state)
 	assert_true(kt_store_connected(s)); /* the server is fine: no reconnect */
 	a = beat(s, "bad", "ok", LIVE, 60000);
 	assert_int_equal(a.live, 2);
+}
+
+/* ---- incremental counters ---- */
+
+static redisReply *cmd(const char *fmt, ...)
+{
+	va_list ap;
+	redisReply *r;
+	redisContext *c = rp_connect(&g_master);
+	char buf[512];
+
+	assert_non_null(c);
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	r = redisCommand(c, buf);
+	redisFree(c);
+	assert_non_null(r);
+	return r;
+}
+
+/* A stored size as the script judges it: 1..KT_STORE_MAX_POOL, or 0 when invalid. */
+static int size_value(const char *v)
+{
+	char *end;
+	double x;
+
+	if (!v || !*v)
+		return 0;
+	x = strtod(v, &end);
+	if (*end || !isfinite(x) || x < 1 || x > KT_STORE_MAX_POOL || x != floor(x))
+		return 0;
+	return (int)x;
+}
+
+static double hget_num(const char *limit, const char *suffix, const char *field)
+{
+	char k[128];
+	redisReply *r;
+	double v = -1;
+
+	key(k, sizeof(k), limit, suffix);
+	r = cmd("HGET %s %s", k, field);
+	if (r->type == REDIS_REPLY_STRING)
+		v = strtod(r->str, NULL);
+	freeReplyObject(r);
+	return v;
+}
+
+/* Recomputes the pool of limit from hb, size, lapsed and fb the way the old
+ * full-scan script did, and checks the counters and the answer a (just
+ * returned; nothing changes between calls) against it. */
+static void check_counters(const char *limit, const struct kt_pool_answer *a)
+{
+	char k[128];
+	redisReply *hb, *lp;
+	int n = 0, ns = 0, bad = 0, hi = 0, nv = 0, vals[64], cnt[64];
+	double res = 0;
+
+	key(k, sizeof(k), limit, "hb");
+	hb = cmd("ZRANGE %s 0 -1", k);
+	for (size_t i = 0; i < hb->elements; i++) {
+		char sk[128];
+		redisReply *r;
+		int v, j;
+
+		key(sk, sizeof(sk), limit, "size");
+		r = cmd("HGET %s %s", sk, hb->element[i]->str);
+		n++;
+		ns += r->type == REDIS_REPLY_STRING;
+		v = size_value(r->type == REDIS_REPLY_STRING ? r->str : NULL);
+		freeReplyObject(r);
+		if (!v) {
+			bad++;
+			continue;
+		}
+		for (j = 0; j < nv && vals[j] != v; j++)
+			;
+		if (j == nv) {
+			assert_true(nv < 64);
+			vals[nv] = v;
+			cnt[nv++] = 0;
+		}
+		cnt[j]++;
+		if (v > hi)
+			hi = v;
+	}
+	freeReplyObject(hb);
+	key(k, sizeof(k), limit, "lapsed");
+	lp = cmd("ZRANGE %s 0 -1", k);
+	for (size_t i = 0; i < lp->elements; i++) {
+		double f = hget_num(limit, "fb", lp->element[i]->str);
+
+		if (f >= 0)
+			res += f;
+	}
+	/* the counters */
+	assert_int_equal((int)hget_num(limit, "meta", "n") * (n > 0 || lp->elements > 0), n);
+	if (n + (int)lp->elements > 0) {
+		assert_int_equal((int)hget_num(limit, "meta", "ns"), ns);
+		assert_int_equal((int)hget_num(limit, "meta", "bad"), bad);
+		assert_int_equal((int)hget_num(limit, "meta", "nl"), (int)lp->elements);
+		assert_true(fabs(hget_num(limit, "meta", "res") - res) < 1e-9);
+	}
+	freeReplyObject(lp);
+	key(k, sizeof(k), limit, "hist");
+	assert_int_equal(rp_command_int(&g_master, -1, "HLEN %s", k), nv);
+	for (int j = 0; j < nv; j++) {
+		char f[16];
+
+		snprintf(f, sizeof(f), "%d", vals[j]);
+		assert_int_equal((int)hget_num(limit, "hist", f), cnt[j]);
+	}
+	key(k, sizeof(k), limit, "sizes");
+	assert_int_equal(rp_command_int(&g_master, -1, "ZCARD %s", k), nv);
+	key(k, sizeof(k), limit, "counted");
+	assert_int_equal(rp_command_int(&g_master, -1, "HLEN %s", k), n);
+	/* the answer, by the old rules */
+	assert_int_equal(a->live, n);
+	assert_int_equal(a->size, hi > n ? hi : n);
+	assert_int_equal(a->agree, bad == 0 && nv == 1 && hi == n);
+	assert_true(fabs(a->reserved - res) < 1e-9);
+}
+
+static struct kt_pool_answer beat_fb(struct kt_store *s, const char *limit, const char *id, int size,
+				     uint64_t stale, uint64_t hold, double fb)
+{
+	struct kt_pool_member m = { id, size };
+	struct kt_pool_req q = { .limit = limit, .members = &m, .n_members = 1, .stale_ms = stale,
+				 .save_ramp = -1, .hold_ms = hold, .fallback_rate = fb };
+	struct kt_pool_answer a;
+
+	ASSERT_OK(kt_store_heartbeat_many(s, &q, 1, &a, err, sizeof(err)));
+	check_counters(limit, &a);
+	return a;
+}
+
+/* Join, size changes, lapse, return from lapse, hold expiry, leave (live and
+ * lapsed), an invalid size written by hand: after every call the counters
+ * match a full recount and the answer is the full-scan answer. */
+static void test_counters_exact(void **state)
+{
+	const uint64_t stale = 300, hold = 400;
+	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	const char *ids[4] = { "cA", "cB", "cC", "cD" };
+	const double fb[4] = { 1.5, 0.25, 2, 0.125 };
+	const char *gone[1];
+	struct kt_pool_answer a;
+	char hbk[128], szk[128];
+
+	(void)state;
+	for (int r = 0; r < 3; r++) /* join, then converge */
+		for (int i = 0; i < 4; i++)
+			beat_fb(s, "cnt", ids[i], LIVE, stale, hold, fb[i]);
+	a = beat_fb(s, "cnt", "cA", LIVE, stale, hold, fb[0]);
+	ASSERT_ANS(a, 1, 4, 4);
+	/* size changes: explicit sizes, then back */
+	beat_fb(s, "cnt", "cB", 7, stale, hold, fb[1]);
+	beat_fb(s, "cnt", "cC", 7, stale, hold, fb[2]);
+	a = beat_fb(s, "cnt", "cB", 5, stale, hold, fb[1]);
+	ASSERT_ANS(a, 0, 7, 4);
+	for (int i = 0; i < 4; i++)
+		a = beat_fb(s, "cnt", ids[i], LIVE, stale, hold, fb[i]);
+	ASSERT_ANS(a, 1, 4, 4);
+	/* cC and cD go silent: they lapse, their fallback held */
+	for (int r = 0; r < 5; r++) {
+		rp_sleep_ms(90);
+		beat_fb(s, "cnt", "cA", LIVE, stale, hold, fb[0]);
+		a = beat_fb(s, "cnt", "cB", LIVE, stale, hold, fb[1]);
+	}
+	assert_int_equal(a.live, 2);
+	assert_true(a.reserved == 2.125);
+	assert_int_equal(in_lapsed("cnt", "cC"), 1);
+	/* cC comes back from lapse; cD leaves while lapsed */
+	a = beat_fb(s, "cnt", "cC", LIVE, stale, hold, fb[2]);
+	ASSERT_ANS(a, 0, 3, 3);
+	assert_true(a.reserved == 0.125);
+	gone[0] = "cD";
+	ASSERT_OK(kt_store_leave(s, "cnt", gone, 1, err, sizeof(err)));
+	a = beat_fb(s, "cnt", "cA", LIVE, stale, hold, fb[0]);
+	assert_true(a.reserved == 0);
+	/* cC lapses again and its hold runs out */
+	for (int r = 0; r < 10; r++) {
+		rp_sleep_ms(100);
+		beat_fb(s, "cnt", "cA", LIVE, stale, hold, fb[0]);
+		a = beat_fb(s, "cnt", "cB", LIVE, stale, hold, fb[1]);
+	}
+	ASSERT_ANS(a, 1, 2, 2);
+	assert_true(a.reserved == 0);
+	assert_int_equal(in_lapsed("cnt", "cC"), 0);
+	/* a live member leaves */
+	gone[0] = "cB";
+	ASSERT_OK(kt_store_leave(s, "cnt", gone, 1, err, sizeof(err)));
+	a = beat_fb(s, "cnt", "cA", LIVE, stale, hold, fb[0]);
+	ASSERT_ANS(a, 1, 1, 1);
+	/* an invalid size written by hand for a new member, then a valid one */
+	key(hbk, sizeof(hbk), "cnt", "hb");
+	key(szk, sizeof(szk), "cnt", "size");
+	assert_int_equal(rp_command_int(&g_master, -1, "ZADD %s %lld hand", hbk, server_time_ms(&g_master)), 1);
+	assert_int_equal(rp_command_int(&g_master, -1, "HSET %s hand 2.5", szk), 1);
+	a = beat_fb(s, "cnt", "cA", LIVE, stale, hold, fb[0]);
+	ASSERT_ANS(a, 0, 2, 2);
+	assert_int_equal((int)hget_num("cnt", "meta", "bad"), 1);
+	a = beat_fb(s, "cnt", "hand", 2, stale, hold, 0); /* cA already says 2 */
+	ASSERT_ANS(a, 1, 2, 2);
+	assert_int_equal((int)hget_num("cnt", "meta", "bad"), 0);
+}
+
+/* Counters changed behind the script's back are noticed by the O(1) guard
+ * and rebuilt: the next answer is right whatever was corrupted. */
+static void test_rebuild_guard(void **state)
+{
+	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	const char *corrupt[] = {
+		"HSET %s n 7",          /* meta: wrong live count */
+		"HSET %s bad 1",        /* meta: a member counted invalid twice */
+		"HSET %s nl 2",         /* meta: lapsed count */
+		"HSET %s res -5",       /* meta: reserved below 0 */
+		"DEL %s",               /* meta evicted */
+		"HINCRBY %s 3 5",       /* hist: a count off */
+		"DEL %s",               /* hist evicted */
+		"ZADD %s 9 9",          /* sizes: a value nobody reported */
+		"DEL %s",               /* counted evicted */
+		"ZADD %s 1 ghost",      /* lapsed: someone nobody counted */
+	};
+	const char *where[] = { "meta", "meta", "meta", "meta", "meta", "hist", "hist", "sizes", "counted",
+				"lapsed" };
+	struct kt_pool_answer a;
+	char k[128];
+
+	(void)state;
+	for (int r = 0; r < 2; r++)
+		for (int i = 0; i < 3; i++) {
+			char id[8];
+
+			snprintf(id, sizeof(id), "g%d", i);
+			a = beat_fb(s, "guard", id, LIVE, 60000, 60000, 1);
+		}
+	ASSERT_ANS(a, 1, 3, 3);
+	for (size_t i = 0; i < sizeof(corrupt) / sizeof(corrupt[0]); i++) {
+		redisReply *r;
+
+		key(k, sizeof(k), "guard", where[i]);
+		r = cmd(corrupt[i], k);
+		freeReplyObject(r);
+		a = beat_fb(s, "guard", "g0", LIVE, 60000, 60000, 1); /* checks the counters too */
+		ASSERT_ANS(a, 1, 3, 3);
+		assert_true(a.reserved == 0);
+	}
+	/* a live member removed by hand (hb and size): the pool shrinks at once */
+	key(k, sizeof(k), "guard", "hb");
+	assert_int_equal(rp_command_int(&g_master, -1, "ZREM %s g2", k), 1);
+	a = beat_fb(s, "guard", "g0", LIVE, 60000, 60000, 1);
+	ASSERT_ANS(a, 0, 3, 2);
+}
+
+/* Redis's own time per heartbeat script call (usec_per_call of evalsha) when
+ * one node of `nodes`, each with 10 members on one limit, heartbeats. */
+static double hb_cost_us(struct kt_store *s, const char *limit, int nodes)
+{
+	struct kt_pool_member m[10];
+	char ids[10][32], v[256];
+	struct kt_pool_answer a;
+	const int calls = 200;
+	redisReply *r;
+	double us;
+
+	/* the pool: every node heartbeats twice (the second time all agree) */
+	for (int round = 0; round < 2; round++) {
+		for (int n = 0; n < nodes; n++) {
+			for (int j = 0; j < 10; j++) {
+				snprintf(ids[j], sizeof(ids[j]), "node%04d/m%d", n, j);
+				m[j].id = ids[j];
+				m[j].reported_size = LIVE;
+			}
+			ASSERT_OK(kt_store_heartbeat(s, limit, m, 10, 600000, &a, err, sizeof(err)));
+		}
+	}
+	ASSERT_ANS(a, 1, nodes * 10, nodes * 10);
+	r = rp_command(&g_master, "CONFIG RESETSTAT");
+	assert_non_null(r);
+	freeReplyObject(r);
+	for (int c = 0; c < calls; c++) {
+		int n = (c * 7) % nodes;
+
+		for (int j = 0; j < 10; j++)
+			snprintf(ids[j], sizeof(ids[j]), "node%04d/m%d", n, j);
+		ASSERT_OK(kt_store_heartbeat(s, limit, m, 10, 600000, &a, err, sizeof(err)));
+	}
+	ASSERT_ANS(a, 1, nodes * 10, nodes * 10);
+	assert_int_equal(rp_info_field(&g_master, "commandstats", "cmdstat_evalsha", v, sizeof(v)), 0);
+	assert_non_null(strstr(v, "calls=200,"));
+	assert_non_null(strstr(v, "usec_per_call="));
+	us = strtod(strstr(v, "usec_per_call=") + 14, NULL);
+	print_message("%d nodes x 10 members: heartbeat script %.1f us per call (%s)\n", nodes, us, v);
+	return us;
+}
+
+/* The script's cost follows this node's members, not the pool: the old full
+ * scan took ~3.7 ms per call at 1,000 nodes x 10 members. */
+static void test_heartbeat_cost(void **state)
+{
+	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	double small, big;
+
+	(void)state;
+	small = hb_cost_us(s, "cost100", 100);
+	big = hb_cost_us(s, "cost1000", 1000);
+	if (big >= 1000)
+		fail_msg("1,000 nodes: %.1f us per call, want < 1 ms", big);
+	if (big >= 3 * small)
+		fail_msg("cost grew from %.1f us (100 nodes) to %.1f us (1,000 nodes)", small, big);
 }
 
 static void test_invalid_args(void **state)
@@ -917,11 +1243,11 @@ static void test_auth_and_db(void **state)
 	assert_non_null(c);
 	r = redisCommand(c, "SELECT 2");
 	freeReplyObject(r);
-	r = redisCommand(c, "EXISTS " PREFIX ":pool:db:hb");
+	r = redisCommand(c, "EXISTS " PREFIX ":pool:{db}:hb");
 	assert_int_equal(r->integer, 1);
 	freeReplyObject(r);
 	redisFree(c);
-	assert_int_equal(rp_command_int(p, -1, "EXISTS " PREFIX ":pool:db:hb"), 0);
+	assert_int_equal(rp_command_int(p, -1, "EXISTS " PREFIX ":pool:{db}:hb"), 0);
 	s = open_single(p->port, NULL, pw, 99);
 	assert_int_equal(kt_store_ping(s, err, sizeof(err)), -EIO);
 	assert_non_null(strstr(err, "SELECT 99"));
@@ -1090,9 +1416,9 @@ static void test_malformed_replies(void **state)
 	snprintf(last, sizeof(last), "%s %s %d", g_fake.last_cmd, g_fake.last_arg2, g_fake.last_argc);
 	pthread_mutex_unlock(&g_fake.mu);
 	assert_true(a.reserved == 1.5);
-	/* EVALSHA sha 4 (hb, size, ramp, fb keys) + stale, n, ramp, ttl, hold, fb
-	 * + one (id, size) */
-	assert_string_equal(last, "EVALSHA 4 15");
+	/* EVALSHA sha 9 (hb, size, ramp, fb, lapsed, counted, hist, sizes, meta
+	 * keys) + stale, n, ramp, ttl, hold, fb + one (id, size) */
+	assert_string_equal(last, "EVALSHA 9 20");
 	for (size_t i = 0; i < sizeof(hb) / sizeof(hb[0]); i++) {
 		fake_set(&g_fake, hb[i].reply);
 		a.agree = 7;
@@ -1208,7 +1534,7 @@ static void test_sentinel_failover(void **state)
 		rp_sleep_ms(50);
 	}
 	ASSERT_ANS(a, 1, 1, 1);
-	r = rp_command(R, "ZSCORE " PREFIX ":pool:sent:hb sm");
+	r = rp_command(R, "ZSCORE " PREFIX ":pool:{sent}:hb sm");
 	assert_non_null(r);
 	assert_int_equal(r->type, REDIS_REPLY_STRING);
 	freeReplyObject(r);
@@ -1230,6 +1556,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_many_one_round_trip, teardown),
 		cmocka_unit_test_teardown(test_noscript_fallback, teardown),
 		cmocka_unit_test_teardown(test_bad_data, teardown),
+		cmocka_unit_test_teardown(test_counters_exact, teardown),
+		cmocka_unit_test_teardown(test_rebuild_guard, teardown),
+		cmocka_unit_test_teardown(test_heartbeat_cost, teardown),
 		cmocka_unit_test_teardown(test_invalid_args, teardown),
 		cmocka_unit_test_teardown(test_tls_config_checked, teardown),
 		cmocka_unit_test_teardown(test_auth_and_db, teardown),

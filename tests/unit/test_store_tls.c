@@ -80,12 +80,12 @@ static int beat(struct kt_store *s, const char *limit, const char *id, struct kt
 /* The heartbeat really reached this server: hb and size hold the member. */
 static void assert_stored(const struct rp_proc *p, const char *limit, const char *id)
 {
-	redisReply *r = rp_command(p, "ZSCORE " PREFIX ":pool:%s:hb %s", limit, id);
+	redisReply *r = rp_command(p, "ZSCORE " PREFIX ":pool:{%s}:hb %s", limit, id);
 
 	assert_non_null(r);
 	assert_int_equal(r->type, REDIS_REPLY_STRING);
 	freeReplyObject(r);
-	r = rp_command(p, "HGET " PREFIX ":pool:%s:size %s", limit, id);
+	r = rp_command(p, "HGET " PREFIX ":pool:{%s}:size %s", limit, id);
 	assert_non_null(r);
 	assert_int_equal(r->type, REDIS_REPLY_STRING);
 	assert_string_equal(r->str, "1");

@@ -3,26 +3,40 @@
  * driven blocking for now, short timeouts). The daemon calls it synchronously from its event loop once per
  * heartbeat; the request path never touches it.
  *
- * Keys (P = store.keyPrefix, default "kthrottle"; L = limit name):
- *   P:pool:L:hb    sorted set  member id -> last heartbeat, Redis TIME in ms
- *   P:pool:L:size  hash        member id -> pool size that member reported
- *   P:pool:L:ramp  string      ramp level (tokens/s, "%.17g") for resumedRampUp
- *   P:pool:L:fb    hash        member id -> fallback rate its kernel buckets
- *                              run at once its lease lapsed (tokens/s)
- * hb, size and fb get PEXPIRE KT_STORE_EXPIRE_FACTOR x (stale + hold) on
- * every heartbeat, so they vanish once every member is gone; ramp is SET
- * with PX ttl.
- * Redis Cluster is not supported (one script touches the keys of every limit).
+ * Keys (P = store.keyPrefix, default "kthrottle"; L = limit name). Every key
+ * of a limit carries the Redis Cluster hash tag {L}, so each script call
+ * touches one slot per limit (the client does not speak Cluster yet):
+ *   P:pool:{L}:hb      sorted set  live member id -> last heartbeat, Redis TIME in ms
+ *   P:pool:{L}:lapsed  sorted set  lapsed (held) member id -> last heartbeat
+ *   P:pool:{L}:size    hash        live member id -> pool size it reported
+ *   P:pool:{L}:fb      hash        member id -> fallback rate its kernel buckets
+ *                                  run at once its lease lapsed (tokens/s)
+ *   P:pool:{L}:ramp    string      ramp level (tokens/s, "%.17g") for resumedRampUp
+ * and the counters the heartbeat answers from without reading the pool:
+ *   P:pool:{L}:counted hash        live member id -> size bucket it is counted
+ *                                  in ("x": invalid or missing size)
+ *   P:pool:{L}:hist    hash        size -> live members counted at that size
+ *   P:pool:{L}:sizes   sorted set  the sizes in hist (score = size)
+ *   P:pool:{L}:meta    hash        n live, ns live with a size, bad live with
+ *                                  an invalid size, nl lapsed, res their
+ *                                  fallback rates summed ("%.17g")
+ * All but ramp get PEXPIRE KT_STORE_EXPIRE_FACTOR x (stale + hold) on every
+ * heartbeat, so they vanish once every member is gone; ramp is SET with PX
+ * ttl. A call costs O(this node's members + members that just lapsed or
+ * died + log pool). The counters are checked against the key sizes (O(1))
+ * on every call; if someone else changed the keys (hand edit, eviction) they
+ * are rebuilt from hb, lapsed, size and fb once (O(pool)). A hand edit of an
+ * existing member's size field is not seen until that member's next
+ * heartbeat overwrites it.
  *
  * Consensus (seed 000, with DESIGN.md §5's defects fixed): each heartbeat is
  * ONE EVALSHA per node covering all of its limits (kt_store_heartbeat_many).
  * Per limit the script, with redis.call('TIME') as its only clock:
- *   1. ZADD hb now id for every local member;
+ *   1. ZADD hb now id for every local member (a lapsed one returns to live);
  *   2. a member whose heartbeat is older than stale_ms has lapsed (its
- *      lease ended): it leaves size, but for hold_ms more it stays in hb and
- *      its fallback rate is added to the answer's `reserved`; older than
- *      stale_ms + hold_ms it is removed from hb, size and fb; size entries
- *      with no live heartbeat are removed;
+ *      lease ended): it moves from hb to lapsed and leaves size, and for
+ *      hold_ms more its fallback rate is added to the answer's `reserved`;
+ *      older than stale_ms + hold_ms it is removed from lapsed and fb;
  *   3. HSET size id reported_size for every local member, where
  *      KT_POOL_REPORT_LIVE (0) stores the live count just computed;
  *   4. answers AGREE(size) when every live member's stored size is the same
@@ -74,7 +88,7 @@
 #define KT_STORE_CALL_BUDGET_MS 1000  /* upper bound on one call, connection setup included */
 #define KT_STORE_BACKOFF_MIN_MS 100   /* first retry after a failure... */
 #define KT_STORE_BACKOFF_MAX_MS 5000  /* ...doubling up to this; each delay jittered in [d/2, d] */
-#define KT_STORE_EXPIRE_FACTOR 3      /* hb/size keys expire after this many stale windows */
+#define KT_STORE_EXPIRE_FACTOR 3      /* pool keys expire after this many (stale + hold) windows */
 #define KT_STORE_MAX_POOL 1000000     /* reported sizes are 1..this */
 #define KT_STORE_ID_MAX 255           /* member id: 1..this bytes of '!'..'~' */
 #define KT_STORE_PREFIX_MAX 64        /* keyPrefix: 1..this bytes of '!'..'~' */
@@ -132,10 +146,10 @@ int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, 
 /* Convenience: one limit, no ramp save. */
 int kt_store_heartbeat(struct kt_store *s, const char *limit, const struct kt_pool_member *m, int n,
 		       uint64_t stale_ms, struct kt_pool_answer *ans, char *err, size_t errlen);
-/* Graceful deregistration: removes ids from hb and size at once. */
+/* Graceful deregistration: removes ids (live or lapsed) at once. */
 int kt_store_leave(struct kt_store *s, const char *limit, const char *const *ids, int n, char *err,
 		   size_t errlen);
-/* SET P:pool:L:ramp rate PX ttl_ms (last writer wins). */
+/* SET P:pool:{L}:ramp rate PX ttl_ms (last writer wins). */
 int kt_store_save_ramp(struct kt_store *s, const char *limit, double rate, uint64_t ttl_ms, char *err,
 		       size_t errlen);
 /* *rate = saved level, or -1 when there is none (never saved or expired). */

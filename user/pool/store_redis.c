@@ -20,108 +20,278 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-/* KEYS: hb, size, ramp, fb per limit. ARGV per limit: stale_ms, n, ramp
- * ("" = none), ramp_ttl_ms, hold_ms, fb (this node's fallback rate per
- * member, "%.17g"), then n (id, size) pairs, size "0" meaning "the live count
- * computed here". Returns {agree, size, live, reserved} per limit, reserved
- * as a string (Lua numbers become integers in replies).
+/* Per limit the scripts take these KEYS, all under the hash tag {L} (store.h):
+ * hb, size, ramp, fb, lapsed, counted, hist, sizes, meta. */
+#define N_KEYS 9
+static const char *const key_names[N_KEYS] = {
+	"hb", "size", "ramp", "fb", "lapsed", "counted", "hist", "sizes", "meta",
+};
+
+/* Shared by both scripts. The answer comes from counters kept as members
+ * join, lapse, return, die and leave, so a call costs O(this node's members +
+ * members that just lapsed or died) plus O(log pool), never a pass over the
+ * pool:
+ *   counted  live id -> the size bucket it is counted in: its stored size
+ *            (what this script wrote; a hand edit of size is not seen until
+ *            that member's next heartbeat) or 'x' when invalid or missing
+ *   hist     bucket -> number of live members counted in it
+ *   sizes    zset of the buckets in hist (score = size), for the largest
+ *   meta     n live, ns live with a size entry, bad live counted 'x',
+ *            nl lapsed, res sum of the lapsed members' fallback rates
+ * load() checks the counters against the cardinalities, O(1) (and that
+ * hist sums to the valid live members when it has at most 32 buckets); a mismatch
+ * means someone else changed the keys (hand edit, eviction, partial expiry)
+ * and the heartbeat rebuilds everything from hb, lapsed, size and fb, O(pool),
+ * once. A stored size that is not an integer in 1..KT_STORE_MAX_POOL counts
+ * as a member that does not agree, never as an error; a stored fallback rate
+ * that is not a finite number >= 0 is reserved as 0. unpack is chunked:
+ * Lua's C stack is limited. */
+#define LUA_COMMON \
+	"local function keyset(k)\n" \
+	"  return {hb = KEYS[k], size = KEYS[k + 1], ramp = KEYS[k + 2], fb = KEYS[k + 3],\n" \
+	"          lapsed = KEYS[k + 4], counted = KEYS[k + 5], hist = KEYS[k + 6],\n" \
+	"          sizes = KEYS[k + 7], meta = KEYS[k + 8]}\n" \
+	"end\n" \
+	"local function bucket(v)\n" \
+	"  local x = tonumber(v)\n" \
+	"  if x == nil or x < 1 or x > " STR(KT_STORE_MAX_POOL) " or x ~= math.floor(x) then return 'x' end\n" \
+	"  return string.format('%d', x)\n" \
+	"end\n" \
+	"local function rate(v)\n" \
+	"  local x = tonumber(v)\n" \
+	"  if x ~= nil and x >= 0 and x < 1e15 then return x end\n" \
+	"  return 0\n" \
+	"end\n" \
+	"local function each(cmd, key, list, step)\n" \
+	"  for i = 1, #list, step do\n" \
+	"    redis.call(cmd, key, unpack(list, i, math.min(i + step - 1, #list)))\n" \
+	"  end\n" \
+	"end\n" \
+	"local function load(K)\n" \
+	"  local m = redis.call('HMGET', K.meta, 'n', 'ns', 'bad', 'nl', 'res')\n" \
+	"  local c = {n = tonumber(m[1]) or 0, ns = tonumber(m[2]) or 0, bad = tonumber(m[3]) or 0,\n" \
+	"             nl = tonumber(m[4]) or 0, res = tonumber(m[5]) or 0}\n" \
+	"  local nv = redis.call('HLEN', K.hist)\n" \
+	"  local ok = redis.call('ZCARD', K.hb) == c.n and redis.call('HLEN', K.counted) == c.n\n" \
+	"    and redis.call('HLEN', K.size) == c.ns and c.ns <= c.n\n" \
+	"    and redis.call('ZCARD', K.lapsed) == c.nl and redis.call('ZCARD', K.sizes) == nv\n" \
+	"    and c.bad >= 0 and c.bad + nv <= c.n and c.res >= 0 and c.res < 1e30\n" \
+	"  if ok and nv <= 32 then\n" \
+	"    local sum = 0\n" \
+	"    for _, v in ipairs(redis.call('HVALS', K.hist)) do sum = sum + (tonumber(v) or -1e9) end\n" \
+	"    ok = sum == c.n - c.bad\n" \
+	"  end\n" \
+	"  return c, ok\n" \
+	"end\n" \
+	/* a live member enters (d = 1) or leaves (d = -1) bucket b */ \
+	"local function count(K, c, b, d)\n" \
+	"  if b == 'x' then\n" \
+	"    c.bad = c.bad + d\n" \
+	"    if c.bad < 0 then c.dirty = true end\n" \
+	"    return\n" \
+	"  end\n" \
+	"  local v = redis.call('HINCRBY', K.hist, b, d)\n" \
+	"  if v <= 0 then\n" \
+	"    redis.call('HDEL', K.hist, b)\n" \
+	"    redis.call('ZREM', K.sizes, b)\n" \
+	"    if v < 0 then c.dirty = true end\n" \
+	"  elseif v == d then\n" \
+	"    redis.call('ZADD', K.sizes, b, b)\n" \
+	"  end\n" \
+	"end\n" \
+	"local function save(K, c)\n" \
+	"  if c.nl == 0 or c.res < 0 then c.res = 0 end\n" \
+	"  if c.n + c.nl > 0 then\n" \
+	"    redis.call('HMSET', K.meta, 'n', c.n, 'ns', c.ns, 'bad', c.bad, 'nl', c.nl,\n" \
+	"               'res', string.format('%.17g', c.res))\n" \
+	"  else\n" \
+	"    redis.call('DEL', K.meta)\n" \
+	"  end\n" \
+	"end\n"
+
+/* KEYS: N_KEYS per limit. ARGV per limit: stale_ms, n, ramp ("" = none),
+ * ramp_ttl_ms, hold_ms, fb (this node's fallback rate per member, "%.17g"),
+ * then n (id, size) pairs, size "0" meaning "the live count computed here".
+ * Returns {agree, size, live, reserved} per limit, reserved as a string (Lua
+ * numbers become integers in replies).
  *
  * A member is live while its heartbeat is at most stale_ms old (its lease);
- * then it lapses: it leaves the live count and the size hash, but for
- * hold_ms more it stays in hb and its fallback rate (fb hash) is summed into
- * `reserved`, because its kernel buckets may still admit that much. After
- * that its buckets are closed and it is forgotten.
+ * then it lapses: it moves from hb to lapsed and leaves the live count and
+ * the size hash, but for hold_ms more its fallback rate (fb hash) is summed
+ * into `reserved`, because its kernel buckets may still admit that much.
+ * After that its buckets are closed and it is forgotten. Both moves read
+ * only the members concerned (ZRANGEBYSCORE up to the bound). The running
+ * reserved sum is recomputed exactly whenever at most RECOUNT members are
+ * lapsed (so it neither drifts nor goes negative), and is 0 when none are.
  *
  * TIME is the only clock; replicate_commands makes a write after TIME legal
- * on Redis < 5 (a no-op since 5). unpack is chunked: Lua's C stack is
- * limited. A stored size that is not an integer in range counts as a member
- * that does not agree, never as an error; a stored fallback rate that is not
- * a finite number >= 0 is reserved as 0 and overwritten at that member's
- * next heartbeat. */
+ * on Redis < 5 (a no-op since 5). */
 static const char hb_script[] =
 	"if redis.replicate_commands then redis.replicate_commands() end\n"
+	LUA_COMMON
+	"local RECOUNT = 64\n"
 	"local t = redis.call('TIME')\n"
 	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-	"local function each(cmd, key, list)\n"
-	"  for i = 1, #list, 500 do\n"
-	"    redis.call(cmd, key, unpack(list, i, math.min(i + 499, #list)))\n"
+	/* O(pool): every counter from hb, lapsed, size and fb */
+	"local function rebuild(K, stale, hold)\n"
+	"  local seen = {}\n"
+	"  for _, z in ipairs({K.hb, K.lapsed}) do\n"
+	"    local r = redis.call('ZRANGE', z, 0, -1, 'WITHSCORES')\n"
+	"    for i = 1, #r, 2 do\n"
+	"      local s = tonumber(r[i + 1])\n"
+	"      if s ~= nil and (seen[r[i]] == nil or s > seen[r[i]][1]) then seen[r[i]] = {s, r[i + 1]} end\n"
+	"    end\n"
 	"  end\n"
+	"  local function map(key)\n"
+	"    local m, r = {}, redis.call('HGETALL', key)\n"
+	"    for i = 1, #r, 2 do m[r[i]] = r[i + 1] end\n"
+	"    return m\n"
+	"  end\n"
+	"  local sz, fbm = map(K.size), map(K.fb)\n"
+	"  redis.call('DEL', K.hb, K.lapsed, K.size, K.fb, K.counted, K.hist, K.sizes, K.meta)\n"
+	"  local c = {n = 0, ns = 0, bad = 0, nl = 0, res = 0}\n"
+	"  local hb, lp, szl, fbl, cl, hist = {}, {}, {}, {}, {}, {}\n"
+	"  local function push(l, x, y) l[#l + 1] = x; l[#l + 1] = y end\n"
+	"  for id, s in pairs(seen) do\n"
+	"    if s[1] >= now - stale then\n"
+	"      push(hb, s[2], id)\n"
+	"      c.n = c.n + 1\n"
+	"      local b = bucket(sz[id])\n"
+	"      push(cl, id, b)\n"
+	"      if sz[id] then push(szl, id, sz[id]); c.ns = c.ns + 1 end\n"
+	"      if b == 'x' then c.bad = c.bad + 1 else hist[b] = (hist[b] or 0) + 1 end\n"
+	"      if fbm[id] then push(fbl, id, fbm[id]) end\n"
+	"    elseif s[1] >= now - stale - hold then\n"
+	"      push(lp, s[2], id)\n"
+	"      c.nl = c.nl + 1\n"
+	"      c.res = c.res + rate(fbm[id])\n"
+	"      if fbm[id] then push(fbl, id, fbm[id]) end\n"
+	"    end\n"
+	"  end\n"
+	"  local hl, sl = {}, {}\n"
+	"  for b, v in pairs(hist) do push(hl, b, v); push(sl, b, b) end\n"
+	"  each('ZADD', K.hb, hb, 1000); each('ZADD', K.lapsed, lp, 1000)\n"
+	"  each('HMSET', K.size, szl, 1000); each('HMSET', K.fb, fbl, 1000)\n"
+	"  each('HMSET', K.counted, cl, 1000); each('HMSET', K.hist, hl, 1000)\n"
+	"  each('ZADD', K.sizes, sl, 1000)\n"
+	"  return c\n"
 	"end\n"
 	"local out, a = {}, 1\n"
-	"for k = 1, #KEYS, 4 do\n"
-	"  local hb, sz, fbk = KEYS[k], KEYS[k + 1], KEYS[k + 3]\n"
+	"for k = 1, #KEYS, " STR(N_KEYS) " do\n"
+	"  local K = keyset(k)\n"
 	"  local stale, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])\n"
 	"  local ramp, rttl = ARGV[a + 2], ARGV[a + 3]\n"
 	"  local hold, fb = tonumber(ARGV[a + 4]), ARGV[a + 5]\n"
 	"  a = a + 6\n"
-	"  local first = a\n"
+	"  local first, fresh = a, {}\n"
+	"  local c, ok = load(K)\n"
+	"  if not ok then c = rebuild(K, stale, hold) end\n"
+	/* 1. this node's members heartbeat; one back from lapse leaves the reserve */
 	"  for i = 1, n do\n"
-	"    redis.call('ZADD', hb, now, ARGV[a])\n"
-	"    if fb ~= '0' then redis.call('HSET', fbk, ARGV[a], fb) else redis.call('HDEL', fbk, ARGV[a]) end\n"
+	"    local id = ARGV[a]\n"
+	"    if redis.call('ZADD', K.hb, now, id) == 1 then\n"
+	"      c.n = c.n + 1\n"
+	"      fresh[id] = true\n"
+	"      if redis.call('ZREM', K.lapsed, id) == 1 then\n"
+	"        c.nl = c.nl - 1\n"
+	"        c.res = c.res - rate(redis.call('HGET', K.fb, id))\n"
+	"      end\n"
+	"    end\n"
+	"    if fb ~= '0' then redis.call('HSET', K.fb, id, fb) else redis.call('HDEL', K.fb, id) end\n"
 	"    a = a + 2\n"
 	"  end\n"
-	"  if ramp ~= '' then redis.call('SET', KEYS[k + 2], ramp, 'PX', rttl) end\n"
-	"  local dead = redis.call('ZRANGEBYSCORE', hb, '-inf', '(' .. string.format('%.0f', now - stale - hold))\n"
-	"  if #dead > 0 then each('ZREM', hb, dead); each('HDEL', sz, dead); each('HDEL', fbk, dead) end\n"
-	"  local lapsed = redis.call('ZRANGEBYSCORE', hb, '-inf', '(' .. string.format('%.0f', now - stale))\n"
-	"  local reserved = 0\n"
-	"  if #lapsed > 0 then\n"
-	"    each('HDEL', sz, lapsed)\n"
-	"    for i = 1, #lapsed, 500 do\n"
-	"      local v = redis.call('HMGET', fbk, unpack(lapsed, i, math.min(i + 499, #lapsed)))\n"
-	"      for j = 1, #v do\n"
-	"        local x = tonumber(v[j])\n"
-	"        if x ~= nil and x >= 0 and x < 1e15 then reserved = reserved + x end\n"
-	"      end\n"
+	"  if ramp ~= '' then redis.call('SET', K.ramp, ramp, 'PX', rttl) end\n"
+	/* 2. live members silent for stale_ms lapse (or die, if silent for hold_ms more too) */
+	"  local lapse, forget = now - stale, now - stale - hold\n"
+	"  local gone = redis.call('ZRANGEBYSCORE', K.hb, '-inf', '(' .. string.format('%.0f', lapse), 'WITHSCORES')\n"
+	"  for i = 1, #gone, 2 do\n"
+	"    local id, s = gone[i], gone[i + 1]\n"
+	"    redis.call('ZREM', K.hb, id)\n"
+	"    c.n = c.n - 1\n"
+	"    count(K, c, redis.call('HGET', K.counted, id) or 'x', -1)\n"
+	"    redis.call('HDEL', K.counted, id)\n"
+	"    c.ns = c.ns - redis.call('HDEL', K.size, id)\n"
+	"    if tonumber(s) >= forget then\n"
+	"      redis.call('ZADD', K.lapsed, s, id)\n"
+	"      c.nl = c.nl + 1\n"
+	"      c.res = c.res + rate(redis.call('HGET', K.fb, id))\n"
+	"    else\n"
+	"      redis.call('HDEL', K.fb, id)\n"
 	"    end\n"
 	"  end\n"
-	"  local live = redis.call('ZRANGEBYSCORE', hb, string.format('%.0f', now - stale), '+inf')\n"
+	/* 3. lapsed members held for hold_ms are forgotten */
+	"  local dead = redis.call('ZRANGEBYSCORE', K.lapsed, '-inf', '(' .. string.format('%.0f', forget))\n"
+	"  if #dead > 0 then\n"
+	"    c.nl = c.nl - #dead\n"
+	"    if c.nl > RECOUNT then\n"
+	"      for i = 1, #dead, 500 do\n"
+	"        local v = redis.call('HMGET', K.fb, unpack(dead, i, math.min(i + 499, #dead)))\n"
+	"        for j = 1, #v do c.res = c.res - rate(v[j]) end\n"
+	"      end\n"
+	"    end\n"
+	"    each('ZREM', K.lapsed, dead, 500)\n"
+	"    each('HDEL', K.fb, dead, 500)\n"
+	"  end\n"
+	"  if c.nl <= RECOUNT then\n"
+	"    c.res = 0\n"
+	"    if c.nl > 0 then\n"
+	"      local ids = redis.call('ZRANGE', K.lapsed, 0, -1)\n"
+	"      local v = redis.call('HMGET', K.fb, unpack(ids))\n"
+	"      for j = 1, #v do c.res = c.res + rate(v[j]) end\n"
+	"    end\n"
+	"  end\n"
+	/* 4. sizes of this node's members, 0 = the live count now */
 	"  for i = first, a - 1, 2 do\n"
-	"    local r = ARGV[i + 1]\n"
-	"    if r == '0' then r = #live end\n"
-	"    redis.call('HSET', sz, ARGV[i], r)\n"
-	"  end\n"
-	"  local lo, hi, bad = nil, 0, false\n"
-	"  for i = 1, #live, 500 do\n"
-	"    local v = redis.call('HMGET', sz, unpack(live, i, math.min(i + 499, #live)))\n"
-	"    for j = 1, #v do\n"
-	"      local x = tonumber(v[j])\n"
-	"      if x == nil or x < 1 or x > " STR(KT_STORE_MAX_POOL) " or x ~= math.floor(x) then\n"
-	"        bad = true\n"
-	"      else\n"
-	"        if lo == nil or x < lo then lo = x end\n"
-	"        if x > hi then hi = x end\n"
-	"      end\n"
+	"    local id, r = ARGV[i], ARGV[i + 1]\n"
+	"    if r == '0' then r = string.format('%d', c.n) end\n"
+	"    local b, old = bucket(r), false\n"
+	"    if not fresh[id] then old = redis.call('HGET', K.counted, id) end\n"
+	"    if old ~= b then\n"
+	"      if old then count(K, c, old, -1) end\n"
+	"      count(K, c, b, 1)\n"
+	"      redis.call('HSET', K.counted, id, b)\n"
 	"    end\n"
+	"    c.ns = c.ns + redis.call('HSET', K.size, id, r)\n"
 	"  end\n"
-	"  if redis.call('HLEN', sz) > #live then\n"
-	"    local alive, orphans = {}, {}\n"
-	"    for i = 1, #live do alive[live[i]] = true end\n"
-	"    for _, id in ipairs(redis.call('HKEYS', sz)) do\n"
-	"      if not alive[id] then orphans[#orphans + 1] = id end\n"
-	"    end\n"
-	"    each('HDEL', sz, orphans)\n"
-	"  end\n"
-	"  if #live + #lapsed > 0 then\n"
+	"  if c.dirty then c = rebuild(K, stale, hold) end\n"
+	"  save(K, c)\n"
+	"  if c.n + c.nl > 0 then\n"
 	"    local ttl = (stale + hold) * " STR(KT_STORE_EXPIRE_FACTOR) "\n"
-	"    redis.call('PEXPIRE', hb, ttl)\n"
-	"    redis.call('PEXPIRE', sz, ttl)\n"
-	"    redis.call('PEXPIRE', fbk, ttl)\n"
+	"    for _, key in ipairs({K.hb, K.size, K.fb, K.lapsed, K.counted, K.hist, K.sizes, K.meta}) do\n"
+	"      redis.call('PEXPIRE', key, ttl)\n"
+	"    end\n"
 	"  end\n"
+	"  local hi = tonumber(redis.call('ZREVRANGE', K.sizes, 0, 0)[1]) or 0\n"
 	"  local agree = 0\n"
-	"  if not bad and lo == hi and hi == #live then agree = 1 end\n"
-	"  out[#out + 1] = {agree, math.max(hi, #live), #live, string.format('%.17g', reserved)}\n"
+	"  if c.bad == 0 and redis.call('ZCARD', K.sizes) == 1 and hi == c.n then agree = 1 end\n"
+	"  out[#out + 1] = {agree, math.max(hi, c.n), c.n, string.format('%.17g', c.res)}\n"
 	"end\n"
 	"return out\n";
 
-/* KEYS: hb, size, fb. ARGV: ids. Returns how many had a heartbeat. */
+/* KEYS: N_KEYS of one limit. ARGV: ids. Returns how many were live or
+ * lapsed. With consistent counters it keeps them exact; otherwise it only
+ * removes the ids and drops meta, so the next heartbeat rebuilds. */
 static const char leave_script[] =
+	LUA_COMMON
+	"local K = keyset(1)\n"
+	"local c, ok = load(K)\n"
 	"local n = 0\n"
 	"for i = 1, #ARGV do\n"
-	"  n = n + redis.call('ZREM', KEYS[1], ARGV[i])\n"
-	"  redis.call('HDEL', KEYS[2], ARGV[i])\n"
-	"  redis.call('HDEL', KEYS[3], ARGV[i])\n"
+	"  local id = ARGV[i]\n"
+	"  if redis.call('ZREM', K.hb, id) == 1 then\n"
+	"    n = n + 1\n"
+	"    c.n = c.n - 1\n"
+	"    if ok then count(K, c, redis.call('HGET', K.counted, id) or 'x', -1) end\n"
+	"  elseif redis.call('ZREM', K.lapsed, id) == 1 then\n"
+	"    n = n + 1\n"
+	"    c.nl = c.nl - 1\n"
+	"    c.res = c.res - rate(redis.call('HGET', K.fb, id))\n"
+	"  end\n"
+	"  redis.call('HDEL', K.counted, id)\n"
+	"  c.ns = c.ns - redis.call('HDEL', K.size, id)\n"
+	"  redis.call('HDEL', K.fb, id)\n"
 	"end\n"
+	"if ok and not c.dirty then save(K, c) else redis.call('DEL', K.meta) end\n"
 	"return n\n";
 
 enum { SCRIPT_HB, SCRIPT_LEAVE, N_SCRIPTS };
@@ -870,6 +1040,13 @@ static void arg_fmt(struct args *a, const char *fmt, ...)
 	a->len[a->n++] = (size_t)len;
 }
 
+/* The N_KEYS keys of one limit, in the scripts' order. */
+static void arg_keys(struct args *a, const char *prefix, const char *limit)
+{
+	for (int k = 0; k < N_KEYS; k++)
+		arg_fmt(a, "%s:pool:{%s}:%s", prefix, limit, key_names[k]);
+}
+
 /* EVALSHA, falling back to EVAL when the server lost the script (restart,
  * SCRIPT FLUSH). argv[0..1] are reserved for the command and script. */
 static int run_script(struct kt_store *s, int script, struct args *a, const char *what,
@@ -1234,7 +1411,7 @@ int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, 
 		ret = check_req(s, &reqs[i], i, err, errlen);
 		if (ret)
 			return ret;
-		cap += 10 + 2 * reqs[i].n_members;
+		cap += N_KEYS + 6 + 2 * reqs[i].n_members;
 	}
 	ret = begin(s, err, errlen);
 	if (ret)
@@ -1243,13 +1420,9 @@ int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, 
 	if (ret)
 		goto oom;
 	a.n = 2; /* EVALSHA sha */
-	arg_fmt(&a, "%d", 4 * n);
-	for (i = 0; i < n; i++) {
-		arg_fmt(&a, "%s:pool:%s:hb", s->prefix, reqs[i].limit);
-		arg_fmt(&a, "%s:pool:%s:size", s->prefix, reqs[i].limit);
-		arg_fmt(&a, "%s:pool:%s:ramp", s->prefix, reqs[i].limit);
-		arg_fmt(&a, "%s:pool:%s:fb", s->prefix, reqs[i].limit);
-	}
+	arg_fmt(&a, "%d", N_KEYS * n);
+	for (i = 0; i < n; i++)
+		arg_keys(&a, s->prefix, reqs[i].limit);
 	for (i = 0; i < n; i++) {
 		const struct kt_pool_req *q = &reqs[i];
 
@@ -1321,14 +1494,12 @@ int kt_store_leave(struct kt_store *s, const char *limit, const char *const *ids
 	ret = begin(s, err, errlen);
 	if (ret)
 		return ret;
-	ret = args_init(&a, 6 + n);
+	ret = args_init(&a, 3 + N_KEYS + n);
 	if (ret)
 		goto oom;
 	a.n = 2;
-	arg_ref(&a, "3");
-	arg_fmt(&a, "%s:pool:%s:hb", s->prefix, limit);
-	arg_fmt(&a, "%s:pool:%s:size", s->prefix, limit);
-	arg_fmt(&a, "%s:pool:%s:fb", s->prefix, limit);
+	arg_fmt(&a, "%d", N_KEYS);
+	arg_keys(&a, s->prefix, limit);
 	for (i = 0; i < n; i++)
 		arg_ref(&a, ids[i]);
 	if (a.oom)
@@ -1386,7 +1557,7 @@ int kt_store_save_ramp(struct kt_store *s, const char *limit, double rate, uint6
 	ret = begin(s, err, errlen);
 	if (ret)
 		return ret;
-	snprintf(key, sizeof(key), "%s:pool:%s:ramp", s->prefix, limit);
+	snprintf(key, sizeof(key), "%s:pool:{%s}:ramp", s->prefix, limit);
 	snprintf(val, sizeof(val), "%.17g", rate);
 	snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)ttl_ms);
 	ret = simple(s, 5, argv, "save ramp", &r, err, errlen);
@@ -1416,7 +1587,7 @@ int kt_store_load_ramp(struct kt_store *s, const char *limit, double *rate, char
 	ret = begin(s, err, errlen);
 	if (ret)
 		return ret;
-	snprintf(key, sizeof(key), "%s:pool:%s:ramp", s->prefix, limit);
+	snprintf(key, sizeof(key), "%s:pool:{%s}:ramp", s->prefix, limit);
 	ret = simple(s, 2, argv, "load ramp", &r, err, errlen);
 	if (ret)
 		return ret;

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* kt-storesim at a small size: 100 nodes x 10 members against its own
+ * redis-server through the real store code. Asserts the figures from its
+ * --json, not only its exit status: one round trip per heartbeat, the
+ * heartbeat script's p99 on the server under 1 ms, every steady answer AGREE
+ * at N x M, and after 10 nodes die at once every survivor AGREE at
+ * (N - K) x M within staleAfter + 2 heartbeats (and not before the dead
+ * could have lapsed). Also that bad input is refused with exit 2 and one
+ * line naming the option. No root needed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "ktest.h"
+
+#define NODES 100
+#define MEMBERS 10
+#define HB_MS 1000
+#define STALE_AFTER 3
+#define DURATION_S 4
+#define KILL 10
+
+static char *g_out; /* the tool's output; freed by teardown when an assert jumps out */
+
+static int teardown(void **state)
+{
+	(void)state;
+	free(g_out);
+	g_out = NULL;
+	return 0;
+}
+
+static double num(const char *json, const char *key)
+{
+	double v;
+
+	if (!ktest_json_num(json, key, &v))
+		fail_msg("kt-storesim --json has no \"%s\"", key);
+	return v;
+}
+
+static void test_small_fleet_meets_targets(void **state)
+{
+	const char *out;
+	double hb, rt, p99, late, kill_ms, start_ms, bound;
+	int rc;
+
+	(void)state;
+	if (!ktest_find_prog("redis-server"))
+		skip();
+	rc = ktest_run_bin("tools/kt-storesim", &g_out, "--nodes", "100", "--members", "10", "--heartbeat-ms",
+			   "1000", "--stale-after", "3", "--duration", "4", "--kill", "10", "--json", NULL);
+	out = g_out;
+	print_message("%s", out);
+	assert_non_null(strstr(out, "{\"nodes\":"));
+	assert_int_equal(num(out, "nodes"), NODES);
+	assert_int_equal(num(out, "members"), MEMBERS);
+	assert_int_equal(num(out, "kill"), KILL);
+
+	/* it ran the whole steady state on schedule: N heartbeats a second,
+	 * each on time, and the slow log caught the first half's scripts */
+	hb = num(out, "steady_heartbeats");
+	assert_true(hb >= 0.95 * NODES * DURATION_S && hb <= 1.05 * NODES * DURATION_S);
+	assert_true(num(out, "script_samples") >= 0.45 * hb);
+	late = num(out, "lateness_p99_ms");
+	assert_true(late < HB_MS / 20.0);
+	assert_int_equal(num(out, "errors"), 0);
+	assert_int_equal(num(out, "steady_not_agree"), 0);
+
+	/* exactly one exchange per heartbeat: 2 (or an uncounted 0) fails */
+	rt = num(out, "round_trips_per_heartbeat");
+	assert_true(rt >= 0.999 && rt <= 1.0);
+
+	p99 = num(out, "script_p99_us");
+	assert_true(p99 > 0 && p99 < 1000);
+	assert_true(num(out, "rtt_p99_us") > 0);
+	assert_true(num(out, "redis_cpu_pct") > 0);
+
+	/* joining over one period, then two heartbeats each */
+	start_ms = num(out, "agree_start_ms");
+	assert_true(start_ms > 0 && start_ms <= 3 * HB_MS + 250);
+	/* the dead lapse staleAfter heartbeats after their last one (at most
+	 * one period before the kill), then two heartbeats each */
+	bound = num(out, "agree_bound_ms");
+	assert_int_equal(bound, (STALE_AFTER + 2) * HB_MS);
+	kill_ms = num(out, "agree_after_kill_ms");
+	assert_true(kill_ms > (STALE_AFTER - 1) * HB_MS && kill_ms <= bound);
+
+	assert_int_equal(num(out, "pass"), 1);
+	assert_int_equal(rc, 0);
+}
+
+static void test_bad_input_exits_2_naming_it(void **state)
+{
+	static const struct {
+		const char *opt, *val;
+	} bad[] = {
+		{ "--nodes", "0" },    { "--members", "x" },   { "--heartbeat-ms", "-5" },
+		{ "--stale-after", "" }, { "--duration", "1e3" }, { "--redis", "nohost" },
+		{ "--threads", "65" }, { "--kill", "100" },
+	};
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		/* --kill 100 of 100 nodes leaves no survivor */
+		assert_int_equal(ktest_run_bin("tools/kt-storesim", &g_out, "--nodes", "100", bad[i].opt,
+					       bad[i].val, NULL),
+				 2);
+		assert_true(ktest_is_one_line(g_out));
+		assert_non_null(strstr(g_out, bad[i].opt));
+		teardown(NULL);
+	}
+	assert_int_equal(ktest_run_bin("tools/kt-storesim", &g_out, "--nodes", "10", "--no-such", NULL), 2);
+	assert_true(ktest_is_one_line(g_out));
+	assert_non_null(strstr(g_out, "--no-such"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_bad_input_exits_2_naming_it, teardown),
+		cmocka_unit_test_teardown(test_small_fleet_meets_targets, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,862 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* kt-storesim: N simulated nodes x M members against one real redis-server,
+ * each node a kt_store of its own heartbeating one limit through
+ * kt_store_heartbeat_many exactly as the daemon's pool does. Measures the
+ * heartbeat script's server time (SLOWLOG with a 0 threshold: Redis's own
+ * per-command timing), the client round trip, Redis CPU, round trips per
+ * heartbeat, and how long the pool takes to AGREE at start and after K nodes
+ * die at once. Exit 0: every target met; 1: a target missed; 2: bad input or
+ * setup failure.
+ * Requests carry hold_ms 0 and fallback_rate 0: the dead leave the answer as
+ * soon as they lapse, which is what the agreement bound is about. Redis 7
+ * slow-logs the commands a script calls as well, so the slow log is drained
+ * every 100 ms and its extra cost is kept out of the CPU figure (see main).
+ * With --redis the server's slow log settings are restored at the end, but
+ * its slow log is left empty. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/resource.h>
+#include <hiredis/hiredis.h>
+#include "redis_proc.h"
+#include "store.h"
+
+#define LIMIT_NAME "sim"
+#define ID_LEN 48
+#define SCRIPT_P99_TARGET_US 1000
+#define MAX_THREADS 64
+#define NS_PER_MS 1000000ULL
+
+/* GAP: between the measured window and the kill, while the slow log is read */
+enum phase { PH_START, PH_STEADY, PH_GAP, PH_KILL, PH_STOP, PH_COUNT };
+
+struct opts {
+	int nodes, members, heartbeat_ms, stale_after, duration_s, kill, threads;
+	char redis_host[256];
+	int redis_port; /* 0: start our own redis-server */
+	bool json;
+};
+
+struct node {
+	struct kt_store *st;
+	struct kt_pool_member *members;
+	char *ids;
+	bool ok[PH_COUNT]; /* last answer in that phase was AGREE at the phase's target */
+};
+
+/* grows by doubling; samples in microseconds */
+struct samples {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+struct worker {
+	pthread_t tid;
+	int index;
+	/* owned by the worker until joined */
+	struct samples lateness_us;  /* every heartbeat: start - due */
+	struct samples rtt_us;       /* steady-state heartbeats: the call's duration */
+	uint64_t steady_hb, steady_rt, steady_not_agree, errors;
+	char first_error[KT_ERR_LEN];
+};
+
+static struct opts g_o;
+static struct node *g_nodes;
+static uint64_t g_t0_ns;
+static _Atomic int g_phase = PH_START;
+static atomic_bool g_time_rtt; /* the client-side half of the steady state */
+/* when a victim's last heartbeat returned: one in flight as the kill is
+ * announced still lands, so the death is complete only then */
+static _Atomic uint64_t g_victims_last_ns;
+static atomic_int g_n_ok[PH_COUNT];
+static _Atomic uint64_t g_reached_ns[PH_COUNT]; /* when n_ok last reached the phase's expected count */
+static volatile sig_atomic_t g_interrupted;
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_until_ns(uint64_t t)
+{
+	struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ULL), .tv_nsec = (long)(t % 1000000000ULL) };
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !g_interrupted)
+		;
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	g_interrupted = 1;
+}
+
+static int push(struct samples *s, uint64_t v)
+{
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? s->cap * 2 : 1024;
+		uint64_t *p = realloc(s->v, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		s->v = p;
+		s->cap = cap;
+	}
+	s->v[s->n++] = v;
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* nearest rank on a sorted array; 0 when empty */
+static uint64_t pct(const struct samples *s, double p)
+{
+	size_t k;
+
+	if (!s->n)
+		return 0;
+	k = (size_t)ceil(p * (double)s->n);
+	return s->v[k ? k - 1 : 0];
+}
+
+/* K victims spread evenly over the node indices, so they are spread over
+ * the heartbeat period too */
+static bool is_victim(int i)
+{
+	long long n = g_o.nodes, k = g_o.kill;
+
+	return (i + 1) * k / n > i * k / n;
+}
+
+static int expected_ok(int ph)
+{
+	return ph == PH_KILL ? g_o.nodes - g_o.kill : g_o.nodes;
+}
+
+static int target_size(int ph)
+{
+	return expected_ok(ph) * g_o.members;
+}
+
+static void note_answer(struct node *nd, int ph, bool ok, uint64_t now)
+{
+	if (ok == nd->ok[ph])
+		return;
+	nd->ok[ph] = ok;
+	if (!ok) {
+		atomic_fetch_sub(&g_n_ok[ph], 1);
+		return;
+	}
+	if (atomic_fetch_add(&g_n_ok[ph], 1) + 1 == expected_ok(ph))
+		atomic_store(&g_reached_ns[ph], now);
+}
+
+/* Owns nodes i with i % threads == index; node i is due at
+ * t0 + round x H + i x H / N, so the whole fleet's heartbeats are spread
+ * evenly over the period. A late heartbeat still runs (nothing is skipped),
+ * so lateness shows up in the figures instead of hiding. */
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	uint64_t period_ns = (uint64_t)g_o.heartbeat_ms * NS_PER_MS;
+	char err[KT_ERR_LEN];
+
+	for (uint64_t round = 0;; round++) {
+		for (int i = w->index; i < g_o.nodes; i += g_o.threads) {
+			struct node *nd = &g_nodes[i];
+			uint64_t due = g_t0_ns + round * period_ns + (uint64_t)i * period_ns / (uint64_t)g_o.nodes;
+			struct kt_store_stats before, after;
+			struct kt_pool_req q = {
+				.limit = LIMIT_NAME,
+				.members = nd->members,
+				.n_members = g_o.members,
+				.stale_ms = (uint64_t)g_o.stale_after * (uint64_t)g_o.heartbeat_ms,
+				.save_ramp = -1,
+				.hold_ms = 0,
+				.fallback_rate = 0,
+			};
+			struct kt_pool_answer a;
+			uint64_t start, end;
+			int ph, ret;
+
+			sleep_until_ns(due);
+			ph = atomic_load(&g_phase);
+			if (ph == PH_STOP || g_interrupted)
+				return NULL;
+			if (ph == PH_KILL && is_victim(i))
+				continue; /* dead: stops heartbeating, never deregisters */
+			start = mono_ns();
+			kt_store_get_stats(nd->st, &before);
+			ret = kt_store_heartbeat_many(nd->st, &q, 1, &a, err, sizeof(err));
+			end = mono_ns();
+			kt_store_get_stats(nd->st, &after);
+			if (push(&w->lateness_us, start > due ? (start - due) / 1000 : 0))
+				return NULL;
+			if (ret) {
+				if (!w->errors++)
+					snprintf(w->first_error, sizeof(w->first_error), "node %d: %s", i, err);
+				note_answer(nd, ph, false, end);
+				continue;
+			}
+			if (is_victim(i)) {
+				uint64_t prev = atomic_load(&g_victims_last_ns);
+
+				while (prev < end && !atomic_compare_exchange_weak(&g_victims_last_ns, &prev, end))
+					;
+			}
+			note_answer(nd, ph, a.agree && a.size == target_size(ph), end);
+			if (ph == PH_STEADY) {
+				w->steady_hb++;
+				w->steady_rt += after.round_trips - before.round_trips;
+				w->steady_not_agree += !(a.agree && a.size == target_size(ph));
+				if (atomic_load(&g_time_rtt) && push(&w->rtt_us, (end - start) / 1000))
+					return NULL;
+			}
+		}
+	}
+}
+
+/* ---- arguments ---- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: kt-storesim [--nodes N] [--members M] [--heartbeat-ms H] [--stale-after K]\n"
+		"                   [--duration S] [--kill K] [--threads T] [--redis HOST:PORT] [--json]\n"
+		"  --nodes N         simulated nodes, one store connection each (default 1000)\n"
+		"  --members M       members per node (default 10)\n"
+		"  --heartbeat-ms H  heartbeat period (default 1000)\n"
+		"  --stale-after K   heartbeats before a silent member lapses (default 3)\n"
+		"  --duration S      seconds of steady state measured (default 10)\n"
+		"  --kill K          nodes that die at once after the steady state (default 100)\n"
+		"  --threads T       driver threads, each owning every T-th node (default 4)\n"
+		"  --redis HOST:PORT use this server (default: start a redis-server of our own);\n"
+		"                    its slow log settings are restored, its slow log emptied\n"
+		"  --json            one JSON object instead of the table\n"
+		"Exit: 0 all targets met, 1 a target missed, 2 bad input or setup failure.\n");
+}
+
+static int parse_int(const char *name, const char *s, long lo, long hi, int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi) {
+		fprintf(stderr, "kt-storesim: --%s: '%s' is not an integer in %ld..%ld\n", name, s, lo, hi);
+		return -1;
+	}
+	*out = (int)v;
+	return 0;
+}
+
+static int parse_redis(const char *s)
+{
+	const char *colon = strrchr(s, ':');
+	size_t hl = colon ? (size_t)(colon - s) : 0;
+
+	if (!colon || !hl || hl >= sizeof(g_o.redis_host)) {
+		fprintf(stderr, "kt-storesim: --redis: '%s' is not HOST:PORT\n", s);
+		return -1;
+	}
+	memcpy(g_o.redis_host, s, hl);
+	g_o.redis_host[hl] = 0;
+	return parse_int("redis (port)", colon + 1, 1, 65535, &g_o.redis_port);
+}
+
+static int parse_args(int argc, char **argv)
+{
+	static const struct option lopts[] = {
+		{ "nodes", required_argument, NULL, 'n' },
+		{ "members", required_argument, NULL, 'm' },
+		{ "heartbeat-ms", required_argument, NULL, 'H' },
+		{ "stale-after", required_argument, NULL, 's' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "kill", required_argument, NULL, 'k' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "redis", required_argument, NULL, 'r' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	int c, kill_given = 0, threads_given = 0;
+
+	g_o = (struct opts){ .nodes = 1000, .members = 10, .heartbeat_ms = 1000, .stale_after = 3,
+			     .duration_s = 10, .kill = 100, .threads = 4 };
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", lopts, NULL)) != -1) {
+		int r = 0;
+
+		switch (c) {
+		case 'n': r = parse_int("nodes", optarg, 1, 100000, &g_o.nodes); break;
+		case 'm': r = parse_int("members", optarg, 1, 10000, &g_o.members); break;
+		case 'H': r = parse_int("heartbeat-ms", optarg, 10, 600000, &g_o.heartbeat_ms); break;
+		case 's': r = parse_int("stale-after", optarg, 1, 1000, &g_o.stale_after); break;
+		case 'd': r = parse_int("duration", optarg, 1, 86400, &g_o.duration_s); break;
+		case 'k': r = parse_int("kill", optarg, 0, 100000, &g_o.kill); kill_given = 1; break;
+		case 't': r = parse_int("threads", optarg, 1, MAX_THREADS, &g_o.threads); threads_given = 1; break;
+		case 'r': r = parse_redis(optarg); break;
+		case 'j': g_o.json = true; break;
+		case 'h': usage(stdout); exit(0);
+		default:
+			if (optopt)
+				fprintf(stderr, "kt-storesim: %s needs a value (see --help)\n", argv[optind - 1]);
+			else
+				fprintf(stderr, "kt-storesim: unknown option '%s' (see --help)\n", argv[optind - 1]);
+			return -1;
+		}
+		if (r)
+			return -1;
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kt-storesim: unexpected argument '%s' (see --help)\n", argv[optind]);
+		return -1;
+	}
+	/* the default kill (100) is 10% of the default fleet; scale it down for small fleets */
+	if (!kill_given && g_o.kill >= g_o.nodes)
+		g_o.kill = g_o.nodes / 10;
+	if (g_o.kill >= g_o.nodes) {
+		fprintf(stderr, "kt-storesim: --kill: %d must leave at least one of the %d nodes alive\n",
+			g_o.kill, g_o.nodes);
+		return -1;
+	}
+	if ((long long)g_o.nodes * g_o.members > KT_STORE_MAX_POOL) {
+		fprintf(stderr, "kt-storesim: --nodes x --members: %lld exceeds the largest pool (%d)\n",
+			(long long)g_o.nodes * g_o.members, KT_STORE_MAX_POOL);
+		return -1;
+	}
+	if ((uint64_t)g_o.stale_after * (uint64_t)g_o.heartbeat_ms > KT_STORE_STALE_MAX_MS) {
+		fprintf(stderr, "kt-storesim: --stale-after x --heartbeat-ms exceeds %llu ms\n",
+			(unsigned long long)KT_STORE_STALE_MAX_MS);
+		return -1;
+	}
+	if (g_o.threads > g_o.nodes) {
+		if (threads_given) {
+			fprintf(stderr, "kt-storesim: --threads: %d is more than the %d nodes\n", g_o.threads,
+				g_o.nodes);
+			return -1;
+		}
+		g_o.threads = g_o.nodes;
+	}
+	return 0;
+}
+
+/* ---- the server ---- */
+
+static redisContext *admin_connect(void)
+{
+	struct timeval tv = { .tv_sec = 5 };
+	redisContext *c = redisConnectWithTimeout(g_o.redis_host, g_o.redis_port, tv);
+
+	if (!c || c->err) {
+		fprintf(stderr, "kt-storesim: --redis: cannot connect to %s:%d: %s\n", g_o.redis_host,
+			g_o.redis_port, c ? c->errstr : "out of memory");
+		if (c)
+			redisFree(c);
+		return NULL;
+	}
+	redisSetTimeout(c, tv);
+	return c;
+}
+
+/* redisCommand that must not fail: a string-ish reply copied into buf (may be NULL) */
+static int admin_cmd(redisContext *c, char *buf, size_t len, const char *fmt, ...)
+{
+	redisReply *r;
+	va_list ap;
+	int ret = 0;
+
+	va_start(ap, fmt);
+	r = redisvCommand(c, fmt, ap);
+	va_end(ap);
+	if (!r) {
+		fprintf(stderr, "kt-storesim: redis: %s\n", c->errstr);
+		return -EIO;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		fprintf(stderr, "kt-storesim: redis: %s: %s\n", fmt, r->str);
+		ret = -EIO;
+	} else if (buf && len) {
+		const redisReply *s = r;
+
+		if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) /* CONFIG GET name -> [name, value] */
+			s = r->element[1];
+		snprintf(buf, len, "%s",
+			 s->type == REDIS_REPLY_STRING || s->type == REDIS_REPLY_STATUS ? s->str : "");
+	}
+	freeReplyObject(r);
+	return ret;
+}
+
+static int redis_cpu_s(redisContext *c, double *cpu)
+{
+	redisReply *r = redisCommand(c, "INFO cpu");
+	const char *p;
+	double sys = -1, user = -1;
+
+	if (!r || r->type != REDIS_REPLY_STRING) {
+		if (r)
+			freeReplyObject(r);
+		fprintf(stderr, "kt-storesim: redis: INFO cpu failed\n");
+		return -EIO;
+	}
+	if ((p = strstr(r->str, "used_cpu_sys:")))
+		sys = strtod(p + strlen("used_cpu_sys:"), NULL);
+	if ((p = strstr(r->str, "used_cpu_user:")))
+		user = strtod(p + strlen("used_cpu_user:"), NULL);
+	freeReplyObject(r);
+	if (sys < 0 || user < 0) {
+		fprintf(stderr, "kt-storesim: redis: INFO cpu has no used_cpu_sys/used_cpu_user\n");
+		return -EIO;
+	}
+	*cpu = sys + user;
+	return 0;
+}
+
+/* Moves the slow log into `out`: the durations (us, Redis's own timing of
+ * the command) of the heartbeat scripts. With the threshold at 0 the log
+ * also holds every command the scripts call, so it is drained often; GET
+ * and RESET run in one transaction so no entry falls between them. */
+static int slowlog_drain(redisContext *c, struct samples *out)
+{
+	redisReply *r = NULL, *log;
+	int ret = -EIO;
+
+	redisAppendCommand(c, "MULTI");
+	redisAppendCommand(c, "SLOWLOG GET -1");
+	redisAppendCommand(c, "SLOWLOG RESET");
+	redisAppendCommand(c, "EXEC");
+	for (int i = 0; i < 4; i++) {
+		if (r)
+			freeReplyObject(r);
+		r = NULL;
+		if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+			fprintf(stderr, "kt-storesim: redis: SLOWLOG GET: %s\n", c->errstr);
+			return -EIO;
+		}
+	}
+	if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+	    r->element[0]->type != REDIS_REPLY_ARRAY) {
+		fprintf(stderr, "kt-storesim: redis: SLOWLOG GET failed\n");
+		goto out;
+	}
+	log = r->element[0];
+	for (size_t i = 0; i < log->elements; i++) {
+		const redisReply *e = log->element[i], *args;
+
+		if (e->type != REDIS_REPLY_ARRAY || e->elements < 4)
+			continue;
+		args = e->element[3];
+		if (args->type != REDIS_REPLY_ARRAY || !args->elements ||
+		    args->element[0]->type != REDIS_REPLY_STRING)
+			continue;
+		if (strcasecmp(args->element[0]->str, "EVALSHA") && strcasecmp(args->element[0]->str, "EVAL"))
+			continue;
+		if (push(out, (uint64_t)e->element[2]->integer)) {
+			ret = -ENOMEM;
+			goto out;
+		}
+	}
+	ret = 0;
+out:
+	if (r)
+		freeReplyObject(r);
+	return ret;
+}
+
+/* this process's CPU (all threads), seconds */
+static double self_cpu_s(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+static int raise_nofile(int need)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return -errno;
+	if (rl.rlim_cur >= (rlim_t)need)
+		return 0;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < (rlim_t)need) {
+		fprintf(stderr, "kt-storesim: --nodes: %d needs %d open files, the hard limit is %llu\n",
+			g_o.nodes, need, (unsigned long long)rl.rlim_max);
+		return -EMFILE;
+	}
+	rl.rlim_cur = (rlim_t)need;
+	if (setrlimit(RLIMIT_NOFILE, &rl)) {
+		fprintf(stderr, "kt-storesim: --nodes: cannot raise the open file limit to %d: %s\n", need,
+			strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+/* ---- nodes ---- */
+
+static int open_nodes(const char *prefix)
+{
+	struct kt_store_cfg cfg = {
+		.kind = KT_STORE_REDIS,
+		.redis_mode = KT_REDIS_SINGLE,
+		.host = g_o.redis_host,
+		.port = g_o.redis_port,
+		.key_prefix = (char *)prefix,
+	};
+	char err[KT_ERR_LEN];
+
+	g_nodes = calloc((size_t)g_o.nodes, sizeof(*g_nodes));
+	if (!g_nodes)
+		return -ENOMEM;
+	for (int i = 0; i < g_o.nodes; i++) {
+		struct node *nd = &g_nodes[i];
+		int ret;
+
+		nd->members = calloc((size_t)g_o.members, sizeof(*nd->members));
+		nd->ids = calloc((size_t)g_o.members, ID_LEN);
+		if (!nd->members || !nd->ids)
+			return -ENOMEM;
+		for (int j = 0; j < g_o.members; j++) {
+			char *id = nd->ids + (size_t)j * ID_LEN;
+
+			snprintf(id, ID_LEN, "node%04d/m%d", i, j);
+			nd->members[j] = (struct kt_pool_member){ .id = id, .reported_size = KT_POOL_REPORT_LIVE };
+		}
+		ret = kt_store_open(&nd->st, &cfg, err, sizeof(err));
+		/* connect now: connection setup is not part of what is measured */
+		if (!ret)
+			ret = kt_store_ping(nd->st, err, sizeof(err));
+		if (ret) {
+			fprintf(stderr, "kt-storesim: node %d: %s\n", i, err);
+			return ret;
+		}
+	}
+	return 0;
+}
+
+static void close_nodes(void)
+{
+	if (!g_nodes)
+		return;
+	for (int i = 0; i < g_o.nodes; i++) {
+		kt_store_close(g_nodes[i].st);
+		free(g_nodes[i].members);
+		free(g_nodes[i].ids);
+	}
+	free(g_nodes);
+	g_nodes = NULL;
+}
+
+/* Waits until every node expected in `ph` answers AGREE at its target;
+ * the moment the last one did, or 0 on timeout. */
+static uint64_t wait_agreement(int ph, uint64_t timeout_ms)
+{
+	uint64_t deadline = mono_ns() + timeout_ms * NS_PER_MS;
+
+	while (mono_ns() < deadline && !g_interrupted) {
+		if (atomic_load(&g_n_ok[ph]) == expected_ok(ph))
+			return atomic_load(&g_reached_ns[ph]);
+		sleep_until_ns(mono_ns() + NS_PER_MS);
+	}
+	return 0;
+}
+
+static double ms_between(uint64_t from, uint64_t to)
+{
+	return to > from ? (double)(to - from) / 1e6 : 0;
+}
+
+static int merge(struct samples *dst, const struct samples *src)
+{
+	for (size_t i = 0; i < src->n; i++)
+		if (push(dst, src->v[i]))
+			return -ENOMEM;
+	return 0;
+}
+
+struct results {
+	uint64_t heartbeats, round_trips, not_agree, errors;
+	struct samples script_us, rtt_us, lateness_us;
+	double rt_per_hb, cpu_pct, self_cpu_pct, window_s;
+	double agree_start_ms, agree_kill_ms, bound_ms;
+	char first_error[KT_ERR_LEN];
+	bool ok_script, ok_rt, ok_kill, ok_start, ok_steady;
+};
+
+static void row(const char *figure, const char *measured, const char *target, const char *verdict)
+{
+	printf("| %-48s | %-27s | %-20s | %-6s |\n", figure, measured, target, verdict);
+}
+
+static const char *verdict(bool ok)
+{
+	return ok ? "ok" : "MISSED";
+}
+
+static void print_table(const struct results *r)
+{
+	double H = g_o.heartbeat_ms;
+	char m[64], t[64];
+
+	printf("kt-storesim: %d nodes x %d members (pool %d), heartbeat %d ms, staleAfter %d, "
+	       "%d s steady, kill %d, %d threads\n",
+	       g_o.nodes, g_o.members, g_o.nodes * g_o.members, g_o.heartbeat_ms, g_o.stale_after,
+	       g_o.duration_s, g_o.kill, g_o.threads);
+	row("figure", "measured", "target", "");
+	printf("|%.50s|%.29s|%.22s|%.8s|\n", "--------------------------------------------------",
+	       "-----------------------------", "----------------------", "--------");
+	snprintf(m, sizeof(m), "%.3f / %.3f ms", (double)pct(&r->lateness_us, .5) / 1e3,
+		 (double)pct(&r->lateness_us, .99) / 1e3);
+	row("heartbeat lateness p50 / p99 (simulation)", m, "", "");
+	snprintf(m, sizeof(m), "%llu / %llu us", (unsigned long long)pct(&r->script_us, .5),
+		 (unsigned long long)pct(&r->script_us, .99));
+	row("heartbeat script on the server p50 / p99", m, "p99 < 1000 us", verdict(r->ok_script));
+	snprintf(m, sizeof(m), "%llu / %llu us", (unsigned long long)pct(&r->rtt_us, .5),
+		 (unsigned long long)pct(&r->rtt_us, .99));
+	row("heartbeat round trip (client) p50 / p99", m, "", "");
+	snprintf(m, sizeof(m), "%.1f %%", r->cpu_pct);
+	row("Redis CPU (one core = 100 %)", m, "", "");
+	snprintf(m, sizeof(m), "%.1f %%", r->self_cpu_pct);
+	row("kt-storesim's own CPU (all threads)", m, "", "");
+	snprintf(m, sizeof(m), "%.3f", r->rt_per_hb);
+	row("round trips per node per heartbeat", m, "<= 1", verdict(r->ok_rt));
+	snprintf(m, sizeof(m), "%llu / %llu", (unsigned long long)r->not_agree, (unsigned long long)r->errors);
+	row("steady answers not AGREE at N x M / errors", m, "0 / 0", verdict(r->ok_steady));
+	if (r->agree_start_ms >= 0)
+		snprintf(m, sizeof(m), "%.0f ms (%.2f heartbeats)", r->agree_start_ms, r->agree_start_ms / H);
+	else
+		snprintf(m, sizeof(m), "never");
+	row("all AGREE at N x M after the start", m, "", verdict(r->ok_start));
+	if (r->agree_kill_ms >= 0)
+		snprintf(m, sizeof(m), "%.0f ms (%.2f heartbeats)", r->agree_kill_ms, r->agree_kill_ms / H);
+	else
+		snprintf(m, sizeof(m), "never");
+	snprintf(t, sizeof(t), "<= %.0f ms (%d hb)", r->bound_ms, g_o.stale_after + 2);
+	row("all survivors AGREE at (N-K) x M after the kill", m, t, verdict(r->ok_kill));
+	printf("(%llu steady heartbeats over %.1f s: script timings from the first half (%zu), CPU and\n"
+	       " client round trips from the second; lateness over all %zu heartbeats of the run)\n",
+	       (unsigned long long)r->heartbeats, r->window_s, r->script_us.n, r->lateness_us.n);
+	if (r->first_error[0])
+		printf("first error: %s\n", r->first_error);
+}
+
+static void print_json(const struct results *r, bool pass)
+{
+	printf("{\"nodes\":%d,\"members\":%d,\"heartbeat_ms\":%d,\"stale_after\":%d,\"duration_s\":%d,"
+	       "\"kill\":%d,\"threads\":%d,"
+	       "\"steady_heartbeats\":%llu,\"steady_window_s\":%.3f,\"script_samples\":%zu,"
+	       "\"lateness_p50_ms\":%.3f,\"lateness_p99_ms\":%.3f,\"lateness_max_ms\":%.3f,"
+	       "\"script_p50_us\":%llu,\"script_p99_us\":%llu,\"rtt_p50_us\":%llu,\"rtt_p99_us\":%llu,"
+	       "\"redis_cpu_pct\":%.2f,\"self_cpu_pct\":%.2f,\"round_trips_per_heartbeat\":%.4f,"
+	       "\"steady_not_agree\":%llu,\"errors\":%llu,"
+	       "\"agree_start_ms\":%.1f,\"agree_after_kill_ms\":%.1f,\"agree_after_kill_hb\":%.3f,"
+	       "\"agree_bound_ms\":%.0f,\"agree_bound_hb\":%d,"
+	       "\"ok_script\":%d,\"ok_round_trips\":%d,\"ok_kill\":%d,\"ok_start\":%d,\"ok_steady\":%d,"
+	       "\"pass\":%d}\n",
+	       g_o.nodes, g_o.members, g_o.heartbeat_ms, g_o.stale_after, g_o.duration_s, g_o.kill,
+	       g_o.threads, (unsigned long long)r->heartbeats, r->window_s, r->script_us.n,
+	       (double)pct(&r->lateness_us, .5) / 1e3, (double)pct(&r->lateness_us, .99) / 1e3,
+	       (double)pct(&r->lateness_us, 1) / 1e3, (unsigned long long)pct(&r->script_us, .5),
+	       (unsigned long long)pct(&r->script_us, .99), (unsigned long long)pct(&r->rtt_us, .5),
+	       (unsigned long long)pct(&r->rtt_us, .99), r->cpu_pct, r->self_cpu_pct, r->rt_per_hb,
+	       (unsigned long long)r->not_agree, (unsigned long long)r->errors, r->agree_start_ms,
+	       r->agree_kill_ms, r->agree_kill_ms >= 0 ? r->agree_kill_ms / g_o.heartbeat_ms : -1.0,
+	       r->bound_ms, g_o.stale_after + 2, r->ok_script, r->ok_rt, r->ok_kill, r->ok_start,
+	       r->ok_steady, pass);
+}
+
+int main(int argc, char **argv)
+{
+	struct rp_proc own = { 0 };
+	struct worker workers[MAX_THREADS] = { 0 };
+	struct results r = { .agree_start_ms = -1, .agree_kill_ms = -1 };
+	char prefix[64], old_slower[32] = "", old_maxlen[32] = "";
+	redisContext *admin = NULL;
+	double cpu0 = 0, cpu1 = 0, self0 = 0, self1 = 0;
+	uint64_t t_steady, t_cpu, t_end, t_kill = 0, t_agree, half_ns;
+	int started = 0, rc = 2;
+	bool pass;
+
+	if (parse_args(argc, argv))
+		return 2;
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	/* one connection per node, plus ours; our redis-server inherits the
+	 * limit and needs one per client as well */
+	if (raise_nofile(g_o.nodes + 256))
+		return 2;
+	if (!g_o.redis_port) {
+		char conf[128];
+		struct rp_opts ro = { .extra_conf = conf };
+		int ret;
+
+		/* no snapshots: a fork mid-window would skew CPU and latency */
+		snprintf(conf, sizeof(conf), "save \"\"\nappendonly no\nmaxclients %d", g_o.nodes + 128);
+		ret = rp_start_master(&own, &ro);
+		if (ret) {
+			fprintf(stderr, "kt-storesim: cannot start redis-server: %s\n", strerror(-ret));
+			return 2;
+		}
+		snprintf(g_o.redis_host, sizeof(g_o.redis_host), "127.0.0.1");
+		g_o.redis_port = own.port;
+	}
+	/* a prefix of our own, so a shared server's other keys are never touched */
+	snprintf(prefix, sizeof(prefix), "ktsim-%d", (int)getpid());
+	admin = admin_connect();
+	if (!admin)
+		goto out;
+	if (admin_cmd(admin, old_slower, sizeof(old_slower), "CONFIG GET slowlog-log-slower-than") ||
+	    admin_cmd(admin, old_maxlen, sizeof(old_maxlen), "CONFIG GET slowlog-max-len"))
+		goto out;
+	if (open_nodes(prefix))
+		goto out;
+
+	g_t0_ns = mono_ns() + 50 * NS_PER_MS;
+	for (int t = 0; t < g_o.threads; t++) {
+		workers[t].index = t;
+		if (pthread_create(&workers[t].tid, NULL, worker_main, &workers[t])) {
+			fprintf(stderr, "kt-storesim: --threads: cannot start thread %d\n", t);
+			atomic_store(&g_phase, PH_STOP);
+			goto join;
+		}
+		started++;
+	}
+	/* every node joins within one period and stores N x M at its next
+	 * heartbeat: 2 periods, plus slack before calling it failed */
+	t_agree = wait_agreement(PH_START, 10 * (uint64_t)g_o.heartbeat_ms + 5000);
+	r.agree_start_ms = t_agree ? ms_between(g_t0_ns, t_agree) : -1;
+	if (g_interrupted)
+		goto stop;
+
+	/* Steady state, first half: the script's server time. Logging every
+	 * command costs Redis CPU of its own, so CPU and the client round trip
+	 * are measured in the second half, with the slow log back as it was. */
+	if (admin_cmd(admin, NULL, 0, "CONFIG SET slowlog-max-len 1000000") ||
+	    admin_cmd(admin, NULL, 0, "SLOWLOG RESET") ||
+	    admin_cmd(admin, NULL, 0, "CONFIG SET slowlog-log-slower-than 0"))
+		goto stop;
+	t_steady = mono_ns();
+	atomic_store(&g_phase, PH_STEADY);
+	half_ns = (uint64_t)g_o.duration_s * 500000000ULL;
+	while (mono_ns() < t_steady + half_ns && !g_interrupted) {
+		sleep_until_ns(mono_ns() + 100 * NS_PER_MS);
+		if (slowlog_drain(admin, &r.script_us))
+			goto stop;
+	}
+	if (admin_cmd(admin, NULL, 0, "CONFIG SET slowlog-log-slower-than %s", old_slower[0] ? old_slower : "10000") ||
+	    slowlog_drain(admin, &r.script_us) || redis_cpu_s(admin, &cpu0))
+		goto stop;
+	self0 = self_cpu_s();
+	t_cpu = mono_ns();
+	atomic_store(&g_time_rtt, true);
+	sleep_until_ns(t_steady + 2 * half_ns);
+	if (g_interrupted || redis_cpu_s(admin, &cpu1))
+		goto stop;
+	self1 = self_cpu_s();
+	t_end = mono_ns();
+	atomic_store(&g_time_rtt, false);
+	atomic_store(&g_phase, PH_GAP);
+	/* the mass death: victims stop at their next due time, without leaving */
+	atomic_store(&g_phase, PH_KILL);
+	t_kill = mono_ns();
+	r.window_s = (double)(t_end - t_steady) / 1e9;
+	r.cpu_pct = (cpu1 - cpu0) / ((double)(t_end - t_cpu) / 1e9) * 100;
+	r.self_cpu_pct = (self1 - self0) / ((double)(t_end - t_cpu) / 1e9) * 100;
+	r.bound_ms = (double)(g_o.stale_after + 2) * g_o.heartbeat_ms;
+	t_agree = wait_agreement(PH_KILL, 3 * (uint64_t)r.bound_ms + 5000);
+	rc = 0;
+stop:
+	atomic_store(&g_phase, PH_STOP);
+join:
+	for (int t = 0; t < started; t++)
+		pthread_join(workers[t].tid, NULL);
+	if (!rc) {
+		uint64_t t_death = t_kill > g_victims_last_ns ? t_kill : g_victims_last_ns;
+
+		r.agree_kill_ms = t_agree ? ms_between(t_death, t_agree) : -1;
+	}
+	if (rc || g_interrupted) {
+		if (g_interrupted)
+			fprintf(stderr, "kt-storesim: interrupted\n");
+		rc = 2;
+		goto out;
+	}
+	for (int t = 0; t < started; t++) {
+		struct worker *w = &workers[t];
+
+		r.heartbeats += w->steady_hb;
+		r.round_trips += w->steady_rt;
+		r.not_agree += w->steady_not_agree;
+		r.errors += w->errors;
+		if (!r.first_error[0] && w->first_error[0])
+			snprintf(r.first_error, sizeof(r.first_error), "%s", w->first_error);
+		if (merge(&r.rtt_us, &w->rtt_us) || merge(&r.lateness_us, &w->lateness_us)) {
+			fprintf(stderr, "kt-storesim: out of memory\n");
+			goto out;
+		}
+	}
+	qsort(r.script_us.v, r.script_us.n, sizeof(uint64_t), cmp_u64);
+	qsort(r.rtt_us.v, r.rtt_us.n, sizeof(uint64_t), cmp_u64);
+	qsort(r.lateness_us.v, r.lateness_us.n, sizeof(uint64_t), cmp_u64);
+	r.rt_per_hb = r.heartbeats ? (double)r.round_trips / (double)r.heartbeats : 0;
+	r.ok_script = r.script_us.n && pct(&r.script_us, .99) < SCRIPT_P99_TARGET_US;
+	r.ok_rt = r.heartbeats && r.rt_per_hb <= 1.0;
+	r.ok_start = r.agree_start_ms >= 0;
+	r.ok_kill = r.agree_kill_ms >= 0 && r.agree_kill_ms <= r.bound_ms;
+	r.ok_steady = !r.not_agree && !r.errors;
+	pass = r.ok_script && r.ok_rt && r.ok_start && r.ok_kill && r.ok_steady;
+	if (g_o.json)
+		print_json(&r, pass);
+	else
+		print_table(&r);
+	rc = pass ? 0 : 1;
+out:
+	for (int t = 0; t < MAX_THREADS; t++) {
+		free(workers[t].rtt_us.v);
+		free(workers[t].lateness_us.v);
+	}
+	free(r.script_us.v);
+	free(r.rtt_us.v);
+	free(r.lateness_us.v);
+	close_nodes();
+	/* leave a shared server as we found it (after Ctrl-C our own server
+	 * has had the signal too, and a shared one is left to its TTLs) */
+	if (admin && !g_interrupted) {
+		if (old_maxlen[0])
+			admin_cmd(admin, NULL, 0, "CONFIG SET slowlog-max-len %s", old_maxlen);
+		if (old_slower[0])
+			admin_cmd(admin, NULL, 0, "CONFIG SET slowlog-log-slower-than %s", old_slower);
+		admin_cmd(admin, NULL, 0, "SLOWLOG RESET");
+		admin_cmd(admin, NULL, 0, "DEL %s:pool:%s:hb %s:pool:%s:size %s:pool:%s:fb", prefix, LIMIT_NAME,
+			  prefix, LIMIT_NAME, prefix, LIMIT_NAME);
+	}
+	if (admin)
+		redisFree(admin);
+	rp_stop(&own);
+	return rc;
+}
