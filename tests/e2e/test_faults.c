@@ -29,6 +29,11 @@
  *   k. test_reload_lowers_max  max 300 -> 150 (min too) reloaded on every
  *                              node: every window <= 330, and from the last
  *                              reply + 2 heartbeats on <= 150 + burst, 5 s
+ *   l. test_redis_sigstop      redis-server stopped (SIGSTOP) for 5 s under
+ *                              load: status answers in < 10 ms and no
+ *                              tick is late by a tick (store I/O is off
+ *                              the loop), every window holds, agreement after
+ *                              SIGCONT, 9 s
  *
  * How it is measured: every node's cgroup has a paced sender (~1000
  * datagrams/s, far above its share) to one UDP port; what the limit admitted
@@ -1037,6 +1042,79 @@ static void test_reload_lowers_max(void **state)
 		    t0 + pre + post, t_r1, low + BURST, low);
 }
 
+/* l. Redis stops answering (SIGSTOP: connections stay open, nothing comes
+ * back) for 5 s while every node is saturated. The store's round trips run
+ * on their own thread, so the daemons' loops never wait for them: status
+ * answers within STATUS_BOUND_MS throughout, no tick runs a tick late or is
+ * skipped (a blocking heartbeat would hold it 200 ms to 1 s), the leases run out in the kernel (conservative
+ * fallback) and every window holds; after SIGCONT the pool agrees again. */
+#define STATUS_BOUND_MS 10.0
+static void test_redis_sigstop(void **state)
+{
+	static const int all[] = { 0, 1, 2 };
+	const double pre = 1, stopped = 5, post = 3;
+	double t0, t_stop, t_cont, worst_ms = 0, agree_ms;
+	unsigned long long ok;
+	int polls = 0;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	start_pool(3, NULL);
+	t0 = arrivals_now_s(&fx.arr);
+	for (int i = 0; i < 3; i++)
+		sender_start(i, pre + stopped + post);
+	sleep_until(t0 + pre);
+	t_stop = arrivals_now_s(&fx.arr);
+	print_message("sigstop: redis-server stopped at t=%.2fs\n", t_stop);
+	assert_int_equal(rp_signal(&fx.rp, SIGSTOP), 0);
+	/* status of every node, round robin, for the whole stop */
+	while (arrivals_now_s(&fx.arr) < t_stop + stopped) {
+		for (int i = 0; i < 3; i++) {
+			uint64_t a = ktest_now_ns();
+			char *js = ktest_daemon_cmd(&fx.d[i], "status json");
+			double ms = (double)(ktest_now_ns() - a) / 1e6;
+
+			assert_non_null(js);
+			assert_non_null(strstr(js, "\"limits\""));
+			free(js);
+			if (ms > worst_ms)
+				worst_ms = ms;
+			polls++;
+		}
+		ktest_sleep_ms(30);
+	}
+	print_nodes("sigstop (stopped)");
+	for (int i = 0; i < 3; i++) {
+		struct lst s;
+
+		/* the leases ran out: the kernel runs the fallback by itself */
+		assert_true(lstatus(i, &s));
+		assert_string_equal(s.phase, "store-lost");
+	}
+	t_cont = arrivals_now_s(&fx.arr);
+	assert_int_equal(rp_signal(&fx.rp, SIGCONT), 0);
+	print_message("sigstop: SIGCONT at t=%.2fs; status took at most %.2f ms over %d calls "
+		      "(bound %.0f ms)\n", t_cont, worst_ms, polls, STATUS_BOUND_MS);
+	agree_ms = await_agreed(all, 3, 3, NULL, 5000, NULL);
+	print_message("sigstop: agreed again %.0f ms after SIGCONT\n", agree_ms);
+	ok = senders_wait();
+	for (int i = 0; i < 3; i++) {
+		double late = status_num(i, true, "tick_late_max_ms");
+		double missed = status_num(i, true, "ticks_missed");
+
+		print_message("sigstop: n%d latest tick %.2f ms late, %.0f ticks missed (tick %d ms)\n",
+			      i, late, missed, TICK_MS);
+		if (!(late < TICK_MS) || missed != 0)
+			dump_node(i);
+		assert_true(late < TICK_MS);
+		assert_true(missed == 0);
+	}
+	assert_true(agree_ms >= 0);
+	assert_true(worst_ms < STATUS_BOUND_MS);
+	check_windows("sigstop", "redis-server stopped (SIGSTOP) for 5 s", t0,
+		      t0 + pre + stopped + post, t_stop, ok, PROMISE);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1051,6 +1129,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sentinel_failover, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rejected_reload, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reload_lowers_max, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_redis_sigstop, setup, teardown),
 	};
 
 	if (getenv("KT_TEST_FILTER"))

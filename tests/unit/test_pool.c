@@ -130,9 +130,12 @@ static void node_close(struct node *n)
 	kt_config_free(&n->cfg);
 }
 
+/* A tick, and its round trip applied as if it came back at once (the
+ * worker thread's answer is awaited, at most 5 s). */
 static void tick(struct node *n, uint64_t now)
 {
 	kt_pool_tick(n->p, now, n->loc, n->cfg.n_limits);
+	kt_pool_wait(n->p, now, 5000000000ULL);
 }
 
 static const struct kt_pool_view *view(const struct node *n, int i)
@@ -307,11 +310,11 @@ static void test_leave_and_detach(void **state)
 		expect(ns[i], 0, KT_POOL_AGREED, 4);
 	assert_near(rate1(&a, 0), MAX_RATE / 4);
 	assert_near(node_rate(&a, 0), MAX_RATE / 2);
-	assert_int_equal(rp_command_int(&redis, -1, "ZCARD kthrottle:pool:api:hb"), 4);
+	assert_int_equal(rp_command_int(&redis, -1, "ZCARD kthrottle:pool:{api}:hb"), 4);
 
 	/* c stops gracefully: deregistered at once, no more heartbeats after */
 	kt_pool_leave(c.p, c.loc, 1, true);
-	assert_int_equal(rp_command_int(&redis, -1, "ZCARD kthrottle:pool:api:hb"), 3);
+	assert_int_equal(rp_command_int(&redis, -1, "ZCARD kthrottle:pool:{api}:hb"), 3);
 	rt = kt_pool_round_trips(c.p);
 	tick(&c, now + 10 * SEC);
 	assert_int_equal(kt_pool_round_trips(c.p), rt);
@@ -337,7 +340,7 @@ static void test_leave_and_detach(void **state)
 	a.loc[0].n_members = 1;
 	now += SEC;
 	tick(&a, now);
-	assert_int_equal(rp_command_int(&redis, -1, "ZCARD kthrottle:pool:api:hb"), 2);
+	assert_int_equal(rp_command_int(&redis, -1, "ZCARD kthrottle:pool:{api}:hb"), 2);
 	tick(&b, now);
 	for (r = 0; r < 2; r++) { /* the shrink, believed one answer late */
 		now += SEC;
@@ -438,8 +441,8 @@ static void test_sudden_shrink_damped(void **state)
 	for (int r = 0; r < 3; r++, now += SEC)
 		round_all(ns, 3, now);
 	expect(&a, 0, KT_POOL_AGREED, 3);
-	rp_command_int(&redis, -1, "ZREM kthrottle:pool:api:hb b/api/m0 c/api/m0");
-	rp_command_int(&redis, -1, "HDEL kthrottle:pool:api:size b/api/m0 c/api/m0");
+	rp_command_int(&redis, -1, "ZREM kthrottle:pool:{api}:hb b/api/m0 c/api/m0");
+	rp_command_int(&redis, -1, "HDEL kthrottle:pool:{api}:size b/api/m0 c/api/m0");
 	tick(&a, now);
 	assert_int_equal(view(&a, 0)->live, 1); /* the store says alone... */
 	expect(&a, 0, KT_POOL_DISAGREED, 3);    /* ...a keeps 3 for this answer */
@@ -512,7 +515,7 @@ static void test_round_trips(void **state)
 	expect(&a, 0, KT_POOL_AGREED, 11);
 	expect(&a, 1, KT_POOL_AGREED, 10);
 	expect(&a, 3, KT_POOL_AGREED, 10);
-	assert_int_equal(rp_command_int(&redis, -1, "ZCARD other:pool:o:hb"), 10);
+	assert_int_equal(rp_command_int(&redis, -1, "ZCARD other:pool:{o}:hb"), 10);
 	node_close(&a);
 	free(other);
 	free(limits);
@@ -537,11 +540,11 @@ static void test_resume(void **state)
 	a.loc[0].pool_rate = 42.5;
 	tick(&a, now);
 	assert_false(kt_pool_take_resume(a.p, 0, &rate)); /* nothing was saved */
-	v = redis_get("kthrottle:pool:api:ramp");
+	v = redis_get("kthrottle:pool:{api}:ramp");
 	assert_non_null(v);
 	assert_string_equal(v, "42.5");
 	free(v);
-	pttl = rp_command_int(&redis, -1, "PTTL kthrottle:pool:api:ramp");
+	pttl = rp_command_int(&redis, -1, "PTTL kthrottle:pool:{api}:ramp");
 	assert_true(pttl > 0 && pttl <= 1000);
 	node_close(&a); /* crash: no leave */
 
@@ -550,7 +553,7 @@ static void test_resume(void **state)
 	node_new(&a, "a", st, lim, 1);
 	a.loc[0].pool_rate = MIN_RATE;
 	tick(&a, now);
-	v = redis_get("kthrottle:pool:api:ramp");
+	v = redis_get("kthrottle:pool:{api}:ramp");
 	assert_string_equal(v, "42.5");
 	free(v);
 	assert_true(kt_pool_take_resume(a.p, 0, &rate));
@@ -559,17 +562,17 @@ static void test_resume(void **state)
 	a.loc[0].pool_rate = 60;
 	now += SEC;
 	tick(&a, now);
-	v = redis_get("kthrottle:pool:api:ramp");
+	v = redis_get("kthrottle:pool:{api}:ramp");
 	assert_string_equal(v, "60");
 	free(v);
 
 	/* graceful stop saves the last level and deregisters */
 	a.loc[0].pool_rate = 61.25;
 	kt_pool_leave(a.p, a.loc, 1, true);
-	v = redis_get("kthrottle:pool:api:ramp");
+	v = redis_get("kthrottle:pool:{api}:ramp");
 	assert_string_equal(v, "61.25");
 	free(v);
-	assert_int_equal(rp_command_int(&redis, -1, "ZCARD kthrottle:pool:api:hb"), 0);
+	assert_int_equal(rp_command_int(&redis, -1, "ZCARD kthrottle:pool:{api}:hb"), 0);
 	node_close(&a);
 
 	/* after ttl: nothing */

@@ -253,10 +253,18 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 		s->pool_rate = kt_ramp_epoch(&s->ramp, &obs);
 	}
 
-	/* agreement (a store round trip when a heartbeat is due) */
+	/* agreement: answers that came back are applied, and a heartbeat is
+	 * handed to the store's worker when due (never waited for here) */
 	kt_ctl_fill_pool_local(&d->plan, d->ls, d->pool_local);
 	kt_pool_tick(d->pool, now, d->pool_local, d->plan.n_limits);
+	kt_ctl_apply_pool(d, now);
+	d->ticks++;
+}
 
+/* Policy from the pool's current view into the kernel: after every tick, and
+ * whenever a store answer arrives between ticks. */
+void kt_ctl_apply_pool(struct kt_daemon *d, uint64_t now)
+{
 	for (int i = 0; i < d->plan.n_limits; i++) {
 		struct kt_limit_rt *l = &d->plan.limits[i];
 		struct kt_limit_state *s = &d->ls[i];
@@ -282,5 +290,4 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 		if (s->pinned_lease != s->pol.valid_until || now - s->pinned_ns >= d->cfg.epoch_ns)
 			kt_ctl_pin(d, i, now);
 	}
-	d->ticks++;
 }

@@ -76,5 +76,8 @@ void kt_ctl_fill_pool_local(const struct kt_plan *plan, const struct kt_limit_st
 void kt_ctl_read_counters(struct kt_daemon *d, int i);
 /* One controller tick at `now` (exposed for tests and the benchmark). */
 void kt_daemon_tick(struct kt_daemon *d, uint64_t now);
+/* Decide and write every limit's policy from the pool's view (the second
+ * half of a tick; also run when a store answer arrives between ticks). */
+void kt_ctl_apply_pool(struct kt_daemon *d, uint64_t now);
 
 #endif

@@ -263,14 +263,17 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 		sb_json_str(&b, d->cfg.node_name);
 		sb_printf(&b, ",\"pin_dir\":");
 		sb_json_str(&b, d->bpf.pin_dir);
-		sb_printf(&b, ",\"uptime_s\":%.3f,\"ticks\":%llu,\"reloads\":%llu",
+		sb_printf(&b, ",\"uptime_s\":%.3f,\"ticks\":%llu,\"tick_late_max_ms\":%.3f,"
+			     "\"ticks_missed\":%llu,\"reloads\":%llu",
 			  (double)(now - d->started_ns) / 1e9, (unsigned long long)d->ticks,
+			  (double)d->tick_late_max_ns / 1e6, (unsigned long long)d->ticks_missed,
 			  (unsigned long long)d->reloads);
 		kube_status(d, &b, true, now);
 		sb_printf(&b, ",\"limits\":[");
 	} else {
-		sb_printf(&b, "node %s  pins %s  up %.0fs\n", d->cfg.node_name, d->bpf.pin_dir,
-			  (double)(now - d->started_ns) / 1e9);
+		sb_printf(&b, "node %s  pins %s  up %.0fs  latest tick %.1fms late\n", d->cfg.node_name,
+			  d->bpf.pin_dir, (double)(now - d->started_ns) / 1e9,
+			  (double)d->tick_late_max_ns / 1e6);
 		kube_status(d, &b, false, now);
 		sb_printf(&b, "%-16s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",
 			  "LIMIT", "UNIT", "SCOPE", "MODE", "POOL_RATE/s", "MAX/s", "RAMP%",
@@ -802,6 +805,19 @@ static int on_event(void *ctx, void *data, size_t len)
 	return 0;
 }
 
+/* Store answers wake the loop (tag 8); a reload swaps the pool's eventfd. */
+static void watch_pool(struct kt_daemon *d, int old_fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 8 };
+	int fd = kt_pool_fd(d->pool);
+
+	if (old_fd >= 0)
+		epoll_ctl(d->epfd, EPOLL_CTL_DEL, old_fd, NULL);
+	if (fd >= 0 && epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		kt_warn("cannot watch the store's answers: %s; they are applied at each tick",
+			strerror(errno));
+}
+
 static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
@@ -854,6 +870,7 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 		ev.data.u64 = 7;
 		epoll_ctl(d->epfd, EPOLL_CTL_ADD, kt_kube_fd(d->kube), &ev);
 	}
+	watch_pool(d, -1);
 	int wret = kt_cgwatch_open(&d->cgwatch, KT_CGWATCH_MAX);
 
 	if (wret == 0) {
@@ -1318,7 +1335,10 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	ret = apply_plan(d, &nplan, nls, err, errlen);
 	if (ret)
 		goto failed_plan; /* the old limits' rates are rewritten on the next tick */
-	/* Members the new plan dropped simply stop heartbeating and expire. */
+	/* Members the new plan dropped simply stop heartbeating and expire.
+	 * A round trip the old pool has in flight finishes on its own. */
+	int old_pool_fd = kt_pool_fd(d->pool);
+
 	kt_pool_destroy(d->pool);
 	kt_plan_free(&d->plan);
 	kt_config_free(&d->cfg);
@@ -1329,6 +1349,7 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	d->ls = nls;
 	d->pool = npool;
 	d->pool_local = nlocal;
+	watch_pool(d, old_pool_fd);
 	for (i = 0; i < d->plan.n_limits; i++) {
 		kt_ctl_write_rates(d, i);
 		kt_ctl_write_lease(d, i);
@@ -1349,6 +1370,20 @@ failed:
 	d->reload_failures++;
 	kt_err("reload rejected, keeping the running configuration: %s", err);
 	return ret;
+}
+
+/* How late the tick ran: what a blocked loop would show first. */
+static void note_tick(struct kt_daemon *d, uint64_t now, uint64_t expirations)
+{
+	if (d->last_tick_ns && now > d->last_tick_ns + d->cfg.tick_ns) {
+		uint64_t late = now - d->last_tick_ns - d->cfg.tick_ns;
+
+		if (late > d->tick_late_max_ns)
+			d->tick_late_max_ns = late;
+	}
+	if (expirations > 1)
+		d->ticks_missed += expirations - 1;
+	d->last_tick_ns = now;
 }
 
 int kt_daemon_run(struct kt_daemon *d)
@@ -1378,6 +1413,8 @@ int kt_daemon_run(struct kt_daemon *d)
 				uint64_t expirations;
 				if (read(d->timerfd, &expirations, sizeof(expirations)) > 0) {
 					uint64_t now = kt_clock_ns();
+
+					note_tick(d, now, expirations);
 					kt_daemon_tick(d, now);
 					expire_clients(d, now);
 					for (int k = 0; k < d->plan.n_limits; k++) {
@@ -1409,6 +1446,12 @@ int kt_daemon_run(struct kt_daemon *d)
 					kt_daemon_refresh_members(d);
 			} else if (tag == 7) {
 				kube_changed(d);
+			} else if (tag == 8) {
+				uint64_t now = kt_clock_ns();
+
+				/* a store answer between ticks: act on it now */
+				if (kt_pool_poll(d->pool, now))
+					kt_ctl_apply_pool(d, now);
 			} else if (tag >= 100 && tag < 100 + KT_MAX_CLIENTS) {
 				struct kt_client *c = &d->clients[tag - 100];
 				if (c->fd >= 0 && client_out(d, c)->p)

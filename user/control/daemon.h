@@ -58,6 +58,9 @@ struct kt_daemon {
 	bool detach_on_exit;
 	uint64_t started_ns;
 	uint64_t ticks;
+	uint64_t last_tick_ns;     /* when the last tick ran */
+	uint64_t tick_late_max_ns; /* the latest a tick ran after its time, since the start */
+	uint64_t ticks_missed;     /* timer expirations the loop was too late to run */
 	uint64_t reloads, reload_failures;
 	uint64_t last_prune_ns;    /* last periodic member rescan */
 	uint64_t member_changes;   /* members that joined or left since the start */

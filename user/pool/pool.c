@@ -44,9 +44,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/eventfd.h>
 #include "log.h"
 #include "pool.h"
 #include "store.h"
+#include "storeq.h"
 
 #define NS_PER_MS 1000000ULL
 
@@ -85,20 +88,48 @@ struct lim {
 	int n_ids;
 };
 
+/* One heartbeat round trip, built on the loop and run on the store's
+ * worker: every string it needs is its own, because a reload may free the
+ * pool while it runs. Limit k is the group's lims[k]. */
+struct job_lim {
+	char name[KT_NAME_LEN];
+	bool load_ramp;                 /* resumedRampUp: read the saved level first, */
+	double pool_rate;               /* then save max(it, this) with the heartbeat */
+	int ramp_ret;
+	double ramp_rate;
+	char ramp_err[KT_ERR_LEN];
+	char **gone;                    /* members to deregister at once */
+	int n_gone;
+	int leave_ret;
+	char leave_err[KT_ERR_LEN];
+};
+
+struct hb_job {
+	uint64_t sent_ns;               /* when the round trip was handed over: leases count from it */
+	int n;
+	struct job_lim *jl;
+	struct kt_pool_req *reqs;
+	struct kt_pool_answer *ans;
+	struct kt_pool_member *mbuf;
+	char **ids;                     /* copies behind mbuf[].id */
+	int n_ids;
+	bool unreachable;               /* the ramp read found no server: nothing else sent */
+	int ret;
+	char err[KT_ERR_LEN];
+	struct kt_store_stats stats;
+};
+
 struct group {
-	struct kt_store *st;
+	struct kt_storeq *q;            /* the store, on its own thread */
 	char label[300];                /* "redis host:port" or "sentinel master NAME": logs only */
 	char host[256];                 /* single mode, for status before a connection */
 	int port;
 	uint64_t heartbeat_ns, next_ns;
 	uint64_t connects;              /* store's connection count at the last answer */
 	bool started, failing;
+	uint64_t skipped;               /* heartbeats not sent: the previous one still ran */
 	int *lims;
 	int n;
-	struct kt_pool_req *reqs;
-	struct kt_pool_answer *ans;
-	struct kt_pool_member *mbuf;
-	int mcap;
 };
 
 struct kt_pool {
@@ -108,6 +139,7 @@ struct kt_pool {
 	int n_groups;
 	bool started, left, bad_input_logged;
 	uint64_t start_ns;
+	int evfd;                       /* readable when a store worker finished a round trip */
 };
 
 const char *kt_pool_phase_name(enum kt_pool_phase ph)
@@ -189,14 +221,13 @@ void kt_pool_destroy(struct kt_pool *p)
 	for (i = 0; i < p->n_groups; i++) {
 		struct group *g = &p->g[i];
 
-		kt_store_close(g->st);
+		kt_storeq_close(g->q);
 		free(g->lims);
-		free(g->reqs);
-		free(g->ans);
-		free(g->mbuf);
 	}
 	for (i = 0; i < p->n; i++)
 		free_ids(&p->l[i]);
+	if (p->evfd >= 0)
+		close(p->evfd);
 	free(p->g);
 	free(p->l);
 	free(p);
@@ -206,19 +237,28 @@ static int new_group(struct kt_pool *p, const struct kt_store_cfg *s, const char
 		     char *err, size_t errlen)
 {
 	struct group *g = &p->g[p->n_groups];
+	struct kt_store *st;
 	char e[KT_ERR_LEN];
 	int ret;
 
 	g->lims = calloc((size_t)n_limits, sizeof(*g->lims));
-	g->reqs = calloc((size_t)n_limits, sizeof(*g->reqs));
-	g->ans = calloc((size_t)n_limits, sizeof(*g->ans));
 	/* counted before the store opens so destroy frees the arrays on any failure */
 	p->n_groups++;
-	if (!g->lims || !g->reqs || !g->ans) {
+	if (!g->lims) {
 		snprintf(err, errlen, "pool: limit %s: out of memory", limit);
 		return -ENOMEM;
 	}
-	ret = kt_store_open(&g->st, s, e, sizeof(e));
+	if (p->evfd < 0) {
+		p->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (p->evfd < 0) {
+			ret = -errno;
+			snprintf(err, errlen, "pool: eventfd: %s", strerror(errno));
+			return ret;
+		}
+	}
+	ret = kt_store_open(&st, s, e, sizeof(e));
+	if (!ret)
+		ret = kt_storeq_open(&g->q, st, p->evfd, e, sizeof(e));
 	if (ret) {
 		snprintf(err, errlen, "limit %s: %s", limit, e);
 		return ret;
@@ -248,6 +288,7 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		goto oom;
+	p->evfd = -1;
 	p->l = calloc((size_t)cfg->n_limits, sizeof(*p->l));
 	p->g = calloc((size_t)cfg->n_limits, sizeof(*p->g));
 	if (!p->l || !p->g)
@@ -363,7 +404,7 @@ static void grant_lease(struct lim *l, uint64_t sent)
 }
 
 static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_answer *a, uint64_t now,
-			 bool reconnected)
+			 uint64_t sent, bool reconnected)
 {
 	const struct group *g = &p->g[l->group];
 	enum kt_pool_phase ph;
@@ -412,7 +453,7 @@ static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_
 	if (l->v.fallback_member > l->sent_fallback)
 		l->v.fallback_member = l->sent_fallback;
 	l->v.closed = false;
-	grant_lease(l, now);
+	grant_lease(l, sent);
 	if (ph == l->v.phase && ph == KT_POOL_AGREED && size != old)
 		kt_info("pool: limit %s: agreed size %d -> %d", l->name, old, size);
 	set_phase(l, ph, now);
@@ -445,12 +486,12 @@ static int local_members(struct kt_pool *p, const struct kt_pool_local *lo, int 
 	return n;
 }
 
-/* Remembers the ids sent, and deregisters the ones that disappeared. */
-static void sync_ids(struct group *g, struct lim *l, const char *const *ids, int n)
+/* Remembers the ids sent; the ones that disappeared go into the job to be
+ * deregistered at once. */
+static void sync_ids(struct lim *l, struct job_lim *jl, const char *const *ids, int n)
 {
-	const char **gone = NULL;
-	char **keep = NULL, e[KT_ERR_LEN];
-	int n_gone = 0, i, ret;
+	char **keep = NULL;
+	int i;
 	bool same = n == l->n_ids;
 
 	for (i = 0; same && i < n; i++)
@@ -458,20 +499,15 @@ static void sync_ids(struct group *g, struct lim *l, const char *const *ids, int
 	if (same)
 		return;
 	if (l->n_ids) {
-		gone = calloc((size_t)l->n_ids, sizeof(*gone));
-		if (!gone)
+		jl->gone = calloc((size_t)l->n_ids, sizeof(*jl->gone));
+		if (!jl->gone)
 			goto oom;
 		for (i = 0; i < l->n_ids; i++)
-			if (!has_id(ids, n, l->ids[i]))
-				gone[n_gone++] = l->ids[i];
-	}
-	if (n_gone) {
-		ret = kt_store_leave(g->st, l->name, gone, n_gone, e, sizeof(e));
-		if (ret)
-			kt_debug("pool: limit %s: deregistering %d members: %s (they expire instead)",
-				 l->name, n_gone, e);
-		else
-			kt_info("pool: limit %s: %d members left", l->name, n_gone);
+			if (!has_id(ids, n, l->ids[i])) {
+				/* the job takes the copy over */
+				jl->gone[jl->n_gone++] = l->ids[i];
+				l->ids[i] = NULL;
+			}
 	}
 	if (n) {
 		keep = calloc((size_t)n, sizeof(*keep));
@@ -481,7 +517,6 @@ static void sync_ids(struct group *g, struct lim *l, const char *const *ids, int
 			if (!(keep[i] = strdup(ids[i])))
 				goto oom;
 	}
-	free(gone);
 	free_ids(l);
 	l->ids = keep;
 	l->n_ids = n;
@@ -492,43 +527,32 @@ oom:
 		for (i = 0; i < n; i++)
 			free(keep[i]);
 	free(keep);
-	free(gone);
 	free_ids(l);
 	kt_err("pool: limit %s: out of memory tracking member ids", l->name);
 }
 
-/* Reads saved ramp levels before the first write to them. Returns false if
- * the store is unreachable (the heartbeat would fail too). */
-static bool load_resumes(struct group *g, struct kt_pool *p)
+/* The saved ramp levels the job read (before anything wrote to them). */
+static void take_resumes(struct kt_pool *p, struct group *g, const struct hb_job *job)
 {
-	char e[KT_ERR_LEN];
-	double rate;
-	int k, ret;
-
-	for (k = 0; k < g->n; k++) {
+	for (int k = 0; k < g->n; k++) {
 		struct lim *l = &p->l[g->lims[k]];
+		const struct job_lim *jl = &job->jl[k];
 
-		if (l->res != RES_WAIT)
+		if (!jl->load_ramp || l->res != RES_WAIT)
 			continue;
-		ret = kt_store_load_ramp(g->st, l->name, &rate, e, sizeof(e));
-		if (ret && !kt_store_connected(g->st)) {
-			if (!g->failing)
-				kt_warn("pool: %s: reading saved ramp levels: %s", g->label, e);
-			return false;
-		}
-		if (ret) {
+		if (jl->ramp_ret) {
 			/* the server answered but the value is unusable: start from min, overwrite it */
-			kt_warn("pool: limit %s: saved ramp level ignored: %s", l->name, e);
+			kt_warn("pool: limit %s: saved ramp level ignored: %s", l->name, jl->ramp_err);
 			l->res = RES_DONE;
-		} else if (rate >= 0) {
-			kt_info("pool: limit %s: resuming the ramp at %g (saved within ttl)", l->name, rate);
+		} else if (jl->ramp_rate >= 0) {
+			kt_info("pool: limit %s: resuming the ramp at %g (saved within ttl)", l->name,
+				jl->ramp_rate);
 			l->res = RES_FOUND;
-			l->res_rate = rate;
+			l->res_rate = jl->ramp_rate;
 		} else {
 			l->res = RES_DONE;
 		}
 	}
-	return true;
 }
 
 static double save_level(const struct lim *l, double pool_rate)
@@ -579,45 +603,115 @@ static double member_fallback(const struct lim *l, double pool_rate)
 	return 0;
 }
 
+static void free_job(void *arg)
+{
+	struct hb_job *job = arg;
+	int i, k;
+
+	if (!job)
+		return;
+	for (k = 0; job->jl && k < job->n; k++) {
+		for (i = 0; i < job->jl[k].n_gone; i++)
+			free(job->jl[k].gone[i]);
+		free(job->jl[k].gone);
+	}
+	for (i = 0; i < job->n_ids; i++)
+		free(job->ids[i]);
+	free(job->ids);
+	free(job->jl);
+	free(job->reqs);
+	free(job->ans);
+	free(job->mbuf);
+	free(job);
+}
+
+/* On the store's worker thread: nothing here may touch the pool. */
+static void run_job(struct kt_store *st, void *arg)
+{
+	struct hb_job *job = arg;
+	int k;
+
+	for (k = 0; k < job->n; k++) {
+		struct job_lim *jl = &job->jl[k];
+
+		if (!jl->load_ramp)
+			continue;
+		jl->ramp_ret = kt_store_load_ramp(st, jl->name, &jl->ramp_rate, jl->ramp_err,
+						  sizeof(jl->ramp_err));
+		if (jl->ramp_ret && !kt_store_connected(st)) {
+			job->unreachable = true;
+			snprintf(job->err, sizeof(job->err), "%s", jl->ramp_err);
+			goto out;
+		}
+		/* read before written, as save_level does once the pool knows:
+		 * a level found and not yet taken is kept, an unusable one is
+		 * overwritten */
+		if (isfinite(jl->pool_rate) && jl->pool_rate >= 0)
+			job->reqs[k].save_ramp = !jl->ramp_ret && jl->ramp_rate > jl->pool_rate ?
+							 jl->ramp_rate : jl->pool_rate;
+	}
+	for (k = 0; k < job->n; k++) {
+		struct job_lim *jl = &job->jl[k];
+
+		if (jl->n_gone)
+			jl->leave_ret = kt_store_leave(st, jl->name, (const char *const *)jl->gone,
+						       jl->n_gone, jl->leave_err, sizeof(jl->leave_err));
+	}
+	job->ret = kt_store_heartbeat_many(st, job->reqs, job->n, job->ans, job->err, sizeof(job->err));
+out:
+	kt_store_get_stats(st, &job->stats);
+}
+
+/* Builds the round trip from this tick's view and hands it to the worker. */
 static void heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const struct kt_pool_local *local)
 {
-	struct kt_store_stats st;
-	bool reconnected;
-	char e[KT_ERR_LEN];
-	int k, j, total = 0, off = 0, ret;
+	struct hb_job *job;
+	int k, j, total = 0, off = 0;
 
-	if (!load_resumes(g, p)) {
-		g->failing = true;
+	if (kt_storeq_busy(g->q)) {
+		/* the last round trip has not come back: never queue behind a
+		 * slow store; the leases it would renew run out meanwhile */
+		g->skipped++;
+		kt_debug("pool: %s: heartbeat skipped, the previous one is still in flight", g->label);
 		return;
 	}
 	for (k = 0; k < g->n; k++)
 		total += local_members(p, &local[g->lims[k]], g->lims[k]);
-	if (total > g->mcap) {
-		struct kt_pool_member *m = realloc(g->mbuf, (size_t)total * sizeof(*m));
-
-		if (!m) {
-			kt_err("pool: %s: out of memory building a heartbeat", g->label);
-			return;
-		}
-		g->mbuf = m;
-		g->mcap = total;
-	}
+	job = calloc(1, sizeof(*job));
+	if (!job)
+		goto oom;
+	job->sent_ns = now;
+	job->n = g->n;
+	job->jl = calloc((size_t)g->n, sizeof(*job->jl));
+	job->reqs = calloc((size_t)g->n, sizeof(*job->reqs));
+	job->ans = calloc((size_t)g->n, sizeof(*job->ans));
+	job->mbuf = calloc((size_t)total + 1, sizeof(*job->mbuf));
+	job->ids = calloc((size_t)total + 1, sizeof(*job->ids));
+	if (!job->jl || !job->reqs || !job->ans || !job->mbuf || !job->ids)
+		goto oom;
 	for (k = 0; k < g->n; k++) {
 		int i = g->lims[k];
 		struct lim *l = &p->l[i];
 		const struct kt_pool_local *lo = &local[i];
 		int n = local_members(p, lo, i);
-		struct kt_pool_req *q = &g->reqs[k];
+		struct kt_pool_req *q = &job->reqs[k];
+		struct job_lim *jl = &job->jl[k];
 
-		sync_ids(g, l, lo->member_ids, n);
+		snprintf(jl->name, sizeof(jl->name), "%s", l->name);
+		jl->load_ramp = l->res == RES_WAIT;
+		jl->pool_rate = lo->pool_rate;
+		sync_ids(l, jl, lo->member_ids, n);
 		for (j = 0; j < n; j++) {
-			g->mbuf[off + j].id = lo->member_ids[j];
-			g->mbuf[off + j].reported_size = KT_POOL_REPORT_LIVE;
+			if (!(job->ids[job->n_ids] = strdup(lo->member_ids[j])))
+				goto oom;
+			job->mbuf[off + j].id = job->ids[job->n_ids++];
+			job->mbuf[off + j].reported_size = KT_POOL_REPORT_LIVE;
 		}
-		q->limit = l->name;
-		q->members = n ? &g->mbuf[off] : NULL;
+		q->limit = jl->name;
+		q->members = n ? &job->mbuf[off] : NULL;
 		q->n_members = n;
 		q->stale_ms = stale_ms(l);
+		/* while the saved level is being read nothing overwrites it */
 		q->save_ramp = save_level(l, lo->pool_rate);
 		q->ramp_ttl_ms = ttl_ms(l);
 		q->hold_ms = l->hold_ns / NS_PER_MS;
@@ -626,22 +720,91 @@ static void heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const st
 		q->fallback_rate = l->sent_fallback;
 		off += n;
 	}
-	ret = kt_store_heartbeat_many(g->st, g->reqs, g->n, g->ans, e, sizeof(e));
-	if (ret) {
+	if (kt_storeq_post(g->q, run_job, job, free_job) == 0)
+		return;
+	g->skipped++;
+	free_job(job);
+	return;
+oom:
+	free_job(job);
+	kt_err("pool: %s: out of memory building a heartbeat", g->label);
+}
+
+/* A round trip came back: answers, saved ramp levels, deregistrations. */
+static bool finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, uint64_t now)
+{
+	bool reconnected;
+	int k;
+
+	if (job->unreachable) {
+		if (!g->failing)
+			kt_warn("pool: %s: reading saved ramp levels: %s", g->label, job->err);
+		g->failing = true;
+		return false;
+	}
+	take_resumes(p, g, job);
+	for (k = 0; k < g->n; k++) {
+		const struct job_lim *jl = &job->jl[k];
+
+		if (!jl->n_gone)
+			continue;
+		if (jl->leave_ret)
+			kt_debug("pool: limit %s: deregistering %d members: %s (they expire instead)",
+				 jl->name, jl->n_gone, jl->leave_err);
+		else
+			kt_info("pool: limit %s: %d members left", jl->name, jl->n_gone);
+	}
+	if (job->ret) {
 		if (!g->failing)
 			kt_warn("pool: %s: heartbeat failed, keeping the last view for validFor: %s",
-				g->label, e);
+				g->label, job->err);
 		g->failing = true;
-		return;
+		return false;
 	}
 	if (g->failing)
 		kt_info("pool: %s: store answers again", g->label);
 	g->failing = false;
-	kt_store_get_stats(g->st, &st);
-	reconnected = g->connects && st.connects != g->connects;
-	g->connects = st.connects;
+	reconnected = g->connects && job->stats.connects != g->connects;
+	g->connects = job->stats.connects;
 	for (k = 0; k < g->n; k++)
-		apply_answer(p, &p->l[g->lims[k]], &g->ans[k], now, reconnected);
+		apply_answer(p, &p->l[g->lims[k]], &job->ans[k], now, job->sent_ns, reconnected);
+	return true;
+}
+
+bool kt_pool_poll(struct kt_pool *p, uint64_t now)
+{
+	bool changed = false;
+	uint64_t cnt;
+
+	if (!p)
+		return false;
+	if (p->evfd >= 0 && read(p->evfd, &cnt, sizeof(cnt)) < 0 && errno != EAGAIN)
+		kt_debug("pool: reading the store eventfd: %s", strerror(errno));
+	for (int k = 0; k < p->n_groups; k++) {
+		struct group *g = &p->g[k];
+		struct hb_job *job = kt_storeq_take(g->q);
+
+		if (!job)
+			continue;
+		if (!p->left)
+			changed |= finish_job(p, g, job, now);
+		free_job(job);
+	}
+	return changed;
+}
+
+int kt_pool_fd(const struct kt_pool *p)
+{
+	return p ? p->evfd : -1;
+}
+
+bool kt_pool_wait(struct kt_pool *p, uint64_t now, uint64_t timeout_ns)
+{
+	if (!p)
+		return false;
+	for (int k = 0; k < p->n_groups; k++)
+		kt_storeq_wait(p->g[k].q, timeout_ns);
+	return kt_pool_poll(p, now);
 }
 
 /* Is `local` index-aligned with the pool's limits? (logged once if not) */
@@ -693,6 +856,8 @@ void kt_pool_tick(struct kt_pool *p, uint64_t now, const struct kt_pool_local *l
 
 	if (!p || p->left || !local_ok(p, local, n))
 		return;
+	/* answers that came back since the last event (kt_pool_fd) */
+	kt_pool_poll(p, now);
 	if (!p->started) {
 		p->started = true;
 		p->start_ns = now;
@@ -873,9 +1038,27 @@ bool kt_pool_take_resume(struct kt_pool *p, int i, double *rate)
 static void leave_group(struct kt_pool *p, struct group *g, const struct kt_pool_local *local,
 			bool deregister)
 {
+	struct kt_pool_req *reqs = NULL;
+	struct kt_pool_answer *ans = NULL;
+	struct kt_store *st;
 	char e[KT_ERR_LEN];
 	const char **ids = NULL;
 	int k, j, n, nq = 0, ret;
+
+	/* the stop path may block, bounded: first the round trip in flight */
+	if (kt_storeq_wait(g->q, (KT_STORE_CALL_BUDGET_MS + 500) * NS_PER_MS) ||
+	    !(st = kt_storeq_store(g->q))) {
+		kt_warn("pool: %s: a heartbeat is still waiting for the store; not saving at exit",
+			g->label);
+		return;
+	}
+	free_job(kt_storeq_take(g->q));
+	reqs = calloc((size_t)g->n, sizeof(*reqs));
+	ans = calloc((size_t)g->n, sizeof(*ans));
+	if (!reqs || !ans) {
+		kt_err("pool: %s: out of memory leaving", g->label);
+		goto out;
+	}
 
 	/* ramp levels first, all limits in one round trip (no members: nothing re-registers) */
 	for (k = 0; k < g->n; k++) {
@@ -884,20 +1067,20 @@ static void leave_group(struct kt_pool *p, struct group *g, const struct kt_pool
 
 		if (lvl < 0)
 			continue;
-		g->reqs[nq] = (struct kt_pool_req){ .limit = l->name, .stale_ms = stale_ms(l),
+		reqs[nq] = (struct kt_pool_req){ .limit = l->name, .stale_ms = stale_ms(l),
 						     .save_ramp = lvl, .ramp_ttl_ms = ttl_ms(l) };
 		nq++;
 	}
 	if (nq) {
-		ret = kt_store_heartbeat_many(g->st, g->reqs, nq, g->ans, e, sizeof(e));
+		ret = kt_store_heartbeat_many(st, reqs, nq, ans, e, sizeof(e));
 		if (ret) {
 			kt_warn("pool: %s: saving ramp levels at exit: %s", g->label, e);
-			if (!kt_store_connected(g->st))
-				return;
+			if (!kt_store_connected(st))
+				goto out;
 		}
 	}
 	if (!deregister)
-		return;
+		goto out;
 	for (k = 0; k < g->n; k++) {
 		struct lim *l = &p->l[g->lims[k]];
 		int m = local ? local_members(p, &local[g->lims[k]], g->lims[k]) : 0;
@@ -905,7 +1088,7 @@ static void leave_group(struct kt_pool *p, struct group *g, const struct kt_pool
 		ids = calloc((size_t)(m + l->n_ids) + 1, sizeof(*ids));
 		if (!ids) {
 			kt_err("pool: limit %s: out of memory leaving", l->name);
-			return;
+			goto out;
 		}
 		n = 0;
 		for (j = 0; j < m; j++)
@@ -913,15 +1096,19 @@ static void leave_group(struct kt_pool *p, struct group *g, const struct kt_pool
 		for (j = 0; j < l->n_ids; j++)
 			if (!has_id(ids, n, l->ids[j]))
 				ids[n++] = l->ids[j];
-		ret = n ? kt_store_leave(g->st, l->name, ids, n, e, sizeof(e)) : 0;
+		ret = n ? kt_store_leave(st, l->name, ids, n, e, sizeof(e)) : 0;
 		free(ids);
 		if (ret) {
 			kt_warn("pool: limit %s: deregistering at exit: %s (members expire instead)",
 				l->name, e);
-			if (!kt_store_connected(g->st))
-				return; /* bounded: no more waiting on a dead store */
+			if (!kt_store_connected(st))
+				goto out; /* bounded: no more waiting on a dead store */
 		}
 	}
+out:
+	free(reqs);
+	free(ans);
+	kt_storeq_resnap(g->q);
 }
 
 void kt_pool_leave(struct kt_pool *p, const struct kt_pool_local *local, int n, bool deregister)
@@ -944,7 +1131,7 @@ const char *kt_pool_store_state(const struct kt_pool *p, int i, uint64_t *since_
 				size_t len)
 {
 	const struct group *g;
-	enum kt_store_state st;
+	struct kt_storeq_snap sn;
 
 	if (since_ns)
 		*since_ns = 0;
@@ -953,13 +1140,15 @@ const char *kt_pool_store_state(const struct kt_pool *p, int i, uint64_t *since_
 	if (!p || i < 0 || i >= p->n || p->l[i].group < 0)
 		return "none";
 	g = &p->g[p->l[i].group];
-	st = kt_store_state(g->st, since_ns, NULL);
+	kt_storeq_snapshot(g->q, &sn);
+	if (since_ns)
+		*since_ns = sn.since_ns;
 	if (endpoint && len) {
-		kt_store_endpoint(g->st, endpoint, len);
+		snprintf(endpoint, len, "%s", sn.endpoint);
 		if (!endpoint[0] && g->host[0])
 			snprintf(endpoint, len, "%s:%d", g->host, g->port);
 	}
-	return kt_store_state_name(st);
+	return kt_store_state_name(sn.state);
 }
 
 void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
@@ -986,14 +1175,14 @@ void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 
 uint64_t kt_pool_round_trips(const struct kt_pool *p)
 {
-	struct kt_store_stats st;
+	struct kt_storeq_snap sn;
 	uint64_t sum = 0;
 
 	if (!p)
 		return 0;
 	for (int k = 0; k < p->n_groups; k++) {
-		kt_store_get_stats(p->g[k].st, &st);
-		sum += st.round_trips;
+		kt_storeq_snapshot(p->g[k].q, &sn);
+		sum += sn.stats.round_trips;
 	}
 	return sum;
 }

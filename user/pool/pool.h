@@ -2,9 +2,10 @@
 /* Pool membership and agreement for every limit (issue: distributed pool).
  *
  * The daemon owns one struct kt_pool built from the config. Every controller
- * tick it calls kt_pool_tick(); when a heartbeat is due the pool does one
+ * tick it calls kt_pool_tick(); when a heartbeat is due the pool hands one
  * store round trip per distinct store (all limits on that store in one
- * request) and updates each limit's view. The daemon then asks
+ * request) to that store's worker thread, and updates each limit's view
+ * when the answer comes back (kt_pool_poll). The daemon then asks
  * kt_pool_bucket_rate() what to write into each bucket. Nothing here is on
  * the request path: the kernel decides with whatever rate was last written.
  *
@@ -63,6 +64,20 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 /* Heartbeats when due (per store every store.heartbeat), applies answers and
  * validity deadlines. `local` is index-aligned with the config's limits. */
 void kt_pool_tick(struct kt_pool *p, uint64_t now_ns, const struct kt_pool_local *local, int n);
+/* Store I/O never runs on the caller's thread: each store has a worker
+ * (storeq.h) and kt_pool_tick only hands it a heartbeat when one is due (and
+ * none is in flight). The answer is applied by the next kt_pool_poll, called
+ * when kt_pool_fd is readable and at the start of every kt_pool_tick; the
+ * lease counts from when the heartbeat was handed over.
+ * kt_pool_fd: an eventfd, -1 when no limit is on Redis.
+ * kt_pool_poll: applies every finished round trip; true if any view changed
+ * (the caller then recomputes the bucket policies).
+ * kt_pool_wait: blocks until no round trip is in flight (at most timeout_ns
+ * per store), then polls: for tests, tools and the stop path, never the loop. */
+int kt_pool_fd(const struct kt_pool *p);
+bool kt_pool_poll(struct kt_pool *p, uint64_t now_ns);
+bool kt_pool_wait(struct kt_pool *p, uint64_t now_ns, uint64_t timeout_ns);
+
 /* This node's members, before any policy is computed from a new pool (start,
  * reload): local and static sizes follow at once, so no bucket is ever
  * written with a size that does not count its siblings. No store I/O. */

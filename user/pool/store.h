@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Redis store client for the distributed pool (kt_rconn: plain TCP or TLS,
- * driven blocking for now, short timeouts). The daemon calls it synchronously from its event loop once per
- * heartbeat; the request path never touches it.
+ * each call blocking its caller with short deadlines). The daemon never calls
+ * it from its event loop: each store runs on a worker thread of its own
+ * (storeq.h), once per heartbeat; the request path never touches it.
  *
  * Keys (P = store.keyPrefix, default "kthrottle"; L = limit name). Every key
  * of a limit carries the Redis Cluster hash tag {L}, so each script call
