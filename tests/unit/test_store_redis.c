@@ -1416,9 +1416,9 @@ static void test_malformed_replies(void **state)
 	snprintf(last, sizeof(last), "%s %s %d", g_fake.last_cmd, g_fake.last_arg2, g_fake.last_argc);
 	pthread_mutex_unlock(&g_fake.mu);
 	assert_true(a.reserved == 1.5);
-	/* EVALSHA sha 9 (hb, size, ramp, fb, lapsed, counted, hist, sizes, meta
-	 * keys) + stale, n, ramp, ttl, hold, fb + one (id, size) */
-	assert_string_equal(last, "EVALSHA 9 20");
+	/* EVALSHA sha 11 (hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem
+	 * keys) + stale, n, ramp, ttl, hold, fb, pool rate, floor, recompute + one (id, size) */
+	assert_string_equal(last, "EVALSHA 11 25");
 	for (size_t i = 0; i < sizeof(hb) / sizeof(hb[0]); i++) {
 		fake_set(&g_fake, hb[i].reply);
 		a.agree = 7;

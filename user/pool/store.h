@@ -21,6 +21,12 @@
  *   P:pool:{L}:meta    hash        n live, ns live with a size, bad live with
  *                                  an invalid size, nl lapsed, res their
  *                                  fallback rates summed ("%.17g")
+ * and, for limits that share by demand (pool_rate > 0, see below):
+ *   P:pool:{L}:grant   hash        live member id -> rate it was granted ("%.17g")
+ *   P:pool:{L}:dem     sorted set  live member id -> effective demand max(demand, floor)
+ *   meta also holds gs (grants summed), sd (effective demands summed), and
+ *   the cached water level: lvl ("-1" none), lt (TIME ms it was computed),
+ *   lp (the divided rate it was computed for)
  * All but ramp get PEXPIRE KT_STORE_EXPIRE_FACTOR x (stale + hold) on every
  * heartbeat, so they vanish once every member is gone; ramp is SET with PX
  * ttl. A call costs O(this node's members + members that just lapsed or
@@ -50,6 +56,44 @@
  * after a death within stale_ms + 2 heartbeats, shrinking as well as growing.
  * (Reporting the previous ans.live, seed 000's "report the answer", also
  * converges but needs one heartbeat more.)
+ *
+ * Demand sharing (share: demand; pool_rate > 0 in the request). The size
+ * agreement above is unchanged; only the division of the agreed rate
+ * differs. The script divides P = max(0, pool_rate - reserved) (reserved as
+ * answered by the same call) max-min fairly: with e_i = max(demand_i,
+ * floor_rate), the water level lvl is the largest value with
+ * sum_i min(e_i, lvl) <= P, and member i's target is min(e_i, lvl). When
+ * sum e_i <= P there is no level (lvl = +inf, answered as INFINITY) and the
+ * leftover minus one floor_rate is added equally to every target (measured
+ * demand tends to lag real appetite; the floor kept back lets a newcomer
+ * start at once). Safety: the sum of the grants stored in Redis never
+ * exceeds P: a member's grant shrinks to its target at once, but grows only
+ * to min(target, grant + (P - sum of grants)), i.e. into headroom already
+ * freed; a member seen for the first time starts at min(floor, target,
+ * headroom), which is 0 while the pool is saturated: the others shrink to
+ * their new targets at their next heartbeat, and the newcomer grows at its
+ * own next one. A calling node's shrinking members are handled before its
+ * growing ones. So a member that becomes busy reaches its fair share within
+ * two of its heartbeats plus one of each member that must give way, and a
+ * lowered pool rate (or a grown reserve) is honoured within one heartbeat of
+ * every member (ans.granted > P until then: the caller may report it).
+ * Provided each node runs each member at exactly its last grant until its
+ * next heartbeat (and at most stale_ms), the members' rates sum to <= P.
+ * Lapse, death and leave drop the member's grant from the sum.
+ * Cost: lvl comes from walking dem from both ends at once (from the bottom:
+ * the remaining rate over the remaining count; from the top: with sd, the
+ * rate left once the k largest are capped), so a computation reads
+ * O(min(members below lvl, members above lvl)) entries plus O(log pool) per
+ * chunk. It is cached in meta and recomputed when older than recompute_ms,
+ * when P changed, when the member set of dem changed, or when a call moved
+ * a member's min(e, lvl) by more than a tenth of an equal share; otherwise a
+ * call costs O(own members + log pool) as in equal mode (1,000 nodes x 10
+ * members, 1 in 7 saturated: ~170 us per call with the level cached, ~1.9 ms
+ * for a call that walks it; test_store_demand). The sums gs and sd
+ * are kept incrementally, recomputed exactly while at most 64 members share
+ * by demand and by every rebuild; gs is clamped at >= 0 and reset to 0 when
+ * no member shares by demand. Members heartbeating with pool_rate 0 leave
+ * grant and dem (mixing both modes on one limit is not meant to happen).
  *
  * Connection: opened lazily by the first call. A call blocks at most
  * KT_STORE_CALL_BUDGET_MS (each connect or command step at most
@@ -108,6 +152,8 @@ enum kt_store_state {
 struct kt_pool_member {
 	const char *id;    /* stable: node name + cgroup identity; unique within a request */
 	int reported_size; /* KT_POOL_REPORT_LIVE, or an explicit size 1..KT_STORE_MAX_POOL */
+	double demand;     /* tokens/s admitted + refused over the last epoch, 0..1e15; read only
+			    * when the request's pool_rate > 0 */
 };
 
 struct kt_pool_req {
@@ -119,6 +165,13 @@ struct kt_pool_req {
 	uint64_t ramp_ttl_ms;                  /* >= 1 when save_ramp >= 0 */
 	uint64_t hold_ms;                      /* 0..KT_STORE_STALE_MAX_MS: lapsed members reserved this long */
 	double fallback_rate;                  /* >= 0: each member's rate once its lease lapsed */
+	/* Demand sharing (all zero: equal share, nothing below is read or written). */
+	double pool_rate;                      /* 0..1e15; > 0: divide this (minus reserved) by demand */
+	double floor_rate;                     /* 0..1e15: each member's effective demand is at least this */
+	uint64_t recompute_ms;                 /* 0..KT_STORE_STALE_MAX_MS: water level cached this long
+						* (e.g. half the heartbeat period; 0: every call) */
+	double *grants;                        /* out, n_members entries when pool_rate > 0: the rate
+						* members[i] may run at until its next heartbeat */
 };
 
 struct kt_pool_answer {
@@ -126,6 +179,9 @@ struct kt_pool_answer {
 	int size;  /* agreed size, or max(largest reported, live); 0 only if live == 0 */
 	int live;  /* live members of the limit across all nodes */
 	double reserved; /* sum of the fallback rates of lapsed, still-held members */
+	/* Filled only when the request's pool_rate > 0 (left alone otherwise). */
+	double granted;  /* sum of all live members' grants after this call */
+	double level;    /* water level lvl, INFINITY when every member gets its demand */
 };
 
 struct kt_store_stats {

@@ -21,10 +21,10 @@
 #define STR(x) STR_(x)
 
 /* Per limit the scripts take these KEYS, all under the hash tag {L} (store.h):
- * hb, size, ramp, fb, lapsed, counted, hist, sizes, meta. */
-#define N_KEYS 9
+ * hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem. */
+#define N_KEYS 11
 static const char *const key_names[N_KEYS] = {
-	"hb", "size", "ramp", "fb", "lapsed", "counted", "hist", "sizes", "meta",
+	"hb", "size", "ramp", "fb", "lapsed", "counted", "hist", "sizes", "meta", "grant", "dem",
 };
 
 /* Shared by both scripts. The answer comes from counters kept as members
@@ -37,7 +37,10 @@ static const char *const key_names[N_KEYS] = {
  *   hist     bucket -> number of live members counted in it
  *   sizes    zset of the buckets in hist (score = size), for the largest
  *   meta     n live, ns live with a size entry, bad live counted 'x',
- *            nl lapsed, res sum of the lapsed members' fallback rates
+ *            nl lapsed, res sum of the lapsed members' fallback rates;
+ *            for demand sharing gs (grants summed), sd (dem scores summed)
+ *            and the cached level lvl/lt/lp
+ *   grant, dem  demand sharing: live id -> grant, live id -> effective demand
  * load() checks the counters against the cardinalities, O(1) (and that
  * hist sums to the valid live members when it has at most 32 buckets); a mismatch
  * means someone else changed the keys (hand edit, eviction, partial expiry)
@@ -50,7 +53,7 @@ static const char *const key_names[N_KEYS] = {
 	"local function keyset(k)\n" \
 	"  return {hb = KEYS[k], size = KEYS[k + 1], ramp = KEYS[k + 2], fb = KEYS[k + 3],\n" \
 	"          lapsed = KEYS[k + 4], counted = KEYS[k + 5], hist = KEYS[k + 6],\n" \
-	"          sizes = KEYS[k + 7], meta = KEYS[k + 8]}\n" \
+	"          sizes = KEYS[k + 7], meta = KEYS[k + 8], grant = KEYS[k + 9], dem = KEYS[k + 10]}\n" \
 	"end\n" \
 	"local function bucket(v)\n" \
 	"  local x = tonumber(v)\n" \
@@ -68,14 +71,21 @@ static const char *const key_names[N_KEYS] = {
 	"  end\n" \
 	"end\n" \
 	"local function load(K)\n" \
-	"  local m = redis.call('HMGET', K.meta, 'n', 'ns', 'bad', 'nl', 'res')\n" \
+	"  local m = redis.call('HMGET', K.meta, 'n', 'ns', 'bad', 'nl', 'res', 'gs', 'sd', 'lvl', 'lt', 'lp')\n" \
 	"  local c = {n = tonumber(m[1]) or 0, ns = tonumber(m[2]) or 0, bad = tonumber(m[3]) or 0,\n" \
-	"             nl = tonumber(m[4]) or 0, res = tonumber(m[5]) or 0}\n" \
+	"             nl = tonumber(m[4]) or 0, res = tonumber(m[5]) or 0,\n" \
+	"             gs = tonumber(m[6]), sd = tonumber(m[7]), lvl = tonumber(m[8]) or -1,\n" \
+	"             lt = tonumber(m[9]) or 0, lp = tonumber(m[10]) or -1,\n" \
+	"             nd = redis.call('ZCARD', K.dem)}\n" \
 	"  local nv = redis.call('HLEN', K.hist)\n" \
 	"  local ok = redis.call('ZCARD', K.hb) == c.n and redis.call('HLEN', K.counted) == c.n\n" \
 	"    and redis.call('HLEN', K.size) == c.ns and c.ns <= c.n\n" \
 	"    and redis.call('ZCARD', K.lapsed) == c.nl and redis.call('ZCARD', K.sizes) == nv\n" \
 	"    and c.bad >= 0 and c.bad + nv <= c.n and c.res >= 0 and c.res < 1e30\n" \
+	"    and redis.call('HLEN', K.grant) == c.nd and c.nd <= c.n\n" \
+	"    and (c.nd == 0 or (c.gs ~= nil and c.sd ~= nil and c.gs >= 0 and c.gs < 1e30\n" \
+	"                       and c.sd >= 0 and c.sd < 1e30))\n" \
+	"  if c.nd == 0 then c.gs, c.sd = 0, 0 end\n" \
 	"  if ok and nv <= 32 then\n" \
 	"    local sum = 0\n" \
 	"    for _, v in ipairs(redis.call('HVALS', K.hist)) do sum = sum + (tonumber(v) or -1e9) end\n" \
@@ -99,11 +109,31 @@ static const char *const key_names[N_KEYS] = {
 	"    redis.call('ZADD', K.sizes, b, b)\n" \
 	"  end\n" \
 	"end\n" \
+	/* a live member stops sharing by demand (lapse, leave, equal mode) */ \
+	"local function undem(K, c, id)\n" \
+	"  local e = redis.call('ZSCORE', K.dem, id)\n" \
+	"  if e then\n" \
+	"    redis.call('ZREM', K.dem, id)\n" \
+	"    c.nd, c.sd, c.inval = c.nd - 1, c.sd - rate(e), true\n" \
+	"    c.gs = c.gs - rate(redis.call('HGET', K.grant, id))\n" \
+	"    redis.call('HDEL', K.grant, id)\n" \
+	"  end\n" \
+	"end\n" \
 	"local function save(K, c)\n" \
 	"  if c.nl == 0 or c.res < 0 then c.res = 0 end\n" \
+	"  if c.nd <= 0 or c.gs < 0 then c.gs = 0 end\n" \
+	"  if c.nd <= 0 or c.sd < 0 then c.sd = 0 end\n" \
+	"  if c.inval then c.lt = 0 end\n" \
 	"  if c.n + c.nl > 0 then\n" \
 	"    redis.call('HMSET', K.meta, 'n', c.n, 'ns', c.ns, 'bad', c.bad, 'nl', c.nl,\n" \
 	"               'res', string.format('%.17g', c.res))\n" \
+	"    if c.nd > 0 then\n" \
+	"      redis.call('HMSET', K.meta, 'gs', string.format('%.17g', c.gs), 'sd', string.format('%.17g', c.sd),\n" \
+	"                 'lvl', string.format('%.17g', c.lvl), 'lt', string.format('%.0f', c.lt),\n" \
+	"                 'lp', string.format('%.17g', c.lp))\n" \
+	"    else\n" \
+	"      redis.call('HDEL', K.meta, 'gs', 'sd', 'lvl', 'lt', 'lp')\n" \
+	"    end\n" \
 	"  else\n" \
 	"    redis.call('DEL', K.meta)\n" \
 	"  end\n" \
@@ -111,9 +141,11 @@ static const char *const key_names[N_KEYS] = {
 
 /* KEYS: N_KEYS per limit. ARGV per limit: stale_ms, n, ramp ("" = none),
  * ramp_ttl_ms, hold_ms, fb (this node's fallback rate per member, "%.17g"),
- * then n (id, size) pairs, size "0" meaning "the live count computed here".
- * Returns {agree, size, live, reserved} per limit, reserved as a string (Lua
- * numbers become integers in replies).
+ * pool_rate ("0": equal share), floor_rate, recompute_ms, then n (id, size)
+ * pairs, size "0" meaning "the live count computed here", or with
+ * pool_rate > 0 n (id, size, demand) triples. Returns {agree, size, live,
+ * reserved} per limit, plus {granted, level ("-1": none), {grant...}} with
+ * pool_rate > 0; rates as strings (Lua numbers become integers in replies).
  *
  * A member is live while its heartbeat is at most stale_ms old (its lease);
  * then it lapses: it moves from hb to lapsed and leaves the live count and
@@ -147,15 +179,25 @@ static const char hb_script[] =
 	"    for i = 1, #r, 2 do m[r[i]] = r[i + 1] end\n"
 	"    return m\n"
 	"  end\n"
-	"  local sz, fbm = map(K.size), map(K.fb)\n"
-	"  redis.call('DEL', K.hb, K.lapsed, K.size, K.fb, K.counted, K.hist, K.sizes, K.meta)\n"
-	"  local c = {n = 0, ns = 0, bad = 0, nl = 0, res = 0}\n"
-	"  local hb, lp, szl, fbl, cl, hist = {}, {}, {}, {}, {}, {}\n"
+	"  local sz, fbm, gm = map(K.size), map(K.fb), map(K.grant)\n"
+	"  local dm = {}\n"
+	"  local r = redis.call('ZRANGE', K.dem, 0, -1, 'WITHSCORES')\n"
+	"  for i = 1, #r, 2 do dm[r[i]] = rate(r[i + 1]) end\n"
+	"  redis.call('DEL', K.hb, K.lapsed, K.size, K.fb, K.counted, K.hist, K.sizes, K.meta, K.grant, K.dem)\n"
+	"  local c = {n = 0, ns = 0, bad = 0, nl = 0, res = 0, nd = 0, gs = 0, sd = 0, lvl = -1, lt = 0, lp = -1}\n"
+	"  local hb, lp, szl, fbl, cl, hist, gl, dl = {}, {}, {}, {}, {}, {}, {}, {}\n"
 	"  local function push(l, x, y) l[#l + 1] = x; l[#l + 1] = y end\n"
 	"  for id, s in pairs(seen) do\n"
 	"    if s[1] >= now - stale then\n"
 	"      push(hb, s[2], id)\n"
 	"      c.n = c.n + 1\n"
+	/* a grant without a demand may still be in force: keep it counted */
+	"      if gm[id] or dm[id] then\n"
+	"        local g = rate(gm[id])\n"
+	"        local e = dm[id] or g\n"
+	"        push(gl, id, string.format('%.17g', g)); push(dl, e, id)\n"
+	"        c.nd, c.gs, c.sd = c.nd + 1, c.gs + g, c.sd + e\n"
+	"      end\n"
 	"      local b = bucket(sz[id])\n"
 	"      push(cl, id, b)\n"
 	"      if sz[id] then push(szl, id, sz[id]); c.ns = c.ns + 1 end\n"
@@ -174,7 +216,94 @@ static const char hb_script[] =
 	"  each('HMSET', K.size, szl, 1000); each('HMSET', K.fb, fbl, 1000)\n"
 	"  each('HMSET', K.counted, cl, 1000); each('HMSET', K.hist, hl, 1000)\n"
 	"  each('ZADD', K.sizes, sl, 1000)\n"
+	"  each('HMSET', K.grant, gl, 1000); each('ZADD', K.dem, dl, 1000)\n"
 	"  return c\n"
+	"end\n"
+	/* The water level for P over dem (-1: none, everyone fits). Walks from
+	 * both ends at once, CHUNK entries per step, and stops as soon as either
+	 * side finds it, so it reads O(min(below, above)) entries. Bottom: the
+	 * level is rem / cnt once the next demand is at least that. Top: with
+	 * the k largest capped, the level is (P - (sd - A)) / k, valid once the
+	 * next demand is at most that. */
+	"local CHUNK = 32\n"
+	"local function level(K, c, P)\n"
+	"  if c.nd == 0 or c.sd <= P then return -1 end\n"
+	"  local lo, rem, cnt, hi, A = 0, P, c.nd, 0, 0\n"
+	"  while true do\n"
+	"    local r = redis.call('ZRANGE', K.dem, lo, lo + CHUNK - 1, 'WITHSCORES')\n"
+	"    for j = 2, #r, 2 do\n"
+	"      local e = tonumber(r[j])\n"
+	"      if e * cnt >= rem then return rem / cnt end\n"
+	"      rem, cnt, lo = rem - e, cnt - 1, lo + 1\n"
+	"      if cnt == 0 then return -1 end\n"
+	"    end\n"
+	"    local t = redis.call('ZREVRANGE', K.dem, hi, hi + CHUNK - 1, 'WITHSCORES')\n"
+	"    for j = 2, #t, 2 do\n"
+	"      local e = tonumber(t[j])\n"
+	"      if hi > 0 then\n"
+	"        local l = (P - (c.sd - A)) / hi\n"
+	"        if l >= e then return math.max(l, 0) end\n"
+	"      end\n"
+	"      A, hi = A + e, hi + 1\n"
+	"    end\n"
+	"    if #r == 0 and #t == 0 then return -1 end\n"
+	"  end\n"
+	"end\n"
+	/* Updates dem for this node's members (ARGV i..j, stride 3), the level,
+	 * and their grants: shrinks first, then growth into free headroom only.
+	 * Returns the grants in ARGV order. */
+	"local function share(K, c, P, flo, rms, i0, i1)\n"
+	"  if c.nd > 0 and c.nd <= RECOUNT then\n"
+	"    c.gs, c.sd = 0, 0\n"
+	"    for _, v in ipairs(redis.call('HVALS', K.grant)) do c.gs = c.gs + rate(v) end\n"
+	"    local z = redis.call('ZRANGE', K.dem, 0, -1, 'WITHSCORES')\n"
+	"    for j = 2, #z, 2 do c.sd = c.sd + rate(z[j]) end\n"
+	"  end\n"
+	"  local own, tenth = {}, 0.1 * P / math.max(c.nd, 1)\n"
+	"  for i = i0, i1, 3 do\n"
+	"    local id = ARGV[i]\n"
+	"    local e = math.max(rate(ARGV[i + 2]), flo)\n"
+	"    local old = redis.call('ZSCORE', K.dem, id)\n"
+	"    local cur = nil\n"
+	"    if old then\n"
+	"      old = rate(old)\n"
+	"      cur = rate(redis.call('HGET', K.grant, id))\n"
+	"      c.sd = c.sd + e - old\n"
+	"      if c.lvl >= 0 and math.abs(math.min(e, c.lvl) - math.min(old, c.lvl)) > tenth then c.inval = true end\n"
+	"    else\n"
+	"      c.nd, c.sd, c.inval = c.nd + 1, c.sd + e, true\n"
+	"    end\n"
+	"    if old ~= e then redis.call('ZADD', K.dem, e, id) end\n"
+	"    own[#own + 1] = {id = id, e = e, cur = cur}\n"
+	"  end\n"
+	"  if c.sd <= P then\n"
+	"    c.lvl = -1\n"
+	"  elseif c.inval or c.lvl < 0 or c.lp ~= P or now - c.lt >= rms then\n"
+	"    c.lvl, c.lt, c.lp, c.inval = level(K, c, P), now, P, false\n"
+	"  end\n"
+	"  local bonus = 0\n"
+	"  if c.lvl < 0 and c.nd > 0 then bonus = math.max(0, P - c.sd - flo) / c.nd end\n"
+	"  for _, m in ipairs(own) do\n"
+	"    if c.lvl < 0 then m.t = m.e + bonus else m.t = math.min(m.e, c.lvl) end\n"
+	"  end\n"
+	"  local function set(m, g)\n"
+	"    c.gs = c.gs + g - (m.cur or 0)\n"
+	"    m.g = g\n"
+	"    if g ~= m.cur then redis.call('HSET', K.grant, m.id, string.format('%.17g', g)) end\n"
+	"  end\n"
+	"  for _, m in ipairs(own) do\n"
+	"    if m.cur and m.t < m.cur then set(m, m.t) end\n"
+	"  end\n"
+	"  local out = {}\n"
+	"  for k, m in ipairs(own) do\n"
+	"    if not m.g then\n"
+	"      local free = math.max(0, P - c.gs)\n"
+	"      if m.cur then set(m, math.min(m.t, m.cur + free)) else set(m, math.min(flo, m.t, free)) end\n"
+	"    end\n"
+	"    out[k] = string.format('%.17g', m.g)\n"
+	"  end\n"
+	"  if c.gs < 0 then c.gs = 0 end\n"
+	"  return out\n"
 	"end\n"
 	"local out, a = {}, 1\n"
 	"for k = 1, #KEYS, " STR(N_KEYS) " do\n"
@@ -182,7 +311,10 @@ static const char hb_script[] =
 	"  local stale, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])\n"
 	"  local ramp, rttl = ARGV[a + 2], ARGV[a + 3]\n"
 	"  local hold, fb = tonumber(ARGV[a + 4]), ARGV[a + 5]\n"
-	"  a = a + 6\n"
+	"  local prate, flo, rms = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])\n"
+	"  local st = 2\n"
+	"  if prate > 0 then st = 3 end\n"
+	"  a = a + 9\n"
 	"  local first, fresh = a, {}\n"
 	"  local c, ok = load(K)\n"
 	"  if not ok then c = rebuild(K, stale, hold) end\n"
@@ -198,7 +330,7 @@ static const char hb_script[] =
 	"      end\n"
 	"    end\n"
 	"    if fb ~= '0' then redis.call('HSET', K.fb, id, fb) else redis.call('HDEL', K.fb, id) end\n"
-	"    a = a + 2\n"
+	"    a = a + st\n"
 	"  end\n"
 	"  if ramp ~= '' then redis.call('SET', K.ramp, ramp, 'PX', rttl) end\n"
 	/* 2. live members silent for stale_ms lapse (or die, if silent for hold_ms more too) */
@@ -207,6 +339,7 @@ static const char hb_script[] =
 	"  for i = 1, #gone, 2 do\n"
 	"    local id, s = gone[i], gone[i + 1]\n"
 	"    redis.call('ZREM', K.hb, id)\n"
+	"    if c.nd > 0 then undem(K, c, id) end\n"
 	"    c.n = c.n - 1\n"
 	"    count(K, c, redis.call('HGET', K.counted, id) or 'x', -1)\n"
 	"    redis.call('HDEL', K.counted, id)\n"
@@ -241,7 +374,7 @@ static const char hb_script[] =
 	"    end\n"
 	"  end\n"
 	/* 4. sizes of this node's members, 0 = the live count now */
-	"  for i = first, a - 1, 2 do\n"
+	"  for i = first, a - 1, st do\n"
 	"    local id, r = ARGV[i], ARGV[i + 1]\n"
 	"    if r == '0' then r = string.format('%d', c.n) end\n"
 	"    local b, old = bucket(r), false\n"
@@ -254,17 +387,29 @@ static const char hb_script[] =
 	"    c.ns = c.ns + redis.call('HSET', K.size, id, r)\n"
 	"  end\n"
 	"  if c.dirty then c = rebuild(K, stale, hold) end\n"
+	/* 5. demand sharing */
+	"  local dem = nil\n"
+	"  if prate > 0 then\n"
+	"    dem = share(K, c, math.max(0, prate - c.res), flo, rms, first, a - 1)\n"
+	"  elseif c.nd > 0 then\n"
+	"    for i = first, a - 1, st do undem(K, c, ARGV[i]) end\n"
+	"  end\n"
 	"  save(K, c)\n"
 	"  if c.n + c.nl > 0 then\n"
 	"    local ttl = (stale + hold) * " STR(KT_STORE_EXPIRE_FACTOR) "\n"
-	"    for _, key in ipairs({K.hb, K.size, K.fb, K.lapsed, K.counted, K.hist, K.sizes, K.meta}) do\n"
+	"    for _, key in ipairs({K.hb, K.size, K.fb, K.lapsed, K.counted, K.hist, K.sizes, K.meta,\n"
+	"                          K.grant, K.dem}) do\n"
 	"      redis.call('PEXPIRE', key, ttl)\n"
 	"    end\n"
 	"  end\n"
 	"  local hi = tonumber(redis.call('ZREVRANGE', K.sizes, 0, 0)[1]) or 0\n"
 	"  local agree = 0\n"
 	"  if c.bad == 0 and redis.call('ZCARD', K.sizes) == 1 and hi == c.n then agree = 1 end\n"
-	"  out[#out + 1] = {agree, math.max(hi, c.n), c.n, string.format('%.17g', c.res)}\n"
+	"  local o = {agree, math.max(hi, c.n), c.n, string.format('%.17g', c.res)}\n"
+	"  if dem then\n"
+	"    o[5], o[6], o[7] = string.format('%.17g', c.gs), string.format('%.17g', c.lvl), dem\n"
+	"  end\n"
+	"  out[#out + 1] = o\n"
 	"end\n"
 	"return out\n";
 
@@ -281,7 +426,10 @@ static const char leave_script[] =
 	"  if redis.call('ZREM', K.hb, id) == 1 then\n"
 	"    n = n + 1\n"
 	"    c.n = c.n - 1\n"
-	"    if ok then count(K, c, redis.call('HGET', K.counted, id) or 'x', -1) end\n"
+	"    if ok then\n"
+	"      count(K, c, redis.call('HGET', K.counted, id) or 'x', -1)\n"
+	"      undem(K, c, id)\n"
+	"    end\n"
 	"  elseif redis.call('ZREM', K.lapsed, id) == 1 then\n"
 	"    n = n + 1\n"
 	"    c.nl = c.nl - 1\n"
@@ -290,6 +438,8 @@ static const char leave_script[] =
 	"  redis.call('HDEL', K.counted, id)\n"
 	"  c.ns = c.ns - redis.call('HDEL', K.size, id)\n"
 	"  redis.call('HDEL', K.fb, id)\n"
+	"  redis.call('ZREM', K.dem, id)\n"
+	"  redis.call('HDEL', K.grant, id)\n"
 	"end\n"
 	"if ok and not c.dirty then save(K, c) else redis.call('DEL', K.meta) end\n"
 	"return n\n";
@@ -1306,6 +1456,14 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 		       q->limit, (unsigned long long)q->hold_ms, q->fallback_rate);
 		return -EINVAL;
 	}
+	if (!isfinite(q->pool_rate) || q->pool_rate < 0 || q->pool_rate > 1e15 || !isfinite(q->floor_rate) ||
+	    q->floor_rate < 0 || q->floor_rate > 1e15 || q->recompute_ms > KT_STORE_STALE_MAX_MS ||
+	    (q->pool_rate > 0 && q->n_members > 0 && !q->grants)) {
+		seterr(s, err, errlen, "heartbeat: limit %s: pool rate %g, floor %g, recompute %llu ms or grants "
+		       "out of range", q->limit, q->pool_rate, q->floor_rate,
+		       (unsigned long long)q->recompute_ms);
+		return -EINVAL;
+	}
 	if (q->save_ramp >= 0 &&
 	    (!isfinite(q->save_ramp) || q->save_ramp > 1e15 || q->ramp_ttl_ms < 1 ||
 	     q->ramp_ttl_ms > KT_STORE_STALE_MAX_MS * 365)) {
@@ -1324,6 +1482,11 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 		if (m->reported_size < 0 || m->reported_size > KT_STORE_MAX_POOL) {
 			seterr(s, err, errlen, "heartbeat: limit %s: member %s: reported size %d out of 0..%d",
 			       q->limit, m->id, m->reported_size, KT_STORE_MAX_POOL);
+			return -EINVAL;
+		}
+		if (q->pool_rate > 0 && (!isfinite(m->demand) || m->demand < 0 || m->demand > 1e15)) {
+			seterr(s, err, errlen, "heartbeat: limit %s: member %s: demand %g out of 0..1e15",
+			       q->limit, m->id, m->demand);
 			return -EINVAL;
 		}
 	}
@@ -1351,6 +1514,37 @@ static bool parse_rate(const redisReply *r, double *out)
 	return true;
 }
 
+/* The demand part of an answer: granted, level, one grant per member. The
+ * grants are written only once all of them parsed. */
+static const char *parse_share(const redisReply *e, const struct kt_pool_req *q, struct kt_pool_answer *a)
+{
+	const redisReply *g = e->element[6];
+	double lvl;
+	char *end;
+
+	if (!parse_rate(e->element[4], &a->granted))
+		return "granted rate not a finite number >= 0";
+	if (e->element[5]->type != REDIS_REPLY_STRING || e->element[5]->len > 40)
+		return "level not a number";
+	errno = 0;
+	lvl = strtod(e->element[5]->str, &end);
+	if (errno || end != e->element[5]->str + e->element[5]->len || !isfinite(lvl) ||
+	    (lvl < 0 && lvl != -1) || lvl > 1e15)
+		return "level not a number";
+	a->level = lvl < 0 ? INFINITY : lvl;
+	if (g->type != REDIS_REPLY_ARRAY || g->elements != (size_t)q->n_members)
+		return "grants not an array of one per member";
+	for (size_t j = 0; j < g->elements; j++) {
+		double v;
+
+		if (!parse_rate(g->element[j], &v))
+			return "grant not a finite number >= 0";
+	}
+	for (size_t j = 0; j < g->elements; j++)
+		parse_rate(g->element[j], &q->grants[j]);
+	return NULL;
+}
+
 static int parse_answers(struct kt_store *s, const redisReply *r, const struct kt_pool_req *reqs, int n,
 			 struct kt_pool_answer *ans, char *err, size_t errlen)
 {
@@ -1364,10 +1558,12 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 	}
 	for (i = 0; i < n && !why; i++) {
 		const redisReply *e = r->element[i];
-		struct kt_pool_answer a;
+		const struct kt_pool_req *q = &reqs[i];
+		size_t want = q->pool_rate > 0 ? 7 : 4;
+		struct kt_pool_answer a = ans[i];
 
-		if (e->type != REDIS_REPLY_ARRAY || e->elements != 4) {
-			why = "not an array of 4";
+		if (e->type != REDIS_REPLY_ARRAY || e->elements != want) {
+			why = want == 4 ? "not an array of 4" : "not an array of 7";
 		} else if (!int_in(e->element[0], 0, 1) || !int_in(e->element[1], 0, KT_STORE_MAX_POOL) ||
 			   !int_in(e->element[2], 0, KT_STORE_MAX_POOL)) {
 			why = "field not an integer in range";
@@ -1383,7 +1579,9 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				why = "no live member right after a heartbeat";
 			else if (!parse_rate(e->element[3], &a.reserved))
 				why = "reserved rate not a finite number >= 0";
-			else
+			else if (want == 7)
+				why = parse_share(e, q, &a);
+			if (!why)
 				ans[i] = a;
 		}
 	}
@@ -1411,7 +1609,7 @@ int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, 
 		ret = check_req(s, &reqs[i], i, err, errlen);
 		if (ret)
 			return ret;
-		cap += N_KEYS + 6 + 2 * reqs[i].n_members;
+		cap += N_KEYS + 9 + 3 * reqs[i].n_members;
 	}
 	ret = begin(s, err, errlen);
 	if (ret)
@@ -1440,9 +1638,20 @@ int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, 
 			arg_fmt(&a, "%.17g", q->fallback_rate);
 		else
 			arg_ref(&a, "0");
+		if (q->pool_rate > 0) {
+			arg_fmt(&a, "%.17g", q->pool_rate);
+			arg_fmt(&a, "%.17g", q->floor_rate);
+			arg_fmt(&a, "%llu", (unsigned long long)q->recompute_ms);
+		} else {
+			arg_ref(&a, "0");
+			arg_ref(&a, "0");
+			arg_ref(&a, "0");
+		}
 		for (j = 0; j < q->n_members; j++) {
 			arg_ref(&a, q->members[j].id);
 			arg_fmt(&a, "%d", q->members[j].reported_size);
+			if (q->pool_rate > 0)
+				arg_fmt(&a, "%.17g", q->members[j].demand);
 		}
 	}
 	if (a.oom)

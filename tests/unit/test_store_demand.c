@@ -1,0 +1,535 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Demand sharing in the store (pool_rate > 0) against a real redis-server:
+ * max-min fair grants, growth only into free headroom (the stored sum of
+ * grants is read back after every call), lapse/leave freeing grants, the
+ * rebuild guard, equal mode untouched, and the per-call cost at 1,000 x 10. */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include "redis_proc.h"
+#include "store.h"
+
+#define PREFIX "ktdem"
+#define LIVE KT_POOL_REPORT_LIVE
+
+static struct rp_proc g_master;
+static redisContext *g_rc; /* reads Redis back */
+static struct kt_store *g_s;
+static char err[KT_ERR_LEN];
+
+#define ASSERT_OK(expr)                                                            \
+	do {                                                                       \
+		int r_ = (expr);                                                   \
+		if (r_)                                                            \
+			print_error("%s = %d: %s\n", #expr, r_, err);              \
+		assert_int_equal(r_, 0);                                           \
+	} while (0)
+
+static int group_setup(void **state)
+{
+	struct kt_store_cfg c = { 0 };
+
+	(void)state;
+	if (rp_start_master(&g_master, NULL))
+		return -1;
+	g_rc = rp_connect(&g_master);
+	c.kind = KT_STORE_REDIS;
+	c.line = 1;
+	c.redis_mode = KT_REDIS_SINGLE;
+	c.host = "127.0.0.1";
+	c.port = g_master.port;
+	c.key_prefix = PREFIX;
+	return g_rc && !kt_store_open(&g_s, &c, err, sizeof(err)) ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	kt_store_close(g_s);
+	if (g_rc)
+		redisFree(g_rc);
+	rp_stop(&g_master);
+	return 0;
+}
+
+static redisReply *cmd(const char *fmt, ...)
+{
+	va_list ap;
+	redisReply *r;
+
+	va_start(ap, fmt);
+	r = redisvCommand(g_rc, fmt, ap);
+	va_end(ap);
+	assert_non_null(r);
+	return r;
+}
+
+/* Field of meta, or -1 when absent. */
+static double meta(const char *limit, const char *field)
+{
+	redisReply *r = cmd("HGET " PREFIX ":pool:{%s}:meta %s", limit, field);
+	double v = r->type == REDIS_REPLY_STRING ? strtod(r->str, NULL) : -1;
+
+	freeReplyObject(r);
+	return v;
+}
+
+/* Grant stored for id, or -1 when none. */
+static double grant_of(const char *limit, const char *id)
+{
+	redisReply *r = cmd("HGET " PREFIX ":pool:{%s}:grant %s", limit, id);
+	double v = r->type == REDIS_REPLY_STRING ? strtod(r->str, NULL) : -1;
+
+	freeReplyObject(r);
+	return v;
+}
+
+/* The invariant, read back: the stored grants sum to at most P, and the
+ * running sum in meta matches them. Returns the sum. */
+static double check_sum(const char *limit, double P)
+{
+	redisReply *r = cmd("HVALS " PREFIX ":pool:{%s}:grant", limit);
+	double sum = 0, gs;
+
+	assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+	for (size_t i = 0; i < r->elements; i++)
+		sum += strtod(r->element[i]->str, NULL);
+	freeReplyObject(r);
+	if (sum > P * (1 + 1e-12) + 1e-9)
+		fail_msg("limit %s: grants sum to %.17g > pool rate %g", limit, sum, P);
+	gs = meta(limit, "gs");
+	if (sum > 0 && fabs(gs - sum) > 1e-6 * (P > 1 ? P : 1))
+		fail_msg("limit %s: meta gs %.17g, grants sum to %.17g", limit, gs, sum);
+	return sum;
+}
+
+struct dreq {
+	double pool, floor;
+	uint64_t stale, hold, recompute;
+	double fallback;
+};
+
+static const struct dreq D300 = { 300, 1, 60000, 0, 500, 0 };
+
+/* One node heartbeats one member with a demand; returns its grant and
+ * checks the invariant against the rate the script divided. */
+static double beat(const char *limit, const struct dreq *d, const char *id, double demand,
+		   struct kt_pool_answer *ans)
+{
+	struct kt_pool_member m = { .id = id, .reported_size = LIVE, .demand = demand };
+	double g = -1;
+	struct kt_pool_req q = { .limit = limit, .members = &m, .n_members = 1, .stale_ms = d->stale,
+				 .save_ramp = -1, .hold_ms = d->hold, .fallback_rate = d->fallback,
+				 .pool_rate = d->pool, .floor_rate = d->floor,
+				 .recompute_ms = d->recompute, .grants = &g };
+	struct kt_pool_answer a;
+
+	ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)));
+	assert_true(g >= 0);
+	assert_true(a.granted <= d->pool - a.reserved + 1e-9 || a.granted == 0);
+	check_sum(limit, d->pool - a.reserved);
+	if (ans)
+		*ans = a;
+	return g;
+}
+
+#define NEAR(x, want, tol)                                                         \
+	do {                                                                       \
+		double x_ = (x), w_ = (want);                                      \
+		if (fabs(x_ - w_) > (tol))                                         \
+			fail_msg("%s = %.6g, want %.6g +- %g", #x, x_, w_, (double)(tol)); \
+	} while (0)
+
+/* 1000, 20 and 0 tokens/s on 300: the 20/s member gets its 20, the idle one
+ * its floor, the busy one the rest; the sum never passes 300 on the way. */
+static void test_converge(void **state)
+{
+	const char *id[3] = { "a", "b", "c" };
+	double dem[3] = { 1000, 20, 0 }, g[3] = { 0 };
+	struct kt_pool_answer a;
+
+	(void)state;
+	for (int r = 0; r < 4; r++)
+		for (int i = 0; i < 3; i++)
+			g[i] = beat("conv", &D300, id[i], dem[i], &a);
+	NEAR(g[0], 279, 1e-6);
+	NEAR(g[1], 20, 1e-6);
+	NEAR(g[2], 1, 1e-6);
+	NEAR(a.level, 279, 1e-6);
+	assert_true(check_sum("conv", 300) >= 0.95 * 300);
+	NEAR(a.granted, 300, 1e-6);
+	assert_int_equal(a.live, 3);
+}
+
+/* Two saturated members split evenly; below the pool everyone gets its
+ * demand plus an equal part of the leftover (one floor kept back). */
+static void test_saturated_and_leftover(void **state)
+{
+	double g1 = 0, g2 = 0;
+	struct kt_pool_answer a;
+
+	(void)state;
+	for (int r = 0; r < 3; r++) {
+		g1 = beat("sat", &D300, "x", 1000, NULL);
+		g2 = beat("sat", &D300, "y", 5000, NULL);
+	}
+	assert_true(fabs(g1 - g2) <= 0.02 * g1);
+	NEAR(g1 + g2, 300, 1e-6);
+
+	for (int r = 0; r < 3; r++) {
+		g1 = beat("left", &D300, "x", 100, NULL);
+		g2 = beat("left", &D300, "y", 50, &a);
+	}
+	assert_true(isinf(a.level));
+	NEAR(g1, 100 + (300 - 150 - 1) / 2.0, 1e-6);
+	NEAR(g2, 50 + (300 - 150 - 1) / 2.0, 1e-6);
+}
+
+/* The idle member gets busy: its first heartbeat finds no headroom, the
+ * busy one gives way at its next heartbeat, the newcomer grows at its
+ * second. The level is cached (recompute 500 ms, calls ms apart): the change
+ * of demand must invalidate it. */
+static void test_idle_becomes_busy(void **state)
+{
+	double ga, gb, gc;
+
+	(void)state;
+	for (int r = 0; r < 3; r++) {
+		beat("busy", &D300, "a", 1000, NULL);
+		beat("busy", &D300, "b", 20, NULL);
+		beat("busy", &D300, "c", 0, NULL);
+	}
+	NEAR(grant_of("busy", "a"), 279, 1e-6);
+	gc = beat("busy", &D300, "c", 1000, NULL); /* 1st: no free headroom yet */
+	assert_true(gc <= 140 + 1e-9);
+	ga = beat("busy", &D300, "a", 1000, NULL); /* gives way */
+	NEAR(ga, 140, 1e-6);
+	gb = beat("busy", &D300, "b", 20, NULL);
+	NEAR(gb, 20, 1e-6);
+	gc = beat("busy", &D300, "c", 1000, NULL); /* 2nd: its fair share */
+	NEAR(gc, 140, 1e-6);
+	NEAR(check_sum("busy", 300), 300, 1e-6);
+
+	/* and back to idle: it shrinks to the floor at once, a takes the rest */
+	gc = beat("busy", &D300, "c", 0, NULL);
+	NEAR(gc, 1, 1e-6);
+	ga = beat("busy", &D300, "a", 1000, NULL);
+	NEAR(ga, 279, 1e-6);
+}
+
+/* A new member starts at the floor when there is headroom, and at 0 (never
+ * above the pool) when the others hold all of it. */
+static void test_newcomer(void **state)
+{
+	double g;
+
+	(void)state;
+	g = beat("new", &D300, "a", 1000, NULL);
+	NEAR(g, 1, 1e-9);
+	g = beat("new", &D300, "a", 1000, NULL);
+	NEAR(g, 300, 1e-6);
+	g = beat("new", &D300, "b", 1000, NULL);
+	NEAR(g, 0, 1e-9);
+	NEAR(beat("new", &D300, "a", 1000, NULL), 150, 1e-6);
+	NEAR(beat("new", &D300, "b", 1000, NULL), 150, 1e-6);
+}
+
+static void leave1(const char *limit, const char *id)
+{
+	ASSERT_OK(kt_store_leave(g_s, limit, &id, 1, err, sizeof(err)));
+}
+
+/* Leave, lapse and death free the grant; a lapsed member's held fallback is
+ * taken off the divided rate. */
+static void test_lapse_leave_free(void **state)
+{
+	struct dreq d = D300;
+	struct kt_pool_answer a;
+	const char *id[3] = { "p", "q", "r" };
+
+	(void)state;
+	for (int r = 0; r < 3; r++)
+		for (int i = 0; i < 3; i++)
+			beat("free", &d, id[i], 1000, NULL);
+	NEAR(grant_of("free", "p"), 100, 1e-6);
+	leave1("free", "r");
+	assert_true(grant_of("free", "r") < 0);
+	NEAR(check_sum("free", 300), 200, 1e-6);
+	for (int r = 0; r < 2; r++) {
+		beat("free", &d, "p", 1000, NULL);
+		beat("free", &d, "q", 1000, NULL);
+	}
+	NEAR(grant_of("free", "p"), 150, 1e-6);
+	NEAR(grant_of("free", "q"), 150, 1e-6);
+
+	/* q lapses (stale 300 ms) with a fallback of 30 held for 60 s: p
+	 * divides 300 - 30 alone */
+	d.stale = 300;
+	d.hold = 60000;
+	d.fallback = 30;
+	beat("free", &d, "q", 1000, NULL);
+	rp_sleep_ms(400);
+	beat("free", &d, "p", 1000, &a);
+	assert_int_equal(a.live, 1);
+	NEAR(a.reserved, 30, 1e-9);
+	assert_true(grant_of("free", "q") < 0);
+	NEAR(beat("free", &d, "p", 1000, &a), 270, 1e-6);
+	NEAR(a.granted, 270, 1e-6);
+
+	/* death (no hold): gone for good, p gets the whole pool */
+	d.hold = 0;
+	d.fallback = 0;
+	beat("free", &d, "r", 1000, NULL);
+	rp_sleep_ms(400);
+	beat("free", &d, "p", 1000, &a);
+	assert_int_equal(a.live, 1);
+	assert_true(grant_of("free", "r") < 0);
+	NEAR(beat("free", &d, "p", 1000, NULL), 300, 1e-6);
+
+	/* the last member leaves: nothing of the demand state is left */
+	leave1("free", "p");
+	assert_true(meta("free", "gs") < 0);
+	assert_int_equal(rp_command_int(&g_master, -1, "EXISTS " PREFIX ":pool:{free}:dem"), 0);
+}
+
+/* A lowered pool rate: every member is within the new rate after its next
+ * heartbeat, and none grows meanwhile. */
+static void test_pool_rate_lowered(void **state)
+{
+	struct dreq d = D300;
+	struct kt_pool_answer a;
+
+	(void)state;
+	for (int r = 0; r < 3; r++) {
+		beat("low", &d, "a", 1000, NULL);
+		beat("low", &d, "b", 1000, NULL);
+	}
+	d.pool = 100;
+	/* a shrinks first; the sum is still above 100 until b's heartbeat */
+	{
+		struct kt_pool_member m = { .id = "a", .demand = 1000 };
+		double g = -1;
+		struct kt_pool_req q = { .limit = "low", .members = &m, .n_members = 1, .stale_ms = 60000,
+					 .save_ramp = -1, .pool_rate = 100, .floor_rate = 1,
+					 .recompute_ms = 500, .grants = &g };
+
+		ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)));
+		NEAR(g, 50, 1e-6);
+		NEAR(a.granted, 200, 1e-6); /* reported: above the new rate until b beats */
+	}
+	NEAR(beat("low", &d, "b", 1000, NULL), 50, 1e-6);
+	NEAR(check_sum("low", 100), 100, 1e-6);
+}
+
+/* A node with several members: its shrinking member frees headroom its
+ * growing member takes in the same call. */
+static void test_multi_member_node(void **state)
+{
+	struct kt_pool_member m[2] = { { .id = "n/a", .demand = 1000 }, { .id = "n/b", .demand = 0 } };
+	double g[2];
+	struct kt_pool_req q = { .limit = "multi", .members = m, .n_members = 2, .stale_ms = 60000,
+				 .save_ramp = -1, .pool_rate = 300, .floor_rate = 1, .recompute_ms = 500,
+				 .grants = g };
+	struct kt_pool_answer a;
+
+	(void)state;
+	for (int r = 0; r < 3; r++)
+		ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)));
+	NEAR(g[0], 299, 1e-6);
+	NEAR(g[1], 1, 1e-6);
+	m[0].demand = 0;
+	m[1].demand = 1000;
+	ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)));
+	NEAR(g[0], 1, 1e-6);
+	NEAR(g[1], 299, 1e-6);
+	check_sum("multi", 300);
+}
+
+/* Counters changed behind the store's back are rebuilt, the grant sum with
+ * them (70 members: above the size where the sums are recounted anyway). */
+static void test_rebuild_guard(void **state)
+{
+	struct kt_pool_member m[70];
+	char ids[70][16];
+	double g[70];
+	struct kt_pool_req q = { .limit = "guard", .members = m, .n_members = 70, .stale_ms = 60000,
+				 .save_ramp = -1, .pool_rate = 700, .floor_rate = 1, .recompute_ms = 500,
+				 .grants = g };
+	const char *corrupt[] = {
+		"HSET " PREFIX ":pool:{guard}:meta gs -5",
+		"HSET " PREFIX ":pool:{guard}:meta gs garbage",
+		"HDEL " PREFIX ":pool:{guard}:meta sd",
+		"HDEL " PREFIX ":pool:{guard}:grant m7",
+		"ZADD " PREFIX ":pool:{guard}:dem 5 ghost",
+		"DEL " PREFIX ":pool:{guard}:meta",
+	};
+	struct kt_pool_answer a;
+
+	(void)state;
+	for (int i = 0; i < 70; i++) {
+		snprintf(ids[i], sizeof(ids[i]), "m%d", i);
+		m[i] = (struct kt_pool_member){ .id = ids[i], .demand = 1000 };
+	}
+	for (int r = 0; r < 3; r++)
+		ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)));
+	NEAR(g[0], 10, 1e-6);
+	NEAR(check_sum("guard", 700), 700, 1e-6);
+	for (size_t c = 0; c < sizeof(corrupt) / sizeof(corrupt[0]); c++) {
+		freeReplyObject(cmd(corrupt[c]));
+		/* a heartbeat of one member (a 1-member request) repairs the sum */
+		q.n_members = 1;
+		ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)));
+		q.n_members = 70;
+		check_sum("guard", 700);
+		assert_int_equal(rp_command_int(&g_master, -1, "ZCARD " PREFIX ":pool:{guard}:dem"), 70);
+		ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)));
+		ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)));
+		for (int i = 0; i < 70; i++)
+			NEAR(g[i], 10, 1e-6);
+		NEAR(check_sum("guard", 700), 700, 1e-6);
+	}
+}
+
+/* pool_rate 0: the reply, the answer and the keys are as before; a member
+ * that stops sharing by demand leaves grant and dem. */
+static void test_equal_mode_untouched(void **state)
+{
+	struct kt_pool_member m = { .id = "e1", .demand = 500 };
+	double g = -7;
+	struct kt_pool_req q = { .limit = "eq", .members = &m, .n_members = 1, .stale_ms = 60000,
+				 .save_ramp = -1, .grants = &g };
+	struct kt_pool_answer a = { .granted = -3, .level = -4 };
+
+	(void)state;
+	ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)));
+	assert_int_equal(a.agree, 1);
+	assert_int_equal(a.size, 1);
+	assert_true(g == -7 && a.granted == -3 && a.level == -4);
+	assert_int_equal(rp_command_int(&g_master, -1, "EXISTS " PREFIX ":pool:{eq}:grant"), 0);
+	assert_int_equal(rp_command_int(&g_master, -1, "EXISTS " PREFIX ":pool:{eq}:dem"), 0);
+	assert_true(meta("eq", "gs") < 0);
+
+	beat("eq", &D300, "e1", 500, NULL);
+	beat("eq", &D300, "e2", 500, NULL);
+	assert_int_equal(rp_command_int(&g_master, -1, "ZCARD " PREFIX ":pool:{eq}:dem"), 2);
+	ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err))); /* e1, equal */
+	assert_int_equal(rp_command_int(&g_master, -1, "ZCARD " PREFIX ":pool:{eq}:dem"), 1);
+	assert_true(grant_of("eq", "e1") < 0);
+	check_sum("eq", 300);
+
+	/* bad demand arguments are refused before any I/O */
+	m.demand = -1;
+	q.pool_rate = 10;
+	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+	m.demand = NAN;
+	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+	m.demand = 1;
+	q.grants = NULL;
+	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+	q.grants = &g;
+	q.floor_rate = INFINITY;
+	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+}
+
+/* The level by brute force from dem (ascending): the walks from both ends
+ * must agree with it. */
+static double water_level(const char *limit, double P)
+{
+	redisReply *r = cmd("ZRANGE " PREFIX ":pool:{%s}:dem 0 -1 WITHSCORES", limit);
+	size_t n = r->elements / 2;
+	double rem = P, lvl = INFINITY;
+
+	for (size_t i = 0; i < n; i++) {
+		double e = strtod(r->element[2 * i + 1]->str, NULL);
+
+		if (e * (double)(n - i) >= rem) {
+			lvl = rem / (double)(n - i);
+			break;
+		}
+		rem -= e;
+	}
+	freeReplyObject(r);
+	return lvl;
+}
+
+/* usec_per_call of evalsha while nodes of `nodes` x 10 members heartbeat
+ * with demand sharing on: 1 in 7 members saturated, the rest small, demands
+ * jittering by 1% from call to call. */
+static double cost_us(const char *limit, int nodes, uint64_t recompute_ms)
+{
+	struct kt_pool_member m[10];
+	char ids[10][32], v[256];
+	double g[10];
+	struct kt_pool_req q = { .limit = limit, .members = m, .n_members = 10, .stale_ms = 600000,
+				 .save_ramp = -1, .pool_rate = 50.0 * nodes * 10, .floor_rate = 1,
+				 .recompute_ms = recompute_ms, .grants = g };
+	struct kt_pool_answer a;
+	const int calls = 200;
+	double us;
+
+	for (int c = -2 * nodes; c < calls; c++) {
+		int n = c < 0 ? (c + 2 * nodes) % nodes : (c * 7) % nodes;
+
+		if (c == 0)
+			freeReplyObject(cmd("CONFIG RESETSTAT"));
+		for (int j = 0; j < 10; j++) {
+			int k = n * 10 + j;
+
+			snprintf(ids[j], sizeof(ids[j]), "node%04d/m%d", n, j);
+			m[j] = (struct kt_pool_member){ .id = ids[j], .reported_size = LIVE,
+							.demand = (k % 7 ? 5 + k % 30 : 1000) *
+								  (1 + 0.01 * ((c + k) % 3 - 1)) };
+		}
+		ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)));
+	}
+	assert_int_equal(a.live, nodes * 10);
+	check_sum(limit, q.pool_rate);
+	if (recompute_ms == 0)
+		NEAR(a.level, water_level(limit, q.pool_rate), 1e-9 * q.pool_rate);
+	assert_int_equal(rp_info_field(&g_master, "commandstats", "cmdstat_evalsha", v, sizeof(v)), 0);
+	assert_non_null(strstr(v, "calls=200,"));
+	us = strtod(strstr(v, "usec_per_call=") + 14, NULL);
+	print_message("%d nodes x 10 members, demand sharing, recompute %llu ms: %.1f us per call, "
+		      "level %.3g, granted %.6g of %.6g\n", nodes, (unsigned long long)recompute_ms, us,
+		      a.level, a.granted, q.pool_rate);
+	return us;
+}
+
+static void test_demand_cost(void **state)
+{
+	double cached, every;
+
+	(void)state;
+	cached = cost_us("dcost", 1000, 500);
+	if (cached >= 1000)
+		fail_msg("1,000 x 10 with demand sharing: %.1f us per call, want < 1 ms", cached);
+	/* the level walked on every call: reported, bounded loosely */
+	every = cost_us("dcost0", 1000, 0);
+	if (every >= 20000)
+		fail_msg("1,000 x 10, level every call: %.1f us per call", every);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_converge),
+		cmocka_unit_test(test_saturated_and_leftover),
+		cmocka_unit_test(test_idle_becomes_busy),
+		cmocka_unit_test(test_newcomer),
+		cmocka_unit_test(test_lapse_leave_free),
+		cmocka_unit_test(test_pool_rate_lowered),
+		cmocka_unit_test(test_multi_member_node),
+		cmocka_unit_test(test_rebuild_guard),
+		cmocka_unit_test(test_equal_mode_untouched),
+		cmocka_unit_test(test_demand_cost),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
