@@ -76,7 +76,8 @@
  * growing ones. So a member that becomes busy reaches its fair share within
  * two of its heartbeats plus one of each member that must give way, and a
  * lowered pool rate (or a grown reserve) is honoured within one heartbeat of
- * every member (ans.granted > P until then: the caller may report it).
+ * every member (a drop of at most 1% within recompute_ms more, see Cost;
+ * ans.granted > P until then: the caller may report it).
  * Provided each node runs each member at exactly its last grant until its
  * next heartbeat (and at most stale_ms), the members' rates sum to <= P.
  * Lapse, death and leave drop the member's grant from the sum.
@@ -85,7 +86,9 @@
  * rate left once the k largest are capped), so a computation reads
  * O(min(members below lvl, members above lvl)) entries plus O(log pool) per
  * chunk. It is cached in meta and recomputed when older than recompute_ms,
- * when P changed, when the member set of dem changed, or when a call moved
+ * when P moved by more than 1% (a ramp: every call while it climbs faster;
+ * nodes whose ramp levels differ slightly do not thrash it), when the
+ * member set of dem changed, or when a call moved
  * a member's min(e, lvl) by more than a tenth of an equal share; otherwise a
  * call costs O(own members + log pool) as in equal mode (1,000 nodes x 10
  * members, 1 in 7 saturated: ~170 us per call with the level cached, ~1.9 ms

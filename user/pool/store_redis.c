@@ -278,7 +278,7 @@ static const char hb_script[] =
 	"  end\n"
 	"  if c.sd <= P then\n"
 	"    c.lvl = -1\n"
-	"  elseif c.inval or c.lvl < 0 or c.lp ~= P or now - c.lt >= rms then\n"
+	"  elseif c.inval or c.lvl < 0 or math.abs(P - c.lp) > 0.01 * c.lp or now - c.lt >= rms then\n"
 	"    c.lvl, c.lt, c.lp, c.inval = level(K, c, P), now, P, false\n"
 	"  end\n"
 	"  local bonus = 0\n"
