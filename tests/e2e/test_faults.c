@@ -34,6 +34,9 @@
  *                              tick is late by a tick (store I/O is off
  *                              the loop), every window holds, agreement after
  *                              SIGCONT, 9 s
+ *   m. test_share_demand       share: demand with demands 1000/20/0: >= 95%
+ *                              of max, the 20/s member never throttled,
+ *                              then two saturated members equal within 2%
  *
  * How it is measured: every node's cgroup has a paced sender (~1000
  * datagrams/s, far above its share) to one UDP port; what the limit admitted
@@ -115,6 +118,9 @@ static struct fixture {
 	pid_t sender[NODES];
 	int sender_fd[NODES];
 	const char *redis_pw;   /* what redis-server requires; NULL: nothing */
+	const char *limit_extra; /* appended to every node's limit; NULL: nothing */
+	int rate[NODES];        /* node i's sender, datagrams/s; 0: SEND_PER_S */
+	unsigned long long sent[NODES], refused[NODES]; /* what senders_wait read */
 } fx;
 
 /* ---- nodes ---- */
@@ -250,7 +256,8 @@ static void write_node_config(int i, double max, const char *cgroup, const char 
 			     "    rateLimit: {max: %g, min: %g}\n"
 			     "%s",
 			     i, TICK_MS, fx.store[i], HB_MS, STALE, VALID_MS, cgroup ? cgroup : fx.cg[i],
-			     fx.arr.port, BURST, max, max, limit_extra ? limit_extra : "") > 0);
+			     fx.arr.port, BURST, max, max,
+			     limit_extra ? limit_extra : fx.limit_extra ? fx.limit_extra : "") > 0);
 	assert_int_equal(ktest_daemon_config(&fx.d[i], body), 0);
 	free(body);
 }
@@ -372,12 +379,12 @@ struct send_report {
  * deadlines (sleeping, not spinning: 4 senders, 4 daemons and Redis share 2
  * cores). A sender that falls behind does not catch up in a rush. Reports
  * through `out`. */
-static void sender(const char *cg, int port, double secs, int out)
+static void sender(const char *cg, int port, double secs, int per_s, int out)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	const long step_ns = 1000000000L / SEND_PER_S;
-	const unsigned long long max_ops = (unsigned long long)(secs * SEND_PER_S * 2) + 10;
+	const long step_ns = 1000000000L / per_s;
+	const unsigned long long max_ops = (unsigned long long)(secs * per_s * 2) + 10;
 	struct send_report r = { 0 };
 	struct timespec next, now;
 	uint64_t end;
@@ -427,7 +434,7 @@ static void sender_start(int i, double secs)
 		if (getppid() != parent)
 			_exit(126);
 		close(p[0]);
-		sender(fx.cg[i], fx.arr.port, secs, p[1]);
+		sender(fx.cg[i], fx.arr.port, secs, fx.rate[i] > 0 ? fx.rate[i] : SEND_PER_S, p[1]);
 	}
 	close(p[1]);
 	fx.sender_fd[i] = p[0];
@@ -457,6 +464,8 @@ static unsigned long long senders_wait(void)
 		print_message("sender n%d: ok=%llu refused=%llu errors=%llu\n", i, r.ok, r.refused,
 			      r.errors);
 		assert_int_equal(r.errors, 0);
+		fx.sent[i] = r.ok;
+		fx.refused[i] = r.refused;
 		ok += r.ok;
 	}
 	return ok;
@@ -1115,6 +1124,66 @@ static void test_redis_sigstop(void **state)
 		      t0 + pre + stopped + post, t_stop, ok, PROMISE);
 }
 
+/* m. share: demand. n0 sends 1000/s, n1 20/s, n2 nothing: after the
+ * grants settle the limit runs at >= 95% of max in aggregate (n2 keeps only
+ * its floor, a tenth of an equal share), n1 is never throttled, and every
+ * window holds max + burst throughout. Then n0 and n1 both saturated get
+ * equal shares within 2%. */
+static void test_share_demand(void **state)
+{
+	const double pre = 1, settle = 2, measure = 4;
+	double t0, t1, got;
+	unsigned long long ok;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	fx.limit_extra = "    share: demand\n";
+	fx.rate[0] = 1000;
+	fx.rate[1] = 20;
+	start_pool(3, NULL);
+	/* the steady 20/s member first; the greedy one arrives a second later */
+	t0 = arrivals_now_s(&fx.arr);
+	sender_start(1, pre + settle + measure);
+	sleep_until(t0 + pre);
+	t1 = arrivals_now_s(&fx.arr);
+	sender_start(0, settle + measure);
+	ok = senders_wait();
+	print_nodes("demand");
+	check_measurement("demand", ok);
+	got = (double)arrivals_sum(&fx.arr, t1 + settle, t1 + settle + measure) / measure;
+	print_message("demand: %.1f/s admitted in aggregate after %.0f s (%.1f%% of max %.0f); n1 "
+		      "(20/s) refused %llu of %llu\n", got, settle, 100 * got / MAX, MAX,
+		      fx.refused[1], fx.sent[1] + fx.refused[1]);
+	check_range("demand", "share: demand, demands 1000/20/0", t0, t1 + settle + measure, -1,
+		    PROMISE, MAX);
+	assert_true(got >= 0.95 * MAX);
+	assert_int_equal(fx.refused[1], 0);
+
+	/* both saturated: equal shares once settled (n1 grows into what n0
+	 * gives back, so the first heartbeats are not equal) */
+	fx.rate[1] = 1000;
+	t0 = arrivals_now_s(&fx.arr);
+	sender_start(0, settle + measure);
+	sender_start(1, settle + measure);
+	sleep_until(t0 + settle + measure / 2);
+	{
+		struct lst s0, s1, s2;
+
+		assert_true(lstatus(0, &s0) && lstatus(1, &s1) && lstatus(2, &s2));
+		print_message("demand: saturated shares n0 %.2f/s, n1 %.2f/s, idle n2 %.2f/s\n",
+			      s0.bucket_rate, s1.bucket_rate, s2.bucket_rate);
+		assert_true(fabs(s0.bucket_rate - s1.bucket_rate) <=
+			    0.02 * fmax(s0.bucket_rate, s1.bucket_rate));
+		assert_true(s0.bucket_rate + s1.bucket_rate + s2.bucket_rate <= MAX + 1e-6);
+		assert_true(s0.bucket_rate + s1.bucket_rate >= 0.9 * MAX);
+	}
+	/* the receiver counts both phases */
+	ok += senders_wait();
+	check_measurement("demand-saturated", ok);
+	check_range("demand-saturated", "share: demand, two saturated members", t0,
+		    t0 + settle + measure, -1, PROMISE, MAX);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1130,6 +1199,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rejected_reload, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reload_lowers_max, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_redis_sigstop, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_share_demand, setup, teardown),
 	};
 
 	if (getenv("KT_TEST_FILTER"))

@@ -576,7 +576,7 @@ static const struct bad bad_cases[] = {
 	{ LIM "    share: fair\n", "t.yaml:6: limits[0].share: ", "is not one of: equal, demand" },
 	{ "tickInterval: 1ms\nepoch: 2s\n" "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit: {max: 1}\n",
 	  "t.yaml:2: epoch: ", "spans more than 1000 ticks" },
-	{ LIM "    share: demand\n", "t.yaml:6: limits[0].share: ", "demand is not implemented" },
+	{ LIM "    share: demand\n", "t.yaml:6: limits[0].share: ", "demand needs a redis store (this limit's store is local; use equal)" },
 	{ LIM "    burst: 0\n", "t.yaml:6: limits[0].burst: ", "0 must be at least 1" },
 	{ LIM "    burst: 10x\n", "t.yaml:6: limits[0].burst: ", "\"10x\" is not a number" },
 	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: byte\n    rateLimit: {max: 1}\n    burst: 1000\n",

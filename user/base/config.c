@@ -1755,7 +1755,7 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 					    "allowRawSockets", "errno", "pods", NULL };
 	struct kt_limit_cfg *l = &cfg->limits[idx];
 	char sub[FIELD_LEN];
-	yaml_node_t *v, *rl, *store = NULL;
+	yaml_node_t *v, *rl, *store = NULL, *share_node = NULL;
 	const char *s;
 	int i, e, err;
 
@@ -1826,14 +1826,10 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 				    "applies to units connection and datagram only (a refused packet fails its send with EPERM)");
 		l->refuse_errno = errno_values[e];
 	}
-	if ((v = map_get(c, n, "share"))) {
-		if ((err = get_enum(c, v, join(sub, field, "share"), share_names, 2, &e)))
+	if ((share_node = map_get(c, n, "share"))) {
+		if ((err = get_enum(c, share_node, join(sub, field, "share"), share_names, 2, &e)))
 			return err;
 		l->share = (enum kt_share_policy)e;
-		/* reserved spelling: accepted by the schema, refused until built */
-		if (l->share == KT_SHARE_DEMAND)
-			return fail(c, v, join(sub, field, "share"),
-				    "demand is not implemented in this version (use equal)");
 	}
 	if (!(rl = map_get(c, n, "rateLimit")))
 		return missing(c, n, field, "rateLimit");
@@ -1855,10 +1851,16 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	if (store) {
 		if ((err = store_defaults(&l->store)))
 			return oom(c, store, field);
-		return parse_store(c, store, join(sub, field, "rateLimit.store"), &l->store);
-	}
-	if ((err = store_copy(&l->store, &cfg->store)))
+		if ((err = parse_store(c, store, join(sub, field, "rateLimit.store"), &l->store)))
+			return err;
+	} else if ((err = store_copy(&l->store, &cfg->store))) {
 		return oom(c, n, field);
+	}
+	/* demand divides what the nodes agree through Redis */
+	if (l->share == KT_SHARE_DEMAND && l->store.kind != KT_STORE_REDIS)
+		return fail(c, share_node, join(sub, field, "share"),
+			    "demand needs a redis store (this limit's store is %s; use equal)",
+			    kt_store_kind_name(l->store.kind));
 	return 0;
 }
 

@@ -24,13 +24,51 @@ static int bucket_served(const struct kt_limit_rt *l)
 
 /* The limit's policy (share, burst, lease, fallback) from the pool: one
  * owner, kt_pool_bucket_policy. */
+static bool by_demand(const struct kt_limit_rt *l)
+{
+	return l->cfg->share == KT_SHARE_DEMAND;
+}
+
+/* The members bucket k of limit l serves: pod scope its own, node scope all. */
+static const char *const *slot_ids(const struct kt_limit_rt *l, int k, int *n)
+{
+	if (l->cfg->scope == KT_SCOPE_NODE || l->n_members < 1) {
+		*n = l->n_members;
+		return l->member_ids;
+	}
+	*n = 1;
+	return &l->member_ids[k];
+}
+
+static void slot_policy(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
+			const struct kt_limit_state *s, int k, struct kt_bucket_policy *pol)
+{
+	static const char *const none[] = { "" };
+	int n;
+	const char *const *ids = slot_ids(l, k, &n);
+
+	if (n < 1 || !ids) { /* no member yet: what a new one gets from birth */
+		ids = none;
+		n = 1;
+	}
+	kt_pool_members_policy(pool, i, s->pool_rate, ids, n, pol);
+}
+
 void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 		   struct kt_limit_state *s)
 {
 	const struct kt_pool_view *v = kt_pool_view(pool, i);
 
 	s->pool_size = v->size;
-	kt_pool_bucket_policy(pool, i, s->pool_rate, bucket_served(l), &s->pol);
+	if (by_demand(l)) {
+		/* a bucket born now runs at the floor (an id with no grant);
+		 * kt_ctl_write_rates gives each member its own grant */
+		static const char *const none[] = { "" };
+
+		kt_pool_members_policy(pool, i, s->pool_rate, none, 1, &s->pol);
+	} else {
+		kt_pool_bucket_policy(pool, i, s->pool_rate, bucket_served(l), &s->pol);
+	}
 	s->bucket_rate = s->pol.rate;
 	s->bucket_burst = s->pol.burst;
 	s->fallback_rate = s->pol.fallback_rate;
@@ -42,9 +80,21 @@ void kt_ctl_write_rates(struct kt_daemon *d, int i)
 	struct kt_limit_state *s = &d->ls[i];
 	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
 	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+	struct kt_bucket_policy pol;
 
-	for (int k = 0; k < n; k++)
+	for (int k = 0; k < n; k++) {
+		if (by_demand(l)) {
+			/* each member its own grant (idempotent when unchanged) */
+			slot_policy(d->pool, i, l, s, k, &pol);
+			kt_bucket_set_rate(&d->bpf, slots[k], pol.rate, pol.burst);
+			if (k == 0) { /* what status shows */
+				s->bucket_rate = pol.rate;
+				s->bucket_burst = pol.burst;
+			}
+			continue;
+		}
 		kt_bucket_set_rate(&d->bpf, slots[k], s->bucket_rate, s->bucket_burst);
+	}
 	l->bucket_rate = s->bucket_rate;
 	l->bucket_burst = s->bucket_burst;
 }
@@ -58,8 +108,17 @@ void kt_ctl_write_lease(struct kt_daemon *d, int i)
 	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
 	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
 
-	for (int k = 0; k < n; k++)
+	struct kt_bucket_policy pol;
+
+	for (int k = 0; k < n; k++) {
+		if (by_demand(l)) {
+			/* the fallback burst follows each member's own rate */
+			slot_policy(d->pool, i, l, &d->ls[i], k, &pol);
+			kt_bucket_set_lease(&d->bpf, slots[k], &pol);
+			continue;
+		}
 		kt_bucket_set_lease(&d->bpf, slots[k], &d->ls[i].pol);
+	}
 }
 
 /* Pins what a restarted daemon continues from: the pool's lease and size,
@@ -138,6 +197,59 @@ void kt_ctl_init_state(struct kt_limit_state *s, const struct kt_limit_rt *l, ui
 	s->pool_rate = kt_ramp_rate(&s->ramp);
 }
 
+#define KT_DEMAND_HEADROOM 1.1
+
+static double slot_demand(const struct kt_daemon *d, uint32_t slot, uint64_t now)
+{
+	const struct kt_slot_base *b = &d->slot_base[slot];
+	uint64_t calls = b->last.admitted + b->last.throttled;
+	double running = 0;
+
+	/* the running epoch, once it is a tick old: a member that turns busy
+	 * is reported at its next heartbeat, not an epoch later */
+	if (now > b->epoch_ns && now - b->epoch_ns >= d->cfg.tick_ns && calls >= b->epoch_calls)
+		running = (double)(calls - b->epoch_calls) * 1e9 / (double)(now - b->epoch_ns);
+	running = running > b->demand ? running : b->demand;
+	/* headroom: a member that sends steadily at its grant must not be
+	 * throttled by its own jitter (a grant is what it reported, no more) */
+	return running > 0 ? running * KT_DEMAND_HEADROOM + 1 : 0;
+}
+
+void kt_ctl_fill_demand(struct kt_daemon *d, struct kt_pool_local *local)
+{
+	uint64_t now = kt_clock_ns();
+	int i, j, total = 0, off = 0;
+
+	for (i = 0; i < d->plan.n_limits; i++)
+		if (d->plan.limits[i].cfg->share == KT_SHARE_DEMAND)
+			total += d->plan.limits[i].n_members;
+	if (total > d->demand_cap) {
+		double *nb = realloc(d->demand_buf, (size_t)total * sizeof(*nb));
+
+		if (!nb)
+			return; /* reported as 0 this heartbeat: the floor */
+		d->demand_buf = nb;
+		d->demand_cap = total;
+	}
+	for (i = 0; i < d->plan.n_limits; i++) {
+		const struct kt_limit_rt *l = &d->plan.limits[i];
+		uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
+		int nb = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+
+		if (l->cfg->share != KT_SHARE_DEMAND || l->n_members < 1 || nb < 1)
+			continue;
+		for (j = 0; j < l->n_members; j++) {
+			/* node scope: one bucket for all, its demand split evenly */
+			d->demand_buf[off + j] =
+				l->cfg->scope == KT_SCOPE_NODE
+					? slot_demand(d, slots[0], now) / l->n_members
+					: (j < nb ? slot_demand(d, slots[j], now) : 0);
+		}
+		local[i].member_demand = &d->demand_buf[off];
+		off += l->n_members;
+	}
+}
+
 void kt_ctl_fill_pool_local(const struct kt_plan *plan, const struct kt_limit_state *ls,
 			    struct kt_pool_local *local)
 {
@@ -164,14 +276,24 @@ static uint64_t grown(uint64_t cur, uint64_t last)
 }
 
 static void account_slot(struct kt_daemon *d, struct kt_limit_state *s, uint32_t limit_id,
-			 uint32_t slot, const struct kt_counters *c)
+			 uint32_t slot, const struct kt_counters *c, uint64_t now)
 {
 	struct kt_slot_base *b = &d->slot_base[slot];
+	uint64_t calls = c->admitted + c->throttled;
 
 	if (b->owner != limit_id + 1) {
 		b->owner = limit_id + 1;
 		b->last = *c;
+		b->epoch_ns = now;
+		b->epoch_calls = calls;
+		b->demand = 0;
 		return;
+	}
+	if (now - b->epoch_ns >= d->cfg.epoch_ns) {
+		b->demand = (double)(calls >= b->epoch_calls ? calls - b->epoch_calls : calls) * 1e9 /
+			    (double)(now - b->epoch_ns);
+		b->epoch_ns = now;
+		b->epoch_calls = calls;
 	}
 	s->total_admitted += grown(c->admitted, b->last.admitted);
 	s->total_throttled += grown(c->throttled, b->last.throttled);
@@ -186,6 +308,7 @@ void kt_ctl_read_counters(struct kt_daemon *d, int i)
 	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
 	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
 	struct kt_counters c;
+	uint64_t now = kt_clock_ns();
 
 	s->admitted = s->throttled = s->admitted_bytes = s->throttled_bytes = 0;
 	for (int k = 0; k < n; k++) {
@@ -195,7 +318,7 @@ void kt_ctl_read_counters(struct kt_daemon *d, int i)
 		s->throttled += c.throttled;
 		s->admitted_bytes += c.admitted_bytes;
 		s->throttled_bytes += c.throttled_bytes;
-		account_slot(d, s, l->id, slots[k], &c);
+		account_slot(d, s, l->id, slots[k], &c, now);
 	}
 }
 
@@ -256,6 +379,7 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 	/* agreement: answers that came back are applied, and a heartbeat is
 	 * handed to the store's worker when due (never waited for here) */
 	kt_ctl_fill_pool_local(&d->plan, d->ls, d->pool_local);
+	kt_ctl_fill_demand(d, d->pool_local);
 	kt_pool_tick(d->pool, now, d->pool_local, d->plan.n_limits);
 	kt_ctl_apply_pool(d, now);
 	d->ticks++;
@@ -281,11 +405,13 @@ void kt_ctl_apply_pool(struct kt_daemon *d, uint64_t now)
 
 		kt_ctl_decide(d->pool, i, l, s);
 		/* rate before lease: either order of the two is safe alone, and
-		 * this one never pairs a new lease with the old, larger rate */
-		if (fabs(s->bucket_rate - before) > 1e-9 * before || s->bucket_burst != burst_before)
+		 * this one never pairs a new lease with the old, larger rate;
+		 * by demand every member's grant may move: write them all */
+		if (by_demand(l) || fabs(s->bucket_rate - before) > 1e-9 * before ||
+		    s->bucket_burst != burst_before)
 			kt_ctl_write_rates(d, i);
-		if (s->pol.valid_until != lease_before || s->pol.fallback_until != fb_before ||
-		    s->pol.fallback_rate != fbr_before)
+		if (by_demand(l) || s->pol.valid_until != lease_before ||
+		    s->pol.fallback_until != fb_before || s->pol.fallback_rate != fbr_before)
 			kt_ctl_write_lease(d, i);
 		if (s->pinned_lease != s->pol.valid_until || now - s->pinned_ns >= d->cfg.epoch_ns)
 			kt_ctl_pin(d, i, now);

@@ -51,6 +51,10 @@ struct kt_limit_state {
 struct kt_slot_base {
 	uint32_t owner;
 	struct kt_counters last;
+	/* share: demand: admitted + refused per second, over the last whole
+	 * epoch (demand) and the one running since epoch_ns (calls at its start) */
+	uint64_t epoch_ns, epoch_calls;
+	double demand;
 };
 
 struct kt_daemon;
@@ -70,6 +74,10 @@ void kt_ctl_write_lease(struct kt_daemon *d, int i);
 void kt_ctl_pin(struct kt_daemon *d, int i, uint64_t now);
 void kt_ctl_drop_stale_pins(struct kt_daemon *d);
 /* What the pool is told about each limit of `plan` (members, ramp level). */
+/* share: demand: each member's demand (admitted + refused per second: the
+ * larger of the last whole epoch's and the running one's, so a member that
+ * turns busy is reported at once) into local[i].member_demand. */
+void kt_ctl_fill_demand(struct kt_daemon *d, struct kt_pool_local *local);
 void kt_ctl_fill_pool_local(const struct kt_plan *plan, const struct kt_limit_state *ls,
 			    struct kt_pool_local *local);
 /* Counters of limit i: the sums now (status) and the totals (utilization). */

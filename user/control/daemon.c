@@ -1244,6 +1244,8 @@ fail_bpf:
 	free(d->pool_local);
 	d->pool_local = NULL;
 	free(d->slot_base);
+	free(d->demand_buf);
+	d->demand_buf = NULL;
 	d->slot_base = NULL;
 fail_sock:
 	if (d->listenfd >= 0) {
@@ -1517,6 +1519,8 @@ void kt_daemon_stop(struct kt_daemon *d)
 	d->metrics = NULL;
 	free(d->ls);
 	free(d->slot_base);
+	free(d->demand_buf);
+	d->demand_buf = NULL;
 	kt_plan_free(&d->plan);
 	kt_config_free(&d->cfg);
 }

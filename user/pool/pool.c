@@ -52,6 +52,7 @@
 #include "storeq.h"
 
 #define NS_PER_MS 1000000ULL
+#define KT_DEMAND_FLOOR_DIV 10 /* floor = an equal share / this */
 
 enum resume_state {
 	RES_OFF = 0, /* resumedRampUp not set */
@@ -86,6 +87,8 @@ struct lim {
 
 	char **ids;                     /* ids sent at the last heartbeat */
 	int n_ids;
+	bool demand;                    /* share: demand */
+	double *grants;                 /* demand: ids[k]'s grant from the last answer, NAN none */
 };
 
 /* One heartbeat round trip, built on the loop and run on the store's
@@ -102,6 +105,7 @@ struct job_lim {
 	int n_gone;
 	int leave_ret;
 	char leave_err[KT_ERR_LEN];
+	int off, n;                     /* this limit's members in mbuf and grants */
 };
 
 struct hb_job {
@@ -113,6 +117,7 @@ struct hb_job {
 	struct kt_pool_member *mbuf;
 	char **ids;                     /* copies behind mbuf[].id */
 	int n_ids;
+	double *grants;                 /* demand: the script's grant per mbuf[] entry */
 	bool unreachable;               /* the ramp read found no server: nothing else sent */
 	int ret;
 	char err[KT_ERR_LEN];
@@ -208,7 +213,9 @@ static void free_ids(struct lim *l)
 	for (int i = 0; i < l->n_ids; i++)
 		free(l->ids[i]);
 	free(l->ids);
+	free(l->grants);
 	l->ids = NULL;
+	l->grants = NULL;
 	l->n_ids = 0;
 }
 
@@ -311,6 +318,7 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 		l->max_members = s->max_members;
 		l->burst = lc->burst;
 		l->group = -1;
+		l->demand = lc->share == KT_SHARE_DEMAND && s->kind == KT_STORE_REDIS;
 		l->v.size = 1;
 		l->v.live = 1;
 		switch (s->kind) {
@@ -490,6 +498,7 @@ static int local_members(struct kt_pool *p, const struct kt_pool_local *lo, int 
  * deregistered at once. */
 static void sync_ids(struct lim *l, struct job_lim *jl, const char *const *ids, int n)
 {
+	double *grants = NULL;
 	char **keep = NULL;
 	int i;
 	bool same = n == l->n_ids;
@@ -516,9 +525,23 @@ static void sync_ids(struct lim *l, struct job_lim *jl, const char *const *ids, 
 		for (i = 0; i < n; i++)
 			if (!(keep[i] = strdup(ids[i])))
 				goto oom;
+		if (l->demand && !(grants = calloc((size_t)n, sizeof(*grants))))
+			goto oom;
+		/* a member keeps its grant; a new one has none until answered */
+		for (i = 0; grants && i < n; i++) {
+			int k;
+
+			grants[i] = NAN;
+			for (k = 0; k < l->n_ids; k++)
+				if (l->ids[k] && !strcmp(l->ids[k], ids[i])) {
+					grants[i] = l->grants[k];
+					break;
+				}
+		}
 	}
 	free_ids(l);
 	l->ids = keep;
+	l->grants = grants;
 	l->n_ids = n;
 	return;
 oom:
@@ -527,6 +550,7 @@ oom:
 		for (i = 0; i < n; i++)
 			free(keep[i]);
 	free(keep);
+	free(grants);
 	free_ids(l);
 	kt_err("pool: limit %s: out of memory tracking member ids", l->name);
 }
@@ -618,6 +642,7 @@ static void free_job(void *arg)
 	for (i = 0; i < job->n_ids; i++)
 		free(job->ids[i]);
 	free(job->ids);
+	free(job->grants);
 	free(job->jl);
 	free(job->reqs);
 	free(job->ans);
@@ -662,6 +687,22 @@ out:
 	kt_store_get_stats(st, &job->stats);
 }
 
+static double demand_of(const struct kt_pool_local *lo, int j)
+{
+	double d = lo->member_demand ? lo->member_demand[j] : 0;
+
+	return isfinite(d) && d > 0 ? (d < 1e15 ? d : 1e15) : 0;
+}
+
+/* share: demand: what an idle member keeps so it can start (a tenth of an
+ * equal share); it grows past it once its demand is reported. */
+static double demand_floor(const struct lim *l, double pool_rate)
+{
+	int size = l->v.size > 0 ? l->v.size : (l->v.live > 0 ? l->v.live : 1);
+
+	return available(l, pool_rate) / size / KT_DEMAND_FLOOR_DIV;
+}
+
 /* Builds the round trip from this tick's view and hands it to the worker. */
 static void heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const struct kt_pool_local *local)
 {
@@ -687,7 +728,8 @@ static void heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const st
 	job->ans = calloc((size_t)g->n, sizeof(*job->ans));
 	job->mbuf = calloc((size_t)total + 1, sizeof(*job->mbuf));
 	job->ids = calloc((size_t)total + 1, sizeof(*job->ids));
-	if (!job->jl || !job->reqs || !job->ans || !job->mbuf || !job->ids)
+	job->grants = calloc((size_t)total + 1, sizeof(*job->grants));
+	if (!job->jl || !job->reqs || !job->ans || !job->mbuf || !job->ids || !job->grants)
 		goto oom;
 	for (k = 0; k < g->n; k++) {
 		int i = g->lims[k];
@@ -706,6 +748,16 @@ static void heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const st
 				goto oom;
 			job->mbuf[off + j].id = job->ids[job->n_ids++];
 			job->mbuf[off + j].reported_size = KT_POOL_REPORT_LIVE;
+			job->mbuf[off + j].demand = demand_of(lo, j);
+		}
+		jl->off = off;
+		jl->n = n;
+		if (l->demand && isfinite(lo->pool_rate) && lo->pool_rate > 0) {
+			/* the script divides the pool rate less what lapsed members hold */
+			q->pool_rate = lo->pool_rate;
+			q->floor_rate = demand_floor(l, lo->pool_rate);
+			q->recompute_ms = g->heartbeat_ns / NS_PER_MS / 2;
+			q->grants = &job->grants[off];
 		}
 		q->limit = jl->name;
 		q->members = n ? &job->mbuf[off] : NULL;
@@ -766,8 +818,15 @@ static bool finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, u
 	g->failing = false;
 	reconnected = g->connects && job->stats.connects != g->connects;
 	g->connects = job->stats.connects;
-	for (k = 0; k < g->n; k++)
-		apply_answer(p, &p->l[g->lims[k]], &job->ans[k], now, job->sent_ns, reconnected);
+	for (k = 0; k < g->n; k++) {
+		struct lim *l = &p->l[g->lims[k]];
+
+		apply_answer(p, l, &job->ans[k], now, job->sent_ns, reconnected);
+		/* ids are what this job sent: sync_ids runs only when one is posted */
+		if (l->demand && l->grants && job->reqs[k].grants && job->jl[k].n == l->n_ids)
+			for (int j = 0; j < l->n_ids; j++)
+				l->grants[j] = job->grants[job->jl[k].off + j];
+	}
 	return true;
 }
 
@@ -973,6 +1032,50 @@ void kt_pool_bucket_policy(const struct kt_pool *p, int i, double pool_rate, int
 		out->rate = out->fallback_rate = 0;
 }
 
+/* share: demand: one member's rate (see kt_pool_members_policy). */
+static double member_rate(const struct lim *l, const char *id, double pool_rate)
+{
+	double floor_rate, joining;
+
+	if (l->v.size < 1 || !isfinite(pool_rate) || pool_rate <= 0)
+		return 0;
+	if (l->v.phase == KT_POOL_STORE_LOST)
+		return l->v.closed ? 0 : l->v.fallback_member;
+	for (int k = 0; l->grants && k < l->n_ids; k++)
+		if (!strcmp(l->ids[k], id) && isfinite(l->grants[k]))
+			return l->grants[k];
+	/* not answered for yet: the floor, no more than an equal joiner */
+	floor_rate = demand_floor(l, pool_rate);
+	joining = (l->rl.min < available(l, pool_rate) ? l->rl.min : available(l, pool_rate)) /
+		  l->v.size;
+	return l->v.phase == KT_POOL_JOINING && joining < floor_rate ? joining : floor_rate;
+}
+
+void kt_pool_members_policy(const struct kt_pool *p, int i, double pool_rate, const char *const *ids,
+			    int n, struct kt_bucket_policy *out)
+{
+	const struct lim *l;
+	double rate = 0, avail;
+
+	kt_pool_bucket_policy(p, i, pool_rate, n, out);
+	if (!p || i < 0 || i >= p->n || n < 1 || !p->l[i].demand || !ids)
+		return;
+	l = &p->l[i];
+	for (int k = 0; k < n; k++)
+		rate += ids[k] ? member_rate(l, ids[k], pool_rate) : 0;
+	avail = available(l, pool_rate);
+	out->rate = rate;
+	/* the burst follows the share, as an equal share's does */
+	out->burst = avail > 0 ? l->burst * rate / avail : 1;
+	if (out->burst < 1)
+		out->burst = 1;
+	out->fallback_burst = out->rate > 0 && out->fallback_rate < out->rate
+				      ? out->burst * out->fallback_rate / out->rate
+				      : out->burst;
+	if (!out->valid_until)
+		out->rate = out->fallback_rate = 0;
+}
+
 void kt_pool_adopt(struct kt_pool *p, int i, const struct kt_lease *pin, uint64_t now)
 {
 	struct lim *l;
@@ -1168,6 +1271,19 @@ void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 	l->ever_agreed = o->ever_agreed;
 	l->floor = o->floor;
 	l->floor_until_ns = o->floor_until_ns;
+	/* demand: the members keep their grants across a reload */
+	if (l->demand && o->demand && o->n_ids > 0 && !l->n_ids) {
+		l->ids = calloc((size_t)o->n_ids, sizeof(*l->ids));
+		l->grants = calloc((size_t)o->n_ids, sizeof(*l->grants));
+		for (int k = 0; l->ids && l->grants && k < o->n_ids; k++) {
+			if (!(l->ids[k] = strdup(o->ids[k])))
+				break;
+			l->grants[k] = o->grants ? o->grants[k] : NAN;
+			l->n_ids = k + 1;
+		}
+		if (!l->ids || !l->grants || l->n_ids != o->n_ids)
+			free_ids(l); /* out of memory: floors until the next answer */
+	}
 	/* resumedRampUp happens once per process, not per reload */
 	if (l->res != RES_OFF)
 		l->res = RES_DONE;

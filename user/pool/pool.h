@@ -34,6 +34,7 @@ enum kt_pool_phase {
 struct kt_pool_local {
 	const struct kt_limit_cfg *cfg;
 	const char *const *member_ids; /* stable ids of this node's members */
+	const double *member_demand;   /* share: demand: admitted + refused per second, each; NULL: 0 */
 	int n_members;
 	double pool_rate;              /* current ramp level, saved for resumedRampUp */
 };
@@ -102,6 +103,17 @@ double kt_pool_bucket_rate(const struct kt_pool *p, int limit_idx, double pool_r
  * place a limit's policy is decided. */
 void kt_pool_bucket_policy(const struct kt_pool *p, int limit_idx, double pool_rate, int served,
 			   struct kt_bucket_policy *out);
+
+/* The policy of one bucket serving the members `ids` (pod scope: one; node
+ * scope: all of this node's). equal: kt_pool_bucket_policy with served = n.
+ * share: demand: the sum of each member's grant from the last answer (the
+ * store divides the pool max-min fairly by reported demand and lets a grant
+ * grow only into headroom already free, so the grants never sum past the
+ * pool rate); a member not answered for yet runs at the floor (a tenth of an
+ * equal share, no more than an equal joiner); the burst follows the rate;
+ * past the lease the fallback as in equal. */
+void kt_pool_members_policy(const struct kt_pool *p, int i, double pool_rate, const char *const *ids,
+			    int n, struct kt_bucket_policy *out);
 
 /* Handover: a daemon that starts before its first store answer continues
  * the lease the previous one left pinned (size, lease, reserve), instead of
