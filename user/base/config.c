@@ -55,7 +55,7 @@ _Static_assert(sizeof(errno_names) / sizeof(errno_names[0]) ==
 	       "one value per errno name");
 static const char *const failure_names[] = { "conservative", "open", "closed" };
 static const char *const store_kind_names[] = { "local", "static", "redis" };
-static const char *const redis_mode_names[] = { "single", "sentinel" };
+static const char *const redis_mode_names[] = { "single", "sentinel", "cluster" };
 static const char *const proto_names[] = { "any", "tcp", "udp" };
 
 #define NAME_OF(tab, i) ((unsigned)(i) < sizeof(tab) / sizeof(tab[0]) ? tab[i] : "?")
@@ -1158,25 +1158,57 @@ static bool key_prefix_ok(const char *s)
 static int parse_redis(struct ctx *c, yaml_node_t *n, const char *field, struct kt_store_cfg *s)
 {
 	static const char *const keys[] = { "mode", "url", "redis_auth", "redis_tls", "sentinel",
-					    "keyPrefix", NULL };
+					    "addrs", "db", "keyPrefix", NULL };
 	struct kt_auth_cfg block = { 0 };
 	char sub[FIELD_LEN];
-	yaml_node_t *v, *url, *auth, *tls, *sent;
+	yaml_node_t *v, *url, *auth, *tls, *sent, *addrs, *db;
+	long long ll;
 	int mode, err = check_map(c, n, field, keys);
 
 	if (err)
 		return err;
 	if (!(v = map_get(c, n, "mode")))
 		return missing(c, n, field, "mode");
-	if ((err = get_enum(c, v, join(sub, field, "mode"), redis_mode_names, 2, &mode)))
+	if ((err = get_enum(c, v, join(sub, field, "mode"), redis_mode_names, 3, &mode)))
 		return err;
 	s->redis_mode = (enum kt_redis_mode)mode;
 	url = map_get(c, n, "url");
 	auth = map_get(c, n, "redis_auth");
 	tls = map_get(c, n, "redis_tls");
 	sent = map_get(c, n, "sentinel");
+	addrs = map_get(c, n, "addrs");
+	db = map_get(c, n, "db");
 
-	if (s->redis_mode == KT_REDIS_SINGLE) {
+	if (s->redis_mode != KT_REDIS_CLUSTER) {
+		if (addrs)
+			return fail(c, addrs, join(sub, field, "addrs"), "only used with mode: cluster");
+		if (db)
+			return fail(c, db, join(sub, field, "db"),
+				    "only used with mode: cluster (give the db in url)");
+	}
+	if (s->redis_mode == KT_REDIS_CLUSTER) {
+		if (url)
+			return fail(c, url, join(sub, field, "url"), "not used with mode: cluster (give addrs)");
+		if (sent)
+			return fail(c, sent, join(sub, field, "sentinel"), "only used with mode: sentinel");
+		if (!addrs)
+			return missing(c, n, field, "addrs");
+		if ((err = parse_endpoints(c, addrs, join(sub, field, "addrs"), s)))
+			return err;
+		/* Redis Cluster serves db 0 only; say so rather than ignore it */
+		if (db) {
+			if ((err = get_int(c, db, join(sub, field, "db"), 0, 1000000, &ll)))
+				return err;
+			if (ll != 0)
+				return fail(c, db, sub, "%lld: Redis Cluster has only db 0", ll);
+		}
+		free(s->host);
+		s->host = strdup(s->endpoint_host[0]);
+		if (!s->host)
+			return fail(c, addrs, sub, "out of memory");
+		s->port = s->endpoint_port[0];
+		s->db = 0;
+	} else if (s->redis_mode == KT_REDIS_SINGLE) {
 		if (sent)
 			return fail(c, sent, join(sub, field, "sentinel"), "only used with mode: sentinel");
 		if (!url)

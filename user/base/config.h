@@ -67,7 +67,9 @@ enum kt_store_kind {
 	KT_STORE_REDIS,
 };
 
-enum kt_redis_mode { KT_REDIS_SINGLE = 0, KT_REDIS_SENTINEL };
+/* cluster: the seed nodes are endpoint_host/port (from addrs); host/port
+ * name the first seed (labels), db is always 0. */
+enum kt_redis_mode { KT_REDIS_SINGLE = 0, KT_REDIS_SENTINEL, KT_REDIS_CLUSTER };
 
 enum kt_store_failure {
 	KT_FAIL_CONSERVATIVE = 0, /* min / last known pool size */
@@ -120,7 +122,7 @@ struct kt_store_cfg {
 	int db;
 	struct kt_auth_cfg redis_auth; /* single: from url and/or redis_auth */
 	struct kt_tls_cfg redis_tls;
-	/* sentinel */
+	/* sentinel endpoints, or cluster seed nodes */
 	char *endpoint_host[KT_MAX_ENDPOINTS];
 	int endpoint_port[KT_MAX_ENDPOINTS];
 	int n_endpoints;

@@ -447,6 +447,16 @@ static const char leave_script[] =
 enum { SCRIPT_HB, SCRIPT_LEAVE, N_SCRIPTS };
 static const char *const scripts[N_SCRIPTS] = { hb_script, leave_script };
 
+#define CL_SLOTS 16384
+#define CL_MAX_NODES 256
+#define CL_PASSES 3 /* first try, then at most two retries after a redirect or a refresh */
+
+struct cl_node {
+	char host[256];
+	int port;
+	struct kt_rconn *c; /* NULL when not connected */
+};
+
 /* A redis_tls / sentinel_tls block: file paths as configured. */
 struct tls_opt {
 	bool on;
@@ -477,6 +487,12 @@ struct kt_store {
 	char cur_host[256];
 	int cur_port;
 	char sha[N_SCRIPTS][41];
+	/* cluster mode (s->c stays NULL): every master met, and the slot map */
+	struct cl_node *cn;          /* CL_MAX_NODES entries */
+	int n_cn;
+	int16_t *slot_node;          /* CL_SLOTS entries: index into cn, -1 unknown */
+	bool have_map, map_stale;    /* stale: refresh before the next command */
+	int cl_last;                 /* node that answered last (kt_store_endpoint), -1 none */
 
 	enum kt_store_state state;
 	uint64_t since_ns, next_retry_ns;
@@ -544,6 +560,16 @@ static bool starts_with(const redisReply *r, const char *prefix)
 	size_t n = strlen(prefix);
 
 	return r->str && r->len >= n && memcmp(r->str, prefix, n) == 0;
+}
+
+static bool is_cluster(const struct kt_store *s)
+{
+	return s->mode == KT_REDIS_CLUSTER;
+}
+
+static bool int_in(const redisReply *r, long long lo, long long hi)
+{
+	return r->type == REDIS_REPLY_INTEGER && r->integer >= lo && r->integer <= hi;
 }
 
 /* ---- validation ---- */
@@ -1044,6 +1070,12 @@ static int begin(struct kt_store *s, char *err, size_t errlen)
 	int ret;
 
 	s->deadline_ns = now + KT_STORE_CALL_BUDGET_MS * 1000000ULL;
+	if (is_cluster(s)) {
+		/* connections are per master, made by cl_run as needed */
+		if (s->state == KT_STORE_DOWN && now < s->next_retry_ns)
+			goto backoff;
+		return 0;
+	}
 	if (s->c && master_switched(s))
 		drop_conn(s); /* not a failure: resolve the new master right now */
 	if (s->c) {
@@ -1052,6 +1084,7 @@ static int begin(struct kt_store *s, char *err, size_t errlen)
 		return 0;
 	}
 	if (s->state == KT_STORE_DOWN && now < s->next_retry_ns) {
+backoff:
 		if (err && errlen)
 			snprintf(err, errlen, "store down for %.1f s, next retry in %llu ms; last error: %s",
 				 (double)(now - s->since_ns) / 1e9,
@@ -1231,6 +1264,472 @@ static int run_script(struct kt_store *s, int script, struct args *a, const char
 	return 0;
 }
 
+/* ---- Redis Cluster ---- */
+
+/* CRC16-CCITT (XMODEM: poly 0x1021, init 0), the checksum Redis Cluster
+ * hashes keys with; "123456789" gives 0x31c3. */
+static uint16_t crc16(const char *p, size_t n)
+{
+	uint16_t crc = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		crc ^= (uint16_t)((unsigned char)p[i] << 8);
+		for (int b = 0; b < 8; b++)
+			crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+	}
+	return crc;
+}
+
+/* Redis's rule: the text between the first '{' and the next '}' when it is
+ * not empty, else the whole key. */
+static int key_slot(const char *key)
+{
+	const char *o = strchr(key, '{'), *c = o ? strchr(o + 1, '}') : NULL;
+
+	if (o && c && c > o + 1)
+		return crc16(o + 1, (size_t)(c - o - 1)) & (CL_SLOTS - 1);
+	return crc16(key, strlen(key)) & (CL_SLOTS - 1);
+}
+
+static int limit_slot(const struct kt_store *s, const char *limit)
+{
+	char key[KT_STORE_PREFIX_MAX + KT_NAME_LEN + 16];
+
+	snprintf(key, sizeof(key), "%s:pool:{%s}:hb", s->prefix, limit);
+	return key_slot(key);
+}
+
+static void cl_drop(struct kt_store *s, int i)
+{
+	kt_rconn_close(s->cn[i].c);
+	s->cn[i].c = NULL;
+}
+
+/* Index of host:port in cn, added if new; -1 when the table is full. */
+static int cl_node(struct kt_store *s, const char *host, size_t hlen, int port)
+{
+	int i;
+
+	if (hlen < 1 || hlen >= sizeof(s->cn[0].host) || port < 1 || port > 65535)
+		return -1;
+	for (i = 0; i < s->n_cn; i++)
+		if (s->cn[i].port == port && strlen(s->cn[i].host) == hlen && !memcmp(s->cn[i].host, host, hlen))
+			return i;
+	if (s->n_cn >= CL_MAX_NODES) {
+		/* reuse a node that serves no slot */
+		for (i = 0; i < s->n_cn; i++) {
+			int k;
+
+			for (k = 0; k < CL_SLOTS && s->slot_node[k] != i; k++)
+				;
+			if (k == CL_SLOTS)
+				break;
+		}
+		if (i == s->n_cn)
+			return -1;
+		cl_drop(s, i);
+	} else {
+		i = s->n_cn++;
+	}
+	memcpy(s->cn[i].host, host, hlen);
+	s->cn[i].host[hlen] = 0;
+	s->cn[i].port = port;
+	return i;
+}
+
+/* Connects node i (AUTH, SCRIPT LOAD: every master has the scripts). */
+static int cl_connect(struct kt_store *s, int i, char *err, size_t errlen)
+{
+	struct cl_node *n = &s->cn[i];
+	char where[300];
+	int ret;
+
+	if (n->c)
+		return 0;
+	snprintf(where, sizeof(where), "redis %s:%d", n->host, n->port);
+	ret = dial(s, "redis", n->host, n->port, &s->tls_redis, &n->c, err, errlen);
+	if (!ret)
+		ret = setup_master(s, n->c, where, err, errlen);
+	if (ret) {
+		cl_drop(s, i);
+		return ret;
+	}
+	s->st.connects++;
+	return 0;
+}
+
+/* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the node named, or -1. */
+static int cl_redirect(struct kt_store *s, const redisReply *r, int skip)
+{
+	const char *p = r->str + skip, *end = r->str + r->len, *colon = NULL, *sp;
+	long port;
+	char *e;
+
+	sp = memchr(p, ' ', (size_t)(end - p));
+	if (!sp)
+		return -1;
+	p = sp + 1;
+	for (const char *q = p; q < end; q++)
+		if (*q == ':')
+			colon = q;
+	if (!colon || colon == end - 1)
+		return -1;
+	errno = 0;
+	port = strtol(colon + 1, &e, 10);
+	if (errno || e != end || port < 1 || port > 65535)
+		return -1;
+	return cl_node(s, p, (size_t)(colon - p), (int)port);
+}
+
+/* Fills the slot map from one CLUSTER SLOTS reply asked of host. */
+static int cl_load_map(struct kt_store *s, const redisReply *r, const char *host)
+{
+	size_t i;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements == 0)
+		return -EPROTO;
+	for (i = 0; i < r->elements; i++) {
+		const redisReply *e = r->element[i], *m;
+
+		if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || !int_in(e->element[0], 0, CL_SLOTS - 1) ||
+		    !int_in(e->element[1], e->element[0]->integer, CL_SLOTS - 1))
+			return -EPROTO;
+		m = e->element[2];
+		if (m->type != REDIS_REPLY_ARRAY || m->elements < 2 || m->element[0]->type != REDIS_REPLY_STRING ||
+		    !int_in(m->element[1], 1, 65535))
+			return -EPROTO;
+	}
+	for (i = 0; i < CL_SLOTS; i++)
+		s->slot_node[i] = -1;
+	for (i = 0; i < r->elements; i++) {
+		const redisReply *e = r->element[i], *m = e->element[2];
+		/* an empty address means "the node you asked" */
+		const char *h = m->element[0]->len ? m->element[0]->str : host;
+		int k = cl_node(s, h, strlen(h), (int)m->element[1]->integer);
+
+		if (k < 0)
+			return -ENOMEM;
+		for (long long sl = e->element[0]->integer; sl <= e->element[1]->integer; sl++)
+			s->slot_node[sl] = (int16_t)k;
+	}
+	/* demoted or forgotten masters: their connections are of no use now */
+	for (int k = 0; k < s->n_cn; k++) {
+		int sl;
+
+		for (sl = 0; sl < CL_SLOTS && s->slot_node[sl] != k; sl++)
+			;
+		if (sl == CL_SLOTS)
+			cl_drop(s, k);
+	}
+	s->have_map = true;
+	s->map_stale = false;
+	return 0;
+}
+
+/* CLUSTER SLOTS from a connected master, else from each seed in turn. */
+static int cl_refresh(struct kt_store *s, char *err, size_t errlen)
+{
+	const char *argv[2] = { "CLUSTER", "SLOTS" };
+	char where[300], host[256];
+	int i, ret = -EIO, ncn = s->n_cn;
+
+	for (i = 0; i < ncn + s->n_ep; i++) {
+		struct kt_rconn *c = NULL, *tmp = NULL;
+		struct cmd cmds[2];
+		redisReply *rep[2] = { NULL, NULL };
+		int n = 0, port;
+
+		if (i < ncn) {
+			if (!(c = s->cn[i].c))
+				continue;
+			snprintf(host, sizeof(host), "%s", s->cn[i].host);
+			port = s->cn[i].port;
+		} else {
+			snprintf(host, sizeof(host), "%s", s->ep_host[i - ncn]);
+			port = s->ep_port[i - ncn];
+			if (dial(s, "redis", host, port, &s->tls_redis, &tmp, err, errlen)) {
+				ret = -ECONNREFUSED;
+				if (mono_ns() + 1000000ULL > s->deadline_ns)
+					break;
+				continue;
+			}
+			c = tmp;
+			if (s->pass)
+				auth_cmd(&cmds[n++], s->user, s->pass);
+		}
+		snprintf(where, sizeof(where), "redis %s:%d", host, port);
+		cmd_set(&cmds[n++], 2, argv[0], argv[1]);
+		ret = pipeline(s, c, where, cmds, n, rep, err, errlen);
+		if (ret) {
+			if (i < ncn)
+				cl_drop(s, i);
+		} else if (s->pass && i >= ncn && !is_ok(rep[0])) {
+			ret = auth_failed(s, where, rep[0], err, errlen);
+		} else if (rep[n - 1]->type == REDIS_REPLY_ERROR) {
+			char t[200];
+
+			seterr(s, err, errlen, "%s: CLUSTER SLOTS: %s", where, reply_text(rep[n - 1], t, sizeof(t)));
+			ret = -EIO;
+		} else if ((ret = cl_load_map(s, rep[n - 1], host))) {
+			seterr(s, err, errlen, "%s: malformed reply to CLUSTER SLOTS", where);
+		}
+		free_replies(rep, n);
+		kt_rconn_close(tmp);
+		if (!ret)
+			return 0;
+		if (mono_ns() + 1000000ULL > s->deadline_ns)
+			break;
+	}
+	s->map_stale = true;
+	return ret;
+}
+
+/* One command for the master of a slot: a script (argv[0..1] set here to
+ * EVALSHA sha, or EVAL text after NOSCRIPT) or a plain command. */
+struct cl_job {
+	int slot;
+	int script;       /* SCRIPT_*, or -1: a plain command */
+	struct args *a;
+	bool eval;        /* the server lost the script: send its text */
+	int ask;          /* ASK target for the next try, -1 none */
+	int node;         /* who answered */
+	redisReply *rep;  /* the answer (an error reply that is not a redirect included) */
+};
+
+static bool retry_reply(const redisReply *r)
+{
+	return starts_with(r, "CLUSTERDOWN") || starts_with(r, "TRYAGAIN") || starts_with(r, "READONLY") ||
+	       starts_with(r, "LOADING") || starts_with(r, "MASTERDOWN");
+}
+
+/* Runs the jobs: the ones for the same master go in one pipeline (one round
+ * trip), masters one after another. MOVED updates that slot (and the map is
+ * refreshed at the next call), ASK sends ASKING first, NOSCRIPT resends the
+ * text; a connection failure, CLUSTERDOWN, TRYAGAIN, READONLY or LOADING
+ * refreshes the map. CL_PASSES passes at most, all within the call budget.
+ * Returns 0 with every job's rep set, or the last failure. */
+static int cl_run(struct kt_store *s, struct cl_job *jobs, int nj, const char *what, char *err,
+		  size_t errlen)
+{
+	struct kt_rconn_cmd *rc = NULL;
+	redisReply **rep = NULL;
+	int *who = NULL, pass, ret = 0, j, m;
+	bool stale = s->map_stale || !s->have_map;
+
+	rc = calloc((size_t)nj * 2, sizeof(*rc));
+	rep = calloc((size_t)nj * 2, sizeof(*rep));
+	who = calloc((size_t)nj * 2, sizeof(*who));
+	if (!rc || !rep || !who) {
+		seterr(s, err, errlen, "%s: out of memory", what);
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (pass = 0; pass < CL_PASSES; pass++) {
+		int pending = 0;
+
+		if (stale) {
+			int r2 = cl_refresh(s, err, errlen);
+
+			if (r2 && !s->have_map) {
+				ret = r2;
+				goto out;
+			}
+			stale = false;
+		}
+		for (j = 0; j < nj; j++)
+			pending += !jobs[j].rep;
+		if (!pending)
+			break;
+		ret = -EIO;
+		for (m = 0; m < s->n_cn; m++) {
+			int n = 0;
+			char e[KT_ERR_LEN];
+			uint64_t dl;
+
+			for (j = 0; j < nj; j++) {
+				struct cl_job *jb = &jobs[j];
+
+				if (jb->rep || (jb->ask >= 0 ? jb->ask : s->slot_node[jb->slot]) != m)
+					continue;
+				if (jb->ask >= 0) {
+					static const char *asking[1] = { "ASKING" };
+
+					rc[n] = (struct kt_rconn_cmd){ .argc = 1, .argv = asking };
+					who[n++] = -1;
+				}
+				if (jb->script >= 0) {
+					jb->a->v[0] = jb->eval ? "EVAL" : "EVALSHA";
+					jb->a->len[0] = strlen(jb->a->v[0]);
+					jb->a->v[1] = jb->eval ? scripts[jb->script] : s->sha[jb->script];
+					jb->a->len[1] = strlen(jb->a->v[1]);
+				}
+				rc[n] = (struct kt_rconn_cmd){ .argc = jb->a->n, .argv = jb->a->v,
+							       .argvlen = jb->a->len };
+				who[n++] = j;
+			}
+			if (!n)
+				continue;
+			if ((ret = cl_connect(s, m, err, errlen))) {
+				stale = true;
+				continue;
+			}
+			if (step_deadline(s, &dl)) {
+				seterr(s, err, errlen, "redis %s:%d: %s: call budget of %d ms exhausted",
+				       s->cn[m].host, s->cn[m].port, what, KT_STORE_CALL_BUDGET_MS);
+				ret = -ETIMEDOUT;
+				goto out;
+			}
+			s->st.round_trips++;
+			s->st.commands += (uint64_t)n;
+			ret = kt_rconn_call_many(s->cn[m].c, rc, n, dl, rep, e, sizeof(e));
+			if (ret) {
+				seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cn[m].host, s->cn[m].port, what,
+				       conn_errstr(ret, e));
+				cl_drop(s, m);
+				stale = true;
+				continue;
+			}
+			for (int k = 0; k < n; k++) {
+				struct cl_job *jb;
+				redisReply *r = rep[k];
+				char t[200];
+
+				rep[k] = NULL;
+				if (who[k] < 0) {
+					freeReplyObject(r);
+					continue;
+				}
+				jb = &jobs[who[k]];
+				jb->ask = -1;
+				jb->node = m;
+				if (r->type != REDIS_REPLY_ERROR) {
+					jb->rep = r;
+					continue;
+				}
+				seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cn[m].host, s->cn[m].port, what,
+				       reply_text(r, t, sizeof(t)));
+				ret = -EIO;
+				if (starts_with(r, "MOVED ")) {
+					int to = cl_redirect(s, r, 6);
+
+					if (to >= 0)
+						s->slot_node[jb->slot] = (int16_t)to;
+					else
+						stale = true;
+					s->map_stale = true; /* a slot moved: others may have too */
+				} else if (starts_with(r, "ASK ")) {
+					jb->ask = cl_redirect(s, r, 4);
+				} else if (jb->script >= 0 && !jb->eval && starts_with(r, "NOSCRIPT")) {
+					jb->eval = true;
+				} else if (retry_reply(r)) {
+					stale = true;
+				} else {
+					jb->rep = r; /* the caller's to classify */
+					continue;
+				}
+				freeReplyObject(r);
+			}
+		}
+		for (j = 0; j < nj; j++)
+			if (!jobs[j].rep && s->slot_node[jobs[j].slot] < 0 && jobs[j].ask < 0) {
+				seterr(s, err, errlen, "%s: no master serves slot %d (cluster map)", what,
+				       jobs[j].slot);
+				stale = true;
+			}
+		ret = 0;
+		for (j = 0; j < nj; j++)
+			if (!jobs[j].rep)
+				ret = -EIO;
+		if (!ret)
+			break;
+	}
+	if (ret == 0) {
+		for (j = 0; j < nj; j++)
+			if (!jobs[j].rep)
+				ret = -EIO;
+	} else {
+		/* keep the last error text from above */
+		ret = strstr(s->last_err, "timed out") ? -ETIMEDOUT : ret == -ENOMEM ? ret : -EIO;
+	}
+	if (nj && !ret)
+		s->cl_last = jobs[0].node;
+out:
+	free(rc);
+	free(rep);
+	free(who);
+	return ret;
+}
+
+static void cl_jobs_free(struct cl_job *jobs, int nj)
+{
+	for (int j = 0; j < nj; j++)
+		if (jobs[j].rep)
+			freeReplyObject(jobs[j].rep);
+}
+
+/* After cl_run: a job's answer is an error reply the script or command gave. */
+static int cl_check(struct kt_store *s, const struct cl_job *jb, const char *what, char *err,
+		    size_t errlen)
+{
+	char t[200];
+
+	snprintf(s->cur_host, sizeof(s->cur_host), "%s", s->cn[jb->node].host);
+	s->cur_port = s->cn[jb->node].port;
+	if (jb->rep->type != REDIS_REPLY_ERROR)
+		return 0;
+	seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cur_host, s->cur_port, what,
+	       reply_text(jb->rep, t, sizeof(t)));
+	return starts_with(jb->rep, "NOAUTH") ? -EACCES : -EIO;
+}
+
+/* The store's state after a cluster call: up on success, down (back-off)
+ * when a master could not be reached or the cluster could not serve. */
+static int cl_done(struct kt_store *s, int ret)
+{
+	if (!ret) {
+		if (s->state != KT_STORE_UP) {
+			s->state = KT_STORE_UP;
+			s->since_ns = mono_ns();
+		}
+		s->backoff_ms = 0;
+	} else if (ret != -EINVAL && ret != -ENOMEM && ret != -EPROTO) {
+		char keep[KT_ERR_LEN];
+
+		snprintf(keep, sizeof(keep), "%s", s->last_err);
+		conn_failed(s);
+		snprintf(s->last_err, sizeof(s->last_err), "%s", keep);
+	}
+	return ret;
+}
+
+/* One plain command for the master of slot; *out is never an error reply. */
+static int cl_simple(struct kt_store *s, int slot, int argc, const char **argv, const char *what,
+		     redisReply **out, char *err, size_t errlen)
+{
+	struct args a = { 0 };
+	struct cl_job jb = { .slot = slot, .script = -1, .a = &a, .ask = -1 };
+	int ret;
+
+	*out = NULL;
+	if (args_init(&a, argc)) {
+		args_free(&a);
+		seterr(s, err, errlen, "%s: out of memory", what);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < argc; i++)
+		arg_ref(&a, argv[i]);
+	ret = cl_run(s, &jb, 1, what, err, errlen);
+	if (!ret)
+		ret = cl_check(s, &jb, what, err, errlen);
+	if (!ret) {
+		*out = jb.rep;
+		jb.rep = NULL;
+	}
+	cl_jobs_free(&jb, 1);
+	args_free(&a);
+	return cl_done(s, ret);
+}
+
 /* ---- public API ---- */
 
 static void free_secret(char *p)
@@ -1254,6 +1753,10 @@ void kt_store_close(struct kt_store *s)
 		return;
 	drop_conn(s);
 	kt_rconn_close(s->sub);
+	for (int i = 0; s->cn && i < s->n_cn; i++)
+		cl_drop(s, i);
+	free(s->cn);
+	free(s->slot_node);
 	free(s->host);
 	free(s->user);
 	free_secret(s->pass);
@@ -1363,6 +1866,25 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 				 cfg->line, cfg->port);
 			return -EINVAL;
 		}
+	} else if (cfg->redis_mode == KT_REDIS_CLUSTER) {
+		if (cfg->n_endpoints < 1 || cfg->n_endpoints > KT_MAX_ENDPOINTS) {
+			snprintf(err, errlen, "store (line %d): cluster: %d seed addrs, need 1..%d", cfg->line,
+				 cfg->n_endpoints, KT_MAX_ENDPOINTS);
+			return -EINVAL;
+		}
+		for (i = 0; i < cfg->n_endpoints; i++) {
+			if (!valid_host(cfg->endpoint_host[i]) || cfg->endpoint_port[i] < 1 ||
+			    cfg->endpoint_port[i] > 65535) {
+				snprintf(err, errlen, "store (line %d): cluster: addrs entry %d: bad host or port",
+					 cfg->line, i + 1);
+				return -EINVAL;
+			}
+		}
+		if (cfg->db != 0) {
+			snprintf(err, errlen, "store (line %d): cluster: db %d: Redis Cluster has only db 0",
+				 cfg->line, cfg->db);
+			return -EINVAL;
+		}
 	} else if (cfg->redis_mode == KT_REDIS_SENTINEL) {
 		if (cfg->n_endpoints < 1 || cfg->n_endpoints > KT_MAX_ENDPOINTS) {
 			snprintf(err, errlen, "store (line %d): sentinel: %d endpoints, need 1..%d", cfg->line,
@@ -1415,6 +1937,16 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 			s->ep_port[i] = cfg->endpoint_port[i];
 			s->n_ep = i + 1;
 		}
+	}
+	s->cl_last = -1;
+	if (s->mode == KT_REDIS_CLUSTER) {
+		s->cn = calloc(CL_MAX_NODES, sizeof(*s->cn));
+		s->slot_node = malloc(CL_SLOTS * sizeof(*s->slot_node));
+		if (!s->cn || !s->slot_node)
+			goto oom;
+		for (i = 0; i < CL_SLOTS; i++)
+			s->slot_node[i] = -1;
+	} else if (s->mode == KT_REDIS_SENTINEL) {
 		if (dup_str(&s->master_name, cfg->master_name) ||
 		    dup_str(&s->s_user, cfg->sentinel_auth.username) ||
 		    dup_str(&s->s_pass, cfg->sentinel_auth.password) ||
@@ -1491,11 +2023,6 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 		}
 	}
 	return 0;
-}
-
-static bool int_in(const redisReply *r, long long lo, long long hi)
-{
-	return r->type == REDIS_REPLY_INTEGER && r->integer >= lo && r->integer <= hi;
 }
 
 /* A rate the script formatted with %.17g. */
@@ -1593,68 +2120,143 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 	return 0;
 }
 
+/* EVALSHA's arguments for reqs (argv[0..1] left for the command and sha). */
+static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, int n, struct args *a)
+{
+	int i, j, cap = 3;
+
+	for (i = 0; i < n; i++)
+		cap += N_KEYS + 9 + 3 * reqs[i].n_members;
+	if (args_init(a, cap))
+		return -ENOMEM;
+	a->n = 2; /* EVALSHA sha */
+	arg_fmt(a, "%d", N_KEYS * n);
+	for (i = 0; i < n; i++)
+		arg_keys(a, s->prefix, reqs[i].limit);
+	for (i = 0; i < n; i++) {
+		const struct kt_pool_req *q = &reqs[i];
+
+		arg_fmt(a, "%llu", (unsigned long long)q->stale_ms);
+		arg_fmt(a, "%d", q->n_members);
+		if (q->save_ramp >= 0) {
+			arg_fmt(a, "%.17g", q->save_ramp);
+			arg_fmt(a, "%llu", (unsigned long long)q->ramp_ttl_ms);
+		} else {
+			arg_ref(a, "");
+			arg_ref(a, "0");
+		}
+		arg_fmt(a, "%llu", (unsigned long long)q->hold_ms);
+		if (q->fallback_rate > 0)
+			arg_fmt(a, "%.17g", q->fallback_rate);
+		else
+			arg_ref(a, "0");
+		if (q->pool_rate > 0) {
+			arg_fmt(a, "%.17g", q->pool_rate);
+			arg_fmt(a, "%.17g", q->floor_rate);
+			arg_fmt(a, "%llu", (unsigned long long)q->recompute_ms);
+		} else {
+			arg_ref(a, "0");
+			arg_ref(a, "0");
+			arg_ref(a, "0");
+		}
+		for (j = 0; j < q->n_members; j++) {
+			arg_ref(a, q->members[j].id);
+			arg_fmt(a, "%d", q->members[j].reported_size);
+			if (q->pool_rate > 0)
+				arg_fmt(a, "%.17g", q->members[j].demand);
+		}
+	}
+	return a->oom ? -ENOMEM : 0;
+}
+
+/* Cluster: limits grouped by slot, one EVALSHA per slot (a script may only
+ * touch one slot), the groups of one master pipelined. */
+static int cl_heartbeat(struct kt_store *s, const struct kt_pool_req *reqs, int n,
+			struct kt_pool_answer *ans, char *err, size_t errlen)
+{
+	struct kt_pool_req *sub = calloc((size_t)n, sizeof(*sub));
+	struct kt_pool_answer *sa = calloc((size_t)n, sizeof(*sa));
+	struct cl_job *jobs = calloc((size_t)n, sizeof(*jobs));
+	struct args *as = calloc((size_t)n, sizeof(*as));
+	int *ord = calloc((size_t)n, sizeof(*ord)), *slot = calloc((size_t)n, sizeof(*slot));
+	int *first = calloc((size_t)n + 1, sizeof(*first));
+	int i, k, g, nj = 0, ret = 0;
+
+	if (!sub || !sa || !jobs || !as || !ord || !slot || !first) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		slot[i] = limit_slot(s, reqs[i].limit);
+		/* insertion sort by slot, stable: n <= KT_MAX_LIMITS */
+		for (k = i; k > 0 && slot[ord[k - 1]] > slot[i]; k--)
+			ord[k] = ord[k - 1];
+		ord[k] = i;
+	}
+	for (i = 0; i < n; i++) {
+		sub[i] = reqs[ord[i]];
+		sa[i] = ans[ord[i]];
+		if (i == 0 || slot[ord[i]] != slot[ord[i - 1]]) {
+			first[nj] = i;
+			jobs[nj] = (struct cl_job){ .slot = slot[ord[i]], .script = SCRIPT_HB, .a = &as[nj],
+						    .ask = -1 };
+			nj++;
+		}
+	}
+	first[nj] = n;
+	for (g = 0; g < nj; g++)
+		if ((ret = build_hb(s, sub + first[g], first[g + 1] - first[g], &as[g])))
+			goto out;
+	ret = cl_run(s, jobs, nj, "heartbeat", err, errlen);
+	for (g = 0; g < nj && !ret; g++) {
+		ret = cl_check(s, &jobs[g], "heartbeat", err, errlen);
+		if (!ret)
+			ret = parse_answers(s, jobs[g].rep, sub + first[g], first[g + 1] - first[g],
+					    sa + first[g], err, errlen);
+	}
+	if (!ret)
+		for (i = 0; i < n; i++)
+			ans[ord[i]] = sa[i];
+out:
+	if (ret == -ENOMEM)
+		seterr(s, err, errlen, "heartbeat: out of memory");
+	if (jobs)
+		cl_jobs_free(jobs, nj);
+	for (g = 0; as && g < nj; g++)
+		args_free(&as[g]);
+	free(sub);
+	free(sa);
+	free(jobs);
+	free(as);
+	free(ord);
+	free(slot);
+	free(first);
+	return cl_done(s, ret);
+}
+
 int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, int n,
 			    struct kt_pool_answer *ans, char *err, size_t errlen)
 {
 	struct args a = { 0 };
 	redisReply *r = NULL;
-	int i, j, cap, ret;
+	int i, ret;
 
 	if (n < 1 || n > KT_MAX_LIMITS || !reqs || !ans) {
 		seterr(s, err, errlen, "heartbeat: %d limits, need 1..%d", n, KT_MAX_LIMITS);
 		return -EINVAL;
 	}
-	cap = 3;
 	for (i = 0; i < n; i++) {
 		ret = check_req(s, &reqs[i], i, err, errlen);
 		if (ret)
 			return ret;
-		cap += N_KEYS + 9 + 3 * reqs[i].n_members;
 	}
 	ret = begin(s, err, errlen);
 	if (ret)
 		return ret;
-	ret = args_init(&a, cap);
+	if (is_cluster(s))
+		return cl_heartbeat(s, reqs, n, ans, err, errlen);
+	ret = build_hb(s, reqs, n, &a);
 	if (ret)
-		goto oom;
-	a.n = 2; /* EVALSHA sha */
-	arg_fmt(&a, "%d", N_KEYS * n);
-	for (i = 0; i < n; i++)
-		arg_keys(&a, s->prefix, reqs[i].limit);
-	for (i = 0; i < n; i++) {
-		const struct kt_pool_req *q = &reqs[i];
-
-		arg_fmt(&a, "%llu", (unsigned long long)q->stale_ms);
-		arg_fmt(&a, "%d", q->n_members);
-		if (q->save_ramp >= 0) {
-			arg_fmt(&a, "%.17g", q->save_ramp);
-			arg_fmt(&a, "%llu", (unsigned long long)q->ramp_ttl_ms);
-		} else {
-			arg_ref(&a, "");
-			arg_ref(&a, "0");
-		}
-		arg_fmt(&a, "%llu", (unsigned long long)q->hold_ms);
-		if (q->fallback_rate > 0)
-			arg_fmt(&a, "%.17g", q->fallback_rate);
-		else
-			arg_ref(&a, "0");
-		if (q->pool_rate > 0) {
-			arg_fmt(&a, "%.17g", q->pool_rate);
-			arg_fmt(&a, "%.17g", q->floor_rate);
-			arg_fmt(&a, "%llu", (unsigned long long)q->recompute_ms);
-		} else {
-			arg_ref(&a, "0");
-			arg_ref(&a, "0");
-			arg_ref(&a, "0");
-		}
-		for (j = 0; j < q->n_members; j++) {
-			arg_ref(&a, q->members[j].id);
-			arg_fmt(&a, "%d", q->members[j].reported_size);
-			if (q->pool_rate > 0)
-				arg_fmt(&a, "%.17g", q->members[j].demand);
-		}
-	}
-	if (a.oom)
 		goto oom;
 	ret = run_script(s, SCRIPT_HB, &a, "heartbeat", &r, err, errlen);
 	if (!ret)
@@ -1713,7 +2315,22 @@ int kt_store_leave(struct kt_store *s, const char *limit, const char *const *ids
 		arg_ref(&a, ids[i]);
 	if (a.oom)
 		goto oom;
-	ret = run_script(s, SCRIPT_LEAVE, &a, "leave", &r, err, errlen);
+	if (is_cluster(s)) {
+		struct cl_job jb = { .slot = limit_slot(s, limit), .script = SCRIPT_LEAVE, .a = &a, .ask = -1 };
+
+		ret = cl_run(s, &jb, 1, "leave", err, errlen);
+		if (!ret)
+			ret = cl_check(s, &jb, "leave", err, errlen);
+		r = jb.rep;
+		jb.rep = NULL;
+		if (ret && r) {
+			freeReplyObject(r);
+			r = NULL;
+		}
+		ret = cl_done(s, ret);
+	} else {
+		ret = run_script(s, SCRIPT_LEAVE, &a, "leave", &r, err, errlen);
+	}
 	if (!ret && !int_in(r, 0, n)) {
 		seterr(s, err, errlen, "redis %s:%d: leave: malformed reply", s->cur_host, s->cur_port);
 		ret = -EPROTO;
@@ -1769,7 +2386,8 @@ int kt_store_save_ramp(struct kt_store *s, const char *limit, double rate, uint6
 	snprintf(key, sizeof(key), "%s:pool:{%s}:ramp", s->prefix, limit);
 	snprintf(val, sizeof(val), "%.17g", rate);
 	snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)ttl_ms);
-	ret = simple(s, 5, argv, "save ramp", &r, err, errlen);
+	ret = is_cluster(s) ? cl_simple(s, key_slot(key), 5, argv, "save ramp", &r, err, errlen)
+			    : simple(s, 5, argv, "save ramp", &r, err, errlen);
 	if (!ret && !is_ok(r)) {
 		seterr(s, err, errlen, "redis %s:%d: save ramp: malformed reply to SET", s->cur_host,
 		       s->cur_port);
@@ -1797,7 +2415,8 @@ int kt_store_load_ramp(struct kt_store *s, const char *limit, double *rate, char
 	if (ret)
 		return ret;
 	snprintf(key, sizeof(key), "%s:pool:{%s}:ramp", s->prefix, limit);
-	ret = simple(s, 2, argv, "load ramp", &r, err, errlen);
+	ret = is_cluster(s) ? cl_simple(s, key_slot(key), 2, argv, "load ramp", &r, err, errlen)
+			    : simple(s, 2, argv, "load ramp", &r, err, errlen);
 	if (ret)
 		return ret;
 	if (r->type == REDIS_REPLY_NIL)
@@ -1820,6 +2439,41 @@ out:
 	return ret;
 }
 
+/* Cluster: a fresh slot map, then PING to every master that serves slots
+ * (pipelined per master like any call). */
+static int cl_ping(struct kt_store *s, char *err, size_t errlen)
+{
+	static const char *argv[1] = { "PING" };
+	struct args a[CL_MAX_NODES];
+	struct cl_job jobs[CL_MAX_NODES];
+	int nj = 0, ret, sl;
+
+	s->map_stale = true;
+	ret = cl_refresh(s, err, errlen);
+	for (int m = 0; !ret && m < s->n_cn; m++) {
+		for (sl = 0; sl < CL_SLOTS && s->slot_node[sl] != m; sl++)
+			;
+		if (sl == CL_SLOTS)
+			continue;
+		memset(&a[nj], 0, sizeof(a[nj]));
+		a[nj].n = 1;
+		a[nj].v = argv;
+		jobs[nj] = (struct cl_job){ .slot = sl, .script = -1, .a = &a[nj], .ask = -1 };
+		nj++;
+	}
+	if (!ret)
+		ret = cl_run(s, jobs, nj, "ping", err, errlen);
+	for (int j = 0; !ret && j < nj; j++) {
+		ret = cl_check(s, &jobs[j], "ping", err, errlen);
+		if (!ret && !(jobs[j].rep->type == REDIS_REPLY_STATUS && strcmp(jobs[j].rep->str, "PONG") == 0)) {
+			seterr(s, err, errlen, "redis %s:%d: ping: malformed reply", s->cur_host, s->cur_port);
+			ret = -EPROTO;
+		}
+	}
+	cl_jobs_free(jobs, nj);
+	return cl_done(s, ret);
+}
+
 int kt_store_ping(struct kt_store *s, char *err, size_t errlen)
 {
 	const char *argv[1] = { "PING" };
@@ -1829,6 +2483,8 @@ int kt_store_ping(struct kt_store *s, char *err, size_t errlen)
 	ret = begin(s, err, errlen);
 	if (ret)
 		return ret;
+	if (is_cluster(s))
+		return cl_ping(s, err, errlen);
 	ret = simple(s, 1, argv, "ping", &r, err, errlen);
 	if (!ret && !(r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0)) {
 		seterr(s, err, errlen, "redis %s:%d: ping: malformed reply", s->cur_host, s->cur_port);
@@ -1850,6 +2506,9 @@ enum kt_store_state kt_store_state(const struct kt_store *s, uint64_t *since_ns,
 
 int kt_store_connected(const struct kt_store *s)
 {
+	for (int i = 0; is_cluster(s) && i < s->n_cn; i++)
+		if (s->cn[i].c)
+			return 1;
 	return s->c != NULL;
 }
 
@@ -1868,7 +2527,9 @@ const char *kt_store_state_name(enum kt_store_state st)
 
 const char *kt_store_endpoint(const struct kt_store *s, char *buf, size_t len)
 {
-	if (s->c)
+	if (is_cluster(s) && s->cl_last >= 0 && s->cn[s->cl_last].c)
+		snprintf(buf, len, "%s:%d", s->cn[s->cl_last].host, s->cn[s->cl_last].port);
+	else if (s->c)
 		snprintf(buf, len, "%s:%d", s->cur_host, s->cur_port);
 	else if (len)
 		buf[0] = 0;
