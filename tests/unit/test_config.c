@@ -424,6 +424,30 @@ static void test_password_sources(void **state)
 	unsetenv("KT_TEST_REDIS_PW");
 }
 
+static void test_cluster(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+	const struct kt_store_cfg *s;
+
+	(void)state;
+	assert_int_equal(parse("store:\n  redisStore:\n    mode: cluster\n"
+			       "    addrs: [\"127.0.0.1:7000\", \"[::1]:7001\"]\n    db: 0\n"
+			       "    redis_auth: {username: u, password: p}\n"
+			       "    redis_tls: {insecure_skip_verify: true}\n" LIM, &cfg, err), 0);
+	s = &cfg.store;
+	assert_int_equal(s->redis_mode, KT_REDIS_CLUSTER);
+	assert_int_equal(s->n_endpoints, 2);
+	assert_string_equal(s->endpoint_host[1], "::1");
+	assert_int_equal(s->endpoint_port[1], 7001);
+	assert_string_equal(s->host, "127.0.0.1"); /* the first seed names the store */
+	assert_int_equal(s->port, 7000);
+	assert_int_equal(s->db, 0);
+	assert_string_equal(s->redis_auth.username, "u");
+	assert_true(s->redis_tls.enabled);
+	kt_config_free(&cfg);
+}
+
 static void test_sentinel(void **state)
 {
 	struct kt_config cfg;
@@ -685,8 +709,18 @@ static const struct bad bad_cases[] = {
 	{ "store:\n  onStoreFailure: panic\n" LIM, "t.yaml:2: store.onStoreFailure: ",
 	  "is not one of: conservative, open, closed" },
 	{ "store:\n  redisStore:\n    url: redis://h\n" LIM, "t.yaml:3: store.redisStore.mode: ", "required" },
-	{ "store:\n  redisStore:\n    mode: cluster\n" LIM, "t.yaml:3: store.redisStore.mode: ",
-	  "is not one of: single, sentinel" },
+	{ "store:\n  redisStore:\n    mode: galaxy\n" LIM, "t.yaml:3: store.redisStore.mode: ",
+	  "is not one of: single, sentinel, cluster" },
+	{ "store:\n  redisStore:\n    mode: cluster\n" LIM, "t.yaml:3: store.redisStore.addrs: ",
+	  "required but missing" },
+	{ "store:\n  redisStore:\n    mode: cluster\n    addrs: [10.0.0.1:7000]\n    db: 2\n" LIM,
+	  "t.yaml:5: store.redisStore.db: ", "2: Redis Cluster has only db 0" },
+	{ "store:\n  redisStore:\n    mode: cluster\n    addrs: [10.0.0.1:7000]\n    url: redis://h\n" LIM,
+	  "t.yaml:5: store.redisStore.url: ", "not used with mode: cluster (give addrs)" },
+	{ "store:\n  redisStore:\n    mode: cluster\n    addrs: [10.0.0.1]\n" LIM,
+	  "t.yaml:4: store.redisStore.addrs[0]: ", "" },
+	{ "store:\n  redisStore:\n    mode: single\n    url: redis://h\n    addrs: [h:1]\n" LIM,
+	  "t.yaml:5: store.redisStore.addrs: ", "only used with mode: cluster" },
 	{ REDIS(""), "t.yaml:3: store.redisStore.url: ", "required" },
 	{ REDIS("    url: http://h\n"), "t.yaml:4: store.redisStore.url: ", "must start with redis://" },
 	{ REDIS("    url: redis://h:99999\n"), "t.yaml:4: store.redisStore.url: ", "port out of range" },
@@ -980,6 +1014,7 @@ int main(void)
 		cmocka_unit_test(test_redis_url_defaults),
 		cmocka_unit_test(test_password_sources),
 		cmocka_unit_test(test_sentinel),
+		cmocka_unit_test(test_cluster),
 		cmocka_unit_test(test_limit_count),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_secrets_not_echoed),
