@@ -512,3 +512,123 @@ int rp_sentinel_master_port(const struct rp_proc *s, const char *name)
 		freeReplyObject(r);
 	return port;
 }
+
+/* ---- Redis Cluster ---- */
+
+static int conf_cluster(FILE *f, const struct rp_proc *p, const void *ctx)
+{
+	int bus = rp_free_port();
+
+	(void)ctx;
+	/* an explicit bus port: port + 10000 may be taken or above 65535 */
+	return bus < 0 || fprintf(f, "save \"\"\nappendonly no\nrepl-diskless-sync-delay 0\n"
+				  "cluster-enabled yes\ncluster-config-file %s/nodes.conf\n"
+				  "cluster-node-timeout 1000\ncluster-port %d\n"
+				  "cluster-replica-validity-factor 0\n",
+				  p->dir, bus) < 0;
+}
+
+/* CLUSTER INFO's value for field, or "" */
+static void cluster_info(const struct rp_proc *p, const char *field, char *buf, size_t len)
+{
+	redisReply *r = rp_command(p, "CLUSTER INFO");
+	const char *l;
+	size_t fl = strlen(field);
+
+	buf[0] = 0;
+	if (r && r->type == REDIS_REPLY_STRING)
+		for (l = r->str; l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+			if (!strncmp(l, field, fl) && l[fl] == ':') {
+				size_t n = strcspn(l + fl + 1, "\r\n");
+
+				if (n >= len)
+					n = len - 1;
+				memcpy(buf, l + fl + 1, n);
+				buf[n] = 0;
+				break;
+			}
+	if (r)
+		freeReplyObject(r);
+}
+
+int rp_cluster_wait_ok(const struct rp_proc *nodes, int n, int timeout_ms)
+{
+	long long end = now_ms() + timeout_ms;
+	char v[32];
+
+	while (now_ms() < end) {
+		int ok = 0, up = 0;
+
+		for (int i = 0; i < n; i++) {
+			if (nodes[i].pid <= 0)
+				continue;
+			up++;
+			cluster_info(&nodes[i], "cluster_state", v, sizeof(v));
+			ok += !strcmp(v, "ok");
+		}
+		if (up && ok == up)
+			return 0;
+		rp_sleep_ms(50);
+	}
+	return -ETIMEDOUT;
+}
+
+int rp_start_cluster(struct rp_proc *nodes, int n, int replicas)
+{
+	char cmd[2048];
+	int len, ret, i;
+	FILE *f;
+
+	memset(nodes, 0, sizeof(*nodes) * (size_t)n);
+	for (i = 0; i < n; i++) {
+		ret = start(&nodes[i], "redis-server", conf_cluster, NULL, NULL);
+		if (ret)
+			goto fail;
+	}
+	len = snprintf(cmd, sizeof(cmd), "redis-cli --cluster create");
+	for (i = 0; i < n; i++)
+		len += snprintf(cmd + len, sizeof(cmd) - (size_t)len, " 127.0.0.1:%d", nodes[i].port);
+	snprintf(cmd + len, sizeof(cmd) - (size_t)len, " --cluster-replicas %d --cluster-yes >%s/create.log 2>&1",
+		 replicas, nodes[0].dir);
+	f = popen(cmd, "r");
+	if (!f || pclose(f) != 0) {
+		fprintf(stderr, "redis_proc: redis-cli --cluster create failed (see %s/create.log)\n", nodes[0].dir);
+		ret = -EIO;
+		goto fail;
+	}
+	ret = rp_cluster_wait_ok(nodes, n, 10000);
+	if (!ret)
+		return 0;
+fail:
+	for (i = 0; i < n; i++)
+		rp_stop(&nodes[i]);
+	return ret ? ret : -EIO;
+}
+
+int rp_cluster_slot_owner(const struct rp_proc *nodes, int n, int slot)
+{
+	int owner = -1;
+
+	for (int i = 0; i < n && owner < 0; i++) {
+		redisReply *r = nodes[i].pid > 0 ? rp_command(&nodes[i], "CLUSTER SLOTS") : NULL;
+
+		for (size_t k = 0; r && r->type == REDIS_REPLY_ARRAY && k < r->elements; k++) {
+			redisReply *e = r->element[k];
+
+			if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 || e->element[0]->integer > slot ||
+			    e->element[1]->integer < slot || e->element[2]->type != REDIS_REPLY_ARRAY)
+				continue;
+			for (int j = 0; j < n; j++)
+				if (nodes[j].pid > 0 && nodes[j].port == e->element[2]->element[1]->integer)
+					owner = j;
+		}
+		if (r)
+			freeReplyObject(r);
+	}
+	return owner;
+}
+
+int rp_cluster_slot(const struct rp_proc *p, const char *key)
+{
+	return (int)rp_command_int(p, -1, "CLUSTER KEYSLOT %s", key);
+}

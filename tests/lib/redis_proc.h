@@ -69,6 +69,20 @@ int rp_sentinel_failover(const struct rp_proc *s, const char *name, int new_port
  * KT_KEEP_REDIS_DIRS=1 (then it says on stderr which directory it kept). */
 void rp_remove_tree(char *dir);
 
+/* Redis Cluster: starts n redis-server --cluster-enabled nodes (node
+ * timeout 1000 ms, an explicit bus port each), joins them with `redis-cli
+ * --cluster create ... --cluster-replicas replicas --cluster-yes` and waits
+ * until every node says cluster_state:ok. On failure every node is stopped.
+ * Returns 0, -EIO (redis-cli failed: no cluster support) or -ETIMEDOUT. */
+int rp_start_cluster(struct rp_proc *nodes, int n, int replicas);
+/* Waits until every running node says cluster_state:ok. */
+int rp_cluster_wait_ok(const struct rp_proc *nodes, int n, int timeout_ms);
+/* Index of the node that the first running node answering CLUSTER SLOTS
+ * names as master of slot, or -1. */
+int rp_cluster_slot_owner(const struct rp_proc *nodes, int n, int slot);
+/* CLUSTER KEYSLOT key asked of p, or -1. */
+int rp_cluster_slot(const struct rp_proc *p, const char *key);
+
 void rp_sleep_ms(int ms);
 
 #endif
