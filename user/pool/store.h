@@ -5,8 +5,8 @@
  * (storeq.h), once per heartbeat; the request path never touches it.
  *
  * Keys (P = store.keyPrefix, default "kthrottle"; L = limit name). Every key
- * of a limit carries the Redis Cluster hash tag {L}, so each script call
- * touches one slot per limit (the client does not speak Cluster yet):
+ * of a limit carries the Redis Cluster hash tag {L}, so all of a limit's
+ * keys are in one slot, CRC16(L) mod 16384 (cluster mode, below):
  *   P:pool:{L}:hb      sorted set  live member id -> last heartbeat, Redis TIME in ms
  *   P:pool:{L}:lapsed  sorted set  lapsed (held) member id -> last heartbeat
  *   P:pool:{L}:size    hash        live member id -> pool size it reported
@@ -37,7 +37,8 @@
  * heartbeat overwrites it.
  *
  * Consensus (seed 000, with DESIGN.md §5's defects fixed): each heartbeat is
- * ONE EVALSHA per node covering all of its limits (kt_store_heartbeat_many).
+ * ONE EVALSHA per node covering all of its limits (kt_store_heartbeat_many;
+ * one per slot in cluster mode).
  * Per limit the script, with redis.call('TIME') as its only clock:
  *   1. ZADD hb now id for every local member (a lapsed one returns to live);
  *   2. a member whose heartbeat is older than stale_ms has lapsed (its
@@ -108,6 +109,25 @@
  * or a +switch-master event: a second connection to the sentinel stays
  * subscribed to it and is polled (without blocking) at the start of each
  * call, so the store moves to a new master at its next call.
+ *
+ * Cluster mode (KT_REDIS_CLUSTER; cfg endpoint_host/port are the seeds, db
+ * must be 0): the slot map comes from CLUSTER SLOTS asked of a connected
+ * master or else of each seed in turn; one connection per master in use,
+ * each set up with AUTH and SCRIPT LOAD. A heartbeat groups its limits by
+ * slot and sends one EVALSHA per slot (limits in one slot share it; limits
+ * in different slots never do: CROSSSLOT); the EVALSHAs for one master go
+ * in one pipeline, masters are asked one after another. round_trips thus
+ * grows by the number of masters involved (at most the number of slots).
+ * leave, save_ramp and load_ramp go to their limit's master; ping
+ * refreshes the map and PINGs every master. A reply MOVED updates that
+ * slot (and the whole map is refreshed at the next call), ASK resends with
+ * ASKING to the node named, NOSCRIPT resends the script text; a connection
+ * failure, CLUSTERDOWN, TRYAGAIN, READONLY, LOADING or MASTERDOWN refreshes
+ * the map; at most 3 passes per call, all within KT_STORE_CALL_BUDGET_MS,
+ * which is how a promoted replica is followed. The call fails as a whole
+ * when any slot is left unanswered (the other slots' scripts have run); it
+ * then goes DOWN with the usual back-off. kt_store_endpoint names the
+ * master that answered last.
  *
  * TLS: redis_tls (or rediss://) for the master, sentinel_tls for the
  * sentinels: ca_cert (NULL: the system store), optional cert + key (mutual
@@ -200,7 +220,8 @@ struct kt_store_stats {
 int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *err, size_t errlen);
 void kt_store_close(struct kt_store *s);
 
-/* One round trip for all limits of this node. ans[i] answers reqs[i]. */
+/* One round trip for all limits of this node (cluster: one per master
+ * involved). ans[i] answers reqs[i]. */
 int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, int n,
 			    struct kt_pool_answer *ans, char *err, size_t errlen);
 /* Convenience: one limit, no ramp save. */
@@ -222,8 +243,9 @@ int kt_store_ping(struct kt_store *s, char *err, size_t errlen);
 enum kt_store_state kt_store_state(const struct kt_store *s, uint64_t *since_ns, uint64_t *next_retry_ns);
 int kt_store_connected(const struct kt_store *s);
 const char *kt_store_state_name(enum kt_store_state st);
-/* "host:port" of the server in use (the resolved master in sentinel mode),
- * "" when not connected. Returns buf. */
+/* "host:port" of the server in use (the resolved master in sentinel mode,
+ * the master that answered last in cluster mode), "" when not connected.
+ * Returns buf. */
 const char *kt_store_endpoint(const struct kt_store *s, char *buf, size_t len);
 /* Last error message (no passwords), "" if none. */
 const char *kt_store_last_error(const struct kt_store *s);
