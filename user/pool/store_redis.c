@@ -1484,6 +1484,27 @@ static int cl_refresh(struct kt_store *s, char *err, size_t errlen)
 	return ret;
 }
 
+/* The store's state after the cluster was asked: up on success, down
+ * (back-off) when a master could not be reached or the cluster could not
+ * serve. */
+static int cl_state(struct kt_store *s, int ret)
+{
+	if (!ret) {
+		if (s->state != KT_STORE_UP) {
+			s->state = KT_STORE_UP;
+			s->since_ns = mono_ns();
+		}
+		s->backoff_ms = 0;
+	} else if (ret != -ENOMEM) {
+		char keep[KT_ERR_LEN];
+
+		snprintf(keep, sizeof(keep), "%s", s->last_err);
+		conn_failed(s);
+		snprintf(s->last_err, sizeof(s->last_err), "%s", keep);
+	}
+	return ret;
+}
+
 /* One command for the master of a slot: a script (argv[0..1] set here to
  * EVALSHA sha, or EVAL text after NOSCRIPT) or a plain command. */
 struct cl_job {
@@ -1513,7 +1534,7 @@ static int cl_run(struct kt_store *s, struct cl_job *jobs, int nj, const char *w
 {
 	struct kt_rconn_cmd *rc = NULL;
 	redisReply **rep = NULL;
-	int *who = NULL, pass, ret = 0, j, m;
+	int *who = NULL, pass, ret = 0, fail = -EIO, j, m;
 	bool stale = s->map_stale || !s->have_map;
 
 	rc = calloc((size_t)nj * 2, sizeof(*rc));
@@ -1570,6 +1591,7 @@ static int cl_run(struct kt_store *s, struct cl_job *jobs, int nj, const char *w
 			if (!n)
 				continue;
 			if ((ret = cl_connect(s, m, err, errlen))) {
+				fail = ret;
 				stale = true;
 				continue;
 			}
@@ -1585,6 +1607,7 @@ static int cl_run(struct kt_store *s, struct cl_job *jobs, int nj, const char *w
 			if (ret) {
 				seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cn[m].host, s->cn[m].port, what,
 				       conn_errstr(ret, e));
+				fail = ret;
 				cl_drop(s, m);
 				stale = true;
 				continue;
@@ -1608,7 +1631,7 @@ static int cl_run(struct kt_store *s, struct cl_job *jobs, int nj, const char *w
 				}
 				seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cn[m].host, s->cn[m].port, what,
 				       reply_text(r, t, sizeof(t)));
-				ret = -EIO;
+				fail = -EIO;
 				if (starts_with(r, "MOVED ")) {
 					int to = cl_redirect(s, r, 6);
 
@@ -1634,6 +1657,7 @@ static int cl_run(struct kt_store *s, struct cl_job *jobs, int nj, const char *w
 			if (!jobs[j].rep && s->slot_node[jobs[j].slot] < 0 && jobs[j].ask < 0) {
 				seterr(s, err, errlen, "%s: no master serves slot %d (cluster map)", what,
 				       jobs[j].slot);
+				fail = -EIO;
 				stale = true;
 			}
 		ret = 0;
@@ -1643,21 +1667,15 @@ static int cl_run(struct kt_store *s, struct cl_job *jobs, int nj, const char *w
 		if (!ret)
 			break;
 	}
-	if (ret == 0) {
-		for (j = 0; j < nj; j++)
-			if (!jobs[j].rep)
-				ret = -EIO;
-	} else {
-		/* keep the last error text from above */
-		ret = strstr(s->last_err, "timed out") ? -ETIMEDOUT : ret == -ENOMEM ? ret : -EIO;
-	}
+	if (ret)
+		ret = fail; /* the last failure's errno; its text is in last_err */
 	if (nj && !ret)
 		s->cl_last = jobs[0].node;
 out:
 	free(rc);
 	free(rep);
 	free(who);
-	return ret;
+	return cl_state(s, ret);
 }
 
 static void cl_jobs_free(struct cl_job *jobs, int nj)
@@ -1680,26 +1698,6 @@ static int cl_check(struct kt_store *s, const struct cl_job *jb, const char *wha
 	seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cur_host, s->cur_port, what,
 	       reply_text(jb->rep, t, sizeof(t)));
 	return starts_with(jb->rep, "NOAUTH") ? -EACCES : -EIO;
-}
-
-/* The store's state after a cluster call: up on success, down (back-off)
- * when a master could not be reached or the cluster could not serve. */
-static int cl_done(struct kt_store *s, int ret)
-{
-	if (!ret) {
-		if (s->state != KT_STORE_UP) {
-			s->state = KT_STORE_UP;
-			s->since_ns = mono_ns();
-		}
-		s->backoff_ms = 0;
-	} else if (ret != -EINVAL && ret != -ENOMEM && ret != -EPROTO) {
-		char keep[KT_ERR_LEN];
-
-		snprintf(keep, sizeof(keep), "%s", s->last_err);
-		conn_failed(s);
-		snprintf(s->last_err, sizeof(s->last_err), "%s", keep);
-	}
-	return ret;
 }
 
 /* One plain command for the master of slot; *out is never an error reply. */
@@ -1727,7 +1725,7 @@ static int cl_simple(struct kt_store *s, int slot, int argc, const char **argv, 
 	}
 	cl_jobs_free(&jb, 1);
 	args_free(&a);
-	return cl_done(s, ret);
+	return ret;
 }
 
 /* ---- public API ---- */
@@ -2231,7 +2229,7 @@ out:
 	free(ord);
 	free(slot);
 	free(first);
-	return cl_done(s, ret);
+	return ret;
 }
 
 int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, int n,
@@ -2327,7 +2325,6 @@ int kt_store_leave(struct kt_store *s, const char *limit, const char *const *ids
 			freeReplyObject(r);
 			r = NULL;
 		}
-		ret = cl_done(s, ret);
 	} else {
 		ret = run_script(s, SCRIPT_LEAVE, &a, "leave", &r, err, errlen);
 	}
@@ -2450,6 +2447,8 @@ static int cl_ping(struct kt_store *s, char *err, size_t errlen)
 
 	s->map_stale = true;
 	ret = cl_refresh(s, err, errlen);
+	if (ret)
+		return cl_state(s, ret);
 	for (int m = 0; !ret && m < s->n_cn; m++) {
 		for (sl = 0; sl < CL_SLOTS && s->slot_node[sl] != m; sl++)
 			;
@@ -2471,7 +2470,7 @@ static int cl_ping(struct kt_store *s, char *err, size_t errlen)
 		}
 	}
 	cl_jobs_free(jobs, nj);
-	return cl_done(s, ret);
+	return ret;
 }
 
 int kt_store_ping(struct kt_store *s, char *err, size_t errlen)
