@@ -31,6 +31,8 @@ static char g_lim[N_LIM][32];
 static int g_slot[N_LIM];
 static struct kt_store *g_st[N_ST];
 static char err[KT_ERR_LEN];
+static int g_watch = -1;          /* until_agree: note when this node stops owning g_slot[0] */
+static uint64_t g_moved_ms;
 
 #define ASSERT_OK(expr)                                                            \
 	do {                                                                       \
@@ -174,6 +176,12 @@ static long long until_agree(int period_ms, int limit_ms, int *fails)
 			all &= beat(i, &rc);
 			*fails += rc != 0;
 		}
+		if (g_watch >= 0 && !g_moved_ms) {
+			int o = rp_cluster_slot_owner(g_nodes, N_NODES, g_slot[0]);
+
+			if (o >= 0 && o != g_watch)
+				g_moved_ms = mono_ms();
+		}
 		if (all && ++good == 2)
 			return (long long)(mono_ms() - t0);
 		if (!all)
@@ -225,6 +233,40 @@ static void test_agree_three_masters(void **state)
 	kt_store_get_stats(g_st[0], &st1);
 	assert_int_equal(st1.round_trips - st0.round_trips, 3);
 	assert_int_equal(st1.commands - st0.commands, 3);
+	/* two slots of one master: two EVALSHAs in one pipeline, one round trip */
+	{
+		struct kt_pool_member m = { .id = "pipe-0", .reported_size = KT_POOL_REPORT_LIVE };
+		int o0 = rp_cluster_slot_owner(g_nodes, N_NODES, g_slot[0]);
+		char other[32] = "";
+		struct kt_pool_req q[2];
+		struct kt_pool_answer a[2];
+		const char *gone[1] = { "pipe-0" };
+
+		for (int k = 0; k < 1000 && !other[0]; k++) {
+			char name[32];
+			int sl;
+
+			snprintf(name, sizeof(name), "pipe%d", k);
+			snprintf(key, sizeof(key), PREFIX ":pool:{%s}:hb", name);
+			sl = rp_cluster_slot(&g_nodes[0], key);
+			if (sl != g_slot[0] && rp_cluster_slot_owner(g_nodes, N_NODES, sl) == o0)
+				snprintf(other, sizeof(other), "%s", name);
+		}
+		assert_true(other[0]);
+		q[0] = (struct kt_pool_req){ .limit = other, .members = &m, .n_members = 1,
+					     .stale_ms = STALE_MS, .save_ramp = -1 };
+		q[1] = q[0];
+		q[1].limit = g_lim[0];
+		kt_store_get_stats(g_st[0], &st0);
+		ASSERT_OK(kt_store_heartbeat_many(g_st[0], q, 2, a, err, sizeof(err)));
+		kt_store_get_stats(g_st[0], &st1);
+		assert_int_equal(st1.round_trips - st0.round_trips, 1);
+		assert_int_equal(st1.commands - st0.commands, 2);
+		assert_int_equal(a[0].agree, 1);
+		assert_int_equal(a[0].size, 1);
+		assert_int_equal(a[1].live, N_ST * MEMBERS + 1);
+		ASSERT_OK(kt_store_leave(g_st[0], g_lim[0], gone, 1, err, sizeof(err)));
+	}
 	kt_store_endpoint(g_st[0], ep, sizeof(ep));
 	assert_true(!strncmp(ep, "127.0.0.1:", 10));
 	assert_true(kt_store_connected(g_st[0]));
@@ -333,11 +375,14 @@ static void test_failover(void **state)
 	assert_true(victim >= 0);
 	t0 = mono_ms();
 	assert_int_equal(rp_signal(&g_nodes[victim], SIGKILL), 0);
+	g_watch = victim;
 	ms = until_agree(100, 20000, &fails);
+	g_watch = -1;
 	promoted = rp_cluster_slot_owner(g_nodes, N_NODES, g_slot[0]);
-	print_message("master :%d killed; replica :%d promoted; all %d nodes agree on all %d limits again "
-		      "after %lld ms (%d calls failed meanwhile)\n",
-		      g_nodes[victim].port, promoted >= 0 ? g_nodes[promoted].port : -1, N_ST, N_LIM,
+	print_message("master :%d killed; replica :%d promoted (seen after %lld ms); all %d nodes agree on "
+		      "all %d limits again after %lld ms (%d calls failed meanwhile)\n",
+		      g_nodes[victim].port, promoted >= 0 ? g_nodes[promoted].port : -1,
+		      g_moved_ms ? (long long)(g_moved_ms - t0) : -1LL, N_ST, N_LIM,
 		      ms < 0 ? -1 : (long long)(mono_ms() - t0), fails);
 	if (ms < 0)
 		print_error("last error: %s\n", err);

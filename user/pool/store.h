@@ -156,6 +156,7 @@
 #define KT_STORE_CALL_BUDGET_MS 1000  /* upper bound on one call, connection setup included */
 #define KT_STORE_BACKOFF_MIN_MS 100   /* first retry after a failure... */
 #define KT_STORE_BACKOFF_MAX_MS 5000  /* ...doubling up to this; each delay jittered in [d/2, d] */
+#define KT_STORE_CLUSTER_BACKOFF_MAX_MS 1000 /* ...or this in cluster mode (failovers are routine) */
 #define KT_STORE_EXPIRE_FACTOR 3      /* pool keys expire after this many (stale + hold) windows */
 #define KT_STORE_MAX_POOL 1000000     /* reported sizes are 1..this */
 #define KT_STORE_ID_MAX 255           /* member id: 1..this bytes of '!'..'~' */

@@ -646,6 +646,10 @@ static void conn_failed(struct kt_store *s)
 	s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : KT_STORE_BACKOFF_MIN_MS;
 	if (s->backoff_ms > KT_STORE_BACKOFF_MAX_MS)
 		s->backoff_ms = KT_STORE_BACKOFF_MAX_MS;
+	/* a cluster failover is routine and over in a few node timeouts: retry
+	 * it at least once a second rather than sleep through the promotion */
+	if (s->mode == KT_REDIS_CLUSTER && s->backoff_ms > KT_STORE_CLUSTER_BACKOFF_MAX_MS)
+		s->backoff_ms = KT_STORE_CLUSTER_BACKOFF_MAX_MS;
 	d = s->backoff_ms / 2 + next_rand(s) % (s->backoff_ms / 2 + 1);
 	s->next_retry_ns = now + d * 1000000ULL;
 }
