@@ -632,3 +632,11 @@ int rp_cluster_slot(const struct rp_proc *p, const char *key)
 {
 	return (int)rp_command_int(p, -1, "CLUSTER KEYSLOT %s", key);
 }
+
+uint64_t rp_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}

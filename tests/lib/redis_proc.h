@@ -7,6 +7,7 @@
 #define KT_REDIS_PROC_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <hiredis/hiredis.h>
 
@@ -84,5 +85,18 @@ int rp_cluster_slot_owner(const struct rp_proc *nodes, int n, int slot);
 int rp_cluster_slot(const struct rp_proc *p, const char *key);
 
 void rp_sleep_ms(int ms);
+
+/* Milliseconds on CLOCK_BOOTTIME (the daemon's clock) for test timings. */
+uint64_t rp_now_ms(void);
+
+/* cmocka: `expr` (a store call returning 0 or -errno) must succeed; else the
+ * call, its result and errbuf (the store's one-line message) are printed. */
+#define RP_ASSERT_OK(expr, errbuf)                                                 \
+	do {                                                                       \
+		int r_ = (expr);                                                   \
+		if (r_)                                                            \
+			print_error("%s = %d: %s\n", #expr, r_, errbuf);           \
+		assert_int_equal(r_, 0);                                           \
+	} while (0)
 
 #endif

@@ -34,21 +34,8 @@ static char err[KT_ERR_LEN];
 static int g_watch = -1;          /* until_agree: note when this node stops owning g_slot[0] */
 static uint64_t g_moved_ms;
 
-#define ASSERT_OK(expr)                                                            \
-	do {                                                                       \
-		int r_ = (expr);                                                   \
-		if (r_)                                                            \
-			print_error("%s = %d: %s\n", #expr, r_, err);              \
-		assert_int_equal(r_, 0);                                           \
-	} while (0)
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
+/* a store call must succeed; else its message (err) is printed */
+#define ASSERT_OK(expr) RP_ASSERT_OK(expr, err)
 
 static void cfg_cluster(struct kt_store_cfg *c, const int *ports, int n)
 {
@@ -165,11 +152,11 @@ static int beat(int i, int *rc)
  * two rounds running; returns the ms it took, or -1 after limit_ms. */
 static long long until_agree(int period_ms, int limit_ms, int *fails)
 {
-	uint64_t t0 = mono_ms();
+	uint64_t t0 = rp_now_ms();
 	int good = 0, rc;
 
 	*fails = 0;
-	while (mono_ms() - t0 < (uint64_t)limit_ms) {
+	while (rp_now_ms() - t0 < (uint64_t)limit_ms) {
 		int all = 1;
 
 		for (int i = 0; i < N_ST; i++) {
@@ -180,10 +167,10 @@ static long long until_agree(int period_ms, int limit_ms, int *fails)
 			int o = rp_cluster_slot_owner(g_nodes, N_NODES, g_slot[0]);
 
 			if (o >= 0 && o != g_watch)
-				g_moved_ms = mono_ms();
+				g_moved_ms = rp_now_ms();
 		}
 		if (all && ++good == 2)
-			return (long long)(mono_ms() - t0);
+			return (long long)(rp_now_ms() - t0);
 		if (!all)
 			good = 0;
 		rp_sleep_ms(period_ms);
@@ -373,7 +360,7 @@ static void test_failover(void **state)
 	assert_true(until_agree(20, 5000, &fails) >= 0);
 	victim = rp_cluster_slot_owner(g_nodes, N_NODES, g_slot[0]);
 	assert_true(victim >= 0);
-	t0 = mono_ms();
+	t0 = rp_now_ms();
 	assert_int_equal(rp_signal(&g_nodes[victim], SIGKILL), 0);
 	g_watch = victim;
 	ms = until_agree(100, 20000, &fails);
@@ -383,7 +370,7 @@ static void test_failover(void **state)
 		      "all %d limits again after %lld ms (%d calls failed meanwhile)\n",
 		      g_nodes[victim].port, promoted >= 0 ? g_nodes[promoted].port : -1,
 		      g_moved_ms ? (long long)(g_moved_ms - t0) : -1LL, N_ST, N_LIM,
-		      ms < 0 ? -1 : (long long)(mono_ms() - t0), fails);
+		      ms < 0 ? -1 : (long long)(rp_now_ms() - t0), fails);
 	if (ms < 0)
 		print_error("last error: %s\n", err);
 	assert_true(ms >= 0);

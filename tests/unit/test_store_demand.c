@@ -24,13 +24,8 @@ static redisContext *g_rc; /* reads Redis back */
 static struct kt_store *g_s;
 static char err[KT_ERR_LEN];
 
-#define ASSERT_OK(expr)                                                            \
-	do {                                                                       \
-		int r_ = (expr);                                                   \
-		if (r_)                                                            \
-			print_error("%s = %d: %s\n", #expr, r_, err);              \
-		assert_int_equal(r_, 0);                                           \
-	} while (0)
+/* a store call must succeed; else its message (err) is printed */
+#define ASSERT_OK(expr) RP_ASSERT_OK(expr, err)
 
 static int group_setup(void **state)
 {

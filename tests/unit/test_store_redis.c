@@ -31,21 +31,8 @@ static struct rp_proc g_procs[4];  /* per-test servers, stopped by teardown */
 static struct kt_store *g_stores[8];
 static char err[KT_ERR_LEN];
 
-#define ASSERT_OK(expr)                                                            \
-	do {                                                                       \
-		int r_ = (expr);                                                   \
-		if (r_)                                                            \
-			print_error("%s = %d: %s\n", #expr, r_, err);              \
-		assert_int_equal(r_, 0);                                           \
-	} while (0)
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
+/* a store call must succeed; else its message (err) is printed */
+#define ASSERT_OK(expr) RP_ASSERT_OK(expr, err)
 
 static void cfg_single(struct kt_store_cfg *c, int port)
 {
@@ -478,7 +465,7 @@ static void test_stale_shrink(void **state)
 	for (i = 0; i < 3; i++)
 		ASSERT_ANS(a[i], 1, 3, 3);
 	/* C dies now */
-	t0 = mono_ms();
+	t0 = rp_now_ms();
 	for (round = 0; round < 20; round++) {
 		rp_sleep_ms((int)hb);
 		a[0] = beat(s[0], "stale", ids[0], LIVE, stale);
@@ -487,7 +474,7 @@ static void test_stale_shrink(void **state)
 			assert_int_equal(a[0].live, 3); /* not pruned before stale_ms */
 		assert_true(a[0].size >= 2 && a[1].size >= 2);
 		if (a[0].agree && a[0].size == 2 && a[1].agree && a[1].size == 2) {
-			elapsed = mono_ms() - t0;
+			elapsed = rp_now_ms() - t0;
 			break;
 		}
 	}
@@ -527,12 +514,12 @@ static void test_lapsed_member_reserved(void **state)
 	ASSERT_ANS(a, 0, 2, 2);
 	assert_true(a.reserved == 0);
 	/* A goes silent; B keeps beating */
-	t0 = mono_ms();
-	for (int round = 0; round < 40 && mono_ms() - t0 < 2000; round++) {
+	t0 = rp_now_ms();
+	for (int round = 0; round < 40 && rp_now_ms() - t0 < 2000; round++) {
 		uint64_t age;
 
 		rp_sleep_ms(50);
-		age = mono_ms() - t0;
+		age = rp_now_ms() - t0;
 		ASSERT_OK(kt_store_heartbeat_many(s[1], &q, 1, &a, err, sizeof(err)));
 		if (age < stale - 20) {
 			assert_int_equal(a.live, 2);
@@ -554,7 +541,7 @@ static void test_lapsed_member_reserved(void **state)
 		}
 	}
 	assert_true(saw_reserved);
-	assert_true(mono_ms() - t0 > stale + hold);
+	assert_true(rp_now_ms() - t0 > stale + hold);
 }
 
 static void test_leave_shrinks(void **state)
@@ -1286,9 +1273,9 @@ static void test_sigstop_timeout_and_backoff(void **state)
 	beat(s, "stop", "m", LIVE, 3000);
 	ASSERT_OK(rp_signal(p, SIGSTOP));
 
-	t0 = mono_ms();
+	t0 = rp_now_ms();
 	ret = kt_store_heartbeat(s, "stop", &m, 1, 3000, &a, err, sizeof(err));
-	el = mono_ms() - t0;
+	el = rp_now_ms() - t0;
 	assert_int_equal(ret, -ETIMEDOUT);
 	assert_non_null(strstr(err, "timed out"));
 	assert_in_range(el, KT_STORE_TIMEOUT_MS - 20, KT_STORE_TIMEOUT_MS + 300);
@@ -1297,9 +1284,9 @@ static void test_sigstop_timeout_and_backoff(void **state)
 	assert_true(next > since0);
 
 	/* while backing off: immediate failure, no I/O */
-	t0 = mono_ms();
+	t0 = rp_now_ms();
 	assert_int_equal(kt_store_heartbeat(s, "stop", &m, 1, 3000, &a, err, sizeof(err)), -EAGAIN);
-	assert_true(mono_ms() - t0 < 50);
+	assert_true(rp_now_ms() - t0 < 50);
 	assert_non_null(strstr(err, "next retry"));
 
 	/* each retry (connect works: the kernel accepts; the reply never comes)
@@ -1318,11 +1305,11 @@ static void test_sigstop_timeout_and_backoff(void **state)
 	assert_int_equal(st.failures, 4);
 
 	ASSERT_OK(rp_signal(p, SIGCONT));
-	t0 = mono_ms();
+	t0 = rp_now_ms();
 	do {
 		rp_sleep_ms(50);
 		ret = kt_store_heartbeat(s, "stop", &m, 1, 3000, &a, err, sizeof(err));
-	} while (ret == -EAGAIN && mono_ms() - t0 < 3000);
+	} while (ret == -EAGAIN && rp_now_ms() - t0 < 3000);
 	ASSERT_OK(ret);
 	ASSERT_ANS(a, 1, 1, 1);
 	assert_int_equal(kt_store_state(s, &since, NULL), KT_STORE_UP);
@@ -1332,21 +1319,21 @@ static void test_sigstop_timeout_and_backoff(void **state)
 	ASSERT_OK(rp_signal(p, SIGKILL));
 	ret = kt_store_heartbeat(s, "stop", &m, 1, 3000, &a, err, sizeof(err));
 	assert_true(ret == -ECONNRESET || ret == -EPIPE);
-	t0 = mono_ms();
+	t0 = rp_now_ms();
 	do {
 		rp_sleep_ms(20);
 		ret = kt_store_ping(s, err, sizeof(err));
-	} while (ret == -EAGAIN && mono_ms() - t0 < 2000);
+	} while (ret == -EAGAIN && rp_now_ms() - t0 < 2000);
 	assert_int_equal(ret, -ECONNREFUSED);
 	assert_non_null(strstr(err, "connect"));
 
 	/* back on the same port (empty): the pool is rebuilt by the next heartbeat */
 	ASSERT_OK(rp_restart(p));
-	t0 = mono_ms();
+	t0 = rp_now_ms();
 	do {
 		rp_sleep_ms(50);
 		ret = kt_store_heartbeat(s, "stop", &m, 1, 3000, &a, err, sizeof(err));
-	} while (ret == -EAGAIN && mono_ms() - t0 < 6000);
+	} while (ret == -EAGAIN && rp_now_ms() - t0 < 6000);
 	ASSERT_OK(ret);
 	ASSERT_ANS(a, 1, 1, 1);
 }
@@ -1524,12 +1511,12 @@ static void test_sentinel_failover(void **state)
 	/* the old master still takes writes until the sentinel demotes it (up to
 	 * 10 s later): the store must move on the +switch-master event, at once */
 	snprintf(want, sizeof(want), "127.0.0.1:%d", R->port);
-	t0 = mono_ms();
+	t0 = rp_now_ms();
 	for (;;) {
 		ret = kt_store_heartbeat(s, "sent", &m, 1, 5000, &a, err, sizeof(err));
 		if (!ret && strcmp(kt_store_endpoint(s, ep, sizeof(ep)), want) == 0)
 			break;
-		if (mono_ms() - t0 > 1000)
+		if (rp_now_ms() - t0 > 1000)
 			fail_msg("store did not follow the failover: %d %s (at %s)", ret, err, ep);
 		rp_sleep_ms(50);
 	}
