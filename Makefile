@@ -136,8 +136,9 @@ fuzz: deps $(FUZZ_BINS)
 		scripts/fuzz.sh $$f $(FUZZ_SECONDS) $(BUILD)/fuzz/corpus/$${f##*/fuzz_} || rc=1; \
 	done; exit $$rc
 
-unit: $(filter $(BUILD)/tests/unit/%,$(TEST_BINS))
-	scripts/run-tests.sh $^
+# test_manifests runs kthrottled --check on the shipped config
+unit: all $(filter $(BUILD)/tests/unit/%,$(TEST_BINS))
+	scripts/run-tests.sh $(filter $(BUILD)/tests/unit/%,$(TEST_BINS))
 
 test: deps all $(TEST_BINS) $(TOOLS_BINS) $(FUZZ_BINS)
 	FUZZ_TEST_SECONDS=$(FUZZ_TEST_SECONDS) scripts/run-tests.sh $(TEST_BINS) $(FUZZ_BINS)
