@@ -33,6 +33,8 @@ static struct kt_store *g_st[N_ST];
 static char err[KT_ERR_LEN];
 static int g_watch = -1;          /* until_agree: note when this node stops owning g_slot[0] */
 static uint64_t g_moved_ms;
+static int g_missed[N_LIM];       /* beat: calls that left limit l unanswered */
+static uint64_t g_call_max_ms;    /* beat: the slowest heartbeat call */
 
 /* a store call must succeed; else its message (err) is printed */
 #define ASSERT_OK(expr) RP_ASSERT_OK(expr, err)
@@ -130,6 +132,7 @@ static int beat(int i, int *rc)
 	struct kt_pool_member m[MEMBERS];
 	struct kt_pool_req q[N_LIM];
 	struct kt_pool_answer a[N_LIM];
+	uint64_t t0;
 	int ok = 1;
 
 	for (int k = 0; k < MEMBERS; k++) {
@@ -140,7 +143,12 @@ static int beat(int i, int *rc)
 		q[l] = (struct kt_pool_req){ .limit = g_lim[l], .members = m, .n_members = MEMBERS,
 					     .stale_ms = STALE_MS, .save_ramp = -1 };
 	memset(a, 0, sizeof(a));
+	t0 = rp_now_ms();
 	*rc = kt_store_heartbeat_many(g_st[i], q, N_LIM, a, err, sizeof(err));
+	if (rp_now_ms() - t0 > g_call_max_ms)
+		g_call_max_ms = rp_now_ms() - t0;
+	for (int l = 0; l < N_LIM; l++)
+		g_missed[l] += *rc < 0 || (*rc == KT_STORE_PARTIAL && a[l].status);
 	if (*rc)
 		return 0;
 	for (int l = 0; l < N_LIM; l++)
@@ -347,7 +355,9 @@ static void test_moved(void **state)
 }
 
 /* SIGKILL the master of limit 0's slot: its replica is promoted and all
- * three nodes agree on every limit again. */
+ * three nodes agree on every limit again. Meanwhile only limit 0 goes
+ * unanswered (KT_STORE_PARTIAL): the limits of the healthy masters are
+ * answered on every call, and no call waits long on the dead master. */
 static void test_failover(void **state)
 {
 	int victim, fails, promoted;
@@ -357,17 +367,31 @@ static void test_failover(void **state)
 	(void)state;
 	if (!g_have)
 		skip();
+	/* Redis's default answers CLUSTERDOWN for every slot while any is
+	 * unserved (from the master marked failed to the promotion), which no
+	 * client can get round; the README advises this for kthrottle */
+	for (int i = 0; i < N_NODES; i++)
+		expect_ok(rp_command(&g_nodes[i], "CONFIG SET cluster-require-full-coverage no"));
 	assert_true(until_agree(20, 5000, &fails) >= 0);
 	victim = rp_cluster_slot_owner(g_nodes, N_NODES, g_slot[0]);
 	assert_true(victim >= 0);
 	t0 = rp_now_ms();
 	assert_int_equal(rp_signal(&g_nodes[victim], SIGKILL), 0);
 	g_watch = victim;
+	memset(g_missed, 0, sizeof(g_missed));
+	g_call_max_ms = 0;
 	ms = until_agree(100, 20000, &fails);
 	g_watch = -1;
+	print_message("calls that left a limit unanswered: %d (dead master's), %d and %d (healthy "
+		      "masters'); slowest call %llu ms\n",
+		      g_missed[0], g_missed[1], g_missed[2], (unsigned long long)g_call_max_ms);
+	assert_true(g_missed[0] > 0);
+	assert_int_equal(g_missed[1], 0);
+	assert_int_equal(g_missed[2], 0);
+	assert_true(g_call_max_ms < KT_STORE_CALL_BUDGET_MS / 2);
 	promoted = rp_cluster_slot_owner(g_nodes, N_NODES, g_slot[0]);
 	print_message("master :%d killed; replica :%d promoted (seen after %lld ms); all %d nodes agree on "
-		      "all %d limits again after %lld ms (%d calls failed meanwhile)\n",
+		      "all %d limits again after %lld ms (%d calls not fully answered meanwhile)\n",
 		      g_nodes[victim].port, promoted >= 0 ? g_nodes[promoted].port : -1,
 		      g_moved_ms ? (long long)(g_moved_ms - t0) : -1LL, N_ST, N_LIM,
 		      ms < 0 ? -1 : (long long)(rp_now_ms() - t0), fails);

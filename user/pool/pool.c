@@ -75,6 +75,7 @@ struct lim {
 
 	struct kt_pool_view v;
 	bool answered, ever_agreed;
+	bool unanswered;                /* cluster: its slot failed while others answered (logged once) */
 	bool adopted;                   /* a pinned lease continued, no answer yet */
 	int prev_size;                  /* size of the previous answer (shrink damping) */
 	double sent_fallback;           /* per-member fallback in the heartbeat in flight */
@@ -806,7 +807,7 @@ static bool finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, u
 		else
 			kt_info("pool: limit %s: %d members left", jl->name, jl->n_gone);
 	}
-	if (job->ret) {
+	if (job->ret && job->ret != KT_STORE_PARTIAL) {
 		if (!g->failing)
 			kt_warn("pool: %s: heartbeat failed, keeping the last view for validFor: %s",
 				g->label, job->err);
@@ -821,6 +822,19 @@ static bool finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, u
 	for (k = 0; k < g->n; k++) {
 		struct lim *l = &p->l[g->lims[k]];
 
+		/* cluster: a master down fails its own limits only; theirs run
+		 * out their lease as if the whole store were gone */
+		if (job->ret == KT_STORE_PARTIAL && job->ans[k].status) {
+			if (!l->unanswered)
+				kt_warn("pool: limit %s: its slot went unanswered, keeping the last view for "
+					"validFor: %s",
+					l->name, job->err);
+			l->unanswered = true;
+			continue;
+		}
+		if (l->unanswered)
+			kt_info("pool: limit %s: its slot answers again", l->name);
+		l->unanswered = false;
 		apply_answer(p, l, &job->ans[k], now, job->sent_ns, reconnected);
 		/* ids are what this job sent: sync_ids runs only when one is posted */
 		if (l->demand && l->grants && job->reqs[k].grants && job->jl[k].n == l->n_ids)

@@ -124,10 +124,13 @@
  * ASKING to the node named, NOSCRIPT resends the script text; a connection
  * failure, CLUSTERDOWN, TRYAGAIN, READONLY, LOADING or MASTERDOWN refreshes
  * the map; at most 3 passes per call, all within KT_STORE_CALL_BUDGET_MS,
- * which is how a promoted replica is followed. The call fails as a whole
- * when any slot is left unanswered (the other slots' scripts have run); it
- * then goes DOWN with the usual back-off. kt_store_endpoint names the
- * master that answered last.
+ * which is how a promoted replica is followed. A slot left unanswered fails
+ * only its own limits (KT_STORE_PARTIAL); the store goes DOWN with the
+ * usual back-off only when no slot was answered. A master whose connection
+ * failed is not dialled again for a back-off of its own (100 ms doubling to
+ * 1 s, jittered), so while it is down a call costs the healthy masters'
+ * round trips and a map refresh, not a connect timeout per pass.
+ * kt_store_endpoint names the master that answered last.
  *
  * TLS: redis_tls (or rediss://) for the master, sentinel_tls for the
  * sentinels: ca_cert (NULL: the system store), optional cert + key (mutual
@@ -206,7 +209,14 @@ struct kt_pool_answer {
 	/* Filled only when the request's pool_rate > 0 (left alone otherwise). */
 	double granted;  /* sum of all live members' grants after this call */
 	double level;    /* water level lvl, INFINITY when every member gets its demand */
+	/* 0: answered. Only after KT_STORE_PARTIAL (cluster mode): -errno, this
+	 * limit's slot went unanswered and nothing above was written. */
+	int status;
 };
+
+/* kt_store_heartbeat_many's return in cluster mode when some slots answered
+ * and some did not: each answer's status says which. */
+#define KT_STORE_PARTIAL 1
 
 struct kt_store_stats {
 	uint64_t round_trips; /* request/reply exchanges (a pipeline counts once) */
@@ -222,7 +232,11 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 void kt_store_close(struct kt_store *s);
 
 /* One round trip for all limits of this node (cluster: one per master
- * involved). ans[i] answers reqs[i]. */
+ * involved). ans[i] answers reqs[i]. Returns 0 (every ans[i].status 0),
+ * -errno (nothing answered), or in cluster mode KT_STORE_PARTIAL: the
+ * limits of a master that is down or failing over go unanswered (status
+ * < 0, err names the failure) while the others are answered, so one dead
+ * master does not cost every limit its lease. */
 int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, int n,
 			    struct kt_pool_answer *ans, char *err, size_t errlen);
 /* Convenience: one limit, no ramp save. */

@@ -455,6 +455,8 @@ struct cl_node {
 	char host[256];
 	int port;
 	struct kt_rconn *c; /* NULL when not connected */
+	uint64_t retry_ns;   /* not dialled before this (CLOCK_MONOTONIC) after a failure */
+	uint64_t backoff_ms; /* its last back-off before jitter, 0 after a success */
 };
 
 /* A redis_tls / sentinel_tls block: file paths as configured. */
@@ -1309,6 +1311,20 @@ static void cl_drop(struct kt_store *s, int i)
 	s->cn[i].c = NULL;
 }
 
+/* Node i failed: not dialled again before a jittered back-off of its own,
+ * so a dead master costs its own limits, not a connect timeout per pass. */
+static void cl_node_failed(struct kt_store *s, int i)
+{
+	struct cl_node *n = &s->cn[i];
+	uint64_t d;
+
+	n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : KT_STORE_BACKOFF_MIN_MS;
+	if (n->backoff_ms > KT_STORE_CLUSTER_BACKOFF_MAX_MS)
+		n->backoff_ms = KT_STORE_CLUSTER_BACKOFF_MAX_MS;
+	d = n->backoff_ms / 2 + next_rand(s) % (n->backoff_ms / 2 + 1);
+	n->retry_ns = mono_ns() + d * 1000000ULL;
+}
+
 /* Index of host:port in cn, added if new; -1 when the table is full. */
 static int cl_node(struct kt_store *s, const char *host, size_t hlen, int port)
 {
@@ -1338,6 +1354,8 @@ static int cl_node(struct kt_store *s, const char *host, size_t hlen, int port)
 	memcpy(s->cn[i].host, host, hlen);
 	s->cn[i].host[hlen] = 0;
 	s->cn[i].port = port;
+	s->cn[i].retry_ns = 0;
+	s->cn[i].backoff_ms = 0;
 	return i;
 }
 
@@ -1351,13 +1369,19 @@ static int cl_connect(struct kt_store *s, int i, char *err, size_t errlen)
 	if (n->c)
 		return 0;
 	snprintf(where, sizeof(where), "redis %s:%d", n->host, n->port);
+	if (mono_ns() < n->retry_ns) {
+		seterr(s, err, errlen, "%s: backing off after a failure (%s)", where, s->last_err);
+		return -EAGAIN;
+	}
 	ret = dial(s, "redis", n->host, n->port, &s->tls_redis, &n->c, err, errlen);
 	if (!ret)
 		ret = setup_master(s, n->c, where, err, errlen);
 	if (ret) {
 		cl_drop(s, i);
+		cl_node_failed(s, i);
 		return ret;
 	}
+	n->backoff_ms = 0;
 	s->st.connects++;
 	return 0;
 }
@@ -1488,24 +1512,41 @@ static int cl_refresh(struct kt_store *s, char *err, size_t errlen)
 	return ret;
 }
 
-/* The store's state after the cluster was asked: up on success, down
- * (back-off) when a master could not be reached or the cluster could not
- * serve. */
-static int cl_state(struct kt_store *s, int ret)
+/* The store's state after the cluster was asked: up while any slot was
+ * answered (the unanswered limits are the caller's to fail, see
+ * KT_STORE_PARTIAL; their master backs off on its own, cl_node_failed).
+ * Down when nothing was answered; the whole store backs off only when no
+ * master is connected either, so one dead master's slot (a single-slot
+ * leave or ramp call, say) never holds back the others' heartbeats. */
+static int cl_state(struct kt_store *s, int ret, bool some_answered)
 {
-	if (!ret) {
+	bool connected = false;
+	char keep[KT_ERR_LEN];
+
+	if (!ret || some_answered) {
 		if (s->state != KT_STORE_UP) {
 			s->state = KT_STORE_UP;
 			s->since_ns = mono_ns();
 		}
 		s->backoff_ms = 0;
-	} else if (ret != -ENOMEM) {
-		char keep[KT_ERR_LEN];
-
-		snprintf(keep, sizeof(keep), "%s", s->last_err);
-		conn_failed(s);
-		snprintf(s->last_err, sizeof(s->last_err), "%s", keep);
+		return ret;
 	}
+	if (ret == -ENOMEM)
+		return ret;
+	for (int i = 0; i < s->n_cn; i++)
+		connected |= s->cn[i].c != NULL;
+	if (connected) {
+		s->st.failures++;
+		if (s->state != KT_STORE_DOWN) {
+			s->state = KT_STORE_DOWN;
+			s->since_ns = mono_ns();
+		}
+		s->next_retry_ns = 0;
+		return ret;
+	}
+	snprintf(keep, sizeof(keep), "%s", s->last_err);
+	conn_failed(s);
+	snprintf(s->last_err, sizeof(s->last_err), "%s", keep);
 	return ret;
 }
 
@@ -1532,14 +1573,15 @@ static bool retry_reply(const redisReply *r)
  * refreshed at the next call), ASK sends ASKING first, NOSCRIPT resends the
  * text; a connection failure, CLUSTERDOWN, TRYAGAIN, READONLY or LOADING
  * refreshes the map. CL_PASSES passes at most, all within the call budget.
- * Returns 0 with every job's rep set, or the last failure. */
+ * Returns 0 with every job's rep set, or the last failure; the jobs that
+ * were answered keep their rep either way. */
 static int cl_run(struct kt_store *s, struct cl_job *jobs, int nj, const char *what, char *err,
 		  size_t errlen)
 {
 	struct kt_rconn_cmd *rc = NULL;
 	redisReply **rep = NULL;
 	int *who = NULL, pass, ret = 0, fail = -EIO, j, m;
-	bool stale = s->map_stale || !s->have_map;
+	bool stale = s->map_stale || !s->have_map, answered = false;
 
 	rc = calloc((size_t)nj * 2, sizeof(*rc));
 	rep = calloc((size_t)nj * 2, sizeof(*rep));
@@ -1673,13 +1715,16 @@ static int cl_run(struct kt_store *s, struct cl_job *jobs, int nj, const char *w
 	}
 	if (ret)
 		ret = fail; /* the last failure's errno; its text is in last_err */
-	if (nj && !ret)
-		s->cl_last = jobs[0].node;
+	for (j = 0; j < nj; j++)
+		if (jobs[j].rep) {
+			answered = true;
+			s->cl_last = jobs[j].node;
+		}
 out:
 	free(rc);
 	free(rep);
 	free(who);
-	return cl_state(s, ret);
+	return cl_state(s, ret, answered);
 }
 
 static void cl_jobs_free(struct cl_job *jobs, int nj)
@@ -2110,8 +2155,10 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				why = "reserved rate not a finite number >= 0";
 			else if (want == 7)
 				why = parse_share(e, q, &a);
-			if (!why)
+			if (!why) {
+				a.status = 0;
 				ans[i] = a;
+			}
 		}
 	}
 	if (why) {
@@ -2182,7 +2229,8 @@ static int cl_heartbeat(struct kt_store *s, const struct kt_pool_req *reqs, int 
 	struct args *as = calloc((size_t)n, sizeof(*as));
 	int *ord = calloc((size_t)n, sizeof(*ord)), *slot = calloc((size_t)n, sizeof(*slot));
 	int *first = calloc((size_t)n + 1, sizeof(*first));
-	int i, k, g, nj = 0, ret = 0;
+	int i, k, g, nj = 0, ret = 0, failed = 0, first_fail = 0;
+	char e[KT_ERR_LEN];
 
 	if (!sub || !sa || !jobs || !as || !ord || !slot || !first) {
 		ret = -ENOMEM;
@@ -2210,15 +2258,32 @@ static int cl_heartbeat(struct kt_store *s, const struct kt_pool_req *reqs, int 
 		if ((ret = build_hb(s, sub + first[g], first[g + 1] - first[g], &as[g])))
 			goto out;
 	ret = cl_run(s, jobs, nj, "heartbeat", err, errlen);
-	for (g = 0; g < nj && !ret; g++) {
-		ret = cl_check(s, &jobs[g], "heartbeat", err, errlen);
-		if (!ret)
-			ret = parse_answers(s, jobs[g].rep, sub + first[g], first[g + 1] - first[g],
-					    sa + first[g], err, errlen);
+	if (ret == -ENOMEM)
+		goto out;
+	/* each slot stands alone: a master down (or a bad reply from one)
+	 * fails only the limits it serves */
+	for (g = 0; g < nj; g++) {
+		int r = jobs[g].rep ? cl_check(s, &jobs[g], "heartbeat", e, sizeof(e)) : (ret ? ret : -EIO);
+
+		if (jobs[g].rep && !r)
+			r = parse_answers(s, jobs[g].rep, sub + first[g], first[g + 1] - first[g], sa + first[g],
+					  e, sizeof(e));
+		if (r) {
+			if (!jobs[g].rep)
+				snprintf(e, sizeof(e), "%s", s->last_err);
+			if (!failed++)
+				snprintf(err, errlen, "%s", e);
+			first_fail = first_fail ? first_fail : r;
+		}
+		for (i = first[g]; i < first[g + 1]; i++)
+			sa[i].status = r;
 	}
-	if (!ret)
-		for (i = 0; i < n; i++)
+	for (i = 0; i < n; i++)
+		if (!sa[i].status)
 			ans[ord[i]] = sa[i];
+		else
+			ans[ord[i]].status = sa[i].status;
+	ret = !failed ? 0 : failed == nj ? first_fail : KT_STORE_PARTIAL;
 out:
 	if (ret == -ENOMEM)
 		seterr(s, err, errlen, "heartbeat: out of memory");
@@ -2452,7 +2517,7 @@ static int cl_ping(struct kt_store *s, char *err, size_t errlen)
 	s->map_stale = true;
 	ret = cl_refresh(s, err, errlen);
 	if (ret)
-		return cl_state(s, ret);
+		return cl_state(s, ret, false);
 	for (int m = 0; !ret && m < s->n_cn; m++) {
 		for (sl = 0; sl < CL_SLOTS && s->slot_node[sl] != m; sl++)
 			;
