@@ -36,7 +36,9 @@
  *                              SIGCONT, 9 s
  *   m. test_share_demand       share: demand with demands 1000/20/0: >= 95%
  *                              of max, the 20/s member never throttled,
- *                              then two saturated members equal within 2%
+ *                              the busy one at its share within two
+ *                              heartbeats (+ ticks), then two saturated
+ *                              members equal within 2%
  *
  * How it is measured: every node's cgroup has a paced sender (~1000
  * datagrams/s, far above its share) to one UDP port; what the limit admitted
@@ -1132,7 +1134,7 @@ static void test_redis_sigstop(void **state)
 static void test_share_demand(void **state)
 {
 	const double pre = 1, settle = 2, measure = 4;
-	double t0, t1, got;
+	double t0, t1, got, grow_s;
 	unsigned long long ok;
 
 	(void)state;
@@ -1147,6 +1149,29 @@ static void test_share_demand(void **state)
 	sleep_until(t0 + pre);
 	t1 = arrivals_now_s(&fx.arr);
 	sender_start(0, settle + measure);
+	/* how fast the newly busy member grows: its bucket's rate, polled */
+	{
+		double rate_at[128], when[128], final;
+		int n = 0, k;
+		struct lst st;
+
+		while (arrivals_now_s(&fx.arr) < t1 + settle && n < 128) {
+			rate_at[n] = lstatus(0, &st) ? st.bucket_rate : -1;
+			when[n++] = arrivals_now_s(&fx.arr) - t1;
+			ktest_sleep_ms(20);
+		}
+		final = lstatus(0, &st) ? st.bucket_rate : -1;
+		for (k = 0; k < n && rate_at[k] < 0.9 * final; k++)
+			;
+		grow_s = k < n ? when[k] : settle;
+		print_message("demand: n0 busy from idle reached 90%% of its share (%.1f/s) in about %.2f s "
+			      "(%d polls)\n", final, grow_s, n);
+		/* two of its heartbeats (0.4 s: the first grows into the floor
+		 * kept free while the others shrink, the second to the share),
+		 * plus the 100 ms demand window, a tick to see it and a tick to
+		 * write the grant, and the poll */
+		assert_true(grow_s <= 0.4 + 0.1 + 2 * 0.05 + 0.2);
+	}
 	ok = senders_wait();
 	print_nodes("demand");
 	check_measurement("demand", ok);
@@ -1176,6 +1201,19 @@ static void test_share_demand(void **state)
 			    0.02 * fmax(s0.bucket_rate, s1.bucket_rate));
 		assert_true(s0.bucket_rate + s1.bucket_rate + s2.bucket_rate <= MAX + 1e-6);
 		assert_true(s0.bucket_rate + s1.bucket_rate >= 0.9 * MAX);
+	}
+	/* status shows the member's own kernel rate and its measured demand */
+	{
+		char *js = ktest_daemon_cmd(&fx.d[0], "status json");
+		const char *m = js ? strstr(js, "\"cgroups\":[") : NULL;
+		double rate = -1, demand = -1;
+
+		assert_non_null(m);
+		assert_true(ktest_json_num(m, "rate", &rate) && ktest_json_num(m, "demand", &demand));
+		print_message("demand: n0's member in status: rate %.2f/s, demand %.1f/s\n", rate, demand);
+		assert_true(fabs(rate - 145) <= 0.02 * 145);
+		assert_true(demand >= 800 && demand <= 1200); /* its sender's ~1000/s */
+		free(js);
 	}
 	/* the receiver counts both phases */
 	ok += senders_wait();

@@ -81,19 +81,25 @@ void kt_ctl_write_rates(struct kt_daemon *d, int i)
 	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
 	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
 	struct kt_bucket_policy pol;
+	double rate_sum = 0, burst_sum = 0;
 
 	for (int k = 0; k < n; k++) {
 		if (by_demand(l)) {
 			/* each member its own grant (idempotent when unchanged) */
 			slot_policy(d->pool, i, l, s, k, &pol);
 			kt_bucket_set_rate(&d->bpf, slots[k], pol.rate, pol.burst);
-			if (k == 0) { /* what status shows */
-				s->bucket_rate = pol.rate;
-				s->bucket_burst = pol.burst;
-			}
+			rate_sum += pol.rate;
+			burst_sum += pol.burst;
 			continue;
 		}
 		kt_bucket_set_rate(&d->bpf, slots[k], s->bucket_rate, s->bucket_burst);
+	}
+	if (by_demand(l) && n > 0) {
+		/* the mean, so bucket_rate x buckets is this node's total, as
+		 * with equal shares (utilization and status read it so);
+		 * status shows each member's own rate */
+		s->bucket_rate = rate_sum / n;
+		s->bucket_burst = burst_sum / n;
 	}
 	l->bucket_rate = s->bucket_rate;
 	l->bucket_burst = s->bucket_burst;
@@ -205,11 +211,15 @@ static double slot_demand(const struct kt_daemon *d, uint32_t slot, uint64_t now
 	uint64_t calls = b->last.admitted + b->last.throttled;
 	double running = 0;
 
-	/* the running epoch, once it is a tick old: a member that turns busy
-	 * is reported at its next heartbeat, not an epoch later */
+	/* the running epoch, once it is a tick old, and the last ~100 ms: a
+	 * member that turns busy is reported at its next heartbeat at its new
+	 * rate, not an epoch later nor diluted by the idle part of the epoch;
+	 * the last whole epoch keeps a bursty member from shrinking between
+	 * its bursts */
 	if (now > b->epoch_ns && now - b->epoch_ns >= d->cfg.tick_ns && calls >= b->epoch_calls)
 		running = (double)(calls - b->epoch_calls) * 1e9 / (double)(now - b->epoch_ns);
 	running = running > b->demand ? running : b->demand;
+	running = running > b->recent ? running : b->recent;
 	/* headroom: a member that sends steadily at its grant must not be
 	 * throttled by its own jitter (a grant is what it reported, no more) */
 	return running > 0 ? running * KT_DEMAND_HEADROOM + 1 : 0;
@@ -284,10 +294,16 @@ static void account_slot(struct kt_daemon *d, struct kt_limit_state *s, uint32_t
 	if (b->owner != limit_id + 1) {
 		b->owner = limit_id + 1;
 		b->last = *c;
-		b->epoch_ns = now;
-		b->epoch_calls = calls;
-		b->demand = 0;
+		b->epoch_ns = b->recent_ns = now;
+		b->epoch_calls = b->recent_calls = calls;
+		b->demand = b->recent = 0;
 		return;
+	}
+	if (now - b->recent_ns >= KT_DEMAND_RECENT_NS) {
+		b->recent = (double)(calls >= b->recent_calls ? calls - b->recent_calls : calls) * 1e9 /
+			    (double)(now - b->recent_ns);
+		b->recent_ns = now;
+		b->recent_calls = calls;
 	}
 	if (now - b->epoch_ns >= d->cfg.epoch_ns) {
 		b->demand = (double)(calls >= b->epoch_calls ? calls - b->epoch_calls : calls) * 1e9 /

@@ -55,7 +55,11 @@ struct kt_slot_base {
 	 * epoch (demand) and the one running since epoch_ns (calls at its start) */
 	uint64_t epoch_ns, epoch_calls;
 	double demand;
+	/* and over the last completed window of >= KT_DEMAND_RECENT_NS */
+	uint64_t recent_ns, recent_calls;
+	double recent;
 };
+#define KT_DEMAND_RECENT_NS (100ULL * 1000000ULL)
 
 struct kt_daemon;
 

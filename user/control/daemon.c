@@ -380,8 +380,13 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 		for (j = 0; j < l->n_members; j++) {
 			const struct kt_member_rt *m = &l->members[j];
 			struct kt_counters mc = { 0 };
+			double rate;
 
 			kt_bpf_read_counters(&d->bpf, m->slot, &mc);
+			/* the rate the kernel runs this member's bucket at now */
+			rate = d->bpf.buckets ? kt_rate_from_interval_fp(
+							KT_READ_ONCE(d->bpf.buckets[m->slot].interval_fp))
+					      : 0;
 			if (json) {
 				sb_printf(&b, "%s{\"member_id\":", j ? "," : "");
 				sb_json_str(&b, m->id);
@@ -391,14 +396,21 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 				sb_printf(&b, ",\"found_by\":\"%s\",\"entry\":", found_by(c, m));
 				sb_json_str(&b, found_entry(c, m));
 				sb_printf(&b,
-					  ",\"cgroup_id\":%llu,\"slot\":%u,\"admitted\":%llu,\"throttled\":%llu}",
+					  ",\"cgroup_id\":%llu,\"slot\":%u,\"admitted\":%llu,\"throttled\":%llu,"
+					  "\"rate\":%.6g",
 					  (unsigned long long)m->cgid, m->slot,
 					  (unsigned long long)mc.admitted,
-					  (unsigned long long)mc.throttled);
+					  (unsigned long long)mc.throttled, rate);
+				if (c->share == KT_SHARE_DEMAND)
+					sb_printf(&b, ",\"demand\":%.6g", d->slot_base[m->slot].demand);
+				sb_printf(&b, "}");
 			} else {
-				sb_printf(&b, "  member %s  cgroup %s  (%s %s)  bucket %u%s  admitted %llu  throttled %llu\n",
+				sb_printf(&b, "  member %s  cgroup %s  (%s %s)  bucket %u%s  rate %.3f/s",
 					  m->id, m->path, found_by(c, m), found_entry(c, m), m->slot,
-					  c->scope == KT_SCOPE_NODE ? " (shared)" : "",
+					  c->scope == KT_SCOPE_NODE ? " (shared)" : "", rate);
+				if (c->share == KT_SHARE_DEMAND)
+					sb_printf(&b, "  demand %.3f/s", d->slot_base[m->slot].demand);
+				sb_printf(&b, "  admitted %llu  throttled %llu\n",
 					  (unsigned long long)mc.admitted, (unsigned long long)mc.throttled);
 			}
 		}
