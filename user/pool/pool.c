@@ -75,7 +75,8 @@ struct lim {
 
 	struct kt_pool_view v;
 	bool answered, ever_agreed;
-	bool unanswered;                /* cluster: its slot failed while others answered (logged once) */
+	bool unanswered;                /* cluster: its slot failed while others answered */
+	uint64_t unanswered_since_ns;
 	bool adopted;                   /* a pinned lease continued, no answer yet */
 	int prev_size;                  /* size of the previous answer (shrink damping) */
 	double sent_fallback;           /* per-member fallback in the heartbeat in flight */
@@ -825,10 +826,12 @@ static bool finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, u
 		/* cluster: a master down fails its own limits only; theirs run
 		 * out their lease as if the whole store were gone */
 		if (job->ret == KT_STORE_PARTIAL && job->ans[k].status) {
-			if (!l->unanswered)
+			if (!l->unanswered) {
 				kt_warn("pool: limit %s: its slot went unanswered, keeping the last view for "
 					"validFor: %s",
 					l->name, job->err);
+				l->unanswered_since_ns = now;
+			}
 			l->unanswered = true;
 			continue;
 		}
@@ -1264,6 +1267,12 @@ const char *kt_pool_store_state(const struct kt_pool *p, int i, uint64_t *since_
 		snprintf(endpoint, len, "%s", sn.endpoint);
 		if (!endpoint[0] && g->host[0])
 			snprintf(endpoint, len, "%s:%d", g->host, g->port);
+	}
+	/* cluster: the store answers, but not for this limit's slot */
+	if (p->l[i].unanswered && sn.state == KT_STORE_UP) {
+		if (since_ns)
+			*since_ns = p->l[i].unanswered_since_ns;
+		return kt_store_state_name(KT_STORE_DOWN);
 	}
 	return kt_store_state_name(sn.state);
 }
