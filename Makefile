@@ -119,6 +119,39 @@ $(BUILD)/tools/kt-storesim: tests/tools/kt-storesim.c $(LIB_OBJS) $(TEST_HELPERS
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS)
 
+# libkthrottle, the client library (include/kthrottle_client.h): position-
+# independent, only the kthrottle_* API exported. Its test, benchmark and
+# example link the static archive or the shared library.
+KTLIB_SRCS := $(wildcard libkthrottle/*.c)
+KTLIB_OBJS := $(patsubst libkthrottle/%.c,$(BUILD)/obj/libkthrottle/%.o,$(KTLIB_SRCS))
+KTLIB_HDRS := include/kthrottle.h include/kthrottle_client.h $(wildcard libkthrottle/*.h)
+KTLIB      := $(BUILD)/libkthrottle.so $(BUILD)/libkthrottle.a
+
+all: $(KTLIB) $(BUILD)/examples/libkthrottle_demo
+
+$(BUILD)/obj/libkthrottle/%.o: libkthrottle/%.c $(KTLIB_HDRS)
+	@mkdir -p $(@D)
+	$(call msg,CC,$@)$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+
+$(BUILD)/libkthrottle.so: $(KTLIB_OBJS)
+	$(call msg,LD,$@)$(CC) $(LDFLAGS) -shared -Wl,-soname,libkthrottle.so.0 $^ -o $@ -lbpf
+	$(Q)ln -sf libkthrottle.so $(BUILD)/libkthrottle.so.0
+
+$(BUILD)/libkthrottle.a: $(KTLIB_OBJS)
+	$(call msg,AR,$@)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/examples/libkthrottle_demo: examples/libkthrottle_demo.c $(BUILD)/libkthrottle.so $(KTLIB_HDRS)
+	@mkdir -p $(@D)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) $< -o $@ -L$(BUILD) -lkthrottle -Wl,-rpath,'$$ORIGIN/..'
+
+$(BUILD)/tests/unit/test_libkthrottle: tests/unit/test_libkthrottle.c $(BUILD)/libkthrottle.a $(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS)
+	@mkdir -p $(@D)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib -Ilibkthrottle $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
+
+$(BUILD)/tools/kt-libbench: tests/tools/kt-libbench.c $(BUILD)/libkthrottle.a $(KTLIB_HDRS)
+	@mkdir -p $(@D)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) $< $(BUILD)/libkthrottle.a -o $@ -lbpf -lelf -lz -lpthread
+
 $(BUILD)/fuzz/obj/%.o: user/%.c $(HDRS) $(SKELS)
 	@mkdir -p $(@D)
 	$(call msg,FUZZCC,$@)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@

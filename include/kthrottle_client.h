@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * libkthrottle: kthrottle limits as applications see them.
+ *
+ * Two kinds of handle:
+ *
+ *  - A cooperative limit (unit `request`: no kernel hook enforces it) is
+ *    opened by name with kthrottle_open(). The application asks before each
+ *    request: kthrottle_try_acquire() runs the kernel's own GCRA decision
+ *    (kt_gcra_decide of include/kthrottle.h, the code the BPF programs run)
+ *    on the limit's entry of the pinned map kt_coop, which the library
+ *    maps shared (BPF_F_MMAPABLE). The fast path makes no syscall: the clock
+ *    is CLOCK_BOOTTIME through the vDSO, the charge a compare-and-swap on
+ *    the mapped bucket, the counters the daemon reads atomic adds. Every
+ *    process and thread that opens the same limit on this node shares one
+ *    bucket; the daemon sets its rate (the node's share of the pool).
+ *
+ *  - A kernel-enforced bucket (connections, datagrams, packets, bytes) is
+ *    opened read-only with kthrottle_open_member(): the library opens the
+ *    pinned kt_buckets with BPF_F_RDONLY only, so nothing reached through
+ *    the library can raise the application's own budget: the kernel refuses
+ *    writes through that descriptor (map update EPERM, mmap PROT_WRITE
+ *    EACCES). Kernels up to at least 6.18 do not memory-map a read-only map
+ *    descriptor at all (mmap EINVAL), so each kthrottle_is_throttled() on
+ *    such a handle is one bpf(BPF_MAP_LOOKUP_ELEM) syscall; the library
+ *    maps it PROT_READ instead where the kernel allows that. Such a handle
+ *    answers kthrottle_is_throttled() only. The protection depends on the
+ *    application not being able to open kt_buckets for writing itself:
+ *    BPF_OBJ_GET needs no capability on 6.18, the pin file's mode decides
+ *    (kt_buckets readable, never writable, by the application's uid).
+ *
+ * The pinned maps are found in $KTHROTTLE_PIN_DIR, by default
+ * /sys/fs/bpf/kthrottle (the daemon's pinDir). Opening needs the right to
+ * reach the pin files (bpffs permissions) and to bpf(BPF_OBJ_GET) them.
+ *
+ * Errors are negative errno values. After a failed kthrottle_open*() (and
+ * any other failure), kthrottle_last_error() gives a one-line text naming
+ * what failed (per thread).
+ *
+ * Threads: a handle may be used by any number of threads at once, except
+ * kthrottle_close(), which must be the last call on it. After fork() the
+ * child may keep using its parent's handles (the mapping is shared).
+ *
+ * Limits are re-published by the daemon when a config reload removes or
+ * replaces them; a handle then answers -ESTALE and should be reopened.
+ */
+#ifndef KTHROTTLE_CLIENT_H
+#define KTHROTTLE_CLIENT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kthrottle; /* opaque */
+
+#define KTHROTTLE_PIN_DIR_ENV "KTHROTTLE_PIN_DIR"
+#define KTHROTTLE_PIN_DIR_DEFAULT "/sys/fs/bpf/kthrottle"
+
+/* Opens the cooperative limit `limit` (its name in the config). 0 and *out,
+ * or -ENOENT (no pinned kt_coop in the pin dir, or no limit of that name),
+ * -ENAMETOOLONG, -EACCES/-EPERM (not allowed to open the map), ... */
+int kthrottle_open(const char *limit, struct kthrottle **out);
+
+/* Opens bucket `slot` of the kernel-enforced buckets (kt_buckets), read-only.
+ * Such a handle answers kthrottle_is_throttled(); the acquire calls answer
+ * -EPERM. -ERANGE for a slot past the map. */
+int kthrottle_open_member(uint32_t slot, struct kthrottle **out);
+
+/* Asks for n (>= 1) tokens now. 1: admitted (charged). 0: refused, nothing
+ * charged, and *retry_after_ns (if not NULL) says when the same request would
+ * conform at the current rate: UINT64_MAX when the limit is closed (rate 0),
+ * 0 after losing a compare-and-swap race too often (retry at once). Negative
+ * errno: -EINVAL (n == 0), -ESTALE (limit removed or replaced), -EPERM
+ * (read-only handle). No syscall. */
+int kthrottle_try_acquire(struct kthrottle *h, uint64_t n, uint64_t *retry_after_ns);
+
+/* Like try_acquire, but waits until admitted or timeout_ns has passed:
+ * sleeps the retry-after plus a random jitter (so waiters refused together
+ * do not wake together), never past the timeout, and re-checks at least
+ * every 100 ms (a rate the daemon raises is seen). 1: admitted, 0: timed
+ * out (nothing charged), negative errno as try_acquire. timeout_ns 0 is one
+ * try_acquire. */
+int kthrottle_acquire(struct kthrottle *h, uint64_t n, uint64_t timeout_ns);
+
+/* Whether the limit refuses a 1-token request right now (no tokens left),
+ * without charging anything. 1: throttled, *for_ns (if not NULL) the time
+ * until it would admit again (UINT64_MAX: closed); 0: not throttled
+ * (*for_ns = 0); negative errno. For a kernel bucket this is what its BPF
+ * program would answer this member's next connection, datagram or packet. */
+int kthrottle_is_throttled(struct kthrottle *h, uint64_t *for_ns);
+
+/* Unmaps and closes; NULL is allowed. */
+void kthrottle_close(struct kthrottle *h);
+
+/* One line about the last failure in this thread ("" if none). */
+const char *kthrottle_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

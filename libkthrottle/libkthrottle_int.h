@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* libkthrottle internals: the handle, visible to the library's own tests. */
+#ifndef LIBKTHROTTLE_INT_H
+#define LIBKTHROTTLE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kthrottle.h"
+
+enum kth_kind {
+	KTH_COOP = 0,   /* entry of kt_coop, mapped read-write */
+	KTH_MEMBER = 1, /* slot of kt_buckets, mapped read-only */
+};
+
+struct kthrottle {
+	struct kt_coop *ent;           /* KTH_COOP: the limit's entry */
+	/* the bucket decided on: in ent, or in a read-only mapping of
+	 * kt_buckets; NULL when the kernel would not map the read-only
+	 * descriptor (then is_throttled reads slot by bpf_map_lookup_elem) */
+	const struct kt_bucket *bucket;
+	__u32 slot;                    /* KTH_MEMBER: index in kt_buckets */
+	__u32 gen;                     /* ent->gen when it was matched */
+	int kind;                      /* enum kth_kind */
+	int fd;                        /* the map */
+	void *map;                     /* its mapping */
+	size_t map_len;
+	__u64 rng;                     /* jitter state (xorshift) */
+	char name[KT_NAME_LEN];        /* KTH_COOP: the limit's name */
+};
+
+#endif
