@@ -7,6 +7,11 @@
  * Root. Target (issue "Throttling that applications can see"): <= 25 ns/op
  * single-thread.
  *
+ * The baseline it must beat by >= 500x: the same GCRA decision as one Redis
+ * Lua round trip per request (seed 002's design: EVALSHA, Redis TIME as the
+ * clock, the tat in a key), on a local redis-server of its own (loopback
+ * TCP, one connection), timed in the same run.
+ *
  *   kt-libbench [-n calls per thread] [-r repeats, best kept]
  */
 #include <errno.h>
@@ -19,9 +24,69 @@
 #include <unistd.h>
 
 #include <bpf/bpf.h>
+#include <hiredis/hiredis.h>
 
 #include "kthrottle.h"
 #include "kthrottle_client.h"
+#include "redis_proc.h"
+
+/* GCRA on Redis: KEYS[1] the tat (us), ARGV[1] the interval, ARGV[2] the
+ * tolerance (burst x interval), both us. 0: admitted; > 0: retry after us. */
+static const char gcra_lua[] =
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+	"local tat = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
+	"if tat < now then tat = now end\n"
+	"local ahead = tat - now\n"
+	"local tau = tonumber(ARGV[2])\n"
+	"if ahead > tau then return ahead - tau end\n"
+	"redis.call('SET', KEYS[1], tat + tonumber(ARGV[1]), 'PX', 60000)\n"
+	"return 0\n";
+
+/* ns per decision as one EVALSHA round trip; -1 when there is no
+ * redis-server here (the row then says so). */
+static double redis_gcra_ns(long n)
+{
+	struct rp_proc rp = { 0 };
+	redisContext *c = NULL;
+	redisReply *r;
+	char sha[41] = "";
+	double best = -1;
+
+	if (rp_start_master(&rp, NULL) || !(c = rp_connect(&rp)))
+		goto out;
+	r = redisCommand(c, "SCRIPT LOAD %s", gcra_lua);
+	if (!r || r->type != REDIS_REPLY_STRING) {
+		if (r)
+			freeReplyObject(r);
+		goto out;
+	}
+	snprintf(sha, sizeof(sha), "%s", r->str);
+	freeReplyObject(r);
+	for (int rep = 0; rep < 3; rep++) {
+		uint64_t t0 = kt_clock_ns(), dt;
+		long i;
+
+		for (i = 0; i < n; i++) {
+			/* 1e6/s, burst 1e6: every call admits (the write path) */
+			r = redisCommand(c, "EVALSHA %s 1 kt-libbench:tat 1 1000000", sha);
+			if (!r || r->type != REDIS_REPLY_INTEGER) {
+				if (r)
+					freeReplyObject(r);
+				goto out;
+			}
+			freeReplyObject(r);
+		}
+		dt = kt_clock_ns() - t0;
+		if (best < 0 || (double)dt / (double)n < best)
+			best = (double)dt / (double)n;
+	}
+out:
+	if (c)
+		redisFree(c);
+	rp_stop(&rp);
+	return best;
+}
 
 static long calls = 10000000;
 static int repeats = 5;
@@ -101,7 +166,7 @@ int main(int argc, char **argv)
 	char dir[64], path[96];
 	struct kt_coop *coop;
 	struct kthrottle *a, *a2, *b, *c, *hs[2];
-	double share;
+	double share, single_ns;
 	int fd, opt;
 
 	while ((opt = getopt(argc, argv, "n:r:")) != -1) {
@@ -142,7 +207,8 @@ int main(int argc, char **argv)
 	printf("  %-46s %6.1f\n", "clock_gettime(CLOCK_BOOTTIME), 1 thread", measure(NULL, 1, NULL));
 	printf("  %-46s %6.1f\n", "clock_gettime(CLOCK_BOOTTIME), 2 threads", measure(NULL, 2, NULL));
 	hs[0] = a;
-	printf("  %-46s %6.1f", "try_acquire admitting, 1 thread", measure(hs, 1, &share));
+	single_ns = measure(hs, 1, &share);
+	printf("  %-46s %6.1f", "try_acquire admitting, 1 thread", single_ns);
 	printf("   (%.0f%% admitted)\n", share * 100);
 	hs[0] = c;
 	printf("  %-46s %6.1f", "try_acquire refusing, 1 thread", measure(hs, 1, &share));
@@ -158,6 +224,18 @@ int main(int argc, char **argv)
 	hs[1] = c;
 	printf("  %-46s %6.1f", "try_acquire refusing, 2 threads, shared", measure(hs, 2, &share));
 	printf("   (%.0f%% admitted)\n", share * 100);
+
+	{
+		double redis_ns = redis_gcra_ns(20000);
+
+		if (redis_ns < 0) {
+			printf("  %-46s %6s\n", "Redis Lua GCRA round trip (no redis-server)", "-");
+		} else {
+			printf("  %-46s %6.0f\n", "Redis Lua GCRA, one EVALSHA per request", redis_ns);
+			printf("  %-46s %6.0fx (target >= 500x)\n", "try_acquire faster than Redis by",
+			       redis_ns / single_ns);
+		}
+	}
 
 	kthrottle_close(a);
 	kthrottle_close(a2);
