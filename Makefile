@@ -187,6 +187,7 @@ bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test
 	$(BUILD)/tests/e2e/test_podchurn
 	$(BUILD)/tests/bench/bench
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10
+	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10 --share demand
 	$(BUILD)/tools/kt-libbench
 	scripts/fault-table.sh $(BUILD)/tests/e2e/test_faults
 	KT_PODCHURN_S=$(SOAK_S) $(BUILD)/tests/e2e/test_podchurn

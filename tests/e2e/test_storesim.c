@@ -5,8 +5,11 @@
  * heartbeat script's p99 on the server under 1 ms, every steady answer AGREE
  * at N x M, and after 10 nodes die at once every survivor AGREE at
  * (N - K) x M within staleAfter + 2 heartbeats (and not before the dead
- * could have lapsed). Also that bad input is refused with exit 2 and one
- * line naming the option. No root needed. */
+ * could have lapsed). The same again with --share demand, plus: no answer's
+ * `granted` above the pool rate, the grants stored in Redis summing to at
+ * most the pool rate (and close to it: the pool is oversubscribed), and
+ * saturated members granted more than the others. Also that bad input is
+ * refused with exit 2 and one line naming the option. No root needed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +27,7 @@
 #define STALE_AFTER 3
 #define DURATION_S 4
 #define KILL 10
+#define POOL_RATE 10000.0
 
 static char *g_out; /* the tool's output; freed by teardown when an assert jumps out */
 
@@ -44,23 +48,28 @@ static double num(const char *json, const char *key)
 	return v;
 }
 
-static void test_small_fleet_meets_targets(void **state)
+/* Runs 100 x 10 with --share `share` and asserts the targets both modes share. */
+static const char *run_fleet(const char *share, int *rc_out)
 {
 	const char *out;
 	double hb, rt, p99, late, kill_ms, start_ms, bound;
+	char label[32];
 	int rc;
 
-	(void)state;
-	if (!ktest_find_prog("redis-server"))
-		skip();
-	rc = ktest_run_bin("tools/kt-storesim", &g_out, "--nodes", "100", "--members", "10", "--heartbeat-ms",
-			   "1000", "--stale-after", "3", "--duration", "4", "--kill", "10", "--json", NULL);
+	/* heartbeat 1000 ms and staleAfter 3 are the defaults (ktest_run_bin
+	 * takes 14 arguments at most); checked below */
+	rc = ktest_run_bin("tools/kt-storesim", &g_out, "--nodes", "100", "--members", "10", "--duration", "4",
+			   "--kill", "10", "--share", share, "--json", NULL);
 	out = g_out;
 	print_message("%s", out);
+	snprintf(label, sizeof(label), "\"share\":\"%s\"", share);
+	assert_non_null(strstr(out, label));
 	assert_non_null(strstr(out, "{\"nodes\":"));
 	assert_int_equal(num(out, "nodes"), NODES);
 	assert_int_equal(num(out, "members"), MEMBERS);
 	assert_int_equal(num(out, "kill"), KILL);
+	assert_int_equal(num(out, "heartbeat_ms"), HB_MS);
+	assert_int_equal(num(out, "stale_after"), STALE_AFTER);
 
 	/* it ran the whole steady state on schedule: N heartbeats a second,
 	 * each on time, and the slow log caught the first half's scripts */
@@ -90,7 +99,55 @@ static void test_small_fleet_meets_targets(void **state)
 	assert_int_equal(bound, (STALE_AFTER + 2) * HB_MS);
 	kill_ms = num(out, "agree_after_kill_ms");
 	assert_true(kill_ms > (STALE_AFTER - 1) * HB_MS && kill_ms <= bound);
+	*rc_out = rc;
+	return out;
+}
 
+static void test_small_fleet_meets_targets(void **state)
+{
+	const char *out;
+	int rc;
+
+	(void)state;
+	if (!ktest_find_prog("redis-server"))
+		skip();
+	out = run_fleet("equal", &rc);
+	assert_null(strstr(out, "grant_violations"));
+	assert_int_equal(num(out, "pass"), 1);
+	assert_int_equal(rc, 0);
+}
+
+static void test_small_fleet_demand_meets_targets(void **state)
+{
+	const char *out;
+	double sum;
+	int rc;
+
+	(void)state;
+	if (!ktest_find_prog("redis-server"))
+		skip();
+	out = run_fleet("demand", &rc);
+	assert_true(num(out, "pool_rate") == POOL_RATE);
+	/* floor = pool rate / pool size / 10; level cached half a heartbeat */
+	assert_true(num(out, "floor_rate") == POOL_RATE / (NODES * MEMBERS) / 10);
+	assert_int_equal(num(out, "recompute_ms"), HB_MS / 2);
+	/* every answer checked, none above the pool rate */
+	assert_true(num(out, "answers") >= num(out, "steady_heartbeats"));
+	assert_int_equal(num(out, "grant_violations"), 0);
+	assert_true(num(out, "granted_max") <= POOL_RATE + 1e-6);
+	/* what Redis holds: one grant per live member, summing to at most the
+	 * pool rate; demand exceeds it, so the sum is close to it */
+	assert_int_equal(num(out, "grants_stored"), NODES * MEMBERS);
+	sum = num(out, "grant_sum_stored");
+	assert_true(sum <= POOL_RATE + 1e-6 && sum >= 0.95 * POOL_RATE);
+	assert_int_equal(num(out, "grants_stored_after_kill"), (NODES - KILL) * MEMBERS);
+	sum = num(out, "grant_sum_stored_after_kill");
+	assert_true(sum <= POOL_RATE + 1e-6 && sum >= 0.95 * POOL_RATE);
+	/* shared by demand, not equally: saturated members above an equal
+	 * share, the others below it */
+	assert_true(num(out, "grant_mean_saturated") > POOL_RATE / (NODES * MEMBERS));
+	assert_true(num(out, "grant_mean_other") < POOL_RATE / (NODES * MEMBERS));
+	assert_int_equal(num(out, "ok_grants"), 1);
 	assert_int_equal(num(out, "pass"), 1);
 	assert_int_equal(rc, 0);
 }
@@ -102,7 +159,7 @@ static void test_bad_input_exits_2_naming_it(void **state)
 	} bad[] = {
 		{ "--nodes", "0" },    { "--members", "x" },   { "--heartbeat-ms", "-5" },
 		{ "--stale-after", "" }, { "--duration", "1e3" }, { "--redis", "nohost" },
-		{ "--threads", "65" }, { "--kill", "100" },
+		{ "--threads", "65" }, { "--kill", "100" },    { "--share", "fair" },
 	};
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -124,6 +181,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_bad_input_exits_2_naming_it, teardown),
 		cmocka_unit_test_teardown(test_small_fleet_meets_targets, teardown),
+		cmocka_unit_test_teardown(test_small_fleet_demand_meets_targets, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

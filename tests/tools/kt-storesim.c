@@ -12,7 +12,15 @@
  * slow-logs the commands a script calls as well, so the slow log is drained
  * every 100 ms and its extra cost is kept out of the CPU figure (see main).
  * With --redis the server's slow log settings are restored at the end, but
- * its slow log is left empty. */
+ * its slow log is left empty.
+ * --share demand: every heartbeat also shares POOL_RATE by demand (pool_rate,
+ * floor_rate = pool_rate / pool size / 10, recompute_ms = heartbeat / 2);
+ * member k of the pool asks 20 equal shares when k % 7 == 0 (saturated) and
+ * 0.1..0.68 of one otherwise, each jittering by 1% from call to call (as in
+ * tests/unit/test_store_demand.c). Every answer's `granted` must stay within
+ * pool_rate - reserved (+ 1e-6) and every grant finite and >= 0; the grants
+ * stored in Redis are summed at the end of the steady state and once the
+ * survivors agree after the kill. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -38,6 +46,8 @@
 #define SCRIPT_P99_TARGET_US 1000
 #define MAX_THREADS 64
 #define NS_PER_MS 1000000ULL
+#define POOL_RATE 10000.0 /* --share demand: tokens/s shared by the whole pool */
+#define GRANT_EPS 1e-6
 
 /* GAP: between the measured window and the kill, while the slow log is read */
 enum phase { PH_START, PH_STEADY, PH_GAP, PH_KILL, PH_STOP, PH_COUNT };
@@ -47,12 +57,14 @@ struct opts {
 	char redis_host[256];
 	int redis_port; /* 0: start our own redis-server */
 	bool json;
+	bool demand;    /* --share demand */
 };
 
 struct node {
 	struct kt_store *st;
 	struct kt_pool_member *members;
 	char *ids;
+	double *grants;    /* --share demand: out array of the last answer */
 	bool ok[PH_COUNT]; /* last answer in that phase was AGREE at the phase's target */
 };
 
@@ -67,9 +79,19 @@ struct worker {
 	int index;
 	/* owned by the worker until joined */
 	struct samples lateness_us;  /* every heartbeat: start - due */
+	struct samples steady_late_us; /* the same, steady-state heartbeats only */
 	struct samples rtt_us;       /* steady-state heartbeats: the call's duration */
 	uint64_t steady_hb, steady_rt, steady_not_agree, errors;
+	/* --share demand, every answer: granted > pool_rate - reserved + eps,
+	 * or a grant not finite or < 0; the largest `granted` answered */
+	uint64_t grant_violations;
+	double granted_max;
+	/* --share demand, steady state: grants summed and counted, saturated
+	 * members and the others */
+	double grant_sat, grant_small;
+	uint64_t n_sat, n_small;
 	char first_error[KT_ERR_LEN];
+	char first_violation[160];
 };
 
 static struct opts g_o;
@@ -158,6 +180,32 @@ static int target_size(int ph)
 	return expected_ok(ph) * g_o.members;
 }
 
+/* --share demand: one equal share of the whole pool, and the floor */
+static double equal_share(void)
+{
+	return POOL_RATE / ((double)g_o.nodes * g_o.members);
+}
+
+static double floor_rate(void)
+{
+	return equal_share() / 10;
+}
+
+static bool saturated(int node, int j)
+{
+	return ((long long)node * g_o.members + j) % 7 == 0;
+}
+
+/* member j of node i at round r: 20 equal shares when saturated, else
+ * 0.1..0.68 of one; +-1% from call to call */
+static double demand_of(int i, int j, uint64_t r)
+{
+	long long k = (long long)i * g_o.members + j;
+	double d = saturated(i, j) ? 20 : (5 + k % 30) / 50.0;
+
+	return d * equal_share() * (1 + 0.01 * (double)((long long)((r + (uint64_t)k) % 3) - 1));
+}
+
 static void note_answer(struct node *nd, int ph, bool ok, uint64_t now)
 {
 	if (ok == nd->ok[ph])
@@ -199,6 +247,16 @@ static void *worker_main(void *arg)
 			uint64_t start, end;
 			int ph, ret;
 
+			if (g_o.demand) {
+				q.pool_rate = POOL_RATE;
+				q.floor_rate = floor_rate();
+				q.recompute_ms = (uint64_t)g_o.heartbeat_ms / 2;
+				q.grants = nd->grants;
+				for (int j = 0; j < g_o.members; j++) {
+					nd->members[j].demand = demand_of(i, j, round);
+					nd->grants[j] = NAN;
+				}
+			}
 			sleep_until_ns(due);
 			ph = atomic_load(&g_phase);
 			if (ph == PH_STOP || g_interrupted)
@@ -211,6 +269,8 @@ static void *worker_main(void *arg)
 			end = mono_ns();
 			kt_store_get_stats(nd->st, &after);
 			if (push(&w->lateness_us, start > due ? (start - due) / 1000 : 0))
+				return NULL;
+			if (ph == PH_STEADY && push(&w->steady_late_us, start > due ? (start - due) / 1000 : 0))
 				return NULL;
 			if (ret) {
 				if (!w->errors++)
@@ -225,6 +285,28 @@ static void *worker_main(void *arg)
 					;
 			}
 			note_answer(nd, ph, a.agree && a.size == target_size(ph), end);
+			if (g_o.demand) {
+				bool bad = !(a.granted <= q.pool_rate - a.reserved + GRANT_EPS);
+
+				for (int j = 0; j < g_o.members; j++)
+					bad |= !isfinite(nd->grants[j]) || nd->grants[j] < 0;
+				if (bad && !w->grant_violations++)
+					snprintf(w->first_violation, sizeof(w->first_violation),
+						 "node %d: granted %.17g, reserved %.17g, pool_rate %.17g, grant[0] %.17g",
+						 i, a.granted, a.reserved, q.pool_rate, nd->grants[0]);
+				if (a.granted > w->granted_max)
+					w->granted_max = a.granted;
+				if (ph == PH_STEADY)
+					for (int j = 0; j < g_o.members; j++) {
+						if (saturated(i, j)) {
+							w->grant_sat += nd->grants[j];
+							w->n_sat++;
+						} else {
+							w->grant_small += nd->grants[j];
+							w->n_small++;
+						}
+					}
+			}
 			if (ph == PH_STEADY) {
 				w->steady_hb++;
 				w->steady_rt += after.round_trips - before.round_trips;
@@ -242,7 +324,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: kt-storesim [--nodes N] [--members M] [--heartbeat-ms H] [--stale-after K]\n"
-		"                   [--duration S] [--kill K] [--threads T] [--redis HOST:PORT] [--json]\n"
+		"                   [--duration S] [--kill K] [--threads T] [--redis HOST:PORT]\n"
+		"                   [--share equal|demand] [--json]\n"
 		"  --nodes N         simulated nodes, one store connection each (default 1000)\n"
 		"  --members M       members per node (default 10)\n"
 		"  --heartbeat-ms H  heartbeat period (default 1000)\n"
@@ -252,6 +335,8 @@ static void usage(FILE *f)
 		"  --threads T       driver threads, each owning every T-th node (default 4)\n"
 		"  --redis HOST:PORT use this server (default: start a redis-server of our own);\n"
 		"                    its slow log settings are restored, its slow log emptied\n"
+		"  --share S         equal (default): the pool size only; demand: every heartbeat\n"
+		"                    also shares 10000/s by demand (1 member in 7 saturated)\n"
 		"  --json            one JSON object instead of the table\n"
 		"Exit: 0 all targets met, 1 a target missed, 2 bad input or setup failure.\n");
 }
@@ -296,6 +381,7 @@ static int parse_args(int argc, char **argv)
 		{ "kill", required_argument, NULL, 'k' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "redis", required_argument, NULL, 'r' },
+		{ "share", required_argument, NULL, 'S' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -317,6 +403,14 @@ static int parse_args(int argc, char **argv)
 		case 'k': r = parse_int("kill", optarg, 0, 100000, &g_o.kill); kill_given = 1; break;
 		case 't': r = parse_int("threads", optarg, 1, MAX_THREADS, &g_o.threads); threads_given = 1; break;
 		case 'r': r = parse_redis(optarg); break;
+		case 'S':
+			if (!strcmp(optarg, "demand") || !strcmp(optarg, "equal")) {
+				g_o.demand = optarg[0] == 'd';
+			} else {
+				fprintf(stderr, "kt-storesim: --share: '%s' is not equal or demand\n", optarg);
+				r = -1;
+			}
+			break;
 		case 'j': g_o.json = true; break;
 		case 'h': usage(stdout); exit(0);
 		default:
@@ -485,6 +579,26 @@ out:
 	return ret;
 }
 
+/* --share demand: the grants stored in Redis for the limit, summed */
+static int grant_sum_stored(redisContext *c, const char *prefix, double *sum, size_t *n)
+{
+	redisReply *r = redisCommand(c, "HVALS %s:pool:{%s}:grant", prefix, LIMIT_NAME);
+
+	if (!r || r->type != REDIS_REPLY_ARRAY) {
+		fprintf(stderr, "kt-storesim: redis: HVALS grant failed%s%s\n", r ? "" : ": ",
+			r ? "" : c->errstr);
+		if (r)
+			freeReplyObject(r);
+		return -EIO;
+	}
+	*sum = 0;
+	for (size_t i = 0; i < r->elements; i++)
+		*sum += r->element[i]->type == REDIS_REPLY_STRING ? strtod(r->element[i]->str, NULL) : NAN;
+	*n = r->elements;
+	freeReplyObject(r);
+	return 0;
+}
+
 /* this process's CPU (all threads), seconds */
 static double self_cpu_s(void)
 {
@@ -539,7 +653,8 @@ static int open_nodes(const char *prefix)
 
 		nd->members = calloc((size_t)g_o.members, sizeof(*nd->members));
 		nd->ids = calloc((size_t)g_o.members, ID_LEN);
-		if (!nd->members || !nd->ids)
+		nd->grants = calloc((size_t)g_o.members, sizeof(*nd->grants));
+		if (!nd->members || !nd->ids || !nd->grants)
 			return -ENOMEM;
 		for (int j = 0; j < g_o.members; j++) {
 			char *id = nd->ids + (size_t)j * ID_LEN;
@@ -567,6 +682,7 @@ static void close_nodes(void)
 		kt_store_close(g_nodes[i].st);
 		free(g_nodes[i].members);
 		free(g_nodes[i].ids);
+		free(g_nodes[i].grants);
 	}
 	free(g_nodes);
 	g_nodes = NULL;
@@ -601,11 +717,17 @@ static int merge(struct samples *dst, const struct samples *src)
 
 struct results {
 	uint64_t heartbeats, round_trips, not_agree, errors;
-	struct samples script_us, rtt_us, lateness_us;
+	struct samples script_us, rtt_us, lateness_us, steady_late_us;
 	double rt_per_hb, cpu_pct, self_cpu_pct, window_s;
 	double agree_start_ms, agree_kill_ms, bound_ms;
+	/* --share demand */
+	uint64_t grant_violations, answers;
+	double granted_max, mean_sat, mean_small;
+	double stored_sum, stored_sum_kill; /* end of steady state; survivors agreed after the kill */
+	size_t stored_n, stored_n_kill;
 	char first_error[KT_ERR_LEN];
-	bool ok_script, ok_rt, ok_kill, ok_start, ok_steady;
+	char first_violation[160];
+	bool ok_script, ok_rt, ok_kill, ok_start, ok_steady, ok_grants;
 };
 
 static void row(const char *figure, const char *measured, const char *target, const char *verdict)
@@ -627,12 +749,21 @@ static void print_table(const struct results *r)
 	       "%d s steady, kill %d, %d threads\n",
 	       g_o.nodes, g_o.members, g_o.nodes * g_o.members, g_o.heartbeat_ms, g_o.stale_after,
 	       g_o.duration_s, g_o.kill, g_o.threads);
+	if (g_o.demand)
+		printf("share: demand (pool_rate %.0f/s, floor_rate %.3g/s, recompute %d ms; equal share "
+		       "%.3g/s, 1 member in 7 asks 20 of them, the others 0.1..0.68 of one)\n",
+		       POOL_RATE, floor_rate(), g_o.heartbeat_ms / 2, equal_share());
+	else
+		printf("share: equal\n");
 	row("figure", "measured", "target", "");
 	printf("|%.50s|%.29s|%.22s|%.8s|\n", "--------------------------------------------------",
 	       "-----------------------------", "----------------------", "--------");
 	snprintf(m, sizeof(m), "%.3f / %.3f ms", (double)pct(&r->lateness_us, .5) / 1e3,
 		 (double)pct(&r->lateness_us, .99) / 1e3);
 	row("heartbeat lateness p50 / p99 (simulation)", m, "", "");
+	snprintf(m, sizeof(m), "%.3f / %.3f ms", (double)pct(&r->steady_late_us, .5) / 1e3,
+		 (double)pct(&r->steady_late_us, .99) / 1e3);
+	row("  the same, steady-state heartbeats only", m, "", "");
 	snprintf(m, sizeof(m), "%llu / %llu us", (unsigned long long)pct(&r->script_us, .5),
 		 (unsigned long long)pct(&r->script_us, .99));
 	row("heartbeat script on the server p50 / p99", m, "p99 < 1000 us", verdict(r->ok_script));
@@ -658,11 +789,27 @@ static void print_table(const struct results *r)
 		snprintf(m, sizeof(m), "never");
 	snprintf(t, sizeof(t), "<= %.0f ms (%d hb)", r->bound_ms, g_o.stale_after + 2);
 	row("all survivors AGREE at (N-K) x M after the kill", m, t, verdict(r->ok_kill));
+	if (g_o.demand) {
+		snprintf(m, sizeof(m), "%llu of %llu", (unsigned long long)r->grant_violations,
+			 (unsigned long long)r->answers);
+		row("answers granted > pool_rate - reserved", m, "0", verdict(!r->grant_violations));
+		snprintf(m, sizeof(m), "%.6f /s", r->granted_max);
+		snprintf(t, sizeof(t), "<= %.0f /s", POOL_RATE);
+		row("largest granted answered", m, t, verdict(r->granted_max <= POOL_RATE + GRANT_EPS));
+		snprintf(m, sizeof(m), "%.3f / %.3f /s", r->stored_sum, r->stored_sum_kill);
+		row("grants stored, summed: steady / after the kill", m, t,
+		    verdict(r->stored_sum <= POOL_RATE + GRANT_EPS && r->stored_sum_kill <= POOL_RATE + GRANT_EPS));
+		snprintf(m, sizeof(m), "%.3g / %.3g /s", r->mean_sat, r->mean_small);
+		snprintf(t, sizeof(t), "equal share %.3g /s", equal_share());
+		row("mean grant (steady): saturated / the others", m, t, "");
+	}
 	printf("(%llu steady heartbeats over %.1f s: script timings from the first half (%zu), CPU and\n"
 	       " client round trips from the second; lateness over all %zu heartbeats of the run)\n",
 	       (unsigned long long)r->heartbeats, r->window_s, r->script_us.n, r->lateness_us.n);
 	if (r->first_error[0])
 		printf("first error: %s\n", r->first_error);
+	if (r->first_violation[0])
+		printf("first grant violation: %s\n", r->first_violation);
 }
 
 static void print_json(const struct results *r, bool pass)
@@ -671,23 +818,38 @@ static void print_json(const struct results *r, bool pass)
 	       "\"kill\":%d,\"threads\":%d,"
 	       "\"steady_heartbeats\":%llu,\"steady_window_s\":%.3f,\"script_samples\":%zu,"
 	       "\"lateness_p50_ms\":%.3f,\"lateness_p99_ms\":%.3f,\"lateness_max_ms\":%.3f,"
-	       "\"script_p50_us\":%llu,\"script_p99_us\":%llu,\"rtt_p50_us\":%llu,\"rtt_p99_us\":%llu,"
+	       "\"lateness_steady_p99_ms\":%.3f,"
+	       "\"script_p50_us\":%llu,\"script_p99_us\":%llu,\"script_p999_us\":%llu,\"script_max_us\":%llu,"
+	       "\"rtt_p50_us\":%llu,\"rtt_p99_us\":%llu,"
 	       "\"redis_cpu_pct\":%.2f,\"self_cpu_pct\":%.2f,\"round_trips_per_heartbeat\":%.4f,"
 	       "\"steady_not_agree\":%llu,\"errors\":%llu,"
 	       "\"agree_start_ms\":%.1f,\"agree_after_kill_ms\":%.1f,\"agree_after_kill_hb\":%.3f,"
 	       "\"agree_bound_ms\":%.0f,\"agree_bound_hb\":%d,"
 	       "\"ok_script\":%d,\"ok_round_trips\":%d,\"ok_kill\":%d,\"ok_start\":%d,\"ok_steady\":%d,"
-	       "\"pass\":%d}\n",
+	       "\"pass\":%d,",
 	       g_o.nodes, g_o.members, g_o.heartbeat_ms, g_o.stale_after, g_o.duration_s, g_o.kill,
 	       g_o.threads, (unsigned long long)r->heartbeats, r->window_s, r->script_us.n,
 	       (double)pct(&r->lateness_us, .5) / 1e3, (double)pct(&r->lateness_us, .99) / 1e3,
-	       (double)pct(&r->lateness_us, 1) / 1e3, (unsigned long long)pct(&r->script_us, .5),
-	       (unsigned long long)pct(&r->script_us, .99), (unsigned long long)pct(&r->rtt_us, .5),
+	       (double)pct(&r->lateness_us, 1) / 1e3, (double)pct(&r->steady_late_us, .99) / 1e3,
+	       (unsigned long long)pct(&r->script_us, .5),
+	       (unsigned long long)pct(&r->script_us, .99), (unsigned long long)pct(&r->script_us, .999),
+	       (unsigned long long)pct(&r->script_us, 1), (unsigned long long)pct(&r->rtt_us, .5),
 	       (unsigned long long)pct(&r->rtt_us, .99), r->cpu_pct, r->self_cpu_pct, r->rt_per_hb,
 	       (unsigned long long)r->not_agree, (unsigned long long)r->errors, r->agree_start_ms,
 	       r->agree_kill_ms, r->agree_kill_ms >= 0 ? r->agree_kill_ms / g_o.heartbeat_ms : -1.0,
 	       r->bound_ms, g_o.stale_after + 2, r->ok_script, r->ok_rt, r->ok_kill, r->ok_start,
 	       r->ok_steady, pass);
+	if (g_o.demand)
+		printf("\"share\":\"demand\",\"pool_rate\":%.1f,\"floor_rate\":%.17g,\"recompute_ms\":%d,"
+		       "\"answers\":%llu,\"grant_violations\":%llu,\"granted_max\":%.6f,"
+		       "\"grant_sum_stored\":%.6f,\"grants_stored\":%zu,"
+		       "\"grant_sum_stored_after_kill\":%.6f,\"grants_stored_after_kill\":%zu,"
+		       "\"grant_mean_saturated\":%.6g,\"grant_mean_other\":%.6g,\"ok_grants\":%d}\n",
+		       POOL_RATE, floor_rate(), g_o.heartbeat_ms / 2, (unsigned long long)r->answers,
+		       (unsigned long long)r->grant_violations, r->granted_max, r->stored_sum, r->stored_n,
+		       r->stored_sum_kill, r->stored_n_kill, r->mean_sat, r->mean_small, r->ok_grants);
+	else
+		printf("\"share\":\"equal\"}\n");
 }
 
 int main(int argc, char **argv)
@@ -698,7 +860,7 @@ int main(int argc, char **argv)
 	char prefix[64], old_slower[32] = "", old_maxlen[32] = "";
 	redisContext *admin = NULL;
 	double cpu0 = 0, cpu1 = 0, self0 = 0, self1 = 0;
-	uint64_t t_steady, t_cpu, t_end, t_kill = 0, t_agree, half_ns;
+	uint64_t t_steady, t_cpu, t_end, t_kill = 0, t_agree, half_ns, n_sat = 0, n_small = 0;
 	int started = 0, rc = 2;
 	bool pass;
 
@@ -779,6 +941,8 @@ int main(int argc, char **argv)
 		goto stop;
 	self1 = self_cpu_s();
 	t_end = mono_ns();
+	if (g_o.demand && grant_sum_stored(admin, prefix, &r.stored_sum, &r.stored_n))
+		goto stop;
 	atomic_store(&g_time_rtt, false);
 	atomic_store(&g_phase, PH_GAP);
 	/* the mass death: victims stop at their next due time, without leaving */
@@ -789,6 +953,8 @@ int main(int argc, char **argv)
 	r.self_cpu_pct = (self1 - self0) / ((double)(t_end - t_cpu) / 1e9) * 100;
 	r.bound_ms = (double)(g_o.stale_after + 2) * g_o.heartbeat_ms;
 	t_agree = wait_agreement(PH_KILL, 3 * (uint64_t)r.bound_ms + 5000);
+	if (g_o.demand && grant_sum_stored(admin, prefix, &r.stored_sum_kill, &r.stored_n_kill))
+		goto stop;
 	rc = 0;
 stop:
 	atomic_store(&g_phase, PH_STOP);
@@ -815,7 +981,18 @@ join:
 		r.errors += w->errors;
 		if (!r.first_error[0] && w->first_error[0])
 			snprintf(r.first_error, sizeof(r.first_error), "%s", w->first_error);
-		if (merge(&r.rtt_us, &w->rtt_us) || merge(&r.lateness_us, &w->lateness_us)) {
+		r.grant_violations += w->grant_violations;
+		r.answers += w->lateness_us.n - w->errors;
+		if (w->granted_max > r.granted_max)
+			r.granted_max = w->granted_max;
+		r.mean_sat += w->grant_sat;
+		r.mean_small += w->grant_small;
+		n_sat += w->n_sat;
+		n_small += w->n_small;
+		if (!r.first_violation[0] && w->first_violation[0])
+			snprintf(r.first_violation, sizeof(r.first_violation), "%s", w->first_violation);
+		if (merge(&r.rtt_us, &w->rtt_us) || merge(&r.lateness_us, &w->lateness_us) ||
+		    merge(&r.steady_late_us, &w->steady_late_us)) {
 			fprintf(stderr, "kt-storesim: out of memory\n");
 			goto out;
 		}
@@ -823,13 +1000,21 @@ join:
 	qsort(r.script_us.v, r.script_us.n, sizeof(uint64_t), cmp_u64);
 	qsort(r.rtt_us.v, r.rtt_us.n, sizeof(uint64_t), cmp_u64);
 	qsort(r.lateness_us.v, r.lateness_us.n, sizeof(uint64_t), cmp_u64);
+	qsort(r.steady_late_us.v, r.steady_late_us.n, sizeof(uint64_t), cmp_u64);
 	r.rt_per_hb = r.heartbeats ? (double)r.round_trips / (double)r.heartbeats : 0;
+	r.mean_sat = n_sat ? r.mean_sat / (double)n_sat : 0;
+	r.mean_small = n_small ? r.mean_small / (double)n_small : 0;
+	/* the stored sums may not be NaN (a grant that is not a number) */
+	r.ok_grants = !g_o.demand ||
+		      (!r.grant_violations && r.granted_max <= POOL_RATE + GRANT_EPS &&
+		       r.stored_sum <= POOL_RATE + GRANT_EPS && r.stored_sum_kill <= POOL_RATE + GRANT_EPS &&
+		       r.stored_n == (size_t)g_o.nodes * (size_t)g_o.members);
 	r.ok_script = r.script_us.n && pct(&r.script_us, .99) < SCRIPT_P99_TARGET_US;
 	r.ok_rt = r.heartbeats && r.rt_per_hb <= 1.0;
 	r.ok_start = r.agree_start_ms >= 0;
 	r.ok_kill = r.agree_kill_ms >= 0 && r.agree_kill_ms <= r.bound_ms;
 	r.ok_steady = !r.not_agree && !r.errors;
-	pass = r.ok_script && r.ok_rt && r.ok_start && r.ok_kill && r.ok_steady;
+	pass = r.ok_script && r.ok_rt && r.ok_start && r.ok_kill && r.ok_steady && r.ok_grants;
 	if (g_o.json)
 		print_json(&r, pass);
 	else
@@ -839,10 +1024,12 @@ out:
 	for (int t = 0; t < MAX_THREADS; t++) {
 		free(workers[t].rtt_us.v);
 		free(workers[t].lateness_us.v);
+		free(workers[t].steady_late_us.v);
 	}
 	free(r.script_us.v);
 	free(r.rtt_us.v);
 	free(r.lateness_us.v);
+	free(r.steady_late_us.v);
 	close_nodes();
 	/* leave a shared server as we found it (after Ctrl-C our own server
 	 * has had the signal too, and a shared one is left to its TTLs) */
@@ -852,8 +1039,11 @@ out:
 		if (old_slower[0])
 			admin_cmd(admin, NULL, 0, "CONFIG SET slowlog-log-slower-than %s", old_slower);
 		admin_cmd(admin, NULL, 0, "SLOWLOG RESET");
-		admin_cmd(admin, NULL, 0, "DEL %s:pool:%s:hb %s:pool:%s:size %s:pool:%s:fb", prefix, LIMIT_NAME,
-			  prefix, LIMIT_NAME, prefix, LIMIT_NAME);
+		static const char *const keys[] = { "hb",      "size", "ramp",  "fb",   "lapsed", "counted",
+						    "hist",    "sizes", "meta", "grant", "dem" };
+
+		for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+			admin_cmd(admin, NULL, 0, "DEL %s:pool:{%s}:%s", prefix, LIMIT_NAME, keys[k]);
 	}
 	if (admin)
 		redisFree(admin);
