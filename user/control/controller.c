@@ -40,15 +40,18 @@ static const char *const *slot_ids(const struct kt_limit_rt *l, int k, int *n)
 	return &l->member_ids[k];
 }
 
+/* share: demand: the ids of a bucket whose member was not answered for
+ * yet (an id with no grant: the floor) */
+static const char *const unanswered_ids[] = { "" };
+
 static void slot_policy(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 			const struct kt_limit_state *s, int k, struct kt_bucket_policy *pol)
 {
-	static const char *const none[] = { "" };
 	int n;
 	const char *const *ids = slot_ids(l, k, &n);
 
 	if (n < 1 || !ids) { /* no member yet: what a new one gets from birth */
-		ids = none;
+		ids = unanswered_ids;
 		n = 1;
 	}
 	kt_pool_members_policy(pool, i, s->pool_rate, ids, n, pol);
@@ -61,11 +64,9 @@ void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 
 	s->pool_size = v->size;
 	if (by_demand(l)) {
-		/* a bucket born now runs at the floor (an id with no grant);
-		 * kt_ctl_write_rates gives each member its own grant */
-		static const char *const none[] = { "" };
-
-		kt_pool_members_policy(pool, i, s->pool_rate, none, 1, &s->pol);
+		/* a bucket born now runs at the floor; kt_ctl_write_rates
+		 * gives each member its own grant */
+		kt_pool_members_policy(pool, i, s->pool_rate, unanswered_ids, 1, &s->pol);
 	} else {
 		kt_pool_bucket_policy(pool, i, s->pool_rate, bucket_served(l), &s->pol);
 	}
