@@ -148,6 +148,11 @@ $(BUILD)/tests/unit/test_libkthrottle: tests/unit/test_libkthrottle.c $(BUILD)/l
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib -Ilibkthrottle $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
 
+# the cooperative limits end to end: a daemon publishes, the library charges
+$(BUILD)/tests/e2e/test_coop: tests/e2e/test_coop.c $(BUILD)/libkthrottle.a $(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS)
+	@mkdir -p $(@D)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
+
 # kt-libbench times the Redis round trip it is compared with (redis_proc)
 $(BUILD)/tools/kt-libbench: tests/tools/kt-libbench.c $(BUILD)/libkthrottle.a $(LIB_OBJS) $(TEST_HELPERS) $(KTLIB_HDRS) $(wildcard tests/lib/*.h)
 	@mkdir -p $(@D)

@@ -21,6 +21,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_buckets SEC(".maps");
 
+/* Cooperative limits (unit request): no program reads it; the daemon and
+ * libkthrottle share it through mmap. See struct kt_coop. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, KT_MAX_COOP);
+	__type(key, __u32);
+	__type(value, struct kt_coop);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_coop SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, KT_MAX_BUCKETS);

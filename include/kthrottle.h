@@ -41,6 +41,7 @@ enum kt_unit {
 	KT_UNIT_DATAGRAM = 1,   /* cgroup/sendmsg4, sendmsg6 (unconnected UDP) */
 	KT_UNIT_PACKET = 2,     /* cgroup_skb/egress */
 	KT_UNIT_BYTE = 3,       /* cgroup_skb/egress, cost = skb->len */
+	KT_UNIT_REQUEST = 4,    /* no hook: cooperative, kt_coop through libkthrottle */
 	KT_UNIT_COUNT
 };
 

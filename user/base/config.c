@@ -41,7 +41,8 @@ struct ctx {
 
 /* ---- names ------------------------------------------------------------ */
 
-static const char *const unit_names[] = { "connection", "datagram", "packet", "byte" };
+static const char *const unit_names[] = { "connection", "datagram", "packet", "byte", "request" };
+_Static_assert(sizeof(unit_names) / sizeof(unit_names[0]) == KT_UNIT_COUNT, "one name per unit");
 static const char *const mode_names[] = { "relaxed", "scheduled", "onlyIfUsed", "goBackN" };
 static const char *const scope_names[] = { "pod", "node" };
 static const char *const share_names[] = { "equal", "demand" };
@@ -1821,20 +1822,44 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 				    cfg->limits[i].line);
 	snprintf(l->name, sizeof(l->name), "%s", s);
 
-	if ((v = map_get(c, n, "pods")) && (err = parse_pods(c, v, join(sub, field, "pods"), &l->pods)))
-		return err;
-	/* members come from cgroups:, pods: or both */
-	if (!(v = map_get(c, n, "cgroups")) && !l->pods.set)
-		return fail(c, n, join(sub, field, "cgroups"), "required but missing (or give pods:)");
-	if (v && (err = parse_cgroups(c, v, join(sub, field, "cgroups"), l)))
-		return err;
-	if ((v = map_get(c, n, "match")) && (err = parse_match(c, v, join(sub, field, "match"), l)))
-		return err;
 	if (!(v = map_get(c, n, "unit")))
 		return missing(c, n, field, "unit");
 	if ((err = get_enum(c, v, join(sub, field, "unit"), unit_names, KT_UNIT_COUNT, &e)))
 		return err;
 	l->unit = (enum kt_unit)e;
+	if (l->unit == KT_UNIT_REQUEST) {
+		/* cooperative: applications charge it through libkthrottle; no
+		 * kernel hook, so nothing that picks traffic applies, and its
+		 * one bucket is the node's */
+		static const char *const hooked[] = { "cgroups", "pods", "match", "allowRawSockets" };
+		static const char *const matched[] = { "cidrs", "ports", "protocol" };
+		yaml_node_t *m;
+
+		for (i = 0; i < (int)(sizeof(hooked) / sizeof(hooked[0])); i++) {
+			if (!(v = map_get(c, n, hooked[i])))
+				continue;
+			join(sub, field, hooked[i]);
+			for (e = 0; i == 2 && v->type == YAML_MAPPING_NODE && e < 3; e++)
+				if ((m = map_get(c, v, matched[e]))) {
+					v = m;
+					snprintf(sub + strlen(sub), sizeof(sub) - strlen(sub), ".%s",
+						 matched[e]);
+					break;
+				}
+			return fail(c, v, sub,
+				    "not allowed with unit request (a cooperative limit has no kernel hook: applications charge it through libkthrottle)");
+		}
+		l->scope = KT_SCOPE_NODE;
+	}
+	if ((v = map_get(c, n, "pods")) && (err = parse_pods(c, v, join(sub, field, "pods"), &l->pods)))
+		return err;
+	/* members come from cgroups:, pods: or both */
+	if (!(v = map_get(c, n, "cgroups")) && !l->pods.set && l->unit != KT_UNIT_REQUEST)
+		return fail(c, n, join(sub, field, "cgroups"), "required but missing (or give pods:)");
+	if (v && (err = parse_cgroups(c, v, join(sub, field, "cgroups"), l)))
+		return err;
+	if ((v = map_get(c, n, "match")) && (err = parse_match(c, v, join(sub, field, "match"), l)))
+		return err;
 	/* sendmsg hooks only see UDP: a TCP-only datagram limit would never fire */
 	if (l->unit == KT_UNIT_DATAGRAM && l->match.proto_mask == KT_PROTO_TCP)
 		return fail(c, map_get(c, map_get(c, n, "match"), "protocol"),
@@ -1842,6 +1867,9 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	if ((v = map_get(c, n, "scope"))) {
 		if ((err = get_enum(c, v, join(sub, field, "scope"), scope_names, 2, &e)))
 			return err;
+		if (l->unit == KT_UNIT_REQUEST && e != KT_SCOPE_NODE)
+			return fail(c, v, sub,
+				    "unit request is node scope only (one cooperative bucket per node, shared by every process that opens the limit)");
 		l->scope = (enum kt_scope)e;
 	}
 	if ((v = map_get(c, n, "allowRawSockets")) &&
@@ -1856,6 +1884,9 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 		if (l->unit == KT_UNIT_PACKET || l->unit == KT_UNIT_BYTE)
 			return fail(c, v, sub,
 				    "applies to units connection and datagram only (a refused packet fails its send with EPERM)");
+		if (l->unit == KT_UNIT_REQUEST)
+			return fail(c, v, sub,
+				    "applies to units connection and datagram only (a refused request is the application's to answer)");
 		l->refuse_errno = errno_values[e];
 	}
 	if ((share_node = map_get(c, n, "share"))) {

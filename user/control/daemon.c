@@ -204,12 +204,16 @@ static const char *found_by(const struct kt_limit_cfg *c, const struct kt_member
 {
 	if (m->entry == KT_ENTRY_PODS)
 		return "pods";
+	if (m->entry == KT_ENTRY_COOP)
+		return "libkthrottle";
 	return kt_path_is_pattern(c->cgroups[m->entry]) ? "pattern" : "path";
 }
 
 /* The entry that found m: the cgroups entry, or the pod "namespace/name". */
 static const char *found_entry(const struct kt_limit_cfg *c, const struct kt_member_rt *m)
 {
+	if (m->entry == KT_ENTRY_COOP)
+		return "kt_coop"; /* its entry: slot - KT_COOP_SLOT0 */
 	return m->entry == KT_ENTRY_PODS ? m->pod : c->cgroups[m->entry];
 }
 
@@ -384,9 +388,11 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 
 			kt_bpf_read_counters(&d->bpf, m->slot, &mc);
 			/* the rate the kernel runs this member's bucket at now */
-			rate = d->bpf.buckets ? kt_rate_from_interval_fp(
-							KT_READ_ONCE(d->bpf.buckets[m->slot].interval_fp))
-					      : 0;
+			rate = d->bpf.buckets && m->slot < KT_MAX_SLOTS &&
+					       (d->bpf.coop || !kt_slot_is_coop(m->slot))
+				       ? kt_rate_from_interval_fp(KT_READ_ONCE(
+						 kt_bpf_bucket(&d->bpf, m->slot)->interval_fp))
+				       : 0;
 			if (json) {
 				sb_printf(&b, "%s{\"member_id\":", j ? "," : "");
 				sb_json_str(&b, m->id);
@@ -404,6 +410,9 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 				if (c->share == KT_SHARE_DEMAND)
 					sb_printf(&b, ",\"demand\":%.6g", d->slot_base[m->slot].demand);
 				sb_printf(&b, "}");
+			} else if (m->entry == KT_ENTRY_COOP) {
+				sb_printf(&b, "  member %s  (libkthrottle)  kt_coop entry %u  rate %.3f/s",
+					  m->id, m->slot - KT_COOP_SLOT0, rate);
 			} else {
 				sb_printf(&b, "  member %s  cgroup %s  (%s %s)  bucket %u%s  rate %.3f/s",
 					  m->id, m->path, found_by(c, m), found_entry(c, m), m->slot,
@@ -1208,7 +1217,7 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 	}
 	d->ls = calloc(d->plan.n_limits, sizeof(*d->ls));
 	d->pool_local = calloc(d->plan.n_limits, sizeof(*d->pool_local));
-	d->slot_base = calloc(KT_MAX_BUCKETS, sizeof(*d->slot_base));
+	d->slot_base = calloc(KT_MAX_SLOTS, sizeof(*d->slot_base));
 	if (!d->ls || !d->pool_local || !d->slot_base) {
 		ret = KT_EXIT_RUNTIME;
 		goto fail_bpf;

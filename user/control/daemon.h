@@ -69,7 +69,7 @@ struct kt_daemon {
 	struct kt_metrics *metrics; /* the Prometheus endpoint; NULL: off */
 	int cgwatch_err;           /* last kt_cgwatch_set error, 0 = watching */
 	char refresh_err[KT_ERR_LEN]; /* last rescan error, logged once */
-	struct kt_slot_base *slot_base; /* KT_MAX_BUCKETS, the controller's counter baselines */
+	struct kt_slot_base *slot_base; /* KT_MAX_SLOTS, the controller's counter baselines */
 	double *demand_buf;        /* share: demand: every member's demand, scratch for the pool */
 	int demand_cap;
 	struct kt_kube *kube;      /* the pods watcher while some limit selects pods; else NULL */

@@ -144,6 +144,18 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 	int cap = 0, ret;
 	uint64_t cgid;
 
+	if (lc->unit == KT_UNIT_REQUEST) {
+		/* one pool member per node, whatever the processes using it */
+		l->members = calloc(1, sizeof(*l->members));
+		if (!l->members || !(l->members[0].path = strdup("")))
+			return -ENOMEM;
+		l->members[0].entry = KT_ENTRY_COOP;
+		l->members[0].slot = UINT32_MAX;
+		snprintf(l->members[0].id, sizeof(l->members[0].id), "%s/request", cfg->node_name);
+		l->n_members = 1;
+		return 0;
+	}
+
 	for (int j = 0; j < lc->n_cgroups; j++) {
 		const char *entry = lc->cgroups[j];
 
@@ -213,6 +225,8 @@ static int cap_memberships(const struct kt_config *cfg, struct kt_plan *plan, bo
 		struct kt_limit_rt *l = &plan->limits[i];
 		int kept = 0;
 
+		if (l->cfg->unit == KT_UNIT_REQUEST)
+			continue; /* no cgroup */
 		for (int j = 0; j < l->n_members; j++) {
 			struct kt_member_rt *m = &l->members[j];
 			const struct kt_limit_cfg *lc = &cfg->limits[i];
@@ -220,7 +234,8 @@ static int cap_memberships(const struct kt_config *cfg, struct kt_plan *plan, bo
 
 			for (int k = 0; k < i; k++)
 				for (int q = 0; q < plan->limits[k].n_members; q++)
-					dup += plan->limits[k].members[q].cgid == m->cgid;
+					dup += plan->limits[k].cfg->unit != KT_UNIT_REQUEST &&
+					       plan->limits[k].members[q].cgid == m->cgid;
 			if (dup < KT_LIMITS_PER_CGROUP) {
 				l->members[kept++] = *m;
 				continue;
@@ -355,7 +370,7 @@ static __u64 burst_tokens(double burst)
 
 void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double burst)
 {
-	struct kt_bucket *bk = &b->buckets[slot];
+	struct kt_bucket *bk = kt_bpf_bucket(b, slot);
 
 	/* burst first: a decision that sees the new burst with the old
 	 * interval errs by at most the burst difference, once */
@@ -387,13 +402,14 @@ static void store_lease(struct kt_bucket *bk, uint64_t valid_until, uint64_t fb_
 
 void kt_bucket_set_lease(struct kt_bpf *b, uint32_t slot, const struct kt_bucket_policy *pol)
 {
-	store_lease(&b->buckets[slot], pol->valid_until, kt_interval_fp_from_rate(pol->fallback_rate),
+	store_lease(kt_bpf_bucket(b, slot), pol->valid_until, kt_interval_fp_from_rate(pol->fallback_rate),
 		    burst_tokens(pol->fallback_burst), pol->fallback_until);
 }
 
-/* slot_state: 0 free, 1 kept from before, 2 newly allocated */
+/* slot_state: 0 free, 1 kept from before, 2 newly allocated; kt_buckets
+ * slots, then kt_coop entries from KT_COOP_SLOT0 */
 struct slot_alloc {
-	unsigned char state[KT_MAX_BUCKETS];
+	unsigned char state[KT_MAX_SLOTS];
 	int next;
 };
 
@@ -490,6 +506,8 @@ static int collect_cgroups(const struct kt_plan *plan, struct kt_attach *want,
 	int n = 0;
 
 	for (int i = 0; i < plan->n_limits; i++) {
+		if (plan->limits[i].cfg->unit == KT_UNIT_REQUEST)
+			continue; /* no cgroup, no hook */
 		for (int j = 0; j < plan->limits[i].n_members; j++) {
 			const struct kt_member_rt *m = &plan->limits[i].members[j];
 			struct kt_member_val *v;
@@ -650,7 +668,7 @@ static int plan_config(const struct kt_plan *plan, struct kt_rule_input *rules,
 		       int *n_attach, char *err, size_t errlen)
 {
 	const struct check_ctx c = { plan, rules, want, want_vals };
-	int i, slots = 0, ret;
+	int i, slots = 0, coop = 0, ret;
 
 	memset(cls, 0, sizeof(*cls));
 	*n_want = *n_attach = 0;
@@ -662,6 +680,12 @@ static int plan_config(const struct kt_plan *plan, struct kt_rule_input *rules,
 	for (i = 0; i < plan->n_limits; i++) {
 		const struct kt_limit_rt *l = &plan->limits[i];
 
+		if (l->cfg->unit == KT_UNIT_REQUEST) {
+			if (++coop > KT_MAX_COOP)
+				return limit_err(plan, i, -E2BIG, err, errlen,
+						 "more than %d limits of unit request", KT_MAX_COOP);
+			continue;
+		}
 		slots += l->cfg->scope == KT_SCOPE_NODE ? l->n_members > 0 : l->n_members;
 		if (slots > KT_MAX_BUCKETS)
 			return limit_err(plan, i, -E2BIG, err, errlen, "more than %d buckets needed",
@@ -679,6 +703,12 @@ static int plan_config(const struct kt_plan *plan, struct kt_rule_input *rules,
 			.cidrs = lc->match.cidrs,
 			.n_cidrs = lc->match.n_cidrs,
 		};
+		if (lc->unit == KT_UNIT_REQUEST) {
+			/* a rule that matches nothing: no prefix, no port */
+			rules[i].n_cidrs = 0;
+			rules[i].port_lo = 1;
+			rules[i].port_hi = 0;
+		}
 	}
 	ret = kt_classifier_build(rules, plan->n_limits, cls, err, errlen);
 	if (ret)
@@ -770,7 +800,7 @@ struct apply {
 	struct kt_counters *zero;
 	/* the commit */
 	int steps;
-	uint16_t saved_idx[KT_MAX_BUCKETS]; /* 1 + index into saved; 0: untouched */
+	uint16_t saved_idx[KT_MAX_SLOTS]; /* 1 + index into saved; 0: untouched */
 	struct saved_slot *saved;
 	int n_saved, n_fresh;
 	struct kt_counters *ctrs;
@@ -882,6 +912,39 @@ static int read_maps(struct apply *a, char *err, size_t errlen)
 	return 0;
 }
 
+#define KT_STR_(x) #x
+#define KT_STR(x) KT_STR_(x)
+
+/* A cooperative limit's kt_coop entry: the one published under its name
+ * (kept, with its tat, across reloads and restarts), else a free one. */
+static int plan_coop(struct apply *a, const char *name)
+{
+	const struct kt_coop *coop = a->b->coop;
+	uint32_t i;
+
+	if (!coop)
+		return -ENODEV;
+	for (i = 0; i < KT_MAX_COOP; i++) {
+		const struct kt_coop *e = &coop[i];
+		__u32 gen = __atomic_load_n(&e->gen, __ATOMIC_ACQUIRE);
+
+		if (a->sa.state[KT_COOP_SLOT0 + i] || !gen || (gen & 1) ||
+		    !(__atomic_load_n(&e->flags, __ATOMIC_ACQUIRE) & KT_COOP_IN_USE) ||
+		    strncmp(e->name, name, KT_NAME_LEN))
+			continue;
+		a->sa.state[KT_COOP_SLOT0 + i] = 1;
+		return (int)(KT_COOP_SLOT0 + i);
+	}
+	for (i = 0; i < KT_MAX_COOP; i++) {
+		if (a->sa.state[KT_COOP_SLOT0 + i] ||
+		    (__atomic_load_n(&coop[i].flags, __ATOMIC_ACQUIRE) & KT_COOP_IN_USE))
+			continue;
+		a->sa.state[KT_COOP_SLOT0 + i] = 2;
+		return (int)(KT_COOP_SLOT0 + i);
+	}
+	return -E2BIG;
+}
+
 /* Bucket slots: existing memberships are kept when the same (cgroup, limit)
  * with the same scope is wanted again, so their tokens carry over; the rest
  * get free slots. */
@@ -895,6 +958,17 @@ static int plan_slots(struct apply *a, char *err, size_t errlen)
 		bool node = l->cfg->scope == KT_SCOPE_NODE;
 		int shared = -1, j;
 
+		if (l->cfg->unit == KT_UNIT_REQUEST) {
+			int s = plan_coop(a, l->cfg->name);
+
+			if (s < 0) {
+				snprintf(err, errlen, "%s", s == -ENODEV ? "no kt_coop map"
+					 : "more than " KT_STR(KT_MAX_COOP) " limits of unit request");
+				return s;
+			}
+			l->members[0].slot = (uint32_t)s;
+			continue;
+		}
 		for (j = 0; j < l->n_members; j++) {
 			int s = find_existing(a->old, a->n_old, l->members[j].cgid, l->id);
 			if (s >= 0 && (b->buckets[s].flags & KT_BUCKET_NODE) == (node ? KT_BUCKET_NODE : 0) &&
@@ -976,13 +1050,28 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 {
 	const struct kt_limit_rt *l = &a->plan->limits[i];
 	const struct kt_bucket_policy *pol = &a->pol[i];
-	struct kt_bucket *bk = &a->b->buckets[slot];
+	struct kt_bucket *bk = kt_bpf_bucket(a->b, slot);
 	struct saved_slot *s = &a->saved[a->n_saved];
 	bool fresh = a->sa.state[slot] == 2;
 
 	*s = (struct saved_slot){ .slot = slot, .fresh = fresh, .old = *bk };
 	s->old.tat = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED); /* the kernel CASes it */
 	s->tat_after = s->old.tat;
+	if (kt_slot_is_coop(slot)) {
+		/* a cooperative limit: published (a full bucket) or kept; the
+		 * callers' tat and counters are theirs */
+		a->saved_idx[slot] = (uint16_t)++a->n_saved;
+		if (commit_step(a))
+			return -errno;
+		if (fresh)
+			kt_coop_publish(&a->b->coop[slot - KT_COOP_SLOT0], l->cfg->name,
+					kt_interval_fp_from_rate(pol->rate), burst_tokens(pol->burst));
+		else
+			kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
+		kt_bucket_set_lease(a->b, slot, pol);
+		s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
+		return 0;
+	}
 	if (fresh) {
 		s->ctrs = a->ctrs + (size_t)a->n_fresh * a->b->ncpus;
 		if (bpf_map_lookup_elem(a->b->counters_fd, &slot, s->ctrs) < 0)
@@ -1096,8 +1185,13 @@ fail:
  * write, else rescaled back so the charges made meanwhile keep their cost. */
 static int restore_slot(struct apply *a, const struct saved_slot *s, uint64_t now)
 {
-	struct kt_bucket *bk = &a->b->buckets[s->slot];
+	struct kt_bucket *bk = kt_bpf_bucket(a->b, s->slot);
 	const struct kt_bucket *o = &s->old;
+
+	if (kt_slot_is_coop(s->slot) && s->fresh) {
+		kt_coop_retire(&a->b->coop[s->slot - KT_COOP_SLOT0]);
+		return 0;
+	}
 
 	__atomic_store_n(&bk->burst, o->burst, __ATOMIC_RELAXED);
 	if (__sync_bool_compare_and_swap(&bk->tat, s->tat_after, o->tat))
@@ -1169,6 +1263,11 @@ static void drop_stale(struct apply *a)
 	for (uint32_t s = 0; s < KT_MAX_BUCKETS; s++)
 		if (!a->sa.state[s] && (b->buckets[s].flags & KT_BUCKET_IN_USE))
 			__atomic_store_n(&b->buckets[s].flags, 0, __ATOMIC_RELEASE);
+	/* cooperative limits gone: their callers get -ESTALE */
+	for (uint32_t i = 0; b->coop && i < KT_MAX_COOP; i++)
+		if (!a->sa.state[KT_COOP_SLOT0 + i] &&
+		    (__atomic_load_n(&b->coop[i].flags, __ATOMIC_ACQUIRE) & KT_COOP_IN_USE))
+			kt_coop_retire(&b->coop[i]);
 	for (uint32_t id = 0; id < KT_MAX_LIMITS; id++) {
 		if (a->infos[id].in_use && !a->id_used[id]) {
 			struct kt_limit_info none = { 0 };
@@ -1206,7 +1305,7 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket
 	a->want_old = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->want_old));
 	a->rules = calloc(plan->n_limits + 1, sizeof(*a->rules));
 	a->zero = calloc(b->ncpus, sizeof(*a->zero));
-	a->saved = calloc(KT_MAX_BUCKETS, sizeof(*a->saved));
+	a->saved = calloc(KT_MAX_SLOTS, sizeof(*a->saved));
 	if (!ids || !slots || !a->old_keys || !a->old_vals || !a->old_key_kept || !a->old ||
 	    !a->old_dests || !a->old_dest_kept || !a->want || !a->want_vals || !a->want_old ||
 	    !a->rules || !a->zero || !a->saved)

@@ -23,6 +23,10 @@ struct kt_member_rt {
 };
 
 #define KT_ENTRY_PODS (-1)
+/* A cooperative limit's (unit request) one member: the node itself, no
+ * cgroup (path "", cgid 0), id "<node>/request"; its slot is
+ * KT_COOP_SLOT0 + its kt_coop entry. */
+#define KT_ENTRY_COOP (-2)
 
 struct kt_limit_rt {
 	const struct kt_limit_cfg *cfg;

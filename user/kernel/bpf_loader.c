@@ -27,6 +27,7 @@ static const char *const map_names[] = {
 	"kt_sk_pace", "kt_pace_socks", /* TCP pacing (sockops); absent in older pin dirs */
 	"kt_anc_cache", "kt_gen",      /* sub-cgroups' nearest member; absent in older pin dirs */
 	"kt_events",                   /* throttle events; absent in older pin dirs */
+	"kt_coop",                     /* cooperative limits; absent in older pin dirs */
 };
 /* bpf/kthrottle.bpf.h's types, in map_names' order */
 static const __u32 map_types[] = {
@@ -35,6 +36,7 @@ static const __u32 map_types[] = {
 	BPF_MAP_TYPE_SK_STORAGE, BPF_MAP_TYPE_ARRAY,
 	BPF_MAP_TYPE_LRU_HASH, BPF_MAP_TYPE_ARRAY,
 	BPF_MAP_TYPE_RINGBUF,
+	BPF_MAP_TYPE_ARRAY,
 };
 #define N_MAPS (sizeof(map_names) / sizeof(map_names[0]))
 _Static_assert(sizeof(map_types) / sizeof(map_types[0]) == N_MAPS, "one type per map");
@@ -194,7 +196,7 @@ static void zero_fds(struct kt_bpf *b)
 {
 	b->buckets_fd = b->counters_fd = b->members_fd = -1;
 	b->dests_fd = b->ports_fd = b->limits_fd = b->leases_fd = -1;
-	b->gen_fd = b->events_fd = -1;
+	b->gen_fd = b->events_fd = b->coop_fd = -1;
 }
 
 static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
@@ -218,6 +220,8 @@ static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
 	b->gen_fd = bpf_obj_get(p);
 	snprintf(p, sizeof(p), "%s/kt_events", b->pin_dir);
 	b->events_fd = bpf_obj_get(p);
+	snprintf(p, sizeof(p), "%s/kt_coop", b->pin_dir);
+	b->coop_fd = bpf_obj_get(p);
 	return 0;
 }
 
@@ -237,7 +241,7 @@ void kt_bpf_bump_gen(struct kt_bpf *b)
 static void close_fds(struct kt_bpf *b)
 {
 	int fds[] = { b->buckets_fd, b->counters_fd, b->members_fd, b->dests_fd, b->ports_fd,
-		      b->limits_fd,  b->leases_fd,   b->gen_fd,     b->events_fd };
+		      b->limits_fd,  b->leases_fd,   b->gen_fd,     b->events_fd, b->coop_fd };
 
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
@@ -274,6 +278,41 @@ static void unpin_maps(const char *pin_dir)
 	/* the classifier of versions before kt_dests */
 	snprintf(p, sizeof(p), "%s/kt_classify", pin_dir);
 	unlink(p);
+}
+
+/* kt_coop, mapped read-write. Its pin is made mode 0666 (every other pin
+ * keeps the 0600 bpffs gives it, root's only): applications of any uid
+ * charge a cooperative limit themselves, writing tat and the counters of
+ * its entry through their own mapping, and opening the pin for that needs
+ * write permission on it. That grants nothing beyond the cooperative limits
+ * (which applications enforce on themselves anyway): kt_buckets, which the
+ * kernel enforces, stays unwritable by them. Reaching the pin still needs
+ * search permission on the pin directory (0700 by default: root only). */
+static int open_coop(struct kt_bpf *b, char *err, size_t errlen)
+{
+	char p[PATH_MAX];
+	int ret;
+
+	if (b->coop_fd < 0) {
+		ret = -ENOENT;
+		snprintf(err, errlen, "%s/kt_coop: not pinned", b->pin_dir);
+		return ret;
+	}
+	snprintf(p, sizeof(p), "%s/kt_coop", b->pin_dir);
+	if (chmod(p, 0666) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot chmod %s: %s", p, strerror(-ret));
+		return ret;
+	}
+	b->coop = mmap(NULL, (size_t)KT_MAX_COOP * sizeof(struct kt_coop), PROT_READ | PROT_WRITE,
+		       MAP_SHARED, b->coop_fd, 0);
+	if (b->coop == MAP_FAILED) {
+		ret = -errno;
+		b->coop = NULL;
+		snprintf(err, errlen, "cannot mmap kt_coop: %s", strerror(-ret));
+		return ret;
+	}
+	return 0;
 }
 
 static int bpf_open(struct kt_bpf *b, const char *pin_dir, bool lock, char *err, size_t errlen)
@@ -355,6 +394,9 @@ static int bpf_open(struct kt_bpf *b, const char *pin_dir, bool lock, char *err,
 		snprintf(err, errlen, "cannot mmap kt_buckets: %s", strerror(-ret));
 		goto fail;
 	}
+	ret = open_coop(b, err, errlen);
+	if (ret)
+		goto fail;
 	return 0;
 fail:
 	/* keep the lock until what this call pinned is gone */
@@ -386,6 +428,9 @@ void kt_bpf_close(struct kt_bpf *b)
 	if (b->buckets)
 		munmap(b->buckets, (size_t)KT_MAX_BUCKETS * sizeof(struct kt_bucket));
 	b->buckets = NULL;
+	if (b->coop)
+		munmap(b->coop, (size_t)KT_MAX_COOP * sizeof(struct kt_coop));
+	b->coop = NULL;
 	close_fds(b);
 	kt_connect__destroy(b->connect);
 	kt_sendmsg__destroy(b->sendmsg);
@@ -405,12 +450,30 @@ void kt_bpf_close(struct kt_bpf *b)
 
 int kt_bpf_read_counters(const struct kt_bpf *b, uint32_t slot, struct kt_counters *sum)
 {
-	struct kt_counters *v = calloc(b->ncpus, sizeof(*v));
+	struct kt_counters *v;
 	int ret = 0;
 
+	memset(sum, 0, sizeof(*sum));
+	if (kt_slot_is_coop(slot)) {
+		/* the callers' totals, in tokens (atomic adds) */
+		const struct kt_coop *e;
+		struct kt_coop copy;
+		__u32 key = slot - KT_COOP_SLOT0;
+
+		if (b->coop) {
+			e = &b->coop[key];
+		} else if (b->coop_fd >= 0 && bpf_map_lookup_elem(b->coop_fd, &key, &copy) == 0) {
+			e = &copy;
+		} else {
+			return -ENOENT;
+		}
+		sum->admitted = __atomic_load_n(&e->admitted, __ATOMIC_RELAXED);
+		sum->throttled = __atomic_load_n(&e->refused, __ATOMIC_RELAXED);
+		return 0;
+	}
+	v = calloc(b->ncpus, sizeof(*v));
 	if (!v)
 		return -ENOMEM;
-	memset(sum, 0, sizeof(*sum));
 	if (bpf_map_lookup_elem(b->counters_fd, &slot, v) < 0) {
 		ret = -errno;
 		goto out;

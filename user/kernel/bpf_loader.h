@@ -33,11 +33,28 @@ struct kt_bpf {
 	int gen_fd;    /* kt_gen, -1 in an older pin directory */
 	int events_fd; /* kt_events (ring buffer), -1 in an older pin directory */
 	struct kt_bucket *buckets; /* mmap of kt_buckets: rates change by one atomic store */
+	int coop_fd;               /* kt_coop, -1 in an older pin directory (kt_bpf_open_pinned) */
+	struct kt_coop *coop;      /* mmap of kt_coop (kt_bpf_open): KT_MAX_COOP entries */
 	int ncpus;
 	bool adopted;              /* pinned maps existed before this open */
 	bool locked;               /* lock_fd holds the pin dir lock (kt_bpf_open_locked) */
 	int lock_fd;
 };
+
+/* Cooperative limits (unit request) have no kt_buckets slot: their one
+ * member's "slot" is KT_COOP_SLOT0 + its kt_coop index, so the controller's
+ * per-slot code (rates, lease, counters, baselines) serves both maps. */
+#define KT_COOP_SLOT0 KT_MAX_BUCKETS
+#define KT_MAX_SLOTS (KT_MAX_BUCKETS + KT_MAX_COOP)
+static inline bool kt_slot_is_coop(uint32_t slot)
+{
+	return slot >= KT_COOP_SLOT0 && slot < KT_MAX_SLOTS;
+}
+/* The bucket a slot names (kt_buckets, or a kt_coop entry's). */
+static inline struct kt_bucket *kt_bpf_bucket(const struct kt_bpf *b, uint32_t slot)
+{
+	return kt_slot_is_coop(slot) ? &b->coop[slot - KT_COOP_SLOT0].bucket : &b->buckets[slot];
+}
 
 /* One cgroup and the hooks (bit per enum kt_hook) its limits need. */
 struct kt_attach {

@@ -1,0 +1,416 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* Cooperative limits (unit request) end to end: kthrottled publishes the
+ * limit in its pinned kt_coop, processes charge it through libkthrottle
+ * (no syscall), the daemon sets its rate and reads its counters.
+ *
+ *  - 4 processes asking as fast as the limit lets them for ~2 s: the total
+ *    admitted is <= max x elapsed + burst and >= 90% of max x 2 s; status
+ *    json shows unit request and admitted equal to the processes' total;
+ *  - a reload to max 50 halves the admitted rate within two ticks;
+ *  - a daemon restart keeps the entry (open handles keep working);
+ *  - a reload that removes the limit makes try_acquire answer -ESTALE;
+ *  - an unprivileged process (uid 65534) opens and uses a cooperative limit
+ *    but cannot open kt_buckets for writing.
+ *
+ * The daemon's pin dir is on a bpffs this test mounts (mode 0755) in a
+ * private mount namespace, and is made 0711 after the daemon created it
+ * (0700): /sys/fs/bpf is 0700 on this host, so nobody but root could reach
+ * a pin under it. The daemon refuses pin dirs writable by group or other,
+ * not searchable ones. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/mount.h>
+#include <grp.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <bpf/bpf.h>
+#include <cmocka.h>
+
+#include "ktest.h"
+#include "kthrottle_client.h"
+
+#define NPROC 4
+#define TICK_S 0.1
+#define BURST 10.0
+
+static struct fixture {
+	struct ktest_daemon d;
+	char mnt[64];      /* our bpffs */
+	bool started;
+	pid_t kids[NPROC];
+} fx;
+
+static const char *skip_why;
+
+static int group_setup(void **state)
+{
+	(void)state;
+	if (geteuid() != 0) {
+		skip_why = "needs root";
+		return 0;
+	}
+	/* a private mount namespace: the bpffs goes away with the test (the
+	 * daemon, our child, shares it) */
+	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) {
+		skip_why = "cannot unshare the mount namespace";
+		return 0;
+	}
+	strcpy(fx.mnt, "/tmp/kt-cooptest-XXXXXX");
+	if (!mkdtemp(fx.mnt) || mount("bpffs", fx.mnt, "bpf", 0, "mode=0755")) {
+		skip_why = "cannot mount a bpffs";
+		if (fx.mnt[0] && fx.mnt[5])
+			rmdir(fx.mnt);
+		fx.mnt[0] = 0;
+		return 0;
+	}
+	chmod(fx.mnt, 0755); /* mkdtemp's 0700 on the mount point is hidden now */
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	if (fx.mnt[0]) {
+		umount2(fx.mnt, MNT_DETACH);
+		rmdir(fx.mnt);
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	for (int i = 0; i < NPROC; i++)
+		if (fx.kids[i] > 0)
+			ktest_kill_wait(&fx.kids[i]);
+	if (fx.started)
+		ktest_daemon_cleanup(&fx.d);
+	fx.started = false;
+	return 0;
+}
+
+#define NEED_ENV()                                                                                 \
+	do {                                                                                       \
+		if (skip_why) {                                                                    \
+			print_message("skipped: %s\n", skip_why);                                  \
+			skip();                                                                    \
+		}                                                                                  \
+	} while (0)
+
+static double now_s(void)
+{
+	return (double)ktest_now_ns() / 1e9;
+}
+
+static const char *limit_yaml(char *buf, size_t len, const char *name, double max)
+{
+	snprintf(buf, len,
+		 "  - name: %s\n"
+		 "    unit: request\n"
+		 "    burst: %.0f\n"
+		 "    rateLimit: {min: %g, max: %g}\n",
+		 name, BURST, max, max);
+	return buf;
+}
+
+static void write_config(const char *limits)
+{
+	char body[4096];
+
+	snprintf(body, sizeof(body), "tickInterval: 100ms\nlimits:\n%s", limits);
+	assert_int_equal(ktest_daemon_config(&fx.d, body), 0);
+}
+
+static void start_daemon(const char *limits)
+{
+	assert_int_equal(ktest_daemon_init(&fx.d), 0);
+	/* on our own bpffs, not under /sys/fs/bpf (0700) */
+	snprintf(fx.d.pin_dir, sizeof(fx.d.pin_dir), "%s/kt", fx.mnt);
+	write_config(limits);
+	fx.started = true;
+	assert_int_equal(ktest_daemon_start_logged(&fx.d), 0);
+	/* searchable by others, still writable only by root */
+	assert_int_equal(chmod(fx.d.pin_dir, 0711), 0);
+	setenv(KTHROTTLE_PIN_DIR_ENV, fx.d.pin_dir, 1);
+}
+
+static void reload(void)
+{
+	char *out = ktest_daemon_cmd(&fx.d, "reload");
+
+	assert_non_null(out);
+	if (!strstr(out, "ok"))
+		print_message("reload: %s", out);
+	assert_non_null(strstr(out, "ok"));
+	free(out);
+}
+
+static double status_num(const char *limit, const char *field)
+{
+	char *out = ktest_daemon_cmd(&fx.d, "status json");
+	double v = -1;
+
+	assert_non_null(out);
+	assert_true(ktest_json_limit_num(out, limit, field, &v));
+	free(out);
+	return v;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000ULL),
+			       .tv_nsec = (long)(ns % 1000000000ULL) };
+
+	nanosleep(&ts, NULL);
+}
+
+/* One process: opens `limit` and asks for one token at a time for `secs`,
+ * napping the retry-after (at most 2 ms) when refused. Writes its admitted
+ * count (or a negative errno) to fd. */
+static void asker(const char *limit, double secs, int fd)
+{
+	struct kthrottle *h = NULL;
+	long long admitted = 0;
+	int r = kthrottle_open(limit, &h);
+	double end = now_s() + secs;
+
+	while (r == 0 && now_s() < end) {
+		uint64_t wait = 0;
+		int a = kthrottle_try_acquire(h, 1, &wait);
+
+		if (a < 0) {
+			r = a;
+			break;
+		}
+		if (a == 1)
+			admitted++;
+		else
+			sleep_ns(wait > 2000000 ? 2000000 : wait + 1000);
+	}
+	kthrottle_close(h);
+	if (r)
+		admitted = r;
+	if (write(fd, &admitted, sizeof(admitted)) != sizeof(admitted))
+		_exit(2);
+	_exit(0);
+}
+
+/* NPROC askers on `limit` for `secs`; returns their total admitted and the
+ * span from the first fork to the last exit. */
+static long long ask_all(const char *limit, double secs, double *span)
+{
+	int p[2];
+	long long total = 0, one;
+	double t0;
+
+	assert_int_equal(pipe(p), 0);
+	t0 = now_s();
+	for (int i = 0; i < NPROC; i++) {
+		fx.kids[i] = fork();
+		assert_true(fx.kids[i] >= 0);
+		if (fx.kids[i] == 0) {
+			close(p[0]);
+			asker(limit, secs, p[1]);
+		}
+	}
+	close(p[1]);
+	for (int i = 0; i < NPROC; i++) {
+		assert_int_equal(read(p[0], &one, sizeof(one)), (ssize_t)sizeof(one));
+		if (one < 0)
+			print_message("asker: %s\n", strerror((int)-one));
+		assert_true(one >= 0);
+		total += one;
+	}
+	close(p[0]);
+	for (int i = 0; i < NPROC; i++) {
+		int st;
+
+		assert_int_equal(waitpid(fx.kids[i], &st, 0), fx.kids[i]);
+		fx.kids[i] = 0;
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	*span = now_s() - t0;
+	return total;
+}
+
+static void assert_rate(const char *what, long long got, double rate, double secs, double span)
+{
+	double hi = rate * span + BURST, lo = 0.9 * rate * secs;
+
+	print_message("%s: %lld admitted in %.3f s (%d processes, asking %.1f s): %.1f/s, want %.0f/s, in [%.0f, %.0f]\n",
+		      what, got, span, NPROC, secs, got / secs, rate, lo, hi);
+	assert_true(got <= hi);
+	assert_true(got >= lo);
+}
+
+/* The admitted total status shows once the daemon has read the counters
+ * after the askers stopped (a tick or two). */
+static double settled_admitted(const char *limit, long long want)
+{
+	double v = -1;
+
+	for (int i = 0; i < 20; i++) { /* 2 s at most */
+		ktest_sleep_ms(100);
+		v = status_num(limit, "admitted");
+		if (v == (double)want)
+			break;
+	}
+	return v;
+}
+
+static void test_coop_rate_reload_restart_remove(void **state)
+{
+	char a[512], b[512], lims[1024];
+	struct kthrottle *h = NULL;
+	long long total, got;
+	double span, v;
+	char *out;
+	char unit[32];
+	uint64_t wait;
+
+	(void)state;
+	NEED_ENV();
+	limit_yaml(a, sizeof(a), "api", 100);
+	limit_yaml(b, sizeof(b), "other", 100);
+	snprintf(lims, sizeof(lims), "%s%s", a, b);
+	start_daemon(lims);
+
+	/* status: unit request, one member (the node) */
+	out = ktest_daemon_cmd(&fx.d, "status json");
+	assert_non_null(out);
+	assert_true(ktest_json_limit_str(out, "api", "unit", unit, sizeof(unit)));
+	assert_string_equal(unit, "request");
+	free(out);
+	out = ktest_daemon_cmd(&fx.d, "status");
+	assert_non_null(out);
+	print_message("%s", out);
+	assert_non_null(strstr(out, "request"));
+	free(out);
+
+	/* 4 processes at 100/s, burst 10 */
+	total = ask_all("api", 2.0, &span);
+	assert_rate("max 100", total, 100, 2.0, span);
+	v = settled_admitted("api", total);
+	print_message("status admitted %.0f, processes %lld\n", v, total);
+	assert_true(v == (double)total);
+	assert_true(status_num("api", "throttled") > 0);
+
+	/* reload: max 50; two ticks to take effect, then half the rate */
+	limit_yaml(a, sizeof(a), "api", 50);
+	snprintf(lims, sizeof(lims), "%s%s", a, b);
+	write_config(lims);
+	reload();
+	ktest_sleep_ms((int)(2 * TICK_S * 1000));
+	got = ask_all("api", 2.0, &span);
+	assert_rate("max 50 after reload", got, 50, 2.0, span);
+	total += got;
+	/* the entry was kept: its counters carry on */
+	v = settled_admitted("api", total);
+	print_message("status admitted %.0f, processes %lld\n", v, total);
+	assert_true(v == (double)total);
+
+	/* a restart keeps the entry: an open handle stays valid */
+	assert_int_equal(kthrottle_open("api", &h), 0);
+	ktest_daemon_signal_wait(&fx.d, SIGTERM);
+	assert_int_equal(ktest_daemon_start_logged(&fx.d), 0);
+	assert_true(kthrottle_try_acquire(h, 1, &wait) >= 0);
+	got = ask_all("api", 1.0, &span);
+	assert_rate("max 50 after restart", got, 50, 1.0, span + 0.2 /* the handle's token */);
+
+	/* a reload that removes the limit: -ESTALE, and it cannot be opened */
+	write_config(b);
+	reload();
+	assert_int_equal(kthrottle_try_acquire(h, 1, &wait), -ESTALE);
+	assert_int_equal(kthrottle_is_throttled(h, NULL), -ESTALE);
+	kthrottle_close(h);
+	h = NULL;
+	assert_int_equal(kthrottle_open("api", &h), -ENOENT);
+	assert_null(h);
+	/* the other limit is untouched */
+	assert_int_equal(kthrottle_open("other", &h), 0);
+	assert_int_equal(kthrottle_try_acquire(h, 1, &wait), 1);
+	kthrottle_close(h);
+}
+
+/* What uid 65534 can do with the pins: 0 all fine, else which step failed. */
+static int unprivileged_child(void)
+{
+	struct kthrottle *h = NULL;
+	char p[PATH_MAX];
+	uint64_t wait;
+	int fd;
+
+	if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+		return 10;
+	if (kthrottle_open("other", &h)) {
+		fprintf(stderr, "unprivileged open: %s\n", kthrottle_last_error());
+		return 11;
+	}
+	if (kthrottle_try_acquire(h, 1, &wait) != 1)
+		return 12;
+	kthrottle_close(h);
+	/* kt_buckets: no write access for it (nor read: 0600, root's) */
+	snprintf(p, sizeof(p), "%s/kt_buckets", fx.d.pin_dir);
+	fd = bpf_obj_get(p);
+	if (fd >= 0)
+		return 13;
+	if (errno != EACCES && errno != EPERM)
+		return 14;
+	LIBBPF_OPTS(bpf_obj_get_opts, ro, .file_flags = BPF_F_RDONLY);
+	fd = bpf_obj_get_opts(p, &ro);
+	if (fd >= 0)
+		return 15;
+	return 0;
+}
+
+static void test_coop_unprivileged(void **state)
+{
+	char a[512];
+	struct stat st;
+	char p[PATH_MAX];
+	pid_t pid;
+	int status;
+
+	(void)state;
+	NEED_ENV();
+	start_daemon(limit_yaml(a, sizeof(a), "other", 100));
+	/* kt_coop 0666, the others as the loader pins them (0600) */
+	snprintf(p, sizeof(p), "%s/kt_coop", fx.d.pin_dir);
+	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0666);
+	snprintf(p, sizeof(p), "%s/kt_buckets", fx.d.pin_dir);
+	assert_int_equal(stat(p, &st), 0);
+	assert_int_equal(st.st_mode & 0077, 0);
+
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(unprivileged_child());
+	fx.kids[0] = pid;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	fx.kids[0] = 0;
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_coop_rate_reload_restart_remove, teardown),
+		cmocka_unit_test_teardown(test_coop_unprivileged, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
