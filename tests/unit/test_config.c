@@ -166,6 +166,26 @@ static void test_refuse_errno(void **state)
 	kt_config_free(&cfg);
 }
 
+/* unit request: a cooperative limit, no cgroups, always node scope. */
+static void test_unit_request(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse("limits:\n"
+			       "  - {name: api, unit: request, burst: 10, rateLimit: {max: 100, min: 100}}\n"
+			       "  - {name: b, unit: request, scope: node, share: equal, rateLimit: {max: 1}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].unit, KT_UNIT_REQUEST);
+	assert_int_equal(cfg.limits[0].scope, KT_SCOPE_NODE);
+	assert_int_equal(cfg.limits[0].n_cgroups, 0);
+	assert_true(cfg.limits[0].burst == 10);
+	assert_int_equal(cfg.limits[1].scope, KT_SCOPE_NODE);
+	assert_string_equal(kt_unit_name(KT_UNIT_REQUEST), "request");
+	kt_config_free(&cfg);
+}
+
 /* metrics: off by default; IPv4 and bracketed IPv6 literals. */
 static void test_metrics_addr(void **state)
 {
@@ -544,6 +564,19 @@ static const struct bad bad_cases[] = {
 	  "\"EFOO\" is not one of: EBUSY, EAGAIN, ECONNREFUSED" },
 	{ "limits:\n  - {name: a, cgroups: x, unit: packet, errno: EAGAIN, rateLimit: {max: 1}}\n",
 	  "t.yaml:2: limits[0].errno: ", "applies to units connection and datagram only" },
+	/* unit request: nothing that picks traffic, node scope, no errno */
+#define REQ(extra) "limits:\n  - name: a\n    unit: request\n    rateLimit: {max: 1}\n" extra
+	{ REQ("    cgroups: [x]\n"), "t.yaml:5: limits[0].cgroups: ",
+	  "not allowed with unit request (a cooperative limit has no kernel hook" },
+	{ REQ("    pods: {namespace: a}\n"), "t.yaml:5: limits[0].pods: ", "not allowed with unit request" },
+	{ REQ("    match:\n      protocol: tcp\n      cidrs: [10.0.0.0/8]\n"),
+	  "t.yaml:7: limits[0].match.cidrs: ", "not allowed with unit request" },
+	{ REQ("    match: {ports: 80}\n"), "t.yaml:5: limits[0].match.ports: ",
+	  "not allowed with unit request" },
+	{ REQ("    scope: pod\n"), "t.yaml:5: limits[0].scope: ", "unit request is node scope only" },
+	{ REQ("    errno: EAGAIN\n"), "t.yaml:5: limits[0].errno: ",
+	  "applies to units connection and datagram only" },
+#undef REQ
 	{ "- a\n", "t.yaml:1: config: ", "expected a mapping" },
 	{ "epoch: 1s\nepoch: 2s\n" LIM, "t.yaml:2: epoch: ", "duplicate key (first at line 1)" },
 	{ "tickInterval: 0\n" LIM, "t.yaml:1: tickInterval: ", "shorter than the minimum 1ms" },
@@ -1008,6 +1041,7 @@ int main(void)
 		cmocka_unit_test(test_minimal_defaults),
 		cmocka_unit_test(test_burst_defaults),
 		cmocka_unit_test(test_refuse_errno),
+		cmocka_unit_test(test_unit_request),
 		cmocka_unit_test(test_metrics_addr),
 		cmocka_unit_test(test_lease_options),
 		cmocka_unit_test(test_everything),
