@@ -410,13 +410,15 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 				if (c->share == KT_SHARE_DEMAND)
 					sb_printf(&b, ",\"demand\":%.6g", d->slot_base[m->slot].demand);
 				sb_printf(&b, "}");
-			} else if (m->entry == KT_ENTRY_COOP) {
-				sb_printf(&b, "  member %s  (libkthrottle)  kt_coop entry %u  rate %.3f/s",
-					  m->id, m->slot - KT_COOP_SLOT0, rate);
 			} else {
-				sb_printf(&b, "  member %s  cgroup %s  (%s %s)  bucket %u%s  rate %.3f/s",
-					  m->id, m->path, found_by(c, m), found_entry(c, m), m->slot,
-					  c->scope == KT_SCOPE_NODE ? " (shared)" : "", rate);
+				if (m->entry == KT_ENTRY_COOP)
+					sb_printf(&b, "  member %s  (libkthrottle)  kt_coop entry %u  rate %.3f/s",
+						  m->id, m->slot - KT_COOP_SLOT0, rate);
+				else
+					sb_printf(&b, "  member %s  cgroup %s  (%s %s)  bucket %u%s  rate %.3f/s",
+						  m->id, m->path, found_by(c, m), found_entry(c, m),
+						  m->slot, c->scope == KT_SCOPE_NODE ? " (shared)" : "",
+						  rate);
 				if (c->share == KT_SHARE_DEMAND)
 					sb_printf(&b, "  demand %.3f/s", d->slot_base[m->slot].demand);
 				sb_printf(&b, "  admitted %llu  throttled %llu\n",
