@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -98,7 +99,11 @@ static const char plan_a[] =
 	"    cgroups: [CG0]\n"
 	"    match: {ports: 5003}\n"
 	"    unit: packet\n"
-	"    rateLimit: {max: 1000}\n";
+	"    rateLimit: {max: 1000}\n"
+	"  - name: a-req\n"
+	"    unit: request\n"
+	"    burst: 10\n"
+	"    rateLimit: {max: 20}\n";
 
 /* B: a-udp kept (CG1's bucket kept, new max 5, new prefixes and port), the
  * others gone; CG0 leaves, CG1 loses its connect hook, CG2 trades connect
@@ -118,7 +123,14 @@ static const char *plan_b(char *buf, size_t len, const char *extra)
 		 "    scope: node\n"
 		 "    match: {cidrs: [192.168.0.0/16], ports: 6002}\n"
 		 "    unit: byte\n"
-		 "    rateLimit: {max: 100000}\n",
+		 "    rateLimit: {max: 100000}\n"
+		 "  - name: a-req\n"
+		 "    unit: request\n"
+		 "    burst: 5\n"
+		 "    rateLimit: {max: 30}\n"
+		 "  - name: b-req\n"
+		 "    unit: request\n"
+		 "    rateLimit: {max: 40}\n",
 		 extra);
 	return buf;
 }
@@ -190,7 +202,7 @@ struct dump {
 
 static const char *const section_names[] = { "kt_limits", "kt_members", "kt_dests",
 					     "kt_ports",  "kt_buckets", "kt_counters",
-					     "links" };
+					     "links",     "kt_coop" };
 
 static void put(struct dump *d, const void *p, size_t n)
 {
@@ -299,6 +311,18 @@ static void take_dump(struct dump *d)
 	put(d, fx.b.buckets, (size_t)KT_MAX_BUCKETS * sizeof(struct kt_bucket)); /* the mmap */
 	dump_map(d, fx.b.counters_fd);
 	dump_links(d);
+	/* kt_coop as callers see it: an entry a rollback retired again has
+	 * a new gen (callers of the retired one get -ESTALE), no name, and
+	 * is out of use; entries in use must be as they were to the byte */
+	d->section[d->n_sections++] = d->len;
+	for (int i = 0; i < KT_MAX_COOP; i++) {
+		const struct kt_coop *e = &fx.b.coop[i];
+
+		if (e->flags & KT_COOP_IN_USE)
+			put(d, e, sizeof(*e));
+		else
+			put(d, e->name, 1); /* 0 */
+	}
 }
 
 static void assert_same_dump(const struct dump *want, const struct dump *got, const char *what)
@@ -343,6 +367,17 @@ static void assert_buckets_are(const struct kt_plan *p)
 		int n = kt_limit_slots(&p->limits[i], slots, KT_MAX_CGROUPS_PER_LIMIT);
 
 		for (int j = 0; j < n; j++) {
+			if (p->limits[i].cfg->unit == KT_UNIT_REQUEST) {
+				/* its kt_coop entry, published under its name */
+				const struct kt_coop *e;
+
+				assert_true(kt_slot_is_coop(slots[j]));
+				e = &fx.b.coop[slots[j] - KT_COOP_SLOT0];
+				assert_true(e->flags & KT_COOP_IN_USE);
+				assert_string_equal(e->name, p->limits[i].cfg->name);
+				assert_int_equal(e->bucket.burst, (uint64_t)ceil(p->limits[i].cfg->burst));
+				continue;
+			}
 			assert_true(slots[j] < KT_MAX_BUCKETS);
 			assert_false(want[slots[j]]);
 			want[slots[j]] = true;
@@ -350,7 +385,7 @@ static void assert_buckets_are(const struct kt_plan *p)
 			assert_int_equal(fx.b.buckets[slots[j]].limit_id, p->limits[i].id);
 		}
 		/* node scope: every member charges the one bucket */
-		for (int j = 0; j < p->limits[i].n_members; j++)
+		for (int j = 0; p->limits[i].cfg->unit != KT_UNIT_REQUEST && j < p->limits[i].n_members; j++)
 			assert_true(want[p->limits[i].members[j].slot]);
 	}
 	for (int s = 0; s < KT_MAX_BUCKETS; s++) {
@@ -359,6 +394,15 @@ static void assert_buckets_are(const struct kt_plan *p)
 		n_used += used;
 		if (used != want[s])
 			fail_msg("slot %d: in use %d, in the plan %d", s, used, want[s]);
+	}
+	for (int c = 0, n_coop = 0, w = 0; c <= KT_MAX_COOP; c++) {
+		if (c == KT_MAX_COOP) {
+			for (int i = 0; i < p->n_limits; i++)
+				w += p->limits[i].cfg->unit == KT_UNIT_REQUEST;
+			assert_int_equal(n_coop, w); /* none left over */
+			break;
+		}
+		n_coop += !!(fx.b.coop[c].flags & KT_COOP_IN_USE);
 	}
 	print_message("%d buckets in use, the plan's %d\n", n_used, n_want);
 }
@@ -514,6 +558,11 @@ static void test_failed_apply_changes_nothing(void **state)
 	assert_buckets_are(b);
 	assert_int_equal(b->limits[0].id, a->limits[0].id);
 	assert_int_equal(b->limits[0].members[0].slot, a->limits[0].members[1].slot); /* CG1 kept */
+	/* the cooperative a-req keeps its kt_coop entry (and gen: open
+	 * handles stay valid); b-req got another */
+	assert_true(kt_slot_is_coop(a->limits[3].members[0].slot));
+	assert_int_equal(b->limits[2].members[0].slot, a->limits[3].members[0].slot);
+	assert_int_not_equal(b->limits[3].members[0].slot, a->limits[3].members[0].slot);
 	assert_false(has_link(cg0, "kt_sendmsg4"));
 	assert_false(has_link(cg0, "kt_egress"));
 	assert_true(has_link(cg1, "kt_sendmsg4"));
