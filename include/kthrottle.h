@@ -736,6 +736,28 @@ static inline void kt_coop_publish(struct kt_coop *e, const char *name, __u64 in
 	__atomic_store_n(&e->flags, KT_COOP_IN_USE, __ATOMIC_RELEASE);
 }
 
+/* The reader's half: the entry's gen if it is a stable, in-use entry named
+ * name[0..len) (len < KT_NAME_LEN), else 0 (see the protocol above). */
+static inline __u32 kt_coop_match(const struct kt_coop *e, const char *name, unsigned long len)
+{
+	__u32 gen = __atomic_load_n(&e->gen, __ATOMIC_ACQUIRE);
+	char buf[KT_NAME_LEN];
+	unsigned long i;
+
+	if (!gen || (gen & 1) || !(__atomic_load_n(&e->flags, __ATOMIC_ACQUIRE) & KT_COOP_IN_USE) ||
+	    len >= KT_NAME_LEN)
+		return 0;
+	for (i = 0; i < KT_NAME_LEN; i++)
+		buf[i] = __atomic_load_n(&e->name[i], __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (__atomic_load_n(&e->gen, __ATOMIC_RELAXED) != gen)
+		return 0; /* rewritten while we read */
+	for (i = 0; i < len; i++)
+		if (buf[i] != name[i])
+			return 0;
+	return buf[len] ? 0 : gen;
+}
+
 /* Takes an entry out of use: holders of its old gen get -ESTALE. */
 static inline void kt_coop_retire(struct kt_coop *e)
 {

@@ -103,25 +103,6 @@ static struct kthrottle *handle_new(void)
 	return h;
 }
 
-/* An entry's gen if it is a stable, in-use entry named `name`, else 0. */
-static __u32 coop_match(const struct kt_coop *e, const char *name, size_t len)
-{
-	__u32 gen = __atomic_load_n(&e->gen, __ATOMIC_ACQUIRE);
-	char buf[KT_NAME_LEN];
-	size_t i;
-
-	if (!gen || (gen & 1) || !(__atomic_load_n(&e->flags, __ATOMIC_ACQUIRE) & KT_COOP_IN_USE))
-		return 0;
-	for (i = 0; i < KT_NAME_LEN; i++)
-		buf[i] = __atomic_load_n(&e->name[i], __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_ACQUIRE);
-	if (__atomic_load_n(&e->gen, __ATOMIC_RELAXED) != gen)
-		return 0; /* rewritten while we read */
-	if (memcmp(buf, name, len) || buf[len])
-		return 0;
-	return gen;
-}
-
 KT_API int kthrottle_open(const char *limit, struct kthrottle **out)
 {
 	struct kthrottle *h;
@@ -146,7 +127,7 @@ KT_API int kthrottle_open(const char *limit, struct kthrottle **out)
 	for (i = 0; i < n; i++) {
 		struct kt_coop *e = (struct kt_coop *)h->map + i;
 
-		gen = coop_match(e, limit, len);
+		gen = kt_coop_match(e, limit, len);
 		if (gen) {
 			h->ent = e;
 			h->bucket = &e->bucket;

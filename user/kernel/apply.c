@@ -912,9 +912,6 @@ static int read_maps(struct apply *a, char *err, size_t errlen)
 	return 0;
 }
 
-#define KT_STR_(x) #x
-#define KT_STR(x) KT_STR_(x)
-
 /* A cooperative limit's kt_coop entry: the one published under its name
  * (kept, with its tat, across reloads and restarts), else a free one. */
 static int plan_coop(struct apply *a, const char *name)
@@ -925,12 +922,7 @@ static int plan_coop(struct apply *a, const char *name)
 	if (!coop)
 		return -ENODEV;
 	for (i = 0; i < KT_MAX_COOP; i++) {
-		const struct kt_coop *e = &coop[i];
-		__u32 gen = __atomic_load_n(&e->gen, __ATOMIC_ACQUIRE);
-
-		if (a->sa.state[KT_COOP_SLOT0 + i] || !gen || (gen & 1) ||
-		    !(__atomic_load_n(&e->flags, __ATOMIC_ACQUIRE) & KT_COOP_IN_USE) ||
-		    strncmp(e->name, name, KT_NAME_LEN))
+		if (a->sa.state[KT_COOP_SLOT0 + i] || !kt_coop_match(&coop[i], name, strlen(name)))
 			continue;
 		a->sa.state[KT_COOP_SLOT0 + i] = 1;
 		return (int)(KT_COOP_SLOT0 + i);
@@ -962,8 +954,11 @@ static int plan_slots(struct apply *a, char *err, size_t errlen)
 			int s = plan_coop(a, l->cfg->name);
 
 			if (s < 0) {
-				snprintf(err, errlen, "%s", s == -ENODEV ? "no kt_coop map"
-					 : "more than " KT_STR(KT_MAX_COOP) " limits of unit request");
+				if (s == -ENODEV)
+					snprintf(err, errlen, "no kt_coop map");
+				else
+					snprintf(err, errlen, "more than %d limits of unit request",
+						 KT_MAX_COOP);
 				return s;
 			}
 			l->members[0].slot = (uint32_t)s;
