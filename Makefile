@@ -156,7 +156,7 @@ $(BUILD)/tests/e2e/test_coop: tests/e2e/test_coop.c $(BUILD)/libkthrottle.a $(TE
 # kt-libbench times the Redis round trip it is compared with (redis_proc)
 $(BUILD)/tools/kt-libbench: tests/tools/kt-libbench.c $(BUILD)/libkthrottle.a $(LIB_OBJS) $(TEST_HELPERS) $(KTLIB_HDRS) $(wildcard tests/lib/*.h)
 	@mkdir -p $(@D)
-	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib -Ilibkthrottle $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS)
 
 $(BUILD)/fuzz/obj/%.o: user/%.c $(HDRS) $(SKELS)
 	@mkdir -p $(@D)

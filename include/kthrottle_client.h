@@ -10,7 +10,9 @@
  *    (kt_gcra_decide of include/kthrottle.h, the code the BPF programs run)
  *    on the limit's entry of the pinned map kt_coop, which the library
  *    maps shared (BPF_F_MMAPABLE). The fast path makes no syscall: the clock
- *    is CLOCK_BOOTTIME through the vDSO, the charge a compare-and-swap on
+ *    is CLOCK_BOOTTIME, extrapolated from the TSC where the kernel's
+ *    clocksource is tsc (else through the vDSO; KTHROTTLE_CLOCK=vdso
+ *    forces that), the charge a compare-and-swap on
  *    the mapped bucket, the counters the daemon reads atomic adds. Every
  *    process and thread that opens the same limit on this node shares one
  *    bucket; the daemon sets its rate (the node's share of the pool).

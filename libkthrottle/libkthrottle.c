@@ -198,7 +198,7 @@ KT_API int kthrottle_try_acquire(struct kthrottle *h, uint64_t n, uint64_t *retr
 	if (__builtin_expect(__atomic_load_n(&e->gen, __ATOMIC_RELAXED) != h->gen, 0))
 		return fail(ESTALE, "try_acquire: limit '%s' was removed or replaced; reopen it",
 			    h->name);
-	if (kt_gcra_decide(&e->bucket, kt_clock_ns(), n, &wait) == KT_ADMIT) {
+	if (kt_gcra_decide(&e->bucket, kt_fast_clock_ns(), n, &wait) == KT_ADMIT) {
 		__atomic_fetch_add(&e->admitted, n, __ATOMIC_RELAXED);
 		return 1;
 	}
@@ -230,7 +230,7 @@ static void sleep_ns(__u64 ns)
 
 KT_API int kthrottle_acquire(struct kthrottle *h, uint64_t n, uint64_t timeout_ns)
 {
-	__u64 start = kt_clock_ns(), deadline = start + timeout_ns;
+	__u64 start = kt_fast_clock_ns(), deadline = start + timeout_ns;
 
 	for (;;) {
 		uint64_t wait = 0;
@@ -239,7 +239,7 @@ KT_API int kthrottle_acquire(struct kthrottle *h, uint64_t n, uint64_t timeout_n
 
 		if (r != 0)
 			return r;
-		now = kt_clock_ns();
+		now = kt_fast_clock_ns();
 		if ((__s64)(deadline - now) <= 0)
 			return 0;
 		left = deadline - now;
@@ -273,14 +273,14 @@ KT_API int kthrottle_is_throttled(struct kthrottle *h, uint64_t *for_ns)
 		return fail(ESTALE, "is_throttled: limit '%s' was removed or replaced; reopen it",
 			    h->name);
 	if (h->bucket) {
-		r = kt_gcra_peek(h->bucket, kt_clock_ns(), 1, &wait);
+		r = kt_gcra_peek(h->bucket, kt_fast_clock_ns(), 1, &wait);
 	} else {
 		struct kt_bucket copy;
 		__u32 key = h->slot;
 
 		if (bpf_map_lookup_elem(h->fd, &key, &copy))
 			return fail(errno, "is_throttled: read bucket slot %u", key);
-		r = kt_gcra_peek(&copy, kt_clock_ns(), 1, &wait);
+		r = kt_gcra_peek(&copy, kt_fast_clock_ns(), 1, &wait);
 	}
 	if (for_ns)
 		*for_ns = r == KT_ADMIT ? 0 : wait;

@@ -29,4 +29,13 @@ struct kthrottle {
 	char name[KT_NAME_LEN];        /* KTH_COOP: the limit's name */
 };
 
+/* CLOCK_BOOTTIME for the fast path: the TSC extrapolated from an anchor at
+ * most 1 ms old where the kernel keeps time with the TSC, else the vDSO
+ * (clock.c). */
+__u64 kt_fast_clock_ns(void);
+/* 1 when kt_fast_clock_ns reads the TSC (for tests and the bench). */
+int kt_fast_clock_is_tsc(void);
+/* Forgets the anchor and the mode, as in a new process (tests; one thread). */
+void kt_fast_clock_reset(void);
+
 #endif

@@ -461,6 +461,85 @@ static void test_unprivileged(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* The library's clock against CLOCK_BOOTTIME read on both sides of it, for
+ * 300 ms of calls (anchors taken and expired many times): it must lie
+ * between the two reads, within a few µs of slack, or every decision moves.
+ * Where the clocksource is tsc the library must use the TSC (that is what
+ * the 25 ns target rests on); KTHROTTLE_CLOCK=vdso turns it off. */
+static int fast_clock_child(void)
+{
+	__u64 end = kt_clock_ns() + 300000000ull, worst = 0, calls = 0;
+	const __u64 slack = 5000;
+
+	for (;;) {
+		__u64 a = kt_clock_ns(), f = kt_fast_clock_ns(), b = kt_clock_ns();
+
+		if (f + slack < a || f > b + slack) {
+			fprintf(stderr, "fast clock %llu outside [%llu, %llu]\n",
+				(unsigned long long)f, (unsigned long long)a, (unsigned long long)b);
+			return 1;
+		}
+		if (f < a && a - f > worst)
+			worst = a - f;
+		if (f > b && f - b > worst)
+			worst = f - b;
+		if (++calls % 64 == 0) /* sleeps too, so anchors expire */
+			usleep(calls % 4096 == 0 ? 3000 : 0);
+		if (b > end)
+			break;
+	}
+	printf("%llu calls, worst outside the bracketing reads %llu ns, tsc %d\n",
+	       (unsigned long long)calls, (unsigned long long)worst, kt_fast_clock_is_tsc());
+	return 0;
+}
+
+static void test_fast_clock(void **state)
+{
+	char cs[32] = "", out[256] = "";
+	FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "re");
+	int pipefd[2], status, tsc;
+	pid_t pid;
+	ssize_t n;
+
+	(void)state;
+	if (f) {
+		if (!fgets(cs, sizeof(cs), f))
+			cs[0] = 0;
+		fclose(f);
+	}
+	print_message("clocksource %s", cs);
+
+	/* the check runs in a child, and again in one told to use the vDSO
+	 * (the clock's mode is chosen once per process, at its first call) */
+	for (int vdso = 0; vdso <= 1; vdso++) {
+		assert_int_equal(pipe(pipefd), 0);
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			close(pipefd[0]);
+			dup2(pipefd[1], 1);
+			if (vdso)
+				setenv("KTHROTTLE_CLOCK", "vdso", 1);
+			kt_fast_clock_reset();
+			fflush(stdout);
+			status = fast_clock_child();
+			fflush(stdout);
+			_exit(status);
+		}
+		close(pipefd[1]);
+		n = read(pipefd[0], out, sizeof(out) - 1);
+		out[n > 0 ? n : 0] = 0;
+		close(pipefd[0]);
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		print_message("%s: %s", vdso ? "KTHROTTLE_CLOCK=vdso" : "default", out);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+		assert_non_null(strstr(out, "tsc "));
+		tsc = atoi(strstr(out, "tsc ") + 4);
+		assert_int_equal(tsc, vdso ? 0 : !strcmp(cs, "tsc\n"));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -470,6 +549,7 @@ int main(void)
 		cmocka_unit_test(test_acquire),
 		cmocka_unit_test(test_readonly),
 		cmocka_unit_test(test_unprivileged),
+		cmocka_unit_test(test_fast_clock),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
