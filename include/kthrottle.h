@@ -667,7 +667,7 @@ struct kt_coop {
 	__u32 flags;             /* KT_COOP_*; daemon */
 	__u64 admitted;          /* tokens admitted; callers, atomic add */
 	__u64 refused;           /* tokens refused; callers, atomic add */
-	__u64 pad;
+	__u64 last_wait;         /* retry-after ns of the latest refusal (~0: closed); callers */
 };
 #define KT_COOP_IN_USE (1u << 0)
 _Static_assert(sizeof(struct kt_coop) == 128, "kt_coop layout");

@@ -203,6 +203,7 @@ KT_API int kthrottle_try_acquire(struct kthrottle *h, uint64_t n, uint64_t *retr
 		return 1;
 	}
 	__atomic_fetch_add(&e->refused, n, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->last_wait, wait, __ATOMIC_RELAXED); /* for the daemon's events */
 	if (retry_after_ns)
 		*retry_after_ns = wait;
 	return 0;

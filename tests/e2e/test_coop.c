@@ -10,7 +10,8 @@
  *  - a daemon restart keeps the entry (open handles keep working);
  *  - a reload that removes the limit makes try_acquire answer -ESTALE;
  *  - an unprivileged process (uid 65534) opens and uses a cooperative limit
- *    but cannot open kt_buckets for writing.
+ *    but cannot open kt_buckets for writing;
+ *  - a subscriber sees the limit's refusals ("throttled", "resumed").
  *
  * The daemon's pin dir is on a bpffs this test mounts (mode 0755) in a
  * private mount namespace, and is made 0711 after the daemon created it
@@ -20,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -416,11 +418,98 @@ static void test_coop_unprivileged(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* Refusals of a cooperative limit are events too, though no program sees
+ * them: the daemon turns a tick's growth of the entry's refused count into
+ * one. A subscriber gets "throttled" within a tick of the first refusal,
+ * with a retry-after within a tick of the one the library answered, and
+ * "resumed" two ticks after the refusals stop; status counts the events. */
+static void test_coop_subscribe(void **state)
+{
+	char a[512], bin[PATH_MAX], line[256];
+	struct kthrottle *h = NULL;
+	uint64_t t_ref = 0, retry_ref = 0, t_thr, t_res, t_stop, wait;
+	int p[2], status, admitted = 0;
+	pid_t sub;
+
+	(void)state;
+	NEED_ENV();
+	start_daemon(limit_yaml(a, sizeof(a), "sub", 20));
+	snprintf(bin, sizeof(bin), "%s/kthrottlectl", ktest_build_dir());
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	fflush(NULL);
+	sub = fork();
+	assert_true(sub >= 0);
+	if (sub == 0) {
+		dup2(p[1], 1);
+		execl(bin, bin, "-s", fx.d.socket, "subscribe", "sub", "-n", "2", (char *)NULL);
+		_exit(127);
+	}
+	fx.kids[0] = sub;
+	close(p[1]);
+	ktest_sleep_ms(300); /* subscribed */
+
+	assert_int_equal(kthrottle_open("sub", &h), 0);
+	/* the burst, then the first refusal: its time and retry-after */
+	for (int i = 0; i < 100 && !t_ref; i++) {
+		int r = kthrottle_try_acquire(h, 1, &wait);
+
+		assert_true(r >= 0);
+		if (r == 1) {
+			admitted++;
+		} else {
+			t_ref = ktest_now_ns();
+			retry_ref = wait;
+		}
+	}
+	print_message("admitted %d, then refused with retry-after %.3f ms\n", admitted,
+		      retry_ref / 1e6);
+	assert_true(t_ref && retry_ref > 0 && retry_ref <= 50000000ull);
+	/* keep asking (refused mostly) for 1 s, 10 ms apart, watching for the
+	 * line meanwhile */
+	bool got = false;
+	for (int i = 0; i < 100; i++) {
+		kthrottle_try_acquire(h, 1, &wait);
+		if (got || !(got = ktest_read_line(p[0], line, sizeof(line), 10, &t_thr)))
+			ktest_sleep_ms(got ? 10 : 0);
+	}
+	t_stop = ktest_now_ns();
+	kthrottle_close(h);
+
+	assert_true(got);
+	print_message("%s (%.3f s after the first refusal)\n", line, ((double)t_thr - t_ref) / 1e9);
+	assert_int_equal(strncmp(line, "throttled sub reason=share retry_after_ms=", 42), 0);
+	double retry_ms = atof(line + 42);
+	/* the latest refusal's, up to a tick after the first one */
+	assert_true(retry_ms > 0 && fabs(retry_ms - retry_ref / 1e6) <= TICK_S * 1000);
+	assert_true(t_thr - t_ref <= (uint64_t)(2.5 * TICK_S * 1e9));
+	assert_true(ktest_read_line(p[0], line, sizeof(line), 3000, &t_res));
+	print_message("%s (%.3f s after the asking stopped)\n", line, ((double)t_res - t_stop) / 1e9);
+	assert_string_equal(line, "resumed sub");
+	assert_true(t_res - t_stop <= (uint64_t)(4 * TICK_S * 1e9));
+	assert_int_equal(waitpid(sub, &status, 0), sub);
+	fx.kids[0] = 0;
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(p[0]);
+
+	/* status: the events, by reason (one per tick with refusals) */
+	char *out = ktest_daemon_cmd(&fx.d, "status");
+	assert_non_null(out);
+	const char *ev = strstr(out, "throttle events: share ");
+	if (!ev)
+		print_message("%s", out);
+	assert_non_null(ev);
+	int n_share = atoi(ev + strlen("throttle events: share "));
+	print_message("status: %.40s\n", ev);
+	assert_true(n_share >= 5 && n_share <= 11); /* ~1 s of refusals, a tick each */
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_coop_rate_reload_restart_remove, teardown),
 		cmocka_unit_test_teardown(test_coop_unprivileged, teardown),
+		cmocka_unit_test_teardown(test_coop_subscribe, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -142,29 +142,6 @@ static void test_closed_events(void **state)
 	free(st);
 }
 
-/* One line from fd within timeout_ms (without its newline), and when it
- * came; false on timeout or EOF. */
-static bool read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at)
-{
-	size_t n = 0;
-	uint64_t end = ktest_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-
-	while (n + 1 < len) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		int64_t left = (int64_t)(end - ktest_now_ns()) / 1000000;
-
-		if (left <= 0 || poll(&p, 1, (int)left) <= 0 || read(fd, buf + n, 1) != 1)
-			return false;
-		if (buf[n] == '\n') {
-			buf[n] = 0;
-			*at = ktest_now_ns();
-			return true;
-		}
-		n++;
-	}
-	return false;
-}
-
 static void test_subscribe(void **state)
 {
 	int port = ktest_free_port(SOCK_DGRAM), p[2], out = -1, status;
@@ -200,7 +177,7 @@ static void test_subscribe(void **state)
 	t0 = ktest_now_ns();
 	load = ktest_load_spawn(fx.cg, port, 1.0, 0, &out);
 	assert_true(load > 0);
-	assert_true(read_line(p[0], line, sizeof(line), 3000, &t_thr));
+	assert_true(ktest_read_line(p[0], line, sizeof(line), 3000, &t_thr));
 	print_message("after %.3f s: %s\n", (t_thr - t0) / 1e9, line);
 	assert_int_equal(strncmp(line, "throttled evs reason=share retry_after_ms=", 42), 0);
 	double retry_ms = atof(line + 42);
@@ -210,7 +187,7 @@ static void test_subscribe(void **state)
 	assert_int_equal(waitpid(load, &status, 0), load); /* the 1 s flood ends */
 	uint64_t t_stop = ktest_now_ns();
 	close(out);
-	assert_true(read_line(p[0], line, sizeof(line), 3000, &t_res));
+	assert_true(ktest_read_line(p[0], line, sizeof(line), 3000, &t_res));
 	print_message("%.3f s after the sender stopped: %s\n", (t_res - t_stop) / 1e9, line);
 	assert_string_equal(line, "resumed evs");
 	assert_true(t_res - t_stop <= 400000000ull); /* two ticks, and one of slack */

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -26,6 +27,27 @@ uint64_t ktest_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+bool ktest_read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at)
+{
+	size_t n = 0;
+	uint64_t end = ktest_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+
+	while (n + 1 < len) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int64_t left = (int64_t)(end - ktest_now_ns()) / 1000000;
+
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0 || read(fd, buf + n, 1) != 1)
+			return false;
+		if (buf[n] == '\n') {
+			buf[n] = 0;
+			*at = ktest_now_ns();
+			return true;
+		}
+		n++;
+	}
+	return false;
 }
 
 void ktest_sleep_ms(int ms)

@@ -151,6 +151,9 @@ double ktest_ramp_integral(double u);
 
 uint64_t ktest_now_ns(void);
 void ktest_sleep_ms(int ms);
+/* Reads one line from fd (byte by byte: what follows stays in the pipe)
+ * within timeout_ms; the newline is dropped and *at is when it came. */
+bool ktest_read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at);
 
 /* For cmocka tests: skip (with the reason) unless ktest_root_unavailable()
  * says the environment can run root tests. */

@@ -828,6 +828,31 @@ static int on_event(void *ctx, void *data, size_t len)
 	return 0;
 }
 
+/* Cooperative limits (unit request) have no program to emit events: the
+ * library counts its refusals in the kt_coop entry and leaves the latest
+ * one's retry-after there. So a tick in which that count grew is one event
+ * (sampled once per tick, as the kernel samples per ms), with that
+ * retry-after and the reason the entry's bucket gives now. */
+static void coop_event(struct kt_daemon *d, int i, uint64_t now)
+{
+	const struct kt_limit_rt *l = &d->plan.limits[i];
+	struct kt_limit_state *s = &d->ls[i];
+	const struct kt_bucket *b;
+	__u64 wait = 0;
+
+	if (l->cfg->unit != KT_UNIT_REQUEST || !l->n_members ||
+	    s->total_throttled == s->throttled_seen || !d->bpf.coop ||
+	    !kt_slot_is_coop(l->members[0].slot))
+		return;
+	b = kt_bpf_bucket(&d->bpf, l->members[0].slot);
+	wait = __atomic_load_n(&d->bpf.coop[l->members[0].slot - KT_COOP_SLOT0].last_wait,
+			       __ATOMIC_RELAXED);
+	s->last_event_reason = kt_bucket_reason(b, now);
+	s->last_retry_after_ns = s->last_event_reason == KT_REASON_CLOSED ? ~0ULL : wait;
+	s->last_event_ns = now;
+	s->events[s->last_event_reason]++;
+}
+
 /* Store answers wake the loop (tag 8); a reload swaps the pool's eventfd. */
 static void watch_pool(struct kt_daemon *d, int old_fd)
 {
@@ -1445,6 +1470,7 @@ int kt_daemon_run(struct kt_daemon *d)
 					for (int k = 0; k < d->plan.n_limits; k++) {
 						struct kt_limit_state *ls = &d->ls[k];
 
+						coop_event(d, k, now);
 						notify_subscribers(d, k, now);
 						if (ls->total_throttled != ls->throttled_seen)
 							ls->throttled_ns += d->cfg.tick_ns;
