@@ -50,6 +50,7 @@
 #define KTHROTTLE_CLIENT_H
 
 #include <stdint.h>
+#include <sys/socket.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,6 +96,50 @@ int kthrottle_is_throttled(struct kthrottle *h, uint64_t *for_ns);
 
 /* Unmaps and closes; NULL is allowed. */
 void kthrottle_close(struct kthrottle *h);
+
+/* Why kthrottle refused a connect(): see kthrottle_connect. */
+struct kthrottle_refusal {
+	char limit[32];          /* the refusing limit's name (NUL-terminated) */
+	uint64_t retry_after_ns; /* until its bucket would admit the next one; UINT64_MAX:
+				  * closed; 0 if it already would when looked at */
+	uint32_t reason;         /* 0 share used up, 1 fallback rate used up (lease
+				  * lapsed), 2 closed (rate 0): enum kt_reason */
+	int err;                 /* the errno connect() failed with (the limit's errno:) */
+};
+
+/* kthrottle_connect's answer for a connect refused by a kthrottle limit
+ * (positive, so it cannot be mistaken for 0 or a negative errno). */
+#define KTHROTTLE_THROTTLED 1
+
+/* connect(2) that tells a kthrottle refusal (a rate limit: retry after
+ * why->retry_after_ns) from a network error. 0: connected. KTHROTTLE_THROTTLED:
+ * a connection limit of this process's cgroup refused it, *why (if not NULL)
+ * says which and for how long; errno is set to why->err. Negative errno:
+ * connect failed for another reason, or is under way (-EINPROGRESS on a
+ * non-blocking socket), exactly as connect would (errno set too).
+ *
+ * How: the cgroup's kt_members list (its own, else its nearest member
+ * ancestor's, as the BPF program finds it) gives the connection limits that
+ * cover the destination (kt_limits, kt_dests); their per-CPU throttled
+ * counters (kt_counters) are read before and after the connect. A refusal
+ * is a failed connect whose errno is the covering limit's errno: and whose
+ * bucket's throttled count rose meanwhile. Every map is opened read-only
+ * (BPF_F_RDONLY), once per process (reopened if the pins are replaced).
+ * Cost over connect(): reading /proc/self/cgroup, a handle lookup and a
+ * kt_members lookup per cgroup level up to the member, one kt_limits and
+ * kt_dests lookup per limit of the member, and, only if a limit covers the
+ * destination, two per-CPU counter reads (and one bucket read on failure).
+ *
+ * Anything that keeps the library from deciding makes it plain connect:
+ * no pinned maps (no daemon), pins this process may not read (the daemon
+ * pins them mode 0600: root only, unless the operator grants read access),
+ * a socket that is not TCP or UDP over IPv4/IPv6, no cgroup v2. A succeeded
+ * connect is never reported as failed. Known limit: another thread or
+ * process of the same cgroup refused by the same bucket at the same moment
+ * while this connect failed on its own with that same errno is reported as
+ * a refusal (the counters are per bucket, not per call). */
+int kthrottle_connect(int fd, const struct sockaddr *addr, socklen_t len,
+		      struct kthrottle_refusal *why);
 
 /* One line about the last failure in this thread ("" if none). */
 const char *kthrottle_last_error(void);

@@ -24,8 +24,7 @@
 
 static __thread char last_error[256];
 
-static int fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int fail(int err, const char *fmt, ...)
+int kt_lib_fail(int err, const char *fmt, ...)
 {
 	va_list ap;
 	int n;
@@ -43,7 +42,7 @@ KT_API const char *kthrottle_last_error(void)
 	return last_error;
 }
 
-static const char *pin_dir(void)
+const char *kt_lib_pin_dir(void)
 {
 	const char *d = getenv(KTHROTTLE_PIN_DIR_ENV);
 
@@ -61,22 +60,22 @@ static int map_open(struct kthrottle *h, const char *map, __u32 file_flags, __u3
 	char path[4096];
 	int err;
 
-	if (snprintf(path, sizeof(path), "%s/%s", pin_dir(), map) >= (int)sizeof(path))
-		return fail(ENAMETOOLONG, "pin path %s/%s", pin_dir(), map);
+	if (snprintf(path, sizeof(path), "%s/%s", kt_lib_pin_dir(), map) >= (int)sizeof(path))
+		return kt_lib_fail(ENAMETOOLONG, "pin path %s/%s", kt_lib_pin_dir(), map);
 	h->fd = bpf_obj_get_opts(path, &opts);
 	if (h->fd < 0) {
 		err = errno;
 		if (err == ENOENT)
-			return fail(ENOENT, "open %s (is kthrottled running with pinDir %s? set %s)", path,
-				    pin_dir(), KTHROTTLE_PIN_DIR_ENV);
-		return fail(err, "bpf_obj_get %s%s", path, file_flags ? " (read-only)" : "");
+			return kt_lib_fail(ENOENT, "open %s (is kthrottled running with pinDir %s? set %s)", path,
+				    kt_lib_pin_dir(), KTHROTTLE_PIN_DIR_ENV);
+		return kt_lib_fail(err, "bpf_obj_get %s%s", path, file_flags ? " (read-only)" : "");
 	}
 	memset(&info, 0, sizeof(info));
 	if (bpf_obj_get_info_by_fd(h->fd, &info, &len))
-		return fail(errno, "bpf_obj_get_info %s", path);
+		return kt_lib_fail(errno, "bpf_obj_get_info %s", path);
 	if (info.type != BPF_MAP_TYPE_ARRAY || info.value_size != vsize ||
 	    !(info.map_flags & BPF_F_MMAPABLE) || !info.max_entries)
-		return fail(EPROTO, "%s: not an mmapable array of %u-byte values (type %u, value %u, flags 0x%x)",
+		return kt_lib_fail(EPROTO, "%s: not an mmapable array of %u-byte values (type %u, value %u, flags 0x%x)",
 			    path, vsize, info.type, info.value_size, info.map_flags);
 	*max_entries = info.max_entries;
 	if (prot == PROT_NONE)
@@ -85,7 +84,7 @@ static int map_open(struct kthrottle *h, const char *map, __u32 file_flags, __u3
 	h->map = mmap(NULL, h->map_len, prot, MAP_SHARED, h->fd, 0);
 	if (h->map == MAP_FAILED) {
 		h->map = NULL;
-		return fail(errno, "mmap %s", path);
+		return kt_lib_fail(errno, "mmap %s", path);
 	}
 	return 0;
 }
@@ -112,14 +111,14 @@ KT_API int kthrottle_open(const char *limit, struct kthrottle **out)
 
 	last_error[0] = 0;
 	if (!out || !limit || !*limit)
-		return fail(EINVAL, "kthrottle_open: no limit name");
+		return kt_lib_fail(EINVAL, "kthrottle_open: no limit name");
 	*out = NULL;
 	len = strlen(limit);
 	if (len >= KT_NAME_LEN)
-		return fail(ENAMETOOLONG, "limit name '%s' longer than %d bytes", limit, KT_NAME_LEN - 1);
+		return kt_lib_fail(ENAMETOOLONG, "limit name '%s' longer than %d bytes", limit, KT_NAME_LEN - 1);
 	h = handle_new();
 	if (!h)
-		return fail(ENOMEM, "kthrottle_open");
+		return kt_lib_fail(ENOMEM, "kthrottle_open");
 	h->kind = KTH_COOP;
 	err = map_open(h, "kt_coop", 0, sizeof(struct kt_coop), PROT_READ | PROT_WRITE, &n);
 	if (err)
@@ -137,8 +136,8 @@ KT_API int kthrottle_open(const char *limit, struct kthrottle **out)
 			return 0;
 		}
 	}
-	err = fail(ENOENT, "no cooperative limit '%s' in %s/kt_coop (unit request in the config?)", limit,
-		   pin_dir());
+	err = kt_lib_fail(ENOENT, "no cooperative limit '%s' in %s/kt_coop (unit request in the config?)", limit,
+		   kt_lib_pin_dir());
 out_err:
 	kthrottle_close(h);
 	return err;
@@ -152,11 +151,11 @@ KT_API int kthrottle_open_member(uint32_t slot, struct kthrottle **out)
 
 	last_error[0] = 0;
 	if (!out)
-		return fail(EINVAL, "kthrottle_open_member: out is NULL");
+		return kt_lib_fail(EINVAL, "kthrottle_open_member: out is NULL");
 	*out = NULL;
 	h = handle_new();
 	if (!h)
-		return fail(ENOMEM, "kthrottle_open_member");
+		return kt_lib_fail(ENOMEM, "kthrottle_open_member");
 	h->kind = KTH_MEMBER;
 	/* A read-only descriptor: the kernel refuses writes through it
 	 * (update: EPERM; mmap PROT_WRITE: EACCES). It does not map it at all
@@ -168,7 +167,7 @@ KT_API int kthrottle_open_member(uint32_t slot, struct kthrottle **out)
 	if (err)
 		goto out_err;
 	if (slot >= n) {
-		err = fail(ERANGE, "bucket slot %u: kt_buckets has %u", slot, n);
+		err = kt_lib_fail(ERANGE, "bucket slot %u: kt_buckets has %u", slot, n);
 		goto out_err;
 	}
 	h->slot = slot;
@@ -192,11 +191,11 @@ KT_API int kthrottle_try_acquire(struct kthrottle *h, uint64_t n, uint64_t *retr
 	__u64 wait;
 
 	if (__builtin_expect(!e, 0))
-		return fail(EPERM, "try_acquire: read-only handle of a kernel-enforced bucket");
+		return kt_lib_fail(EPERM, "try_acquire: read-only handle of a kernel-enforced bucket");
 	if (__builtin_expect(!n, 0))
-		return fail(EINVAL, "try_acquire: n is 0");
+		return kt_lib_fail(EINVAL, "try_acquire: n is 0");
 	if (__builtin_expect(__atomic_load_n(&e->gen, __ATOMIC_RELAXED) != h->gen, 0))
-		return fail(ESTALE, "try_acquire: limit '%s' was removed or replaced; reopen it",
+		return kt_lib_fail(ESTALE, "try_acquire: limit '%s' was removed or replaced; reopen it",
 			    h->name);
 	if (kt_gcra_decide(&e->bucket, kt_fast_clock_ns(), n, &wait) == KT_ADMIT) {
 		__atomic_fetch_add(&e->admitted, n, __ATOMIC_RELAXED);
@@ -271,7 +270,7 @@ KT_API int kthrottle_is_throttled(struct kthrottle *h, uint64_t *for_ns)
 	int r;
 
 	if (h->ent && __atomic_load_n(&h->ent->gen, __ATOMIC_RELAXED) != h->gen)
-		return fail(ESTALE, "is_throttled: limit '%s' was removed or replaced; reopen it",
+		return kt_lib_fail(ESTALE, "is_throttled: limit '%s' was removed or replaced; reopen it",
 			    h->name);
 	if (h->bucket) {
 		r = kt_gcra_peek(h->bucket, kt_fast_clock_ns(), 1, &wait);
@@ -280,7 +279,7 @@ KT_API int kthrottle_is_throttled(struct kthrottle *h, uint64_t *for_ns)
 		__u32 key = h->slot;
 
 		if (bpf_map_lookup_elem(h->fd, &key, &copy))
-			return fail(errno, "is_throttled: read bucket slot %u", key);
+			return kt_lib_fail(errno, "is_throttled: read bucket slot %u", key);
 		r = kt_gcra_peek(&copy, kt_fast_clock_ns(), 1, &wait);
 	}
 	if (for_ns)

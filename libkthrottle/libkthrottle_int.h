@@ -37,5 +37,10 @@ __u64 kt_fast_clock_ns(void);
 int kt_fast_clock_is_tsc(void);
 /* Forgets the anchor and the mode, as in a new process (tests; one thread). */
 void kt_fast_clock_reset(void);
+/* Shared by the library's files (not exported: -fvisibility=hidden). */
+/* Sets kthrottle_last_error() to the message and strerror(err); -err. */
+int kt_lib_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* $KTHROTTLE_PIN_DIR, else KTHROTTLE_PIN_DIR_DEFAULT. */
+const char *kt_lib_pin_dir(void);
 
 #endif

@@ -1,0 +1,402 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* kthrottle_connect: connect(2) that tells a refusal by a kthrottle
+ * connection limit from a network error (include/kthrottle_client.h).
+ *
+ * The BPF connect hook refuses with the limit's errno and counts the refusal
+ * in the bucket's per-CPU throttled counter; it leaves no other trace the
+ * caller could see. So the library redoes the program's classification
+ * (kt_member_list + kt_classify_and_decide of bpf/kthrottle.bpf.h) from
+ * userspace on read-only map descriptors, and reads the counters of the
+ * buckets that could refuse this destination before and after connect. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+
+#include "kthrottle.h"
+#include "kthrottle_client.h"
+#include "libkthrottle_int.h"
+
+#define KT_API __attribute__((visibility("default")))
+
+enum { M_MEMBERS, M_LIMITS, M_DESTS, M_COUNTERS, M_BUCKETS, M_COUNT };
+
+static const struct {
+	const char *name;
+	__u32 type, key, value;
+} maps[M_COUNT] = {
+	[M_MEMBERS] = { "kt_members", BPF_MAP_TYPE_HASH, sizeof(struct kt_member_key),
+			sizeof(struct kt_member_val) },
+	[M_LIMITS] = { "kt_limits", BPF_MAP_TYPE_ARRAY, sizeof(__u32), sizeof(struct kt_limit_info) },
+	[M_DESTS] = { "kt_dests", BPF_MAP_TYPE_LPM_TRIE, sizeof(struct kt_dest_key),
+		      sizeof(struct kt_dest_val) },
+	[M_COUNTERS] = { "kt_counters", BPF_MAP_TYPE_PERCPU_ARRAY, sizeof(__u32),
+			 sizeof(struct kt_counters) },
+	[M_BUCKETS] = { "kt_buckets", BPF_MAP_TYPE_ARRAY, sizeof(__u32), sizeof(struct kt_bucket) },
+};
+
+/* Process-wide: the maps of one pin dir, opened on first use. Readers hold
+ * the lock shared while they use the descriptors, so a reopen (the pins
+ * were replaced: kthrottlectl cleanup and a new daemon) never closes one
+ * under them. */
+static struct {
+	pthread_rwlock_t lock;
+	int fd[M_COUNT];
+	bool open;
+	char pin_dir[PATH_MAX];
+	dev_t dev; /* of <pin_dir>/kt_members when opened: identifies the pins */
+	ino_t ino;
+	int ncpus;
+	char cg_mount[PATH_MAX]; /* the cgroup2 mount point ("" if none) */
+	char cg_root[PATH_MAX];  /* its root inside the hierarchy (mountinfo field 4) */
+} st = { .lock = PTHREAD_RWLOCK_INITIALIZER };
+
+static void close_maps(void)
+{
+	for (int i = 0; i < M_COUNT; i++) {
+		if (st.open && st.fd[i] >= 0)
+			close(st.fd[i]);
+		st.fd[i] = -1;
+	}
+	st.open = false;
+}
+
+/* The cgroup2 mount from /proc/self/mountinfo: any path (a hybrid host has
+ * it at /sys/fs/cgroup/unified), and its root, which is not "/" in a bind
+ * mount or a cgroup namespace entered after the mount. */
+static void find_cgroup2_mount(void)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL;
+	size_t cap = 0;
+
+	st.cg_mount[0] = st.cg_root[0] = 0;
+	if (!f)
+		return;
+	while (getline(&line, &cap, f) > 0) {
+		/* id parent maj:min root mountpoint opts [optional...] - fstype ... */
+		char *sep = strstr(line, " - "), root[PATH_MAX], mnt[PATH_MAX], fstype[32];
+
+		if (!sep || sscanf(sep + 3, "%31s", fstype) != 1 || strcmp(fstype, "cgroup2"))
+			continue;
+		if (sscanf(line, "%*s %*s %*s %4095s %4095s", root, mnt) != 2)
+			continue;
+		/* mountinfo octal-escapes spaces; a cgroup mount with them is not
+		 * worth supporting: such a path just finds no member */
+		snprintf(st.cg_root, sizeof(st.cg_root), "%s", strcmp(root, "/") ? root : "");
+		snprintf(st.cg_mount, sizeof(st.cg_mount), "%s", mnt);
+		break;
+	}
+	free(line);
+	fclose(f);
+}
+
+/* Opens the pin dir's maps read-only, checking each is what this library
+ * was built for. 0 or -errno; on failure nothing stays open. */
+static int open_maps(const char *dir, const struct stat *id)
+{
+	close_maps();
+	for (int i = 0; i < M_COUNT; i++) {
+		LIBBPF_OPTS(bpf_obj_get_opts, opts, .file_flags = BPF_F_RDONLY);
+		struct bpf_map_info info;
+		__u32 len = sizeof(info);
+		char path[PATH_MAX + 32];
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, maps[i].name);
+		fd = bpf_obj_get_opts(path, &opts);
+		if (fd < 0) {
+			int err = errno;
+
+			for (int j = 0; j < i; j++)
+				close(st.fd[j]);
+			return kt_lib_fail(err, "kthrottle_connect: open %s read-only", path);
+		}
+		st.fd[i] = fd;
+		memset(&info, 0, sizeof(info));
+		if (bpf_obj_get_info_by_fd(fd, &info, &len) || info.type != maps[i].type ||
+		    info.key_size != maps[i].key || info.value_size != maps[i].value) {
+			for (int j = 0; j <= i; j++)
+				close(st.fd[j]);
+			return kt_lib_fail(EPROTO, "kthrottle_connect: %s is not the map this library knows",
+					   path);
+		}
+	}
+	st.ncpus = libbpf_num_possible_cpus();
+	if (st.ncpus <= 0) {
+		for (int j = 0; j < M_COUNT; j++)
+			close(st.fd[j]);
+		return kt_lib_fail(EIO, "kthrottle_connect: number of possible CPUs");
+	}
+	st.open = true;
+	st.dev = id->st_dev;
+	st.ino = id->st_ino;
+	snprintf(st.pin_dir, sizeof(st.pin_dir), "%s", dir);
+	find_cgroup2_mount();
+	return 0;
+}
+
+/* Takes st.lock shared with the maps of the current pin dir open: 0, or
+ * -errno with no lock held (then the caller connects plainly). */
+static int maps_get(void)
+{
+	const char *dir = kt_lib_pin_dir();
+	char path[PATH_MAX + 32];
+	struct stat id;
+	int err = 0;
+
+	/* one stat per call tells whether the pins are still those opened */
+	snprintf(path, sizeof(path), "%s/kt_members", dir);
+	if (stat(path, &id) < 0)
+		return -errno;
+	pthread_rwlock_rdlock(&st.lock);
+	if (st.open && st.dev == id.st_dev && st.ino == id.st_ino && !strcmp(st.pin_dir, dir))
+		return 0;
+	pthread_rwlock_unlock(&st.lock);
+	pthread_rwlock_wrlock(&st.lock);
+	if (!(st.open && st.dev == id.st_dev && st.ino == id.st_ino && !strcmp(st.pin_dir, dir)))
+		err = open_maps(dir, &id);
+	pthread_rwlock_unlock(&st.lock);
+	if (err)
+		return err;
+	/* whatever is open now is valid; if another thread reopened in between,
+	 * its maps are as good as the ones this call found */
+	pthread_rwlock_rdlock(&st.lock);
+	if (st.open)
+		return 0;
+	pthread_rwlock_unlock(&st.lock);
+	return -ENOENT;
+}
+
+/* This process's cgroup v2 directory (from /proc/self/cgroup, "0::/path"):
+ * 0 and out, or -errno. */
+static int own_cgroup_dir(char *out, size_t outlen)
+{
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char *line = NULL, *p = NULL;
+	size_t cap = 0, rl;
+	int err = -ENOENT;
+
+	if (!f)
+		return -errno;
+	while (getline(&line, &cap, f) > 0) {
+		if (!strncmp(line, "0::", 3)) {
+			p = line + 3;
+			p[strcspn(p, "\n")] = 0;
+			break;
+		}
+	}
+	fclose(f);
+	rl = strlen(st.cg_root);
+	if (p && st.cg_mount[0]) {
+		/* the path is relative to the hierarchy's (namespace's) root, the
+		 * mount shows cg_root of it: strip that prefix */
+		if (rl && !(strncmp(p, st.cg_root, rl) == 0 && (p[rl] == '/' || !p[rl])))
+			p = NULL; /* our cgroup is outside what the mount shows */
+		else if ((size_t)snprintf(out, outlen, "%s%s", st.cg_mount, p + rl) < outlen)
+			err = 0;
+		else
+			err = -ENAMETOOLONG;
+	}
+	free(line);
+	return err;
+}
+
+static int cgroup_id(const char *path, __u64 *id)
+{
+	struct {
+		struct file_handle fh;
+		__u64 cgid;
+	} h = { .fh.handle_bytes = sizeof(__u64) };
+	int mount_id;
+
+	/* a cgroupfs (kernfs) file handle is the 64-bit cgroup id */
+	if (name_to_handle_at(AT_FDCWD, path, &h.fh, &mount_id, 0) < 0)
+		return -errno;
+	if (h.fh.handle_bytes != sizeof(__u64))
+		return -EINVAL;
+	*id = h.cgid;
+	return 0;
+}
+
+/* The kt_members list that decides for this process, as kt_member_list
+ * finds it: its cgroup's own, else the nearest member ancestor's (at most
+ * KT_MAX_CGROUP_DEPTH levels up, never above the mount). 0 or -ENOENT. */
+static int member_list(struct kt_member_val *v)
+{
+	char dir[PATH_MAX];
+	size_t mlen = strlen(st.cg_mount);
+
+	if (own_cgroup_dir(dir, sizeof(dir)))
+		return -ENOENT;
+	for (int level = 0; level < KT_MAX_CGROUP_DEPTH; level++) {
+		struct kt_member_key key;
+		char *slash;
+
+		if (!cgroup_id(dir, &key.cgroup_id) &&
+		    !bpf_map_lookup_elem(st.fd[M_MEMBERS], &key, v))
+			return 0;
+		slash = strrchr(dir, '/');
+		if (strlen(dir) <= mlen || !slash || (size_t)(slash - dir) < mlen)
+			break; /* at the mount: no further up */
+		*slash = 0;
+	}
+	return -ENOENT;
+}
+
+/* A connection limit that covers the destination. */
+struct cand {
+	__u32 limit_id, slot, prio, refuse_errno;
+	__u64 throttled; /* sum over CPUs before connect */
+};
+
+static int throttled_sum(__u32 slot, __u64 *sum)
+{
+	struct kt_counters *c = calloc((size_t)st.ncpus, sizeof(*c));
+	int ret = 0;
+
+	if (!c)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(st.fd[M_COUNTERS], &slot, c)) {
+		ret = -errno;
+	} else {
+		*sum = 0;
+		for (int i = 0; i < st.ncpus; i++)
+			*sum += c[i].throttled;
+	}
+	free(c);
+	return ret;
+}
+
+/* The limits of the list that the connect hook could charge for this call
+ * (kt_classify_and_decide's filter: hook, protocol, port, a kt_dests prefix
+ * covering the address), with their counters now. Their number. */
+static int candidates(const struct kt_member_val *v, __u8 proto, const __u8 addr[16], __u16 port,
+		      struct cand *out)
+{
+	struct kt_dest_key dk = { .prefixlen = 32 + 128 };
+	int n = 0;
+
+	memcpy(dk.addr, addr, 16);
+	for (__u32 i = 0; i < v->count && i < KT_LIMITS_PER_CGROUP; i++) {
+		__u32 id = v->ents[i].limit_id;
+		struct kt_limit_info li;
+		struct kt_dest_val d;
+
+		if (bpf_map_lookup_elem(st.fd[M_LIMITS], &id, &li) ||
+		    kt_hook_for_unit(li.unit) != KT_HOOK_CONNECT || !(li.proto_mask & proto) ||
+		    port < li.port_lo || port > li.port_hi)
+			continue;
+		dk.limit_id = id;
+		if (bpf_map_lookup_elem(st.fd[M_DESTS], &dk, &d))
+			continue;
+		out[n] = (struct cand){ .limit_id = id, .slot = v->ents[i].slot,
+					.prio = kt_dest_priority(&d),
+					.refuse_errno = d.refuse_errno ? d.refuse_errno : KT_REFUSE_ERRNO };
+		if (!throttled_sum(out[n].slot, &out[n].throttled))
+			n++;
+	}
+	return n;
+}
+
+/* Fills *why from the refusing limit and its bucket now. */
+static void describe(const struct cand *c, int err, struct kthrottle_refusal *why)
+{
+	struct kt_limit_info li;
+	struct kt_bucket b;
+	__u64 now = kt_clock_ns(), wait = 0;
+	__u32 key = c->limit_id;
+
+	memset(why, 0, sizeof(*why));
+	why->err = err;
+	if (!bpf_map_lookup_elem(st.fd[M_LIMITS], &key, &li))
+		memcpy(why->limit, li.name, sizeof(why->limit) - 1);
+	key = c->slot;
+	if (!bpf_map_lookup_elem(st.fd[M_BUCKETS], &key, &b)) {
+		/* what kthrottle_is_throttled would answer: the wait for one
+		 * token (~0 closed), 0 if the bucket has refilled since */
+		if (kt_gcra_peek(&b, now, 1, &wait) == KT_ADMIT)
+			wait = 0;
+		why->retry_after_ns = wait;
+		why->reason = kt_bucket_reason(&b, now);
+	}
+}
+
+static int plain_connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	return connect(fd, addr, len) == 0 ? 0 : -errno;
+}
+
+KT_API int kthrottle_connect(int fd, const struct sockaddr *addr, socklen_t len,
+			     struct kthrottle_refusal *why)
+{
+	struct cand cands[KT_LIMITS_PER_CGROUP];
+	struct kt_member_val v;
+	__u8 a[16] = { 0 };
+	__u16 port;
+	__u8 proto;
+	int sp = 0, best = -1, n, err;
+	socklen_t sl = sizeof(sp);
+
+	/* what the connect4/connect6 hooks see: the destination as a 16-byte
+	 * (v4-mapped) address, the port, the socket's protocol */
+	if (!addr)
+		return plain_connect(fd, addr, len);
+	if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)addr;
+
+		a[10] = a[11] = 0xff;
+		memcpy(a + 12, &s4->sin_addr, 4);
+		port = ntohs(s4->sin_port);
+	} else if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)addr;
+
+		memcpy(a, &s6->sin6_addr, 16);
+		port = ntohs(s6->sin6_port);
+	} else {
+		return plain_connect(fd, addr, len);
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &sp, &sl))
+		return plain_connect(fd, addr, len);
+	proto = sp == IPPROTO_TCP ? KT_PROTO_TCP : sp == IPPROTO_UDP ? KT_PROTO_UDP : 0;
+	if (!proto || maps_get())
+		return plain_connect(fd, addr, len);
+
+	n = member_list(&v) ? 0 : candidates(&v, proto, a, port, cands);
+	if (!n) {
+		/* no connection limit of ours covers it: kthrottle cannot refuse */
+		pthread_rwlock_unlock(&st.lock);
+		return plain_connect(fd, addr, len);
+	}
+	if (connect(fd, addr, len) == 0) {
+		pthread_rwlock_unlock(&st.lock);
+		return 0;
+	}
+	err = errno;
+	/* The hook charges one limit: of those whose throttled count rose and
+	 * whose errno this is, the most specific (as the program chooses). */
+	for (int i = 0; i < n; i++) {
+		__u64 after;
+
+		if (cands[i].refuse_errno != (__u32)err || throttled_sum(cands[i].slot, &after) ||
+		    after == cands[i].throttled)
+			continue;
+		if (best < 0 || cands[i].prio > cands[best].prio)
+			best = i;
+	}
+	if (best >= 0 && why)
+		describe(&cands[best], err, why);
+	pthread_rwlock_unlock(&st.lock);
+	errno = err;
+	return best >= 0 ? KTHROTTLE_THROTTLED : -err;
+}
