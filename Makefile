@@ -153,6 +153,11 @@ $(BUILD)/tests/e2e/test_coop: tests/e2e/test_coop.c $(BUILD)/libkthrottle.a $(TE
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
 
+# kthrottle_connect against a daemon's connection limits
+$(BUILD)/tests/e2e/test_connect_refusal: tests/e2e/test_connect_refusal.c $(BUILD)/libkthrottle.a $(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS)
+	@mkdir -p $(@D)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
+
 # kt-libbench times the Redis round trip it is compared with (redis_proc)
 $(BUILD)/tools/kt-libbench: tests/tools/kt-libbench.c $(BUILD)/libkthrottle.a $(LIB_OBJS) $(TEST_HELPERS) $(KTLIB_HDRS) $(wildcard tests/lib/*.h)
 	@mkdir -p $(@D)
