@@ -14,7 +14,9 @@
  *    and so is one to a closed port that a third limit with errno:
  *    ECONNREFUSED covers but does not refuse (its counter is what tells);
  *    the cost of kthrottle_connect over connect is printed (100 each);
- *  - a process outside the member cgroup: all 8 connects succeed.
+ *  - a process outside the member cgroup: all 8 connects succeed;
+ *  - uid 65534 in the member cgroup cannot read the pins (0600, root's):
+ *    plain connect, the refusals are -EBUSY.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -25,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -96,9 +99,9 @@ struct seen {
 	uint64_t lib_ns, plain_ns; /* total of COST_N calls each, to dead_port */
 };
 
-/* Forks a child that joins cgroup `cg` (NULL: stays where it is), connects
- * and sends back what it saw. */
-static void run_child(const char *cg, struct seen *s)
+/* Forks a child that joins cgroup `cg` (NULL: stays where it is), becomes
+ * uid `uid` if >= 0, connects and sends back what it saw. */
+static void run_child_as(const char *cg, int uid, struct seen *s)
 {
 	int p[2], status;
 	pid_t pid;
@@ -114,6 +117,8 @@ static void run_child(const char *cg, struct seen *s)
 		memset(&c, 0, sizeof(c));
 		if (cg && ktest_cgroup_join(cg))
 			_exit(3);
+		if (uid >= 0 && (setgroups(0, NULL) || setgid(uid) || setuid(uid)))
+			_exit(5);
 		for (int l = 0; l < 2; l++)
 			for (int i = 0; i < TRIES; i++)
 				c.rc[l][i] = try_connect(fx.port[l], &c.why[l][i], &c.ns[l][i]);
@@ -138,6 +143,11 @@ static void run_child(const char *cg, struct seen *s)
 	close(p[0]);
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static void run_child(const char *cg, struct seen *s)
+{
+	run_child_as(cg, -1, s);
 }
 
 static int setup(void **state)
@@ -304,12 +314,30 @@ static void test_outside_member(void **state)
 		      2 * TRIES, 2 * TRIES, s.closed_rc);
 }
 
+/* Pins this process may not read: kthrottle_connect is plain connect. */
+static void test_unreadable_pins(void **state)
+{
+	struct seen s;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	daemon_up();
+	run_child_as(fx.cg, 65534, &s);
+	assert_int_equal(s.rc[0][0], 0);
+	for (int i = 2; i < TRIES; i++)
+		assert_int_equal(s.rc[0][i], -EBUSY);
+	assert_int_equal(s.closed_rc, -ECONNREFUSED);
+	print_message("uid 65534: conn-busy answers %d then %d (plain errno)\n", s.rc[0][0],
+		      s.rc[0][TRIES - 1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_no_daemon, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_member_refusals, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_outside_member, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unreadable_pins, setup, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
