@@ -31,6 +31,10 @@
  *    BPF_OBJ_GET needs no capability on 6.18, the pin file's mode decides
  *    (kt_buckets readable, never writable, by the application's uid).
  *
+ * And kthrottle_connect(), connect(2) that tells a refusal by a kernel
+ * connection limit (KTHROTTLE_THROTTLED, with the limit and a retry-after)
+ * from a network error; no handle, read-only maps only.
+ *
  * The pinned maps are found in $KTHROTTLE_PIN_DIR, by default
  * /sys/fs/bpf/kthrottle (the daemon's pinDir). Opening needs the right to
  * reach the pin files (bpffs permissions) and to bpf(BPF_OBJ_GET) them.
