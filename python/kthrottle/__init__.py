@@ -1,0 +1,357 @@
+# SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+"""kthrottle's cooperative limits (``unit: request``) from Python.
+
+A thin ctypes layer over libkthrottle (``include/kthrottle_client.h``): the
+decision is the library's, made on the limit's bucket that kthrottled
+publishes in its pinned ``kt_coop`` map and every process on the node shares.
+
+    from kthrottle import throttle, should_throttle
+
+    @throttle("api")                  # returns None when throttled
+    def call(): ...
+
+    @throttle("api", max_delay=0.5)   # waits up to 0.5 s for a token, then None
+    def patient_call(): ...
+
+    should_throttle("api")  # True: throttled (nothing charged);
+                            # False: a token was taken, go ahead
+
+The library is ``$KTHROTTLE_LIB`` if set, else ``libkthrottle.so.0`` from the
+dynamic linker's path; it is loaded on first use, so importing never fails.
+The pin directory is ``$KTHROTTLE_PIN_DIR`` (default /sys/fs/bpf/kthrottle).
+A missing library, daemon or limit raises :class:`Error`: never a silent
+"not throttled".
+"""
+
+import ctypes
+import ctypes.util
+import errno as _errno
+import functools
+import inspect
+import math
+import numbers
+import os
+import threading
+
+__all__ = ["Error", "Limit", "throttle", "should_throttle"]
+__version__ = "0.1.0"
+
+LIB_ENV = "KTHROTTLE_LIB"
+_UINT64_MAX = 2**64 - 1
+_MAX_TOKENS = 2**63 - 1
+_CONFIG_KEYS = ("cost", "max_delay")
+
+
+class Error(Exception):
+    """A libkthrottle failure.
+
+    ``errno`` is the positive errno value (ENOENT: no such limit or no
+    kthrottled publishing in the pin dir; EACCES/EPERM: the pins are not
+    reachable; ELIBACC: libkthrottle could not be loaded), ``text`` the
+    library's one-line explanation, ``limit`` the limit's name (or None).
+    """
+
+    def __init__(self, err, text, limit=None):
+        self.errno = err
+        self.text = text
+        self.limit = limit
+        msg = text if limit is None else "kthrottle limit '%s': %s" % (limit, text)
+        super().__init__(msg)
+
+
+# --- the library -----------------------------------------------------------
+
+_lib = None
+_lib_error = None
+_lib_lock = threading.Lock()
+
+
+def _candidates():
+    path = os.environ.get(LIB_ENV)
+    if path:
+        return [(LIB_ENV + "=" + path, path)]
+    # the soname first: the ABI this module was written for
+    out = [("libkthrottle.so.0", "libkthrottle.so.0")]
+    found = ctypes.util.find_library("kthrottle")
+    if found and found != "libkthrottle.so.0":
+        out.append(("find_library('kthrottle') = " + found, found))
+    return out
+
+
+def _dlopen():
+    tried = []
+    for what, path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s: %s" % (what, e))
+            continue
+        c_u64, c_u64p = ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)
+        lib.kthrottle_open.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+        lib.kthrottle_open.restype = ctypes.c_int
+        lib.kthrottle_try_acquire.argtypes = [ctypes.c_void_p, c_u64, c_u64p]
+        lib.kthrottle_try_acquire.restype = ctypes.c_int
+        lib.kthrottle_acquire.argtypes = [ctypes.c_void_p, c_u64, c_u64]
+        lib.kthrottle_acquire.restype = ctypes.c_int
+        lib.kthrottle_is_throttled.argtypes = [ctypes.c_void_p, c_u64p]
+        lib.kthrottle_is_throttled.restype = ctypes.c_int
+        lib.kthrottle_close.argtypes = [ctypes.c_void_p]
+        lib.kthrottle_close.restype = None
+        lib.kthrottle_last_error.argtypes = []
+        lib.kthrottle_last_error.restype = ctypes.c_char_p
+        return lib
+    raise Error(_errno.ELIBACC, "cannot load libkthrottle (tried " + "; ".join(tried) +
+                "); install it or set " + LIB_ENV)
+
+
+def _load():
+    """The loaded library; the first failure is remembered and raised again."""
+    global _lib, _lib_error
+    if _lib is not None:
+        return _lib
+    with _lib_lock:
+        if _lib is None and _lib_error is None:
+            try:
+                _lib = _dlopen()
+            except Error as e:
+                _lib_error = e
+        if _lib is None:
+            raise Error(_lib_error.errno, _lib_error.text)
+        return _lib
+
+
+# --- argument checks ---------------------------------------------------------
+
+def _check_name(name):
+    if not isinstance(name, str):
+        raise TypeError("kthrottle: the limit must be its name (a str), not %s%s" % (
+            type(name).__name__,
+            ": use @throttle(\"name\")" if callable(name) else ""))
+    if not name or "\0" in name:
+        raise ValueError("kthrottle: bad limit name %r" % (name,))
+    return name
+
+
+def _check_tokens(what, n):
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError("kthrottle: %s must be an int, not %s" % (what, type(n).__name__))
+    if not 1 <= n <= _MAX_TOKENS:
+        raise ValueError("kthrottle: %s must be >= 1, not %r" % (what, n))
+    return int(n)
+
+
+def _check_seconds(what, s):
+    if isinstance(s, bool) or not isinstance(s, numbers.Real):
+        raise TypeError("kthrottle: %s must be a number of seconds, not %s" % (
+            what, type(s).__name__))
+    s = float(s)
+    if not (s >= 0 and math.isfinite(s)):
+        raise ValueError("kthrottle: %s must be >= 0 seconds and finite, not %r" % (what, s))
+    return min(int(s * 1e9), _UINT64_MAX)
+
+
+def _parse_config(config):
+    """(cost, max_delay in ns) from should_throttle's/throttle's keywords."""
+    for key in config:
+        if key not in _CONFIG_KEYS:
+            raise TypeError("kthrottle: unknown config key %r (supported: %s)" % (
+                key, ", ".join(_CONFIG_KEYS)))
+    cost = _check_tokens("cost", config.get("cost", 1))
+    delay_ns = _check_seconds("max_delay", config.get("max_delay", 0))
+    return cost, delay_ns
+
+
+def _seconds(ns):
+    return math.inf if ns == _UINT64_MAX else ns / 1e9
+
+
+# --- handles -----------------------------------------------------------------
+
+class Limit:
+    """An open cooperative limit.
+
+    Any number of threads may use one Limit at once; close() must be the
+    last call on it. A limit that a daemon reload removed or replaced is
+    reopened once by name (the library's -ESTALE); if that fails, Error.
+    Usable as a context manager (closes on exit).
+    """
+
+    def __init__(self, name):
+        self._h = None
+        self.name = _check_name(name)
+        self._lib = _load()
+        self._lock = threading.Lock()
+        self._stale = []  # replaced handles: another thread may still be in them
+        self._h = self._open()
+
+    def _error(self, r):
+        text = self._lib.kthrottle_last_error()  # per thread: ours, just set
+        text = text.decode(errors="replace") if text else os.strerror(-r)
+        return Error(-r, text, self.name)
+
+    def _open(self):
+        h = ctypes.c_void_p()
+        r = self._lib.kthrottle_open(self.name.encode(), ctypes.byref(h))
+        if r < 0:
+            raise self._error(r)
+        return h.value
+
+    def _call(self, op):
+        h = self._h
+        if h is None:
+            raise Error(_errno.EBADF, "closed", self.name)
+        r = op(h)
+        if r == -_errno.ESTALE:
+            with self._lock:
+                if self._h == h:
+                    new = self._open()
+                    self._stale.append(h)
+                    self._h = new
+                h = self._h
+            r = op(h)
+        if r < 0:
+            raise self._error(r)
+        return r
+
+    def _try_ns(self, n):
+        """try_acquire: (admitted, retry-after ns)."""
+        wait = ctypes.c_uint64(0)
+        lib = self._lib
+        r = self._call(lambda h: lib.kthrottle_try_acquire(h, n, ctypes.byref(wait)))
+        return r == 1, wait.value
+
+    def _acquire_ns(self, n, timeout_ns):
+        lib = self._lib
+        return self._call(lambda h: lib.kthrottle_acquire(h, n, timeout_ns)) == 1
+
+    def try_acquire(self, n=1):
+        """Takes n tokens if the limit has them now (no wait, no syscall).
+
+        Returns (True, 0.0) when admitted, else (False, retry_after): the
+        seconds until the same request would conform at the current rate
+        (math.inf when the limit is closed); nothing is charged then.
+        """
+        ok, ns = self._try_ns(_check_tokens("n", n))
+        return (True, 0.0) if ok else (False, _seconds(ns))
+
+    def acquire(self, n=1, timeout=None):
+        """Waits up to timeout seconds (None: for as long as it takes) for n
+        tokens; True when taken, False on timeout (nothing charged)."""
+        n = _check_tokens("n", n)
+        if timeout is not None:
+            return self._acquire_ns(n, _check_seconds("timeout", timeout))
+        while not self._acquire_ns(n, 10**9):  # 1 s at a time: signals get handled
+            pass
+        return True
+
+    def is_throttled(self):
+        """(throttled, seconds): whether a 1-token request would be refused
+        now, and for how long (math.inf: closed; 0.0 when not). Charges
+        nothing."""
+        wait = ctypes.c_uint64(0)
+        lib = self._lib
+        r = self._call(lambda h: lib.kthrottle_is_throttled(h, ctypes.byref(wait)))
+        return (True, _seconds(wait.value)) if r == 1 else (False, 0.0)
+
+    def close(self):
+        """Unmaps the limit; calls after this raise Error (EBADF)."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return
+        with lock:
+            for h in self._stale + [self._h]:
+                if h is not None:
+                    self._lib.kthrottle_close(h)
+            self._stale = []
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<kthrottle.Limit %r%s>" % (self.name, "" if self._h else " closed")
+
+
+# Per process (a forked child opens its own; the parent's would work too)
+# and per limit name.
+_cache = {}
+_cache_lock = threading.Lock()
+
+
+def _after_fork_in_child():
+    global _cache_lock, _lib_lock
+    # another thread may have held them at fork time
+    _cache_lock = threading.Lock()
+    _lib_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _limit(name):
+    key = (os.getpid(), name)
+    lim = _cache.get(key)
+    if lim is None:
+        with _cache_lock:
+            lim = _cache.get(key)
+            if lim is None:
+                lim = Limit(name)  # Error is not cached: a later call retries
+                _cache[key] = lim
+    return lim
+
+
+def _should(name, cost, delay_ns):
+    lim = _limit(name)
+    if delay_ns:
+        return not lim._acquire_ns(cost, delay_ns)
+    return not lim._try_ns(cost)[0]
+
+
+def should_throttle(limit, **config):
+    """True when limit `limit` refuses now (nothing charged); False when it
+    admitted: `cost` tokens (default 1) were taken, go ahead.
+
+    config: max_delay=seconds (default 0) waits up to that long for the
+    tokens first; cost=int >= 1. Unknown keys raise TypeError, bad values
+    TypeError or ValueError; no daemon or no such limit raises Error.
+    """
+    cost, delay_ns = _parse_config(config)
+    return _should(_check_name(limit), cost, delay_ns)
+
+
+def throttle(limit, **config):
+    """Decorator: the function runs when should_throttle(limit, **config)
+    says go ahead, else the call returns None without running it.
+
+    The config is checked here, the limit opened on the first call (so
+    decorating needs no daemon). Coroutine functions are refused: waiting
+    for max_delay would block the event loop.
+    """
+    name = _check_name(limit)
+    cost, delay_ns = _parse_config(config)
+
+    def decorate(fn):
+        if not callable(fn):
+            raise TypeError("kthrottle: throttle(...) decorates a function, not %s"
+                            % type(fn).__name__)
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError("kthrottle: throttle() does not wrap coroutine functions; "
+                            "use should_throttle()")
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if _should(name, cost, delay_ns):
+                return None
+            return fn(*args, **kwargs)
+        return wrapper
+    return decorate
