@@ -4,6 +4,7 @@
 #   make unit       host unit tests only (no root needed)
 #   make bench      benchmark table, store simulation, fault table, pod churn soak (root; SOAK_S=600)
 #   make fuzz       run every libFuzzer target FUZZ_SECONDS (300) each
+#   make install-python PYTHON=<venv>/bin/python   the Python module, offline
 #   make SAN=1 ...  build userspace with AddressSanitizer + UBSan
 #   make V=1 ...    show the full commands
 #   make clean
@@ -73,7 +74,7 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 FUZZ_OBJS  := $(patsubst user/%.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS))
 FUZZ_LIB   := $(BUILD)/fuzz/libkt-fuzz.a
 
-.PHONY: all test unit bench clean deps demo fuzz fuzz-build install uninstall
+.PHONY: all test unit bench clean deps demo fuzz fuzz-build install uninstall install-python
 all: $(BUILD)/kthrottled $(BUILD)/kthrottlectl
 
 deps:
@@ -157,6 +158,21 @@ $(BUILD)/tests/e2e/test_coop: tests/e2e/test_coop.c $(BUILD)/libkthrottle.a $(TE
 $(BUILD)/tests/e2e/test_connect_refusal: tests/e2e/test_connect_refusal.c $(BUILD)/libkthrottle.a $(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS)
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
+
+# the Python module (python/) in a venv against a real daemon: it loads
+# libkthrottle.so.0 with ctypes, so it needs the shared library, not the archive
+$(BUILD)/tests/e2e/test_python: tests/e2e/test_python.c $(BUILD)/libkthrottle.so $(TEST_HELPERS) $(HDRS) \
+		$(KTLIB_HDRS) python/pyproject.toml $(wildcard python/kthrottle/*.py) | $(BUILD)/kthrottled
+	@mkdir -p $(@D)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
+
+# The Python module into $(PYTHON)'s environment (a venv's python: Debian's
+# system python refuses pip installs), offline: pip's isolated build takes
+# setuptools and wheel from Debian's wheel directory, not from PyPI.
+PYTHON    ?= python3
+PY_WHEELS ?= /usr/share/python-wheels
+install-python:
+	$(PYTHON) -m pip install --no-index --find-links $(PY_WHEELS) ./python
 
 # kt-libbench times the Redis round trip it is compared with (redis_proc)
 $(BUILD)/tools/kt-libbench: tests/tools/kt-libbench.c $(BUILD)/libkthrottle.a $(LIB_OBJS) $(TEST_HELPERS) $(KTLIB_HDRS) $(wildcard tests/lib/*.h)

@@ -4,10 +4,13 @@
 set -euo pipefail
 
 # libclang-rt-dev: libFuzzer and the sanitizer runtimes (clang only recommends it)
+# python3-*-whl: the wheels an offline pip install of python/ builds with
+# (test_python; make install-python)
 pkgs=(clang libclang-rt-dev make gcc pkg-config libbpf-dev libelf-dev zlib1g-dev bpftool
       libhiredis-dev libyaml-dev libcmocka-dev redis-server redis-sentinel iproute2
       bind9-dnsutils libmicrohttpd-dev prometheus libcurl4-openssl-dev libjson-c-dev libssl-dev
-      openssl podman ca-certificates)
+      openssl podman ca-certificates
+      python3 python3-venv python3-pip-whl python3-setuptools-whl python3-wheel-whl)
 
 # node and npm for tests/k8s (offline validation of deploy/kubernetes/); a
 # node already installed is kept

@@ -1,0 +1,315 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* The Python module (python/kthrottle) end to end, as seed 002 specifies
+ * it: kthrottled publishes one cooperative limit of 20/s (min = max: no
+ * ramp) with burst 5; the module is pip-installed offline into a fresh
+ * venv of Debian's /usr/bin/python3 (the README's command); one script
+ * then checks:
+ *
+ *  - 4 worker processes calling a @throttle(limit) function every ~1 ms
+ *    for the same 5 s run it 100 ± 5 times plus the burst in total, and
+ *    the other calls return None;
+ *  - should_throttle takes the burst after a refill, then refuses;
+ *  - max_delay=0.5 on the emptied limit waits about one interval (50 ms)
+ *    and runs the function;
+ *  - Limit.is_throttled/try_acquire see the empty bucket;
+ *  - an unknown limit raises kthrottle.Error naming it, a bad config key
+ *    TypeError, a bad value ValueError.
+ *
+ * The daemon runs on a bpffs this test mounts in a private mount namespace,
+ * as in test_coop. */
+#include <errno.h>
+#include <limits.h>
+#include <sched.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <cmocka.h>
+
+#include "ktest.h"
+#include "kthrottle_client.h"
+
+#define PYTHON "/usr/bin/python3"
+/* Debian's wheels of pip, setuptools and wheel (python3-*-whl) */
+#define WHEELS "/usr/share/python-wheels"
+#define RATE 20.0
+#define BURST 5
+#define SECS 5.0
+#define NPROC 4
+
+static struct fixture {
+	struct ktest_daemon d;
+	char mnt[64]; /* our bpffs */
+	char tmp[PATH_MAX];
+	bool started;
+} fx;
+
+static const char *skip_why;
+
+/* The script: argv limit rate burst secs nproc; prints one line
+ * "RESULT {json}" (compact: ktest_json_num wants "key":value). */
+static const char script[] =
+	"import json, multiprocessing, sys, time\n"
+	"import kthrottle\n"
+	"from kthrottle import throttle, should_throttle\n"
+	"LIMIT, RATE, BURST = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])\n"
+	"SECS, NPROC = float(sys.argv[4]), int(sys.argv[5])\n"
+	"out = {}\n"
+	"# wrong uses, none of which charges LIMIT\n"
+	"try:\n"
+	"    throttle(LIMIT, bogus=1)\n"
+	"except TypeError as e:\n"
+	"    out['badkey'] = str(e)\n"
+	"try:\n"
+	"    should_throttle(LIMIT, max_delay=-1)\n"
+	"except ValueError as e:\n"
+	"    out['badvalue'] = str(e)\n"
+	"try:\n"
+	"    should_throttle('no-such-limit')\n"
+	"except kthrottle.Error as e:\n"
+	"    out['unknown'], out['unknown_errno'] = str(e), e.errno\n"
+	"\n"
+	"@throttle(LIMIT)\n"
+	"def work():\n"
+	"    return 1\n"
+	"\n"
+	"def worker(start, q):\n"
+	"    ran = none = 0\n"
+	"    while time.monotonic() < start:\n"
+	"        time.sleep(0.001)\n"
+	"    while time.monotonic() < start + SECS:\n"
+	"        if work() is None:\n"
+	"            none += 1\n"
+	"        else:\n"
+	"            ran += 1\n"
+	"        time.sleep(0.001)  # a caller, not a spinner\n"
+	"    q.put((ran, none))\n"
+	"\n"
+	"# fork: the children inherit the module, each opens its own handle\n"
+	"ctx = multiprocessing.get_context('fork')\n"
+	"q = ctx.Queue()\n"
+	"start = time.monotonic() + 0.5  # one window for all (CLOCK_MONOTONIC)\n"
+	"ps = [ctx.Process(target=worker, args=(start, q)) for _ in range(NPROC)]\n"
+	"for p in ps:\n"
+	"    p.start()\n"
+	"res = [q.get(timeout=SECS + 30) for _ in ps]\n"
+	"for p in ps:\n"
+	"    p.join()\n"
+	"out['exitcodes'] = sum(abs(p.exitcode) for p in ps)\n"
+	"out['ran'] = sum(r for r, _ in res)\n"
+	"out['none'] = sum(n for _, n in res)\n"
+	"\n"
+	"# refilled after burst intervals: should_throttle takes the burst\n"
+	"time.sleep(BURST / RATE + 0.2)\n"
+	"drained = 0\n"
+	"while drained < 1000 and not should_throttle(LIMIT):\n"
+	"    drained += 1\n"
+	"out['drained'] = drained\n"
+	"\n"
+	"# refused a moment ago: the next token is about one interval away\n"
+	"@throttle(LIMIT, max_delay=0.5)\n"
+	"def patient():\n"
+	"    return 'ran'\n"
+	"t = time.monotonic()\n"
+	"out['delay_ran'] = int(patient() == 'ran')\n"
+	"out['delay_waited'] = time.monotonic() - t\n"
+	"out['wraps'] = patient.__name__\n"
+	"\n"
+	"with kthrottle.Limit(LIMIT) as lim:\n"
+	"    thr, out['thr_s'] = lim.is_throttled()\n"
+	"    ok, out['retry_s'] = lim.try_acquire()\n"
+	"    out['thr'], out['try_ok'] = int(thr), int(ok)\n"
+	"print('RESULT ' + json.dumps(out, separators=(',', ':')), flush=True)\n";
+
+static int group_setup(void **state)
+{
+	(void)state;
+	if (geteuid() != 0) {
+		skip_why = "needs root";
+		return 0;
+	}
+	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) {
+		skip_why = "cannot unshare the mount namespace";
+		return 0;
+	}
+	strcpy(fx.mnt, "/tmp/kt-pytest-XXXXXX");
+	if (!mkdtemp(fx.mnt) || mount("bpffs", fx.mnt, "bpf", 0, "mode=0755")) {
+		skip_why = "cannot mount a bpffs";
+		if (fx.mnt[0] && fx.mnt[5])
+			rmdir(fx.mnt);
+		fx.mnt[0] = 0;
+		return 0;
+	}
+	chmod(fx.mnt, 0755);
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	if (fx.mnt[0]) {
+		umount2(fx.mnt, MNT_DETACH);
+		rmdir(fx.mnt);
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (fx.started)
+		ktest_daemon_cleanup(&fx.d);
+	fx.started = false;
+	if (fx.tmp[0])
+		ktest_rmtree(fx.tmp);
+	fx.tmp[0] = 0;
+	return 0;
+}
+
+static void start_daemon(void)
+{
+	char body[1024];
+
+	assert_int_equal(ktest_daemon_init(&fx.d), 0);
+	snprintf(fx.d.pin_dir, sizeof(fx.d.pin_dir), "%s/kt", fx.mnt);
+	/* min = max: the rate is 20/s from the first tick, no ramp */
+	snprintf(body, sizeof(body),
+		 "tickInterval: 100ms\n"
+		 "limits:\n"
+		 "  - name: api\n"
+		 "    unit: request\n"
+		 "    burst: %d\n"
+		 "    rateLimit: {min: %g, max: %g}\n",
+		 BURST, RATE, RATE);
+	assert_int_equal(ktest_daemon_config(&fx.d, body), 0);
+	fx.started = true;
+	assert_int_equal(ktest_daemon_start_logged(&fx.d), 0);
+	setenv(KTHROTTLE_PIN_DIR_ENV, fx.d.pin_dir, 1);
+}
+
+/* Runs argv; its exit status, and its output printed if it failed (or
+ * always with `show`) and kept in *out (malloc'd) if out is not NULL. */
+static int run(char *const argv[], bool show, char **out)
+{
+	char *o = NULL;
+	int rc = ktest_run_capture(argv, &o);
+
+	if (rc || show)
+		print_message("$ %s ... -> %d\n%s", argv[0], rc, o ? o : "");
+	if (!out) {
+		free(o);
+		return rc;
+	}
+	*out = o ? o : strdup("");
+	return rc;
+}
+
+static double num(const char *json, const char *key)
+{
+	double v = -1;
+
+	if (!ktest_json_num(json, key, &v))
+		print_message("no \"%s\" in the result\n", key);
+	assert_true(ktest_json_num(json, key, &v));
+	return v;
+}
+
+static void test_python_decorator(void **state)
+{
+	char venv[PATH_MAX], pkg[PATH_MAX], py[PATH_MAX], pip[PATH_MAX], path[PATH_MAX],
+		lib[PATH_MAX], repo[PATH_MAX];
+	char rate_s[16], burst_s[16], secs_s[16], nproc_s[16];
+	char *out = NULL, *res;
+	double ran, none, drained, waited, interval = 1.0 / RATE;
+
+	(void)state;
+	if (skip_why) {
+		print_message("skipped: %s\n", skip_why);
+		skip();
+	}
+	/* scripts/setup.sh installs these: missing is a failure, not a skip */
+	assert_int_equal(access(PYTHON, X_OK), 0);
+	assert_int_equal(access(WHEELS, R_OK), 0);
+
+	start_daemon();
+	assert_int_equal(ktest_tmpdir(fx.tmp, sizeof(fx.tmp)), 0);
+	snprintf(repo, sizeof(repo), "%s/..", ktest_build_dir());
+	snprintf(lib, sizeof(lib), "%s/libkthrottle.so.0", ktest_build_dir());
+	assert_int_equal(access(lib, R_OK), 0);
+	/* a copy: pip builds in the source tree */
+	snprintf(path, sizeof(path), "%s/python", repo);
+	snprintf(pkg, sizeof(pkg), "%s/python", fx.tmp);
+	assert_int_equal(run((char *[]){ "/bin/cp", "-r", path, pkg, NULL }, false, NULL), 0);
+
+	/* the README's install: offline, into a venv of Debian's python */
+	snprintf(venv, sizeof(venv), "%s/venv", fx.tmp);
+	snprintf(py, sizeof(py), "%s/bin/python", venv);
+	snprintf(pip, sizeof(pip), "%s/bin/pip", venv);
+	assert_int_equal(run((char *[]){ PYTHON, "-m", "venv", venv, NULL }, false, NULL), 0);
+	assert_int_equal(run((char *[]){ pip, "install", "--no-index", "--find-links", WHEELS, pkg,
+					 NULL },
+			     false, NULL),
+			 0);
+
+	snprintf(path, sizeof(path), "%s/check.py", fx.tmp);
+	assert_int_equal(ktest_write_file(path, script), 0);
+	setenv("KTHROTTLE_LIB", lib, 1);
+	snprintf(rate_s, sizeof(rate_s), "%g", RATE);
+	snprintf(burst_s, sizeof(burst_s), "%d", BURST);
+	snprintf(secs_s, sizeof(secs_s), "%g", SECS);
+	snprintf(nproc_s, sizeof(nproc_s), "%d", NPROC);
+	/* -I: the installed module, not one from the cwd or PYTHONPATH */
+	assert_int_equal(run((char *[]){ py, "-I", path, "api", rate_s, burst_s, secs_s, nproc_s,
+					 NULL },
+			     true, &out),
+			 0);
+	res = strstr(out, "RESULT {");
+	assert_non_null(res);
+
+	/* 4 processes, one limit of 20/s for 5 s: 100 ± 5 plus the burst */
+	ran = num(res, "ran");
+	none = num(res, "none");
+	print_message("ran %.0f (want %.0f ± 5), None %.0f\n", ran, RATE * SECS + BURST, none);
+	assert_true(num(res, "exitcodes") == 0);
+	assert_true(ran >= RATE * SECS + BURST - 5 && ran <= RATE * SECS + BURST + 5);
+	assert_true(none > 0);
+
+	drained = num(res, "drained");
+	print_message("should_throttle took %.0f after a refill (burst %d)\n", drained, BURST);
+	assert_true(drained >= BURST && drained <= BURST + 1);
+
+	/* about one interval, well under max_delay */
+	waited = num(res, "delay_waited");
+	print_message("max_delay 0.5: waited %.3f s (interval %.3f s)\n", waited, interval);
+	assert_true(num(res, "delay_ran") == 1);
+	assert_true(waited >= 0.6 * interval && waited <= 2 * interval);
+	assert_non_null(strstr(res, "\"wraps\":\"patient\""));
+
+	/* the bucket it emptied: throttled for at most one interval */
+	assert_true(num(res, "thr") == 1);
+	assert_true(num(res, "thr_s") > 0 && num(res, "thr_s") <= interval * 1.01);
+	assert_true(num(res, "try_ok") == 0);
+	assert_true(num(res, "retry_s") > 0 && num(res, "retry_s") <= interval * 1.01);
+
+	/* errors */
+	assert_non_null(strstr(res, "\"unknown\":\"kthrottle limit 'no-such-limit': "));
+	assert_true(num(res, "unknown_errno") == ENOENT);
+	assert_non_null(strstr(res, "unknown config key 'bogus'"));
+	assert_non_null(strstr(res, "\"badvalue\":\"kthrottle: max_delay must be"));
+	free(out);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_python_decorator, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
