@@ -31,9 +31,12 @@ import inspect
 import math
 import numbers
 import os
+import select
+import socket as _socket
+import struct
 import threading
 
-__all__ = ["Error", "Limit", "throttle", "should_throttle"]
+__all__ = ["Error", "Limit", "RateLimited", "connect", "throttle", "should_throttle"]
 __version__ = "0.1.0"
 
 LIB_ENV = "KTHROTTLE_LIB"
@@ -57,6 +60,31 @@ class Error(Exception):
         self.limit = limit
         msg = text if limit is None else "kthrottle limit '%s': %s" % (limit, text)
         super().__init__(msg)
+
+
+class RateLimited(ConnectionError):
+    """A connect() refused by a kthrottle connection limit (not the network).
+
+    An ``OSError`` with the errno the limit fails connects with, so code
+    that catches ``OSError`` still sees it; ``limit`` is the refusing
+    limit's name, ``retry_after`` the seconds until it admits again
+    (``math.inf``: closed), ``reason`` "share", "fallback" or "closed".
+    """
+
+    def __init__(self, err, limit, retry_after, reason):
+        self.limit = limit
+        self.retry_after = retry_after
+        self.reason = reason
+        super().__init__(err, "throttled by kthrottle limit '%s' (%s), retry after %.3f s"
+                         % (limit, reason, retry_after))
+
+
+class _Refusal(ctypes.Structure):
+    _fields_ = [("limit", ctypes.c_char * 32), ("retry_after_ns", ctypes.c_uint64),
+                ("reason", ctypes.c_uint32), ("err", ctypes.c_int)]
+
+
+_REASONS = ("share", "fallback", "closed")
 
 
 # --- the library -----------------------------------------------------------
@@ -97,6 +125,9 @@ def _dlopen():
         lib.kthrottle_is_throttled.restype = ctypes.c_int
         lib.kthrottle_close.argtypes = [ctypes.c_void_p]
         lib.kthrottle_close.restype = None
+        lib.kthrottle_connect.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32,
+                                          ctypes.POINTER(_Refusal)]
+        lib.kthrottle_connect.restype = ctypes.c_int
         lib.kthrottle_last_error.argtypes = []
         lib.kthrottle_last_error.restype = ctypes.c_char_p
         return lib
@@ -355,3 +386,55 @@ def throttle(limit, **config):
             return fn(*args, **kwargs)
         return wrapper
     return decorate
+
+
+# --- connections -------------------------------------------------------------
+
+def _sockaddr(sock, address):
+    """struct sockaddr_in/in6 bytes for a (host, port[, flow, scope]) tuple."""
+    if sock.family not in (_socket.AF_INET, _socket.AF_INET6):
+        raise ValueError("kthrottle.connect: an AF_INET or AF_INET6 socket is needed")
+    if not isinstance(address, tuple) or len(address) < 2:
+        raise TypeError("kthrottle.connect: address must be a (host, port) tuple")
+    infos = _socket.getaddrinfo(address[0], address[1], sock.family, sock.type)
+    sa = infos[0][4]
+    if sock.family == _socket.AF_INET:
+        return struct.pack("=H", _socket.AF_INET) + struct.pack("!H", sa[1]) + \
+            _socket.inet_pton(_socket.AF_INET, sa[0]) + bytes(8)
+    flow = address[2] if len(address) > 2 else sa[2]
+    scope = address[3] if len(address) > 3 else sa[3]
+    return struct.pack("=H", _socket.AF_INET6) + struct.pack("!HI", sa[1], flow) + \
+        _socket.inet_pton(_socket.AF_INET6, sa[0].split("%")[0]) + struct.pack("=I", scope)
+
+
+def connect(sock, address):
+    """``sock.connect(address)`` that tells kthrottle's refusal apart.
+
+    Raises :class:`RateLimited` when a kthrottle connection limit refused
+    the connection (the library finds the limit through the pinned maps,
+    read-only), and the usual ``OSError`` for anything else. A socket with
+    a timeout waits for the connection as ``socket.connect`` does. Without
+    a daemon or readable pins it is a plain connect.
+    """
+    lib = _load()
+    sa = _sockaddr(sock, address)
+    why = _Refusal()
+    r = lib.kthrottle_connect(sock.fileno(), sa, len(sa), ctypes.byref(why))
+    if r == 1:  # KTHROTTLE_THROTTLED
+        retry = math.inf if why.retry_after_ns == _UINT64_MAX else why.retry_after_ns / 1e9
+        reason = _REASONS[why.reason] if why.reason < len(_REASONS) else str(why.reason)
+        raise RateLimited(why.err, why.limit.decode(errors="replace"), retry, reason)
+    if r == 0:
+        return
+    err = -r
+    timeout = sock.gettimeout()
+    if err == _errno.EINPROGRESS and timeout != 0.0:
+        # the socket has a timeout (Python made the fd non-blocking): wait
+        # for the handshake like socket.connect
+        _, w, _ = select.select([], [sock], [], timeout)
+        if not w:
+            raise TimeoutError(_errno.ETIMEDOUT, "timed out")
+        err = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_ERROR)
+        if not err:
+            return
+    raise OSError(err, os.strerror(err))

@@ -19,6 +19,7 @@
  *    plain connect, the refusals are -EBUSY.
  */
 #include <errno.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -331,6 +332,88 @@ static void test_unreadable_pins(void **state)
 		      s.rc[0][TRIES - 1]);
 }
 
+/* The Python module's connect(): RateLimited (an OSError with the limit's
+ * errno) for kthrottle's refusals, with the limit, retry-after and reason;
+ * ConnectionRefusedError for the network's; a socket with a timeout too.
+ * Run from the source tree (PYTHONPATH) with Debian's python3, in the
+ * member cgroup. */
+static const char py_connect[] =
+	"import errno, socket, sys, kthrottle\n"
+	"busy, refused, closed = (int(a) for a in sys.argv[1:4])\n"
+	"def attempt(port, timeout=None):\n"
+	"    s = socket.socket()\n"
+	"    s.settimeout(timeout)\n"
+	"    try:\n"
+	"        kthrottle.connect(s, ('127.0.0.1', port))\n"
+	"        return None\n"
+	"    except Exception as e:\n"
+	"        return e\n"
+	"    finally:\n"
+	"        s.close()\n"
+	"got = [attempt(busy) for _ in range(6)]\n"
+	"assert got[0] is None, got[0]\n"
+	"for e in got[1:]:\n"
+	"    assert isinstance(e, kthrottle.RateLimited), repr(e)\n"
+	"    assert isinstance(e, OSError) and e.errno == errno.EBUSY, e.errno\n"
+	"    assert e.limit == 'conn-busy' and e.reason == 'share', (e.limit, e.reason)\n"
+	"    assert 0 < e.retry_after <= 0.201, e.retry_after\n"
+	"print('busy:', got[1])\n"
+	"e = attempt(closed)\n"
+	"assert type(e) is ConnectionRefusedError, repr(e)\n"
+	"print('closed port:', repr(e))\n"
+	"got = [attempt(refused, 2.0) for _ in range(3)]\n"
+	"assert got[0] is None, got[0]\n"
+	"for e in got[1:]:\n"
+	"    assert isinstance(e, kthrottle.RateLimited) and e.errno == errno.ECONNREFUSED, repr(e)\n"
+	"print('with a timeout:', got[1])\n";
+
+static void test_python_connect(void **state)
+{
+	char repo[PATH_MAX], pypath[PATH_MAX], lib[PATH_MAX], a[3][16];
+	int p[2], status;
+	char out[4096];
+	ssize_t n, len = 0;
+	pid_t pid;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_int_equal(access("/usr/bin/python3", X_OK), 0);
+	daemon_up();
+	snprintf(repo, sizeof(repo), "%s", ktest_build_dir());
+	assert_non_null(strrchr(repo, '/'));
+	*strrchr(repo, '/') = 0;
+	snprintf(pypath, sizeof(pypath), "%s/python", repo);
+	snprintf(lib, sizeof(lib), "%s/libkthrottle.so.0", ktest_build_dir());
+	snprintf(a[0], sizeof(a[0]), "%d", fx.port[0]);
+	snprintf(a[1], sizeof(a[1]), "%d", fx.port[1]);
+	snprintf(a[2], sizeof(a[2]), "%d", fx.closed_port);
+	assert_int_equal(pipe(p), 0);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(p[0]);
+		dup2(p[1], 1);
+		dup2(p[1], 2);
+		if (ktest_cgroup_join(fx.cg))
+			_exit(3);
+		setenv("PYTHONPATH", pypath, 1);
+		setenv("KTHROTTLE_LIB", lib, 1);
+		execl("/usr/bin/python3", "python3", "-c", py_connect, a[0], a[1], a[2],
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	while (len < (ssize_t)sizeof(out) - 1 && (n = read(p[0], out + len, sizeof(out) - 1 - len)) > 0)
+		len += n;
+	out[len] = 0;
+	close(p[0]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	print_message("%s", out);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -338,6 +421,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_member_refusals, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_outside_member, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unreadable_pins, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_python_connect, setup, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
