@@ -59,35 +59,14 @@ static const char *skip_why;
 static int group_setup(void **state)
 {
 	(void)state;
-	if (geteuid() != 0) {
-		skip_why = "needs root";
-		return 0;
-	}
-	/* a private mount namespace: the bpffs goes away with the test (the
-	 * daemon, our child, shares it) */
-	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) {
-		skip_why = "cannot unshare the mount namespace";
-		return 0;
-	}
-	strcpy(fx.mnt, "/tmp/kt-cooptest-XXXXXX");
-	if (!mkdtemp(fx.mnt) || mount("bpffs", fx.mnt, "bpf", 0, "mode=0755")) {
-		skip_why = "cannot mount a bpffs";
-		if (fx.mnt[0] && fx.mnt[5])
-			rmdir(fx.mnt);
-		fx.mnt[0] = 0;
-		return 0;
-	}
-	chmod(fx.mnt, 0755); /* mkdtemp's 0700 on the mount point is hidden now */
+	skip_why = ktest_private_bpffs("kt-cooptest", fx.mnt, sizeof(fx.mnt));
 	return 0;
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
-	if (fx.mnt[0]) {
-		umount2(fx.mnt, MNT_DETACH);
-		rmdir(fx.mnt);
-	}
+	ktest_private_bpffs_remove(fx.mnt);
 	return 0;
 }
 
@@ -425,7 +404,7 @@ static void test_coop_unprivileged(void **state)
  * "resumed" two ticks after the refusals stop; status counts the events. */
 static void test_coop_subscribe(void **state)
 {
-	char a[512], bin[PATH_MAX], line[256];
+	char a[512], line[256];
 	struct kthrottle *h = NULL;
 	uint64_t t_ref = 0, retry_ref = 0, t_thr, t_res, t_stop, wait;
 	int p[2], status, admitted = 0;
@@ -434,18 +413,9 @@ static void test_coop_subscribe(void **state)
 	(void)state;
 	NEED_ENV();
 	start_daemon(limit_yaml(a, sizeof(a), "sub", 20));
-	snprintf(bin, sizeof(bin), "%s/kthrottlectl", ktest_build_dir());
-	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-	fflush(NULL);
-	sub = fork();
-	assert_true(sub >= 0);
-	if (sub == 0) {
-		dup2(p[1], 1);
-		execl(bin, bin, "-s", fx.d.socket, "subscribe", "sub", "-n", "2", (char *)NULL);
-		_exit(127);
-	}
+	sub = ktest_subscribe_spawn(&fx.d, "sub", 2, &p[0]);
+	assert_true(sub > 0);
 	fx.kids[0] = sub;
-	close(p[1]);
 	ktest_sleep_ms(300); /* subscribed */
 
 	assert_int_equal(kthrottle_open("sub", &h), 0);

@@ -145,7 +145,7 @@ static void test_closed_events(void **state)
 static void test_subscribe(void **state)
 {
 	int port = ktest_free_port(SOCK_DGRAM), p[2], out = -1, status;
-	char body[1024], bin[PATH_MAX], line[256];
+	char body[1024], line[256];
 	uint64_t t0, t_thr, t_res;
 	pid_t sub, load;
 
@@ -160,18 +160,8 @@ static void test_subscribe(void **state)
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 
 	/* kthrottlectl subscribe evs -n 2: the throttled and the resumed line */
-	snprintf(bin, sizeof(bin), "%s/kthrottlectl", ktest_build_dir());
-	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-	fflush(NULL);
-	sub = fork();
-	assert_true(sub >= 0);
-	if (sub == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(p[1], 1);
-		execl(bin, bin, "-s", fx.d.socket, "subscribe", "evs", "-n", "2", (char *)NULL);
-		_exit(127);
-	}
-	close(p[1]);
+	sub = ktest_subscribe_spawn(&fx.d, "evs", 2, &p[0]);
+	assert_true(sub > 0);
 	ktest_sleep_ms(300); /* subscribed */
 
 	t0 = ktest_now_ns();

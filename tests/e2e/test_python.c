@@ -130,33 +130,14 @@ static const char script[] =
 static int group_setup(void **state)
 {
 	(void)state;
-	if (geteuid() != 0) {
-		skip_why = "needs root";
-		return 0;
-	}
-	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) {
-		skip_why = "cannot unshare the mount namespace";
-		return 0;
-	}
-	strcpy(fx.mnt, "/tmp/kt-pytest-XXXXXX");
-	if (!mkdtemp(fx.mnt) || mount("bpffs", fx.mnt, "bpf", 0, "mode=0755")) {
-		skip_why = "cannot mount a bpffs";
-		if (fx.mnt[0] && fx.mnt[5])
-			rmdir(fx.mnt);
-		fx.mnt[0] = 0;
-		return 0;
-	}
-	chmod(fx.mnt, 0755);
+	skip_why = ktest_private_bpffs("kt-pytest", fx.mnt, sizeof(fx.mnt));
 	return 0;
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
-	if (fx.mnt[0]) {
-		umount2(fx.mnt, MNT_DETACH);
-		rmdir(fx.mnt);
-	}
+	ktest_private_bpffs_remove(fx.mnt);
 	return 0;
 }
 

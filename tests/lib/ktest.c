@@ -5,6 +5,7 @@
 #include <ftw.h>
 #include <grp.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -27,6 +29,65 @@ uint64_t ktest_now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
+}
+
+const char *ktest_private_bpffs(const char *prefix, char *mnt, size_t len)
+{
+	mnt[0] = 0;
+	if (geteuid() != 0)
+		return "needs root";
+	/* a private mount namespace: the bpffs goes away with the test (the
+	 * daemons it starts, its children, share it) */
+	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
+		return "cannot unshare the mount namespace";
+	if ((size_t)snprintf(mnt, len, "/tmp/%s-XXXXXX", prefix) >= len || !mkdtemp(mnt)) {
+		mnt[0] = 0;
+		return "cannot make a mount point";
+	}
+	if (mount("bpffs", mnt, "bpf", 0, "mode=0755")) {
+		rmdir(mnt);
+		mnt[0] = 0;
+		return "cannot mount a bpffs";
+	}
+	chmod(mnt, 0755); /* mkdtemp's 0700 on the mount point is hidden now */
+	return NULL;
+}
+
+void ktest_private_bpffs_remove(char *mnt)
+{
+	if (!mnt[0])
+		return;
+	umount2(mnt, MNT_DETACH);
+	rmdir(mnt);
+	mnt[0] = 0;
+}
+
+pid_t ktest_subscribe_spawn(const struct ktest_daemon *d, const char *limit, int lines, int *fd)
+{
+	char bin[PATH_MAX], n[16];
+	int p[2];
+	pid_t pid;
+
+	snprintf(bin, sizeof(bin), "%s/kthrottlectl", ktest_build_dir());
+	snprintf(n, sizeof(n), "%d", lines);
+	if (pipe2(p, O_CLOEXEC))
+		return -1;
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		close(p[0]);
+		close(p[1]);
+		return -1;
+	}
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(p[1], 1);
+		execl(bin, bin, "-s", d->socket, "subscribe", limit, "-n", n, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	*fd = p[0];
+	return pid;
 }
 
 bool ktest_read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at)

@@ -151,6 +151,14 @@ double ktest_ramp_integral(double u);
 
 uint64_t ktest_now_ns(void);
 void ktest_sleep_ms(int ms);
+/* Mounts a bpffs (mode 0755) on a new /tmp/<prefix>-XXXXXX in a private
+ * mount namespace of this process (and its children): NULL, or why not
+ * (then mnt is ""). ktest_private_bpffs_remove undoes it. */
+const char *ktest_private_bpffs(const char *prefix, char *mnt, size_t len);
+void ktest_private_bpffs_remove(char *mnt);
+/* Starts `kthrottlectl subscribe LIMIT -n LINES` against d's socket; its
+ * stdout is *fd (read it with ktest_read_line). The pid, or -1. */
+pid_t ktest_subscribe_spawn(const struct ktest_daemon *d, const char *limit, int lines, int *fd);
 /* Reads one line from fd (byte by byte: what follows stays in the pipe)
  * within timeout_ms; the newline is dropped and *at is when it came. */
 bool ktest_read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at);

@@ -30,6 +30,7 @@
 
 #include "kthrottle.h"
 #include "kthrottle_client.h"
+#include "ktest.h"
 #include "libkthrottle_int.h"
 
 #define MS 1000000ULL
@@ -62,20 +63,9 @@ static void *map_pinned(const char *name, __u32 vsize, __u32 n, int *fd)
 static int setup(void **state)
 {
 	(void)state;
-	if (geteuid() != 0) {
-		skip_why = "needs root";
+	skip_why = ktest_private_bpffs("kt-libtest", dir, sizeof(dir));
+	if (skip_why)
 		return 0;
-	}
-	/* a private mount namespace: the bpffs goes away with the test */
-	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) {
-		skip_why = "cannot unshare the mount namespace";
-		return 0;
-	}
-	strcpy(dir, "/tmp/kt-libtest-XXXXXX");
-	if (!mkdtemp(dir) || mount("bpffs", dir, "bpf", 0, "mode=0755")) {
-		skip_why = "cannot mount a bpffs";
-		return 0;
-	}
 	coop = map_pinned("kt_coop", sizeof(struct kt_coop), KT_MAX_COOP, &coop_fd);
 	bkts = map_pinned("kt_buckets", sizeof(struct kt_bucket), KT_MAX_BUCKETS, &bkts_fd);
 	if (!coop || !bkts) {
@@ -89,10 +79,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (dir[0]) {
-		umount2(dir, MNT_DETACH);
-		rmdir(dir);
-	}
+	ktest_private_bpffs_remove(dir);
 	return 0;
 }
 
