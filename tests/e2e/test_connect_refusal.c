@@ -399,6 +399,7 @@ static void test_python_connect(void **state)
 			_exit(3);
 		setenv("PYTHONPATH", pypath, 1);
 		setenv("KTHROTTLE_LIB", lib, 1);
+		ktest_asan_preload();
 		execl("/usr/bin/python3", "python3", "-c", py_connect, a[0], a[1], a[2],
 		      (char *)NULL);
 		_exit(127);

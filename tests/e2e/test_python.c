@@ -241,6 +241,7 @@ static void test_python_decorator(void **state)
 	snprintf(path, sizeof(path), "%s/check.py", fx.tmp);
 	assert_int_equal(ktest_write_file(path, script), 0);
 	setenv("KTHROTTLE_LIB", lib, 1);
+	ktest_asan_preload(); /* for the script only: after venv and pip */
 	snprintf(rate_s, sizeof(rate_s), "%g", RATE);
 	snprintf(burst_s, sizeof(burst_s), "%d", BURST);
 	snprintf(secs_s, sizeof(secs_s), "%g", SECS);

@@ -90,6 +90,27 @@ pid_t ktest_subscribe_spawn(const struct ktest_daemon *d, const char *limit, int
 	return pid;
 }
 
+void ktest_asan_preload(void)
+{
+#ifdef __SANITIZE_ADDRESS__
+	/* an ASan build of libkthrottle dlopened by python needs the runtime
+	 * loaded first: the one this test runs with */
+	char line[PATH_MAX + 128], *p;
+	FILE *f = fopen("/proc/self/maps", "re");
+
+	while (f && fgets(line, sizeof(line), f)) {
+		if (!strstr(line, "libasan.so") || !(p = strchr(line, '/')))
+			continue;
+		p[strcspn(p, "\n")] = 0;
+		setenv("LD_PRELOAD", p, 1);
+		setenv("ASAN_OPTIONS", "detect_leaks=0", 1); /* the interpreter's own */
+		break;
+	}
+	if (f)
+		fclose(f);
+#endif
+}
+
 bool ktest_read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at)
 {
 	size_t n = 0;

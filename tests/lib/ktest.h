@@ -159,6 +159,10 @@ void ktest_private_bpffs_remove(char *mnt);
 /* Starts `kthrottlectl subscribe LIMIT -n LINES` against d's socket; its
  * stdout is *fd (read it with ktest_read_line). The pid, or -1. */
 pid_t ktest_subscribe_spawn(const struct ktest_daemon *d, const char *limit, int lines, int *fd);
+/* In an AddressSanitizer build: LD_PRELOAD its runtime (and no leak
+ * report) for the programs this test then starts (python loading the
+ * sanitized libkthrottle); nothing otherwise. */
+void ktest_asan_preload(void);
 /* Reads one line from fd (byte by byte: what follows stays in the pipe)
  * within timeout_ms; the newline is dropped and *at is when it came. */
 bool ktest_read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at);
