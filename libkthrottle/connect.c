@@ -23,6 +23,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
+#include "cgroup.h" /* kt_cgroup_id, from user/base */
 #include "kthrottle.h"
 #include "kthrottle_client.h"
 #include "libkthrottle_int.h"
@@ -212,23 +213,6 @@ static int own_cgroup_dir(char *out, size_t outlen)
 	return err;
 }
 
-static int cgroup_id(const char *path, __u64 *id)
-{
-	struct {
-		struct file_handle fh;
-		__u64 cgid;
-	} h = { .fh.handle_bytes = sizeof(__u64) };
-	int mount_id;
-
-	/* a cgroupfs (kernfs) file handle is the 64-bit cgroup id */
-	if (name_to_handle_at(AT_FDCWD, path, &h.fh, &mount_id, 0) < 0)
-		return -errno;
-	if (h.fh.handle_bytes != sizeof(__u64))
-		return -EINVAL;
-	*id = h.cgid;
-	return 0;
-}
-
 /* The kt_members list that decides for this process, as kt_member_list
  * finds it: its cgroup's own, else the nearest member ancestor's (at most
  * KT_MAX_CGROUP_DEPTH levels up, never above the mount). 0 or -ENOENT. */
@@ -240,12 +224,15 @@ static int member_list(struct kt_member_val *v)
 	if (own_cgroup_dir(dir, sizeof(dir)))
 		return -ENOENT;
 	for (int level = 0; level < KT_MAX_CGROUP_DEPTH; level++) {
-		struct kt_member_key key;
+		struct kt_member_key key = { 0 };
+		uint64_t id;
 		char *slash;
 
-		if (!cgroup_id(dir, &key.cgroup_id) &&
-		    !bpf_map_lookup_elem(st.fd[M_MEMBERS], &key, v))
-			return 0;
+		if (!kt_cgroup_id(dir, &id)) {
+			key.cgroup_id = id;
+			if (!bpf_map_lookup_elem(st.fd[M_MEMBERS], &key, v))
+				return 0;
+		}
 		slash = strrchr(dir, '/');
 		if (strlen(dir) <= mlen || !slash || (size_t)(slash - dir) < mlen)
 			break; /* at the mount: no further up */

@@ -72,20 +72,3 @@ int kt_cgroup_resolve(const char *path, const char *mount, char *out, size_t out
 	strcpy(out, real);
 	return 0;
 }
-
-int kt_cgroup_id(const char *path, uint64_t *id)
-{
-	struct {
-		struct file_handle fh;
-		uint64_t cgid;
-	} h = { .fh.handle_bytes = sizeof(uint64_t) };
-	int mount_id;
-
-	/* cgroupfs (kernfs) file handles are exactly the 64-bit cgroup id */
-	if (name_to_handle_at(AT_FDCWD, path, &h.fh, &mount_id, 0) < 0)
-		return -errno;
-	if (h.fh.handle_bytes != sizeof(uint64_t))
-		return -EINVAL;
-	*id = h.cgid;
-	return 0;
-}

@@ -4,6 +4,8 @@
 #ifndef KT_CGROUP_H
 #define KT_CGROUP_H
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,7 +16,24 @@ int kt_cgroup2_mount(char *out, size_t outlen, const char *mounts_path);
  * reason (not a directory, not on cgroup v2, ...). */
 int kt_cgroup_resolve(const char *path, const char *mount, char *out, size_t outlen,
 		      char *err, size_t errlen);
-/* 64-bit cgroup id, the value bpf_get_current_cgroup_id() returns. */
-int kt_cgroup_id(const char *path, uint64_t *id);
+/* 64-bit cgroup id, the value bpf_get_current_cgroup_id() returns. Inline:
+ * libkthrottle (kthrottle_connect) uses it too, without this module. */
+static inline int kt_cgroup_id(const char *path, uint64_t *id)
+{
+	struct {
+		struct file_handle fh;
+		uint64_t cgid;
+	} h = { .fh.handle_bytes = sizeof(uint64_t) };
+	int mount_id;
+
+	*id = 0; /* callers inlining this cannot tell it is set on success only */
+	/* cgroupfs (kernfs) file handles are exactly the 64-bit cgroup id */
+	if (name_to_handle_at(AT_FDCWD, path, &h.fh, &mount_id, 0) < 0)
+		return -errno;
+	if (h.fh.handle_bytes != sizeof(uint64_t))
+		return -EINVAL;
+	*id = h.cgid;
+	return 0;
+}
 
 #endif
