@@ -24,7 +24,22 @@ enum kt_mode {
 	KT_MODE_GO_BACK_N,
 };
 
+/* rateLimit.strict (seed 002): every admission is a permit issued on the
+ * Redis clock, consecutive permits at least `every` apart across all nodes.
+ * Units connection, datagram and request only; a redis store; no max, min,
+ * rampUpDuration, modes, resumedRampUp, ttl; burst 1; share equal. */
+struct kt_strict_cfg {
+	bool on;
+	int line;
+	uint64_t every_ns;        /* required, 1ms..24h */
+	int max_reserved;         /* maxReserved: permits reserved ahead across the cluster,
+				   * default 8, 0..100000; 0 = pessimistic (back off with jitter) */
+	uint64_t expire_ns;       /* expireAfter: a permit unused this long after its time is
+				   * wasted; default every / 2, 1ms..every */
+};
+
 struct kt_rate_limit_cfg {
+	struct kt_strict_cfg strict; /* when on, max = min = 1/every and the rest default */
 	double max;               /* pool tokens per second, > 0 */
 	double min;               /* default: max */
 	uint64_t ramp_up_ns;      /* rampUpDuration, default 0 */

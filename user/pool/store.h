@@ -250,6 +250,44 @@ int kt_store_save_ramp(struct kt_store *s, const char *limit, double rate, uint6
 		       size_t errlen);
 /* *rate = saved level, or -1 when there is none (never saved or expired). */
 int kt_store_load_ramp(struct kt_store *s, const char *limit, double *rate, char *err, size_t errlen);
+/*
+ * Strict limits (seed 002): permits issued on the Redis clock. One key per
+ * limit, P:strict:{L}, a string: the time of the latest permit issued, Redis
+ * TIME in microseconds. One EVALSHA asks for n permits at once (a node's
+ * members of the limit that have demand); the script takes them one after
+ * the other with redis.call('TIME') as its only clock (now), each as seed
+ * 002 says:
+ *   next = last + every
+ *   now >= next                 -> last = now, granted, wait 0
+ *   floor(max(0, last - now) / every) < max_reserved
+ *                               -> last = next, granted, wait next - now
+ *   else                        -> not granted, back off: wait until a
+ *       reservation can be made, (last - max_reserved x every + 1) - now,
+ *       or with max_reserved 0 until next: next - now
+ * So consecutive permits are >= every apart, at most max_reserved are
+ * reserved ahead of now, and the key never goes backwards. The key gets
+ * PEXPIRE (last - now + every) + 1 s after each call, so it disappears only
+ * when it no longer constrains anyone. A value that is not a decimal integer
+ * (a hand edit) counts as a permit issued at the call's now: the next one is
+ * every later, never sooner. A value far ahead is never clamped (it may hold
+ * reservations made under a larger maxReserved): it only delays.
+ */
+struct kt_permit {
+	int granted;       /* 1: a permit due wait_us after Redis's now; 0: back off wait_us */
+	uint64_t wait_us;
+};
+struct kt_permit_answer {
+	uint64_t now_us;   /* Redis TIME of the call, microseconds */
+	uint64_t ahead_us; /* after the call: last permit time - now, 0 if not ahead;
+			    * reserved permits = ahead_us / every_us (status) */
+};
+/* n 1..KT_STORE_MAX_PERMITS; every_us 1000..86400e6; max_reserved
+ * 0..100000. out[0..n) in order. 0 or -errno as the other calls (cluster:
+ * routed to the limit's master like leave). */
+#define KT_STORE_MAX_PERMITS 1024
+int kt_store_permits(struct kt_store *s, const char *limit, uint64_t every_us, int max_reserved, int n,
+		     struct kt_permit *out, struct kt_permit_answer *ans, char *err, size_t errlen);
+
 /* Connects if needed and sends PING. */
 int kt_store_ping(struct kt_store *s, char *err, size_t errlen);
 
