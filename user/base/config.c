@@ -1443,14 +1443,55 @@ static int parse_modes(struct ctx *c, yaml_node_t *n, const char *field,
 	return 0;
 }
 
+/* rateLimit.strict: {every, maxReserved, expireAfter}. */
+static int parse_strict(struct ctx *c, yaml_node_t *n, const char *field, struct kt_strict_cfg *st)
+{
+	static const char *const keys[] = { "every", "maxReserved", "expireAfter", NULL };
+	char sub[FIELD_LEN];
+	yaml_node_t *v;
+	long long ll;
+	int err = check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	st->on = true;
+	st->line = line_of(n);
+	if (!(v = map_get(c, n, "every")))
+		return missing(c, n, field, "every");
+	if ((err = get_duration(c, v, join(sub, field, "every"), NS_PER_MS, 24 * 3600 * NS_PER_SEC,
+				&st->every_ns)))
+		return err;
+	st->max_reserved = 8;
+	if ((v = map_get(c, n, "maxReserved"))) {
+		if ((err = get_int(c, v, join(sub, field, "maxReserved"), 0, 100000, &ll)))
+			return err;
+		st->max_reserved = (int)ll;
+	}
+	/* every / 2, but never under the 1ms floor a given value must meet */
+	st->expire_ns = st->every_ns / 2 > NS_PER_MS ? st->every_ns / 2 : NS_PER_MS;
+	if ((v = map_get(c, n, "expireAfter"))) {
+		join(sub, field, "expireAfter");
+		if ((err = get_duration(c, v, sub, NS_PER_MS, UINT64_MAX, &st->expire_ns)))
+			return err;
+		if (st->expire_ns > st->every_ns)
+			return fail(c, v, sub, "%s is longer than every (%s)", fmt_dur(st->expire_ns).s,
+				    fmt_dur(st->every_ns).s);
+	}
+	return 0;
+}
+
 /* The seeds' rateLimit block. *store_node is set when it carries a store. */
 static int parse_rate_limit(struct ctx *c, yaml_node_t *n, const char *field,
 			    struct kt_rate_limit_cfg *rl, yaml_node_t **store_node)
 {
 	static const char *const keys[] = { "max", "min", "rampUpDuration", "modes", "resumedRampUp",
-					    "ttl", "store", NULL };
+					    "ttl", "store", "strict", NULL };
+	/* a strict limit's rate is 1 / every: nothing else shapes it */
+	static const char *const not_strict[] = { "max", "min", "rampUpDuration", "modes",
+						  "resumedRampUp", "ttl" };
 	char sub[FIELD_LEN];
-	yaml_node_t *v;
+	yaml_node_t *v, *st;
+	size_t i;
 	int err = check_map(c, n, field, keys);
 
 	if (err)
@@ -1460,6 +1501,19 @@ static int parse_rate_limit(struct ctx *c, yaml_node_t *n, const char *field,
 	rl->cool_down_ns = 5 * NS_PER_SEC;
 	rl->ramp_down_pct = 50;
 	rl->ttl_ns = 180 * NS_PER_SEC;
+	*store_node = map_get(c, n, "store");
+	if ((st = map_get(c, n, "strict"))) {
+		for (i = 0; i < sizeof(not_strict) / sizeof(not_strict[0]); i++)
+			if ((v = map_get(c, n, not_strict[i])))
+				return fail(c, v, join(sub, field, not_strict[i]),
+					    "not allowed with strict at line %d (a strict limit's rate is 1/every)",
+					    line_of(st));
+		if ((err = parse_strict(c, st, join(sub, field, "strict"), &rl->strict)))
+			return err;
+		/* tokens/s equivalent, for whatever reports rl.max */
+		rl->max = rl->min = 1e9 / (double)rl->strict.every_ns;
+		return 0;
+	}
 	if (!(v = map_get(c, n, "max")))
 		return missing(c, n, field, "max");
 	if ((err = get_number_in(c, v, join(sub, field, "max"), 0, true, MAX_RATE, &rl->max)))
@@ -1485,7 +1539,6 @@ static int parse_rate_limit(struct ctx *c, yaml_node_t *n, const char *field,
 	if ((v = map_get(c, n, "ttl")) &&
 	    (err = get_duration(c, v, join(sub, field, "ttl"), 0, UINT64_MAX, &rl->ttl_ns)))
 		return err;
-	*store_node = map_get(c, n, "store");
 	return 0;
 }
 
@@ -1788,7 +1841,7 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 					    "allowRawSockets", "errno", "pods", NULL };
 	struct kt_limit_cfg *l = &cfg->limits[idx];
 	char sub[FIELD_LEN];
-	yaml_node_t *v, *rl, *store = NULL, *share_node = NULL;
+	yaml_node_t *v, *rl, *strict, *store = NULL, *share_node = NULL;
 	const char *s;
 	int i, e, err;
 
@@ -1899,15 +1952,31 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	if ((err = parse_rate_limit(c, rl, join(sub, field, "rateLimit"), &l->rl, &store)))
 		return err;
 
-	/* One full-size packet must fit a byte bucket, or it could never pass. */
+	strict = l->rl.strict.on ? map_get(c, rl, "strict") : NULL;
+	/* permits pace admissions one by one: nothing to count packets or bytes by */
+	if (strict && (l->unit == KT_UNIT_PACKET || l->unit == KT_UNIT_BYTE))
+		return fail(c, strict, join(sub, field, "rateLimit.strict"),
+			    "needs unit connection, datagram or request (this limit's unit is %s at line %d)",
+			    kt_unit_name(l->unit), line_of(map_get(c, n, "unit")));
+	/* each node asks the store for its own permits: there is no pool to divide */
+	if (strict && l->share == KT_SHARE_DEMAND)
+		return fail(c, share_node, join(sub, field, "share"),
+			    "demand is not allowed with rateLimit.strict at line %d (each node asks the store for its own permits)",
+			    line_of(strict));
+
+	/* One full-size packet must fit a byte bucket, or it could never pass.
+	 * A strict limit's burst is 1: a permit admits one. */
 	{
 		double floor = l->unit == KT_UNIT_BYTE ? 1500 : 1;
 
-		l->burst = l->rl.max > floor ? l->rl.max : floor;
+		l->burst = l->rl.max > floor && !strict ? l->rl.max : floor;
 		if ((v = map_get(c, n, "burst"))) {
 			join(sub, field, "burst");
 			if ((err = get_number_in(c, v, sub, floor, false, MAX_RATE, &l->burst)))
 				return err;
+			if (strict && l->burst != 1)
+				return fail(c, v, sub, "%g must be 1 with rateLimit.strict at line %d (a permit admits one)",
+					    l->burst, line_of(strict));
 		}
 	}
 
@@ -1919,6 +1988,9 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	} else if ((err = store_copy(&l->store, &cfg->store))) {
 		return oom(c, n, field);
 	}
+	if (strict && l->store.kind != KT_STORE_REDIS)
+		return fail(c, strict, join(sub, field, "rateLimit.strict"),
+			    "needs a redis store (permits are issued on the Redis clock)");
 	/* demand divides what the nodes agree through Redis */
 	if (l->share == KT_SHARE_DEMAND && l->store.kind != KT_STORE_REDIS)
 		return fail(c, share_node, join(sub, field, "share"),
