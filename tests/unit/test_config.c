@@ -42,6 +42,14 @@ static bool all_zero(const void *p, size_t n)
 #define REDIS(body) "store:\n  redisStore:\n    mode: single\n" body LIM
 #define SENT(body) "store:\n  redisStore:\n    mode: sentinel\n" body LIM
 
+/* Lines 1-4: a redis store. */
+#define SREDIS "store:\n  redisStore:\n    mode: single\n    url: redis://h\n"
+/* Lines 5-10: a strict limit after SREDIS, strict at line 10; more
+ * rateLimit keys (6 spaces) or limit keys (4 spaces) from line 11. */
+#define SLIM(unit, strict) \
+	SREDIS "limits:\n  - name: s\n    cgroups: [x]\n    unit: " unit "\n    rateLimit:\n" \
+	"      strict: " strict "\n"
+
 /* ---- valid configs ---------------------------------------------------- */
 
 static void check_default_store(const struct kt_store_cfg *s)
@@ -538,6 +546,85 @@ static void test_limit_count(void **state)
 	free(yaml);
 }
 
+/* rateLimit.strict: defaults, explicit values, every unit it takes, and a
+ * redis store of the limit's own. */
+static void test_strict(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+	const struct kt_limit_cfg *l;
+
+	(void)state;
+	assert_int_equal(parse(SLIM("connection", "{every: 500ms}"), &cfg, err), 0);
+	l = &cfg.limits[0];
+	assert_true(l->rl.strict.on);
+	assert_int_equal(l->rl.strict.line, 10);
+	assert_int_equal(l->rl.strict.every_ns, 500 * MS);
+	assert_int_equal(l->rl.strict.max_reserved, 8);
+	assert_int_equal(l->rl.strict.expire_ns, 250 * MS);
+	assert_true(l->rl.max == 2.0);
+	assert_true(l->rl.min == 2.0);
+	assert_true(l->burst == 1);
+	assert_int_equal(l->share, KT_SHARE_EQUAL);
+	assert_int_equal(l->rl.ramp_up_ns, 0);
+	assert_int_equal(l->rl.mode, KT_MODE_RELAXED);
+	assert_true(l->rl.threshold_pct == 50);
+	assert_int_equal(l->rl.cool_down_ns, 5 * SEC);
+	assert_true(l->rl.ramp_down_pct == 50);
+	assert_false(l->rl.resumed_ramp_up);
+	assert_int_equal(l->rl.ttl_ns, 180 * SEC);
+	assert_int_equal(l->store.kind, KT_STORE_REDIS);
+	kt_config_free(&cfg);
+
+	/* explicit values, block form (the line is the block's), burst 1 given */
+	assert_int_equal(parse(SREDIS "limits:\n  - name: s\n    cgroups: [x]\n    unit: datagram\n"
+			       "    burst: 1\n    share: equal\n    rateLimit:\n      strict:\n"
+			       "        every: 2s\n        maxReserved: 0\n        expireAfter: 2s\n",
+			       &cfg, err), 0);
+	l = &cfg.limits[0];
+	assert_true(l->rl.strict.on);
+	assert_int_equal(l->rl.strict.line, 13);
+	assert_int_equal(l->rl.strict.every_ns, 2 * SEC);
+	assert_int_equal(l->rl.strict.max_reserved, 0);
+	assert_int_equal(l->rl.strict.expire_ns, 2 * SEC);
+	assert_true(l->rl.max == 0.5);
+	assert_true(l->rl.min == 0.5);
+	assert_true(l->burst == 1);
+	kt_config_free(&cfg);
+
+	/* the bounds; every/2 under 1ms defaults to 1ms */
+	assert_int_equal(parse(SLIM("connection", "{every: 1ms, maxReserved: 100000}"), &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].rl.strict.every_ns, 1 * MS);
+	assert_int_equal(cfg.limits[0].rl.strict.expire_ns, 1 * MS);
+	assert_int_equal(cfg.limits[0].rl.strict.max_reserved, 100000);
+	assert_true(cfg.limits[0].rl.max == 1000);
+	kt_config_free(&cfg);
+	assert_int_equal(parse(SLIM("connection", "{every: 24h, expireAfter: 1ms}"), &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].rl.strict.every_ns, 24 * 3600 * SEC);
+	assert_int_equal(cfg.limits[0].rl.strict.expire_ns, 1 * MS);
+	kt_config_free(&cfg);
+
+	/* unit request (no cgroups), with the limit's own redis store */
+	assert_int_equal(parse("limits:\n  - name: r\n    unit: request\n    rateLimit:\n"
+			       "      strict: {every: 100ms, expireAfter: 20ms}\n"
+			       "      store: {redisStore: {mode: single, url: redis://h}}\n",
+			       &cfg, err), 0);
+	l = &cfg.limits[0];
+	assert_int_equal(l->unit, KT_UNIT_REQUEST);
+	assert_true(l->rl.strict.on);
+	assert_int_equal(l->rl.strict.line, 5);
+	assert_int_equal(l->rl.strict.expire_ns, 20 * MS);
+	assert_true(l->rl.max == 10);
+	assert_int_equal(l->store.kind, KT_STORE_REDIS);
+	assert_int_equal(cfg.store.kind, KT_STORE_LOCAL);
+	kt_config_free(&cfg);
+
+	/* a limit without strict has it off */
+	assert_int_equal(parse(LIM, &cfg, err), 0);
+	assert_false(cfg.limits[0].rl.strict.on);
+	kt_config_free(&cfg);
+}
+
 /* ---- errors ----------------------------------------------------------- */
 
 struct bad {
@@ -666,10 +753,73 @@ static const struct bad bad_cases[] = {
 	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: datagram\n    match:\n      protocol: tcp\n"
 	  "    rateLimit: {max: 1}\n", "t.yaml:6: limits[0].match.protocol: ", "never matches unit datagram" },
 
+	/* rateLimit.strict */
+	{ SLIM("connection", "{}"), "t.yaml:10: limits[0].rateLimit.strict.every: ", "required but missing" },
+	{ SLIM("connection", ""), "t.yaml:10: limits[0].rateLimit.strict.every: ", "required but missing" },
+	{ SLIM("connection", "5"), "t.yaml:10: limits[0].rateLimit.strict: ", "expected a mapping, got a scalar" },
+	{ SLIM("connection", "{every: 1s, bogus: 1}"), "t.yaml:10: limits[0].rateLimit.strict.bogus: ",
+	  "unknown key (expected one of: every, maxReserved, expireAfter)" },
+	{ SLIM("connection", "{every: 1s, every: 2s}"), "t.yaml:10: limits[0].rateLimit.strict.every: ",
+	  "duplicate key" },
+	{ SLIM("connection", "{every: 500us}"), "t.yaml:10: limits[0].rateLimit.strict.every: ",
+	  "500us is shorter than the minimum 1ms" },
+	{ SLIM("connection", "{every: 25h}"), "t.yaml:10: limits[0].rateLimit.strict.every: ",
+	  "25h is longer than the maximum 24h" },
+	{ SLIM("connection", "{every: soon}"), "t.yaml:10: limits[0].rateLimit.strict.every: ",
+	  "\"soon\" is not a duration" },
+	{ SLIM("connection", "{every: 1s, maxReserved: -1}"), "t.yaml:10: limits[0].rateLimit.strict.maxReserved: ",
+	  "-1 is out of range 0..100000" },
+	{ SLIM("connection", "{every: 1s, maxReserved: 100001}"),
+	  "t.yaml:10: limits[0].rateLimit.strict.maxReserved: ", "100001 is out of range 0..100000" },
+	{ SLIM("connection", "{every: 1s, maxReserved: 1.5}"),
+	  "t.yaml:10: limits[0].rateLimit.strict.maxReserved: ", "\"1.5\" is not an integer" },
+	{ SLIM("connection", "{every: 1s, expireAfter: 1001ms}"),
+	  "t.yaml:10: limits[0].rateLimit.strict.expireAfter: ", "1001ms is longer than every (1s)" },
+	{ SLIM("connection", "{every: 1s, expireAfter: 999us}"),
+	  "t.yaml:10: limits[0].rateLimit.strict.expireAfter: ", "999us is shorter than the minimum 1ms" },
+	{ SLIM("connection", "{every: 1s, expireAfter: [1s]}"),
+	  "t.yaml:10: limits[0].rateLimit.strict.expireAfter: ", "expected a duration, got a list" },
+	{ SLIM("connection", "{every: 1s}") "      max: 1\n", "t.yaml:11: limits[0].rateLimit.max: ",
+	  "not allowed with strict at line 10" },
+	{ SLIM("connection", "{every: 1s}") "      min: 1\n", "t.yaml:11: limits[0].rateLimit.min: ",
+	  "not allowed with strict at line 10" },
+	{ SLIM("connection", "{every: 1s}") "      rampUpDuration: 1s\n",
+	  "t.yaml:11: limits[0].rateLimit.rampUpDuration: ", "not allowed with strict at line 10" },
+	{ SLIM("connection", "{every: 1s}") "      modes: {relaxed: {}}\n",
+	  "t.yaml:11: limits[0].rateLimit.modes: ", "not allowed with strict at line 10" },
+	{ SLIM("connection", "{every: 1s}") "      resumedRampUp: false\n",
+	  "t.yaml:11: limits[0].rateLimit.resumedRampUp: ", "not allowed with strict at line 10" },
+	{ SLIM("connection", "{every: 1s}") "      ttl: 1s\n", "t.yaml:11: limits[0].rateLimit.ttl: ",
+	  "not allowed with strict at line 10" },
+	{ SREDIS "limits:\n  - name: s\n    cgroups: [x]\n    unit: connection\n    rateLimit:\n"
+	  "      max: 5\n      strict: {every: 1s}\n",
+	  "t.yaml:10: limits[0].rateLimit.max: ", "not allowed with strict at line 11" },
+	{ SLIM("packet", "{every: 1s}"), "t.yaml:10: limits[0].rateLimit.strict: ",
+	  "needs unit connection, datagram or request (this limit's unit is packet at line 8)" },
+	{ SLIM("byte", "{every: 1s}"), "t.yaml:10: limits[0].rateLimit.strict: ",
+	  "needs unit connection, datagram or request (this limit's unit is byte at line 8)" },
+	{ SLIM("connection", "{every: 1s}") "    burst: 2\n", "t.yaml:11: limits[0].burst: ",
+	  "2 must be 1 with rateLimit.strict at line 10 (a permit admits one)" },
+	{ SLIM("connection", "{every: 1s}") "    burst: 0.5\n", "t.yaml:11: limits[0].burst: ",
+	  "0.5 must be at least 1" },
+	{ SLIM("connection", "{every: 1s}") "    share: demand\n", "t.yaml:11: limits[0].share: ",
+	  "demand is not allowed with rateLimit.strict at line 10" },
+	{ "limits:\n  - name: s\n    cgroups: [x]\n    unit: connection\n    rateLimit:\n"
+	  "      strict: {every: 1s}\n", "t.yaml:6: limits[0].rateLimit.strict: ",
+	  "needs a redis store (permits are issued on the Redis clock)" },
+	{ "store: {static: {poolSize: 3}}\nlimits:\n  - name: s\n    cgroups: [x]\n    unit: connection\n"
+	  "    rateLimit:\n      strict: {every: 1s}\n", "t.yaml:7: limits[0].rateLimit.strict: ",
+	  "needs a redis store (permits are issued on the Redis clock)" },
+	{ SLIM("connection", "{every: 1s}") "      store: {}\n", "t.yaml:10: limits[0].rateLimit.strict: ",
+	  "needs a redis store (permits are issued on the Redis clock)" },
+	{ "limits:\n  - name: r\n    unit: request\n    rateLimit:\n      strict: {every: 1s}\n"
+	  "      store: {static: {poolSize: 2}}\n", "t.yaml:5: limits[0].rateLimit.strict: ",
+	  "needs a redis store (permits are issued on the Redis clock)" },
+
 	/* rateLimit */
 	{ RL "      bogus: 1\n", "t.yaml:7: limits[0].rateLimit.bogus: ", "unknown key (expected one of: max," },
 	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit:\n      min: 1\n",
-	  "t.yaml:6: limits[0].rateLimit.max: ", "required but missing" },
+	  "t.yaml:6: limits[0].rateLimit.max: ", "required but missing (or give strict)" },
 	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit: 5\n",
 	  "t.yaml:5: limits[0].rateLimit: ", "expected a mapping, got a scalar" },
 	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: packet\n    rateLimit:\n      max: 0\n",
@@ -1050,6 +1200,7 @@ int main(void)
 		cmocka_unit_test(test_sentinel),
 		cmocka_unit_test(test_cluster),
 		cmocka_unit_test(test_limit_count),
+		cmocka_unit_test(test_strict),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_secrets_not_echoed),
 		cmocka_unit_test(test_durations),

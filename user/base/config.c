@@ -1515,7 +1515,7 @@ static int parse_rate_limit(struct ctx *c, yaml_node_t *n, const char *field,
 		return 0;
 	}
 	if (!(v = map_get(c, n, "max")))
-		return missing(c, n, field, "max");
+		return fail(c, n, join(sub, field, "max"), "required but missing (or give strict)");
 	if ((err = get_number_in(c, v, join(sub, field, "max"), 0, true, MAX_RATE, &rl->max)))
 		return err;
 	rl->min = rl->max;
