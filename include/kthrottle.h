@@ -110,6 +110,14 @@ struct kt_bucket {
 };
 #define KT_BUCKET_IN_USE (1u << 0)
 #define KT_BUCKET_NODE (1u << 1) /* node scope: shared by all the limit's cgroups */
+/* A strict limit's bucket (rateLimit.strict): it admits one request per
+ * permit the daemon got from the store and nothing else. burst is 1 and
+ * interval_fp the hold (longer than expireAfter), so one admission puts tat
+ * past the window; a permit due at D is written as tat = D, valid_until =
+ * D + expireAfter, no fallback (kt_strict_arm). Refusals say
+ * KT_REASON_PERMIT, or KT_REASON_CLOSED when interval_fp is 0: the daemon
+ * closed it because the store is unreachable. */
+#define KT_BUCKET_STRICT (1u << 2)
 _Static_assert(sizeof(struct kt_bucket) == 64, "kt_bucket layout");
 
 /* kt_counters (per-CPU array, same index as kt_buckets). */
@@ -266,6 +274,7 @@ enum kt_reason {
 	KT_REASON_SHARE = 0,    /* the member's share (and burst) used up */
 	KT_REASON_FALLBACK = 1, /* lease lapsed: the onStoreFailure rate used up */
 	KT_REASON_CLOSED = 2,   /* rate 0: closed by the policy, or its fallback ended */
+	KT_REASON_PERMIT = 3,   /* strict limit: no permit due now (the next one's wait, if any) */
 	KT_REASON_COUNT
 };
 
@@ -412,6 +421,8 @@ static inline __u32 kt_bucket_reason(const struct kt_bucket *b, __u64 now)
 	__u64 burst, interval = kt_bucket_params(b, now, &burst);
 	__u64 until = KT_READ_ONCE(b->valid_until);
 
+	if (KT_READ_ONCE(b->flags) & KT_BUCKET_STRICT)
+		return KT_READ_ONCE(b->interval_fp) ? KT_REASON_PERMIT : KT_REASON_CLOSED;
 	if (!interval)
 		return KT_REASON_CLOSED;
 	return until && (__s64)(now - until) > 0 ? KT_REASON_FALLBACK : KT_REASON_SHARE;
@@ -628,6 +639,42 @@ static inline void kt_bucket_rescale(struct kt_bucket *b, __u64 now, __u64 new_i
 }
 #endif
 
+#ifndef __bpf__
+/*
+ * Strict buckets (KT_BUCKET_STRICT). kt_strict_arm hands a bucket whose last
+ * permit is spent (tat ahead: it was used) or over (past valid_until) the
+ * permit due at `due`: tat first, so while valid_until is still the old one
+ * the bucket either stays closed (old window over) or refuses until `due`
+ * (old window open, its permit spent: tat = due is still ahead of any
+ * earlier admission's window). Then valid_until = due + expire. Either
+ * order of the readers' loads sees at most one admission, at or after due,
+ * because burst is 1 and the hold (interval) exceeds the window. Never call
+ * it while the bucket holds an unspent permit whose window is open: that
+ * permit would be moved, not wasted. */
+static inline void kt_strict_arm(struct kt_bucket *b, __u64 due, __u64 expire_ns)
+{
+	__atomic_store_n(&b->fallback_fp, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&b->fallback_until, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&b->tat, due, __ATOMIC_RELEASE);
+	__atomic_store_n(&b->valid_until, due + expire_ns, __ATOMIC_RELEASE);
+}
+
+/* Whether the permit kt_strict_arm wrote for `due` was used: the one
+ * admission moved tat past due (the kernel's CAS is the only other writer). */
+static inline int kt_strict_spent(const struct kt_bucket *b, __u64 due)
+{
+	return __atomic_load_n(&b->tat, __ATOMIC_ACQUIRE) != due;
+}
+
+/* The hold of one strict admission: longer than the window, so the window
+ * never yields a second one; `every` when that is longer, so a refused
+ * caller's retry-after points at the soonest next permit. */
+static inline __u64 kt_strict_hold_ns(__u64 every_ns, __u64 expire_ns)
+{
+	return every_ns > expire_ns ? every_ns : expire_ns + 1000;
+}
+#endif
+
 /*
  * Cooperative limits (unit `request`): no kernel hook enforces them; the
  * application asks libkthrottle before each request, and the library runs
@@ -707,8 +754,11 @@ static inline int kt_gcra_peek(const struct kt_bucket *b, __u64 now, __u64 cost,
 #ifndef __bpf__
 /* The daemon's half of the identity protocol above, on a writable mapping
  * (or a copy written with bpf_map_update_elem before anyone maps it). */
-static inline void kt_coop_publish(struct kt_coop *e, const char *name, __u64 interval_fp,
-				   __u64 burst)
+/* strict: the bucket is published KT_BUCKET_STRICT and closed (no permit:
+ * valid_until in the past, no fallback), so no caller is ever admitted
+ * before the daemon arms a permit. */
+static inline void kt_coop_publish_as(struct kt_coop *e, const char *name, __u64 interval_fp,
+				      __u64 burst, int strict)
 {
 	__u32 gen = __atomic_load_n(&e->gen, __ATOMIC_RELAXED);
 	unsigned i;
@@ -724,16 +774,23 @@ static inline void kt_coop_publish(struct kt_coop *e, const char *name, __u64 in
 	__atomic_store_n(&e->bucket.tat, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&e->bucket.interval_fp, interval_fp, __ATOMIC_RELAXED);
 	__atomic_store_n(&e->bucket.burst, burst, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->bucket.valid_until, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->bucket.valid_until, strict ? 1 : 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&e->bucket.fallback_fp, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&e->bucket.fallback_until, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&e->bucket.fallback_burst, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&e->bucket.limit_id, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->bucket.flags, KT_BUCKET_IN_USE, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->bucket.flags, KT_BUCKET_IN_USE | (strict ? KT_BUCKET_STRICT : 0),
+			 __ATOMIC_RELAXED);
 	__atomic_store_n(&e->admitted, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&e->refused, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&e->gen, gen + 1, __ATOMIC_RELEASE); /* even, never 0 */
 	__atomic_store_n(&e->flags, KT_COOP_IN_USE, __ATOMIC_RELEASE);
+}
+
+static inline void kt_coop_publish(struct kt_coop *e, const char *name, __u64 interval_fp,
+				   __u64 burst)
+{
+	kt_coop_publish_as(e, name, interval_fp, burst, 0);
 }
 
 /* The reader's half: the entry's gen if it is a stable, in-use entry named

@@ -107,7 +107,9 @@ struct kthrottle_refusal {
 	uint64_t retry_after_ns; /* until its bucket would admit the next one; UINT64_MAX:
 				  * closed; 0 if it already would when looked at */
 	uint32_t reason;         /* 0 share used up, 1 fallback rate used up (lease
-				  * lapsed), 2 closed (rate 0): enum kt_reason */
+				  * lapsed), 2 closed (rate 0; a strict limit's store
+				  * unreachable), 3 permit (a strict limit: no permit
+				  * due now): enum kt_reason */
 	int err;                 /* the errno connect() failed with (the limit's errno:) */
 };
 

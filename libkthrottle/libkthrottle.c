@@ -19,6 +19,9 @@
 #define KT_API __attribute__((visibility("default")))
 
 #define ACQUIRE_MAX_SLEEP_NS 100000000ULL /* re-check a closed/slow limit every 100 ms */
+/* a strict limit: every 5 ms, so a waiting caller keeps telling the daemon
+ * it wants a permit (its refusals are the demand) and sees one soon */
+#define ACQUIRE_MAX_SLEEP_STRICT_NS 5000000ULL
 #define ACQUIRE_JITTER_MAX_NS 1000000ULL  /* jitter at most 1 ms ... */
 #define ACQUIRE_JITTER_MIN_NS 20000ULL    /* ... and at least up to 20 us */
 
@@ -197,6 +200,10 @@ KT_API int kthrottle_try_acquire(struct kthrottle *h, uint64_t n, uint64_t *retr
 	if (__builtin_expect(__atomic_load_n(&e->gen, __ATOMIC_RELAXED) != h->gen, 0))
 		return kt_lib_fail(ESTALE, "try_acquire: limit '%s' was removed or replaced; reopen it",
 			    h->name);
+	if (__builtin_expect(n > 1, 0) &&
+	    (__atomic_load_n(&e->bucket.flags, __ATOMIC_RELAXED) & KT_BUCKET_STRICT))
+		return kt_lib_fail(EINVAL, "try_acquire: limit '%s' is strict: a permit admits one request, n must be 1",
+				   h->name);
 	if (kt_gcra_decide(&e->bucket, kt_fast_clock_ns(), n, &wait) == KT_ADMIT) {
 		__atomic_fetch_add(&e->admitted, n, __ATOMIC_RELAXED);
 		return 1;
@@ -251,7 +258,10 @@ KT_API int kthrottle_acquire(struct kthrottle *h, uint64_t n, uint64_t timeout_n
 			jmax = ACQUIRE_JITTER_MIN_NS;
 		if (jmax > ACQUIRE_JITTER_MAX_NS)
 			jmax = ACQUIRE_JITTER_MAX_NS;
-		nap = wait > ACQUIRE_MAX_SLEEP_NS ? ACQUIRE_MAX_SLEEP_NS : wait;
+		__u64 cap = (__atomic_load_n(&h->ent->bucket.flags, __ATOMIC_RELAXED) & KT_BUCKET_STRICT)
+				    ? ACQUIRE_MAX_SLEEP_STRICT_NS
+				    : ACQUIRE_MAX_SLEEP_NS;
+		nap = wait > cap ? cap : wait;
 		nap += rng_next(h) % jmax;
 		if (nap > left) {
 			/* the request cannot conform before the deadline: sleep

@@ -68,7 +68,7 @@ class RateLimited(ConnectionError):
     An ``OSError`` with the errno the limit fails connects with, so code
     that catches ``OSError`` still sees it; ``limit`` is the refusing
     limit's name, ``retry_after`` the seconds until it admits again
-    (``math.inf``: closed), ``reason`` "share", "fallback" or "closed".
+    (``math.inf``: closed), ``reason`` "share", "fallback", "closed" or "permit" (a strict limit: no permit due now).
     """
 
     def __init__(self, err, limit, retry_after, reason):
@@ -84,7 +84,7 @@ class _Refusal(ctypes.Structure):
                 ("reason", ctypes.c_uint32), ("err", ctypes.c_int)]
 
 
-_REASONS = ("share", "fallback", "closed")
+_REASONS = ("share", "fallback", "closed", "permit")
 
 
 # --- the library -----------------------------------------------------------

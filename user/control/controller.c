@@ -61,9 +61,18 @@ void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 		   struct kt_limit_state *s)
 {
 	const struct kt_pool_view *v = kt_pool_view(pool, i);
+	const struct kt_strict_cfg *st = &l->cfg->rl.strict;
 
 	s->pool_size = v->size;
-	if (by_demand(l)) {
+	if (st->on) {
+		/* the strict controller owns these buckets: apply only makes
+		 * them strict and closed */
+		s->pol = (struct kt_bucket_policy){
+			.rate = 1e9 / (double)st->every_ns,
+			.burst = 1,
+			.strict_hold_ns = kt_strict_hold_ns(st->every_ns, st->expire_ns),
+		};
+	} else if (by_demand(l)) {
 		/* a bucket born now runs at the floor; kt_ctl_write_rates
 		 * gives each member its own grant */
 		kt_pool_members_policy(pool, i, s->pool_rate, unanswered_ids, 1, &s->pol);
@@ -84,6 +93,11 @@ void kt_ctl_write_rates(struct kt_daemon *d, int i)
 	struct kt_bucket_policy pol;
 	double rate_sum = 0, burst_sum = 0;
 
+	if (l->cfg->rl.strict.on) {
+		l->bucket_rate = s->bucket_rate;
+		l->bucket_burst = s->bucket_burst;
+		return; /* strict.c arms these buckets; a rate would open them */
+	}
 	for (int k = 0; k < n; k++) {
 		if (by_demand(l)) {
 			/* each member its own grant (idempotent when unchanged) */
@@ -117,6 +131,8 @@ void kt_ctl_write_lease(struct kt_daemon *d, int i)
 
 	struct kt_bucket_policy pol;
 
+	if (l->cfg->rl.strict.on)
+		return; /* permits, not leases */
 	for (int k = 0; k < n; k++) {
 		if (by_demand(l)) {
 			/* the fallback burst follows each member's own rate */
@@ -410,6 +426,9 @@ void kt_ctl_apply_pool(struct kt_daemon *d, uint64_t now)
 		struct kt_limit_rt *l = &d->plan.limits[i];
 		struct kt_limit_state *s = &d->ls[i];
 		double resume, before = s->bucket_rate, burst_before = s->bucket_burst;
+
+		if (l->cfg->rl.strict.on)
+			continue; /* permits, not shares: strict.c writes these buckets */
 
 		/* resumedRampUp: the level saved before a restart, once */
 		if (kt_pool_take_resume(d->pool, i, &resume) && resume > s->pool_rate) {

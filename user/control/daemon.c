@@ -90,7 +90,7 @@ static double left_s(uint64_t until, uint64_t now)
 	return until > now ? (double)(until - now) / 1e9 : 0;
 }
 
-static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", "closed" };
+static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", "closed", "permit" };
 
 char *kt_daemon_metrics(struct kt_daemon *d)
 {
@@ -252,6 +252,41 @@ static void kube_status(struct kt_daemon *d, struct sbuf *b, bool json, uint64_t
 		sb_printf(b, "  kubernetes error: %s\n", st.error);
 }
 
+/* A strict limit's permits (nothing for other limits): seed 002's reserved
+ * permits, what was granted, used and wasted, who waits, and whether the
+ * store answers (if not, nothing is admitted). */
+static void strict_status(struct kt_daemon *d, struct sbuf *b, int i, bool json, uint64_t now)
+{
+	struct kt_strict_stat t;
+
+	kt_strict_get(d->strict, i, now, &t);
+	if (!t.strict)
+		return;
+	if (json) {
+		sb_printf(b,
+			  "\"strict\":{\"every_ms\":%.3f,\"max_reserved\":%d,\"expire_after_ms\":%.3f,"
+			  "\"store_ok\":%s,\"reserved_permits\":%.3f,\"waiting\":%d,\"armed\":%d,"
+			  "\"next_due_ms\":%.3f,\"granted\":%llu,\"used\":%llu,\"wasted\":%llu,"
+			  "\"backoffs\":%llu,\"store_errors\":%llu,\"last_error\":",
+			  (double)t.every_ns / 1e6, t.max_reserved, (double)t.expire_ns / 1e6,
+			  t.store_down ? "false" : "true", t.reserved, t.waiting, t.armed,
+			  t.next_due_ns ? ((double)t.next_due_ns - (double)now) / 1e6 : 0.0,
+			  (unsigned long long)t.granted, (unsigned long long)t.used,
+			  (unsigned long long)t.wasted, (unsigned long long)t.backoffs,
+			  (unsigned long long)t.store_errors);
+		sb_json_str(b, t.last_error);
+		sb_printf(b, "},");
+		return;
+	}
+	sb_printf(b,
+		  "  strict every %.1fms (maxReserved %d, expireAfter %.1fms)  reserved %.1f  waiting %d  "
+		  "permits granted %llu used %llu wasted %llu  back-offs %llu%s%s\n",
+		  (double)t.every_ns / 1e6, t.max_reserved, (double)t.expire_ns / 1e6, t.reserved, t.waiting,
+		  (unsigned long long)t.granted, (unsigned long long)t.used, (unsigned long long)t.wasted,
+		  (unsigned long long)t.backoffs,
+		  t.store_down ? "  STORE UNREACHABLE, admitting nothing: " : "", t.store_down ? t.last_error : "");
+}
+
 char *kt_daemon_status(struct kt_daemon *d, bool json)
 {
 	struct sbuf b = { 0 };
@@ -327,10 +362,14 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 				  left_s(v->lease_until_ns, now), left_s(v->fallback_until_ns, now));
 			/* after "pool": readers that take the first "share" key of a
 			 * limit get the pool's */
-			sb_printf(&b, "\"throttle_events\":{\"share\":%llu,\"fallback\":%llu,\"closed\":%llu},",
+			sb_printf(&b,
+				  "\"throttle_events\":{\"share\":%llu,\"fallback\":%llu,\"closed\":%llu,"
+				  "\"permit\":%llu},",
 				  (unsigned long long)s->events[KT_REASON_SHARE],
 				  (unsigned long long)s->events[KT_REASON_FALLBACK],
-				  (unsigned long long)s->events[KT_REASON_CLOSED]);
+				  (unsigned long long)s->events[KT_REASON_CLOSED],
+				  (unsigned long long)s->events[KT_REASON_PERMIT]);
+			strict_status(d, &b, i, true, now);
 			if (s->last_event_ns)
 				sb_printf(&b,
 					  "\"last_throttle\":{\"reason\":\"%s\",\"retry_after_ms\":%.3f,"
@@ -352,12 +391,14 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 			const char *st = kt_pool_store_state(d->pool, i, &st_since, ep, sizeof(ep));
 			if (s->last_event_ns)
 				sb_printf(&b,
-					  "  throttle events: share %llu  fallback %llu  closed %llu  (last: %s, retry after %.1f ms, %.1fs ago)\n",
+					  "  throttle events: share %llu  fallback %llu  closed %llu  permit %llu  (last: %s, retry after %.1f ms, %.1fs ago)\n",
 					  (unsigned long long)s->events[KT_REASON_SHARE],
 					  (unsigned long long)s->events[KT_REASON_FALLBACK],
 					  (unsigned long long)s->events[KT_REASON_CLOSED],
+					  (unsigned long long)s->events[KT_REASON_PERMIT],
 					  reason_names[s->last_event_reason],
 					  last_retry_ms(s), last_event_age_s(s, now));
+			strict_status(d, &b, i, false, now);
 			sb_printf(&b, "  store %s%s%s  pool %s size %d live %d  share %.3f/s",
 				  kt_store_kind_name(c->store.kind), ep[0] ? " " : "", ep,
 				  kt_pool_phase_name(v->phase), v->size, v->live,
@@ -819,6 +860,8 @@ static int on_event(void *ctx, void *data, size_t len)
 		if (d->plan.limits[i].id != e->limit_id)
 			continue;
 		s->events[e->reason]++;
+		if (e->reason == KT_REASON_PERMIT || e->reason == KT_REASON_CLOSED)
+			kt_strict_refused(d->strict, e->slot, e->ts_ns);
 		s->last_event_ns = e->ts_ns;
 		s->last_retry_after_ns = e->retry_after_ns;
 		s->last_event_reason = e->reason;
@@ -863,6 +906,19 @@ static void watch_pool(struct kt_daemon *d, int old_fd)
 		epoll_ctl(d->epfd, EPOLL_CTL_DEL, old_fd, NULL);
 	if (fd >= 0 && epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
 		kt_warn("cannot watch the store's answers: %s; they are applied at each tick",
+			strerror(errno));
+}
+
+/* The strict controller's timer and store answers (tag 9). */
+static void watch_strict(struct kt_daemon *d, int old_fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 9 };
+	int fd = kt_strict_fd(d->strict);
+
+	if (old_fd >= 0)
+		epoll_ctl(d->epfd, EPOLL_CTL_DEL, old_fd, NULL);
+	if (fd >= 0 && epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		kt_warn("cannot watch the strict limits' timer: %s; permits follow the tick",
 			strerror(errno));
 }
 
@@ -919,6 +975,7 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 		epoll_ctl(d->epfd, EPOLL_CTL_ADD, kt_kube_fd(d->kube), &ev);
 	}
 	watch_pool(d, -1);
+	watch_strict(d, -1);
 	int wret = kt_cgwatch_open(&d->cgwatch, KT_CGWATCH_MAX);
 
 	if (wret == 0) {
@@ -1164,6 +1221,7 @@ int kt_daemon_refresh_members(struct kt_daemon *d)
 		kt_ctl_write_rates(d, i);
 		kt_ctl_write_lease(d, i);
 	}
+	kt_strict_sync(d->strict, &d->plan);
 	d->member_changes += moved;
 	watch_members(d);
 	return moved;
@@ -1257,12 +1315,19 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 	kt_pool_members(d->pool, d->pool_local, d->plan.n_limits);
 	for (i = 0; i < d->plan.n_limits; i++)
 		kt_ctl_decide(d->pool, i, &d->plan.limits[i], &d->ls[i]);
+	ret = kt_strict_create(&d->strict, &d->plan, &d->bpf, err, sizeof(err));
+	if (ret) {
+		kt_err("%s", err);
+		ret = ret == -EINVAL ? KT_EXIT_CONFIG : KT_EXIT_RUNTIME;
+		goto fail_bpf;
+	}
 	ret = apply_plan(d, &d->plan, d->ls, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
 		ret = KT_EXIT_RUNTIME;
 		goto fail_bpf;
 	}
+	kt_strict_sync(d->strict, &d->plan);
 	kt_ctl_drop_stale_pins(d);
 	ret = setup_loop(d, err, sizeof(err));
 	if (ret) {
@@ -1280,6 +1345,8 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 	return KT_EXIT_OK;
 
 fail_bpf:
+	kt_strict_destroy(d->strict);
+	d->strict = NULL;
 	{
 		bool fresh = !d->bpf.adopted;
 		kt_bpf_close(&d->bpf);
@@ -1326,6 +1393,7 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	struct kt_limit_state *nls = NULL;
 	struct kt_pool_local *nlocal = NULL;
 	struct kt_pool *npool = NULL;
+	struct kt_strict *nstrict = NULL;
 	struct kt_kube_opts kopts;
 	uint64_t now = kt_clock_ns();
 	int ret, i, j;
@@ -1382,9 +1450,19 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	kt_pool_members(npool, nlocal, nplan.n_limits);
 	for (i = 0; i < nplan.n_limits; i++)
 		kt_ctl_decide(npool, i, &nplan.limits[i], &nls[i]);
+	ret = kt_strict_create(&nstrict, &nplan, &d->bpf, err, errlen);
+	if (ret)
+		goto failed_plan;
 	ret = apply_plan(d, &nplan, nls, err, errlen);
 	if (ret)
 		goto failed_plan; /* the old limits' rates are rewritten on the next tick */
+	/* permits the old one has in flight are never armed (wasted, never
+	 * doubled); the ones armed in the kernel are adopted */
+	int old_strict_fd = kt_strict_fd(d->strict);
+
+	kt_strict_destroy(d->strict);
+	d->strict = nstrict;
+	nstrict = NULL;
 	/* Members the new plan dropped simply stop heartbeating and expire.
 	 * A round trip the old pool has in flight finishes on its own. */
 	int old_pool_fd = kt_pool_fd(d->pool);
@@ -1404,6 +1482,8 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 		kt_ctl_write_rates(d, i);
 		kt_ctl_write_lease(d, i);
 	}
+	kt_strict_sync(d->strict, &d->plan);
+	watch_strict(d, old_strict_fd);
 	kt_ctl_drop_stale_pins(d);
 	kube_follow(d, &kopts);
 	watch_members(d);
@@ -1411,6 +1491,7 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	kt_info("reloaded %s: %d limit(s)", d->config_path, d->plan.n_limits);
 	return 0;
 failed_plan:
+	kt_strict_destroy(nstrict);
 	kt_pool_destroy(npool);
 	free(nls);
 	free(nlocal);
@@ -1466,6 +1547,7 @@ int kt_daemon_run(struct kt_daemon *d)
 
 					note_tick(d, now, expirations);
 					kt_daemon_tick(d, now);
+					kt_strict_tick(d->strict, now);
 					expire_clients(d, now);
 					for (int k = 0; k < d->plan.n_limits; k++) {
 						struct kt_limit_state *ls = &d->ls[k];
@@ -1497,6 +1579,8 @@ int kt_daemon_run(struct kt_daemon *d)
 					kt_daemon_refresh_members(d);
 			} else if (tag == 7) {
 				kube_changed(d);
+			} else if (tag == 9) {
+				kt_strict_run(d->strict, kt_clock_ns());
 			} else if (tag == 8) {
 				uint64_t now = kt_clock_ns();
 
@@ -1538,6 +1622,8 @@ void kt_daemon_stop(struct kt_daemon *d)
 			kt_ctl_pin(d, i, kt_clock_ns());
 	kt_pool_destroy(d->pool);
 	d->pool = NULL;
+	kt_strict_destroy(d->strict);
+	d->strict = NULL;
 	free(d->pool_local);
 	d->pool_local = NULL;
 	kt_bpf_close(&d->bpf);

@@ -15,6 +15,7 @@
 #include "kubewatch.h"
 #include "pool.h"
 #include "ramp.h"
+#include "strict.h"
 
 #define KT_DEFAULT_SOCKET "/run/kthrottle/kthrottled.sock"
 #define KT_MAX_CLIENTS 16
@@ -74,6 +75,7 @@ struct kt_daemon {
 	int demand_cap;
 	struct kt_kube *kube;      /* the pods watcher while some limit selects pods; else NULL */
 	struct kt_pod_set pods;    /* the pods on this node as last taken from it */
+	struct kt_strict *strict;  /* the strict limits' permits; NULL: none */
 };
 
 /* Exit codes */

@@ -406,6 +406,50 @@ void kt_bucket_set_lease(struct kt_bpf *b, uint32_t slot, const struct kt_bucket
 		    burst_tokens(pol->fallback_burst), pol->fallback_until);
 }
 
+void kt_bucket_strict_close(struct kt_bucket *bk, uint64_t hold_ns, bool store_down)
+{
+	/* the window first: from here on the bucket admits nothing whatever
+	 * tat and the interval say */
+	__atomic_store_n(&bk->fallback_fp, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&bk->fallback_until, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&bk->valid_until, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&bk->burst, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&bk->fallback_burst, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&bk->interval_fp, store_down ? 0 : hold_ns << KT_FP_SHIFT, __ATOMIC_RELEASE);
+}
+
+/* A kept or new bucket of a strict limit (pol->strict_hold_ns > 0). One
+ * that already was strict keeps its state: an armed permit was issued by
+ * the store and stays valid; only the hold follows the config. */
+static void strict_slot(struct kt_bucket *bk, const struct kt_bucket_policy *pol, bool fresh)
+{
+	uint32_t flags = __atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE);
+
+	if (!fresh && (flags & KT_BUCKET_STRICT)) {
+		if (__atomic_load_n(&bk->interval_fp, __ATOMIC_RELAXED))
+			__atomic_store_n(&bk->interval_fp, pol->strict_hold_ns << KT_FP_SHIFT,
+					 __ATOMIC_RELEASE);
+		return;
+	}
+	kt_bucket_strict_close(bk, pol->strict_hold_ns, false);
+	if (fresh)
+		bk->tat = 0;
+	if (!fresh)
+		__atomic_store_n(&bk->flags, flags | KT_BUCKET_STRICT, __ATOMIC_RELEASE);
+}
+
+/* A kept strict bucket whose limit is ordinary now: no longer strict,
+ * before the ordinary rate and lease open it. */
+static void unstrict_slot(struct kt_bucket *bk)
+{
+	uint32_t flags = __atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE);
+
+	if (flags & KT_BUCKET_STRICT) {
+		__atomic_store_n(&bk->tat, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&bk->flags, flags & ~KT_BUCKET_STRICT, __ATOMIC_RELEASE);
+	}
+}
+
 /* slot_state: 0 free, 1 kept from before, 2 newly allocated; kt_buckets
  * slots, then kt_coop entries from KT_COOP_SLOT0 */
 struct slot_alloc {
@@ -1058,11 +1102,23 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 		a->saved_idx[slot] = (uint16_t)++a->n_saved;
 		if (commit_step(a))
 			return -errno;
-		if (fresh)
+		if (pol->strict_hold_ns) {
+			if (fresh) {
+				kt_coop_publish_as(&a->b->coop[slot - KT_COOP_SLOT0], l->cfg->name,
+						   pol->strict_hold_ns << KT_FP_SHIFT, 1, 1);
+			} else {
+				strict_slot(bk, pol, false);
+			}
+			s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
+			return 0;
+		}
+		if (fresh) {
 			kt_coop_publish(&a->b->coop[slot - KT_COOP_SLOT0], l->cfg->name,
 					kt_interval_fp_from_rate(pol->rate), burst_tokens(pol->burst));
-		else
+		} else {
+			unstrict_slot(bk);
 			kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
+		}
 		kt_bucket_set_lease(a->b, slot, pol);
 		s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 		return 0;
@@ -1084,9 +1140,16 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 			return -errno;
 		if (commit_step(a))
 			return -errno;
+		bk->limit_id = l->id;
+		if (pol->strict_hold_ns) {
+			/* closed until the strict controller arms a permit */
+			strict_slot(bk, pol, true);
+			__atomic_store_n(&bk->flags, flags | KT_BUCKET_STRICT, __ATOMIC_RELEASE);
+			s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
+			return 0;
+		}
 		bk->tat = 0; /* full burst available */
 		bk->valid_until = 0;
-		bk->limit_id = l->id;
 		kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
 		kt_bucket_set_lease(a->b, slot, pol); /* a finite lease from birth */
 		/* A member joining a limit that already has members on this
@@ -1106,8 +1169,13 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 	} else {
 		if (commit_step(a))
 			return -errno;
-		kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
-		kt_bucket_set_lease(a->b, slot, pol);
+		if (pol->strict_hold_ns) {
+			strict_slot(bk, pol, false);
+		} else {
+			unstrict_slot(bk);
+			kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
+			kt_bucket_set_lease(a->b, slot, pol);
+		}
 	}
 	s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 	return 0;

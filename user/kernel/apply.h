@@ -86,6 +86,13 @@ struct kt_bucket_policy {
 	double fallback_rate;  /* tokens/s after valid_until; 0 = closed */
 	double fallback_burst; /* tokens after valid_until (burst x fallback / rate) */
 	uint64_t fallback_until; /* 0 = the fallback never ends */
+	/* > 0: a strict limit (rateLimit.strict): the bucket is
+	 * KT_BUCKET_STRICT with burst 1 and this hold per admission, and
+	 * apply never opens it: a new one starts closed, a kept strict one is
+	 * left as it is (a permit armed in it stays valid), a kept ordinary
+	 * one is closed. Only the strict controller (strict.h) arms permits.
+	 * The fields above are then unused. */
+	uint64_t strict_hold_ns;
 };
 
 /* Writes the plan into the maps and links. pol[i]: what each bucket of
@@ -98,6 +105,10 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket
 
 /* Distinct bucket slots of a limit (pod scope: one per member; node: one). */
 int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max);
+
+/* A strict bucket closed: no permit (valid_until in the past, no
+ * fallback); interval_fp the hold, or 0 with store_down (reason closed). */
+void kt_bucket_strict_close(struct kt_bucket *bk, uint64_t hold_ns, bool store_down);
 
 /* One atomic store of the interval: the bucket's tokens are kept (the queued
  * debt is rescaled to the new rate). */
