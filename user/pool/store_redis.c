@@ -444,8 +444,54 @@ static const char leave_script[] =
 	"if ok and not c.dirty then save(K, c) else redis.call('DEL', K.meta) end\n"
 	"return n\n";
 
-enum { SCRIPT_HB, SCRIPT_LEAVE, N_SCRIPTS };
-static const char *const scripts[N_SCRIPTS] = { hb_script, leave_script };
+/* KEYS: P:strict:{L}. ARGV: every_us, max_reserved, n. Returns {now_us,
+ * ahead_us, granted_1, wait_1, ..., granted_n, wait_n}, all integers: every
+ * value is an integer below 2^54 (now < 2^53, plus at most (max_reserved + 1)
+ * x every <= 8.64e15), which Redis replies unchanged; Lua's doubles hold it
+ * exactly below 2^53, within 1 us above (only reservations centuries ahead).
+ * The permit rule is store.h's (seed 002). No key: the first permit is due
+ * now. A value that is not a decimal integer below 2^54 (a hand edit) counts
+ * as a permit issued now. The key is SET every call, also when every permit
+ * was refused, so an invalid value is replaced by that permit at now rather
+ * than read as "now" again by every later call. */
+static const char permit_script[] =
+	"if redis.replicate_commands then redis.replicate_commands() end\n"
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"
+	"local every, maxr, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+	"local v = redis.call('GET', KEYS[1])\n"
+	"local last = now - every\n"
+	"if v then\n"
+	"  last = now\n"
+	"  if #v <= 17 and string.match(v, '^%d+$') and tonumber(v) < 18014398509481984 then\n"
+	"    last = tonumber(v)\n"
+	"  end\n"
+	"end\n"
+	"local out = {now, 0}\n"
+	"for i = 1, n do\n"
+	"  local nxt = last + every\n"
+	"  local g, w\n"
+	"  if now >= nxt then\n"
+	"    last, g, w = now, 1, 0\n"
+	"  elseif math.floor(math.max(0, last - now) / every) < maxr then\n"
+	"    last, g, w = nxt, 1, nxt - now\n"
+	"  elseif maxr > 0 then\n"
+	/* until one reservation has become due: then one more may be made */
+	"    g, w = 0, last - maxr * every + 1 - now\n"
+	"  else\n"
+	"    g, w = 0, nxt - now\n"
+	"  end\n"
+	"  out[2 * i + 1], out[2 * i + 2] = g, w\n"
+	"end\n"
+	"out[2] = math.max(0, last - now)\n"
+	/* last - now + every > 0 here: n >= 1, and a refusal means last is
+	 * less than every behind now */
+	"redis.call('SET', KEYS[1], string.format('%.0f', last), 'PX',\n"
+	"           string.format('%.0f', math.ceil((last - now + every) / 1000) + 1000))\n"
+	"return out\n";
+
+enum { SCRIPT_HB, SCRIPT_LEAVE, SCRIPT_PERMIT, N_SCRIPTS };
+static const char *const scripts[N_SCRIPTS] = { hb_script, leave_script, permit_script };
 
 #define CL_SLOTS 16384
 #define CL_MAX_NODES 256
@@ -2404,6 +2450,106 @@ int kt_store_leave(struct kt_store *s, const char *limit, const char *const *ids
 	goto out;
 oom:
 	seterr(s, err, errlen, "leave: out of memory");
+	ret = -ENOMEM;
+out:
+	if (r)
+		freeReplyObject(r);
+	args_free(&a);
+	return ret;
+}
+
+/* Every microsecond figure the permit script can answer is below this (see
+ * permit_script); now is below 2^53. */
+#define PERMIT_MAX_US (1ULL << 54)
+
+/* The permit script's reply, checked against the rule it follows: the
+ * grants come first and are every apart (after a first one that may be due
+ * at once), the refusals that follow all wait the same, and ahead_us is the
+ * last grant's wait. */
+static bool parse_permits(const redisReply *r, uint64_t every_us, int max_reserved, int n,
+			  struct kt_permit *out, struct kt_permit_answer *ans)
+{
+	uint64_t max_grant_wait = ((uint64_t)max_reserved + 1) * every_us;
+	int granted = 0;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 + 2 * (size_t)n)
+		return false;
+	for (size_t i = 0; i < r->elements; i++)
+		if (!int_in(r->element[i], 0, (long long)PERMIT_MAX_US - 1))
+			return false;
+	ans->now_us = (uint64_t)r->element[0]->integer;
+	ans->ahead_us = (uint64_t)r->element[1]->integer;
+	if (ans->now_us == 0 || ans->now_us >= PERMIT_MAX_US / 2)
+		return false;
+	for (int i = 0; i < n; i++) {
+		long long g = r->element[2 + 2 * i]->integer;
+		uint64_t w = (uint64_t)r->element[3 + 2 * i]->integer;
+
+		if (g != 0 && g != 1)
+			return false;
+		out[i] = (struct kt_permit){ .granted = (int)g, .wait_us = w };
+		if (g) {
+			if (granted < i || w > max_grant_wait || (i > 0 && w != out[i - 1].wait_us + every_us))
+				return false;
+			granted++;
+		} else if (w == 0 || (i > granted && w != out[i - 1].wait_us)) {
+			return false;
+		}
+	}
+	return !granted || ans->ahead_us == out[granted - 1].wait_us;
+}
+
+int kt_store_permits(struct kt_store *s, const char *limit, uint64_t every_us, int max_reserved, int n,
+		     struct kt_permit *out, struct kt_permit_answer *ans, char *err, size_t errlen)
+{
+	struct args a = { 0 };
+	redisReply *r = NULL;
+	int ret;
+
+	if (!valid_limit(limit) || every_us < 1000 || every_us > 86400ULL * 1000000 || max_reserved < 0 ||
+	    max_reserved > 100000 || n < 1 || n > KT_STORE_MAX_PERMITS || !out || !ans) {
+		seterr(s, err, errlen,
+		       "permits: invalid limit name, every %llu us (1000..86400e6), max reserved %d "
+		       "(0..100000) or %d permits (1..%d)",
+		       (unsigned long long)every_us, max_reserved, n, KT_STORE_MAX_PERMITS);
+		return -EINVAL;
+	}
+	ret = begin(s, err, errlen);
+	if (ret)
+		return ret;
+	ret = args_init(&a, 6);
+	if (ret)
+		goto oom;
+	a.n = 2;
+	arg_ref(&a, "1");
+	arg_fmt(&a, "%s:strict:{%s}", s->prefix, limit);
+	arg_fmt(&a, "%llu", (unsigned long long)every_us);
+	arg_fmt(&a, "%d", max_reserved);
+	arg_fmt(&a, "%d", n);
+	if (a.oom)
+		goto oom;
+	if (is_cluster(s)) {
+		struct cl_job jb = { .slot = limit_slot(s, limit), .script = SCRIPT_PERMIT, .a = &a, .ask = -1 };
+
+		ret = cl_run(s, &jb, 1, "permits", err, errlen);
+		if (!ret)
+			ret = cl_check(s, &jb, "permits", err, errlen);
+		r = jb.rep;
+		jb.rep = NULL;
+		if (ret && r) {
+			freeReplyObject(r);
+			r = NULL;
+		}
+	} else {
+		ret = run_script(s, SCRIPT_PERMIT, &a, "permits", &r, err, errlen);
+	}
+	if (!ret && !parse_permits(r, every_us, max_reserved, n, out, ans)) {
+		seterr(s, err, errlen, "redis %s:%d: permits: malformed reply", s->cur_host, s->cur_port);
+		ret = -EPROTO;
+	}
+	goto out;
+oom:
+	seterr(s, err, errlen, "permits: out of memory");
 	ret = -ENOMEM;
 out:
 	if (r)
