@@ -450,8 +450,8 @@ static const char leave_script[] =
  * x every <= 8.64e15), which Redis replies unchanged; Lua's doubles hold it
  * exactly below 2^53, within 1 us above (only reservations centuries ahead).
  * The permit rule is store.h's (seed 002). No key: the first permit is due
- * now. A value that is not a decimal integer below 2^54 (a hand edit) counts
- * as a permit issued now. The key is SET every call, also when every permit
+ * now. A value that is not a plain decimal integer below 2^54 (digits only:
+ * TIME is never negative; a hand edit) counts as a permit issued now. The key is SET every call, also when every permit
  * was refused, so an invalid value is replaced by that permit at now rather
  * than read as "now" again by every later call. */
 static const char permit_script[] =
@@ -2465,11 +2465,11 @@ out:
 /* The permit script's reply, checked against the rule it follows: the
  * grants come first and are every apart (after a first one that may be due
  * at once), the refusals that follow all wait the same, and ahead_us is the
- * last grant's wait. */
+ * last grant's wait. out and ans are written only when all of it holds. */
 static bool parse_permits(const redisReply *r, uint64_t every_us, int max_reserved, int n,
 			  struct kt_permit *out, struct kt_permit_answer *ans)
 {
-	uint64_t max_grant_wait = ((uint64_t)max_reserved + 1) * every_us;
+	uint64_t max_grant_wait = ((uint64_t)max_reserved + 1) * every_us, now, ahead, w, prev = 0;
 	int granted = 0;
 
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 + 2 * (size_t)n)
@@ -2477,26 +2477,31 @@ static bool parse_permits(const redisReply *r, uint64_t every_us, int max_reserv
 	for (size_t i = 0; i < r->elements; i++)
 		if (!int_in(r->element[i], 0, (long long)PERMIT_MAX_US - 1))
 			return false;
-	ans->now_us = (uint64_t)r->element[0]->integer;
-	ans->ahead_us = (uint64_t)r->element[1]->integer;
-	if (ans->now_us == 0 || ans->now_us >= PERMIT_MAX_US / 2)
+	now = (uint64_t)r->element[0]->integer;
+	ahead = (uint64_t)r->element[1]->integer;
+	if (now == 0 || now >= PERMIT_MAX_US / 2)
 		return false;
 	for (int i = 0; i < n; i++) {
 		long long g = r->element[2 + 2 * i]->integer;
-		uint64_t w = (uint64_t)r->element[3 + 2 * i]->integer;
 
-		if (g != 0 && g != 1)
-			return false;
-		out[i] = (struct kt_permit){ .granted = (int)g, .wait_us = w };
-		if (g) {
-			if (granted < i || w > max_grant_wait || (i > 0 && w != out[i - 1].wait_us + every_us))
+		w = (uint64_t)r->element[3 + 2 * i]->integer;
+		if (g == 1) {
+			if (granted < i || w > max_grant_wait || (i > 0 && w != prev + every_us))
 				return false;
 			granted++;
-		} else if (w == 0 || (i > granted && w != out[i - 1].wait_us)) {
+		} else if (g != 0 || w == 0 || (i > granted && w != prev)) {
 			return false;
 		}
+		prev = w;
 	}
-	return !granted || ans->ahead_us == out[granted - 1].wait_us;
+	if (granted && ahead != (uint64_t)r->element[1 + 2 * granted]->integer)
+		return false;
+	for (int i = 0; i < n; i++)
+		out[i] = (struct kt_permit){ .granted = (int)r->element[2 + 2 * i]->integer,
+					     .wait_us = (uint64_t)r->element[3 + 2 * i]->integer };
+	ans->now_us = now;
+	ans->ahead_us = ahead;
+	return true;
 }
 
 int kt_store_permits(struct kt_store *s, const char *limit, uint64_t every_us, int max_reserved, int n,
@@ -2517,7 +2522,7 @@ int kt_store_permits(struct kt_store *s, const char *limit, uint64_t every_us, i
 	ret = begin(s, err, errlen);
 	if (ret)
 		return ret;
-	ret = args_init(&a, 6);
+	ret = args_init(&a, 7); /* EVALSHA sha 1 key every max_reserved n */
 	if (ret)
 		goto oom;
 	a.n = 2;
