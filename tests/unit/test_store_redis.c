@@ -1371,6 +1371,32 @@ static void test_malformed_replies(void **state)
 #undef R
 	static const char *const ramp[] = { "$3\r\nabc\r\n", "$3\r\nnan\r\n", "$4\r\n-1.5\r\n",
 					    ":5\r\n", "*0\r\n", "$0\r\n\r\n" };
+#define P_NOW ":1700000000000000\r\n"
+	static const char *const permits[] = {
+		":1\r\n",
+		"*-1\r\n",
+		"*4\r\n" P_NOW ":0\r\n:1\r\n:0\r\n",                                  /* count */
+		"*7\r\n" P_NOW ":0\r\n:1\r\n:0\r\n:0\r\n:5\r\n:0\r\n",                  /* count */
+		"*6\r\n$16\r\n1700000000000000\r\n:0\r\n:1\r\n:0\r\n:0\r\n:5\r\n",    /* type */
+		"*6\r\n" P_NOW ":0\r\n*0\r\n:0\r\n:0\r\n:5\r\n",                         /* type */
+		"*6\r\n" P_NOW ":0\r\n:1\r\n:0\r\n:0\r\n$1\r\n5\r\n",                    /* type */
+		"*6\r\n:0\r\n:0\r\n:1\r\n:0\r\n:0\r\n:5\r\n",                           /* now 0 */
+		"*6\r\n:9007199254740992\r\n:0\r\n:1\r\n:0\r\n:0\r\n:5\r\n",            /* now >= 2^53 */
+		"*6\r\n" P_NOW ":-1\r\n:1\r\n:0\r\n:0\r\n:5\r\n",                         /* ahead < 0 */
+		"*6\r\n" P_NOW ":0\r\n:2\r\n:0\r\n:0\r\n:5\r\n",                          /* granted 2 */
+		"*6\r\n" P_NOW ":0\r\n:1\r\n:-1\r\n:0\r\n:5\r\n",                         /* wait < 0 */
+		"*6\r\n" P_NOW ":0\r\n:1\r\n:0\r\n:0\r\n:18014398509481984\r\n",          /* wait >= 2^54 */
+		"*6\r\n" P_NOW ":0\r\n:1\r\n:0\r\n:0\r\n:0\r\n",                          /* refused, wait 0 */
+		"*6\r\n" P_NOW ":0\r\n:0\r\n:5\r\n:1\r\n:1000005\r\n",                    /* grant after refusal */
+		"*6\r\n" P_NOW ":999999\r\n:1\r\n:0\r\n:1\r\n:999999\r\n",                /* not every apart */
+		"*6\r\n" P_NOW ":0\r\n:1\r\n:2000001\r\n:0\r\n:5\r\n",                    /* past the bound */
+		"*6\r\n" P_NOW ":0\r\n:0\r\n:5\r\n:0\r\n:6\r\n",                          /* refusals differ */
+		"*6\r\n" P_NOW ":5\r\n:1\r\n:0\r\n:0\r\n:5\r\n",                          /* ahead != last wait */
+		"+OK\r\n",
+	};
+#undef P_NOW
+	struct kt_permit pm[2];
+	struct kt_permit_answer pa;
 	struct kt_pool_member m = { "m", LIVE };
 	struct kt_pool_answer a;
 	struct kt_store_cfg c;
@@ -1430,6 +1456,24 @@ static void test_malformed_replies(void **state)
 	fake_set(&g_fake, "-ERR something odd\r\n");
 	assert_int_equal(kt_store_leave(s, "fake", ids, 1, err, sizeof(err)), -EIO);
 	assert_non_null(strstr(err, "something odd"));
+	/* permits, 2 asked (every 1 s, maxReserved 1): {now, ahead, g1, w1, g2, w2} */
+	fake_set(&g_fake, "*6\r\n:1700000000000000\r\n:1000000\r\n:1\r\n:0\r\n:1\r\n:1000000\r\n");
+	ASSERT_OK(kt_store_permits(s, "fake", 1000000, 1, 2, pm, &pa, err, sizeof(err)));
+	assert_true(pa.now_us == 1700000000000000ULL && pa.ahead_us == 1000000);
+	assert_true(pm[0].granted == 1 && pm[0].wait_us == 0 && pm[1].granted == 1 && pm[1].wait_us == 1000000);
+	pthread_mutex_lock(&g_fake.mu);
+	snprintf(last, sizeof(last), "%s %s %d", g_fake.last_cmd, g_fake.last_arg2, g_fake.last_argc);
+	pthread_mutex_unlock(&g_fake.mu);
+	assert_string_equal(last, "EVALSHA 1 7");
+	for (size_t i = 0; i < sizeof(permits) / sizeof(permits[0]); i++) {
+		fake_set(&g_fake, permits[i]);
+		pa.now_us = 7;
+		pm[0].wait_us = 7;
+		if (kt_store_permits(s, "fake", 1000000, 1, 2, pm, &pa, err, sizeof(err)) != -EPROTO)
+			fail_msg("permit case %zu: not -EPROTO (%s)", i, err);
+		assert_non_null(strstr(err, "permits: malformed reply"));
+		assert_true(pa.now_us == 7 && pm[0].wait_us == 7); /* answer untouched */
+	}
 	/* READONLY means a failover happened: drop and back off */
 	fake_set(&g_fake, "-READONLY You can't write against a read only replica.\r\n");
 	assert_int_equal(kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err)), -EROFS);
