@@ -92,6 +92,53 @@ static double left_s(uint64_t until, uint64_t now)
 
 static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", "closed", "permit" };
 
+/* Strict limits' permits (seed 002): reserved ahead cluster-wide, waiting
+ * buckets, and what became of this node's permits. Only strict limits. */
+static void strict_metrics(struct kt_daemon *d, struct sbuf *b, uint64_t now)
+{
+	static const char *const outcome[] = { "granted", "used", "wasted", "backoff" };
+	struct kt_strict_stat t;
+
+	if (!d->strict)
+		return;
+	sb_printf(b, "# HELP kthrottle_strict_reserved_permits Permits reserved ahead of now across all nodes, as of this node's last answer: (next permit time - now) / every.\n"
+		     "# TYPE kthrottle_strict_reserved_permits gauge\n");
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		kt_strict_get(d->strict, i, now, &t);
+		if (t.strict)
+			sb_printf(b, "kthrottle_strict_reserved_permits{limit=\"%s\"} %.6g\n",
+				  d->plan.limits[i].cfg->name, t.reserved);
+	}
+	sb_printf(b, "# HELP kthrottle_strict_waiting Buckets of this node waiting for a permit.\n"
+		     "# TYPE kthrottle_strict_waiting gauge\n");
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		kt_strict_get(d->strict, i, now, &t);
+		if (t.strict)
+			sb_printf(b, "kthrottle_strict_waiting{limit=\"%s\"} %d\n", d->plan.limits[i].cfg->name,
+				  t.waiting);
+	}
+	sb_printf(b, "# HELP kthrottle_strict_store_ok 0 while the store does not answer: a strict limit then admits nothing.\n"
+		     "# TYPE kthrottle_strict_store_ok gauge\n");
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		kt_strict_get(d->strict, i, now, &t);
+		if (t.strict)
+			sb_printf(b, "kthrottle_strict_store_ok{limit=\"%s\"} %d\n", d->plan.limits[i].cfg->name,
+				  !t.store_down);
+	}
+	sb_printf(b, "# HELP kthrottle_strict_permits_total This node's permits: granted by the store, used, wasted (unused within expireAfter), and back-off answers.\n"
+		     "# TYPE kthrottle_strict_permits_total counter\n");
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		kt_strict_get(d->strict, i, now, &t);
+		if (!t.strict)
+			continue;
+		uint64_t v[] = { t.granted, t.used, t.wasted, t.backoffs };
+
+		for (int k = 0; k < 4; k++)
+			sb_printf(b, "kthrottle_strict_permits_total{limit=\"%s\",outcome=\"%s\"} %llu\n",
+				  d->plan.limits[i].cfg->name, outcome[k], (unsigned long long)v[k]);
+	}
+}
+
 char *kt_daemon_metrics(struct kt_daemon *d)
 {
 	struct sbuf b = { 0 };
@@ -148,6 +195,7 @@ char *kt_daemon_metrics(struct kt_daemon *d)
 			sb_printf(&b, "kthrottle_throttle_events_total{limit=\"%s\",reason=\"%s\"} %llu\n",
 				  d->plan.limits[i].cfg->name, reason_names[r],
 				  (unsigned long long)d->ls[i].events[r]);
+	strict_metrics(d, &b, now);
 	sb_printf(&b, "# HELP kthrottle_store_state 1 for the state the limit's store is in.\n"
 		      "# TYPE kthrottle_store_state gauge\n");
 	for (int i = 0; i < d->plan.n_limits; i++) {
