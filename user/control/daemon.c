@@ -908,8 +908,9 @@ static int on_event(void *ctx, void *data, size_t len)
 		if (d->plan.limits[i].id != e->limit_id)
 			continue;
 		s->events[e->reason]++;
-		if (e->reason == KT_REASON_PERMIT || e->reason == KT_REASON_CLOSED)
-			kt_strict_refused(d->strict, e->slot, e->ts_ns);
+		if ((e->reason == KT_REASON_PERMIT || e->reason == KT_REASON_CLOSED) &&
+		    kt_strict_refused(d->strict, e->slot, e->ts_ns))
+			d->strict_kick = true;
 		s->last_event_ns = e->ts_ns;
 		s->last_retry_after_ns = e->retry_after_ns;
 		s->last_event_reason = e->reason;
@@ -1619,6 +1620,11 @@ int kt_daemon_run(struct kt_daemon *d)
 				accept_client(d);
 			} else if (tag == 5) {
 				ring_buffer__consume(d->events);
+				if (d->strict_kick) {
+					/* a member wants a permit now, not at the tick */
+					d->strict_kick = false;
+					kt_strict_run(d->strict, kt_clock_ns());
+				}
 			} else if (tag == 6) {
 				kt_metrics_run(d->metrics);
 			} else if (tag == 4) {

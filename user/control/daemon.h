@@ -76,6 +76,7 @@ struct kt_daemon {
 	struct kt_kube *kube;      /* the pods watcher while some limit selects pods; else NULL */
 	struct kt_pod_set pods;    /* the pods on this node as last taken from it */
 	struct kt_strict *strict;  /* the strict limits' permits; NULL: none */
+	bool strict_kick;          /* an event was news to it: run it after the batch */
 };
 
 /* Exit codes */

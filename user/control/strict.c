@@ -264,17 +264,23 @@ static struct sbucket *find_slot(struct slimit *l, uint32_t slot)
 	return NULL;
 }
 
-void kt_strict_refused(struct kt_strict *st, uint32_t slot, uint64_t ts)
+bool kt_strict_refused(struct kt_strict *st, uint32_t slot, uint64_t ts)
 {
+	bool kick = false;
+
 	if (!st)
-		return;
+		return false;
 	for (int i = 0; i < st->n; i++) {
 		struct sbucket *sb = find_slot(&st->l[i], slot);
 
 		/* refused while waiting for the armed permit: not new demand */
-		if (sb && !(sb->state == B_ARMED && (int64_t)(ts - sb->due) < 0))
-			sb->want = true;
+		if (!sb || (sb->state == B_ARMED && (int64_t)(ts - sb->due) < 0))
+			continue;
+		/* new demand, or a refusal after due: the permit is spent */
+		kick |= !sb->want || sb->state == B_ARMED;
+		sb->want = true;
 	}
+	return kick;
 }
 
 /* The store answered (or failed) the job in flight. */

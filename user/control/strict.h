@@ -72,8 +72,10 @@ void kt_strict_run(struct kt_strict *st, uint64_t now);
 /* Each controller tick: the refused counters as the demand signal (events
  * are sampled and may be lost), then kt_strict_run. */
 void kt_strict_tick(struct kt_strict *st, uint64_t now);
-/* A kernel throttle event for slot at ts (kt clock). */
-void kt_strict_refused(struct kt_strict *st, uint32_t slot, uint64_t ts);
+/* A kernel throttle event for slot at ts (kt clock). True when it is news
+ * (demand where there was none, or a refusal after an armed permit's time:
+ * it is spent): call kt_strict_run once the events are read. */
+bool kt_strict_refused(struct kt_strict *st, uint32_t slot, uint64_t ts);
 /* Limit index i of the plan it was made from. */
 void kt_strict_get(const struct kt_strict *st, int i, uint64_t now, struct kt_strict_stat *out);
 
