@@ -2,7 +2,7 @@
 #   make            daemon, CLI, BPF objects
 #   make test       everything, then the whole suite (root)
 #   make unit       host unit tests only (no root needed)
-#   make bench      benchmark table, store simulation, fault table, pod churn soak (root; SOAK_S=600)
+#   make bench      benchmark table, store simulation, strict spacing, fault table, pod churn soak (root; SOAK_S=600)
 #   make fuzz       run every libFuzzer target FUZZ_SECONDS (300) each
 #   make install-python PYTHON=<venv>/bin/python   the Python module, offline
 #   make SAN=1 ...  build userspace with AddressSanitizer + UBSan
@@ -210,11 +210,12 @@ test: deps all $(TEST_BINS) $(TOOLS_BINS) $(FUZZ_BINS)
 SOAK_S    ?= 600
 
 bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test_faults \
-	$(BUILD)/tests/e2e/test_podchurn
+	$(BUILD)/tests/e2e/test_podchurn $(BUILD)/tests/e2e/test_strict
 	$(BUILD)/tests/bench/bench
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10 --share demand
 	$(BUILD)/tools/kt-libbench
+	KT_STRICT_BENCH=1 $(BUILD)/tests/e2e/test_strict
 	scripts/fault-table.sh $(BUILD)/tests/e2e/test_faults
 	KT_PODCHURN_S=$(SOAK_S) $(BUILD)/tests/e2e/test_podchurn
 
