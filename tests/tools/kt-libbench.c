@@ -11,7 +11,10 @@
  * The baseline it must beat by >= 500x: the same GCRA decision as one Redis
  * Lua round trip per request (seed 002's design: EVALSHA, Redis TIME as the
  * clock, the tat in a key), on a local redis-server of its own (loopback
- * TCP, one connection), timed in the same run.
+ * TCP, one connection), timed in the same run. On the same server: a plain
+ * PING round trip (the transport's floor) and the store's own permit call,
+ * kt_store_permits with n = 1 (strict limits: one EVALSHA per permit),
+ * with its ratio to PING (what the script costs over the round trip).
  *
  *   kt-libbench [-n calls per thread] [-r repeats, best kept]
  */
@@ -31,6 +34,7 @@
 #include "kthrottle_client.h"
 #include "libkthrottle_int.h"
 #include "redis_proc.h"
+#include "store.h"
 
 /* GCRA on Redis: KEYS[1] the tat (us), ARGV[1] the interval, ARGV[2] the
  * tolerance (burst x interval), both us. 0: admitted; > 0: retry after us. */
@@ -45,16 +49,63 @@ static const char gcra_lua[] =
 	"redis.call('SET', KEYS[1], tat + tonumber(ARGV[1]), 'PX', 60000)\n"
 	"return 0\n";
 
-/* ns per decision as one EVALSHA round trip; -1 when there is no
- * redis-server here (the row then says so). */
-static double redis_gcra_ns(long n)
+/* The Redis rows, each ns per round trip (best of 3 x n), -1 when not
+ * measured (no redis-server here, or a call failed). */
+struct redis_ns {
+	double gcra, ping, permit;
+	double granted; /* share of the permit calls granted */
+};
+
+static double per_call(uint64_t t0, long n, double best)
+{
+	double v = (double)(kt_clock_ns() - t0) / (double)n;
+
+	return best < 0 || v < best ? v : best;
+}
+
+/* kt_store_permits, one permit per call: every 1 ms with room for 100000
+ * reserved, so each of the 3 x n calls is granted (the write path, like the
+ * GCRA row). */
+static double permit_ns(int port, long n, double *granted)
+{
+	struct kt_store_cfg cfg = { .kind = KT_STORE_REDIS, .redis_mode = KT_REDIS_SINGLE,
+				    .host = "127.0.0.1", .port = port, .key_prefix = "kt-libbench" };
+	struct kt_permit_answer ans;
+	struct kt_permit p;
+	struct kt_store *s = NULL;
+	char err[KT_ERR_LEN] = "";
+	double best = -1;
+	long got = 0;
+
+	if (kt_store_open(&s, &cfg, err, sizeof(err)) || kt_store_ping(s, err, sizeof(err)))
+		goto fail;
+	for (int rep = 0; rep < 3; rep++) {
+		uint64_t t0 = kt_clock_ns();
+
+		for (long i = 0; i < n; i++) {
+			if (kt_store_permits(s, "bench", 1000, 100000, 1, &p, &ans, err, sizeof(err)))
+				goto fail;
+			got += p.granted;
+		}
+		best = per_call(t0, n, best);
+	}
+	*granted = (double)got / (3.0 * (double)n);
+	kt_store_close(s);
+	return best;
+fail:
+	fprintf(stderr, "kt-libbench: permits: %s\n", err);
+	kt_store_close(s);
+	return -1;
+}
+
+static void redis_bench(long n, struct redis_ns *out)
 {
 	struct rp_proc rp = { 0 };
 	redisContext *c = NULL;
 	redisReply *r;
 	char sha[41] = "";
-	double best = -1;
 
+	*out = (struct redis_ns){ -1, -1, -1, 0 };
 	if (rp_start_master(&rp, NULL) || !(c = rp_connect(&rp)))
 		goto out;
 	r = redisCommand(c, "SCRIPT LOAD %s", gcra_lua);
@@ -66,10 +117,9 @@ static double redis_gcra_ns(long n)
 	snprintf(sha, sizeof(sha), "%s", r->str);
 	freeReplyObject(r);
 	for (int rep = 0; rep < 3; rep++) {
-		uint64_t t0 = kt_clock_ns(), dt;
-		long i;
+		uint64_t t0 = kt_clock_ns();
 
-		for (i = 0; i < n; i++) {
+		for (long i = 0; i < n; i++) {
 			/* 1e6/s, burst 1e6: every call admits (the write path) */
 			r = redisCommand(c, "EVALSHA %s 1 kt-libbench:tat 1 1000000", sha);
 			if (!r || r->type != REDIS_REPLY_INTEGER) {
@@ -79,15 +129,27 @@ static double redis_gcra_ns(long n)
 			}
 			freeReplyObject(r);
 		}
-		dt = kt_clock_ns() - t0;
-		if (best < 0 || (double)dt / (double)n < best)
-			best = (double)dt / (double)n;
+		out->gcra = per_call(t0, n, out->gcra);
 	}
+	for (int rep = 0; rep < 3; rep++) {
+		uint64_t t0 = kt_clock_ns();
+
+		for (long i = 0; i < n; i++) {
+			r = redisCommand(c, "PING");
+			if (!r || r->type != REDIS_REPLY_STATUS) {
+				if (r)
+					freeReplyObject(r);
+				goto out;
+			}
+			freeReplyObject(r);
+		}
+		out->ping = per_call(t0, n, out->ping);
+	}
+	out->permit = permit_ns(rp.port, n, &out->granted);
 out:
 	if (c)
 		redisFree(c);
 	rp_stop(&rp);
-	return best;
 }
 
 static long calls = 10000000;
@@ -235,14 +297,25 @@ int main(int argc, char **argv)
 	printf("   (%.0f%% admitted)\n", share * 100);
 
 	{
-		double redis_ns = redis_gcra_ns(20000);
+		struct redis_ns rn;
 
-		if (redis_ns < 0) {
+		redis_bench(20000, &rn);
+		if (rn.gcra < 0) {
 			printf("  %-46s %6s\n", "Redis Lua GCRA round trip (no redis-server)", "-");
 		} else {
-			printf("  %-46s %6.0f\n", "Redis Lua GCRA, one EVALSHA per request", redis_ns);
+			printf("  %-46s %6.0f\n", "Redis Lua GCRA, one EVALSHA per request", rn.gcra);
 			printf("  %-46s %6.0fx (target >= 500x)\n", "try_acquire faster than Redis by",
-			       redis_ns / single_ns);
+			       rn.gcra / single_ns);
+		}
+		if (rn.ping >= 0)
+			printf("  %-46s %6.0f\n", "Redis PING round trip", rn.ping);
+		if (rn.permit < 0) {
+			printf("  %-46s %6s\n", "kt_store_permits, n=1 (not measured)", "-");
+		} else {
+			printf("  %-46s %6.0f   (%.0f%% granted)\n", "kt_store_permits, n=1, per permit", rn.permit,
+			       rn.granted * 100);
+			printf("  %-46s %6.2fx\n", "kt_store_permits over a PING round trip",
+			       rn.permit / rn.ping);
 		}
 	}
 
