@@ -20,7 +20,7 @@
 #define SEC 1000000ULL
 
 static struct rp_proc g_master;    /* shared by the tests */
-static struct rp_proc g_procs[2];  /* per-test servers, stopped by teardown */
+static struct rp_proc g_procs[3];  /* per-test servers, stopped by teardown */
 static struct kt_store *g_stores[4];
 static char err[KT_ERR_LEN];
 
@@ -461,6 +461,64 @@ static void test_noscript(void **state)
 	assert_int_equal(p[2].granted, 0);
 }
 
+/* Cluster mode: each limit's call goes to the master of its slot ({L},
+ * shared with the pool keys), which has the script loaded at connect and
+ * gets it again after SCRIPT FLUSH. */
+static void test_cluster(void **state)
+{
+	static char host[] = "127.0.0.1";
+	struct kt_permit_answer a;
+	struct kt_store_cfg c;
+	struct kt_permit p[3];
+	struct kt_store *s;
+	bool owner_seen[3] = { false };
+	int owners = 0;
+
+	(void)state;
+	if (rp_start_cluster(g_procs, 3, 0)) {
+		print_message("no Redis Cluster here: skipped\n");
+		skip();
+	}
+	memset(&c, 0, sizeof(c));
+	c.kind = KT_STORE_REDIS;
+	c.line = 9;
+	c.redis_mode = KT_REDIS_CLUSTER;
+	c.endpoint_host[0] = host;
+	c.endpoint_port[0] = g_procs[1].port;
+	c.n_endpoints = 1;
+	c.key_prefix = PREFIX;
+	ASSERT_OK(kt_store_open(&s, &c, err, sizeof(err)));
+	g_stores[0] = s;
+	for (int k = 0; k < 12; k++) {
+		char name[16], key[64];
+		int o;
+		redisReply *r;
+
+		snprintf(name, sizeof(name), "cl%d", k);
+		snprintf(key, sizeof(key), PREFIX ":strict:{%s}", name);
+		o = rp_cluster_slot_owner(g_procs, 3, rp_cluster_slot(&g_procs[0], key));
+		assert_true(o >= 0 && o < 3);
+		owners += !owner_seen[o];
+		owner_seen[o] = true;
+		if (k == 11) {
+			/* the owner lost its scripts: NOSCRIPT, then EVAL */
+			r = rp_command(&g_procs[o], "SCRIPT FLUSH");
+			assert_non_null(r);
+			freeReplyObject(r);
+		}
+		ASSERT_OK(kt_store_permits(s, name, 10 * SEC, 1, 3, p, &a, err, sizeof(err)));
+		ASSERT_PERMIT(p[0], 1, 0);
+		ASSERT_PERMIT(p[1], 1, 10 * SEC);
+		ASSERT_PERMIT(p[2], 0, 1);
+		r = rp_command(&g_procs[o], "GET %s", key);
+		assert_non_null(r);
+		assert_int_equal(r->type, REDIS_REPLY_STRING);
+		assert_int_equal(strtoull(r->str, NULL, 10), a.now_us + 10 * SEC);
+		freeReplyObject(r);
+	}
+	assert_true(owners >= 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -473,6 +531,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_invalid_args, teardown),
 		cmocka_unit_test_teardown(test_store_down, teardown),
 		cmocka_unit_test_teardown(test_noscript, teardown),
+		cmocka_unit_test_teardown(test_cluster, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
