@@ -778,6 +778,50 @@ static void test_pace_closed_and_zero_horizon(void **state)
 	assert_int_equal(w, 1500 * US);
 }
 
+/* A strict bucket (KT_BUCKET_STRICT, burst 1, the hold as interval):
+ * closed until a permit is armed; then nothing before its time, exactly one
+ * admission in its window [due, due + expire], and nothing after, with the
+ * reasons and retry-afters callers see. */
+static void test_strict_permit_window(void **state)
+{
+	const uint64_t every = 500 * MS, expire = 20 * MS, t0 = 1000 * SEC;
+	uint64_t hold = kt_strict_hold_ns(every, expire);
+	__u64 wait;
+	struct kt_bucket b = { .interval_fp = hold << KT_FP_SHIFT, .burst = 1, .valid_until = 1,
+			       .flags = KT_BUCKET_IN_USE | KT_BUCKET_STRICT };
+	uint64_t due = t0 + 100 * MS;
+	int admitted = 0;
+
+	(void)state;
+	assert_true(hold > expire && hold >= every);
+	/* no permit: closed, reason permit (interval set), no retry time */
+	assert_int_equal(kt_gcra_decide(&b, t0, 1, &wait), KT_REFUSE);
+	assert_true(wait == ~0ULL);
+	assert_int_equal(kt_bucket_reason(&b, t0), KT_REASON_PERMIT);
+	kt_strict_arm(&b, due, expire);
+	assert_false(kt_strict_spent(&b, due));
+	/* before its time: refused, retry-after = the time left */
+	assert_int_equal(kt_gcra_decide(&b, due - 3 * MS, 1, &wait), KT_REFUSE);
+	assert_true(wait == 3 * MS);
+	/* in its window: one, and one only, whoever asks how often */
+	for (uint64_t t = due; t <= due + expire; t += 100000)
+		admitted += kt_gcra_decide(&b, t + 1000, 1, &wait) == KT_ADMIT;
+	assert_int_equal(admitted, 1);
+	assert_true(kt_strict_spent(&b, due));
+	/* after the window: closed, nothing */
+	for (uint64_t t = due + expire + 1; t < due + 10 * every; t += MS)
+		assert_int_equal(kt_gcra_decide(&b, t, 1, &wait), KT_REFUSE);
+	/* an unused permit is not usable after its window either */
+	kt_strict_arm(&b, due + every, expire);
+	assert_int_equal(kt_gcra_decide(&b, due + every + expire + 1, 1, &wait), KT_REFUSE);
+	assert_false(kt_strict_spent(&b, due + every));
+	/* interval 0: the store is unreachable, reason closed */
+	b.interval_fp = 0;
+	assert_int_equal(kt_bucket_reason(&b, due), KT_REASON_CLOSED);
+	/* hold when expireAfter is not shorter than every */
+	assert_true(kt_strict_hold_ns(10 * MS, 10 * MS) > 10 * MS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -800,6 +844,7 @@ int main(void)
 		cmocka_unit_test(test_pace_matches_decide),
 		cmocka_unit_test(test_pace_rate_and_horizon),
 		cmocka_unit_test(test_pace_closed_and_zero_horizon),
+		cmocka_unit_test(test_strict_permit_window),
 	};
 	return cmocka_run_group_tests_name("gcra", tests, NULL, NULL);
 }
