@@ -447,6 +447,8 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 					  reason_names[s->last_event_reason],
 					  last_retry_ms(s), last_event_age_s(s, now));
 			strict_status(d, &b, i, false, now);
+			if (c->rl.strict.on)
+				goto members; /* no pool: the strict line says it all */
 			sb_printf(&b, "  store %s%s%s  pool %s size %d live %d  share %.3f/s",
 				  kt_store_kind_name(c->store.kind), ep[0] ? " " : "", ep,
 				  kt_pool_phase_name(v->phase), v->size, v->live,
@@ -470,6 +472,7 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 			}
 			sb_printf(&b, "\n");
 		}
+members:
 		for (j = 0; j < l->n_members; j++) {
 			const struct kt_member_rt *m = &l->members[j];
 			struct kt_counters mc = { 0 };
@@ -1509,6 +1512,7 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	 * doubled); the ones armed in the kernel are adopted */
 	int old_strict_fd = kt_strict_fd(d->strict);
 
+	kt_strict_inherit(nstrict, d->strict);
 	kt_strict_destroy(d->strict);
 	d->strict = nstrict;
 	nstrict = NULL;

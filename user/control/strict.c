@@ -251,6 +251,29 @@ void kt_strict_sync(struct kt_strict *st, const struct kt_plan *plan)
 	kt_strict_run(st, now);
 }
 
+void kt_strict_inherit(struct kt_strict *st, const struct kt_strict *old)
+{
+	if (!st || !old)
+		return;
+	for (int i = 0; i < st->n; i++)
+		for (int j = 0; j < old->n; j++) {
+			struct slimit *l = &st->l[i];
+			const struct slimit *o = &old->l[j];
+
+			if (strcmp(l->name, o->name))
+				continue;
+			l->granted = o->granted;
+			l->used = o->used;
+			l->wasted = o->wasted;
+			l->backoffs = o->backoffs;
+			l->store_errors = o->store_errors;
+			l->ahead_ns = o->ahead_ns;
+			l->answer_ns = o->answer_ns;
+			if (l->every_ns == o->every_ns) /* the same permits: a reservation still counts */
+				l->store_down = o->store_down;
+		}
+}
+
 int kt_strict_fd(const struct kt_strict *st)
 {
 	return st ? st->epfd : -1;

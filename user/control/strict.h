@@ -64,6 +64,8 @@ void kt_strict_destroy(struct kt_strict *st);
  * plan's slots; those known keep their state, the others are adopted from
  * the kernel (a window still open is a permit armed). */
 void kt_strict_sync(struct kt_strict *st, const struct kt_plan *plan);
+/* Reload: the totals (granted, used, wasted...) of the limits old had too. */
+void kt_strict_inherit(struct kt_strict *st, const struct kt_strict *old);
 /* An fd (epoll of its own) readable when kt_strict_run is due. */
 int kt_strict_fd(const struct kt_strict *st);
 /* Takes store answers, arms permits, accounts spent and expired ones, asks
