@@ -2395,6 +2395,27 @@ int kt_store_heartbeat(struct kt_store *s, const char *limit, const struct kt_po
 	return kt_store_heartbeat_many(s, &q, 1, ans, err, errlen);
 }
 
+/* One script on one limit's keys: routed to the limit's master in cluster
+ * mode. *out: the reply (never an error reply) when 0 is returned. */
+static int limit_script(struct kt_store *s, int script, const char *limit, struct args *a,
+			const char *what, redisReply **out, char *err, size_t errlen)
+{
+	struct cl_job jb = { .slot = limit_slot(s, limit), .script = script, .a = a, .ask = -1 };
+	int ret;
+
+	*out = NULL;
+	if (!is_cluster(s))
+		return run_script(s, script, a, what, out, err, errlen);
+	ret = cl_run(s, &jb, 1, what, err, errlen);
+	if (!ret)
+		ret = cl_check(s, &jb, what, err, errlen);
+	if (ret && jb.rep)
+		freeReplyObject(jb.rep);
+	else
+		*out = jb.rep;
+	return ret;
+}
+
 int kt_store_leave(struct kt_store *s, const char *limit, const char *const *ids, int n, char *err,
 		   size_t errlen)
 {
@@ -2428,21 +2449,7 @@ int kt_store_leave(struct kt_store *s, const char *limit, const char *const *ids
 		arg_ref(&a, ids[i]);
 	if (a.oom)
 		goto oom;
-	if (is_cluster(s)) {
-		struct cl_job jb = { .slot = limit_slot(s, limit), .script = SCRIPT_LEAVE, .a = &a, .ask = -1 };
-
-		ret = cl_run(s, &jb, 1, "leave", err, errlen);
-		if (!ret)
-			ret = cl_check(s, &jb, "leave", err, errlen);
-		r = jb.rep;
-		jb.rep = NULL;
-		if (ret && r) {
-			freeReplyObject(r);
-			r = NULL;
-		}
-	} else {
-		ret = run_script(s, SCRIPT_LEAVE, &a, "leave", &r, err, errlen);
-	}
+	ret = limit_script(s, SCRIPT_LEAVE, limit, &a, "leave", &r, err, errlen);
 	if (!ret && !int_in(r, 0, n)) {
 		seterr(s, err, errlen, "redis %s:%d: leave: malformed reply", s->cur_host, s->cur_port);
 		ret = -EPROTO;
@@ -2533,21 +2540,7 @@ int kt_store_permits(struct kt_store *s, const char *limit, uint64_t every_us, i
 	arg_fmt(&a, "%d", n);
 	if (a.oom)
 		goto oom;
-	if (is_cluster(s)) {
-		struct cl_job jb = { .slot = limit_slot(s, limit), .script = SCRIPT_PERMIT, .a = &a, .ask = -1 };
-
-		ret = cl_run(s, &jb, 1, "permits", err, errlen);
-		if (!ret)
-			ret = cl_check(s, &jb, "permits", err, errlen);
-		r = jb.rep;
-		jb.rep = NULL;
-		if (ret && r) {
-			freeReplyObject(r);
-			r = NULL;
-		}
-	} else {
-		ret = run_script(s, SCRIPT_PERMIT, &a, "permits", &r, err, errlen);
-	}
+	ret = limit_script(s, SCRIPT_PERMIT, limit, &a, "permits", &r, err, errlen);
 	if (!ret && !parse_permits(r, every_us, max_reserved, n, out, ans)) {
 		seterr(s, err, errlen, "redis %s:%d: permits: malformed reply", s->cur_host, s->cur_port);
 		ret = -EPROTO;
