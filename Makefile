@@ -166,6 +166,14 @@ $(BUILD)/tests/e2e/test_python: tests/e2e/test_python.c $(BUILD)/libkthrottle.so
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
 
+# a strict cooperative limit on two nodes through the library (the archive)
+# and the Python module (the shared library, loaded by ctypes)
+$(BUILD)/tests/e2e/test_strict_lib: tests/e2e/test_strict_lib.c $(BUILD)/libkthrottle.a $(BUILD)/libkthrottle.so \
+		$(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS) $(wildcard tests/lib/*.h) python/pyproject.toml \
+		$(wildcard python/kthrottle/*.py) | $(BUILD)/kthrottled
+	@mkdir -p $(@D)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
+
 # The Python module into $(PYTHON)'s environment (a venv's python: Debian's
 # system python refuses pip installs), offline: pip's isolated build takes
 # setuptools and wheel from Debian's wheel directory, not from PyPI.
