@@ -372,7 +372,10 @@ static void test_lib_try_acquire(void **state)
 	assert_int_equal(kthrottle_acquire(h, 2, 100000000ull), -EINVAL);
 	assert_int_equal(kthrottle_try_acquire(h, 0, &wait), -EINVAL);
 
-	/* no permit yet: refused, retry-after > 0 */
+	/* no permit yet: refused, retry-after > 0. Today that is UINT64_MAX,
+	 * which the header documents as "closed (rate 0)": an idle strict
+	 * bucket (no permit armed, or its window over) reads as interval 0 in
+	 * kt_gcra_decide. Printed, not asserted either way (reported) */
 	wait = 0;
 	assert_int_equal(kthrottle_try_acquire(h, 1, &wait), 0);
 	print_message("first try_acquire (no permit armed): 0, retry-after %s%llu ns\n",
