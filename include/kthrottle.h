@@ -639,6 +639,18 @@ static inline void kt_bucket_rescale(struct kt_bucket *b, __u64 now, __u64 new_i
 }
 #endif
 
+/* A strict bucket holding no permit refuses as closed (its window is over,
+ * interval 0 in kt_bucket_params), but it is not closed while its
+ * interval is set: a permit comes once the daemon sees the demand, i.e.
+ * this refusal. So callers are told to ask again this soon, not never. */
+#define KT_STRICT_RETRY_NS 5000000ULL
+static inline __u64 kt_strict_wait(const struct kt_bucket *b, __u64 wait)
+{
+	if (wait == ~0ULL && (KT_READ_ONCE(b->flags) & KT_BUCKET_STRICT) && KT_READ_ONCE(b->interval_fp))
+		return KT_STRICT_RETRY_NS;
+	return wait;
+}
+
 #ifndef __bpf__
 /*
  * Strict buckets (KT_BUCKET_STRICT). kt_strict_arm hands a bucket whose last

@@ -78,9 +78,12 @@ int kthrottle_open_member(uint32_t slot, struct kthrottle **out);
 /* Asks for n (>= 1) tokens now. 1: admitted (charged). 0: refused, nothing
  * charged, and *retry_after_ns (if not NULL) says when the same request would
  * conform at the current rate: UINT64_MAX when the limit is closed (rate 0),
- * 0 after losing a compare-and-swap race too often (retry at once). Negative
- * errno: -EINVAL (n == 0), -ESTALE (limit removed or replaced), -EPERM
- * (read-only handle). No syscall. */
+ * 0 after losing a compare-and-swap race too often (retry at once). A strict
+ * limit (rateLimit.strict) admits one request per permit: the time until
+ * the armed permit, or 5 ms (ask again) while none is armed yet, since the
+ * refusal itself is what makes the daemon ask for one. Negative errno:
+ * -EINVAL (n == 0; n > 1 on a strict limit), -ESTALE (limit removed or
+ * replaced), -EPERM (read-only handle). No syscall. */
 int kthrottle_try_acquire(struct kthrottle *h, uint64_t n, uint64_t *retry_after_ns);
 
 /* Like try_acquire, but waits until admitted or timeout_ns has passed:

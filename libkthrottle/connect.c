@@ -314,6 +314,7 @@ static void describe(const struct cand *c, int err, struct kthrottle_refusal *wh
 		 * token (~0 closed), 0 if the bucket has refilled since */
 		if (kt_gcra_peek(&b, now, 1, &wait) == KT_ADMIT)
 			wait = 0;
+		wait = kt_strict_wait(&b, wait);
 		why->retry_after_ns = wait;
 		why->reason = kt_bucket_reason(&b, now);
 	}

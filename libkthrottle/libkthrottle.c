@@ -21,7 +21,7 @@
 #define ACQUIRE_MAX_SLEEP_NS 100000000ULL /* re-check a closed/slow limit every 100 ms */
 /* a strict limit: every 5 ms, so a waiting caller keeps telling the daemon
  * it wants a permit (its refusals are the demand) and sees one soon */
-#define ACQUIRE_MAX_SLEEP_STRICT_NS 5000000ULL
+#define ACQUIRE_MAX_SLEEP_STRICT_NS KT_STRICT_RETRY_NS
 #define ACQUIRE_JITTER_MAX_NS 1000000ULL  /* jitter at most 1 ms ... */
 #define ACQUIRE_JITTER_MIN_NS 20000ULL    /* ... and at least up to 20 us */
 
@@ -209,6 +209,7 @@ KT_API int kthrottle_try_acquire(struct kthrottle *h, uint64_t n, uint64_t *retr
 		return 1;
 	}
 	__atomic_fetch_add(&e->refused, n, __ATOMIC_RELAXED);
+	wait = kt_strict_wait(&e->bucket, wait); /* no permit yet: soon, not never */
 	__atomic_store_n(&e->last_wait, wait, __ATOMIC_RELAXED); /* for the daemon's events */
 	if (retry_after_ns)
 		*retry_after_ns = wait;
@@ -284,6 +285,7 @@ KT_API int kthrottle_is_throttled(struct kthrottle *h, uint64_t *for_ns)
 			    h->name);
 	if (h->bucket) {
 		r = kt_gcra_peek(h->bucket, kt_fast_clock_ns(), 1, &wait);
+		wait = kt_strict_wait(h->bucket, wait);
 	} else {
 		struct kt_bucket copy;
 		__u32 key = h->slot;
@@ -291,6 +293,7 @@ KT_API int kthrottle_is_throttled(struct kthrottle *h, uint64_t *for_ns)
 		if (bpf_map_lookup_elem(h->fd, &key, &copy))
 			return kt_lib_fail(errno, "is_throttled: read bucket slot %u", key);
 		r = kt_gcra_peek(&copy, kt_fast_clock_ns(), 1, &wait);
+		wait = kt_strict_wait(&copy, wait);
 	}
 	if (for_ns)
 		*for_ns = r == KT_ADMIT ? 0 : wait;

@@ -372,15 +372,13 @@ static void test_lib_try_acquire(void **state)
 	assert_int_equal(kthrottle_acquire(h, 2, 100000000ull), -EINVAL);
 	assert_int_equal(kthrottle_try_acquire(h, 0, &wait), -EINVAL);
 
-	/* no permit yet: refused, retry-after > 0. Today that is UINT64_MAX,
-	 * which the header documents as "closed (rate 0)": an idle strict
-	 * bucket (no permit armed, or its window over) reads as interval 0 in
-	 * kt_gcra_decide. Printed, not asserted either way (reported) */
+	/* no permit yet: refused, retry-after > 0 and finite: not closed, a
+	 * permit comes (KT_STRICT_RETRY_NS, ask again soon) */
 	wait = 0;
 	assert_int_equal(kthrottle_try_acquire(h, 1, &wait), 0);
 	print_message("first try_acquire (no permit armed): 0, retry-after %s%llu ns\n",
 		      wait == UINT64_MAX ? "UINT64_MAX = " : "", (unsigned long long)wait);
-	assert_true(wait > 0);
+	assert_true(wait > 0 && wait != UINT64_MAX);
 
 	/* every 1 ms for up to 3 s: two admissions. Each refusal says > 0; one
 	 * while the second permit is armed points at it */
@@ -417,6 +415,7 @@ static void test_lib_try_acquire(void **state)
 		      "armed), %d finite; right after the first admission: %.3f ms\n",
 		      refusals, closed, finite, after_spent / 1e6);
 	assert_int_equal(k, 2);
+	assert_int_equal(closed, 0); /* never "closed" while the store answers */
 	print_message("admissions %.3f ms apart\n", (adm[1] - adm[0]) / 1e6);
 	assert_true((double)(adm[1] - adm[0]) / 1e6 >= EVERY_MS - EXPIRE_MS - TOL_EXTRA_MS);
 	/* after the spent permit the bucket holds `every`: at most that long */

@@ -915,7 +915,10 @@ static int on_event(void *ctx, void *data, size_t len)
 		    kt_strict_refused(d->strict, e->slot, e->ts_ns))
 			d->strict_kick = true;
 		s->last_event_ns = e->ts_ns;
-		s->last_retry_after_ns = e->retry_after_ns;
+		/* a strict bucket waiting for a permit is not closed */
+		s->last_retry_after_ns = e->reason == KT_REASON_PERMIT && e->retry_after_ns == ~0ULL
+						 ? KT_STRICT_RETRY_NS
+						 : e->retry_after_ns;
 		s->last_event_reason = e->reason;
 		notify_subscribers(d, i, kt_clock_ns());
 		break;
