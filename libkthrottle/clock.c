@@ -29,6 +29,7 @@
 #endif
 
 #define KT_ANCHOR_NS 1000000ull         /* an anchor serves calls up to 1 ms after it */
+#define KT_PAIR_MAX_TICKS 8192ull       /* a clock_gettime (~70 ticks) bracketed wider: preempted */
 #define KT_CALIB_MIN_NS 1000000ull      /* the TSC's rate is measured over >= 1 ms */
 #define KT_CALIB_RENEW_NS 10000000000ull /* and over at most the last ~10 s (NTP slews it) */
 
@@ -81,7 +82,10 @@ static __u64 reanchor(void)
 	t0 = __rdtsc();
 	ns = vdso_ns();
 	t1 = __rdtsc();
-	if (t1 < t0 || (seq & 1) ||
+	/* a pair the thread was preempted in (the VM descheduled, an
+	 * interrupt) is not an anchor: its midpoint may be off by half the
+	 * gap; this call has its exact clock_gettime anyway */
+	if (t1 < t0 || t1 - t0 > KT_PAIR_MAX_TICKS || (seq & 1) ||
 	    !atomic_compare_exchange_strong_explicit(&anc.seq, &seq, seq + 1, memory_order_acquire,
 						     memory_order_relaxed))
 		return ns;
