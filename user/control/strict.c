@@ -306,6 +306,21 @@ bool kt_strict_refused(struct kt_strict *st, uint32_t slot, uint64_t ts)
 	return kick;
 }
 
+/* The refused counter as the demand signal: a refusal since the last look
+ * is a caller that wants a permit, unless one is armed (refusals before its
+ * time are the wait). */
+static void note_refusals(struct kt_strict *st, struct sbucket *sb)
+{
+	uint64_t r;
+
+	if (sb->state == B_ARMED)
+		return;
+	r = refused_now(st, sb->slot);
+	if (r != sb->refused_mark)
+		sb->want = true;
+	sb->refused_mark = r;
+}
+
 /* The store answered (or failed) the job in flight. */
 static void take_answer(struct kt_strict *st, struct slimit *l, uint64_t now)
 {
@@ -420,13 +435,8 @@ void kt_strict_run(struct kt_strict *st, uint64_t now)
 			struct sbucket *sb = &l->b[k];
 			struct kt_bucket *bk = bucket_of(st, sb->slot);
 
-			if (l->coop && sb->state != B_ARMED) {
-				uint64_t r = refused_now(st, sb->slot);
-
-				if (r != sb->refused_mark)
-					sb->want = true;
-				sb->refused_mark = r;
-			}
+			if (l->coop)
+				note_refusals(st, sb);
 			if (sb->state == B_ARMED) {
 				if ((int64_t)(now - sb->due) >= 0 && kt_strict_spent(bk, sb->due)) {
 					l->used++;
@@ -499,17 +509,8 @@ void kt_strict_tick(struct kt_strict *st, uint64_t now)
 	for (int i = 0; i < st->n; i++) {
 		struct slimit *l = &st->l[i];
 
-		for (int k = 0; k < l->nb; k++) {
-			struct sbucket *sb = &l->b[k];
-			uint64_t r;
-
-			if (sb->state == B_ARMED)
-				continue; /* refusals before its time are the wait */
-			r = refused_now(st, sb->slot);
-			if (r != sb->refused_mark)
-				sb->want = true;
-			sb->refused_mark = r;
-		}
+		for (int k = 0; k < l->nb; k++)
+			note_refusals(st, &l->b[k]);
 	}
 	kt_strict_run(st, now);
 }
