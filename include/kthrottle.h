@@ -275,6 +275,7 @@ enum kt_reason {
 	KT_REASON_FALLBACK = 1, /* lease lapsed: the onStoreFailure rate used up */
 	KT_REASON_CLOSED = 2,   /* rate 0: closed by the policy, or its fallback ended */
 	KT_REASON_PERMIT = 3,   /* strict limit: no permit due now (the next one's wait, if any) */
+	KT_REASON_TAG = 4,      /* tag limit (XDP source or query tag): the tag's bucket is empty */
 	KT_REASON_COUNT
 };
 
@@ -608,6 +609,119 @@ static inline __u64 kt_gcra_tokens_left(const struct kt_bucket *b, __u64 now)
 	__u64 tokens = (left_ns << KT_FP_SHIFT) / interval;
 	return tokens > burst ? burst : tokens;
 }
+
+/*
+ * Tag limits (seed 004): a leaky bucket per throttling tag (a source address
+ * prefix at XDP, or an application's string asked over the query socket),
+ * `burst` tokens refilled at `rate` per second. Each node decides alone and
+ * reports the hits it served every reportInterval; the other nodes take a
+ * token for each remote hit, so a bucket may go below zero and then stays
+ * shut until it refills: a client's long-run rate is the rate however a load
+ * balancer spreads it. The bucket is one tat, as GCRA: tokens =
+ * (burst x interval - (max(tat, now) - now)) / interval, and a remote hit
+ * moves tat one interval further.
+ */
+#define KT_MAX_TAG_LIMITS 64
+#define KT_TAG_MAX_LEN 255 /* bytes of a query tag; a longer line is answered NO */
+
+/* One decision for a tag: KT_ADMIT (a token taken) or KT_REFUSE, with
+ * *wait_ns until one token is there. interval_fp 0 refuses everything. */
+static inline int kt_tag_take(__u64 *tat, __u64 now, __u64 interval_fp, __u64 burst,
+			      __u64 *wait_ns)
+{
+	__u64 cost_ns, tau;
+	int i;
+
+	*wait_ns = 0;
+	if (!interval_fp || !burst) {
+		*wait_ns = ~0ULL;
+		return KT_REFUSE;
+	}
+	tau = kt_gcra_tolerance(interval_fp, burst, 1, &cost_ns);
+	for (i = 0; i < KT_CAS_RETRIES; i++) {
+		__u64 old = KT_READ_ONCE(*tat);
+		__u64 base = (__s64)(old - now) > 0 ? old : now;
+		__u64 ahead = base - now;
+
+		if (ahead > tau - cost_ns) {
+			*wait_ns = ahead - (tau - cost_ns);
+			return KT_REFUSE;
+		}
+		if (__sync_val_compare_and_swap(tat, old, base + cost_ns) == old)
+			return KT_ADMIT;
+	}
+	return KT_REFUSE;
+}
+
+/* Remote hits: `hits` tokens taken at `now`, below zero if need be. The debt
+ * saturates near 2^48 ns (78 hours), as every cost does. */
+static inline void kt_tag_debit(__u64 *tat, __u64 now, __u64 interval_fp, __u64 hits)
+{
+	__u64 cost_ns, add;
+	int i;
+
+	if (!interval_fp || !hits)
+		return;
+	kt_gcra_tolerance(interval_fp, 1, 1, &cost_ns);
+	add = kt_mul_sat(hits, cost_ns);
+	if (add > KT_NS_CAP)
+		add = KT_NS_CAP;
+	for (i = 0; i < KT_CAS_RETRIES; i++) {
+		__u64 old = KT_READ_ONCE(*tat);
+		__u64 base = (__s64)(old - now) > 0 ? old : now;
+
+		if (base - now > KT_NS_CAP - add)
+			add = KT_NS_CAP - (base - now); /* saturate the debt */
+		if (__sync_val_compare_and_swap(tat, old, base + add) == old)
+			return;
+	}
+}
+
+#ifndef __bpf__
+/* The bucket's value in tokens at `now`, fractional and possibly negative
+ * (seed 004's table): for status and tests. */
+static inline double kt_tag_tokens(__u64 tat, __u64 now, __u64 interval_fp, __u64 burst)
+{
+	__u64 cost_ns, tau = kt_gcra_tolerance(interval_fp, burst, 1, &cost_ns);
+	__u64 ahead = (__s64)(tat - now) > 0 ? tat - now : 0;
+
+	if (!interval_fp || !cost_ns)
+		return 0;
+	return ((double)tau - (double)ahead) / (double)cost_ns;
+}
+#endif
+
+/* XDP source tags. kt_tag_buckets (LRU hash, maxTags entries summed over the
+ * tag limits): one bucket per (tag limit, source prefix). The source address
+ * is masked to the limit's prefix length (addr bytes past it are zero; IPv4
+ * in addr[0..3]). */
+struct kt_tag_key {
+	__u32 tag_limit;   /* index of the tag limit, < KT_MAX_TAG_LIMITS */
+	__u8 family;       /* 4 or 6 */
+	__u8 prefix_len;   /* bits of addr that count */
+	__u16 pad;
+	__u8 addr[16];
+};
+_Static_assert(sizeof(struct kt_tag_key) == 24, "kt_tag_key layout");
+
+/* The policy is copied into the bucket when it is made (the limit's rate,
+ * or an override's; allowlisted prefixes get KT_TAG_ALLOW), so a packet costs
+ * one hash lookup. The daemon rewrites interval_fp/burst/flags in place on a
+ * reload. hits counts admissions since the daemon last harvested them for
+ * the exchange; admitted and dropped are totals. */
+struct kt_tag_bucket {
+	__u64 tat;         /* kt clock ns (CLOCK_BOOTTIME) */
+	__u64 interval_fp; /* Q48.16 ns per token; 0 = refuse all */
+	__u64 burst;
+	__u64 hits;        /* admitted, not yet reported */
+	__u64 admitted;
+	__u64 dropped;
+	__u64 last_seen;   /* kt clock ns of the last packet */
+	__u32 flags;       /* KT_TAG_* */
+	__u32 pad;
+};
+#define KT_TAG_ALLOW (1u << 0) /* allowlisted: passes untouched, not counted */
+_Static_assert(sizeof(struct kt_tag_bucket) == 64, "kt_tag_bucket layout");
 
 #ifndef __bpf__
 /*

@@ -84,7 +84,7 @@ class _Refusal(ctypes.Structure):
                 ("reason", ctypes.c_uint32), ("err", ctypes.c_int)]
 
 
-_REASONS = ("share", "fallback", "closed", "permit")
+_REASONS = ("share", "fallback", "closed", "permit", "tag")
 
 
 # --- the library -----------------------------------------------------------

@@ -2375,6 +2375,9 @@ void kt_config_free(struct kt_config *cfg)
 		pods_free(&cfg->limits[i].pods);
 	}
 	free(cfg->limits);
+	for (i = 0; cfg->tags && i < cfg->n_tags; i++)
+		free(cfg->tags[i].query_socket);
+	free(cfg->tags);
 	store_free(&cfg->store);
 	free(cfg->kube.api_server);
 	free(cfg->kube.token_file);

@@ -172,6 +172,52 @@ struct kt_limit_cfg {
 	struct kt_store_cfg store; /* rateLimit.store, else the top-level store */
 };
 
+/* A tag limit (top-level `tags:`, seed 004): a leaky bucket per throttling
+ * tag, `burst` tokens refilled at `rate` per second, decided on each node and
+ * kept global by exchanging hit counts through the top-level store every
+ * `report_ns`. Source-address tags at XDP (`xdp:`) and application tags over
+ * the query socket (`query:`); at least one of the two. */
+#define KT_TAG_MAX_IFACES 8
+#define KT_TAG_MAX_RULES 256      /* allow + overrides of one tag limit */
+#define KT_TAG_MAX_TAGS (4u << 20) /* maxTags ceiling */
+#define KT_TAG_DEFAULT_SOCKET "/run/kthrottle/query.sock"
+struct kt_tag_prefix {
+	uint8_t family;     /* 4 or 6 */
+	uint8_t prefix_len; /* 0..32 or 0..128 */
+	uint8_t addr[16];   /* masked to prefix_len; IPv4 in addr[0..3] */
+};
+struct kt_tag_override {
+	struct kt_tag_prefix prefix;
+	double rate;        /* tokens per second, > 0 */
+	uint64_t burst;     /* >= 1 */
+	int line;
+};
+struct kt_tag_limit_cfg {
+	char name[KT_NAME_LEN];   /* same alphabet as limit names, unique among tags */
+	int line;
+	double rate;              /* tokens per second, > 0 */
+	uint64_t burst;           /* >= 1 */
+	uint64_t idle_expiry_ns;  /* idleExpiry, default 5 min: a tag whose bucket has
+				   * been full this long is forgotten */
+	uint32_t max_tags;        /* maxTags, default 65536: least recently used beyond */
+	uint64_t report_ns;       /* reportInterval, default 1 s */
+	struct kt_tag_prefix allow[KT_TAG_MAX_RULES];
+	int n_allow;
+	struct kt_tag_override overrides[KT_TAG_MAX_RULES];
+	int n_overrides;
+	/* xdp: source-address tags on these interfaces */
+	bool xdp;
+	char ifaces[KT_TAG_MAX_IFACES][16]; /* IF_NAMESIZE */
+	int n_ifaces;
+	uint8_t prefix_v4;        /* xdp.prefixLen.ipv4, default 32 */
+	uint8_t prefix_v6;        /* xdp.prefixLen.ipv6, default 128 */
+	/* query: application tags over the line protocol */
+	bool query;
+	char *query_socket;       /* default KT_TAG_DEFAULT_SOCKET */
+	char query_addr[48];      /* query.listen host (IP literal), default 127.0.0.1 */
+	int query_port;           /* 0 = no TCP listener (the default) */
+};
+
 struct kt_config {
 	char *file;               /* path as given */
 	char *node_name;          /* default: $NODE_NAME if it fits the alphabet, else gethostname() */
@@ -186,7 +232,9 @@ struct kt_config {
 	struct kt_store_cfg store; /* top-level default store */
 	struct kt_kube_cfg kube;
 	struct kt_limit_cfg *limits;
-	int n_limits;             /* >= 1 */
+	int n_limits;             /* >= 1, or 0 when there are tag limits */
+	struct kt_tag_limit_cfg *tags;
+	int n_tags;
 };
 
 /* Parse and validate. On error returns -EINVAL (or -errno for I/O), fills err

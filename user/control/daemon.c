@@ -90,7 +90,7 @@ static double left_s(uint64_t until, uint64_t now)
 	return until > now ? (double)(until - now) / 1e9 : 0;
 }
 
-static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", "closed", "permit" };
+static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", "closed", "permit", "tag" };
 
 /* Strict limits' permits (seed 002): reserved ahead cluster-wide, waiting
  * buckets, and what became of this node's permits. Only strict limits. */
