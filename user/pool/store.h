@@ -288,6 +288,31 @@ struct kt_permit_answer {
 int kt_store_permits(struct kt_store *s, const char *limit, uint64_t every_us, int max_reserved, int n,
 		     struct kt_permit *out, struct kt_permit_answer *ans, char *err, size_t errlen);
 
+/*
+ * Tag exchange (seed 004): the hit counts a node served for a tag limit
+ * since its last report, to the other nodes of the same limit, through the
+ * Redis stream <prefix>:tags:{<limit>} (one entry per chunk, fields n = node
+ * and h = chunk; trimmed to keep_ms on Redis's clock, the key expiring
+ * 2 x keep_ms after the last report). One EVALSHA writes this node's chunks
+ * and reads up to KT_STORE_TAG_READ_MAX entries written after *last_id by
+ * the other nodes, in stream order: fn gets each entry's chunk. last_id is
+ * advanced past what was read (own entries included); "" (the first call)
+ * reads nothing and starts after the newest entry. *more = 1: call again,
+ * there may be more. The chunk format is the caller's (user/tags/exchange.c).
+ * 0 or -errno as the other calls; the reply is checked whole before fn
+ * runs, so a malformed one (-EPROTO) hands out nothing and keeps last_id.
+ * Cluster: routed to the limit's master, like permits.
+ */
+#define KT_STORE_TAG_ID_MAX 48
+#define KT_STORE_TAG_CHUNK_MAX (64 * 1024)
+#define KT_STORE_TAG_MAX_CHUNKS 1024
+#define KT_STORE_TAG_READ_MAX 1024
+typedef void (*kt_store_tag_fn)(void *ctx, const char *chunk, size_t len);
+int kt_store_tag_exchange(struct kt_store *s, const char *limit, const char *node, uint64_t keep_ms,
+			  const char *const *chunks, const size_t *chunk_lens, int n_chunks,
+			  char last_id[KT_STORE_TAG_ID_MAX], kt_store_tag_fn fn, void *ctx, int *more,
+			  char *err, size_t errlen);
+
 /* Connects if needed and sends PING. */
 int kt_store_ping(struct kt_store *s, char *err, size_t errlen);
 

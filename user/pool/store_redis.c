@@ -490,8 +490,42 @@ static const char permit_script[] =
 	"           string.format('%.0f', math.ceil((last - now + every) / 1000) + 1000))\n"
 	"return out\n";
 
-enum { SCRIPT_HB, SCRIPT_LEAVE, SCRIPT_PERMIT, N_SCRIPTS };
-static const char *const scripts[N_SCRIPTS] = { hb_script, leave_script, permit_script };
+/* Tag exchange (seed 004), KEYS[1] the tag limit's stream. ARGV: node,
+ * last id read ('' on the first call), retention ms, entries to read at
+ * most, then the node's report chunks. Each chunk is one stream entry
+ * {n: node, h: chunk}, the stream trimmed to the retention on Redis's
+ * clock. Then the entries after `last`, other nodes' only. Reply: {new
+ * last id, 1 if there may be more, chunk...}. A first call reads nothing
+ * and starts after the newest entry: a node joining later is not charged
+ * for hits before it. */
+static const char tags_script[] =
+	"if redis.replicate_commands then redis.replicate_commands() end\n"
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"local node, last, keep, count = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])\n"
+	"local minid = string.format('%.0f', math.max(0, now - keep))\n"
+	"for i = 5, #ARGV do\n"
+	"  redis.call('XADD', KEYS[1], 'MINID', '~', minid, '*', 'n', node, 'h', ARGV[i])\n"
+	"end\n"
+	"if #ARGV >= 5 then redis.call('PEXPIRE', KEYS[1], keep * 2) end\n"
+	"if last == '' then\n"
+	"  local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)\n"
+	"  return {top[1] and top[1][1] or '0-0', 0}\n"
+	"end\n"
+	"local r = redis.call('XRANGE', KEYS[1], '(' .. last, '+', 'COUNT', count)\n"
+	"local out = {last, #r >= count and 1 or 0}\n"
+	"for _, e in ipairs(r) do\n"
+	"  out[1] = e[1]\n"
+	"  local f, from, h = e[2], nil, nil\n"
+	"  for j = 1, #f - 1, 2 do\n"
+	"    if f[j] == 'n' then from = f[j + 1] elseif f[j] == 'h' then h = f[j + 1] end\n"
+	"  end\n"
+	"  if from ~= node and h then out[#out + 1] = h end\n"
+	"end\n"
+	"return out\n";
+
+enum { SCRIPT_HB, SCRIPT_LEAVE, SCRIPT_PERMIT, SCRIPT_TAGS, N_SCRIPTS };
+static const char *const scripts[N_SCRIPTS] = { hb_script, leave_script, permit_script, tags_script };
 
 #define CL_SLOTS 16384
 #define CL_MAX_NODES 256
@@ -2548,6 +2582,103 @@ int kt_store_permits(struct kt_store *s, const char *limit, uint64_t every_us, i
 	goto out;
 oom:
 	seterr(s, err, errlen, "permits: out of memory");
+	ret = -ENOMEM;
+out:
+	if (r)
+		freeReplyObject(r);
+	args_free(&a);
+	return ret;
+}
+
+/* "ms-seq", as Redis writes stream ids */
+static bool stream_id_ok(const char *p, size_t n)
+{
+	size_t i = 0, d;
+
+	if (n == 0 || n >= KT_STORE_TAG_ID_MAX)
+		return false;
+	for (d = 0; i < n && p[i] >= '0' && p[i] <= '9'; i++)
+		d++;
+	if (!d || i >= n || p[i++] != '-')
+		return false;
+	for (d = 0; i < n && p[i] >= '0' && p[i] <= '9'; i++)
+		d++;
+	return d && i == n;
+}
+
+int kt_store_tag_exchange(struct kt_store *s, const char *limit, const char *node, uint64_t keep_ms,
+			  const char *const *chunks, const size_t *chunk_lens, int n_chunks,
+			  char last_id[KT_STORE_TAG_ID_MAX], kt_store_tag_fn fn, void *ctx, int *more,
+			  char *err, size_t errlen)
+{
+	struct args a = { 0 };
+	redisReply *r = NULL;
+	int ret, i;
+
+	if (!valid_limit(limit) || !node || !valid_token(node, KT_STORE_ID_MAX) || keep_ms < 1000 ||
+	    keep_ms > 86400000ULL || n_chunks < 0 || n_chunks > KT_STORE_TAG_MAX_CHUNKS ||
+	    (n_chunks && (!chunks || !chunk_lens)) || !last_id || !fn || !more ||
+	    (last_id[0] && !stream_id_ok(last_id, strnlen(last_id, KT_STORE_TAG_ID_MAX)))) {
+		seterr(s, err, errlen,
+		       "tag exchange: invalid limit name, node, retention %llu ms (1000..86400000), "
+		       "%d chunks (0..%d) or last id",
+		       (unsigned long long)keep_ms, n_chunks, KT_STORE_TAG_MAX_CHUNKS);
+		return -EINVAL;
+	}
+	for (i = 0; i < n_chunks; i++) {
+		if (!chunks[i] || chunk_lens[i] == 0 || chunk_lens[i] > KT_STORE_TAG_CHUNK_MAX) {
+			seterr(s, err, errlen, "tag exchange: chunk %d: 1..%d bytes", i,
+			       KT_STORE_TAG_CHUNK_MAX);
+			return -EINVAL;
+		}
+	}
+	*more = 0;
+	ret = begin(s, err, errlen);
+	if (ret)
+		return ret;
+	ret = args_init(&a, 8 + n_chunks); /* EVALSHA sha 1 key node last keep count chunks */
+	if (ret)
+		goto oom;
+	a.n = 2;
+	arg_ref(&a, "1");
+	arg_fmt(&a, "%s:tags:{%s}", s->prefix, limit);
+	arg_ref(&a, node);
+	arg_ref(&a, last_id);
+	arg_fmt(&a, "%llu", (unsigned long long)keep_ms);
+	arg_fmt(&a, "%d", KT_STORE_TAG_READ_MAX);
+	if (a.oom)
+		goto oom;
+	for (i = 0; i < n_chunks; i++) {
+		a.v[a.n] = chunks[i];
+		a.len[a.n++] = chunk_lens[i];
+	}
+	ret = limit_script(s, SCRIPT_TAGS, limit, &a, "tag exchange", &r, err, errlen);
+	if (ret)
+		goto out;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
+	    r->elements > 2 + (size_t)KT_STORE_TAG_READ_MAX ||
+	    r->element[0]->type != REDIS_REPLY_STRING ||
+	    !stream_id_ok(r->element[0]->str, r->element[0]->len) || !int_in(r->element[1], 0, 1)) {
+		seterr(s, err, errlen, "redis %s:%d: tag exchange: malformed reply", s->cur_host, s->cur_port);
+		ret = -EPROTO;
+		goto out;
+	}
+	for (i = 2; i < (int)r->elements; i++) {
+		if (r->element[i]->type != REDIS_REPLY_STRING) {
+			seterr(s, err, errlen, "redis %s:%d: tag exchange: entry %d is not a string",
+			       s->cur_host, s->cur_port, i - 2);
+			ret = -EPROTO;
+			goto out;
+		}
+	}
+	for (i = 2; i < (int)r->elements; i++)
+		fn(ctx, r->element[i]->str, r->element[i]->len);
+	memcpy(last_id, r->element[0]->str, r->element[0]->len);
+	last_id[r->element[0]->len] = 0;
+	*more = (int)r->element[1]->integer;
+	goto out;
+oom:
+	seterr(s, err, errlen, "tag exchange: out of memory");
 	ret = -ENOMEM;
 out:
 	if (r)
