@@ -94,6 +94,8 @@ static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", 
 
 /* Strict limits' permits (seed 002): reserved ahead cluster-wide, waiting
  * buckets, and what became of this node's permits. Only strict limits. */
+static void tag_metrics(struct kt_daemon *d, struct sbuf *b);
+
 static void strict_metrics(struct kt_daemon *d, struct sbuf *b, uint64_t now)
 {
 	static const char *const outcome[] = { "granted", "used", "wasted", "backoff" };
@@ -196,6 +198,7 @@ char *kt_daemon_metrics(struct kt_daemon *d)
 				  d->plan.limits[i].cfg->name, reason_names[r],
 				  (unsigned long long)d->ls[i].events[r]);
 	strict_metrics(d, &b, now);
+	tag_metrics(d, &b);
 	sb_printf(&b, "# HELP kthrottle_store_state 1 for the state the limit's store is in.\n"
 		      "# TYPE kthrottle_store_state gauge\n");
 	for (int i = 0; i < d->plan.n_limits; i++) {
@@ -298,6 +301,112 @@ static void kube_status(struct kt_daemon *d, struct sbuf *b, bool json, uint64_t
 		  st.relists);
 	if (st.error[0])
 		sb_printf(b, "  kubernetes error: %s\n", st.error);
+}
+
+/* The tag limits (seed 004): their buckets, query servers and exchange.
+ * JSON: a "tags" array after "limits"; text: a table after the limits. */
+static void tags_status(struct kt_daemon *d, struct sbuf *b, bool json, uint64_t now)
+{
+	int n = kt_tags_count(d->tags);
+
+	if (json)
+		sb_printf(b, ",\"tags\":[");
+	else if (n)
+		sb_printf(b, "%-16s %10s %8s %10s %12s %12s %12s %9s %s\n", "TAG_LIMIT", "RATE/s", "BURST",
+			  "TAGS", "ADMITTED", "REFUSED", "REMOTE_HITS", "CLIENTS", "EXCHANGE");
+	for (int i = 0; i < n; i++) {
+		struct kt_tag_stat t;
+		double age = -1;
+
+		kt_tags_get(d->tags, i, &t);
+		if (t.last_ok_ns && now > t.last_ok_ns)
+			age = (double)(now - t.last_ok_ns) / 1e9;
+		if (json) {
+			sb_printf(b, "%s{\"name\":", i ? "," : "");
+			sb_json_str(b, t.name);
+			sb_printf(b,
+				  ",\"rate\":%.6g,\"burst\":%llu,\"report_interval_ms\":%.3f,\"tags\":%llu,"
+				  "\"admitted\":%llu,\"refused\":%llu,\"remote_hits\":%llu,\"evicted\":%llu,"
+				  "\"expired\":%llu,\"query\":{\"ok\":%llu,\"no\":%llu,\"bad_lines\":%llu,"
+				  "\"clients\":%llu,\"accepted\":%llu,\"refused\":%llu},"
+				  "\"exchange\":{\"store\":\"%s\",\"ok\":%s,\"reports\":%llu,"
+				  "\"errors\":%llu,\"tags_sent\":%llu,\"entries_read\":%llu,"
+				  "\"remote_tags\":%llu,\"bad_remote\":%llu,\"last_ok_age_s\":%.3f,"
+				  "\"last_error\":",
+				  t.rate, (unsigned long long)t.burst, (double)t.report_ns / 1e6,
+				  (unsigned long long)t.tab.tags, (unsigned long long)t.tab.admitted,
+				  (unsigned long long)t.tab.refused, (unsigned long long)t.tab.remote_hits,
+				  (unsigned long long)t.tab.evicted, (unsigned long long)t.tab.expired,
+				  (unsigned long long)t.query.ok, (unsigned long long)t.query.no,
+				  (unsigned long long)t.query.bad_lines, (unsigned long long)t.query.clients,
+				  (unsigned long long)t.query.accepted, (unsigned long long)t.query.refused,
+				  t.exchange ? "redis" : "none", t.exchange && t.store_ok ? "true" : "false",
+				  (unsigned long long)t.reports, (unsigned long long)t.report_errors,
+				  (unsigned long long)t.tags_sent, (unsigned long long)t.remote_entries,
+				  (unsigned long long)t.remote_tags, (unsigned long long)t.bad_remote, age);
+			sb_json_str(b, t.last_error);
+			sb_printf(b, "}}");
+		} else {
+			char ex[400];
+
+			if (!t.exchange)
+				snprintf(ex, sizeof(ex), "none (local to this node)");
+			else if (t.store_ok)
+				snprintf(ex, sizeof(ex), "ok, last %.1fs ago", age);
+			else if (t.report_errors)
+				snprintf(ex, sizeof(ex), "FAILING (local counts only): %s", t.last_error);
+			else
+				snprintf(ex, sizeof(ex), "starting");
+			sb_printf(b, "%-16s %10.3f %8llu %10llu %12llu %12llu %12llu %9llu %s\n", t.name,
+				  t.rate, (unsigned long long)t.burst, (unsigned long long)t.tab.tags,
+				  (unsigned long long)t.tab.admitted, (unsigned long long)t.tab.refused,
+				  (unsigned long long)t.tab.remote_hits, (unsigned long long)t.query.clients,
+				  ex);
+		}
+	}
+	if (json)
+		sb_printf(b, "]");
+}
+
+/* Tag limits: decisions, tags known, remote hits, and whether the exchange
+ * works. */
+static void tag_metrics(struct kt_daemon *d, struct sbuf *b)
+{
+	int n = kt_tags_count(d->tags);
+	struct kt_tag_stat t;
+
+	if (!n)
+		return;
+	sb_printf(b, "# HELP kthrottle_tag_decisions_total Query-tag decisions of this node by verdict.\n"
+		     "# TYPE kthrottle_tag_decisions_total counter\n");
+	for (int i = 0; i < n; i++) {
+		kt_tags_get(d->tags, i, &t);
+		sb_printf(b, "kthrottle_tag_decisions_total{tag_limit=\"%s\",verdict=\"admitted\"} %llu\n"
+			     "kthrottle_tag_decisions_total{tag_limit=\"%s\",verdict=\"refused\"} %llu\n",
+			  t.name, (unsigned long long)t.tab.admitted, t.name,
+			  (unsigned long long)t.tab.refused);
+	}
+	sb_printf(b, "# HELP kthrottle_tag_remote_hits_total Hits other nodes reported, taken from this node's buckets.\n"
+		     "# TYPE kthrottle_tag_remote_hits_total counter\n");
+	for (int i = 0; i < n; i++) {
+		kt_tags_get(d->tags, i, &t);
+		sb_printf(b, "kthrottle_tag_remote_hits_total{tag_limit=\"%s\"} %llu\n", t.name,
+			  (unsigned long long)t.tab.remote_hits);
+	}
+	sb_printf(b, "# HELP kthrottle_tag_tags Tags this node keeps a bucket for.\n"
+		     "# TYPE kthrottle_tag_tags gauge\n");
+	for (int i = 0; i < n; i++) {
+		kt_tags_get(d->tags, i, &t);
+		sb_printf(b, "kthrottle_tag_tags{tag_limit=\"%s\"} %llu\n", t.name,
+			  (unsigned long long)t.tab.tags);
+	}
+	sb_printf(b, "# HELP kthrottle_tag_exchange_ok 1 while the last exchange of hit counts succeeded (0 also without a redis store).\n"
+		     "# TYPE kthrottle_tag_exchange_ok gauge\n");
+	for (int i = 0; i < n; i++) {
+		kt_tags_get(d->tags, i, &t);
+		sb_printf(b, "kthrottle_tag_exchange_ok{tag_limit=\"%s\"} %d\n", t.name,
+			  t.exchange && t.store_ok);
+	}
 }
 
 /* A strict limit's permits (nothing for other limits): seed 002's reserved
@@ -521,7 +630,10 @@ members:
 			sb_printf(&b, "]}");
 	}
 	if (json)
-		sb_printf(&b, "]}\n");
+		sb_printf(&b, "]");
+	tags_status(d, &b, json, now);
+	if (json)
+		sb_printf(&b, "}\n");
 	if (b.oom) {
 		free(b.p);
 		return NULL;
@@ -977,6 +1089,17 @@ static void watch_strict(struct kt_daemon *d, int old_fd)
 			strerror(errno));
 }
 
+/* The tag limits' query servers, timer and store answers (tag 10). */
+static void watch_tags(struct kt_daemon *d, int old_fd)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 10 };
+
+	if (old_fd >= 0)
+		epoll_ctl(d->epfd, EPOLL_CTL_DEL, old_fd, NULL);
+	if (d->tags && epoll_ctl(d->epfd, EPOLL_CTL_ADD, kt_tags_fd(d->tags), &ev) < 0)
+		kt_warn("cannot watch the tag limits: %s; queries go unanswered", strerror(errno));
+}
+
 static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
@@ -1031,6 +1154,7 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 	}
 	watch_pool(d, -1);
 	watch_strict(d, -1);
+	watch_tags(d, -1);
 	int wret = kt_cgwatch_open(&d->cgwatch, KT_CGWATCH_MAX);
 
 	if (wret == 0) {
@@ -1355,8 +1479,8 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		ret = KT_EXIT_RUNTIME;
 		goto fail_sock;
 	}
-	d->ls = calloc(d->plan.n_limits, sizeof(*d->ls));
-	d->pool_local = calloc(d->plan.n_limits, sizeof(*d->pool_local));
+	d->ls = calloc(d->plan.n_limits ? d->plan.n_limits : 1, sizeof(*d->ls));
+	d->pool_local = calloc(d->plan.n_limits ? d->plan.n_limits : 1, sizeof(*d->pool_local));
 	d->slot_base = calloc(KT_MAX_SLOTS, sizeof(*d->slot_base));
 	if (!d->ls || !d->pool_local || !d->slot_base) {
 		ret = KT_EXIT_RUNTIME;
@@ -1384,6 +1508,12 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 	}
 	kt_strict_sync(d->strict, &d->plan);
 	kt_ctl_drop_stale_pins(d);
+	ret = kt_tags_create(&d->tags, &d->cfg, err, sizeof(err));
+	if (ret) {
+		kt_err("%s", err);
+		ret = ret == -EINVAL || ret == -EADDRINUSE ? KT_EXIT_CONFIG : KT_EXIT_RUNTIME;
+		goto fail_bpf;
+	}
 	ret = setup_loop(d, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
@@ -1394,12 +1524,15 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 	d->started_ns = now;
 	d->running = true;
 	kt_daemon_tick(d, now); /* first sample */
-	kt_info("%s %d limit(s) on node %s, pins in %s, control socket %s",
+	kt_info("%s %d limit(s) and %d tag limit(s) on node %s, pins in %s, control socket %s",
 		d->bpf.adopted ? "adopted pinned state;" : "enforcing", d->plan.n_limits,
+		kt_tags_count(d->tags),
 		d->cfg.node_name, d->cfg.pin_dir, d->cfg.socket_path);
 	return KT_EXIT_OK;
 
 fail_bpf:
+	kt_tags_destroy(d->tags);
+	d->tags = NULL;
 	kt_strict_destroy(d->strict);
 	d->strict = NULL;
 	{
@@ -1477,8 +1610,8 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 		ret = kt_plan_check(&nplan, err, errlen);
 	if (ret)
 		goto failed_plan;
-	nls = calloc(nplan.n_limits, sizeof(*nls));
-	nlocal = calloc(nplan.n_limits, sizeof(*nlocal));
+	nls = calloc(nplan.n_limits ? nplan.n_limits : 1, sizeof(*nls));
+	nlocal = calloc(nplan.n_limits ? nplan.n_limits : 1, sizeof(*nlocal));
 	if (!nls || !nlocal) {
 		ret = -ENOMEM;
 		goto failed_plan;
@@ -1508,6 +1641,17 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	ret = kt_strict_create(&nstrict, &nplan, &d->bpf, err, errlen);
 	if (ret)
 		goto failed_plan;
+	/* tag limits last among the checks: a reload that binds a new query
+	 * socket and then fails would have to unbind it again */
+	int old_tags_fd = d->tags ? kt_tags_fd(d->tags) : -1;
+	struct kt_tags *ntags = NULL;
+
+	ret = kt_tags_reload(&ntags, d->tags, &ncfg, err, errlen);
+	if (ret)
+		goto failed_plan;
+	d->tags = ntags; /* the old set is consumed: kept tags carry over */
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, old_tags_fd, NULL);
+	watch_tags(d, -1);
 	ret = apply_plan(d, &nplan, nls, err, errlen);
 	if (ret)
 		goto failed_plan; /* the old limits' rates are rewritten on the next tick */
@@ -1544,7 +1688,8 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	kube_follow(d, &kopts);
 	watch_members(d);
 	d->reloads++;
-	kt_info("reloaded %s: %d limit(s)", d->config_path, d->plan.n_limits);
+	kt_info("reloaded %s: %d limit(s), %d tag limit(s)", d->config_path, d->plan.n_limits,
+		kt_tags_count(d->tags));
 	return 0;
 failed_plan:
 	kt_strict_destroy(nstrict);
@@ -1642,6 +1787,8 @@ int kt_daemon_run(struct kt_daemon *d)
 				kube_changed(d);
 			} else if (tag == 9) {
 				kt_strict_run(d->strict, kt_clock_ns());
+			} else if (tag == 10) {
+				kt_tags_run(d->tags, kt_clock_ns());
 			} else if (tag == 8) {
 				uint64_t now = kt_clock_ns();
 
@@ -1685,6 +1832,8 @@ void kt_daemon_stop(struct kt_daemon *d)
 	d->pool = NULL;
 	kt_strict_destroy(d->strict);
 	d->strict = NULL;
+	kt_tags_destroy(d->tags); /* unreported hits are lost with the node, as its own traffic */
+	d->tags = NULL;
 	free(d->pool_local);
 	d->pool_local = NULL;
 	kt_bpf_close(&d->bpf);

@@ -16,6 +16,7 @@
 #include "pool.h"
 #include "ramp.h"
 #include "strict.h"
+#include "tags.h"
 
 #define KT_DEFAULT_SOCKET "/run/kthrottle/kthrottled.sock"
 #define KT_MAX_CLIENTS 16
@@ -77,6 +78,7 @@ struct kt_daemon {
 	struct kt_pod_set pods;    /* the pods on this node as last taken from it */
 	struct kt_strict *strict;  /* the strict limits' permits; NULL: none */
 	bool strict_kick;          /* an event was news to it: run it after the batch */
+	struct kt_tags *tags;      /* the tag limits (query servers, exchange); NULL: none */
 };
 
 /* Exit codes */

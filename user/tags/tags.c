@@ -1,0 +1,697 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* Tag limits: query servers, query-tag buckets and the hit exchange, on one
+ * epoll set the daemon watches (tags.h). */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+
+#include "bpf_loader.h" /* kt_mkdir_p */
+#include "kthrottle.h"
+#include "log.h"
+#include "store.h"
+#include "storeq.h"
+#include "tags.h"
+
+#define KEEP_MIN_MS 60000ULL /* stream retention: at least a minute, 10 reports */
+#define RETRY_NS (1000ULL * 1000000ULL) /* a failed exchange is retried after 1 s at most */
+#define HITS_MAX 1000000000000ULL /* a remote count above this is not believed */
+
+/* epoll data: what became readable */
+#define EV_TIMER 0xffffffffu
+#define EV_QUERY(i) ((uint32_t)(i) << 1)
+#define EV_STORE(i) (((uint32_t)(i) << 1) | 1)
+
+struct xjob {
+	char limit[KT_NAME_LEN];
+	char node[256];
+	char last_id[KT_STORE_TAG_ID_MAX];
+	uint64_t keep_ms;
+	char **chunks;
+	size_t *lens;
+	int n_chunks;
+	/* results */
+	int ret, more;
+	char err[256];
+	char *in;            /* the other nodes' chunks, each followed by '\n' already */
+	size_t in_len, in_cap;
+	int in_entries;
+	bool in_oom;
+};
+
+struct tlimit {
+	struct kt_tag_limit_cfg cfg;  /* a copy; query_socket owned */
+	struct kt_tagtab *tab;
+	struct kt_query *query;
+	int evfd;
+	struct kt_storeq *q;          /* NULL: no exchange (not a redis store) */
+	bool in_flight;
+	char last_id[KT_STORE_TAG_ID_MAX];
+	uint64_t next_report_ns;
+	uint64_t next_expire_ns;
+	struct kt_tag_stat st;
+};
+
+struct kt_tags {
+	struct tlimit *l;
+	int n;
+	int epfd, timerfd;
+	char node[256];
+};
+
+static void free_job(void *p)
+{
+	struct xjob *j = p;
+
+	if (!j)
+		return;
+	for (int i = 0; i < j->n_chunks; i++)
+		free(j->chunks[i]);
+	free(j->chunks);
+	free(j->lens);
+	free(j->in);
+	free(j);
+}
+
+static void job_in(void *ctx, const char *chunk, size_t len)
+{
+	struct xjob *j = ctx;
+
+	if (j->in_len + len + 1 > j->in_cap) {
+		size_t cap = (j->in_cap ? j->in_cap * 2 : 4096);
+		char *p;
+
+		while (cap < j->in_len + len + 1)
+			cap *= 2;
+		p = realloc(j->in, cap);
+		if (!p) {
+			j->in_oom = true;
+			return;
+		}
+		j->in = p;
+		j->in_cap = cap;
+	}
+	memcpy(j->in + j->in_len, chunk, len);
+	j->in_len += len;
+	if (len && chunk[len - 1] != '\n')
+		j->in[j->in_len++] = '\n'; /* a chunk's last line always ends */
+	j->in_entries++;
+}
+
+static void run_job(struct kt_store *s, void *p)
+{
+	struct xjob *j = p;
+
+	j->ret = kt_store_tag_exchange(s, j->limit, j->node, j->keep_ms, (const char *const *)j->chunks,
+				       j->lens, j->n_chunks, j->last_id, job_in, j, &j->more, j->err,
+				       sizeof(j->err));
+}
+
+/* ---- report lines ---- */
+
+struct builder {
+	struct xjob *j;
+	struct tlimit *l;
+	bool full;
+};
+
+/* Appends "q <hits> <tag>\n" to the job's last chunk, or a new one. Past
+ * KT_STORE_TAG_MAX_CHUNKS the hits go back to the table for the next
+ * report. */
+static void add_line(void *ctx, const char *tag, size_t len, uint64_t hits)
+{
+	struct builder *b = ctx;
+	struct xjob *j = b->j;
+	char head[32];
+	int hn = snprintf(head, sizeof(head), "q %llu ", (unsigned long long)hits);
+	size_t need = (size_t)hn + len + 1;
+
+	if (!b->full && (j->n_chunks == 0 || j->lens[j->n_chunks - 1] + need > KT_STORE_TAG_CHUNK_MAX)) {
+		if (j->n_chunks == KT_STORE_TAG_MAX_CHUNKS) {
+			b->full = true;
+		} else {
+			char *c = malloc(KT_STORE_TAG_CHUNK_MAX);
+
+			if (!c) {
+				b->full = true;
+			} else {
+				j->chunks[j->n_chunks] = c;
+				j->lens[j->n_chunks++] = 0;
+			}
+		}
+	}
+	if (b->full) {
+		kt_tagtab_unharvest(b->l->tab, tag, len, hits);
+		return;
+	}
+	char *c = j->chunks[j->n_chunks - 1] + j->lens[j->n_chunks - 1];
+	memcpy(c, head, (size_t)hn);
+	memcpy(c + hn, tag, len);
+	c[hn + len] = '\n';
+	j->lens[j->n_chunks - 1] += need;
+	b->l->st.tags_sent++;
+}
+
+/* One report line: kind, hits and the tag; false if it is not one. */
+static bool parse_line(const char *p, size_t n, char *kind, uint64_t *hits, const char **tag,
+		       size_t *tag_len)
+{
+	size_t i = 2, d = 0;
+	uint64_t h = 0;
+
+	if (n < 5 || (p[0] != 'q' && p[0] != 'x') || p[1] != ' ')
+		return false;
+	for (; i < n && p[i] >= '0' && p[i] <= '9' && d < 13; i++, d++)
+		h = h * 10 + (uint64_t)(p[i] - '0');
+	if (!d || i >= n || p[i] != ' ' || h == 0 || h > HITS_MAX)
+		return false;
+	i++;
+	if (n - i < 1 || n - i > KT_TAG_MAX_LEN || memchr(p + i, 0, n - i))
+		return false;
+	*kind = p[0];
+	*hits = h;
+	*tag = p + i;
+	*tag_len = n - i;
+	return true;
+}
+
+/* The other nodes' hits: a token each from our buckets. */
+static void apply_remote(struct tlimit *l, const char *buf, size_t len, uint64_t now)
+{
+	const char *p = buf, *end = buf + len;
+
+	while (p < end) {
+		const char *nl = memchr(p, '\n', (size_t)(end - p));
+		size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+		const char *tag;
+		size_t tag_len;
+		uint64_t hits;
+		char kind;
+
+		if (!parse_line(p, n, &kind, &hits, &tag, &tag_len)) {
+			l->st.bad_remote++;
+		} else if (kind == 'q') {
+			kt_tagtab_debit(l->tab, tag, tag_len, hits, now);
+			l->st.remote_tags++;
+		} else {
+			/* XDP source prefixes: applied once the XDP buckets exist */
+			l->st.remote_tags++;
+		}
+		p += n + 1;
+	}
+}
+
+/* A failed report: its hits go back, to be carried by the next one. */
+static void put_back(struct tlimit *l, const struct xjob *j)
+{
+	for (int c = 0; c < j->n_chunks; c++) {
+		const char *p = j->chunks[c], *end = p + j->lens[c];
+
+		while (p < end) {
+			const char *nl = memchr(p, '\n', (size_t)(end - p));
+			size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+			const char *tag;
+			size_t tag_len;
+			uint64_t hits;
+			char kind;
+
+			if (parse_line(p, n, &kind, &hits, &tag, &tag_len) && kind == 'q')
+				kt_tagtab_unharvest(l->tab, tag, tag_len, hits);
+			p += n + 1;
+		}
+	}
+}
+
+/* ---- the query servers' decisions ---- */
+
+static int decide(void *ctx, const char *tag, size_t len)
+{
+	struct tlimit *l = ctx;
+
+	return kt_tagtab_take(l->tab, tag, len, kt_clock_ns()) == KT_ADMIT;
+}
+
+/* ---- lifecycle ---- */
+
+static struct kt_tagtab_opts tab_opts(const struct kt_tag_limit_cfg *c)
+{
+	return (struct kt_tagtab_opts){ .rate = c->rate, .burst = c->burst, .max_tags = c->max_tags,
+					.idle_expiry_ns = c->idle_expiry_ns };
+}
+
+static int open_query(struct tlimit *l, char *err, size_t errlen)
+{
+	struct kt_query_opts o = { .socket_path = l->cfg.query_socket,
+				   .tcp_addr = l->cfg.query_port ? l->cfg.query_addr : NULL,
+				   .tcp_port = l->cfg.query_port };
+	char e[256];
+	int ret;
+
+	if (!l->cfg.query)
+		return 0;
+	if (o.socket_path) {
+		/* the socket's directory, as for the control socket */
+		char dir[PATH_MAX], *slash;
+
+		snprintf(dir, sizeof(dir), "%s", o.socket_path);
+		slash = strrchr(dir, '/');
+		if (slash && slash != dir) {
+			*slash = 0;
+			if ((ret = kt_mkdir_p(dir, 0755))) {
+				snprintf(err, errlen, "tag limit %s (line %d): query: cannot create %s: %s",
+					 l->cfg.name, l->cfg.line, dir, strerror(-ret));
+				return ret;
+			}
+		}
+	}
+	ret = kt_query_open(&o, decide, l, &l->query, e, sizeof(e));
+	if (ret)
+		snprintf(err, errlen, "tag limit %s (line %d): query: %s", l->cfg.name, l->cfg.line, e);
+	return ret;
+}
+
+static void close_limit(struct tlimit *l)
+{
+	if (l->q)
+		kt_storeq_close(l->q); /* a job in flight finishes on its own */
+	if (l->evfd >= 0)
+		close(l->evfd);
+	kt_query_close(l->query);
+	kt_tagtab_free(l->tab);
+	free(l->cfg.query_socket);
+	memset(l, 0, sizeof(*l));
+	l->evfd = -1;
+}
+
+void kt_tags_destroy(struct kt_tags *t)
+{
+	if (!t)
+		return;
+	for (int i = 0; i < t->n; i++)
+		close_limit(&t->l[i]);
+	free(t->l);
+	if (t->timerfd >= 0)
+		close(t->timerfd);
+	if (t->epfd >= 0)
+		close(t->epfd);
+	free(t);
+}
+
+static int watch(struct kt_tags *t, int fd, uint32_t what)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u32 = what };
+
+	return epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+/* The parts of limit i that are not carried over from an older one: its
+ * store worker (when the store is redis) and, if `query`, its listeners. */
+static int open_limit(struct kt_tags *t, int i, const struct kt_config *cfg, bool query, char *err,
+		      size_t errlen)
+{
+	struct tlimit *l = &t->l[i];
+	struct kt_store *store;
+	int ret;
+
+	if (query && (ret = open_query(l, err, errlen)))
+		return ret;
+	if (cfg->store.kind == KT_STORE_REDIS) {
+		l->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (l->evfd < 0) {
+			ret = -errno;
+			snprintf(err, errlen, "tag limit %s: eventfd: %s", l->cfg.name, strerror(-ret));
+			return ret;
+		}
+		if ((ret = kt_store_open(&store, &cfg->store, err, errlen)))
+			return ret;
+		if ((ret = kt_storeq_open(&l->q, store, l->evfd, err, errlen)))
+			return ret;
+		l->st.exchange = true;
+	}
+	return 0;
+}
+
+static int make_set(struct kt_tags **out, const struct kt_config *cfg, char *err, size_t errlen)
+{
+	struct kt_tags *t = calloc(1, sizeof(*t));
+
+	*out = NULL;
+	if (!t || !(t->l = calloc((size_t)cfg->n_tags, sizeof(*t->l)))) {
+		free(t);
+		snprintf(err, errlen, "tags: out of memory");
+		return -ENOMEM;
+	}
+	t->n = cfg->n_tags;
+	for (int i = 0; i < t->n; i++)
+		t->l[i].evfd = -1;
+	snprintf(t->node, sizeof(t->node), "%s", cfg->node_name ? cfg->node_name : "node");
+	t->timerfd = timerfd_create(CLOCK_BOOTTIME, TFD_CLOEXEC | TFD_NONBLOCK);
+	t->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (t->timerfd < 0 || t->epfd < 0 || watch(t, t->timerfd, EV_TIMER)) {
+		snprintf(err, errlen, "tags: %s", strerror(errno));
+		kt_tags_destroy(t);
+		return -errno;
+	}
+	*out = t;
+	return 0;
+}
+
+static int copy_cfg(struct tlimit *l, const struct kt_tag_limit_cfg *c, char *err, size_t errlen)
+{
+	l->cfg = *c;
+	l->cfg.query_socket = c->query_socket ? strdup(c->query_socket) : NULL;
+	if (c->query_socket && !l->cfg.query_socket) {
+		snprintf(err, errlen, "tags: out of memory");
+		return -ENOMEM;
+	}
+	snprintf(l->st.name, sizeof(l->st.name), "%s", c->name);
+	l->st.rate = c->rate;
+	l->st.burst = c->burst;
+	l->st.report_ns = c->report_ns;
+	return 0;
+}
+
+/* Registers what limit i has on the epoll set. */
+static int watch_limit(struct kt_tags *t, int i, char *err, size_t errlen)
+{
+	struct tlimit *l = &t->l[i];
+	int ret = 0;
+
+	if (l->query)
+		ret = watch(t, kt_query_fd(l->query), EV_QUERY(i));
+	if (!ret && l->evfd >= 0)
+		ret = watch(t, l->evfd, EV_STORE(i));
+	if (ret)
+		snprintf(err, errlen, "tag limit %s: epoll: %s", l->cfg.name, strerror(-ret));
+	return ret;
+}
+
+static void arm_timer(struct kt_tags *t, uint64_t now);
+
+int kt_tags_create(struct kt_tags **out, const struct kt_config *cfg, char *err, size_t errlen)
+{
+	struct kt_tags *t;
+	uint64_t now = kt_clock_ns();
+	int ret;
+
+	*out = NULL;
+	if (!cfg->n_tags)
+		return 0;
+	if ((ret = make_set(&t, cfg, err, errlen)))
+		return ret;
+	for (int i = 0; i < t->n; i++) {
+		struct tlimit *l = &t->l[i];
+		struct kt_tagtab_opts o;
+
+		if ((ret = copy_cfg(l, &cfg->tags[i], err, errlen)))
+			goto fail;
+		o = tab_opts(&l->cfg);
+		if ((ret = kt_tagtab_new(&o, &l->tab))) {
+			snprintf(err, errlen, "tag limit %s: %s", l->cfg.name, strerror(-ret));
+			goto fail;
+		}
+		if ((ret = open_limit(t, i, cfg, true, err, errlen)) || (ret = watch_limit(t, i, err, errlen)))
+			goto fail;
+		l->next_report_ns = now; /* the first exchange finds the stream's end */
+		l->next_expire_ns = now + l->cfg.idle_expiry_ns / 4;
+	}
+	arm_timer(t, now);
+	*out = t;
+	return 0;
+fail:
+	kt_tags_destroy(t);
+	return ret;
+}
+
+static int find_old(const struct kt_tags *old, const char *name)
+{
+	for (int i = 0; old && i < old->n; i++)
+		if (!strcmp(old->l[i].cfg.name, name))
+			return i;
+	return -1;
+}
+
+static bool same_listeners(const struct kt_tag_limit_cfg *a, const struct kt_tag_limit_cfg *b)
+{
+	return a->query == b->query && a->query_port == b->query_port &&
+	       !strcmp(a->query_addr, b->query_addr) &&
+	       !strcmp(a->query_socket ? a->query_socket : "", b->query_socket ? b->query_socket : "");
+}
+
+int kt_tags_reload(struct kt_tags **out, struct kt_tags *old, const struct kt_config *cfg, char *err,
+		   size_t errlen)
+{
+	struct kt_tags *t;
+	uint64_t now = kt_clock_ns();
+	int ret, i;
+
+	*out = NULL;
+	if (!cfg->n_tags) {
+		kt_tags_destroy(old);
+		return 0;
+	}
+	if ((ret = make_set(&t, cfg, err, errlen)))
+		return ret;
+	/* first everything that can fail, without touching old: new tables,
+	 * store workers, listeners of new tag limits. A kept limit whose
+	 * listeners changed is rebound in the commit below, after its old
+	 * listeners close (they may hold the same path or port). */
+	for (i = 0; i < t->n; i++) {
+		struct tlimit *l = &t->l[i];
+		int k = find_old(old, cfg->tags[i].name);
+		struct kt_tagtab_opts o;
+
+		if ((ret = copy_cfg(l, &cfg->tags[i], err, errlen)))
+			goto fail;
+		o = tab_opts(&l->cfg);
+		if (k < 0 && (ret = kt_tagtab_new(&o, &l->tab))) {
+			snprintf(err, errlen, "tag limit %s: %s", l->cfg.name, strerror(-ret));
+			goto fail;
+		}
+		if ((ret = open_limit(t, i, cfg, k < 0, err, errlen)))
+			goto fail;
+	}
+	/* commit: move tables, listeners and stream positions over */
+	for (i = 0; i < t->n; i++) {
+		struct tlimit *l = &t->l[i];
+		int k = find_old(old, cfg->tags[i].name);
+		struct kt_tagtab_opts o = tab_opts(&l->cfg);
+
+		l->next_report_ns = now + l->cfg.report_ns;
+		l->next_expire_ns = now + l->cfg.idle_expiry_ns / 4;
+		if (k < 0) {
+			l->next_report_ns = now;
+			continue;
+		}
+		struct tlimit *ol = &old->l[k];
+		memcpy(l->last_id, ol->last_id, sizeof(l->last_id));
+		struct kt_tag_stat keep = l->st;
+		l->st = ol->st;
+		l->st.rate = keep.rate;
+		l->st.burst = keep.burst;
+		l->st.report_ns = keep.report_ns;
+		l->st.exchange = keep.exchange;
+		l->tab = ol->tab;
+		ol->tab = NULL;
+		kt_tagtab_reconfigure(l->tab, &o, now); /* validated by the config */
+		if (same_listeners(&ol->cfg, &l->cfg)) {
+			l->query = ol->query;
+		} else {
+			char e[KT_ERR_LEN];
+
+			kt_query_close(ol->query);
+			if (open_query(l, e, sizeof(e))) {
+				kt_warn("reload: %s: its queries are not answered", e);
+				snprintf(l->st.last_error, sizeof(l->st.last_error), "%s", e);
+			}
+		}
+		ol->query = NULL;
+		if (ol->in_flight && ol->q) {
+			/* the report in flight ends with old's worker: wait for it a
+			 * moment so its hits are not lost (store calls are bounded) */
+			if (kt_storeq_wait(ol->q, 2000ULL * 1000000ULL) == 0) {
+				struct xjob *j = kt_storeq_take(ol->q);
+
+				if (j && j->ret) {
+					put_back(l, j);
+				} else if (j) {
+					memcpy(l->last_id, j->last_id, sizeof(l->last_id));
+					if (j->in && !j->in_oom)
+						apply_remote(l, j->in, j->in_len, now);
+				}
+				free_job(j);
+			}
+			ol->in_flight = false;
+		}
+	}
+	for (i = 0; i < t->n; i++)
+		if ((ret = watch_limit(t, i, err, errlen)))
+			break; /* epoll_ctl on fds we own: only ENOMEM; run without */
+	kt_tags_destroy(old);
+	arm_timer(t, now);
+	*out = t;
+	return 0;
+fail:
+	kt_tags_destroy(t);
+	return ret;
+}
+
+int kt_tags_fd(const struct kt_tags *t)
+{
+	return t->epfd;
+}
+
+/* ---- running ---- */
+
+static void take_answer(struct tlimit *l, uint64_t now)
+{
+	struct xjob *j;
+	uint64_t v;
+
+	while (read(l->evfd, &v, sizeof(v)) > 0)
+		;
+	j = kt_storeq_take(l->q);
+	if (!j)
+		return;
+	l->in_flight = false;
+	if (j->ret || j->in_oom) {
+		if (l->st.store_ok || !l->st.report_errors)
+			kt_warn("tag limit %s: exchange failed, throttling on this node's counts: %s",
+				l->cfg.name, j->ret ? j->err : "out of memory");
+		l->st.store_ok = false;
+		l->st.report_errors++;
+		snprintf(l->st.last_error, sizeof(l->st.last_error), "%s",
+			 j->ret ? j->err : "out of memory");
+		put_back(l, j);
+		uint64_t retry = now + (l->cfg.report_ns < RETRY_NS ? l->cfg.report_ns : RETRY_NS);
+		if ((int64_t)(retry - l->next_report_ns) < 0)
+			l->next_report_ns = retry;
+		free_job(j);
+		return;
+	}
+	if (!l->st.store_ok && l->st.report_errors)
+		kt_info("tag limit %s: exchange resumed", l->cfg.name);
+	l->st.store_ok = true;
+	l->st.reports++;
+	l->st.last_ok_ns = now;
+	l->st.remote_entries += (uint64_t)j->in_entries;
+	memcpy(l->last_id, j->last_id, sizeof(l->last_id));
+	if (j->in)
+		apply_remote(l, j->in, j->in_len, now);
+	if (j->more)
+		l->next_report_ns = now; /* read on at once */
+	free_job(j);
+}
+
+static void post_report(struct kt_tags *t, struct tlimit *l, uint64_t now)
+{
+	struct xjob *j = calloc(1, sizeof(*j));
+	struct builder b = { .j = j, .l = l };
+
+	if (j) {
+		j->chunks = calloc(KT_STORE_TAG_MAX_CHUNKS, sizeof(*j->chunks));
+		j->lens = calloc(KT_STORE_TAG_MAX_CHUNKS, sizeof(*j->lens));
+	}
+	if (!j || !j->chunks || !j->lens) {
+		free_job(j);
+		l->next_report_ns = now + l->cfg.report_ns;
+		return;
+	}
+	snprintf(j->limit, sizeof(j->limit), "%s", l->cfg.name);
+	snprintf(j->node, sizeof(j->node), "%s", t->node);
+	memcpy(j->last_id, l->last_id, sizeof(j->last_id));
+	j->keep_ms = l->cfg.report_ns / 1000000ULL * 10;
+	if (j->keep_ms < KEEP_MIN_MS)
+		j->keep_ms = KEEP_MIN_MS;
+	kt_tagtab_harvest(l->tab, add_line, &b);
+	if (kt_storeq_post(l->q, run_job, j, free_job) == 0) {
+		l->in_flight = true;
+	} else {
+		put_back(l, j);
+		free_job(j);
+	}
+	l->next_report_ns = now + l->cfg.report_ns;
+}
+
+static void arm_timer(struct kt_tags *t, uint64_t now)
+{
+	uint64_t at = 0;
+	struct itimerspec its = { 0 };
+
+	for (int i = 0; i < t->n; i++) {
+		struct tlimit *l = &t->l[i];
+
+		if (l->q && !l->in_flight && (!at || (int64_t)(l->next_report_ns - at) < 0))
+			at = l->next_report_ns;
+		if (!at || (int64_t)(l->next_expire_ns - at) < 0)
+			at = l->next_expire_ns;
+	}
+	if (!at)
+		return;
+	if ((int64_t)(at - now) <= 0)
+		at = now + 1;
+	its.it_value.tv_sec = (time_t)(at / 1000000000ULL);
+	its.it_value.tv_nsec = (long)(at % 1000000000ULL);
+	timerfd_settime(t->timerfd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+void kt_tags_run(struct kt_tags *t, uint64_t now)
+{
+	struct epoll_event ev[16];
+	int n, i;
+	uint64_t v;
+
+	n = epoll_wait(t->epfd, ev, 16, 0);
+	for (i = 0; i < n; i++) {
+		uint32_t w = ev[i].data.u32;
+
+		if (w == EV_TIMER) {
+			while (read(t->timerfd, &v, sizeof(v)) > 0)
+				;
+		} else if ((int)(w >> 1) < t->n) {
+			struct tlimit *l = &t->l[w >> 1];
+
+			if (w & 1)
+				take_answer(l, now);
+			else
+				kt_query_run(l->query);
+		}
+	}
+	for (i = 0; i < t->n; i++) {
+		struct tlimit *l = &t->l[i];
+
+		if (l->q && !l->in_flight && (int64_t)(now - l->next_report_ns) >= 0)
+			post_report(t, l, now);
+		if ((int64_t)(now - l->next_expire_ns) >= 0) {
+			kt_tagtab_expire(l->tab, now);
+			l->next_expire_ns = now + l->cfg.idle_expiry_ns / 4;
+		}
+	}
+	arm_timer(t, now);
+}
+
+int kt_tags_count(const struct kt_tags *t)
+{
+	return t ? t->n : 0;
+}
+
+void kt_tags_get(const struct kt_tags *t, int i, struct kt_tag_stat *out)
+{
+	const struct tlimit *l = &t->l[i];
+
+	*out = l->st;
+	kt_tagtab_stats(l->tab, &out->tab);
+	memset(&out->query, 0, sizeof(out->query));
+	if (l->query)
+		kt_query_get_stats(l->query, &out->query);
+}
+
+int kt_tags_take(struct kt_tags *t, int i, const char *tag, size_t len, uint64_t now)
+{
+	return kt_tagtab_take(t->l[i].tab, tag, len, now);
+}
