@@ -2012,39 +2012,54 @@ static int get_abs_path(struct ctx *c, yaml_node_t *v, const char *field, size_t
 	return 0;
 }
 
-/* metrics: "127.0.0.1:9464" or "[::1]:9464": an IP literal (no name to
- * resolve at start) and a port. */
-static int parse_metrics(struct ctx *c, yaml_node_t *v, struct kt_config *cfg)
+/* "ADDR:PORT" or "[V6]:PORT" with an IP literal (no name to resolve at
+ * start); with `local`, "PORT" and ":PORT" alone mean 127.0.0.1. The address
+ * is returned without brackets. */
+static int parse_addr_port(struct ctx *c, yaml_node_t *v, const char *field, const char *eg,
+			   bool local, char *addr, size_t addrlen, int *out_port)
 {
-	char host[sizeof(cfg->metrics_addr)], *end;
+	char host[48], *end;
 	unsigned char bin[16];
-	const char *s, *colon;
+	const char *s, *colon, *ps;
 	size_t hl;
 	long port;
-	int err = get_scalar(c, v, "metrics", "ADDR:PORT", &s);
+	int err = get_scalar(c, v, field, "ADDR:PORT", &s);
 
 	if (err)
 		return err;
-	colon = strrchr(s, ':');
-	if (!colon || colon == s)
-		return fail(c, v, "metrics", "\"%s\" is not ADDR:PORT (e.g. 127.0.0.1:9464, [::1]:9464)",
-			    show_str(s).s);
-	hl = (size_t)(colon - s);
-	if (s[0] == '[' && hl >= 2 && s[hl - 1] == ']')
-		s++, hl -= 2;
-	if (hl >= sizeof(host))
-		return fail(c, v, "metrics", "address too long");
-	memcpy(host, s, hl);
-	host[hl] = 0;
-	if (inet_pton(AF_INET, host, bin) != 1 && inet_pton(AF_INET6, host, bin) != 1)
-		return fail(c, v, "metrics", "\"%s\" is not an IPv4 or IPv6 address", show_str(host).s);
+	if (local && *s && strspn(s + (*s == ':'), "0123456789") == strlen(s + (*s == ':'))) {
+		snprintf(host, sizeof(host), "127.0.0.1");
+		ps = s + (*s == ':');
+	} else {
+		colon = strrchr(s, ':');
+		if (!colon || colon == s)
+			return fail(c, v, field, "\"%s\" is not ADDR:PORT (e.g. %s)", show_str(s).s, eg);
+		hl = (size_t)(colon - s);
+		if (s[0] == '[' && hl >= 2 && s[hl - 1] == ']')
+			s++, hl -= 2;
+		if (hl >= sizeof(host) || hl >= addrlen)
+			return fail(c, v, field, "address too long");
+		memcpy(host, s, hl);
+		host[hl] = 0;
+		if (inet_pton(AF_INET, host, bin) != 1 && inet_pton(AF_INET6, host, bin) != 1)
+			return fail(c, v, field, "\"%s\" is not an IPv4 or IPv6 address",
+				    show_str(host).s);
+		ps = colon + 1;
+	}
 	errno = 0;
-	port = strtol(colon + 1, &end, 10);
-	if (errno || *end || end == colon + 1 || port < 1 || port > 65535)
-		return fail(c, v, "metrics", "port \"%s\" is not 1..65535", show_str(colon + 1).s);
-	snprintf(cfg->metrics_addr, sizeof(cfg->metrics_addr), "%s", host);
-	cfg->metrics_port = (int)port;
+	port = strtol(ps, &end, 10);
+	if (errno || *end || end == ps || !(*ps >= '0' && *ps <= '9') || port < 1 || port > 65535)
+		return fail(c, v, field, "port \"%s\" is not 1..65535", show_str(ps).s);
+	snprintf(addr, addrlen, "%s", host);
+	*out_port = (int)port;
 	return 0;
+}
+
+/* metrics: "127.0.0.1:9464" or "[::1]:9464". */
+static int parse_metrics(struct ctx *c, yaml_node_t *v, struct kt_config *cfg)
+{
+	return parse_addr_port(c, v, "metrics", "127.0.0.1:9464, [::1]:9464", false,
+			       cfg->metrics_addr, sizeof(cfg->metrics_addr), &cfg->metrics_port);
 }
 
 /* kubernetes: {apiServer, tokenFile, caFile, nodeName, cgroupRoot}: each
@@ -2090,15 +2105,392 @@ static int parse_kube(struct ctx *c, yaml_node_t *n, struct kt_kube_cfg *k)
 	return 0;
 }
 
+/* ---- tag limits (top-level `tags:`, seed 004) -------------------------- */
+
+#define TAG_MAX_BURST 1000000000000LL  /* MAX_RATE tokens */
+#define IFNAME_CHARS NAME_CHARS ":@"
+
+/* A CIDR (or a bare address) as a tag prefix: parse_cidr's checks and
+ * masking, kept in its own family (IPv4 in addr[0..3]). */
+static const char *parse_tag_prefix(const char *s, struct kt_tag_prefix *out)
+{
+	struct kt_cidr cd;
+	const char *why = parse_cidr(s, &cd);
+
+	if (why)
+		return why;
+	memset(out, 0, sizeof(*out));
+	if (strchr(s, ':')) {
+		out->family = 6;
+		out->prefix_len = cd.prefixlen;
+		memcpy(out->addr, cd.addr, 16);
+	} else {
+		out->family = 4;
+		out->prefix_len = (uint8_t)(cd.prefixlen - 96);
+		memcpy(out->addr, cd.addr + 12, 4);
+	}
+	return NULL;
+}
+
+/* One more allow or override prefix of t: within the rule budget and not
+ * already listed in either. */
+static int tag_rule_ok(struct ctx *c, yaml_node_t *e, const char *item,
+		       const struct kt_tag_limit_cfg *t, const struct kt_tag_prefix *p, const char *s)
+{
+	int i;
+
+	if (t->n_allow + t->n_overrides >= KT_TAG_MAX_RULES)
+		return fail(c, e, item, "at most %d prefixes in allow and overrides together",
+			    KT_TAG_MAX_RULES);
+	for (i = 0; i < t->n_allow; i++)
+		if (!memcmp(&t->allow[i], p, sizeof(*p)))
+			return fail(c, e, item, "\"%s\" is listed twice (also allow[%d])", show_str(s).s,
+				    i);
+	for (i = 0; i < t->n_overrides; i++)
+		if (!memcmp(&t->overrides[i].prefix, p, sizeof(*p)))
+			return fail(c, e, item, "\"%s\" is listed twice (also overrides[%d] at line %d)",
+				    show_str(s).s, i, t->overrides[i].line);
+	return 0;
+}
+
+static int parse_tag_allow(struct ctx *c, yaml_node_t *v, const char *field,
+			   struct kt_tag_limit_cfg *t)
+{
+	char item[FIELD_LEN];
+	yaml_node_item_t *start, *top, *it, one;
+	struct kt_tag_prefix p;
+	const char *s, *why;
+	int err;
+
+	if (v->type == YAML_SCALAR_NODE) {
+		one = (yaml_node_item_t)(v - c->doc->nodes.start) + 1;
+		start = &one;
+		top = start + 1;
+	} else if (v->type == YAML_SEQUENCE_NODE) {
+		start = v->data.sequence.items.start;
+		top = v->data.sequence.items.top;
+	} else {
+		return fail(c, v, field, "expected a list of CIDRs, got %s", kind_of(v));
+	}
+	if (start == top)
+		return fail(c, v, field, "is empty (leave it out to allow no prefix)");
+	for (it = start; it < top; it++) {
+		yaml_node_t *e = node_at(c, *it);
+
+		if (v->type == YAML_SEQUENCE_NODE)
+			index_of(item, field, (int)(it - start));
+		else
+			snprintf(item, sizeof(item), "%s", field);
+		if ((err = get_scalar(c, e, item, "a CIDR", &s)))
+			return err;
+		if ((why = parse_tag_prefix(s, &p)))
+			return fail(c, e, item, "\"%s\" %s", show_str(s).s, why);
+		if ((err = tag_rule_ok(c, e, item, t, &p, s)))
+			return err;
+		t->allow[t->n_allow++] = p;
+	}
+	return 0;
+}
+
+static int parse_tag_overrides(struct ctx *c, yaml_node_t *v, const char *field,
+			       struct kt_tag_limit_cfg *t)
+{
+	static const char *const keys[] = { "cidr", "rate", "burst", NULL };
+	char item[FIELD_LEN], sub[FIELD_LEN];
+	yaml_node_item_t *it;
+	struct kt_tag_prefix p;
+	const char *s, *why;
+	long long ll;
+	int err;
+
+	if (v->type != YAML_SEQUENCE_NODE)
+		return fail(c, v, field, "expected a list of {cidr, rate, burst}, got %s", kind_of(v));
+	if (v->data.sequence.items.start == v->data.sequence.items.top)
+		return fail(c, v, field, "is empty (leave it out for no overrides)");
+	for (it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+		yaml_node_t *e = node_at(c, *it), *w;
+		struct kt_tag_override *o;
+
+		index_of(item, field, (int)(it - v->data.sequence.items.start));
+		if (e->type != YAML_MAPPING_NODE)
+			return fail(c, e, item, "expected a mapping {cidr, rate, burst}, got %s",
+				    kind_of(e));
+		if ((err = check_map(c, e, item, keys)))
+			return err;
+		if (!(w = map_get(c, e, "cidr")))
+			return missing(c, e, item, "cidr");
+		join(sub, item, "cidr");
+		if ((err = get_scalar(c, w, sub, "a CIDR", &s)))
+			return err;
+		if ((why = parse_tag_prefix(s, &p)))
+			return fail(c, w, sub, "\"%s\" %s", show_str(s).s, why);
+		if ((err = tag_rule_ok(c, w, sub, t, &p, s)))
+			return err;
+		o = &t->overrides[t->n_overrides];
+		o->prefix = p;
+		o->line = line_of(e);
+		if (!(w = map_get(c, e, "rate")))
+			return missing(c, e, item, "rate");
+		if ((err = get_number_in(c, w, join(sub, item, "rate"), 0, true, MAX_RATE, &o->rate)))
+			return err;
+		if (!(w = map_get(c, e, "burst")))
+			return missing(c, e, item, "burst");
+		if ((err = get_int(c, w, join(sub, item, "burst"), 1, TAG_MAX_BURST, &ll)))
+			return err;
+		o->burst = (uint64_t)ll;
+		t->n_overrides++;
+	}
+	return 0;
+}
+
+static bool ifname_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	return n && n < sizeof(((struct kt_tag_limit_cfg *)0)->ifaces[0]) &&
+	       strspn(s, IFNAME_CHARS) == n && strcmp(s, ".") && strcmp(s, "..");
+}
+
+/* xdp: {interfaces: [..], prefixLen: {ipv4: N, ipv6: M}}. */
+static int parse_tag_xdp(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
+			 int idx)
+{
+	static const char *const keys[] = { "interfaces", "prefixLen", NULL };
+	static const char *const plen_keys[] = { "ipv4", "ipv6", NULL };
+	struct kt_tag_limit_cfg *t = &cfg->tags[idx];
+	char sub[FIELD_LEN], item[FIELD_LEN];
+	yaml_node_item_t *start, *top, *it, one;
+	yaml_node_t *v, *w;
+	const char *s;
+	long long ll;
+	int i, j, err = check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	t->xdp = true;
+	if (!(v = map_get(c, n, "interfaces")))
+		return missing(c, n, field, "interfaces");
+	join(sub, field, "interfaces");
+	if (v->type == YAML_SCALAR_NODE && !is_null(v)) {
+		one = (yaml_node_item_t)(v - c->doc->nodes.start) + 1;
+		start = &one;
+		top = start + 1;
+	} else if (v->type == YAML_SEQUENCE_NODE) {
+		start = v->data.sequence.items.start;
+		top = v->data.sequence.items.top;
+	} else {
+		return fail(c, v, sub, "expected a list of interface names, got %s",
+			    is_null(v) ? "nothing" : kind_of(v));
+	}
+	if (start == top)
+		return fail(c, v, sub, "needs at least one interface");
+	for (it = start; it < top; it++) {
+		yaml_node_t *e = node_at(c, *it);
+
+		if (v->type == YAML_SEQUENCE_NODE)
+			index_of(item, sub, (int)(it - start));
+		else
+			snprintf(item, sizeof(item), "%s", sub);
+		if (t->n_ifaces >= KT_TAG_MAX_IFACES)
+			return fail(c, e, item, "at most %d interfaces per tag limit", KT_TAG_MAX_IFACES);
+		if ((err = get_scalar(c, e, item, "an interface name", &s)))
+			return err;
+		if (!ifname_ok(s))
+			return fail(c, e, item, "\"%s\" is not an interface name (1..15 of A-Z a-z 0-9 _ . - : @)",
+				    show_str(s).s);
+		for (i = 0; i < t->n_ifaces; i++)
+			if (!strcmp(t->ifaces[i], s))
+				return fail(c, e, item, "\"%s\" is listed twice", show_str(s).s);
+		/* one XDP program per interface: one tag limit owns it */
+		for (j = 0; j < idx; j++)
+			for (i = 0; i < cfg->tags[j].n_ifaces; i++)
+				if (!strcmp(cfg->tags[j].ifaces[i], s))
+					return fail(c, e, item,
+						    "\"%s\" of tag limit %s is already used by tag limit %s (tags[%d] at line %d): an interface belongs to one tag limit",
+						    s, t->name, cfg->tags[j].name, j, cfg->tags[j].line);
+		snprintf(t->ifaces[t->n_ifaces++], sizeof(t->ifaces[0]), "%s", s);
+	}
+	if ((v = map_get(c, n, "prefixLen"))) {
+		join(sub, field, "prefixLen");
+		if (!is_null(v) && v->type != YAML_MAPPING_NODE)
+			return fail(c, v, sub, "expected a mapping, got %s: use prefixLen: {ipv4: N, ipv6: M}",
+				    kind_of(v));
+		if ((err = check_map(c, v, sub, plen_keys)))
+			return err;
+		if ((w = map_get(c, v, "ipv4"))) {
+			if ((err = get_int(c, w, join(item, sub, "ipv4"), 1, 32, &ll)))
+				return err;
+			t->prefix_v4 = (uint8_t)ll;
+		}
+		if ((w = map_get(c, v, "ipv6"))) {
+			if ((err = get_int(c, w, join(item, sub, "ipv6"), 1, 128, &ll)))
+				return err;
+			t->prefix_v6 = (uint8_t)ll;
+		}
+	}
+	return 0;
+}
+
+/* Two TCP listeners that cannot both bind: the same port on the same
+ * address, or on a wildcard covering the other (:: covers IPv4 too). */
+static bool listeners_clash(const char *a, int pa, const char *b, int pb)
+{
+	static const unsigned char any[16] = { 0 };
+	unsigned char x[16] = { 0 }, y[16] = { 0 };
+	int fx, fy;
+
+	if (pa != pb)
+		return false;
+	fx = inet_pton(AF_INET, a, x) == 1 ? 4 : inet_pton(AF_INET6, a, x) == 1 ? 6 : 0;
+	fy = inet_pton(AF_INET, b, y) == 1 ? 4 : inet_pton(AF_INET6, b, y) == 1 ? 6 : 0;
+	if (!fx || !fy)
+		return !strcmp(a, b);
+	if (fx == fy && !memcmp(x, y, 16))
+		return true;
+	if (!memcmp(x, any, 16) && (fx == fy || fx == 6))
+		return true;
+	return !memcmp(y, any, 16) && (fx == fy || fy == 6);
+}
+
+/* query: {socket: PATH, listen: ADDR:PORT}; `query: {}` is every default. */
+static int parse_tag_query(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
+			   int idx, int metrics_line)
+{
+	static const char *const keys[] = { "socket", "listen", NULL };
+	struct kt_tag_limit_cfg *t = &cfg->tags[idx];
+	struct sockaddr_un sun;
+	char sub[FIELD_LEN];
+	yaml_node_t *v;
+	int j, err = check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	t->query = true;
+	join(sub, field, "socket");
+	if ((v = map_get(c, n, "socket")))
+		err = get_abs_path(c, v, sub, sizeof(sun.sun_path) - 1, &t->query_socket);
+	else if (!(t->query_socket = strdup(KT_TAG_DEFAULT_SOCKET)))
+		err = oom(c, n, sub);
+	if (err)
+		return err;
+	if (!strcmp(t->query_socket, cfg->socket_path))
+		return fail(c, v ? v : n, sub, "\"%s\" is the daemon's control socket (socket:)",
+			    show_str(t->query_socket).s);
+	for (j = 0; j < idx; j++)
+		if (cfg->tags[j].query_socket && !strcmp(cfg->tags[j].query_socket, t->query_socket))
+			return fail(c, v ? v : n, sub,
+				    "\"%s\" is already used by tag limit %s (tags[%d] at line %d): give each tag limit its own query.socket",
+				    show_str(t->query_socket).s, cfg->tags[j].name, j,
+				    cfg->tags[j].line);
+	if (!(v = map_get(c, n, "listen")))
+		return 0;
+	join(sub, field, "listen");
+	if ((err = parse_addr_port(c, v, sub, "127.0.0.1:7070, [::1]:7070, 7070", true,
+				   t->query_addr, sizeof(t->query_addr), &t->query_port)))
+		return err;
+	if (cfg->metrics_port &&
+	    listeners_clash(t->query_addr, t->query_port, cfg->metrics_addr, cfg->metrics_port))
+		return fail(c, v, sub, "%s port %d is the metrics endpoint (metrics at line %d)",
+			    t->query_addr, t->query_port, metrics_line);
+	for (j = 0; j < idx; j++)
+		if (cfg->tags[j].query_port &&
+		    listeners_clash(t->query_addr, t->query_port, cfg->tags[j].query_addr,
+				    cfg->tags[j].query_port))
+			return fail(c, v, sub,
+				    "%s port %d is already used by tag limit %s (tags[%d] at line %d)",
+				    t->query_addr, t->query_port, cfg->tags[j].name, j,
+				    cfg->tags[j].line);
+	return 0;
+}
+
+static int parse_tag(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
+		     int idx, int metrics_line)
+{
+	static const char *const keys[] = { "name",	"rate",	 "burst",     "idleExpiry",
+					    "maxTags",	"reportInterval", "allow", "overrides",
+					    "xdp",	"query", NULL };
+	struct kt_tag_limit_cfg *t = &cfg->tags[idx];
+	char sub[FIELD_LEN];
+	yaml_node_t *v, *xdp, *q;
+	const char *s;
+	long long ll;
+	int i, err;
+
+	if (n->type != YAML_MAPPING_NODE)
+		return fail(c, n, field, "expected a mapping, got %s", kind_of(n));
+	if ((err = check_map(c, n, field, keys)))
+		return err;
+	t->line = line_of(n);
+	t->idle_expiry_ns = 300 * NS_PER_SEC;
+	t->max_tags = 65536;
+	t->report_ns = NS_PER_SEC;
+	t->prefix_v4 = 32;
+	t->prefix_v6 = 128;
+
+	if (!(v = map_get(c, n, "name")))
+		return missing(c, n, field, "name");
+	join(sub, field, "name");
+	if ((err = get_scalar(c, v, sub, "a name", &s)))
+		return err;
+	if (!name_ok(s))
+		return fail(c, v, sub, "\"%s\" must be 1..%d of A-Z a-z 0-9 _ . -", show_str(s).s,
+			    KT_NAME_LEN - 1);
+	for (i = 0; i < idx; i++)
+		if (!strcmp(cfg->tags[i].name, s))
+			return fail(c, v, sub, "\"%s\" is already used by tags[%d] (line %d)", s, i,
+				    cfg->tags[i].line);
+	snprintf(t->name, sizeof(t->name), "%s", s);
+
+	if (!(v = map_get(c, n, "rate")))
+		return missing(c, n, field, "rate");
+	if ((err = get_number_in(c, v, join(sub, field, "rate"), 0, true, MAX_RATE, &t->rate)))
+		return err;
+	if (!(v = map_get(c, n, "burst")))
+		return missing(c, n, field, "burst");
+	if ((err = get_int(c, v, join(sub, field, "burst"), 1, TAG_MAX_BURST, &ll)))
+		return err;
+	t->burst = (uint64_t)ll;
+	if ((v = map_get(c, n, "idleExpiry")) &&
+	    (err = get_duration(c, v, join(sub, field, "idleExpiry"), NS_PER_SEC,
+				7 * 24 * 3600 * NS_PER_SEC, &t->idle_expiry_ns)))
+		return err;
+	if ((v = map_get(c, n, "maxTags"))) {
+		if ((err = get_int(c, v, join(sub, field, "maxTags"), 1, KT_TAG_MAX_TAGS, &ll)))
+			return err;
+		t->max_tags = (uint32_t)ll;
+	}
+	if ((v = map_get(c, n, "reportInterval")) &&
+	    (err = get_duration(c, v, join(sub, field, "reportInterval"), 10 * NS_PER_MS,
+				3600 * NS_PER_SEC, &t->report_ns)))
+		return err;
+	if ((v = map_get(c, n, "allow")) &&
+	    (err = parse_tag_allow(c, v, join(sub, field, "allow"), t)))
+		return err;
+	if ((v = map_get(c, n, "overrides")) &&
+	    (err = parse_tag_overrides(c, v, join(sub, field, "overrides"), t)))
+		return err;
+	xdp = map_get(c, n, "xdp");
+	q = map_get(c, n, "query");
+	if (!xdp && !q)
+		return fail(c, n, field,
+			    "needs xdp:, query: or both (where its tags come from; query: {} for the defaults)");
+	if (xdp && (err = parse_tag_xdp(c, xdp, join(sub, field, "xdp"), cfg, idx)))
+		return err;
+	if (q && (err = parse_tag_query(c, q, join(sub, field, "query"), cfg, idx, metrics_line)))
+		return err;
+	return 0;
+}
+
 static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 {
 	static const char *const keys[] = { "node",  "pinDir", "socket",  "tickInterval",
-					    "epoch", "store",  "limits",  "metrics", "kubernetes", NULL };
+					    "epoch", "store",  "limits",  "metrics", "kubernetes",
+					    "tags",  NULL };
 	struct sockaddr_un sun;
-	yaml_node_t *v, *tick, *limits;
+	yaml_node_t *v, *tick, *limits, *tags;
 	yaml_node_item_t *it;
 	char sub[FIELD_LEN];
-	int i, err;
+	int i, n_tags = 0, err;
 
 	if (!root || is_null(root))
 		return fail(c, root, "limits", "required but missing (the file is empty)");
@@ -2172,23 +2564,55 @@ static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 	if ((v = map_get(c, root, "store")) && (err = parse_store(c, v, "store", &cfg->store)))
 		return err;
 
-	if (!(limits = map_get(c, root, "limits")))
+	/* tag limits (seed 004): with at least one, limits: may be absent or empty */
+	if ((tags = map_get(c, root, "tags"))) {
+		if (tags->type != YAML_SEQUENCE_NODE)
+			return fail(c, tags, "tags", "expected a list of tag limits, got %s",
+				    kind_of(tags));
+		n_tags = (int)(tags->data.sequence.items.top - tags->data.sequence.items.start);
+		if (n_tags == 0)
+			return fail(c, tags, "tags", "needs at least one tag limit (leave tags out for none)");
+		if (n_tags > KT_MAX_TAG_LIMITS)
+			return fail(c, node_at(c, tags->data.sequence.items.start[KT_MAX_TAG_LIMITS]),
+				    "tags", "at most %d tag limits", KT_MAX_TAG_LIMITS);
+	}
+
+	limits = map_get(c, root, "limits");
+	if (!limits && !n_tags)
 		return missing(c, root, "", "limits");
-	if (limits->type != YAML_SEQUENCE_NODE)
-		return fail(c, limits, "limits", "expected a list of limits, got %s", kind_of(limits));
-	i = (int)(limits->data.sequence.items.top - limits->data.sequence.items.start);
-	if (i == 0)
-		return fail(c, limits, "limits", "needs at least one limit");
-	if (i > KT_MAX_LIMITS)
-		return fail(c, node_at(c, limits->data.sequence.items.start[KT_MAX_LIMITS]), "limits",
-			    "at most %d limits", KT_MAX_LIMITS);
-	cfg->limits = calloc((size_t)i, sizeof(*cfg->limits));
-	if (!cfg->limits)
-		return oom(c, limits, "limits");
-	cfg->n_limits = i;
-	for (it = limits->data.sequence.items.start, i = 0; it < limits->data.sequence.items.top;
+	if (limits && !(n_tags && is_null(limits))) {
+		if (limits->type != YAML_SEQUENCE_NODE)
+			return fail(c, limits, "limits", "expected a list of limits, got %s",
+				    kind_of(limits));
+		i = (int)(limits->data.sequence.items.top - limits->data.sequence.items.start);
+		if (i == 0 && !n_tags)
+			return fail(c, limits, "limits", "needs at least one limit");
+		if (i > KT_MAX_LIMITS)
+			return fail(c, node_at(c, limits->data.sequence.items.start[KT_MAX_LIMITS]),
+				    "limits", "at most %d limits", KT_MAX_LIMITS);
+		if (i > 0) {
+			cfg->limits = calloc((size_t)i, sizeof(*cfg->limits));
+			if (!cfg->limits)
+				return oom(c, limits, "limits");
+			cfg->n_limits = i;
+		}
+		for (it = limits->data.sequence.items.start, i = 0;
+		     it < limits->data.sequence.items.top; it++, i++)
+			if ((err = parse_limit(c, node_at(c, *it), index_of(sub, "limits", i), cfg, i)))
+				return err;
+	}
+
+	if (!n_tags)
+		return 0;
+	cfg->tags = calloc((size_t)n_tags, sizeof(*cfg->tags));
+	if (!cfg->tags)
+		return oom(c, tags, "tags");
+	cfg->n_tags = n_tags;
+	v = map_get(c, root, "metrics");
+	for (it = tags->data.sequence.items.start, i = 0; it < tags->data.sequence.items.top;
 	     it++, i++)
-		if ((err = parse_limit(c, node_at(c, *it), index_of(sub, "limits", i), cfg, i)))
+		if ((err = parse_tag(c, node_at(c, *it), index_of(sub, "tags", i), cfg, i,
+				     v ? line_of(v) : 0)))
 			return err;
 	return 0;
 }
