@@ -50,6 +50,13 @@ static bool all_zero(const void *p, size_t n)
 	SREDIS "limits:\n  - name: s\n    cgroups: [x]\n    unit: " unit "\n    rateLimit:\n" \
 	"      strict: " strict "\n"
 
+/* Lines 1-4: a tag limit with no source yet; its keys (4 spaces) from line 5. */
+#define TAGX "tags:\n  - name: a\n    rate: 10\n    burst: 20\n"
+/* Lines 1-5: the same with `query: {}`; more keys from line 6. */
+#define TAG TAGX "    query: {}\n"
+/* A second tag limit "b" of three lines, then `body`. */
+#define TAG2(body) "  - name: b\n    rate: 1\n    burst: 1\n" body
+
 /* ---- valid configs ---------------------------------------------------- */
 
 static void check_default_store(const struct kt_store_cfg *s)
@@ -133,6 +140,236 @@ static void test_minimal_defaults(void **state)
 	assert_ptr_not_equal(l->store.key_prefix, cfg.store.key_prefix);
 	kt_config_free(&cfg);
 	assert_true(all_zero(&cfg, sizeof(cfg)));
+}
+
+/* tags: every key given, and the defaults of a tag limit that gives none. */
+static void test_tags(void **state)
+{
+	static const char yaml[] =
+		"metrics: 127.0.0.1:9464\n"                              /* 1 */
+		"tags:\n"
+		"  - name: api-clients\n"                                /* 3 */
+		"    rate: 0.5\n"
+		"    burst: 20\n"
+		"    idleExpiry: 10m\n"
+		"    maxTags: 1000\n"
+		"    reportInterval: 250ms\n"
+		"    allow: [10.1.2.3/8, \"fd00::1/8\", 192.168.1.7]\n" /* 9 */
+		"    overrides:\n"
+		"      - cidr: 192.168.1.0/24\n"                         /* 11 */
+		"        rate: 100\n"
+		"        burst: 200\n"
+		"      - {cidr: \"2001:db8::/32\", rate: 5, burst: 1}\n"  /* 14 */
+		"    xdp:\n"
+		"      interfaces: [eth0, veth1.2, \"br-x:1\", v@e]\n"
+		"      prefixLen: {ipv4: 24, ipv6: 64}\n"
+		"    query:\n"
+		"      socket: /run/kt/api.sock\n"
+		"      listen: \"[::1]:7070\"\n"
+		"  - name: b\n"                                          /* 21 */
+		"    rate: 3\n"
+		"    burst: 1\n"
+		"    query:\n"
+		"  - name: c\n"                                          /* 25 */
+		"    rate: 1\n"
+		"    burst: 1\n"
+		"    xdp: {interfaces: eth2, prefixLen: {ipv6: 48}}\n"
+		LIM;
+	static const uint8_t ten[16] = { 10 }, host[16] = { 192, 168, 1, 7 }, fd00[16] = { 0xfd };
+	static const uint8_t net[16] = { 192, 168, 1 }, db8[16] = { 0x20, 0x01, 0x0d, 0xb8 };
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+	const struct kt_tag_limit_cfg *t;
+
+	(void)state;
+	if (parse(yaml, &cfg, err))
+		fail_msg("%s", err);
+	assert_int_equal(cfg.n_limits, 1);
+	assert_int_equal(cfg.n_tags, 3);
+
+	t = &cfg.tags[0];
+	assert_string_equal(t->name, "api-clients");
+	assert_int_equal(t->line, 3);
+	assert_true(t->rate == 0.5);
+	assert_int_equal(t->burst, 20);
+	assert_int_equal(t->idle_expiry_ns, 600 * SEC);
+	assert_int_equal(t->max_tags, 1000);
+	assert_int_equal(t->report_ns, 250 * MS);
+	assert_int_equal(t->n_allow, 3);
+	assert_int_equal(t->allow[0].family, 4);
+	assert_int_equal(t->allow[0].prefix_len, 8);
+	assert_memory_equal(t->allow[0].addr, ten, 16); /* host bits cleared */
+	assert_int_equal(t->allow[1].family, 6);
+	assert_int_equal(t->allow[1].prefix_len, 8);
+	assert_memory_equal(t->allow[1].addr, fd00, 16);
+	assert_int_equal(t->allow[2].family, 4);
+	assert_int_equal(t->allow[2].prefix_len, 32);
+	assert_memory_equal(t->allow[2].addr, host, 16);
+	assert_int_equal(t->n_overrides, 2);
+	assert_int_equal(t->overrides[0].prefix.family, 4);
+	assert_int_equal(t->overrides[0].prefix.prefix_len, 24);
+	assert_memory_equal(t->overrides[0].prefix.addr, net, 16);
+	assert_true(t->overrides[0].rate == 100);
+	assert_int_equal(t->overrides[0].burst, 200);
+	assert_int_equal(t->overrides[0].line, 11);
+	assert_int_equal(t->overrides[1].prefix.family, 6);
+	assert_int_equal(t->overrides[1].prefix.prefix_len, 32);
+	assert_memory_equal(t->overrides[1].prefix.addr, db8, 16);
+	assert_true(t->overrides[1].rate == 5);
+	assert_int_equal(t->overrides[1].burst, 1);
+	assert_int_equal(t->overrides[1].line, 14);
+	assert_true(t->xdp);
+	assert_int_equal(t->n_ifaces, 4);
+	assert_string_equal(t->ifaces[0], "eth0");
+	assert_string_equal(t->ifaces[1], "veth1.2");
+	assert_string_equal(t->ifaces[2], "br-x:1");
+	assert_string_equal(t->ifaces[3], "v@e");
+	assert_int_equal(t->prefix_v4, 24);
+	assert_int_equal(t->prefix_v6, 64);
+	assert_true(t->query);
+	assert_string_equal(t->query_socket, "/run/kt/api.sock");
+	assert_string_equal(t->query_addr, "::1");
+	assert_int_equal(t->query_port, 7070);
+
+	/* `query:` alone: every default, no xdp */
+	t = &cfg.tags[1];
+	assert_string_equal(t->name, "b");
+	assert_int_equal(t->line, 21);
+	assert_true(t->rate == 3);
+	assert_int_equal(t->burst, 1);
+	assert_int_equal(t->idle_expiry_ns, 300 * SEC);
+	assert_int_equal(t->max_tags, 65536);
+	assert_int_equal(t->report_ns, 1 * SEC);
+	assert_int_equal(t->n_allow, 0);
+	assert_int_equal(t->n_overrides, 0);
+	assert_false(t->xdp);
+	assert_int_equal(t->n_ifaces, 0);
+	assert_int_equal(t->prefix_v4, 32);
+	assert_int_equal(t->prefix_v6, 128);
+	assert_true(t->query);
+	assert_string_equal(t->query_socket, KT_TAG_DEFAULT_SOCKET);
+	assert_int_equal(t->query_port, 0);
+
+	/* xdp only: one interface as a plain string, prefixLen keys each optional */
+	t = &cfg.tags[2];
+	assert_int_equal(t->line, 25);
+	assert_true(t->xdp);
+	assert_false(t->query);
+	assert_null(t->query_socket);
+	assert_int_equal(t->n_ifaces, 1);
+	assert_string_equal(t->ifaces[0], "eth2");
+	assert_int_equal(t->prefix_v4, 32);
+	assert_int_equal(t->prefix_v6, 48);
+	kt_config_free(&cfg);
+	assert_true(all_zero(&cfg, sizeof(cfg)));
+}
+
+/* Tag limits alone: limits: may be absent, empty or null. */
+static void test_tags_only(void **state)
+{
+	static const char *const yamls[] = {
+		TAG,
+		"limits: []\n" TAG,
+		"limits:\n" TAG,
+		TAG "limits: []\n",
+	};
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(yamls) / sizeof(yamls[0]); i++) {
+		if (parse(yamls[i], &cfg, err))
+			fail_msg("case %zu: %s", i, err);
+		assert_int_equal(cfg.n_limits, 0);
+		assert_null(cfg.limits);
+		assert_int_equal(cfg.n_tags, 1);
+		assert_string_equal(cfg.tags[0].name, "a");
+		assert_false(kt_config_uses_pods(&cfg));
+		kt_config_free(&cfg);
+	}
+}
+
+/* query.listen: "PORT" and ":PORT" mean 127.0.0.1; other ports than the
+ * metrics endpoint's and the other tag limits' are fine. */
+static void test_tag_listen(void **state)
+{
+	static const struct {
+		const char *listen;
+		const char *addr;
+		int port;
+	} cases[] = {
+		{ "7070", "127.0.0.1", 7070 },
+		{ "\":7071\"", "127.0.0.1", 7071 },
+		{ "10.0.0.1:1", "10.0.0.1", 1 },
+		{ "\"[fd00::2]:65535\"", "fd00::2", 65535 },
+		{ "0.0.0.0:9465", "0.0.0.0", 9465 },
+	};
+	struct kt_config cfg;
+	char yaml[512], err[KT_ERR_LEN];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(yaml, sizeof(yaml),
+			 "metrics: 127.0.0.1:9464\n" TAGX "    query: {listen: %s}\n"
+			 TAG2("    query: {socket: /run/b.sock, listen: \"[::1]:9466\"}\n"),
+			 cases[i].listen);
+		if (parse(yaml, &cfg, err))
+			fail_msg("%s: %s", cases[i].listen, err);
+		assert_string_equal(cfg.tags[0].query_addr, cases[i].addr);
+		assert_int_equal(cfg.tags[0].query_port, cases[i].port);
+		assert_int_equal(cfg.tags[1].query_port, 9466);
+		kt_config_free(&cfg);
+	}
+}
+
+/* At most KT_MAX_TAG_LIMITS tag limits, and KT_TAG_MAX_RULES allow and
+ * override prefixes in one. */
+static void test_tag_counts(void **state)
+{
+	size_t cap = 128 * (KT_MAX_TAG_LIMITS + KT_TAG_MAX_RULES + 8);
+	char *yaml = malloc(cap), err[KT_ERR_LEN], expect[128];
+	struct kt_config cfg;
+	size_t off;
+	int i;
+
+	(void)state;
+	assert_non_null(yaml);
+	off = (size_t)snprintf(yaml, cap, "tags:\n");
+	for (i = 0; i < KT_MAX_TAG_LIMITS; i++)
+		off += (size_t)snprintf(yaml + off, cap - off,
+					"- {name: t%d, rate: 1, burst: 1, xdp: {interfaces: [e%d]}}\n", i, i);
+	assert_int_equal(parse(yaml, &cfg, err), 0);
+	assert_int_equal(cfg.n_tags, KT_MAX_TAG_LIMITS);
+	kt_config_free(&cfg);
+	snprintf(yaml + off, cap - off, "- {name: extra, rate: 1, burst: 1, query: {}}\n");
+	assert_int_equal(parse(yaml, &cfg, err), -EINVAL);
+	snprintf(expect, sizeof(expect), "t.yaml:%d: tags: at most %d tag limits",
+		 KT_MAX_TAG_LIMITS + 2, KT_MAX_TAG_LIMITS);
+	assert_string_equal(err, expect);
+	assert_true(all_zero(&cfg, sizeof(cfg)));
+
+	/* 200 allow and 56 overrides: the most; one more override is refused */
+	off = (size_t)snprintf(yaml, cap, TAG "    allow:\n");
+	for (i = 0; i < 200; i++)
+		off += (size_t)snprintf(yaml + off, cap - off, "      - 10.%d.0.0/16\n", i);
+	off += (size_t)snprintf(yaml + off, cap - off, "    overrides:\n");
+	for (i = 0; i < KT_TAG_MAX_RULES - 200; i++)
+		off += (size_t)snprintf(yaml + off, cap - off,
+					"      - {cidr: 11.%d.0.0/16, rate: 1, burst: 1}\n", i);
+	assert_int_equal(parse(yaml, &cfg, err), 0);
+	assert_int_equal(cfg.tags[0].n_allow, 200);
+	assert_int_equal(cfg.tags[0].n_overrides, KT_TAG_MAX_RULES - 200);
+	kt_config_free(&cfg);
+	snprintf(yaml + off, cap - off, "      - {cidr: 12.0.0.0/8, rate: 1, burst: 1}\n");
+	assert_int_equal(parse(yaml, &cfg, err), -EINVAL);
+	snprintf(expect, sizeof(expect),
+		 "t.yaml:%d: tags[0].overrides[%d].cidr: at most %d prefixes in allow and overrides together",
+		 5 + 1 + 200 + 1 + KT_TAG_MAX_RULES - 200 + 1, KT_TAG_MAX_RULES - 200, KT_TAG_MAX_RULES);
+	assert_string_equal(err, expect);
+	assert_true(all_zero(&cfg, sizeof(cfg)));
+	free(yaml);
 }
 
 /* Burst defaults: max(1, max), and max(1500, max) for bytes. */
@@ -641,6 +878,128 @@ static const struct bad bad_cases[] = {
 	{ "node: a\n", "t.yaml:1: limits: ", "required but missing" },
 	{ "limits: []\n", "t.yaml:1: limits: ", "at least one limit" },
 	{ "limits: {a: 1}\n", "t.yaml:1: limits: ", "expected a list" },
+	/* tags: (seed 004) */
+	{ "tags: {a: 1}\n" LIM, "t.yaml:1: tags: ", "expected a list of tag limits, got a mapping" },
+	{ "tags: []\n" LIM, "t.yaml:1: tags: ", "needs at least one tag limit" },
+	{ "tags:\n" LIM, "t.yaml:1: tags: ", "expected a list of tag limits, got a scalar" },
+	{ TAG "limits: {a: 1}\n", "t.yaml:6: limits: ", "expected a list of limits" },
+	{ TAG "    bogus: 1\n", "t.yaml:6: tags[0].bogus: ",
+	  "unknown key (expected one of: name, rate, burst, idleExpiry, maxTags, reportInterval, allow, overrides, xdp, query)" },
+	{ "tags:\n  - a\n", "t.yaml:2: tags[0]: ", "expected a mapping, got a scalar" },
+	{ "tags:\n  - {rate: 1, burst: 1, query: {}}\n", "t.yaml:2: tags[0].name: ", "required but missing" },
+	{ "tags:\n  - {name: a b, rate: 1, burst: 1, query: {}}\n", "t.yaml:2: tags[0].name: ",
+	  "\"a b\" must be 1..31 of A-Z a-z 0-9 _ . -" },
+	{ TAG TAG2("    query: {socket: /run/b.sock}\n") "  - name: a\n    rate: 1\n    burst: 1\n",
+	  "t.yaml:10: tags[2].name: ", "\"a\" is already used by tags[0] (line 2)" },
+	{ "tags:\n  - {name: a, burst: 1, query: {}}\n", "t.yaml:2: tags[0].rate: ", "required but missing" },
+	{ "tags:\n  - {name: a, rate: 0, burst: 1, query: {}}\n", "t.yaml:2: tags[0].rate: ",
+	  "0 must be greater than 0" },
+	{ "tags:\n  - {name: a, rate: fast, burst: 1, query: {}}\n", "t.yaml:2: tags[0].rate: ",
+	  "\"fast\" is not a number" },
+	{ "tags:\n  - {name: a, rate: 1, query: {}}\n", "t.yaml:2: tags[0].burst: ", "required but missing" },
+	{ "tags:\n  - name: a\n    rate: 1\n    burst: 0\n    query: {}\n", "t.yaml:4: tags[0].burst: ",
+	  "0 is out of range 1..1000000000000" },
+	{ "tags:\n  - name: a\n    rate: 1\n    burst: 2.5\n    query: {}\n", "t.yaml:4: tags[0].burst: ",
+	  "\"2.5\" is not an integer" },
+	{ TAG "    idleExpiry: 500ms\n", "t.yaml:6: tags[0].idleExpiry: ", "500ms is shorter than the minimum 1s" },
+	{ TAG "    idleExpiry: 169h\n", "t.yaml:6: tags[0].idleExpiry: ", "169h is longer than the maximum 168h" },
+	{ TAG "    idleExpiry: later\n", "t.yaml:6: tags[0].idleExpiry: ", "\"later\" is not a duration" },
+	{ TAG "    maxTags: 0\n", "t.yaml:6: tags[0].maxTags: ", "0 is out of range 1..4194304" },
+	{ TAG "    maxTags: 4194305\n", "t.yaml:6: tags[0].maxTags: ", "4194305 is out of range 1..4194304" },
+	{ TAG "    reportInterval: 5ms\n", "t.yaml:6: tags[0].reportInterval: ",
+	  "5ms is shorter than the minimum 10ms" },
+	{ TAG "    reportInterval: 2h\n", "t.yaml:6: tags[0].reportInterval: ",
+	  "2h is longer than the maximum 1h" },
+	{ TAGX "    idleExpiry: 1m\n", "t.yaml:2: tags[0]: ", "needs xdp:, query: or both" },
+	/* allow and overrides */
+	{ TAG "    allow: [10.0.0.0/33]\n", "t.yaml:6: tags[0].allow[0]: ",
+	  "\"10.0.0.0/33\" has a prefix length over 32" },
+	{ TAG "    allow: [\"fd00::/129\"]\n", "t.yaml:6: tags[0].allow[0]: ", "has a prefix length over 128" },
+	{ TAG "    allow: [example.com]\n", "t.yaml:6: tags[0].allow[0]: ", "is not an IPv4 or IPv6 address" },
+	{ TAG "    allow: []\n", "t.yaml:6: tags[0].allow: ", "is empty" },
+	{ TAG "    allow: {a: 1}\n", "t.yaml:6: tags[0].allow: ", "expected a list of CIDRs, got a mapping" },
+	{ TAG "    allow:\n      - 10.0.0.0/8\n      - 10.9.9.9/8\n", "t.yaml:8: tags[0].allow[1]: ",
+	  "\"10.9.9.9/8\" is listed twice (also allow[0])" },
+	{ TAG "    overrides:\n      - {cidr: 10.0.0.0/8, rate: 1, burst: 1}\n"
+	  "      - {cidr: 10.1.0.0/8, rate: 2, burst: 2}\n", "t.yaml:8: tags[0].overrides[1].cidr: ",
+	  "\"10.1.0.0/8\" is listed twice (also overrides[0] at line 7)" },
+	{ TAG "    allow: [\"fd00::/8\"]\n    overrides:\n      - {cidr: \"fd00::1/8\", rate: 1, burst: 1}\n",
+	  "t.yaml:8: tags[0].overrides[0].cidr: ", "\"fd00::1/8\" is listed twice (also allow[0])" },
+	{ TAG "    overrides:\n      - cidr: 10.0.0.0/8\n        burst: 1\n",
+	  "t.yaml:7: tags[0].overrides[0].rate: ", "required but missing" },
+	{ TAG "    overrides:\n      - {rate: 1, burst: 1}\n", "t.yaml:7: tags[0].overrides[0].cidr: ",
+	  "required but missing" },
+	{ TAG "    overrides:\n      - {cidr: 10.0.0.0/8, rate: 1}\n", "t.yaml:7: tags[0].overrides[0].burst: ",
+	  "required but missing" },
+	{ TAG "    overrides:\n      - {cidr: 10.0.0.0/8, rate: -1, burst: 1}\n",
+	  "t.yaml:7: tags[0].overrides[0].rate: ", "-1 must be greater than 0" },
+	{ TAG "    overrides:\n      - {cidr: 10.0.0.0/8, rate: 1, burst: 0}\n",
+	  "t.yaml:7: tags[0].overrides[0].burst: ", "0 is out of range 1.." },
+	{ TAG "    overrides:\n      - {cidr: 10.0.0.0/8, rate: 1, burst: 1, ceil: 2}\n",
+	  "t.yaml:7: tags[0].overrides[0].ceil: ", "unknown key (expected one of: cidr, rate, burst)" },
+	{ TAG "    overrides:\n      - 10.0.0.0/8\n", "t.yaml:7: tags[0].overrides[0]: ",
+	  "expected a mapping {cidr, rate, burst}, got a scalar" },
+	{ TAG "    overrides: {cidr: 10.0.0.0/8}\n", "t.yaml:6: tags[0].overrides: ",
+	  "expected a list of {cidr, rate, burst}, got a mapping" },
+	{ TAG "    overrides:\n      - {cidr: 1.2.3.4/40, rate: 1, burst: 1}\n",
+	  "t.yaml:7: tags[0].overrides[0].cidr: ", "has a prefix length over 32" },
+	/* xdp */
+	{ TAGX "    xdp: {}\n", "t.yaml:5: tags[0].xdp.interfaces: ", "required but missing" },
+	{ TAGX "    xdp: [eth0]\n", "t.yaml:5: tags[0].xdp: ", "expected a mapping, got a list" },
+	{ TAGX "    xdp: {interfaces: []}\n", "t.yaml:5: tags[0].xdp.interfaces: ", "needs at least one interface" },
+	{ TAGX "    xdp: {interfaces: [eth0], bogus: 1}\n", "t.yaml:5: tags[0].xdp.bogus: ",
+	  "unknown key (expected one of: interfaces, prefixLen)" },
+	{ TAGX "    xdp:\n      interfaces: [eth0, abcdefghijklmnop]\n", "t.yaml:6: tags[0].xdp.interfaces[1]: ",
+	  "\"abcdefghijklmnop\" is not an interface name (1..15 of" },
+	{ TAGX "    xdp:\n      interfaces: [\"eth/0\"]\n", "t.yaml:6: tags[0].xdp.interfaces[0]: ",
+	  "is not an interface name" },
+	{ TAGX "    xdp:\n      interfaces: [\"..\"]\n", "t.yaml:6: tags[0].xdp.interfaces[0]: ",
+	  "is not an interface name" },
+	{ TAGX "    xdp:\n      interfaces: [eth0, eth1, eth0]\n", "t.yaml:6: tags[0].xdp.interfaces[2]: ",
+	  "\"eth0\" is listed twice" },
+	{ TAGX "    xdp:\n      interfaces: [e0, e1, e2, e3, e4, e5, e6, e7, e8]\n",
+	  "t.yaml:6: tags[0].xdp.interfaces[8]: ", "at most 8 interfaces per tag limit" },
+	{ TAGX "    xdp: {interfaces: [eth0, eth1]}\n" TAG2("    xdp: {interfaces: [eth1]}\n"),
+	  "t.yaml:9: tags[1].xdp.interfaces[0]: ",
+	  "\"eth1\" of tag limit b is already used by tag limit a (tags[0] at line 2): an interface belongs to one tag limit" },
+	{ TAGX "    xdp:\n      interfaces: [eth0]\n      prefixLen: 24\n", "t.yaml:7: tags[0].xdp.prefixLen: ",
+	  "expected a mapping, got a scalar: use prefixLen: {ipv4: N, ipv6: M}" },
+	{ TAGX "    xdp:\n      interfaces: [eth0]\n      prefixLen: {ipv4: 33}\n",
+	  "t.yaml:7: tags[0].xdp.prefixLen.ipv4: ", "33 is out of range 1..32" },
+	{ TAGX "    xdp:\n      interfaces: [eth0]\n      prefixLen: {ipv6: 129}\n",
+	  "t.yaml:7: tags[0].xdp.prefixLen.ipv6: ", "129 is out of range 1..128" },
+	{ TAGX "    xdp:\n      interfaces: [eth0]\n      prefixLen: {v4: 24}\n",
+	  "t.yaml:7: tags[0].xdp.prefixLen.v4: ", "unknown key (expected one of: ipv4, ipv6)" },
+	/* query */
+	{ TAGX "    query: {sock: /x}\n", "t.yaml:5: tags[0].query.sock: ",
+	  "unknown key (expected one of: socket, listen)" },
+	{ TAGX "    query: /run/q.sock\n", "t.yaml:5: tags[0].query: ", "expected a mapping, got a scalar" },
+	{ TAGX "    query: {socket: q.sock}\n", "t.yaml:5: tags[0].query.socket: ",
+	  "\"q.sock\" must be an absolute path" },
+	{ TAGX "    query:\n      socket: /" "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+	  "t.yaml:6: tags[0].query.socket: ", "longer than 107 bytes" },
+	{ "socket: /run/k.sock\n" TAGX "    query: {socket: /run/k.sock}\n", "t.yaml:6: tags[0].query.socket: ",
+	  "\"/run/k.sock\" is the daemon's control socket (socket:)" },
+	{ TAG TAG2("    query: {}\n"), "t.yaml:9: tags[1].query.socket: ",
+	  "\"/run/kthrottle/query.sock\" is already used by tag limit a (tags[0] at line 2): give each tag limit its own query.socket" },
+	{ TAG TAG2("    query:\n      socket: /run/kthrottle/query.sock\n"), "t.yaml:10: tags[1].query.socket: ",
+	  "is already used by tag limit a (tags[0] at line 2)" },
+	{ TAGX "    query: {listen: \"localhost:7070\"}\n", "t.yaml:5: tags[0].query.listen: ",
+	  "\"localhost\" is not an IPv4 or IPv6 address" },
+	{ TAGX "    query: {listen: \"127.0.0.1:0\"}\n", "t.yaml:5: tags[0].query.listen: ",
+	  "port \"0\" is not 1..65535" },
+	{ TAGX "    query: {listen: 70000}\n", "t.yaml:5: tags[0].query.listen: ", "port \"70000\" is not 1..65535" },
+	{ TAGX "    query: {listen: \"127.0.0.1\"}\n", "t.yaml:5: tags[0].query.listen: ",
+	  "\"127.0.0.1\" is not ADDR:PORT (e.g. 127.0.0.1:7070, [::1]:7070, 7070)" },
+	{ TAGX "    query: {listen: [7070]}\n", "t.yaml:5: tags[0].query.listen: ", "expected ADDR:PORT, got a list" },
+	{ "metrics: 127.0.0.1:9464\n" TAGX "    query: {listen: 9464}\n", "t.yaml:6: tags[0].query.listen: ",
+	  "127.0.0.1:9464 is the metrics endpoint (metrics at line 1)" },
+	{ "metrics: \"[::1]:9464\"\n" TAGX "    query: {listen: \"[::]:9464\"}\n", "t.yaml:6: tags[0].query.listen: ",
+	  "[::]:9464 is the metrics endpoint (metrics at line 1)" },
+	{ "metrics: 127.0.0.1:9464\n" TAGX "    query: {listen: \"0.0.0.0:9464\"}\n",
+	  "t.yaml:6: tags[0].query.listen: ", "0.0.0.0:9464 is the metrics endpoint" },
+	{ TAGX "    query: {listen: \":7070\"}\n" TAG2("    query: {socket: /run/b.sock, listen: \"127.0.0.1:7070\"}\n"),
+	  "t.yaml:9: tags[1].query.listen: ", "127.0.0.1:7070 is already used by tag limit a (tags[0] at line 2)" },
 	/* metrics: ADDR:PORT with an IP literal */
 	{ "metrics: localhost:9464\n" LIM, "t.yaml:1: metrics: ", "is not an IPv4 or IPv6 address" },
 	{ "metrics: 127.0.0.1\n" LIM, "t.yaml:1: metrics: ", "is not ADDR:PORT" },
@@ -1189,6 +1548,10 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_minimal_defaults),
+		cmocka_unit_test(test_tags),
+		cmocka_unit_test(test_tags_only),
+		cmocka_unit_test(test_tag_listen),
+		cmocka_unit_test(test_tag_counts),
 		cmocka_unit_test(test_burst_defaults),
 		cmocka_unit_test(test_refuse_errno),
 		cmocka_unit_test(test_unit_request),

@@ -2352,6 +2352,15 @@ static bool listeners_clash(const char *a, int pa, const char *b, int pb)
 	return !memcmp(y, any, 16) && (fx == fy || fy == 6);
 }
 
+/* "127.0.0.1:7070", "[::1]:7070" for messages. */
+static struct shown fmt_endpoint(const char *addr, int port)
+{
+	struct shown out;
+
+	snprintf(out.s, sizeof(out.s), strchr(addr, ':') ? "[%s]:%d" : "%s:%d", addr, port);
+	return out;
+}
+
 /* query: {socket: PATH, listen: ADDR:PORT}; `query: {}` is every default. */
 static int parse_tag_query(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
 			   int idx, int metrics_line)
@@ -2390,15 +2399,15 @@ static int parse_tag_query(struct ctx *c, yaml_node_t *n, const char *field, str
 		return err;
 	if (cfg->metrics_port &&
 	    listeners_clash(t->query_addr, t->query_port, cfg->metrics_addr, cfg->metrics_port))
-		return fail(c, v, sub, "%s port %d is the metrics endpoint (metrics at line %d)",
-			    t->query_addr, t->query_port, metrics_line);
+		return fail(c, v, sub, "%s is the metrics endpoint (metrics at line %d)",
+			    fmt_endpoint(t->query_addr, t->query_port).s, metrics_line);
 	for (j = 0; j < idx; j++)
 		if (cfg->tags[j].query_port &&
 		    listeners_clash(t->query_addr, t->query_port, cfg->tags[j].query_addr,
 				    cfg->tags[j].query_port))
 			return fail(c, v, sub,
-				    "%s port %d is already used by tag limit %s (tags[%d] at line %d)",
-				    t->query_addr, t->query_port, cfg->tags[j].name, j,
+				    "%s is already used by tag limit %s (tags[%d] at line %d)",
+				    fmt_endpoint(t->query_addr, t->query_port).s, cfg->tags[j].name, j,
 				    cfg->tags[j].line);
 	return 0;
 }
