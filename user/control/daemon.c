@@ -328,8 +328,8 @@ static void tags_status(struct kt_daemon *d, struct sbuf *b, bool json, uint64_t
 				  ",\"rate\":%.6g,\"burst\":%llu,\"report_interval_ms\":%.3f,\"tags\":%llu,"
 				  "\"admitted\":%llu,\"refused\":%llu,\"remote_hits\":%llu,\"evicted\":%llu,"
 				  "\"expired\":%llu,\"query\":{\"ok\":%llu,\"no\":%llu,\"bad_lines\":%llu,"
-				  "\"clients\":%llu,\"accepted\":%llu,\"refused\":%llu},"
-				  "\"exchange\":{\"store\":\"%s\",\"ok\":%s,\"reports\":%llu,"
+				  "\"clients\":%llu,\"accepted\":%llu,\"clients_refused\":%llu},"
+				  "\"exchange\":{\"store\":\"%s\",\"store_ok\":%s,\"reports\":%llu,"
 				  "\"errors\":%llu,\"tags_sent\":%llu,\"entries_read\":%llu,"
 				  "\"remote_tags\":%llu,\"bad_remote\":%llu,\"last_ok_age_s\":%.3f,"
 				  "\"last_error\":",
@@ -471,7 +471,8 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 			  d->bpf.pin_dir, (double)(now - d->started_ns) / 1e9,
 			  (double)d->tick_late_max_ns / 1e6);
 		kube_status(d, &b, false, now);
-		sb_printf(&b, "%-16s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",
+		if (d->plan.n_limits) /* a node may have tag limits only */
+			sb_printf(&b, "%-16s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",
 			  "LIMIT", "UNIT", "SCOPE", "MODE", "POOL_RATE/s", "MAX/s", "RAMP%",
 			  "UTIL%", "BUCKET_RATE", "BURST", "ADMITTED", "THROTTLED", "ADMIT/s");
 	}

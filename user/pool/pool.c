@@ -289,8 +289,9 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 	int ret, i, j;
 
 	*out = NULL;
-	if (!cfg || !cfg->limits || cfg->n_limits < 1 || cfg->n_limits > KT_MAX_LIMITS) {
-		snprintf(err, errlen, "pool: config has %d limits, need 1..%d", cfg ? cfg->n_limits : 0,
+	/* 0 limits: a node with tag limits only */
+	if (!cfg || (cfg->n_limits && !cfg->limits) || cfg->n_limits < 0 || cfg->n_limits > KT_MAX_LIMITS) {
+		snprintf(err, errlen, "pool: config has %d limits, need 0..%d", cfg ? cfg->n_limits : 0,
 			 KT_MAX_LIMITS);
 		return -EINVAL;
 	}
@@ -298,8 +299,8 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 	if (!p)
 		goto oom;
 	p->evfd = -1;
-	p->l = calloc((size_t)cfg->n_limits, sizeof(*p->l));
-	p->g = calloc((size_t)cfg->n_limits, sizeof(*p->g));
+	p->l = calloc((size_t)cfg->n_limits + 1, sizeof(*p->l));
+	p->g = calloc((size_t)cfg->n_limits + 1, sizeof(*p->g));
 	if (!p->l || !p->g)
 		goto oom;
 	p->n = cfg->n_limits;
