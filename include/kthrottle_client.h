@@ -150,6 +150,61 @@ struct kthrottle_refusal {
 int kthrottle_connect(int fd, const struct sockaddr *addr, socklen_t len,
 		      struct kthrottle_refusal *why);
 
+/*
+ * Tag queries (seed 004): ask a tag limit's query server (kthrottled's
+ * `tags: ... query:`) whether to serve a request with throttling tag `tag`
+ * (a client address, an API key: any string). The protocol is one line out
+ * (the tag and '\n') and exactly "OK\n" (serve) or "NO\n" (throttle) back,
+ * on a persistent connection.
+ *
+ * Fail-safe, as seed 004 advises: a query the server does not answer within
+ * timeout_ms (no socket, refused, a slow or hung server, a reply that is
+ * not exactly "OK\n" or "NO\n", a tag that cannot be sent) answers 1
+ * (serve), never an error: the application goes on serving when the
+ * throttler is down. Such a failure drops the connection and backs off:
+ * for the next 100 ms (doubled per consecutive failure, up to 5 s; each
+ * jittered down by up to a quarter) kthrottle_tagq_check answers 1 at once
+ * without trying (last error EAGAIN); the first call after that reconnects.
+ * One answered query ends the back-off. kthrottle_tagq_last_error() says
+ * why the last call was not answered, kthrottle_last_error() (this thread)
+ * names the failure in a line.
+ *
+ * Threads: a handle is one connection with no lock; use one handle per
+ * thread (or serialize the calls). Not to be shared across fork() either:
+ * the child would read its parent's replies.
+ */
+struct kthrottle_tagq; /* opaque */
+
+#define KTHROTTLE_TAGQ_DEFAULT_SOCKET "/run/kthrottle/query.sock"
+#define KTHROTTLE_TAGQ_MAX_TIMEOUT_MS 10000
+
+/* where: a Unix socket path (starts with '/'), "A.B.C.D:PORT" (IPv4
+ * literal), "[V6]:PORT" (IPv6 literal; no host names: no DNS on this
+ * path), or NULL for KTHROTTLE_TAGQ_DEFAULT_SOCKET. timeout_ms: the
+ * deadline of each query, connecting included, 1..10000 (seed 004: keep it
+ * short; a local server answers in microseconds). Does not connect (the
+ * first check does), so an absent server is no error here: 0 and *out, or
+ * -EINVAL (bad address or timeout), -ENOMEM. */
+int kthrottle_tagq_open(const char *where, uint32_t timeout_ms, struct kthrottle_tagq **out);
+
+/* Should the request tagged `tag` (len bytes, no NUL needed) be served?
+ * 1: serve ("OK", or unanswered: see above), 0: throttle ("NO"). Never
+ * negative. A tag that is empty, longer than 255 bytes (KT_TAG_MAX_LEN) or
+ * holds '\n' or NUL is not sent (it would put the stream out of step):
+ * 1, last error EINVAL, no back-off. Blocks at most timeout_ms; a call in
+ * back-off makes no syscall but clock_gettime. */
+int kthrottle_tagq_check(struct kthrottle_tagq *q, const char *tag, size_t len);
+
+/* Why the last kthrottle_tagq_check served without an answer, as a positive
+ * errno; 0 when it was answered. ETIMEDOUT (no connection or no answer in
+ * time), ECONNREFUSED/ENOENT (no server), ECONNRESET (the server closed),
+ * EPROTO (a reply other than "OK\n"/"NO\n"), EINVAL (bad tag), EAGAIN
+ * (backing off after an earlier failure: not tried). */
+int kthrottle_tagq_last_error(const struct kthrottle_tagq *q);
+
+/* Closes the connection and frees; NULL is allowed. */
+void kthrottle_tagq_close(struct kthrottle_tagq *q);
+
 /* One line about the last failure in this thread ("" if none). */
 const char *kthrottle_last_error(void);
 
