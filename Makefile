@@ -105,7 +105,9 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(HDRS) $(wildcard tests/lib/*.h) $(SKELS)
 $(BUILD)/kthrottled: $(BUILD)/obj/bin/kthrottled.o $(LIB_OBJS)
 	$(call msg,LD,$@)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/kthrottlectl: $(BUILD)/obj/bin/kthrottlectl.o $(LIB_OBJS)
+# kthrottlectl check asks through libkthrottle's tag query client (the
+# archive: only tagquery.o and what it uses are linked in)
+$(BUILD)/kthrottlectl: $(BUILD)/obj/bin/kthrottlectl.o $(LIB_OBJS) $(BUILD)/libkthrottle.a
 	$(call msg,LD,$@)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS) $(wildcard tests/lib/*.h)

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "daemon.h"
 #include "inspect.h"
+#include "kthrottle_client.h"
 #include "log.h"
 
 static void usage(FILE *f)
@@ -40,6 +41,14 @@ static void usage(FILE *f)
 		"  subscribe LIMIT   print a line when LIMIT starts refusing (\"throttled LIMIT\n"
 		"                    reason=share|fallback|closed retry_after_ms=N\") and when\n"
 		"                    it stops (\"resumed LIMIT\"); until ^C, or -n lines\n"
+		"  check TAG         ask a tag limit's query server whether to serve TAG:\n"
+		"                    prints OK (exit 0) or NO (exit 1); the query takes a\n"
+		"                    token as an application's would. Unanswered (no\n"
+		"                    server, refused, no reply within --timeout-ms, a reply\n"
+		"                    other than OK/NO) is fail-safe, as clients are: prints\n"
+		"                    \"OK (unanswered: REASON; clients serve)\", a warning on\n"
+		"                    stderr, exit 0. A TAG that is empty, over 255 bytes or\n"
+		"                    holds a newline is a usage error\n"
 		"\n"
 		"Options:\n"
 		"  -c, --config FILE   take the socket and pin directory from FILE\n"
@@ -50,13 +59,19 @@ static void usage(FILE *f)
 		"  -i, --interval SEC  watch and top period, default 1\n"
 		"  -n, --count N       watch, top: stop after N periods; subscribe: after N\n"
 		"                      lines (default: until ^C)\n"
+		"      --query WHERE   check: the query server, a socket PATH or HOST:PORT\n"
+		"                      (IPv4, or [IPv6]:PORT); default: the first tag\n"
+		"                      limit's query socket of --config, else\n"
+		"                      " KTHROTTLE_TAGQ_DEFAULT_SOCKET "\n"
+		"      --timeout-ms N  check: the query's deadline, 1..10000 ms (default 500)\n"
 		"  -h, --help          this text\n"
 		"\n"
 		"The socket must be a socket owned by root. A daemon that does not answer\n"
 		"within 3 s (reload: 10 s) is an error, as is an empty reply.\n"
 		"\n"
 		"Exit status: 0 ok, 1 runtime error (daemon or maps unreachable, daemon hung,\n"
-		"busy or not owned by root), 2 usage error.\n");
+		"busy or not owned by root), 2 usage error. check: 0 OK (or unanswered), 1 NO,\n"
+		"2 usage error.\n");
 }
 
 /* Every exchange with the daemon is bounded: a hung or flooded daemon makes
@@ -64,6 +79,7 @@ static void usage(FILE *f)
 #define CTL_TIMEOUT_MS 3000
 #define CTL_RELOAD_TIMEOUT_MS 10000
 #define CTL_MAX_REPLY (64u << 20)
+#define CTL_CHECK_TIMEOUT_MS 500
 
 static long long ms_now(void)
 {
@@ -537,6 +553,35 @@ static void print_bpftool(const char *pin)
 	       pin, pin, pin, pin, pin, pin);
 }
 
+/* check: one tag query through libkthrottle's client (kthrottle_tagq), so
+ * the command answers exactly what an application would, fail-safe included. */
+static int check(const char *where, const char *tag, uint32_t timeout_ms)
+{
+	struct kthrottle_tagq *q;
+	size_t len = strlen(tag);
+	int r, err;
+
+	if (!len || len > KT_TAG_MAX_LEN || strchr(tag, '\n')) {
+		kt_err("check: a tag is 1..%d bytes without a newline", KT_TAG_MAX_LEN);
+		return KT_EXIT_CONFIG;
+	}
+	if (kthrottle_tagq_open(where, timeout_ms, &q)) {
+		kt_err("check: %s", kthrottle_last_error());
+		return KT_EXIT_CONFIG;
+	}
+	r = kthrottle_tagq_check(q, tag, len);
+	err = kthrottle_tagq_last_error(q);
+	kthrottle_tagq_close(q);
+	if (err) {
+		/* not an error: what every client does when the server is down */
+		kt_warn("check: %s", kthrottle_last_error());
+		printf("OK (unanswered: %s; clients serve)\n", strerror(err));
+		return KT_EXIT_OK;
+	}
+	printf("%s\n", r ? "OK" : "NO");
+	return r ? KT_EXIT_OK : 1; /* NO: throttle */
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -547,6 +592,8 @@ int main(int argc, char **argv)
 		{ "force", no_argument, NULL, 'f' },
 		{ "interval", required_argument, NULL, 'i' },
 		{ "count", required_argument, NULL, 'n' },
+		{ "query", required_argument, NULL, 'Q' },
+		{ "timeout-ms", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -556,6 +603,8 @@ int main(int argc, char **argv)
 	bool force = false; /* cleanup */
 	double interval = 1;
 	long count = 0;
+	const char *query = NULL; /* check */
+	long timeout_ms = CTL_CHECK_TIMEOUT_MS;
 	char err[KT_ERR_LEN], *reply = NULL, *end;
 	int c, ret;
 
@@ -596,6 +645,19 @@ int main(int argc, char **argv)
 				return KT_EXIT_CONFIG;
 			}
 			break;
+		case 'Q':
+			query = optarg;
+			break;
+		case 'T':
+			errno = 0;
+			timeout_ms = strtol(optarg, &end, 10);
+			if (!*optarg || *end || errno || timeout_ms < 1 ||
+			    timeout_ms > KTHROTTLE_TAGQ_MAX_TIMEOUT_MS) {
+				kt_err("--timeout-ms: '%s' is not a number of milliseconds in 1..%d", optarg,
+				       KTHROTTLE_TAGQ_MAX_TIMEOUT_MS);
+				return KT_EXIT_CONFIG;
+			}
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -610,9 +672,13 @@ int main(int argc, char **argv)
 	if (have_cfg) {
 		sock = cfg.socket_path;
 		pin_dir = cfg.pin_dir;
+		for (int i = 0; !query && i < cfg.n_tags; i++)
+			if (cfg.tags[i].query)
+				query = cfg.tags[i].query_socket ? cfg.tags[i].query_socket
+								 : KT_TAG_DEFAULT_SOCKET;
 	}
 	if (optind >= argc) {
-		kt_err("no command given (status, top, watch, reload, cleanup, bpftool, subscribe; see --help)");
+		kt_err("no command given (status, top, watch, reload, cleanup, bpftool, subscribe, check; see --help)");
 		return KT_EXIT_CONFIG;
 	}
 	cmd = argv[optind++];
@@ -624,6 +690,15 @@ int main(int argc, char **argv)
 			goto out;
 		}
 		sub_limit = argv[optind++];
+	}
+	const char *check_tag = NULL;
+	if (!strcmp(cmd, "check")) {
+		if (optind >= argc) {
+			kt_err("check needs a tag (see --help)");
+			ret = KT_EXIT_CONFIG;
+			goto out;
+		}
+		check_tag = argv[optind++];
 	}
 	/* getopt permutes, so options may also follow the command */
 	if (optind < argc) {
@@ -686,6 +761,8 @@ int main(int argc, char **argv)
 		} else {
 			ret = st.failed ? KT_EXIT_RUNTIME : KT_EXIT_OK;
 		}
+	} else if (check_tag) {
+		ret = check(query, check_tag, (uint32_t)timeout_ms);
 	} else if (!strcmp(cmd, "bpftool")) {
 		print_bpftool(pin_dir);
 		ret = KT_EXIT_OK;
