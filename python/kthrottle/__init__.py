@@ -16,6 +16,9 @@ publishes in its pinned ``kt_coop`` map and every process on the node shares.
     should_throttle("api")  # True: throttled (nothing charged);
                             # False: a token was taken, go ahead
 
+    with TagQuery(timeout_ms=50) as q:  # a tag limit's query server
+        if q.check(client_ip): ...      # True: serve (or unanswered), False: throttle
+
 The library is ``$KTHROTTLE_LIB`` if set, else ``libkthrottle.so.0`` from the
 dynamic linker's path; it is loaded on first use, so importing never fails.
 The pin directory is ``$KTHROTTLE_PIN_DIR`` (default /sys/fs/bpf/kthrottle).
@@ -36,7 +39,7 @@ import socket as _socket
 import struct
 import threading
 
-__all__ = ["Error", "Limit", "RateLimited", "connect", "throttle", "should_throttle"]
+__all__ = ["Error", "Limit", "RateLimited", "TagQuery", "connect", "throttle", "should_throttle"]
 __version__ = "0.1.0"
 
 LIB_ENV = "KTHROTTLE_LIB"
@@ -130,6 +133,16 @@ def _dlopen():
         lib.kthrottle_connect.restype = ctypes.c_int
         lib.kthrottle_last_error.argtypes = []
         lib.kthrottle_last_error.restype = ctypes.c_char_p
+        if hasattr(lib, "kthrottle_tagq_open"):  # a library older than TagQuery lacks them
+            lib.kthrottle_tagq_open.argtypes = [ctypes.c_char_p, ctypes.c_uint32,
+                                                ctypes.POINTER(ctypes.c_void_p)]
+            lib.kthrottle_tagq_open.restype = ctypes.c_int
+            lib.kthrottle_tagq_check.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
+            lib.kthrottle_tagq_check.restype = ctypes.c_int
+            lib.kthrottle_tagq_last_error.argtypes = [ctypes.c_void_p]
+            lib.kthrottle_tagq_last_error.restype = ctypes.c_int
+            lib.kthrottle_tagq_close.argtypes = [ctypes.c_void_p]
+            lib.kthrottle_tagq_close.restype = None
         return lib
     raise Error(_errno.ELIBACC, "cannot load libkthrottle (tried " + "; ".join(tried) +
                 "); install it or set " + LIB_ENV)
@@ -438,3 +451,100 @@ def connect(sock, address):
         if not err:
             return
     raise OSError(err, os.strerror(err))
+
+
+# --- tag queries ---------------------------------------------------------------
+
+class TagQuery:
+    """A client of a tag limit's query server (seed 004's line protocol),
+    over libkthrottle's kthrottle_tagq.
+
+    ``where``: a Unix socket path, "A.B.C.D:PORT", "[V6]:PORT", or None for
+    /run/kthrottle/query.sock; ``timeout_ms``: each query's deadline,
+    1..10000. Opening does not connect: an absent server is no error here.
+
+    ``check(tag)`` is True (serve) or False (throttle). Fail-safe: a query
+    the server does not answer in time (no server, refused, slow, a bad
+    reply) is True, and for a back-off (100 ms doubling to 5 s) the next
+    checks are True without asking; a tag that cannot be sent (empty, over
+    255 bytes, holding a newline or NUL) is True too. ``last_error`` says
+    why the last check was not answered (a positive errno: ETIMEDOUT,
+    ECONNREFUSED, ENOENT, EPROTO, EINVAL, EAGAIN while backing off), 0 when
+    it was. One connection: threads sharing a TagQuery take turns (a
+    lock); a forked child should open its own. A context manager.
+    """
+
+    def __init__(self, where=None, timeout_ms=100):
+        self._h = None
+        self._lock = threading.Lock()
+        self._err = 0
+        if where is not None and not isinstance(where, str):
+            raise TypeError("kthrottle: where must be a str or None, not %s" % type(where).__name__)
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, numbers.Integral):
+            raise TypeError("kthrottle: timeout_ms must be an int, not %s" % type(timeout_ms).__name__)
+        if not 1 <= timeout_ms <= 10000:
+            raise ValueError("kthrottle: timeout_ms must be 1..10000, not %r" % (timeout_ms,))
+        self.where = where
+        self._lib = _load()
+        if not hasattr(self._lib, "kthrottle_tagq_open"):
+            raise Error(_errno.ELIBACC, "this libkthrottle has no kthrottle_tagq_* (too old)")
+        h = ctypes.c_void_p()
+        r = self._lib.kthrottle_tagq_open(None if where is None else where.encode(),
+                                          int(timeout_ms), ctypes.byref(h))
+        if r < 0:
+            text = self._lib.kthrottle_last_error()
+            text = text.decode(errors="replace") if text else os.strerror(-r)
+            if r == -_errno.EINVAL:
+                raise ValueError("kthrottle: " + text)
+            raise Error(-r, text)
+        self._h = h.value
+
+    @classmethod
+    def open(cls, where=None, timeout_ms=100):
+        """The same as TagQuery(where, timeout_ms)."""
+        return cls(where, timeout_ms)
+
+    def check(self, tag):
+        """True: serve (answered OK, or unanswered: fail-safe); False: throttle."""
+        if isinstance(tag, str):
+            tag = tag.encode()
+        elif not isinstance(tag, (bytes, bytearray, memoryview)):
+            raise TypeError("kthrottle: a tag is a str or bytes, not %s" % type(tag).__name__)
+        tag = bytes(tag)
+        with self._lock:
+            if self._h is None:
+                raise Error(_errno.EBADF, "closed")
+            r = self._lib.kthrottle_tagq_check(self._h, tag, len(tag))
+            self._err = self._lib.kthrottle_tagq_last_error(self._h)
+        return r != 0
+
+    @property
+    def last_error(self):
+        """Why the last check was not answered (positive errno), 0 if it was."""
+        return self._err
+
+    def close(self):
+        """Closes the connection; check() raises Error (EBADF) after this."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return
+        with lock:
+            if self._h is not None:
+                self._lib.kthrottle_tagq_close(self._h)
+                self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<kthrottle.TagQuery %s%s>" % (self.where or "/run/kthrottle/query.sock",
+                                               "" if self._h else " closed")
