@@ -152,6 +152,13 @@ $(BUILD)/tests/unit/test_libkthrottle: tests/unit/test_libkthrottle.c $(BUILD)/l
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib -Ilibkthrottle $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
 
+# the tag query client (kthrottle_tagq) against in-test servers, and the two
+# things built on it: kthrottlectl check and the Python module's TagQuery
+$(BUILD)/tests/unit/test_tagquery: tests/unit/test_tagquery.c $(BUILD)/libkthrottle.a $(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS) \
+		| $(BUILD)/kthrottlectl $(BUILD)/libkthrottle.so
+	@mkdir -p $(@D)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
+
 # the cooperative limits end to end: a daemon publishes, the library charges
 $(BUILD)/tests/e2e/test_coop: tests/e2e/test_coop.c $(BUILD)/libkthrottle.a $(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS)
 	@mkdir -p $(@D)
