@@ -307,12 +307,50 @@ static void test_store_down_each_node_alone_then_resumes(void **state)
 	assert_int_equal(ask(1, "client-D"), 0);
 }
 
+/* The operator's path: kthrottlectl check against a node's query socket
+ * takes tokens like any client, exit 0 while served, 1 once refused; the
+ * refusal reaches the other node through the exchange. */
+static void test_cli_check_through_the_daemon(void **state)
+{
+	char ctl[300], *out = NULL;
+	int rc, ok = 0, no = 0;
+
+	(void)state;
+	start_node(0);
+	start_node(1);
+	wait_exchange(1, 5000);
+	snprintf(ctl, sizeof(ctl), "%s/kthrottlectl", ktest_build_dir());
+	for (int k = 0; k < BURST + 2; k++) {
+		char *argv[] = { ctl, "check", "--query", fx.qsock[0], "cli-tag", NULL };
+
+		rc = ktest_run_capture(argv, &out);
+		if (rc == 0 && out && !strncmp(out, "OK", 2))
+			ok++;
+		else if (rc == 1 && out && !strncmp(out, "NO", 2))
+			no++;
+		else
+			fail_msg("kthrottlectl check: exit %d, output %s", rc, out ? out : "(none)");
+		free(out);
+		out = NULL;
+	}
+	assert_int_equal(ok, BURST);
+	assert_int_equal(no, 2);
+	/* node 1 hears of the BURST hits within a few reports: its bucket for
+	 * the tag is empty too */
+	uint64_t end = now_ms() + 3000;
+	while (now_ms() < end && tag_num_or(1, "remote_hits", 0) < BURST)
+		rp_sleep_ms(50);
+	assert_true(tag_num_or(1, "remote_hits", 0) >= BURST);
+	assert_int_equal(ask(1, "cli-tag"), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_alternating_client_held_to_one_rate, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_down_each_node_alone_then_resumes, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_cli_check_through_the_daemon, setup, teardown),
 	};
 	alarm(120);
 	return cmocka_run_group_tests(tests, NULL, NULL);
