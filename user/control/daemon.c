@@ -345,7 +345,16 @@ static void tags_status(struct kt_daemon *d, struct sbuf *b, bool json, uint64_t
 				  (unsigned long long)t.tags_sent, (unsigned long long)t.remote_entries,
 				  (unsigned long long)t.remote_tags, (unsigned long long)t.bad_remote, age);
 			sb_json_str(b, t.last_error);
-			sb_printf(b, "}}");
+			sb_printf(b, "}");
+			if (t.xdp)
+				sb_printf(b,
+					  ",\"xdp\":{\"interfaces\":%d,\"buckets\":%llu,\"passed\":%llu,"
+					  "\"dropped\":%llu,\"hits_sent\":%llu,\"remote_hits\":%llu}",
+					  t.ifaces, (unsigned long long)t.xdp_buckets,
+					  (unsigned long long)t.xdp_admitted, (unsigned long long)t.xdp_dropped,
+					  (unsigned long long)t.xdp_hits_sent,
+					  (unsigned long long)t.xdp_remote_hits);
+			sb_printf(b, "}");
 		} else {
 			char ex[400];
 
@@ -362,6 +371,11 @@ static void tags_status(struct kt_daemon *d, struct sbuf *b, bool json, uint64_t
 				  (unsigned long long)t.tab.admitted, (unsigned long long)t.tab.refused,
 				  (unsigned long long)t.tab.remote_hits, (unsigned long long)t.query.clients,
 				  ex);
+			if (t.xdp)
+				sb_printf(b, "  xdp on %d interface(s): %llu sources, passed %llu, dropped %llu, remote hits %llu\n",
+					  t.ifaces, (unsigned long long)t.xdp_buckets,
+					  (unsigned long long)t.xdp_admitted, (unsigned long long)t.xdp_dropped,
+					  (unsigned long long)t.xdp_remote_hits);
 		}
 	}
 	if (json)

@@ -539,6 +539,38 @@ static int remove_pinned_link(const char *path)
 	return ret;
 }
 
+int kt_bpf_cleanup_tags(const char *pin_dir)
+{
+	char dir[PATH_MAX], path[PATH_MAX * 2];
+	struct dirent *de;
+	struct stat st;
+	int ret = 0, r;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%s/" KT_TAGS_PIN_SUBDIR, pin_dir);
+	d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		/* links are detached, not only unpinned: nothing else may hold
+		 * them, but an XDP program must not outlive its cleanup */
+		if (!strncmp(de->d_name, "kt_xdp_link_", 12) &&
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+			r = remove_pinned_link(path);
+		else
+			r = unlink(path) < 0 ? -errno : 0;
+		if (r && !ret)
+			ret = r;
+	}
+	closedir(d);
+	if (rmdir(dir) < 0 && errno != ENOENT && !ret)
+		ret = -errno;
+	return ret;
+}
+
 /* A link this sync created or upgraded, for its undo. */
 struct link_undo {
 	char path[PATH_MAX];
@@ -847,6 +879,11 @@ int kt_bpf_cleanup_opts(const char *pin_dir, bool force, char *err, size_t errle
 		}
 		closedir(d);
 		rmdir(dir);
+	}
+	r = kt_bpf_cleanup_tags(pin_dir);
+	if (r && !ret) {
+		ret = r;
+		snprintf(err, errlen, "cannot remove %s/" KT_TAGS_PIN_SUBDIR ": %s", pin_dir, strerror(-r));
 	}
 	unpin_maps(pin_dir);
 	if (rmdir(pin_dir) < 0 && errno != ENOENT && !ret) {

@@ -90,6 +90,11 @@ int kt_bpf_sync_links(struct kt_bpf *b, const struct kt_attach *want, int n, cha
  * kt_bpf_open's checks or does not hold kthrottle's maps (-ENOTDIR, -EPERM),
  * and one whose lock a running daemon holds (-EBUSY). */
 int kt_bpf_cleanup(const char *pin_dir, char *err, size_t errlen);
+/* The XDP tag buckets' pins live in <pin_dir>/tags (user/tags/xdp_tags.c):
+ * detaches their XDP links and removes the directory. 0 if it is absent.
+ * kt_bpf_cleanup does this too. */
+#define KT_TAGS_PIN_SUBDIR "tags"
+int kt_bpf_cleanup_tags(const char *pin_dir);
 /* The same; force: even while a daemon holds the lock. */
 int kt_bpf_cleanup_opts(const char *pin_dir, bool force, char *err, size_t errlen);
 

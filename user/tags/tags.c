@@ -7,9 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <dirent.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
+#include <arpa/inet.h>
+#include <net/if.h>
 
 #include "bpf_loader.h" /* kt_mkdir_p */
 #include "kthrottle.h"
@@ -17,6 +20,7 @@
 #include "store.h"
 #include "storeq.h"
 #include "tags.h"
+#include "xdp_tags.h"
 
 #define KEEP_MIN_MS 60000ULL /* stream retention: at least a minute, 10 reports */
 #define RETRY_NS (1000ULL * 1000000ULL) /* a failed exchange is retried after 1 s at most */
@@ -44,8 +48,18 @@ struct xjob {
 	bool in_oom;
 };
 
+/* XDP hits harvested for a limit, waiting for its next report */
+struct xhit {
+	struct kt_tag_key key;
+	uint64_t hits;
+};
+
 struct tlimit {
 	struct kt_tag_limit_cfg cfg;  /* a copy; query_socket owned */
+	uint32_t xid;                 /* its tag_limit id in the XDP maps, stable across reloads */
+	int ifindex[KT_TAG_MAX_IFACES]; /* attached, 0 = none */
+	struct xhit *xh;              /* XDP hits not yet reported */
+	size_t n_xh, cap_xh;
 	struct kt_tagtab *tab;
 	struct kt_query *query;
 	int evfd;
@@ -60,6 +74,9 @@ struct tlimit {
 struct kt_tags {
 	struct tlimit *l;
 	int n;
+	struct kt_xdp_tags *xdp;      /* NULL: no tag limit has xdp */
+	char xdp_pin[PATH_MAX];
+	uint32_t xdp_max_tags;        /* the bucket map's size (fixed until a restart) */
 	int epfd, timerfd;
 	char node[256];
 };
@@ -120,41 +137,112 @@ struct builder {
 	bool full;
 };
 
-/* Appends "q <hits> <tag>\n" to the job's last chunk, or a new one. Past
- * KT_STORE_TAG_MAX_CHUNKS the hits go back to the table for the next
- * report. */
-static void add_line(void *ctx, const char *tag, size_t len, uint64_t hits)
+/* Appends "<kind> <hits> <tag>\n" to the job's last chunk, or a new one;
+ * false once KT_STORE_TAG_MAX_CHUNKS are full (the caller keeps the hits
+ * for the next report). */
+static bool append(struct builder *b, char kind, const char *tag, size_t len, uint64_t hits)
 {
-	struct builder *b = ctx;
 	struct xjob *j = b->j;
 	char head[32];
-	int hn = snprintf(head, sizeof(head), "q %llu ", (unsigned long long)hits);
+	int hn = snprintf(head, sizeof(head), "%c %llu ", kind, (unsigned long long)hits);
 	size_t need = (size_t)hn + len + 1;
 
 	if (!b->full && (j->n_chunks == 0 || j->lens[j->n_chunks - 1] + need > KT_STORE_TAG_CHUNK_MAX)) {
-		if (j->n_chunks == KT_STORE_TAG_MAX_CHUNKS) {
+		char *c = j->n_chunks < KT_STORE_TAG_MAX_CHUNKS ? malloc(KT_STORE_TAG_CHUNK_MAX) : NULL;
+
+		if (!c) {
 			b->full = true;
 		} else {
-			char *c = malloc(KT_STORE_TAG_CHUNK_MAX);
-
-			if (!c) {
-				b->full = true;
-			} else {
-				j->chunks[j->n_chunks] = c;
-				j->lens[j->n_chunks++] = 0;
-			}
+			j->chunks[j->n_chunks] = c;
+			j->lens[j->n_chunks++] = 0;
 		}
 	}
-	if (b->full) {
-		kt_tagtab_unharvest(b->l->tab, tag, len, hits);
-		return;
-	}
+	if (b->full)
+		return false;
 	char *c = j->chunks[j->n_chunks - 1] + j->lens[j->n_chunks - 1];
 	memcpy(c, head, (size_t)hn);
 	memcpy(c + hn, tag, len);
 	c[hn + len] = '\n';
 	j->lens[j->n_chunks - 1] += need;
 	b->l->st.tags_sent++;
+	return true;
+}
+
+static void add_line(void *ctx, const char *tag, size_t len, uint64_t hits)
+{
+	struct builder *b = ctx;
+
+	if (!append(b, 'q', tag, len, hits))
+		kt_tagtab_unharvest(b->l->tab, tag, len, hits);
+}
+
+/* ---- XDP source tags: a key as report text, "<address>/<prefix>" ---- */
+
+static void key_text(const struct kt_tag_key *k, char *buf, size_t len)
+{
+	char a[INET6_ADDRSTRLEN];
+
+	inet_ntop(k->family == 4 ? AF_INET : AF_INET6, k->addr, a, sizeof(a));
+	snprintf(buf, len, "%s/%u", a, k->prefix_len);
+}
+
+static bool key_parse(const char *p, size_t n, uint32_t xid, struct kt_tag_key *k)
+{
+	char buf[INET6_ADDRSTRLEN + 8], *slash, *end;
+	unsigned long len;
+
+	if (n >= sizeof(buf))
+		return false;
+	memcpy(buf, p, n);
+	buf[n] = 0;
+	slash = strchr(buf, '/');
+	if (!slash)
+		return false;
+	*slash = 0;
+	memset(k, 0, sizeof(*k));
+	k->tag_limit = xid;
+	if (inet_pton(AF_INET, buf, k->addr) == 1)
+		k->family = 4;
+	else if (inet_pton(AF_INET6, buf, k->addr) == 1)
+		k->family = 6;
+	else
+		return false;
+	errno = 0;
+	len = strtoul(slash + 1, &end, 10);
+	if (errno || *end || end == slash + 1 || len > (k->family == 4 ? 32u : 128u))
+		return false;
+	k->prefix_len = (uint8_t)len;
+	/* masked, as the program keys it */
+	for (unsigned i = 0; i < 16; i++) {
+		unsigned bits = i * 8 >= len ? 0 : len - i * 8 >= 8 ? 8 : len - i * 8;
+
+		k->addr[i] &= (uint8_t)(0xff00u >> bits);
+	}
+	return true;
+}
+
+static void xh_add(struct tlimit *l, const struct kt_tag_key *k, uint64_t hits)
+{
+	if (l->n_xh == l->cap_xh) {
+		size_t cap = l->cap_xh ? l->cap_xh * 2 : 256;
+		struct xhit *p = realloc(l->xh, cap * sizeof(*p));
+
+		if (!p)
+			return; /* lost to ENOMEM: the other nodes undercount these */
+		l->xh = p;
+		l->cap_xh = cap;
+	}
+	l->xh[l->n_xh].key = *k;
+	l->xh[l->n_xh++].hits = hits;
+}
+
+static void xdp_collect(void *ctx, const struct kt_tag_key *key, uint64_t hits)
+{
+	struct kt_tags *t = ctx;
+
+	for (int i = 0; i < t->n; i++)
+		if (t->l[i].cfg.xdp && t->l[i].xid == key->tag_limit)
+			xh_add(&t->l[i], key, hits);
 }
 
 /* One report line: kind, hits and the tag; false if it is not one. */
@@ -181,9 +269,12 @@ static bool parse_line(const char *p, size_t n, char *kind, uint64_t *hits, cons
 }
 
 /* The other nodes' hits: a token each from our buckets. */
-static void apply_remote(struct tlimit *l, const char *buf, size_t len, uint64_t now)
+static void apply_remote(struct kt_tags *t, struct tlimit *l, const char *buf, size_t len, uint64_t now)
 {
 	const char *p = buf, *end = buf + len;
+	struct kt_tag_key keys[64];
+	uint64_t hits_of[64];
+	size_t nk = 0;
 
 	while (p < end) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -198,12 +289,23 @@ static void apply_remote(struct tlimit *l, const char *buf, size_t len, uint64_t
 		} else if (kind == 'q') {
 			kt_tagtab_debit(l->tab, tag, tag_len, hits, now);
 			l->st.remote_tags++;
+		} else if (!l->cfg.xdp || !t->xdp) {
+			l->st.remote_tags++; /* a source this node does not see */
+		} else if (!key_parse(tag, tag_len, l->xid, &keys[nk])) {
+			l->st.bad_remote++;
 		} else {
-			/* XDP source prefixes: applied once the XDP buckets exist */
 			l->st.remote_tags++;
+			l->st.xdp_remote_hits += hits;
+			hits_of[nk++] = hits;
+			if (nk == sizeof(keys) / sizeof(keys[0])) {
+				kt_xdp_tags_debit(t->xdp, keys, hits_of, nk);
+				nk = 0;
+			}
 		}
 		p += n + 1;
 	}
+	if (nk)
+		kt_xdp_tags_debit(t->xdp, keys, hits_of, nk);
 }
 
 /* A failed report: its hits go back, to be carried by the next one. */
@@ -220,8 +322,14 @@ static void put_back(struct tlimit *l, const struct xjob *j)
 			uint64_t hits;
 			char kind;
 
-			if (parse_line(p, n, &kind, &hits, &tag, &tag_len) && kind == 'q')
+			struct kt_tag_key k;
+
+			if (!parse_line(p, n, &kind, &hits, &tag, &tag_len))
+				;
+			else if (kind == 'q')
 				kt_tagtab_unharvest(l->tab, tag, tag_len, hits);
+			else if (key_parse(tag, tag_len, l->xid, &k))
+				xh_add(l, &k, hits);
 			p += n + 1;
 		}
 	}
@@ -284,6 +392,7 @@ static void close_limit(struct tlimit *l)
 	kt_query_close(l->query);
 	kt_tagtab_free(l->tab);
 	free(l->cfg.query_socket);
+	free(l->xh);
 	memset(l, 0, sizeof(*l));
 	l->evfd = -1;
 }
@@ -295,6 +404,7 @@ void kt_tags_destroy(struct kt_tags *t)
 	for (int i = 0; i < t->n; i++)
 		close_limit(&t->l[i]);
 	free(t->l);
+	kt_xdp_tags_close(t->xdp); /* pins stay: enforcement goes on */
 	if (t->timerfd >= 0)
 		close(t->timerfd);
 	if (t->epfd >= 0)
@@ -336,6 +446,158 @@ static int open_limit(struct kt_tags *t, int i, const struct kt_config *cfg, boo
 	return 0;
 }
 
+/* ---- XDP: the kernel side of source tags ---- */
+
+static uint32_t xdp_total(const struct kt_config *cfg)
+{
+	uint64_t sum = 0;
+
+	for (int i = 0; i < cfg->n_tags; i++)
+		if (cfg->tags[i].xdp)
+			sum += cfg->tags[i].max_tags;
+	return sum > KT_TAG_MAX_TAGS ? KT_TAG_MAX_TAGS : (uint32_t)sum;
+}
+
+/* Every xdp interface name to its index: the check a start or reload makes
+ * before anything changes. */
+static int resolve_ifaces(struct kt_tags *t, char *err, size_t errlen)
+{
+	for (int i = 0; i < t->n; i++) {
+		struct tlimit *l = &t->l[i];
+
+		for (int k = 0; l->cfg.xdp && k < l->cfg.n_ifaces; k++) {
+			l->ifindex[k] = (int)if_nametoindex(l->cfg.ifaces[k]);
+			if (!l->ifindex[k]) {
+				snprintf(err, errlen, "tag limit %s (line %d): xdp.interfaces: no interface %s on this node",
+					 l->cfg.name, l->cfg.line, l->cfg.ifaces[k]);
+				return -ENODEV;
+			}
+		}
+	}
+	return 0;
+}
+
+static int rule_addr(const struct kt_tag_prefix *p, uint8_t *fam, const uint8_t **addr)
+{
+	*fam = p->family;
+	*addr = p->addr;
+	return p->prefix_len;
+}
+
+/* Tag limit l's policy, rules, interfaces. */
+static int xdp_program(struct kt_tags *t, struct tlimit *l, char *err, size_t errlen)
+{
+	const struct kt_tag_limit_cfg *c = &l->cfg;
+	const uint8_t *addr;
+	uint8_t fam;
+	int ret, k, len;
+
+	ret = kt_xdp_tags_set_limit(t->xdp, l->xid, c->rate, c->burst);
+	for (k = 0; !ret && k < c->n_allow; k++) {
+		len = rule_addr(&c->allow[k], &fam, &addr);
+		ret = kt_xdp_tags_set_rule(t->xdp, l->xid, fam, addr, (uint8_t)len, 1, 0, 0);
+	}
+	for (k = 0; !ret && k < c->n_overrides; k++) {
+		len = rule_addr(&c->overrides[k].prefix, &fam, &addr);
+		ret = kt_xdp_tags_set_rule(t->xdp, l->xid, fam, addr, (uint8_t)len, 0, c->overrides[k].rate,
+					   c->overrides[k].burst);
+	}
+	for (k = 0; !ret && k < c->n_ifaces; k++) {
+		ret = kt_xdp_tags_set_iface(t->xdp, l->ifindex[k], l->xid, c->prefix_v4, c->prefix_v6);
+		if (!ret)
+			ret = kt_xdp_tags_attach(t->xdp, l->ifindex[k]);
+	}
+	if (ret)
+		snprintf(err, errlen, "tag limit %s (line %d): xdp: %s", c->name, c->line, strerror(-ret));
+	else
+		l->st.ifaces = c->n_ifaces;
+	return ret;
+}
+
+static bool has_iface(const struct tlimit *l, int ifindex)
+{
+	for (int k = 0; l->cfg.xdp && k < l->cfg.n_ifaces; k++)
+		if (l->ifindex[k] == ifindex)
+			return true;
+	return false;
+}
+
+/* Undoes xdp_program for what `keep` (NULL: nothing) does not program
+ * again: interfaces detached, rules removed, the limit out of use. */
+static void xdp_unprogram(struct kt_tags *t, const struct tlimit *l, const struct tlimit *keep)
+{
+	const struct kt_tag_limit_cfg *c = &l->cfg;
+	const uint8_t *addr;
+	uint8_t fam;
+	int k, len;
+
+	for (k = 0; k < c->n_allow; k++) {
+		len = rule_addr(&c->allow[k], &fam, &addr);
+		kt_xdp_tags_del_rule(t->xdp, l->xid, fam, addr, (uint8_t)len);
+	}
+	for (k = 0; k < c->n_overrides; k++) {
+		len = rule_addr(&c->overrides[k].prefix, &fam, &addr);
+		kt_xdp_tags_del_rule(t->xdp, l->xid, fam, addr, (uint8_t)len);
+	}
+	for (k = 0; k < c->n_ifaces; k++) {
+		if (keep && has_iface(keep, l->ifindex[k]))
+			continue;
+		kt_xdp_tags_del_iface(t->xdp, l->ifindex[k]);
+		kt_xdp_tags_detach(t->xdp, l->ifindex[k]);
+	}
+	if (!keep || !keep->cfg.xdp)
+		kt_xdp_tags_clear_limit(t->xdp, l->xid);
+}
+
+/* Interfaces a previous daemon attached that no tag limit has now:
+ * detached, so no program outlives its configuration. */
+static void detach_strays(struct kt_tags *t)
+{
+	DIR *d = opendir(t->xdp_pin);
+	struct dirent *de;
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		int ifindex, k;
+		bool used = false;
+
+		if (sscanf(de->d_name, "kt_xdp_link_%d", &ifindex) != 1)
+			continue;
+		for (k = 0; k < t->n && !used; k++)
+			used = has_iface(&t->l[k], ifindex);
+		if (!used) {
+			kt_info("tags: detaching XDP from interface %d: no tag limit has it now", ifindex);
+			kt_xdp_tags_del_iface(t->xdp, ifindex);
+			kt_xdp_tags_detach(t->xdp, ifindex);
+		}
+	}
+	closedir(d);
+}
+
+static int xdp_open(struct kt_tags *t, const struct kt_config *cfg, char *err, size_t errlen)
+{
+	int ret;
+
+	t->xdp_max_tags = xdp_total(cfg);
+	ret = kt_xdp_tags_open(t->xdp_pin, t->xdp_max_tags, &t->xdp);
+	if (ret == -EINVAL) {
+		/* pinned by a daemon with another total maxTags: the buckets
+		 * start over (the others' debts on this node are forgotten) */
+		char path[PATH_MAX + 32];
+
+		kt_warn("tags: the pinned XDP buckets have another size than maxTags now (%u): starting them over",
+			t->xdp_max_tags);
+		snprintf(path, sizeof(path), "%s/kt_tag_buckets", t->xdp_pin);
+		unlink(path);
+		ret = kt_xdp_tags_open(t->xdp_pin, t->xdp_max_tags, &t->xdp);
+	}
+	if (ret)
+		snprintf(err, errlen, "tags: cannot load the XDP program (pins in %s): %s", t->xdp_pin,
+			 strerror(-ret));
+	return ret;
+}
+
 static int make_set(struct kt_tags **out, const struct kt_config *cfg, char *err, size_t errlen)
 {
 	struct kt_tags *t = calloc(1, sizeof(*t));
@@ -350,6 +612,7 @@ static int make_set(struct kt_tags **out, const struct kt_config *cfg, char *err
 	for (int i = 0; i < t->n; i++)
 		t->l[i].evfd = -1;
 	snprintf(t->node, sizeof(t->node), "%s", cfg->node_name ? cfg->node_name : "node");
+	snprintf(t->xdp_pin, sizeof(t->xdp_pin), "%s/" KT_TAGS_PIN_SUBDIR, cfg->pin_dir);
 	t->timerfd = timerfd_create(CLOCK_BOOTTIME, TFD_CLOEXEC | TFD_NONBLOCK);
 	t->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (t->timerfd < 0 || t->epfd < 0 || watch(t, t->timerfd, EV_TIMER)) {
@@ -393,6 +656,37 @@ static int watch_limit(struct kt_tags *t, int i, char *err, size_t errlen)
 
 static void arm_timer(struct kt_tags *t, uint64_t now);
 
+/* A start: the XDP program where tag limits want it, nothing where none
+ * does (a previous daemon's attachments included). On error nothing stays
+ * attached that this start attached. */
+static int xdp_start(struct kt_tags *t, const struct kt_config *cfg, char *err, size_t errlen)
+{
+	int ret, i;
+
+	if (!xdp_total(cfg)) {
+		ret = kt_bpf_cleanup_tags(cfg->pin_dir);
+		if (ret)
+			kt_warn("tags: cannot remove %s: %s", t->xdp_pin, strerror(-ret));
+		return 0;
+	}
+	if ((ret = resolve_ifaces(t, err, errlen)) || (ret = xdp_open(t, cfg, err, errlen)))
+		return ret;
+	for (i = 0; i < t->n; i++) {
+		if (!t->l[i].cfg.xdp)
+			continue;
+		if ((ret = xdp_program(t, &t->l[i], err, errlen))) {
+			for (; i >= 0; i--)
+				if (t->l[i].cfg.xdp)
+					xdp_unprogram(t, &t->l[i], NULL);
+			return ret;
+		}
+	}
+	detach_strays(t);
+	/* buckets a previous daemon left follow this configuration */
+	kt_xdp_tags_set_buckets(t->xdp, UINT32_MAX);
+	return 0;
+}
+
 int kt_tags_create(struct kt_tags **out, const struct kt_config *cfg, char *err, size_t errlen)
 {
 	struct kt_tags *t;
@@ -419,7 +713,10 @@ int kt_tags_create(struct kt_tags **out, const struct kt_config *cfg, char *err,
 			goto fail;
 		l->next_report_ns = now; /* the first exchange finds the stream's end */
 		l->next_expire_ns = now + l->cfg.idle_expiry_ns / 4;
+		l->xid = (uint32_t)i;
 	}
+	if ((ret = xdp_start(t, cfg, err, errlen)))
+		goto fail;
 	arm_timer(t, now);
 	*out = t;
 	return 0;
@@ -441,6 +738,54 @@ static bool same_listeners(const struct kt_tag_limit_cfg *a, const struct kt_tag
 	return a->query == b->query && a->query_port == b->query_port &&
 	       !strcmp(a->query_addr, b->query_addr) &&
 	       !strcmp(a->query_socket ? a->query_socket : "", b->query_socket ? b->query_socket : "");
+}
+
+/* A reload's commit for XDP: the old handle carries over, what the new
+ * configuration drops is undone, the rest programmed again, and existing
+ * buckets take their new policy in place. Failures here are reported, not
+ * rolled back: the checks that can fail (interfaces, loading) ran first. */
+static void xdp_reload(struct kt_tags *t, struct kt_tags *old, const struct kt_config *cfg)
+{
+	char e[KT_ERR_LEN];
+
+	if (old && old->xdp) {
+		if (!t->xdp) {
+			t->xdp = old->xdp;
+			t->xdp_max_tags = old->xdp_max_tags;
+		} else {
+			kt_xdp_tags_close(t->xdp); /* both: keep the one in use */
+			t->xdp = old->xdp;
+			t->xdp_max_tags = old->xdp_max_tags;
+		}
+		old->xdp = NULL;
+		for (int k = 0; k < old->n; k++) {
+			const struct tlimit *ol = &old->l[k];
+			const struct tlimit *keep = NULL;
+
+			if (!ol->cfg.xdp)
+				continue;
+			for (int i = 0; i < t->n && !keep; i++)
+				if (t->l[i].xid == ol->xid)
+					keep = &t->l[i];
+			xdp_unprogram(t, ol, keep);
+		}
+	}
+	if (!xdp_total(cfg)) {
+		kt_xdp_tags_close(t->xdp);
+		t->xdp = NULL;
+		kt_bpf_cleanup_tags(cfg->pin_dir);
+		return;
+	}
+	if (xdp_total(cfg) != t->xdp_max_tags)
+		kt_warn("tags: the XDP tag limits' maxTags now sum to %u; the kernel keeps %u buckets until kthrottled restarts",
+			xdp_total(cfg), t->xdp_max_tags);
+	for (int i = 0; i < t->n; i++) {
+		if (t->l[i].cfg.xdp && xdp_program(t, &t->l[i], e, sizeof(e))) {
+			kt_warn("reload: %s", e);
+			snprintf(t->l[i].st.last_error, sizeof(t->l[i].st.last_error), "%s", e);
+		}
+	}
+	kt_xdp_tags_set_buckets(t->xdp, UINT32_MAX);
 }
 
 int kt_tags_reload(struct kt_tags **out, struct kt_tags *old, const struct kt_config *cfg, char *err,
@@ -475,7 +820,30 @@ int kt_tags_reload(struct kt_tags **out, struct kt_tags *old, const struct kt_co
 		}
 		if ((ret = open_limit(t, i, cfg, k < 0, err, errlen)))
 			goto fail;
+		l->xid = k >= 0 ? old->l[k].xid : UINT32_MAX;
 	}
+	/* XDP ids: a kept limit keeps its id (its buckets), a new one takes
+	 * the lowest free */
+	for (i = 0; i < t->n; i++) {
+		/* first an id no old limit had (its buckets may still be there),
+		 * then any id no new limit has */
+		for (int pass = 0; pass < 2 && t->l[i].xid == UINT32_MAX; pass++) {
+			for (uint32_t id = 0; id < KT_MAX_TAG_LIMITS && t->l[i].xid == UINT32_MAX; id++) {
+				bool used = false;
+
+				for (int m = 0; m < t->n && !used; m++)
+					used = t->l[m].xid == id;
+				for (int m = 0; pass == 0 && old && m < old->n && !used; m++)
+					used = old->l[m].xid == id;
+				if (!used)
+					t->l[i].xid = id;
+			}
+		}
+	}
+	if (xdp_total(cfg) && (ret = resolve_ifaces(t, err, errlen)))
+		goto fail;
+	if (xdp_total(cfg) && !(old && old->xdp) && (ret = xdp_open(t, cfg, err, errlen)))
+		goto fail;
 	/* commit: move tables, listeners and stream positions over */
 	for (i = 0; i < t->n; i++) {
 		struct tlimit *l = &t->l[i];
@@ -489,6 +857,11 @@ int kt_tags_reload(struct kt_tags **out, struct kt_tags *old, const struct kt_co
 			continue;
 		}
 		struct tlimit *ol = &old->l[k];
+		l->xh = ol->xh;
+		l->n_xh = ol->n_xh;
+		l->cap_xh = ol->cap_xh;
+		ol->xh = NULL;
+		ol->n_xh = ol->cap_xh = 0;
 		memcpy(l->last_id, ol->last_id, sizeof(l->last_id));
 		struct kt_tag_stat keep = l->st;
 		l->st = ol->st;
@@ -522,13 +895,14 @@ int kt_tags_reload(struct kt_tags **out, struct kt_tags *old, const struct kt_co
 				} else if (j) {
 					memcpy(l->last_id, j->last_id, sizeof(l->last_id));
 					if (j->in && !j->in_oom)
-						apply_remote(l, j->in, j->in_len, now);
+						apply_remote(t, l, j->in, j->in_len, now);
 				}
 				free_job(j);
 			}
 			ol->in_flight = false;
 		}
 	}
+	xdp_reload(t, old, cfg);
 	for (i = 0; i < t->n; i++)
 		if ((ret = watch_limit(t, i, err, errlen)))
 			break; /* epoll_ctl on fds we own: only ENOMEM; run without */
@@ -548,7 +922,7 @@ int kt_tags_fd(const struct kt_tags *t)
 
 /* ---- running ---- */
 
-static void take_answer(struct tlimit *l, uint64_t now)
+static void take_answer(struct kt_tags *t, struct tlimit *l, uint64_t now)
 {
 	struct xjob *j;
 	uint64_t v;
@@ -582,7 +956,7 @@ static void take_answer(struct tlimit *l, uint64_t now)
 	l->st.remote_entries += (uint64_t)j->in_entries;
 	memcpy(l->last_id, j->last_id, sizeof(l->last_id));
 	if (j->in)
-		apply_remote(l, j->in, j->in_len, now);
+		apply_remote(t, l, j->in, j->in_len, now);
 	if (j->more)
 		l->next_report_ns = now; /* read on at once */
 	free_job(j);
@@ -609,6 +983,21 @@ static void post_report(struct kt_tags *t, struct tlimit *l, uint64_t now)
 	if (j->keep_ms < KEEP_MIN_MS)
 		j->keep_ms = KEEP_MIN_MS;
 	kt_tagtab_harvest(l->tab, add_line, &b);
+	if (t->xdp && l->cfg.xdp) {
+		size_t k = 0;
+
+		kt_xdp_tags_harvest(t->xdp, xdp_collect, t); /* every limit's: each keeps its own */
+		for (; k < l->n_xh; k++) {
+			char text[INET6_ADDRSTRLEN + 8];
+
+			key_text(&l->xh[k].key, text, sizeof(text));
+			if (!append(&b, 'x', text, strlen(text), l->xh[k].hits))
+				break;
+			l->st.xdp_hits_sent += l->xh[k].hits;
+		}
+		memmove(l->xh, l->xh + k, (l->n_xh - k) * sizeof(*l->xh));
+		l->n_xh -= k;
+	}
 	if (kt_storeq_post(l->q, run_job, j, free_job) == 0) {
 		l->in_flight = true;
 	} else {
@@ -657,7 +1046,7 @@ void kt_tags_run(struct kt_tags *t, uint64_t now)
 			struct tlimit *l = &t->l[w >> 1];
 
 			if (w & 1)
-				take_answer(l, now);
+				take_answer(t, l, now);
 			else
 				kt_query_run(l->query);
 		}
@@ -689,6 +1078,16 @@ void kt_tags_get(const struct kt_tags *t, int i, struct kt_tag_stat *out)
 	memset(&out->query, 0, sizeof(out->query));
 	if (l->query)
 		kt_query_get_stats(l->query, &out->query);
+	out->xdp = l->cfg.xdp;
+	if (t->xdp && l->cfg.xdp) {
+		struct kt_xdp_tags_stats xs;
+
+		if (kt_xdp_tags_stats(t->xdp, l->xid, &xs) == 0) {
+			out->xdp_buckets = xs.buckets;
+			out->xdp_admitted = xs.admitted;
+			out->xdp_dropped = xs.dropped;
+		}
+	}
 }
 
 int kt_tags_take(struct kt_tags *t, int i, const char *tag, size_t len, uint64_t now)

@@ -54,6 +54,11 @@ struct kt_tag_stat {
 	uint64_t reports, report_errors;
 	uint64_t tags_sent, remote_entries, remote_tags, bad_remote;
 	uint64_t last_ok_ns;          /* kt clock of the last good exchange, 0 never */
+	/* XDP source tags (cfg xdp) */
+	bool xdp;
+	int ifaces;                   /* interfaces attached */
+	uint64_t xdp_buckets, xdp_admitted, xdp_dropped; /* its buckets in the kernel now */
+	uint64_t xdp_hits_sent, xdp_remote_hits;
 	char last_error[256];
 };
 int kt_tags_count(const struct kt_tags *t);
