@@ -28,3 +28,10 @@ int clock_egress(struct __sk_buff *skb)
 	/* always 1 (pass); the helper call stays even where clang folds this */
 	return (ts & 1) | 1;
 }
+
+/* The baseline of the XDP tag decision (xdp.bpf.c): a program that passes. */
+SEC("xdp")
+int empty_xdp(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}

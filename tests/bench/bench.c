@@ -7,6 +7,10 @@
  *
  * Sections (one function each, registered in `sections[]` at the bottom;
  * add rows for later issues, e.g. the distributed pool, by adding one):
+ *   xdp      XDP tag decision (bpf/xdp.bpf.c, through xdp_tags.c in its own
+ *            pin dir kt-bench-<pid>-xdp) next to an XDP_PASS program, paired
+ *            run by run: a bucket that admits (deep burst) and one that
+ *            refuses
  *   skb      cgroup_skb egress decision via BPF_PROG_TEST_RUN, next to an
  *            empty cgroup_skb program, paired run by run; and a program that
  *            only reads the clock, to show that part of the matched cost
@@ -26,6 +30,7 @@
  * its own cgroups; all of it is removed at exit, also on SIGINT/SIGTERM.
  * Only pids started here are ever signalled.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -40,6 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -59,6 +65,7 @@
 #include "redis_proc.h"
 #include "bench_empty.skel.h"
 #include "egress.skel.h"
+#include "xdp_tags.h"
 
 static volatile sig_atomic_t g_stop;
 static int g_quick;
@@ -890,6 +897,128 @@ static int bench_skb(struct bench_env *e)
 	}
 	return 0;
 }
+
+/* ---- section: XDP tag decision via BPF_PROG_TEST_RUN ---- */
+
+#define XDP_LIM 1
+#define XDP_PASS_RV 2
+#define XDP_DROP_RV 1
+
+static void rm_dir_pins(const char *dir)
+{
+	char p[PATH_MAX + 300];
+	struct dirent *de;
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.') {
+			snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+			unlink(p);
+		}
+	closedir(d);
+	rmdir(dir);
+}
+
+static int bench_xdp(struct bench_env *e)
+{
+	static const struct {
+		const char *what;
+		uint32_t saddr; /* host order */
+		__u32 want_retval;
+	} cases[] = {
+		{ "xdp tag decision, bucket admitting (deep burst)", 0x0a000001, XDP_PASS_RV },
+		{ "xdp tag decision, bucket refusing", 0x0a000002, XDP_DROP_RV },
+	};
+	enum { NC = sizeof(cases) / sizeof(cases[0]) };
+	const int rounds = g_quick ? 3 : 7;
+	const int repeat = g_quick ? 500000 : 2000000;
+	int empty_fd = bpf_program__fd(e->empty->progs.empty_xdp);
+	double val[NC][16], base[NC * 16], delta[NC][16];
+	struct kt_xdp_tags *t = NULL;
+	struct bench_pkt pkts[NC];
+	char pin[PATH_MAX];
+	uint8_t slow[16] = { 10, 0, 0, 2 };
+	int nbase = 0, ret, kt_fd, lo = (int)if_nametoindex("lo");
+
+	snprintf(pin, sizeof(pin), "/sys/fs/bpf/kt-bench-%d-xdp", getpid());
+	ret = kt_xdp_tags_open(pin, 65536, &t);
+	if (ret) {
+		fprintf(stderr, "bench: cannot load the XDP tag programs: %s\n", strerror(-ret));
+		goto out;
+	}
+	/* test runs arrive on lo; 1e9 tokens/s with a burst of 1e9 admits
+	 * every run, the /32 override of one token per 1000 s refuses */
+	if ((ret = kt_xdp_tags_set_iface(t, lo, XDP_LIM, 32, 128)) ||
+	    (ret = kt_xdp_tags_set_limit(t, XDP_LIM, 1e9, 1000000000ull)) ||
+	    (ret = kt_xdp_tags_set_rule(t, XDP_LIM, 4, slow, 32, 0, 1e-3, 1))) {
+		fprintf(stderr, "bench: cannot program the XDP tag maps: %s\n", strerror(-ret));
+		goto out;
+	}
+	kt_fd = kt_xdp_tags_prog_fd(t);
+	print_prog_size("kt_xdp_tags", kt_fd);
+	print_prog_size("empty_xdp", empty_fd);
+	fflush(stdout);
+	for (int c = 0; c < NC; c++) {
+		uint32_t src = htonl(cases[c].saddr);
+
+		make_pkt(&pkts[c], "192.0.2.1", 53);
+		memcpy(pkts[c].ip + 12, &src, 4);
+	}
+	for (int r = 0; r < rounds; r++) {
+		for (int c = 0; c < NC; c++) {
+			struct kt_xdp_tags_stats before, after;
+			double ns_empty, ns_kt;
+			__u32 rv;
+
+			if (g_stop) {
+				ret = -EINTR;
+				goto out;
+			}
+			if ((ret = kt_xdp_tags_stats(t, XDP_LIM, &before)))
+				goto out;
+			ret = test_run(empty_fd, &pkts[c], repeat, &ns_empty, &rv);
+			if (!ret)
+				sanity(rv == XDP_PASS_RV, "empty_xdp returned %u", rv);
+			if (!ret)
+				ret = test_run(kt_fd, &pkts[c], repeat, &ns_kt, &rv);
+			if (ret) {
+				fprintf(stderr, "bench: BPF_PROG_TEST_RUN: %s\n", strerror(-ret));
+				goto out;
+			}
+			if ((ret = kt_xdp_tags_stats(t, XDP_LIM, &after)))
+				goto out;
+			base[nbase++] = ns_empty;
+			val[c][r] = ns_kt;
+			delta[c][r] = ns_kt - ns_empty;
+			sanity(rv == cases[c].want_retval, "%s: program returned %u, expected %u",
+			       cases[c].what, rv, cases[c].want_retval);
+			__u64 adm = after.admitted - before.admitted;
+			__u64 drp = after.dropped - before.dropped;
+			if (cases[c].want_retval == XDP_PASS_RV)
+				sanity(adm == (__u64)repeat && drp == 0,
+				       "%s: counted %llu admitted, %llu dropped of %d runs",
+				       cases[c].what, (unsigned long long)adm,
+				       (unsigned long long)drp, repeat);
+			else
+				/* the first run of the first round takes the one token */
+				sanity(adm + drp == (__u64)repeat && drp + 1 >= (__u64)repeat,
+				       "%s: counted %llu admitted, %llu dropped of %d runs",
+				       cases[c].what, (unsigned long long)adm,
+				       (unsigned long long)drp, repeat);
+		}
+	}
+	double b = median(base, nbase);
+	for (int c = 0; c < NC; c++)
+		row_ns_delta(cases[c].what, median(val[c], rounds), b, median(delta[c], rounds), 60);
+	ret = 0;
+out:
+	kt_xdp_tags_close(t);
+	rm_dir_pins(pin);
+	return ret;
+}
+
 
 /* ---- section: connect() through real sockets ---- */
 
@@ -1847,6 +1976,7 @@ struct section {
  * another shape) and reports doubtful numbers with sanity(). */
 static const struct section sections[] = {
 	{ "skb", "cgroup_skb egress decision (BPF_PROG_TEST_RUN)", bench_skb },
+	{ "xdp", "XDP tag decision (BPF_PROG_TEST_RUN)", bench_xdp },
 	{ "connect", "connect() through real sockets", bench_connect },
 	{ "gcra", "GCRA in userspace on the mmapped bucket", bench_gcra_user },
 	{ "tick", "controller tick cost", bench_tick },
