@@ -35,3 +35,13 @@ int empty_xdp(struct xdp_md *ctx)
 {
 	return XDP_PASS;
 }
+
+/* Only the clock read kt_xdp_tags does per charged packet. */
+SEC("xdp")
+int clock_xdp(struct xdp_md *ctx)
+{
+	__u64 ts = bpf_ktime_get_boot_ns();
+
+	/* always XDP_PASS (2); the helper call stays */
+	return (ts & 0) | XDP_PASS;
+}

@@ -1009,9 +1009,29 @@ static int bench_xdp(struct bench_env *e)
 				       (unsigned long long)drp, repeat);
 		}
 	}
+	/* the clock read alone, paired with the empty program likewise */
+	int clock_fd = bpf_program__fd(e->empty->progs.clock_xdp);
+	double clk_val[16], clk_delta[16];
+	for (int r = 0; r < rounds; r++) {
+		double ns_empty, ns_clk;
+		__u32 rv;
+
+		ret = test_run(empty_fd, &pkts[0], repeat, &ns_empty, &rv);
+		if (!ret)
+			ret = test_run(clock_fd, &pkts[0], repeat, &ns_clk, &rv);
+		if (ret) {
+			fprintf(stderr, "bench: BPF_PROG_TEST_RUN: %s\n", strerror(-ret));
+			goto out;
+		}
+		sanity(rv == XDP_PASS_RV, "clock_xdp returned %u", rv);
+		clk_val[r] = ns_clk;
+		clk_delta[r] = ns_clk - ns_empty;
+	}
 	double b = median(base, nbase);
 	for (int c = 0; c < NC; c++)
 		row_ns_delta(cases[c].what, median(val[c], rounds), b, median(delta[c], rounds), 60);
+	row_ns_delta("xdp: clock read only (bpf_ktime_get_boot_ns)", median(clk_val, rounds), b,
+		     median(clk_delta, rounds), NAN);
 	ret = 0;
 out:
 	kt_xdp_tags_close(t);
