@@ -292,6 +292,21 @@ static void test_xdp_tags_netns(void **state)
 	assert_int_equal(st.dropped, (uint64_t)(n_paced + n_burst - c.paced - c.burst));
 	assert_int_equal(st.buckets, 3);
 
+	/* a restarted daemon: a new handle on the same pins takes the link
+	 * over in place; the bucket (refilled to its burst by now) still limits */
+	struct kt_xdp_tags *t2 = NULL;
+	assert_int_equal(kt_xdp_tags_open(f->pin, 1024, &t2), 0);
+	kt_xdp_tags_close(f->t);
+	f->t = t2;
+	assert_int_equal(enter_ns(f->ns_s), 0);
+	assert_int_equal(kt_xdp_tags_attach(f->t, f->ifindex), 0);
+	assert_int_equal(setns(f->self_ns, CLONE_NEWNET), 0);
+	memset(&c, 0, sizeof(c));
+	for (i = 0; i < 40; i++)
+		send_one(cb);
+	drain(srv, &c, 300);
+	assert_true(c.burst >= BURST && c.burst <= BURST + 3);
+
 	/* detach: everything passes again */
 	assert_int_equal(enter_ns(f->ns_s), 0);
 	assert_int_equal(kt_xdp_tags_detach(f->t, f->ifindex), 0);
