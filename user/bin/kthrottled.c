@@ -9,6 +9,7 @@
 #include "cgroup.h"
 #include "config.h"
 #include "daemon.h"
+#include "tags.h"
 #include "log.h"
 
 #define KT_VERSION "0.1.0"
@@ -187,13 +188,15 @@ int main(int argc, char **argv)
 		kt_pool_destroy(pool);
 		if (!ret)
 			ret = kt_plan_check(&plan, err, sizeof(err));
+		if (!ret)
+			ret = kt_tags_check(&cfg, err, sizeof(err));
 		if (ret) {
 			kt_err("%s", err);
 			kt_plan_free(&plan);
 			kt_config_free(&cfg);
 			return ret == -ENOMEM ? KT_EXIT_RUNTIME : KT_EXIT_CONFIG;
 		}
-		printf("%s: ok, %d limit(s)\n", config, cfg.n_limits);
+		printf("%s: ok, %d limit(s), %d tag limit(s)\n", config, cfg.n_limits, cfg.n_tags);
 		kt_plan_free(&plan);
 		kt_config_free(&cfg);
 		return KT_EXIT_OK;

@@ -1526,7 +1526,8 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 	ret = kt_tags_create(&d->tags, &d->cfg, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
-		ret = ret == -EINVAL || ret == -EADDRINUSE ? KT_EXIT_CONFIG : KT_EXIT_RUNTIME;
+		ret = ret == -EINVAL || ret == -EADDRINUSE || ret == -ENODEV ? KT_EXIT_CONFIG
+									   : KT_EXIT_RUNTIME;
 		goto fail_bpf;
 	}
 	ret = setup_loop(d, err, sizeof(err));

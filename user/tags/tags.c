@@ -477,6 +477,22 @@ static int resolve_ifaces(struct kt_tags *t, char *err, size_t errlen)
 	return 0;
 }
 
+int kt_tags_check(const struct kt_config *cfg, char *err, size_t errlen)
+{
+	for (int i = 0; i < cfg->n_tags; i++) {
+		const struct kt_tag_limit_cfg *c = &cfg->tags[i];
+
+		for (int k = 0; c->xdp && k < c->n_ifaces; k++) {
+			if (!if_nametoindex(c->ifaces[k])) {
+				snprintf(err, errlen, "tag limit %s (line %d): xdp.interfaces: no interface %s on this node",
+					 c->name, c->line, c->ifaces[k]);
+				return -ENODEV;
+			}
+		}
+	}
+	return 0;
+}
+
 static int rule_addr(const struct kt_tag_prefix *p, uint8_t *fam, const uint8_t **addr)
 {
 	*fam = p->family;

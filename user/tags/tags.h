@@ -32,6 +32,9 @@ struct kt_tags;
  * tag limits. On error nothing is left open or bound. */
 int kt_tags_create(struct kt_tags **out, const struct kt_config *cfg, char *err, size_t errlen);
 void kt_tags_destroy(struct kt_tags *t);
+/* What a start checks before it binds or attaches anything (--check):
+ * every xdp interface exists. 0 or -ENODEV with the start's error line. */
+int kt_tags_check(const struct kt_config *cfg, char *err, size_t errlen);
 /* Reload: a tag limit that keeps its name keeps its tags and their tokens
  * (kt_tagtab_reconfigure), its unreported hits and its place in the stream;
  * its query listeners are rebound only if their addresses changed. On error
