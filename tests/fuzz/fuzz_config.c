@@ -34,10 +34,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			__builtin_trap();
 		return 0;
 	}
-	if (cfg.n_limits < 1 || cfg.n_limits > KT_MAX_LIMITS || !cfg.file || !cfg.node_name)
+	/* a config has a limit or a tag limit; request limits and pod
+	 * selectors may have no cgroup paths */
+	if (cfg.n_limits < 0 || cfg.n_limits > KT_MAX_LIMITS || cfg.n_tags < 0 ||
+	    cfg.n_tags > KT_MAX_TAG_LIMITS || cfg.n_limits + cfg.n_tags < 1 || !cfg.file ||
+	    !cfg.node_name)
 		__builtin_trap();
 	for (i = 0; i < cfg.n_limits; i++)
-		if (cfg.limits[i].n_cgroups < 1 || !cfg.limits[i].name[0])
+		if (!cfg.limits[i].name[0])
+			__builtin_trap();
+	for (i = 0; i < cfg.n_tags; i++)
+		if (!cfg.tags[i].name[0] || !(cfg.tags[i].rate > 0) || cfg.tags[i].burst < 1 ||
+		    (!cfg.tags[i].xdp && !cfg.tags[i].query))
 			__builtin_trap();
 	kt_config_free(&cfg);
 	return 0;
