@@ -123,6 +123,11 @@ $(BUILD)/tools/kt-storesim: tests/tools/kt-storesim.c $(LIB_OBJS) $(TEST_HELPERS
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS)
 
+# kt-querybench runs the query server (user/tags/query.c) in-process
+$(BUILD)/tools/kt-querybench: tests/tools/kt-querybench.c $(LIB_OBJS) $(HDRS)
+	@mkdir -p $(@D)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) $< $(LIB_OBJS) -o $@ $(LDLIBS)
+
 # libkthrottle, the client library (include/kthrottle_client.h): position-
 # independent, only the kthrottle_* API exported. Its test, benchmark and
 # example link the static archive or the shared library.
@@ -233,6 +238,7 @@ bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10 --share demand
 	$(BUILD)/tools/kt-libbench
+	-$(BUILD)/tools/kt-querybench
 	KT_STRICT_BENCH=1 $(BUILD)/tests/e2e/test_strict
 	scripts/fault-table.sh $(BUILD)/tests/e2e/test_faults
 	KT_PODCHURN_S=$(SOAK_S) $(BUILD)/tests/e2e/test_podchurn
