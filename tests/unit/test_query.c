@@ -601,6 +601,70 @@ static void test_slow_reader(void **state)
 	close(b);
 }
 
+/* Sends 1 MB of "a\n" (500,000 queries, 1.5 MB of answers) with blocking
+ * writes, each bounded by SO_SNDTIMEO. */
+struct pusher {
+	int fd;
+	size_t sent;
+};
+
+static void *pusher_main(void *arg)
+{
+	struct pusher *p = arg;
+	char chunk[65536];
+	size_t i;
+
+	for (i = 0; i + 2 <= sizeof(chunk); i += 2)
+		memcpy(chunk + i, "a\n", 2);
+	while (p->sent < (1u << 20)) {
+		ssize_t w = send(p->fd, chunk, sizeof(chunk), MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		p->sent += w;
+	}
+	return NULL;
+}
+
+/* A client slow to read: the server stops reading it, then resumes as it
+ * drains, and every answer arrives, in order, none lost. */
+static void test_backpressure_resume(void **state)
+{
+	struct pusher p = { 0 };
+	size_t want = 3 * ((1u << 20) / 2), got = 0, bad = 0, i;
+	char *buf = malloc(65536);
+	uint64_t t0;
+	pthread_t th;
+
+	(void)state;
+	assert_non_null(buf);
+	start_unix(0);
+	p.fd = cli_unix(g_path);
+	assert_int_equal(pthread_create(&th, NULL, pusher_main, &p), 0);
+	usleep(300000); /* not reading yet: the server must hold back */
+	t0 = now_ms();
+	while (got < want && now_ms() - t0 < 10000) {
+		size_t n = read_upto(p.fd, buf, want - got < 65536 ? want - got : 65536, 1000);
+
+		if (!n)
+			break;
+		for (i = 0; i < n; i++) /* "OK\n" repeated, phase by offset */
+			bad += buf[i] != "OK\n"[(got + i) % 3];
+		got += n;
+	}
+	pthread_join(th, NULL);
+	free(buf);
+	print_message("    sent %zu bytes, read %zu answer bytes in %llu ms\n", p.sent, got,
+		      (unsigned long long)(now_ms() - t0));
+	assert_int_equal(p.sent, 1u << 20);
+	assert_int_equal(got, want);
+	assert_int_equal(bad, 0);
+	assert_int_equal(atomic_load(&g_calls), (1u << 20) / 2);
+	close(p.fd);
+}
+
 static void test_max_clients(void **state)
 {
 	struct kt_query_stats st;
@@ -806,6 +870,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_disconnect_midline, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_many_clients, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_slow_reader, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_backpressure_resume, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_max_clients, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stale_socket, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_live_socket, setup, teardown),

@@ -54,7 +54,8 @@
  *    -ENOENT and says so. A path something already exists at: if it is not
  *    a socket, -EEXIST (never removed); if it is a socket a server answers
  *    on (connect succeeds or its backlog is full), -EADDRINUSE; if connect
- *    is refused (a dead server's leftover), it is unlinked and bound again.
+ *    is refused (a dead server's leftover), it is unlinked and bound again;
+ *    any other connect error (EACCES...) is returned as is, path untouched.
  *    kt_query_close unlinks the path only if it is still the socket this
  *    server bound (same st_dev and st_ino), never one another process put
  *    there since.
@@ -475,10 +476,14 @@ static int open_unix(struct kt_query *q, const char *path, char *err, size_t err
 					 path, strerror(-ret));
 				return ret;
 			}
-		} else if (ret != ENOENT) {
+		} else if (!ret || ret == EAGAIN || ret == EINPROGRESS) {
 			snprintf(err, errlen, "query socket %s: another server answers on it (%s)",
-				 path, ret ? strerror(ret) : "connected");
+				 path, ret ? "its backlog is full" : "connected");
 			return -EADDRINUSE;
+		} else if (ret != ENOENT) { /* gone meanwhile: just bind */
+			snprintf(err, errlen, "query socket %s: cannot tell whether a server "
+				 "answers on it: connect: %s", path, strerror(ret));
+			return -ret;
 		}
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
