@@ -2,7 +2,7 @@
 #   make            daemon, CLI, BPF objects
 #   make test       everything, then the whole suite (root)
 #   make unit       host unit tests only (no root needed)
-#   make bench      benchmark table, store simulation, strict spacing, fault table, pod churn soak (root; SOAK_S=600)
+#   make bench      benchmark table (BPF incl. XDP), store simulation, query server, strict spacing, fault table, pod churn soak (root; SOAK_S=600)
 #   make fuzz       run every libFuzzer target FUZZ_SECONDS (300) each
 #   make install-python PYTHON=<venv>/bin/python   the Python module, offline
 #   make SAN=1 ...  build userspace with AddressSanitizer + UBSan
