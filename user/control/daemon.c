@@ -1078,41 +1078,38 @@ static void coop_event(struct kt_daemon *d, int i, uint64_t now)
 	s->events[s->last_event_reason]++;
 }
 
-/* Store answers wake the loop (tag 8); a reload swaps the pool's eventfd. */
-static void watch_pool(struct kt_daemon *d, int old_fd)
+/* Registers fd (a store answer eventfd, the strict controller's or the tag
+ * limits' epoll set; -1: none) under `tag` in place of old_fd (-1: none):
+ * a reload replaces them. */
+static void rewatch(struct kt_daemon *d, int old_fd, int fd, uint64_t tag, const char *what,
+		    const char *fallback)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 8 };
-	int fd = kt_pool_fd(d->pool);
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
 
 	if (old_fd >= 0)
 		epoll_ctl(d->epfd, EPOLL_CTL_DEL, old_fd, NULL);
 	if (fd >= 0 && epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
-		kt_warn("cannot watch the store's answers: %s; they are applied at each tick",
-			strerror(errno));
+		kt_warn("cannot watch %s: %s; %s", what, strerror(errno), fallback);
+}
+
+/* Store answers wake the loop (tag 8); a reload swaps the pool's eventfd. */
+static void watch_pool(struct kt_daemon *d, int old_fd)
+{
+	rewatch(d, old_fd, kt_pool_fd(d->pool), 8,
+		"the store's answers", "they are applied at each tick");
 }
 
 /* The strict controller's timer and store answers (tag 9). */
 static void watch_strict(struct kt_daemon *d, int old_fd)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 9 };
-	int fd = kt_strict_fd(d->strict);
-
-	if (old_fd >= 0)
-		epoll_ctl(d->epfd, EPOLL_CTL_DEL, old_fd, NULL);
-	if (fd >= 0 && epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
-		kt_warn("cannot watch the strict limits' timer: %s; permits follow the tick",
-			strerror(errno));
+	rewatch(d, old_fd, kt_strict_fd(d->strict), 9,
+		"the strict limits' timer", "permits follow the tick");
 }
 
 /* The tag limits' query servers, timer and store answers (tag 10). */
 static void watch_tags(struct kt_daemon *d, int old_fd)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 10 };
-
-	if (old_fd >= 0)
-		epoll_ctl(d->epfd, EPOLL_CTL_DEL, old_fd, NULL);
-	if (d->tags && epoll_ctl(d->epfd, EPOLL_CTL_ADD, kt_tags_fd(d->tags), &ev) < 0)
-		kt_warn("cannot watch the tag limits: %s; queries go unanswered", strerror(errno));
+	rewatch(d, old_fd, kt_tags_fd(d->tags), 10, "the tag limits", "queries go unanswered");
 }
 
 static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
@@ -1659,15 +1656,14 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 		goto failed_plan;
 	/* tag limits last among the checks: a reload that binds a new query
 	 * socket and then fails would have to unbind it again */
-	int old_tags_fd = d->tags ? kt_tags_fd(d->tags) : -1;
+	int old_tags_fd = kt_tags_fd(d->tags);
 	struct kt_tags *ntags = NULL;
 
 	ret = kt_tags_reload(&ntags, d->tags, &ncfg, err, errlen);
 	if (ret)
 		goto failed_plan;
 	d->tags = ntags; /* the old set is consumed: kept tags carry over */
-	epoll_ctl(d->epfd, EPOLL_CTL_DEL, old_tags_fd, NULL);
-	watch_tags(d, -1);
+	watch_tags(d, old_tags_fd);
 	ret = apply_plan(d, &nplan, nls, err, errlen);
 	if (ret)
 		goto failed_plan; /* the old limits' rates are rewritten on the next tick */

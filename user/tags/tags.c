@@ -245,26 +245,39 @@ static void xdp_collect(void *ctx, const struct kt_tag_key *key, uint64_t hits)
 			xh_add(&t->l[i], key, hits);
 }
 
-/* One report line: kind, hits and the tag; false if it is not one. */
-static bool parse_line(const char *p, size_t n, char *kind, uint64_t *hits, const char **tag,
-		       size_t *tag_len)
+/* One report line, as parsed by next_line. */
+struct rline {
+	bool ok;         /* "<q|x> <hits> <tag>"; else the rest is unset */
+	char kind;
+	uint64_t hits;
+	const char *tag;
+	size_t tag_len;
+};
+
+/* The line at *p (up to '\n' or end) into *r; advances *p past it. False
+ * once *p reaches end. */
+static bool next_line(const char **p, const char *end, struct rline *r)
 {
-	size_t i = 2, d = 0;
+	const char *s = *p, *nl;
+	size_t n, i = 2, d = 0;
 	uint64_t h = 0;
 
-	if (n < 5 || (p[0] != 'q' && p[0] != 'x') || p[1] != ' ')
+	if (s >= end)
 		return false;
-	for (; i < n && p[i] >= '0' && p[i] <= '9' && d < 13; i++, d++)
-		h = h * 10 + (uint64_t)(p[i] - '0');
-	if (!d || i >= n || p[i] != ' ' || h == 0 || h > HITS_MAX)
-		return false;
+	nl = memchr(s, '\n', (size_t)(end - s));
+	n = nl ? (size_t)(nl - s) : (size_t)(end - s);
+	*p = s + n + 1;
+	r->ok = false;
+	if (n < 5 || (s[0] != 'q' && s[0] != 'x') || s[1] != ' ')
+		return true;
+	for (; i < n && s[i] >= '0' && s[i] <= '9' && d < 13; i++, d++)
+		h = h * 10 + (uint64_t)(s[i] - '0');
+	if (!d || i >= n || s[i] != ' ' || h == 0 || h > HITS_MAX)
+		return true;
 	i++;
-	if (n - i < 1 || n - i > KT_TAG_MAX_LEN || memchr(p + i, 0, n - i))
-		return false;
-	*kind = p[0];
-	*hits = h;
-	*tag = p + i;
-	*tag_len = n - i;
+	if (n - i < 1 || n - i > KT_TAG_MAX_LEN || memchr(s + i, 0, n - i))
+		return true;
+	*r = (struct rline){ .ok = true, .kind = s[0], .hits = h, .tag = s + i, .tag_len = n - i };
 	return true;
 }
 
@@ -275,34 +288,27 @@ static void apply_remote(struct kt_tags *t, struct tlimit *l, const char *buf, s
 	struct kt_tag_key keys[64];
 	uint64_t hits_of[64];
 	size_t nk = 0;
+	struct rline r;
 
-	while (p < end) {
-		const char *nl = memchr(p, '\n', (size_t)(end - p));
-		size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-		const char *tag;
-		size_t tag_len;
-		uint64_t hits;
-		char kind;
-
-		if (!parse_line(p, n, &kind, &hits, &tag, &tag_len)) {
+	while (next_line(&p, end, &r)) {
+		if (!r.ok) {
 			l->st.bad_remote++;
-		} else if (kind == 'q') {
-			kt_tagtab_debit(l->tab, tag, tag_len, hits, now);
+		} else if (r.kind == 'q') {
+			kt_tagtab_debit(l->tab, r.tag, r.tag_len, r.hits, now);
 			l->st.remote_tags++;
 		} else if (!l->cfg.xdp || !t->xdp) {
 			l->st.remote_tags++; /* a source this node does not see */
-		} else if (!key_parse(tag, tag_len, l->xid, &keys[nk])) {
+		} else if (!key_parse(r.tag, r.tag_len, l->xid, &keys[nk])) {
 			l->st.bad_remote++;
 		} else {
 			l->st.remote_tags++;
-			l->st.xdp_remote_hits += hits;
-			hits_of[nk++] = hits;
+			l->st.xdp_remote_hits += r.hits;
+			hits_of[nk++] = r.hits;
 			if (nk == sizeof(keys) / sizeof(keys[0])) {
 				kt_xdp_tags_debit(t->xdp, keys, hits_of, nk);
 				nk = 0;
 			}
 		}
-		p += n + 1;
 	}
 	if (nk)
 		kt_xdp_tags_debit(t->xdp, keys, hits_of, nk);
@@ -313,24 +319,14 @@ static void put_back(struct tlimit *l, const struct xjob *j)
 {
 	for (int c = 0; c < j->n_chunks; c++) {
 		const char *p = j->chunks[c], *end = p + j->lens[c];
+		struct kt_tag_key k;
+		struct rline r;
 
-		while (p < end) {
-			const char *nl = memchr(p, '\n', (size_t)(end - p));
-			size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
-			const char *tag;
-			size_t tag_len;
-			uint64_t hits;
-			char kind;
-
-			struct kt_tag_key k;
-
-			if (!parse_line(p, n, &kind, &hits, &tag, &tag_len))
-				;
-			else if (kind == 'q')
-				kt_tagtab_unharvest(l->tab, tag, tag_len, hits);
-			else if (key_parse(tag, tag_len, l->xid, &k))
-				xh_add(l, &k, hits);
-			p += n + 1;
+		while (next_line(&p, end, &r)) {
+			if (r.ok && r.kind == 'q')
+				kt_tagtab_unharvest(l->tab, r.tag, r.tag_len, r.hits);
+			else if (r.ok && key_parse(r.tag, r.tag_len, l->xid, &k))
+				xh_add(l, &k, r.hits);
 		}
 	}
 }
@@ -933,7 +929,7 @@ fail:
 
 int kt_tags_fd(const struct kt_tags *t)
 {
-	return t->epfd;
+	return t ? t->epfd : -1;
 }
 
 /* ---- running ---- */

@@ -41,7 +41,7 @@ int kt_tags_check(const struct kt_config *cfg, char *err, size_t errlen);
  * old is untouched and keeps running. On success old is consumed. */
 int kt_tags_reload(struct kt_tags **out, struct kt_tags *old, const struct kt_config *cfg, char *err,
 		   size_t errlen);
-/* An fd (epoll of its own) readable when kt_tags_run has work. */
+/* An fd (epoll of its own) readable when kt_tags_run has work; -1 for NULL. */
 int kt_tags_fd(const struct kt_tags *t);
 void kt_tags_run(struct kt_tags *t, uint64_t now);
 
