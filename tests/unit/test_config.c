@@ -1466,7 +1466,7 @@ static void test_load_errors(void **state)
 
 	assert_non_null(mkdtemp(dir));
 	assert_int_equal(kt_config_load(dir, &cfg, err, sizeof(err)), -EISDIR);
-	assert_true(strstr(err, ": cannot read: Is a directory") != NULL);
+	assert_true(strstr(err, ": cannot open: Is a directory") != NULL);
 
 	snprintf(path, sizeof(path), "%s/k.yaml", dir);
 	f = fopen(path, "w");

@@ -97,7 +97,7 @@ static void test_fifo_config(void **state)
 	in_dir(path, sizeof(path), "fifo.yaml");
 	assert_int_equal(mkfifo(path, 0600), 0);
 	/* no writer: a blocking open() would wait forever */
-	load_fails(path, -EINVAL, ": cannot read: a FIFO, not a regular file");
+	load_fails(path, -EINVAL, ": cannot open: a FIFO, not a regular file");
 	unlink(path);
 }
 
@@ -108,17 +108,17 @@ static void test_not_regular(void **state)
 	int s;
 
 	(void)state;
-	load_fails(dir, -EISDIR, ": cannot read: Is a directory");
-	load_fails("/dev/zero", -EINVAL, ": cannot read: a character device, not a regular file");
-	load_fails("/dev/null", -EINVAL, ": cannot read: a character device, not a regular file");
+	load_fails(dir, -EISDIR, ": cannot open: Is a directory");
+	load_fails("/dev/zero", -EINVAL, ": cannot open: a character device, not a regular file");
+	load_fails("/dev/null", -EINVAL, ": cannot open: a character device, not a regular file");
 
-	/* a socket cannot be opened at all */
+	/* a socket is named for what it is */
 	in_dir(path, sizeof(path), "sock.yaml");
 	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
 	s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_true(s >= 0);
 	assert_int_equal(bind(s, (struct sockaddr *)&sun, sizeof(sun)), 0);
-	load_fails(path, -ENXIO, ": cannot open: No such device or address");
+	load_fails(path, -EINVAL, ": cannot open: a socket, not a regular file");
 	close(s);
 	unlink(path);
 }
@@ -168,14 +168,14 @@ static void test_secret_files(void **state)
 	assert_int_equal(mkfifo(fifo, 0600), 0);
 	snprintf(yaml, sizeof(yaml), REDIS_AUTH("%s"), fifo);
 	snprintf(want, sizeof(want),
-		 "t.yaml:5: store.redisStore.redis_auth.passwordFile: cannot read %s: "
+		 "t.yaml:5: store.redisStore.redis_auth.passwordFile: cannot open %s: "
 		 "a FIFO, not a regular file", fifo);
 	parse_fails(yaml, strlen(yaml), want);
 	unlink(fifo);
 
 	snprintf(yaml, sizeof(yaml), REDIS_AUTH("%s"), "/dev/zero");
 	parse_fails(yaml, strlen(yaml),
-		    "passwordFile: cannot read /dev/zero: a character device, not a regular file");
+		    "passwordFile: cannot open /dev/zero: a character device, not a regular file");
 	snprintf(yaml, sizeof(yaml), REDIS_AUTH("%s"), dir);
 	parse_fails_code(yaml, strlen(yaml), -EISDIR, ": Is a directory");
 

@@ -18,6 +18,7 @@
 #include <yaml.h>
 
 #include "config.h"
+#include "volfile.h"
 
 #define FIELD_LEN 200            /* longest field path we print */
 #define MAX_FILE_BYTES (1 << 20)  /* a config is kilobytes; refuse anything huge */
@@ -649,98 +650,17 @@ static const char *parse_hostport(const char *s, size_t n, int defport, char **h
 
 /* ---- files ------------------------------------------------------------ */
 
-static const char *not_regular(mode_t m)
-{
-	if (S_ISDIR(m))
-		return strerror(EISDIR);
-	if (S_ISFIFO(m))
-		return "a FIFO, not a regular file";
-	if (S_ISSOCK(m))
-		return "a socket, not a regular file";
-	if (S_ISCHR(m))
-		return "a character device, not a regular file";
-	if (S_ISBLK(m))
-		return "a block device, not a regular file";
-	return "not a regular file";
-}
-
-/* Reads a whole regular file of at most `cap` bytes into a NUL-terminated
- * malloc'd buffer of cap + 1 bytes. O_NONBLOCK makes open() of a FIFO with no
- * writer return at once instead of waiting for one, and fstat then refuses
- * anything but a regular file, so no pipe, socket or device can stall the
- * daemon loop. st_size is only a first check (procfs reports 0, a file may
- * grow): the read loop itself stops at cap + 1 bytes. On error returns -errno
- * with *stage "open" or "read" and the reason in why; `what` names the cap. */
+/* Reads a whole config or secret file of at most `cap` bytes under the
+ * volume rule (volfile.h: the kubelet's symlinks are followed, nothing else
+ * is); `what` names the cap in the message. */
 static int read_capped(const char *path, size_t cap, const char *what, char **out, size_t *outlen,
 		       const char **stage, char *why, size_t whylen)
 {
-	struct stat st;
-	char *buf = NULL;
-	size_t len = 0;
-	ssize_t n;
-	int fd, ret = 0;
+	int ret = kt_volfile_read(path, cap, out, outlen, stage, why, whylen);
+	size_t n = strlen(why);
 
-	*stage = "open";
-	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0) {
-		ret = -errno;
-		snprintf(why, whylen, "%s", strerror(-ret));
-		return ret;
-	}
-	*stage = "read";
-	if (fstat(fd, &st) < 0) {
-		ret = -errno;
-		snprintf(why, whylen, "%s", strerror(-ret));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		ret = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
-		snprintf(why, whylen, "%s", not_regular(st.st_mode));
-		goto out;
-	}
-	if (st.st_size < 0 || (uint64_t)st.st_size > cap) {
-		ret = -EFBIG;
-		goto too_big;
-	}
-	buf = malloc(cap + 1);
-	if (!buf) {
-		ret = -ENOMEM;
-		snprintf(why, whylen, "%s", strerror(ENOMEM));
-		goto out;
-	}
-	while (len <= cap) {
-		n = read(fd, buf + len, cap + 1 - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			ret = -errno;
-			snprintf(why, whylen, "%s", strerror(-ret));
-			goto out;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	if (len > cap) {
-		ret = -EFBIG;
-		goto too_big;
-	}
-	buf[len] = '\0';
-	*out = buf;
-	*outlen = len;
-	buf = NULL;
-	goto out;
-too_big:
-	if (cap >= (1 << 20))
-		snprintf(why, whylen, "larger than %zu MiB (the limit for %s)", cap >> 20, what);
-	else
-		snprintf(why, whylen, "larger than %zu KiB (the limit for %s)", cap >> 10, what);
-out:
-	if (buf) {
-		explicit_bzero(buf, len); /* may be a secret */
-		free(buf);
-	}
-	close(fd);
+	if (ret == -EFBIG)
+		snprintf(why + n, whylen - n, " (the limit for %s)", what);
 	return ret;
 }
 
