@@ -289,6 +289,9 @@ static void test_no_daemon(void **state)
 	free(out);
 	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "health", "extra", NULL), 2);
 	free(out);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "status", "--live", NULL), 2);
+	assert_true(ktest_is_one_line(out));
+	free(out);
 }
 
 int main(void)

@@ -711,6 +711,11 @@ int main(int argc, char **argv)
 		}
 		check_tag = argv[optind++];
 	}
+	if (live && strcmp(cmd, "health")) {
+		kt_err("--live is for health only (see --help)");
+		ret = KT_EXIT_CONFIG;
+		goto out;
+	}
 	/* getopt permutes, so options may also follow the command */
 	if (optind < argc) {
 		kt_err("unexpected argument '%s' for %s (see --help)", argv[optind], cmd);
