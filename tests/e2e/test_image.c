@@ -7,7 +7,8 @@
  *     (label and /usr/share/kthrottle/packages.txt);
  *   - a process in the host cgroup sending UDP to a loopback receiver gets
  *     EBUSY refusals, and what arrives stays within rate x time + burst;
- *   - `kthrottlectl status`, run in the container, shows the limit.
+ *   - `kthrottlectl status`, run in the container, shows the limit, and the
+ *     DaemonSet's probe command (`kthrottlectl health`) there says ready.
  * Podman uses a store, runroot and tmpdir inside the test's temp dir, so the
  * host's podman store is neither used nor changed, and everything goes with
  * the temp dir. */
@@ -468,7 +469,8 @@ static struct sent send_from_cgroup(double secs)
 
 static void test_image_enforces_host_cgroup(void **state)
 {
-	char *out = NULL, status_arg[] = "status", sock_opt[] = "--socket";
+	char *out = NULL, status_arg[] = "status", sock_opt[] = "--socket",
+	     health_arg[] = "health";
 	unsigned long long before, arrived;
 	double bound, rate, throttled = 0;
 	struct sent s;
@@ -501,7 +503,14 @@ static void test_image_enforces_host_cgroup(void **state)
 	assert_true(arrived >= RATE * SEND_S * 0.8);
 	assert_int_equal(arrivals_drops(&fx.a), 0);
 
-	/* status from inside the container, as a probe would ask */
+	/* the readiness probe's command, inside the container */
+	assert_int_equal(podman(&out, "exec", fx.cid, "kthrottlectl", sock_opt, fx.d.socket,
+				health_arg, NULL),
+			 0);
+	print_message("podman exec kthrottlectl health:\n%s", out);
+	assert_non_null(strstr(out, "ready\nkernel ok\n"));
+	free(out);
+	/* status from inside the container, as an operator would ask */
 	assert_int_equal(podman(&out, "exec", fx.cid, "kthrottlectl", sock_opt, fx.d.socket,
 				status_arg, NULL),
 			 0);

@@ -14,7 +14,7 @@ static void check(const char *buf, size_t len)
 	const char *reply = kt_ctl_error_reply(r);
 	const char *nl = memchr(buf, '\n', len < KT_CTL_MAX_LINE ? len : KT_CTL_MAX_LINE);
 
-	if (r < KT_CTL_ERR_UNKNOWN || r > KT_CTL_SUBSCRIBE)
+	if (r < KT_CTL_ERR_UNKNOWN || r > KT_CTL_LAST)
 		abort();
 	/* a subscription names a limit as a limit name is spelled */
 	if (r == KT_CTL_SUBSCRIBE) {

@@ -358,7 +358,7 @@ static void test_embedded_config_checks(void **state)
 }
 
 #define CTR "spec.template.spec.containers[name=kthrottled]."
-#define PROBE_CMD "[\"/usr/bin/kthrottlectl\",\"--socket\",\"/run/kthrottle/kthrottled.sock\",\"top\",\"-n\",\"1\"]"
+#define PROBE_CMD(extra) "[\"/usr/bin/kthrottlectl\",\"--socket\",\"/run/kthrottle/kthrottled.sock\",\"health\"" extra "]"
 
 static void test_daemonset_settings(void **state)
 {
@@ -372,9 +372,9 @@ static void test_daemonset_settings(void **state)
 	expect_field(DS_NAME, CTR "securityContext.privileged", "true");
 	expect_field(DS_NAME, CTR "volumeMounts[mountPath=/sys/fs/cgroup].readOnly", "true");
 	expect_field(DS_NAME, CTR "env[name=NODE_NAME].valueFrom.fieldRef.fieldPath", "\"spec.nodeName\"");
-	/* both probes ask the daemon, never the pinned maps */
-	expect_field(DS_NAME, CTR "readinessProbe.exec.command", PROBE_CMD);
-	expect_field(DS_NAME, CTR "livenessProbe.exec.command", PROBE_CMD);
+	/* both probes ask the daemon (health), never the pinned maps */
+	expect_field(DS_NAME, CTR "readinessProbe.exec.command", PROBE_CMD(""));
+	expect_field(DS_NAME, CTR "livenessProbe.exec.command", PROBE_CMD(",\"--live\""));
 	/* the pin dir lock admits one daemon per node: a surge pod never runs */
 	expect_field(DS_NAME, "spec.updateStrategy.type", "\"RollingUpdate\"");
 	expect_field(DS_NAME, "spec.updateStrategy.rollingUpdate.maxSurge", "0");

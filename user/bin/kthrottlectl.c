@@ -33,6 +33,11 @@ static void usage(FILE *f)
 		"  top               the daemon's status redrawn every --interval seconds\n"
 		"                    (limits, pools, members, throttle events)\n"
 		"  reload            make the daemon re-read its configuration\n"
+		"  health [--live]   ask the daemon whether it is ready: prints \"ready\" or\n"
+		"                    \"not ready\", then a line per component in use\n"
+		"                    (kernel, kubernetes, store); exit 0 when ready. With\n"
+		"                    --live: whether its loop runs (\"live\"). Never reads\n"
+		"                    the pinned maps: no answer within 3 s is exit 1\n"
 		"  cleanup [--force] detach every program and remove every pin; refused for a\n"
 		"                    directory that is not kthrottle's (on bpffs, owned by\n"
 		"                    root, holding its maps) and, without --force, while a\n"
@@ -56,6 +61,7 @@ static void usage(FILE *f)
 		"  -p, --pin-dir DIR   pin directory (default " KT_DEFAULT_PIN_DIR ")\n"
 		"      --json          JSON output (status)\n"
 		"      --force         cleanup even while a kthrottled runs on the pin dir\n"
+		"      --live          health: liveness instead of readiness\n"
 		"  -i, --interval SEC  watch and top period, default 1\n"
 		"  -n, --count N       watch, top: stop after N periods; subscribe: after N\n"
 		"                      lines (default: until ^C)\n"
@@ -590,6 +596,7 @@ int main(int argc, char **argv)
 		{ "pin-dir", required_argument, NULL, 'p' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "force", no_argument, NULL, 'f' },
+		{ "live", no_argument, NULL, 'L' },
 		{ "interval", required_argument, NULL, 'i' },
 		{ "count", required_argument, NULL, 'n' },
 		{ "query", required_argument, NULL, 'Q' },
@@ -601,6 +608,7 @@ int main(int argc, char **argv)
 	struct kt_config cfg = { 0 };
 	bool json = false, have_cfg = false;
 	bool force = false; /* cleanup */
+	bool live = false;  /* health */
 	double interval = 1;
 	long count = 0;
 	const char *query = NULL; /* check */
@@ -630,6 +638,9 @@ int main(int argc, char **argv)
 			break;
 		case 'f':
 			force = true;
+			break;
+		case 'L':
+			live = true;
 			break;
 		case 'i':
 			interval = strtod(optarg, &end);
@@ -678,7 +689,7 @@ int main(int argc, char **argv)
 								 : KT_TAG_DEFAULT_SOCKET;
 	}
 	if (optind >= argc) {
-		kt_err("no command given (status, top, watch, reload, cleanup, bpftool, subscribe, check; see --help)");
+		kt_err("no command given (status, top, watch, reload, health, cleanup, bpftool, subscribe, check; see --help)");
 		return KT_EXIT_CONFIG;
 	}
 	cmd = argv[optind++];
@@ -699,6 +710,11 @@ int main(int argc, char **argv)
 			goto out;
 		}
 		check_tag = argv[optind++];
+	}
+	if (live && strcmp(cmd, "health")) {
+		kt_err("--live is for health only (see --help)");
+		ret = KT_EXIT_CONFIG;
+		goto out;
 	}
 	/* getopt permutes, so options may also follow the command */
 	if (optind < argc) {
@@ -731,6 +747,19 @@ int main(int argc, char **argv)
 		} else {
 			fputs(reply, strncmp(reply, "ok", 2) ? stderr : stdout);
 			ret = strncmp(reply, "ok", 2) ? KT_EXIT_RUNTIME : KT_EXIT_OK;
+		}
+	} else if (!strcmp(cmd, "health")) {
+		/* a probe: only the daemon's own answer counts, never the maps */
+		ret = daemon_request(sock, live ? "health live" : "health", CTL_TIMEOUT_MS, &reply,
+				     err, sizeof(err));
+		if (ret) {
+			kt_err("%s", err);
+			ret = KT_EXIT_RUNTIME;
+		} else {
+			bool ok = !strncmp(reply, live ? "live\n" : "ready\n", live ? 5 : 6);
+
+			fputs(reply, stdout);
+			ret = ok ? KT_EXIT_OK : KT_EXIT_RUNTIME;
 		}
 	} else if (!strcmp(cmd, "top")) {
 		ret = top(sock, interval, count);

@@ -10,6 +10,8 @@ static const struct {
 	{ "status json", KT_CTL_STATUS_JSON },
 	{ "reload", KT_CTL_RELOAD },
 	{ "ping", KT_CTL_PING },
+	{ "health", KT_CTL_HEALTH },
+	{ "health live", KT_CTL_HEALTH_LIVE },
 };
 
 #define SUB_PREFIX "subscribe "
@@ -65,7 +67,7 @@ const char *kt_ctl_error_reply(int result)
 	case KT_CTL_ERR_NUL:
 		return "error: NUL byte in command line\n";
 	case KT_CTL_ERR_UNKNOWN:
-		return "error: unknown command (expected status, status json, reload, ping, subscribe NAME)\n";
+		return "error: unknown command (expected status, status json, reload, ping, health, health live, subscribe NAME)\n";
 	default:
 		return NULL;
 	}

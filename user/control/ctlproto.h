@@ -18,6 +18,9 @@ enum kt_ctl_result {
 	KT_CTL_RELOAD = 3,
 	KT_CTL_PING = 4,
 	KT_CTL_SUBSCRIBE = 5,      /* "subscribe NAME": kt_ctl_subscribe_name gives NAME */
+	KT_CTL_HEALTH = 6,         /* readiness, health.h */
+	KT_CTL_HEALTH_LIVE = 7,    /* "health live": liveness */
+	KT_CTL_LAST = KT_CTL_HEALTH_LIVE,
 	KT_CTL_ERR_TOO_LONG = -1,  /* no newline within KT_CTL_MAX_LINE bytes */
 	KT_CTL_ERR_NUL = -2,       /* a NUL byte before the newline */
 	KT_CTL_ERR_UNKNOWN = -3,   /* a complete line that is no command */

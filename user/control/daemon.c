@@ -22,6 +22,7 @@
 #include "cgwatch.h"
 #include "ctlproto.h"
 #include "daemon.h"
+#include "health.h"
 #include "log.h"
 #include "metrics.h"
 #include "store.h"
@@ -141,6 +142,129 @@ static void strict_metrics(struct kt_daemon *d, struct sbuf *b, uint64_t now)
 	}
 }
 
+/* ---- health (rules in health.h) ---- */
+
+struct health_snap {
+	struct kt_health_in in;
+	struct kt_health h;
+	char store_why[400];
+};
+
+static int cmp_cgid(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static bool cg_linked(const uint64_t *ids, int n, uint64_t id)
+{
+	return n > 0 && bsearch(&id, ids, (size_t)n, sizeof(*ids), cmp_cgid);
+}
+
+/* Apply attaches a nested member's programs to its outermost member
+ * ancestor only: a link on the cgroup or on any ancestor serves it. */
+static bool member_linked(const struct kt_daemon *d, const struct kt_member_rt *m,
+			  const uint64_t *ids, int n)
+{
+	size_t root = strlen(d->cg_mount);
+	char p[PATH_MAX], *slash;
+	uint64_t id;
+
+	if (cg_linked(ids, n, m->cgid))
+		return true;
+	snprintf(p, sizeof(p), "%s", m->path);
+	while ((slash = strrchr(p, '/')) && (size_t)(slash - p) >= root) {
+		*slash = 0;
+		if (!kt_cgroup_id(p, &id) && cg_linked(ids, n, id))
+			return true;
+	}
+	return false;
+}
+
+static void health_snap(struct kt_daemon *d, struct health_snap *s)
+{
+	struct kt_health_in *in = &s->in;
+	uint64_t *ids = NULL;
+	int n;
+
+	memset(s, 0, sizeof(*s));
+	in->now_ns = kt_clock_ns();
+	in->bpf_loaded = d->bpf.connect && d->bpf.sendmsg && d->bpf.egress && d->bpf.sock &&
+			 d->bpf.sockops;
+	n = kt_bpf_linked_cgroups(&d->bpf, &ids);
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		const struct kt_limit_rt *l = &d->plan.limits[i];
+
+		if (l->cfg->unit == KT_UNIT_REQUEST)
+			continue; /* no cgroup, no link */
+		for (int j = 0; j < l->n_members; j++) {
+			if (n >= 0 && member_linked(d, &l->members[j], ids, n))
+				continue;
+			if (!in->unlinked++)
+				in->unlinked_path = l->members[j].path;
+		}
+		if (l->cfg->store.kind == KT_STORE_REDIS) {
+			uint64_t since = 0;
+			char ep[300];
+			const char *st = kt_pool_store_state(d->pool, i, &since, ep, sizeof(ep));
+
+			in->uses_store = true;
+			if (!strcmp(st, "down") && !in->stores_down++)
+				snprintf(s->store_why, sizeof(s->store_why),
+					 "limit %s: redis %s not answering for %.1fs",
+					 l->cfg->name, ep[0] ? ep : "?",
+					 since && in->now_ns > since ? (double)(in->now_ns - since) / 1e9 : 0);
+		}
+	}
+	free(ids);
+	in->store_why = s->store_why;
+	in->apply_err = d->refresh_err;
+	in->started_ns = d->started_ns;
+	in->last_tick_ns = d->last_tick_ns;
+	in->tick_ns = d->cfg.tick_ns;
+	in->uses_kube = kt_config_uses_pods(&d->cfg);
+	if (d->kube) {
+		kt_kube_status(d->kube, &in->kube);
+	} else if (in->uses_kube) {
+		in->kube.state = KT_KUBE_UNREACHABLE;
+		in->kube.since_ns = d->started_ns;
+		snprintf(in->kube.error, sizeof(in->kube.error), "the pods watcher is not running");
+	}
+	kt_health_eval(in, &s->h);
+}
+
+/* The `health` (live: `health live`) reply, malloc'd. */
+static char *health_reply(struct kt_daemon *d, bool live, unsigned *status)
+{
+	struct health_snap s;
+	char *out = malloc(2048);
+
+	health_snap(d, &s);
+	if (status)
+		*status = (live ? s.h.live : s.h.ready) ? 200 : 503;
+	if (out)
+		kt_health_format(&s.in, &s.h, live, out, 2048);
+	return out;
+}
+
+static void health_metrics(struct kt_daemon *d, struct sbuf *b)
+{
+	struct health_snap s;
+
+	health_snap(d, &s);
+	sb_printf(b, "# HELP kthrottle_ready 1 when every component in use is ready (kthrottlectl health).\n"
+		     "# TYPE kthrottle_ready gauge\nkthrottle_ready %d\n"
+		     "# HELP kthrottle_component_up 1 when the component is ok (store: answering), by component in use.\n"
+		     "# TYPE kthrottle_component_up gauge\n"
+		     "kthrottle_component_up{component=\"kernel\"} %d\n",
+		  s.h.ready, s.h.kernel_ok);
+	if (s.in.uses_kube)
+		sb_printf(b, "kthrottle_component_up{component=\"kubernetes\"} %d\n", s.h.kube_ok);
+	if (s.in.uses_store)
+		sb_printf(b, "kthrottle_component_up{component=\"store\"} %d\n", s.h.store_ok);
+}
+
 char *kt_daemon_metrics(struct kt_daemon *d)
 {
 	struct sbuf b = { 0 };
@@ -153,6 +277,7 @@ char *kt_daemon_metrics(struct kt_daemon *d)
 		      "# TYPE kthrottle_reloads_total counter\nkthrottle_reloads_total %llu\n"
 		      "# TYPE kthrottle_uptime_seconds gauge\nkthrottle_uptime_seconds %.3f\n",
 		  (unsigned long long)d->reloads, (double)(now - d->started_ns) / 1e9);
+	health_metrics(d, &b);
 	/* one family at a time, as the text format wants */
 	static const struct {
 		const char *name, *type, *help;
@@ -234,10 +359,27 @@ char *kt_daemon_metrics(struct kt_daemon *d)
 	return b.p;
 }
 
-static char *render_metrics(void *arg)
+static char *render_metrics(void *arg, unsigned *status)
 {
+	(void)status;
 	return kt_daemon_metrics(arg);
 }
+
+static char *render_healthz(void *arg, unsigned *status)
+{
+	return health_reply(arg, false, status);
+}
+
+static char *render_livez(void *arg, unsigned *status)
+{
+	return health_reply(arg, true, status);
+}
+
+static const struct kt_metrics_route http_routes[] = {
+	{ "/metrics", "text/plain; version=0.0.4", render_metrics },
+	{ "/healthz", "text/plain", render_healthz },
+	{ "/livez", "text/plain", render_livez },
+};
 
 /* The last throttle event's retry-after (ms; -1: closed) and age (s). */
 static double last_retry_ms(const struct kt_limit_state *s)
@@ -811,6 +953,9 @@ static char *command_reply(struct kt_daemon *d, int cmd)
 		return asprintf(&out, "error: %s\n", err) < 0 ? NULL : out;
 	case KT_CTL_PING:
 		return strdup("ok: pong\n");
+	case KT_CTL_HEALTH:
+	case KT_CTL_HEALTH_LIVE:
+		return health_reply(d, cmd == KT_CTL_HEALTH_LIVE, NULL);
 	default:
 		return strdup(kt_ctl_error_reply(cmd) ? kt_ctl_error_reply(cmd) : "error: bad command\n");
 	}
@@ -1144,7 +1289,8 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 	/* without inotify (no instances left) the tick rescans instead */
 	if (d->cfg.metrics_port) {
 		int mret = kt_metrics_start(&d->metrics, d->cfg.metrics_addr, d->cfg.metrics_port,
-					    render_metrics, d, err, errlen);
+					    http_routes, (int)(sizeof(http_routes) / sizeof(http_routes[0])),
+					    d, err, errlen);
 
 		if (mret)
 			return mret;

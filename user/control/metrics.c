@@ -14,7 +14,8 @@
 
 struct kt_metrics {
 	struct MHD_Daemon *mhd;
-	kt_metrics_render render;
+	const struct kt_metrics_route *routes;
+	int n;
 	void *arg;
 };
 
@@ -42,6 +43,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 			      size_t *upload_size, void **req_cls)
 {
 	struct kt_metrics *m = cls;
+	unsigned status = MHD_HTTP_OK;
 
 	(void)version;
 	(void)upload_data;
@@ -50,13 +52,19 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 		return MHD_NO; /* no request bodies here */
 	if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
 		return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, strdup("only GET\n"), "text/plain");
-	if (strcmp(url, "/metrics"))
-		return reply(conn, MHD_HTTP_NOT_FOUND, strdup("see /metrics\n"), "text/plain");
-	return reply(conn, MHD_HTTP_OK, m->render(m->arg), "text/plain; version=0.0.4");
+	for (int i = 0; i < m->n; i++) {
+		if (strcmp(url, m->routes[i].path))
+			continue;
+		char *body = m->routes[i].render(m->arg, &status);
+
+		return reply(conn, status, body, m->routes[i].content_type);
+	}
+	return reply(conn, MHD_HTTP_NOT_FOUND, strdup("see /metrics\n"), "text/plain");
 }
 
 int kt_metrics_start(struct kt_metrics **out, const char *addr, int port,
-		     kt_metrics_render render, void *arg, char *err, size_t errlen)
+		     const struct kt_metrics_route *routes, int n, void *arg, char *err,
+		     size_t errlen)
 {
 	struct sockaddr_storage ss = { 0 };
 	struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
@@ -79,7 +87,8 @@ int kt_metrics_start(struct kt_metrics **out, const char *addr, int port,
 		snprintf(err, errlen, "metrics: %s is not an IP address", addr);
 		return -EINVAL;
 	}
-	m->render = render;
+	m->routes = routes;
+	m->n = n;
 	m->arg = arg;
 	errno = 0;
 	m->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, handle, m,

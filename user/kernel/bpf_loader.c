@@ -748,6 +748,51 @@ out:
 	return ret;
 }
 
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int kt_bpf_linked_cgroups(const struct kt_bpf *b, uint64_t **ids)
+{
+	char dir[PATH_MAX];
+	uint64_t *v = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	DIR *d;
+
+	*ids = NULL;
+	snprintf(dir, sizeof(dir), "%s/links", b->pin_dir);
+	d = opendir(dir);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while ((de = readdir(d))) {
+		unsigned long long cgid;
+		char name[64];
+
+		if (sscanf(de->d_name, "%llu-%63s", &cgid, name) != 2)
+			continue;
+		if (n == cap) {
+			uint64_t *nv = realloc(v, (cap = cap ? cap * 2 : 64) * sizeof(*v));
+
+			if (!nv) {
+				free(v);
+				closedir(d);
+				return -ENOMEM;
+			}
+			v = nv;
+		}
+		v[n++] = cgid;
+	}
+	closedir(d);
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_u64);
+	*ids = v;
+	return (int)n;
+}
+
 /* Whether dfd's directory has no entries. */
 static bool dir_empty(int dfd)
 {

@@ -85,6 +85,9 @@ void kt_bpf_close(struct kt_bpf *b);
  * program finds no rule for it). */
 int kt_bpf_sync_links(struct kt_bpf *b, const struct kt_attach *want, int n, char *err,
 		      size_t errlen);
+/* The cgroup ids that have at least one pinned link, sorted ascending, in
+ * *ids (malloc'd; NULL when none). Returns the count or -errno. */
+int kt_bpf_linked_cgroups(const struct kt_bpf *b, uint64_t **ids);
 /* Detaches every pinned link and removes every pin under pin_dir; 0 when
  * pin_dir does not exist. Refuses, deleting nothing, a pin_dir that fails
  * kt_bpf_open's checks or does not hold kthrottle's maps (-ENOTDIR, -EPERM),
