@@ -312,7 +312,7 @@ static int start(struct rp_proc *p, const char *bin, write_conf_fn write_conf, c
 		snprintf(p->password, sizeof(p->password), "%s", o->password);
 	snprintf(conf, sizeof(conf), "%s/server.conf", p->dir);
 	for (attempt = 0; attempt < START_ATTEMPTS; attempt++) {
-		p->port = rp_free_port();
+		p->port = o && o->port ? o->port : rp_free_port();
 		if (p->port < 0)
 			break;
 		f = fopen(conf, "w");

@@ -14,6 +14,7 @@
 struct rp_opts {
 	const char *password;   /* requirepass; NULL: none */
 	const char *extra_conf; /* appended to the config file verbatim; NULL: none */
+	int port;               /* this port (e.g. 6379 in a test's own netns); 0: a free one */
 };
 
 struct rp_proc {
