@@ -44,6 +44,7 @@ if ! command -v debootstrap >/dev/null; then
 fi
 
 root=$(mktemp -d /var/tmp/kt-bare-debian.XXXXXX)
+chmod 755 "$root" # apt's _apt user downloads into it
 mounts=()
 cleanup() {
 	local rc=$? i
@@ -86,7 +87,8 @@ chmod 755 "$root/usr/sbin/policy-rc.d"
 
 # What the demo needs from the kernel: /proc, /sys (BTF for vmlinux.h), the
 # host's cgroup2 hierarchy at /sys/fs/cgroup (demo.sh finds it in
-# /proc/mounts), a bpffs of the chroot's own for the pins, and /dev.
+# /proc/mounts), a bpffs of the chroot's own for the pins, /dev (bound, not
+# recursively: the host's /dev/pts stays out).
 cg2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
 [ -n "$cg2" ] || die "no cgroup2 mount on the host"
 mnt "$root/proc" -t proc proc
@@ -94,6 +96,7 @@ mnt "$root/sys" -t sysfs sysfs
 mnt "$root/sys/fs/cgroup" --bind "$cg2"
 mnt "$root/sys/fs/bpf" -t bpf -o mode=0700 bpf
 mnt "$root/dev" --bind /dev
+mnt "$root/dev/pts" -t devpts -o newinstance,ptmxmode=0666 devpts # apt's log
 
 echo "== git archive HEAD ($(git -C "$repo" rev-parse --short HEAD)) -> /root/kthrottle"
 mkdir -p "$root/root/kthrottle"
