@@ -75,11 +75,16 @@ FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 FUZZ_OBJS  := $(patsubst user/%.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS))
 FUZZ_LIB   := $(BUILD)/fuzz/libkt-fuzz.a
 
-.PHONY: all test unit bench clean deps demo fuzz fuzz-build install uninstall install-python
+.PHONY: all test unit bench clean deps deps-demo demo fuzz fuzz-build install uninstall install-python
 all: $(BUILD)/kthrottled $(BUILD)/kthrottlectl
 
+# the Debian packages (scripts/deps.txt): deps-demo what make all and make
+# demo need, deps everything (tests, bench, fuzz)
 deps:
-	scripts/setup.sh
+	scripts/setup.sh test
+
+deps-demo:
+	scripts/setup.sh demo
 
 $(BUILD)/vmlinux.h:
 	@mkdir -p $(@D)
@@ -247,7 +252,8 @@ $(BUILD)/tests/bench/bench: tests/bench/bench.c $(LIB_OBJS) $(TEST_HELPERS) $(HD
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS)
 
-demo: deps all $(TOOLS_BINS)
+# only kt-load: the other tools link tests/lib (cmocka), not in deps-demo
+demo: deps-demo all $(BUILD)/tools/kt-load
 	scripts/demo.sh
 
 # Install for systemd hosts (README "Deploy with systemd"). PREFIX for the

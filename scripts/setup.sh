@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
-# Installs every Debian package kthrottle needs to build, test and run.
-# Idempotent: does nothing when everything is present. Needs root.
+# Installs the Debian packages kthrottle needs, as listed in scripts/deps.txt:
+#   scripts/setup.sh demo   build and run: make all, make demo
+#   scripts/setup.sh [test] everything: also make test, bench, fuzz (the
+#                           default; .ci/run and make deps use it)
+# Idempotent: does nothing when everything is present. Needs root to install.
 set -euo pipefail
 
-# libclang-rt-dev: libFuzzer and the sanitizer runtimes (clang only recommends it)
-# python3-*-whl: the wheels an offline pip install of python/ builds with
-# (test_python; make install-python)
-pkgs=(clang libclang-rt-dev make gcc pkg-config libbpf-dev libelf-dev zlib1g-dev bpftool
-      libhiredis-dev libyaml-dev libcmocka-dev redis-server redis-sentinel iproute2
-      bind9-dnsutils libmicrohttpd-dev prometheus libcurl4-openssl-dev libjson-c-dev libssl-dev
-      openssl podman ca-certificates
-      python3 python3-venv python3-pip-whl python3-setuptools-whl python3-wheel-whl)
+profile=${1:-test}
+case $profile in
+demo | test) ;;
+*) echo "usage: scripts/setup.sh [demo|test]" >&2; exit 2 ;;
+esac
+repo=$(cd "$(dirname "$0")/.." && pwd)
 
-# node and npm for tests/k8s (offline validation of deploy/kubernetes/); a
-# node already installed is kept
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-	pkgs+=(nodejs npm)
-fi
+pkgs=()
+while read -r prof pkg _; do
+	case $prof in
+	demo) ;;
+	test) [ "$profile" = test ] || continue ;;
+	*) continue ;; # comments and blank lines
+	esac
+	# a node and npm already on PATH (e.g. NodeSource's) are kept
+	if [ "$pkg" = nodejs ] || [ "$pkg" = npm ]; then
+		command -v node >/dev/null && command -v npm >/dev/null && continue
+	fi
+	pkgs+=("$pkg")
+done <"$repo/scripts/deps.txt"
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -27,7 +36,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 		echo "setup: missing packages: ${missing[*]} (run as root to install)" >&2
 		exit 1
 	fi
-	echo "setup: installing ${missing[*]}"
+	echo "setup ($profile): installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
@@ -36,9 +45,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # the Kubernetes schemas and validator the manifest test uses, pinned by
-# tests/k8s/package-lock.json
-repo=$(cd "$(dirname "$0")/.." && pwd)
-if [ ! -d "$repo/tests/k8s/node_modules" ]; then
+# tests/k8s/package-lock.json (the npm registry is needed only here)
+if [ "$profile" = test ] && [ ! -d "$repo/tests/k8s/node_modules" ]; then
 	echo "setup: npm ci in tests/k8s"
 	npm ci --prefix "$repo/tests/k8s" --no-audit --no-fund >/dev/null
 fi
