@@ -674,7 +674,7 @@ static void test_create_errors(void **state)
 	assert_int_equal(kt_pool_create(&p, &cfg, err, sizeof(err)), -EIO);
 	assert_null(p);
 	assert_non_null(strstr(err, "limit api: "));
-	assert_non_null(strstr(err, "redis_tls: cannot read /ca"));
+	assert_non_null(strstr(err, "redis_tls: cannot open /ca"));
 	kt_config_free(&cfg);
 	free(y);
 	free(st);

@@ -744,7 +744,7 @@ static void test_bad_options(void **state)
 	o.ca_file = "/nonexistent/ca.pem";
 	assert_int_equal(kt_rconn_open(&o, &c, err, sizeof(err)), -EIO);
 	print_message("    error: %s\n", err);
-	assert_non_null(strstr(err, "cannot read /nonexistent/ca.pem: No such file or directory"));
+	assert_non_null(strstr(err, "cannot open /nonexistent/ca.pem: No such file or directory"));
 	o.ca_file = g_certs.ca;
 	o.cert_file = g_certs.client_crt;
 	o.key_file = g_certs.server_key;

@@ -1169,7 +1169,7 @@ static void test_tls_config_checked(void **state)
 	c.redis_tls.ca_cert = (char *)"/nonexistent/kt-ca.pem";
 	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -EIO);
 	assert_null(s);
-	assert_non_null(strstr(err, "redis_tls: cannot read /nonexistent/kt-ca.pem"));
+	assert_non_null(strstr(err, "redis_tls: cannot open /nonexistent/kt-ca.pem"));
 	cfg_single(&c, g_master.port);
 	c.redis_mode = KT_REDIS_SENTINEL;
 	c.n_endpoints = 1;

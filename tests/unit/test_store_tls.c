@@ -275,7 +275,7 @@ static void test_bad_files_at_open(void **state)
 	cfg_tls(&c, "127.0.0.1", g_tls_port, "/nonexistent/kt-ca.pem");
 	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -EIO);
 	assert_null(s);
-	assert_non_null(strstr(err, "store (line 3): redis_tls: cannot read /nonexistent/kt-ca.pem"));
+	assert_non_null(strstr(err, "store (line 3): redis_tls: cannot open /nonexistent/kt-ca.pem"));
 	cfg_tls(&c, "127.0.0.1", g_tls_port, g_certs.ca);
 	c.redis_tls.cert = g_certs.client_crt;
 	c.redis_tls.key = g_certs.server_key; /* not this certificate's key */

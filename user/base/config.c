@@ -680,6 +680,8 @@ static void auth_free(struct kt_auth_cfg *a)
 	free(a->username);
 	a->username = NULL;
 	free_secret(&a->password);
+	free(a->password_file);
+	a->password_file = NULL;
 }
 
 static void tls_free(struct kt_tls_cfg *t)
@@ -738,6 +740,7 @@ static int store_copy(struct kt_store_cfg *dst, const struct kt_store_cfg *src)
 	dup_into(&dst->host, &ok);
 	dup_into(&dst->redis_auth.username, &ok);
 	dup_into(&dst->redis_auth.password, &ok);
+	dup_into(&dst->redis_auth.password_file, &ok);
 	dup_into(&dst->redis_tls.ca_cert, &ok);
 	dup_into(&dst->redis_tls.cert, &ok);
 	dup_into(&dst->redis_tls.key, &ok);
@@ -746,6 +749,7 @@ static int store_copy(struct kt_store_cfg *dst, const struct kt_store_cfg *src)
 	dup_into(&dst->master_name, &ok);
 	dup_into(&dst->sentinel_auth.username, &ok);
 	dup_into(&dst->sentinel_auth.password, &ok);
+	dup_into(&dst->sentinel_auth.password_file, &ok);
 	dup_into(&dst->sentinel_tls.ca_cert, &ok);
 	dup_into(&dst->sentinel_tls.cert, &ok);
 	dup_into(&dst->sentinel_tls.key, &ok);
@@ -757,39 +761,55 @@ static int store_copy(struct kt_store_cfg *dst, const struct kt_store_cfg *src)
 	return 0;
 }
 
-/* Reads a password file; one trailing newline (as editors and `echo` leave)
- * is not part of the password. */
-static int read_secret_file(struct ctx *c, yaml_node_t *v, const char *field, const char *path,
-			    char **out)
+/* One trailing newline (as editors and `echo` leave) is not part of the
+ * password. why: "cannot open: ...", "larger than ...", "is empty"... */
+int kt_config_read_secret(const char *path, char **out, char *why, size_t whylen)
 {
 	const char *stage;
-	char why[128], *buf = NULL;
+	char w[128], *buf = NULL;
 	size_t len = 0, size;
 	int err;
 
-	err = read_capped(path, MAX_SECRET_BYTES, "secret files", &buf, &len, &stage, why,
-			  sizeof(why));
+	*out = NULL;
+	err = read_capped(path, MAX_SECRET_BYTES, "secret files", &buf, &len, &stage, w, sizeof(w));
 	if (err == -EFBIG)
-		return fail_code(c, err, v, field, "%s is %s", show_str(path).s, why);
+		snprintf(why, whylen, "is %s", w);
+	else if (err)
+		snprintf(why, whylen, "cannot %s: %s", stage, w);
 	if (err)
-		return fail_code(c, err, v, field, "cannot %s %s: %s", stage, show_str(path).s, why);
+		return err;
 	size = len;
 	if (len && buf[len - 1] == '\n')
 		len--;
 	if (len && buf[len - 1] == '\r')
 		len--;
 	buf[len] = '\0';
-	if (!len)
-		err = fail(c, v, field, "%s is empty", show_str(path).s);
-	else if (strlen(buf) != len)
-		err = fail(c, v, field, "%s contains a NUL byte", show_str(path).s);
-	if (err) {
+	if (!len || strlen(buf) != len) {
+		snprintf(why, whylen, "%s", len ? "contains a NUL byte" : "is empty");
 		explicit_bzero(buf, size);
 		free(buf);
-		return err;
+		return -EINVAL;
 	}
 	*out = buf;
 	return 0;
+}
+
+static int read_secret_file(struct ctx *c, yaml_node_t *v, const char *field, const char *path,
+			    char **out)
+{
+	char why[160];
+	int err = kt_config_read_secret(path, out, why, sizeof(why));
+
+	if (!err)
+		return 0;
+	/* "cannot open X: ..." / "X is empty" */
+	if (!strncmp(why, "cannot ", 7)) {
+		const char *colon = strchr(why, ':');
+
+		return fail_code(c, err, v, field, "%.*s %s%s", (int)(colon - why), why,
+				 show_str(path).s, colon);
+	}
+	return fail_code(c, err, v, field, "%s %s", show_str(path).s, why);
 }
 
 static const char *const auth_keys[] = { "username", "password", "passwordFile", "passwordEnv",
@@ -831,8 +851,12 @@ static int parse_auth(struct ctx *c, yaml_node_t *n, const char *field, struct k
 		a->password = strdup(s);
 		return a->password ? 0 : oom(c, src, sub);
 	}
-	if (!strcmp(src_key, "passwordFile"))
+	if (!strcmp(src_key, "passwordFile")) {
+		a->password_file = strdup(s);
+		if (!a->password_file)
+			return oom(c, src, sub);
 		return read_secret_file(c, src, sub, s, &a->password);
+	}
 	/* passwordEnv */
 	if (!getenv(s))
 		return fail(c, src, sub, "environment variable %s is not set", show_str(s).s);
@@ -989,6 +1013,8 @@ static int merge_auth(struct ctx *c, yaml_node_t *n, const char *field, struct k
 	if (src->password) {
 		dst->password = src->password;
 		src->password = NULL;
+		dst->password_file = src->password_file;
+		src->password_file = NULL;
 	}
 	return 0;
 }

@@ -66,6 +66,7 @@ struct kt_match {
 struct kt_auth_cfg {
 	char *username;           /* NULL if absent */
 	char *password;           /* resolved from password, passwordFile or passwordEnv */
+	char *password_file;      /* passwordFile, read again at each connect (a rotated Secret) */
 };
 
 struct kt_tls_cfg {
@@ -239,6 +240,10 @@ struct kt_config {
 
 /* Parse and validate. On error returns -EINVAL (or -errno for I/O), fills err
  * with one line "FILE:LINE: FIELD: what is wrong", and leaves cfg zeroed. */
+/* A password file as passwordFile reads it (the volume rule, 64 KiB, one
+ * trailing newline dropped, not empty, no NUL): 0 and a malloc'd *out, or
+ * -errno and why (no path in it). */
+int kt_config_read_secret(const char *path, char **out, char *why, size_t whylen);
 int kt_config_load(const char *path, struct kt_config *cfg, char *err, size_t errlen);
 /* Same, from a string (for tests); `name` stands in for the file name. */
 int kt_config_parse(const char *name, const char *yaml, size_t len, struct kt_config *cfg,

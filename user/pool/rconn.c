@@ -17,9 +17,14 @@
 #include <sys/socket.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/pem.h>
 #include <openssl/x509v3.h>
 #include "kthrottle.h"
 #include "rconn.h"
+#include "volfile.h"
+
+/* PEM files (a CA bundle, a chain, a key) are kilobytes */
+#define PEM_MAX_BYTES (1u << 20)
 
 #define READ_CHUNK 16384
 
@@ -435,6 +440,115 @@ static void try_connect(struct kt_rconn *c)
 	fail(c, -last, "connect to %s failed: %s", c->where, strerror(last));
 }
 
+/* The PEM file at path as a memory BIO, read under the volume rule at every
+ * connect (a rotated Secret is used from the next connect on). */
+static BIO *pem_bio(struct kt_rconn *c, const char *path, char **buf, char *err, size_t errlen)
+{
+	const char *stage;
+	char why[200];
+	size_t len;
+	BIO *b;
+
+	*buf = NULL;
+	if (kt_volfile_read(path, PEM_MAX_BYTES, buf, &len, &stage, why, sizeof(why))) {
+		set_err(err, errlen, "TLS setup for %s: cannot %s %s: %s", c->where, stage, path, why);
+		return NULL;
+	}
+	b = BIO_new_mem_buf(*buf, (int)len);
+	if (!b)
+		set_err(err, errlen, "TLS setup for %s: out of memory", c->where);
+	return b;
+}
+
+static void pem_done(BIO *b, char *buf)
+{
+	BIO_free(b);
+	if (buf) {
+		explicit_bzero(buf, strlen(buf)); /* a key */
+		free(buf);
+	}
+}
+
+/* Every certificate of the CA file into the context's trust store. */
+static int load_ca(struct kt_rconn *c, const char *path, char *err, size_t errlen)
+{
+	char reason[256], *buf;
+	BIO *b = pem_bio(c, path, &buf, err, errlen);
+	X509_STORE *store = SSL_CTX_get_cert_store(c->ctx);
+	X509 *x;
+	int n = 0;
+
+	if (!b) {
+		free(buf);
+		return -EIO;
+	}
+	while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL))) {
+		int ok = X509_STORE_add_cert(store, x);
+
+		X509_free(x);
+		if (!ok)
+			break;
+		n++;
+	}
+	ERR_clear_error(); /* the end of the file reads as an error */
+	pem_done(b, buf);
+	if (!n) {
+		set_err(err, errlen, "TLS setup for %s: cannot load CA file %s: %s", c->where, path,
+			ssl_reason(reason, sizeof(reason)));
+		return -EIO;
+	}
+	return 0;
+}
+
+/* The client certificate (then its chain) and key. */
+static int load_identity(struct kt_rconn *c, const char *cert, const char *key, char *err,
+			 size_t errlen)
+{
+	char reason[256], *buf;
+	BIO *b = pem_bio(c, cert, &buf, err, errlen);
+	X509 *x;
+	EVP_PKEY *k;
+	int ok;
+
+	if (!b) {
+		free(buf);
+		return -EIO;
+	}
+	x = PEM_read_bio_X509(b, NULL, NULL, NULL);
+	ok = x && SSL_CTX_use_certificate(c->ctx, x);
+	X509_free(x);
+	while (ok && (x = PEM_read_bio_X509(b, NULL, NULL, NULL)))
+		if (!SSL_CTX_add0_chain_cert(c->ctx, x))
+			X509_free(x);
+	if (ok)
+		ERR_clear_error();
+	pem_done(b, buf);
+	if (!ok) {
+		set_err(err, errlen, "TLS setup for %s: cannot load certificate %s: %s", c->where, cert,
+			ssl_reason(reason, sizeof(reason)));
+		return -EIO;
+	}
+	if (!(b = pem_bio(c, key, &buf, err, errlen))) {
+		free(buf);
+		return -EIO;
+	}
+	k = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL);
+	ok = k && SSL_CTX_use_PrivateKey(c->ctx, k);
+	EVP_PKEY_free(k);
+	pem_done(b, buf);
+	if (!ok) {
+		set_err(err, errlen, "TLS setup for %s: cannot load key %s: %s", c->where, key,
+			ssl_reason(reason, sizeof(reason)));
+		return -EIO;
+	}
+	if (!SSL_CTX_check_private_key(c->ctx)) {
+		set_err(err, errlen, "TLS setup for %s: key %s does not match certificate %s: %s",
+			c->where, key, cert, ssl_reason(reason, sizeof(reason)));
+		return -EIO;
+	}
+	return 0;
+}
+
 static int setup_tls(struct kt_rconn *c, const struct kt_rconn_opts *o, char *err, size_t errlen)
 {
 	char reason[256];
@@ -450,45 +564,20 @@ static int setup_tls(struct kt_rconn *c, const struct kt_rconn_opts *o, char *er
 	SSL_CTX_set_mode(c->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	c->verify = !o->insecure_skip_verify;
 	SSL_CTX_set_verify(c->ctx, c->verify ? SSL_VERIFY_PEER : SSL_VERIFY_NONE, NULL);
-	/* OpenSSL reports a missing file as "system lib": say what is wrong. */
-	const char *files[] = { o->ca_file, o->cert_file, o->key_file };
-
-	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-		if (files[i] && access(files[i], R_OK)) {
-			set_err(err, errlen, "TLS setup for %s: cannot read %s: %s", c->where, files[i],
-				strerror(errno));
-			return -EIO;
-		}
-	}
+	/* the files are read here, at every connect, not by OpenSSL from a
+	 * path: the volume rule applies and a rotated Secret is picked up.
+	 * Unverified, the CA file is not even read. */
 	if (c->verify) {
-		if (o->ca_file && !SSL_CTX_load_verify_locations(c->ctx, o->ca_file, NULL)) {
-			set_err(err, errlen, "TLS setup for %s: cannot load CA file %s: %s", c->where,
-				o->ca_file, ssl_reason(reason, sizeof(reason)));
+		if (o->ca_file && load_ca(c, o->ca_file, err, errlen))
 			return -EIO;
-		}
 		if (!o->ca_file && !SSL_CTX_set_default_verify_paths(c->ctx)) {
 			set_err(err, errlen, "TLS setup for %s: cannot load the system CA store: %s",
 				c->where, ssl_reason(reason, sizeof(reason)));
 			return -EIO;
 		}
 	}
-	if (o->cert_file) {
-		if (!SSL_CTX_use_certificate_chain_file(c->ctx, o->cert_file)) {
-			set_err(err, errlen, "TLS setup for %s: cannot load certificate %s: %s", c->where,
-				o->cert_file, ssl_reason(reason, sizeof(reason)));
-			return -EIO;
-		}
-		if (!SSL_CTX_use_PrivateKey_file(c->ctx, o->key_file, SSL_FILETYPE_PEM)) {
-			set_err(err, errlen, "TLS setup for %s: cannot load key %s: %s", c->where,
-				o->key_file, ssl_reason(reason, sizeof(reason)));
-			return -EIO;
-		}
-		if (!SSL_CTX_check_private_key(c->ctx)) {
-			set_err(err, errlen, "TLS setup for %s: key %s does not match certificate %s: %s",
-				c->where, o->key_file, o->cert_file, ssl_reason(reason, sizeof(reason)));
-			return -EIO;
-		}
-	}
+	if (o->cert_file && load_identity(c, o->cert_file, o->key_file, err, errlen))
+		return -EIO;
 	return 0;
 }
 

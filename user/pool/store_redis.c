@@ -552,12 +552,14 @@ struct kt_store {
 	int port;
 	int db;
 	char *user, *pass;
+	char *pass_file;             /* passwordFile: read again at each connect */
 	char *ep_host[KT_MAX_ENDPOINTS];
 	int ep_port[KT_MAX_ENDPOINTS];
 	int n_ep;
 	int ep_next;                 /* sentinel asked first at the next resolution */
 	char *master_name;
 	char *s_user, *s_pass;
+	char *s_pass_file;
 	char *prefix;
 	struct tls_opt tls_redis, tls_sentinel;
 
@@ -757,6 +759,25 @@ static const char *conn_errstr(int ret, const char *rconn_err)
 	return rconn_err[0] ? rconn_err : strerror(-ret);
 }
 
+static void free_secret(char *p);
+
+/* A rotated Secret is used from the next connect on. One that cannot be
+ * read (removed, or refused by the volume rule) leaves the last good
+ * password: AUTH then says whether the server still takes it. */
+static void refresh_secret(char **pass, const char *file)
+{
+	char why[160], *fresh;
+
+	if (!file || kt_config_read_secret(file, &fresh, why, sizeof(why)))
+		return;
+	if (*pass && !strcmp(*pass, fresh)) {
+		free_secret(fresh);
+		return;
+	}
+	free_secret(*pass);
+	*pass = fresh;
+}
+
 /* Connects (TCP, then the TLS handshake under t) within one step. */
 static int dial(struct kt_store *s, const char *role, const char *host, int port,
 		const struct tls_opt *t, struct kt_rconn **out, char *err, size_t errlen)
@@ -775,6 +796,8 @@ static int dial(struct kt_store *s, const char *role, const char *host, int port
 		       port, KT_STORE_CALL_BUDGET_MS);
 		return -ETIMEDOUT;
 	}
+	refresh_secret(&s->pass, s->pass_file);
+	refresh_secret(&s->s_pass, s->s_pass_file);
 	ret = kt_rconn_open(&o, &c, e, sizeof(e));
 	if (!ret)
 		ret = kt_rconn_open_wait(c, o.connect_deadline_ns, e, sizeof(e));
@@ -1887,11 +1910,13 @@ void kt_store_close(struct kt_store *s)
 	free(s->host);
 	free(s->user);
 	free_secret(s->pass);
+	free(s->pass_file);
 	for (int i = 0; i < s->n_ep; i++)
 		free(s->ep_host[i]);
 	free(s->master_name);
 	free(s->s_user);
 	free_secret(s->s_pass);
+	free(s->s_pass_file);
 	free(s->prefix);
 	tls_opt_free(&s->tls_redis);
 	tls_opt_free(&s->tls_sentinel);
@@ -2052,7 +2077,9 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 	s->port = cfg->port;
 	s->db = cfg->db;
 	if (dup_str(&s->prefix, prefix) || dup_str(&s->user, cfg->redis_auth.username) ||
-	    dup_str(&s->pass, cfg->redis_auth.password) || tls_opt_dup(&s->tls_redis, &cfg->redis_tls))
+	    dup_str(&s->pass, cfg->redis_auth.password) ||
+	    dup_str(&s->pass_file, cfg->redis_auth.password_file) ||
+	    tls_opt_dup(&s->tls_redis, &cfg->redis_tls))
 		goto oom;
 	if (s->mode == KT_REDIS_SINGLE) {
 		if (dup_str(&s->host, cfg->host))
@@ -2077,6 +2104,7 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 		if (dup_str(&s->master_name, cfg->master_name) ||
 		    dup_str(&s->s_user, cfg->sentinel_auth.username) ||
 		    dup_str(&s->s_pass, cfg->sentinel_auth.password) ||
+		    dup_str(&s->s_pass_file, cfg->sentinel_auth.password_file) ||
 		    tls_opt_dup(&s->tls_sentinel, &cfg->sentinel_tls))
 			goto oom;
 	}
