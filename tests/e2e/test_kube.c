@@ -805,6 +805,49 @@ static void test_token_rotation(void **state)
 	assert_true(member(&CRAWLER2));
 }
 
+/* The CA is read at every request too: rotated to another CA (and the
+ * stream broken), the server is no longer trusted; rotated back, it is. */
+static void test_ca_rotation(void **state)
+{
+	char path[PATH_MAX], cmd[2 * PATH_MAX], line[512], *out = NULL, *good, *other;
+	char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	snprintf(cmd, sizeof(cmd),
+		 "cd '%s' && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+		 "-nodes -keyout other.key -out other.pem -days 2 -subj /CN=other-ca",
+		 fx.dir);
+	assert_int_equal(ktest_run_capture(argv, &out), 0);
+	free(out);
+	snprintf(path, sizeof(path), "%s/ca.pem", fx.dir);
+	good = ktest_slurp(path);
+	snprintf(path, sizeof(path), "%s/other.pem", fx.dir);
+	other = ktest_slurp(path);
+	assert_true(*good && *other);
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	start_daemon();
+	assert_true(member(&CRAWLER1));
+	wait_state("watching", 2000);
+
+	assert_int_equal(ktest_kvol_update(&fx.sa, "ca.crt", other), 0);
+	api("drop");
+	wait_state("unreachable", 3000);
+	kube_error_line(line, sizeof(line));
+	print_message("%s\n", line);
+	assert_non_null(strstr(line, "certificate"));
+	assert_true(member(&CRAWLER1)); /* the last set is kept */
+
+	assert_int_equal(ktest_kvol_update(&fx.sa, "ca.crt", good), 0);
+	api("delete %s", CRAWLER1.uid);
+	wait_member(&CRAWLER1, false, 8000);
+	wait_state("watching", 2000);
+	free(good);
+	free(other);
+}
+
 /* Retry-After on a 503 is waited for (the watch path); one beyond the
  * back-off cap on a 429 is capped at 8 s (the list path, after a 410). */
 static void test_retry_after(void **state)
@@ -906,6 +949,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_api_outages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_untrusted_server, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_rotation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ca_rotation, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_retry_after, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_watch_error_one_line, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_token_unreadable, setup, teardown),
