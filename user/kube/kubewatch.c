@@ -95,10 +95,12 @@ static void one_line(char *dst, size_t n, const char *src)
 			snprintf(dst + o, n - o, "%s", "...");
 			return;
 		}
-		if (ctl)
+		if (ctl) {
 			dst[o++] = ' ';
-		else
-			memcpy(dst + o, src + i, step), o += step;
+		} else {
+			memcpy(dst + o, src + i, step);
+			o += step;
+		}
 		i += step;
 		if (o + 4 <= n)
 			cut = o;
@@ -283,9 +285,8 @@ static void notify(struct kt_kube *k)
 /* Under mu: a new state; `why` the error ("" on success). */
 static void set_state(struct kt_kube *k, enum kt_kube_state s, const char *why)
 {
-	bool note;
-
 	char line[sizeof(k->st.error)];
+	bool note;
 	long http = s == KT_KUBE_UNREACHABLE ? k->http : 0;
 
 	one_line(line, sizeof(line), why);
@@ -371,7 +372,7 @@ static bool on_event(struct kt_kube *k, json_object *ev)
 
 		k->gone = code && json_object_get_int(code) == 410;
 		whyf(k, "watch: %s (code %d)", msg ? msg : "error",
-			 code ? json_object_get_int(code) : 0);
+		     code ? json_object_get_int(code) : 0);
 		return false;
 	}
 	if (rv && strlen(rv) < sizeof(k->rv))
@@ -398,8 +399,8 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
 		return 0;
 	if (k->len + n + 1 > limit) {
 		k->too_big = true;
-		whyf(k, "%s larger than %zu MiB",
-			 k->watch ? "a watch event" : "the pod list", limit >> 20);
+		whyf(k, "%s larger than %zu MiB", k->watch ? "a watch event" : "the pod list",
+		     limit >> 20);
 		return 0;
 	}
 	if (k->len + n + 1 > k->cap) {
