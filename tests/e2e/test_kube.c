@@ -13,7 +13,13 @@
  * its namespace/name; and the changes: pods added (the directory created
  * after the API lists the pod, as the kubelet does), removed, relabelled,
  * moved to another node, and the API going away (the last set kept, and
- * said) and coming back, expiring the watch (410: relist) or dropping it. */
+ * said) and coming back, expiring the watch (410: relist) or dropping it.
+ *
+ * The token and CA are given as a pod sees them: a service-account volume
+ * laid out by tests/lib/kvol as the kubelet does (symlinks through ..data,
+ * a read-only view), rotated mid-run; one test keeps plain files, as on a
+ * host. Also: the API's refusals (401 after a rotation, 429/503 with
+ * Retry-After, a Status message spanning lines) as status shows them. */
 #include <errno.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -24,13 +30,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <cmocka.h>
+#include <curl/curl.h>
 
 #include "ktest.h"
+#include "kvol.h"
 
 #define RATE 20.0
 #define BURST 5.0
@@ -38,6 +47,8 @@
 /* a membership change is applied within a tick of the event reaching the
  * daemon; this allows for the watch stream and a loaded 2-core machine */
 #define CHANGE_BOUND_MS 1000
+#define TOKEN "t0ken-for-tests"
+#define BACKOFF_MAX_MS 8000 /* kubewatch.c's cap, Retry-After included */
 
 struct pod {
 	const char *ns, *name, *uid, *qos; /* qos as the API spells it */
@@ -62,6 +73,8 @@ static const struct pod FSDRIVER = { "workers", "crawler-6", "66666666-aaaa-4bbb
 static struct fixture {
 	struct ktest_daemon d;
 	char dir[PATH_MAX];    /* certificates, token */
+	struct ktest_kvol sa;  /* the service-account volume */
+	char token_path[PATH_MAX], ca_path[PATH_MAX]; /* what the daemon is given */
 	char base[PATH_MAX];   /* the test's cgroup: the kubelet's cgroup root */
 	char dirs[MAX_DIRS][PATH_MAX]; /* made under base, in creation order */
 	int n_dirs;
@@ -90,8 +103,7 @@ static void api_start(void)
 		dup2(out[1], 1);
 		close(in[1]);
 		close(out[0]);
-		execl(path, path, "--cert", cert, "--key", key, "--token", "t0ken-for-tests",
-		      (char *)NULL);
+		execl(path, path, "--cert", cert, "--key", key, "--token", TOKEN, (char *)NULL);
 		_exit(127);
 	}
 	close(in[0]);
@@ -121,19 +133,104 @@ __attribute__((format(printf, 1, 2))) static void api(const char *fmt, ...)
 	assert_string_equal(line, "ok\n");
 }
 
-/* lists= from the server's stats */
-static int api_lists(void)
+/* The server's stats: lists answered, requests refused with 401. */
+static void api_stats(int *lists, int *unauthorized)
 {
 	char line[256];
-	int lists = -1, watches, open;
+	int watches, open, failed;
 
 	fputs("stats\n", fx.api_in);
 	fflush(fx.api_in);
 	assert_non_null(fgets(line, sizeof(line), fx.api_out));
-	assert_int_equal(sscanf(line, "lists=%d watches=%d open=%d", &lists, &watches, &open), 3);
+	assert_int_equal(sscanf(line, "lists=%d watches=%d open=%d unauthorized=%d failed=%d", lists,
+				&watches, &open, unauthorized, &failed),
+			 5);
 	assert_non_null(fgets(line, sizeof(line), fx.api_out));
 	assert_string_equal(line, "ok\n");
+}
+
+static int api_lists(void)
+{
+	int lists, unauthorized;
+
+	api_stats(&lists, &unauthorized);
 	return lists;
+}
+
+/* The arrival times (CLOCK_MONOTONIC ms) of the server's last requests,
+ * oldest first; how many. */
+static int api_times(unsigned long long *t, int max)
+{
+	char line[1024], *s, *end;
+	int n = 0;
+
+	fputs("times\n", fx.api_in);
+	fflush(fx.api_in);
+	assert_non_null(fgets(line, sizeof(line), fx.api_out));
+	assert_memory_equal(line, "times", 5);
+	for (s = line + 5; n < max; s = end) {
+		t[n] = strtoull(s, &end, 10);
+		if (end == s)
+			break;
+		n++;
+	}
+	assert_non_null(fgets(line, sizeof(line), fx.api_out));
+	assert_string_equal(line, "ok\n");
+	return n;
+}
+
+static unsigned long long mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000 + (unsigned long long)ts.tv_nsec / 1000000;
+}
+
+/* The delay between the first request the server got after `since` (mono
+ * ms) and the next one: the client's retry delay. */
+static long retry_gap_ms(unsigned long long since)
+{
+	unsigned long long t[16];
+	int n = api_times(t, 16);
+
+	for (int i = 0; i + 1 < n; i++)
+		if (t[i] >= since)
+			return (long)(t[i + 1] - t[i]);
+	fail_msg("no retry after %llu in the server's times", since);
+	return -1;
+}
+
+static size_t discard(char *p, size_t size, size_t n, void *ud)
+{
+	(void)p;
+	(void)ud;
+	return size * n;
+}
+
+/* The HTTP status the server gives a plain pod list with this token. */
+static long api_get(const char *token)
+{
+	char url[128], auth[256], ca[PATH_MAX + 16];
+	struct curl_slist *h;
+	CURL *e = curl_easy_init();
+	long status = 0;
+
+	assert_non_null(e);
+	snprintf(url, sizeof(url), "https://127.0.0.1:%d/api/v1/pods", fx.api_port);
+	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
+	snprintf(ca, sizeof(ca), "%s/ca.pem", fx.dir);
+	h = curl_slist_append(NULL, auth);
+	curl_easy_setopt(e, CURLOPT_URL, url);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+	curl_easy_setopt(e, CURLOPT_CAINFO, ca);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 5000L);
+	assert_int_equal(curl_easy_perform(e), CURLE_OK);
+	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_cleanup(e);
+	curl_slist_free_all(h);
+	return status;
 }
 
 static void api_add(const struct pod *p, const char *node, const char *labels)
@@ -252,6 +349,41 @@ static void wait_state(const char *want, int bound_ms)
 	fail();
 }
 
+/* The daemon's kubernetes http_status. */
+static long kube_http_status(void)
+{
+	char *st = ktest_daemon_cmd(&fx.d, "status json");
+	double v = -1;
+
+	assert_non_null(st);
+	assert_true(ktest_json_num(strstr(st, "\"kubernetes\":{"), "http_status", &v));
+	free(st);
+	return (long)v;
+}
+
+static void wait_http_status(long want, int bound_ms)
+{
+	uint64_t t0 = ktest_now_ns();
+	long got;
+
+	while ((got = kube_http_status()) != want &&
+	       ktest_now_ns() - t0 < (uint64_t)bound_ms * 1000000ull)
+		ktest_sleep_ms(20);
+	if (got != want)
+		fail_msg("kubernetes http_status %ld, wanted %ld", got, want);
+}
+
+/* The "kubernetes error:" line of the text status ("" when none). */
+static void kube_error_line(char *out, size_t len)
+{
+	char *st = ktest_daemon_cmd(&fx.d, "status"), *s;
+
+	assert_non_null(st);
+	s = strstr(st, "kubernetes error: ");
+	snprintf(out, len, "%.*s", s ? (int)strcspn(s, "\n") : 0, s ? s : "");
+	free(st);
+}
+
 /* Sends flat out from the pod's cgroup for 0.5 s: enforced means refused
  * sends and no more admitted than rate x time + burst. */
 static void assert_limited(const struct pod *p, bool limited)
@@ -288,13 +420,43 @@ static int make_certs(void)
 		 "-keyout srv.key -out srv.csr -subj /CN=127.0.0.1 && "
 		 "openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
 		 "-out srv.pem -days 2 -extfile san.ext && "
-		 "printf 't0ken-for-tests\\n' > token",
+		 "printf '" TOKEN "\\n' > token",
 		 fx.dir);
 	ret = ktest_run_capture(argv, &out);
 	if (ret)
 		print_message("openssl: %s\n", out);
 	free(out);
 	return ret;
+}
+
+/* The service-account volume as the kubelet publishes it (the token left
+ * out when !token); the daemon is given its files through the pod's view. */
+static int sa_publish(bool token)
+{
+	char path[PATH_MAX + 16], *ca;
+	struct ktest_kvol_file files[3];
+	int n = 0, ret;
+
+	snprintf(path, sizeof(path), "%s/ca.pem", fx.dir);
+	ca = ktest_slurp(path);
+	if (!ca || !*ca) {
+		free(ca);
+		return -1;
+	}
+	if (token)
+		files[n++] = (struct ktest_kvol_file){ "token", TOKEN };
+	files[n++] = (struct ktest_kvol_file){ "ca.crt", ca };
+	files[n++] = (struct ktest_kvol_file){ "namespace", "workers" };
+	ret = ktest_kvol_publish(&fx.sa, files, n);
+	free(ca);
+	return ret;
+}
+
+/* Plain files in an ordinary directory, as on a host. */
+static void use_plain_files(void)
+{
+	snprintf(fx.token_path, sizeof(fx.token_path), "%s/token", fx.dir);
+	snprintf(fx.ca_path, sizeof(fx.ca_path), "%s/ca.pem", fx.dir);
 }
 
 static int setup(void **state)
@@ -307,6 +469,11 @@ static int setup(void **state)
 		return 0;
 	if (ktest_tmpdir(fx.dir, sizeof(fx.dir)) || make_certs())
 		return -1;
+	if (ktest_kvol_create(&fx.sa, fx.dir, "serviceaccount", KTEST_KVOL_SECRET) ||
+	    sa_publish(true))
+		return -1;
+	ktest_kvol_path(&fx.sa, "token", fx.token_path, sizeof(fx.token_path));
+	ktest_kvol_path(&fx.sa, "ca.crt", fx.ca_path, sizeof(fx.ca_path));
 	if (ktest_cgroup_create("kube", fx.base, sizeof(fx.base)))
 		return -1;
 	fx.udp_port = ktest_free_port(SOCK_DGRAM);
@@ -336,6 +503,7 @@ static int teardown(void **state)
 		ktest_cgroup_destroy(fx.dirs[i]);
 	if (fx.base[0])
 		ktest_cgroup_destroy(fx.base);
+	ktest_kvol_remove(&fx.sa);
 	if (fx.dir[0])
 		ktest_rmtree(fx.dir);
 	return 0;
@@ -350,8 +518,8 @@ static void start_daemon(void)
 	snprintf(body, sizeof(body),
 		 "kubernetes:\n"
 		 "  apiServer: https://127.0.0.1:%d\n"
-		 "  tokenFile: %s/token\n"
-		 "  caFile: %s/ca.pem\n"
+		 "  tokenFile: %s\n"
+		 "  caFile: %s\n"
 		 "  nodeName: " NODE "\n"
 		 "  cgroupRoot: %s\n"
 		 "limits:\n"
@@ -365,7 +533,7 @@ static void start_daemon(void)
 		 "    unit: datagram\n"
 		 "    burst: %.0f\n"
 		 "    rateLimit: {max: %.0f}\n",
-		 fx.api_port, fx.dir, fx.dir, root, fx.udp_port, BURST, RATE);
+		 fx.api_port, fx.token_path, fx.ca_path, root, fx.udp_port, BURST, RATE);
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 }
 
@@ -374,7 +542,7 @@ static void start_daemon(void)
 /* The pods on this node that the selector picks are members from the start,
  * under either driver's layout and every QoS class; a pod on another node,
  * in another namespace, without the label or with the excluded label is
- * not, although its directory exists here. */
+ * not, although its directory exists here. Token and CA as plain files. */
 static void test_selected_pods_are_members(void **state)
 {
 	const struct pod canary = { "workers", "crawler-7", "77777777-aaaa-4bbb-8ccc-000000000007",
@@ -384,6 +552,7 @@ static void test_selected_pods_are_members(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
+	use_plain_files();
 	api_start();
 	api_add(&CRAWLER1, NODE, "app=crawler,team=a");
 	api_add(&FSDRIVER, NODE, "app=crawler");
@@ -552,8 +721,8 @@ static void test_api_outages(void **state)
 	assert_true(member(&CRAWLER1));
 }
 
-/* A wrong CA: the watcher cannot verify the server; status says why and
- * no pod is a member, but the daemon runs. */
+/* A wrong CA (a plain file): the watcher cannot verify the server; status
+ * says why and no pod is a member, but the daemon runs. */
 static void test_untrusted_server(void **state)
 {
 	char path[PATH_MAX], *st;
@@ -563,6 +732,7 @@ static void test_untrusted_server(void **state)
 	api_start();
 	api_add(&CRAWLER1, NODE, "app=crawler");
 	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	use_plain_files();
 	/* the CA file now holds the server's own key's CSR-less twin: another CA */
 	{
 		char cmd[2 * PATH_MAX], *out = NULL;
@@ -585,6 +755,192 @@ static void test_untrusted_server(void **state)
 	free(st);
 }
 
+/* The kubelet rotates the token (the ..data swap) while the API server
+ * stops accepting the old one: after the stream breaks, the daemon comes
+ * back with the new token and a pod added afterwards joins; the old token
+ * is refused. Rotated on the server first, the daemon is refused (401 in
+ * status) until the kubelet publishes the new token, then recovers. */
+static void test_token_rotation(void **state)
+{
+	char path[PATH_MAX], line[512];
+	int lists, unauth0, unauth;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	kubelet_mkdir(&CRAWLER2, path, sizeof(path));
+	start_daemon();
+	assert_true(member(&CRAWLER1));
+	wait_state("watching", 2000);
+	assert_int_equal(api_get(TOKEN), 200);
+
+	assert_int_equal(ktest_kvol_update(&fx.sa, "token", "t0ken-rotated-1"), 0);
+	api("token t0ken-rotated-1");
+	api_stats(&lists, &unauth0);
+	api("drop");
+	api_add(&CRAWLER2, NODE, "app=crawler");
+	wait_member(&CRAWLER2, true, 3000);
+	wait_state("watching", 2000);
+	/* the old token is refused; the daemon never sent it again */
+	assert_int_equal(api_get(TOKEN), 401);
+	assert_int_equal(api_get("t0ken-rotated-1"), 200);
+	api_stats(&lists, &unauth);
+	assert_int_equal(unauth, unauth0 + 1);
+
+	/* the server first: refused, and said so, until the file follows */
+	api("token t0ken-rotated-2");
+	api("drop");
+	wait_http_status(401, 3000);
+	kube_error_line(line, sizeof(line));
+	print_message("%s\n", line);
+	assert_non_null(strstr(line, "HTTP 401: Unauthorized"));
+	assert_true(member(&CRAWLER1) && member(&CRAWLER2)); /* the last set is kept */
+	assert_int_equal(ktest_kvol_update(&fx.sa, "token", "t0ken-rotated-2"), 0);
+	api("delete %s", CRAWLER1.uid);
+	wait_member(&CRAWLER1, false, 8000);
+	wait_state("watching", 2000);
+	assert_int_equal(kube_http_status(), 0);
+	assert_true(member(&CRAWLER2));
+}
+
+/* The CA is read at every request too: rotated to another CA (and the
+ * stream broken), the server is no longer trusted; rotated back, it is. */
+static void test_ca_rotation(void **state)
+{
+	char path[PATH_MAX], cmd[2 * PATH_MAX], line[512], *out = NULL, *good, *other;
+	char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	snprintf(cmd, sizeof(cmd),
+		 "cd '%s' && openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+		 "-nodes -keyout other.key -out other.pem -days 2 -subj /CN=other-ca",
+		 fx.dir);
+	assert_int_equal(ktest_run_capture(argv, &out), 0);
+	free(out);
+	snprintf(path, sizeof(path), "%s/ca.pem", fx.dir);
+	good = ktest_slurp(path);
+	snprintf(path, sizeof(path), "%s/other.pem", fx.dir);
+	other = ktest_slurp(path);
+	assert_true(*good && *other);
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	start_daemon();
+	assert_true(member(&CRAWLER1));
+	wait_state("watching", 2000);
+
+	assert_int_equal(ktest_kvol_update(&fx.sa, "ca.crt", other), 0);
+	api("drop");
+	wait_state("unreachable", 3000);
+	kube_error_line(line, sizeof(line));
+	print_message("%s\n", line);
+	assert_non_null(strstr(line, "certificate"));
+	assert_true(member(&CRAWLER1)); /* the last set is kept */
+
+	assert_int_equal(ktest_kvol_update(&fx.sa, "ca.crt", good), 0);
+	api("delete %s", CRAWLER1.uid);
+	wait_member(&CRAWLER1, false, 8000);
+	wait_state("watching", 2000);
+	free(good);
+	free(other);
+}
+
+/* Retry-After on a 503 is waited for (the watch path); one beyond the
+ * back-off cap on a 429 is capped at 8 s (the list path, after a 410). */
+static void test_retry_after(void **state)
+{
+	char path[PATH_MAX];
+	unsigned long long t0;
+	long gap;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	start_daemon();
+	wait_state("watching", 2000);
+
+	t0 = mono_ms();
+	api("fail 503 2 1");
+	api("drop");
+	wait_http_status(503, 2000);
+	wait_state("watching", 5000);
+	gap = retry_gap_ms(t0);
+	print_message("503 with Retry-After: 2: retried after %ld ms\n", gap);
+	assert_true(gap >= 1900);
+	assert_true(gap <= 2000 * 11 / 10 + 500);
+
+	t0 = mono_ms();
+	api("fail 429 30 1");
+	api("compact"); /* the watch ends with 410: the relist is refused */
+	wait_http_status(429, 2000);
+	wait_state("watching", BACKOFF_MAX_MS + 3000);
+	gap = retry_gap_ms(t0);
+	print_message("429 with Retry-After: 30: retried after %ld ms (cap %d)\n", gap,
+		      BACKOFF_MAX_MS);
+	assert_true(gap >= BACKOFF_MAX_MS - 100);
+	assert_true(gap <= BACKOFF_MAX_MS + 500);
+	assert_true(member(&CRAWLER1));
+}
+
+/* A watch refused with a Status whose message spans lines: status shows
+ * the message, on one line, and no JSON. */
+static void test_watch_error_one_line(void **state)
+{
+	char path[PATH_MAX], line[512];
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	start_daemon();
+	wait_state("watching", 2000);
+
+	api("fail 500 -1 3");
+	api("drop");
+	wait_http_status(500, 2000);
+	kube_error_line(line, sizeof(line));
+	print_message("%s\n", line);
+	assert_non_null(
+		strstr(line, "watching pods: HTTP 500: injected failure 500 see the fake server"));
+	assert_null(strchr(line, '{'));
+	assert_null(strchr(line, '\r'));
+	wait_state("watching", 5000);
+	assert_true(member(&CRAWLER1));
+}
+
+/* The token's name missing from the volume: status names the file and why,
+ * no pod joins; once the kubelet publishes it, they do. */
+static void test_token_unreadable(void **state)
+{
+	char path[PATH_MAX], line[512], want[PATH_MAX + 64];
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_int_equal(sa_publish(false), 0);
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	start_daemon();
+	wait_state("unreachable", 3000);
+	kube_error_line(line, sizeof(line));
+	print_message("%s\n", line);
+	snprintf(want, sizeof(want), "cannot read token %s: ", fx.token_path);
+	assert_non_null(strstr(line, want));
+	assert_int_equal(kube_http_status(), 0);
+	assert_false(member(&CRAWLER1));
+	assert_int_equal(api_lists(), 0);
+
+	assert_int_equal(sa_publish(true), 0);
+	wait_member(&CRAWLER1, true, 10000);
+	wait_state("watching", 2000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -592,6 +948,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pods_come_go_and_change, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_api_outages, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_untrusted_server, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_token_rotation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ca_rotation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_retry_after, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_watch_error_one_line, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_token_unreadable, setup, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -47,9 +47,20 @@
  *   drop                      break every open watch stream (no final chunk)
  *   down / up                 stop the server (connections refused, streams
  *                             broken) / listen again on the same port
- *   stats                     "lists=N watches=M open=K" then "ok": list and
- *                             watch requests answered (after auth and path
- *                             checks), watch streams open right now
+ *   stats                     "lists=N watches=M open=K unauthorized=U
+ *                             failed=F" then "ok": list and watch requests
+ *                             answered (after auth and path checks), watch
+ *                             streams open right now, requests refused with
+ *                             401, requests answered by "fail"
+ *   token NEW                 from now on only NEW is accepted: the old token
+ *                             gets 401 Unauthorized, as an expired one does
+ *   fail CODE SECS N          the next N list or watch requests (after auth
+ *                             and path checks) get HTTP CODE (400..599) and a
+ *                             Status whose message spans two lines, with
+ *                             "Retry-After: SECS" when SECS >= 0
+ *   times                     "times T1 T2 ..." then "ok": the arrival times
+ *                             (CLOCK_MONOTONIC ms) of the last up to 16
+ *                             requests of any kind, oldest first
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -119,9 +130,13 @@ static struct {
 	struct event *hist, *hist_tail;
 	struct watch *watches;
 	unsigned long long rv, floor;
-	unsigned long lists, nwatches, open;
+	unsigned long lists, nwatches, open, unauthorized, failed;
 	bool gone_http, down;
-	const char *token;
+	char token[4096];
+	int fail_code, fail_secs; /* "fail": the next fail_n requests */
+	unsigned long fail_n;
+	unsigned long long times[16]; /* arrival ms, a ring: ntimes in all */
+	unsigned long ntimes;
 } g = { .mu = PTHREAD_MUTEX_INITIALIZER, .rv = 1 };
 
 static void *xmalloc(size_t n)
@@ -408,7 +423,8 @@ static void watch_free(void *cls)
 	free(w);
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *conn, unsigned code, json_object *o)
+static enum MHD_Result send_json_ra(struct MHD_Connection *conn, unsigned code, json_object *o,
+				    int retry_after)
 {
 	const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN);
 	size_t n = strlen(s);
@@ -429,9 +445,20 @@ static enum MHD_Result send_json(struct MHD_Connection *conn, unsigned code, jso
 	}
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
 	MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache, private");
+	if (retry_after >= 0) {
+		char ra[16];
+
+		snprintf(ra, sizeof(ra), "%d", retry_after);
+		MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+	}
 	ret = MHD_queue_response(conn, code, r);
 	MHD_destroy_response(r);
 	return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *conn, unsigned code, json_object *o)
+{
+	return send_json_ra(conn, code, o, -1);
 }
 
 static enum MHD_Result send_status(struct MHD_Connection *conn, unsigned code, const char *reason,
@@ -591,8 +618,20 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	}
 
 	auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-	if (!auth || strncmp(auth, "Bearer ", 7) || strcmp(auth + 7, g.token))
+	pthread_mutex_lock(&g.mu);
+	{
+		struct timespec now;
+
+		now_mono(&now);
+		g.times[g.ntimes++ % 16] =
+			(unsigned long long)now.tv_sec * 1000 + (unsigned long long)now.tv_nsec / 1000000;
+	}
+	if (!auth || strncmp(auth, "Bearer ", 7) || strcmp(auth + 7, g.token)) {
+		g.unauthorized++;
+		pthread_mutex_unlock(&g.mu);
 		return send_status(conn, MHD_HTTP_UNAUTHORIZED, "Unauthorized", "Unauthorized");
+	}
+	pthread_mutex_unlock(&g.mu);
 
 	if (!strcmp(url, "/api/v1/pods")) {
 		/* all namespaces */
@@ -614,6 +653,22 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	sel = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "fieldSelector");
 	if (!parse_fieldsel(sel, &f, err, sizeof(err)))
 		return send_status(conn, MHD_HTTP_BAD_REQUEST, "BadRequest", err);
+	pthread_mutex_lock(&g.mu);
+	if (g.fail_n) {
+		int code = g.fail_code, secs = g.fail_secs;
+
+		g.fail_n--;
+		g.failed++;
+		pthread_mutex_unlock(&g.mu);
+		/* two lines, as some real messages are: the client must show one */
+		snprintf(err, sizeof(err), "injected failure %d\nsee the fake server", code);
+		return send_json_ra(conn, (unsigned)code,
+				    status_obj(code, code == 429 ? "TooManyRequests" :
+						     code == 503 ? "ServiceUnavailable" : "InternalError",
+					       err),
+				    secs);
+	}
+	pthread_mutex_unlock(&g.mu);
 	watch = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "watch");
 	if (watch && (!strcmp(watch, "1") || !strcmp(watch, "true")))
 		return do_watch(conn, &f);
@@ -800,6 +855,32 @@ static const char *command(int argc, char **argv)
 		record(&old, NULL);
 		return NULL;
 	}
+	if (!strcmp(cmd, "token")) {
+		if (argc != 2 || !*argv[1] || strlen(argv[1]) >= sizeof(g.token))
+			return "usage: token NEW";
+		snprintf(g.token, sizeof(g.token), "%s", argv[1]);
+		return NULL;
+	}
+	if (!strcmp(cmd, "fail")) {
+		char *end;
+		long code, secs;
+		unsigned long long n;
+
+		if (argc != 4)
+			return "usage: fail CODE SECS N";
+		code = strtol(argv[1], &end, 10);
+		if (*end || code < 400 || code > 599)
+			return "bad CODE";
+		secs = strtol(argv[2], &end, 10);
+		if (*end || secs > 86400 || secs < -1)
+			return "bad SECS";
+		if (!parse_ull(argv[3], &n))
+			return "bad N";
+		g.fail_code = (int)code;
+		g.fail_secs = (int)secs;
+		g.fail_n = (unsigned long)n;
+		return NULL;
+	}
 	if (argc != 1 && strcmp(cmd, "gone-http"))
 		return "unexpected arguments";
 	if (!strcmp(cmd, "bookmark")) {
@@ -848,7 +929,17 @@ static const char *command(int argc, char **argv)
 		return NULL;
 	}
 	if (!strcmp(cmd, "stats")) {
-		printf("lists=%lu watches=%lu open=%lu\n", g.lists, g.nwatches, g.open);
+		printf("lists=%lu watches=%lu open=%lu unauthorized=%lu failed=%lu\n", g.lists,
+		       g.nwatches, g.open, g.unauthorized, g.failed);
+		return NULL;
+	}
+	if (!strcmp(cmd, "times")) {
+		unsigned long i = g.ntimes > 16 ? g.ntimes - 16 : 0;
+
+		printf("times");
+		for (; i < g.ntimes; i++)
+			printf(" %llu", g.times[i % 16]);
+		printf("\n");
 		return NULL;
 	}
 	return "unknown command";
@@ -953,7 +1044,11 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'c': cert = optarg; break;
 		case 'k': key = optarg; break;
-		case 't': g.token = optarg; break;
+		case 't':
+			if (strlen(optarg) >= sizeof(g.token))
+				usage_exit("--token too long");
+			snprintf(g.token, sizeof(g.token), "%s", optarg);
+			break;
 		case 'p':
 			if (!parse_ull(optarg, &port) || port > 65535)
 				usage_exit("bad --port");
@@ -963,7 +1058,7 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc)
 		usage_exit("unexpected argument");
-	if (!cert || !key || !g.token || !*g.token)
+	if (!cert || !key || !*g.token)
 		usage_exit("--cert, --key and --token are required");
 	cert_pem = read_file(cert);
 	if (!cert_pem)

@@ -429,8 +429,9 @@ static void kube_status(struct kt_daemon *d, struct sbuf *b, bool json, uint64_t
 			  kt_kube_state_name(st.state), st.synced ? "true" : "false",
 			  now > st.since_ns ? (double)(now - st.since_ns) / 1e9 : 0.0, d->pods.n);
 		sb_json_str(b, st.resource_version);
-		sb_printf(b, ",\"lists\":%lu,\"watches\":%lu,\"relists\":%lu,\"skipped\":%lu,\"error\":",
-			  st.lists, st.watches, st.relists, st.skipped);
+		sb_printf(b, ",\"lists\":%lu,\"watches\":%lu,\"relists\":%lu,\"skipped\":%lu,"
+			     "\"http_status\":%ld,\"error\":",
+			  st.lists, st.watches, st.relists, st.skipped, st.http_status);
 		sb_json_str(b, st.error);
 		sb_printf(b, "}");
 		return;

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +14,14 @@
 #include "kthrottle.h"
 #include "kubewatch.h"
 #include "log.h"
+#include "volfile.h"
 
 /* Bounds on what the API may send: a node's pod list is small (the kubelet
  * caps pods per node at a few hundred), one event one pod. */
 #define LIST_MAX_BYTES (64u << 20)
 #define EVENT_MAX_BYTES (4u << 20)
 #define TOKEN_MAX_BYTES 65536
+#define CA_MAX_BYTES (1u << 20) /* a bundle of a few hundred certificates */
 #define CONNECT_TIMEOUT_MS 5000L
 #define LIST_TIMEOUT_MS 30000L
 /* the server ends a watch after this; the client allows a margin over it */
@@ -50,7 +52,9 @@ struct kt_kube {
 	bool gone;                /* the API said 410: relist */
 	bool changed;             /* work changed since the last publish */
 	bool too_big;
-	char why[256];            /* why the current transfer was aborted */
+	char why[256];            /* why the current transfer was aborted (one line) */
+	long http;                /* the HTTP status of the failed request, 0 if none */
+	long retry_after_ms;      /* Retry-After of a 429/503, -1 if none */
 	unsigned seed;
 };
 
@@ -59,6 +63,61 @@ const char *kt_kube_state_name(enum kt_kube_state s)
 	static const char *const names[] = { "listing", "watching", "unreachable" };
 
 	return (unsigned)s < 3 ? names[s] : "?";
+}
+
+/* ---- error text --------------------------------------------------------- */
+
+/* src into dst (size n) as one line: control characters (C0, DEL, and C1
+ * as UTF-8) become spaces, and what does not fit is cut on a character
+ * boundary and ends in "...". The API's messages may span lines and the
+ * status shows one per line. */
+static void one_line(char *dst, size_t n, const char *src)
+{
+	size_t i = 0, o = 0, cut = 0;
+
+	if (!n)
+		return;
+	while (src[i]) {
+		unsigned char c = (unsigned char)src[i];
+		size_t step = 1;
+		bool ctl = c < 0x20 || c == 0x7f;
+
+		if (c == 0xc2 && (unsigned char)src[i + 1] >= 0x80 && (unsigned char)src[i + 1] <= 0x9f) {
+			ctl = true;
+			step = 2;
+		} else if (c >= 0xc0) { /* a lead byte and its continuations */
+			while ((((unsigned char)src[i + step]) & 0xc0) == 0x80 && step < 4)
+				step++;
+		}
+		if (o + (ctl ? 1 : step) >= n) {
+			/* does not fit: back to the last boundary leaving room for "..." */
+			o = cut;
+			snprintf(dst + o, n - o, "%s", "...");
+			return;
+		}
+		if (ctl) {
+			dst[o++] = ' ';
+		} else {
+			memcpy(dst + o, src + i, step);
+			o += step;
+		}
+		i += step;
+		if (o + 4 <= n)
+			cut = o;
+	}
+	dst[o] = '\0';
+}
+
+/* k->why from a format, as one line. */
+__attribute__((format(printf, 2, 3))) static void whyf(struct kt_kube *k, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	one_line(k->why, sizeof(k->why), buf);
 }
 
 /* ---- options ------------------------------------------------------------ */
@@ -226,19 +285,23 @@ static void notify(struct kt_kube *k)
 /* Under mu: a new state; `why` the error ("" on success). */
 static void set_state(struct kt_kube *k, enum kt_kube_state s, const char *why)
 {
+	char line[sizeof(k->st.error)];
 	bool note;
+	long http = s == KT_KUBE_UNREACHABLE ? k->http : 0;
 
+	one_line(line, sizeof(line), why);
 	pthread_mutex_lock(&k->mu);
-	note = k->st.state != s || strcmp(k->st.error, why);
+	note = k->st.state != s || strcmp(k->st.error, line) || k->st.http_status != http;
 	if (k->st.state != s)
 		k->st.since_ns = kt_clock_ns();
 	k->st.state = s;
-	snprintf(k->st.error, sizeof(k->st.error), "%s", why);
+	k->st.http_status = http;
+	snprintf(k->st.error, sizeof(k->st.error), "%s", line);
 	snprintf(k->st.resource_version, sizeof(k->st.resource_version), "%s", k->rv);
 	pthread_mutex_unlock(&k->mu);
 	if (note) {
 		if (s == KT_KUBE_UNREACHABLE)
-			kt_warn("kubernetes: %s (keeping the last known pods)", why);
+			kt_warn("kubernetes: %s (keeping the last known pods)", line);
 		else if (s == KT_KUBE_WATCHING && !k->st.lists)
 			kt_info("kubernetes: watching the pods of node %s", k->o.node_name);
 		notify(k);
@@ -308,8 +371,8 @@ static bool on_event(struct kt_kube *k, json_object *ev)
 		const char *msg = jstr(obj, "message");
 
 		k->gone = code && json_object_get_int(code) == 410;
-		snprintf(k->why, sizeof(k->why), "watch: %s (code %d)", msg ? msg : "error",
-			 code ? json_object_get_int(code) : 0);
+		whyf(k, "watch: %s (code %d)", msg ? msg : "error",
+		     code ? json_object_get_int(code) : 0);
 		return false;
 	}
 	if (rv && strlen(rv) < sizeof(k->rv))
@@ -336,8 +399,8 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
 		return 0;
 	if (k->len + n + 1 > limit) {
 		k->too_big = true;
-		snprintf(k->why, sizeof(k->why), "%s larger than %zu MiB",
-			 k->watch ? "a watch event" : "the pod list", limit >> 20);
+		whyf(k, "%s larger than %zu MiB", k->watch ? "a watch event" : "the pod list",
+		     limit >> 20);
 		return 0;
 	}
 	if (k->len + n + 1 > k->cap) {
@@ -347,7 +410,7 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
 		while (cap < k->len + n + 1)
 			cap *= 2;
 		if (!(g = realloc(k->buf, cap))) {
-			snprintf(k->why, sizeof(k->why), "out of memory");
+			whyf(k, "out of memory");
 			return 0;
 		}
 		k->buf = g;
@@ -390,48 +453,51 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
 
 /* ---- HTTP ----------------------------------------------------------------- */
 
-/* "Authorization: Bearer <token>" from the token file, read at every request
- * (projected service account tokens are rotated on disk). */
+/* A file of the service account (`what` names it in errors), read under
+ * the volume rule (volfile.h) at every request: the kubelet rotates the
+ * token, and may the CA, by swapping ..data. */
+static int read_sa_file(struct kt_kube *k, const char *what, const char *path, size_t cap,
+			char **out, size_t *len)
+{
+	const char *stage;
+	char why[200];
+	int ret = kt_volfile_read(path, cap, out, len, &stage, why, sizeof(why));
+
+	if (ret)
+		whyf(k, "cannot read %s %s: %s", what, path, why);
+	return ret;
+}
+
+/* "Authorization: Bearer <token>" from the token file. */
 static int auth_header(struct kt_kube *k, char **out)
 {
-	char *tok = malloc(TOKEN_MAX_BYTES + 1);
-	ssize_t n = 0, r;
-	int fd, ret = 0;
+	char *tok = NULL;
+	size_t n = 0, got;
+	int ret;
 
 	*out = NULL;
-	if (!tok)
-		return -ENOMEM;
-	fd = open(k->o.token_file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0) {
-		ret = -errno;
-		snprintf(k->why, sizeof(k->why), "cannot read token %s: %s", k->o.token_file,
-			 strerror(errno));
-		goto out;
-	}
-	while (n < TOKEN_MAX_BYTES && (r = read(fd, tok + n, TOKEN_MAX_BYTES - n)) > 0)
-		n += r;
-	close(fd);
+	ret = read_sa_file(k, "token", k->o.token_file, TOKEN_MAX_BYTES, &tok, &n);
+	if (ret)
+		return ret;
+	got = n;
 	while (n > 0 && (tok[n - 1] == '\n' || tok[n - 1] == '\r' || tok[n - 1] == ' '))
 		n--;
 	tok[n] = '\0';
 	/* the token goes into a header line: nothing but visible ASCII */
-	for (ssize_t i = 0; i < n; i++)
-		if (tok[i] <= ' ' || tok[i] >= 0x7f) {
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)tok[i] <= ' ' || (unsigned char)tok[i] >= 0x7f) {
 			n = 0;
 			break;
 		}
 	if (!n) {
 		ret = -EINVAL;
-		snprintf(k->why, sizeof(k->why), "token %s is empty or not a bearer token",
-			 k->o.token_file);
-		goto out;
-	}
-	if (asprintf(out, "Authorization: Bearer %s", tok) < 0) {
+		whyf(k, "token %s is empty or not a bearer token", k->o.token_file);
+	} else if (asprintf(out, "Authorization: Bearer %s", tok) < 0) {
 		*out = NULL;
 		ret = -ENOMEM;
+		whyf(k, "out of memory");
 	}
-out:
-	explicit_bzero(tok, TOKEN_MAX_BYTES + 1);
+	explicit_bzero(tok, got + 1);
 	free(tok);
 	return ret;
 }
@@ -440,8 +506,11 @@ out:
  * -1 with k->why set. The response body went through on_data. */
 static long get(struct kt_kube *k, const char *url, bool watch, bool *answered)
 {
-	char errbuf[CURL_ERROR_SIZE] = "", *auth = NULL;
+	char errbuf[CURL_ERROR_SIZE] = "", *auth = NULL, *ca = NULL;
 	struct curl_slist *hdrs = NULL, *h;
+	struct curl_blob cablob;
+	curl_off_t retry_after = 0;
+	size_t calen = 0;
 	CURLcode res = CURLE_OK;
 	CURL *e = curl_easy_init();
 	long status = 0;
@@ -453,9 +522,16 @@ static long get(struct kt_kube *k, const char *url, bool watch, bool *answered)
 	k->watch = watch;
 	k->too_big = false;
 	k->why[0] = '\0';
-	if (!e || auth_header(k, &auth)) {
+	k->http = 0;
+	k->retry_after_ms = -1;
+	if (!e || auth_header(k, &auth) ||
+	    read_sa_file(k, "CA", k->o.ca_file, CA_MAX_BYTES, &ca, &calen)) {
 		if (!e)
-			snprintf(k->why, sizeof(k->why), "out of memory");
+			whyf(k, "out of memory");
+		if (auth) {
+			explicit_bzero(auth, strlen(auth));
+			free(auth);
+		}
 		curl_easy_cleanup(e);
 		return -1;
 	}
@@ -464,10 +540,17 @@ static long get(struct kt_kube *k, const char *url, bool watch, bool *answered)
 		hdrs = h;
 	explicit_bzero(auth, strlen(auth));
 	free(auth);
+	/* the CA as read now (a rotated ca.crt is used at the next request),
+	 * and it alone: not the system's store */
+	cablob.data = ca;
+	cablob.len = calen;
+	cablob.flags = CURL_BLOB_COPY;
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "https");
-	curl_easy_setopt(e, CURLOPT_CAINFO, k->o.ca_file);
+	curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &cablob);
+	curl_easy_setopt(e, CURLOPT_CAPATH, NULL);
+	free(ca);
 	curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
 	curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -503,28 +586,39 @@ static long get(struct kt_kube *k, const char *url, bool watch, bool *answered)
 	if (atomic_load(&k->stop))
 		res = CURLE_ABORTED_BY_CALLBACK;
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+	/* seconds, from a number or an HTTP date; 0 when absent */
+	if ((status == 429 || status == 503) &&
+	    curl_easy_getinfo(e, CURLINFO_RETRY_AFTER, &retry_after) == CURLE_OK && retry_after > 0)
+		k->retry_after_ms = retry_after > BACKOFF_MAX_MS / 1000 ? BACKOFF_MAX_MS
+									: (long)retry_after * 1000;
 	curl_multi_remove_handle(k->multi, e);
 	curl_easy_cleanup(e);
 	k->easy = NULL;
+	if (hdrs) /* the token's copy */
+		explicit_bzero(hdrs->data, strlen(hdrs->data));
 	curl_slist_free_all(hdrs);
 	if (res == CURLE_OK)
 		return status;
 	if (!k->why[0])
-		snprintf(k->why, sizeof(k->why), "%s", errbuf[0] ? errbuf : curl_easy_strerror(res));
+		whyf(k, "%s", errbuf[0] ? errbuf : curl_easy_strerror(res));
 	/* a stream the API ended with ERROR 410 reports a write error here */
 	return k->gone ? 410 : -1;
 }
 
-/* "HTTP 403: pods is forbidden: ..." from a Status body when there is one. */
+/* "HTTP 403: pods is forbidden: ..." from the Status object the API
+ * answers with (a list's or a watch's), else the start of the body. */
 static void http_error(struct kt_kube *k, const char *what, long status)
 {
-	json_object *st = k->len && !k->watch ? json_tokener_parse(k->buf) : NULL;
+	json_object *st = k->len ? json_tokener_parse(k->buf) : NULL;
 	const char *msg = jstr(st, "message");
+	char body[184];
 
-	if (!msg && k->watch && k->len)
-		msg = k->buf;
-	snprintf(k->why, sizeof(k->why), "%s: HTTP %ld%s%.180s", what, status, msg ? ": " : "",
-		 msg ? msg : "");
+	if (!msg && k->len) {
+		one_line(body, sizeof(body), k->buf);
+		msg = body;
+	}
+	k->http = status;
+	whyf(k, "%s: HTTP %ld%s%s", what, status, msg && *msg ? ": " : "", msg ? msg : "");
 	json_object_put(st);
 }
 
@@ -548,7 +642,7 @@ static enum step do_list(struct kt_kube *k)
 		char why[sizeof(k->why)];
 
 		snprintf(why, sizeof(why), "%s", k->why);
-		snprintf(k->why, sizeof(k->why), "listing pods: %s", why);
+		whyf(k, "listing pods: %s", why);
 		return STEP_FAILED;
 	}
 	if (status != 200) {
@@ -560,7 +654,7 @@ static enum step do_list(struct kt_kube *k)
 	rv = jstr(jget(list, "metadata"), "resourceVersion");
 	if (!items || !json_object_is_type(items, json_type_array) || !rv || !*rv ||
 	    strlen(rv) >= sizeof(k->rv)) {
-		snprintf(k->why, sizeof(k->why), "listing pods: the answer is not a PodList");
+		whyf(k, "listing pods: the answer is not a PodList");
 		json_object_put(list);
 		return STEP_FAILED;
 	}
@@ -578,7 +672,7 @@ static enum step do_list(struct kt_kube *k)
 			kt_pod_free_labels(&p);
 			kt_pod_set_clear(&fresh);
 			json_object_put(list);
-			snprintf(k->why, sizeof(k->why), "listing pods: out of memory");
+			whyf(k, "listing pods: out of memory");
 			return STEP_FAILED;
 		}
 		kt_pod_free_labels(&p);
@@ -619,7 +713,7 @@ static enum step do_watch(struct kt_kube *k)
 		char why[sizeof(k->why)];
 
 		snprintf(why, sizeof(why), "%s", k->why);
-		snprintf(k->why, sizeof(k->why), "watching pods: %s", why);
+		whyf(k, "watching pods: %s", why);
 		/* a stream that was open and broke is retried at once; one that
 		 * never opened backs off */
 		return answered ? STEP_ENDED_EARLY : STEP_FAILED;
@@ -633,12 +727,17 @@ static enum step do_watch(struct kt_kube *k)
 	return kt_clock_ns() - t0 < 1000000000ull ? STEP_ENDED_EARLY : STEP_OK;
 }
 
-/* Sleeps ms (jittered by +-25%) unless stopped. */
-static void backoff_sleep(struct kt_kube *k, unsigned ms)
+/* Sleeps ms unless stopped: jittered by +-25%, or with exact (the
+ * server's Retry-After) by +0..10% but never past BACKOFF_MAX_MS, so that
+ * the daemons of many nodes refused at once do not come back at once. */
+static void backoff_sleep(struct kt_kube *k, unsigned ms, bool exact)
 {
 	uint64_t until;
 
-	ms = ms * 3 / 4 + (unsigned)(rand_r(&k->seed) % (ms / 2 + 1));
+	if (!exact)
+		ms = ms * 3 / 4 + (unsigned)(rand_r(&k->seed) % (ms / 2 + 1));
+	else if ((ms += (unsigned)(rand_r(&k->seed) % (ms / 10 + 1))) > BACKOFF_MAX_MS)
+		ms = BACKOFF_MAX_MS;
 	until = kt_clock_ns() + (uint64_t)ms * 1000000ull;
 	while (!atomic_load(&k->stop)) {
 		uint64_t now = kt_clock_ns();
@@ -653,13 +752,17 @@ static void *run(void *arg)
 {
 	struct kt_kube *k = arg;
 	bool need_list = true;
-	unsigned delay = 0;
+	unsigned delay = 0;  /* the exponential back-off */
+	long retry_ms = -1;  /* the server's Retry-After, which overrides it */
 
 	while (!atomic_load(&k->stop)) {
 		enum step s;
 
-		if (delay)
-			backoff_sleep(k, delay);
+		if (retry_ms >= 0)
+			backoff_sleep(k, (unsigned)retry_ms, true);
+		else if (delay)
+			backoff_sleep(k, delay, false);
+		retry_ms = -1;
 		if (atomic_load(&k->stop))
 			break;
 		s = need_list ? do_list(k) : do_watch(k);
@@ -681,6 +784,7 @@ static void *run(void *arg)
 			set_state(k, KT_KUBE_UNREACHABLE, k->why);
 			delay = delay ? (delay * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay * 2)
 				      : BACKOFF_FIRST_MS;
+			retry_ms = k->retry_after_ms;
 			break;
 		}
 	}

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Follows the pods of one node in the Kubernetes API: list, then watch from
  * the list's resourceVersion (bookmarks kept, 410 Gone answered by a relist,
- * dropped streams resumed with jittered back-off), over HTTPS with a bearer
- * token (libcurl), events decoded with json-c.
+ * dropped streams resumed with jittered back-off, or after the server's
+ * Retry-After on a 429/503, capped at 8 s), over HTTPS with a bearer token
+ * (libcurl), events decoded with json-c. The token and the CA are read at
+ * every request under the volume rule (volfile.h), so the kubelet's
+ * rotations of either are followed.
  *
  * The HTTP work runs on a thread of its own so that a slow or unreachable
  * API server never holds the daemon's loop. The thread keeps its working
@@ -44,7 +47,9 @@ struct kt_kube_status {
 	enum kt_kube_state state;
 	bool synced;              /* a list has succeeded: the set is the API's */
 	uint64_t since_ns;        /* kt_clock_ns when state was entered */
-	char error[256];          /* the last failure ("" if none since the last success) */
+	char error[256];          /* the last failure, one line ("" if none since the last success) */
+	long http_status;         /* its HTTP status (401/403: refused, not an outage); 0 if none
+				   * or not an HTTP answer (transport, token or CA file) */
 	char resource_version[64];
 	unsigned long lists, watches, relists, skipped; /* skipped: objects refused as malformed */
 };
