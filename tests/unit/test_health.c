@@ -112,6 +112,32 @@ static void test_kube_unreachable_bound(void **state)
 	assert_true(h.ready);
 }
 
+/* A refused token or role is not ridden out like an outage: not ready at
+ * once, live throughout. */
+static void test_kube_refused(void **state)
+{
+	static const long refusals[] = { 401, 403 };
+	struct kt_health h;
+	char buf[1024];
+
+	(void)state;
+	for (int i = 0; i < 2; i++) {
+		struct kt_health_in in = with_kube(KT_KUBE_UNREACHABLE, true, 1,
+						   "listing pods: HTTP 401: Unauthorized");
+
+		in.kube.http_status = refusals[i];
+		kt_health_eval(&in, &h);
+		assert_false(h.ready);
+		assert_true(h.live);
+		reply(&in, false, buf, sizeof(buf));
+		assert_non_null(strstr(buf, "kubernetes fail the API refuses this daemon (HTTP "));
+		/* a server error is an outage: ridden out */
+		in.kube.http_status = 503;
+		kt_health_eval(&in, &h);
+		assert_true(h.ready);
+	}
+}
+
 static void test_store_down_ready(void **state)
 {
 	struct kt_health_in in = base();
@@ -208,6 +234,7 @@ int main(void)
 		cmocka_unit_test(test_all_ok),
 		cmocka_unit_test(test_kube_never_synced),
 		cmocka_unit_test(test_kube_unreachable_bound),
+		cmocka_unit_test(test_kube_refused),
 		cmocka_unit_test(test_store_down_ready),
 		cmocka_unit_test(test_kernel_fail),
 		cmocka_unit_test(test_liveness),

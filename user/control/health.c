@@ -40,6 +40,11 @@ static void eval_kube(const struct kt_health_in *in, struct kt_health *h)
 	if (!k->synced)
 		snprintf(h->kube_why, sizeof(h->kube_why), "no pod list since the start (%s for %.0fs): %s",
 			 kt_kube_state_name(k->state), secs(k->since_ns, in->now_ns), err);
+	else if (k->state == KT_KUBE_UNREACHABLE && (k->http_status == 401 || k->http_status == 403))
+		/* a refused token or RBAC is no outage to ride out: nothing
+		 * new will be attached until someone fixes it */
+		snprintf(h->kube_why, sizeof(h->kube_why), "the API refuses this daemon (HTTP %ld): %s",
+			 k->http_status, err);
 	else if (k->state == KT_KUBE_UNREACHABLE &&
 		 in->now_ns > k->since_ns + KT_HEALTH_KUBE_STALE_S * 1000000000ull)
 		snprintf(h->kube_why, sizeof(h->kube_why), "unreachable for %.0fs (over %ds): %s",

@@ -9,8 +9,9 @@
  *               has a pinned link (on itself, or on a member ancestor that
  *               serves it) and the last member update was applied.
  *   kubernetes  (some limit selects pods:) the watcher has listed pods since
- *               this daemon started and has not been unreachable for more
- *               than KT_HEALTH_KUBE_STALE_S.
+ *               this daemon started, the API does not refuse it (its last
+ *               answer is no 401 or 403), and it has not been unreachable
+ *               for more than KT_HEALTH_KUBE_STALE_S.
  *   store       (some limit uses redis) reported, never a reason for not
  *               ready: without it the kernel enforces onStoreFailure, and a
  *               restart would not bring the store back.
