@@ -298,6 +298,16 @@ static void test_configmap_changes_apply(void **state)
 	expect_near("back to 20/s", rate(t_back + 2, t_back + 4), 20);
 	assert_int_equal(rejections_logged(), 1);
 	assert_int_equal(arrivals_drops(&fx.arr), 0);
+	/* the automatic reloads are logged as such: the two applied */
+	char *log = ktest_slurp(fx.d.log);
+
+	for (char *l = strtok(log, "\n"); l; l = strtok(NULL, "\n"))
+		if (strstr(l, "config") || strstr(l, "reloaded"))
+			print_message("log: %s\n", l);
+	free(log);
+	log = ktest_slurp(fx.d.log);
+	assert_int_equal(count_str(log, "(changed on disk)"), 2);
+	free(log);
 }
 
 int main(void)
