@@ -969,9 +969,9 @@ static void test_rejected_reload(void **state)
 	ktest_sleep_ms(300);
 	assert_int_equal(waitpid(fx.d[1].pid, NULL, WNOHANG), 0);
 	log = ktest_slurp(fx.d[1].log);
-	print_message("badreload: n1 logged \"reload rejected\" %d times\n",
-		      count_str(log, "reload rejected"));
-	assert_int_equal(count_str(log, "reload rejected"), 2);
+	print_message("badreload: n1 logged \"rejected, keeping the running configuration\" %d times\n",
+		      count_str(log, "rejected, keeping the running configuration"));
+	assert_int_equal(count_str(log, "rejected, keeping the running configuration"), 2);
 	free(log);
 
 	/* as before, and the kernel still enforces the old share */

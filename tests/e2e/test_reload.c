@@ -368,7 +368,7 @@ static void test_bad_reload_keeps_old_config(void **state)
 	ktest_sleep_ms(300);
 	assert_int_equal(waitpid(fx.d.pid, NULL, WNOHANG), 0);
 	log = ktest_slurp(fx.d.log);
-	assert_non_null(strstr(log, "reload rejected"));
+	assert_non_null(strstr(log, "rejected, keeping the running configuration"));
 	free(log);
 
 	/* old config in force: max 200 */

@@ -282,12 +282,21 @@ int ktest_daemon_init(struct ktest_daemon *d)
 	return 0;
 }
 
-int ktest_daemon_config(struct ktest_daemon *d, const char *yaml_body)
+char *ktest_daemon_config_text(const struct ktest_daemon *d, const char *yaml_body)
 {
 	char *buf;
-	int ret;
 
 	if (asprintf(&buf, "pinDir: %s\nsocket: %s\n%s", d->pin_dir, d->socket, yaml_body) < 0)
+		return NULL;
+	return buf;
+}
+
+int ktest_daemon_config(struct ktest_daemon *d, const char *yaml_body)
+{
+	char *buf = ktest_daemon_config_text(d, yaml_body);
+	int ret;
+
+	if (!buf)
 		return -ENOMEM;
 	ret = ktest_write_file(d->config, buf);
 	free(buf);

@@ -44,6 +44,9 @@ struct ktest_daemon {
 /* Writes `yaml_body` to dir/kthrottled.yaml, prefixed with pinDir and socket
  * lines for this daemon (the body must not set them). */
 int ktest_daemon_config(struct ktest_daemon *d, const char *yaml_body);
+/* The same text, malloc'd (NULL: out of memory), for a config published
+ * elsewhere (a ConfigMap volume: tests/lib/kvol.h). */
+char *ktest_daemon_config_text(const struct ktest_daemon *d, const char *yaml_body);
 /* Starts build/kthrottled on d->config and waits until its socket answers
  * (up to timeout_ms). Returns 0, or -1 if it exited; then *exit_code holds
  * its exit status. */

@@ -16,12 +16,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include <yaml.h>
+#include <openssl/evp.h>
 
 #include "config.h"
 #include "volfile.h"
 
 #define FIELD_LEN 200            /* longest field path we print */
-#define MAX_FILE_BYTES (1 << 20)  /* a config is kilobytes; refuse anything huge */
+#define MAX_FILE_BYTES KT_CONFIG_MAX_BYTES /* a config is kilobytes; refuse anything huge */
 #define MAX_SECRET_BYTES (64 << 10) /* a password, or a PEM bundle some day */
 #define MAX_DEPTH 64               /* real configs nest 8 deep */
 #define MAX_ANCHORS 256            /* libyaml looks each alias up in a list of them */
@@ -2721,7 +2722,28 @@ static void load_err(char *err, size_t errlen, const char *fmt, ...)
 	va_end(ap);
 }
 
+void kt_config_digest(const char *buf, size_t len, int read_err,
+		      unsigned char out[KT_CONFIG_DIGEST_LEN])
+{
+	char mark[48];
+	unsigned int n = 0;
+
+	if (read_err) {
+		len = (size_t)snprintf(mark, sizeof(mark), "kthrottle: unreadable: %d", read_err);
+		buf = mark;
+	}
+	if (!EVP_Digest(buf ? buf : "", len, out, &n, EVP_sha256(), NULL) ||
+	    n != KT_CONFIG_DIGEST_LEN)
+		memset(out, 0, KT_CONFIG_DIGEST_LEN); /* no digest: every content looks alike */
+}
+
 int kt_config_load(const char *path, struct kt_config *cfg, char *err, size_t errlen)
+{
+	return kt_config_load_digest(path, cfg, NULL, err, errlen);
+}
+
+int kt_config_load_digest(const char *path, struct kt_config *cfg,
+			  unsigned char digest[KT_CONFIG_DIGEST_LEN], char *err, size_t errlen)
 {
 	const char *stage;
 	char why[128], *buf = NULL;
@@ -2731,6 +2753,8 @@ int kt_config_load(const char *path, struct kt_config *cfg, char *err, size_t er
 	memset(cfg, 0, sizeof(*cfg));
 	ret = read_capped(path, MAX_FILE_BYTES, "config files", &buf, &len, &stage, why,
 			  sizeof(why));
+	if (digest)
+		kt_config_digest(buf, len, ret, digest);
 	if (ret) {
 		load_err(err, errlen, "%s: cannot %s: %s", path, stage, why);
 		return ret;

@@ -245,6 +245,17 @@ struct kt_config {
  * -errno and why (no path in it). */
 int kt_config_read_secret(const char *path, char **out, char *why, size_t whylen);
 int kt_config_load(const char *path, struct kt_config *cfg, char *err, size_t errlen);
+/* Largest config file read (larger: -EFBIG). */
+#define KT_CONFIG_MAX_BYTES (1 << 20)
+#define KT_CONFIG_DIGEST_LEN 32
+/* What a content is, for telling a changed file (cfgwatch.h): the SHA-256
+ * of the bytes read, or, when read_err (a negative errno) says they could
+ * not be read, of a marker naming that errno (a file gone is a state too). */
+void kt_config_digest(const char *buf, size_t len, int read_err,
+		      unsigned char out[KT_CONFIG_DIGEST_LEN]);
+/* kt_config_load, and the digest of exactly what it read (or failed to). */
+int kt_config_load_digest(const char *path, struct kt_config *cfg,
+			  unsigned char digest[KT_CONFIG_DIGEST_LEN], char *err, size_t errlen);
 /* Same, from a string (for tests); `name` stands in for the file name. */
 int kt_config_parse(const char *name, const char *yaml, size_t len, struct kt_config *cfg,
 		    char *err, size_t errlen);

@@ -275,8 +275,14 @@ char *kt_daemon_metrics(struct kt_daemon *d)
 	sb_printf(&b, "# HELP kthrottle_up 1 while kthrottled runs.\n# TYPE kthrottle_up gauge\n"
 		      "kthrottle_up 1\n"
 		      "# TYPE kthrottle_reloads_total counter\nkthrottle_reloads_total %llu\n"
-		      "# TYPE kthrottle_uptime_seconds gauge\nkthrottle_uptime_seconds %.3f\n",
-		  (unsigned long long)d->reloads, (double)(now - d->started_ns) / 1e9);
+		      "# TYPE kthrottle_uptime_seconds gauge\nkthrottle_uptime_seconds %.3f\n"
+		      "# HELP kthrottle_config_ok 1 when the config file's content is what runs, 0 while a rejected content is on disk.\n"
+		      "# TYPE kthrottle_config_ok gauge\nkthrottle_config_ok %d\n"
+		      "# HELP kthrottle_config_reload_failures_total Reloads rejected (the running configuration kept).\n"
+		      "# TYPE kthrottle_config_reload_failures_total counter\n"
+		      "kthrottle_config_reload_failures_total %llu\n",
+		  (unsigned long long)d->reloads, (double)(now - d->started_ns) / 1e9,
+		  d->cfg_rejected ? 0 : 1, (unsigned long long)d->reload_failures);
 	health_metrics(d, &b);
 	/* one family at a time, as the text format wants */
 	static const struct {
@@ -601,6 +607,45 @@ static void strict_status(struct kt_daemon *d, struct sbuf *b, int i, bool json,
 		  t.store_down ? "  STORE UNREACHABLE, admitting nothing: " : "", t.store_down ? t.last_error : "");
 }
 
+static void utc_time(int64_t t, char *out, size_t len)
+{
+	struct tm tm;
+	time_t tt = (time_t)t;
+
+	if (!gmtime_r(&tt, &tm) || !strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm))
+		snprintf(out, len, "%lld", (long long)t);
+}
+
+/* The config file: applied or rejected (since when, why), reload counts. */
+static void config_status(const struct kt_daemon *d, struct sbuf *b, bool json)
+{
+	char at[32];
+
+	if (json) {
+		sb_printf(b, ",\"config\":{\"path\":");
+		sb_json_str(b, d->config_path);
+		sb_printf(b, ",\"state\":\"%s\",\"error\":", d->cfg_rejected ? "rejected" : "applied");
+		sb_json_str(b, d->cfg_rejected ? d->cfg_error : "");
+		if (d->cfg_rejected)
+			sb_printf(b, ",\"rejected_since\":%lld", (long long)d->cfg_rejected_since);
+		else
+			sb_printf(b, ",\"rejected_since\":null");
+		sb_printf(b, ",\"applied_at\":%lld,\"reloads\":%llu,\"reload_failures\":%llu,\"auto\":%s}",
+			  (long long)d->cfg_applied_at, (unsigned long long)d->reloads,
+			  (unsigned long long)d->reload_failures, d->cfw ? "true" : "false");
+		return;
+	}
+	if (d->cfg_rejected) {
+		utc_time(d->cfg_rejected_since, at, sizeof(at));
+		sb_printf(b, "config %s: rejected since %s: %s\n", d->config_path, at, d->cfg_error);
+		return;
+	}
+	utc_time(d->cfg_applied_at, at, sizeof(at));
+	sb_printf(b, "config %s: applied %s (%llu reloads, %llu rejected; %s)\n", d->config_path, at,
+		  (unsigned long long)d->reloads, (unsigned long long)d->reload_failures,
+		  d->cfw ? "changes apply themselves" : "not watched: reload by hand");
+}
+
 char *kt_daemon_status(struct kt_daemon *d, bool json)
 {
 	struct sbuf b = { 0 };
@@ -621,12 +666,14 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 			  (double)(now - d->started_ns) / 1e9, (unsigned long long)d->ticks,
 			  (double)d->tick_late_max_ns / 1e6, (unsigned long long)d->ticks_missed,
 			  (unsigned long long)d->reloads);
+		config_status(d, &b, true);
 		kube_status(d, &b, true, now);
 		sb_printf(&b, ",\"limits\":[");
 	} else {
 		sb_printf(&b, "node %s  pins %s  up %.0fs  latest tick %.1fms late\n", d->cfg.node_name,
 			  d->bpf.pin_dir, (double)(now - d->started_ns) / 1e9,
 			  (double)d->tick_late_max_ns / 1e6);
+		config_status(d, &b, false);
 		kube_status(d, &b, false, now);
 		if (d->plan.n_limits) /* a node may have tag limits only */
 			sb_printf(&b, "%-16s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",
@@ -1578,7 +1625,9 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 	d->detach_on_exit = detach_on_exit;
 	snprintf(d->config_path, sizeof(d->config_path), "%s", config_path);
 
-	ret = kt_config_load(config_path, &d->cfg, err, sizeof(err));
+	unsigned char digest[KT_CONFIG_DIGEST_LEN];
+
+	ret = kt_config_load_digest(config_path, &d->cfg, digest, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
 		return KT_EXIT_CONFIG;
@@ -1681,6 +1730,12 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		goto fail_bpf;
 	}
 	watch_members(d);
+	/* changes to the file apply themselves from the content loaded here */
+	if (kt_cfgwatch_open(&d->cfw, d->config_path, digest, 0, 0, err, sizeof(err)))
+		kt_warn("%s; reload with SIGHUP or kthrottlectl reload", err);
+	else
+		rewatch(d, -1, kt_cfgwatch_fd(d->cfw), 11, "the config file", "reload by hand");
+	d->cfg_applied_at = time(NULL);
 	d->started_ns = now;
 	d->running = true;
 	kt_daemon_tick(d, now); /* first sample */
@@ -1734,7 +1789,9 @@ fail_cfg:
 	return ret;
 }
 
-int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
+/* The reload itself; digest gets what it read (or failed to). */
+static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIGEST_LEN],
+			 const char *how, char *err, size_t errlen)
 {
 	struct kt_config ncfg;
 	struct kt_plan nplan;
@@ -1746,7 +1803,7 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	uint64_t now = kt_clock_ns();
 	int ret, i, j;
 
-	ret = kt_config_load(d->config_path, &ncfg, err, errlen);
+	ret = kt_config_load_digest(d->config_path, &ncfg, digest, err, errlen);
 	if (ret)
 		goto failed;
 	if (strcmp(ncfg.pin_dir, d->cfg.pin_dir) || strcmp(ncfg.socket_path, d->cfg.socket_path) ||
@@ -1847,8 +1904,8 @@ int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
 	kube_follow(d, &kopts);
 	watch_members(d);
 	d->reloads++;
-	kt_info("reloaded %s: %d limit(s), %d tag limit(s)", d->config_path, d->plan.n_limits,
-		kt_tags_count(d->tags));
+	kt_info("reloaded %s%s: %d limit(s), %d tag limit(s)", d->config_path, how,
+		d->plan.n_limits, kt_tags_count(d->tags));
 	return 0;
 failed_plan:
 	kt_strict_destroy(nstrict);
@@ -1858,9 +1915,38 @@ failed_plan:
 	kt_plan_free(&nplan);
 	kt_config_free(&ncfg);
 failed:
-	d->reload_failures++;
-	kt_err("reload rejected, keeping the running configuration: %s", err);
 	return ret;
+}
+
+/* A reload and its outcome: the watcher's last tried content, and applied
+ * or rejected (since the first rejection of this content) for status. */
+static int reload(struct kt_daemon *d, bool automatic, char *err, size_t errlen)
+{
+	unsigned char digest[KT_CONFIG_DIGEST_LEN] = { 0 };
+	int ret = reload_config(d, digest, automatic ? " (changed on disk)" : "", err, errlen);
+
+	kt_cfgwatch_tried(d->cfw, digest);
+	if (!ret) {
+		d->cfg_rejected = false;
+		d->cfg_error[0] = '\0';
+		d->cfg_rejected_since = 0;
+		d->cfg_applied_at = time(NULL);
+		return 0;
+	}
+	d->reload_failures++;
+	if (!d->cfg_rejected || memcmp(digest, d->cfg_bad, sizeof(digest))) {
+		d->cfg_rejected_since = time(NULL);
+		memcpy(d->cfg_bad, digest, sizeof(digest));
+	}
+	d->cfg_rejected = true;
+	snprintf(d->cfg_error, sizeof(d->cfg_error), "%s", err);
+	kt_err("config %s rejected, keeping the running configuration: %s", d->config_path, err);
+	return ret;
+}
+
+int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen)
+{
+	return reload(d, false, err, errlen);
 }
 
 /* How late the tick ran: what a blocked loop would show first. */
@@ -1948,6 +2034,10 @@ int kt_daemon_run(struct kt_daemon *d)
 				kt_strict_run(d->strict, kt_clock_ns());
 			} else if (tag == 10) {
 				kt_tags_run(d->tags, kt_clock_ns());
+			} else if (tag == 11) {
+				/* the config file's content changed (debounced) */
+				if (kt_cfgwatch_run(d->cfw))
+					reload(d, true, err, sizeof(err));
 			} else if (tag == 8) {
 				uint64_t now = kt_clock_ns();
 
@@ -2014,6 +2104,8 @@ void kt_daemon_stop(struct kt_daemon *d)
 	if (d->cgwatch)
 		kt_cgwatch_close(d->cgwatch);
 	d->cgwatch = NULL;
+	kt_cfgwatch_close(d->cfw);
+	d->cfw = NULL;
 	kt_kube_stop(d->kube);
 	d->kube = NULL;
 	kt_pod_set_clear(&d->pods);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "apply.h"
 #include "bpf_loader.h"
+#include "cfgwatch.h"
 #include "config.h"
 #include "controller.h"
 #include "kubewatch.h"
@@ -79,6 +80,14 @@ struct kt_daemon {
 	struct kt_strict *strict;  /* the strict limits' permits; NULL: none */
 	bool strict_kick;          /* an event was news to it: run it after the batch */
 	struct kt_tags *tags;      /* the tag limits (query servers, exchange); NULL: none */
+	/* the config file: watched so a change applies itself (tag 11), and
+	 * the outcome of the last reload for status and metrics */
+	struct kt_cfgwatch *cfw;   /* NULL: reloads by SIGHUP or kthrottlectl only */
+	unsigned char cfg_bad[KT_CONFIG_DIGEST_LEN]; /* the content rejected, while cfg_rejected */
+	bool cfg_rejected;         /* the content last tried was rejected: on disk, not running */
+	int64_t cfg_applied_at;    /* unix s: the running config was loaded */
+	int64_t cfg_rejected_since; /* unix s: the first rejection of the content rejected */
+	char cfg_error[KT_ERR_LEN]; /* why, one line */
 };
 
 /* Exit codes */
@@ -100,7 +109,9 @@ void kt_daemon_stop(struct kt_daemon *d);
  * apply as a reload. Returns how many members joined or left, or a
  * negative errno (logged once; the members stay as they were). */
 int kt_daemon_refresh_members(struct kt_daemon *d);
-/* Re-read the config; on error keep the running one. 0 or negative errno. */
+/* Re-read the config; on error keep the running one (recorded for status
+ * and metrics, logged). Unconditional (SIGHUP, kthrottlectl reload); the
+ * watcher then compares with what it read. 0 or negative errno. */
 int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen);
 /* The Prometheus text page (every metric prefixed kthrottle_), malloc'd. */
 char *kt_daemon_metrics(struct kt_daemon *d);
