@@ -760,6 +760,20 @@ static void test_untrusted_server(void **state)
  * back with the new token and a pod added afterwards joins; the old token
  * is refused. Rotated on the server first, the daemon is refused (401 in
  * status) until the kubelet publishes the new token, then recovers. */
+/* `kthrottlectl health [--live]`: its exit status, the reply in out. */
+static int health(bool live, char *out, size_t len)
+{
+	char *reply = NULL;
+	int rc = live ? ktest_run_bin("kthrottlectl", &reply, "--socket", fx.d.socket, "health",
+				      "--live", (char *)NULL) :
+			ktest_run_bin("kthrottlectl", &reply, "--socket", fx.d.socket, "health",
+				      (char *)NULL);
+
+	snprintf(out, len, "%s", reply ? reply : "");
+	free(reply);
+	return rc;
+}
+
 static void test_token_rotation(void **state)
 {
 	char path[PATH_MAX], line[512];
@@ -775,6 +789,8 @@ static void test_token_rotation(void **state)
 	assert_true(member(&CRAWLER1));
 	wait_state("watching", 2000);
 	assert_int_equal(api_get(TOKEN), 200);
+	/* pods listed: ready */
+	assert_int_equal(health(false, line, sizeof(line)), 0);
 
 	assert_int_equal(ktest_kvol_update(&fx.sa, "token", "t0ken-rotated-1"), 0);
 	api("token t0ken-rotated-1");
@@ -797,12 +813,18 @@ static void test_token_rotation(void **state)
 	print_message("%s\n", line);
 	assert_non_null(strstr(line, "HTTP 401: Unauthorized"));
 	assert_true(member(&CRAWLER1) && member(&CRAWLER2)); /* the last set is kept */
+	/* refused: not ready at once (no outage bound), but live */
+	assert_int_equal(health(false, line, sizeof(line)), 1);
+	print_message("health while refused: %s", line);
+	assert_non_null(strstr(line, "kubernetes fail the API refuses this daemon (HTTP 401)"));
+	assert_int_equal(health(true, line, sizeof(line)), 0);
 	assert_int_equal(ktest_kvol_update(&fx.sa, "token", "t0ken-rotated-2"), 0);
 	api("delete %s", CRAWLER1.uid);
 	wait_member(&CRAWLER1, false, 8000);
 	wait_state("watching", 2000);
 	assert_int_equal(kube_http_status(), 0);
 	assert_true(member(&CRAWLER2));
+	assert_int_equal(health(false, line, sizeof(line)), 0);
 }
 
 /* The CA is read at every request too: rotated to another CA (and the
