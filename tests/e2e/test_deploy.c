@@ -22,7 +22,8 @@
  * pods are listed; a pod the config's selector picks is attached and its
  * new connections are held to the ramp's rate (counted as they complete at
  * a loopback listener, refusals as EBUSY), a pod it does not pick is not
- * throttled, and the node's member is in Redis. */
+ * throttled, and the node's member is in Redis; an edit of the ConfigMap
+ * (the kubelet's ..data swap) applies by itself. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -598,6 +599,52 @@ static bool is_member(const char *ns_name)
 	return found;
 }
 
+/* The limit's max in `status json`, -1 if it cannot be read. */
+static double status_max(const char *limit)
+{
+	struct ktest_daemon d = { 0 };
+	char *st;
+	double v = -1;
+
+	snprintf(d.socket, sizeof(d.socket), "%s", fx.socket_path);
+	st = ktest_daemon_cmd(&d, "status json");
+	if (!st || !ktest_json_limit_num(st, limit, "max", &v))
+		v = -1;
+	free(st);
+	return v;
+}
+
+/* kubectl edit of the ConfigMap: the kubelet swaps ..data, and the daemon
+ * applies it by itself (no exec, no signal) within 5 s. */
+static void edit_configmap(void)
+{
+	const char *at = strstr(fx.m.config, "- name: ");
+	char name[64], *cfg, *maxp, *edited = NULL;
+	double max, want;
+	uint64_t t0;
+
+	assert_non_null(at);
+	assert_int_equal(sscanf(at, "- name: %63s", name), 1);
+	cfg = pod_config();
+	maxp = strstr(cfg, "max: ");
+	assert_non_null(maxp);
+	max = atof(maxp + 5);
+	assert_true(max >= 2);
+	want = (double)(long)(max / 2);
+	assert_true(asprintf(&edited, "%.*smax: %.0f%s", (int)(maxp - cfg), cfg, want,
+			     maxp + 5 + strspn(maxp + 5, "0123456789.")) > 0);
+	assert_true(status_max(name) == max);
+	t0 = ktest_now_ns();
+	assert_int_equal(ktest_kvol_update(&fx.config, fx.m.config_key, edited), 0);
+	while (status_max(name) != want && ktest_now_ns() - t0 < 5000000000ull)
+		ktest_sleep_ms(50);
+	print_message("ConfigMap edit max %.0f -> %.0f applied in %.2f s\n", max, want,
+		      (double)(ktest_now_ns() - t0) / 1e9);
+	assert_true(status_max(name) == want);
+	free(edited);
+	free(cfg);
+}
+
 static void test_daemonset_as_shipped(void **state)
 {
 	struct rp_opts ro = { 0 };
@@ -684,6 +731,8 @@ static void test_daemonset_as_shipped(void **state)
 		assert_true(r->elements > 0);
 		freeReplyObject(r);
 	}
+	edit_configmap();
+	assert_int_equal(probe(fx.m.ready), 0);
 }
 
 int main(void)
