@@ -286,6 +286,7 @@ static struct fixture {
 	char redis_host[128];
 	int redis_port, limit_port;
 	pid_t daemon;
+	bool stopped;                   /* by the test: --cleanup still due */
 	char log[PATH_MAX];
 	int listen_fd;
 	pthread_t acceptor;
@@ -529,14 +530,16 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (fx.daemon > 0) {
+	if (fx.daemon > 0 || fx.stopped) {
 		int st;
 
-		kill(fx.daemon, SIGTERM);
-		for (int i = 0; i < 150 && waitpid(fx.daemon, &st, WNOHANG) == 0; i++)
-			ktest_sleep_ms(20);
-		kill(fx.daemon, SIGKILL);
-		waitpid(fx.daemon, &st, 0);
+		if (fx.daemon > 0) {
+			kill(fx.daemon, SIGTERM);
+			for (int i = 0; i < 150 && waitpid(fx.daemon, &st, WNOHANG) == 0; i++)
+				ktest_sleep_ms(20);
+			kill(fx.daemon, SIGKILL);
+			waitpid(fx.daemon, &st, 0);
+		}
 		/* the programs stay attached on SIGTERM (by design): detach */
 		if (fx.m.argv[0]) {
 			char *argv[] = { fx.m.argv[0], "--cleanup", "--config", fx.m.argv[2], NULL };
@@ -733,6 +736,24 @@ static void test_daemonset_as_shipped(void **state)
 	}
 	edit_configmap();
 	assert_int_equal(probe(fx.m.ready), 0);
+
+	/* a rollout's SIGTERM: a clean exit, and nothing a sanitizer build
+	 * would have said */
+	{
+		int st = -1;
+
+		kill(fx.daemon, SIGTERM);
+		for (int i = 0; i < 250 && waitpid(fx.daemon, &st, WNOHANG) == 0; i++)
+			ktest_sleep_ms(20);
+		assert_true(WIFEXITED(st));
+		assert_int_equal(WEXITSTATUS(st), 0);
+		fx.daemon = -1;
+		fx.stopped = true;
+		log = ktest_slurp(fx.log);
+		assert_null(strstr(log, "Sanitizer"));
+		assert_null(strstr(log, "runtime error"));
+		free(log);
+	}
 }
 
 int main(void)
