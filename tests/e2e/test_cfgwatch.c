@@ -99,24 +99,14 @@ static void publish(const char *text)
 /* GET /metrics: the value of sample `name`, or -1. */
 static double metric(const char *name)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)fx.mport),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	char buf[1 << 16], want[128];
-	const char *req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", *p;
-	size_t len = 0;
-	ssize_t r;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	char *page = NULL;
+	double v = -1;
 
-	assert_true(fd >= 0);
-	assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
-	while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
-		len += (size_t)r;
-	close(fd);
-	buf[len] = '\0';
-	snprintf(want, sizeof(want), "\n%s ", name);
-	p = strstr(buf, want);
-	return p ? atof(p + strlen(want)) : -1;
+	assert_int_equal(ktest_http_get(fx.mport, "/metrics", &page), 200);
+	if (!ktest_metric_sample(page, name, &v))
+		v = -1;
+	free(page);
+	return v;
 }
 
 /* status json's "config" object (up to its last key), malloc'd. */

@@ -60,41 +60,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* GET path from 127.0.0.1:port (HTTP/1.0, bounded by SO_RCVTIMEO): the
- * status code, and the body in *body (malloc'd, "" when none). */
-static int http_get(int port, const char *path, char **body)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	struct timeval tv = { .tv_sec = 3 };
-	size_t len = 0, cap = 1 << 16;
-	char req[256], *buf = malloc(cap), *b;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), code = -1;
-	ssize_t r;
-
-	assert_non_null(buf);
-	assert_true(fd >= 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	buf[0] = 0;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		goto out;
-	snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
-	if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
-		goto out;
-	while (len + 1 < cap && (r = recv(fd, buf + len, cap - 1 - len, 0)) > 0)
-		len += (size_t)r;
-	buf[len] = 0;
-	if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1)
-		code = -1;
-out:
-	b = strstr(buf, "\r\n\r\n");
-	*body = strdup(b ? b + 4 : "");
-	close(fd);
-	free(buf);
-	return code;
-}
-
 /* `kthrottlectl health [--live]`: exit status, output in *out. */
 static int ctl_health(bool live, char **out)
 {
@@ -133,7 +98,7 @@ static void assert_live(void)
 	assert_int_equal(ctl_health(true, &out), 0);
 	assert_string_equal(out, "live\n");
 	free(out);
-	assert_int_equal(http_get(fx.metrics_port, "/livez", &body), 200);
+	assert_int_equal(ktest_http_get(fx.metrics_port, "/livez", &body), 200);
 	assert_string_equal(body, "live\n");
 	free(body);
 }
@@ -159,10 +124,10 @@ static void test_local_limit(void **state)
 	assert_string_equal(out, "ready\nkernel ok\n");
 	free(out);
 	assert_live();
-	assert_int_equal(http_get(fx.metrics_port, "/healthz", &page), 200);
+	assert_int_equal(ktest_http_get(fx.metrics_port, "/healthz", &page), 200);
 	assert_string_equal(page, "ready\nkernel ok\n");
 	free(page);
-	assert_int_equal(http_get(fx.metrics_port, "/metrics", &page), 200);
+	assert_int_equal(ktest_http_get(fx.metrics_port, "/metrics", &page), 200);
 	assert_gauge(page, "\nkthrottle_ready 1\n");
 	assert_gauge(page, "\nkthrottle_component_up{component=\"kernel\"} 1\n");
 	assert_null(strstr(page, "component=\"store\""));
@@ -184,10 +149,10 @@ static void test_local_limit(void **state)
 	assert_true(!strncmp(out, "not ready\nkernel fail 1 member cgroup(s) not attached", 53));
 	assert_non_null(strstr(out, fx.cg));
 	free(out);
-	assert_int_equal(http_get(fx.metrics_port, "/healthz", &page), 503);
+	assert_int_equal(ktest_http_get(fx.metrics_port, "/healthz", &page), 503);
 	free(page);
 	assert_live();
-	assert_int_equal(http_get(fx.metrics_port, "/metrics", &page), 200);
+	assert_int_equal(ktest_http_get(fx.metrics_port, "/metrics", &page), 200);
 	assert_gauge(page, "\nkthrottle_ready 0\n");
 	assert_gauge(page, "\nkthrottle_component_up{component=\"kernel\"} 0\n");
 	free(page);
@@ -223,9 +188,9 @@ static void test_store_down_stays_ready(void **state)
 	assert_true(!strncmp(out, "ready\nkernel ok\nstore down limit r: redis ", 42));
 	free(out);
 	assert_live();
-	assert_int_equal(http_get(fx.metrics_port, "/healthz", &page), 200);
+	assert_int_equal(ktest_http_get(fx.metrics_port, "/healthz", &page), 200);
 	free(page);
-	assert_int_equal(http_get(fx.metrics_port, "/metrics", &page), 200);
+	assert_int_equal(ktest_http_get(fx.metrics_port, "/metrics", &page), 200);
 	assert_gauge(page, "\nkthrottle_ready 1\n");
 	assert_gauge(page, "\nkthrottle_component_up{component=\"kernel\"} 1\n");
 	assert_gauge(page, "\nkthrottle_component_up{component=\"store\"} 0\n");
@@ -264,10 +229,10 @@ static void test_kube_token_missing(void **state)
 	assert_int_equal(ktest_count_lines(out), 3);
 	free(out);
 	assert_live();
-	assert_int_equal(http_get(fx.metrics_port, "/healthz", &page), 503);
+	assert_int_equal(ktest_http_get(fx.metrics_port, "/healthz", &page), 503);
 	assert_true(!strncmp(page, "not ready\n", 10));
 	free(page);
-	assert_int_equal(http_get(fx.metrics_port, "/metrics", &page), 200);
+	assert_int_equal(ktest_http_get(fx.metrics_port, "/metrics", &page), 200);
 	assert_gauge(page, "\nkthrottle_ready 0\n");
 	assert_gauge(page, "\nkthrottle_component_up{component=\"kubernetes\"} 0\n");
 	assert_gauge(page, "\nkthrottle_component_up{component=\"kernel\"} 1\n");

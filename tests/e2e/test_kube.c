@@ -38,6 +38,7 @@
 #include <cmocka.h>
 #include <curl/curl.h>
 
+#include "fakekube.h"
 #include "ktest.h"
 #include "kvol.h"
 
@@ -78,9 +79,7 @@ static struct fixture {
 	char base[PATH_MAX];   /* the test's cgroup: the kubelet's cgroup root */
 	char dirs[MAX_DIRS][PATH_MAX]; /* made under base, in creation order */
 	int n_dirs;
-	pid_t api;
-	FILE *api_in, *api_out;
-	int api_port;
+	struct ktest_fakekube api;
 	int udp_port;          /* nothing listens: kt-load counts sends */
 } fx;
 
@@ -88,32 +87,7 @@ static struct fixture {
 
 static void api_start(void)
 {
-	char path[PATH_MAX], cert[PATH_MAX + 16], key[PATH_MAX + 16], line[128];
-	int in[2], out[2];
-
-	assert_int_equal(pipe(in), 0);
-	assert_int_equal(pipe(out), 0);
-	snprintf(path, sizeof(path), "%s/tools/kt-fakekube", ktest_build_dir());
-	snprintf(cert, sizeof(cert), "%s/srv.pem", fx.dir);
-	snprintf(key, sizeof(key), "%s/srv.key", fx.dir);
-	fx.api = fork();
-	assert_true(fx.api >= 0);
-	if (fx.api == 0) {
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		close(in[1]);
-		close(out[0]);
-		execl(path, path, "--cert", cert, "--key", key, "--token", TOKEN, (char *)NULL);
-		_exit(127);
-	}
-	close(in[0]);
-	close(out[1]);
-	fx.api_in = fdopen(in[1], "w");
-	fx.api_out = fdopen(out[0], "r");
-	assert_non_null(fx.api_in);
-	assert_non_null(fx.api_out);
-	assert_non_null(fgets(line, sizeof(line), fx.api_out));
-	assert_int_equal(sscanf(line, "ready %d", &fx.api_port), 1);
+	assert_int_equal(ktest_fakekube_start(&fx.api, fx.dir, TOKEN), 0);
 }
 
 /* One command; the reply must be "ok". */
@@ -123,14 +97,9 @@ __attribute__((format(printf, 1, 2))) static void api(const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vfprintf(fx.api_in, fmt, ap);
+	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	fputc('\n', fx.api_in);
-	fflush(fx.api_in);
-	assert_non_null(fgets(line, sizeof(line), fx.api_out));
-	if (strcmp(line, "ok\n"))
-		print_message("fake API answered: %s", line);
-	assert_string_equal(line, "ok\n");
+	assert_int_equal(ktest_fakekube_cmd(&fx.api, "%s", line), 0);
 }
 
 /* The server's stats: lists answered, requests refused with 401. */
@@ -139,14 +108,10 @@ static void api_stats(int *lists, int *unauthorized)
 	char line[256];
 	int watches, open, failed;
 
-	fputs("stats\n", fx.api_in);
-	fflush(fx.api_in);
-	assert_non_null(fgets(line, sizeof(line), fx.api_out));
+	assert_int_equal(ktest_fakekube_query(&fx.api, "stats", line, sizeof(line)), 0);
 	assert_int_equal(sscanf(line, "lists=%d watches=%d open=%d unauthorized=%d failed=%d", lists,
 				&watches, &open, unauthorized, &failed),
 			 5);
-	assert_non_null(fgets(line, sizeof(line), fx.api_out));
-	assert_string_equal(line, "ok\n");
 }
 
 static int api_lists(void)
@@ -164,9 +129,7 @@ static int api_times(unsigned long long *t, int max)
 	char line[1024], *s, *end;
 	int n = 0;
 
-	fputs("times\n", fx.api_in);
-	fflush(fx.api_in);
-	assert_non_null(fgets(line, sizeof(line), fx.api_out));
+	assert_int_equal(ktest_fakekube_query(&fx.api, "times", line, sizeof(line)), 0);
 	assert_memory_equal(line, "times", 5);
 	for (s = line + 5; n < max; s = end) {
 		t[n] = strtoull(s, &end, 10);
@@ -174,8 +137,6 @@ static int api_times(unsigned long long *t, int max)
 			break;
 		n++;
 	}
-	assert_non_null(fgets(line, sizeof(line), fx.api_out));
-	assert_string_equal(line, "ok\n");
 	return n;
 }
 
@@ -217,7 +178,7 @@ static long api_get(const char *token)
 	long status = 0;
 
 	assert_non_null(e);
-	snprintf(url, sizeof(url), "https://127.0.0.1:%d/api/v1/pods", fx.api_port);
+	snprintf(url, sizeof(url), "https://127.0.0.1:%d/api/v1/pods", fx.api.port);
 	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", token);
 	snprintf(ca, sizeof(ca), "%s/ca.pem", fx.dir);
 	h = curl_slist_append(NULL, auth);
@@ -405,28 +366,13 @@ static void assert_limited(const struct pod *p, bool limited)
 
 /* ---- set-up ----------------------------------------------------------------- */
 
+/* The fake server's certificates, and a plain token file for the host case. */
 static int make_certs(void)
 {
-	char cmd[4 * PATH_MAX];
-	char *argv[] = { "/bin/sh", "-c", cmd, NULL }, *out = NULL;
-	int ret;
+	char path[PATH_MAX + 16];
 
-	/* a CA, and a server certificate for 127.0.0.1 signed by it */
-	snprintf(cmd, sizeof(cmd),
-		 "cd '%s' && printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && "
-		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-		 "-keyout ca.key -out ca.pem -days 2 -subj /CN=kt-test-ca && "
-		 "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-		 "-keyout srv.key -out srv.csr -subj /CN=127.0.0.1 && "
-		 "openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
-		 "-out srv.pem -days 2 -extfile san.ext && "
-		 "printf '" TOKEN "\\n' > token",
-		 fx.dir);
-	ret = ktest_run_capture(argv, &out);
-	if (ret)
-		print_message("openssl: %s\n", out);
-	free(out);
-	return ret;
+	snprintf(path, sizeof(path), "%s/token", fx.dir);
+	return ktest_fakekube_certs(fx.dir) || ktest_write_file(path, TOKEN "\n");
 }
 
 /* The service-account volume as the kubelet publishes it (the token left
@@ -464,7 +410,7 @@ static int setup(void **state)
 	(void)state;
 	memset(&fx, 0, sizeof(fx));
 	fx.d.pid = -1;
-	fx.api = -1;
+	fx.api.pid = -1;
 	if (ktest_root_unavailable())
 		return 0;
 	if (ktest_tmpdir(fx.dir, sizeof(fx.dir)) || make_certs())
@@ -485,20 +431,7 @@ static int teardown(void **state)
 	(void)state;
 	if (fx.d.dir[0])
 		ktest_daemon_cleanup(&fx.d);
-	if (fx.api_in)
-		fclose(fx.api_in); /* EOF: the server exits */
-	if (fx.api > 0) {
-		int status;
-
-		for (int i = 0; i < 100 && waitpid(fx.api, &status, WNOHANG) == 0; i++)
-			ktest_sleep_ms(20);
-		if (kill(fx.api, 0) == 0) {
-			kill(fx.api, SIGKILL);
-			waitpid(fx.api, &status, 0);
-		}
-	}
-	if (fx.api_out)
-		fclose(fx.api_out);
+	ktest_fakekube_stop(&fx.api);
 	for (int i = fx.n_dirs - 1; i >= 0; i--)
 		ktest_cgroup_destroy(fx.dirs[i]);
 	if (fx.base[0])
@@ -533,8 +466,23 @@ static void start_daemon(void)
 		 "    unit: datagram\n"
 		 "    burst: %.0f\n"
 		 "    rateLimit: {max: %.0f}\n",
-		 fx.api_port, fx.token_path, fx.ca_path, root, fx.udp_port, BURST, RATE);
+		 fx.api.port, fx.token_path, fx.ca_path, root, fx.udp_port, BURST, RATE);
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+}
+
+/* The fake API with crawler-1 on this node (crawler-2's directory made
+ * too), and the daemon watching with crawler-1 a member. */
+static void start_with_crawler1(void)
+{
+	char path[PATH_MAX];
+
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	kubelet_mkdir(&CRAWLER2, path, sizeof(path));
+	start_daemon();
+	assert_true(member(&CRAWLER1));
+	wait_state("watching", 2000);
 }
 
 /* ---- tests -------------------------------------------------------------------- */
@@ -662,20 +610,14 @@ static void test_pods_come_go_and_change(void **state)
  * is answered by a relist, a dropped stream by a new watch. */
 static void test_api_outages(void **state)
 {
-	char path[PATH_MAX], st[32];
+	char st[32];
 	double relists;
 	int lists;
 	uint64_t t0;
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	api_start();
-	api_add(&CRAWLER1, NODE, "app=crawler");
-	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
-	kubelet_mkdir(&CRAWLER2, path, sizeof(path));
-	start_daemon();
-	assert_true(member(&CRAWLER1));
-	wait_state("watching", 2000);
+	start_with_crawler1();
 
 	/* down: the members stay, enforcement goes on, status says so */
 	api("down");
@@ -776,18 +718,12 @@ static int health(bool live, char *out, size_t len)
 
 static void test_token_rotation(void **state)
 {
-	char path[PATH_MAX], line[512];
+	char line[512];
 	int lists, unauth0, unauth;
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	api_start();
-	api_add(&CRAWLER1, NODE, "app=crawler");
-	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
-	kubelet_mkdir(&CRAWLER2, path, sizeof(path));
-	start_daemon();
-	assert_true(member(&CRAWLER1));
-	wait_state("watching", 2000);
+	start_with_crawler1();
 	assert_int_equal(api_get(TOKEN), 200);
 	/* pods listed: ready */
 	assert_int_equal(health(false, line, sizeof(line)), 0);

@@ -61,62 +61,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* GET path from 127.0.0.1:port (HTTP/1.0, bounded by SO_RCVTIMEO): the
- * status code, and the body in *body (malloc'd). */
-static int http_get(int port, const char *path, char **body)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	struct timeval tv = { .tv_sec = 3 };
-	size_t len = 0, cap = 1 << 16;
-	char req[512], *buf = malloc(cap), *b;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), code = -1;
-	ssize_t r;
-
-	*body = NULL;
-	assert_non_null(buf);
-	assert_true(fd >= 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		goto out;
-	snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
-	if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
-		goto out;
-	while ((r = recv(fd, buf + len, cap - 1 - len, 0)) > 0) {
-		len += (size_t)r;
-		if (len + 1 == cap) {
-			char *g = realloc(buf, cap * 2);
-			assert_non_null(g);
-			buf = g;
-			cap *= 2;
-		}
-	}
-	buf[len] = 0;
-	if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1)
-		code = -1;
-	b = strstr(buf, "\r\n\r\n");
-	if (b)
-		*body = strdup(b + 4);
-out:
-	close(fd);
-	free(buf);
-	return code;
-}
-
-/* The value of the sample line starting with `series ` in a metrics page. */
-static bool sample(const char *page, const char *series, double *v)
-{
-	size_t n = strlen(series);
-
-	for (const char *p = page; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
-		if (!strncmp(p, series, n) && p[n] == ' ') {
-			*v = atof(p + n + 1);
-			return true;
-		}
-	return false;
-}
-
 /* Runs Debian's prometheus scraping 127.0.0.1:target every second; its
  * web port in *web. */
 static void start_prometheus(int target, int *web)
@@ -161,7 +105,7 @@ static bool prom_query(int web, const char *query_escaped, double *v)
 	bool ok = false;
 
 	snprintf(path, sizeof(path), "/api/v1/query?query=%s", query_escaped);
-	if (http_get(web, path, &body) == 200 && body && (val = strstr(body, "\"value\":[")) &&
+	if (ktest_http_get(web, path, &body) == 200 && body && (val = strstr(body, "\"value\":[")) &&
 	    (val = strchr(val, ','))) {
 		*v = atof(val + 2); /* ,"<number>" */
 		ok = strstr(body, "\"status\":\"success\"") != NULL;
@@ -190,22 +134,22 @@ static void test_metrics(void **state)
 	assert_int_equal(ktest_load(fx.cg, "tcp", "127.0.0.1", port, 0.5, &r), 0);
 	ktest_sleep_ms(250); /* two ticks: the controller's totals catch up */
 
-	assert_int_equal(http_get(mport, "/metrics", &page), 200);
+	assert_int_equal(ktest_http_get(mport, "/metrics", &page), 200);
 	assert_non_null(page);
 	st = ktest_daemon_cmd(&fx.d, "status json");
 	assert_non_null(st);
-	assert_true(sample(page, "kthrottle_admitted_total{limit=\"m\"}", &admitted));
-	assert_true(sample(page, "kthrottle_throttled_total{limit=\"m\"}", &throttled));
-	assert_true(sample(page, "kthrottle_throttle_events_total{limit=\"m\",reason=\"share\"}", &events));
-	assert_true(sample(page, "kthrottle_throttled_seconds_total{limit=\"m\"}", &tsec));
+	assert_true(ktest_metric_sample(page, "kthrottle_admitted_total{limit=\"m\"}", &admitted));
+	assert_true(ktest_metric_sample(page, "kthrottle_throttled_total{limit=\"m\"}", &throttled));
+	assert_true(ktest_metric_sample(page, "kthrottle_throttle_events_total{limit=\"m\",reason=\"share\"}", &events));
+	assert_true(ktest_metric_sample(page, "kthrottle_throttled_seconds_total{limit=\"m\"}", &tsec));
 	const char *member = strstr(st, "\"member_id\":\"");
 	assert_non_null(member);
 	char id[96];
 	assert_int_equal(sscanf(member + strlen("\"member_id\":\""), "%95[^\"]", id), 1);
 	snprintf(series, sizeof(series), "kthrottle_member_admitted_total{limit=\"m\",member=\"%s\"}", id);
-	assert_true(sample(page, series, &m_adm));
+	assert_true(ktest_metric_sample(page, series, &m_adm));
 	snprintf(series, sizeof(series), "kthrottle_member_throttled_total{limit=\"m\",member=\"%s\"}", id);
-	assert_true(sample(page, series, &m_thr));
+	assert_true(ktest_metric_sample(page, series, &m_thr));
 	/* the kernel's per-CPU counters, as status reads them */
 	const char *madm = strstr(member, "\"admitted\":"), *mthr = strstr(member, "\"throttled\":");
 	assert_non_null(madm);
@@ -225,7 +169,7 @@ static void test_metrics(void **state)
 	free(st);
 	free(page);
 	page = NULL;
-	assert_int_equal(http_get(mport, "/other", &page), 404);
+	assert_int_equal(ktest_http_get(mport, "/other", &page), 404);
 	free(page);
 
 	if (access(PROMETHEUS, X_OK) != 0) {

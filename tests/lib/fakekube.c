@@ -13,7 +13,7 @@
 #include "fakekube.h"
 #include "ktest.h"
 
-static int make_certs(const char *dir)
+int ktest_fakekube_certs(const char *dir)
 {
 	char cmd[4 * PATH_MAX];
 	char *argv[] = { "/bin/sh", "-c", cmd, NULL }, *out = NULL;
@@ -44,7 +44,8 @@ int ktest_fakekube_start(struct ktest_fakekube *k, const char *dir, const char *
 	memset(k, 0, sizeof(*k));
 	k->pid = -1;
 	snprintf(k->dir, sizeof(k->dir), "%s", dir);
-	if (make_certs(dir) || pipe(in) || pipe(out))
+	snprintf(cert, sizeof(cert), "%s/srv.pem", dir);
+	if ((access(cert, R_OK) && ktest_fakekube_certs(dir)) || pipe(in) || pipe(out))
 		return -1;
 	snprintf(bin, sizeof(bin), "%s/tools/kt-fakekube", ktest_build_dir());
 	snprintf(cert, sizeof(cert), "%s/srv.pem", dir);
@@ -91,6 +92,17 @@ int ktest_fakekube_cmd(struct ktest_fakekube *k, const char *fmt, ...)
 		return -1;
 	}
 	return 0;
+}
+
+int ktest_fakekube_query(struct ktest_fakekube *k, const char *cmd, char *line, size_t len)
+{
+	char ok[16];
+
+	fprintf(k->in, "%s\n", cmd);
+	fflush(k->in);
+	if (!fgets(line, (int)len, k->out) || !fgets(ok, sizeof(ok), k->out))
+		return -1;
+	return strcmp(ok, "ok\n") ? -1 : 0;
 }
 
 void ktest_fakekube_stop(struct ktest_fakekube *k)

@@ -17,9 +17,16 @@ struct ktest_fakekube {
 	int port;
 };
 
-/* Makes the certificates in dir and starts the server accepting `token`.
- * 0, or -1 (printed why). */
+/* Makes dir/ca.pem (the CA a client trusts), dir/srv.pem and dir/srv.key
+ * (the server's, for IP 127.0.0.1) with the openssl CLI. 0 or -1. */
+int ktest_fakekube_certs(const char *dir);
+/* Starts the server with dir's certificates (made by ktest_fakekube_certs
+ * first, unless dir/srv.pem exists), accepting `token`. 0, or -1 (printed
+ * why). */
 int ktest_fakekube_start(struct ktest_fakekube *k, const char *dir, const char *token);
+/* The line the server printed for a command (stats, times), before "ok";
+ * 0, or -1 when it did not answer so. */
+int ktest_fakekube_query(struct ktest_fakekube *k, const char *cmd, char *line, size_t len);
 /* One stdin command; 0 when the server answered "ok" (else prints it). */
 int ktest_fakekube_cmd(struct ktest_fakekube *k, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

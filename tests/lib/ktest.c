@@ -13,12 +13,14 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include "cgroup.h"
@@ -784,4 +786,83 @@ int ktest_line_of(const char *file, const char *needle)
 	}
 	fclose(f);
 	return found;
+}
+
+int ktest_setup_tmpdir(void **state)
+{
+	char path[PATH_MAX];
+
+	*state = NULL;
+	if (ktest_root_unavailable())
+		return 0;
+	if (ktest_tmpdir(path, sizeof(path)))
+		return -1;
+	*state = strdup(path);
+	return *state ? 0 : -1;
+}
+
+int ktest_teardown_tmpdir(void **state)
+{
+	if (*state)
+		ktest_rmtree(*state);
+	free(*state);
+	*state = NULL;
+	return 0;
+}
+
+int ktest_http_get(int port, const char *path, char **body)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct timeval tv = { .tv_sec = 3 };
+	size_t len = 0, cap = 1 << 16;
+	char req[512], *buf = malloc(cap), *b;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), code = -1;
+	ssize_t r;
+
+	*body = NULL;
+	if (!buf || fd < 0)
+		goto out;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		goto out;
+	snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+	if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
+		goto out;
+	while ((r = recv(fd, buf + len, cap - 1 - len, 0)) > 0) {
+		len += (size_t)r;
+		if (len + 1 == cap) {
+			char *g = realloc(buf, cap * 2);
+
+			if (!g)
+				goto out;
+			buf = g;
+			cap *= 2;
+		}
+	}
+	buf[len] = 0;
+	if (sscanf(buf, "HTTP/1.%*d %d", &code) != 1)
+		code = -1;
+	b = strstr(buf, "\r\n\r\n");
+	*body = strdup(b ? b + 4 : "");
+out:
+	if (!*body)
+		*body = strdup("");
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return code;
+}
+
+bool ktest_metric_sample(const char *page, const char *series, double *v)
+{
+	size_t n = strlen(series);
+
+	for (const char *p = page; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+		if (!strncmp(p, series, n) && p[n] == ' ') {
+			*v = atof(p + n + 1);
+			return true;
+		}
+	return false;
 }

@@ -21,6 +21,10 @@ uint64_t ktest_cgroup_id(const char *path);
 
 /* mkdtemp under /tmp; path out. */
 int ktest_tmpdir(char *path, size_t len);
+/* cmocka setup/teardown for tests that need only a temp dir: *state is
+ * its path (malloc'd), or NULL when root tests cannot run here. */
+int ktest_setup_tmpdir(void **state);
+int ktest_teardown_tmpdir(void **state);
 /* Removes a directory tree created by the tests. */
 void ktest_rmtree(const char *path);
 /* A TCP (or UDP) port on 127.0.0.1 that is free right now. */
@@ -151,6 +155,12 @@ void ktest_kill_wait(pid_t *pid);
 int ktest_ramp_config(char *buf, size_t len, const char *cg, int port, const char *modes);
 /* Tokens the ideal ramp r(u) = min(max, min + slope*u) admits over [0, u]. */
 double ktest_ramp_integral(double u);
+
+/* GET path from 127.0.0.1:port (HTTP/1.0, 3 s socket timeouts): the status
+ * code or -1, and the body in *body (malloc'd, "" when none). */
+int ktest_http_get(int port, const char *path, char **body);
+/* The value of the Prometheus sample line `series VALUE` in page. */
+bool ktest_metric_sample(const char *page, const char *series, double *v);
 
 uint64_t ktest_now_ns(void);
 void ktest_sleep_ms(int ms);

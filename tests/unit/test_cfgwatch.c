@@ -27,24 +27,6 @@
 
 #define NAME "kthrottled.yaml"
 
-static char tmp[256];
-
-static int setup(void **state)
-{
-	(void)state;
-	if (ktest_root_unavailable())
-		return 0;
-	return ktest_tmpdir(tmp, sizeof(tmp));
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (tmp[0])
-		ktest_rmtree(tmp);
-	tmp[0] = '\0';
-	return 0;
-}
 
 /* Runs the watcher for up to ms (until the first report with stop_at_first):
  * reports seen; *first_ns when the first came. */
@@ -110,6 +92,8 @@ static void test_configmap(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
+	const char *tmp = *state;
+
 	assert_int_equal(ktest_kvol_create(&v, tmp, "config", KTEST_KVOL_CONFIGMAP), 0);
 	assert_int_equal(ktest_kvol_update(&v, NAME, "a: 1\n"), 0);
 	ktest_kvol_path(&v, NAME, path, sizeof(path));
@@ -153,6 +137,8 @@ static void test_burst(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
+	const char *tmp = *state;
+
 	assert_int_equal(ktest_kvol_create(&v, tmp, "config", KTEST_KVOL_CONFIGMAP), 0);
 	assert_int_equal(ktest_kvol_update(&v, NAME, "b: 0\n"), 0);
 	ktest_kvol_path(&v, NAME, path, sizeof(path));
@@ -180,6 +166,8 @@ static void test_plain_dir(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
+	const char *tmp = *state;
+
 	snprintf(dir, sizeof(dir), "%s/etc", tmp);
 	assert_int_equal(mkdir(dir, 0755), 0);
 	snprintf(path, sizeof(path), "%s/%s", dir, NAME);
@@ -232,6 +220,8 @@ static void test_recheck(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
+	const char *tmp = *state;
+
 	snprintf(dir, sizeof(dir), "%s/etc", tmp);
 	snprintf(sub, sizeof(sub), "%s/sub", dir);
 	assert_int_equal(mkdir(dir, 0755), 0);
@@ -254,10 +244,10 @@ static void test_recheck(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_configmap, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_burst, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_plain_dir, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_recheck, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_configmap, ktest_setup_tmpdir, ktest_teardown_tmpdir),
+		cmocka_unit_test_setup_teardown(test_burst, ktest_setup_tmpdir, ktest_teardown_tmpdir),
+		cmocka_unit_test_setup_teardown(test_plain_dir, ktest_setup_tmpdir, ktest_teardown_tmpdir),
+		cmocka_unit_test_setup_teardown(test_recheck, ktest_setup_tmpdir, ktest_teardown_tmpdir),
 	};
 
 	return cmocka_run_group_tests_name("cfgwatch", tests, NULL, NULL);

@@ -27,24 +27,7 @@
 #define PREFIX "ktsecret"
 #define RECONNECT_BOUND_MS 10000 /* the store's back-off after a failed call */
 
-static char tmp[256], err[512];
-
-static int setup(void **state)
-{
-	(void)state;
-	if (ktest_root_unavailable())
-		return 0;
-	return ktest_tmpdir(tmp, sizeof(tmp));
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (tmp[0])
-		ktest_rmtree(tmp);
-	tmp[0] = '\0';
-	return 0;
-}
+static char err[512];
 
 static void cfg_single(struct kt_store_cfg *c, int port)
 {
@@ -93,6 +76,8 @@ static void test_password_file_rotation(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
+	const char *tmp = *state;
+
 	assert_int_equal(ktest_kvol_create(&v, tmp, "redis-auth", KTEST_KVOL_SECRET), 0);
 	assert_int_equal(ktest_kvol_publish(&v, f, 1), 0);
 	ktest_kvol_path(&v, "password", path, sizeof(path));
@@ -159,6 +144,8 @@ static void test_ca_rotation(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
+	const char *tmp = *state;
+
 	assert_int_equal(rt_make_certs(&certs), 0);
 	wrong = ktest_slurp(certs.other_ca);
 	right = ktest_slurp(certs.ca);
@@ -195,8 +182,8 @@ static void test_ca_rotation(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_password_file_rotation, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_ca_rotation, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_password_file_rotation, ktest_setup_tmpdir, ktest_teardown_tmpdir),
+		cmocka_unit_test_setup_teardown(test_ca_rotation, ktest_setup_tmpdir, ktest_teardown_tmpdir),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

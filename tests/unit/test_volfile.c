@@ -25,24 +25,6 @@
 #include "kvol.h"
 #include "volfile.h"
 
-static char tmp[256];
-
-static int setup(void **state)
-{
-	(void)state;
-	if (ktest_root_unavailable())
-		return 0;
-	return ktest_tmpdir(tmp, sizeof(tmp));
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	if (tmp[0])
-		ktest_rmtree(tmp);
-	tmp[0] = '\0';
-	return 0;
-}
 
 /* The file's content, or NULL with why. */
 static char *read_it(const char *path, int *err, char *why, size_t whylen)
@@ -91,6 +73,8 @@ static void test_configmap_swaps(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
+	const char *tmp = *state;
+
 	assert_int_equal(ktest_kvol_create(&v, tmp, "config", KTEST_KVOL_CONFIGMAP), 0);
 	assert_int_equal(ktest_kvol_publish(&v, one, 2), 0);
 	ktest_kvol_path(&v, "kthrottled.yaml", path, sizeof(path));
@@ -128,6 +112,8 @@ static void test_secret_and_token(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
+	const char *tmp = *state;
+
 	assert_int_equal(ktest_kvol_create(&v, tmp, "serviceaccount", KTEST_KVOL_SECRET), 0);
 	assert_int_equal(ktest_kvol_publish(&v, sa, 3), 0);
 	assert_int_equal(stat(v.pod, &st), 0);
@@ -146,6 +132,8 @@ static void test_plain_files(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
+	const char *tmp = *state;
+
 	snprintf(path, sizeof(path), "%s/plain.yaml", tmp);
 	assert_int_equal(ktest_write_file(path, "plain\n"), 0);
 	expect_content(path, "plain\n");
@@ -165,6 +153,8 @@ static void test_refusals(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
+	const char *tmp = *state;
+
 	snprintf(vol, sizeof(vol), "%s/vol", tmp);
 	assert_int_equal(mkdir(vol, 0755), 0);
 	snprintf(path, sizeof(path), "%s/real", vol);
@@ -258,6 +248,8 @@ static void test_reads_during_swaps(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
+	const char *tmp = *state;
+
 	assert_int_equal(ktest_kvol_create(&v, tmp, "sa", KTEST_KVOL_SECRET), 0);
 	assert_int_equal(ktest_kvol_publish(&v, f, 1), 0);
 	ktest_kvol_path(&v, "token", path, sizeof(path));
@@ -286,11 +278,11 @@ static void test_reads_during_swaps(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_configmap_swaps, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_secret_and_token, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_plain_files, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_reads_during_swaps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_configmap_swaps, ktest_setup_tmpdir, ktest_teardown_tmpdir),
+		cmocka_unit_test_setup_teardown(test_secret_and_token, ktest_setup_tmpdir, ktest_teardown_tmpdir),
+		cmocka_unit_test_setup_teardown(test_plain_files, ktest_setup_tmpdir, ktest_teardown_tmpdir),
+		cmocka_unit_test_setup_teardown(test_refusals, ktest_setup_tmpdir, ktest_teardown_tmpdir),
+		cmocka_unit_test_setup_teardown(test_reads_during_swaps, ktest_setup_tmpdir, ktest_teardown_tmpdir),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
