@@ -143,18 +143,25 @@ static void wait_clients(struct srv *s, uint64_t clients)
 	fail();
 }
 
-/* Opens a server on g_path (plus TCP port `port` if > 0) and starts it. */
-static void start_unix(unsigned max_clients)
+/* Opens a server with these options and starts it. */
+static void start_opts(const struct kt_query_opts *o)
 {
-	struct kt_query_opts o = { .socket_path = g_path, .max_clients = max_clients };
 	struct kt_query *q;
 	char err[256];
-	int ret = kt_query_open(&o, decide, NULL, &q, err, sizeof(err));
+	int ret = kt_query_open(o, decide, NULL, &q, err, sizeof(err));
 
 	if (ret)
 		print_error("kt_query_open: %d %s\n", ret, err);
 	assert_int_equal(ret, 0);
 	srv_start(&g_srv, q);
+}
+
+/* Opens a server on g_path and starts it. */
+static void start_unix(unsigned max_clients)
+{
+	struct kt_query_opts o = { .socket_path = g_path, .max_clients = max_clients };
+
+	start_opts(&o);
 }
 
 static int setup(void **state)
@@ -502,7 +509,8 @@ static void test_many_clients(void **state)
 			rl.rlim_max = rl.rlim_cur;
 		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
 	}
-	start_unix(0);
+	/* one uid: allowed that many here (the per-peer cap is test_hostile's) */
+	start_opts(&(struct kt_query_opts){ .socket_path = g_path, .max_per_peer = MANY });
 	for (i = 0; i < MANY; i++)
 		fds[i] = cli_unix(g_path);
 	for (i = 0; i < MANY; i++) {
@@ -668,7 +676,7 @@ static void test_backpressure_resume(void **state)
 static void test_max_clients(void **state)
 {
 	struct kt_query_stats st;
-	int a, b, c, d;
+	int a, b, c;
 
 	(void)state;
 	start_unix(2);
@@ -678,24 +686,27 @@ static void test_max_clients(void **state)
 	expect(a, "OK\n");
 	send_str(b, "b\n");
 	expect(b, "OK\n");
-	c = cli_unix(g_path); /* connect succeeds (backlog), then closed */
-	send(c, "c\n", 2, MSG_NOSIGNAL);
-	expect_eof(c);
-	close(c);
-	srv_stats(&g_srv, &st);
-	assert_int_equal(st.refused, 1);
-	assert_int_equal(st.clients, 2);
-	assert_int_equal(st.accepted, 2);
+	/* full: the newcomer is served, the idlest connection (a) makes room */
+	c = cli_unix(g_path);
+	send_str(c, "c\n");
+	expect(c, "OK\n");
+	expect_eof(a);
 	close(a);
-	wait_clients(&g_srv, 1);
-	d = cli_unix(g_path);
-	send_str(d, "d\n");
-	expect(d, "OK\n");
+	srv_stats(&g_srv, &st);
+	assert_int_equal(st.refused, 0);
+	assert_int_equal(st.evicted_full, 1);
+	assert_int_equal(st.evicted_peer_cap, 0);
+	assert_int_equal(st.clients, 2);
+	assert_int_equal(st.accepted, 3);
+	assert_int_equal(st.peers, 1);
 	send_str(b, "b\n");
 	expect(b, "OK\n");
 	assert_int_equal(atomic_load(&g_calls), 4);
 	close(b);
-	close(d);
+	close(c);
+	wait_clients(&g_srv, 0);
+	srv_stats(&g_srv, &st);
+	assert_int_equal(st.peers, 0);
 }
 
 static void test_stale_socket(void **state)

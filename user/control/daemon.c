@@ -477,7 +477,8 @@ static void tags_status(struct kt_daemon *d, struct sbuf *b, bool json, uint64_t
 				  ",\"rate\":%.6g,\"burst\":%llu,\"report_interval_ms\":%.3f,\"tags\":%llu,"
 				  "\"admitted\":%llu,\"refused\":%llu,\"remote_hits\":%llu,\"evicted\":%llu,"
 				  "\"expired\":%llu,\"query\":{\"ok\":%llu,\"no\":%llu,\"bad_lines\":%llu,"
-				  "\"clients\":%llu,\"accepted\":%llu,\"clients_refused\":%llu},"
+				  "\"clients\":%llu,\"accepted\":%llu,\"clients_refused\":%llu,\"peers\":%llu,"
+				  "\"evicted_idle\":%llu,\"evicted_peer_cap\":%llu,\"evicted_full\":%llu},"
 				  "\"exchange\":{\"store\":\"%s\",\"store_ok\":%s,\"reports\":%llu,"
 				  "\"errors\":%llu,\"tags_sent\":%llu,\"entries_read\":%llu,"
 				  "\"remote_tags\":%llu,\"bad_remote\":%llu,\"last_ok_age_s\":%.3f,"
@@ -489,6 +490,9 @@ static void tags_status(struct kt_daemon *d, struct sbuf *b, bool json, uint64_t
 				  (unsigned long long)t.query.ok, (unsigned long long)t.query.no,
 				  (unsigned long long)t.query.bad_lines, (unsigned long long)t.query.clients,
 				  (unsigned long long)t.query.accepted, (unsigned long long)t.query.refused,
+				  (unsigned long long)t.query.peers, (unsigned long long)t.query.evicted_idle,
+				  (unsigned long long)t.query.evicted_peer_cap,
+				  (unsigned long long)t.query.evicted_full,
 				  t.exchange ? "redis" : "none", t.exchange && t.store_ok ? "true" : "false",
 				  (unsigned long long)t.reports, (unsigned long long)t.report_errors,
 				  (unsigned long long)t.tags_sent, (unsigned long long)t.remote_entries,

@@ -43,12 +43,30 @@
  *    EPOLLOUT on) until it drains below half; its own writes then block or
  *    fail with EAGAIN. Other clients are not affected. The leftover buffer
  *    is allocated only while something is waiting and freed once drained.
- *  - max_clients (0 = 4096) connections at once; one more is accepted and
- *    closed at once (stats.refused). When the process is out of file
- *    descriptors (EMFILE/ENFILE) a spare descriptor kept for the purpose is
- *    released to accept the pending connection and close it (also counted
- *    in refused), so a full table does not spin the loop. Each run accepts
- *    until EAGAIN, at most QUERY_ACCEPT_MAX connections per listener.
+ *  - Limits, so that no local process can make a fail-safe client's
+ *    queries fail (and so switch throttling off for everyone):
+ *      * idle_ms (0 = KT_QUERY_IDLE_MS, 30 s): a connection that sent no
+ *        complete line for that long is closed (stats.evicted_idle). Its
+ *        answers draining (a write taking some of its backlog) counts as
+ *        activity. Connections sit in one list, least recently active first
+ *        (moved to the end at most once per run), so the sweep each run
+ *        costs O(1) plus what it closes; a timerfd in the epoll set wakes
+ *        the loop for the oldest one's deadline.
+ *      * max_per_peer (0 = max(64, max_clients / 8)) connections per peer:
+ *        per uid (SO_PEERCRED at accept, root included) on the Unix socket,
+ *        per source address on TCP (IPv4 and v4-mapped IPv6 alike). One
+ *        more closes that peer's least recently active connection, never
+ *        the new one (stats.evicted_peer_cap).
+ *      * max_clients (0 = 4096) at once: one more closes the least recently
+ *        active connection of the peer holding the most (ties: the longest
+ *        idle), never the new one (stats.evicted_full). O(peers).
+ *    Closed connections are freed at the end of the run (events of that
+ *    batch may still point at them).
+ *  - When the process is out of file descriptors (EMFILE/ENFILE) a spare
+ *    descriptor kept for the purpose is released to accept the pending
+ *    connection and close it (stats.refused, as are allocation failures),
+ *    so a full table does not spin the loop. Each run accepts until EAGAIN,
+ *    at most QUERY_ACCEPT_MAX connections per listener.
  *  - Unix socket: mode 0666 (pods reach it through a hostPath). The parent
  *    directory must exist (the daemon creates it): if not, open fails with
  *    -ENOENT and says so. A path something already exists at: if it is not
@@ -71,6 +89,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -78,10 +97,12 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 
 #include "kthrottle.h"
+#include "qline.h"
 #include "query.h"
 
 #define QUERY_READ_BUDGET (64 * 1024)            /* per connection per run */
@@ -90,131 +111,235 @@
 #define QUERY_EVENTS 256                         /* events per run */
 #define QUERY_ACCEPT_MAX 4096                    /* accepts per listener per run */
 #define QUERY_DEFAULT_MAX_CLIENTS 4096
-#define QUERY_LINE_MAX (KT_TAG_MAX_LEN + 1)      /* a tag and its '\r' */
+#define QUERY_MIN_PER_PEER 64
+#define QUERY_PEER_BUCKETS 1024                  /* power of two */
 
-enum { QK_UNIX, QK_TCP, QK_CONN };
+enum { QK_UNIX, QK_TCP, QK_CONN, QK_TIMER, QK_DEAD };
 
 struct qitem {
 	int kind;
 	int fd;
 };
 
+/* Who holds connections: a uid on the Unix socket, a source address (IPv4
+ * as v4-mapped IPv6) on TCP. Compared with memcmp: no padding. */
+struct qkey {
+	uint32_t kind;
+	uint32_t uid;
+	uint8_t addr[16];
+};
+
+struct qconn;
+
+struct qpeer {
+	struct qkey key;
+	struct qpeer *hnext;             /* hash chain */
+	struct qpeer *prev, *next;       /* every peer, for the largest holder */
+	struct qconn *old, *new;         /* its connections, least recently active first */
+	unsigned n;
+};
+
 struct qconn {
 	struct qitem it;                 /* first: epoll data points here */
-	struct qconn *prev, *next;
+	struct qconn *gprev, *gnext;     /* every connection, least recently active first */
+	struct qconn *pprev, *pnext;     /* its peer's, same order */
+	struct qpeer *peer;
+	uint64_t active_ns;              /* last complete line, accept, or drain progress */
 	uint32_t events;                 /* registered in epoll */
-	bool discard;                    /* inside an over-long line */
 	bool eof;                        /* peer shut its writing side */
 	bool tcp;
-	uint16_t llen;                   /* partial line in `line` */
-	char line[QUERY_LINE_MAX];
+	struct kt_qline ls;              /* the line being read */
 	char *pend;                      /* answers the socket did not take */
 	size_t pend_off, pend_len, pend_cap;
 };
 
 struct kt_query {
 	int ep;
-	struct qitem lun, ltcp;
+	struct qitem lun, ltcp, timer;
 	int spare;                       /* /dev/null, released on EMFILE */
 	kt_query_decide_fn decide;
 	void *ctx;
-	unsigned max_clients;
+	unsigned max_clients, max_per_peer;
+	uint64_t idle_ns;
+	uint64_t now;                    /* this run's CLOCK_MONOTONIC, ns */
+	bool timer_armed;
 	bool bound;
 	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	dev_t dev;
 	ino_t ino;
-	struct qconn *conns;
+	struct qconn *old, *new;         /* every connection, least recently active first */
+	struct qconn *dead;              /* closed this run, freed at its end (events may
+					  * still point at them) */
+	struct qpeer *peers;
+	struct qpeer *pbuck[QUERY_PEER_BUCKETS];
 	struct kt_query_stats st;
 	char rbuf[QUERY_READ_BUDGET];
 	char obuf[QUERY_OUT_CAP];
 };
 
-static const char ans_ok[3] = { 'O', 'K', '\n' };
-static const char ans_no[3] = { 'N', 'O', '\n' };
-
-/* Answers one complete line (without its '\n') into out. */
-static inline size_t answer(struct kt_query *q, const char *l, size_t len, char *out)
+static uint64_t mono_ns(void)
 {
-	if (len && l[len - 1] == '\r')
-		len--;
-	if (!len || len > KT_TAG_MAX_LEN || memchr(l, 0, len)) {
-		q->st.bad_lines++;
-		q->st.no++;
-		memcpy(out, ans_no, 3);
-		return 3;
-	}
-	if (q->decide(q->ctx, l, len) == 1) {
-		q->st.ok++;
-		memcpy(out, ans_ok, 3);
-	} else {
-		q->st.no++;
-		memcpy(out, ans_no, 3);
-	}
-	return 3;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
-/* Parses n bytes read from c; answers go to out (room for 3 x n bytes).
- * Returns the bytes written to out. */
-static size_t parse(struct kt_query *q, struct qconn *c, const char *p, size_t n, char *out)
+/* ---- peers ---- */
+
+static unsigned key_hash(const struct qkey *k)
 {
-	const char *end = p + n;
-	size_t o = 0;
+	const uint8_t *b = (const uint8_t *)k;
+	uint32_t h = 2166136261u;
 
-	while (p < end) {
-		const char *nl = memchr(p, '\n', end - p);
-		size_t seg;
-
-		if (!nl) {
-			seg = end - p;
-			if (c->discard)
-				break;
-			if (c->llen + seg > QUERY_LINE_MAX) {
-				c->discard = true;
-				c->llen = 0;
-			} else {
-				memcpy(c->line + c->llen, p, seg);
-				c->llen += seg;
-			}
-			break;
-		}
-		seg = nl - p;
-		if (c->discard) {
-			c->discard = false;
-			q->st.bad_lines++;
-			q->st.no++;
-			memcpy(out + o, ans_no, 3);
-			o += 3;
-		} else if (!c->llen) {
-			o += answer(q, p, seg, out + o);
-		} else if (c->llen + seg > QUERY_LINE_MAX) {
-			c->llen = 0;
-			q->st.bad_lines++;
-			q->st.no++;
-			memcpy(out + o, ans_no, 3);
-			o += 3;
-		} else {
-			memcpy(c->line + c->llen, p, seg);
-			o += answer(q, c->line, c->llen + seg, out + o);
-			c->llen = 0;
-		}
-		p = nl + 1;
-	}
-	return o;
+	for (size_t i = 0; i < sizeof(*k); i++)
+		h = (h ^ b[i]) * 16777619u;
+	return h & (QUERY_PEER_BUCKETS - 1);
 }
 
+static struct qpeer *peer_get(struct kt_query *q, const struct qkey *k)
+{
+	unsigned h = key_hash(k);
+	struct qpeer *p;
+
+	for (p = q->pbuck[h]; p; p = p->hnext)
+		if (!memcmp(&p->key, k, sizeof(*k)))
+			return p;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->key = *k;
+	p->hnext = q->pbuck[h];
+	q->pbuck[h] = p;
+	p->next = q->peers;
+	if (q->peers)
+		q->peers->prev = p;
+	q->peers = p;
+	q->st.peers++;
+	return p;
+}
+
+static void peer_put(struct kt_query *q, struct qpeer *p)
+{
+	struct qpeer **pp;
+
+	if (p->n)
+		return;
+	for (pp = &q->pbuck[key_hash(&p->key)]; *pp != p; pp = &(*pp)->hnext)
+		;
+	*pp = p->hnext;
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		q->peers = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	q->st.peers--;
+	free(p);
+}
+
+/* ---- the two activity lists (global and per peer), O(1) each ---- */
+
+static void lists_unlink(struct kt_query *q, struct qconn *c)
+{
+	struct qpeer *p = c->peer;
+
+	if (c->gprev)
+		c->gprev->gnext = c->gnext;
+	else
+		q->old = c->gnext;
+	if (c->gnext)
+		c->gnext->gprev = c->gprev;
+	else
+		q->new = c->gprev;
+	if (c->pprev)
+		c->pprev->pnext = c->pnext;
+	else
+		p->old = c->pnext;
+	if (c->pnext)
+		c->pnext->pprev = c->pprev;
+	else
+		p->new = c->pprev;
+	c->gprev = c->gnext = c->pprev = c->pnext = NULL;
+}
+
+static void lists_append(struct kt_query *q, struct qconn *c)
+{
+	struct qpeer *p = c->peer;
+
+	c->gprev = q->new;
+	c->gnext = NULL;
+	if (q->new)
+		q->new->gnext = c;
+	else
+		q->old = c;
+	q->new = c;
+	c->pprev = p->new;
+	c->pnext = NULL;
+	if (p->new)
+		p->new->pnext = c;
+	else
+		p->old = c;
+	p->new = c;
+}
+
+/* c did something that is not idling: the newest of both lists. */
+static void touch(struct kt_query *q, struct qconn *c)
+{
+	c->active_ns = q->now;
+	if (q->new != c || c->peer->new != c) {
+		lists_unlink(q, c);
+		lists_append(q, c);
+	}
+}
+
+/* The fd and the lists go now; the memory at the end of the run. */
 static void conn_close(struct kt_query *q, struct qconn *c)
 {
+	struct qpeer *p = c->peer;
+
 	epoll_ctl(q->ep, EPOLL_CTL_DEL, c->it.fd, NULL);
 	close(c->it.fd);
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		q->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	c->it.fd = -1;
+	c->it.kind = QK_DEAD;
+	lists_unlink(q, c);
+	p->n--;
+	peer_put(q, p);
+	c->peer = NULL;
 	free(c->pend);
-	free(c);
+	c->pend = NULL;
+	c->gnext = q->dead;
+	q->dead = c;
 	q->st.clients--;
+}
+
+static void free_dead(struct kt_query *q)
+{
+	while (q->dead) {
+		struct qconn *c = q->dead;
+
+		q->dead = c->gnext;
+		free(c);
+	}
+}
+
+/* Closes what sent no complete line for idle_ns (oldest first: stops at the
+ * first that did) and arms the timer for the next candidate. */
+static void sweep_idle(struct kt_query *q)
+{
+	while (q->old && q->now - q->old->active_ns >= q->idle_ns) {
+		conn_close(q, q->old);
+		q->st.evicted_idle++;
+	}
+	if (q->old && !q->timer_armed && q->timer.fd >= 0) {
+		uint64_t at = q->old->active_ns + q->idle_ns;
+		struct itimerspec its = { .it_value = { .tv_sec = at / 1000000000ULL,
+							.tv_nsec = at % 1000000000ULL } };
+
+		/* fires early if that one got busy meanwhile: a no-op sweep, re-armed */
+		if (!timerfd_settime(q->timer.fd, TFD_TIMER_ABSTIME, &its, NULL))
+			q->timer_armed = true;
+	}
 }
 
 /* Appends to c's leftover buffer; the caller keeps pend_len <= QUERY_OUT_CAP. */
@@ -249,7 +374,7 @@ static int pend_add(struct qconn *c, const char *p, size_t n)
 
 /* Writes the leftover and then out[0..olen) in one call; keeps what the
  * socket did not take. 0, or -1: the connection is gone. */
-static int conn_flush(struct qconn *c, const char *out, size_t olen)
+static int conn_flush(struct kt_query *q, struct qconn *c, const char *out, size_t olen)
 {
 	struct iovec iov[2];
 	struct msghdr mh = { .msg_iov = iov };
@@ -273,6 +398,8 @@ static int conn_flush(struct qconn *c, const char *out, size_t olen)
 		return -1;
 	w = r < 0 ? 0 : (size_t)r;
 	k = w < c->pend_len ? w : c->pend_len;
+	if (k)
+		touch(q, c); /* draining a backlog is not idling */
 	c->pend_off += k;
 	c->pend_len -= k;
 	w -= k;
@@ -310,8 +437,14 @@ static void conn_serve(struct kt_query *q, struct qconn *c, uint32_t ev)
 				break;
 			r = read(c->it.fd, q->rbuf, n);
 			if (r > 0) {
+				struct kt_qline_counts cnt = { 0 };
+
 				got += r;
-				olen += parse(q, c, q->rbuf, r, q->obuf + olen);
+				olen += kt_qline_parse(&c->ls, q->rbuf, r, q->obuf + olen,
+						       q->decide, q->ctx, &cnt);
+				q->st.ok += cnt.ok;
+				q->st.no += cnt.no;
+				q->st.bad_lines += cnt.bad;
 				if ((size_t)r < n)
 					break; /* drained for now (level-triggered) */
 				continue;
@@ -325,12 +458,14 @@ static void conn_serve(struct kt_query *q, struct qconn *c, uint32_t ev)
 				return;
 			}
 			c->eof = true; /* EOF: a partial line is dropped */
-			c->llen = 0;
-			c->discard = false;
+			c->ls.llen = 0;
+			c->ls.discard = false;
 			break;
 		}
 	}
-	if (conn_flush(c, q->obuf, olen)) {
+	if (olen)
+		touch(q, c); /* a complete line: one move per run, not per line */
+	if (conn_flush(q, c, q->obuf, olen)) {
 		conn_close(q, c);
 		return;
 	}
@@ -354,14 +489,56 @@ static void conn_serve(struct kt_query *q, struct qconn *c, uint32_t ev)
 	}
 }
 
+/* The key of an accepted connection: its uid (Unix) or source address. */
+static void peer_key(int fd, int kind, const struct sockaddr_storage *ss, struct qkey *k)
+{
+	memset(k, 0, sizeof(*k));
+	k->kind = kind;
+	if (kind == QK_UNIX) {
+		struct ucred uc;
+		socklen_t l = sizeof(uc);
+
+		/* unknown: one shared bucket, capped like any uid */
+		k->uid = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &l) ? (uint32_t)-1 : uc.uid;
+	} else if (ss->ss_family == AF_INET) {
+		k->addr[10] = k->addr[11] = 0xff;
+		memcpy(k->addr + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	} else if (ss->ss_family == AF_INET6) {
+		memcpy(k->addr, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+	}
+}
+
+/* The server is over max_clients with c just added: the least recently
+ * active connection of the peer holding the most (ties: the one idle the
+ * longest), never c itself. O(peers). */
+static struct qconn *full_victim(struct kt_query *q, struct qconn *c)
+{
+	struct qpeer *best = NULL, *p;
+
+	for (p = q->peers; p; p = p->next) {
+		if (p->old == c)
+			continue; /* c is all this peer holds */
+		if (!best || p->n > best->n ||
+		    (p->n == best->n && p->old->active_ns < best->old->active_ns))
+			best = p;
+	}
+	if (!best)
+		return NULL;
+	return best->old != c ? best->old : c->pnext;
+}
+
 static void accept_all(struct kt_query *q, struct qitem *l)
 {
 	int i;
 
 	for (i = 0; i < QUERY_ACCEPT_MAX; i++) {
+		struct sockaddr_storage ss = { 0 };
+		socklen_t sl = sizeof(ss);
 		struct epoll_event e;
 		struct qconn *c;
-		int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct qpeer *p;
+		struct qkey k;
+		int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
@@ -379,7 +556,9 @@ static void accept_all(struct kt_query *q, struct qitem *l)
 			}
 			return; /* EAGAIN, or nothing to do about it now */
 		}
-		if (q->st.clients >= q->max_clients || !(c = calloc(1, sizeof(*c)))) {
+		peer_key(fd, l->kind, &ss, &k);
+		if (!(c = calloc(1, sizeof(*c))) || !(p = peer_get(q, &k))) {
+			free(c);
 			close(fd);
 			q->st.refused++;
 			continue;
@@ -398,15 +577,31 @@ static void accept_all(struct kt_query *q, struct qitem *l)
 		if (epoll_ctl(q->ep, EPOLL_CTL_ADD, fd, &e)) {
 			close(fd);
 			free(c);
+			peer_put(q, p);
 			q->st.refused++;
 			continue;
 		}
-		c->next = q->conns;
-		if (q->conns)
-			q->conns->prev = c;
-		q->conns = c;
+		c->peer = p;
+		c->active_ns = q->now;
+		lists_append(q, c);
+		p->n++;
 		q->st.clients++;
 		q->st.accepted++;
+		/* Make room by closing someone else's idlest connection, never by
+		 * refusing the newcomer: one local process holding every slot
+		 * must not turn a fail-safe client's answers into failures. */
+		if (p->n > q->max_per_peer) {
+			conn_close(q, p->old); /* not c: c is p's newest and p->n >= 2 */
+			q->st.evicted_peer_cap++;
+		}
+		if (q->st.clients > q->max_clients) {
+			struct qconn *v = full_victim(q, c);
+
+			if (v) {
+				conn_close(q, v);
+				q->st.evicted_full++;
+			}
+		}
 	}
 }
 
@@ -420,14 +615,22 @@ void kt_query_run(struct kt_query *q)
 	do
 		n = epoll_wait(q->ep, ev, QUERY_EVENTS, 0);
 	while (n < 0 && errno == EINTR);
+	q->now = mono_ns();
 	for (i = 0; i < n; i++) {
 		struct qitem *it = ev[i].data.ptr;
+		uint64_t v;
 
 		if (it->kind == QK_CONN)
 			conn_serve(q, (struct qconn *)it, ev[i].events);
-		else
+		else if (it->kind == QK_TIMER) {
+			while (read(it->fd, &v, sizeof(v)) > 0)
+				;
+			q->timer_armed = false;
+		} else if (it->kind != QK_DEAD)
 			accept_all(q, it);
 	}
+	sweep_idle(q);
+	free_dead(q);
 }
 
 static int add_listener(struct kt_query *q, struct qitem *l, char *err, size_t errlen,
@@ -588,14 +791,27 @@ int kt_query_open(const struct kt_query_opts *o, kt_query_decide_fn decide, void
 	}
 	q->lun = (struct qitem){ QK_UNIX, -1 };
 	q->ltcp = (struct qitem){ QK_TCP, -1 };
+	q->timer = (struct qitem){ QK_TIMER, -1 };
 	q->decide = decide;
 	q->ctx = ctx;
 	q->max_clients = o->max_clients ? o->max_clients : QUERY_DEFAULT_MAX_CLIENTS;
+	q->max_per_peer = o->max_per_peer ? o->max_per_peer : q->max_clients / 8;
+	if (!o->max_per_peer && q->max_per_peer < QUERY_MIN_PER_PEER)
+		q->max_per_peer = QUERY_MIN_PER_PEER;
+	q->idle_ns = (uint64_t)(o->idle_ms ? o->idle_ms : KT_QUERY_IDLE_MS) * 1000000ULL;
 	q->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	q->ep = epoll_create1(EPOLL_CLOEXEC);
 	if (q->ep < 0) {
 		ret = -errno;
 		snprintf(err, errlen, "query server: epoll_create1: %s", strerror(-ret));
+		goto fail;
+	}
+	q->timer.fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	if (q->timer.fd < 0 ||
+	    epoll_ctl(q->ep, EPOLL_CTL_ADD, q->timer.fd,
+		      &(struct epoll_event){ .events = EPOLLIN, .data.ptr = &q->timer })) {
+		ret = -errno;
+		snprintf(err, errlen, "query server: idle timer: %s", strerror(-ret));
 		goto fail;
 	}
 	if (o->socket_path && (ret = open_unix(q, o->socket_path, err, errlen)))
@@ -628,8 +844,9 @@ void kt_query_close(struct kt_query *q)
 
 	if (!q)
 		return;
-	while (q->conns)
-		conn_close(q, q->conns);
+	while (q->old)
+		conn_close(q, q->old);
+	free_dead(q);
 	if (q->lun.fd >= 0)
 		close(q->lun.fd);
 	if (q->ltcp.fd >= 0)
@@ -641,5 +858,7 @@ void kt_query_close(struct kt_query *q)
 		close(q->ep);
 	if (q->spare >= 0)
 		close(q->spare);
+	if (q->timer.fd >= 0)
+		close(q->timer.fd);
 	free(q);
 }

@@ -25,7 +25,13 @@ struct kt_query_opts {
 	const char *tcp_addr;    /* IP literal; NULL = 127.0.0.1 */
 	int tcp_port;            /* TCP listener; 0 = none */
 	unsigned max_clients;    /* connections at once; 0 = 4096 */
+	unsigned max_per_peer;   /* per uid (Unix) or source address (TCP);
+				  * 0 = max(64, max_clients / 8) */
+	unsigned idle_ms;        /* no complete line for this long: closed;
+				  * 0 = KT_QUERY_IDLE_MS */
 };
+
+#define KT_QUERY_IDLE_MS 30000
 
 /* Binds and listens. A socket path left by a dead server is replaced; one a
  * live server answers on is -EADDRINUSE. Returns 0 or a negative errno with
@@ -42,7 +48,11 @@ struct kt_query_stats {
 	uint64_t bad_lines;     /* over-long, NUL, empty: answered NO */
 	uint64_t clients;       /* connected now */
 	uint64_t accepted;      /* connections accepted, total */
-	uint64_t refused;       /* connections closed at once: max_clients reached */
+	uint64_t refused;       /* connections closed at once: out of fds or memory */
+	uint64_t peers;         /* distinct peers (uids, source addresses) now */
+	uint64_t evicted_idle;  /* closed: no complete line for idle_ms */
+	uint64_t evicted_peer_cap; /* closed: its peer opened one past max_per_peer */
+	uint64_t evicted_full;  /* closed: max_clients reached, the largest peer's */
 };
 void kt_query_get_stats(const struct kt_query *q, struct kt_query_stats *s);
 /* Closes every connection and the listeners, and unlinks the socket path
