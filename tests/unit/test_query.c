@@ -27,6 +27,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <grp.h>
+#include <signal.h>
 #include <cmocka.h>
 #include "kthrottle.h"
 #include "ktest.h"
@@ -39,10 +42,13 @@ static pthread_mutex_t g_last_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_last[KT_TAG_MAX_LEN + 1];
 static size_t g_last_len;
 
+/* ctx, when given, is a budget (atomic_int): serve while it lasts, like a
+ * bucket with that burst and no refill. */
 static int decide(void *ctx, const char *tag, size_t len)
 {
-	(void)ctx;
 	atomic_fetch_add(&g_calls, 1);
+	if (ctx)
+		return atomic_fetch_sub((atomic_int *)ctx, 1) > 0;
 	pthread_mutex_lock(&g_last_mu);
 	memcpy(g_last, tag, len);
 	g_last_len = len;
@@ -144,11 +150,11 @@ static void wait_clients(struct srv *s, uint64_t clients)
 }
 
 /* Opens a server with these options and starts it. */
-static void start_opts(const struct kt_query_opts *o)
+static void start_opts(const struct kt_query_opts *o, void *ctx)
 {
 	struct kt_query *q;
 	char err[256];
-	int ret = kt_query_open(o, decide, NULL, &q, err, sizeof(err));
+	int ret = kt_query_open(o, decide, ctx, &q, err, sizeof(err));
 
 	if (ret)
 		print_error("kt_query_open: %d %s\n", ret, err);
@@ -161,7 +167,7 @@ static void start_unix(unsigned max_clients)
 {
 	struct kt_query_opts o = { .socket_path = g_path, .max_clients = max_clients };
 
-	start_opts(&o);
+	start_opts(&o, NULL);
 }
 
 static int setup(void **state)
@@ -510,7 +516,7 @@ static void test_many_clients(void **state)
 		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
 	}
 	/* one uid: allowed that many here (the per-peer cap is test_hostile's) */
-	start_opts(&(struct kt_query_opts){ .socket_path = g_path, .max_per_peer = MANY });
+	start_opts(&(struct kt_query_opts){ .socket_path = g_path, .max_per_peer = MANY }, NULL);
 	for (i = 0; i < MANY; i++)
 		fds[i] = cli_unix(g_path);
 	for (i = 0; i < MANY; i++) {
@@ -870,6 +876,331 @@ static void test_close_unlinks(void **state)
 	assert_true(S_ISREG(st.st_mode));
 }
 
+/* ---- hostile neighbours: a fail-safe client must not be made to fail ---- */
+
+#define HOLD 4300       /* idle connections one peer opens and keeps */
+#define PEER_CAP 512    /* the default per-peer cap: max(64, 4096 / 8) */
+#define BURST 3         /* the fresh client's budget: OK x3, then NO */
+
+static void raise_nofile(rlim_t want)
+{
+	struct rlimit rl;
+
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur < want) {
+		rl.rlim_cur = want;
+		if (rl.rlim_max < want)
+			rl.rlim_max = want; /* root may raise it */
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
+}
+
+/* Waits (up to 30 s) until the server accepted `n` connections in all. */
+static void wait_accepted(uint64_t n)
+{
+	struct kt_query_stats st;
+	uint64_t t0 = now_ms();
+
+	do {
+		srv_stats(&g_srv, &st);
+		if (st.accepted >= n)
+			return;
+		usleep(5000);
+	} while (now_ms() - t0 < 30000);
+	print_error("accepted %llu, want %llu\n", (unsigned long long)st.accepted,
+		    (unsigned long long)n);
+	fail();
+}
+
+/* A non-blocking connect to sa, from `src` (IPv4, or NULL); retried while
+ * the backlog is full, for up to 10 s. */
+static int hold_connect(const struct sockaddr *sa, socklen_t sl, const char *src)
+{
+	uint64_t t0 = now_ms();
+	int fd;
+
+	fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	if (src) {
+		struct sockaddr_in b = { .sin_family = AF_INET };
+
+		inet_pton(AF_INET, src, &b.sin_addr);
+		assert_int_equal(bind(fd, (struct sockaddr *)&b, sizeof(b)), 0);
+	}
+	while (connect(fd, sa, sl)) {
+		if (errno == EINPROGRESS)
+			break; /* TCP: the server thread completes it */
+		assert_true(errno == EAGAIN || errno == EINTR);
+		assert_true(now_ms() - t0 < 10000);
+		usleep(1000);
+	}
+	return fd;
+}
+
+/* The fresh client's queries: BURST x OK, then NO. 0 or a failing step. */
+static int fresh_queries(int fd)
+{
+	char buf[4];
+
+	for (int i = 0; i <= BURST; i++) {
+		if (send(fd, "t\n", 2, MSG_NOSIGNAL) != 2)
+			return 10 + i;
+		if (read_upto(fd, buf, 3, 2000) != 3)
+			return 20 + i;
+		if (memcmp(buf, i < BURST ? "OK\n" : "NO\n", 3))
+			return 30 + i;
+	}
+	return 0;
+}
+
+/* Whether fd's connection was closed by the server (EOF or reset within
+ * 2 s), or is still open (nothing to read, no EOF). */
+static bool closed_by_server(int fd, int wait_ms)
+{
+	char c;
+	ssize_t r;
+
+	if (read_upto(fd, &c, 1, wait_ms))
+		return false;
+	r = recv(fd, &c, 1, MSG_DONTWAIT);
+	return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* A child with uid 65534 connects and queries; its exit code is the verdict. */
+static int fresh_as_nobody(void)
+{
+	pid_t pid = fork();
+	uint64_t t0;
+	int status = -1;
+
+	assert_true(pid >= 0);
+	if (!pid) {
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		int fd;
+
+		if (setgroups(0, NULL) || setgid(65534) || setuid(65534))
+			_exit(2);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", g_path);
+		if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+			_exit(3);
+		_exit(fresh_queries(fd));
+	}
+	t0 = now_ms();
+	while (waitpid(pid, &status, WNOHANG) == 0) {
+		if (now_ms() - t0 > 10000) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			break;
+		}
+		usleep(2000);
+	}
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+}
+
+/* One local process (this test, root) opens HOLD idle connections to the
+ * Unix socket and keeps them: it keeps PEER_CAP, its oldest evicted as it
+ * goes; another uid's fresh client is answered right; a fresh one of the
+ * same uid evicts the holder's oldest, not itself. */
+static void test_hostile_unix(void **state)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct kt_query_opts o = { .socket_path = g_path };
+	struct kt_query_stats st;
+	static int fds[HOLD];
+	atomic_int budget = BURST;
+	uint64_t t0;
+	int i, fd, rc;
+
+	(void)state;
+	raise_nofile(2 * HOLD + 256);
+	start_opts(&o, &budget);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", g_path);
+	t0 = now_ms();
+	for (i = 0; i < HOLD; i++)
+		fds[i] = hold_connect((struct sockaddr *)&sa, sizeof(sa), NULL);
+	wait_accepted(HOLD);
+	print_message("    %d idle connections held in %llu ms\n", HOLD,
+		      (unsigned long long)(now_ms() - t0));
+	srv_stats(&g_srv, &st);
+	assert_int_equal(st.clients, PEER_CAP);
+	assert_int_equal(st.evicted_peer_cap, HOLD - PEER_CAP);
+	assert_int_equal(st.evicted_full, 0);
+	assert_int_equal(st.refused, 0);
+	assert_true(closed_by_server(fds[0], 2000));
+	assert_true(closed_by_server(fds[HOLD - PEER_CAP - 1], 2000));
+	assert_false(closed_by_server(fds[HOLD - PEER_CAP], 0));
+
+	if (geteuid() == 0) {
+		assert_int_equal(chmod(g_dir, 0755), 0); /* nobody reaches the socket */
+		t0 = now_ms();
+		rc = fresh_as_nobody();
+		print_message("    uid 65534's fresh client answered in %llu ms (exit %d)\n",
+			      (unsigned long long)(now_ms() - t0), rc);
+		assert_int_equal(rc, 0);
+		srv_stats(&g_srv, &st);
+		assert_int_equal(st.evicted_peer_cap, HOLD - PEER_CAP); /* nobody's own slot */
+		assert_int_equal(st.ok, BURST);
+		assert_int_equal(st.no, 1);
+		atomic_store(&budget, BURST);
+	} else {
+		print_message("    not root: the other-uid client is skipped\n");
+	}
+	/* the same uid: served too, at the cost of the holder's oldest */
+	fd = cli_unix(g_path);
+	assert_int_equal(fresh_queries(fd), 0);
+	assert_true(closed_by_server(fds[HOLD - PEER_CAP], 2000));
+	assert_false(closed_by_server(fds[HOLD - PEER_CAP + 1], 0));
+	srv_stats(&g_srv, &st);
+	assert_int_equal(st.evicted_peer_cap, HOLD - PEER_CAP + 1);
+	close(fd);
+	for (i = 0; i < HOLD; i++)
+		close(fds[i]);
+	wait_clients(&g_srv, 0);
+	srv_stats(&g_srv, &st);
+	assert_int_equal(st.peers, 0);
+}
+
+/* The same by TCP source address: 127.0.0.2 holds HOLD, 127.0.0.1 is served. */
+static void test_hostile_tcp(void **state)
+{
+	struct kt_query_opts o = { .tcp_addr = "127.0.0.1" };
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct kt_query_stats st;
+	static int fds[HOLD];
+	atomic_int budget = BURST;
+	struct kt_query *q;
+	char err[256];
+	uint64_t t0;
+	int i, fd, ret = 0, tries;
+
+	(void)state;
+	raise_nofile(2 * HOLD + 256);
+	for (tries = 0; tries < 5; tries++) {
+		o.tcp_port = ktest_free_port(SOCK_STREAM);
+		ret = kt_query_open(&o, decide, &budget, &q, err, sizeof(err));
+		if (ret != -EADDRINUSE)
+			break;
+	}
+	assert_int_equal(ret, 0);
+	srv_start(&g_srv, q);
+	sa.sin_port = htons(o.tcp_port);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	t0 = now_ms();
+	for (i = 0; i < HOLD; i++)
+		fds[i] = hold_connect((struct sockaddr *)&sa, sizeof(sa), "127.0.0.2");
+	wait_accepted(HOLD);
+	print_message("    %d idle TCP connections from 127.0.0.2 held in %llu ms\n", HOLD,
+		      (unsigned long long)(now_ms() - t0));
+	srv_stats(&g_srv, &st);
+	assert_int_equal(st.clients, PEER_CAP);
+	assert_int_equal(st.evicted_peer_cap, HOLD - PEER_CAP);
+	assert_int_equal(st.peers, 1);
+	fd = hold_connect((struct sockaddr *)&sa, sizeof(sa), "127.0.0.1");
+	{
+		int fl = fcntl(fd, F_GETFL);
+
+		assert_int_equal(fcntl(fd, F_SETFL, fl & ~O_NONBLOCK), 0);
+	}
+	t0 = now_ms();
+	assert_int_equal(fresh_queries(fd), 0);
+	print_message("    127.0.0.1's fresh client answered in %llu ms\n",
+		      (unsigned long long)(now_ms() - t0));
+	srv_stats(&g_srv, &st);
+	assert_int_equal(st.clients, PEER_CAP + 1);
+	assert_int_equal(st.evicted_peer_cap, HOLD - PEER_CAP); /* its own slot */
+	assert_int_equal(st.peers, 2);
+	assert_int_equal(st.ok, BURST);
+	assert_int_equal(st.no, 1);
+	close(fd);
+	for (i = 0; i < HOLD; i++)
+		close(fds[i]);
+	wait_clients(&g_srv, 0);
+}
+
+/* Full server, many peers: the newcomer evicts the idlest connection of
+ * the largest holder. 127.0.0.2 holds 6, 127.0.0.3 holds 2 (max 8). */
+static void test_full_evicts_largest(void **state)
+{
+	struct kt_query_opts o = { .tcp_addr = "127.0.0.1", .max_clients = 8 };
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct kt_query_stats st;
+	int big[6], small[2], fd, i, ret = 0, tries;
+	struct kt_query *q;
+	char err[256];
+
+	(void)state;
+	for (tries = 0; tries < 5; tries++) {
+		o.tcp_port = ktest_free_port(SOCK_STREAM);
+		ret = kt_query_open(&o, decide, NULL, &q, err, sizeof(err));
+		if (ret != -EADDRINUSE)
+			break;
+	}
+	assert_int_equal(ret, 0);
+	srv_start(&g_srv, q);
+	sa.sin_port = htons(o.tcp_port);
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	for (i = 0; i < 2; i++)
+		small[i] = hold_connect((struct sockaddr *)&sa, sizeof(sa), "127.0.0.3");
+	wait_accepted(2);
+	for (i = 0; i < 6; i++) {
+		big[i] = hold_connect((struct sockaddr *)&sa, sizeof(sa), "127.0.0.2");
+		wait_accepted(3 + i);
+	}
+	fd = hold_connect((struct sockaddr *)&sa, sizeof(sa), "127.0.0.4");
+	wait_accepted(9);
+	assert_true(closed_by_server(big[0], 2000));
+	assert_false(closed_by_server(big[1], 0));
+	assert_false(closed_by_server(small[0], 0));
+	srv_stats(&g_srv, &st);
+	assert_int_equal(st.evicted_full, 1);
+	assert_int_equal(st.clients, 8);
+	assert_int_equal(st.peers, 3);
+	{
+		int fl = fcntl(fd, F_GETFL);
+
+		assert_int_equal(fcntl(fd, F_SETFL, fl & ~O_NONBLOCK), 0);
+	}
+	send_str(fd, "a\nn\n");
+	expect(fd, "OK\nNO\n");
+	close(fd);
+	for (i = 0; i < 6; i++)
+		close(big[i]);
+	for (i = 0; i < 2; i++)
+		close(small[i]);
+}
+
+/* Idle timeout (300 ms here): the silent connection is closed, the one
+ * asking every 100 ms is not; a client draining a backlog slowly is not. */
+static void test_idle_timeout(void **state)
+{
+	struct kt_query_opts o = { .socket_path = g_path, .idle_ms = 300 };
+	struct kt_query_stats st;
+	int idle, busy, i;
+	uint64_t t0;
+
+	(void)state;
+	start_opts(&o, NULL);
+	t0 = now_ms();
+	idle = cli_unix(g_path);
+	busy = cli_unix(g_path);
+	send_str(idle, "partial line, never ended"); /* not a complete line */
+	for (i = 0; i < 10; i++) {
+		send_str(busy, "b\n");
+		expect(busy, "OK\n");
+		usleep(100000);
+	}
+	assert_true(closed_by_server(idle, 0));
+	srv_stats(&g_srv, &st);
+	assert_int_equal(st.evicted_idle, 1);
+	assert_int_equal(st.clients, 1);
+	assert_true(now_ms() - t0 >= 300);
+	send_str(busy, "b\n");
+	expect(busy, "OK\n");
+	close(idle);
+	close(busy);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -888,6 +1219,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_path_errors, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tcp, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_close_unlinks, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_unix, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile_tcp, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_full_evicts_largest, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_idle_timeout, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
