@@ -770,8 +770,85 @@ static void test_bad_data(void **state)
 	assert_non_null(strstr(err, "WRONGTYPE"));
 	assert_non_null(strstr(err, "heartbeat"));
 	assert_true(kt_store_connected(s)); /* the server is fine: no reconnect */
+	/* ...but the store is not up: a heartbeat went unanswered */
+	struct kt_store_errors e;
+	kt_store_get_errors(s, &e);
+	assert_int_equal(e.kind, KT_SERR_WRONGTYPE);
+	assert_int_equal(e.count[KT_SERR_WRONGTYPE], 1);
+	assert_true(e.since_ns > 0 && strstr(e.text, "WRONGTYPE"));
+	assert_int_equal(kt_store_state(s, NULL, NULL), KT_STORE_FAILING);
 	a = beat(s, "bad", "ok", LIVE, 60000);
 	assert_int_equal(a.live, 2);
+	kt_store_get_errors(s, &e);
+	assert_int_equal(kt_store_state(s, NULL, NULL), KT_STORE_UP);
+	assert_true(e.since_ns == 0 && e.episode_kinds == 0); /* the episode ended */
+	assert_int_equal(e.kind, KT_SERR_WRONGTYPE);         /* the last error is kept */
+}
+
+/* Each failure is named by its kind; a connection that answers with errors
+ * is failing, an oversized claim drops it before the body is read. */
+static void test_error_kinds(void **state)
+{
+	static const struct {
+		const char *reply;
+		enum kt_store_err_kind kind;
+		int ret;
+	} cases[] = {
+		{ "-NOSCRIPT No matching script. Please use EVAL.\r\n", KT_SERR_NOSCRIPT, -EIO },
+		{ "-ERR something odd\r\n", KT_SERR_ERR, -EIO },
+		{ "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+		  KT_SERR_WRONGTYPE, -EIO },
+		{ ":1\r\n", KT_SERR_WRONGTYPE, -EPROTO },
+		{ "*1\r\n*3\r\n:0\r\n:1\r\n:1\r\n", KT_SERR_PROTOCOL, -EPROTO },
+		{ "$1000000000\r\nxx", KT_SERR_OVERSIZED, -EMSGSIZE },
+		{ "*1\r\n*2000000000\r\n", KT_SERR_OVERSIZED, -EMSGSIZE },
+	};
+	struct kt_pool_member m = { "m", LIVE };
+	struct kt_store_errors e;
+	struct kt_pool_answer a;
+	struct kt_store *s;
+	unsigned seen = 0;
+
+	(void)state;
+	fake_start(&g_fake);
+	s = open_single(g_fake.port, NULL, NULL, 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t t0 = rp_now_ms();
+		int ret;
+
+		fake_set(&g_fake, cases[i].reply);
+		/* after an oversized reply the store backs off: bounded wait */
+		while ((ret = kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err))) == -EAGAIN &&
+		       rp_now_ms() - t0 < 2000)
+			rp_sleep_ms(20);
+		if (ret != cases[i].ret)
+			fail_msg("case %zu: %d, not %d (%s)", i, ret, cases[i].ret, err);
+		kt_store_get_errors(s, &e);
+		if (e.kind != cases[i].kind)
+			fail_msg("case %zu: kind %s, not %s (%s)", i, kt_store_err_kind_name(e.kind),
+				 kt_store_err_kind_name(cases[i].kind), e.text);
+		assert_string_equal(e.text, err);
+		seen |= 1u << cases[i].kind;
+		assert_int_equal(e.episode_kinds, seen);
+		assert_int_equal(kt_store_state(s, NULL, NULL),
+				 cases[i].kind == KT_SERR_OVERSIZED ? KT_STORE_DOWN : KT_STORE_FAILING);
+	}
+	assert_non_null(strstr(e.text, "oversized reply"));
+	assert_int_equal(e.count[KT_SERR_OVERSIZED], 2);
+	assert_int_equal(e.count[KT_SERR_WRONGTYPE], 2);
+	assert_int_equal(e.count[KT_SERR_NOSCRIPT], 1);
+	assert_string_equal(kt_store_err_kind_name(KT_SERR_NOSCRIPT), "noscript");
+	/* an answered heartbeat ends the episode */
+	fake_set(&g_fake, "*1\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n");
+	uint64_t t0 = rp_now_ms();
+	int ret;
+	while ((ret = kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err))) == -EAGAIN &&
+	       rp_now_ms() - t0 < 2000)
+		rp_sleep_ms(20);
+	ASSERT_OK(ret);
+	kt_store_get_errors(s, &e);
+	assert_true(e.since_ns == 0 && e.episode_kinds == 0);
+	assert_int_equal(kt_store_state(s, NULL, NULL), KT_STORE_UP);
 }
 
 /* ---- incremental counters ---- */
@@ -1595,6 +1672,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_auth_and_db, teardown),
 		cmocka_unit_test_teardown(test_sigstop_timeout_and_backoff, teardown),
 		cmocka_unit_test_teardown(test_malformed_replies, teardown),
+		cmocka_unit_test_teardown(test_error_kinds, teardown),
 		cmocka_unit_test_teardown(test_sentinel_failover, teardown),
 	};
 

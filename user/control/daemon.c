@@ -97,6 +97,77 @@ static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", 
  * buckets, and what became of this node's permits. Only strict limits. */
 static void tag_metrics(struct kt_daemon *d, struct sbuf *b);
 
+/* kthrottle_store_errors_total{limit,kind}: failed store calls by kind;
+ * kthrottle_store_pool_over_max{limit}: the answered size above maxMembers. */
+static void store_error_metrics(struct kt_daemon *d, struct sbuf *b)
+{
+	sb_printf(b, "# HELP kthrottle_store_errors_total Failed store calls by kind of error.\n"
+		     "# TYPE kthrottle_store_errors_total counter\n");
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		struct kt_store_errors e;
+
+		if (d->plan.limits[i].cfg->store.kind != KT_STORE_REDIS)
+			continue;
+		kt_pool_store_errors(d->pool, i, &e);
+		for (int k = KT_SERR_NONE + 1; k < KT_SERR_KINDS; k++)
+			sb_printf(b, "kthrottle_store_errors_total{limit=\"%s\",kind=\"%s\"} %llu\n",
+				  d->plan.limits[i].cfg->name, kt_store_err_kind_name(k),
+				  (unsigned long long)e.count[k]);
+	}
+	sb_printf(b, "# HELP kthrottle_store_pool_over_max Pool size the store answered above maxMembers (0: none).\n"
+		     "# TYPE kthrottle_store_pool_over_max gauge\n");
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		const struct kt_pool_view *v = kt_pool_view(d->pool, i);
+
+		if (d->plan.limits[i].cfg->store.kind == KT_STORE_REDIS && v)
+			sb_printf(b, "kthrottle_store_pool_over_max{limit=\"%s\"} %d\n",
+				  d->plan.limits[i].cfg->name, v->over_max);
+	}
+}
+
+/* The store's last error (JSON members of "store", or a text line) and the
+ * maxMembers anomaly. */
+static void store_error_status(struct kt_daemon *d, struct sbuf *b, int i, bool json, uint64_t now)
+{
+	const struct kt_pool_view *v = kt_pool_view(d->pool, i);
+	uint64_t since = 0;
+	char ep[300];
+	const char *st = kt_pool_store_state(d->pool, i, &since, ep, sizeof(ep));
+	struct kt_store_errors e;
+	double age;
+
+	kt_pool_store_errors(d->pool, i, &e);
+	age = e.since_ns && now > e.since_ns ? (double)(now - e.since_ns) / 1e9 : 0;
+	if (json) {
+		if (e.kind == KT_SERR_NONE) {
+			sb_printf(b, ",\"last_error\":null");
+		} else {
+			sb_printf(b, ",\"last_error\":{\"kind\":\"%s\",\"text\":",
+				  kt_store_err_kind_name(e.kind));
+			sb_json_str(b, e.text);
+			if (e.since_ns)
+				sb_printf(b, ",\"since_s\":%.3f", age);
+			else
+				sb_printf(b, ",\"since_s\":null"); /* the episode is over */
+			sb_printf(b, ",\"count\":%llu}", (unsigned long long)e.count[e.kind]);
+		}
+		if (v && v->over_max)
+			sb_printf(b, ",\"anomaly\":{\"kind\":\"over_max_members\",\"size\":%d,"
+				     "\"max_members\":%d}",
+				  v->over_max, v->max_members);
+		else
+			sb_printf(b, ",\"anomaly\":null");
+		return;
+	}
+	if (e.kind != KT_SERR_NONE && e.since_ns)
+		sb_printf(b, "  store %s (%s since %.1fs, %llu so far: %s)\n",
+			  strcmp(st, "up") ? st : "errors", kt_store_err_kind_name(e.kind), age,
+			  (unsigned long long)e.count[e.kind], e.text);
+	if (v && v->over_max)
+		sb_printf(b, "  store anomaly: pool size %d above maxMembers %d (acted on: shares shrink)\n",
+			  v->over_max, v->max_members);
+}
+
 static void strict_metrics(struct kt_daemon *d, struct sbuf *b, uint64_t now)
 {
 	static const char *const outcome[] = { "granted", "used", "wasted", "backoff" };
@@ -210,10 +281,10 @@ static void health_snap(struct kt_daemon *d, struct health_snap *s)
 			const char *st = kt_pool_store_state(d->pool, i, &since, ep, sizeof(ep));
 
 			in->uses_store = true;
-			if (!strcmp(st, "down") && !in->stores_down++)
+			if ((!strcmp(st, "down") || !strcmp(st, "failing")) && !in->stores_down++)
 				snprintf(s->store_why, sizeof(s->store_why),
-					 "limit %s: redis %s not answering for %.1fs",
-					 l->cfg->name, ep[0] ? ep : "?",
+					 "limit %s: redis %s %s for %.1fs", l->cfg->name, ep[0] ? ep : "?",
+					 st[0] == 'd' ? "not answering" : "answering with errors",
 					 since && in->now_ns > since ? (double)(in->now_ns - since) / 1e9 : 0);
 		}
 	}
@@ -340,6 +411,7 @@ char *kt_daemon_metrics(struct kt_daemon *d)
 			  d->plan.limits[i].cfg->name,
 			  kt_pool_store_state(d->pool, i, &since, ep, sizeof(ep)));
 	}
+	store_error_metrics(d, &b);
 	for (int k = 0; k < 2; k++) {
 		sb_printf(&b, "# HELP kthrottle_member_%s_total Tokens %s for one member cgroup (its bucket's counters).\n"
 			      "# TYPE kthrottle_member_%s_total counter\n",
@@ -716,6 +788,7 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 				  kt_store_kind_name(c->store.kind), st,
 				  st_since && now > st_since ? (double)(now - st_since) / 1e9 : 0.0);
 			sb_json_str(&b, ep);
+			store_error_status(d, &b, i, true, now);
 			sb_printf(&b,
 				  "},\"pool\":{\"phase\":\"%s\",\"size\":%d,\"live\":%d,\"agree\":%s,"
 				  "\"share\":%.6g,\"reserved\":%.6g,\"last_heartbeat_age_s\":%.3f,"
@@ -789,6 +862,8 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 					sb_printf(&b, "  held for lapsed members %.3f/s", v->reserved);
 			}
 			sb_printf(&b, "\n");
+			if (c->store.kind == KT_STORE_REDIS)
+				store_error_status(d, &b, i, false, now);
 		}
 members:
 		for (j = 0; j < l->n_members; j++) {

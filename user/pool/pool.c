@@ -124,6 +124,7 @@ struct hb_job {
 	int ret;
 	char err[KT_ERR_LEN];
 	struct kt_store_stats stats;
+	struct kt_store_errors errs;
 };
 
 struct group {
@@ -134,6 +135,7 @@ struct group {
 	uint64_t heartbeat_ns, next_ns;
 	uint64_t connects;              /* store's connection count at the last answer */
 	bool started, failing;
+	unsigned logged_kinds;          /* error kinds logged in this episode */
 	uint64_t skipped;               /* heartbeats not sent: the previous one still ran */
 	int *lims;
 	int n;
@@ -367,6 +369,7 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 		l->v.agree = false;
 		l->v.live = 0; /* nothing seen yet */
 		l->v.size = l->max_members; /* never "alone": unknown (0) unless bounded */
+		l->v.max_members = l->max_members;
 		l->res = lc->rl.resumed_ramp_up ? RES_WAIT : RES_OFF;
 		for (j = 0; j < p->n_groups; j++)
 			if (same_store(&cfg->limits[p->g[j].lims[0]].store, s))
@@ -466,6 +469,19 @@ static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_
 	l->v.size = size;
 	l->v.reserved = a->reserved;
 	l->v.last_answer_ns = now;
+	/* a size above maxMembers is an anomaly (a misconfiguration, or a
+	 * writer to the store inflating the pool): acted on, since that only
+	 * shrinks shares, and named */
+	if (l->max_members > 0 && raw > l->max_members) {
+		if (!l->v.over_max)
+			kt_warn("pool: limit %s: the store answered size %d, above maxMembers %d: "
+				"acting on it (shares shrink), check the store's keys",
+				l->name, raw, l->max_members);
+		l->v.over_max = raw;
+	} else if (l->v.over_max) {
+		kt_info("pool: limit %s: size %d within maxMembers %d again", l->name, raw, l->max_members);
+		l->v.over_max = 0;
+	}
 	/* the store reserves what we told it; the kernel may run at less when
 	 * the answer grew the pool (never at more) */
 	l->v.fallback_member = member_fallback(l, l->sent_pool_rate);
@@ -696,6 +712,7 @@ static void run_job(struct kt_store *st, void *arg)
 	job->ret = kt_store_heartbeat_many(st, job->reqs, job->n, job->ans, job->err, sizeof(job->err));
 out:
 	kt_store_get_stats(st, &job->stats);
+	kt_store_get_errors(st, &job->errs);
 }
 
 static double demand_of(const struct kt_pool_local *lo, int j)
@@ -793,12 +810,31 @@ oom:
 	kt_err("pool: %s: out of memory building a heartbeat", g->label);
 }
 
+/* Each kind of store error once per episode (it ends when a heartbeat is
+ * answered), so a wrong-type key is named even when the episode began with
+ * a timeout. */
+static void log_errors(struct group *g, const struct hb_job *job)
+{
+	const struct kt_store_errors *e = &job->errs;
+
+	if (!e->since_ns) {
+		g->logged_kinds = 0;
+		return;
+	}
+	if (e->kind == KT_SERR_NONE || (g->logged_kinds & (1u << e->kind)))
+		return;
+	g->logged_kinds |= 1u << e->kind;
+	kt_warn("pool: %s: store error (%s), keeping the last view for validFor: %s", g->label,
+		kt_store_err_kind_name(e->kind), e->text);
+}
+
 /* A round trip came back: answers, saved ramp levels, deregistrations. */
 static bool finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, uint64_t now)
 {
 	bool reconnected;
 	int k;
 
+	log_errors(g, job);
 	if (job->unreachable) {
 		if (!g->failing)
 			kt_warn("pool: %s: reading saved ramp levels: %s", g->label, job->err);
@@ -818,10 +854,7 @@ static bool finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, u
 			kt_info("pool: limit %s: %d members left", jl->name, jl->n_gone);
 	}
 	if (job->ret && job->ret != KT_STORE_PARTIAL) {
-		if (!g->failing)
-			kt_warn("pool: %s: heartbeat failed, keeping the last view for validFor: %s",
-				g->label, job->err);
-		g->failing = true;
+		g->failing = true; /* log_errors named it */
 		return false;
 	}
 	if (g->failing)
@@ -1286,6 +1319,17 @@ const char *kt_pool_store_state(const struct kt_pool *p, int i, uint64_t *since_
 	return kt_store_state_name(sn.state);
 }
 
+void kt_pool_store_errors(const struct kt_pool *p, int i, struct kt_store_errors *out)
+{
+	struct kt_storeq_snap sn;
+
+	memset(out, 0, sizeof(*out));
+	if (!p || i < 0 || i >= p->n || p->l[i].group < 0)
+		return;
+	kt_storeq_snapshot(p->g[p->l[i].group].q, &sn);
+	*out = sn.errors;
+}
+
 void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 {
 	struct lim *l, *o;
@@ -1297,6 +1341,7 @@ void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 	if (l->kind != KT_STORE_REDIS || o->kind != KT_STORE_REDIS)
 		return;
 	l->v = o->v;
+	l->v.max_members = l->max_members; /* the new config's */
 	l->answered = o->answered;
 	l->adopted = o->adopted;
 	l->prev_size = o->prev_size;

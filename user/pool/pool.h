@@ -55,6 +55,10 @@ struct kt_pool_view {
 	double reserved;           /* fallback rates of lapsed members, held for them */
 	double fallback_member;    /* per-member fallback rate the store was told */
 	bool closed;               /* past fallback_until too: nothing admitted */
+	/* Store trust: the last answer's size was above maxMembers (that size,
+	 * 0 none). It is acted on (fail closed: shares only shrink), not capped. */
+	int over_max;
+	int max_members;           /* maxMembers, 0 unset */
 };
 
 struct kt_pool;
@@ -139,6 +143,9 @@ void kt_pool_destroy(struct kt_pool *p);
  * since_ns: when that state began; endpoint "host:port" or "". */
 const char *kt_pool_store_state(const struct kt_pool *p, int limit_idx, uint64_t *since_ns,
 				char *endpoint, size_t len);
+struct kt_store_errors;
+/* The errors of limit i's store (kind NONE for local/static). */
+void kt_pool_store_errors(const struct kt_pool *p, int limit_idx, struct kt_store_errors *out);
 /* Reload: limit i of the new pool continues limit j of the old one (same
  * name, both on Redis): it keeps the agreed view instead of rejoining. */
 void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j);

@@ -57,6 +57,11 @@ struct kt_rconn {
 	struct pend *q;
 	size_t q_head, q_len, q_cap;
 	redisReader *reader;
+	/* the reader's functions with createArray bounded (hiredis 0.14 has no
+	 * maxelements), and what an oversized header claimed */
+	redisReplyObjectFunctions fns;
+	const redisReplyObjectFunctions *orig_fns;
+	long long claimed;
 	kt_rconn_cb push_cb;      /* replies with no command pending; NULL: protocol error */
 	void *push_data;
 	int depth;                /* > 0 while inside handle()/close(): free is deferred */
@@ -200,6 +205,41 @@ static void sync_cb(void *cbdata, redisReply *reply, const char *err)
 	slot->done = true;
 }
 
+static void *bounded_array(const redisReadTask *t, int elements)
+{
+	struct kt_rconn *c = t->privdata;
+
+	if (elements > KT_RCONN_MAX_ELEMENTS) {
+		c->claimed = elements;
+		return NULL; /* the reader fails ("out of memory"); dispatch names it */
+	}
+	return c->orig_fns->createArray(t, elements);
+}
+
+/* A bulk string whose header is read but whose body is not: the reader
+ * would buffer whatever length it claims, so the claim is checked first. */
+static bool bulk_oversized(struct kt_rconn *c)
+{
+	const redisReader *r = c->reader;
+	const char *p, *end;
+	long long n = 0;
+
+	if (r->ridx < 0 || r->rstack[r->ridx].type != REDIS_REPLY_STRING)
+		return false;
+	p = r->buf + r->pos;
+	end = r->buf + r->len;
+	if (p < end && *p == '-')
+		return false;
+	for (; p < end && *p >= '0' && *p <= '9'; p++) {
+		n = n * 10 + (*p - '0');
+		if (n > KT_RCONN_MAX_BULK) {
+			c->claimed = n;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* Moves [data, data+len) into the reader and runs callbacks for complete
  * replies. Stops as soon as the conn fails or a callback closes it. */
 static void dispatch(struct kt_rconn *c, const char *data, size_t len)
@@ -213,11 +253,19 @@ static void dispatch(struct kt_rconn *c, const char *data, size_t len)
 		struct pend p;
 
 		if (redisReaderGetReply(c->reader, &r) != REDIS_OK) {
-			fail(c, -EPROTO, "protocol error from %s: %s", c->where, c->reader->errstr);
+			if (c->claimed)
+				fail(c, -EMSGSIZE, "oversized reply from %s: an array of %lld elements (at most %d)",
+				     c->where, c->claimed, KT_RCONN_MAX_ELEMENTS);
+			else
+				fail(c, -EPROTO, "protocol error from %s: %s", c->where, c->reader->errstr);
 			return;
 		}
-		if (!r)
+		if (!r) {
+			if (bulk_oversized(c))
+				fail(c, -EMSGSIZE, "oversized reply from %s: a bulk string of %lld bytes (at most %d)",
+				     c->where, c->claimed, KT_RCONN_MAX_BULK);
 			return;
+		}
 		if (!c->q_len && c->push_cb) {
 			c->push_cb(c->push_data, r, NULL);
 			freeReplyObject(r);
@@ -670,6 +718,11 @@ int kt_rconn_open(const struct kt_rconn_opts *o, struct kt_rconn **out, char *er
 		ret = -ENOMEM;
 		goto fail;
 	}
+	c->orig_fns = c->reader->fn;
+	c->fns = *c->orig_fns;
+	c->fns.createArray = bounded_array;
+	c->reader->fn = &c->fns;
+	c->reader->privdata = c;
 	if (o->tls) {
 		ret = setup_tls(c, o, err, errlen);
 		if (ret)

@@ -51,6 +51,14 @@
 
 struct kt_rconn;
 
+/* Bounds on what a reply may claim before it is read: the largest reply the
+ * store takes is a tag exchange page (KT_STORE_TAG_READ_MAX entries of up to
+ * 64 KiB each) or a grants array (one entry per member of this node, up to
+ * KT_STORE_MAX_POOL); CLUSTER SLOTS has at most 16384 ranges. Above them the
+ * conn fails with -EMSGSIZE, "oversized reply from ...". */
+#define KT_RCONN_MAX_BULK (1 << 20)
+#define KT_RCONN_MAX_ELEMENTS (1 << 21)
+
 enum kt_rconn_state {
 	KT_RCONN_CONNECTING = 0, /* TCP connect in progress */
 	KT_RCONN_HANDSHAKING,    /* TLS handshake in progress */

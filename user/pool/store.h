@@ -170,8 +170,35 @@ struct kt_store;
 
 enum kt_store_state {
 	KT_STORE_IDLE = 0, /* never connected yet, no failure either */
-	KT_STORE_UP,       /* connected */
+	KT_STORE_UP,       /* the last heartbeat was answered as expected */
 	KT_STORE_DOWN,     /* last attempt failed; backing off */
+	KT_STORE_FAILING,  /* connected, but the last call was answered with an error
+			    * or a reply it could not use (kt_store_get_errors says which) */
+};
+
+/* What a failed call ran into. */
+enum kt_store_err_kind {
+	KT_SERR_NONE = 0,
+	KT_SERR_CONNECT,   /* connect refused/reset/closed, no master known */
+	KT_SERR_AUTH,      /* AUTH refused, NOAUTH */
+	KT_SERR_TLS,       /* handshake or verification */
+	KT_SERR_TIMEOUT,   /* a step or the call budget */
+	KT_SERR_PROTOCOL,  /* unparseable reply, or one of an unexpected shape */
+	KT_SERR_WRONGTYPE, /* WRONGTYPE (a pool key of another type), or a reply of the wrong type */
+	KT_SERR_ERR,       /* any other error reply (-ERR ...) */
+	KT_SERR_NOSCRIPT,  /* NOSCRIPT even after the script was sent again */
+	KT_SERR_OVERSIZED, /* a reply claiming more than KT_RCONN_MAX_BULK / _MAX_ELEMENTS */
+	KT_SERR_KINDS
+};
+
+/* An episode starts with a failed call and ends when a heartbeat is answered. */
+struct kt_store_errors {
+	enum kt_store_err_kind kind;   /* the last failure's, NONE if there never was one */
+	char text[KT_ERR_LEN];         /* its one-line message (no passwords) */
+	uint64_t since_ns;             /* kt clock, first failure of the current episode; 0: none */
+	uint64_t last_ns;              /* kt clock, the last failure */
+	unsigned episode_kinds;        /* 1 << kind for each kind seen in the current episode */
+	uint64_t count[KT_SERR_KINDS]; /* failed calls per kind, since open */
 };
 
 #define KT_POOL_REPORT_LIVE 0
@@ -328,5 +355,9 @@ const char *kt_store_endpoint(const struct kt_store *s, char *buf, size_t len);
 /* Last error message (no passwords), "" if none. */
 const char *kt_store_last_error(const struct kt_store *s);
 void kt_store_get_stats(const struct kt_store *s, struct kt_store_stats *st);
+void kt_store_get_errors(const struct kt_store *s, struct kt_store_errors *e);
+/* "connect", "auth", "tls", "timeout", "protocol", "wrongtype", "err",
+ * "noscript", "oversized" ("none" for NONE). */
+const char *kt_store_err_kind_name(enum kt_store_err_kind k);
 
 #endif

@@ -585,6 +585,8 @@ struct kt_store {
 	uint64_t rng;
 	char last_err[KT_ERR_LEN];
 	struct kt_store_stats st;
+	enum kt_store_err_kind hint; /* set by the failure being reported, else from the errno */
+	struct kt_store_errors errs;
 };
 
 static uint64_t mono_ns(void)
@@ -644,6 +646,21 @@ static bool starts_with(const redisReply *r, const char *prefix)
 	size_t n = strlen(prefix);
 
 	return r->str && r->len >= n && memcmp(r->str, prefix, n) == 0;
+}
+
+/* The kind an error reply names (the code may follow a script's prefix). */
+static enum kt_store_err_kind reply_kind(const redisReply *r)
+{
+	char t[200];
+
+	reply_text(r, t, sizeof(t));
+	if (starts_with(r, "NOAUTH") || starts_with(r, "WRONGPASS"))
+		return KT_SERR_AUTH;
+	if (strstr(t, "WRONGTYPE"))
+		return KT_SERR_WRONGTYPE;
+	if (starts_with(r, "NOSCRIPT"))
+		return KT_SERR_NOSCRIPT;
+	return KT_SERR_ERR;
 }
 
 static bool is_cluster(const struct kt_store *s)
@@ -1266,6 +1283,7 @@ static int error_reply(struct kt_store *s, const redisReply *r, const char *what
 	}
 	seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cur_host, s->cur_port, what,
 	       reply_text(r, t, sizeof(t)));
+	s->hint = reply_kind(r);
 	if (drop)
 		conn_failed(s);
 	return ret;
@@ -1849,6 +1867,7 @@ static int cl_check(struct kt_store *s, const struct cl_job *jb, const char *wha
 		return 0;
 	seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cur_host, s->cur_port, what,
 	       reply_text(jb->rep, t, sizeof(t)));
+	s->hint = reply_kind(jb->rep);
 	return starts_with(jb->rep, "NOAUTH") ? -EACCES : -EIO;
 }
 
@@ -2236,6 +2255,8 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n) {
 		seterr(s, err, errlen, "redis %s:%d: heartbeat: malformed reply: expected %d answers",
 		       s->cur_host, s->cur_port, n);
+		if (r->type != REDIS_REPLY_ARRAY)
+			s->hint = KT_SERR_WRONGTYPE;
 		return -EPROTO;
 	}
 	for (i = 0; i < n && !why; i++) {
@@ -2246,6 +2267,8 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 
 		if (e->type != REDIS_REPLY_ARRAY || e->elements != want) {
 			why = want == 4 ? "not an array of 4" : "not an array of 7";
+			if (e->type != REDIS_REPLY_ARRAY)
+				s->hint = KT_SERR_WRONGTYPE;
 		} else if (!int_in(e->element[0], 0, 1) || !int_in(e->element[1], 0, KT_STORE_MAX_POOL) ||
 			   !int_in(e->element[2], 0, KT_STORE_MAX_POOL)) {
 			why = "field not an integer in range";
@@ -2409,7 +2432,7 @@ out:
 	return ret;
 }
 
-int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, int n,
+static int do_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, int n,
 			    struct kt_pool_answer *ans, char *err, size_t errlen)
 {
 	struct args a = { 0 };
@@ -2478,7 +2501,7 @@ static int limit_script(struct kt_store *s, int script, const char *limit, struc
 	return ret;
 }
 
-int kt_store_leave(struct kt_store *s, const char *limit, const char *const *ids, int n, char *err,
+static int do_leave(struct kt_store *s, const char *limit, const char *const *ids, int n, char *err,
 		   size_t errlen)
 {
 	struct args a = { 0 };
@@ -2573,7 +2596,7 @@ static bool parse_permits(const redisReply *r, uint64_t every_us, int max_reserv
 	return true;
 }
 
-int kt_store_permits(struct kt_store *s, const char *limit, uint64_t every_us, int max_reserved, int n,
+static int do_permits(struct kt_store *s, const char *limit, uint64_t every_us, int max_reserved, int n,
 		     struct kt_permit *out, struct kt_permit_answer *ans, char *err, size_t errlen)
 {
 	struct args a = { 0 };
@@ -2634,7 +2657,7 @@ static bool stream_id_ok(const char *p, size_t n)
 	return d && i == n;
 }
 
-int kt_store_tag_exchange(struct kt_store *s, const char *limit, const char *node, uint64_t keep_ms,
+static int do_tag_exchange(struct kt_store *s, const char *limit, const char *node, uint64_t keep_ms,
 			  const char *const *chunks, const size_t *chunk_lens, int n_chunks,
 			  char last_id[KT_STORE_TAG_ID_MAX], kt_store_tag_fn fn, void *ctx, int *more,
 			  char *err, size_t errlen)
@@ -2735,7 +2758,7 @@ static int simple(struct kt_store *s, int argc, const char **argv, const char *w
 	return ret;
 }
 
-int kt_store_save_ramp(struct kt_store *s, const char *limit, double rate, uint64_t ttl_ms, char *err,
+static int do_save_ramp(struct kt_store *s, const char *limit, double rate, uint64_t ttl_ms, char *err,
 		       size_t errlen)
 {
 	char key[KT_STORE_PREFIX_MAX + KT_NAME_LEN + 16], val[32], ttl[24];
@@ -2767,7 +2790,7 @@ int kt_store_save_ramp(struct kt_store *s, const char *limit, double rate, uint6
 	return ret;
 }
 
-int kt_store_load_ramp(struct kt_store *s, const char *limit, double *rate, char *err, size_t errlen)
+static int do_load_ramp(struct kt_store *s, const char *limit, double *rate, char *err, size_t errlen)
 {
 	char key[KT_STORE_PREFIX_MAX + KT_NAME_LEN + 16], *end;
 	const char *argv[2] = { "GET", key };
@@ -2845,7 +2868,7 @@ static int cl_ping(struct kt_store *s, char *err, size_t errlen)
 	return ret;
 }
 
-int kt_store_ping(struct kt_store *s, char *err, size_t errlen)
+static int do_ping(struct kt_store *s, char *err, size_t errlen)
 {
 	const char *argv[1] = { "PING" };
 	redisReply *r = NULL;
@@ -2892,6 +2915,8 @@ const char *kt_store_state_name(enum kt_store_state st)
 		return "up";
 	case KT_STORE_DOWN:
 		return "down";
+	case KT_STORE_FAILING:
+		return "failing";
 	}
 	return "?";
 }
@@ -2915,4 +2940,134 @@ const char *kt_store_last_error(const struct kt_store *s)
 void kt_store_get_stats(const struct kt_store *s, struct kt_store_stats *st)
 {
 	*st = s->st;
+}
+
+/* ---- errors by kind; the public calls ---- */
+
+static enum kt_store_err_kind kind_of(const struct kt_store *s, int ret)
+{
+	if (strstr(s->last_err, "oversized"))
+		return KT_SERR_OVERSIZED; /* rconn's bound, whatever errno carried it */
+	if (s->hint)
+		return s->hint;
+	if (ret == -EACCES)
+		return KT_SERR_AUTH;
+	if (strstr(s->last_err, "TLS"))
+		return KT_SERR_TLS;
+	switch (ret) {
+	case -ETIMEDOUT:
+		return KT_SERR_TIMEOUT;
+	case -EMSGSIZE:
+		return KT_SERR_OVERSIZED;
+	case -EPROTO:
+		return KT_SERR_PROTOCOL;
+	case -EIO:
+	case -EROFS:
+		return KT_SERR_ERR;
+	default:
+		return KT_SERR_CONNECT;
+	}
+}
+
+/* Every public call ends here. Only an answered heartbeat ends an episode
+ * and makes the store UP; a connection that answers with errors is FAILING. */
+static int track(struct kt_store *s, int ret, bool heartbeat)
+{
+	struct kt_store_errors *e = &s->errs;
+	uint64_t now = mono_ns();
+	enum kt_store_err_kind k;
+
+	if (ret == 0) {
+		if (heartbeat) {
+			e->since_ns = 0;
+			e->episode_kinds = 0;
+			if (s->state != KT_STORE_UP) {
+				s->state = KT_STORE_UP;
+				s->since_ns = now;
+			}
+		}
+		return ret;
+	}
+	/* backing off, a caller's mistake, or out of memory: nothing new was asked */
+	if (ret == -EAGAIN || ret == -EINVAL || ret == -ENOMEM)
+		return ret;
+	k = kind_of(s, ret);
+	e->kind = k;
+	snprintf(e->text, sizeof(e->text), "%s", s->last_err);
+	e->count[k]++;
+	e->last_ns = now;
+	if (!e->since_ns)
+		e->since_ns = now;
+	e->episode_kinds |= 1u << k;
+	if (ret < 0 && (s->state == KT_STORE_UP || s->state == KT_STORE_IDLE)) {
+		s->state = KT_STORE_FAILING;
+		s->since_ns = now;
+	}
+	return ret;
+}
+
+int kt_store_heartbeat_many(struct kt_store *s, const struct kt_pool_req *reqs, int n,
+			    struct kt_pool_answer *ans, char *err, size_t errlen)
+{
+	s->hint = KT_SERR_NONE;
+	return track(s, do_heartbeat_many(s, reqs, n, ans, err, errlen), true);
+}
+
+int kt_store_leave(struct kt_store *s, const char *limit, const char *const *ids, int n, char *err,
+		   size_t errlen)
+{
+	s->hint = KT_SERR_NONE;
+	return track(s, do_leave(s, limit, ids, n, err, errlen), false);
+}
+
+int kt_store_save_ramp(struct kt_store *s, const char *limit, double rate, uint64_t ttl_ms, char *err,
+		       size_t errlen)
+{
+	s->hint = KT_SERR_NONE;
+	return track(s, do_save_ramp(s, limit, rate, ttl_ms, err, errlen), false);
+}
+
+int kt_store_load_ramp(struct kt_store *s, const char *limit, double *rate, char *err, size_t errlen)
+{
+	s->hint = KT_SERR_NONE;
+	return track(s, do_load_ramp(s, limit, rate, err, errlen), false);
+}
+
+int kt_store_permits(struct kt_store *s, const char *limit, uint64_t every_us, int max_reserved, int n,
+		     struct kt_permit *out, struct kt_permit_answer *ans, char *err, size_t errlen)
+{
+	s->hint = KT_SERR_NONE;
+	return track(s, do_permits(s, limit, every_us, max_reserved, n, out, ans, err, errlen), false);
+}
+
+int kt_store_tag_exchange(struct kt_store *s, const char *limit, const char *node, uint64_t keep_ms,
+			  const char *const *chunks, const size_t *chunk_lens, int n_chunks,
+			  char last_id[KT_STORE_TAG_ID_MAX], kt_store_tag_fn fn, void *ctx, int *more,
+			  char *err, size_t errlen)
+{
+	s->hint = KT_SERR_NONE;
+	return track(s, do_tag_exchange(s, limit, node, keep_ms, chunks, chunk_lens, n_chunks, last_id, fn,
+					ctx, more, err, errlen),
+		     false);
+}
+
+int kt_store_ping(struct kt_store *s, char *err, size_t errlen)
+{
+	s->hint = KT_SERR_NONE;
+	return track(s, do_ping(s, err, errlen), false);
+}
+
+void kt_store_get_errors(const struct kt_store *s, struct kt_store_errors *e)
+{
+	*e = s->errs;
+}
+
+const char *kt_store_err_kind_name(enum kt_store_err_kind k)
+{
+	static const char *const names[KT_SERR_KINDS] = {
+		"none", "connect", "auth", "tls", "timeout", "protocol", "wrongtype", "err", "noscript",
+		"oversized",
+	};
+
+	return k >= 0 && k < KT_SERR_KINDS ? names[k] : "?";
 }

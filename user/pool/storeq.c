@@ -34,6 +34,7 @@ static void snap_store(struct kt_storeq *q)
 	kt_store_endpoint(q->st, q->snap.endpoint, sizeof(q->snap.endpoint));
 	snprintf(q->snap.last_error, sizeof(q->snap.last_error), "%s", kt_store_last_error(q->st));
 	kt_store_get_stats(q->st, &q->snap.stats);
+	kt_store_get_errors(q->st, &q->snap.errors);
 }
 
 static void destroy(struct kt_storeq *q)

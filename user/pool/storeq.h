@@ -36,6 +36,7 @@ struct kt_storeq_snap {
 	char endpoint[300];           /* "host:port" in use, "" when not connected */
 	char last_error[KT_ERR_LEN];
 	struct kt_store_stats stats;
+	struct kt_store_errors errors;
 	bool busy;                    /* a job is in flight */
 	uint64_t busy_since_ns;       /* kt clock, when busy */
 	uint64_t jobs;                /* jobs finished */

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* Store errors are named where an operator looks: a pool key turned into a
+ * string is "wrongtype" in status (failing, not up), in metrics, and once in
+ * the log per episode; ghost members above maxMembers show as an anomaly.
+ * The kinds a real Redis cannot be made to send (NOSCRIPT that persists,
+ * oversized claims, -ERR) are in tests/unit/test_store_redis.c. */
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+#include "ktest.h"
+#include "redis_proc.h"
+
+static struct {
+	struct ktest_daemon d;
+	struct rp_proc rp;
+	char cg[PATH_MAX];
+	int metrics_port;
+} fx;
+
+static int setup(void **state)
+{
+	(void)state;
+	memset(&fx, 0, sizeof(fx));
+	fx.d.pid = -1;
+	if (ktest_root_unavailable())
+		return 0;
+	if (ktest_cgroup_create("storeerr", fx.cg, sizeof(fx.cg)))
+		return -1;
+	fx.metrics_port = ktest_free_port(SOCK_STREAM);
+	return fx.metrics_port > 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (fx.d.dir[0])
+		ktest_daemon_cleanup(&fx.d);
+	if (fx.rp.pid > 0)
+		rp_stop(&fx.rp);
+	if (fx.cg[0])
+		ktest_cgroup_destroy(fx.cg);
+	return 0;
+}
+
+/* Status JSON once it contains `needle`, within ms (NULL: never). */
+static char *status_until(const char *needle, int ms)
+{
+	uint64_t t0 = rp_now_ms();
+
+	for (;;) {
+		char *out = ktest_daemon_cmd(&fx.d, "status json");
+
+		if (out && strstr(out, needle))
+			return out;
+		if (rp_now_ms() - t0 > (uint64_t)ms) {
+			print_message("no '%s' in: %s\n", needle, out ? out : "(none)");
+			free(out);
+			return NULL;
+		}
+		free(out);
+		rp_sleep_ms(50);
+	}
+}
+
+static int count(const char *hay, const char *needle)
+{
+	int n = 0;
+
+	for (const char *p = hay; (p = strstr(p, needle)); p++)
+		n++;
+	return n;
+}
+
+static void test_wrongtype_and_over_max(void **state)
+{
+	char body[1024], *out, *page, *log;
+	redisReply *r;
+	double v;
+
+	(void)state;
+	if (ktest_root_unavailable())
+		skip();
+	assert_int_equal(rp_start_master(&fx.rp, NULL), 0);
+	snprintf(body, sizeof(body),
+		 "metrics: 127.0.0.1:%d\n"
+		 "limits:\n"
+		 "  - {name: r, cgroups: [%s], unit: connection,\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: 9},\n"
+		 "     rateLimit: {max: 100, store: {redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\"},\n"
+		 "                 maxMembers: 3, heartbeat: 200ms, onStoreFailure: conservative}}}\n",
+		 fx.metrics_port, fx.cg, fx.rp.port);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	out = status_until("\"state\":\"up\"", 5000);
+	assert_non_null(out);
+	assert_non_null(strstr(out, "\"anomaly\":null"));
+	free(out);
+
+	/* ghosts: live far into the future, each reporting size 8 */
+	for (int i = 0; i < 5; i++) {
+		assert_in_range(rp_command_int(&fx.rp, -1, "ZADD kthrottle:pool:{r}:hb 99999999999999 ghost%d", i),
+				0, 1);
+		assert_in_range(rp_command_int(&fx.rp, -1, "HSET kthrottle:pool:{r}:size ghost%d 8", i), 0, 1);
+	}
+	out = status_until("\"kind\":\"over_max_members\"", 3000);
+	assert_non_null(out);
+	assert_non_null(strstr(out, "\"max_members\":3"));
+	free(out);
+	out = ktest_daemon_cmd(&fx.d, "status");
+	assert_non_null(out);
+	assert_non_null(strstr(out, "above maxMembers 3"));
+	free(out);
+
+	/* the pool key turned into a string */
+	assert_int_equal(rp_command_int(&fx.rp, -1, "DEL kthrottle:pool:{r}:hb"), 1);
+	r = rp_command(&fx.rp, "SET kthrottle:pool:{r}:hb x");
+	assert_non_null(r);
+	freeReplyObject(r);
+	out = status_until("\"kind\":\"wrongtype\"", 3000);
+	assert_non_null(out);
+	assert_non_null(strstr(out, "\"state\":\"failing\""));
+	assert_non_null(strstr(out, "WRONGTYPE"));
+	free(out);
+	out = ktest_daemon_cmd(&fx.d, "status");
+	assert_non_null(out);
+	print_message("%s", out);
+	assert_non_null(strstr(out, "store failing (wrongtype since "));
+	free(out);
+	rp_sleep_ms(1000); /* five more heartbeats fail the same way */
+	assert_int_equal(ktest_http_get(fx.metrics_port, "/metrics", &page), 200);
+	assert_true(ktest_metric_sample(page, "kthrottle_store_errors_total{limit=\"r\",kind=\"wrongtype\"}", &v));
+	assert_true(v >= 5);
+	assert_true(ktest_metric_sample(page, "kthrottle_store_errors_total{limit=\"r\",kind=\"noscript\"}", &v));
+	assert_true(v == 0);
+	free(page);
+	log = ktest_slurp(fx.d.log);
+	assert_int_equal(count(log, "store error (wrongtype)"), 1);
+	free(log);
+
+	/* repaired: up again, the episode over; a new one logs again */
+	assert_int_equal(rp_command_int(&fx.rp, -1, "DEL kthrottle:pool:{r}:hb"), 1);
+	out = status_until("\"since_s\":null", 3000);
+	assert_non_null(out);
+	assert_non_null(strstr(out, "\"state\":\"up\""));
+	free(out);
+	r = rp_command(&fx.rp, "SET kthrottle:pool:{r}:hb x");
+	assert_non_null(r);
+	freeReplyObject(r);
+	out = status_until("\"state\":\"failing\"", 3000);
+	assert_non_null(out);
+	free(out);
+	rp_sleep_ms(300); /* the log line is written by the loop, after the worker's snapshot */
+	log = ktest_slurp(fx.d.log);
+	assert_int_equal(count(log, "store error (wrongtype)"), 2);
+	free(log);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_wrongtype_and_over_max, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
