@@ -1039,7 +1039,9 @@ static const struct bad bad_cases[] = {
 	{ "node: bad/name\n" LIM, "t.yaml:1: node: ", "may only hold" },
 	{ "node: \"\"\n" LIM, "t.yaml:1: node: ", "is empty" },
 	{ "a: b: c\n", "t.yaml:1: yaml: ", "mapping values are not allowed" },
-	{ LIM "---\nfoo: 1\n", "t.yaml:7: yaml: ", "only one document" },
+	{ LIM "---\nfoo: 1\n", "t.yaml:6: yaml: ", "only one document" },
+	{ LIM "--- # two\n\n\nfoo: 1\n", "t.yaml:6: yaml: ", "only one document" },
+	{ "---\n" LIM "...\n---\nfoo: 1\n", "t.yaml:8: yaml: ", "only one document" },
 	{ "limits: [\n", "t.yaml:2: yaml: ", "" },
 
 	/* a limit */

@@ -2688,8 +2688,10 @@ int kt_config_parse(const char *name, const char *yaml, size_t len, struct kt_co
 			goto out;
 		}
 		if (yaml_document_get_root_node(&extra)) {
-			ret = fail(&c, yaml_document_get_root_node(&extra), "yaml",
-				   "only one document is allowed");
+			/* at its "---" (the document's start), not its first key */
+			yaml_node_t at = { .start_mark = extra.start_mark };
+
+			ret = fail(&c, &at, "yaml", "only one document is allowed");
 			yaml_document_delete(&extra);
 			goto out;
 		}
