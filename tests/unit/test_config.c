@@ -713,6 +713,41 @@ static void test_cluster(void **state)
 	kt_config_free(&cfg);
 }
 
+/* Each TLS file's line is kept: the files are read at store open, which
+ * reports a bad one there (FILE:LINE: FIELD) and not at the store's line. */
+static void test_tls_lines(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+	const struct kt_tls_cfg *t;
+
+	(void)state;
+	assert_int_equal(parse(SENT("    sentinel:\n"
+				    "      endpoints: [\"127.0.0.1:26379\"]\n"
+				    "      master_name: m\n"
+				    "      sentinel_tls:\n"
+				    "        ca_cert_secret: /sca\n"    /* line 8 */
+				    "    redis_tls:\n"
+				    "      insecure_skip_verify: true\n"
+				    "      key_secret: /k\n"          /* line 11 */
+				    "      cert_secret: /c\n"), &cfg, err), 0);
+	assert_string_equal(cfg.store.file, "t.yaml");
+	t = &cfg.store.sentinel_tls;
+	assert_string_equal(t->field, "store.redisStore.sentinel.sentinel_tls");
+	assert_int_equal(t->ca_cert_line, 8);
+	assert_int_equal(t->cert_line, 0);
+	assert_int_equal(t->key_line, 0);
+	t = &cfg.limits[0].store.redis_tls; /* the limit's copy */
+	assert_string_equal(cfg.limits[0].store.file, "t.yaml");
+	assert_ptr_not_equal(cfg.limits[0].store.file, cfg.store.file);
+	assert_string_equal(t->field, "store.redisStore.redis_tls");
+	assert_ptr_not_equal(t->field, cfg.store.redis_tls.field);
+	assert_int_equal(t->ca_cert_line, 0);
+	assert_int_equal(t->key_line, 11);
+	assert_int_equal(t->cert_line, 12);
+	kt_config_free(&cfg);
+}
+
 static void test_sentinel(void **state)
 {
 	struct kt_config cfg;
@@ -1563,6 +1598,7 @@ int main(void)
 		cmocka_unit_test(test_redis_url_defaults),
 		cmocka_unit_test(test_password_sources),
 		cmocka_unit_test(test_sentinel),
+		cmocka_unit_test(test_tls_lines),
 		cmocka_unit_test(test_cluster),
 		cmocka_unit_test(test_limit_count),
 		cmocka_unit_test(test_strict),

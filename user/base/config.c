@@ -690,6 +690,7 @@ static void tls_free(struct kt_tls_cfg *t)
 	free(t->ca_cert);
 	free(t->cert);
 	free(t->key);
+	free(t->field);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -706,6 +707,7 @@ static void store_free(struct kt_store_cfg *s)
 	auth_free(&s->sentinel_auth);
 	tls_free(&s->sentinel_tls);
 	free(s->key_prefix);
+	free(s->file);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -745,6 +747,7 @@ static int store_copy(struct kt_store_cfg *dst, const struct kt_store_cfg *src)
 	dup_into(&dst->redis_tls.ca_cert, &ok);
 	dup_into(&dst->redis_tls.cert, &ok);
 	dup_into(&dst->redis_tls.key, &ok);
+	dup_into(&dst->redis_tls.field, &ok);
 	for (i = 0; i < KT_MAX_ENDPOINTS; i++)
 		dup_into(&dst->endpoint_host[i], &ok);
 	dup_into(&dst->master_name, &ok);
@@ -754,7 +757,9 @@ static int store_copy(struct kt_store_cfg *dst, const struct kt_store_cfg *src)
 	dup_into(&dst->sentinel_tls.ca_cert, &ok);
 	dup_into(&dst->sentinel_tls.cert, &ok);
 	dup_into(&dst->sentinel_tls.key, &ok);
+	dup_into(&dst->sentinel_tls.field, &ok);
 	dup_into(&dst->key_prefix, &ok);
+	dup_into(&dst->file, &ok);
 	if (!ok) {
 		store_free(dst);
 		return -ENOMEM;
@@ -878,15 +883,24 @@ static int parse_tls(struct ctx *c, yaml_node_t *n, const char *field, struct kt
 	if (err)
 		return err;
 	t->enabled = true;
-	if ((v = map_get(c, n, "ca_cert_secret")) &&
-	    (err = get_str(c, v, join(sub, field, "ca_cert_secret"), MAX_PATH_BYTES, &t->ca_cert)))
-		return err;
-	if ((v = map_get(c, n, "cert_secret")) &&
-	    (err = get_str(c, v, join(sub, field, "cert_secret"), MAX_PATH_BYTES, &t->cert)))
-		return err;
-	if ((v = map_get(c, n, "key_secret")) &&
-	    (err = get_str(c, v, join(sub, field, "key_secret"), MAX_PATH_BYTES, &t->key)))
-		return err;
+	if (!(t->field = strdup(field)))
+		return oom(c, n, field);
+	if ((v = map_get(c, n, "ca_cert_secret"))) {
+		if ((err = get_str(c, v, join(sub, field, "ca_cert_secret"), MAX_PATH_BYTES,
+				   &t->ca_cert)))
+			return err;
+		t->ca_cert_line = line_of(v);
+	}
+	if ((v = map_get(c, n, "cert_secret"))) {
+		if ((err = get_str(c, v, join(sub, field, "cert_secret"), MAX_PATH_BYTES, &t->cert)))
+			return err;
+		t->cert_line = line_of(v);
+	}
+	if ((v = map_get(c, n, "key_secret"))) {
+		if ((err = get_str(c, v, join(sub, field, "key_secret"), MAX_PATH_BYTES, &t->key)))
+			return err;
+		t->key_line = line_of(v);
+	}
 	if ((v = map_get(c, n, "insecure_skip_verify")) &&
 	    (err = get_bool(c, v, join(sub, field, "insecure_skip_verify"), &t->insecure_skip_verify)))
 		return err;
@@ -1221,6 +1235,8 @@ static int parse_store(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	if (err)
 		return err;
 	s->line = line_of(n);
+	if (!s->file && !(s->file = strdup(c->file)))
+		return oom(c, n, field);
 	st = map_get(c, n, "static");
 	rs = map_get(c, n, "redisStore");
 	if (st && rs)
