@@ -82,7 +82,8 @@ int kthrottle_open_member(uint32_t slot, struct kthrottle **out);
  * limit (rateLimit.strict) admits one request per permit: the time until
  * the armed permit, or 5 ms (ask again) while none is armed yet, since the
  * refusal itself is what makes the daemon ask for one. Negative errno:
- * -EINVAL (n == 0; n > 1 on a strict limit), -ESTALE (limit removed or
+ * -EINVAL (n == 0; n over the limit's burst, never admitted; n > 1 on a
+ * strict limit), -ESTALE (limit removed or
  * replaced), -EPERM (read-only handle). No syscall. */
 int kthrottle_try_acquire(struct kthrottle *h, uint64_t n, uint64_t *retry_after_ns);
 

@@ -191,7 +191,7 @@ out_err:
 KT_API int kthrottle_try_acquire(struct kthrottle *h, uint64_t n, uint64_t *retry_after_ns)
 {
 	struct kt_coop *e = h->ent;
-	__u64 wait;
+	__u64 wait, burst;
 
 	if (__builtin_expect(!e, 0))
 		return kt_lib_fail(EPERM, "try_acquire: read-only handle of a kernel-enforced bucket");
@@ -204,6 +204,11 @@ KT_API int kthrottle_try_acquire(struct kthrottle *h, uint64_t n, uint64_t *retr
 	    (__atomic_load_n(&e->bucket.flags, __ATOMIC_RELAXED) & KT_BUCKET_STRICT))
 		return kt_lib_fail(EINVAL, "try_acquire: limit '%s' is strict: a permit admits one request, n must be 1",
 				   h->name);
+	/* more than the bucket holds would be refused forever: a caller's bug */
+	burst = __atomic_load_n(&e->bucket.burst, __ATOMIC_RELAXED);
+	if (__builtin_expect(burst && n > burst, 0))
+		return kt_lib_fail(EINVAL, "try_acquire: %llu tokens is over limit '%s''s burst of %llu: never admitted",
+				   (unsigned long long)n, h->name, (unsigned long long)burst);
 	if (kt_gcra_decide(&e->bucket, kt_fast_clock_ns(), n, &wait) == KT_ADMIT) {
 		__atomic_fetch_add(&e->admitted, n, __ATOMIC_RELAXED);
 		return 1;

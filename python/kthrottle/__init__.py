@@ -33,6 +33,7 @@ import functools
 import inspect
 import math
 import numbers
+import operator
 import os
 import select
 import socket as _socket
@@ -45,6 +46,7 @@ __version__ = "0.1.0"
 LIB_ENV = "KTHROTTLE_LIB"
 _UINT64_MAX = 2**64 - 1
 _MAX_TOKENS = 2**63 - 1
+_NAME_MAX = 31
 _CONFIG_KEYS = ("cost", "max_delay")
 
 
@@ -171,8 +173,9 @@ def _check_name(name):
         raise TypeError("kthrottle: the limit must be its name (a str), not %s%s" % (
             type(name).__name__,
             ": use @throttle(\"name\")" if callable(name) else ""))
-    if not name or "\0" in name:
-        raise ValueError("kthrottle: bad limit name %r" % (name,))
+    # the daemon's names: 1..31 bytes, no NUL (a longer one never matches)
+    if not name or "\0" in name or len(name.encode()) > _NAME_MAX:
+        raise ValueError("kthrottle: bad limit name %r (1..%d bytes, no NUL)" % (name, _NAME_MAX))
     return name
 
 
@@ -231,6 +234,8 @@ class Limit:
     def _error(self, r):
         text = self._lib.kthrottle_last_error()  # per thread: ours, just set
         text = text.decode(errors="replace") if text else os.strerror(-r)
+        if r == -_errno.EINVAL:  # a request that can never pass (cost over the burst)
+            return ValueError("kthrottle limit '%s': %s" % (self.name, text))
         return Error(-r, text, self.name)
 
     def _open(self):
@@ -274,13 +279,17 @@ class Limit:
         Returns (True, 0.0) when admitted, else (False, retry_after): the
         seconds until the same request would conform at the current rate
         (math.inf when the limit is closed); nothing is charged then.
+        n: an int >= 1 (TypeError for a bool or float, ValueError below 1 or
+        over the limit's burst, which would never be admitted).
         """
         ok, ns = self._try_ns(_check_tokens("n", n))
         return (True, 0.0) if ok else (False, _seconds(ns))
 
     def acquire(self, n=1, timeout=None):
         """Waits up to timeout seconds (None: for as long as it takes) for n
-        tokens; True when taken, False on timeout (nothing charged)."""
+        tokens; True when taken, False on timeout (nothing charged). n as
+        for try_acquire; timeout: a real >= 0 (TypeError, ValueError for a
+        negative, NaN or infinite one: use None to wait for ever)."""
         n = _check_tokens("n", n)
         if timeout is not None:
             return self._acquire_ns(n, _check_seconds("timeout", timeout))
@@ -367,7 +376,10 @@ def should_throttle(limit, **config):
 
     config: max_delay=seconds (default 0) waits up to that long for the
     tokens first; cost=int >= 1. Unknown keys raise TypeError, bad values
-    TypeError or ValueError; no daemon or no such limit raises Error.
+    TypeError (a bool, a float cost, a str) or ValueError (cost < 1, a
+    negative, NaN or infinite max_delay, a name empty, over 31 bytes or
+    holding NUL); a cost over the limit's burst, which could never pass,
+    ValueError; no daemon or no such limit raises Error.
     """
     cost, delay_ns = _parse_config(config)
     return _should(_check_name(limit), cost, delay_ns)
@@ -403,20 +415,55 @@ def throttle(limit, **config):
 
 # --- connections -------------------------------------------------------------
 
+def _check_address(family, address):
+    """(host, port, flowinfo, scope_id) checked as socket.connect checks them:
+    the same exception types, and no port wrapped modulo 65536."""
+    if not isinstance(address, tuple):
+        raise TypeError("%s address must be tuple, not %s" % (
+            "AF_INET" if family == _socket.AF_INET else "AF_INET6", type(address).__name__))
+    if family == _socket.AF_INET and len(address) != 2:
+        raise TypeError("AF_INET address must be a pair (host, port)")
+    if family == _socket.AF_INET6 and not 2 <= len(address) <= 4:
+        raise TypeError("AF_INET6 address must be a tuple (host, port[, flowinfo[, scopeid]])")
+    host, port = address[0], address[1]
+    if not isinstance(host, (str, bytes, bytearray)):
+        raise TypeError("str, bytes or bytearray expected, not %s" % type(host).__name__)
+    if isinstance(host, str):
+        host.encode("idna")  # UnicodeError for what socket cannot encode either
+    host = host if isinstance(host, str) else bytes(host).decode("ascii")
+    if "\0" in host:
+        raise TypeError("host name must not contain null character")
+    port = operator.index(port)  # TypeError for a float or a str, as socket
+    if not 0 <= port <= 0xffff:
+        raise OverflowError("connect(): port must be 0-65535.")
+    flow = operator.index(address[2]) if len(address) > 2 else 0
+    if not 0 <= flow <= 0xfffff:
+        raise OverflowError("connect(): flowinfo must be 0-1048575.")
+    # socket wraps a scope_id modulo 2**32; refused here rather than wrapped
+    scope = operator.index(address[3]) if len(address) > 3 else 0
+    if not 0 <= scope <= 0xffffffff:
+        raise OverflowError("connect(): scope_id must be 0-4294967295.")
+    return host, port, flow, scope
+
+
 def _sockaddr(sock, address):
     """struct sockaddr_in/in6 bytes for a (host, port[, flow, scope]) tuple."""
     if sock.family not in (_socket.AF_INET, _socket.AF_INET6):
         raise ValueError("kthrottle.connect: an AF_INET or AF_INET6 socket is needed")
-    if not isinstance(address, tuple) or len(address) < 2:
-        raise TypeError("kthrottle.connect: address must be a (host, port) tuple")
-    infos = _socket.getaddrinfo(address[0], address[1], sock.family, sock.type)
+    host, port, flow, scope = _check_address(sock.family, address)
+    # the host alone: a port given to getaddrinfo would be wrapped, not refused
+    if host == "<broadcast>" and sock.family == _socket.AF_INET:
+        host = "255.255.255.255"  # socket's spelling of INADDR_BROADCAST
+    # "" is the wildcard address, as for socket
+    infos = _socket.getaddrinfo(host or None, None, sock.family, sock.type, 0,
+                                0 if host else _socket.AI_PASSIVE)
     sa = infos[0][4]
     if sock.family == _socket.AF_INET:
-        return struct.pack("=H", _socket.AF_INET) + struct.pack("!H", sa[1]) + \
+        return struct.pack("=H", _socket.AF_INET) + struct.pack("!H", port) + \
             _socket.inet_pton(_socket.AF_INET, sa[0]) + bytes(8)
-    flow = address[2] if len(address) > 2 else sa[2]
-    scope = address[3] if len(address) > 3 else sa[3]
-    return struct.pack("=H", _socket.AF_INET6) + struct.pack("!HI", sa[1], flow) + \
+    if len(address) <= 3:
+        scope = sa[3]  # from a "%eth0" suffix, as socket does
+    return struct.pack("=H", _socket.AF_INET6) + struct.pack("!HI", port, flow) + \
         _socket.inet_pton(_socket.AF_INET6, sa[0].split("%")[0]) + struct.pack("=I", scope)
 
 
@@ -427,10 +474,14 @@ def connect(sock, address):
     the connection (the library finds the limit through the pinned maps,
     read-only), and the usual ``OSError`` for anything else. A socket with
     a timeout waits for the connection as ``socket.connect`` does. Without
-    a daemon or readable pins it is a plain connect.
+    a daemon or readable pins it is a plain connect. A bad address raises
+    what ``socket.connect`` raises: TypeError (not a tuple, a wrong length,
+    a non-int port, a host not str/bytes), OverflowError (a port out of
+    0..65535, a flowinfo out of 0..1048575; also a scope_id out of 32 bits,
+    which socket would wrap), socket.gaierror (a host that does not resolve).
     """
+    sa = _sockaddr(sock, address)  # socket's own errors first, library or not
     lib = _load()
-    sa = _sockaddr(sock, address)
     why = _Refusal()
     r = lib.kthrottle_connect(sock.fileno(), sa, len(sa), ctypes.byref(why))
     if r == 1:  # KTHROTTLE_THROTTLED

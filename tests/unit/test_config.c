@@ -713,6 +713,41 @@ static void test_cluster(void **state)
 	kt_config_free(&cfg);
 }
 
+/* Each TLS file's line is kept: the files are read at store open, which
+ * reports a bad one there (FILE:LINE: FIELD) and not at the store's line. */
+static void test_tls_lines(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+	const struct kt_tls_cfg *t;
+
+	(void)state;
+	assert_int_equal(parse(SENT("    sentinel:\n"
+				    "      endpoints: [\"127.0.0.1:26379\"]\n"
+				    "      master_name: m\n"
+				    "      sentinel_tls:\n"
+				    "        ca_cert_secret: /sca\n"    /* line 8 */
+				    "    redis_tls:\n"
+				    "      insecure_skip_verify: true\n"
+				    "      key_secret: /k\n"          /* line 11 */
+				    "      cert_secret: /c\n"), &cfg, err), 0);
+	assert_string_equal(cfg.store.file, "t.yaml");
+	t = &cfg.store.sentinel_tls;
+	assert_string_equal(t->field, "store.redisStore.sentinel.sentinel_tls");
+	assert_int_equal(t->ca_cert_line, 8);
+	assert_int_equal(t->cert_line, 0);
+	assert_int_equal(t->key_line, 0);
+	t = &cfg.limits[0].store.redis_tls; /* the limit's copy */
+	assert_string_equal(cfg.limits[0].store.file, "t.yaml");
+	assert_ptr_not_equal(cfg.limits[0].store.file, cfg.store.file);
+	assert_string_equal(t->field, "store.redisStore.redis_tls");
+	assert_ptr_not_equal(t->field, cfg.store.redis_tls.field);
+	assert_int_equal(t->ca_cert_line, 0);
+	assert_int_equal(t->key_line, 11);
+	assert_int_equal(t->cert_line, 12);
+	kt_config_free(&cfg);
+}
+
 static void test_sentinel(void **state)
 {
 	struct kt_config cfg;
@@ -1005,6 +1040,29 @@ static const struct bad bad_cases[] = {
 	{ "metrics: 127.0.0.1\n" LIM, "t.yaml:1: metrics: ", "is not ADDR:PORT" },
 	{ "metrics: 127.0.0.1:0\n" LIM, "t.yaml:1: metrics: ", "is not 1..65535" },
 	{ "metrics: \"[::1]:99999\"\n" LIM, "t.yaml:1: metrics: ", "is not 1..65535" },
+	/* unbracketed IPv6 is ambiguous ("::1:8080" is an address itself): refused
+	 * in every ADDR:PORT field, naming the bracketed form */
+	{ "metrics: \"::1:8080\"\n" LIM, "t.yaml:1: metrics: ",
+	  "\"::1:8080\" is ambiguous: an IPv6 address needs brackets, \"[::1]:8080\"" },
+	{ "metrics: \"fe80::1\"\n" LIM, "t.yaml:1: metrics: ",
+	  "\"fe80::1\" is ambiguous: an IPv6 address needs brackets ([::1]:8080)" },
+	{ "metrics: \"[127.0.0.1]:9464\"\n" LIM, "t.yaml:1: metrics: ",
+	  "\"127.0.0.1\" is not an IPv6 address" },
+	{ "metrics: \"[::1:9464\"\n" LIM, "t.yaml:1: metrics: ", "\"[::1:9464\" has an unclosed [" },
+	{ "metrics: \"[::1]\"\n" LIM, "t.yaml:1: metrics: ", "\"[::1]\" is not ADDR:PORT" },
+	{ "metrics: \"[::1]9464\"\n" LIM, "t.yaml:1: metrics: ", "\"[::1]9464\" is not ADDR:PORT" },
+	{ TAGX "    query: {listen: \"::1:7070\"}\n", "t.yaml:5: tags[0].query.listen: ",
+	  "\"::1:7070\" is ambiguous: an IPv6 address needs brackets, \"[::1]:7070\"" },
+	{ REDIS("    url: redis://::1:6380\n"), "t.yaml:4: store.redisStore.url: ",
+	  "is ambiguous: an IPv6 address needs brackets, \"[::1]:6380\" or \"[::1:6380]\" (port 6379)" },
+	{ REDIS("    url: redis://fe80::1/2\n"), "t.yaml:4: store.redisStore.url: ",
+	  "is ambiguous: an IPv6 address needs brackets, \"[fe80::1]\" (port 6379)" },
+	{ "store:\n  redisStore:\n    mode: cluster\n    addrs: [\"::1:7000\"]\n" LIM,
+	  "t.yaml:4: store.redisStore.addrs[0]: ",
+	  "\"::1:7000\" is ambiguous: an IPv6 address needs brackets, \"[::1]:7000\"" },
+	{ SENT("    sentinel: {endpoints: [\"fd00::5:26379\"], master_name: m}\n"),
+	  "t.yaml:4: store.redisStore.sentinel.endpoints[0]: ",
+	  "\"fd00::5:26379\" is ambiguous: an IPv6 address needs brackets, \"[fd00::5]:26379\"" },
 	/* errno: a known name, and only where the hook can choose it */
 	{ LIM "    errno: EFOO\n", "t.yaml:6: limits[0].errno: ",
 	  "\"EFOO\" is not one of: EBUSY, EAGAIN, ECONNREFUSED" },
@@ -1039,7 +1097,9 @@ static const struct bad bad_cases[] = {
 	{ "node: bad/name\n" LIM, "t.yaml:1: node: ", "may only hold" },
 	{ "node: \"\"\n" LIM, "t.yaml:1: node: ", "is empty" },
 	{ "a: b: c\n", "t.yaml:1: yaml: ", "mapping values are not allowed" },
-	{ LIM "---\nfoo: 1\n", "t.yaml:7: yaml: ", "only one document" },
+	{ LIM "---\nfoo: 1\n", "t.yaml:6: yaml: ", "only one document" },
+	{ LIM "--- # two\n\n\nfoo: 1\n", "t.yaml:6: yaml: ", "only one document" },
+	{ "---\n" LIM "...\n---\nfoo: 1\n", "t.yaml:8: yaml: ", "only one document" },
 	{ "limits: [\n", "t.yaml:2: yaml: ", "" },
 
 	/* a limit */
@@ -1561,6 +1621,7 @@ int main(void)
 		cmocka_unit_test(test_redis_url_defaults),
 		cmocka_unit_test(test_password_sources),
 		cmocka_unit_test(test_sentinel),
+		cmocka_unit_test(test_tls_lines),
 		cmocka_unit_test(test_cluster),
 		cmocka_unit_test(test_limit_count),
 		cmocka_unit_test(test_strict),

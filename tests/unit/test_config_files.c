@@ -193,6 +193,14 @@ static void test_secret_files(void **state)
 	kt_config_free(&cfg);
 	unlink(fifo);
 	free(big);
+
+	/* a block mapping: its own line, not the store's or redis_auth's */
+	snprintf(yaml, sizeof(yaml),
+		 "store:\n  redisStore:\n    mode: single\n    url: redis://h\n"
+		 "    redis_auth:\n      username: u\n      passwordFile: /nonexistent/kt-pass\n"
+		 "limits:\n  - {name: a, cgroups: [x], unit: connection, rateLimit: {max: 1}}\n");
+	parse_fails_code(yaml, strlen(yaml), -ENOENT,
+			 "t.yaml:7: store.redisStore.redis_auth.passwordFile: cannot open /nonexistent/kt-pass: ");
 }
 
 /* 100k '[' took 15 s to reject (quadratic inside libyaml); now the event

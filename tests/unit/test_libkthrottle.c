@@ -156,6 +156,12 @@ static void test_single(void **state)
 	assert_int_equal(kthrottle_is_throttled(h, &th), 0);
 	assert_int_equal(th, 0);
 
+	/* more than the burst can never pass: refused as a bad request */
+	assert_int_equal(kthrottle_try_acquire(h, burst + 1, &retry), -EINVAL);
+	assert_int_equal(kthrottle_acquire(h, burst + 1, MS), -EINVAL);
+	assert_non_null(strstr(kthrottle_last_error(), "over limit 'single''s burst of 5"));
+	assert_int_equal(e->refused, 0);
+
 	t0 = kt_clock_ns();
 	for (i = 0; i < burst; i++)
 		assert_int_equal(kthrottle_try_acquire(h, 1, &retry), 1);

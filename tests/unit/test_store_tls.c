@@ -378,6 +378,52 @@ static void test_config_rediss_loads(void **state)
 	kt_config_free(&cfg);
 }
 
+/* A file at fault is reported at its own key's line (FILE:LINE: FIELD), as
+ * passwordFile is, not at the store's. */
+static void test_file_errors_at_key_line(void **state)
+{
+	struct kt_config cfg;
+	struct kt_store *s;
+	char *y, want[KT_ERR_LEN];
+	const char *ca[] = { "/nonexistent/kt-ca.pem", g_certs.ca };
+	const char *key[] = { g_certs.client_key, g_certs.server_key };
+
+	(void)state;
+	for (int i = 0; i < 2; i++) {
+		assert_true(asprintf(&y,
+				     "store:\n"
+				     "  redisStore:\n"
+				     "    mode: single\n"
+				     "    url: rediss://127.0.0.1:%d/0\n"
+				     "    redis_tls:\n"
+				     "      ca_cert_secret: %s\n"
+				     "      cert_secret: %s\n"
+				     "      key_secret: %s\n"
+				     "limits:\n"
+				     "  - {name: a, cgroups: [x], unit: connection, rateLimit: {max: 100}}\n",
+				     g_mtls_port, ca[i], g_certs.client_crt, key[i]) > 0);
+		ASSERT_OK(kt_config_parse("tls.yaml", y, strlen(y), &cfg, err, sizeof(err)));
+		free(y);
+		assert_int_equal(kt_store_open(&s, &cfg.store, err, sizeof(err)), -EIO);
+		assert_null(s);
+		if (i == 0)
+			snprintf(want, sizeof(want),
+				 "tls.yaml:6: store.redisStore.redis_tls.ca_cert_secret: cannot open %s: ",
+				 ca[0]);
+		else
+			snprintf(want, sizeof(want),
+				 "tls.yaml:8: store.redisStore.redis_tls.key_secret: cannot load key %s: ",
+				 key[1]);
+		if (strncmp(err, want, strlen(want)))
+			fail_msg("got \"%s\", want \"%s...\"", err, want);
+		assert_null(strchr(err, '\n'));
+		/* a limit's copy of the store says the same */
+		assert_int_equal(kt_store_open(&s, &cfg.limits[0].store, err, sizeof(err)), -EIO);
+		assert_int_equal(strncmp(err, want, strlen(want)), 0);
+		kt_config_free(&cfg);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -389,6 +435,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_mtls_given, teardown),
 		cmocka_unit_test_teardown(test_mtls_missing, teardown),
 		cmocka_unit_test_teardown(test_bad_files_at_open, teardown),
+		cmocka_unit_test_teardown(test_file_errors_at_key_line, teardown),
 		cmocka_unit_test_teardown(test_config_rediss_loads, teardown),
 		cmocka_unit_test_teardown(test_sentinel_tls, teardown),
 	};

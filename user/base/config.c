@@ -592,9 +592,50 @@ static bool host_chars_ok(const char *s, size_t n)
 	return n > 0 && n <= 253;
 }
 
+static bool is_v6(const char *s, size_t n)
+{
+	char tmp[INET6_ADDRSTRLEN + 1];
+	struct in6_addr a6;
+
+	if (!n || n >= sizeof(tmp))
+		return false;
+	memcpy(tmp, s, n);
+	tmp[n] = '\0';
+	return inet_pton(AF_INET6, tmp, &a6) == 1;
+}
+
+/* s[0..n) has more than one ':' outside brackets: an IPv6 address that could
+ * end with the port ("::1:8080") or not. Refused for the ambiguity, with
+ * the bracketed forms it may have meant (defport > 0: the port is optional). */
+static const char *v6_needs_brackets(const char *s, size_t n, int defport, char *buf, size_t len)
+{
+	const char *colon = s + n;
+	size_t hl, off = 0;
+	bool split, whole;
+
+	while (colon > s && colon[-1] != ':')
+		colon--;
+	hl = colon > s ? (size_t)(colon - 1 - s) : 0;
+	split = colon < s + n && strspn(colon, "0123456789") == (size_t)(s + n - colon) &&
+		is_v6(s, hl);
+	whole = defport > 0 && is_v6(s, n);
+	off = (size_t)snprintf(buf, len, "is ambiguous: an IPv6 address needs brackets");
+	if (split && off < len)
+		off += (size_t)snprintf(buf + off, len - off, ", \"[%.*s]:%.*s\"", (int)hl, s,
+					(int)(s + n - colon), colon);
+	if (whole && off < len)
+		off += (size_t)snprintf(buf + off, len - off, "%s\"[%.*s]\" (port %d)",
+					split ? " or " : ", ", (int)n, s, defport);
+	if (!split && !whole && off < len)
+		snprintf(buf + off, len - off, " ([::1]:%d)", defport > 0 ? defport : 8080);
+	return buf;
+}
+
 /* "host:port", "[v6]:port", or without ":port" when defport > 0. The host is
- * returned without brackets. Returns NULL or a reason; *host is malloc'd. */
-static const char *parse_hostport(const char *s, size_t n, int defport, char **host, int *port)
+ * returned without brackets. Returns NULL or a reason (maybe in buf);
+ * *host is malloc'd. */
+static const char *parse_hostport(const char *s, size_t n, int defport, char **host, int *port,
+				  char *buf, size_t buflen)
 {
 	const char *h = s, *rest;
 	size_t hlen;
@@ -620,7 +661,7 @@ static const char *parse_hostport(const char *s, size_t n, int defport, char **h
 		const char *colon = memchr(s, ':', n);
 
 		if (colon && memchr(colon + 1, ':', n - (size_t)(colon + 1 - s)))
-			return "needs brackets around an IPv6 address ([::1]:6379)";
+			return v6_needs_brackets(s, n, defport, buf, buflen);
 		hlen = colon ? (size_t)(colon - s) : n;
 		if (!host_chars_ok(s, hlen))
 			return "has a bad host name";
@@ -690,6 +731,7 @@ static void tls_free(struct kt_tls_cfg *t)
 	free(t->ca_cert);
 	free(t->cert);
 	free(t->key);
+	free(t->field);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -706,6 +748,7 @@ static void store_free(struct kt_store_cfg *s)
 	auth_free(&s->sentinel_auth);
 	tls_free(&s->sentinel_tls);
 	free(s->key_prefix);
+	free(s->file);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -745,6 +788,7 @@ static int store_copy(struct kt_store_cfg *dst, const struct kt_store_cfg *src)
 	dup_into(&dst->redis_tls.ca_cert, &ok);
 	dup_into(&dst->redis_tls.cert, &ok);
 	dup_into(&dst->redis_tls.key, &ok);
+	dup_into(&dst->redis_tls.field, &ok);
 	for (i = 0; i < KT_MAX_ENDPOINTS; i++)
 		dup_into(&dst->endpoint_host[i], &ok);
 	dup_into(&dst->master_name, &ok);
@@ -754,7 +798,9 @@ static int store_copy(struct kt_store_cfg *dst, const struct kt_store_cfg *src)
 	dup_into(&dst->sentinel_tls.ca_cert, &ok);
 	dup_into(&dst->sentinel_tls.cert, &ok);
 	dup_into(&dst->sentinel_tls.key, &ok);
+	dup_into(&dst->sentinel_tls.field, &ok);
 	dup_into(&dst->key_prefix, &ok);
+	dup_into(&dst->file, &ok);
 	if (!ok) {
 		store_free(dst);
 		return -ENOMEM;
@@ -878,15 +924,24 @@ static int parse_tls(struct ctx *c, yaml_node_t *n, const char *field, struct kt
 	if (err)
 		return err;
 	t->enabled = true;
-	if ((v = map_get(c, n, "ca_cert_secret")) &&
-	    (err = get_str(c, v, join(sub, field, "ca_cert_secret"), MAX_PATH_BYTES, &t->ca_cert)))
-		return err;
-	if ((v = map_get(c, n, "cert_secret")) &&
-	    (err = get_str(c, v, join(sub, field, "cert_secret"), MAX_PATH_BYTES, &t->cert)))
-		return err;
-	if ((v = map_get(c, n, "key_secret")) &&
-	    (err = get_str(c, v, join(sub, field, "key_secret"), MAX_PATH_BYTES, &t->key)))
-		return err;
+	if (!(t->field = strdup(field)))
+		return oom(c, n, field);
+	if ((v = map_get(c, n, "ca_cert_secret"))) {
+		if ((err = get_str(c, v, join(sub, field, "ca_cert_secret"), MAX_PATH_BYTES,
+				   &t->ca_cert)))
+			return err;
+		t->ca_cert_line = line_of(v);
+	}
+	if ((v = map_get(c, n, "cert_secret"))) {
+		if ((err = get_str(c, v, join(sub, field, "cert_secret"), MAX_PATH_BYTES, &t->cert)))
+			return err;
+		t->cert_line = line_of(v);
+	}
+	if ((v = map_get(c, n, "key_secret"))) {
+		if ((err = get_str(c, v, join(sub, field, "key_secret"), MAX_PATH_BYTES, &t->key)))
+			return err;
+		t->key_line = line_of(v);
+	}
 	if ((v = map_get(c, n, "insecure_skip_verify")) &&
 	    (err = get_bool(c, v, join(sub, field, "insecure_skip_verify"), &t->insecure_skip_verify)))
 		return err;
@@ -949,6 +1004,7 @@ static char *pct_decode(const char *s, size_t n, bool *bad, bool *nomem)
 static int parse_url(struct ctx *c, yaml_node_t *v, const char *field, struct kt_store_cfg *s)
 {
 	const char *u, *rest, *at, *why;
+	char hint[200];
 	size_t alen;
 	bool bad = false, nomem = false;
 	int err = get_scalar(c, v, field, "a string", &u);
@@ -984,7 +1040,7 @@ static int parse_url(struct ctx *c, yaml_node_t *v, const char *field, struct kt
 		alen -= (size_t)(at + 1 - rest);
 		rest = at + 1;
 	}
-	why = parse_hostport(rest, alen, 6379, &s->host, &s->port);
+	why = parse_hostport(rest, alen, 6379, &s->host, &s->port, hint, sizeof(hint));
 	if (why)
 		return fail(c, v, field, "%s", why);
 	rest += alen;
@@ -1022,7 +1078,7 @@ static int merge_auth(struct ctx *c, yaml_node_t *n, const char *field, struct k
 
 static int parse_endpoints(struct ctx *c, yaml_node_t *n, const char *field, struct kt_store_cfg *s)
 {
-	char sub[FIELD_LEN];
+	char sub[FIELD_LEN], hint[200];
 	yaml_node_item_t *it;
 	int i, err;
 
@@ -1040,7 +1096,7 @@ static int parse_endpoints(struct ctx *c, yaml_node_t *n, const char *field, str
 		if ((err = get_scalar(c, e, sub, "host:port", &str)))
 			return err;
 		why = parse_hostport(str, strlen(str), 0, &s->endpoint_host[s->n_endpoints],
-				     &s->endpoint_port[s->n_endpoints]);
+				     &s->endpoint_port[s->n_endpoints], hint, sizeof(hint));
 		if (why)
 			return fail(c, e, sub, "\"%s\" %s", show_str(str).s, why);
 		s->n_endpoints++;
@@ -1221,6 +1277,8 @@ static int parse_store(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	if (err)
 		return err;
 	s->line = line_of(n);
+	if (!s->file && !(s->file = strdup(c->file)))
+		return oom(c, n, field);
 	st = map_get(c, n, "static");
 	rs = map_get(c, n, "redisStore");
 	if (st && rs)
@@ -1961,13 +2019,14 @@ static int get_abs_path(struct ctx *c, yaml_node_t *v, const char *field, size_t
 
 /* "ADDR:PORT" or "[V6]:PORT" with an IP literal (no name to resolve at
  * start); with `local`, "PORT" and ":PORT" alone mean 127.0.0.1. The address
- * is returned without brackets. */
+ * is returned without brackets. Brackets hold IPv6 and only IPv6, as in a URL,
+ * so "::1:8080" (itself an IPv6 address) is refused as ambiguous. */
 static int parse_addr_port(struct ctx *c, yaml_node_t *v, const char *field, const char *eg,
 			   bool local, char *addr, size_t addrlen, int *out_port)
 {
-	char host[48], *end;
+	char host[48], hint[200], *end;
 	unsigned char bin[16];
-	const char *s, *colon, *ps;
+	const char *s, *colon, *ps, *h;
 	size_t hl;
 	long port;
 	int err = get_scalar(c, v, field, "ADDR:PORT", &s);
@@ -1978,19 +2037,32 @@ static int parse_addr_port(struct ctx *c, yaml_node_t *v, const char *field, con
 		snprintf(host, sizeof(host), "127.0.0.1");
 		ps = s + (*s == ':');
 	} else {
-		colon = strrchr(s, ':');
-		if (!colon || colon == s)
+		if (s[0] == '[') {
+			const char *close = strchr(s, ']');
+
+			if (!close)
+				return fail(c, v, field, "\"%s\" has an unclosed [", show_str(s).s);
+			h = s + 1;
+			hl = (size_t)(close - h);
+			colon = close + 1;
+		} else {
+			h = s;
+			colon = strchr(s, ':');
+			hl = colon ? (size_t)(colon - s) : 0;
+			if (colon && strchr(colon + 1, ':'))
+				return fail(c, v, field, "\"%s\" %s", show_str(s).s,
+					    v6_needs_brackets(s, strlen(s), 0, hint, sizeof(hint)));
+		}
+		if (*colon != ':' || !hl)
 			return fail(c, v, field, "\"%s\" is not ADDR:PORT (e.g. %s)", show_str(s).s, eg);
-		hl = (size_t)(colon - s);
-		if (s[0] == '[' && hl >= 2 && s[hl - 1] == ']')
-			s++, hl -= 2;
 		if (hl >= sizeof(host) || hl >= addrlen)
 			return fail(c, v, field, "address too long");
-		memcpy(host, s, hl);
+		memcpy(host, h, hl);
 		host[hl] = 0;
-		if (inet_pton(AF_INET, host, bin) != 1 && inet_pton(AF_INET6, host, bin) != 1)
-			return fail(c, v, field, "\"%s\" is not an IPv4 or IPv6 address",
-				    show_str(host).s);
+		if (h != s ? inet_pton(AF_INET6, host, bin) != 1 :
+			     inet_pton(AF_INET, host, bin) != 1)
+			return fail(c, v, field, "\"%s\" is not an %s address", show_str(host).s,
+				    h != s ? "IPv6" : "IPv4 or IPv6");
 		ps = colon + 1;
 	}
 	errno = 0;
@@ -2688,8 +2760,10 @@ int kt_config_parse(const char *name, const char *yaml, size_t len, struct kt_co
 			goto out;
 		}
 		if (yaml_document_get_root_node(&extra)) {
-			ret = fail(&c, yaml_document_get_root_node(&extra), "yaml",
-				   "only one document is allowed");
+			/* at its "---" (the document's start), not its first key */
+			yaml_node_t at = { .start_mark = extra.start_mark };
+
+			ret = fail(&c, &at, "yaml", "only one document is allowed");
 			yaml_document_delete(&extra);
 			goto out;
 		}

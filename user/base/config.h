@@ -75,6 +75,10 @@ struct kt_tls_cfg {
 	char *cert;
 	char *key;
 	bool insecure_skip_verify;
+	/* where each path was given, for errors about the file at store open
+	 * (it is read there and at every connect): 0 if absent */
+	int ca_cert_line, cert_line, key_line;
+	char *field;              /* "store.redisStore.redis_tls"; NULL if built by hand */
 };
 
 enum kt_store_kind {
@@ -130,6 +134,7 @@ struct kt_kube_cfg {
 struct kt_store_cfg {
 	enum kt_store_kind kind;
 	int line;                 /* where the store block starts, 0 if defaulted */
+	char *file;               /* the config file, for messages; NULL if built by hand */
 	int static_pool_size;     /* KT_STORE_STATIC, >= 1 */
 	/* KT_STORE_REDIS */
 	enum kt_redis_mode redis_mode;

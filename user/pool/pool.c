@@ -271,7 +271,13 @@ static int new_group(struct kt_pool *p, const struct kt_store_cfg *s, const char
 	if (!ret)
 		ret = kt_storeq_open(&g->q, st, p->evfd, e, sizeof(e));
 	if (ret) {
-		snprintf(err, errlen, "limit %s: %s", limit, e);
+		size_t fl = s->file ? strlen(s->file) : 0;
+
+		/* "FILE:LINE: FIELD: ..." already says where; the limit is noise */
+		if (fl && !strncmp(e, s->file, fl) && e[fl] == ':')
+			snprintf(err, errlen, "%s", e);
+		else
+			snprintf(err, errlen, "limit %s: %s", limit, e);
 		return ret;
 	}
 	g->heartbeat_ns = s->heartbeat_ns;

@@ -46,6 +46,7 @@ struct kt_rconn {
 	SSL_CTX *ctx;             /* NULL: plain TCP */
 	SSL *ssl;
 	char *server_name;
+	const char *bad_file;     /* the option's TLS file that setup_tls failed on */
 	bool verify;
 	bool hs_want_write;       /* handshake waits for EPOLLOUT (else EPOLLIN) */
 	bool rd_want_write;       /* SSL_read needs the socket writable */
@@ -558,6 +559,7 @@ static int load_identity(struct kt_rconn *c, const char *cert, const char *key, 
 	EVP_PKEY *k;
 	int ok;
 
+	c->bad_file = cert;
 	if (!b) {
 		free(buf);
 		return -EIO;
@@ -576,6 +578,7 @@ static int load_identity(struct kt_rconn *c, const char *cert, const char *key, 
 			ssl_reason(reason, sizeof(reason)));
 		return -EIO;
 	}
+	c->bad_file = key; /* a key that does not match is the key's fault too */
 	if (!(b = pem_bio(c, key, &buf, err, errlen))) {
 		free(buf);
 		return -EIO;
@@ -594,6 +597,7 @@ static int load_identity(struct kt_rconn *c, const char *cert, const char *key, 
 			c->where, key, cert, ssl_reason(reason, sizeof(reason)));
 		return -EIO;
 	}
+	c->bad_file = NULL;
 	return 0;
 }
 
@@ -616,8 +620,10 @@ static int setup_tls(struct kt_rconn *c, const struct kt_rconn_opts *o, char *er
 	 * path: the volume rule applies and a rotated Secret is picked up.
 	 * Unverified, the CA file is not even read. */
 	if (c->verify) {
-		if (o->ca_file && load_ca(c, o->ca_file, err, errlen))
+		if (o->ca_file && load_ca(c, o->ca_file, err, errlen)) {
+			c->bad_file = o->ca_file;
 			return -EIO;
+		}
 		if (!o->ca_file && !SSL_CTX_set_default_verify_paths(c->ctx)) {
 			set_err(err, errlen, "TLS setup for %s: cannot load the system CA store: %s",
 				c->where, ssl_reason(reason, sizeof(reason)));
@@ -664,11 +670,14 @@ static void set_where(struct kt_rconn *c, const struct kt_rconn_opts *o)
 		 o->port);
 }
 
-int kt_rconn_tls_check(const struct kt_rconn_opts *o, char *err, size_t errlen)
+int kt_rconn_tls_check(const struct kt_rconn_opts *o, const char **bad_file, char *err,
+		       size_t errlen)
 {
 	struct kt_rconn *c;
 	int ret = check_opts(o, err, errlen);
 
+	if (bad_file)
+		*bad_file = NULL;
 	if (ret || !o->tls)
 		return ret;
 	c = calloc(1, sizeof(*c));
@@ -679,6 +688,8 @@ int kt_rconn_tls_check(const struct kt_rconn_opts *o, char *err, size_t errlen)
 	c->fd = -1;
 	set_where(c, o);
 	ret = setup_tls(c, o, err, errlen);
+	if (ret && bad_file)
+		*bad_file = c->bad_file;
 	free_conn(c);
 	return ret;
 }

@@ -145,8 +145,11 @@ void kt_rconn_set_push(struct kt_rconn *c, kt_rconn_cb cb, void *cbdata);
 
 /* Checks o's TLS files the way kt_rconn_open would (readable, valid PEM, key
  * matching the certificate) without connecting: a configuration check.
- * 0 when o->tls is false. Errors as kt_rconn_open: -EINVAL, -ENOMEM, -EIO. */
-int kt_rconn_tls_check(const struct kt_rconn_opts *o, char *err, size_t errlen);
+ * 0 when o->tls is false. Errors as kt_rconn_open: -EINVAL, -ENOMEM, -EIO;
+ * then *bad_file (if not NULL) is the one of o->ca_file, cert_file, key_file
+ * at fault (the key for a mismatch), or NULL. */
+int kt_rconn_tls_check(const struct kt_rconn_opts *o, const char **bad_file, char *err,
+		       size_t errlen);
 
 /* ---- blocking use ----
  * For a synchronous client: these run a private poll() loop on

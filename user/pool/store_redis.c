@@ -1972,20 +1972,22 @@ static int check_auth(const struct kt_auth_cfg *a, const char *what, int line, c
 
 /* The files are read again at every connect (renewed certificates are
  * picked up); this catches a wrong path or a bad PEM at start instead of as
- * an endless series of failed connects. */
-static int check_tls(const struct kt_tls_cfg *t, const char *what, int line, char *err, size_t errlen)
+ * an endless series of failed connects. A file at fault is reported at the
+ * line of its own key, as the parser reports passwordFile. */
+static int check_tls(const struct kt_store_cfg *cfg, const struct kt_tls_cfg *t, const char *what,
+		     char *err, size_t errlen)
 {
 	struct kt_rconn_opts o = {
 		.host = "localhost", .port = 1, .tls = true, .ca_file = t->ca_cert, .cert_file = t->cert,
 		.key_file = t->key, .insecure_skip_verify = t->insecure_skip_verify,
 	};
 	char e[KT_ERR_LEN];
-	const char *msg = e, *p;
-	int ret;
+	const char *msg = e, *p, *bad = NULL, *key = NULL;
+	int ret, line = 0;
 
 	if (!t->enabled)
 		return 0;
-	ret = kt_rconn_tls_check(&o, e, sizeof(e));
+	ret = kt_rconn_tls_check(&o, &bad, e, sizeof(e));
 	if (!ret)
 		return 0;
 	/* "TLS setup for localhost:1: cannot read ...": the placeholder peer goes */
@@ -1993,7 +1995,17 @@ static int check_tls(const struct kt_tls_cfg *t, const char *what, int line, cha
 		msg = p + 2;
 	else if (!strncmp(e, "TLS for ", 8) && (p = strstr(e, ": ")))
 		msg = p + 2;
-	snprintf(err, errlen, "store (line %d): %s: %s", line, what, msg);
+	if (bad && bad == t->ca_cert)
+		key = "ca_cert_secret", line = t->ca_cert_line;
+	else if (bad && bad == t->cert)
+		key = "cert_secret", line = t->cert_line;
+	else if (bad && bad == t->key)
+		key = "key_secret", line = t->key_line;
+	if (line > 0 && cfg->file)
+		snprintf(err, errlen, "%s:%d: %s.%s: %s", cfg->file, line,
+			 t->field ? t->field : what, key, msg);
+	else
+		snprintf(err, errlen, "store (line %d): %s: %s", cfg->line, what, msg);
 	return ret;
 }
 
@@ -2078,14 +2090,14 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 		ret = check_auth(&cfg->sentinel_auth, "sentinel_auth", cfg->line, err, errlen);
 		if (ret)
 			return ret;
-		ret = check_tls(&cfg->sentinel_tls, "sentinel_tls", cfg->line, err, errlen);
+		ret = check_tls(cfg, &cfg->sentinel_tls, "sentinel_tls", err, errlen);
 		if (ret)
 			return ret;
 	} else {
 		snprintf(err, errlen, "store (line %d): unknown redis mode %d", cfg->line, (int)cfg->redis_mode);
 		return -EINVAL;
 	}
-	ret = check_tls(&cfg->redis_tls, "redis_tls", cfg->line, err, errlen);
+	ret = check_tls(cfg, &cfg->redis_tls, "redis_tls", err, errlen);
 	if (ret)
 		return ret;
 
