@@ -33,7 +33,7 @@ USER_DIRS := user/base user/kube user/kernel user/pool user/control user/tags
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers -Wno-format-truncation \
              -Iinclude $(addprefix -I,$(USER_DIRS)) -I$(BUILD)/skel -D_GNU_SOURCE
-LDLIBS    += -lbpf -lelf -lz -lyaml -lhiredis -lmicrohttpd -lcurl -ljson-c -lssl -lcrypto -lpthread -lm
+LDLIBS    += -lbpf -lelf -lz -lyaml -lhiredis -lcurl -ljson-c -lssl -lcrypto -lpthread -lm
 ifeq ($(SAN),1)
 CFLAGS    += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS   += -fsanitize=address,undefined
@@ -122,6 +122,11 @@ $(BUILD)/tests/%: tests/%.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS) $(wildcard tests
 $(BUILD)/tools/%: tests/tools/%.c $(HDRS)
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) $< -o $@ $(LDLIBS)
+
+# the fake Kubernetes API server is libmicrohttpd (the daemon serves HTTP itself)
+$(BUILD)/tools/kt-fakekube: tests/tools/kt-fakekube.c $(HDRS)
+	@mkdir -p $(@D)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) $< -o $@ $(LDLIBS) -lmicrohttpd
 
 # kt-storesim drives the real store code against a redis-server of its own
 $(BUILD)/tools/kt-storesim: tests/tools/kt-storesim.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS) $(wildcard tests/lib/*.h)
