@@ -2053,7 +2053,7 @@ static int parse_addr_port(struct ctx *c, yaml_node_t *v, const char *field, con
 				return fail(c, v, field, "\"%s\" %s", show_str(s).s,
 					    v6_needs_brackets(s, strlen(s), 0, hint, sizeof(hint)));
 		}
-		if (*colon != ':' || !hl)
+		if (!colon || *colon != ':' || !hl)
 			return fail(c, v, field, "\"%s\" is not ADDR:PORT (e.g. %s)", show_str(s).s, eg);
 		if (hl >= sizeof(host) || hl >= addrlen)
 			return fail(c, v, field, "address too long");
