@@ -2,8 +2,10 @@
 /* Store errors are named where an operator looks: a pool key turned into a
  * string is "wrongtype" in status (failing, not up), in metrics, and once in
  * the log per episode; ghost members above maxMembers show as an anomaly.
- * The kinds a real Redis cannot be made to send (NOSCRIPT that persists,
- * oversized claims, -ERR) are in tests/unit/test_store_redis.c. */
+ * The kinds a real Redis cannot be made to send (NOSCRIPT that persists, an
+ * oversized claim, -ERR) come from the fake Redis of tests/lib/fakeredis.h:
+ * each is named in status within a heartbeat or two, counted in metrics,
+ * and logged once in the episode. */
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,12 +18,14 @@
 #include <sys/socket.h>
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
+#include "fakeredis.h"
 #include "ktest.h"
 #include "redis_proc.h"
 
 static struct {
 	struct ktest_daemon d;
 	struct rp_proc rp;
+	struct ktest_fakeredis fake;
 	char cg[PATH_MAX];
 	int metrics_port;
 } fx;
@@ -46,6 +50,7 @@ static int teardown(void **state)
 		ktest_daemon_cleanup(&fx.d);
 	if (fx.rp.pid > 0)
 		rp_stop(&fx.rp);
+	ktest_fakeredis_stop(&fx.fake);
 	if (fx.cg[0])
 		ktest_cgroup_destroy(fx.cg);
 	return 0;
@@ -163,10 +168,69 @@ static void test_wrongtype_and_over_max(void **state)
 	free(log);
 }
 
+/* NOSCRIPT forever, a bulk header claiming 1 GB, -ERR: each named in
+ * status (kind and text) while it lasts, counted, logged once. */
+static void test_fake_redis_kinds(void **state)
+{
+	static const struct {
+		const char *reply, *kind, *text;
+	} cases[] = {
+		{ "-NOSCRIPT No matching script. Please use EVAL.\r\n", "noscript", "NOSCRIPT" },
+		{ "$1000000000\r\n", "oversized", "" },
+		{ "-ERR something odd\r\n", "err", "something odd" },
+	};
+	char body[1024], want[64], series[128], *out, *page, *log;
+	double v;
+
+	(void)state;
+	if (ktest_root_unavailable())
+		skip();
+	assert_int_equal(ktest_fakeredis_start(&fx.fake), 0);
+	snprintf(body, sizeof(body),
+		 "metrics: 127.0.0.1:%d\n"
+		 "limits:\n"
+		 "  - {name: f, cgroups: [%s], unit: connection,\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: 9},\n"
+		 "     rateLimit: {max: 100, store: {redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\"},\n"
+		 "                 heartbeat: 200ms, onStoreFailure: conservative}}}\n",
+		 fx.metrics_port, fx.cg, fx.fake.port);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t t0 = rp_now_ms();
+
+		ktest_fakeredis_set(&fx.fake, cases[i].reply);
+		snprintf(want, sizeof(want), "\"kind\":\"%s\"", cases[i].kind);
+		out = status_until(want, 3000);
+		assert_non_null(out);
+		print_message("%s named in %llu ms\n", cases[i].kind,
+			      (unsigned long long)(rp_now_ms() - t0));
+		assert_non_null(strstr(out, cases[i].text));
+		assert_null(strstr(out, "\"state\":\"up\""));
+		free(out);
+		rp_sleep_ms(500); /* a few more heartbeats fail the same way */
+		assert_int_equal(ktest_http_get(fx.metrics_port, "/metrics", &page), 200);
+		snprintf(series, sizeof(series), "kthrottle_store_errors_total{limit=\"f\",kind=\"%s\"}",
+			 cases[i].kind);
+		assert_true(ktest_metric_sample(page, series, &v));
+		assert_true(v >= 2);
+		free(page);
+	}
+	rp_sleep_ms(300);
+	log = ktest_slurp(fx.d.log);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(want, sizeof(want), "store error (%s)", cases[i].kind);
+		if (count(log, want) != 1)
+			print_message("log:\n%s", log);
+		assert_int_equal(count(log, want), 1);
+	}
+	free(log);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_wrongtype_and_over_max, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fake_redis_kinds, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

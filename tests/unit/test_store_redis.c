@@ -20,6 +20,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <cmocka.h>
+#include "fakeredis.h"
 #include "redis_proc.h"
 #include "store.h"
 
@@ -157,174 +158,9 @@ static long long cmd_calls(const struct rp_proc *p, const char *cmd)
 	return atoll(v + 6);
 }
 
-/* ---- fake server: serves canned replies to check reply validation ---- */
-
-struct fake {
-	int lfd, port;
-	pthread_t th;
-	pthread_mutex_t mu;
-	bool running, stop;
-	char reply[512];      /* to EVALSHA, EVAL, GET, SENTINEL */
-	char sha_reply[128];  /* to SCRIPT LOAD */
-	char last_cmd[32];
-	int last_argc;
-	char last_arg2[32];
-};
-static struct fake g_fake = { .mu = PTHREAD_MUTEX_INITIALIZER, .lfd = -1 };
-
-static bool fake_stopping(struct fake *f)
-{
-	bool s;
-
-	pthread_mutex_lock(&f->mu);
-	s = f->stop;
-	pthread_mutex_unlock(&f->mu);
-	return s;
-}
-
-/* Parses one "*N\r\n$L\r\n...": returns bytes used, 0 if incomplete, -1 if junk. */
-static long parse_cmd(const char *b, size_t len, char *name, size_t nlen, int *argc, char *arg2, size_t alen)
-{
-	const char *p = b, *end = b + len, *nl;
-	long n, l;
-
-	if (len < 1)
-		return 0;
-	if (*p != '*')
-		return -1;
-	nl = memchr(p, '\n', (size_t)(end - p));
-	if (!nl)
-		return 0;
-	n = atol(p + 1);
-	p = nl + 1;
-	*argc = (int)n;
-	for (long i = 0; i < n; i++) {
-		if (p >= end)
-			return 0;
-		if (*p != '$')
-			return -1;
-		nl = memchr(p, '\n', (size_t)(end - p));
-		if (!nl)
-			return 0;
-		l = atol(p + 1);
-		p = nl + 1;
-		if (end - p < l + 2)
-			return 0;
-		if (i == 0 || i == 2) {
-			char *dst = i == 0 ? name : arg2;
-			size_t cap = i == 0 ? nlen : alen, k = (size_t)l < cap - 1 ? (size_t)l : cap - 1;
-
-			memcpy(dst, p, k);
-			dst[k] = 0;
-		}
-		p += l + 2;
-	}
-	return p - b;
-}
-
-static void fake_serve(struct fake *f, int c)
-{
-	static char buf[1 << 16];
-	size_t len = 0;
-	struct pollfd pfd = { .fd = c, .events = POLLIN };
-
-	while (!fake_stopping(f)) {
-		char name[32] = "", arg2[32] = "";
-		const char *out;
-		ssize_t n;
-		long used;
-		int argc = 0;
-
-		used = parse_cmd(buf, len, name, sizeof(name), &argc, arg2, sizeof(arg2));
-		if (used < 0)
-			return;
-		if (used == 0) {
-			if (poll(&pfd, 1, 100) <= 0)
-				continue;
-			n = read(c, buf + len, sizeof(buf) - len);
-			if (n <= 0)
-				return;
-			len += (size_t)n;
-			continue;
-		}
-		memmove(buf, buf + used, len - (size_t)used);
-		len -= (size_t)used;
-		pthread_mutex_lock(&f->mu);
-		if (!strcasecmp(name, "SCRIPT"))
-			out = f->sha_reply;
-		else if (!strcasecmp(name, "PING"))
-			out = "+PONG\r\n";
-		else if (!strcasecmp(name, "AUTH") || !strcasecmp(name, "SELECT"))
-			out = "+OK\r\n";
-		else
-			out = f->reply;
-		snprintf(f->last_cmd, sizeof(f->last_cmd), "%s", name);
-		snprintf(f->last_arg2, sizeof(f->last_arg2), "%s", arg2);
-		f->last_argc = argc;
-		if (write(c, out, strlen(out)) < 0) {
-			pthread_mutex_unlock(&f->mu);
-			return;
-		}
-		pthread_mutex_unlock(&f->mu);
-	}
-}
-
-static void *fake_main(void *arg)
-{
-	struct fake *f = arg;
-
-	for (;;) {
-		int c = accept(f->lfd, NULL, NULL);
-
-		if (c < 0) {
-			if (errno == EINTR && !fake_stopping(f))
-				continue;
-			break;
-		}
-		fake_serve(f, c);
-		close(c);
-	}
-	return NULL;
-}
-
-static void fake_start(struct fake *f)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t sl = sizeof(sa);
-
-	f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(f->lfd >= 0);
-	assert_int_equal(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(getsockname(f->lfd, (struct sockaddr *)&sa, &sl), 0);
-	assert_int_equal(listen(f->lfd, 8), 0);
-	f->port = ntohs(sa.sin_port);
-	f->stop = false;
-	snprintf(f->sha_reply, sizeof(f->sha_reply), "$40\r\n%s\r\n",
-		 "0123456789abcdef0123456789abcdef01234567");
-	assert_int_equal(pthread_create(&f->th, NULL, fake_main, f), 0);
-	f->running = true;
-}
-
-static void fake_stop(struct fake *f)
-{
-	if (!f->running)
-		return;
-	pthread_mutex_lock(&f->mu);
-	f->stop = true;
-	pthread_mutex_unlock(&f->mu);
-	shutdown(f->lfd, SHUT_RDWR); /* wakes accept() */
-	pthread_join(f->th, NULL);
-	close(f->lfd);
-	f->lfd = -1;
-	f->running = false;
-}
-
-static void fake_set(struct fake *f, const char *reply)
-{
-	pthread_mutex_lock(&f->mu);
-	snprintf(f->reply, sizeof(f->reply), "%s", reply);
-	pthread_mutex_unlock(&f->mu);
-}
+/* the fake server (tests/lib/fakeredis.h) serves canned replies to check
+ * reply validation */
+static struct ktest_fakeredis g_fake;
 
 /* ---- fixtures ---- */
 
@@ -348,7 +184,7 @@ static int teardown(void **state)
 		kt_store_close(g_stores[i]);
 		g_stores[i] = NULL;
 	}
-	fake_stop(&g_fake);
+	ktest_fakeredis_stop(&g_fake);
 	for (size_t i = 0; i < sizeof(g_procs) / sizeof(g_procs[0]); i++)
 		rp_stop(&g_procs[i]);
 	return 0;
@@ -810,13 +646,13 @@ static void test_error_kinds(void **state)
 	unsigned seen = 0;
 
 	(void)state;
-	fake_start(&g_fake);
+	assert_int_equal(ktest_fakeredis_start(&g_fake), 0);
 	s = open_single(g_fake.port, NULL, NULL, 0);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		uint64_t t0 = rp_now_ms();
 		int ret;
 
-		fake_set(&g_fake, cases[i].reply);
+		ktest_fakeredis_set(&g_fake, cases[i].reply);
 		/* after an oversized reply the store backs off: bounded wait */
 		while ((ret = kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err))) == -EAGAIN &&
 		       rp_now_ms() - t0 < 2000)
@@ -839,7 +675,7 @@ static void test_error_kinds(void **state)
 	assert_int_equal(e.count[KT_SERR_NOSCRIPT], 1);
 	assert_string_equal(kt_store_err_kind_name(KT_SERR_NOSCRIPT), "noscript");
 	/* an answered heartbeat ends the episode */
-	fake_set(&g_fake, "*1\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n");
+	ktest_fakeredis_set(&g_fake, "*1\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n");
 	uint64_t t0 = rp_now_ms();
 	int ret;
 	while ((ret = kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err))) == -EAGAIN &&
@@ -1483,34 +1319,33 @@ static void test_malformed_replies(void **state)
 	char last[128];
 
 	(void)state;
-	fake_start(&g_fake);
+	assert_int_equal(ktest_fakeredis_start(&g_fake), 0);
 
 	/* a bad SHA from SCRIPT LOAD fails the connection setup */
-	pthread_mutex_lock(&g_fake.mu);
-	snprintf(g_fake.sha_reply, sizeof(g_fake.sha_reply), "$3\r\nxyz\r\n");
-	pthread_mutex_unlock(&g_fake.mu);
+	ktest_fakeredis_set_sha(&g_fake, "$3\r\nxyz\r\n");
 	s = open_single(g_fake.port, NULL, NULL, 0);
 	assert_int_equal(kt_store_ping(s, err, sizeof(err)), -EPROTO);
 	assert_non_null(strstr(err, "SCRIPT LOAD"));
-	pthread_mutex_lock(&g_fake.mu);
-	snprintf(g_fake.sha_reply, sizeof(g_fake.sha_reply), "$40\r\n%s\r\n",
+	{
+		char sha[128];
+
+		snprintf(sha, sizeof(sha), "$40\r\n%s\r\n",
 		 "0123456789abcdef0123456789abcdef01234567");
-	pthread_mutex_unlock(&g_fake.mu);
+		ktest_fakeredis_set_sha(&g_fake, sha);
+	}
 
 	s = open_single(g_fake.port, NULL, NULL, 0);
 	/* the fake itself works: a well-formed answer is accepted */
-	fake_set(&g_fake, "*1\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n");
+	ktest_fakeredis_set(&g_fake, "*1\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n");
 	ASSERT_OK(kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err)));
 	ASSERT_ANS(a, 0, 4, 2);
-	pthread_mutex_lock(&g_fake.mu);
-	snprintf(last, sizeof(last), "%s %s %d", g_fake.last_cmd, g_fake.last_arg2, g_fake.last_argc);
-	pthread_mutex_unlock(&g_fake.mu);
+	ktest_fakeredis_last(&g_fake, last, sizeof(last));
 	assert_true(a.reserved == 1.5);
 	/* EVALSHA sha 11 (hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem
 	 * keys) + stale, n, ramp, ttl, hold, fb, pool rate, floor, recompute + one (id, size) */
 	assert_string_equal(last, "EVALSHA 11 25");
 	for (size_t i = 0; i < sizeof(hb) / sizeof(hb[0]); i++) {
-		fake_set(&g_fake, hb[i].reply);
+		ktest_fakeredis_set(&g_fake, hb[i].reply);
 		a.agree = 7;
 		assert_int_equal(kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err)), -EPROTO);
 		if (!strstr(err, hb[i].what))
@@ -1519,31 +1354,29 @@ static void test_malformed_replies(void **state)
 		assert_true(kt_store_connected(s));
 	}
 	for (size_t i = 0; i < sizeof(ramp) / sizeof(ramp[0]); i++) {
-		fake_set(&g_fake, ramp[i]);
+		ktest_fakeredis_set(&g_fake, ramp[i]);
 		assert_int_equal(kt_store_load_ramp(s, "fake", &rate, err, sizeof(err)), -EPROTO);
 		assert_true(rate < 0);
 	}
-	fake_set(&g_fake, "$4\r\n2.50\r\n");
+	ktest_fakeredis_set(&g_fake, "$4\r\n2.50\r\n");
 	ASSERT_OK(kt_store_load_ramp(s, "fake", &rate, err, sizeof(err)));
 	assert_true(rate == 2.5);
-	fake_set(&g_fake, "+QUEUED\r\n");
+	ktest_fakeredis_set(&g_fake, "+QUEUED\r\n");
 	assert_int_equal(kt_store_save_ramp(s, "fake", 1, 1000, err, sizeof(err)), -EPROTO);
-	fake_set(&g_fake, ":5\r\n");
+	ktest_fakeredis_set(&g_fake, ":5\r\n");
 	assert_int_equal(kt_store_leave(s, "fake", ids, 1, err, sizeof(err)), -EPROTO);
-	fake_set(&g_fake, "-ERR something odd\r\n");
+	ktest_fakeredis_set(&g_fake, "-ERR something odd\r\n");
 	assert_int_equal(kt_store_leave(s, "fake", ids, 1, err, sizeof(err)), -EIO);
 	assert_non_null(strstr(err, "something odd"));
 	/* permits, 2 asked (every 1 s, maxReserved 1): {now, ahead, g1, w1, g2, w2} */
-	fake_set(&g_fake, "*6\r\n:1700000000000000\r\n:1000000\r\n:1\r\n:0\r\n:1\r\n:1000000\r\n");
+	ktest_fakeredis_set(&g_fake, "*6\r\n:1700000000000000\r\n:1000000\r\n:1\r\n:0\r\n:1\r\n:1000000\r\n");
 	ASSERT_OK(kt_store_permits(s, "fake", 1000000, 1, 2, pm, &pa, err, sizeof(err)));
 	assert_true(pa.now_us == 1700000000000000ULL && pa.ahead_us == 1000000);
 	assert_true(pm[0].granted == 1 && pm[0].wait_us == 0 && pm[1].granted == 1 && pm[1].wait_us == 1000000);
-	pthread_mutex_lock(&g_fake.mu);
-	snprintf(last, sizeof(last), "%s %s %d", g_fake.last_cmd, g_fake.last_arg2, g_fake.last_argc);
-	pthread_mutex_unlock(&g_fake.mu);
+	ktest_fakeredis_last(&g_fake, last, sizeof(last));
 	assert_string_equal(last, "EVALSHA 1 7");
 	for (size_t i = 0; i < sizeof(permits) / sizeof(permits[0]); i++) {
-		fake_set(&g_fake, permits[i]);
+		ktest_fakeredis_set(&g_fake, permits[i]);
 		pa.now_us = 7;
 		pm[0].wait_us = 7;
 		if (kt_store_permits(s, "fake", 1000000, 1, 2, pm, &pa, err, sizeof(err)) != -EPROTO)
@@ -1552,14 +1385,14 @@ static void test_malformed_replies(void **state)
 		assert_true(pa.now_us == 7 && pm[0].wait_us == 7); /* answer untouched */
 	}
 	/* READONLY means a failover happened: drop and back off */
-	fake_set(&g_fake, "-READONLY You can't write against a read only replica.\r\n");
+	ktest_fakeredis_set(&g_fake, "-READONLY You can't write against a read only replica.\r\n");
 	assert_int_equal(kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err)), -EROFS);
 	assert_false(kt_store_connected(s));
 
 	/* not RESP at all: hiredis' protocol error, connection dropped */
 	s = open_single(g_fake.port, NULL, NULL, 0);
 	ASSERT_OK(kt_store_ping(s, err, sizeof(err)));
-	fake_set(&g_fake, "hello\r\n");
+	ktest_fakeredis_set(&g_fake, "hello\r\n");
 	assert_int_equal(kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err)), -EPROTO);
 	assert_int_equal(kt_store_state(s, NULL, NULL), KT_STORE_DOWN);
 
@@ -1572,7 +1405,7 @@ static void test_malformed_replies(void **state)
 	c.endpoint_port[0] = g_fake.port;
 	c.master_name = "mm";
 	s = open_cfg(&c);
-	fake_set(&g_fake, "*2\r\n$9\r\n127.0.0.1\r\n$5\r\n99999\r\n");
+	ktest_fakeredis_set(&g_fake, "*2\r\n$9\r\n127.0.0.1\r\n$5\r\n99999\r\n");
 	assert_int_equal(kt_store_ping(s, err, sizeof(err)), -EPROTO);
 	assert_non_null(strstr(err, "malformed master port"));
 }
