@@ -623,6 +623,54 @@ static void test_bad_data(void **state)
 
 /* Each failure is named by its kind; a connection that answers with errors
  * is failing, an oversized claim drops it before the body is read. */
+/* The kind of the failed heartbeat on s (waiting out a back-off). */
+static enum kt_store_err_kind failed_kind(struct kt_store *s)
+{
+	struct kt_pool_member m = { "m", LIVE };
+	struct kt_store_errors e;
+	struct kt_pool_answer a;
+	uint64_t t0 = rp_now_ms();
+	int ret;
+
+	while ((ret = kt_store_heartbeat(s, "t", &m, 1, 3000, &a, err, sizeof(err))) == -EAGAIN &&
+	       rp_now_ms() - t0 < 3000)
+		rp_sleep_ms(20);
+	assert_int_not_equal(ret, 0);
+	kt_store_get_errors(s, &e);
+	print_message("%s: %s\n", kt_store_err_kind_name(e.kind), e.text);
+	assert_string_equal(e.text, err);
+	assert_int_equal(e.count[e.kind], 1);
+	return e.kind;
+}
+
+/* The transport's kinds: nothing listening, a wrong password, a server
+ * that never answers, TLS spoken to a plain port. */
+static void test_error_kinds_transport(void **state)
+{
+	struct rp_opts o = { .password = "right-pass" };
+	struct kt_store_cfg c;
+	struct rp_proc locked;
+	struct kt_store *s;
+
+	(void)state;
+	s = open_single(rp_free_port(), NULL, NULL, 0);
+	assert_int_equal(failed_kind(s), KT_SERR_CONNECT);
+	assert_int_equal(rp_start_master(&locked, &o), 0);
+	s = open_single(locked.port, NULL, "wrong-pass", 0);
+	assert_int_equal(failed_kind(s), KT_SERR_AUTH);
+	assert_null(strstr(err, "wrong-pass"));
+	rp_stop(&locked);
+	assert_int_equal(ktest_fakeredis_start(&g_fake), 0);
+	ktest_fakeredis_set(&g_fake, ""); /* never answers */
+	s = open_single(g_fake.port, NULL, NULL, 0);
+	assert_int_equal(failed_kind(s), KT_SERR_TIMEOUT);
+	cfg_single(&c, g_fake.port);
+	c.redis_tls.enabled = true;
+	c.redis_tls.insecure_skip_verify = true;
+	s = open_cfg(&c);
+	assert_int_equal(failed_kind(s), KT_SERR_TLS);
+}
+
 static void test_error_kinds(void **state)
 {
 	static const struct {
@@ -1506,6 +1554,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_sigstop_timeout_and_backoff, teardown),
 		cmocka_unit_test_teardown(test_malformed_replies, teardown),
 		cmocka_unit_test_teardown(test_error_kinds, teardown),
+		cmocka_unit_test_teardown(test_error_kinds_transport, teardown),
 		cmocka_unit_test_teardown(test_sentinel_failover, teardown),
 	};
 
