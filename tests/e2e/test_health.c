@@ -167,14 +167,8 @@ static void test_store_down_stays_ready(void **state)
 	if (ktest_root_unavailable())
 		skip();
 	assert_int_equal(rp_start_master(&fx.rp, NULL), 0);
-	snprintf(body, sizeof(body),
-		 "metrics: 127.0.0.1:%d\n"
-		 "limits:\n"
-		 "  - {name: r, cgroups: [%s], unit: connection,\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: 9},\n"
-		 "     rateLimit: {max: 100, store: {redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\"},\n"
-		 "                 heartbeat: 200ms, onStoreFailure: conservative}}}\n",
-		 fx.metrics_port, fx.cg, fx.rp.port);
+	assert_int_equal(ktest_redis_limit_body(body, sizeof(body), "r", fx.metrics_port, fx.cg,
+						fx.rp.port, ""), 0);
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 	rc = health_until("store ok", 5000, &out);
 	assert_int_equal(rc, 0);

@@ -95,14 +95,8 @@ static void test_wrongtype_and_over_max(void **state)
 	if (ktest_root_unavailable())
 		skip();
 	assert_int_equal(rp_start_master(&fx.rp, NULL), 0);
-	snprintf(body, sizeof(body),
-		 "metrics: 127.0.0.1:%d\n"
-		 "limits:\n"
-		 "  - {name: r, cgroups: [%s], unit: connection,\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: 9},\n"
-		 "     rateLimit: {max: 100, store: {redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\"},\n"
-		 "                 maxMembers: 3, heartbeat: 200ms, onStoreFailure: conservative}}}\n",
-		 fx.metrics_port, fx.cg, fx.rp.port);
+	assert_int_equal(ktest_redis_limit_body(body, sizeof(body), "r", fx.metrics_port, fx.cg,
+						fx.rp.port, "maxMembers: 3, "), 0);
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 	out = status_until("\"state\":\"up\"", 5000);
 	assert_non_null(out);
@@ -186,14 +180,8 @@ static void test_fake_redis_kinds(void **state)
 	if (ktest_root_unavailable())
 		skip();
 	assert_int_equal(ktest_fakeredis_start(&fx.fake), 0);
-	snprintf(body, sizeof(body),
-		 "metrics: 127.0.0.1:%d\n"
-		 "limits:\n"
-		 "  - {name: f, cgroups: [%s], unit: connection,\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: 9},\n"
-		 "     rateLimit: {max: 100, store: {redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\"},\n"
-		 "                 heartbeat: 200ms, onStoreFailure: conservative}}}\n",
-		 fx.metrics_port, fx.cg, fx.fake.port);
+	assert_int_equal(ktest_redis_limit_body(body, sizeof(body), "f", fx.metrics_port, fx.cg,
+						fx.fake.port, ""), 0);
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		uint64_t t0 = rp_now_ms();

@@ -866,3 +866,18 @@ bool ktest_metric_sample(const char *page, const char *series, double *v)
 		}
 	return false;
 }
+
+int ktest_redis_limit_body(char *buf, size_t len, const char *name, int metrics_port,
+			   const char *cg, int redis_port, const char *store_extra)
+{
+	int n = snprintf(buf, len,
+			 "metrics: 127.0.0.1:%d\n"
+			 "limits:\n"
+			 "  - {name: %s, cgroups: [%s], unit: connection,\n"
+			 "     match: {cidrs: [127.0.0.1/32], ports: 9},\n"
+			 "     rateLimit: {max: 100, store: {redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\"},\n"
+			 "                 %sheartbeat: 200ms, onStoreFailure: conservative}}}\n",
+			 metrics_port, name, cg, redis_port, store_extra);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}

@@ -156,6 +156,14 @@ int ktest_ramp_config(char *buf, size_t len, const char *cg, int port, const cha
 /* Tokens the ideal ramp r(u) = min(max, min + slope*u) admits over [0, u]. */
 double ktest_ramp_integral(double u);
 
+/* A daemon config body: the metrics endpoint on 127.0.0.1:metrics_port and
+ * one connection limit `name` (max 100, port 9 on 127.0.0.1) on cgroup cg,
+ * pooled through the Redis at 127.0.0.1:redis_port with a 200 ms
+ * heartbeat; store_extra is put before `heartbeat:` in the store block
+ * (e.g. "maxMembers: 3, ", or ""). 0 or -ENAMETOOLONG. */
+int ktest_redis_limit_body(char *buf, size_t len, const char *name, int metrics_port,
+			   const char *cg, int redis_port, const char *store_extra);
+
 /* GET path from 127.0.0.1:port (HTTP/1.0, 3 s socket timeouts): the status
  * code or -1, and the body in *body (malloc'd, "" when none). */
 int ktest_http_get(int port, const char *path, char **body);
