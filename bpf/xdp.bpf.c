@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Tag limits at XDP (seed 004): a leaky bucket per source prefix on an
+/* Tag limits at XDP: a leaky bucket per source prefix on an
  * interface's ingress, and the daemon's operations on those buckets.
  *
  * kt_xdp_tags: Ethernet (one 802.1Q/802.1ad tag at most), the IPv4 or IPv6

@@ -611,7 +611,7 @@ static inline __u64 kt_gcra_tokens_left(const struct kt_bucket *b, __u64 now)
 }
 
 /*
- * Tag limits (seed 004): a leaky bucket per throttling tag (a source address
+ * Tag limits: a leaky bucket per throttling tag (a source address
  * prefix at XDP, or an application's string asked over the query socket),
  * `burst` tokens refilled at `rate` per second. Each node decides alone and
  * reports the hits it served every reportInterval; the other nodes take a
@@ -679,7 +679,7 @@ static inline void kt_tag_debit(__u64 *tat, __u64 now, __u64 interval_fp, __u64 
 
 #ifndef __bpf__
 /* The bucket's value in tokens at `now`, fractional and possibly negative
- * (seed 004's table): for status and tests. */
+ * (the design's table): for status and tests. */
 static inline double kt_tag_tokens(__u64 tat, __u64 now, __u64 interval_fp, __u64 burst)
 {
 	__u64 cost_ns, tau = kt_gcra_tolerance(interval_fp, burst, 1, &cost_ns);

@@ -152,13 +152,13 @@ int kthrottle_connect(int fd, const struct sockaddr *addr, socklen_t len,
 		      struct kthrottle_refusal *why);
 
 /*
- * Tag queries (seed 004): ask a tag limit's query server (kthrottled's
+ * Tag queries: ask a tag limit's query server (kthrottled's
  * `tags: ... query:`) whether to serve a request with throttling tag `tag`
  * (a client address, an API key: any string). The protocol is one line out
  * (the tag and '\n') and exactly "OK\n" (serve) or "NO\n" (throttle) back,
  * on a persistent connection.
  *
- * Fail-safe, as seed 004 advises: a query the server does not answer within
+ * Fail-safe: a query the server does not answer within
  * timeout_ms (no socket, refused, a slow or hung server, a reply that is
  * not exactly "OK\n" or "NO\n", a tag that cannot be sent) answers 1
  * (serve), never an error: the application goes on serving when the
@@ -182,7 +182,7 @@ struct kthrottle_tagq; /* opaque */
 /* where: a Unix socket path (starts with '/'), "A.B.C.D:PORT" (IPv4
  * literal), "[V6]:PORT" (IPv6 literal; no host names: no DNS on this
  * path), or NULL for KTHROTTLE_TAGQ_DEFAULT_SOCKET. timeout_ms: the
- * deadline of each query, connecting included, 1..10000 (seed 004: keep it
+ * deadline of each query, connecting included, 1..10000 (keep it
  * short; a local server answers in microseconds). Does not connect (the
  * first check does), so an absent server is no error here: 0 and *out, or
  * -EINVAL (bad address or timeout), -ENOMEM. */

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* kthrottle_tagq: the client of a tag limit's query server (seed 004's line
+/* kthrottle_tagq: the client of a tag limit's query server (the line
  * protocol; include/kthrottle_client.h has the contract).
  *
  * One persistent non-blocking stream connection per handle, opened on the

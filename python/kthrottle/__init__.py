@@ -507,7 +507,7 @@ def connect(sock, address):
 # --- tag queries ---------------------------------------------------------------
 
 class TagQuery:
-    """A client of a tag limit's query server (seed 004's line protocol),
+    """A client of a tag limit's query server (the line protocol),
     over libkthrottle's kthrottle_tagq.
 
     ``where``: a Unix socket path, "A.B.C.D:PORT", "[V6]:PORT", or None for

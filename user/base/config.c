@@ -2124,7 +2124,7 @@ static int parse_kube(struct ctx *c, yaml_node_t *n, struct kt_kube_cfg *k)
 	return 0;
 }
 
-/* ---- tag limits (top-level `tags:`, seed 004) -------------------------- */
+/* ---- tag limits (top-level `tags:`) -------------------------- */
 
 #define TAG_MAX_BURST 1000000000000LL  /* MAX_RATE tokens */
 #define IFNAME_CHARS NAME_CHARS ":@"
@@ -2592,7 +2592,7 @@ static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 	if ((v = map_get(c, root, "store")) && (err = parse_store(c, v, "store", &cfg->store)))
 		return err;
 
-	/* tag limits (seed 004): with at least one, limits: may be absent or empty */
+	/* tag limits: with at least one, limits: may be absent or empty */
 	if ((tags = map_get(c, root, "tags"))) {
 		if (tags->type != YAML_SEQUENCE_NODE)
 			return fail(c, tags, "tags", "expected a list of tag limits, got %s",

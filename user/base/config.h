@@ -24,7 +24,7 @@ enum kt_mode {
 	KT_MODE_GO_BACK_N,
 };
 
-/* rateLimit.strict (seed 002): every admission is a permit issued on the
+/* rateLimit.strict: every admission is a permit issued on the
  * Redis clock, consecutive permits at least `every` apart across all nodes.
  * Units connection, datagram and request only; a redis store; no max, min,
  * rampUpDuration, modes, resumedRampUp, ttl; burst 1; share equal. */
@@ -178,7 +178,7 @@ struct kt_limit_cfg {
 	struct kt_store_cfg store; /* rateLimit.store, else the top-level store */
 };
 
-/* A tag limit (top-level `tags:`, seed 004): a leaky bucket per throttling
+/* A tag limit (top-level `tags:`): a leaky bucket per throttling
  * tag, `burst` tokens refilled at `rate` per second, decided on each node and
  * kept global by exchanging hit counts through the top-level store every
  * `report_ns`. Source-address tags at XDP (`xdp:`) and application tags over

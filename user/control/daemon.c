@@ -93,7 +93,7 @@ static double left_s(uint64_t until, uint64_t now)
 
 static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", "closed", "permit", "tag" };
 
-/* Strict limits' permits (seed 002): reserved ahead cluster-wide, waiting
+/* Strict limits' permits: reserved ahead cluster-wide, waiting
  * buckets, and what became of this node's permits. Only strict limits. */
 static void tag_metrics(struct kt_daemon *d, struct sbuf *b);
 
@@ -524,7 +524,7 @@ static void kube_status(struct kt_daemon *d, struct sbuf *b, bool json, uint64_t
 		sb_printf(b, "  kubernetes error: %s\n", st.error);
 }
 
-/* The tag limits (seed 004): their buckets, query servers and exchange.
+/* The tag limits: their buckets, query servers and exchange.
  * JSON: a "tags" array after "limits"; text: a table after the limits. */
 static void tags_status(struct kt_daemon *d, struct sbuf *b, bool json, uint64_t now)
 {
@@ -648,7 +648,7 @@ static void tag_metrics(struct kt_daemon *d, struct sbuf *b)
 	}
 }
 
-/* A strict limit's permits (nothing for other limits): seed 002's reserved
+/* A strict limit's permits (nothing for other limits): the reserved
  * permits, what was granted, used and wasted, who waits, and whether the
  * store answers (if not, nothing is admitted). */
 static void strict_status(struct kt_daemon *d, struct sbuf *b, int i, bool json, uint64_t now)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Ramp-up controller: the pool rate of one limit, moved from rateLimit.min to
- * rateLimit.max by the configured mode (seed 001, DESIGN.md §5).
+ * rateLimit.max by the configured mode.
  *
  * Pure logic: no I/O, no allocation, no globals, no clock reads. The caller
  * owns the clock (CLOCK_MONOTONIC in the daemon, a fake one in tests) and

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* The strict controller: the limits with rateLimit.strict (seed 002). Every
+/* The strict controller: the limits with rateLimit.strict. Every
  * admission is a permit issued by the store's Lua script on the Redis clock
  * (kt_store_permits), consecutive permits at least `every` apart across all
  * nodes. The kernel (or libkthrottle on a kt_coop entry) still decides each

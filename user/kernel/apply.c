@@ -1154,7 +1154,7 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 		kt_bucket_set_lease(a->b, slot, pol); /* a finite lease from birth */
 		/* A member joining a limit that already has members on this
 		 * node (a new pod of a pattern) may add at most its share for
-		 * one heartbeat (DESIGN.md section 8): its bucket starts with
+		 * one heartbeat: its bucket starts with
 		 * that many tokens, not a full burst, which pods created and
 		 * removed many times a second would each bring anew. The
 		 * first members of a limit (a start, a new limit) start full.

@@ -21,7 +21,7 @@
  *   KT_STORE_BACKOFF_MAX_MS), the size before the gap is kept as a floor for
  *   that long plus 3 heartbeats (phase DISAGREED while it binds). A genuine
  *   shrink during the gap is delayed by as much; a growth is not.
- * - Leases (DESIGN.md section 8): an answer to a heartbeat sent at t grants
+ * - Leases: an answer to a heartbeat sent at t grants
  *   the share until t + min(staleAfter x heartbeat, validFor) on our clock,
  *   which is no later than the store stops counting us (it stamps the
  *   heartbeat with its TIME, after t). Past the lease the phase is

@@ -12,7 +12,7 @@
  * Store kinds:
  *   local   size = this node's members; always agreed.
  *   static  size = max(poolSize, this node's members); always agreed.
- *   redis   seed 000's consensus through kt_store_heartbeat_many (store.h).
+ *   redis   the consensus through kt_store_heartbeat_many (store.h).
  */
 #ifndef KT_POOL_H
 #define KT_POOL_H

@@ -36,7 +36,7 @@
  * existing member's size field is not seen until that member's next
  * heartbeat overwrites it.
  *
- * Consensus (seed 000, with DESIGN.md §5's defects fixed): each heartbeat is
+ * Consensus: each heartbeat is
  * ONE EVALSHA per node covering all of its limits (kt_store_heartbeat_many;
  * one per slot in cluster mode).
  * Per limit the script, with redis.call('TIME') as its only clock:
@@ -55,7 +55,7 @@
  * Every node's next heartbeat then stores the new live count, so after a join
  * or a graceful leave every node sees AGREE within 2 of its heartbeats, and
  * after a death within stale_ms + 2 heartbeats, shrinking as well as growing.
- * (Reporting the previous ans.live, seed 000's "report the answer", also
+ * (Reporting the previous ans.live, the "report the answer", also
  * converges but needs one heartbeat more.)
  *
  * Demand sharing (share: demand; pool_rate > 0 in the request). The size
@@ -278,7 +278,7 @@ int kt_store_save_ramp(struct kt_store *s, const char *limit, double rate, uint6
 /* *rate = saved level, or -1 when there is none (never saved or expired). */
 int kt_store_load_ramp(struct kt_store *s, const char *limit, double *rate, char *err, size_t errlen);
 /*
- * Strict limits (seed 002): permits issued on the Redis clock. One key per
+ * Strict limits: permits issued on the Redis clock. One key per
  * limit, P:strict:{L}, a string: the time of the latest permit issued, Redis
  * TIME in microseconds. One EVALSHA asks for n permits at once (a node's
  * members of the limit that have demand); the script takes them one after
@@ -316,7 +316,7 @@ int kt_store_permits(struct kt_store *s, const char *limit, uint64_t every_us, i
 		     struct kt_permit *out, struct kt_permit_answer *ans, char *err, size_t errlen);
 
 /*
- * Tag exchange (seed 004): the hit counts a node served for a tag limit
+ * Tag exchange: the hit counts a node served for a tag limit
  * since its last report, to the other nodes of the same limit, through the
  * Redis stream <prefix>:tags:{<limit>} (one entry per chunk, fields n = node
  * and h = chunk; trimmed to keep_ms on Redis's clock, the key expiring

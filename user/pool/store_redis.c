@@ -449,7 +449,7 @@ static const char leave_script[] =
  * value is an integer below 2^54 (now < 2^53, plus at most (max_reserved + 1)
  * x every <= 8.64e15), which Redis replies unchanged; Lua's doubles hold it
  * exactly below 2^53, within 1 us above (only reservations centuries ahead).
- * The permit rule is store.h's (seed 002). No key: the first permit is due
+ * The permit rule is store.h's. No key: the first permit is due
  * now. A value that is not a plain decimal integer below 2^54 (digits only:
  * TIME is never negative; a hand edit) counts as a permit issued now. The key is SET every call, also when every permit
  * was refused, so an invalid value is replaced by that permit at now rather
@@ -490,7 +490,7 @@ static const char permit_script[] =
 	"           string.format('%.0f', math.ceil((last - now + every) / 1000) + 1000))\n"
 	"return out\n";
 
-/* Tag exchange (seed 004), KEYS[1] the tag limit's stream. ARGV: node,
+/* Tag exchange, KEYS[1] the tag limit's stream. ARGV: node,
  * last id read ('' on the first call), retention ms, entries to read at
  * most, then the node's report chunks. Each chunk is one stream entry
  * {n: node, h: chunk}, the stream trimmed to the retention on Redis's

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* The query server (query.h): seed 004's line protocol over a Unix stream
+/* The query server (query.h): the line protocol over a Unix stream
  * socket and, optionally, TCP. One epoll set (level-triggered) holds the
  * listeners and every connection; kt_query_run takes one batch of ready
  * events with a zero timeout and serves it. Every socket is non-blocking;

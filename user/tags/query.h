@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* The query server of one tag limit: seed 004's line protocol on a Unix
+/* The query server of one tag limit: the line protocol on a Unix
  * socket and, optionally, on TCP. A client sends a tag and '\n' and gets
  * exactly "OK\n" (serve) or "NO\n" (throttle); pipelined lines are answered
  * in order. One epoll set, driven by the daemon's loop; no threads, no

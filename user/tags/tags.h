@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* The tag limits of the daemon (top-level `tags:`, seed 004), each with its
+/* The tag limits of the daemon (top-level `tags:`), each with its
  * query server(s), its query-tag buckets (tagtab.h) and its exchange of hit
  * counts with the other nodes.
  *

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* The query tags of one tag limit (seed 004): a leaky bucket per tag string,
+/* The query tags of one tag limit: a leaky bucket per tag string,
  * in the daemon's memory, with the kernel's own arithmetic (kt_tag_take,
  * kt_tag_debit in kthrottle.h). At most max_tags tags; a new one beyond that
  * evicts the least recently used. A tag whose bucket has been full for
