@@ -606,6 +606,7 @@ static void test_python(void **state)
 		 "'", s.where, "'", dir);
 	setenv("PYTHONPATH", py, 1);
 	setenv("KTHROTTLE_LIB", lib, 1);
+	ktest_asan_preload(); /* a sanitized libkthrottle in python */
 	char *argv[] = { (char *)python, "-c", script, NULL };
 	rc = run(argv, &out, &err);
 	if (rc)

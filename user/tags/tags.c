@@ -1007,7 +1007,8 @@ static void post_report(struct kt_tags *t, struct tlimit *l, uint64_t now)
 				break;
 			l->st.xdp_hits_sent += l->xh[k].hits;
 		}
-		memmove(l->xh, l->xh + k, (l->n_xh - k) * sizeof(*l->xh));
+		if (k) /* xh may still be NULL: nothing harvested yet */
+			memmove(l->xh, l->xh + k, (l->n_xh - k) * sizeof(*l->xh));
 		l->n_xh -= k;
 	}
 	if (kt_storeq_post(l->q, run_job, j, free_job) == 0) {
