@@ -1122,13 +1122,18 @@ out:
 	_exit(0);
 }
 
-static int run_connects(const char *cgroup, uint16_t port, long n, struct conn_result *res)
+/* A measuring child of the bench (it joins `cgroup` and _exits): its
+ * result struct, len bytes, back through a pipe. 0 or -errno. */
+typedef void (*bench_child_fn)(const char *cgroup, uint16_t port, long n, int out_fd, pid_t parent);
+
+static int run_child(bench_child_fn child, const char *cgroup, uint16_t port, long n, void *res,
+		     size_t len)
 {
 	int p[2], status;
 	ssize_t got = 0;
 	pid_t pid;
 
-	memset(res, 0, sizeof(*res));
+	memset(res, 0, len);
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -errno;
 	fflush(NULL);
@@ -1143,11 +1148,11 @@ static int run_connects(const char *cgroup, uint16_t port, long n, struct conn_r
 		close(p[0]);
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
-		connect_child(cgroup, port, n, p[1], getppid());
+		child(cgroup, port, n, p[1], getppid());
 	}
 	close(p[1]);
-	while (got < (ssize_t)sizeof(*res)) {
-		ssize_t r = read(p[0], (char *)res + got, sizeof(*res) - (size_t)got);
+	while (got < (ssize_t)len) {
+		ssize_t r = read(p[0], (char *)res + got, len - (size_t)got);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
@@ -1157,7 +1162,12 @@ static int run_connects(const char *cgroup, uint16_t port, long n, struct conn_r
 	close(p[0]);
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
 		;
-	return got == (ssize_t)sizeof(*res) ? 0 : -EIO;
+	return got == (ssize_t)len ? 0 : -EIO;
+}
+
+static int run_connects(const char *cgroup, uint16_t port, long n, struct conn_result *res)
+{
+	return run_child(connect_child, cgroup, port, n, res, sizeof(*res));
 }
 
 struct conn_mode {
@@ -2071,40 +2081,7 @@ out:
 
 static int st_run(const char *cgroup, uint16_t port, long n, struct st_result *res)
 {
-	int p[2], status;
-	ssize_t got = 0;
-	pid_t pid;
-
-	memset(res, 0, sizeof(*res));
-	if (pipe2(p, O_CLOEXEC) < 0)
-		return -errno;
-	fflush(NULL);
-	pid = fork();
-	if (pid < 0) {
-		int e = errno;
-		close(p[0]);
-		close(p[1]);
-		return -e;
-	}
-	if (pid == 0) {
-		close(p[0]);
-		signal(SIGINT, SIG_DFL);
-		signal(SIGTERM, SIG_DFL);
-		st_child(cgroup, port, n, p[1], getppid());
-	}
-	close(p[1]);
-	while (got < (ssize_t)sizeof(*res)) {
-		ssize_t r = read(p[0], (char *)res + got, sizeof(*res) - (size_t)got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += r;
-	}
-	close(p[0]);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	return got == (ssize_t)sizeof(*res) ? 0 : -EIO;
+	return run_child(st_child, cgroup, port, n, res, sizeof(*res));
 }
 
 /* A UDP receiver on 127.0.0.1 that is never read: the smallest buffer the
@@ -2469,7 +2446,7 @@ static const struct section sections[] = {
 	{ "tick", "controller tick cost", bench_tick },
 	{ "ramp", "ramp tracking with the real daemon (issue 3 scenario)", bench_ramp },
 	{ "pool", "distributed pool: 3 daemons, one redis-server", bench_pool },
-	{ "sendto", "UDP sendto() against nftables (issue 27)", bench_sendto },
+	{ "sendto", "UDP sendto() against nftables", bench_sendto },
 };
 #define N_SECTIONS (int)(sizeof(sections) / sizeof(sections[0]))
 
