@@ -2811,6 +2811,21 @@ void kt_config_digest(const char *buf, size_t len, int read_err,
 		memset(out, 0, KT_CONFIG_DIGEST_LEN); /* no digest: every content looks alike */
 }
 
+void kt_config_file_digest(const char *path, unsigned char out[KT_CONFIG_DIGEST_LEN])
+{
+	const char *stage;
+	char why[128], *buf = NULL;
+	size_t len = 0;
+	int ret = read_capped(path, MAX_FILE_BYTES, "config files", &buf, &len, &stage, why,
+			      sizeof(why));
+
+	kt_config_digest(buf, len, ret, out);
+	if (buf) {
+		explicit_bzero(buf, len); /* may hold an inline password */
+		free(buf);
+	}
+}
+
 int kt_config_load(const char *path, struct kt_config *cfg, char *err, size_t errlen)
 {
 	return kt_config_load_digest(path, cfg, NULL, err, errlen);

@@ -258,6 +258,8 @@ int kt_config_load(const char *path, struct kt_config *cfg, char *err, size_t er
  * not be read, of a marker naming that errno (a file gone is a state too). */
 void kt_config_digest(const char *buf, size_t len, int read_err,
 		      unsigned char out[KT_CONFIG_DIGEST_LEN]);
+/* The digest of the file at path now, read as kt_config_load reads it. */
+void kt_config_file_digest(const char *path, unsigned char out[KT_CONFIG_DIGEST_LEN]);
 /* kt_config_load, and the digest of exactly what it read (or failed to). */
 int kt_config_load_digest(const char *path, struct kt_config *cfg,
 			  unsigned char digest[KT_CONFIG_DIGEST_LEN], char *err, size_t errlen);

@@ -10,7 +10,6 @@
 #include <sys/inotify.h>
 #include <sys/timerfd.h>
 #include "cfgwatch.h"
-#include "volfile.h"
 
 /* IN_MODIFY too: a writer that keeps the file open is seen (debounced) */
 #define KT_CFW_MASK                                                                          \
@@ -33,21 +32,6 @@ static void arm(int fd, int ms)
 	struct itimerspec its = { .it_value = { ms / 1000, (long)(ms % 1000) * 1000000 } };
 
 	timerfd_settime(fd, 0, &its, NULL);
-}
-
-/* The digest of the content on disk now, read as the daemon reads it. */
-static void digest_now(const struct kt_cfgwatch *w, unsigned char out[KT_CONFIG_DIGEST_LEN])
-{
-	const char *stage;
-	char why[128], *buf = NULL;
-	size_t len = 0;
-	int ret = kt_volfile_read(w->path, KT_CONFIG_MAX_BYTES, &buf, &len, &stage, why, sizeof(why));
-
-	kt_config_digest(buf, len, ret, out);
-	if (buf) {
-		explicit_bzero(buf, len); /* may hold an inline password */
-		free(buf);
-	}
 }
 
 /* (Re)adds the watch by path: a directory replaced since is watched anew,
@@ -122,7 +106,7 @@ int kt_cfgwatch_open(struct kt_cfgwatch **out, const char *path,
 	if (tried)
 		memcpy(w->tried, tried, KT_CONFIG_DIGEST_LEN);
 	else
-		digest_now(w, w->tried);
+		kt_config_file_digest(w->path, w->tried);
 	*out = w;
 	return 0;
 }
@@ -183,7 +167,7 @@ bool kt_cfgwatch_run(struct kt_cfgwatch *w)
 		return false;
 	rewatch(w);
 	w->checks++;
-	digest_now(w, now);
+	kt_config_file_digest(w->path, now);
 	if (!memcmp(now, w->tried, sizeof(now)))
 		return false;
 	memcpy(w->tried, now, sizeof(now));
