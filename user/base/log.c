@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <bpf/libbpf.h>
@@ -52,4 +53,41 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 void kt_log_setup_libbpf(void)
 {
 	libbpf_set_print(libbpf_print);
+}
+
+void kt_one_line(char *dst, size_t n, const char *src)
+{
+	size_t i = 0, o = 0, cut = 0;
+
+	if (!n)
+		return;
+	while (src[i]) {
+		unsigned char c = (unsigned char)src[i];
+		size_t step = 1;
+		bool ctl = c < 0x20 || c == 0x7f;
+
+		if (c == 0xc2 && (unsigned char)src[i + 1] >= 0x80 && (unsigned char)src[i + 1] <= 0x9f) {
+			ctl = true;
+			step = 2;
+		} else if (c >= 0xc0) { /* a lead byte and its continuations */
+			while ((((unsigned char)src[i + step]) & 0xc0) == 0x80 && step < 4)
+				step++;
+		}
+		if (o + (ctl ? 1 : step) >= n) {
+			/* does not fit: back to the last boundary leaving room for "..." */
+			o = cut;
+			snprintf(dst + o, n - o, "%s", "...");
+			return;
+		}
+		if (ctl) {
+			dst[o++] = ' ';
+		} else {
+			memmove(dst + o, src + i, step); /* dst may be src */
+			o += step;
+		}
+		i += step;
+		if (o + 4 <= n)
+			cut = o;
+	}
+	dst[o] = '\0';
 }

@@ -2,15 +2,9 @@
 #include <stdio.h>
 #include <string.h>
 #include "health.h"
+#include "log.h"
 
 /* A why is one line of a line-based reply. */
-static void one_line(char *s)
-{
-	for (; *s; s++)
-		if (*s == '\n' || *s == '\r')
-			*s = ' ';
-}
-
 static double secs(uint64_t from, uint64_t now)
 {
 	return now > from ? (double)(now - from) / 1e9 : 0;
@@ -75,9 +69,9 @@ void kt_health_eval(const struct kt_health_in *in, struct kt_health *h)
 	if (!h->live)
 		snprintf(h->live_why, sizeof(h->live_why), "no tick for %.1fs (bound %.1fs)",
 			 secs(last, in->now_ns), (double)bound / 1e9);
-	one_line(h->kernel_why);
-	one_line(h->kube_why);
-	one_line(h->store_why);
+	kt_one_line(h->kernel_why, sizeof(h->kernel_why), h->kernel_why);
+	kt_one_line(h->kube_why, sizeof(h->kube_why), h->kube_why);
+	kt_one_line(h->store_why, sizeof(h->store_why), h->store_why);
 }
 
 void kt_health_format(const struct kt_health_in *in, const struct kt_health *h, bool live,

@@ -67,47 +67,6 @@ const char *kt_kube_state_name(enum kt_kube_state s)
 
 /* ---- error text --------------------------------------------------------- */
 
-/* src into dst (size n) as one line: control characters (C0, DEL, and C1
- * as UTF-8) become spaces, and what does not fit is cut on a character
- * boundary and ends in "...". The API's messages may span lines and the
- * status shows one per line. */
-static void one_line(char *dst, size_t n, const char *src)
-{
-	size_t i = 0, o = 0, cut = 0;
-
-	if (!n)
-		return;
-	while (src[i]) {
-		unsigned char c = (unsigned char)src[i];
-		size_t step = 1;
-		bool ctl = c < 0x20 || c == 0x7f;
-
-		if (c == 0xc2 && (unsigned char)src[i + 1] >= 0x80 && (unsigned char)src[i + 1] <= 0x9f) {
-			ctl = true;
-			step = 2;
-		} else if (c >= 0xc0) { /* a lead byte and its continuations */
-			while ((((unsigned char)src[i + step]) & 0xc0) == 0x80 && step < 4)
-				step++;
-		}
-		if (o + (ctl ? 1 : step) >= n) {
-			/* does not fit: back to the last boundary leaving room for "..." */
-			o = cut;
-			snprintf(dst + o, n - o, "%s", "...");
-			return;
-		}
-		if (ctl) {
-			dst[o++] = ' ';
-		} else {
-			memcpy(dst + o, src + i, step);
-			o += step;
-		}
-		i += step;
-		if (o + 4 <= n)
-			cut = o;
-	}
-	dst[o] = '\0';
-}
-
 /* k->why from a format, as one line. */
 __attribute__((format(printf, 2, 3))) static void whyf(struct kt_kube *k, const char *fmt, ...)
 {
@@ -117,7 +76,7 @@ __attribute__((format(printf, 2, 3))) static void whyf(struct kt_kube *k, const 
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	one_line(k->why, sizeof(k->why), buf);
+	kt_one_line(k->why, sizeof(k->why), buf);
 }
 
 /* ---- options ------------------------------------------------------------ */
@@ -289,7 +248,7 @@ static void set_state(struct kt_kube *k, enum kt_kube_state s, const char *why)
 	bool note;
 	long http = s == KT_KUBE_UNREACHABLE ? k->http : 0;
 
-	one_line(line, sizeof(line), why);
+	kt_one_line(line, sizeof(line), why);
 	pthread_mutex_lock(&k->mu);
 	note = k->st.state != s || strcmp(k->st.error, line) || k->st.http_status != http;
 	if (k->st.state != s)
@@ -614,7 +573,7 @@ static void http_error(struct kt_kube *k, const char *what, long status)
 	char body[184];
 
 	if (!msg && k->len) {
-		one_line(body, sizeof(body), k->buf);
+		kt_one_line(body, sizeof(body), k->buf);
 		msg = body;
 	}
 	k->http = status;
