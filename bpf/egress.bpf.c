@@ -155,30 +155,88 @@ __noinline __u64 kt_parse_v4(struct __sk_buff *skb, __u32 ihl, __u32 proto, __u3
 
 /* Did the sendmsg hook already charge this packet's first datagram? It
  * runs for unconnected UDP sockets only (a connected or raw one is charged
- * here in full). */
-static __always_inline int kt_sendmsg_charged(struct __sk_buff *skb)
+ * here in full). `sk` is the packet's full socket, or NULL. */
+static __always_inline int kt_sendmsg_charged(struct bpf_sock *sk)
 {
-	struct bpf_sock *sk = skb->sk;
-
-	if (sk)
-		sk = bpf_sk_fullsock(sk);
 	return sk && sk->type == 2 /* SOCK_DGRAM */ && sk->protocol == IPPROTO_UDP &&
 	       sk->state != BPF_TCP_ESTABLISHED;
 }
 
 /* A GSO send refused here after sendmsg charged its first datagram: that
  * token goes back, and the counters say the send was refused. */
-static __always_inline void kt_refund_first(__u32 slot)
+static __always_inline void kt_refund_first(__u32 slot, __u64 now)
 {
 	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
 	struct kt_counters *c = bpf_map_lookup_elem(&kt_counters, &slot);
 
 	if (b)
-		kt_gcra_refund(b, bpf_ktime_get_boot_ns(), 1);
+		kt_gcra_refund(b, now, 1);
 	if (c && c->admitted) {
 		c->admitted--;
 		c->throttled++;
 	}
+}
+
+/* Misses of an unconnected UDP socket's kt_sk_eg entry before it is
+ * replaced: such a socket may alternate between destinations, and each
+ * replacement frees and allocates the entry. */
+#define KT_EG_REPLACE_MISSES 16
+
+static __always_inline int kt_eg_hit(const struct kt_sk_eg *e, __u64 gen, const __u32 *addr,
+				     __u32 port, __u8 proto)
+{
+	return e->gen == gen && e->port == port && e->proto == proto && e->addr[3] == addr[3] &&
+	       e->addr[2] == addr[2] && e->addr[1] == addr[1] && e->addr[0] == addr[0];
+}
+
+/* What kt_classify needs of a packet, in one argument: global functions
+ * take at most five. */
+struct kt_cls_req {
+	__u32 addr[4];
+	__u64 cgid;
+	__u64 gen;
+	__u32 hook;
+	__u32 proto;
+	__u32 port;
+	__u32 any_port;
+};
+
+/* kt_classify for a packet. A global function, so the verifier checks the
+ * walk over the cgroup's limits once, not once per path through egress. */
+__noinline int kt_classify_pkt(struct __sk_buff *skb, const struct kt_cls_req *rq,
+			       struct kt_cls *out)
+{
+	if (!rq || !out)
+		return 0;
+	kt_classify(skb, 1, rq->hook, (__u8)rq->proto, rq->addr, (__u16)rq->port, rq->any_port,
+		    rq->cgid, rq->gen, out);
+	return out->slot != KT_SLOT_NONE;
+}
+
+/* Publishes `nv`, the decisions for a destination of the packet's socket
+ * (struct kt_sk_eg: replaced whole, never written in place). A global
+ * function: the verifier checks it once. */
+__noinline int kt_eg_store(struct __sk_buff *skb, const struct kt_sk_eg *nv)
+{
+	struct bpf_sock *sk = skb->sk;
+	struct kt_sk_eg *old;
+
+	if (!sk || !nv)
+		return 0;
+	sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return 0;
+	old = bpf_sk_storage_get(&kt_sk_eg, sk, 0, 0);
+	if (old) {
+		/* a stale generation is useless: replace it; a live one of
+		 * another destination (an unconnected socket's) only after
+		 * repeated misses */
+		if (old->gen == nv->gen && sk->state != BPF_TCP_ESTABLISHED &&
+		    ++old->misses < KT_EG_REPLACE_MISSES)
+			return 0;
+		bpf_sk_storage_delete(&kt_sk_eg, sk);
+	}
+	return bpf_sk_storage_get(&kt_sk_eg, sk, (void *)nv, BPF_SK_STORAGE_GET_F_CREATE) != 0;
 }
 
 /* Records `slot` as the bucket of the packet's TCP socket when it is a
@@ -242,27 +300,23 @@ static __always_inline void kt_depart_at(struct __sk_buff *skb, __u64 at)
 		skb->tstamp = at;
 }
 
-/* A TCP packet refused by the bucket in `slot`: pace it instead when its
- * departure lies within the horizon. Charges the bucket (in the limit's
- * unit) and moves the packet from the throttled counters decide wrote to
- * the admitted ones. 1 if paced, 0 to drop. */
-static __always_inline int kt_pace(struct __sk_buff *skb, __u32 slot, __u64 segs)
+/* A TCP packet refused by the bucket `cls` names: pace it instead when
+ * its departure lies within the horizon. Charges the bucket (in the
+ * limit's unit) at `now` and moves the packet from the throttled counters
+ * kt_charge wrote to the admitted ones. 1 if paced, 0 to drop. */
+static __always_inline int kt_pace(struct __sk_buff *skb, const struct kt_cls *cls, __u64 segs,
+				   __u64 now)
 {
+	__u32 slot = cls->slot;
 	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
 	struct kt_counters *c = bpf_map_lookup_elem(&kt_counters, &slot);
-	struct kt_limit_info *li;
 	__u64 wait, cost, mono;
-	__u32 id;
 
 	if (!b || !c)
 		return 0;
-	id = b->limit_id;
-	li = bpf_map_lookup_elem(&kt_limits, &id);
-	if (!li)
-		return 0;
-	cost = li->unit == KT_UNIT_BYTE ? skb->len : segs;
-	mono = bpf_ktime_get_ns();
-	if (kt_gcra_pace(b, bpf_ktime_get_boot_ns(), cost, KT_PACE_HORIZON_NS, &wait) != KT_ADMIT)
+	cost = cls->unit == KT_UNIT_BYTE ? skb->len : segs;
+	mono = bpf_ktime_get_ns(); /* the clock of skb->tstamp */
+	if (kt_gcra_pace(b, now, cost, KT_PACE_HORIZON_NS, &wait) != KT_ADMIT)
 		return 0;
 	kt_depart_at(skb, mono + wait);
 	if (c->throttled >= segs)
@@ -279,29 +333,28 @@ int kt_egress(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
-	struct kt_prefix_key key;
-	__u64 wait_ns, segs, dgrams, l4;
-	__u32 slot = ~0u, eslot = ~0u;
-	int charged, verdict;
-	int any_port;
+	struct kt_cls pkt = { .slot = KT_SLOT_NONE }, dgram = { .slot = KT_SLOT_NONE };
+	__u64 wait_ns, segs, dgrams, l4, gen, now = 0;
+	struct bpf_sock *sk = skb->sk;
+	struct kt_sk_eg *ec;
+	int charged, want_pkt, want_dgram, verdict, any_port;
+	__u32 addr[4], lport;
 	__u16 port;
 	__u8 proto;
-	__u64 cgid;
 
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = data;
 
 		if ((void *)(ip + 1) > data_end)
 			return SKB_PASS;
-		kt_key_v4(&key, ip->daddr);
+		kt_addr_v4(addr, ip->daddr);
 		l4 = kt_parse_v4(skb, ip->ihl, ip->protocol, bpf_ntohs(ip->frag_off));
 	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = data;
 
 		if ((void *)(ip6 + 1) > data_end)
 			return SKB_PASS;
-		key.prefixlen = 128;
-		__builtin_memcpy(key.addr, &ip6->daddr, 16);
+		__builtin_memcpy(addr, &ip6->daddr, 16);
 		l4 = kt_parse_v6(skb, ip6->nexthdr);
 	} else {
 		return SKB_PASS;
@@ -309,37 +362,82 @@ int kt_egress(struct __sk_buff *skb)
 	proto = (__u8)(l4 >> 32) & KT_PROTO_ANY;
 	any_port = (__u32)l4 >= KT_PORT_ANY;
 	port = (__u16)l4;
+	lport = any_port ? KT_PORT_ANY : port;
 	if (!proto)
 		return SKB_PASS;
 
+	if (sk)
+		sk = bpf_sk_fullsock(sk);
 	segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
-	cgid = bpf_skb_cgroup_id(skb);
-	verdict = kt_classify_and_decide(skb, 1, KT_HOOK_EGRESS, proto, &key, port, any_port, cgid,
-					 skb->len, segs, &wait_ns, &eslot, 0);
-	if (proto == KT_PROTO_TCP && verdict != KT_PASS && eslot != ~0u)
-		kt_note_pace(skb, eslot);
-	if (proto == KT_PROTO_TCP && verdict != KT_PASS && eslot != ~0u && kt_fq_paces(skb)) {
-		if (verdict == KT_REFUSE && kt_pace(skb, eslot, segs))
-			return SKB_PASS;
-		/* admitted now: never before a packet of the same limit
-		 * paced earlier (fq would send it first, out of order) */
-		if (verdict == KT_ADMIT)
-			kt_depart_at(skb, bpf_ktime_get_ns());
-	}
-	if (verdict == KT_REFUSE)
-		return proto == KT_PROTO_TCP ? SKB_DROP_CN : SKB_DROP;
-	/* datagram limits: the port filter first, so UDP to ports no such
-	 * limit covers never pays for the socket lookup */
-	if (!(proto & KT_PROTO_UDP) || (!any_port && !kt_port_may_match(KT_HOOK_SENDMSG, port)))
+	charged = kt_sendmsg_charged(sk);
+	dgrams = !(proto & KT_PROTO_UDP) ? 0 : charged ? segs - 1 : segs;
+	/* the port filters first: traffic to ports no limit covers, and the
+	 * datagrams sendmsg already charged, stop here */
+	want_pkt = any_port || kt_port_may_match(KT_HOOK_EGRESS, port);
+	want_dgram = dgrams && (any_port || kt_port_may_match(KT_HOOK_SENDMSG, port));
+	if (!want_pkt && !want_dgram)
 		return SKB_PASS;
-	charged = kt_sendmsg_charged(skb);
-	dgrams = charged ? segs - 1 : segs;
-	if (dgrams &&
-	    kt_classify_and_decide(skb, 1, KT_HOOK_SENDMSG, KT_PROTO_UDP, &key, port, any_port, cgid,
-				   skb->len, dgrams, &wait_ns, &slot, 0) == KT_REFUSE) {
-		if (charged && slot != ~0u)
-			kt_refund_first(slot);
-		return SKB_DROP;
+
+	/* One decision per destination and generation: a socket's later
+	 * packets find it in kt_sk_eg. The socket's cgroup never changes. */
+	gen = kt_generation();
+	ec = sk ? bpf_sk_storage_get(&kt_sk_eg, sk, 0, 0) : 0;
+	if (ec && gen && kt_eg_hit(ec, gen, addr, lport, proto)) {
+		pkt = ec->pkt;
+		dgram = ec->dgram;
+	} else {
+		struct kt_cls_req rq = { .cgid = bpf_skb_cgroup_id(skb), .gen = gen,
+					 .hook = KT_HOOK_EGRESS, .proto = proto, .port = port,
+					 .any_port = any_port };
+
+		__builtin_memcpy(rq.addr, addr, sizeof(rq.addr));
+		/* to be cached, both decisions, whatever this packet needs */
+		if (want_pkt || sk)
+			kt_classify_pkt(skb, &rq, &pkt);
+		if ((proto & KT_PROTO_UDP) && (want_dgram || sk)) {
+			rq.hook = KT_HOOK_SENDMSG;
+			rq.proto = KT_PROTO_UDP;
+			kt_classify_pkt(skb, &rq, &dgram);
+		}
+		if (sk && gen) {
+			struct kt_sk_eg nv = { .gen = gen, .port = lport, .proto = proto,
+					       .pkt = pkt, .dgram = dgram };
+
+			__builtin_memcpy(nv.addr, addr, sizeof(nv.addr));
+			kt_eg_store(skb, &nv);
+		}
+	}
+
+	if (want_pkt && pkt.slot != KT_SLOT_NONE) {
+		now = bpf_ktime_get_boot_ns();
+		verdict = kt_charge(&pkt, now, skb->len, segs, &wait_ns);
+		if (proto == KT_PROTO_TCP && verdict != KT_PASS) {
+			kt_note_pace(skb, pkt.slot);
+			if (kt_fq_paces(skb)) {
+				if (verdict == KT_REFUSE && kt_pace(skb, &pkt, segs, now))
+					return SKB_PASS;
+				/* admitted now: never before a packet of the same
+				 * limit paced earlier (fq would send it first, out
+				 * of order) */
+				if (verdict == KT_ADMIT)
+					kt_depart_at(skb, bpf_ktime_get_ns());
+			}
+		}
+		if (verdict == KT_REFUSE) {
+			kt_emit_event(pkt.slot, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now);
+			return proto == KT_PROTO_TCP ? SKB_DROP_CN : SKB_DROP;
+		}
+	}
+	if (want_dgram && dgram.slot != KT_SLOT_NONE) {
+		if (!now)
+			now = bpf_ktime_get_boot_ns();
+		if (kt_charge(&dgram, now, skb->len, dgrams, &wait_ns) == KT_REFUSE) {
+			if (charged)
+				kt_refund_first(dgram.slot, now);
+			kt_emit_event(dgram.slot, bpf_skb_cgroup_id(skb), KT_HOOK_SENDMSG, wait_ns,
+				      now);
+			return SKB_DROP;
+		}
 	}
 	return SKB_PASS;
 }

@@ -116,6 +116,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_leases SEC(".maps");
 
+/* See struct kt_sk_sa and struct kt_sk_eg. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct kt_sk_sa);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_sk_sa SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct kt_sk_eg);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_sk_eg SEC(".maps");
+
 /* Cheapest possible exit for traffic no rule of this hook could match: one
  * inlined array lookup and a bit test. */
 static __always_inline int kt_port_may_match(__u32 hook, __u16 port)
@@ -125,6 +142,16 @@ static __always_inline int kt_port_may_match(__u32 hook, __u16 port)
 	return f && kt_port_filter_test(f, port);
 }
 
+/* kt_gen[0], read before anything it validates (see struct kt_anc); 0 if
+ * the map cannot be read, which no cache entry holds as valid. */
+static __always_inline __u64 kt_generation(void)
+{
+	__u32 zero = 0;
+	__u64 *gen = bpf_map_lookup_elem(&kt_gen, &zero);
+
+	return gen ? *gen | (1ULL << 63) : 0;
+}
+
 /* The kt_members list that decides for `cgid`: its own, or that of its
  * nearest ancestor that is a member (processes in a pod's container
  * sub-cgroups count against the pod). A member's list already holds the
@@ -132,20 +159,18 @@ static __always_inline int kt_port_may_match(__u32 hook, __u16 port)
  * The answer is cached per cgroup id, members included, so a sub-cgroup and
  * its member cost the same one LRU lookup once warm (on Kubernetes every
  * process runs in a container below its pod: the nested case is the normal
- * one). `ctx` is the program context for the ancestor helper. */
-static __always_inline struct kt_member_val *kt_member_list(void *ctx, int is_skb, __u64 cgid)
+ * one). `ctx` is the program context for the ancestor helper; `gen` is
+ * kt_generation(), read before. */
+static __always_inline struct kt_member_val *kt_member_list(void *ctx, int is_skb, __u64 cgid,
+							     __u64 gen)
 {
 	struct kt_member_val *v;
 	struct kt_anc *c, found = { 0 };
-	__u32 zero = 0;
-	__u64 *gen;
 	int level;
 
-	/* the generation first: see struct kt_anc */
-	gen = bpf_map_lookup_elem(&kt_gen, &zero);
 	if (!gen)
 		return 0;
-	found.gen = *gen;
+	found.gen = gen;
 	c = bpf_map_lookup_elem(&kt_anc_cache, &cgid);
 	if (c && c->gen == found.gen)
 		return c->member ? &c->list : 0;
@@ -169,12 +194,9 @@ static __always_inline struct kt_member_val *kt_member_list(void *ctx, int is_sk
 	return v;
 }
 
-/* IPv4 destination as a full-length v4-mapped classifier key (::ffff:a.b.c.d). */
-static __always_inline void kt_key_v4(struct kt_prefix_key *key, __u32 addr_be)
+/* IPv4 destination as v4-mapped address words (::ffff:a.b.c.d). */
+static __always_inline void kt_addr_v4(__u32 *w, __u32 addr_be)
 {
-	__u32 *w = (__u32 *)key->addr;
-
-	key->prefixlen = 128;
 	w[0] = 0;
 	w[1] = 0;
 	w[2] = bpf_htonl(0xffff);
@@ -186,16 +208,18 @@ static __always_inline void kt_key_v4(struct kt_prefix_key *key, __u32 addr_be)
  * charged, never passed. Callers pass it as any_port. */
 #define KT_PORT_ANY 0x10000u
 
-/* A sampled throttle event (struct kt_event) for a refusal by `b`. */
-static __always_inline void kt_emit_event(struct kt_bucket *b, __u32 slot, __u64 cgid, __u32 hook,
-					  __u64 wait_ns)
+/* A sampled throttle event (struct kt_event) for a request finally
+ * refused by the bucket in `slot` (never for one pacing admits later). */
+static __always_inline void kt_emit_event(__u32 slot, __u64 cgid, __u32 hook, __u64 wait_ns,
+					  __u64 now)
 {
-	__u64 now = bpf_ktime_get_boot_ns(), *last;
+	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
 	struct kt_event *e;
 	__u32 zero = 0;
+	__u64 *last;
 
 	last = bpf_map_lookup_elem(&kt_ev_gate, &zero);
-	if (!last || now - *last < KT_EVENT_GAP_NS)
+	if (!b || !last || now - *last < KT_EVENT_GAP_NS)
 		return;
 	*last = now;
 	e = bpf_ringbuf_reserve(&kt_events, sizeof(*e), 0);
@@ -213,38 +237,35 @@ static __always_inline void kt_emit_event(struct kt_bucket *b, __u32 slot, __u64
 }
 
 /*
- * Classify a destination and charge the bucket of the limit that takes it:
- * of the limits in the cgroup's list (kt_member_list) whose hook, protocol
- * and port match and whose kt_dests prefixes cover the destination, the
- * one with the most specific prefix, then the first in the config. At most
- * KT_LIMITS_PER_CGROUP lookups, whatever the number of limits on the node.
- * Charges `bytes` for unit byte, else `units` (packets or datagrams this
- * call carries: a GSO send carries many). `key` is the full-length
- * destination, built by the caller; port in host order (ignored with
- * any_port); proto a KT_PROTO_* mask. *slot_out (may be NULL) gets the
- * bucket slot charged, if any; *errno_out (may be NULL) the errno the
- * charged limit refuses with (0: KT_REFUSE_ERRNO).
+ * Classify a destination: of the limits in the cgroup's list
+ * (kt_member_list) whose hook, protocol and port match and whose kt_dests
+ * prefixes cover the destination, the one with the most specific prefix,
+ * then the first in the config. At most KT_LIMITS_PER_CGROUP lookups,
+ * whatever the number of limits on the node. `addr` is the full-length
+ * destination (v4-mapped for IPv4); port in host order (ignored with
+ * any_port); proto a KT_PROTO_* mask. Fills *out (slot KT_SLOT_NONE: pass).
+ * The port filter (kt_ports) is only a shortcut in front of this: the
+ * limits' own port ranges decide here.
  */
-static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 hook, __u8 proto,
-						  struct kt_prefix_key *key, __u16 port, int any_port,
-						  __u64 cgid, __u64 bytes, __u64 units, __u64 *wait_ns,
-						  __u32 *slot_out, __u32 *errno_out)
+static __always_inline void kt_classify(void *ctx, int is_skb, __u32 hook, __u8 proto,
+					const __u32 *addr, __u16 port, int any_port, __u64 cgid,
+					__u64 gen, struct kt_cls *out)
 {
 	struct kt_member_val *v;
 	struct kt_dest_key dk;
-	struct kt_bucket *b;
-	struct kt_counters *c;
-	__u32 best_prio = 0, slot = 0, unit = 0, refuse_errno = 0;
-	int i, verdict;
+	__u32 best_prio = 0;
+	int i;
 
-	if (!any_port && !kt_port_may_match(hook, port))
-		return KT_PASS;
-	v = kt_member_list(ctx, is_skb, cgid);
+	out->slot = KT_SLOT_NONE;
+	out->refuse_errno = 0;
+	out->unit = 0;
+	out->pad = 0;
+	v = kt_member_list(ctx, is_skb, cgid, gen);
 	if (!v)
-		return KT_PASS;
+		return;
 
 	dk.prefixlen = 32 + 128;
-	__builtin_memcpy(dk.addr, key->addr, 16);
+	__builtin_memcpy(dk.addr, addr, 16);
 	for (i = 0; i < KT_LIMITS_PER_CGROUP; i++) {
 		struct kt_limit_info *li;
 		struct kt_dest_val *d;
@@ -264,27 +285,36 @@ static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 h
 		prio = kt_dest_priority(d);
 		if (prio > best_prio) {
 			best_prio = prio;
-			slot = v->ents[i].slot;
-			unit = li->unit;
-			refuse_errno = d->refuse_errno;
+			out->slot = v->ents[i].slot;
+			out->unit = li->unit;
+			out->refuse_errno = d->refuse_errno;
 		}
 	}
-	if (!best_prio)
-		return KT_PASS;
-	if (slot_out)
-		*slot_out = slot;
-	if (errno_out)
-		*errno_out = refuse_errno;
-	b = bpf_map_lookup_elem(&kt_buckets, &slot);
-	c = bpf_map_lookup_elem(&kt_counters, &slot);
+}
+
+/*
+ * Charge the bucket `cls` names at `now`: `bytes` for unit byte, else
+ * `units` (packets or datagrams this call carries: a GSO send carries
+ * many). Per-CPU counters count the outcome. KT_ADMIT, KT_REFUSE (with
+ * *wait_ns), or KT_PASS when the slot cannot be read.
+ */
+static __always_inline int kt_charge(const struct kt_cls *cls, __u64 now, __u64 bytes,
+				     __u64 units, __u64 *wait_ns)
+{
+	__u32 slot = cls->slot;
+	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
+	struct kt_counters *c = bpf_map_lookup_elem(&kt_counters, &slot);
+	int verdict;
+
+	*wait_ns = 0;
 	if (!b || !c)
 		return KT_PASS;
-	if (unit == KT_UNIT_BYTE)
-		verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), bytes, wait_ns);
+	if (cls->unit == KT_UNIT_BYTE)
+		verdict = kt_gcra_decide(b, now, bytes, wait_ns);
 	else if (units == 1)
-		verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), 1, wait_ns);
+		verdict = kt_gcra_decide(b, now, 1, wait_ns);
 	else
-		verdict = kt_gcra_decide(b, bpf_ktime_get_boot_ns(), units, wait_ns);
+		verdict = kt_gcra_decide(b, now, units, wait_ns);
 	/* Per-CPU counters, in the limit's tokens (a GSO send counts each
 	 * datagram): plain adds, no atomics on the hot path. */
 	if (verdict == KT_ADMIT) {
@@ -293,39 +323,64 @@ static __always_inline int kt_classify_and_decide(void *ctx, int is_skb, __u32 h
 	} else {
 		c->throttled += units;
 		c->throttled_bytes += bytes;
-		kt_emit_event(b, slot, cgid, hook, *wait_ns);
 	}
 	return verdict;
 }
 
 /* connect and sendmsg hooks: classify the destination of a sock_addr call
- * and refuse it with KT_REFUSE_ERRNO, at once, when its bucket is empty. */
+ * and refuse it with the limit's errno, at once, when its bucket is empty.
+ * A repeat of the socket's last call (same destination, cgroup, hook and
+ * classifier generation) takes its decision from kt_sk_sa. */
 static __always_inline int kt_sock_addr_verdict(struct bpf_sock_addr *ctx, __u32 hook, int v6)
 {
 	__u8 proto = ctx->protocol == IPPROTO_TCP ? KT_PROTO_TCP
 		     : ctx->protocol == IPPROTO_UDP ? KT_PROTO_UDP : 0;
-	struct kt_prefix_key key;
-	__u32 refuse_errno = 0;
-	__u64 wait_ns;
+	struct bpf_sock *sk = ctx->sk;
+	__u32 addr[4];
+	struct kt_sk_sa *sc;
+	struct kt_cls cls;
+	__u64 gen, cgid, now, wait_ns;
+	__u16 port;
 
 	if (!proto)
 		return 1;
-	if (v6) {
-		__u32 *w = (__u32 *)key.addr;
-
-		key.prefixlen = 128;
-		w[0] = ctx->user_ip6[0];
-		w[1] = ctx->user_ip6[1];
-		w[2] = ctx->user_ip6[2];
-		w[3] = ctx->user_ip6[3];
-	} else {
-		kt_key_v4(&key, ctx->user_ip4);
-	}
-	if (kt_classify_and_decide(ctx, 0, hook, proto, &key,
-				   bpf_ntohs(ctx->user_port), 0, bpf_get_current_cgroup_id(), 1, 1,
-				   &wait_ns, 0, &refuse_errno) != KT_REFUSE)
+	port = bpf_ntohs(ctx->user_port);
+	if (!kt_port_may_match(hook, port))
 		return 1;
-	bpf_set_retval(-(int)(refuse_errno ? refuse_errno : KT_REFUSE_ERRNO));
+	if (v6) {
+		addr[0] = ctx->user_ip6[0];
+		addr[1] = ctx->user_ip6[1];
+		addr[2] = ctx->user_ip6[2];
+		addr[3] = ctx->user_ip6[3];
+	} else {
+		kt_addr_v4(addr, ctx->user_ip4);
+	}
+	gen = kt_generation();
+	cgid = bpf_get_current_cgroup_id();
+	sc = sk ? bpf_sk_storage_get(&kt_sk_sa, sk, 0, BPF_SK_STORAGE_GET_F_CREATE) : 0;
+	if (sc && gen && sc->gen == gen && sc->cgid == cgid && sc->port == port &&
+	    sc->proto == proto && sc->hook == hook && sc->addr[3] == addr[3] &&
+	    sc->addr[2] == addr[2] && sc->addr[1] == addr[1] && sc->addr[0] == addr[0]) {
+		cls = sc->cls;
+	} else {
+		kt_classify(ctx, 0, hook, proto, addr, port, 0, cgid, gen, &cls);
+		if (sc) {
+			sc->gen = gen;
+			sc->cgid = cgid;
+			__builtin_memcpy(sc->addr, addr, sizeof(sc->addr));
+			sc->port = port;
+			sc->proto = proto;
+			sc->hook = (__u8)hook;
+			sc->cls = cls;
+		}
+	}
+	if (cls.slot == KT_SLOT_NONE)
+		return 1;
+	now = bpf_ktime_get_boot_ns();
+	if (kt_charge(&cls, now, 1, 1, &wait_ns) != KT_REFUSE)
+		return 1;
+	kt_emit_event(cls.slot, cgid, hook, wait_ns, now);
+	bpf_set_retval(-(int)(cls.refuse_errno ? cls.refuse_errno : KT_REFUSE_ERRNO));
 	return 0;
 }
 

@@ -309,6 +309,54 @@ struct kt_sk_pace {
 #define KT_SK_PACE_COUNTED (1u << 0) /* counted in kt_pace_socks[counted_slot] */
 _Static_assert(sizeof(struct kt_sk_pace) == 32, "kt_sk_pace layout");
 
+/* What classification decided for one destination: the bucket that takes
+ * it, and what charging, pacing, refunds and events need of its limit. */
+struct kt_cls {
+	__u32 slot;         /* kt_buckets index; KT_SLOT_NONE: no limit takes it (pass) */
+	__u16 refuse_errno; /* as kt_dest_val's */
+	__u8 unit;          /* enum kt_unit of the limit */
+	__u8 pad;
+};
+#define KT_SLOT_NONE 0xffffffffu
+_Static_assert(sizeof(struct kt_cls) == 8, "kt_cls layout");
+
+/* kt_sk_sa (socket storage): the last decision of the connect and sendmsg
+ * hooks on a socket, so repeated sends to one destination cost one storage
+ * lookup instead of the member list, the limits and the prefix trie. Valid
+ * while gen equals kt_gen[0] (every change of the classifier maps bumps it)
+ * and the rest of the key matches. Those hooks run under the socket lock,
+ * so one writer at a time updates it in place. Written by the programs only. */
+struct kt_sk_sa {
+	__u64 gen;
+	__u64 cgid;       /* the sending task's cgroup */
+	__u32 addr[4];    /* destination, v4-mapped for IPv4 */
+	__u16 port;       /* host order */
+	__u8 proto;       /* KT_PROTO_* */
+	__u8 hook;        /* enum kt_hook */
+	struct kt_cls cls;
+	__u32 pad;
+};
+_Static_assert(sizeof(struct kt_sk_sa) == 48, "kt_sk_sa layout");
+
+/* kt_sk_eg (socket storage): the egress program's last decisions for a
+ * socket's packets to one destination (the socket's cgroup never changes).
+ * Egress runs on several CPUs at once for one socket, so an entry is never
+ * written after it is published: a new decision replaces the entry whole
+ * (delete, then create with the value), and a reader sees the old or the
+ * new one, never a mix. `misses` is only a hint for when to replace. */
+struct kt_sk_eg {
+	__u64 gen;
+	__u32 addr[4];
+	__u32 port;       /* host order, or KT_PORT_ANY (no readable port) */
+	__u8 proto;       /* KT_PROTO_* of the packet */
+	__u8 pad[3];
+	struct kt_cls pkt;   /* unit packet or byte (the egress hook's limits) */
+	struct kt_cls dgram; /* unit datagram, for what the sendmsg hooks cannot see */
+	__u32 misses;     /* lookups since creation that did not match it */
+	__u32 pad2;
+};
+_Static_assert(sizeof(struct kt_sk_eg) == 56, "kt_sk_eg layout");
+
 /* kt_pace_socks (array, KT_MAX_BUCKETS x __u32, pinned): paced TCP sockets
  * per bucket slot, so sockets sharing a bucket split its rate. */
 #define KT_PACE_REFRESH_NS (10ULL * 1000000ULL) /* at most one refresh per socket per 10 ms */

@@ -1213,6 +1213,126 @@ static void test_sendmsg(void **state)
 	assert_int_equal(member_counters(f, 0, 0).throttled, 2 + 3);
 }
 
+/* A process in `cg` that keeps its sockets across plan changes: one
+ * unconnected UDP socket and one connected to 127.0.0.1:`conn_port`. Each
+ * command (a port: sendto() it on the unconnected socket; 0: send() on the
+ * connected one) is answered with the call's errno (0: sent). */
+struct held {
+	pid_t pid;
+	int cmd, res;
+};
+
+static void held_start(struct fx *f, const char *cg, uint16_t conn_port, struct held *h)
+{
+	int c[2], r[2];
+
+	assert_int_equal(pipe2(c, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(r, O_CLOEXEC), 0);
+	h->pid = fork();
+	assert_true(h->pid >= 0);
+	if (h->pid == 0) {
+		struct sockaddr_in a = { .sin_family = AF_INET,
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		int u, k, err;
+		uint16_t port;
+
+		if (ktest_cgroup_join(cg) != 0)
+			_exit(1);
+		u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		k = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		a.sin_port = htons(conn_port);
+		if (u < 0 || k < 0 || connect(k, (struct sockaddr *)&a, sizeof(a)) < 0)
+			_exit(1);
+		while (read(c[0], &port, sizeof(port)) == sizeof(port)) {
+			a.sin_port = htons(port);
+			err = (port ? sendto(u, "x", 1, 0, (struct sockaddr *)&a, sizeof(a))
+				    : send(k, "x", 1, 0)) < 0 ? errno : 0;
+			if (write(r[1], &err, sizeof(err)) != sizeof(err))
+				_exit(2);
+		}
+		_exit(0);
+	}
+	close(c[0]);
+	close(r[1]);
+	h->cmd = keep_fd(f, c[1]);
+	h->res = keep_fd(f, r[0]);
+	assert_true(f->nkids < MAX_KIDS);
+	f->kids[f->nkids++] = h->pid;
+}
+
+/* Sends `n` times (port as for struct held); the errnos in order, as a
+ * string: '0' sent, 'B' EBUSY, 'P' EPERM, '?' anything else. */
+static const char *held_send(struct held *h, uint16_t port, int n)
+{
+	static char out[32];
+	int err;
+
+	assert_true(n < (int)sizeof(out));
+	for (int i = 0; i < n; i++) {
+		struct pollfd pf = { .fd = h->res, .events = POLLIN };
+
+		assert_int_equal(write(h->cmd, &port, sizeof(port)), sizeof(port));
+		assert_int_equal(poll(&pf, 1, 10000), 1);
+		assert_int_equal(read(h->res, &err, sizeof(err)), sizeof(err));
+		out[i] = !err ? '0' : err == EBUSY ? 'B' : err == EPERM ? 'P' : '?';
+	}
+	out[n] = 0;
+	return out;
+}
+
+/* The programs remember a socket's last decision (kt_sk_sa, kt_sk_eg):
+ * every plan change must reach sockets that already sent, and a socket
+ * that alternates between destinations must be decided per destination. */
+static void test_socket_decisions_follow_changes(void **state)
+{
+	struct fx *f = fx_open(state);
+	const char *cg = add_cgroup(f, "sockcache");
+	uint16_t lim, other;
+	struct held h;
+
+	serve(f, AF_INET, SOCK_DGRAM, &lim);
+	serve(f, AF_INET, SOCK_DGRAM, &other);
+	const struct plim elsewhere[] = {
+		{ "d", KT_UNIT_DATAGRAM, KT_SCOPE_POD, KT_PROTO_UDP, other, "127.0.0.1/32", 2, { cg } },
+	};
+	const struct plim here[] = {
+		{ "d", KT_UNIT_DATAGRAM, KT_SCOPE_POD, KT_PROTO_UDP, lim, "127.0.0.1/32", 2, { cg } },
+	};
+	const struct plim packets[] = {
+		{ "p", KT_UNIT_PACKET, KT_SCOPE_POD, KT_PROTO_UDP, lim, "127.0.0.1/32", 3, { cg } },
+	};
+
+	apply(f, elsewhere, 1);
+	held_start(f, cg, lim, &h);
+	/* decided (and remembered) as passing */
+	assert_string_equal(held_send(&h, lim, 3), "000");
+	assert_string_equal(held_send(&h, 0, 3), "000");
+	/* the same sockets, now covered: charged from the next call */
+	apply(f, here, 1);
+	assert_string_equal(held_send(&h, lim, 3), "00B");
+	assert_string_equal(held_send(&h, 0, 1), "P"); /* the same bucket, spent */
+	/* one socket, two destinations: each decided as its own */
+	for (int i = 0; i < 3; i++) {
+		assert_string_equal(held_send(&h, other, 1), "0");
+		assert_string_equal(held_send(&h, lim, 1), "B");
+	}
+	/* no longer covered: passing again */
+	apply(f, elsewhere, 1);
+	assert_string_equal(held_send(&h, lim, 3), "000");
+	assert_string_equal(held_send(&h, 0, 2), "00");
+	/* a packet limit, decided on egress, for an unconnected socket that
+	 * alternates (its egress entry is replaced only after many misses) */
+	apply(f, packets, 1);
+	for (int i = 0; i < 5; i++) {
+		assert_string_equal(held_send(&h, other, 1), "0");
+		assert_string_equal(held_send(&h, lim, 1), i < 3 ? "0" : "P");
+	}
+	assert_string_equal(held_send(&h, 0, 1), "P");
+	struct kt_counters c = member_counters(f, 0, 0);
+	assert_int_equal(c.admitted, 3);
+	assert_int_equal(c.throttled, 3);
+}
+
 /* A process in a child cgroup of the attached one counts against the
  * parent's membership (ancestor walk), shared with the parent's own. */
 static void test_nested_cgroup(void **state)
@@ -1630,6 +1750,7 @@ int main(void)
 		T(test_egress_nested_cgroup),
 		T(test_connect),
 		T(test_sendmsg),
+		T(test_socket_decisions_follow_changes),
 		T(test_nested_cgroup),
 		T(test_nested_members_charged_once),
 		T(test_nested_members_inherit),

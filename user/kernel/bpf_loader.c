@@ -28,6 +28,7 @@ static const char *const map_names[] = {
 	"kt_anc_cache", "kt_gen",      /* sub-cgroups' nearest member; absent in older pin dirs */
 	"kt_events",                   /* throttle events; absent in older pin dirs */
 	"kt_coop",                     /* cooperative limits; absent in older pin dirs */
+	"kt_sk_sa", "kt_sk_eg",        /* per-socket decisions; absent in older pin dirs */
 };
 /* bpf/kthrottle.bpf.h's types, in map_names' order */
 static const __u32 map_types[] = {
@@ -37,6 +38,7 @@ static const __u32 map_types[] = {
 	BPF_MAP_TYPE_LRU_HASH, BPF_MAP_TYPE_ARRAY,
 	BPF_MAP_TYPE_RINGBUF,
 	BPF_MAP_TYPE_ARRAY,
+	BPF_MAP_TYPE_SK_STORAGE, BPF_MAP_TYPE_SK_STORAGE,
 };
 #define N_MAPS (sizeof(map_names) / sizeof(map_names[0]))
 _Static_assert(sizeof(map_types) / sizeof(map_types[0]) == N_MAPS, "one type per map");
