@@ -342,6 +342,15 @@ int kt_egress(struct __sk_buff *skb)
 	__u16 port;
 	__u8 proto;
 
+	/* The common datagram: sendmsg decided it, and no packet or byte
+	 * limit exists to read it for. */
+	if (sk) {
+		struct bpf_sock *fs = bpf_sk_fullsock(sk);
+
+		if (fs && skb->gso_segs <= 1 && kt_sendmsg_charged(fs) &&
+		    kt_hook_idle(KT_HOOK_EGRESS))
+			return SKB_PASS;
+	}
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = data;
 

@@ -116,6 +116,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_leases SEC(".maps");
 
+/* See kt_idle_hooks_of in kthrottle.h. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_idle_hooks SEC(".maps");
+
+/* Whether no limit on the node uses `hook` (kt_idle_hooks). */
+static __always_inline int kt_hook_idle(__u32 hook)
+{
+	__u32 zero = 0, *mask = bpf_map_lookup_elem(&kt_idle_hooks, &zero);
+
+	return mask && (*mask >> hook) & 1;
+}
+
 /* See struct kt_sk_sa and struct kt_sk_eg. */
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);

@@ -218,6 +218,12 @@ static inline __u32 kt_dest_priority(const struct kt_dest_val *v)
 	return ((__u32)v->prefixlen << 16) | (0xffffu - v->order);
 }
 
+/* kt_idle_hooks (array, one __u32): bit h (enum kt_hook) set says no limit
+ * on the node uses hook h, so its program may let a packet go without
+ * reading it (egress: a datagram the sendmsg hook already decided). A zero
+ * mask (a fresh map) lets nothing go unread. Written with kt_ports
+ * (kt_idle_hooks_of). */
+
 /* kt_ports (array, KT_HOOK_COUNT entries): destination ports any rule of the
  * hook covers. Unmatched traffic stops here after one inlined array load. */
 struct kt_port_filter {
@@ -367,6 +373,24 @@ static inline int kt_port_filter_test(const struct kt_port_filter *f, __u16 port
 {
 	return (f->bits[port >> 6] >> (port & 63)) & 1;
 }
+
+#ifndef __bpf__
+/* The kt_idle_hooks mask for the port filters of hooks 0..n_hooks-1. */
+static inline __u32 kt_idle_hooks_of(const struct kt_port_filter *filters, int n_hooks)
+{
+	__u32 mask = 0;
+
+	for (int h = 0; h < n_hooks; h++) {
+		__u64 any = 0;
+
+		for (unsigned w = 0; w < sizeof(filters[h].bits) / sizeof(filters[h].bits[0]); w++)
+			any |= filters[h].bits[w];
+		if (!any)
+			mask |= 1u << h;
+	}
+	return mask;
+}
+#endif
 
 /* Q48.16 interval for a rate in tokens per second; 0 for rate <= 0 (closed).
  * Host only: BPF has no floating point. Rounds up so the enforced rate never

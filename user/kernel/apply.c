@@ -825,6 +825,7 @@ struct apply {
 	struct kt_dest_entry *old_dests;
 	int n_old_dests;
 	struct kt_port_filter old_ports[KT_HOOK_COUNT];
+	__u32 old_idle; /* kt_idle_hooks before */
 	/* the plan */
 	bool id_used[KT_MAX_LIMITS];
 	/* by plan index: a pod-scope limit that keeps buckets, whose new
@@ -849,9 +850,12 @@ struct apply {
 	int n_saved, n_fresh;
 	struct kt_counters *ctrs;
 	int done_limits, done_members, done_dests, done_ports;
+	bool done_idle;
 };
 
 int kt_apply_fail_step;
+
+static const __u32 zero_key; /* of the one-entry arrays */
 
 /* Counts a commit's kernel writes; the injected one fails as the kernel
  * refusing it would. */
@@ -952,6 +956,12 @@ static int read_maps(struct apply *a, char *err, size_t errlen)
 			snprintf(err, errlen, "cannot read kt_ports: %s", strerror(-ret));
 			return ret;
 		}
+	}
+	a->old_idle = 0;
+	if (b->idle_fd >= 0 && bpf_map_lookup_elem(b->idle_fd, &zero_key, &a->old_idle) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot read kt_idle_hooks: %s", strerror(-ret));
+		return ret;
 	}
 	return 0;
 }
@@ -1227,6 +1237,13 @@ static int commit(struct apply *a, char *err, size_t errlen)
 	for (id = 0; id < KT_HOOK_COUNT; id++, a->done_ports++)
 		if (commit_step(a) || bpf_map_update_elem(b->ports_fd, &id, &a->cls.ports[id], BPF_ANY) < 0)
 			goto map_err;
+	if (b->idle_fd >= 0) {
+		__u32 idle = kt_idle_hooks_of(a->cls.ports, KT_HOOK_COUNT);
+
+		if (commit_step(a) || bpf_map_update_elem(b->idle_fd, &zero_key, &idle, BPF_ANY) < 0)
+			goto map_err;
+		a->done_idle = true;
+	}
 
 	/* Attachments: every outermost member cgroup gets the hooks its own
 	 * and its nested members' limits need, the rest are detached. On
@@ -1278,6 +1295,8 @@ static void rollback(struct apply *a)
 	struct kt_member_key key;
 	int failed = 0, i;
 
+	if (a->done_idle)
+		failed += bpf_map_update_elem(b->idle_fd, &zero_key, &a->old_idle, BPF_ANY) < 0;
 	for (uint32_t h = (uint32_t)a->done_ports; h-- > 0;)
 		failed += bpf_map_update_elem(b->ports_fd, &h, &a->old_ports[h], BPF_ANY) < 0;
 	for (i = a->done_dests; i-- > 0;) {

@@ -31,6 +31,7 @@ struct kt_bpf {
 	struct kt_sockops *sockops;
 	int buckets_fd, counters_fd, members_fd, dests_fd, ports_fd, limits_fd, leases_fd;
 	int gen_fd;    /* kt_gen, -1 in an older pin directory */
+	int idle_fd;   /* kt_idle_hooks, -1 in an older pin directory */
 	int events_fd; /* kt_events (ring buffer), -1 in an older pin directory */
 	struct kt_bucket *buckets; /* mmap of kt_buckets: rates change by one atomic store */
 	int coop_fd;               /* kt_coop, -1 in an older pin directory (kt_bpf_open_pinned) */
