@@ -1340,8 +1340,10 @@ static int commit(struct apply *a, char *err, size_t errlen)
 			goto map_err;
 
 	/* Attachments: every outermost member cgroup gets the hooks its own
-	 * and its nested members' limits need, the rest are detached. On
-	 * failure kt_bpf_sync_links has left every link as it was. */
+	 * and its nested members' limits need (with attachRoot: the root gets
+	 * every hook the limits need), the rest are detached. New links are
+	 * made before old ones go. On failure kt_bpf_sync_links has left
+	 * every link as it was. */
 	if (commit_step(a)) {
 		snprintf(err, errlen, "cannot attach programs: %s", strerror(EIO));
 		return -EIO;
