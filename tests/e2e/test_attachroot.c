@@ -200,12 +200,14 @@ static struct ktest_load send_from(const char *cg, unsigned long long *arrived)
 	return l;
 }
 
-/* (b): cg is held to RATE: refusals, and arrivals within rate x time + burst. */
-static void assert_limited(const char *what, const char *cg)
+/* (b): cg is held to its share of RATE (pod scope, a local store: the rate
+ * split equally among the limit's `members`): refusals, and arrivals within
+ * share x time + burst. */
+static void assert_limited_n(const char *what, const char *cg, int members)
 {
 	unsigned long long arrived;
 	struct ktest_load l = send_from(cg, &arrived);
-	double bound = RATE * l.elapsed + BURST;
+	double share = RATE / members, bound = share * l.elapsed + BURST;
 
 	print_message("%s: ok=%llu refused=%llu arrived=%llu in %.2fs (bound %.1f)\n", what, l.ok,
 		      l.refused, arrived, l.elapsed, bound);
@@ -213,7 +215,12 @@ static void assert_limited(const char *what, const char *cg)
 	assert_true((double)arrived <= bound + 2);
 	assert_true((double)l.ok <= bound + 2);
 	/* and it is the limit, not something else, that holds it back */
-	assert_true((double)arrived >= 0.5 * RATE * l.elapsed);
+	assert_true((double)arrived >= 0.5 * share * l.elapsed);
+}
+
+static void assert_limited(const char *what, const char *cg)
+{
+	assert_limited_n(what, cg, 1);
 }
 
 /* (c), (e): cg is not limited: no refusal, far more than the rate. */
@@ -267,7 +274,7 @@ static void test_attach_root(void **state)
 	assert_int_equal(mkdir(fx.pod, 0755), 0);
 	wait_enforced(fx.pod);
 	ktest_sleep_ms(300); /* its bucket refills */
-	assert_limited("pod-1 (joined after the start)", fx.pod);
+	assert_limited_n("pod-1 (joined after the start)", fx.pod, 2);
 	assert_attached_once(below_pod);
 
 	/* (f): SIGKILL, and a new daemon adopts the pinned links */
@@ -275,12 +282,12 @@ static void test_attach_root(void **state)
 	fx.d.pid = -1;
 	/* the old daemon's links still enforce while none runs */
 	assert_attached_once(below_pod);
-	assert_limited("member, no daemon", fx.member);
+	assert_limited_n("member, no daemon", fx.member, 2);
 	assert_int_equal(ktest_daemon_start_logged(&fx.d), 0);
 	assert_attached_once(below_pod);
 	ktest_sleep_ms(300);
-	assert_limited("member after restart", fx.member);
-	assert_limited("pod-1 after restart", fx.pod);
+	assert_limited_n("member after restart", fx.member, 2);
+	assert_limited_n("pod-1 after restart", fx.pod, 2);
 	assert_unlimited("sibling after restart", fx.sibling);
 }
 
