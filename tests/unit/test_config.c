@@ -471,6 +471,24 @@ static void test_lease_options(void **state)
 	kt_config_free(&cfg);
 }
 
+/* attachRoot: kept as written (its cgroup is resolved with the members,
+ * apply.c), with its line; absent: NULL, per-member attachments */
+static void test_attach_root(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse("tickInterval: 50ms\nattachRoot: /sys/fs/cgroup/kubepods.slice\n" LIM,
+			       &cfg, err), 0);
+	assert_string_equal(cfg.attach_root, "/sys/fs/cgroup/kubepods.slice");
+	assert_int_equal(cfg.attach_root_line, 2);
+	kt_config_free(&cfg);
+	assert_int_equal(parse(LIM, &cfg, err), 0);
+	assert_null(cfg.attach_root);
+	kt_config_free(&cfg);
+}
+
 static const char everything[] =
 	"node: node-a\n"
 	"pinDir: /sys/fs/bpf/kt2\n"
@@ -1094,6 +1112,9 @@ static const struct bad bad_cases[] = {
 	{ "socket: /" "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n" LIM,
 	  "t.yaml:1: socket: ", "longer than 107 bytes" },
 	{ "pinDir: [a]\n" LIM, "t.yaml:1: pinDir: ", "expected a string, got a list" },
+	{ "attachRoot: kubepods\n" LIM, "t.yaml:1: attachRoot: ", "\"kubepods\" must be an absolute path" },
+	{ "attachRoot: [a]\n" LIM, "t.yaml:1: attachRoot: ", "expected a string, got a list" },
+	{ "attachRoot: \"\"\n" LIM, "t.yaml:1: attachRoot: ", "is empty" },
 	{ "node: bad/name\n" LIM, "t.yaml:1: node: ", "may only hold" },
 	{ "node: \"\"\n" LIM, "t.yaml:1: node: ", "is empty" },
 	{ "a: b: c\n", "t.yaml:1: yaml: ", "mapping values are not allowed" },
@@ -1608,6 +1629,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_minimal_defaults),
+		cmocka_unit_test(test_attach_root),
 		cmocka_unit_test(test_tags),
 		cmocka_unit_test(test_tags_only),
 		cmocka_unit_test(test_tag_listen),

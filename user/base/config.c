@@ -2513,7 +2513,7 @@ static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 {
 	static const char *const keys[] = { "node",  "pinDir", "socket",  "tickInterval",
 					    "epoch", "store",  "limits",  "metrics", "kubernetes",
-					    "tags",  NULL };
+					    "tags",  "attachRoot", NULL };
 	struct sockaddr_un sun;
 	yaml_node_t *v, *tick, *limits, *tags;
 	yaml_node_item_t *it;
@@ -2557,6 +2557,13 @@ static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 		err = oom(c, root, "pinDir");
 	if (err)
 		return err;
+	/* the cgroup itself is resolved with the members (apply.c): it must
+	 * exist when the config is checked, started or reloaded */
+	if ((v = map_get(c, root, "attachRoot"))) {
+		if ((err = get_abs_path(c, v, "attachRoot", MAX_PATH_BYTES, &cfg->attach_root)))
+			return err;
+		cfg->attach_root_line = line_of(v);
+	}
 	if ((v = map_get(c, root, "socket")))
 		err = get_abs_path(c, v, "socket", sizeof(sun.sun_path) - 1, &cfg->socket_path);
 	else if (!(cfg->socket_path = strdup("/run/kthrottle/kthrottled.sock")))
@@ -2879,6 +2886,7 @@ void kt_config_free(struct kt_config *cfg)
 	free(cfg->file);
 	free(cfg->node_name);
 	free(cfg->pin_dir);
+	free(cfg->attach_root);
 	free(cfg->socket_path);
 	memset(cfg, 0, sizeof(*cfg));
 }

@@ -228,6 +228,11 @@ struct kt_config {
 	char *file;               /* path as given */
 	char *node_name;          /* default: $NODE_NAME if it fits the alphabet, else gethostname() */
 	char *pin_dir;            /* default /sys/fs/bpf/kthrottle */
+	/* attachRoot: the cgroup (absolute path on the cgroup v2 mount) where
+	 * each hook's program is attached once, for every member below it;
+	 * NULL (the default): each outermost member cgroup gets its own links */
+	char *attach_root;
+	int attach_root_line;
 	char *socket_path;        /* default /run/kthrottle/kthrottled.sock */
 	/* metrics: "ADDR:PORT" (IPv6 as [ADDR]:PORT) of the Prometheus text
 	 * endpoint; metrics_port 0 = off (the default) */

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <bpf/bpf.h>
 #include "apply.h"
 #include "cgroup.h"
@@ -273,6 +274,63 @@ static int member_ids(struct kt_plan *plan)
 	return 0;
 }
 
+/* Is `path` the directory `dir` or inside it? */
+static bool path_at_or_below(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	/* "/" ends in the separator itself */
+	return strncmp(path, dir, n) == 0 &&
+	       (path[n] == '/' || path[n] == 0 || (n && dir[n - 1] == '/'));
+}
+
+/* cfg's attachRoot as a cgroup: it exists, is a cgroup v2 directory, and is
+ * the mount or below it. Errors "FILE:LINE: attachRoot: what". */
+static int resolve_root(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan,
+			char *err, size_t errlen)
+{
+	char real[PATH_MAX], why[KT_ERR_LEN];
+	int ret;
+
+	ret = kt_cgroup_resolve(cfg->attach_root, cg_mount, real, sizeof(real), why, sizeof(why));
+	if (!ret && cg_mount && !path_at_or_below(real, cg_mount)) {
+		snprintf(why, sizeof(why), "%s: not below the cgroup v2 mount %s", real, cg_mount);
+		ret = -EINVAL;
+	}
+	if (!ret && (ret = kt_cgroup_id(real, &plan->root_cgid)))
+		snprintf(why, sizeof(why), "%s: cannot read cgroup id: %s", real, strerror(-ret));
+	if (ret) {
+		snprintf(err, errlen, "%s:%d: attachRoot: %s", cfg->file, cfg->attach_root_line, why);
+		return ret;
+	}
+	plan->root_line = cfg->attach_root_line;
+	plan->root = strdup(real);
+	return plan->root ? 0 : -ENOMEM;
+}
+
+/* Leaves out of l the members a rescan found outside plan->root: the
+ * programs attached at the root never see them. */
+static void drop_outside_root(struct kt_plan *plan, struct kt_limit_rt *l)
+{
+	int kept = 0;
+
+	if (l->cfg->unit == KT_UNIT_REQUEST)
+		return;
+	for (int j = 0; j < l->n_members; j++) {
+		struct kt_member_rt *m = &l->members[j];
+
+		if (path_at_or_below(m->path, plan->root)) {
+			l->members[kept++] = *m;
+			continue;
+		}
+		kt_warn("limit %s: %s is not below attachRoot %s: not limited", l->cfg->name,
+			m->path, plan->root);
+		free(m->path);
+		free(m->pod);
+	}
+	l->n_members = kept;
+}
+
 /* The plan for cfg with the members found now. A rescan (not a start or a
  * reload) is quiet about missing paths and never fails on a cgroup in too
  * many limits. Limit ids and slots are kt_plan_apply's to find. */
@@ -288,6 +346,8 @@ static int plan_members(const struct kt_config *cfg, const char *cg_mount,
 		goto fail;
 	plan->n_limits = cfg->n_limits;
 	plan->file = cfg->file;
+	if (cfg->attach_root && (ret = resolve_root(cfg, cg_mount, plan, err, errlen)))
+		goto fail;
 	for (int i = 0; i < cfg->n_limits; i++) {
 		struct kt_limit_rt *l = &plan->limits[i];
 
@@ -295,6 +355,10 @@ static int plan_members(const struct kt_config *cfg, const char *cg_mount,
 		ret = limit_members(cfg, i, cg_mount, pods, rescan, l, err, errlen);
 		if (ret)
 			goto fail;
+		/* a rescan's new member outside the root is left out (the
+		 * start and reload refuse one: kt_plan_check) */
+		if (rescan && plan->root)
+			drop_outside_root(plan, l);
 	}
 	ret = cap_memberships(cfg, plan, !rescan, err, errlen);
 	if (!ret)
@@ -323,6 +387,8 @@ int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, cons
 	*changed = false;
 	if (ret)
 		return ret;
+	/* the root recreated: a new cgroup to attach to */
+	*changed = cur->root_cgid != next->root_cgid;
 	for (int i = 0; i < cur->n_limits && !*changed; i++) {
 		const struct kt_limit_rt *a = &cur->limits[i], *b = &next->limits[i];
 
@@ -346,6 +412,7 @@ void kt_plan_free(struct kt_plan *plan)
 		free(plan->limits[i].member_ids);
 	}
 	free(plan->limits);
+	free(plan->root);
 	memset(plan, 0, sizeof(*plan));
 }
 
@@ -540,6 +607,28 @@ static int inherit_nested(const struct kt_attach *want, struct kt_member_val *va
 	return 0;
 }
 
+/* The hooks (bit per enum kt_hook, KT_ATTACH_*) a cgroup limit's members
+ * need; 0 for a cooperative limit (no cgroup). */
+static unsigned limit_hooks(const struct kt_limit_cfg *lc)
+{
+	unsigned mask;
+
+	if (lc->unit == KT_UNIT_REQUEST)
+		return 0;
+	mask = 1u << kt_hook_for_unit(lc->unit);
+	/* the datagrams sendmsg cannot see (connected sockets, GSO) are
+	 * charged on egress */
+	if (lc->unit == KT_UNIT_DATAGRAM)
+		mask |= 1u << KT_HOOK_EGRESS;
+	/* raw IP sockets would go around the hooks */
+	if (!lc->allow_raw_sockets)
+		mask |= 1u << KT_ATTACH_SOCK_CREATE;
+	/* TCP under a byte limit paces itself (sockops.bpf.c) */
+	if (lc->unit == KT_UNIT_BYTE)
+		mask |= 1u << KT_ATTACH_SOCKOPS;
+	return mask;
+}
+
 /* Member cgroups of the plan, each with the kt_members value listing its
  * limits (then those inherited from the members it is nested in) and the
  * hooks its limits need. Fails, naming the cgroup, when one is in more
@@ -578,19 +667,10 @@ static int collect_cgroups(const struct kt_plan *plan, struct kt_attach *want,
 			}
 			v->ents[v->count++] = (struct kt_member_ent){ .limit_id = plan->limits[i].id,
 								      .slot = m->slot };
-			want[k].hook_mask |= 1u << kt_hook_for_unit(plan->limits[i].cfg->unit);
-			/* the datagrams sendmsg cannot see (connected sockets, GSO)
-			 * are charged on egress */
-			if (plan->limits[i].cfg->unit == KT_UNIT_DATAGRAM)
-				want[k].hook_mask |= 1u << KT_HOOK_EGRESS;
+			want[k].hook_mask |= limit_hooks(plan->limits[i].cfg);
 			/* raw IP sockets would go around the hooks */
-			if (!plan->limits[i].cfg->allow_raw_sockets) {
+			if (!plan->limits[i].cfg->allow_raw_sockets)
 				v->flags |= KT_MEMBER_NO_RAW;
-				want[k].hook_mask |= 1u << KT_ATTACH_SOCK_CREATE;
-			}
-			/* TCP under a byte limit paces itself (sockops.bpf.c) */
-			if (plan->limits[i].cfg->unit == KT_UNIT_BYTE)
-				want[k].hook_mask |= 1u << KT_ATTACH_SOCKOPS;
 		}
 	}
 	for (int k = 0; k < n; k++)
@@ -701,6 +781,25 @@ static int blame(const struct check_ctx *c,
 	return limit_err(c->plan, hi - 1, ret, err, errlen, "%s", why);
 }
 
+/* With attachRoot, every member must be the root or below it: the programs
+ * attached there see no other cgroup, so a member elsewhere would go
+ * unenforced. Errors name the limit and the cgroup. */
+static int check_root(const struct kt_plan *plan, char *err, size_t errlen)
+{
+	for (int i = 0; i < plan->n_limits; i++) {
+		const struct kt_limit_rt *l = &plan->limits[i];
+
+		if (l->cfg->unit == KT_UNIT_REQUEST)
+			continue;
+		for (int j = 0; j < l->n_members; j++)
+			if (!path_at_or_below(l->members[j].path, plan->root))
+				return limit_err(plan, i, -EINVAL, err, errlen,
+						 "cgroup %s is not below attachRoot %s (line %d): it would not be limited",
+						 l->members[j].path, plan->root, plan->root_line);
+	}
+	return 0;
+}
+
 /* The part of the plan that needs only the config and the cgroup ids: limit
  * and bucket counts, the classifier (rules[] filled here), the kt_members
  * values (want, want_vals: KT_MAX_MEMBERSHIPS each) and the attach points
@@ -757,6 +856,8 @@ static int plan_config(const struct kt_plan *plan, struct kt_rule_input *rules,
 	ret = kt_classifier_build(rules, plan->n_limits, cls, err, errlen);
 	if (ret)
 		return blame(&c, check_classifier, plan->n_limits, ret, err, errlen);
+	if (plan->root && (ret = check_root(plan, err, errlen)))
+		return ret;
 	ret = collect_cgroups(plan, want, want_vals, n_want, err, errlen);
 	if (ret)
 		return blame(&c, check_members, plan->n_limits, ret, err, errlen);
@@ -765,7 +866,17 @@ static int plan_config(const struct kt_plan *plan, struct kt_rule_input *rules,
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	*n_attach = fold_nested(want, *n_want, *attach);
+	if (!plan->root) {
+		*n_attach = fold_nested(want, *n_want, *attach);
+		return 0;
+	}
+	/* attachRoot: each hook any limit needs, once, at the root, whether
+	 * or not the limit has members yet: a member that joins later is a
+	 * kt_members update, no attach */
+	(*attach)[0] = (struct kt_attach){ .cgroup_id = plan->root_cgid, .path = plan->root };
+	for (i = 0; i < plan->n_limits; i++)
+		(*attach)[0].hook_mask |= limit_hooks(plan->limits[i].cfg);
+	*n_attach = (*attach)[0].hook_mask != 0;
 	return 0;
 }
 
@@ -1246,8 +1357,10 @@ static int commit(struct apply *a, char *err, size_t errlen)
 	}
 
 	/* Attachments: every outermost member cgroup gets the hooks its own
-	 * and its nested members' limits need, the rest are detached. On
-	 * failure kt_bpf_sync_links has left every link as it was. */
+	 * and its nested members' limits need (with attachRoot: the root gets
+	 * every hook the limits need), the rest are detached. New links are
+	 * made before old ones go. On failure kt_bpf_sync_links has left
+	 * every link as it was. */
 	if (commit_step(a)) {
 		snprintf(err, errlen, "cannot attach programs: %s", strerror(EIO));
 		return -EIO;
@@ -1457,4 +1570,116 @@ out:
 	free(ids);
 	free(slots);
 	return ret;
+}
+
+/* Lexically the longest common directory of `acc` and `p` (both absolute,
+ * one slash between components, no trailing slash but for "/"), in acc. */
+static void common_dir(char *acc, const char *p)
+{
+	size_t i = 0, last = 0;
+
+	while (acc[i] && acc[i] == p[i]) {
+		if (acc[i] == '/')
+			last = i;
+		i++;
+	}
+	if (!acc[i] && (p[i] == '/' || !p[i]))
+		return; /* acc is p or a directory above it */
+	if (!p[i] && acc[i] == '/') {
+		acc[i] = 0; /* p is a directory above acc */
+		return;
+	}
+	if (!acc[i] && i && acc[i - 1] == '/')
+		return;
+	acc[last ? last : 1] = 0;
+}
+
+/* `in` made absolute (relative: under mount), with one slash between
+ * components, "." dropped and no trailing slash; a pattern cut to the
+ * directory before its first wildcard component. */
+static int selected_dir(const char *in, const char *mount, char *out, size_t outlen)
+{
+	char buf[PATH_MAX], *o = out, *wild;
+	const char *s;
+
+	if (snprintf(buf, sizeof(buf), "%s%s%s", in[0] == '/' ? "" : (mount ? mount : ""),
+		     in[0] == '/' ? "" : "/", in) >= (int)sizeof(buf) ||
+	    strlen(buf) >= outlen)
+		return -ENAMETOOLONG;
+	if ((wild = strpbrk(buf, "*?["))) {
+		*wild = 0;
+		if ((wild = strrchr(buf, '/')))
+			wild[1] = 0;
+	}
+	for (s = buf; *s;) {
+		const char *e;
+
+		while (*s == '/')
+			s++;
+		if (!*s)
+			break;
+		e = strchrnul(s, '/');
+		if (!(e - s == 1 && *s == '.')) {
+			*o++ = '/';
+			memcpy(o, s, (size_t)(e - s));
+			o += e - s;
+		}
+		s = e;
+	}
+	if (o == out)
+		*o++ = '/';
+	*o = 0;
+	return 0;
+}
+
+int kt_plan_common_root(const struct kt_config *cfg, const char *cg_mount, char *out,
+			size_t outlen)
+{
+	char acc[PATH_MAX] = "", dir[PATH_MAX];
+	struct stat st;
+	bool any = false;
+	int ret;
+
+	for (int i = 0; i < cfg->n_limits; i++) {
+		const struct kt_limit_cfg *lc = &cfg->limits[i];
+
+		if (lc->unit == KT_UNIT_REQUEST)
+			continue;
+		for (int j = 0; j <= lc->n_cgroups; j++) {
+			const char *e = j < lc->n_cgroups ? lc->cgroups[j] : NULL;
+
+			/* after the paths: a pods: selector's cgroup root */
+			if (!e && lc->pods.set)
+				e = cfg->kube.cgroup_root && *cfg->kube.cgroup_root ?
+					    cfg->kube.cgroup_root : ".";
+			if (!e)
+				continue;
+			if ((ret = selected_dir(e, cg_mount, dir, sizeof(dir))))
+				return ret;
+			if (!any)
+				snprintf(acc, sizeof(acc), "%s", dir);
+			else
+				common_dir(acc, dir);
+			any = true;
+		}
+	}
+	if (!any)
+		return -ENOENT;
+	/* above the mount (a path elsewhere) is no cgroup: the mount */
+	if (cg_mount && !path_at_or_below(acc, cg_mount))
+		snprintf(acc, sizeof(acc), "%s", cg_mount);
+	/* a path not created yet: its nearest existing ancestor */
+	while (stat(acc, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		char *slash = strrchr(acc, '/');
+
+		if (!slash || slash == acc) {
+			snprintf(acc, sizeof(acc), "/");
+			break;
+		}
+		*slash = 0;
+	}
+	if (strlen(acc) >= outlen)
+		return -ENAMETOOLONG;
+	strcpy(out, acc);
+	return 0;
 }

@@ -43,6 +43,12 @@ struct kt_plan {
 	struct kt_limit_rt *limits;
 	int n_limits;
 	const char *file; /* the config's file (owned by the config), for errors */
+	/* attachRoot, resolved when the members were: the canonical cgroup
+	 * directory where each hook's program is attached once (NULL: every
+	 * outermost member cgroup is attached), its id and config line */
+	char *root;
+	uint64_t root_cgid;
+	int root_line;
 };
 
 /* Finds the member cgroups of cfg's limits (paths absolute, or relative to
@@ -67,6 +73,15 @@ int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, cons
 int kt_plan_pod_dirs(const struct kt_config *cfg, const char *cg_mount,
 		     const struct kt_pod_set *pods, char ***out);
 void kt_plan_free(struct kt_plan *plan);
+
+/* The deepest common ancestor of what cfg's cgroup limits select: their
+ * plain paths, the static directory part of their patterns (up to the first
+ * component with a wildcard) and, for pods: limits, the pods' cgroup root
+ * (kubernetes.cgroupRoot under the mount). Lexical (paths need not exist),
+ * then up to the nearest directory that exists. out: an absolute path; 0,
+ * -ENOENT when no limit selects a cgroup, -ENAMETOOLONG. No BPF. */
+int kt_plan_common_root(const struct kt_config *cfg, const char *cg_mount, char *out,
+			size_t outlen);
 
 /* Every check of kt_plan_apply's plan that needs no kernel state: limit and
  * bucket counts of the plan alone, the classifier (rules per prefix,
