@@ -2031,7 +2031,7 @@ out:
 #define ST_MAX_ROUNDS 64    /* median() takes at most 64 values */
 #define ST_SUBS 9           /* slices per chunk, timed one by one */
 #define ST_WARMUP 2000      /* calls before the first measured chunk */
-#define ST_TABLE_CYCLES 16  /* baseline chunk pairs with / without an nft table loaded */
+#define ST_TABLE_CYCLES 24  /* baseline chunk pairs with / without an nft table loaded */
 #define ST_PORT 9000        /* in the workers' own namespaces: any port is free */
 #define ST_PORT_REFUSE 9001
 #define ST_PORT_UNMATCH 9002
@@ -2371,6 +2371,76 @@ static double st_table_check(struct st_worker *base, struct st_worker *nftw, con
 	return ok && n ? median(d, n) : NAN;
 }
 
+/* The second view: in-kernel time per program run from BPF run-time
+ * statistics (bpf_enable_stats), read before and after each chunk of a mode:
+ * no scheduling, syscall or receive path in it, so it is far steadier than
+ * the sendto() timings. Stats add a fixed cost to every run (two clock
+ * reads), the same for an empty program: kthrottle − empty removes it. */
+
+#define ST_STATS_ROUNDS 20
+#define ST_STATS_ROUNDS_QUICK 5
+#define ST_MAX_PROGS 8 /* per hook a cgroup's sender runs */
+
+enum { ST_HOOK_SENDMSG, ST_HOOK_EGRESS, ST_N_HOOKS };
+
+struct st_progs {
+	int n;
+	int fd[ST_MAX_PROGS];
+};
+
+/* The programs that run for a sender in `cgroup` at hook `at` (its own and
+ * its ancestors'), as fds in *p. 0 or -errno. */
+static int st_query(const char *cgroup, enum bpf_attach_type at, struct st_progs *p)
+{
+	__u32 ids[ST_MAX_PROGS], cnt = ST_MAX_PROGS, flags = 0;
+	int cgfd = open(cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret = 0;
+
+	if (cgfd < 0)
+		return -errno;
+	if (bpf_prog_query(cgfd, at, BPF_F_QUERY_EFFECTIVE, &flags, ids, &cnt) < 0)
+		ret = -errno;
+	for (__u32 i = 0; !ret && i < cnt; i++) {
+		int fd = bpf_prog_get_fd_by_id(ids[i]);
+
+		if (fd < 0)
+			ret = -errno;
+		else
+			p->fd[p->n++] = fd;
+	}
+	close(cgfd);
+	return ret;
+}
+
+/* Run time and run count summed over the programs in p. */
+static void st_prog_stats(const struct st_progs *p, uint64_t *ns, uint64_t *cnt)
+{
+	*ns = *cnt = 0;
+	for (int i = 0; i < p->n; i++) {
+		struct bpf_prog_info info = { 0 };
+		__u32 len = sizeof(info);
+
+		if (bpf_obj_get_info_by_fd(p->fd[i], &info, &len) == 0) {
+			*ns += info.run_time_ns;
+			*cnt += info.run_cnt;
+		}
+	}
+}
+
+/* A row of the bpf_stats view: value (ns) against a baseline (ns), the delta
+ * the median of the per-chunk paired differences; base NAN: value only. */
+static void row_stat(const char *what, double value, double base, double delta)
+{
+	struct row *r = row_new(what);
+
+	if (!r)
+		return;
+	snprintf(r->value, sizeof(r->value), "%.1f ns", value);
+	if (!isnan(base)) {
+		snprintf(r->baseline, sizeof(r->baseline), "%.1f ns", base);
+		snprintf(r->delta, sizeof(r->delta), "%+.1f ns", delta);
+	}
+}
+
 static int bench_sendto(struct bench_env *e)
 {
 	static const char *const what[ST_N] = {
@@ -2403,9 +2473,21 @@ static int bench_sendto(struct bench_env *e)
 	double ns[ST_N][ST_MAX_ROUNDS] = { { 0 } }, delta[ST_N][ST_MAX_ROUNDS] = { { 0 } };
 	double table_moves = NAN;
 	int order[ST_N];
+	/* bpf_stats view: the modes with programs, per chunk */
+	static const int st_prog_modes[] = { ST_EMPTY, ST_KT_ADMIT, ST_KT_REFUSE, ST_KT_UNMATCH };
+	enum { N_PM = sizeof(st_prog_modes) / sizeof(st_prog_modes[0]) };
+	const int srounds = g_quick ? ST_STATS_ROUNDS_QUICK : ST_STATS_ROUNDS;
+	const enum bpf_attach_type hook_at[ST_N_HOOKS] = { BPF_CGROUP_UDP4_SENDMSG,
+							   BPF_CGROUP_INET_EGRESS };
+	struct st_progs progs[N_PM][ST_N_HOOKS];
+	double per_run[N_PM][ST_N_HOOKS][ST_MAX_ROUNDS], per_call[N_PM][ST_MAX_ROUNDS];
+	int stats_fd = -1;
+	char stats_was[16];
 
 	(void)e;
 	memset(subcg, 0, sizeof(subcg));
+	memset(progs, 0, sizeof(progs));
+	read_first_line("/proc/sys/kernel/bpf_stats_enabled", stats_was, sizeof(stats_was));
 	for (int m = 0; m < ST_N; m++)
 		w[m] = (struct st_worker){ .pid = -1, .cmd = -1, .res = -1, .netns = -1 };
 	snprintf(table[0], sizeof(table[0]), "kt_bench_%d_limit", getpid());
@@ -2579,6 +2661,50 @@ static int bench_sendto(struct bench_env *e)
 				delta[5][r], have_nft ? delta[6][r] : NAN, have_nft ? delta[7][r] : NAN);
 	}
 
+	/* the bpf_stats view: chunks of the modes with programs, stats on */
+	for (int i = 0; i < N_PM; i++)
+		for (int h = 0; h < ST_N_HOOKS; h++)
+			if ((ret = st_query(subcg[sub_of[st_prog_modes[i]]], hook_at[h], &progs[i][h]))) {
+				fprintf(stderr, "bench: sendto: cannot list the programs of %s: %s\n",
+					what[st_prog_modes[i]], strerror(-ret));
+				goto out;
+			}
+	stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+	if (stats_fd < 0) {
+		ret = -errno;
+		fprintf(stderr, "bench: sendto: cannot enable bpf_stats: %s\n", strerror(-ret));
+		goto out;
+	}
+	for (int r = 0; r < srounds; r++) {
+		for (int k = 0; k < N_PM; k++) {
+			int i = (k + r) % N_PM, m = st_prog_modes[i];
+			uint64_t t0[ST_N_HOOKS], c0[ST_N_HOOKS], t1, c1;
+			struct st_result res;
+
+			if (g_stop) {
+				ret = -EINTR;
+				goto out;
+			}
+			for (int h = 0; h < ST_N_HOOKS; h++)
+				st_prog_stats(&progs[i][h], &t0[h], &c0[h]);
+			if ((ret = st_chunk(&w[m], chunk, &res)))
+				goto out;
+			per_call[i][r] = 0;
+			for (int h = 0; h < ST_N_HOOKS; h++) {
+				st_prog_stats(&progs[i][h], &t1, &c1);
+				per_run[i][h][r] = c1 > c0[h] ? (double)(t1 - t0[h]) / (double)(c1 - c0[h]) :
+								 NAN;
+				per_call[i][r] += (double)(t1 - t0[h]) / (double)chunk;
+				/* every sendto() ran the sendmsg4 programs */
+				sanity(h != ST_HOOK_SENDMSG || c1 - c0[h] >= (uint64_t)chunk,
+				       "%s: sendmsg4 programs ran %llu times for %ld calls", what[m],
+				       (unsigned long long)(c1 - c0[h]), chunk);
+			}
+		}
+	}
+	close(stats_fd);
+	stats_fd = -1;
+
 	double base = median(ns[ST_BASE], rounds), ov[ST_N];
 	for (int m = 0; m < ST_N; m++)
 		ov[m] = median(delta[m], rounds);
@@ -2627,6 +2753,40 @@ static int bench_sendto(struct bench_env *e)
 		row_text("sendto() overhead ratio: kthrottle admitted / nftables limit",
 			 "skipped (nft not installed)", NULL, 0);
 	}
+	/* on when the sysctl or another process's stats fd has it on */
+	row_text("sendto() timed rounds: kernel.bpf_stats_enabled (on: two clock reads more per "
+		 "program run)", !strcmp(stats_was, "0") ? "off" : !strcmp(stats_was, "1") ? "on" : "?",
+		 NULL, 0);
+
+	{
+		static const char *const hook_name[ST_N_HOOKS] = { "sendmsg4", "egress" };
+		double d[ST_MAX_ROUNDS];
+		char wh[112];
+
+		for (int h = 0; h < ST_N_HOOKS; h++) {
+			snprintf(wh, sizeof(wh), "bpf_stats: empty %s program, ns per run (%d chunks)",
+				 h ? "cgroup_skb egress" : "sendmsg4", srounds);
+			row_stat(wh, median(per_run[0][h], srounds), NAN, NAN);
+		}
+		for (int h = 0; h < ST_N_HOOKS; h++) {
+			snprintf(wh, sizeof(wh), "bpf_stats: kthrottle %s program, admitted, ns per run",
+				 hook_name[h]);
+			row_stat(wh, median(per_run[1][h], srounds), median(per_run[0][h], srounds),
+				 median(per_run[1][h], srounds) - median(per_run[0][h], srounds));
+		}
+		for (int i = 1; i < N_PM; i++) {
+			int m = st_prog_modes[i];
+
+			for (int r = 0; r < srounds; r++)
+				d[r] = per_call[i][r] - per_call[0][r];
+			snprintf(wh, sizeof(wh),
+				 "bpf_stats: kthrottle − empty programs (sendmsg4 + egress), ns per "
+				 "sendto: %s",
+				 m == ST_KT_ADMIT ? "admitted" : m == ST_KT_REFUSE ? "refused" : "unmatched");
+			row_stat(wh, median(per_call[i], srounds), median(per_call[0], srounds),
+				 median(d, srounds));
+		}
+	}
 	ret = 0;
 out:
 	/* never leave a table behind, also on failure or interruption (a
@@ -2634,6 +2794,12 @@ out:
 	for (int i = 0; have_nft && i < 2; i++)
 		if (w[ST_NFT_LIMIT + i].netns >= 0 && (tables_loaded || ret))
 			st_nft(w[ST_NFT_LIMIT + i].netns, nft, "delete", "table", "inet", table[i]);
+	if (stats_fd >= 0)
+		close(stats_fd);
+	for (int i = 0; i < N_PM; i++)
+		for (int h = 0; h < ST_N_HOOKS; h++)
+			for (int k = 0; k < progs[i][h].n; k++)
+				close(progs[i][h].fd[k]);
 	for (int m = 0; m < ST_N; m++)
 		st_worker_stop(&w[m]);
 	for (int i = 0; i < 2; i++)
