@@ -2037,7 +2037,7 @@ out:
 #define ST_PORT_UNMATCH 9002
 
 enum { ST_BASE, ST_CONTROL, ST_EMPTY, ST_KT_ADMIT, ST_KT_REFUSE, ST_KT_UNMATCH, ST_NFT_LIMIT,
-       ST_NFT_VMAP, ST_N };
+       ST_NFT_VMAP, ST_NEST1, ST_NEST4, ST_N };
 
 struct st_result {
 	long n, errors, refused;
@@ -2051,6 +2051,7 @@ struct st_worker {
 	pid_t pid;
 	int cmd, res; /* pipe ends: commands to it, results from it */
 	int netns;    /* its network namespace, for nft */
+	long sent;    /* calls made, warm-up included */
 };
 
 static int st_lo_up(void)
@@ -2236,6 +2237,7 @@ static int st_worker_start(struct st_worker *w, const char *cgroup, uint16_t por
 	ret = st_read_result(w->res, warm);
 	if (!ret && warm->errors && warm->n == 0)
 		ret = -warm->last_errno;
+	w->sent = warm->n;
 	snprintf(ns, sizeof(ns), "/proc/%d/ns/net", w->pid);
 	if (!ret && (w->netns = open(ns, O_RDONLY | O_CLOEXEC)) < 0)
 		ret = -errno;
@@ -2248,9 +2250,10 @@ static int st_worker_start(struct st_worker *w, const char *cgroup, uint16_t por
 
 static int st_chunk(struct st_worker *w, long n, struct st_result *r)
 {
-	if (write(w->cmd, &n, sizeof(n)) != (ssize_t)sizeof(n))
+	if (write(w->cmd, &n, sizeof(n)) != (ssize_t)sizeof(n) || st_read_result(w->res, r))
 		return -EIO;
-	return st_read_result(w->res, r);
+	w->sent += r->n;
+	return 0;
 }
 
 /* r0 = 1; exit: what running any one program at that hook costs. */
@@ -2452,13 +2455,24 @@ static int bench_sendto(struct bench_env *e)
 		[ST_KT_UNMATCH] = "sendto() kthrottle, limit on another port",
 		[ST_NFT_LIMIT] = "sendto() nftables cgroupv2 + dport `limit` rule, under rate",
 		[ST_NFT_VMAP] = "sendto() nftables 1,000-cgroup vmap, each to a `limit` chain",
+		[ST_NEST1] = "sendto() kthrottle, admitted, nested depth 1 (1 cgroup below the member)",
+		[ST_NEST4] = "sendto() kthrottle, admitted, nested depth 4 (4 cgroups below the member)",
 	};
-	static const char *const sub[] = { "base", "empty", "kt", "ktr", "nft" };
-	enum { SUB_BASE, SUB_EMPTY, SUB_KT, SUB_KTR, SUB_NFT, N_SUB };
+	static const char *const tag[ST_N] = {
+		[ST_BASE] = "base",       [ST_CONTROL] = "control",     [ST_EMPTY] = "empty",
+		[ST_KT_ADMIT] = "admitted", [ST_KT_REFUSE] = "refused", [ST_KT_UNMATCH] = "unmatched",
+		[ST_NFT_LIMIT] = "nft-limit", [ST_NFT_VMAP] = "nft-vmap", [ST_NEST1] = "nested depth 1",
+		[ST_NEST4] = "nested depth 4",
+	};
+	/* created in this order, removed in the reverse */
+	static const char *const sub[] = { "base", "empty", "kt", "ktr", "nft", "kt/d1", "kt/d1/d2",
+					   "kt/d1/d2/d3", "kt/d1/d2/d3/d4" };
+	enum { SUB_BASE, SUB_EMPTY, SUB_KT, SUB_KTR, SUB_NFT, SUB_D1, SUB_D2, SUB_D3, SUB_D4, N_SUB };
 	static const int sub_of[ST_N] = {
 		[ST_BASE] = SUB_BASE,    [ST_CONTROL] = SUB_BASE,   [ST_EMPTY] = SUB_EMPTY,
 		[ST_KT_ADMIT] = SUB_KT,  [ST_KT_REFUSE] = SUB_KTR,  [ST_KT_UNMATCH] = SUB_KT,
-		[ST_NFT_LIMIT] = SUB_NFT, [ST_NFT_VMAP] = SUB_NFT,
+		[ST_NFT_LIMIT] = SUB_NFT, [ST_NFT_VMAP] = SUB_NFT, [ST_NEST1] = SUB_D1,
+		[ST_NEST4] = SUB_D4,
 	};
 	const int rounds = g_quick ? ST_ROUNDS_QUICK : ST_ROUNDS;
 	const long chunk = g_quick ? ST_CHUNK_QUICK : ST_CHUNK;
@@ -2474,7 +2488,8 @@ static int bench_sendto(struct bench_env *e)
 	double table_moves = NAN;
 	int order[ST_N];
 	/* bpf_stats view: the modes with programs, per chunk */
-	static const int st_prog_modes[] = { ST_EMPTY, ST_KT_ADMIT, ST_KT_REFUSE, ST_KT_UNMATCH };
+	static const int st_prog_modes[] = { ST_EMPTY,      ST_KT_ADMIT, ST_KT_REFUSE,
+					     ST_KT_UNMATCH, ST_NEST1,    ST_NEST4 };
 	enum { N_PM = sizeof(st_prog_modes) / sizeof(st_prog_modes[0]) };
 	const int srounds = g_quick ? ST_STATS_ROUNDS_QUICK : ST_STATS_ROUNDS;
 	const enum bpf_attach_type hook_at[ST_N_HOOKS] = { BPF_CGROUP_UDP4_SENDMSG,
@@ -2483,6 +2498,7 @@ static int bench_sendto(struct bench_env *e)
 	double per_run[N_PM][ST_N_HOOKS][ST_MAX_ROUNDS], per_call[N_PM][ST_MAX_ROUNDS];
 	int stats_fd = -1;
 	char stats_was[16];
+	struct dsnap snap0, snap1;
 
 	(void)e;
 	memset(subcg, 0, sizeof(subcg));
@@ -2539,8 +2555,10 @@ static int bench_sendto(struct bench_env *e)
 		 "    rateLimit: {max: 1}\n",
 		 subcg[SUB_KT], ST_PORT, subcg[SUB_KTR], ST_PORT_REFUSE);
 	ret = ktest_daemon_up(&d, body);
-	if (ret)
+	if (ret || !dsnap_take(&d, "admit", &snap0)) {
+		ret = ret ? ret : -EIO;
 		goto out;
+	}
 
 	for (int m = 0; m < ST_N; m++) {
 		uint16_t p = m == ST_KT_REFUSE ? ST_PORT_REFUSE : m == ST_KT_UNMATCH ? ST_PORT_UNMATCH :
@@ -2653,12 +2671,12 @@ static int bench_sendto(struct bench_env *e)
 			ns[ST_BASE][r] += after / (nmodes + 1);
 			before = after;
 		}
-		if (getenv("KT_BENCH_VERBOSE"))
-			fprintf(stderr,
-				"bench: sendto round %d ns/call: base %.0f control %+.0f empty %+.0f "
-				"admit %+.0f refuse %+.0f unmatch %+.0f nft-limit %+.0f nft-vmap %+.0f\n",
-				r, ns[ST_BASE][r], delta[1][r], delta[2][r], delta[3][r], delta[4][r],
-				delta[5][r], have_nft ? delta[6][r] : NAN, have_nft ? delta[7][r] : NAN);
+		if (getenv("KT_BENCH_VERBOSE")) {
+			fprintf(stderr, "bench: sendto round %d ns/call: base %.0f", r, ns[ST_BASE][r]);
+			for (int k = 0; k < nmodes; k++)
+				fprintf(stderr, ", %s %+.0f", tag[order[k]], delta[order[k]][r]);
+			fputc('\n', stderr);
+		}
 	}
 
 	/* the bpf_stats view: chunks of the modes with programs, stats on */
@@ -2704,6 +2722,20 @@ static int bench_sendto(struct bench_env *e)
 	}
 	close(stats_fd);
 	stats_fd = -1;
+
+	/* the limit counted every datagram of its member's and the nested
+	 * senders: the nested ones were matched, not passed as unmatched */
+	if (!dsnap_take(&d, "admit", &snap1)) {
+		ret = -EIO;
+		goto out;
+	}
+	{
+		long sent = w[ST_KT_ADMIT].sent + w[ST_NEST1].sent + w[ST_NEST4].sent;
+
+		sanity(snap1.admitted - snap0.admitted == (double)sent,
+		       "sendto: limit admit counted %.0f admitted; its member and nested senders sent %ld",
+		       snap1.admitted - snap0.admitted, sent);
+	}
 
 	double base = median(ns[ST_BASE], rounds), ov[ST_N];
 	for (int m = 0; m < ST_N; m++)
@@ -2782,7 +2814,7 @@ static int bench_sendto(struct bench_env *e)
 			snprintf(wh, sizeof(wh),
 				 "bpf_stats: kthrottle − empty programs (sendmsg4 + egress), ns per "
 				 "sendto: %s",
-				 m == ST_KT_ADMIT ? "admitted" : m == ST_KT_REFUSE ? "refused" : "unmatched");
+				 tag[m]);
 			row_stat(wh, median(per_call[i], srounds), median(per_call[0], srounds),
 				 median(d, srounds));
 		}
@@ -2822,7 +2854,7 @@ out:
 			snprintf(p, sizeof(p), "%s/f%d", parent, i + 1);
 			rmdir(p);
 		}
-		for (int i = 0; i < N_SUB; i++)
+		for (int i = N_SUB - 1; i >= 0; i--)
 			if (subcg[i][0])
 				ktest_cgroup_destroy(subcg[i]);
 		ktest_cgroup_destroy(parent);
