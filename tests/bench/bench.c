@@ -30,7 +30,9 @@
  *            installed, an nftables limit rule and a 1,000-cgroup verdict map
  *            (tables kt_bench_<pid>_*, each in its worker's own network
  *            namespace, always deleted); one long-lived worker per mode,
- *            short chunks paired with the baseline chunks around them
+ *            short chunks paired with the baseline chunks around them; senders
+ *            1 and 4 cgroups below kthrottle's member; and the programs' own
+ *            time per run from BPF run-time statistics
  *
  * Everything runs in its own pin directory (/sys/fs/bpf/kt-bench-<pid>, or
  * kt-test-<pid>-<n> for the daemons the ramp and pool sections start) and
@@ -2019,9 +2021,11 @@ out:
  * datagrams are dropped at a full socket: no ICMP). An nft table hooks the
  * output path of its whole namespace, so each nft mode's table is loaded in
  * its worker's namespace only, for the whole run: no other mode pays for it
- * (measured: the baseline row with and without a table loaded). cgroup
- * programs do not care about namespaces. All cgroups are children of
- * kt-test-<pid>-sendto (level 2, which the nft rules name). */
+ * (measured: the baseline row with and without a table loaded). The other
+ * modes get namespaces too, so every sender has the same stack around it
+ * (only lo, no host rules); cgroup programs do not care about namespaces.
+ * All cgroups are children of kt-test-<pid>-sendto (level 2, which the nft
+ * rules name). */
 
 #define ST_FILLERS 999      /* + the sender's cgroup: a 1,000-entry verdict map */
 #define ST_CHUNK 3000       /* calls per measured chunk: 3-6 ms */
@@ -2743,7 +2747,7 @@ static int bench_sendto(struct bench_env *e)
 	for (int m = 0; m < ST_N; m++) {
 		char wh[112];
 
-		snprintf(wh, sizeof(wh), "%s (%d rounds of %ld calls)", what[m], rounds, chunk);
+		snprintf(wh, sizeof(wh), "%s (%d chunks of %ld calls)", what[m], rounds, chunk);
 		if ((m == ST_NFT_LIMIT || m == ST_NFT_VMAP) && !have_nft) {
 			row_text(wh, "skipped (nft not installed)", NULL, 0);
 			continue;
