@@ -2384,7 +2384,7 @@ static double st_table_check(struct st_worker *base, struct st_worker *nftw, con
  * the sendto() timings. Stats add a fixed cost to every run (two clock
  * reads), the same for an empty program: kthrottle − empty removes it. */
 
-#define ST_STATS_ROUNDS 20
+#define ST_STATS_ROUNDS 30
 #define ST_STATS_ROUNDS_QUICK 5
 #define ST_MAX_PROGS 8 /* per hook a cgroup's sender runs */
 
@@ -2431,6 +2431,35 @@ static void st_prog_stats(const struct st_progs *p, uint64_t *ns, uint64_t *cnt)
 			*cnt += info.run_cnt;
 		}
 	}
+}
+
+/* One chunk of worker w with stats read around it: ns per run of the
+ * programs at each hook (NAN: none ran) and their ns per call together. */
+static int st_stats_chunk(struct st_worker *w, const struct st_progs *progs, long n,
+			  double run[ST_N_HOOKS], double *per_call)
+{
+	uint64_t t0[ST_N_HOOKS], c0[ST_N_HOOKS], t1, c1;
+	struct st_result res;
+	int ret;
+
+	for (int h = 0; h < ST_N_HOOKS; h++)
+		st_prog_stats(&progs[h], &t0[h], &c0[h]);
+	ret = st_chunk(w, n, &res);
+	if (ret)
+		return ret;
+	*per_call = 0;
+	for (int h = 0; h < ST_N_HOOKS; h++) {
+		st_prog_stats(&progs[h], &t1, &c1);
+		run[h] = c1 > c0[h] ? (double)(t1 - t0[h]) / (double)(c1 - c0[h]) : NAN;
+		*per_call += (double)(t1 - t0[h]) / (double)n;
+		/* every sendto() ran the sendmsg4 programs */
+		sanity(h != ST_HOOK_SENDMSG || c1 - c0[h] >= (uint64_t)n,
+		       "sendto: sendmsg4 programs ran %llu times for %ld calls",
+		       (unsigned long long)(c1 - c0[h]), n);
+	}
+	sanity(res.n == n && res.errors == 0, "sendto: bpf_stats chunk: %ld of %ld sent, %ld errors",
+	       res.n, n, res.errors);
+	return 0;
 }
 
 /* A row of the bpf_stats view: value (ns) against a baseline (ns), the delta
@@ -2500,6 +2529,7 @@ static int bench_sendto(struct bench_env *e)
 							   BPF_CGROUP_INET_EGRESS };
 	struct st_progs progs[N_PM][ST_N_HOOKS];
 	double per_run[N_PM][ST_N_HOOKS][ST_MAX_ROUNDS], per_call[N_PM][ST_MAX_ROUNDS];
+	double kt_minus_empty[N_PM][ST_MAX_ROUNDS];
 	int stats_fd = -1;
 	char stats_was[16];
 	struct dsnap snap0, snap1;
@@ -2697,31 +2727,35 @@ static int bench_sendto(struct bench_env *e)
 		fprintf(stderr, "bench: sendto: cannot enable bpf_stats: %s\n", strerror(-ret));
 		goto out;
 	}
+	/* as the timed rounds: empty, mode, empty, mode, ..., empty, each
+	 * kthrottle chunk paired with the empty chunks around it */
 	for (int r = 0; r < srounds; r++) {
-		for (int k = 0; k < N_PM; k++) {
-			int i = (k + r) % N_PM, m = st_prog_modes[i];
-			uint64_t t0[ST_N_HOOKS], c0[ST_N_HOOKS], t1, c1;
-			struct st_result res;
+		double e_before, e_run[ST_N_HOOKS] = { 0 };
+
+		if ((ret = st_stats_chunk(&w[ST_EMPTY], progs[0], chunk, e_run, &e_before)))
+			goto out;
+		for (int h = 0; h < ST_N_HOOKS; h++)
+			per_run[0][h][r] = e_run[h] / N_PM;
+		per_call[0][r] = e_before / N_PM;
+		for (int k = 0; k < N_PM - 1; k++) {
+			int i = 1 + (k + r) % (N_PM - 1), m = st_prog_modes[i];
+			double run[ST_N_HOOKS], e_after;
 
 			if (g_stop) {
 				ret = -EINTR;
 				goto out;
 			}
-			for (int h = 0; h < ST_N_HOOKS; h++)
-				st_prog_stats(&progs[i][h], &t0[h], &c0[h]);
-			if ((ret = st_chunk(&w[m], chunk, &res)))
+			if ((ret = st_stats_chunk(&w[m], progs[i], chunk, run, &per_call[i][r])))
 				goto out;
-			per_call[i][r] = 0;
-			for (int h = 0; h < ST_N_HOOKS; h++) {
-				st_prog_stats(&progs[i][h], &t1, &c1);
-				per_run[i][h][r] = c1 > c0[h] ? (double)(t1 - t0[h]) / (double)(c1 - c0[h]) :
-								 NAN;
-				per_call[i][r] += (double)(t1 - t0[h]) / (double)chunk;
-				/* every sendto() ran the sendmsg4 programs */
-				sanity(h != ST_HOOK_SENDMSG || c1 - c0[h] >= (uint64_t)chunk,
-				       "%s: sendmsg4 programs ran %llu times for %ld calls", what[m],
-				       (unsigned long long)(c1 - c0[h]), chunk);
-			}
+			for (int h = 0; h < ST_N_HOOKS; h++)
+				per_run[i][h][r] = run[h];
+			if ((ret = st_stats_chunk(&w[ST_EMPTY], progs[0], chunk, run, &e_after)))
+				goto out;
+			for (int h = 0; h < ST_N_HOOKS; h++)
+				per_run[0][h][r] += run[h] / N_PM;
+			per_call[0][r] += e_after / N_PM;
+			kt_minus_empty[i][r] = per_call[i][r] - (e_before + e_after) / 2;
+			e_before = e_after;
 		}
 	}
 	close(stats_fd);
@@ -2796,11 +2830,10 @@ static int bench_sendto(struct bench_env *e)
 
 	{
 		static const char *const hook_name[ST_N_HOOKS] = { "sendmsg4", "egress" };
-		double d[ST_MAX_ROUNDS];
 		char wh[112];
 
 		for (int h = 0; h < ST_N_HOOKS; h++) {
-			snprintf(wh, sizeof(wh), "bpf_stats: empty %s program, ns per run (%d chunks)",
+			snprintf(wh, sizeof(wh), "bpf_stats: empty %s program, ns per run (%d rounds)",
 				 h ? "cgroup_skb egress" : "sendmsg4", srounds);
 			row_stat(wh, median(per_run[0][h], srounds), NAN, NAN);
 		}
@@ -2813,14 +2846,12 @@ static int bench_sendto(struct bench_env *e)
 		for (int i = 1; i < N_PM; i++) {
 			int m = st_prog_modes[i];
 
-			for (int r = 0; r < srounds; r++)
-				d[r] = per_call[i][r] - per_call[0][r];
 			snprintf(wh, sizeof(wh),
 				 "bpf_stats: kthrottle − empty programs (sendmsg4 + egress), ns per "
 				 "sendto: %s",
 				 tag[m]);
 			row_stat(wh, median(per_call[i], srounds), median(per_call[0], srounds),
-				 median(d, srounds));
+				 median(kt_minus_empty[i], srounds));
 		}
 	}
 	ret = 0;
