@@ -2387,6 +2387,8 @@ static double st_table_check(struct st_worker *base, struct st_worker *nftw, con
 #define ST_STATS_ROUNDS 30
 #define ST_STATS_ROUNDS_QUICK 5
 #define ST_MAX_PROGS 8 /* per hook a cgroup's sender runs */
+_Static_assert(ST_ROUNDS <= ST_MAX_ROUNDS && ST_STATS_ROUNDS <= ST_MAX_ROUNDS,
+	       "rounds are kept in arrays of ST_MAX_ROUNDS");
 
 enum { ST_HOOK_SENDMSG, ST_HOOK_EGRESS, ST_N_HOOKS };
 
@@ -2512,15 +2514,15 @@ static int bench_sendto(struct bench_env *e)
 	const char *nft = ktest_find_prog("nft");
 	char parent[PATH_MAX] = "", cgrel[PATH_MAX], parent_rel[PATH_MAX];
 	char body[2048], table[2][64], rules[2][64] = { "", "" }, subcg[N_SUB][PATH_MAX];
-	const enum bpf_attach_type empty_at[2] = { BPF_CGROUP_UDP4_SENDMSG, BPF_CGROUP_INET_EGRESS };
-	int empty_fd[2] = { -1, -1 }, cgfd = -1, nfill = 0, nmodes = 0, ret;
-	bool empty_attached[2] = { false, false }, have_nft = nft != NULL, tables_loaded = false;
+	int empty_fd[ST_N_HOOKS] = { -1, -1 }, cgfd = -1, nfill = 0, nmodes = 0, ret;
+	bool empty_attached[ST_N_HOOKS] = { false, false }, have_nft = nft != NULL;
+	bool tables_loaded = false;
 	struct ktest_daemon d = { .pid = -1 };
 	struct st_worker w[ST_N];
 	double ns[ST_N][ST_MAX_ROUNDS] = { { 0 } }, delta[ST_N][ST_MAX_ROUNDS] = { { 0 } };
 	double table_moves = NAN;
 	int order[ST_N];
-	/* bpf_stats view: the modes with programs, per chunk */
+	/* bpf_stats view: the modes with programs, per chunk; the empty one first */
 	static const int st_prog_modes[] = { ST_EMPTY,      ST_KT_ADMIT, ST_KT_REFUSE,
 					     ST_KT_UNMATCH, ST_NEST1,    ST_NEST4 };
 	enum { N_PM = sizeof(st_prog_modes) / sizeof(st_prog_modes[0]) };
@@ -2559,11 +2561,12 @@ static int bench_sendto(struct bench_env *e)
 
 	/* empty programs at both hooks kthrottle runs a datagram through */
 	cgfd = open(subcg[SUB_EMPTY], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	for (int i = 0; i < 2; i++) {
-		empty_fd[i] = st_empty_prog(i ? BPF_PROG_TYPE_CGROUP_SKB : BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
-					    empty_at[i]);
+	for (int i = 0; i < ST_N_HOOKS; i++) {
+		empty_fd[i] = st_empty_prog(i == ST_HOOK_EGRESS ? BPF_PROG_TYPE_CGROUP_SKB :
+								  BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
+					    hook_at[i]);
 		if (empty_fd[i] < 0 || cgfd < 0 ||
-		    bpf_prog_attach(empty_fd[i], cgfd, empty_at[i], 0) < 0) {
+		    bpf_prog_attach(empty_fd[i], cgfd, hook_at[i], 0) < 0) {
 			ret = -errno;
 			fprintf(stderr, "bench: sendto: cannot load/attach an empty program: %s\n",
 				strerror(-ret));
@@ -2874,9 +2877,9 @@ out:
 			unlink(rules[i]);
 	if (d.dir[0])
 		ktest_daemon_cleanup(&d);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < ST_N_HOOKS; i++) {
 		if (empty_attached[i])
-			bpf_prog_detach2(empty_fd[i], cgfd, empty_at[i]);
+			bpf_prog_detach2(empty_fd[i], cgfd, hook_at[i]);
 		if (empty_fd[i] >= 0)
 			close(empty_fd[i]);
 	}
