@@ -2014,7 +2014,8 @@ out:
  * measured, so one long-lived worker per mode (in its cgroup, socket bound
  * and warm) is driven over pipes in short chunks, and every mode's chunk is
  * paired with the mean of the baseline chunks run just before and just after
- * it; a row's delta is the median of those paired deltas over many rounds.
+ * it; a row's delta is the median of those paired deltas over many rounds
+ * (± half their interquartile range).
  *
  * Every worker sends in a network namespace of its own (with only lo up, and
  * its receiver bound with the smallest receive buffer and never read, so the
@@ -2332,6 +2333,19 @@ static int st_write_rules(const char *path, const char *table, const char *cgrel
 		fprintf(f, "\n    };\n  }\n}\n");
 	}
 	return fclose(f) ? -EIO : 0;
+}
+
+/* Half the interquartile range of v: how far a paired delta typically
+ * strays from the median, shown next to it. */
+static double st_half_iqr(const double *v, int n)
+{
+	double s[ST_MAX_ROUNDS];
+
+	if (n < 4 || n > ST_MAX_ROUNDS)
+		return NAN;
+	memcpy(s, v, (size_t)n * sizeof(*v));
+	qsort(s, (size_t)n, sizeof(*s), cmp_double);
+	return (s[(3 * n) / 4] - s[n / 4]) / 2;
 }
 
 static double st_ns(const struct st_result *r)
@@ -2791,6 +2805,12 @@ static int bench_sendto(struct bench_env *e)
 			continue;
 		}
 		row_ns_ratio(wh, median(ns[m], rounds), m == ST_BASE ? NAN : base, ov[m]);
+		if (m != ST_BASE && g_nrows) {
+			struct row *row = &g_rows[g_nrows - 1];
+
+			snprintf(row->delta, sizeof(row->delta), "×%.3f (%+.0f ± %.0f ns)",
+				 1 + ov[m] / base, ov[m], st_half_iqr(delta[m], rounds));
+		}
 		if (m == ST_KT_ADMIT && have_nft && g_nrows) {
 			/* issue 27: admitted ≤ ½ nftables' overhead; where empty
 			 * programs alone cost more than that, ≤ empty + 60 ns and
