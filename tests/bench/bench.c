@@ -2022,7 +2022,9 @@ out:
  * datagrams are dropped at a full socket: no ICMP). An nft table hooks the
  * output path of its whole namespace, so each nft mode's table is loaded in
  * its worker's namespace only, for the whole run: no other mode pays for it
- * (measured: the baseline row with and without a table loaded). The other
+ * (the kernel's switch for a hook is global, but elsewhere it costs a test
+ * of an empty hook list; measured: the baseline row with and without a
+ * table loaded). The other
  * modes get namespaces too, so every sender has the same stack around it
  * (only lo, no host rules); cgroup programs do not care about namespaces.
  * All cgroups are children of kt-test-<pid>-sendto (level 2, which the nft
