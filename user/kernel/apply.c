@@ -1718,16 +1718,39 @@ int kt_plan_common_root(const struct kt_config *cfg, const char *cg_mount, char 
 
 	for (int i = 0; i < cfg->n_limits; i++) {
 		const struct kt_limit_cfg *lc = &cfg->limits[i];
+		int kube_dirs = 0;
 
 		if (lc->unit == KT_UNIT_REQUEST)
 			continue;
-		for (int j = 0; j <= lc->n_cgroups; j++) {
+		for (int j = 0; j <= lc->n_cgroups + 2; j++) {
 			const char *e = j < lc->n_cgroups ? lc->cgroups[j] : NULL;
+			char kp[PATH_MAX];
 
-			/* after the paths: a pods: selector's cgroup root */
-			if (!e && lc->pods.set)
-				e = cfg->kube.cgroup_root && *cfg->kube.cgroup_root ?
-					    cfg->kube.cgroup_root : ".";
+			/* after the paths: a pods: selector's cgroup root, the
+			 * kubelet's kubepods.slice and kubepods there (those that
+			 * exist; neither: the cgroup root itself) */
+			if (j >= lc->n_cgroups && lc->pods.set) {
+				/* relative to the mount, as kt_pod_cgroup_paths has it */
+				const char *kr = cfg->kube.cgroup_root ? cfg->kube.cgroup_root : "";
+				int k = j - lc->n_cgroups;
+
+				while (*kr == '/')
+					kr++;
+				if (!*kr)
+					kr = ".";
+
+				if (k < 2) {
+					snprintf(kp, sizeof(kp), "%s/%s", kr,
+						 k ? "kubepods" : "kubepods.slice");
+					if (selected_dir(kp, cg_mount, dir, sizeof(dir)) ||
+					    stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+						continue;
+					kube_dirs++;
+					e = kp;
+				} else if (!kube_dirs) {
+					e = kr;
+				}
+			}
 			if (!e)
 				continue;
 			if ((ret = selected_dir(e, cg_mount, dir, sizeof(dir))))

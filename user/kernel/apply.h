@@ -82,8 +82,9 @@ void kt_plan_free(struct kt_plan *plan);
 
 /* The deepest common ancestor of what cfg's cgroup limits select: their
  * plain paths, the static directory part of their patterns (up to the first
- * component with a wildcard) and, for pods: limits, the pods' cgroup root
- * (kubernetes.cgroupRoot under the mount). Lexical (paths need not exist),
+ * component with a wildcard) and, for pods: limits, the kubelet's
+ * kubepods.slice and kubepods directories under kubernetes.cgroupRoot (the
+ * mount by default) that exist, or cgroupRoot itself when neither does. Lexical (paths need not exist),
  * then up to the nearest directory that exists. out: an absolute path; 0,
  * -ENOENT when no limit selects a cgroup, -ENAMETOOLONG. No BPF. */
 int kt_plan_common_root(const struct kt_config *cfg, const char *cg_mount, char *out,
