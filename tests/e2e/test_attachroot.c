@@ -13,7 +13,15 @@
  *     still enforcing;
  *   - a relative or missing attachRoot, or a member outside it, is refused
  *     by --check with one line naming the field, and by a reload, which
- *     changes nothing. */
+ *     changes nothing;
+ *   - attachRoot: members keeps per-member links;
+ *   - no attachRoot (auto): one link per hook at the deepest common
+ *     ancestor of what the limits select (a pattern's static directory; a
+ *     single cgroup itself), a pod made after the start is limited with no
+ *     new link; limits in unrelated top-level cgroups fall back to
+ *     per-member links (said once in the log); a pattern elsewhere moves
+ *     the root up and the member that appears there is enforced. Status
+ *     shows the attach point. */
 #include <errno.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -105,10 +113,10 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* The config body: attachRoot `root` (NULL: none) and the two limits on
- * the member (plain path) and the root's pod-* (pattern); `extra` another
- * cgroups entry of the datagram limit (or ""). */
-static void body_for(char *buf, size_t len, const char *root, const char *extra)
+/* The config body: attachRoot `root` (NULL: none, the default auto), the
+ * datagram limit "ar" on the cgroups entries `dgram` and the connection
+ * limit "arc" on `conn` (the insides of YAML lists). */
+static void body_with(char *buf, size_t len, const char *root, const char *dgram, const char *conn)
 {
 	char ar[PATH_MAX + 32] = "";
 
@@ -119,26 +127,39 @@ static void body_for(char *buf, size_t len, const char *root, const char *extra)
 			     "%s"
 			     "limits:\n"
 			     "  - name: ar\n"
-			     "    cgroups: [\"%s\", \"%s/pod-*\"%s]\n"
+			     "    cgroups: [%s]\n"
 			     "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
 			     "    unit: datagram\n"
 			     "    burst: %.0f\n"
 			     "    rateLimit: {max: %.0f}\n"
 			     "  - name: arc\n"
-			     "    cgroups: [\"%s\"]\n"
+			     "    cgroups: [%s]\n"
 			     "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: tcp}\n"
 			     "    unit: connection\n"
 			     "    rateLimit: {max: 1000}\n",
-			     ar, fx.member, fx.root, extra, fx.a.port, BURST, RATE, fx.member,
-			     fx.conn_port) < (int)len);
+			     ar, dgram, fx.a.port, BURST, RATE, conn, fx.conn_port) < (int)len);
 }
 
-/* Programs attached directly at cg for attach type t (not inherited). */
+/* body_with the two limits on the member (plain path) and the root's pod-*
+ * (pattern); `extra` another cgroups entry of the datagram limit (or ""). */
+static void body_for(char *buf, size_t len, const char *root, const char *extra)
+{
+	char dgram[3 * PATH_MAX], conn[PATH_MAX + 4];
+
+	snprintf(dgram, sizeof(dgram), "\"%s\", \"%s/pod-*\"%s", fx.member, fx.root, extra);
+	snprintf(conn, sizeof(conn), "\"%s\"", fx.member);
+	body_with(buf, len, root, dgram, conn);
+}
+
+/* Programs attached directly at cg for attach type t (not inherited); 0
+ * when cg does not exist (yet). */
 static int progs_at(const char *cg, enum bpf_attach_type t)
 {
 	__u32 cnt = 0, flags = 0;
 	int fd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret;
 
+	if (fd < 0 && errno == ENOENT)
+		return 0;
 	assert_true(fd >= 0);
 	ret = bpf_prog_query(fd, t, 0, &flags, NULL, &cnt);
 	close(fd);
@@ -146,8 +167,8 @@ static int progs_at(const char *cg, enum bpf_attach_type t)
 	return (int)cnt;
 }
 
-/* The pinned links of the daemon's pin dir; each must be the root's. */
-static int links_of_root(void)
+/* The pinned links of the daemon's pin dir; each must be cg's. */
+static int links_of(const char *cg)
 {
 	char dir[PATH_MAX], want[32];
 	struct dirent *de;
@@ -155,14 +176,14 @@ static int links_of_root(void)
 	DIR *d;
 
 	snprintf(dir, sizeof(dir), "%s/links", fx.d.pin_dir);
-	snprintf(want, sizeof(want), "%llu-", (unsigned long long)ktest_cgroup_id(fx.root));
+	snprintf(want, sizeof(want), "%llu-", (unsigned long long)ktest_cgroup_id(cg));
 	d = opendir(dir);
 	assert_non_null(d);
 	while ((de = readdir(d))) {
 		if (de->d_name[0] == '.')
 			continue;
 		if (strncmp(de->d_name, want, strlen(want)))
-			print_message("link not on the root: %s\n", de->d_name);
+			print_message("link not on %s: %s\n", cg, de->d_name);
 		assert_true(!strncmp(de->d_name, want, strlen(want)));
 		n++;
 	}
@@ -170,21 +191,27 @@ static int links_of_root(void)
 	return n;
 }
 
-/* (a): exactly one program per needed hook on the root, none on `member`
- * (nor on any cgroup in `others`), and the root's links only. */
-static void assert_attached_once(const char *const *others)
+/* (a): exactly one program per needed hook on cg, none on any cgroup in
+ * `others`, and cg's links only. */
+static void assert_attached_at(const char *cg, const char *const *others)
 {
 	for (size_t h = 0; h < N_HOOKS; h++) {
-		int n = progs_at(fx.root, hooks[h].type);
+		int n = progs_at(cg, hooks[h].type);
 
 		if (n != hooks[h].want)
-			print_message("%s: %d programs on the root, want %d\n", hooks[h].name, n,
+			print_message("%s: %d programs on %s, want %d\n", hooks[h].name, n, cg,
 				      hooks[h].want);
 		assert_int_equal(n, hooks[h].want);
 		for (const char *const *o = others; *o; o++)
 			assert_int_equal(progs_at(*o, hooks[h].type), 0);
 	}
-	assert_int_equal(links_of_root(), N_LINKS);
+	assert_int_equal(links_of(cg), N_LINKS);
+}
+
+/* The same at the root */
+static void assert_attached_once(const char *const *others)
+{
+	assert_attached_at(fx.root, others);
 }
 
 /* UDP from cg for LOAD_S at full speed: what kt-load saw, and the datagrams
@@ -378,9 +405,183 @@ static void test_bad_attach_root(void **state)
 	assert_reload_refused(body, "attachRoot");
 }
 
-/* Reloads between a root and per-member attachment: the links move, and
- * the member is enforced after each (the new links are made before the old
- * go, so there is no gap in between). */
+/* A reload to body that succeeds. */
+static void reload_to(const char *body)
+{
+	char *out = NULL;
+
+	assert_int_equal(ktest_daemon_config(&fx.d, body), 0);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
+	free(out);
+}
+
+/* kthrottlectl status shows `text` (a whole line, or its start), status
+ * --json holds `json`. */
+static void assert_status_attach(const char *text, const char *json)
+{
+	char *out = NULL;
+
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "status", NULL), 0);
+	if (!strstr(out, text))
+		print_message("status has no \"%s\":\n%s", text, out);
+	assert_non_null(strstr(out, text));
+	free(out);
+	out = NULL;
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "status", "--json",
+				       NULL),
+			 0);
+	if (!strstr(out, json))
+		print_message("status --json has no %s:\n%s", json, out);
+	assert_non_null(strstr(out, json));
+	free(out);
+}
+
+/* Occurrences of needle in the daemon's log. */
+static int log_count(const char *needle)
+{
+	char *log = ktest_slurp(fx.d.log);
+	int n = 0;
+
+	for (const char *p = log; (p = strstr(p, needle)); p++)
+		n++;
+	free(log);
+	return n;
+}
+
+/* (1) No attachRoot (auto): the limits select the member and the root's
+ * pod-*: their deepest common ancestor is the root, which gets one link per
+ * hook; a pod made after the start is limited with no new link. A config
+ * whose limits select the member alone attaches at the member itself. */
+static void test_default_auto(void **state)
+{
+	const char *const below[] = { fx.member, fx.sibling, NULL };
+	const char *const below_pod[] = { fx.member, fx.sibling, fx.pod, NULL };
+	const char *const not_member[] = { fx.root, fx.sibling, NULL };
+	char body[4096], want[PATH_MAX + 64], member[PATH_MAX + 4];
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	body_for(body, sizeof(body), NULL, "");
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	assert_attached_once(below);
+	snprintf(want, sizeof(want), "attach %s (auto)\n", fx.root);
+	assert_status_attach(want, "(auto)\"");
+	ktest_sleep_ms(300);
+	assert_limited("member (auto root)", fx.member);
+	assert_unlimited("sibling below the auto root", fx.sibling);
+	assert_unlimited("outside the auto root", fx.outside);
+
+	assert_int_equal(mkdir(fx.pod, 0755), 0);
+	wait_enforced(fx.pod);
+	ktest_sleep_ms(300);
+	assert_limited_n("pod-1 (joined after the start, auto root)", fx.pod, 2);
+	assert_attached_once(below_pod);
+
+	/* one cgroup selected: it is its own common ancestor */
+	snprintf(member, sizeof(member), "\"%s\"", fx.member);
+	body_with(body, sizeof(body), "auto", member, member);
+	reload_to(body);
+	assert_attached_at(fx.member, not_member);
+	snprintf(want, sizeof(want), "attach %s (auto)\n", fx.member);
+	assert_status_attach(want, "(auto)\"");
+	ktest_sleep_ms(300);
+	assert_limited("member (its own root)", fx.member);
+	assert_unlimited("pod-1, no longer selected", fx.pod);
+}
+
+/* (3) Limits in unrelated top-level cgroups: their common ancestor is the
+ * cgroup v2 root, where no program goes; each member gets its own links,
+ * the log says why once, and both are enforced. */
+static void test_root_fallback(void **state)
+{
+	const char *const none[] = { fx.root, fx.sibling, fx.pod, NULL };
+	char body[4096], extra[PATH_MAX + 8];
+	static const char why[] = "no common ancestor below the cgroup v2 root";
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	snprintf(extra, sizeof(extra), ", \"%s\"", fx.outside);
+	body_for(body, sizeof(body), NULL, extra);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	for (size_t h = 0; h < N_HOOKS; h++) {
+		for (const char *const *o = none; *o; o++)
+			assert_int_equal(progs_at(*o, hooks[h].type), 0);
+		assert_int_equal(progs_at(fx.member, hooks[h].type), hooks[h].want);
+		/* the datagram limit's hooks (and sock_create) on outside */
+		assert_int_equal(progs_at(fx.outside, hooks[h].type),
+				 hooks[h].want && hooks[h].type != BPF_CGROUP_INET4_CONNECT &&
+					 hooks[h].type != BPF_CGROUP_INET6_CONNECT);
+	}
+	assert_status_attach("attach members (auto: the limits' cgroups have no common ancestor below the cgroup v2 root",
+			     "\"attach\":\"members (auto: ");
+	ktest_sleep_ms(300);
+	assert_limited_n("member (per-member fallback)", fx.member, 2);
+	assert_limited_n("outside (per-member fallback)", fx.outside, 2);
+	assert_unlimited("sibling (no member, no link)", fx.sibling);
+
+	/* a pod the pattern finds later: its own links, as before */
+	assert_int_equal(mkdir(fx.pod, 0755), 0);
+	wait_enforced(fx.pod);
+	for (size_t h = 0; h < N_HOOKS; h++)
+		assert_int_equal(progs_at(fx.root, hooks[h].type), 0);
+	ktest_sleep_ms(300);
+	assert_limited_n("pod-1 (per-member fallback)", fx.pod, 3);
+	/* said once, not at every rescan */
+	assert_int_equal(log_count(why), 1);
+}
+
+/* (4) A member appearing outside the auto root is enforced: the limits
+ * first select root/a/pod-* (auto root: root/a); a reload adds a pattern
+ * elsewhere, root/b/pod-*, and the root moves up to their common ancestor
+ * (new links before the old go); a pod that appears in b after that is
+ * enforced by a map update, no new link. */
+static char dir_a[PATH_MAX], dir_b[PATH_MAX], pod_a[PATH_MAX + 8], pod_b[PATH_MAX + 8];
+
+static void test_root_moves(void **state)
+{
+	const char *const at_a[] = { fx.root, pod_a, NULL };
+	const char *const at_root[] = { dir_a, dir_b, pod_a, pod_b, fx.member, NULL };
+	char body[4096], dgram[3 * PATH_MAX], conn[PATH_MAX + 16], want[PATH_MAX + 64];
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	snprintf(dir_a, sizeof(dir_a), "%s/a", fx.root);
+	snprintf(dir_b, sizeof(dir_b), "%s/b", fx.root);
+	snprintf(pod_a, sizeof(pod_a), "%s/pod-1", dir_a);
+	snprintf(pod_b, sizeof(pod_b), "%s/pod-2", dir_b);
+	assert_int_equal(mkdir(dir_a, 0755), 0);
+	assert_int_equal(mkdir(dir_b, 0755), 0);
+	assert_int_equal(mkdir(pod_a, 0755), 0);
+
+	snprintf(dgram, sizeof(dgram), "\"%s/pod-*\"", dir_a);
+	snprintf(conn, sizeof(conn), "\"%s/pod-*\"", dir_a);
+	body_with(body, sizeof(body), NULL, dgram, conn);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	assert_attached_at(dir_a, at_a);
+	snprintf(want, sizeof(want), "attach %s (auto)\n", dir_a);
+	assert_status_attach(want, "(auto)\"");
+	ktest_sleep_ms(300);
+	assert_limited("a/pod-1 (auto root a)", pod_a);
+
+	snprintf(dgram, sizeof(dgram), "\"%s/pod-*\", \"%s/pod-*\"", dir_a, dir_b);
+	body_with(body, sizeof(body), NULL, dgram, conn);
+	reload_to(body);
+	assert_attached_once(at_root);
+	snprintf(want, sizeof(want), "attach %s (auto)\n", fx.root);
+	assert_status_attach(want, "(auto)\"");
+	assert_limited("a/pod-1 after the root moved up", pod_a);
+
+	assert_int_equal(mkdir(pod_b, 0755), 0);
+	wait_enforced(pod_b);
+	ktest_sleep_ms(300);
+	assert_limited_n("b/pod-2 (joined outside the first root)", pod_b, 2);
+	assert_attached_once(at_root);
+	assert_unlimited("member (not selected, below the root)", fx.member);
+}
+
+/* Reloads between a root and per-member attachment (attachRoot: members):
+ * the links move, and the member is enforced after each (the new links are
+ * made before the old go, so there is no gap in between). */
 static void test_switch(void **state)
 {
 	const char *const below[] = { fx.member, fx.sibling, NULL };
@@ -389,7 +590,7 @@ static void test_switch(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	body_for(body, sizeof(body), NULL, "");
+	body_for(body, sizeof(body), "members", "");
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 	/* per-member: the member's links, none on the root */
 	for (size_t h = 0; h < N_HOOKS; h++) {
@@ -398,6 +599,7 @@ static void test_switch(void **state)
 	}
 	ktest_sleep_ms(300);
 	assert_limited("member, per-member links", fx.member);
+	assert_status_attach("attach members\n", "\"attach\":\"members\"");
 
 	body_for(body, sizeof(body), fx.root, "");
 	assert_int_equal(ktest_daemon_config(&fx.d, body), 0);
@@ -406,7 +608,7 @@ static void test_switch(void **state)
 	assert_attached_once(below);
 	assert_limited("member, root link", fx.member);
 
-	body_for(body, sizeof(body), NULL, "");
+	body_for(body, sizeof(body), "members", "");
 	assert_int_equal(ktest_daemon_config(&fx.d, body), 0);
 	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
 	free(out);
@@ -427,6 +629,13 @@ static int reset(void **state)
 	fx.d.pid = -1;
 	if (fx.pod[0])
 		ktest_cgroup_destroy(fx.pod);
+	if (dir_a[0]) {
+		ktest_cgroup_destroy(pod_a);
+		ktest_cgroup_destroy(pod_b);
+		ktest_cgroup_destroy(dir_a);
+		ktest_cgroup_destroy(dir_b);
+		dir_a[0] = 0;
+	}
 	return 0;
 }
 
@@ -436,6 +645,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_attach_root, reset),
 		cmocka_unit_test_teardown(test_bad_attach_root, reset),
 		cmocka_unit_test_teardown(test_switch, reset),
+		cmocka_unit_test_teardown(test_default_auto, reset),
+		cmocka_unit_test_teardown(test_root_fallback, reset),
+		cmocka_unit_test_teardown(test_root_moves, reset),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -14,7 +14,8 @@
  *     issue allows a tick; measured: the sends within the slowest pod's
  *     mkdir-to-first-EBUSY time, one per 2 ms);
  *   - afterwards, with every pod gone: no kt_members entry, no bucket in
- *     use, no link of a dead cgroup, and the daemon's open fds the same and
+ *     use, no link of a dead cgroup (the links are base's: attachRoot auto
+ *     attaches at the pattern's directory, one per hook), and the daemon's open fds the same and
  *     its resident memory within 4 MiB of what they were after warm-up. */
 #include <dirent.h>
 #include <errno.h>
@@ -257,7 +258,8 @@ static void test_pod_churn(void **state)
 	char body[2048], err[KT_ERR_LEN], links[PATH_MAX];
 	struct kt_bpf kb;
 	long rss0, rss1;
-	int fds0, fds1, in_use = 0, members = 0, links_left = 0;
+	int fds0, fds1, in_use = 0, members = 0, links_left = 0, links_base = 0;
+	char base_pfx[32];
 	uint64_t t_start, next;
 
 	(void)state;
@@ -346,21 +348,32 @@ static void test_pod_churn(void **state)
 			in_use++;
 	}
 	kt_bpf_close(&kb);
+	/* the links are base's (attachRoot auto: the pattern's directory),
+	 * one per hook the limit needs; none of a dead cgroup */
 	snprintf(links, sizeof(links), "%s/links", fx.d.pin_dir);
+	snprintf(base_pfx, sizeof(base_pfx), "%llu-", (unsigned long long)ktest_cgroup_id(fx.base));
 	DIR *d = opendir(links);
 	struct dirent *de;
-	while (d && (de = readdir(d)))
-		links_left += de->d_name[0] != '.';
+	while (d && (de = readdir(d))) {
+		if (de->d_name[0] == '.')
+			continue;
+		if (!strncmp(de->d_name, base_pfx, strlen(base_pfx)))
+			links_base++;
+		else
+			links_left++;
+	}
 	if (d)
 		closedir(d);
 	fds1 = proc_fds_settled(fx.d.pid);
 	rss1 = proc_rss_kb(fx.d.pid);
-	print_message("after: %d kt_members entries, %d buckets in use, %d links; daemon fds %d -> "
-		      "%d, RSS %ld -> %ld kB\n",
-		      members, in_use, links_left, fds0, fds1, rss0, rss1);
+	print_message("after: %d kt_members entries, %d buckets in use, %d links of base, %d of "
+		      "other cgroups; daemon fds %d -> %d, RSS %ld -> %ld kB\n",
+		      members, in_use, links_base, links_left, fds0, fds1, rss0, rss1);
 	assert_int_equal(members, 0);
 	assert_int_equal(in_use, 0);
 	assert_int_equal(links_left, 0);
+	/* sendmsg4, sendmsg6, egress, sock_create */
+	assert_int_equal(links_base, 4);
 	assert_true(fds0 > 0 && fds1 == fds0);
 	assert_true(rss0 > 0 && rss1 <= rss0 + 4096);
 }

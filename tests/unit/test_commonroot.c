@@ -116,13 +116,29 @@ static void test_pods(void **state)
 	int ret;
 
 	(void)state;
-	/* the pods' cgroup root: kubernetes.cgroupRoot under the mount */
-	assert_string_equal(root_of(POD("p"), "kubernetes: {cgroupRoot: k8s}\n", &ret), "k8s");
-	/* no cgroupRoot: the mount */
+	/* the pods' cgroup root: the kubelet's kubepods.slice under
+	 * kubernetes.cgroupRoot (under the mount, a leading / or not) */
+	assert_string_equal(root_of(POD("p"), "kubernetes: {cgroupRoot: k8s}\n", &ret),
+			    "k8s/kubepods.slice");
+	assert_string_equal(root_of(POD("p"), "kubernetes: {cgroupRoot: /k8s}\n", &ret),
+			    "k8s/kubepods.slice");
+	/* no kubepods[.slice] there: cgroupRoot itself */
+	assert_string_equal(root_of(POD("p"), "kubernetes: {cgroupRoot: a}\n", &ret), "a");
+	/* no cgroupRoot, no kubepods at the mount: the mount */
 	assert_string_equal(root_of(POD("p"), NULL, &ret), "");
 	assert_string_equal(root_of(POD("p") L("x", "[k8s/kubepods.slice]"),
 				    "kubernetes: {cgroupRoot: k8s}\n", &ret),
-			    "k8s");
+			    "k8s/kubepods.slice");
+	/* both layouts: their parent */
+	{
+		char p[PATH_MAX * 2];
+
+		snprintf(p, sizeof(p), "%s/k8s/kubepods", mnt);
+		assert_int_equal(mkdir(p, 0755), 0);
+		assert_string_equal(root_of(POD("p"), "kubernetes: {cgroupRoot: k8s}\n", &ret),
+				    "k8s");
+		rmdir(p);
+	}
 	/* cooperative limits select no cgroup */
 	assert_string_equal(root_of(REQ("r") L("x", "[a/d]"), NULL, &ret), "a/d");
 	assert_null(root_of(REQ("r"), NULL, &ret));

@@ -471,8 +471,9 @@ static void test_lease_options(void **state)
 	kt_config_free(&cfg);
 }
 
-/* attachRoot: kept as written (its cgroup is resolved with the members,
- * apply.c), with its line; absent: NULL, per-member attachments */
+/* attachRoot: a path kept as written (its cgroup is resolved with the
+ * members, apply.c), with its line; absent or "auto": the common ancestor
+ * (computed with the members); "members": per-member attachments */
 static void test_attach_root(void **state)
 {
 	struct kt_config cfg;
@@ -483,9 +484,20 @@ static void test_attach_root(void **state)
 			       &cfg, err), 0);
 	assert_string_equal(cfg.attach_root, "/sys/fs/cgroup/kubepods.slice");
 	assert_int_equal(cfg.attach_root_line, 2);
+	assert_int_equal(cfg.attach_mode, KT_ATTACH_PATH);
 	kt_config_free(&cfg);
 	assert_int_equal(parse(LIM, &cfg, err), 0);
 	assert_null(cfg.attach_root);
+	assert_int_equal(cfg.attach_mode, KT_ATTACH_AUTO);
+	kt_config_free(&cfg);
+	/* the two words: no path */
+	assert_int_equal(parse("attachRoot: auto\n" LIM, &cfg, err), 0);
+	assert_null(cfg.attach_root);
+	assert_int_equal(cfg.attach_mode, KT_ATTACH_AUTO);
+	kt_config_free(&cfg);
+	assert_int_equal(parse("attachRoot: members\n" LIM, &cfg, err), 0);
+	assert_null(cfg.attach_root);
+	assert_int_equal(cfg.attach_mode, KT_ATTACH_MEMBERS);
 	kt_config_free(&cfg);
 }
 
@@ -1112,7 +1124,8 @@ static const struct bad bad_cases[] = {
 	{ "socket: /" "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n" LIM,
 	  "t.yaml:1: socket: ", "longer than 107 bytes" },
 	{ "pinDir: [a]\n" LIM, "t.yaml:1: pinDir: ", "expected a string, got a list" },
-	{ "attachRoot: kubepods\n" LIM, "t.yaml:1: attachRoot: ", "\"kubepods\" must be an absolute path" },
+	{ "attachRoot: kubepods\n" LIM, "t.yaml:1: attachRoot: ", "\"kubepods\" must be an absolute path, auto or members" },
+	{ "attachRoot: Auto\n" LIM, "t.yaml:1: attachRoot: ", "\"Auto\" must be an absolute path, auto or members" },
 	{ "attachRoot: [a]\n" LIM, "t.yaml:1: attachRoot: ", "expected a string, got a list" },
 	{ "attachRoot: \"\"\n" LIM, "t.yaml:1: attachRoot: ", "is empty" },
 	{ "node: bad/name\n" LIM, "t.yaml:1: node: ", "may only hold" },

@@ -2560,9 +2560,20 @@ static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 	/* the cgroup itself is resolved with the members (apply.c): it must
 	 * exist when the config is checked, started or reloaded */
 	if ((v = map_get(c, root, "attachRoot"))) {
-		if ((err = get_abs_path(c, v, "attachRoot", MAX_PATH_BYTES, &cfg->attach_root)))
+		if ((err = get_str(c, v, "attachRoot", MAX_PATH_BYTES, &cfg->attach_root)))
 			return err;
 		cfg->attach_root_line = line_of(v);
+		if (!strcmp(cfg->attach_root, "auto") || !strcmp(cfg->attach_root, "members")) {
+			cfg->attach_mode = cfg->attach_root[0] == 'a' ? KT_ATTACH_AUTO : KT_ATTACH_MEMBERS;
+			free(cfg->attach_root);
+			cfg->attach_root = NULL;
+		} else if (cfg->attach_root[0] != '/') {
+			return fail(c, v, "attachRoot",
+				    "\"%s\" must be an absolute path, auto or members",
+				    show_str(cfg->attach_root).s);
+		} else {
+			cfg->attach_mode = KT_ATTACH_PATH;
+		}
 	}
 	if ((v = map_get(c, root, "socket")))
 		err = get_abs_path(c, v, "socket", sizeof(sun.sun_path) - 1, &cfg->socket_path);

@@ -228,9 +228,14 @@ struct kt_config {
 	char *file;               /* path as given */
 	char *node_name;          /* default: $NODE_NAME if it fits the alphabet, else gethostname() */
 	char *pin_dir;            /* default /sys/fs/bpf/kthrottle */
-	/* attachRoot: the cgroup (absolute path on the cgroup v2 mount) where
-	 * each hook's program is attached once, for every member below it;
-	 * NULL (the default): each outermost member cgroup gets its own links */
+	/* attachRoot: where the programs are attached. KT_ATTACH_AUTO (absent
+	 * or "auto", the default): once per hook at the deepest common
+	 * ancestor of what the limits select, unless that is the cgroup v2
+	 * root (then per member); KT_ATTACH_MEMBERS ("members"): on each
+	 * outermost member cgroup; KT_ATTACH_PATH: once per hook at
+	 * attach_root (an absolute path on the cgroup v2 mount; NULL in the
+	 * other modes), for every member below it */
+	enum kt_attach_mode { KT_ATTACH_AUTO = 0, KT_ATTACH_MEMBERS, KT_ATTACH_PATH } attach_mode;
 	char *attach_root;
 	int attach_root_line;
 	char *socket_path;        /* default /run/kthrottle/kthrottled.sock */

@@ -737,6 +737,8 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 		sb_json_str(&b, d->cfg.node_name);
 		sb_printf(&b, ",\"pin_dir\":");
 		sb_json_str(&b, d->bpf.pin_dir);
+		sb_printf(&b, ",\"attach\":");
+		sb_json_str(&b, d->attach_desc);
 		sb_printf(&b, ",\"uptime_s\":%.3f,\"ticks\":%llu,\"tick_late_max_ms\":%.3f,"
 			     "\"ticks_missed\":%llu,\"reloads\":%llu",
 			  (double)(now - d->started_ns) / 1e9, (unsigned long long)d->ticks,
@@ -750,6 +752,7 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 			  d->bpf.pin_dir, (double)(now - d->started_ns) / 1e9,
 			  (double)d->tick_late_max_ns / 1e6);
 		config_status(d, &b, false);
+		sb_printf(&b, "attach %s\n", d->attach_desc);
 		kube_status(d, &b, false, now);
 		if (d->plan.n_limits) /* a node may have tag limits only */
 			sb_printf(&b, "%-16s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",
@@ -1556,6 +1559,22 @@ static int apply_plan(struct kt_daemon *d, struct kt_plan *plan, struct kt_limit
 		pol[i] = ls[i].pol;
 	ret = kt_plan_apply(&d->bpf, plan, pol, err, errlen);
 	free(pol);
+	if (!ret) {
+		char desc[sizeof(d->attach_desc)];
+
+		/* once per change of the attach point, not at every rescan */
+		kt_plan_attach_desc(plan, desc, sizeof(desc));
+		if (strcmp(desc, d->attach_desc)) {
+			if (plan->root)
+				kt_info("programs attached once per hook at %s", desc);
+			else if (plan->root_note[0])
+				kt_info("programs attached on each member cgroup (attachRoot auto: %s)",
+					plan->root_note);
+			else if (strcmp(desc, "none"))
+				kt_info("programs attached on each member cgroup (attachRoot: members)");
+			snprintf(d->attach_desc, sizeof(d->attach_desc), "%s", desc);
+		}
+	}
 	return ret;
 }
 

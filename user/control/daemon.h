@@ -72,6 +72,7 @@ struct kt_daemon {
 	struct kt_metrics *metrics; /* the Prometheus endpoint; NULL: off */
 	int cgwatch_err;           /* last kt_cgwatch_set error, 0 = watching */
 	char refresh_err[KT_ERR_LEN]; /* last rescan error, logged once */
+	char attach_desc[PATH_MAX + 300]; /* the plan's attach point, logged when it changes */
 	struct kt_slot_base *slot_base; /* KT_MAX_SLOTS, the controller's counter baselines */
 	double *demand_buf;        /* share: demand: every member's demand, scratch for the pool */
 	int demand_cap;

@@ -331,6 +331,77 @@ static void drop_outside_root(struct kt_plan *plan, struct kt_limit_rt *l)
 	l->n_members = kept;
 }
 
+static void common_dir(char *acc, const char *p);
+
+/* attachRoot auto: the deepest common ancestor of what the limits select
+ * (kt_plan_common_root) and of every member found now, so that a member
+ * the config's paths would not predict still has the programs above it.
+ * Per-member attachment (plan->root NULL, root_note saying why) when that
+ * is the cgroup v2 root: attached there, every process of the host would
+ * pass the programs. Fails only for memory. */
+static int auto_root(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan)
+{
+	char dir[PATH_MAX], real[PATH_MAX], mnt[PATH_MAX], why[KT_ERR_LEN];
+	int ret = kt_plan_common_root(cfg, cg_mount, dir, sizeof(dir));
+
+	if (ret == -ENOENT)
+		return 0; /* no cgroup limit: nothing to attach */
+	if (!ret && !cg_mount)
+		ret = -ENOENT;
+	if (ret) {
+		snprintf(plan->root_note, sizeof(plan->root_note),
+			 "no common ancestor of the limits' cgroups: %s",
+			 cg_mount ? strerror(-ret) : "no cgroup v2 mount");
+		return 0;
+	}
+	if (!realpath(cg_mount, mnt))
+		snprintf(mnt, sizeof(mnt), "%s", cg_mount);
+	if (kt_cgroup_resolve(dir, cg_mount, real, sizeof(real), why, sizeof(why))) {
+		snprintf(plan->root_note, sizeof(plan->root_note), "%s", why);
+		return 0;
+	}
+	for (int i = 0; i < plan->n_limits; i++) {
+		const struct kt_limit_rt *l = &plan->limits[i];
+
+		if (l->cfg->unit == KT_UNIT_REQUEST)
+			continue;
+		for (int j = 0; j < l->n_members; j++)
+			if (!path_at_or_below(l->members[j].path, real))
+				common_dir(real, l->members[j].path);
+	}
+	if (!strcmp(real, mnt) || !path_at_or_below(real, mnt)) {
+		snprintf(plan->root_note, sizeof(plan->root_note),
+			 "the limits' cgroups have no common ancestor below the cgroup v2 root %s",
+			 mnt);
+		return 0;
+	}
+	if ((ret = kt_cgroup_id(real, &plan->root_cgid))) {
+		snprintf(plan->root_note, sizeof(plan->root_note), "%s: cannot read cgroup id: %s",
+			 real, strerror(-ret));
+		plan->root_cgid = 0;
+		return 0;
+	}
+	plan->root = strdup(real);
+	return plan->root ? 0 : -ENOMEM;
+}
+
+void kt_plan_attach_desc(const struct kt_plan *plan, char *buf, size_t len)
+{
+	bool any = false;
+
+	for (int i = 0; i < plan->n_limits && !any; i++)
+		any = plan->limits[i].cfg->unit != KT_UNIT_REQUEST;
+	if (!any)
+		snprintf(buf, len, "none");
+	else if (plan->root)
+		snprintf(buf, len, "%s (%s)", plan->root,
+			 plan->root_mode == KT_ATTACH_PATH ? "attachRoot" : "auto");
+	else if (plan->root_note[0])
+		snprintf(buf, len, "members (auto: %s)", plan->root_note);
+	else
+		snprintf(buf, len, "members");
+}
+
 /* The plan for cfg with the members found now. A rescan (not a start or a
  * reload) is quiet about missing paths and never fails on a cgroup in too
  * many limits. Limit ids and slots are kt_plan_apply's to find. */
@@ -346,7 +417,9 @@ static int plan_members(const struct kt_config *cfg, const char *cg_mount,
 		goto fail;
 	plan->n_limits = cfg->n_limits;
 	plan->file = cfg->file;
-	if (cfg->attach_root && (ret = resolve_root(cfg, cg_mount, plan, err, errlen)))
+	plan->root_mode = cfg->attach_mode;
+	if (cfg->attach_mode == KT_ATTACH_PATH &&
+	    (ret = resolve_root(cfg, cg_mount, plan, err, errlen)))
 		goto fail;
 	for (int i = 0; i < cfg->n_limits; i++) {
 		struct kt_limit_rt *l = &plan->limits[i];
@@ -355,12 +428,15 @@ static int plan_members(const struct kt_config *cfg, const char *cg_mount,
 		ret = limit_members(cfg, i, cg_mount, pods, rescan, l, err, errlen);
 		if (ret)
 			goto fail;
-		/* a rescan's new member outside the root is left out (the
+		/* a rescan's new member outside attachRoot is left out (the
 		 * start and reload refuse one: kt_plan_check) */
 		if (rescan && plan->root)
 			drop_outside_root(plan, l);
 	}
 	ret = cap_memberships(cfg, plan, !rescan, err, errlen);
+	/* auto: a root above every member, or per member */
+	if (!ret && cfg->attach_mode == KT_ATTACH_AUTO)
+		ret = auto_root(cfg, cg_mount, plan);
 	if (!ret)
 		ret = member_ids(plan);
 	if (!ret)
@@ -1642,16 +1718,39 @@ int kt_plan_common_root(const struct kt_config *cfg, const char *cg_mount, char 
 
 	for (int i = 0; i < cfg->n_limits; i++) {
 		const struct kt_limit_cfg *lc = &cfg->limits[i];
+		int kube_dirs = 0;
 
 		if (lc->unit == KT_UNIT_REQUEST)
 			continue;
-		for (int j = 0; j <= lc->n_cgroups; j++) {
+		for (int j = 0; j <= lc->n_cgroups + 2; j++) {
 			const char *e = j < lc->n_cgroups ? lc->cgroups[j] : NULL;
+			char kp[PATH_MAX];
 
-			/* after the paths: a pods: selector's cgroup root */
-			if (!e && lc->pods.set)
-				e = cfg->kube.cgroup_root && *cfg->kube.cgroup_root ?
-					    cfg->kube.cgroup_root : ".";
+			/* after the paths: a pods: selector's cgroup root, the
+			 * kubelet's kubepods.slice and kubepods there (those that
+			 * exist; neither: the cgroup root itself) */
+			if (j >= lc->n_cgroups && lc->pods.set) {
+				/* relative to the mount, as kt_pod_cgroup_paths has it */
+				const char *kr = cfg->kube.cgroup_root ? cfg->kube.cgroup_root : "";
+				int k = j - lc->n_cgroups;
+
+				while (*kr == '/')
+					kr++;
+				if (!*kr)
+					kr = ".";
+
+				if (k < 2) {
+					snprintf(kp, sizeof(kp), "%s/%s", kr,
+						 k ? "kubepods" : "kubepods.slice");
+					if (selected_dir(kp, cg_mount, dir, sizeof(dir)) ||
+					    stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+						continue;
+					kube_dirs++;
+					e = kp;
+				} else if (!kube_dirs) {
+					e = kr;
+				}
+			}
 			if (!e)
 				continue;
 			if ((ret = selected_dir(e, cg_mount, dir, sizeof(dir))))

@@ -43,12 +43,18 @@ struct kt_plan {
 	struct kt_limit_rt *limits;
 	int n_limits;
 	const char *file; /* the config's file (owned by the config), for errors */
-	/* attachRoot, resolved when the members were: the canonical cgroup
-	 * directory where each hook's program is attached once (NULL: every
-	 * outermost member cgroup is attached), its id and config line */
+	/* The attach point, resolved when the members were: the canonical
+	 * cgroup directory where each hook's program is attached once (NULL:
+	 * every outermost member cgroup is attached), its id and config line.
+	 * root_mode is the config's attachRoot mode; with KT_ATTACH_AUTO the
+	 * root is the deepest common ancestor of what the limits select and
+	 * of every member found (so none is ever outside it), or NULL when
+	 * that is the cgroup v2 root: root_note then says why (else ""). */
 	char *root;
 	uint64_t root_cgid;
 	int root_line;
+	int root_mode; /* enum kt_attach_mode */
+	char root_note[256];
 };
 
 /* Finds the member cgroups of cfg's limits (paths absolute, or relative to
@@ -76,12 +82,18 @@ void kt_plan_free(struct kt_plan *plan);
 
 /* The deepest common ancestor of what cfg's cgroup limits select: their
  * plain paths, the static directory part of their patterns (up to the first
- * component with a wildcard) and, for pods: limits, the pods' cgroup root
- * (kubernetes.cgroupRoot under the mount). Lexical (paths need not exist),
+ * component with a wildcard) and, for pods: limits, the kubelet's
+ * kubepods.slice and kubepods directories under kubernetes.cgroupRoot (the
+ * mount by default) that exist, or cgroupRoot itself when neither does. Lexical (paths need not exist),
  * then up to the nearest directory that exists. out: an absolute path; 0,
  * -ENOENT when no limit selects a cgroup, -ENAMETOOLONG. No BPF. */
 int kt_plan_common_root(const struct kt_config *cfg, const char *cg_mount, char *out,
 			size_t outlen);
+
+/* Where plan's programs are attached, for status and the log, one line:
+ * "/path (auto)", "/path (attachRoot)", "members", "members (auto: WHY)" or,
+ * with no cgroup limit, "none". */
+void kt_plan_attach_desc(const struct kt_plan *plan, char *buf, size_t len);
 
 /* Every check of kt_plan_apply's plan that needs no kernel state: limit and
  * bucket counts of the plan alone, the classifier (rules per prefix,
