@@ -6,7 +6,9 @@
  * source masked to the interface's prefix length is the tag. A frame that
  * is not IP passes; an IP frame whose header is cut short is dropped (a
  * header that cannot be parsed is charged, not passed). One LRU hash lookup
- * per packet once the bucket exists: the bucket carries its policy.
+ * per packet once the bucket exists: the bucket carries its policy; the
+ * interface's config is an array slot (kt_xdp_ifslot) for ifindex <
+ * KT_XDP_IFSLOTS, a hash lookup (kt_xdp_ifaces) only above.
  *
  * kt_tag_run_ops: the daemon's batch of harvest / debit / set operations
  * (struct kt_tag_op in kt_tag_ops), run by BPF_PROG_TEST_RUN. Userspace
@@ -41,6 +43,16 @@ struct {
 	__type(value, struct kt_xdp_iface);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_xdp_ifaces SEC(".maps");
+
+/* kt_xdp_ifaces by index for ifindex < KT_XDP_IFSLOTS: no hash per packet */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, KT_XDP_IFSLOTS);
+	__type(key, __u32);
+	__type(value, struct kt_xdp_iface);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_xdp_ifslot SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -159,13 +171,13 @@ int kt_xdp_tags(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
-	struct kt_xdp_iface *ifc;
+	struct kt_xdp_iface *ifc, cfg;
 	struct kt_tag_bucket *b;
 	struct kt_xdp_stats *st;
 	struct kt_tag_key key;
 	__u32 ifindex = ctx->ingress_ifindex;
 	__u32 *w = (__u32 *)key.addr;
-	__u64 now, wait_ns;
+	__u64 now, wait_ns, raw;
 	__u16 proto;
 	void *l3;
 
@@ -183,11 +195,23 @@ int kt_xdp_tags(struct xdp_md *ctx)
 	}
 	if (proto != bpf_htons(ETH_P_IP) && proto != bpf_htons(ETH_P_IPV6))
 		return XDP_PASS;
-	ifc = bpf_map_lookup_elem(&kt_xdp_ifaces, &ifindex);
-	if (!ifc)
-		return XDP_PASS;
+	if (ifindex < KT_XDP_IFSLOTS) {
+		ifc = bpf_map_lookup_elem(&kt_xdp_ifslot, &ifindex);
+		if (!ifc)
+			return XDP_PASS;
+		/* one load: the daemon rewrites a slot in place, never torn */
+		raw = KT_READ_ONCE(*(__u64 *)ifc);
+		__builtin_memcpy(&cfg, &raw, sizeof(cfg));
+		if (!(cfg.flags & KT_XDP_IFACE_SET))
+			return XDP_PASS;
+	} else {
+		ifc = bpf_map_lookup_elem(&kt_xdp_ifaces, &ifindex);
+		if (!ifc)
+			return XDP_PASS;
+		cfg = *ifc;
+	}
 
-	key.tag_limit = ifc->tag_limit;
+	key.tag_limit = cfg.tag_limit;
 	key.pad = 0;
 	if (proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = l3;
@@ -195,7 +219,7 @@ int kt_xdp_tags(struct xdp_md *ctx)
 		if ((void *)(ip + 1) > data_end)
 			goto malformed;
 		key.family = 4;
-		key.prefix_len = ifc->prefix_v4 > 32 ? 32 : ifc->prefix_v4;
+		key.prefix_len = cfg.prefix_v4 > 32 ? 32 : cfg.prefix_v4;
 		w[0] = kt_mask_word(ip->saddr, key.prefix_len);
 		w[1] = w[2] = w[3] = 0;
 	} else {
@@ -207,7 +231,7 @@ int kt_xdp_tags(struct xdp_md *ctx)
 			goto malformed;
 		s = (__u32 *)&ip6->saddr;
 		key.family = 6;
-		key.prefix_len = ifc->prefix_v6 > 128 ? 128 : ifc->prefix_v6;
+		key.prefix_len = cfg.prefix_v6 > 128 ? 128 : cfg.prefix_v6;
 		bits = key.prefix_len;
 		w[0] = kt_mask_word(s[0], bits);
 		w[1] = kt_mask_word(s[1], bits - 32);

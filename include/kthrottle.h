@@ -803,6 +803,12 @@ _Static_assert(sizeof(struct kt_tag_bucket) == 64, "kt_tag_bucket layout");
  *   the tag limit whose buckets an interface's ingress is charged to and the
  *   prefix lengths a source is masked to. An interface not in it passes
  *   everything. Daemon writes, program reads.
+ * kt_xdp_ifslot (array, KT_XDP_IFSLOTS, BPF_F_MMAPABLE): the same entries
+ *   indexed by ifindex, KT_XDP_IFACE_SET in flags, for every ifindex below
+ *   KT_XDP_IFSLOTS: the program reads the config there with no hash lookup
+ *   (inlined array access) and reads kt_xdp_ifaces only for larger ones.
+ *   kt_xdp_ifaces stays the record (what an older daemon reads and writes):
+ *   the daemon writes both, and rebuilds the slots from it on every open.
  * kt_tag_policy (array, KT_MAX_TAG_LIMITS): the limit's default policy
  *   (struct kt_tag_policy with KT_TAG_POLICY_IN_USE); a limit not in use
  *   passes everything.
@@ -825,6 +831,7 @@ _Static_assert(sizeof(struct kt_tag_bucket) == 64, "kt_tag_bucket layout");
  *   the daemon resolves the policy of a bucket an op must make.
  */
 #define KT_MAX_XDP_IFACES 256
+#define KT_XDP_IFSLOTS 4096 /* ifindexes with a kt_xdp_ifslot entry: 0..4095 */
 #define KT_MAX_TAG_RULES 16384
 #define KT_TAG_OPS_BATCH 256
 
@@ -832,8 +839,9 @@ struct kt_xdp_iface {
 	__u32 tag_limit; /* < KT_MAX_TAG_LIMITS */
 	__u8 prefix_v4;  /* 0..32: bits of an IPv4 source that make the tag */
 	__u8 prefix_v6;  /* 0..128 */
-	__u16 pad;
+	__u16 flags;     /* KT_XDP_IFACE_SET in a kt_xdp_ifslot entry in use; else 0 */
 };
+#define KT_XDP_IFACE_SET (1u << 0)
 _Static_assert(sizeof(struct kt_xdp_iface) == 8, "kt_xdp_iface layout");
 
 /* A tag limit's default (kt_tag_policy) or a rule's (kt_tag_rules): what a
