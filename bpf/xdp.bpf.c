@@ -260,9 +260,10 @@ int kt_xdp_tags(struct xdp_md *ctx)
 		__sync_fetch_and_add(&b->dropped, 1);
 		return XDP_DROP;
 	}
-	__sync_fetch_and_add(&b->admitted, 1);
 	b->last_seen = now;
-	/* first admission since the last harvest: tell the daemon the key */
+	/* the one counter an admission adds to (admitted is hits harvested,
+	 * added by KT_TAG_OP_HARVEST); the first admission since the last
+	 * harvest tells the daemon the key */
 	if (__sync_fetch_and_add(&b->hits, 1) == 0 &&
 	    bpf_ringbuf_output(&kt_tag_notify, &key, sizeof(key), 0) < 0) {
 		st = kt_stats();
@@ -321,6 +322,8 @@ static long kt_op_one(__u32 i, void *arg)
 		op->hits = b ? __sync_lock_test_and_set(&b->hits, 0) : 0;
 		if (!b)
 			op->result = KT_TAG_OP_ABSENT;
+		else if (op->hits)
+			__sync_fetch_and_add(&b->admitted, op->hits); /* the total moves, kept */
 		break;
 	case KT_TAG_OP_DEBIT:
 		if (!b) {

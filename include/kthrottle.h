@@ -780,13 +780,19 @@ _Static_assert(sizeof(struct kt_tag_key) == 24, "kt_tag_key layout");
  * or an override's; allowlisted prefixes get KT_TAG_ALLOW), so a packet costs
  * one hash lookup. The daemon rewrites interval_fp/burst/flags in place on a
  * reload. hits counts admissions since the daemon last harvested them for
- * the exchange; admitted and dropped are totals. */
+ * the exchange, the one counter an admission adds to: KT_TAG_OP_HARVEST
+ * adds what it takes from hits to admitted, so the total admitted is
+ * admitted + hits (exact between harvests; a reader racing a harvest may be
+ * off by that harvest for one read). dropped is a total. (An older build's
+ * program added to admitted itself: while one is still attached to pins a
+ * newer daemon harvests, in an upgrade before the links are switched, its
+ * admissions count twice in admitted.) */
 struct kt_tag_bucket {
 	__u64 tat;         /* kt clock ns (CLOCK_BOOTTIME) */
 	__u64 interval_fp; /* Q48.16 ns per token; 0 = refuse all */
 	__u64 burst;
 	__u64 hits;        /* admitted, not yet reported */
-	__u64 admitted;
+	__u64 admitted;    /* admitted and harvested: + hits = all admitted */
 	__u64 dropped;
 	__u64 last_seen;   /* kt clock ns of the last packet */
 	__u32 flags;       /* KT_TAG_* */

@@ -694,7 +694,7 @@ int kt_xdp_tags_stats(struct kt_xdp_tags *t, uint32_t tag_limit, struct kt_xdp_t
 		if (key.tag_limit != tag_limit || bpf_map_lookup_elem(fd, &key, &b) < 0)
 			continue;
 		out->buckets++;
-		out->admitted += b.admitted;
+		out->admitted += b.admitted + b.hits; /* hits: not yet harvested */
 		out->dropped += b.dropped;
 	}
 	return 0;
