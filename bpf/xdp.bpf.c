@@ -165,6 +165,29 @@ static __always_inline __u32 kt_mask_word(__u32 w, int bits)
 	return w & bpf_htonl(~0u << (32 - bits));
 }
 
+/* Two 32-bit words as the 64 bits that hold them in this order in memory. */
+static __always_inline __u64 kt_pair(__u32 first, __u32 second)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return first | (__u64)second << 32;
+#else
+	return (__u64)first << 32 | second;
+#endif
+}
+
+/* The bytes b0, b1, 0, 0 in memory, as a 32-bit word (kt_tag_key's family,
+ * prefix_len, pad). */
+static __always_inline __u32 kt_bytes2(__u8 b0, __u8 b1)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return b0 | (__u32)b1 << 8;
+#else
+	return (__u32)b0 << 24 | (__u32)b1 << 16;
+#endif
+}
+_Static_assert(__builtin_offsetof(struct kt_tag_key, family) == 4 &&
+	       __builtin_offsetof(struct kt_tag_key, addr) == 8, "kt_tag_key words");
+
 SEC("xdp")
 int kt_xdp_tags(struct xdp_md *ctx)
 {
@@ -174,9 +197,11 @@ int kt_xdp_tags(struct xdp_md *ctx)
 	struct kt_xdp_iface *ifc, cfg;
 	struct kt_tag_bucket *b;
 	struct kt_xdp_stats *st;
-	struct kt_tag_key key;
+	union {
+		struct kt_tag_key k;
+		__u64 q[3];
+	} key;
 	__u32 ifindex = ctx->ingress_ifindex;
-	__u32 *w = (__u32 *)key.addr;
 	__u64 now, wait_ns, raw;
 	__u16 proto;
 	void *l3;
@@ -211,41 +236,36 @@ int kt_xdp_tags(struct xdp_md *ctx)
 		cfg = *ifc;
 	}
 
-	key.tag_limit = cfg.tag_limit;
-	key.pad = 0;
+	/* the key in three 64-bit stores, the words the hash then reads */
 	if (proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = l3;
+		int bits = cfg.prefix_v4 > 32 ? 32 : cfg.prefix_v4;
 
 		if ((void *)(ip + 1) > data_end)
 			goto malformed;
-		key.family = 4;
-		key.prefix_len = cfg.prefix_v4 > 32 ? 32 : cfg.prefix_v4;
-		w[0] = kt_mask_word(ip->saddr, key.prefix_len);
-		w[1] = w[2] = w[3] = 0;
+		key.q[0] = kt_pair(cfg.tag_limit, kt_bytes2(4, bits));
+		key.q[1] = kt_pair(kt_mask_word(ip->saddr, bits), 0);
+		key.q[2] = 0;
 	} else {
 		struct ipv6hdr *ip6 = l3;
+		int bits = cfg.prefix_v6 > 128 ? 128 : cfg.prefix_v6;
 		__u32 *s;
-		int bits;
 
 		if ((void *)(ip6 + 1) > data_end)
 			goto malformed;
 		s = (__u32 *)&ip6->saddr;
-		key.family = 6;
-		key.prefix_len = cfg.prefix_v6 > 128 ? 128 : cfg.prefix_v6;
-		bits = key.prefix_len;
-		w[0] = kt_mask_word(s[0], bits);
-		w[1] = kt_mask_word(s[1], bits - 32);
-		w[2] = kt_mask_word(s[2], bits - 64);
-		w[3] = kt_mask_word(s[3], bits - 96);
+		key.q[0] = kt_pair(cfg.tag_limit, kt_bytes2(6, bits));
+		key.q[1] = kt_pair(kt_mask_word(s[0], bits), kt_mask_word(s[1], bits - 32));
+		key.q[2] = kt_pair(kt_mask_word(s[2], bits - 64), kt_mask_word(s[3], bits - 96));
 	}
 
 	b = bpf_map_lookup_elem(&kt_tag_buckets, &key);
 	if (!b) {
 		struct kt_tag_policy pol;
 
-		if (!kt_tag_policy_for(&key, &pol))
+		if (!kt_tag_policy_for(&key.k, &pol))
 			return XDP_PASS; /* the limit is not in use */
-		b = kt_tag_bucket_make(&key, &pol);
+		b = kt_tag_bucket_make(&key.k, &pol);
 		if (!b) {
 			st = kt_stats();
 			if (st)
@@ -265,7 +285,7 @@ int kt_xdp_tags(struct xdp_md *ctx)
 	 * added by KT_TAG_OP_HARVEST); the first admission since the last
 	 * harvest tells the daemon the key */
 	if (__sync_fetch_and_add(&b->hits, 1) == 0 &&
-	    bpf_ringbuf_output(&kt_tag_notify, &key, sizeof(key), 0) < 0) {
+	    bpf_ringbuf_output(&kt_tag_notify, &key.k, sizeof(key.k), 0) < 0) {
 		st = kt_stats();
 		if (st)
 			__sync_fetch_and_add(&st->notify_lost, 1);

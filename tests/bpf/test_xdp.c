@@ -491,6 +491,11 @@ static void test_prefix24(void **state)
 	assert_int_equal(bk.dropped, 2);
 	assert_int_equal(passes(f, &x, 3), 3);
 	assert_int_equal(passes(f, &y, 3), 1);
+	/* the key the program made: the /64, bytes past it zero */
+	k = tkey("2001:db8:1:2::", 64);
+	assert_int_equal(bucket(f, &k, &bk), 0);
+	assert_int_equal(bk.admitted + bk.hits, 4);
+	assert_int_equal(bk.dropped, 2);
 }
 
 /* tokens refill at the rate: 100/s, burst 2 */
