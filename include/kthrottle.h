@@ -884,7 +884,8 @@ _Static_assert(sizeof(struct kt_xdp_stats) == 32, "kt_xdp_stats layout");
 /* One bucket operation of a batch (kt_tag_ops). The program sets result. */
 enum kt_tag_op_kind {
 	KT_TAG_OP_NONE = 0,
-	KT_TAG_OP_HARVEST = 1, /* hits <- the bucket's hits, zeroed (one atomic exchange) */
+	KT_TAG_OP_HARVEST = 1, /* hits <- the bucket's hits, zeroed (one atomic exchange),
+				* and added to its admitted */
 	KT_TAG_OP_DEBIT = 2,   /* kt_tag_debit(hits) on the bucket's tat. An absent
 				* bucket is KT_TAG_OP_ABSENT, unless flags has
 				* KT_TAG_OP_MAKE: then it is made full with
