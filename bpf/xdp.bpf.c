@@ -6,7 +6,9 @@
  * source masked to the interface's prefix length is the tag. A frame that
  * is not IP passes; an IP frame whose header is cut short is dropped (a
  * header that cannot be parsed is charged, not passed). One LRU hash lookup
- * per packet once the bucket exists: the bucket carries its policy.
+ * per packet once the bucket exists: the bucket carries its policy; the
+ * interface's config is an array slot (kt_xdp_ifslot) for ifindex <
+ * KT_XDP_IFSLOTS, a hash lookup (kt_xdp_ifaces) only above.
  *
  * kt_tag_run_ops: the daemon's batch of harvest / debit / set operations
  * (struct kt_tag_op in kt_tag_ops), run by BPF_PROG_TEST_RUN. Userspace
@@ -41,6 +43,16 @@ struct {
 	__type(value, struct kt_xdp_iface);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_xdp_ifaces SEC(".maps");
+
+/* kt_xdp_ifaces by index for ifindex < KT_XDP_IFSLOTS: no hash per packet */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, KT_XDP_IFSLOTS);
+	__type(key, __u32);
+	__type(value, struct kt_xdp_iface);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_xdp_ifslot SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -153,19 +165,44 @@ static __always_inline __u32 kt_mask_word(__u32 w, int bits)
 	return w & bpf_htonl(~0u << (32 - bits));
 }
 
+/* Two 32-bit words as the 64 bits that hold them in this order in memory. */
+static __always_inline __u64 kt_pair(__u32 first, __u32 second)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return first | (__u64)second << 32;
+#else
+	return (__u64)first << 32 | second;
+#endif
+}
+
+/* The bytes b0, b1, 0, 0 in memory, as a 32-bit word (kt_tag_key's family,
+ * prefix_len, pad). */
+static __always_inline __u32 kt_bytes2(__u8 b0, __u8 b1)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	return b0 | (__u32)b1 << 8;
+#else
+	return (__u32)b0 << 24 | (__u32)b1 << 16;
+#endif
+}
+_Static_assert(__builtin_offsetof(struct kt_tag_key, family) == 4 &&
+	       __builtin_offsetof(struct kt_tag_key, addr) == 8, "kt_tag_key words");
+
 SEC("xdp")
 int kt_xdp_tags(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
-	struct kt_xdp_iface *ifc;
+	struct kt_xdp_iface *ifc, cfg;
 	struct kt_tag_bucket *b;
 	struct kt_xdp_stats *st;
-	struct kt_tag_key key;
+	union {
+		struct kt_tag_key k;
+		__u64 q[3];
+	} key;
 	__u32 ifindex = ctx->ingress_ifindex;
-	__u32 *w = (__u32 *)key.addr;
-	__u64 now, wait_ns;
+	__u64 now, wait_ns, raw;
 	__u16 proto;
 	void *l3;
 
@@ -183,45 +220,52 @@ int kt_xdp_tags(struct xdp_md *ctx)
 	}
 	if (proto != bpf_htons(ETH_P_IP) && proto != bpf_htons(ETH_P_IPV6))
 		return XDP_PASS;
-	ifc = bpf_map_lookup_elem(&kt_xdp_ifaces, &ifindex);
-	if (!ifc)
-		return XDP_PASS;
+	if (ifindex < KT_XDP_IFSLOTS) {
+		ifc = bpf_map_lookup_elem(&kt_xdp_ifslot, &ifindex);
+		if (!ifc)
+			return XDP_PASS;
+		/* one load: the daemon rewrites a slot in place, never torn */
+		raw = KT_READ_ONCE(*(__u64 *)ifc);
+		__builtin_memcpy(&cfg, &raw, sizeof(cfg));
+		if (!(cfg.flags & KT_XDP_IFACE_SET))
+			return XDP_PASS;
+	} else {
+		ifc = bpf_map_lookup_elem(&kt_xdp_ifaces, &ifindex);
+		if (!ifc)
+			return XDP_PASS;
+		cfg = *ifc;
+	}
 
-	key.tag_limit = ifc->tag_limit;
-	key.pad = 0;
+	/* the key in three 64-bit stores, the words the hash then reads */
 	if (proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = l3;
+		int bits = cfg.prefix_v4 > 32 ? 32 : cfg.prefix_v4;
 
 		if ((void *)(ip + 1) > data_end)
 			goto malformed;
-		key.family = 4;
-		key.prefix_len = ifc->prefix_v4 > 32 ? 32 : ifc->prefix_v4;
-		w[0] = kt_mask_word(ip->saddr, key.prefix_len);
-		w[1] = w[2] = w[3] = 0;
+		key.q[0] = kt_pair(cfg.tag_limit, kt_bytes2(4, bits));
+		key.q[1] = kt_pair(kt_mask_word(ip->saddr, bits), 0);
+		key.q[2] = 0;
 	} else {
 		struct ipv6hdr *ip6 = l3;
+		int bits = cfg.prefix_v6 > 128 ? 128 : cfg.prefix_v6;
 		__u32 *s;
-		int bits;
 
 		if ((void *)(ip6 + 1) > data_end)
 			goto malformed;
 		s = (__u32 *)&ip6->saddr;
-		key.family = 6;
-		key.prefix_len = ifc->prefix_v6 > 128 ? 128 : ifc->prefix_v6;
-		bits = key.prefix_len;
-		w[0] = kt_mask_word(s[0], bits);
-		w[1] = kt_mask_word(s[1], bits - 32);
-		w[2] = kt_mask_word(s[2], bits - 64);
-		w[3] = kt_mask_word(s[3], bits - 96);
+		key.q[0] = kt_pair(cfg.tag_limit, kt_bytes2(6, bits));
+		key.q[1] = kt_pair(kt_mask_word(s[0], bits), kt_mask_word(s[1], bits - 32));
+		key.q[2] = kt_pair(kt_mask_word(s[2], bits - 64), kt_mask_word(s[3], bits - 96));
 	}
 
 	b = bpf_map_lookup_elem(&kt_tag_buckets, &key);
 	if (!b) {
 		struct kt_tag_policy pol;
 
-		if (!kt_tag_policy_for(&key, &pol))
+		if (!kt_tag_policy_for(&key.k, &pol))
 			return XDP_PASS; /* the limit is not in use */
-		b = kt_tag_bucket_make(&key, &pol);
+		b = kt_tag_bucket_make(&key.k, &pol);
 		if (!b) {
 			st = kt_stats();
 			if (st)
@@ -236,11 +280,12 @@ int kt_xdp_tags(struct xdp_md *ctx)
 		__sync_fetch_and_add(&b->dropped, 1);
 		return XDP_DROP;
 	}
-	__sync_fetch_and_add(&b->admitted, 1);
 	b->last_seen = now;
-	/* first admission since the last harvest: tell the daemon the key */
+	/* the one counter an admission adds to (admitted is hits harvested,
+	 * added by KT_TAG_OP_HARVEST); the first admission since the last
+	 * harvest tells the daemon the key */
 	if (__sync_fetch_and_add(&b->hits, 1) == 0 &&
-	    bpf_ringbuf_output(&kt_tag_notify, &key, sizeof(key), 0) < 0) {
+	    bpf_ringbuf_output(&kt_tag_notify, &key.k, sizeof(key.k), 0) < 0) {
 		st = kt_stats();
 		if (st)
 			__sync_fetch_and_add(&st->notify_lost, 1);
@@ -297,6 +342,8 @@ static long kt_op_one(__u32 i, void *arg)
 		op->hits = b ? __sync_lock_test_and_set(&b->hits, 0) : 0;
 		if (!b)
 			op->result = KT_TAG_OP_ABSENT;
+		else if (op->hits)
+			__sync_fetch_and_add(&b->admitted, op->hits); /* the total moves, kept */
 		break;
 	case KT_TAG_OP_DEBIT:
 		if (!b) {

@@ -780,13 +780,19 @@ _Static_assert(sizeof(struct kt_tag_key) == 24, "kt_tag_key layout");
  * or an override's; allowlisted prefixes get KT_TAG_ALLOW), so a packet costs
  * one hash lookup. The daemon rewrites interval_fp/burst/flags in place on a
  * reload. hits counts admissions since the daemon last harvested them for
- * the exchange; admitted and dropped are totals. */
+ * the exchange, the one counter an admission adds to: KT_TAG_OP_HARVEST
+ * adds what it takes from hits to admitted, so the total admitted is
+ * admitted + hits (exact between harvests; a reader racing a harvest may be
+ * off by that harvest for one read). dropped is a total. (An older build's
+ * program added to admitted itself: while one is still attached to pins a
+ * newer daemon harvests, in an upgrade before the links are switched, its
+ * admissions count twice in admitted.) */
 struct kt_tag_bucket {
 	__u64 tat;         /* kt clock ns (CLOCK_BOOTTIME) */
 	__u64 interval_fp; /* Q48.16 ns per token; 0 = refuse all */
 	__u64 burst;
 	__u64 hits;        /* admitted, not yet reported */
-	__u64 admitted;
+	__u64 admitted;    /* admitted and harvested: + hits = all admitted */
 	__u64 dropped;
 	__u64 last_seen;   /* kt clock ns of the last packet */
 	__u32 flags;       /* KT_TAG_* */
@@ -803,6 +809,12 @@ _Static_assert(sizeof(struct kt_tag_bucket) == 64, "kt_tag_bucket layout");
  *   the tag limit whose buckets an interface's ingress is charged to and the
  *   prefix lengths a source is masked to. An interface not in it passes
  *   everything. Daemon writes, program reads.
+ * kt_xdp_ifslot (array, KT_XDP_IFSLOTS, BPF_F_MMAPABLE): the same entries
+ *   indexed by ifindex, KT_XDP_IFACE_SET in flags, for every ifindex below
+ *   KT_XDP_IFSLOTS: the program reads the config there with no hash lookup
+ *   (inlined array access) and reads kt_xdp_ifaces only for larger ones.
+ *   kt_xdp_ifaces stays the record (what an older daemon reads and writes):
+ *   the daemon writes both, and rebuilds the slots from it on every open.
  * kt_tag_policy (array, KT_MAX_TAG_LIMITS): the limit's default policy
  *   (struct kt_tag_policy with KT_TAG_POLICY_IN_USE); a limit not in use
  *   passes everything.
@@ -825,6 +837,7 @@ _Static_assert(sizeof(struct kt_tag_bucket) == 64, "kt_tag_bucket layout");
  *   the daemon resolves the policy of a bucket an op must make.
  */
 #define KT_MAX_XDP_IFACES 256
+#define KT_XDP_IFSLOTS 4096 /* ifindexes with a kt_xdp_ifslot entry: 0..4095 */
 #define KT_MAX_TAG_RULES 16384
 #define KT_TAG_OPS_BATCH 256
 
@@ -832,8 +845,9 @@ struct kt_xdp_iface {
 	__u32 tag_limit; /* < KT_MAX_TAG_LIMITS */
 	__u8 prefix_v4;  /* 0..32: bits of an IPv4 source that make the tag */
 	__u8 prefix_v6;  /* 0..128 */
-	__u16 pad;
+	__u16 flags;     /* KT_XDP_IFACE_SET in a kt_xdp_ifslot entry in use; else 0 */
 };
+#define KT_XDP_IFACE_SET (1u << 0)
 _Static_assert(sizeof(struct kt_xdp_iface) == 8, "kt_xdp_iface layout");
 
 /* A tag limit's default (kt_tag_policy) or a rule's (kt_tag_rules): what a
@@ -870,7 +884,8 @@ _Static_assert(sizeof(struct kt_xdp_stats) == 32, "kt_xdp_stats layout");
 /* One bucket operation of a batch (kt_tag_ops). The program sets result. */
 enum kt_tag_op_kind {
 	KT_TAG_OP_NONE = 0,
-	KT_TAG_OP_HARVEST = 1, /* hits <- the bucket's hits, zeroed (one atomic exchange) */
+	KT_TAG_OP_HARVEST = 1, /* hits <- the bucket's hits, zeroed (one atomic exchange),
+				* and added to its admitted */
 	KT_TAG_OP_DEBIT = 2,   /* kt_tag_debit(hits) on the bucket's tat. An absent
 				* bucket is KT_TAG_OP_ABSENT, unless flags has
 				* KT_TAG_OP_MAKE: then it is made full with

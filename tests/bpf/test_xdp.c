@@ -42,6 +42,7 @@ struct fx {
 	char pin[PATH_MAX];
 	struct kt_xdp_tags *t;
 	int lo; /* ifindex of lo: where BPF_PROG_TEST_RUN frames arrive */
+	char dev[IF_NAMESIZE]; /* a veth a test made: removed on teardown */
 };
 
 static int seq;
@@ -80,6 +81,13 @@ static int fx_teardown(void **state)
 
 	kt_xdp_tags_close(f->t);
 	rm_pins(f->pin);
+	if (f->dev[0]) {
+		char cmd[64];
+
+		snprintf(cmd, sizeof(cmd), "ip link del %s 2>/dev/null", f->dev);
+		if (system(cmd) != 0)
+			fprintf(stderr, "cannot remove %s\n", f->dev);
+	}
 	free(f);
 	return 0;
 }
@@ -279,7 +287,7 @@ static void test_burst_v4(void **state)
 	assert_int_equal(s.dropped, 6);
 	assert_int_equal(bucket(f, &ka, &bk), 0);
 	assert_int_equal(bk.hits, 5);
-	assert_int_equal(bk.admitted, 5);
+	assert_int_equal(bk.admitted, 0); /* a packet adds to hits only; a harvest moves them */
 	assert_int_equal(bk.dropped, 3);
 	assert_int_equal(bk.burst, 5);
 	assert_true(bk.last_seen > 0 && bk.last_seen <= boot_ns());
@@ -298,7 +306,7 @@ static void test_v6_and_vlan(void **state)
 
 	assert_int_equal(passes(f, &v6, 5), 3);
 	assert_int_equal(bucket(f, &k6, &bk), 0);
-	assert_int_equal(bk.admitted, 3);
+	assert_int_equal(bk.admitted + bk.hits, 3);
 	assert_int_equal(passes(f, &v6b, 5), 3); /* tagged v6: its own source */
 	assert_int_equal(passes(f, &v4, 2), 2);
 	assert_int_equal(passes(f, &v4vlan, 3), 1); /* shares the untagged one's bucket */
@@ -334,6 +342,97 @@ static void test_unparsed(void **state)
 	assert_int_equal(passes(f, &ok, 3), 3);
 	assert_int_equal(run(f, &t4), XDP_VERDICT_PASS);
 	assert_int_equal(kt_xdp_tags_del_iface(f->t, f->lo), -ENOENT);
+}
+
+/* One run of p as if it arrived on ifindex (a ctx, unlike run()). */
+static __u32 run_on(struct fx *f, const struct pkt *p, int ifindex)
+{
+	struct xdp_md ctx = { .data_end = (__u32)p->len, .ingress_ifindex = (__u32)ifindex };
+	LIBBPF_OPTS(bpf_test_run_opts, o, .data_in = p->data, .data_size_in = (__u32)p->len,
+		    .ctx_in = &ctx, .ctx_size_in = sizeof(ctx), .repeat = 1);
+
+	if (bpf_prog_test_run_opts(kt_xdp_tags_prog_fd(f->t), &o) != 0) {
+		print_error("BPF_PROG_TEST_RUN on ifindex %d: %s\n", ifindex, strerror(errno));
+		fail();
+	}
+	return o.retval;
+}
+
+static int map_fd(struct fx *f, const char *name)
+{
+	char p[PATH_MAX + 32];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/%s", f->pin, name);
+	fd = bpf_obj_get(p);
+	assert_true(fd >= 0);
+	return fd;
+}
+
+/* The interface config by slot (kt_xdp_ifslot) follows kt_xdp_ifaces, the
+ * record: rebuilt on open when the pins have no slot map (an older
+ * version's) or an older daemon changed only the record; an ifindex past
+ * the slots is read from the record. */
+static void test_iface_slots(void **state)
+{
+	struct fx *f = fx_open(state, 32, 128, SLOW_RATE, 2);
+	struct pkt a = mkframe("10.0.0.1", 0);
+	struct kt_xdp_iface v;
+	struct kt_xdp_tags *t2 = NULL;
+	char p[PATH_MAX + 32], cmd[160], *dev = f->dev;
+	__u32 k = (__u32)f->lo;
+	int fd, big = 0;
+
+	assert_true(f->lo < KT_XDP_IFSLOTS);
+	fd = map_fd(f, "kt_xdp_ifslot");
+	assert_int_equal(bpf_map_lookup_elem(fd, &k, &v), 0);
+	assert_int_equal(v.flags, KT_XDP_IFACE_SET);
+	assert_int_equal(v.tag_limit, LIM);
+	assert_int_equal(v.prefix_v4, 32);
+	close(fd);
+	assert_int_equal(passes(f, &a, 3), 2);
+
+	/* pins of a version without the slots: made and filled on open */
+	snprintf(p, sizeof(p), "%s/kt_xdp_ifslot", f->pin);
+	assert_int_equal(unlink(p), 0);
+	assert_int_equal(kt_xdp_tags_open(f->pin, 1024, &t2), 0);
+	kt_xdp_tags_close(f->t);
+	f->t = t2;
+	assert_int_equal(run(f, &a), XDP_VERDICT_DROP);
+
+	/* an older daemon took lo out of the record only: the next open clears its slot */
+	fd = map_fd(f, "kt_xdp_ifaces");
+	assert_int_equal(bpf_map_delete_elem(fd, &k), 0);
+	close(fd);
+	assert_int_equal(run(f, &a), XDP_VERDICT_DROP); /* the slot still says so */
+	t2 = NULL;
+	assert_int_equal(kt_xdp_tags_open(f->pin, 1024, &t2), 0);
+	kt_xdp_tags_close(f->t);
+	f->t = t2;
+	assert_int_equal(passes(f, &a, 3), 3);
+	assert_int_equal(kt_xdp_tags_set_iface(f->t, f->lo, LIM, 32, 128), 0);
+	assert_int_equal(run(f, &a), XDP_VERDICT_DROP);
+
+	/* an ifindex past the slots: a veth made with one (no dummy driver here) */
+	snprintf(dev, IF_NAMESIZE - 1, "ktx%d", getpid() % 1000000);
+	for (int i = 0; i < 8 && !big; i++) {
+		int idx = KT_XDP_IFSLOTS + 1000 + (getpid() * 7 + i * 1031) % 50000;
+
+		snprintf(cmd, sizeof(cmd), "ip link add %s index %d type veth peer name %sp 2>/dev/null", dev,
+			 idx, dev);
+		if (system(cmd) == 0)
+			big = idx;
+	}
+	assert_true(big > 0);
+	assert_int_equal((int)if_nametoindex(dev), big);
+	assert_int_equal(run_on(f, &a, big), XDP_VERDICT_PASS); /* not configured */
+	assert_int_equal(kt_xdp_tags_set_iface(f->t, big, LIM, 24, 128), 0);
+	/* 10.0.0.0/24: a bucket of its own, burst 2 */
+	assert_int_equal(run_on(f, &a, big), XDP_VERDICT_PASS);
+	assert_int_equal(run_on(f, &a, big), XDP_VERDICT_PASS);
+	assert_int_equal(run_on(f, &a, big), XDP_VERDICT_DROP);
+	assert_int_equal(kt_xdp_tags_del_iface(f->t, big), 0);
+	assert_int_equal(run_on(f, &a, big), XDP_VERDICT_PASS);
 }
 
 /* an allowlisted prefix passes unlimited, uncounted; an override CIDR has
@@ -388,10 +487,15 @@ static void test_prefix24(void **state)
 	assert_int_equal(passes(f, &a, 1), 0);
 	assert_int_equal(passes(f, &c, 1), 1);
 	assert_int_equal(bucket(f, &k, &bk), 0);
-	assert_int_equal(bk.admitted, 4);
+	assert_int_equal(bk.admitted + bk.hits, 4);
 	assert_int_equal(bk.dropped, 2);
 	assert_int_equal(passes(f, &x, 3), 3);
 	assert_int_equal(passes(f, &y, 3), 1);
+	/* the key the program made: the /64, bytes past it zero */
+	k = tkey("2001:db8:1:2::", 64);
+	assert_int_equal(bucket(f, &k, &bk), 0);
+	assert_int_equal(bk.admitted + bk.hits, 4);
+	assert_int_equal(bk.dropped, 2);
 }
 
 /* tokens refill at the rate: 100/s, burst 2 */
@@ -420,6 +524,7 @@ static void test_harvest(void **state)
 	struct pkt a = mkframe("10.0.0.1", 0), b = mkframe("2001:db8::b", 0);
 	struct kt_tag_key ka = tkey("10.0.0.1", 32), kb = tkey("2001:db8::b", 128);
 	struct kt_xdp_stats st;
+	struct kt_xdp_tags_stats s;
 	struct kt_tag_bucket bk;
 	struct ring_buffer *rb;
 	struct hits h = { 0 };
@@ -442,6 +547,21 @@ static void test_harvest(void **state)
 	assert_int_equal(passes(f, &a, 1), 1);
 	assert_int_equal(kt_xdp_tags_harvest(f->t, collect, &h), 1);
 	assert_int_equal(hits_of(&h, &ka), 1);
+	/* the totals: harvested (admitted) plus not yet (hits), dropped apart */
+	assert_int_equal(kt_xdp_tags_stats(f->t, LIM, &s), 0);
+	assert_int_equal(s.admitted, 3 + 1 + 10);
+	assert_int_equal(s.dropped, 2);
+	assert_int_equal(passes(f, &a, 2), 2);
+	assert_int_equal(kt_xdp_tags_stats(f->t, LIM, &s), 0);
+	assert_int_equal(s.admitted, 3 + 1 + 10 + 2);
+	memset(&h, 0, sizeof(h));
+	assert_int_equal(kt_xdp_tags_harvest(f->t, collect, &h), 1);
+	assert_int_equal(hits_of(&h, &ka), 2);
+	assert_int_equal(bucket(f, &ka, &bk), 0);
+	assert_int_equal(bk.hits, 0);
+	assert_int_equal(bk.admitted, 3 + 1 + 2);
+	assert_int_equal(kt_xdp_tags_stats(f->t, LIM, &s), 0);
+	assert_int_equal(s.admitted, 3 + 1 + 10 + 2);
 
 	/* notifications read by someone else, and counted lost: the scan finds them */
 	assert_int_equal(passes(f, &a, 2), 2);
@@ -614,6 +734,7 @@ int main(void)
 		T(test_burst_v4),
 		T(test_v6_and_vlan),
 		T(test_unparsed),
+		T(test_iface_slots),
 		T(test_rules),
 		T(test_prefix24),
 		T(test_refill),

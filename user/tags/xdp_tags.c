@@ -24,6 +24,7 @@ struct kt_xdp_tags {
 	struct ring_buffer *rb;
 	struct kt_tag_op *ops; /* kt_tag_ops, mmapped: KT_TAG_OPS_BATCH entries */
 	size_t ops_len;
+	uint64_t *slots; /* kt_xdp_ifslot, mmapped: KT_XDP_IFSLOTS struct kt_xdp_iface */
 	char pin_dir[PATH_MAX];
 	uint32_t max_tags;
 	uint64_t lost_seen;   /* notify_lost at the last harvest; ~0: scan next time */
@@ -39,6 +40,55 @@ static size_t ring_size(uint32_t max_tags)
 	while (sz < want && sz < RING_MAX)
 		sz <<= 1;
 	return sz;
+}
+
+#define SLOTS_LEN ((size_t)KT_XDP_IFSLOTS * sizeof(struct kt_xdp_iface))
+_Static_assert(sizeof(struct kt_xdp_iface) == sizeof(uint64_t), "a slot is one word");
+
+/* kt_xdp_ifslot[ifindex] = v (KT_XDP_IFACE_SET) or empty (v NULL): one
+ * store, so the program never reads half an entry. */
+static void slot_store(struct kt_xdp_tags *t, __u32 ifindex, const struct kt_xdp_iface *v)
+{
+	struct kt_xdp_iface e = { 0 };
+	uint64_t w;
+
+	if (ifindex >= KT_XDP_IFSLOTS)
+		return;
+	if (v) {
+		e = *v;
+		e.flags = KT_XDP_IFACE_SET;
+	}
+	memcpy(&w, &e, sizeof(w));
+	if (__atomic_load_n(&t->slots[ifindex], __ATOMIC_RELAXED) != w)
+		__atomic_store_n(&t->slots[ifindex], w, __ATOMIC_RELEASE);
+}
+
+/* The slots as kt_xdp_ifaces says: the record, which an older daemon may
+ * have changed (or the slot map is new: pins of a version without it). */
+static int slots_sync(struct kt_xdp_tags *t)
+{
+	int fd = bpf_map__fd(t->skel->maps.kt_xdp_ifaces);
+	unsigned char *want = calloc(KT_XDP_IFSLOTS, 1);
+	__u32 key, next, i;
+	const void *prev = NULL;
+	struct kt_xdp_iface v;
+	size_t budget = 2 * KT_MAX_XDP_IFACES + 16;
+
+	if (!want)
+		return -ENOMEM;
+	while (budget-- > 0 && bpf_map_get_next_key(fd, prev, &next) == 0) {
+		key = next;
+		prev = &key;
+		if (key >= KT_XDP_IFSLOTS || bpf_map_lookup_elem(fd, &key, &v) < 0)
+			continue;
+		slot_store(t, key, &v);
+		want[key] = 1;
+	}
+	for (i = 0; i < KT_XDP_IFSLOTS; i++)
+		if (!want[i])
+			slot_store(t, i, NULL);
+	free(want);
+	return 0;
 }
 
 static int on_notify(void *ctx, void *data, size_t len)
@@ -79,6 +129,7 @@ int kt_xdp_tags_open(const char *pin_dir, uint32_t max_tags, struct kt_xdp_tags 
 	t->max_tags = max_tags;
 	t->lost_seen = ~0ULL; /* a previous daemon may have read notifications it never harvested */
 	t->ops = MAP_FAILED;
+	t->slots = MAP_FAILED;
 	ret = kt_bpffs_ensure(pin_dir, err, sizeof(err));
 	if (ret) {
 		kt_err("xdp tags: %s", err);
@@ -114,6 +165,18 @@ int kt_xdp_tags_open(const char *pin_dir, uint32_t max_tags, struct kt_xdp_tags 
 		kt_err("xdp tags: cannot mmap kt_tag_ops: %s", strerror(-ret));
 		goto fail;
 	}
+	t->slots = mmap(NULL, SLOTS_LEN, PROT_READ | PROT_WRITE, MAP_SHARED,
+			bpf_map__fd(t->skel->maps.kt_xdp_ifslot), 0);
+	if (t->slots == MAP_FAILED) {
+		ret = -errno;
+		kt_err("xdp tags: cannot mmap kt_xdp_ifslot: %s", strerror(-ret));
+		goto fail;
+	}
+	ret = slots_sync(t);
+	if (ret) {
+		kt_err("xdp tags: cannot rebuild kt_xdp_ifslot: %s", strerror(-ret));
+		goto fail;
+	}
 	t->rb = ring_buffer__new(bpf_map__fd(t->skel->maps.kt_tag_notify), on_notify, t, NULL);
 	if (!t->rb) {
 		ret = errno ? -errno : -EINVAL;
@@ -134,6 +197,8 @@ void kt_xdp_tags_close(struct kt_xdp_tags *t)
 	ring_buffer__free(t->rb);
 	if (t->ops != MAP_FAILED && t->ops)
 		munmap(t->ops, t->ops_len);
+	if (t->slots != MAP_FAILED && t->slots)
+		munmap(t->slots, SLOTS_LEN);
 	kt_xdp__destroy(t->skel);
 	free(t->pending);
 	free(t);
@@ -242,15 +307,23 @@ int kt_xdp_tags_set_iface(struct kt_xdp_tags *t, int ifindex, uint32_t tag_limit
 				  .prefix_v6 = prefix_v6 };
 	__u32 k = (__u32)ifindex;
 
+	int ret;
+
 	if (ifindex <= 0 || tag_limit >= KT_MAX_TAG_LIMITS || prefix_v4 > 32 || prefix_v6 > 128)
 		return -EINVAL;
-	return map_update(t->skel->maps.kt_xdp_ifaces, &k, &v, "kt_xdp_ifaces");
+	ret = map_update(t->skel->maps.kt_xdp_ifaces, &k, &v, "kt_xdp_ifaces");
+	if (!ret)
+		slot_store(t, k, &v);
+	return ret;
 }
 
 int kt_xdp_tags_del_iface(struct kt_xdp_tags *t, int ifindex)
 {
 	__u32 k = (__u32)ifindex;
 
+	if (ifindex <= 0)
+		return -ENOENT;
+	slot_store(t, k, NULL);
 	if (bpf_map_delete_elem(bpf_map__fd(t->skel->maps.kt_xdp_ifaces), &k) < 0)
 		return -errno;
 	return 0;
@@ -621,7 +694,7 @@ int kt_xdp_tags_stats(struct kt_xdp_tags *t, uint32_t tag_limit, struct kt_xdp_t
 		if (key.tag_limit != tag_limit || bpf_map_lookup_elem(fd, &key, &b) < 0)
 			continue;
 		out->buckets++;
-		out->admitted += b.admitted;
+		out->admitted += b.admitted + b.hits; /* hits: not yet harvested */
 		out->dropped += b.dropped;
 	}
 	return 0;
