@@ -2044,7 +2044,7 @@ out:
 #define ST_PORT_UNMATCH 9002
 
 enum { ST_BASE, ST_CONTROL, ST_EMPTY, ST_KT_ADMIT, ST_KT_REFUSE, ST_KT_UNMATCH, ST_NFT_LIMIT,
-       ST_NFT_VMAP, ST_NEST1, ST_NEST4, ST_N };
+       ST_NFT_VMAP, ST_NEST1, ST_NEST4, ST_KT_OTHER, ST_N };
 
 struct st_result {
 	long n, errors, refused;
@@ -2508,22 +2508,28 @@ static int bench_sendto(struct bench_env *e)
 		[ST_NFT_VMAP] = "sendto() nftables 1,000-cgroup vmap, each to a `limit` chain",
 		[ST_NEST1] = "sendto() kthrottle, admitted, nested depth 1 (1 cgroup below the member)",
 		[ST_NEST4] = "sendto() kthrottle, admitted, nested depth 4 (4 cgroups below the member)",
+		[ST_KT_OTHER] = "sendto() kthrottle, a non-member cgroup below the attach point",
 	};
 	static const char *const tag[ST_N] = {
 		[ST_BASE] = "base",       [ST_CONTROL] = "control",     [ST_EMPTY] = "empty",
 		[ST_KT_ADMIT] = "admitted", [ST_KT_REFUSE] = "refused", [ST_KT_UNMATCH] = "unmatched",
 		[ST_NFT_LIMIT] = "nft-limit", [ST_NFT_VMAP] = "nft-vmap", [ST_NEST1] = "nested depth 1",
-		[ST_NEST4] = "nested depth 4",
+		[ST_NEST4] = "nested depth 4", [ST_KT_OTHER] = "non-member",
 	};
-	/* created in this order, removed in the reverse */
-	static const char *const sub[] = { "base", "empty", "kt", "ktr", "nft", "kt/d1", "kt/d1/d2",
-					   "kt/d1/d2/d3", "kt/d1/d2/d3/d4" };
-	enum { SUB_BASE, SUB_EMPTY, SUB_KT, SUB_KTR, SUB_NFT, SUB_D1, SUB_D2, SUB_D3, SUB_D4, N_SUB };
+	/* created in this order, removed in the reverse. kthrottle's cgroups
+	 * share the parent k, which the daemon attaches to (attachRoot auto:
+	 * their deepest common ancestor): base, empty and nft are outside it */
+	static const char *const sub[] = { "base",	  "empty",    "nft",
+					   "k",		  "k/kt",     "k/ktr",
+					   "k/other",	  "k/kt/d1",  "k/kt/d1/d2",
+					   "k/kt/d1/d2/d3", "k/kt/d1/d2/d3/d4" };
+	enum { SUB_BASE, SUB_EMPTY, SUB_NFT, SUB_K, SUB_KT, SUB_KTR, SUB_OTHER,
+	       SUB_D1,	 SUB_D2,    SUB_D3,  SUB_D4, N_SUB };
 	static const int sub_of[ST_N] = {
 		[ST_BASE] = SUB_BASE,    [ST_CONTROL] = SUB_BASE,   [ST_EMPTY] = SUB_EMPTY,
 		[ST_KT_ADMIT] = SUB_KT,  [ST_KT_REFUSE] = SUB_KTR,  [ST_KT_UNMATCH] = SUB_KT,
 		[ST_NFT_LIMIT] = SUB_NFT, [ST_NFT_VMAP] = SUB_NFT, [ST_NEST1] = SUB_D1,
-		[ST_NEST4] = SUB_D4,
+		[ST_NEST4] = SUB_D4,     [ST_KT_OTHER] = SUB_OTHER,
 	};
 	const int rounds = g_quick ? ST_ROUNDS_QUICK : ST_ROUNDS;
 	const long chunk = g_quick ? ST_CHUNK_QUICK : ST_CHUNK;
@@ -2540,7 +2546,8 @@ static int bench_sendto(struct bench_env *e)
 	int order[ST_N];
 	/* bpf_stats view: the modes with programs, per chunk; the empty one first */
 	static const int st_prog_modes[] = { ST_EMPTY,      ST_KT_ADMIT, ST_KT_REFUSE,
-					     ST_KT_UNMATCH, ST_NEST1,    ST_NEST4 };
+					     ST_KT_UNMATCH, ST_NEST1,    ST_NEST4,
+					     ST_KT_OTHER };
 	enum { N_PM = sizeof(st_prog_modes) / sizeof(st_prog_modes[0]) };
 	const int srounds = g_quick ? ST_STATS_ROUNDS_QUICK : ST_STATS_ROUNDS;
 	const enum bpf_attach_type hook_at[ST_N_HOOKS] = { BPF_CGROUP_UDP4_SENDMSG,
@@ -2612,6 +2619,24 @@ static int bench_sendto(struct bench_env *e)
 	if (ret || !dsnap_take(&d, "admit", &snap0)) {
 		ret = ret ? ret : -EIO;
 		goto out;
+	}
+	/* the programs sit at k only: the baseline and the peers run none
+	 * of them, and k's other cgroups get theirs from k */
+	{
+		struct st_progs at_base = { 0 }, at_other = { 0 };
+
+		ret = st_query(subcg[SUB_BASE], BPF_CGROUP_UDP4_SENDMSG, &at_base);
+		if (!ret)
+			ret = st_query(subcg[SUB_OTHER], BPF_CGROUP_UDP4_SENDMSG, &at_other);
+		for (int k = 0; k < at_base.n; k++)
+			close(at_base.fd[k]);
+		for (int k = 0; k < at_other.n; k++)
+			close(at_other.fd[k]);
+		if (ret)
+			goto out;
+		sanity(at_base.n == 0 && at_other.n == 1,
+		       "sendto: sendmsg4 programs: %d on the baseline's cgroup (want 0), %d on a non-member below k (want 1)",
+		       at_base.n, at_other.n);
 	}
 
 	for (int m = 0; m < ST_N; m++) {
