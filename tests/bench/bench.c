@@ -32,7 +32,9 @@
  *            namespace, always deleted); one long-lived worker per mode,
  *            short chunks paired with the baseline chunks around them; senders
  *            1 and 4 cgroups below kthrottle's member; and the programs' own
- *            time per run from BPF run-time statistics
+ *            time per run from BPF run-time statistics; then a second daemon
+ *            with 1,000 limits on one destination (a member cgroup each), a
+ *            1-limit comparison and 1 limit with 1,000 pods (st_scale)
  *
  * Everything runs in its own pin directory (/sys/fs/bpf/kt-bench-<pid>, or
  * kt-test-<pid>-<n> for the daemons the ramp and pool sections start) and
@@ -145,11 +147,11 @@ static void pin_cpu(int which)
 
 /* ---- results table ---- */
 
-#define MAX_ROWS 64
+#define MAX_ROWS 96
 
 struct row {
 	char what[112];
-	char value[40];
+	char value[64];
 	char baseline[40];
 	char delta[40];
 	char target[32];
@@ -2495,6 +2497,362 @@ static void row_stat(const char *what, double value, double base, double delta)
 	}
 }
 
+/* ---- sendto, second phase: the admitted cost at scale (issue 27) ----
+ *
+ * After the main rounds, with the first daemon stopped (one daemon on k at a
+ * time), a second daemon runs with
+ *   - ST_SCALE_LIMITS limits l0..l999, all on the same destination
+ *     (127.0.0.1, ST_PORT, udp, datagram), each with its own member cgroup
+ *     k/p<i> (the sender is in the last one);
+ *   - one limit `one` on a destination no other limit covers (ST_PORT_ONE),
+ *     member k/one: the 1-limit comparison, in the same daemon and run;
+ *   - one pod-scope limit `pods` (ST_PORT_PODS) whose member cgroups are the
+ *     ST_SCALE_PODS cgroups k/q<i> (a glob; a bucket each; the sender is in
+ *     the last one): 256, the most one limit holds (apply.c warns and
+ *     leaves out the rest), so 1,000 pods in one limit are not attempted.
+ * Each mode's chunk is paired with the baseline chunks around it as in the
+ * main rounds, and 1,000 limits − 1 limit is the median of the paired
+ * per-round differences. The kernel tables hold KT_MAX_LIMITS limits, so
+ * 10,000 limits are not attempted. */
+
+#define ST_SCALE_LIMITS 1000
+#define ST_SCALE_PODS KT_MAX_CGROUPS_PER_LIMIT /* the most members one limit holds */
+#define ST_PORT_ONE 9003
+#define ST_PORT_PODS 9004
+#define ST_SCALE_FLAT_NS 10.0 /* target: 1,000 limits or pods within ±10 ns of 1 limit */
+_Static_assert(ST_SCALE_LIMITS + 2 <= KT_MAX_LIMITS, "the scale phase's limits fit the tables");
+_Static_assert(ST_SCALE_LIMITS + ST_SCALE_PODS + 1 <= KT_MAX_BUCKETS,
+	       "the scale phase's pod-scope buckets fit the tables");
+_Static_assert(ST_SCALE_LIMITS + ST_SCALE_PODS + 1 <= KT_MAX_MEMBERSHIPS,
+	       "the scale phase's members fit the tables");
+
+enum { SC_MANY, SC_ONE, SC_PODS, SC_N };
+
+/* Appends to a malloc'd buffer of fixed size; false once it would overflow. */
+static bool st_cat(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static bool st_cat(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (*len >= cap)
+		return false;
+	va_start(ap, fmt);
+	n = vsnprintf(buf + *len, cap - *len, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= cap - *len) {
+		*len = cap;
+		return false;
+	}
+	*len += (size_t)n;
+	return true;
+}
+
+static char *st_scale_yaml(const char *kdir)
+{
+	/* one limit's text is under 256 bytes plus its cgroup path */
+	size_t cap = (ST_SCALE_LIMITS + 2) * (256 + strlen(kdir)) + 1024, len = 0;
+	char *y = malloc(cap);
+	bool ok;
+
+	if (!y)
+		return NULL;
+	ok = st_cat(y, cap, &len, "tickInterval: 100ms\nlimits:\n");
+	for (int i = 0; ok && i < ST_SCALE_LIMITS; i++)
+		ok = st_cat(y, cap, &len,
+			    "  - name: l%d\n"
+			    "    cgroups: [%s/p%d]\n"
+			    "    match: {cidrs: [127.0.0.1/32], ports: %u, protocol: udp}\n"
+			    "    unit: datagram\n"
+			    "    rateLimit: {max: 1000000000}\n",
+			    i, kdir, i, ST_PORT);
+	ok = ok && st_cat(y, cap, &len,
+			  "  - name: one\n"
+			  "    cgroups: [%s/one]\n"
+			  "    match: {cidrs: [127.0.0.1/32], ports: %u, protocol: udp}\n"
+			  "    unit: datagram\n"
+			  "    rateLimit: {max: 1000000000}\n"
+			  /* pod scope: the pool rate divides by the 1,000 pods */
+			  "  - name: pods\n"
+			  "    cgroups: [\"%s/q*\"]\n"
+			  "    match: {cidrs: [127.0.0.1/32], ports: %u, protocol: udp}\n"
+			  "    unit: datagram\n"
+			  "    scope: pod\n"
+			  "    rateLimit: {max: 1000000000000}\n",
+			  kdir, ST_PORT_ONE, kdir, ST_PORT_PODS);
+	if (!ok) {
+		fprintf(stderr, "bench: sendto: the scale config does not fit %zu bytes\n", cap);
+		free(y);
+		return NULL;
+	}
+	return y;
+}
+
+/* The second phase; `base` is the main rounds' baseline worker, kdir the
+ * cgroup k. Everything it creates it removes, also on failure or SIGINT. */
+static int st_scale(const char *kdir, struct st_worker *base, long chunk, int rounds, int srounds)
+{
+	static const char *const sc_name[SC_N] = { "l999", "one", "pods" };
+	static const char *const sc_tag[SC_N] = { "1,000 limits", "1 limit", "256 pods" };
+	struct ktest_daemon d = { .pid = -1 };
+	struct st_worker w[SC_N];
+	struct dsnap s0[SC_N], s1[SC_N];
+	char cg[SC_N][PATH_MAX + 16], p[PATH_MAX + 16], *yaml = NULL;
+	double ns[SC_N][ST_MAX_ROUNDS] = { { 0 } }, delta[SC_N][ST_MAX_ROUNDS] = { { 0 } };
+	double base_ns[ST_MAX_ROUNDS] = { 0 }, minus_one[SC_N][ST_MAX_ROUNDS] = { { 0 } };
+	double kt_call[SC_N][ST_MAX_ROUNDS] = { { 0 } }, kt_minus_one[SC_N][ST_MAX_ROUNDS] = { { 0 } };
+	struct st_progs progs[ST_N_HOOKS] = { 0 };
+	const enum bpf_attach_type hook_at[ST_N_HOOKS] = { BPF_CGROUP_UDP4_SENDMSG,
+							   BPF_CGROUP_INET_EGRESS };
+	static const uint16_t port[SC_N] = { ST_PORT, ST_PORT_ONE, ST_PORT_PODS };
+	int np = 0, nq = 0, ret = 0, code = -1, stats_fd = -1;
+	bool one_made = false;
+	double start_s = NAN, ready_s = NAN;
+	uint64_t t0;
+
+	for (int m = 0; m < SC_N; m++)
+		w[m] = (struct st_worker){ .pid = -1, .cmd = -1, .res = -1, .netns = -1 };
+	snprintf(cg[SC_ONE], sizeof(cg[SC_ONE]), "%s/one", kdir);
+	snprintf(cg[SC_MANY], sizeof(cg[SC_MANY]), "%s/p%d", kdir, ST_SCALE_LIMITS - 1);
+	snprintf(cg[SC_PODS], sizeof(cg[SC_PODS]), "%s/q%d", kdir, ST_SCALE_PODS - 1);
+	if (mkdir(cg[SC_ONE], 0755) < 0 && errno != EEXIST) {
+		ret = -errno;
+		fprintf(stderr, "bench: sendto: %s: %s\n", cg[SC_ONE], strerror(-ret));
+		goto out;
+	}
+	one_made = true;
+	for (; np < ST_SCALE_LIMITS && !g_stop; np++) {
+		snprintf(p, sizeof(p), "%s/p%d", kdir, np);
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			break;
+	}
+	for (; np == ST_SCALE_LIMITS && nq < ST_SCALE_PODS && !g_stop; nq++) {
+		snprintf(p, sizeof(p), "%s/q%d", kdir, nq);
+		if (mkdir(p, 0755) < 0 && errno != EEXIST)
+			break;
+	}
+	if (g_stop) {
+		ret = -EINTR;
+		goto out;
+	}
+	if (np < ST_SCALE_LIMITS || nq < ST_SCALE_PODS) {
+		ret = -errno;
+		fprintf(stderr, "bench: sendto: %s: %s\n", p, strerror(-ret));
+		goto out;
+	}
+
+	yaml = st_scale_yaml(kdir);
+	if (!yaml) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (ktest_daemon_init(&d) || ktest_daemon_config(&d, yaml)) {
+		fprintf(stderr, "bench: sendto: cannot write the scale config\n");
+		ret = -EIO;
+		goto out;
+	}
+	/* start: until the control socket answers and the pod limit counts
+	 * all its members */
+	t0 = now_ns();
+	if (ktest_daemon_start(&d, 120000, &code)) {
+		char *log = ktest_slurp(d.log);
+
+		fprintf(stderr, "bench: sendto: kthrottled with %d limits did not start (exit %d):\n%s",
+			ST_SCALE_LIMITS + 2, code, log ? log : "");
+		free(log);
+		ret = -EIO;
+		goto out;
+	}
+	start_s = (double)(now_ns() - t0) / 1e9;
+	for (int i = 0; i < 3000 && !g_stop; i++) {
+		if (dsnap_take(&d, "pods", &s0[SC_PODS]) && s0[SC_PODS].size == ST_SCALE_PODS)
+			break;
+		ktest_sleep_ms(10);
+	}
+	ready_s = (double)(now_ns() - t0) / 1e9;
+	for (int m = 0; m < SC_N; m++)
+		if (!dsnap_take(&d, sc_name[m], &s0[m])) {
+			fprintf(stderr, "bench: sendto: no status for limit %s\n", sc_name[m]);
+			ret = -EIO;
+			goto out;
+		}
+	sanity(s0[SC_PODS].size == ST_SCALE_PODS, "sendto: limit pods has %d members, want %d",
+	       s0[SC_PODS].size, ST_SCALE_PODS);
+
+	for (int m = 0; m < SC_N; m++) {
+		struct st_result warm;
+
+		if ((ret = st_worker_start(&w[m], cg[m], port[m], &warm)))
+			goto out;
+	}
+
+	for (int r = 0; r < rounds; r++) {
+		struct st_result res;
+		double before, after;
+
+		if ((ret = st_chunk(base, chunk, &res)))
+			goto out;
+		before = st_ns(&res);
+		base_ns[r] = before / (SC_N + 1);
+		for (int k = 0; k < SC_N; k++) {
+			int m = (k + r) % SC_N;
+
+			if (g_stop) {
+				ret = -EINTR;
+				goto out;
+			}
+			if ((ret = st_chunk(&w[m], chunk, &res)))
+				goto out;
+			sanity(res.n == chunk && res.errors == 0 && res.refused == 0,
+			       "sendto: %s: %ld of %ld sent, %ld errors (last: %s), %ld refused",
+			       sc_tag[m], res.n, chunk, res.errors, strerror(res.last_errno),
+			       res.refused);
+			ns[m][r] = st_ns(&res);
+			if ((ret = st_chunk(base, chunk, &res)))
+				goto out;
+			after = st_ns(&res);
+			delta[m][r] = ns[m][r] - (before + after) / 2;
+			base_ns[r] += after / (SC_N + 1);
+			before = after;
+		}
+		for (int m = 0; m < SC_N; m++)
+			minus_one[m][r] = delta[m][r] - delta[SC_ONE][r];
+		if (getenv("KT_BENCH_VERBOSE"))
+			fprintf(stderr, "bench: sendto scale round %d: base %.0f, 1,000 limits %+.0f, "
+				"1 limit %+.0f, 1,000 pods %+.0f ns/call\n", r, base_ns[r],
+				delta[SC_MANY][r], delta[SC_ONE][r], delta[SC_PODS][r]);
+	}
+
+	/* bpf_stats: the same programs (attached at k) run for all three, so
+	 * each chunk reads them around itself; 1-limit chunks around the others */
+	for (int h = 0; h < ST_N_HOOKS; h++)
+		if ((ret = st_query(cg[SC_MANY], hook_at[h], &progs[h])))
+			goto out;
+	stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
+	for (int r = 0; stats_fd >= 0 && r < srounds; r++) {
+		double run[ST_N_HOOKS], one_before, one_after;
+
+		if ((ret = st_stats_chunk(&w[SC_ONE], progs, chunk, run, &one_before)))
+			goto out;
+		kt_call[SC_ONE][r] = one_before / 3;
+		for (int k = 0; k < 2; k++) {
+			int m = (k + r) % 2 ? SC_PODS : SC_MANY;
+
+			if (g_stop) {
+				ret = -EINTR;
+				goto out;
+			}
+			if ((ret = st_stats_chunk(&w[m], progs, chunk, run, &kt_call[m][r])) ||
+			    (ret = st_stats_chunk(&w[SC_ONE], progs, chunk, run, &one_after)))
+				goto out;
+			kt_minus_one[m][r] = kt_call[m][r] - (one_before + one_after) / 2;
+			kt_call[SC_ONE][r] += one_after / 3;
+			one_before = one_after;
+		}
+	}
+
+	/* every datagram the senders sent was matched and admitted by its limit */
+	for (int m = 0; m < SC_N; m++) {
+		if (!dsnap_take(&d, sc_name[m], &s1[m])) {
+			ret = -EIO;
+			goto out;
+		}
+		sanity(s1[m].admitted - s0[m].admitted == (double)w[m].sent,
+		       "sendto: limit %s counted %.0f admitted; its sender sent %ld", sc_name[m],
+		       s1[m].admitted - s0[m].admitted, w[m].sent);
+	}
+
+	{
+		char v[40], wh[112];
+		double b = median(base_ns, rounds);
+		static const char *const row_what[SC_N] = {
+			"sendto() kthrottle admitted, 1,000 limits on one destination, 1,000 pods",
+			"sendto() kthrottle admitted, 1 limit on its destination (same daemon)",
+			"sendto() kthrottle admitted, 1 limit with 256 pods (pod scope; the most a limit holds)",
+		};
+
+		snprintf(v, sizeof(v), "%.1f s", start_s);
+		row_text("daemon start with 1,000 limits and cgroups (+ 1 limit with 256 pods), s: "
+			 "until its control socket answers", v, NULL, 0);
+		snprintf(v, sizeof(v), "%.1f s", ready_s);
+		row_text("daemon start as above, s: until `status` shows the 256 pods", v, NULL, 0);
+		for (int m = 0; m < SC_N; m++) {
+			double ov = median(delta[m], rounds);
+
+			snprintf(wh, sizeof(wh), "%s (%d chunks of %ld calls)", row_what[m], rounds,
+				 chunk);
+			row_ns_ratio(wh, median(ns[m], rounds), b, ov);
+			if (g_nrows) {
+				struct row *row = &g_rows[g_nrows - 1];
+
+				snprintf(row->delta, sizeof(row->delta), "×%.3f (%+.0f ± %.0f ns)",
+					 1 + ov / b, ov, st_half_iqr(delta[m], rounds));
+			}
+		}
+		for (int m = 0; m < SC_N; m++) {
+			struct row *row;
+			double dd;
+
+			if (m == SC_ONE)
+				continue;
+			dd = median(minus_one[m], rounds);
+			snprintf(wh, sizeof(wh), "sendto() admitted: %s − 1 limit (median of paired rounds)",
+				 sc_tag[m]);
+			row = row_new(wh);
+			if (!row)
+				continue;
+			snprintf(row->value, sizeof(row->value), "%+.1f ± %.1f ns", dd,
+				 st_half_iqr(minus_one[m], rounds));
+			snprintf(row->target, sizeof(row->target), "within ±%.0f ns", ST_SCALE_FLAT_NS);
+			row_target(row, fabs(dd) <= ST_SCALE_FLAT_NS);
+		}
+		row_text("sendto() admitted, 10,000 limits",
+			 "skipped (the kernel tables hold 1,024 limits)", NULL, 0);
+		row_text("sendto() admitted, 1,000 pods in one limit",
+			 "skipped (a limit holds at most 256 member cgroups)", NULL, 0);
+		if (stats_fd < 0) {
+			row_text("bpf_stats: kthrottle programs at scale", "skipped (bpf_enable_stats failed)",
+				 NULL, 0);
+		} else {
+			for (int m = 0; m < SC_N; m++) {
+				if (m == SC_ONE)
+					continue;
+				snprintf(wh, sizeof(wh),
+					 "bpf_stats: kthrottle programs (sendmsg4 + egress), ns per "
+					 "sendto: %s vs 1 limit (%d rounds)",
+					 sc_tag[m], srounds);
+				row_stat(wh, median(kt_call[m], srounds), median(kt_call[SC_ONE], srounds),
+					 median(kt_minus_one[m], srounds));
+			}
+		}
+	}
+	ret = 0;
+out:
+	if (stats_fd >= 0)
+		close(stats_fd);
+	for (int h = 0; h < ST_N_HOOKS; h++)
+		for (int k = 0; k < progs[h].n; k++)
+			close(progs[h].fd[k]);
+	for (int m = 0; m < SC_N; m++)
+		st_worker_stop(&w[m]);
+	if (d.dir[0])
+		ktest_daemon_cleanup(&d);
+	free(yaml);
+	/* in the reverse order of creation */
+	while (nq > 0) {
+		snprintf(p, sizeof(p), "%s/q%d", kdir, --nq);
+		ktest_cgroup_destroy(p);
+	}
+	while (np > 0) {
+		snprintf(p, sizeof(p), "%s/p%d", kdir, --np);
+		ktest_cgroup_destroy(p);
+	}
+	if (one_made)
+		ktest_cgroup_destroy(cg[SC_ONE]);
+	return ret;
+}
+
 static int bench_sendto(struct bench_env *e)
 {
 	static const char *const what[ST_N] = {
@@ -2908,6 +3266,12 @@ static int bench_sendto(struct bench_env *e)
 				 median(kt_minus_empty[i], srounds));
 		}
 	}
+
+	/* the second phase: one daemon on k at a time */
+	ktest_daemon_cleanup(&d);
+	ret = st_scale(subcg[SUB_K], &w[ST_BASE], chunk, rounds, srounds);
+	if (ret)
+		goto out;
 	ret = 0;
 out:
 	/* never leave a table behind, also on failure or interruption (a
