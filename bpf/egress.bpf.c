@@ -342,15 +342,14 @@ int kt_egress(struct __sk_buff *skb)
 	__u16 port;
 	__u8 proto;
 
+	if (sk)
+		sk = bpf_sk_fullsock(sk);
+	segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
+	charged = kt_sendmsg_charged(sk);
 	/* The common datagram: sendmsg decided it, and no packet or byte
 	 * limit exists to read it for. */
-	if (sk) {
-		struct bpf_sock *fs = bpf_sk_fullsock(sk);
-
-		if (fs && skb->gso_segs <= 1 && kt_sendmsg_charged(fs) &&
-		    kt_hook_idle(KT_HOOK_EGRESS))
-			return SKB_PASS;
-	}
+	if (segs == 1 && charged && kt_hook_idle(KT_HOOK_EGRESS))
+		return SKB_PASS;
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = data;
 
@@ -375,10 +374,6 @@ int kt_egress(struct __sk_buff *skb)
 	if (!proto)
 		return SKB_PASS;
 
-	if (sk)
-		sk = bpf_sk_fullsock(sk);
-	segs = skb->gso_segs > 1 ? skb->gso_segs : 1;
-	charged = kt_sendmsg_charged(sk);
 	dgrams = !(proto & KT_PROTO_UDP) ? 0 : charged ? segs - 1 : segs;
 	/* the port filters first: traffic to ports no limit covers, and the
 	 * datagrams sendmsg already charged, stop here */
