@@ -276,6 +276,29 @@ static void wait_enforced(const char *cg)
 	fail_msg("%s never enforced", cg);
 }
 
+/* With the programs at the root: the member is limited, its sibling below
+ * the root and a cgroup outside it are not, and a pattern's member made
+ * after the start (fx.pod) is limited without a new link. `how` tells the
+ * runs apart in failure messages. */
+static void assert_root_enforces(const char *how)
+{
+	char what[128];
+
+	ktest_sleep_ms(300);
+	snprintf(what, sizeof(what), "member (%s)", how);
+	assert_limited(what, fx.member);
+	snprintf(what, sizeof(what), "sibling below the root (%s)", how);
+	assert_unlimited(what, fx.sibling);
+	snprintf(what, sizeof(what), "outside the root (%s)", how);
+	assert_unlimited(what, fx.outside);
+
+	assert_int_equal(mkdir(fx.pod, 0755), 0);
+	wait_enforced(fx.pod);
+	ktest_sleep_ms(300); /* its bucket refills */
+	snprintf(what, sizeof(what), "pod-1, joined after the start (%s)", how);
+	assert_limited_n(what, fx.pod, 2);
+}
+
 static void test_attach_root(void **state)
 {
 	const char *const below[] = { fx.member, fx.sibling, NULL };
@@ -289,19 +312,9 @@ static void test_attach_root(void **state)
 
 	/* (a) */
 	assert_attached_once(below);
-	/* (b) */
-	ktest_sleep_ms(300);
-	assert_limited("member", fx.member);
-	/* (c) */
-	assert_unlimited("sibling below the root", fx.sibling);
-	/* (e) */
-	assert_unlimited("outside the root", fx.outside);
-
-	/* (d): a pattern's member made after the start */
-	assert_int_equal(mkdir(fx.pod, 0755), 0);
-	wait_enforced(fx.pod);
-	ktest_sleep_ms(300); /* its bucket refills */
-	assert_limited_n("pod-1 (joined after the start)", fx.pod, 2);
+	/* (b) member limited, (c) sibling and (e) outsider not, (d) a
+	 * pattern's member made after the start */
+	assert_root_enforces("attachRoot");
 	assert_attached_once(below_pod);
 
 	/* (f): SIGKILL, and a new daemon adopts the pinned links */
@@ -466,15 +479,7 @@ static void test_default_auto(void **state)
 	assert_attached_once(below);
 	snprintf(want, sizeof(want), "attach %s (auto)\n", fx.root);
 	assert_status_attach(want, "(auto)\"");
-	ktest_sleep_ms(300);
-	assert_limited("member (auto root)", fx.member);
-	assert_unlimited("sibling below the auto root", fx.sibling);
-	assert_unlimited("outside the auto root", fx.outside);
-
-	assert_int_equal(mkdir(fx.pod, 0755), 0);
-	wait_enforced(fx.pod);
-	ktest_sleep_ms(300);
-	assert_limited_n("pod-1 (joined after the start, auto root)", fx.pod, 2);
+	assert_root_enforces("auto root");
 	assert_attached_once(below_pod);
 
 	/* one cgroup selected: it is its own common ancestor */
