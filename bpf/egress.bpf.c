@@ -169,8 +169,13 @@ static __always_inline void kt_refund_first(__u32 slot, __u64 now)
 	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
 	struct kt_counters *c = bpf_map_lookup_elem(&kt_counters, &slot);
 
-	if (b)
+	if (b) {
+		struct kt_bucket *parent = kt_bucket_parent_of(b);
+
 		kt_gcra_refund(b, now, 1);
+		if (parent)
+			kt_gcra_refund(parent, now, 1);
+	}
 	if (c && c->admitted) {
 		c->admitted--;
 		c->throttled++;
@@ -310,7 +315,8 @@ static __always_inline int kt_pace(struct __sk_buff *skb, const struct kt_cls *c
 	__u32 slot = cls->slot;
 	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
 	struct kt_counters *c = bpf_map_lookup_elem(&kt_counters, &slot);
-	__u64 wait, cost, mono;
+	struct kt_bucket *parent;
+	__u64 wait, parent_wait, cost, mono;
 
 	if (!b || !c)
 		return 0;
@@ -318,6 +324,16 @@ static __always_inline int kt_pace(struct __sk_buff *skb, const struct kt_cls *c
 	mono = bpf_ktime_get_ns(); /* the clock of skb->tstamp */
 	if (kt_gcra_pace(b, now, cost, KT_PACE_HORIZON_NS, &wait) != KT_ADMIT)
 		return 0;
+	/* a chained member's packet departs when both buckets allow it */
+	parent = kt_bucket_parent_of(b);
+	if (parent) {
+		if (kt_gcra_pace(parent, now, cost, KT_PACE_HORIZON_NS, &parent_wait) != KT_ADMIT) {
+			kt_gcra_refund(b, now, cost);
+			return 0;
+		}
+		if (parent_wait > wait)
+			wait = parent_wait;
+	}
 	kt_depart_at(skb, mono + wait);
 	if (c->throttled >= segs)
 		c->throttled -= segs;

@@ -309,8 +309,17 @@ static __always_inline void kt_classify(void *ctx, int is_skb, __u32 hook, __u8 
 	}
 }
 
+/* The node bucket `b` is chained to (KT_BUCKET_CHAINED), or NULL. */
+static __always_inline struct kt_bucket *kt_bucket_parent_of(const struct kt_bucket *b)
+{
+	__u32 parent = kt_bucket_parent(KT_READ_ONCE(b->flags));
+
+	return parent == KT_SLOT_NONE ? 0 : bpf_map_lookup_elem(&kt_buckets, &parent);
+}
+
 /*
- * Charge the bucket `cls` names at `now`: `bytes` for unit byte, else
+ * Charge the bucket `cls` names at `now` (and the node bucket it is chained
+ * to): `bytes` for unit byte, else
  * `units` (packets or datagrams this call carries: a GSO send carries
  * many). Per-CPU counters count the outcome. KT_ADMIT, KT_REFUSE (with
  * *wait_ns), or KT_PASS when the slot cannot be read.
@@ -321,17 +330,19 @@ static __always_inline int kt_charge(const struct kt_cls *cls, __u64 now, __u64 
 	__u32 slot = cls->slot;
 	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
 	struct kt_counters *c = bpf_map_lookup_elem(&kt_counters, &slot);
+	struct kt_bucket *parent;
 	int verdict;
 
 	*wait_ns = 0;
 	if (!b || !c)
 		return KT_PASS;
+	parent = kt_bucket_parent_of(b);
 	if (cls->unit == KT_UNIT_BYTE)
-		verdict = kt_gcra_decide(b, now, bytes, wait_ns);
+		verdict = kt_gcra_decide_chained(b, parent, now, bytes, wait_ns);
 	else if (units == 1)
-		verdict = kt_gcra_decide(b, now, 1, wait_ns);
+		verdict = kt_gcra_decide_chained(b, parent, now, 1, wait_ns);
 	else
-		verdict = kt_gcra_decide(b, now, units, wait_ns);
+		verdict = kt_gcra_decide_chained(b, parent, now, units, wait_ns);
 	/* Per-CPU counters, in the limit's tokens (a GSO send counts each
 	 * datagram): plain adds, no atomics on the hot path. */
 	if (verdict == KT_ADMIT) {

@@ -118,7 +118,35 @@ struct kt_bucket {
  * KT_REASON_PERMIT, or KT_REASON_CLOSED when interval_fp is 0: the daemon
  * closed it because the store is unreachable. */
 #define KT_BUCKET_STRICT (1u << 2)
+/* A pod-scope member's bucket chained to its limit's node bucket (the
+ * slot in bits 16..31, KT_BUCKET_PARENT_SHIFT): an admission takes a token
+ * from both, and a refusal by the node bucket gives the member's back. The
+ * node bucket holds the node's whole share (the members' rates and bursts
+ * summed), so however many members join, each with its starting tokens, the
+ * node never admits more than its share plus its burst. */
+#define KT_BUCKET_CHAINED (1u << 3)
+/* The node bucket of a pod-scope limit that members are chained to; the
+ * programs never classify to it and it counts nothing itself. */
+#define KT_BUCKET_POOL (1u << 4)
+#define KT_BUCKET_PARENT_SHIFT 16
 _Static_assert(sizeof(struct kt_bucket) == 64, "kt_bucket layout");
+_Static_assert(KT_MAX_BUCKETS <= (1u << (32 - KT_BUCKET_PARENT_SHIFT)), "parent slot fits in flags");
+
+/* flags of a member bucket chained to `parent` (KT_BUCKET_CHAINED), or not
+ * chained (parent KT_SLOT_NONE); the other bits of `flags` kept. */
+static inline __u32 kt_bucket_chain_flags(__u32 flags, __u32 parent)
+{
+	flags &= ~(KT_BUCKET_CHAINED | (0xffffu << KT_BUCKET_PARENT_SHIFT));
+	if (parent < KT_MAX_BUCKETS)
+		flags |= KT_BUCKET_CHAINED | (parent << KT_BUCKET_PARENT_SHIFT);
+	return flags;
+}
+
+/* The node bucket a member bucket's flags chain it to; KT_SLOT_NONE if none. */
+static inline __u32 kt_bucket_parent(__u32 flags)
+{
+	return (flags & KT_BUCKET_CHAINED) ? flags >> KT_BUCKET_PARENT_SHIFT : 0xffffffffu;
+}
 
 /* kt_counters (per-CPU array, same index as kt_buckets). */
 struct kt_counters {
@@ -658,6 +686,23 @@ static inline void kt_gcra_refund(struct kt_bucket *b, __u64 now, __u64 tokens)
 		if (__sync_val_compare_and_swap(&b->tat, tat, tat - back) == tat)
 			return;
 	}
+}
+
+/* kt_gcra_decide on a member bucket and then on the node bucket it is
+ * chained to (`parent`, NULL: none): admitted only if both admit. When the
+ * node bucket refuses, the member's token goes back, so a refused request
+ * costs the member nothing, and *wait_ns is the node bucket's. */
+static inline int kt_gcra_decide_chained(struct kt_bucket *b, struct kt_bucket *parent, __u64 now,
+					 __u64 cost, __u64 *wait_ns)
+{
+	int verdict = kt_gcra_decide(b, now, cost, wait_ns);
+
+	if (verdict != KT_ADMIT || !parent)
+		return verdict;
+	if (kt_gcra_decide(parent, now, cost, wait_ns) == KT_ADMIT)
+		return KT_ADMIT;
+	kt_gcra_refund(b, now, cost);
+	return KT_REFUSE;
 }
 
 /* Whole tokens a bucket holds at `now` (for status and utilization). */
