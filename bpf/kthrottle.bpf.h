@@ -179,22 +179,23 @@ static __always_inline __u64 kt_generation(void)
  * one). `ctx` is the program context for the ancestor helper; `gen` is
  * kt_generation(), read before. */
 static __always_inline struct kt_member_val *kt_member_list(void *ctx, int is_skb, __u64 cgid,
-							     __u64 gen)
+							     __u64 gen, struct kt_anc *found)
 {
 	struct kt_member_val *v;
-	struct kt_anc *c, found = { 0 };
+	struct kt_anc *c;
 	int level;
 
 	if (!gen)
 		return 0;
-	found.gen = gen;
 	c = bpf_map_lookup_elem(&kt_anc_cache, &cgid);
-	if (c && c->gen == found.gen)
+	if (c && c->gen == gen)
 		return c->member ? &c->list : 0;
+	__builtin_memset(found, 0, sizeof(*found));
+	found->gen = gen;
 	v = bpf_map_lookup_elem(&kt_members, &cgid);
 	if (v) {
-		found.member = cgid;
-		__builtin_memcpy(&found.list, v, sizeof(found.list));
+		found->member = cgid;
+		__builtin_memcpy(&found->list, v, sizeof(found->list));
 	}
 	for (level = KT_MAX_CGROUP_DEPTH - 1; !v && level >= 1; level--) {
 		__u64 anc = is_skb ? bpf_skb_ancestor_cgroup_id(ctx, level)
@@ -203,12 +204,17 @@ static __always_inline struct kt_member_val *kt_member_list(void *ctx, int is_sk
 			continue;
 		v = bpf_map_lookup_elem(&kt_members, &anc);
 		if (v) {
-			found.member = anc;
-			__builtin_memcpy(&found.list, v, sizeof(found.list));
+			/* below a pending directory without an entry of its
+			 * own: not classified yet, so its join buckets too */
+			found->member = anc;
+			__builtin_memcpy(&found->list, v, sizeof(found->list));
+			found->list.count += kt_member_pending(v);
+			if (v->flags & KT_MEMBER_PENDING_NO_RAW)
+				found->list.flags |= KT_MEMBER_NO_RAW;
 		}
 	}
-	bpf_map_update_elem(&kt_anc_cache, &cgid, &found, BPF_ANY);
-	return v;
+	bpf_map_update_elem(&kt_anc_cache, &cgid, found, BPF_ANY);
+	return v ? &found->list : 0;
 }
 
 /* IPv4 destination as v4-mapped address words (::ffff:a.b.c.d). */
@@ -270,6 +276,7 @@ static __always_inline void kt_classify(void *ctx, int is_skb, __u32 hook, __u8 
 {
 	struct kt_member_val *v;
 	struct kt_dest_key dk;
+	struct kt_anc found;
 	__u32 best_prio = 0;
 	int i;
 
@@ -277,7 +284,7 @@ static __always_inline void kt_classify(void *ctx, int is_skb, __u32 hook, __u8 
 	out->refuse_errno = 0;
 	out->unit = 0;
 	out->pad = 0;
-	v = kt_member_list(ctx, is_skb, cgid, gen);
+	v = kt_member_list(ctx, is_skb, cgid, gen, &found);
 	if (!v)
 		return;
 

@@ -19,8 +19,9 @@ int kt_sock_create(struct bpf_sock *sk)
 		return 1;
 	/* the list of the cgroup or its nearest member ancestor carries the
 	 * flags of every limit it is charged under */
+	struct kt_anc found;
 	struct kt_member_val *v = kt_member_list(sk, 0, bpf_get_current_cgroup_id(),
-						 kt_generation());
+						 kt_generation(), &found);
 
 	return v && (v->flags & KT_MEMBER_NO_RAW) ? 0 : 1;
 }

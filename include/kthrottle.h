@@ -128,6 +128,10 @@ struct kt_bucket {
 /* The node bucket of a pod-scope limit that members are chained to; the
  * programs never classify to it and it counts nothing itself. */
 #define KT_BUCKET_POOL (1u << 4)
+/* A pod-scope limit's join bucket: what a cgroup below a pending directory
+ * is charged to until the daemon has classified it (kt_member_pending);
+ * chained to the node bucket. */
+#define KT_BUCKET_JOIN (1u << 5)
 #define KT_BUCKET_PARENT_SHIFT 16
 _Static_assert(sizeof(struct kt_bucket) == 64, "kt_bucket layout");
 _Static_assert(KT_MAX_BUCKETS <= (1u << (32 - KT_BUCKET_PARENT_SHIFT)), "parent slot fits in flags");
@@ -185,9 +189,34 @@ struct kt_member_val {
  * its connection and datagram hooks): socket(SOCK_RAW) fails with EPERM. */
 #define KT_MEMBER_NO_RAW (1u << 0)
 
+/* A directory where a pattern's members appear (a "pending directory")
+ * lists, after its own entries, ents[count .. count + pending): a cgroup
+ * below it with no kt_members entry of its own, one the daemon has not
+ * classified yet, is charged under these too (each a limit's join bucket),
+ * so a new pod is limited from its first packet. The directory's own
+ * processes are not. The pending count is in flags bits 8..11. */
+#define KT_MEMBER_PENDING_SHIFT 8
+#define KT_MEMBER_PENDING_MASK 0xfu
+/* ... and such an unclassified cgroup may not open raw IP sockets */
+#define KT_MEMBER_PENDING_NO_RAW (1u << 1)
+
+/* Pending entries of `v` (0 if the count would not fit). */
+static inline __u32 kt_member_pending(const struct kt_member_val *v)
+{
+	__u32 p = ((__u32)v->flags >> KT_MEMBER_PENDING_SHIFT) & KT_MEMBER_PENDING_MASK;
+
+	return v->count <= KT_LIMITS_PER_CGROUP && p <= KT_LIMITS_PER_CGROUP - v->count ? p : 0;
+}
+
+/* The cgroup is no member itself (a pending directory, an outsider): its
+ * entries, if any, are inherited or pending. */
+#define KT_MEMBER_NO_OWN (1u << 2)
+
 /* Entries of `v` that are the cgroup's own memberships. */
 static inline __u32 kt_member_own(const struct kt_member_val *v)
 {
+	if (v->flags & KT_MEMBER_NO_OWN)
+		return 0;
 	return v->own && v->own <= v->count ? v->own : v->count;
 }
 _Static_assert(sizeof(struct kt_member_val) == 8 + 8 * KT_LIMITS_PER_CGROUP, "kt_member_val layout");

@@ -387,6 +387,22 @@ static void assert_buckets_are(const struct kt_plan *p)
 		/* node scope: every member charges the one bucket */
 		for (int j = 0; p->limits[i].cfg->unit != KT_UNIT_REQUEST && j < p->limits[i].n_members; j++)
 			assert_true(want[p->limits[i].members[j].slot]);
+		/* pod scope with 2+ members: a node bucket, every member chained to it */
+		bool chained = p->limits[i].cfg->scope == KT_SCOPE_POD &&
+			       p->limits[i].cfg->unit != KT_UNIT_REQUEST && p->limits[i].n_members >= 2;
+		assert_int_equal(p->limits[i].has_pool, chained);
+		if (chained) {
+			uint32_t ps = p->limits[i].pool_slot;
+
+			assert_true(ps < KT_MAX_BUCKETS && !want[ps]);
+			want[ps] = true;
+			n_want++;
+			assert_true(fx.b.buckets[ps].flags & KT_BUCKET_POOL);
+			assert_int_equal(fx.b.buckets[ps].limit_id, p->limits[i].id);
+		}
+		for (int j = 0; chained && j < p->limits[i].n_members; j++)
+			assert_int_equal(kt_bucket_parent(fx.b.buckets[p->limits[i].members[j].slot].flags),
+					 p->limits[i].pool_slot);
 	}
 	for (int s = 0; s < KT_MAX_BUCKETS; s++) {
 		bool used = fx.b.buckets[s].flags & KT_BUCKET_IN_USE;

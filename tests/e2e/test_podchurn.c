@@ -320,34 +320,51 @@ static void test_pod_churn(void **state)
 	/* the receiver bins the first 120 s (ARRIVALS_MAX_BINS): a soak's
 	 * windows are checked there */
 	double worst = arrivals_worst_window(&fx.a, t_load, t_end + 0.5, NULL);
-	double before_attach = n_lat ? lat[n_lat - 1] / 0.002 + 1 : 0;
-	double bound = RATE + BURST + PODS_PER_S * (1.0 + before_attach);
+	/* new pods are charged from their first datagram (join bucket) and
+	 * every member within the node bucket: joins add nothing */
+	double bound = RATE + BURST;
 	print_message("%d pods in %.1f s; mkdir to first EBUSY: p50 %.3f s, p99 %.3f s, max %.3f s; "
 		      "%d never refused\n",
 		      fx.n_pods, churn_s, n_lat ? lat[n_lat / 2] : -1.0,
 		      n_lat ? lat[(n_lat * 99) / 100] : -1.0, n_lat ? lat[n_lat - 1] : -1.0, never);
-	print_message("worst 1-s window %.0f datagrams (max %.0f + burst %.0f + %d joins/s x (1 + %.0f "
-		      "sent before the attach) = %.0f); %llu arrived in all\n",
-		      worst, RATE, BURST, PODS_PER_S, before_attach, bound, arrivals_total(&fx.a));
+	print_message("worst 1-s window %.0f datagrams (max %.0f + burst %.0f = %.0f, with %d joins/s); "
+		      "%llu arrived in all\n",
+		      worst, RATE, BURST, bound, PODS_PER_S, arrivals_total(&fx.a));
 	assert_int_equal(never, 0);
 	assert_true(n_lat > 0 && lat[n_lat - 1] <= JOIN_BOUND_S);
 	assert_true(worst <= bound);
 
 	/* no dead entries left */
 	assert_int_equal(kt_bpf_open_pinned(&kb, fx.d.pin_dir, err, sizeof(err)), 0);
-	uint64_t key, nextk;
+	uint64_t key, nextk, base_id = ktest_cgroup_id(fx.base);
+	int base_pending = 0, node_join = 0;
 	for (int r = bpf_map_get_next_key(kb.members_fd, NULL, &nextk); r == 0;
 	     r = bpf_map_get_next_key(kb.members_fd, &key, &nextk)) {
+		struct kt_member_val v;
+
 		key = nextk;
+		/* base itself: the pattern's pending directory, no member */
+		if (key == base_id && bpf_map_lookup_elem(kb.members_fd, &key, &v) == 0 &&
+		    kt_member_own(&v) == 0 && kt_member_pending(&v) == 1) {
+			base_pending++;
+			continue;
+		}
 		members++;
 	}
 	for (uint32_t s = 0; s < KT_MAX_BUCKETS; s++) {
 		struct kt_bucket bk;
 
-		if (bpf_map_lookup_elem(kb.buckets_fd, &s, &bk) == 0 && (bk.flags & KT_BUCKET_IN_USE))
+		if (bpf_map_lookup_elem(kb.buckets_fd, &s, &bk) != 0 || !(bk.flags & KT_BUCKET_IN_USE))
+			continue;
+		/* the limit's node and join buckets stay while it has a pattern */
+		if (bk.flags & (KT_BUCKET_POOL | KT_BUCKET_JOIN))
+			node_join++;
+		else
 			in_use++;
 	}
 	kt_bpf_close(&kb);
+	assert_int_equal(base_pending, 1);
+	assert_int_equal(node_join, 2);
 	/* the links are base's (attachRoot auto: the pattern's directory),
 	 * one per hook the limit needs; none of a dead cgroup */
 	snprintf(links, sizeof(links), "%s/links", fx.d.pin_dir);
@@ -366,7 +383,7 @@ static void test_pod_churn(void **state)
 		closedir(d);
 	fds1 = proc_fds_settled(fx.d.pid);
 	rss1 = proc_rss_kb(fx.d.pid);
-	print_message("after: %d kt_members entries, %d buckets in use, %d links of base, %d of "
+	print_message("after: %d kt_members entries (but base's), %d buckets in use (but the node and join buckets), %d links of base, %d of "
 		      "other cgroups; daemon fds %d -> %d, RSS %ld -> %ld kB\n",
 		      members, in_use, links_base, links_left, fds0, fds1, rss0, rss1);
 	assert_int_equal(members, 0);
@@ -378,9 +395,109 @@ static void test_pod_churn(void **state)
 	assert_true(rss0 > 0 && rss1 <= rss0 + 4096);
 }
 
+/* A child that joins `cg` and sends `n` datagrams back to back at once;
+ * out[0] admitted, out[1] refused with EBUSY, out[2] admitted before the
+ * first refusal. */
+static void burst_from(const char *cg, int n, int out[3])
+{
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)fx.a.port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fds[2], status;
+	pid_t pid;
+
+	assert_int_equal(pipe(fds), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int r[3] = { 0 }, fd;
+		char b[16] = { 0 };
+
+		close(fds[0]);
+		if (ktest_cgroup_join(cg) != 0 || (fd = socket(AF_INET, SOCK_DGRAM, 0)) < 0)
+			_exit(2);
+		for (int i = 0; i < n; i++) {
+			if (sendto(fd, b, sizeof(b), 0, (struct sockaddr *)&to, sizeof(to)) == sizeof(b)) {
+				r[0]++;
+				r[2] += !r[1];
+			} else if (errno == EBUSY) {
+				r[1]++;
+			}
+		}
+		_exit(write(fds[1], r, sizeof(r)) == sizeof(r) ? 0 : 3);
+	}
+	close(fds[1]);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(read(fds[0], out, 3 * sizeof(int)), 3 * (int)sizeof(int));
+	close(fds[0]);
+}
+
+/* A pod whose cgroup is created and which sends at once, before the daemon
+ * can have seen it: it is charged from its first datagram, to the limit's
+ * join bucket (one member's share, within the node's), so the receiver
+ * gets at most that burst before the first refusal. A sibling directory
+ * the pattern cannot match is limited at most until the daemon has seen
+ * it, never after. */
+static void test_new_pod_limited_from_first_packet(void **state)
+{
+	char body[1024], pod_a[PATH_MAX], pod_b[PATH_MAX], other[PATH_MAX];
+	int r[3];
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	snprintf(pod_a, sizeof(pod_a), "%s/pod-a", fx.base);
+	snprintf(pod_b, sizeof(pod_b), "%s/pod-b", fx.base);
+	snprintf(other, sizeof(other), "%s/other", fx.base);
+	assert_int_equal(mkdir(pod_a, 0755), 0);
+	snprintf(body, sizeof(body),
+		 "limits:\n"
+		 "  - name: pods\n"
+		 "    cgroups: [\"%s/pod-*\"]\n"
+		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+		 "    unit: datagram\n"
+		 "    burst: 4\n"
+		 "    rateLimit: {max: 2}\n",
+		 fx.base, fx.a.port);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	ktest_sleep_ms(300);
+
+	unsigned long long before = arrivals_total(&fx.a);
+	/* the daemon stopped: pod-b stays unclassified whatever the timing */
+	assert_int_equal(kill(fx.d.pid, SIGSTOP), 0);
+	assert_int_equal(mkdir(pod_b, 0755), 0);
+	burst_from(pod_b, 40, r);
+	assert_int_equal(kill(fx.d.pid, SIGCONT), 0);
+	ktest_sleep_ms(200);
+	unsigned long long got = arrivals_total(&fx.a) - before;
+	print_message("new pod: %d admitted (%d before the first refusal), %d refused; the receiver "
+		      "got %llu\n", r[0], r[2], r[1], got);
+	/* the join bucket holds one member's burst, 4 with pod-a alone; the
+	 * node's 2/s adds nothing within a few ms */
+	assert_true(r[2] >= 1 && r[2] <= 4);
+	assert_true(r[0] <= 5 && got <= 5);
+	assert_true(r[1] >= 35);
+	/* classified now: pod-b has a bucket of its own, within the node's */
+	burst_from(pod_b, 10, r);
+	print_message("pod-b as a member: %d admitted, %d refused\n", r[0], r[1]);
+	assert_true(r[0] <= 2 && r[1] >= 8);
+
+	/* a directory the pattern cannot match: free once the daemon saw it */
+	assert_int_equal(mkdir(other, 0755), 0);
+	ktest_sleep_ms(300);
+	burst_from(other, 40, r);
+	print_message("sibling that cannot match: %d admitted, %d refused\n", r[0], r[1]);
+	assert_int_equal(r[0], 40);
+	assert_int_equal(r[1], 0);
+	assert_int_equal(rmdir(pod_b), 0);
+	assert_int_equal(rmdir(other), 0);
+	assert_int_equal(rmdir(pod_a), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_new_pod_limited_from_first_packet, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_pod_churn, setup, teardown),
 	};
 

@@ -79,6 +79,21 @@ void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 	} else {
 		kt_pool_bucket_policy(pool, i, s->pool_rate, bucket_served(l), &s->pol);
 	}
+	if (!st->on && l->cfg->scope == KT_SCOPE_POD && (l->n_members > 1 || l->n_pending_dirs)) {
+		/* the node bucket the members are chained to: all of them
+		 * together, with the node's burst (never one token each) */
+		struct kt_bucket_policy node;
+
+		if (by_demand(l))
+			kt_pool_members_policy(pool, i, s->pool_rate, l->member_ids, l->n_members,
+					       &node);
+		else
+			kt_pool_bucket_policy(pool, i, s->pool_rate, l->n_members, &node);
+		s->pol.node_rate = node.rate;
+		s->pol.node_burst = node.burst;
+		s->pol.node_fallback_rate = node.fallback_rate;
+		s->pol.node_fallback_burst = node.fallback_burst;
+	}
 	s->bucket_rate = s->pol.rate;
 	s->bucket_burst = s->pol.burst;
 	s->fallback_rate = s->pol.fallback_rate;
@@ -118,6 +133,10 @@ void kt_ctl_write_rates(struct kt_daemon *d, int i)
 	}
 	l->bucket_rate = s->bucket_rate;
 	l->bucket_burst = s->bucket_burst;
+	if (l->has_pool) {
+		kt_node_policy(&s->pol, l->n_members, &pol);
+		kt_bucket_set_rate(&d->bpf, l->pool_slot, pol.rate, pol.burst);
+	}
 }
 
 /* The lease follows the last store answer, never the tick: a daemon that
@@ -141,6 +160,10 @@ void kt_ctl_write_lease(struct kt_daemon *d, int i)
 			continue;
 		}
 		kt_bucket_set_lease(&d->bpf, slots[k], &d->ls[i].pol);
+	}
+	if (l->has_pool) {
+		kt_node_policy(&d->ls[i].pol, l->n_members, &pol);
+		kt_bucket_set_lease(&d->bpf, l->pool_slot, &pol);
 	}
 }
 

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <bpf/bpf.h>
 #include "apply.h"
+#include "pending.h"
 #include "cgroup.h"
 #include "cgwatch.h"
 #include "classify.h"
@@ -440,6 +441,8 @@ static int plan_members(const struct kt_config *cfg, const char *cg_mount,
 	if (!ret)
 		ret = member_ids(plan);
 	if (!ret)
+		ret = kt_pending_scan(cfg, cg_mount, plan);
+	if (!ret)
 		return 0;
 fail:
 	if (ret == -ENOMEM)
@@ -472,6 +475,9 @@ int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, cons
 		for (int j = 0; j < a->n_members && !*changed; j++)
 			*changed = a->members[j].cgid != b->members[j].cgid;
 	}
+	/* a pending directory or an outsider came or went */
+	if (!*changed)
+		*changed = !kt_pending_same(cur, next);
 	if (!*changed)
 		kt_plan_free(next);
 	return 0;
@@ -487,6 +493,7 @@ void kt_plan_free(struct kt_plan *plan)
 		free(plan->limits[i].members);
 		free(plan->limits[i].member_ids);
 	}
+	kt_pending_free(plan);
 	free(plan->limits);
 	free(plan->root);
 	memset(plan, 0, sizeof(*plan));
@@ -502,6 +509,40 @@ int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max)
 	for (int j = 0; j < n; j++)
 		slots[j] = l->members[j].slot;
 	return n;
+}
+
+void kt_node_policy(const struct kt_bucket_policy *pol, int n, struct kt_bucket_policy *out)
+{
+	*out = *pol;
+	if (pol->node_burst > 0) {
+		out->rate = pol->node_rate;
+		out->burst = pol->node_burst;
+		out->fallback_rate = pol->node_fallback_rate;
+		out->fallback_burst = pol->node_fallback_burst;
+		return;
+	}
+	out->rate *= n;
+	out->burst *= n;
+	out->fallback_rate *= n;
+	out->fallback_burst *= n;
+}
+
+/* Whether limit l gets a join bucket: pod scope with pending directories
+ * (a node-scope limit charges new cgroups to its one bucket). */
+static bool wants_join_bucket(const struct kt_limit_rt *l, const struct kt_bucket_policy *pol)
+{
+	return l->cfg->scope == KT_SCOPE_POD && l->cfg->unit != KT_UNIT_REQUEST &&
+	       !pol->strict_hold_ns && l->n_pending_dirs > 0;
+}
+
+/* Whether limit l gets a node bucket its members are chained to: pod scope
+ * (node scope shares one bucket already), with two or more members here
+ * (one member's bucket is the node's whole share), not cooperative (no
+ * kernel bucket) and not strict (a permit is one request anyway). */
+static bool wants_node_bucket(const struct kt_limit_rt *l, const struct kt_bucket_policy *pol)
+{
+	return l->cfg->scope == KT_SCOPE_POD && l->cfg->unit != KT_UNIT_REQUEST &&
+	       !pol->strict_hold_ns && (l->n_members >= 2 || wants_join_bucket(l, pol));
 }
 
 /* Whole tokens, 1..2^32-1: < 2^32 keeps the kernel's burst multiply
@@ -677,7 +718,7 @@ static int inherit_nested(const struct kt_attach *want, struct kt_member_val *va
 				}
 				v->ents[v->count++] = *ae;
 			}
-			v->flags |= vals[anc].flags;
+			v->flags |= vals[anc].flags & KT_MEMBER_NO_RAW; /* not the others: they describe the ancestor alone */
 		}
 	}
 	return 0;
@@ -705,6 +746,48 @@ static unsigned limit_hooks(const struct kt_limit_cfg *lc)
 	return mask;
 }
 
+static int want_index(const struct kt_attach *want, int n, uint64_t cgid)
+{
+	for (int k = 0; k < n; k++)
+		if (want[k].cgroup_id == cgid)
+			return k;
+	return -1;
+}
+
+/* Appends to pending directory p's list, after its own and inherited
+ * entries, a pending entry per limit naming it that a cgroup below it
+ * without an entry would be charged under: a pod-scope limit's join bucket,
+ * a node-scope limit's one bucket (none without members). A limit the list
+ * has already charges such a cgroup anyway. Entries that do not fit are
+ * left out (kt_pending_scan warned of directories named by too many). */
+static void add_pending(const struct kt_plan *plan, const struct kt_pending_dir *p,
+			struct kt_member_val *v)
+{
+	uint32_t n = 0;
+
+	for (int q = 0; q < p->n_limits; q++) {
+		const struct kt_limit_rt *l = &plan->limits[p->limits[q]];
+		uint32_t slot, e;
+
+		if (l->has_join)
+			slot = l->join_slot;
+		else if (l->cfg->scope == KT_SCOPE_NODE && l->n_members > 0)
+			slot = l->members[0].slot;
+		else
+			continue;
+		for (e = 0; e < v->count + n; e++)
+			if (v->ents[e].limit_id == l->id)
+				break;
+		if (e < v->count + n || v->count + n == KT_LIMITS_PER_CGROUP)
+			continue;
+		v->ents[v->count + n++] = (struct kt_member_ent){ .limit_id = l->id, .slot = slot };
+	}
+	v->flags = (uint16_t)((v->flags & ~(KT_MEMBER_PENDING_MASK << KT_MEMBER_PENDING_SHIFT)) |
+			      (n << KT_MEMBER_PENDING_SHIFT));
+	if (n && p->no_raw)
+		v->flags |= KT_MEMBER_PENDING_NO_RAW;
+}
+
 /* Member cgroups of the plan, each with the kt_members value listing its
  * limits (then those inherited from the members it is nested in) and the
  * hooks its limits need. Fails, naming the cgroup, when one is in more
@@ -712,7 +795,7 @@ static unsigned limit_hooks(const struct kt_limit_cfg *lc)
 static int collect_cgroups(const struct kt_plan *plan, struct kt_attach *want,
 			   struct kt_member_val *vals, int *n_out, char *err, size_t errlen)
 {
-	int n = 0;
+	int n = 0, ret;
 
 	for (int i = 0; i < plan->n_limits; i++) {
 		if (plan->limits[i].cfg->unit == KT_UNIT_REQUEST)
@@ -749,10 +832,33 @@ static int collect_cgroups(const struct kt_plan *plan, struct kt_attach *want,
 				v->flags |= KT_MEMBER_NO_RAW;
 		}
 	}
-	for (int k = 0; k < n; k++)
+	/* pending directories and outsiders: an entry each, no limits of
+	 * their own (an outsider stops the walk up to a pending directory) */
+	for (int k = 0; k < plan->n_pending + plan->n_outsiders; k++) {
+		bool pend = k < plan->n_pending;
+		uint64_t cgid = pend ? plan->pending[k].cgid : plan->outsiders[k - plan->n_pending].cgid;
+		const char *path = pend ? plan->pending[k].path : plan->outsiders[k - plan->n_pending].path;
+
+		if (want_index(want, n, cgid) >= 0)
+			continue;
+		if (n == KT_MAX_MEMBERSHIPS) {
+			snprintf(err, errlen, "more than %d member cgroups", KT_MAX_MEMBERSHIPS);
+			return -E2BIG;
+		}
+		want[n] = (struct kt_attach){ .cgroup_id = cgid, .path = path };
+		memset(&vals[n], 0, sizeof(vals[n]));
+		n++;
+	}
+	for (int k = 0; k < n; k++) {
 		vals[k].own = (uint16_t)vals[k].count;
+		if (!vals[k].count)
+			vals[k].flags |= KT_MEMBER_NO_OWN;
+	}
 	*n_out = n;
-	return inherit_nested(want, vals, n, err, errlen);
+	ret = inherit_nested(want, vals, n, err, errlen);
+	for (int k = 0; !ret && k < plan->n_pending; k++)
+		add_pending(plan, &plan->pending[k], &vals[want_index(want, n, plan->pending[k].cgid)]);
+	return ret;
 }
 
 /* Attach points for the member cgroups. Programs attached to a cgroup also
@@ -1019,6 +1125,8 @@ struct apply {
 	 * buckets start with one heartbeat of their share (see commit_slot) */
 	bool born_empty[KT_MAX_LIMITS];
 	struct slot_alloc sa;
+	int node_bucket_of[KT_MAX_LIMITS]; /* by limit id: its kept node bucket; -1 */
+	int join_bucket_of[KT_MAX_LIMITS]; /* by limit id: its kept join bucket; -1 */
 	struct kt_rule_input *rules;
 	struct kt_classifier cls;
 	struct kt_attach *want;
@@ -1178,6 +1286,56 @@ static int plan_coop(struct apply *a, const char *name)
 	return -E2BIG;
 }
 
+/* Node buckets (wants_node_bucket): the limit's existing one is kept, so its
+ * tokens carry over; else a free slot. */
+static int plan_node_buckets(struct apply *a, char *err, size_t errlen)
+{
+	struct kt_plan *plan = a->plan;
+	struct kt_bpf *b = a->b;
+	int i;
+
+	for (i = 0; i < KT_MAX_LIMITS; i++)
+		a->node_bucket_of[i] = a->join_bucket_of[i] = -1;
+	for (uint32_t s = 0; s < KT_MAX_BUCKETS; s++) {
+		uint32_t flags = __atomic_load_n(&b->buckets[s].flags, __ATOMIC_ACQUIRE);
+		uint32_t id = b->buckets[s].limit_id;
+
+		if (!(flags & KT_BUCKET_IN_USE) || id >= KT_MAX_LIMITS || a->sa.state[s])
+			continue;
+		if (flags & KT_BUCKET_POOL)
+			a->node_bucket_of[id] = (int)s;
+		else if (flags & KT_BUCKET_JOIN)
+			a->join_bucket_of[id] = (int)s;
+	}
+	for (i = 0; i < plan->n_limits; i++) {
+		struct kt_limit_rt *l = &plan->limits[i];
+		int s = a->node_bucket_of[l->id], js = a->join_bucket_of[l->id];
+
+		l->has_pool = l->has_join = false;
+		l->pool_slot = l->join_slot = 0;
+		if (wants_node_bucket(l, &a->pol[i])) {
+			if (s >= 0)
+				a->sa.state[s] = 1;
+			else if ((s = alloc_slot(&a->sa, b)) < 0)
+				goto full;
+			l->has_pool = true;
+			l->pool_slot = (uint32_t)s;
+		}
+		if (wants_join_bucket(l, &a->pol[i])) {
+			if (js >= 0)
+				a->sa.state[js] = 1;
+			else if ((js = alloc_slot(&a->sa, b)) < 0)
+				goto full;
+			l->has_join = true;
+			l->join_slot = (uint32_t)js;
+		}
+	}
+	return 0;
+full:
+	snprintf(err, errlen, "more than %d buckets needed", KT_MAX_BUCKETS);
+	return -E2BIG;
+}
+
 /* Bucket slots: existing memberships are kept when the same (cgroup, limit)
  * with the same scope is wanted again, so their tokens carry over; the rest
  * get free slots. */
@@ -1236,7 +1394,7 @@ static int plan_slots(struct apply *a, char *err, size_t errlen)
 				shared = s;
 		}
 	}
-	return 0;
+	return plan_node_buckets(a, err, errlen);
 }
 
 static int dest_cmp(const void *x, const void *y)
@@ -1278,6 +1436,114 @@ static int plan_rest(struct apply *a, char *err, size_t errlen)
 				break;
 			}
 	}
+	return 0;
+}
+
+/* A member bucket's flags chained to its limit's node bucket, or not. */
+static uint32_t member_flags(const struct kt_limit_rt *l, uint32_t flags)
+{
+	return kt_bucket_chain_flags(flags, l->has_pool ? l->pool_slot : KT_SLOT_NONE);
+}
+
+/* Tokens limit i's kept member buckets hold together at `now`. */
+static double kept_tokens(struct apply *a, int i, uint64_t now)
+{
+	const struct kt_limit_rt *l = &a->plan->limits[i];
+	double sum = 0;
+
+	for (int j = 0; j < l->n_members; j++) {
+		uint32_t s = l->members[j].slot;
+
+		if (s < KT_MAX_BUCKETS && a->sa.state[s] == 1)
+			sum += (double)kt_gcra_tokens_left(kt_bpf_bucket(a->b, s), now);
+	}
+	return sum;
+}
+
+/* Writes limit i's node bucket, first saving what it held. A new one
+ * starts with what the limit's kept members hold together (none kept: a
+ * full burst, as new members start), so chaining them adds no tokens. */
+static int commit_node_bucket(struct apply *a, int i)
+{
+	const struct kt_limit_rt *l = &a->plan->limits[i];
+	uint32_t slot = l->pool_slot;
+	struct kt_bucket *bk = kt_bpf_bucket(a->b, slot);
+	struct saved_slot *s = &a->saved[a->n_saved];
+	struct kt_bucket_policy pol;
+
+	kt_node_policy(&a->pol[i], l->n_members, &pol);
+	/* never fresh in the saved sense: the programs count nothing here,
+	 * so there are no counters to put back */
+	*s = (struct saved_slot){ .slot = slot, .old = *bk };
+	s->old.tat = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
+	s->tat_after = s->old.tat;
+	a->saved_idx[slot] = (uint16_t)++a->n_saved;
+	if (commit_step(a))
+		return -errno;
+	if (a->sa.state[slot] == 2) {
+		uint64_t now = kt_clock_ns(), tat = 0;
+
+		bk->limit_id = l->id;
+		bk->valid_until = 0;
+		bk->tat = 0;
+		kt_bucket_set_rate(a->b, slot, pol.rate, pol.burst);
+		kt_bucket_set_lease(a->b, slot, &pol);
+		if (a->born_empty[i]) {
+			uint64_t interval = bk->interval_fp,
+				 tau = kt_tokens_to_ns(bk->burst, interval),
+				 have = kt_tokens_to_ns((__u64)kept_tokens(a, i, now), interval);
+
+			tat = have < tau ? now + (tau - have) : 0;
+		}
+		bk->tat = tat;
+		__atomic_store_n(&bk->flags, KT_BUCKET_IN_USE | KT_BUCKET_POOL, __ATOMIC_RELEASE);
+	} else {
+		kt_bucket_set_rate(a->b, slot, pol.rate, pol.burst);
+		kt_bucket_set_lease(a->b, slot, &pol);
+	}
+	s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* Writes limit i's join bucket (one member's share, chained to the node
+ * bucket), first saving what it held. A new one starts full: the node
+ * bucket bounds what it adds. */
+static int commit_join_bucket(struct apply *a, int i)
+{
+	const struct kt_limit_rt *l = &a->plan->limits[i];
+	const struct kt_bucket_policy *pol = &a->pol[i];
+	uint32_t slot = l->join_slot;
+	struct kt_bucket *bk = kt_bpf_bucket(a->b, slot);
+	struct saved_slot *s = &a->saved[a->n_saved];
+	bool fresh = a->sa.state[slot] == 2;
+
+	*s = (struct saved_slot){ .slot = slot, .fresh = fresh, .old = *bk };
+	s->old.tat = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
+	s->tat_after = s->old.tat;
+	if (fresh) {
+		/* it counts what unclassified cgroups send: fresh counters,
+		 * the old ones saved for a rollback */
+		s->ctrs = a->ctrs + (size_t)a->n_fresh * a->b->ncpus;
+		if (bpf_map_lookup_elem(a->b->counters_fd, &slot, s->ctrs) < 0)
+			return -errno;
+		a->n_fresh++;
+	}
+	a->saved_idx[slot] = (uint16_t)++a->n_saved;
+	if (commit_step(a))
+		return -errno;
+	if (fresh) {
+		if (commit_step(a) ||
+		    bpf_map_update_elem(a->b->counters_fd, &slot, a->zero, BPF_ANY) < 0)
+			return -errno;
+		bk->limit_id = l->id;
+		bk->valid_until = 0;
+		bk->tat = 0;
+	}
+	kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
+	kt_bucket_set_lease(a->b, slot, pol);
+	__atomic_store_n(&bk->flags,
+			 member_flags(l, KT_BUCKET_IN_USE | KT_BUCKET_JOIN), __ATOMIC_RELEASE);
+	s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 	return 0;
 }
 
@@ -1350,19 +1616,19 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 		kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
 		kt_bucket_set_lease(a->b, slot, pol); /* a finite lease from birth */
 		/* A member joining a limit that already has members on this
-		 * node (a new pod of a pattern) may add at most its share for
-		 * one heartbeat: its bucket starts with
-		 * that many tokens, not a full burst, which pods created and
-		 * removed many times a second would each bring anew. The
-		 * first members of a limit (a start, a new limit) start full.
-		 * Invisible until the membership is written, below. */
+		 * node (a new pod of a pattern) starts with its share for one
+		 * heartbeat, not a full burst: a fair start next to members
+		 * that have used theirs. What it may add to the node is
+		 * bounded by the node bucket it is chained to, not by this.
+		 * The first members of a limit (a start, a new limit) start
+		 * full. Invisible until the membership is written, below. */
 		if (a->born_empty[i]) {
 			uint64_t tau = kt_tokens_to_ns(bk->burst, bk->interval_fp),
 				 credit = l->cfg->store.heartbeat_ns;
 
 			bk->tat = kt_clock_ns() + (tau > credit ? tau - credit : 0);
 		}
-		__atomic_store_n(&bk->flags, flags, __ATOMIC_RELEASE);
+		__atomic_store_n(&bk->flags, member_flags(l, flags), __ATOMIC_RELEASE);
 	} else {
 		if (commit_step(a))
 			return -errno;
@@ -1373,6 +1639,10 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 			kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
 			kt_bucket_set_lease(a->b, slot, pol);
 		}
+		if (l->cfg->scope == KT_SCOPE_POD)
+			__atomic_store_n(&bk->flags,
+					 member_flags(l, __atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE)),
+					 __ATOMIC_RELEASE);
 	}
 	s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 	return 0;
@@ -1389,7 +1659,12 @@ static int commit(struct apply *a, char *err, size_t errlen)
 	int i, j, ret;
 
 	/* Buckets, then names, then memberships, then rules: when a rule
-	 * becomes visible its buckets are already in place. */
+	 * becomes visible its buckets are already in place. Node buckets
+	 * before the members that chain to them. */
+	for (i = 0; i < plan->n_limits; i++)
+		if ((plan->limits[i].has_pool && (ret = commit_node_bucket(a, i))) ||
+		    (plan->limits[i].has_join && (ret = commit_join_bucket(a, i))))
+			goto fail;
 	for (i = 0; i < plan->n_limits; i++)
 		for (j = 0; j < plan->limits[i].n_members; j++) {
 			uint32_t s = plan->limits[i].members[j].slot;
@@ -1554,6 +1829,7 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket
 {
 	struct apply *a = calloc(1, sizeof(*a));
 	uint32_t *ids = NULL, *slots = NULL; /* the plan as given, for a failure to restore */
+	struct kt_limit_rt *given = NULL;
 	int n_members = 0, n_fresh = 0, ret, i, j, k;
 
 	if (!a)
@@ -1565,6 +1841,7 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket
 		n_members += plan->limits[i].n_members;
 	ids = calloc(plan->n_limits + 1, sizeof(*ids));
 	slots = calloc(n_members + 1, sizeof(*slots));
+	given = calloc(plan->n_limits + 1, sizeof(*given));
 	a->old_keys = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->old_keys));
 	a->old_vals = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->old_vals));
 	a->old_key_kept = calloc(KT_MAX_MEMBERSHIPS, sizeof(*a->old_key_kept));
@@ -1577,11 +1854,12 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket
 	a->rules = calloc(plan->n_limits + 1, sizeof(*a->rules));
 	a->zero = calloc(b->ncpus, sizeof(*a->zero));
 	a->saved = calloc(KT_MAX_SLOTS, sizeof(*a->saved));
-	if (!ids || !slots || !a->old_keys || !a->old_vals || !a->old_key_kept || !a->old ||
+	if (!ids || !slots || !given || !a->old_keys || !a->old_vals || !a->old_key_kept || !a->old ||
 	    !a->old_dests || !a->old_dest_kept || !a->want || !a->want_vals || !a->want_old ||
 	    !a->rules || !a->zero || !a->saved)
 		goto nomem;
 	for (i = 0, k = 0; i < plan->n_limits; i++) {
+		given[i] = plan->limits[i];
 		ids[i] = plan->limits[i].id;
 		for (j = 0; j < plan->limits[i].n_members; j++)
 			slots[k++] = plan->limits[i].members[j].slot;
@@ -1618,9 +1896,11 @@ nomem:
 	ret = -ENOMEM;
 	snprintf(err, errlen, "out of memory");
 out:
-	if (ret && ids && slots)
+	if (ret && ids && slots && given)
 		for (i = 0, k = 0; i < plan->n_limits; i++) {
 			plan->limits[i].id = ids[i];
+			plan->limits[i].has_pool = given[i].has_pool;
+			plan->limits[i].pool_slot = given[i].pool_slot;
 			for (j = 0; j < plan->limits[i].n_members; j++)
 				plan->limits[i].members[j].slot = slots[k++];
 		}
@@ -1645,6 +1925,7 @@ out:
 	}
 	free(ids);
 	free(slots);
+	free(given);
 	return ret;
 }
 

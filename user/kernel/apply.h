@@ -37,6 +37,19 @@ struct kt_limit_rt {
 	/* bucket rate and burst last written (tokens/s, tokens) */
 	double bucket_rate;
 	double bucket_burst;
+	/* A pod-scope limit with two or more members on the node: its node
+	 * bucket, which every member bucket is chained to (KT_BUCKET_CHAINED),
+	 * so members joining with tokens of their own never take the node past
+	 * its share and burst. Set by kt_plan_apply. */
+	bool has_pool;
+	uint32_t pool_slot;
+	/* Pending directories naming this limit (pending.h), and its join
+	 * bucket: pod scope, what a cgroup not classified yet is charged to
+	 * (one member's share, chained to the node bucket). Node scope
+	 * charges such cgroups to its one bucket. */
+	int n_pending_dirs;
+	bool has_join;
+	uint32_t join_slot;
 };
 
 struct kt_plan {
@@ -55,6 +68,12 @@ struct kt_plan {
 	int root_line;
 	int root_mode; /* enum kt_attach_mode */
 	char root_note[256];
+	/* With a root: where a pattern's members appear and their children
+	 * that cannot match (pending.h) */
+	struct kt_pending_dir *pending;
+	int n_pending;
+	struct kt_outsider *outsiders;
+	int n_outsiders;
 };
 
 /* Finds the member cgroups of cfg's limits (paths absolute, or relative to
@@ -120,7 +139,18 @@ struct kt_bucket_policy {
 	 * one is closed. Only the strict controller (strict.h) arms permits.
 	 * The fields above are then unused. */
 	uint64_t strict_hold_ns;
+	/* The node bucket's (kt_limit_rt.has_pool): the node's whole share,
+	 * all its members together. node_burst 0: the member's times the
+	 * number of members (see kt_node_policy). */
+	double node_rate;
+	double node_burst;
+	double node_fallback_rate;
+	double node_fallback_burst;
 };
+
+/* The policy of the node bucket of a limit with `n` members on the node,
+ * whose member policy is `pol`. */
+void kt_node_policy(const struct kt_bucket_policy *pol, int n, struct kt_bucket_policy *out);
 
 /* Writes the plan into the maps and links. pol[i]: what each bucket of
  * plan->limits[i] may admit; a bucket created here gets it from birth, kept

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Cgroups the daemon has not classified yet.
+ *
+ * With an attach root the programs already run for a pod the moment its
+ * cgroup exists, but it is a member only once the daemon has found it. In
+ * between it would send unlimited. So the directories where a pattern's
+ * members appear ("pending directories": the pattern's wildcard-free prefix
+ * and every directory matching a proper prefix of its components) get a
+ * kt_members entry whose pending entries (kt_member_pending) charge any
+ * cgroup below them without an entry of its own to the limit's join bucket,
+ * which is chained to the limit's node bucket: a new pod is limited from its
+ * first packet, within the node's share. The children of a pending directory
+ * that cannot match ("outsiders") get an entry of their own, so they are
+ * never charged; a new one is charged until the daemon, woken by the cgroup
+ * watcher on that directory, has seen it. */
+#ifndef KT_PENDING_H
+#define KT_PENDING_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kthrottle.h"
+
+struct kt_config;
+struct kt_plan;
+
+/* A pending directory and the limits (plan indices) whose patterns name it. */
+struct kt_pending_dir {
+	char *path;
+	uint64_t cgid;
+	int n_limits;
+	int limits[KT_LIMITS_PER_CGROUP];
+	bool no_raw; /* one of them does not allow raw IP sockets */
+};
+
+/* A child of a pending directory that no pattern there can match. */
+struct kt_outsider {
+	char *path;
+	uint64_t cgid;
+};
+
+/* At most this many pending directories and outsiders in a plan: the rest
+ * of kt_members is for members. */
+#define KT_MAX_PENDING_ENTRIES (KT_MAX_MEMBERSHIPS / 4)
+
+/* Fills plan->pending and plan->outsiders (and each limit's n_pending_dirs)
+ * for the pattern entries of cfg's limits that may charge a join bucket:
+ * cgroup limits that are not strict, below plan->root (none without one).
+ * cg_mount resolves relative patterns. Directories that vanish meanwhile
+ * are skipped. Returns 0 or -ENOMEM. */
+int kt_pending_scan(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan);
+
+/* Whether a and b have the same pending directories (and limits) and
+ * outsiders: if not, a refresh must apply. */
+bool kt_pending_same(const struct kt_plan *a, const struct kt_plan *b);
+
+void kt_pending_free(struct kt_plan *plan);
+
+#endif
