@@ -822,6 +822,175 @@ static void test_strict_permit_window(void **state)
 	assert_true(kt_strict_hold_ns(10 * MS, 10 * MS) > 10 * MS);
 }
 
+
+/* A member bucket's flags name the node bucket it is chained to in bits
+ * 16..31; chaining and unchaining keep every other flag. */
+static void test_chain_flags(void **state)
+{
+	const __u32 other = KT_BUCKET_IN_USE | KT_BUCKET_STRICT;
+	__u32 fl;
+	(void)state;
+
+	assert_int_equal(kt_bucket_parent(0), KT_SLOT_NONE);
+	assert_int_equal(kt_bucket_parent(other), KT_SLOT_NONE);
+	fl = kt_bucket_chain_flags(other, 7);
+	assert_true(fl & KT_BUCKET_CHAINED);
+	assert_int_equal(fl & 0xffffu & ~KT_BUCKET_CHAINED, other);
+	assert_int_equal(kt_bucket_parent(fl), 7);
+	/* slot 0 is a slot, not "none" */
+	assert_int_equal(kt_bucket_parent(kt_bucket_chain_flags(other, 0)), 0);
+	/* the highest slot fits */
+	fl = kt_bucket_chain_flags(other, KT_MAX_BUCKETS - 1);
+	assert_int_equal(kt_bucket_parent(fl), KT_MAX_BUCKETS - 1);
+	assert_int_equal(fl & 0xffffu & ~KT_BUCKET_CHAINED, other);
+	/* rechaining replaces the parent, no bits of the old one left over */
+	fl = kt_bucket_chain_flags(fl, 1);
+	assert_int_equal(kt_bucket_parent(fl), 1);
+	/* unchaining restores the flags exactly */
+	assert_int_equal(kt_bucket_chain_flags(fl, KT_SLOT_NONE), other);
+	assert_int_equal(kt_bucket_chain_flags(kt_bucket_chain_flags(0, KT_MAX_BUCKETS - 1), KT_SLOT_NONE), 0);
+	/* a parent that is no kt_buckets slot (a kt_coop one, say) does not
+	 * chain: the programs would look up a slot that is not there */
+	assert_int_equal(kt_bucket_chain_flags(other, KT_MAX_BUCKETS), other);
+	/* high bits without KT_BUCKET_CHAINED name no parent */
+	assert_int_equal(kt_bucket_parent(other | (5u << KT_BUCKET_PARENT_SHIFT)), KT_SLOT_NONE);
+}
+
+/* Without a parent, kt_gcra_decide_chained is kt_gcra_decide: the same
+ * verdicts, waits and tat on the same sequence. */
+static void test_chained_no_parent(void **state)
+{
+	static const __u64 costs[] = { 1, 1, 3, 1, 1, 10, 1, 2, 1, 1, 1, 5 };
+	struct kt_bucket a = mk(10, 5), b = mk(10, 5);
+	(void)state;
+
+	for (int k = 0; k < 60; k++) {
+		__u64 now = T0 + (__u64)k * 37 * MS, cost = costs[k % 12], wa, wb;
+		int va = kt_gcra_decide(&a, now, cost, &wa);
+		int vb = kt_gcra_decide_chained(&b, NULL, now, cost, &wb);
+
+		assert_int_equal(va, vb);
+		assert_int_equal(wa, wb);
+		assert_int_equal(a.tat, b.tat);
+	}
+	/* closed: refused with the same wait */
+	a.interval_fp = b.interval_fp = 0;
+	__u64 wa, wb;
+	assert_int_equal(kt_gcra_decide_chained(&b, NULL, T0, 1, &wb), KT_REFUSE);
+	assert_int_equal(kt_gcra_decide(&a, T0, 1, &wa), KT_REFUSE);
+	assert_int_equal(wa, wb);
+}
+
+/* Member burst 5 chained to a node bucket of burst 3 (same rate): 3 pass
+ * back to back; the refusals, made by the node bucket, cost the member
+ * nothing, and the wait is the node bucket's. */
+static void test_chained_parent_limits(void **state)
+{
+	struct kt_bucket m = mk(1, 5), node = mk(1, 3);
+	__u64 w, n = 0;
+	(void)state;
+
+	while (n < 10 && kt_gcra_decide_chained(&m, &node, T0, 1, &w) == KT_ADMIT) {
+		assert_int_equal(w, 0);
+		n++;
+	}
+	assert_int_equal(n, 3);
+	assert_int_equal(w, SEC); /* the node bucket's next token */
+	for (int k = 0; k < 5; k++) {
+		assert_int_equal(kt_gcra_decide_chained(&m, &node, T0, 1, &w), KT_REFUSE);
+		assert_int_equal(w, SEC);
+	}
+	assert_int_equal(kt_gcra_tokens_left(&m, T0), 2);
+	assert_int_equal(kt_gcra_tokens_left(&node, T0), 0);
+	/* one second on: the node bucket's one token, then refused again */
+	assert_int_equal(kt_gcra_decide_chained(&m, &node, T0 + SEC - 1, 1, &w), KT_REFUSE);
+	assert_int_equal(w, 1);
+	assert_int_equal(kt_gcra_decide_chained(&m, &node, T0 + SEC, 1, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_decide_chained(&m, &node, T0 + SEC, 1, &w), KT_REFUSE);
+	assert_int_equal(kt_gcra_tokens_left(&m, T0 + SEC), 2); /* 2 - 1 + 1 refilled */
+
+	/* a member refusal (the member empty, the node not) charges neither */
+	m = mk(1, 2);
+	node = mk(1, 10);
+	assert_int_equal(kt_gcra_decide_chained(&m, &node, T0, 1, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_decide_chained(&m, &node, T0, 1, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_decide_chained(&m, &node, T0, 1, &w), KT_REFUSE);
+	assert_int_equal(w, SEC);
+	assert_int_equal(kt_gcra_tokens_left(&node, T0), 8);
+
+	/* many-token requests (bytes): refunded in full */
+	m = mk(1000, 1500);
+	node = mk(1000, 1000);
+	assert_int_equal(kt_gcra_decide_chained(&m, &node, T0, 600, &w), KT_ADMIT);
+	assert_int_equal(kt_gcra_decide_chained(&m, &node, T0, 600, &w), KT_REFUSE);
+	assert_int_equal(w, 200 * MS);
+	assert_int_equal(kt_gcra_tokens_left(&m, T0), 900);
+	assert_int_equal(kt_gcra_tokens_left(&node, T0), 400);
+}
+
+/* Two members of burst 4 on one node bucket of burst 5: 5 in all, however
+ * the requests interleave; each member keeps what it did not spend. */
+static void test_chained_members_share(void **state)
+{
+	struct kt_bucket a = mk(1, 4), b = mk(1, 4), node = mk(1, 5);
+	__u64 w, na = 0, nb = 0;
+	(void)state;
+
+	for (int k = 0; k < 4; k++)
+		na += kt_gcra_decide_chained(&a, &node, T0, 1, &w) == KT_ADMIT;
+	for (int k = 0; k < 4; k++)
+		nb += kt_gcra_decide_chained(&b, &node, T0, 1, &w) == KT_ADMIT;
+	assert_int_equal(na, 4);
+	assert_int_equal(nb, 1);
+	assert_int_equal(kt_gcra_tokens_left(&a, T0), 0);
+	assert_int_equal(kt_gcra_tokens_left(&b, T0), 3);
+	assert_int_equal(kt_gcra_tokens_left(&node, T0), 0);
+
+	/* interleaved */
+	a = mk(1, 4);
+	b = mk(1, 4);
+	node = mk(1, 5);
+	na = nb = 0;
+	for (int k = 0; k < 8; k++) {
+		na += kt_gcra_decide_chained(&a, &node, T0, 1, &w) == KT_ADMIT;
+		nb += kt_gcra_decide_chained(&b, &node, T0, 1, &w) == KT_ADMIT;
+	}
+	assert_int_equal(na + nb, 5);
+	assert_int_equal(kt_gcra_tokens_left(&a, T0) + kt_gcra_tokens_left(&b, T0), 8 - 5);
+
+	/* over a minute at the rate: the node bucket's burst plus its rate,
+	 * not the members' (their 8 tokens of burst are not all usable) */
+	for (__u64 t = 1; t <= 60; t++)
+		for (int k = 0; k < 3; k++) {
+			na += kt_gcra_decide_chained(&a, &node, T0 + t * SEC, 1, &w) == KT_ADMIT;
+			nb += kt_gcra_decide_chained(&b, &node, T0 + t * SEC, 1, &w) == KT_ADMIT;
+		}
+	assert_int_equal(na + nb, 5 + 60);
+}
+
+/* A closed node bucket refuses everything its members ask, with the closed
+ * wait, and leaves the members' tokens as they were. */
+static void test_chained_closed_parent(void **state)
+{
+	struct kt_bucket m = mk(1, 4), node = mk(1, 5);
+	__u64 w;
+	(void)state;
+
+	assert_int_equal(kt_gcra_decide_chained(&m, &node, T0, 1, &w), KT_ADMIT);
+	node.interval_fp = 0;
+	for (int k = 0; k < 10; k++) {
+		assert_int_equal(kt_gcra_decide_chained(&m, &node, T0 + (__u64)k * MS, 1, &w),
+				 KT_REFUSE);
+		assert_int_equal(w, ~0ULL);
+	}
+	assert_int_equal(kt_gcra_tokens_left(&m, T0), 3);
+	/* a fresh member too, with a cost of many tokens */
+	m = mk(1000, 1500);
+	assert_int_equal(kt_gcra_decide_chained(&m, &node, T0, 1000, &w), KT_REFUSE);
+	assert_true((__s64)(m.tat - T0) <= 0); /* given back: full again */
+	assert_int_equal(kt_gcra_tokens_left(&m, T0), 1500);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -845,6 +1014,11 @@ int main(void)
 		cmocka_unit_test(test_pace_rate_and_horizon),
 		cmocka_unit_test(test_pace_closed_and_zero_horizon),
 		cmocka_unit_test(test_strict_permit_window),
+		cmocka_unit_test(test_chain_flags),
+		cmocka_unit_test(test_chained_no_parent),
+		cmocka_unit_test(test_chained_parent_limits),
+		cmocka_unit_test(test_chained_members_share),
+		cmocka_unit_test(test_chained_closed_parent),
 	};
 	return cmocka_run_group_tests_name("gcra", tests, NULL, NULL);
 }
