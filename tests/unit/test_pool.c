@@ -17,7 +17,9 @@
 #include <time.h>
 #include <cmocka.h>
 
+#include "apply.h"
 #include "config.h"
+#include "controller.h"
 #include "log.h"
 #include "pool.h"
 #include "redis_proc.h"
@@ -1052,6 +1054,60 @@ static int flush(void **state)
 	return 0;
 }
 
+/* A pod joining on node a raises a's node share only once the other
+ * nodes can have shrunk theirs: the controller holds a's node bucket (all
+ * its members' share together) at what it was for three heartbeats after
+ * the join, so the nodes' shares never add up to more than max, and then
+ * gives a its share of the larger pool. */
+static void test_join_held_until_others_shrink(void **state)
+{
+	struct node a, b;
+	struct node *ns[2] = { &a, &b };
+	char *st = redis_store("100ms", "1s", "conservative");
+	struct kt_limit_rt la = { 0 };
+	struct kt_limit_state sa = { 0 };
+	double worst = 0;
+
+	(void)state;
+	node_new(&a, "a", st, LIMIT("api", "{max: 90}"), 1);
+	node_new(&b, "b", st, LIMIT("api", "{max: 90}"), 1);
+	wait_agreed(ns, 2, 1, 2, 3000);
+	la.cfg = &a.cfg.limits[0];
+	la.member_ids = a.ids[0];
+	la.n_members = 1;
+	sa.pool_rate = 90;
+	kt_ctl_decide(a.p, 0, &la, &sa);
+	assert_near(sa.pol.node_rate, 45);
+
+	/* a second pod on a: a's own view already gives its node 2 shares */
+	la.n_members = 2;
+	a.loc[0].n_members = 2;
+	uint64_t joined = mono_ns(), end = joined + 1500 * MS;
+	bool grew = false;
+
+	while (mono_ns() < end) {
+		kt_ctl_decide(a.p, 0, &la, &sa);
+		double sum = sa.pol.node_rate + kt_pool_bucket_rate(b.p, 0, 90, 1);
+
+		if (sum > worst)
+			worst = sum;
+		if (sa.pol.node_rate > 45 + 1e-9 && mono_ns() - joined < 300 * MS)
+			fail_msg("node a at %.3f/s %.0f ms after the join, before the hold ended",
+				 sa.pol.node_rate, (mono_ns() - joined) / 1e6);
+		grew |= fabs(sa.pol.node_rate - 60) < 1e-6;
+		tick_real(ns, 2);
+		rp_sleep_ms(5);
+	}
+	print_message("node shares summed to at most %.3f/s of 90; a's node bucket %.3f/s at the end\n",
+		      worst, sa.pol.node_rate);
+	assert_true(worst <= 90 + 1e-6);
+	assert_true(grew);
+	assert_near(sa.pol.node_rate, 60);
+	node_close(&a);
+	node_close(&b);
+	free(st);
+}
+
 #define T(f) cmocka_unit_test_setup(f, flush)
 
 int main(void)
@@ -1070,6 +1126,7 @@ int main(void)
 		T(test_store_lost),
 		T(test_adopt_pinned_lease),
 		T(test_sudden_shrink_damped),
+		T(test_join_held_until_others_shrink),
 	};
 	return cmocka_run_group_tests_name("pool", tests, group_setup, group_teardown);
 }

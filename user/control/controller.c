@@ -57,6 +57,38 @@ static void slot_policy(struct kt_pool *pool, int i, const struct kt_limit_rt *l
 	kt_pool_members_policy(pool, i, s->pool_rate, ids, n, pol);
 }
 
+/* A member joining on this node raises the node's share at once, while the
+ * other nodes shrink theirs only after their next heartbeats. For three
+ * heartbeats after a join the node bucket keeps the share it had (or less),
+ * so the joiner is paid out of this node's share, never on top of the pool.
+ * Without a shared store no other node counts: nothing to hold. */
+static void hold_node_share(const struct kt_limit_rt *l, struct kt_limit_state *s,
+			    struct kt_bucket_policy *node)
+{
+	uint64_t now = kt_clock_ns();
+
+	if (l->cfg->store.kind == KT_STORE_REDIS && s->node_members_seen > 0 &&
+	    l->n_members > s->node_members_seen) {
+		if ((int64_t)(now - s->node_hold_until) >= 0) {
+			s->node_hold_rate = s->node_rate_decided;
+			s->node_hold_burst = s->node_burst_decided;
+		}
+		s->node_hold_until = now + 3 * l->cfg->store.heartbeat_ns;
+	}
+	s->node_members_seen = l->n_members;
+	if ((int64_t)(now - s->node_hold_until) < 0) {
+		if (node->rate > s->node_hold_rate) {
+			node->fallback_rate = node->rate > 0 ? node->fallback_rate * s->node_hold_rate / node->rate
+							     : node->fallback_rate;
+			node->rate = s->node_hold_rate;
+		}
+		if (node->burst > s->node_hold_burst && s->node_hold_burst >= 1)
+			node->burst = s->node_hold_burst;
+	}
+	s->node_rate_decided = node->rate;
+	s->node_burst_decided = node->burst;
+}
+
 void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 		   struct kt_limit_state *s)
 {
@@ -79,7 +111,7 @@ void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 	} else {
 		kt_pool_bucket_policy(pool, i, s->pool_rate, bucket_served(l), &s->pol);
 	}
-	if (!st->on && l->cfg->scope == KT_SCOPE_POD && (l->n_members > 1 || l->n_pending_dirs)) {
+	if (!st->on && l->cfg->scope == KT_SCOPE_POD) {
 		/* the node bucket the members are chained to: all of them
 		 * together, with the node's burst (never one token each) */
 		struct kt_bucket_policy node;
@@ -89,6 +121,7 @@ void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 					       &node);
 		else
 			kt_pool_bucket_policy(pool, i, s->pool_rate, l->n_members, &node);
+		hold_node_share(l, s, &node);
 		s->pol.node_rate = node.rate;
 		s->pol.node_burst = node.burst;
 		s->pol.node_fallback_rate = node.fallback_rate;

@@ -44,6 +44,11 @@ struct kt_limit_state {
 	uint32_t last_event_reason;
 	/* ticks in which the limit refused something, as ns (for metrics) */
 	uint64_t throttled_seen, throttled_ns;
+	/* the node bucket's share held after a join (hold_node_share) */
+	int node_members_seen;
+	double node_rate_decided, node_burst_decided;
+	double node_hold_rate, node_hold_burst;
+	uint64_t node_hold_until;
 };
 
 /* Last counts read from one bucket slot, and the limit (id + 1, 0 = none)
