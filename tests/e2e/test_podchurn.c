@@ -104,6 +104,24 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* A daemon whose limit "pods" takes every base/pod-* cgroup: UDP datagrams
+ * to the receiver, `burst`, `rate` per second. */
+static void start_daemon(double burst, double rate)
+{
+	char body[1024];
+
+	snprintf(body, sizeof(body),
+		 "limits:\n"
+		 "  - name: pods\n"
+		 "    cgroups: [\"%s/pod-*\"]\n"
+		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+		 "    unit: datagram\n"
+		 "    burst: %.0f\n"
+		 "    rateLimit: {max: %.0f}\n",
+		 fx.base, fx.a.port, burst, rate);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+}
+
 /* The pod's process: sends every 2 ms for LIFE_S; the time of its first
  * EBUSY after t0 (the mkdir) goes to out_fd. */
 static void pod_main(const char *cg, uint64_t t0, int out_fd)
@@ -255,7 +273,7 @@ static void test_pod_churn(void **state)
 {
 	const char *env = getenv("KT_PODCHURN_S");
 	double churn_s = env ? atof(env) : 30.0;
-	char body[2048], err[KT_ERR_LEN], links[PATH_MAX];
+	char err[KT_ERR_LEN], links[PATH_MAX];
 	struct kt_bpf kb;
 	long rss0, rss1;
 	int fds0, fds1, in_use = 0, members = 0, links_left = 0, links_base = 0;
@@ -267,16 +285,7 @@ static void test_pod_churn(void **state)
 	if (churn_s <= 0 || churn_s > 86400)
 		churn_s = 30.0;
 	alarm((unsigned)churn_s + 120);
-	snprintf(body, sizeof(body),
-		 "limits:\n"
-		 "  - name: pods\n"
-		 "    cgroups: [\"%s/pod-*\"]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    burst: %.0f\n"
-		 "    rateLimit: {max: %.0f}\n",
-		 fx.base, fx.a.port, BURST, RATE);
-	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	start_daemon(BURST, RATE);
 
 	double t_load = arrivals_now_s(&fx.a);
 	t_start = next = ktest_now_ns();
@@ -440,7 +449,7 @@ static void burst_from(const char *cg, int n, int out[3])
  * it, never after. */
 static void test_new_pod_limited_from_first_packet(void **state)
 {
-	char body[1024], pod_a[PATH_MAX], pod_b[PATH_MAX], other[PATH_MAX];
+	char pod_a[PATH_MAX], pod_b[PATH_MAX], other[PATH_MAX];
 	int r[3];
 
 	(void)state;
@@ -449,16 +458,7 @@ static void test_new_pod_limited_from_first_packet(void **state)
 	snprintf(pod_b, sizeof(pod_b), "%s/pod-b", fx.base);
 	snprintf(other, sizeof(other), "%s/other", fx.base);
 	assert_int_equal(mkdir(pod_a, 0755), 0);
-	snprintf(body, sizeof(body),
-		 "limits:\n"
-		 "  - name: pods\n"
-		 "    cgroups: [\"%s/pod-*\"]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    burst: 4\n"
-		 "    rateLimit: {max: 2}\n",
-		 fx.base, fx.a.port);
-	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	start_daemon(4, 2);
 	ktest_sleep_ms(300);
 
 	unsigned long long before = arrivals_total(&fx.a);

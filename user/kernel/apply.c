@@ -1439,6 +1439,28 @@ static int plan_rest(struct apply *a, char *err, size_t errlen)
 	return 0;
 }
 
+/* Saves what bucket `slot` holds before the commit writes it, with its
+ * per-CPU counters when `fresh` (the write zeroes them), so a rollback can
+ * put both back. */
+static int save_slot(struct apply *a, uint32_t slot, bool fresh, struct saved_slot **out)
+{
+	struct kt_bucket *bk = kt_bpf_bucket(a->b, slot);
+	struct saved_slot *s = &a->saved[a->n_saved];
+
+	*s = (struct saved_slot){ .slot = slot, .fresh = fresh, .old = *bk };
+	s->old.tat = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED); /* the kernel CASes it */
+	s->tat_after = s->old.tat;
+	if (fresh) {
+		s->ctrs = a->ctrs + (size_t)a->n_fresh * a->b->ncpus;
+		if (bpf_map_lookup_elem(a->b->counters_fd, &slot, s->ctrs) < 0)
+			return -errno;
+		a->n_fresh++;
+	}
+	a->saved_idx[slot] = (uint16_t)++a->n_saved;
+	*out = s;
+	return 0;
+}
+
 /* A member bucket's flags chained to its limit's node bucket, or not. */
 static uint32_t member_flags(const struct kt_limit_rt *l, uint32_t flags)
 {
@@ -1468,16 +1490,15 @@ static int commit_node_bucket(struct apply *a, int i)
 	const struct kt_limit_rt *l = &a->plan->limits[i];
 	uint32_t slot = l->pool_slot;
 	struct kt_bucket *bk = kt_bpf_bucket(a->b, slot);
-	struct saved_slot *s = &a->saved[a->n_saved];
+	struct saved_slot *s;
 	struct kt_bucket_policy pol;
+	int ret;
 
 	kt_node_policy(&a->pol[i], l->n_members, &pol);
 	/* never fresh in the saved sense: the programs count nothing here,
 	 * so there are no counters to put back */
-	*s = (struct saved_slot){ .slot = slot, .old = *bk };
-	s->old.tat = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
-	s->tat_after = s->old.tat;
-	a->saved_idx[slot] = (uint16_t)++a->n_saved;
+	if ((ret = save_slot(a, slot, false, &s)))
+		return ret;
 	if (commit_step(a))
 		return -errno;
 	if (a->sa.state[slot] == 2) {
@@ -1514,21 +1535,13 @@ static int commit_join_bucket(struct apply *a, int i)
 	const struct kt_bucket_policy *pol = &a->pol[i];
 	uint32_t slot = l->join_slot;
 	struct kt_bucket *bk = kt_bpf_bucket(a->b, slot);
-	struct saved_slot *s = &a->saved[a->n_saved];
 	bool fresh = a->sa.state[slot] == 2;
+	struct saved_slot *s;
+	int ret;
 
-	*s = (struct saved_slot){ .slot = slot, .fresh = fresh, .old = *bk };
-	s->old.tat = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
-	s->tat_after = s->old.tat;
-	if (fresh) {
-		/* it counts what unclassified cgroups send: fresh counters,
-		 * the old ones saved for a rollback */
-		s->ctrs = a->ctrs + (size_t)a->n_fresh * a->b->ncpus;
-		if (bpf_map_lookup_elem(a->b->counters_fd, &slot, s->ctrs) < 0)
-			return -errno;
-		a->n_fresh++;
-	}
-	a->saved_idx[slot] = (uint16_t)++a->n_saved;
+	/* it counts what unclassified cgroups send: fresh counters */
+	if ((ret = save_slot(a, slot, fresh, &s)))
+		return ret;
 	if (commit_step(a))
 		return -errno;
 	if (fresh) {
@@ -1555,11 +1568,12 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 	struct kt_bucket *bk = kt_bpf_bucket(a->b, slot);
 	struct saved_slot *s = &a->saved[a->n_saved];
 	bool fresh = a->sa.state[slot] == 2;
+	int ret;
 
-	*s = (struct saved_slot){ .slot = slot, .fresh = fresh, .old = *bk };
-	s->old.tat = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED); /* the kernel CASes it */
-	s->tat_after = s->old.tat;
 	if (kt_slot_is_coop(slot)) {
+		*s = (struct saved_slot){ .slot = slot, .fresh = fresh, .old = *bk };
+		s->old.tat = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
+		s->tat_after = s->old.tat;
 		/* a cooperative limit: published (a full bucket) or kept; the
 		 * callers' tat and counters are theirs */
 		a->saved_idx[slot] = (uint16_t)++a->n_saved;
@@ -1586,14 +1600,8 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 		s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 		return 0;
 	}
-	if (fresh) {
-		s->ctrs = a->ctrs + (size_t)a->n_fresh * a->b->ncpus;
-		if (bpf_map_lookup_elem(a->b->counters_fd, &slot, s->ctrs) < 0)
-			return -errno;
-		a->n_fresh++;
-	}
-	a->saved_idx[slot] = (uint16_t)++a->n_saved;
-
+	if ((ret = save_slot(a, slot, fresh, &s)))
+		return ret;
 	if (fresh) {
 		unsigned flags = KT_BUCKET_IN_USE |
 				 (l->cfg->scope == KT_SCOPE_NODE ? KT_BUCKET_NODE : 0);
