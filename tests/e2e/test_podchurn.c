@@ -96,6 +96,13 @@ static int teardown(void **state)
 	}
 	if (fx.d.dir[0])
 		ktest_daemon_cleanup(&fx.d);
+	/* what test_new_pod_limited_from_first_packet made, if it stopped midway */
+	for (int i = 0; fx.base[0] && i < 3; i++) {
+		char p[PATH_MAX + 16];
+
+		snprintf(p, sizeof(p), "%s/%s", fx.base, (const char *[]){ "pod-a", "pod-b", "other" }[i]);
+		rmdir(p);
+	}
 	if (fx.base[0])
 		ktest_cgroup_destroy(fx.base);
 	arrivals_stop(&fx.a);
@@ -105,12 +112,16 @@ static int teardown(void **state)
 }
 
 /* A daemon whose limit "pods" takes every base/pod-* cgroup: UDP datagrams
- * to the receiver, `burst`, `rate` per second. */
-static void start_daemon(double burst, double rate)
+ * to the receiver, `burst`, `rate` per second; metrics on loopback port
+ * `metrics_port` unless 0. */
+static void start_daemon(double burst, double rate, int metrics_port)
 {
-	char body[1024];
+	char body[1024], metrics[64] = "";
 
+	if (metrics_port)
+		snprintf(metrics, sizeof(metrics), "metrics: 127.0.0.1:%d\n", metrics_port);
 	snprintf(body, sizeof(body),
+		 "%s"
 		 "limits:\n"
 		 "  - name: pods\n"
 		 "    cgroups: [\"%s/pod-*\"]\n"
@@ -118,7 +129,7 @@ static void start_daemon(double burst, double rate)
 		 "    unit: datagram\n"
 		 "    burst: %.0f\n"
 		 "    rateLimit: {max: %.0f}\n",
-		 fx.base, fx.a.port, burst, rate);
+		 metrics, fx.base, fx.a.port, burst, rate);
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 }
 
@@ -285,7 +296,7 @@ static void test_pod_churn(void **state)
 	if (churn_s <= 0 || churn_s > 86400)
 		churn_s = 30.0;
 	alarm((unsigned)churn_s + 120);
-	start_daemon(BURST, RATE);
+	start_daemon(BURST, RATE, 0);
 
 	double t_load = arrivals_now_s(&fx.a);
 	t_start = next = ktest_now_ns();
@@ -447,18 +458,73 @@ static void burst_from(const char *cg, int n, int out[3])
  * gets at most that burst before the first refusal. A sibling directory
  * the pattern cannot match is limited at most until the daemon has seen
  * it, never after. */
+/* What status (kthrottlectl status, text and --json) and /metrics say of
+ * the limit "pods" after pod-b's burst r (admitted, refused) went to its
+ * join bucket: the kernel's counts of it exactly, and its node bucket at
+ * the limit's max (one node) and burst. */
+static void join_bucket_seen(int mport, const int r[3])
+{
+	char *out = NULL, *page = NULL;
+	const char *nb, *jb;
+	double v, adm, thr;
+
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "status", "--json",
+				       NULL),
+			 0);
+	nb = ktest_json_limit_field(out, "pods", "node_bucket");
+	jb = ktest_json_limit_field(out, "pods", "join_bucket");
+	if (!nb || !jb)
+		print_message("status --json:\n%s", out);
+	assert_non_null(nb);
+	assert_non_null(jb);
+	assert_true(ktest_json_num(jb, "admitted", &adm));
+	assert_true(ktest_json_num(jb, "throttled", &thr));
+	print_message("status: join bucket admitted %.0f throttled %.0f; node bucket %.80s\n", adm, thr,
+		      nb);
+	/* kernel counts: what the sender saw, 4 (the join bucket's burst) of 40 */
+	assert_int_equal((int)adm, r[0]);
+	assert_int_equal((int)thr, r[1]);
+	assert_int_equal((int)adm, 4);
+	assert_int_equal((int)thr, 36);
+	assert_true(ktest_json_num(jb, "rate", &v) && v > 0 && v <= 2);
+	assert_true(ktest_json_num(jb, "tokens", &v) && v >= 0 && v <= 4);
+	assert_true(ktest_json_num(nb, "rate", &v));
+	assert_true(v == 2);
+	assert_true(ktest_json_num(nb, "burst", &v));
+	assert_true(v == 4);
+	assert_true(ktest_json_num(nb, "tokens", &v) && v >= 0 && v <= 4);
+	free(out);
+	out = NULL;
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "status", NULL), 0);
+	if (!strstr(out, "  node bucket ") || !strstr(out, "admitted 4  throttled 36"))
+		print_message("status:\n%s", out);
+	assert_non_null(strstr(out, "  node bucket "));
+	assert_non_null(strstr(out, "unclassified cgroups: admitted 4  throttled 36\n"));
+	free(out);
+
+	assert_int_equal(ktest_http_get(mport, "/metrics", &page), 200);
+	assert_non_null(page);
+	assert_true(ktest_metric_sample(page, "kthrottle_unclassified_admitted_total{limit=\"pods\"}", &v));
+	assert_true(v == 4);
+	assert_true(ktest_metric_sample(page, "kthrottle_unclassified_throttled_total{limit=\"pods\"}", &v));
+	assert_true(v == 36);
+	assert_non_null(strstr(page, "# TYPE kthrottle_unclassified_admitted_total counter\n"));
+	free(page);
+}
+
 static void test_new_pod_limited_from_first_packet(void **state)
 {
 	char pod_a[PATH_MAX], pod_b[PATH_MAX], other[PATH_MAX];
-	int r[3];
+	int r[3], mport = ktest_free_port(SOCK_STREAM);
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
+	assert_true(mport > 0);
 	snprintf(pod_a, sizeof(pod_a), "%s/pod-a", fx.base);
 	snprintf(pod_b, sizeof(pod_b), "%s/pod-b", fx.base);
 	snprintf(other, sizeof(other), "%s/other", fx.base);
 	assert_int_equal(mkdir(pod_a, 0755), 0);
-	start_daemon(4, 2);
+	start_daemon(4, 2, mport);
 	ktest_sleep_ms(300);
 
 	unsigned long long before = arrivals_total(&fx.a);
@@ -476,6 +542,7 @@ static void test_new_pod_limited_from_first_packet(void **state)
 	assert_true(r[2] >= 1 && r[2] <= 4);
 	assert_true(r[0] <= 5 && got <= 5);
 	assert_true(r[1] >= 35);
+	join_bucket_seen(mport, r);
 	/* classified now: pod-b has a bucket of its own, within the node's */
 	burst_from(pod_b, 10, r);
 	print_message("pod-b as a member: %d admitted, %d refused\n", r[0], r[1]);

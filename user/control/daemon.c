@@ -430,6 +430,25 @@ char *kt_daemon_metrics(struct kt_daemon *d)
 			}
 		}
 	}
+	/* the join bucket's counters: what cgroups below a pattern's
+	 * directory sent before the daemon classified them (limits with one) */
+	for (int k = 0; k < 2; k++) {
+		sb_printf(&b, "# HELP kthrottle_unclassified_%s_total Tokens the limit's join bucket %s: cgroups below a pattern's directory not classified yet.\n"
+			      "# TYPE kthrottle_unclassified_%s_total counter\n",
+			  k ? "throttled" : "admitted", k ? "refused" : "admitted",
+			  k ? "throttled" : "admitted");
+		for (int i = 0; i < d->plan.n_limits; i++) {
+			const struct kt_limit_rt *l = &d->plan.limits[i];
+			struct kt_counters jc = { 0 };
+
+			if (!l->has_join)
+				continue;
+			kt_bpf_read_counters(&d->bpf, l->join_slot, &jc);
+			sb_printf(&b, "kthrottle_unclassified_%s_total{limit=\"%s\"} %llu\n",
+				  k ? "throttled" : "admitted", l->cfg->name,
+				  (unsigned long long)(k ? jc.throttled : jc.admitted));
+		}
+	}
 	if (b.oom) {
 		free(b.p);
 		return NULL;
@@ -722,6 +741,51 @@ static void config_status(const struct kt_daemon *d, struct sbuf *b, bool json)
 		  d->cfw ? "changes apply themselves" : "not watched: reload by hand");
 }
 
+/* A limit's node bucket (KT_BUCKET_POOL) and join bucket (KT_BUCKET_JOIN),
+ * as the kernel has them at `now`: the rate and burst in force (the
+ * lease's, the fallback's, or 0 when closed; kt_bucket_params) and the whole
+ * tokens left; the join bucket's counters are what cgroups not classified
+ * yet sent since it was made. Operators see whether the node as a whole, or
+ * pods the daemon has not found yet, are what refuses. */
+static void node_join_status(struct kt_daemon *d, struct sbuf *b, const struct kt_limit_rt *l,
+			     bool json, uint64_t now)
+{
+	const struct kt_bucket *bk;
+	struct kt_counters jc = { 0 };
+	__u64 burst, interval;
+
+	if (!d->bpf.buckets)
+		return;
+	if (l->has_pool && l->pool_slot < KT_MAX_BUCKETS) {
+		bk = &d->bpf.buckets[l->pool_slot];
+		interval = kt_bucket_params(bk, now, &burst);
+		if (json)
+			sb_printf(b, "\"node_bucket\":{\"slot\":%u,\"rate\":%.6g,\"burst\":%llu,\"tokens\":%llu},",
+				  l->pool_slot, kt_rate_from_interval_fp(interval), (unsigned long long)burst,
+				  (unsigned long long)kt_gcra_tokens_left(bk, now));
+		else
+			sb_printf(b, "  node bucket %u  rate %.3f/s  burst %llu  tokens %llu  (all members together)\n",
+				  l->pool_slot, kt_rate_from_interval_fp(interval), (unsigned long long)burst,
+				  (unsigned long long)kt_gcra_tokens_left(bk, now));
+	}
+	if (l->has_join && l->join_slot < KT_MAX_BUCKETS) {
+		bk = &d->bpf.buckets[l->join_slot];
+		interval = kt_bucket_params(bk, now, &burst);
+		kt_bpf_read_counters(&d->bpf, l->join_slot, &jc);
+		if (json)
+			sb_printf(b, "\"join_bucket\":{\"slot\":%u,\"rate\":%.6g,\"burst\":%llu,\"tokens\":%llu,"
+				     "\"admitted\":%llu,\"throttled\":%llu},",
+				  l->join_slot, kt_rate_from_interval_fp(interval), (unsigned long long)burst,
+				  (unsigned long long)kt_gcra_tokens_left(bk, now),
+				  (unsigned long long)jc.admitted, (unsigned long long)jc.throttled);
+		else
+			sb_printf(b, "  join bucket %u  rate %.3f/s  tokens %llu  unclassified cgroups: admitted %llu  throttled %llu\n",
+				  l->join_slot, kt_rate_from_interval_fp(interval),
+				  (unsigned long long)kt_gcra_tokens_left(bk, now),
+				  (unsigned long long)jc.admitted, (unsigned long long)jc.throttled);
+	}
+}
+
 char *kt_daemon_status(struct kt_daemon *d, bool json)
 {
 	struct sbuf b = { 0 };
@@ -818,6 +882,7 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 					  "\"age_s\":%.3f},",
 					  reason_names[s->last_event_reason],
 					  last_retry_ms(s), last_event_age_s(s, now));
+			node_join_status(d, &b, l, true, now);
 			sb_printf(&b, "\"cgroups\":[");
 		} else {
 			sb_printf(&b,
@@ -867,6 +932,7 @@ char *kt_daemon_status(struct kt_daemon *d, bool json)
 			sb_printf(&b, "\n");
 			if (c->store.kind == KT_STORE_REDIS)
 				store_error_status(d, &b, i, false, now);
+			node_join_status(d, &b, l, false, now);
 		}
 members:
 		for (j = 0; j < l->n_members; j++) {
