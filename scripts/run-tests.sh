@@ -3,7 +3,7 @@
 # line "N passed, N failed, N skipped" summed over cmocka's per-binary lines.
 # A binary that crashes or exits non-zero without a summary counts as a failure.
 # A libFuzzer target (.../fuzz/fuzz_<name>) runs through scripts/fuzz.sh over
-# its seed corpus plus FUZZ_TEST_SECONDS (default 10) of fuzzing: one test.
+# its seed corpus plus FUZZ_TEST_SECONDS (default 6) of fuzzing: one test.
 set -u
 here=$(dirname "$0")
 passed=0 failed=0 skipped=0 bad_bins=()
@@ -16,7 +16,7 @@ for bin in "$@"; do
 	out=$(mktemp)
 	start=$(date +%s)
 	case "$bin" in
-	*/fuzz/fuzz_*) cmd=("$here/fuzz.sh" "$bin" "${FUZZ_TEST_SECONDS:-10}") ;;
+	*/fuzz/fuzz_*) cmd=("$here/fuzz.sh" "$bin" "${FUZZ_TEST_SECONDS:-6}") ;;
 	*) cmd=("$bin") ;;
 	esac
 	"${cmd[@]}" 2>&1 | tee "$out"
