@@ -316,12 +316,22 @@ static __always_inline void kt_classify(void *ctx, int is_skb, __u32 hook, __u8 
 	}
 }
 
-/* The node bucket `b` is chained to (KT_BUCKET_CHAINED), or NULL. */
+/* The node bucket `b` is chained to (KT_BUCKET_CHAINED), or NULL. A parent
+ * that is no node bucket of the same limit (a slot written by hand, or
+ * reused) is ignored: the member's own bucket still decides. */
 static __always_inline struct kt_bucket *kt_bucket_parent_of(const struct kt_bucket *b)
 {
-	__u32 parent = kt_bucket_parent(KT_READ_ONCE(b->flags));
+	__u32 slot = kt_bucket_parent(KT_READ_ONCE(b->flags));
+	struct kt_bucket *p;
 
-	return parent == KT_SLOT_NONE ? 0 : bpf_map_lookup_elem(&kt_buckets, &parent);
+	if (slot == KT_SLOT_NONE)
+		return 0;
+	p = bpf_map_lookup_elem(&kt_buckets, &slot);
+	if (!p || (KT_READ_ONCE(p->flags) & (KT_BUCKET_IN_USE | KT_BUCKET_POOL)) !=
+			  (KT_BUCKET_IN_USE | KT_BUCKET_POOL) ||
+	    KT_READ_ONCE(p->limit_id) != KT_READ_ONCE(b->limit_id))
+		return 0;
+	return p;
 }
 
 /*

@@ -1689,6 +1689,21 @@ static void test_chained_members_share_node_bucket(void **state)
 	assert_int_equal(kt_gcra_tokens_left(bb, kt_clock_ns()), 0);
 	assert_int_equal(kt_gcra_tokens_left(bp, kt_clock_ns()), 2);
 
+	/* a parent that is no node bucket (flag gone, or another limit's) is
+	 * ignored: b, refilled, admits its own 4 although that slot is empty */
+	/* empty: its whole tolerance queued, and a second more */
+	__atomic_store_n(&bp->tat,
+			 kt_clock_ns() + kt_tokens_to_ns(bp->burst, bp->interval_fp) + 1000000000ull,
+			 __ATOMIC_RELEASE);
+	__atomic_store_n(&bp->flags, KT_BUCKET_IN_USE, __ATOMIC_RELEASE);
+	__atomic_store_n(&bb->tat, 0, __ATOMIC_RELEASE);
+	run_ops(f, b, send4, 1, r, 4);
+	expect(r, 4, 0, "sendto from member b chained to a slot that is no node bucket");
+	__atomic_store_n(&bp->flags, KT_BUCKET_IN_USE | KT_BUCKET_POOL, __ATOMIC_RELEASE);
+	__atomic_store_n(&bb->tat, 0, __ATOMIC_RELEASE);
+	run_ops(f, b, send4, 1, r, 4);
+	expect(r, 0, 4, "the same slot a node bucket again, and empty");
+
 	/* unchain, then free the hand-made slot */
 	__atomic_store_n(&ba->flags, kt_bucket_chain_flags(ba->flags, KT_SLOT_NONE), __ATOMIC_RELEASE);
 	__atomic_store_n(&bb->flags, kt_bucket_chain_flags(bb->flags, KT_SLOT_NONE), __ATOMIC_RELEASE);
