@@ -6,8 +6,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* First cgroup2 mount in /proc/mounts (or `mounts_path` when not NULL). */
 int kt_cgroup2_mount(char *out, size_t outlen, const char *mounts_path);
@@ -16,6 +18,17 @@ int kt_cgroup2_mount(char *out, size_t outlen, const char *mounts_path);
  * reason (not a directory, not on cgroup v2, ...). */
 int kt_cgroup_resolve(const char *path, const char *mount, char *out, size_t outlen,
 		      char *err, size_t errlen);
+/* Whether `path` is the directory `dir` or below it (both absolute and
+ * normalized: one slash between components, no trailing one but "/"). */
+static inline bool kt_path_at_or_below(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+
+	/* "/" ends in the separator itself */
+	return strncmp(path, dir, n) == 0 &&
+	       (path[n] == '/' || path[n] == 0 || (n && dir[n - 1] == '/'));
+}
+
 /* 64-bit cgroup id, the value bpf_get_current_cgroup_id() returns. Inline:
  * libkthrottle (kthrottle_connect) uses it too, without this module. */
 static inline int kt_cgroup_id(const char *path, uint64_t *id)

@@ -275,16 +275,6 @@ static int member_ids(struct kt_plan *plan)
 	return 0;
 }
 
-/* Is `path` the directory `dir` or inside it? */
-static bool path_at_or_below(const char *path, const char *dir)
-{
-	size_t n = strlen(dir);
-
-	/* "/" ends in the separator itself */
-	return strncmp(path, dir, n) == 0 &&
-	       (path[n] == '/' || path[n] == 0 || (n && dir[n - 1] == '/'));
-}
-
 /* cfg's attachRoot as a cgroup: it exists, is a cgroup v2 directory, and is
  * the mount or below it. Errors "FILE:LINE: attachRoot: what". */
 static int resolve_root(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan,
@@ -294,7 +284,7 @@ static int resolve_root(const struct kt_config *cfg, const char *cg_mount, struc
 	int ret;
 
 	ret = kt_cgroup_resolve(cfg->attach_root, cg_mount, real, sizeof(real), why, sizeof(why));
-	if (!ret && cg_mount && !path_at_or_below(real, cg_mount)) {
+	if (!ret && cg_mount && !kt_path_at_or_below(real, cg_mount)) {
 		snprintf(why, sizeof(why), "%s: not below the cgroup v2 mount %s", real, cg_mount);
 		ret = -EINVAL;
 	}
@@ -320,7 +310,7 @@ static void drop_outside_root(struct kt_plan *plan, struct kt_limit_rt *l)
 	for (int j = 0; j < l->n_members; j++) {
 		struct kt_member_rt *m = &l->members[j];
 
-		if (path_at_or_below(m->path, plan->root)) {
+		if (kt_path_at_or_below(m->path, plan->root)) {
 			l->members[kept++] = *m;
 			continue;
 		}
@@ -367,10 +357,10 @@ static int auto_root(const struct kt_config *cfg, const char *cg_mount, struct k
 		if (l->cfg->unit == KT_UNIT_REQUEST)
 			continue;
 		for (int j = 0; j < l->n_members; j++)
-			if (!path_at_or_below(l->members[j].path, real))
+			if (!kt_path_at_or_below(l->members[j].path, real))
 				common_dir(real, l->members[j].path);
 	}
-	if (!strcmp(real, mnt) || !path_at_or_below(real, mnt)) {
+	if (!strcmp(real, mnt) || !kt_path_at_or_below(real, mnt)) {
 		snprintf(plan->root_note, sizeof(plan->root_note),
 			 "the limits' cgroups have no common ancestor below the cgroup v2 root %s",
 			 mnt);
@@ -527,22 +517,28 @@ void kt_node_policy(const struct kt_bucket_policy *pol, int n, struct kt_bucket_
 	out->fallback_burst *= n;
 }
 
-/* Whether limit l gets a join bucket: pod scope with pending directories
+/* Whether limit l's buckets may be chained at all: pod scope (node scope
+ * shares one bucket already), not cooperative (no kernel bucket) and not
+ * strict (a permit is one request anyway). */
+static bool chainable(const struct kt_limit_rt *l, const struct kt_bucket_policy *pol)
+{
+	return l->cfg->scope == KT_SCOPE_POD && l->cfg->unit != KT_UNIT_REQUEST &&
+	       !pol->strict_hold_ns;
+}
+
+/* Whether limit l gets a join bucket: chainable, with pending directories
  * (a node-scope limit charges new cgroups to its one bucket). */
 static bool wants_join_bucket(const struct kt_limit_rt *l, const struct kt_bucket_policy *pol)
 {
-	return l->cfg->scope == KT_SCOPE_POD && l->cfg->unit != KT_UNIT_REQUEST &&
-	       !pol->strict_hold_ns && l->n_pending_dirs > 0;
+	return chainable(l, pol) && l->n_pending_dirs > 0;
 }
 
-/* Whether limit l gets a node bucket its members are chained to: pod scope
- * (node scope shares one bucket already), with two or more members here
- * (one member's bucket is the node's whole share), not cooperative (no
- * kernel bucket) and not strict (a permit is one request anyway). */
+/* Whether limit l gets a node bucket its members are chained to:
+ * chainable, with two or more members here (one member's bucket is the
+ * node's whole share) or a join bucket. */
 static bool wants_node_bucket(const struct kt_limit_rt *l, const struct kt_bucket_policy *pol)
 {
-	return l->cfg->scope == KT_SCOPE_POD && l->cfg->unit != KT_UNIT_REQUEST &&
-	       !pol->strict_hold_ns && (l->n_members >= 2 || wants_join_bucket(l, pol));
+	return chainable(l, pol) && (l->n_members >= 2 || wants_join_bucket(l, pol));
 }
 
 /* Whole tokens, 1..2^32-1: < 2^32 keeps the kernel's burst multiply
@@ -803,12 +799,10 @@ static int collect_cgroups(const struct kt_plan *plan, struct kt_attach *want,
 		for (int j = 0; j < plan->limits[i].n_members; j++) {
 			const struct kt_member_rt *m = &plan->limits[i].members[j];
 			struct kt_member_val *v;
-			int k;
+			int k = want_index(want, n, m->cgid);
 
-			for (k = 0; k < n; k++)
-				if (want[k].cgroup_id == m->cgid)
-					break;
-			if (k == n) {
+			if (k < 0) {
+				k = n;
 				if (n == KT_MAX_MEMBERSHIPS) {
 					snprintf(err, errlen, "more than %d member cgroups",
 						 KT_MAX_MEMBERSHIPS);
@@ -974,7 +968,7 @@ static int check_root(const struct kt_plan *plan, char *err, size_t errlen)
 		if (l->cfg->unit == KT_UNIT_REQUEST)
 			continue;
 		for (int j = 0; j < l->n_members; j++)
-			if (!path_at_or_below(l->members[j].path, plan->root))
+			if (!kt_path_at_or_below(l->members[j].path, plan->root))
 				return limit_err(plan, i, -EINVAL, err, errlen,
 						 "cgroup %s is not below attachRoot %s (line %d): it would not be limited",
 						 l->members[j].path, plan->root, plan->root_line);
@@ -1125,8 +1119,6 @@ struct apply {
 	 * buckets start with one heartbeat of their share (see commit_slot) */
 	bool born_empty[KT_MAX_LIMITS];
 	struct slot_alloc sa;
-	int node_bucket_of[KT_MAX_LIMITS]; /* by limit id: its kept node bucket; -1 */
-	int join_bucket_of[KT_MAX_LIMITS]; /* by limit id: its kept join bucket; -1 */
 	struct kt_rule_input *rules;
 	struct kt_classifier cls;
 	struct kt_attach *want;
@@ -1286,16 +1278,30 @@ static int plan_coop(struct apply *a, const char *name)
 	return -E2BIG;
 }
 
+/* `kept` (a slot, or -1 for none) claimed as kept, else a free slot
+ * allocated, into *slot; false when none is free. */
+static bool keep_or_alloc(struct apply *a, int kept, uint32_t *slot)
+{
+	if (kept >= 0)
+		a->sa.state[kept] = 1;
+	else if ((kept = alloc_slot(&a->sa, a->b)) < 0) /* state 2: new */
+		return false;
+	*slot = (uint32_t)kept;
+	return true;
+}
+
 /* Node buckets (wants_node_bucket): the limit's existing one is kept, so its
  * tokens carry over; else a free slot. */
 static int plan_node_buckets(struct apply *a, char *err, size_t errlen)
 {
+	/* by limit id: its node and join buckets as the kernel has them; -1 */
+	int node_of[KT_MAX_LIMITS], join_of[KT_MAX_LIMITS];
 	struct kt_plan *plan = a->plan;
 	struct kt_bpf *b = a->b;
 	int i;
 
 	for (i = 0; i < KT_MAX_LIMITS; i++)
-		a->node_bucket_of[i] = a->join_bucket_of[i] = -1;
+		node_of[i] = join_of[i] = -1;
 	for (uint32_t s = 0; s < KT_MAX_BUCKETS; s++) {
 		uint32_t flags = __atomic_load_n(&b->buckets[s].flags, __ATOMIC_ACQUIRE);
 		uint32_t id = b->buckets[s].limit_id;
@@ -1303,32 +1309,21 @@ static int plan_node_buckets(struct apply *a, char *err, size_t errlen)
 		if (!(flags & KT_BUCKET_IN_USE) || id >= KT_MAX_LIMITS || a->sa.state[s])
 			continue;
 		if (flags & KT_BUCKET_POOL)
-			a->node_bucket_of[id] = (int)s;
+			node_of[id] = (int)s;
 		else if (flags & KT_BUCKET_JOIN)
-			a->join_bucket_of[id] = (int)s;
+			join_of[id] = (int)s;
 	}
 	for (i = 0; i < plan->n_limits; i++) {
 		struct kt_limit_rt *l = &plan->limits[i];
-		int s = a->node_bucket_of[l->id], js = a->join_bucket_of[l->id];
 
 		l->has_pool = l->has_join = false;
 		l->pool_slot = l->join_slot = 0;
-		if (wants_node_bucket(l, &a->pol[i])) {
-			if (s >= 0)
-				a->sa.state[s] = 1;
-			else if ((s = alloc_slot(&a->sa, b)) < 0)
-				goto full;
-			l->has_pool = true;
-			l->pool_slot = (uint32_t)s;
-		}
-		if (wants_join_bucket(l, &a->pol[i])) {
-			if (js >= 0)
-				a->sa.state[js] = 1;
-			else if ((js = alloc_slot(&a->sa, b)) < 0)
-				goto full;
-			l->has_join = true;
-			l->join_slot = (uint32_t)js;
-		}
+		if (wants_node_bucket(l, &a->pol[i]) &&
+		    !(l->has_pool = keep_or_alloc(a, node_of[l->id], &l->pool_slot)))
+			goto full;
+		if (wants_join_bucket(l, &a->pol[i]) &&
+		    !(l->has_join = keep_or_alloc(a, join_of[l->id], &l->join_slot)))
+			goto full;
 	}
 	return 0;
 full:
@@ -2054,7 +2049,7 @@ int kt_plan_common_root(const struct kt_config *cfg, const char *cg_mount, char 
 	if (!any)
 		return -ENOENT;
 	/* above the mount (a path elsewhere) is no cgroup: the mount */
-	if (cg_mount && !path_at_or_below(acc, cg_mount))
+	if (cg_mount && !kt_path_at_or_below(acc, cg_mount))
 		snprintf(acc, sizeof(acc), "%s", cg_mount);
 	/* a path not created yet: its nearest existing ancestor */
 	while (stat(acc, &st) < 0 || !S_ISDIR(st.st_mode)) {

@@ -33,15 +33,6 @@ struct scan {
 	bool truncated;
 };
 
-static bool at_or_below(const char *path, const char *dir)
-{
-	size_t n = strlen(dir);
-
-	if (n == 1 && dir[0] == '/')
-		return path[0] == '/';
-	return strncmp(path, dir, n) == 0 && (path[n] == '/' || !path[n]);
-}
-
 static int add_rec(struct scan *sc, const char *path, int limit, const char *next)
 {
 	if (sc->n_recs == sc->cap_recs) {
@@ -108,7 +99,7 @@ static int scan_pattern(struct scan *sc, int li, char *copy, const char *root)
 		if (m < 0)
 			return m == -ENOMEM ? m : 0;
 		for (int k = 0; k < m && !ret; k++)
-			if (at_or_below(paths[k], root))
+			if (kt_path_at_or_below(paths[k], root))
 				ret = add_rec(sc, paths[k], li, comp[j]);
 		kt_cgroup_glob_free(paths, m);
 	}
