@@ -233,7 +233,10 @@ fuzz: deps $(FUZZ_BINS)
 unit: all $(filter $(BUILD)/tests/unit/%,$(TEST_BINS))
 	scripts/run-tests.sh $(filter $(BUILD)/tests/unit/%,$(TEST_BINS))
 
-test: deps all $(TEST_BINS) $(TOOLS_BINS) $(FUZZ_BINS)
+# the packages first, then the build on every core (JOBS), then the suite
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+test: deps
+	$(MAKE) -j$(JOBS) all $(TEST_BINS) $(TOOLS_BINS) $(FUZZ_BINS)
 	FUZZ_TEST_SECONDS=$(FUZZ_TEST_SECONDS) scripts/run-tests.sh $(TEST_BINS) $(FUZZ_BINS)
 
 # SOAK_S: how long `make bench` churns pod cgroups (50/s) under load while
