@@ -119,7 +119,7 @@ static double tag_num_or(int i, const char *field, double dflt)
 	return tag_num(i, field, &v) ? v : dflt;
 }
 
-static void start_node(int i)
+static void start_node_at(int i, double rate)
 {
 	char body[1024];
 
@@ -134,11 +134,16 @@ static void start_node(int i)
 		 "    reportInterval: %dms\n"
 		 "    query:\n"
 		 "      socket: %s\n",
-		 i, fx.rp.port, RATE, BURST, REPORT_MS, fx.qsock[i]);
+		 i, fx.rp.port, rate, BURST, REPORT_MS, fx.qsock[i]);
 	if (ktest_daemon_up(&fx.d[i], body))
 		fail_msg("kthrottled node %d did not start", i);
 	fx.fd[i] = connect_query(fx.qsock[i]);
 	assert_true(fx.fd[i] >= 0);
+}
+
+static void start_node(int i)
+{
+	start_node_at(i, RATE);
 }
 
 static int setup(void **state)
@@ -309,15 +314,18 @@ static void test_store_down_each_node_alone_then_resumes(void **state)
 
 /* The operator's path: kthrottlectl check against a node's query socket
  * takes tokens like any client, exit 0 while served, 1 once refused; the
- * refusal reaches the other node through the exchange. */
+ * refusal reaches the other node through the exchange. The rate is slow
+ * (a token every CLI_TOKEN_S) so that the seven process spawns and the
+ * wait for the report cannot refill a token on a loaded machine. */
+#define CLI_TOKEN_S 4.0
 static void test_cli_check_through_the_daemon(void **state)
 {
 	char ctl[300], *out = NULL;
 	int rc, ok = 0, no = 0;
 
 	(void)state;
-	start_node(0);
-	start_node(1);
+	start_node_at(0, 1.0 / CLI_TOKEN_S);
+	start_node_at(1, 1.0 / CLI_TOKEN_S);
 	wait_exchange(1, 5000);
 	snprintf(ctl, sizeof(ctl), "%s/kthrottlectl", ktest_build_dir());
 	for (int k = 0; k < BURST + 2; k++) {
