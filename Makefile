@@ -264,7 +264,7 @@ $(BUILD)/tests/bench/bench: tests/bench/bench.c $(LIB_OBJS) $(TEST_HELPERS) $(HD
 demo: deps-demo all $(BUILD)/tools/kt-load
 	scripts/demo.sh
 
-# Install for systemd hosts (README "Deploy with systemd"). PREFIX for the
+# Install for systemd hosts (docs/deploy.md, "Deploy with systemd"). PREFIX for the
 # programs and the unit, DESTDIR for staging; the config lives in /etc
 # whatever the PREFIX, and only its example is installed: an existing
 # kthrottled.yaml is never touched. The unit is generated so that ExecStart

@@ -1474,7 +1474,7 @@ static void test_refuse_errno(void **state)
 }
 
 /* A member that joins a limit with members on the node (a new pod) starts
- * with one heartbeat of its share (DESIGN.md section 8), not a full burst
+ * with one heartbeat of its share ("Joins" in docs/ARCHITECTURE.md), not a full burst
  * that churning pods would each bring anew; the first members of a limit
  * start full. */
 static void test_join_credit(void **state)

@@ -11,7 +11,7 @@
  *      (measured and printed), every window still within max + burst;
  *   4. a limit whose master was NOT killed never leaves "agreed" on any
  *      node during the failover (each slot's answer stands alone; the
- *      cluster runs with cluster-require-full-coverage no, as the README
+ *      cluster runs with cluster-require-full-coverage no, as docs/stores.md
  *      advises, else every slot answers CLUSTERDOWN until the promotion).
  *
  * How it is measured (the approach of test_faults.c): each node's cgroup has
@@ -416,7 +416,7 @@ static void test_cluster_failover(void **state)
 		print_message("skipped: no Redis Cluster here (%d: %s)\n", ret, strerror(-ret));
 		skip();
 	}
-	/* as the README advises: with Redis's default every slot answers
+	/* as docs/stores.md advises: with Redis's default every slot answers
 	 * CLUSTERDOWN from the master marked failed to the promotion */
 	for (int i = 0; i < RNODES; i++) {
 		redisReply *r = rp_command(&fx.rn[i], "CONFIG SET cluster-require-full-coverage no");

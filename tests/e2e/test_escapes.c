@@ -220,7 +220,7 @@ static void test_connected_udp_datagram(void **state)
 	print_message("connected UDP sends: %llu ok, %llu refused (%llu EBUSY, %llu EPERM)\n", r.ok,
 		      r.refused, r.busy, r.perm);
 	assert_true(r.refused > 0);
-	/* refused at once, as the README says: the egress drop's EPERM */
+	/* refused at once, as docs/getting-started.md says: the egress drop's EPERM */
 	assert_int_equal(r.perm, r.refused);
 	assert_within("connected UDP", arrivals_now_s(&fx.a) - t0, RATE * LOAD_S * 0.8);
 }

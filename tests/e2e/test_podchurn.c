@@ -9,7 +9,8 @@
  *     mkdir to its first EBUSY; p50, p99 and max printed);
  *   - the worst one-second window at the receiver stays within max + burst
  *     + what the joins may add: a joining member its share for one
- *     heartbeat at most (DESIGN.md section 8; here its 1-token burst), and
+ *     heartbeat at most (docs/operations.md, "Failure semantics", and
+ *     "Joins" in docs/ARCHITECTURE.md; here its 1-token burst), and
  *     what its process sends before the programs are attached to it (the
  *     issue allows a tick; measured: the sends within the slowest pod's
  *     mkdir-to-first-EBUSY time, one per 2 ms);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* The Python module (python/kthrottle) end to end, as seed 002 specifies
- * it: kthrottled publishes one cooperative limit of 20/s (min = max: no
+/* The Python module (python/kthrottle) end to end, as docs/clients.md
+ * describes it: kthrottled publishes one cooperative limit of 20/s (min = max: no
  * ramp) with burst 5; the module is pip-installed offline into a fresh
- * venv of Debian's /usr/bin/python3 (the README's command); one script
+ * venv of Debian's /usr/bin/python3 (the command in docs/clients.md); one script
  * then checks:
  *
  *  - 4 worker processes calling a @throttle(limit) function every ~1 ms
@@ -274,7 +274,7 @@ static void test_python_decorator(void **state)
 	snprintf(pkg, sizeof(pkg), "%s/python", fx.tmp);
 	assert_int_equal(run((char *[]){ "/bin/cp", "-r", path, pkg, NULL }, false, NULL), 0);
 
-	/* the README's install: offline, into a venv of Debian's python */
+	/* the install of docs/clients.md: offline, into a venv of Debian's python */
 	snprintf(venv, sizeof(venv), "%s/venv", fx.tmp);
 	snprintf(py, sizeof(py), "%s/bin/python", venv);
 	snprintf(pip, sizeof(pip), "%s/bin/pip", venv);

@@ -360,7 +360,7 @@ static void test_only_if_used_low_traffic_holds(void **state)
 
 /* resumedRampUp without a store: the ramp level is pinned with the kernel
  * state, so a restart within ttl resumes it instead of starting at min;
- * without resumedRampUp a restart starts at min (seed 001). */
+ * without resumedRampUp a restart starts at min. */
 static void restart_resumes(bool resumed)
 {
 	char body[2048];

@@ -8,8 +8,8 @@
  * time). The server records when each connection arrives. What it proves:
  *   - spacing: consecutive arrivals are at least every - tolerance apart,
  *     tolerance = expireAfter + 5 ms (a permit may be used late within its
- *     window, and armed late by the store round trip; README "Strict
- *     limits"); the total over 10 s at one per 500 ms is 20 +- 1; every
+ *     window, and armed late by the store round trip; docs/strict.md);
+ *     the total over 10 s at one per 500 ms is 20 +- 1; every
  *     worker got at least one permit;
  *   - maxReserved: Redis's own key, read back with TIME while six buckets
  *     contend, is never more than maxReserved + 1 permits ahead of now

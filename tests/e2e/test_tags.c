@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* Tag limits across nodes (seed 004), end to end: two kthrottled (two
+/* Tag limits across nodes (docs/tags.md), end to end: two kthrottled (two
  * nodes) on one real redis-server, each answering the line protocol on its
  * own query socket. A client alternating its queries between them is held
  * to the one configured rate (burst + rate x time, give or take what one

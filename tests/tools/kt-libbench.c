@@ -9,7 +9,7 @@
  * single-thread.
  *
  * The baseline it must beat by >= 500x: the same GCRA decision as one Redis
- * Lua round trip per request (seed 002's design: EVALSHA, Redis TIME as the
+ * Lua round trip per request (the usual design: EVALSHA, Redis TIME as the
  * clock, the tat in a key), on a local redis-server of its own (loopback
  * TCP, one connection), timed in the same run. On the same server: a plain
  * PING round trip (the transport's floor) and the store's own permit call,

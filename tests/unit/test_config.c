@@ -943,7 +943,7 @@ static const struct bad bad_cases[] = {
 	{ "node: a\n", "t.yaml:1: limits: ", "required but missing" },
 	{ "limits: []\n", "t.yaml:1: limits: ", "at least one limit" },
 	{ "limits: {a: 1}\n", "t.yaml:1: limits: ", "expected a list" },
-	/* tags: (seed 004) */
+	/* tags: (tag limits) */
 	{ "tags: {a: 1}\n" LIM, "t.yaml:1: tags: ", "expected a list of tag limits, got a mapping" },
 	{ "tags: []\n" LIM, "t.yaml:1: tags: ", "needs at least one tag limit" },
 	{ "tags:\n" LIM, "t.yaml:1: tags: ", "expected a list of tag limits, got a scalar" },

@@ -210,7 +210,7 @@ static void test_steady_rate(void **state)
 }
 
 /* Rates below one token per second are exact: 0.1/s is one token every
- * 10 s, never zero tokens (the seeds' integer-flooring defect). */
+ * 10 s, never zero tokens (the reference implementation's integer-flooring defect). */
 static void test_fractional_rates(void **state)
 {
 	static const double rates[] = { 0.1, 0.5, 1.0 / 3, 0.01, 0.001, 2.5 };

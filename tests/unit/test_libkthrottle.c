@@ -374,7 +374,7 @@ static void test_readonly(void **state)
 }
 
 /* What an unprivileged process can do with the pins on this kernel: the
- * README's "how access is granted" depends on it. Pin files get modes an
+ * "Access" in docs/clients.md depends on it. Pin files get modes an
  * operator could grant (kt_coop 0666, kt_buckets 0644); a child drops to
  * nobody and tries. Only one thing is asserted: it cannot get a writable
  * descriptor of kt_buckets. */

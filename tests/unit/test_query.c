@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* The query server (user/tags/query.c) over real sockets: seed 004's line
- * protocol, its edge cases (over-long lines, NUL, empty lines, '\r', partial
+/* The query server (user/tags/query.c) over real sockets: the tag query line
+ * protocol (docs/tags.md), its edge cases (over-long lines, NUL, empty lines, '\r', partial
  * lines, clients that disconnect mid-line or never read), many clients,
  * max_clients, the socket path's life cycle, and TCP. The server runs in a
  * thread looping poll(kt_query_fd) + kt_query_run; the test's decide answers

@@ -54,7 +54,8 @@ static const struct scenario sc_scheduled_shape =
 	   IDLE(1000, 100), IDLE(2000, 150), SAT(2500, 175), IDLE(3000, 200), IDLE(4000, 200),
 	   SAT(10000, 200));
 
-/* DESIGN.md §5 defect: scheduled jumped straight to max on the first call. */
+/* A defect of the reference implementation: scheduled jumped straight to
+ * max on the first call. */
 static const struct scenario sc_scheduled_first_call_no_jump =
 	SC(CFG(10, 100, 9000, KT_MODE_SCHEDULED), 10,
 	   SAT(100, 11), SAT(1000, 20));
@@ -401,8 +402,8 @@ static void test_reconfigure_go_back_n_idle_clock(void **state)
 			   50, EPS);
 }
 
-/* DESIGN.md §5 defect: max=2, min=1 over 2 members floored to 0 tokens per
- * member. Every member's share must be fractional and reach the kernel as a
+/* A defect of the reference implementation: max=2, min=1 over 2 members
+ * floored to 0 tokens per member. Every member's share must be fractional and reach the kernel as a
  * finite interval, from start-up to max. */
 static void test_fractional_share_not_floored(void **state)
 {

@@ -619,7 +619,7 @@ static void test_failover(void **state)
 		skip();
 	/* Redis's default answers CLUSTERDOWN for every slot while any is
 	 * unserved (from the master marked failed to the promotion), which no
-	 * client can get round; the README advises this for kthrottle */
+	 * client can get round; docs/stores.md advises this for kthrottle */
 	for (int i = 0; i < N_NODES; i++)
 		expect_ok(rp_command(&g_nodes[i], "CONFIG SET cluster-require-full-coverage no"));
 	assert_true(until_agree(20, 5000, &fails) >= 0);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* kt_store_permits (strict limits, seed 002) against a real redis-server on
+/* kt_store_permits (strict limits, docs/strict.md) against a real redis-server on
  * a free loopback port. Every expected wait is computed from the answered
  * now_us, so the checks are exact however long a call takes. */
 #include <errno.h>

@@ -235,7 +235,8 @@ static void test_agree_three_members_one_node(void **state)
 	ASSERT_ANS(a, 0, 3, 3);
 }
 
-/* Seed 000's rule: nodes report the previous answer's live count. */
+/* The agreement rule (docs/stores.md, "How agreement works"): nodes report
+ * the previous answer's live count. */
 static void test_disagree_then_converge(void **state)
 {
 	struct kt_store *A = open_single(g_master.port, NULL, NULL, 0);

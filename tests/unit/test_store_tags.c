@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* kt_store_tag_exchange (tag limits, seed 004) against a real redis-server
+/* kt_store_tag_exchange (tag limits, docs/tags.md) against a real redis-server
  * on a free loopback port: what one node reports the others read once, in
  * order, never their own; a first call starts after the newest entry; more
  * entries than one call reads are paged; the stream is trimmed on Redis's

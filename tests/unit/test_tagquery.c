@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* libkthrottle's tag query client (kthrottle_tagq_*, seed 004's line
- * protocol) against servers of the test's own: a thread with a listening
+/* libkthrottle's tag query client (kthrottle_tagq_*, the tag query line
+ * protocol of docs/tags.md) against servers of the test's own: a thread with a listening
  * Unix socket in a mkdtemp dir or on TCP 127.0.0.1 (a free port) that
  * answers "NO\n" for tags starting with 'n', else "OK\n" (or never, or
  * "XX\n"), and counts connections and lines. Answers on one connection

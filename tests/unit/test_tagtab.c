@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* Query-tag buckets (user/tags/tagtab.c) with an injected clock. The first
- * test is seed 004's worked example, step by step: burst 10, rate 1/s, two
+ * test is the tag limits' worked example (docs/tags.md), step by step: burst 10, rate 1/s, two
  * nodes A and B, 17 requests split 9/8, two more to A, the exchange at t=5,
- * then the table's bucket values at t=5.1, 5.2, 6, 7, 8, 9. Our buckets
+ * then the example's table of bucket values at t=5.1, 5.2, 6, 7, 8, 9. Our buckets
  * refill continuously, so between whole seconds they hold fractions the
  * table rounds (A is 0.1 at t=0.2, not 0): each value is asserted exactly
  * and against the table's integer rounded. The rest: the harvest (counts,
@@ -70,7 +70,7 @@ static double tokens(struct kt_tagtab *t, const char *tag, uint64_t now)
 	return kt_tagtab_tokens(t, tag, strlen(tag), now);
 }
 
-/* exact value, and the seed table's integer */
+/* exact value, and the example table's integer */
 static void expect(struct kt_tagtab *t, const char *tag, double when, double exact, int table)
 {
 	double v = tokens(t, tag, T(when));
@@ -100,7 +100,7 @@ static void test_seed_004_worked_example(void **state)
 	assert_int_equal(take(a, "C", T(0.2)), KT_REFUSE);
 	expect(a, "C", 0.2, 0.1, 0);
 	expect(b, "C", 0.2, 2.1, 2);
-	/* A's other clients, as in the seed's message */
+	/* A's other clients, as in the worked example */
 	for (i = 0; i < 2; i++)
 		take(a, "204.112.101.1", T(1));
 	for (i = 0; i < 4; i++)

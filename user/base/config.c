@@ -1485,7 +1485,7 @@ static int parse_strict(struct ctx *c, yaml_node_t *n, const char *field, struct
 	return 0;
 }
 
-/* The seeds' rateLimit block. *store_node is set when it carries a store. */
+/* The rateLimit block (accepted verbatim). *store_node is set when it carries a store. */
 static int parse_rate_limit(struct ctx *c, yaml_node_t *n, const char *field,
 			    struct kt_rate_limit_cfg *rl, yaml_node_t **store_node)
 {

@@ -282,8 +282,8 @@ int kt_store_load_ramp(struct kt_store *s, const char *limit, double *rate, char
  * limit, P:strict:{L}, a string: the time of the latest permit issued, Redis
  * TIME in microseconds. One EVALSHA asks for n permits at once (a node's
  * members of the limit that have demand); the script takes them one after
- * the other with redis.call('TIME') as its only clock (now), each as seed
- * 002 says:
+ * the other with redis.call('TIME') as its only clock (now), each as
+ * follows (docs/strict.md):
  *   next = last + every
  *   now >= next                 -> last = now, granted, wait 0
  *   floor(max(0, last - now) / every) < max_reserved

@@ -5,7 +5,7 @@
  * in order. One epoll set, driven by the daemon's loop; no threads, no
  * blocking call. The protocol's edge cases (over-long lines, NUL bytes,
  * '\r', empty lines, clients that stop reading) are documented in
- * docs/ARCHITECTURE.md and the README; the exact rules are the block
+ * docs/ARCHITECTURE.md and docs/tags.md; the exact rules are the block
  * comment at the top of query.c. */
 #ifndef KT_QUERY_H
 #define KT_QUERY_H
