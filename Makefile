@@ -32,7 +32,7 @@ USER_DIRS := user/base user/kube user/kernel user/pool user/control user/tags
 
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers -Wno-format-truncation \
-             -Iinclude $(addprefix -I,$(USER_DIRS)) -I$(BUILD)/skel -D_GNU_SOURCE
+             -Iinclude $(addprefix -I,$(USER_DIRS)) -I$(BUILD)/skel -I$(BUILD)/gen -D_GNU_SOURCE
 LDLIBS    += -lbpf -lelf -lz -lyaml -lhiredis -lcurl -ljson-c -lssl -lcrypto -lpthread -lm
 ifeq ($(SAN),1)
 CFLAGS    += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -69,7 +69,7 @@ FUZZ_TEST_SECONDS ?= 6
 FUZZ_CC    := $(CLANG)
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS := -O1 -g -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
-	       -Iinclude $(addprefix -I,$(USER_DIRS)) -I$(BUILD)/skel -D_GNU_SOURCE $(FUZZ_SAN)
+	       -Iinclude $(addprefix -I,$(USER_DIRS)) -I$(BUILD)/skel -I$(BUILD)/gen -D_GNU_SOURCE $(FUZZ_SAN)
 FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 FUZZ_OBJS  := $(patsubst user/%.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS))
@@ -98,6 +98,18 @@ $(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.bpf.h) include/kthrottle.h $(
 $(BUILD)/skel/%.skel.h: $(BUILD)/bpf/%.bpf.o
 	@mkdir -p $(@D)
 	$(call msg,SKEL,$@)$(BPFTOOL) gen skeleton $< name kt_$(subst -,_,$*) > $@.tmp && mv $@.tmp $@
+
+# The store's Redis Lua scripts, user/pool/lua/*.lua, become the string
+# macros of $(BUILD)/gen/kt_lua.h (comments dropped, common.lua included
+# where a script says so); the same texts go to $(BUILD)/lua/ for
+# redis-cli --eval. Only store_redis.c includes the header.
+LUA_SRCS  := $(wildcard user/pool/lua/*.lua)
+LUA_H     := $(BUILD)/gen/kt_lua.h
+
+$(LUA_H): scripts/lua-embed.sh $(LUA_SRCS)
+	$(call msg,GEN,$@)sh scripts/lua-embed.sh $@ $(BUILD)/lua $(LUA_SRCS)
+
+$(BUILD)/obj/pool/store_redis.o $(BUILD)/fuzz/obj/pool/store_redis.o: $(LUA_H)
 
 $(BUILD)/obj/%.o: user/%.c $(HDRS) $(SKELS)
 	@mkdir -p $(@D)

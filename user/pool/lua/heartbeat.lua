@@ -1,0 +1,280 @@
+-- heartbeat.lua: the heartbeat of one node for one or more limits (all in
+-- one hash slot), kt_store_heartbeat_many in user/pool/store_redis.c.
+-- Prefixed with common.lua at build time.
+--
+-- KEYS: N_KEYS (11) per limit, in keyset's order (common.lua).
+-- ARGV per limit: stale_ms, n, ramp ("" = none), ramp_ttl_ms, hold_ms, fb
+-- (this node's fallback rate per member, "%.17g"), pool_rate ("0": equal
+-- share), floor_rate, recompute_ms, then n (id, size) pairs, size "0"
+-- meaning "the live count computed here", or with pool_rate > 0 n (id,
+-- size, demand) triples.
+-- Returns {agree, size, live, reserved} per limit, plus {granted, level
+-- ("-1": none), {grant...}} with pool_rate > 0; rates as strings (Lua
+-- numbers become integers in replies).
+--
+-- A member is live while its heartbeat is at most stale_ms old (its lease);
+-- then it lapses: it moves from hb to lapsed and leaves the live count and
+-- the size hash, but for hold_ms more its fallback rate (fb hash) is summed
+-- into `reserved`, because its kernel buckets may still admit that much.
+-- After that its buckets are closed and it is forgotten. Both moves read
+-- only the members concerned (ZRANGEBYSCORE up to the bound). The running
+-- reserved sum is recomputed exactly whenever at most RECOUNT members are
+-- lapsed (so it neither drifts nor goes negative), and is 0 when none are.
+--
+-- TIME is the only clock; replicate_commands makes a write after TIME legal
+-- on Redis < 5 (a no-op since 5).
+
+if redis.replicate_commands then redis.replicate_commands() end
+--#include common.lua
+local RECOUNT = 64
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- O(pool): every counter from hb, lapsed, size and fb
+local function rebuild(K, stale, hold)
+  local seen = {}
+  for _, z in ipairs({K.hb, K.lapsed}) do
+    local r = redis.call('ZRANGE', z, 0, -1, 'WITHSCORES')
+    for i = 1, #r, 2 do
+      local s = tonumber(r[i + 1])
+      if s ~= nil and (seen[r[i]] == nil or s > seen[r[i]][1]) then seen[r[i]] = {s, r[i + 1]} end
+    end
+  end
+  local function map(key)
+    local m, r = {}, redis.call('HGETALL', key)
+    for i = 1, #r, 2 do m[r[i]] = r[i + 1] end
+    return m
+  end
+  local sz, fbm, gm = map(K.size), map(K.fb), map(K.grant)
+  local dm = {}
+  local r = redis.call('ZRANGE', K.dem, 0, -1, 'WITHSCORES')
+  for i = 1, #r, 2 do dm[r[i]] = rate(r[i + 1]) end
+  redis.call('DEL', K.hb, K.lapsed, K.size, K.fb, K.counted, K.hist, K.sizes, K.meta, K.grant, K.dem)
+  local c = {n = 0, ns = 0, bad = 0, nl = 0, res = 0, nd = 0, gs = 0, sd = 0, lvl = -1, lt = 0, lp = -1}
+  local hb, lp, szl, fbl, cl, hist, gl, dl = {}, {}, {}, {}, {}, {}, {}, {}
+  local function push(l, x, y) l[#l + 1] = x; l[#l + 1] = y end
+  for id, s in pairs(seen) do
+    if s[1] >= now - stale then
+      push(hb, s[2], id)
+      c.n = c.n + 1
+      -- a grant without a demand may still be in force: keep it counted
+      if gm[id] or dm[id] then
+        local g = rate(gm[id])
+        local e = dm[id] or g
+        push(gl, id, string.format('%.17g', g)); push(dl, e, id)
+        c.nd, c.gs, c.sd = c.nd + 1, c.gs + g, c.sd + e
+      end
+      local b = bucket(sz[id])
+      push(cl, id, b)
+      if sz[id] then push(szl, id, sz[id]); c.ns = c.ns + 1 end
+      if b == 'x' then c.bad = c.bad + 1 else hist[b] = (hist[b] or 0) + 1 end
+      if fbm[id] then push(fbl, id, fbm[id]) end
+    elseif s[1] >= now - stale - hold then
+      push(lp, s[2], id)
+      c.nl = c.nl + 1
+      c.res = c.res + rate(fbm[id])
+      if fbm[id] then push(fbl, id, fbm[id]) end
+    end
+  end
+  local hl, sl = {}, {}
+  for b, v in pairs(hist) do push(hl, b, v); push(sl, b, b) end
+  each('ZADD', K.hb, hb, 1000); each('ZADD', K.lapsed, lp, 1000)
+  each('HMSET', K.size, szl, 1000); each('HMSET', K.fb, fbl, 1000)
+  each('HMSET', K.counted, cl, 1000); each('HMSET', K.hist, hl, 1000)
+  each('ZADD', K.sizes, sl, 1000)
+  each('HMSET', K.grant, gl, 1000); each('ZADD', K.dem, dl, 1000)
+  return c
+end
+-- The water level for P over dem (-1: none, everyone fits). Walks from
+-- both ends at once, CHUNK entries per step, and stops as soon as either
+-- side finds it, so it reads O(min(below, above)) entries. Bottom: the
+-- level is rem / cnt once the next demand is at least that. Top: with
+-- the k largest capped, the level is (P - (sd - A)) / k, valid once the
+-- next demand is at most that.
+local CHUNK = 32
+local function level(K, c, P)
+  if c.nd == 0 or c.sd <= P then return -1 end
+  local lo, rem, cnt, hi, A = 0, P, c.nd, 0, 0
+  while true do
+    local r = redis.call('ZRANGE', K.dem, lo, lo + CHUNK - 1, 'WITHSCORES')
+    for j = 2, #r, 2 do
+      local e = tonumber(r[j])
+      if e * cnt >= rem then return rem / cnt end
+      rem, cnt, lo = rem - e, cnt - 1, lo + 1
+      if cnt == 0 then return -1 end
+    end
+    local t = redis.call('ZREVRANGE', K.dem, hi, hi + CHUNK - 1, 'WITHSCORES')
+    for j = 2, #t, 2 do
+      local e = tonumber(t[j])
+      if hi > 0 then
+        local l = (P - (c.sd - A)) / hi
+        if l >= e then return math.max(l, 0) end
+      end
+      A, hi = A + e, hi + 1
+    end
+    if #r == 0 and #t == 0 then return -1 end
+  end
+end
+-- Updates dem for this node's members (ARGV i..j, stride 3), the level,
+-- and their grants: shrinks first, then growth into free headroom only.
+-- Returns the grants in ARGV order.
+local function share(K, c, P, flo, rms, i0, i1)
+  if c.nd > 0 and c.nd <= RECOUNT then
+    c.gs, c.sd = 0, 0
+    for _, v in ipairs(redis.call('HVALS', K.grant)) do c.gs = c.gs + rate(v) end
+    local z = redis.call('ZRANGE', K.dem, 0, -1, 'WITHSCORES')
+    for j = 2, #z, 2 do c.sd = c.sd + rate(z[j]) end
+  end
+  local own, tenth = {}, 0.1 * P / math.max(c.nd, 1)
+  for i = i0, i1, 3 do
+    local id = ARGV[i]
+    local e = math.max(rate(ARGV[i + 2]), flo)
+    local old = redis.call('ZSCORE', K.dem, id)
+    local cur = nil
+    if old then
+      old = rate(old)
+      cur = rate(redis.call('HGET', K.grant, id))
+      c.sd = c.sd + e - old
+      if c.lvl >= 0 and math.abs(math.min(e, c.lvl) - math.min(old, c.lvl)) > tenth then c.inval = true end
+    else
+      c.nd, c.sd, c.inval = c.nd + 1, c.sd + e, true
+    end
+    if old ~= e then redis.call('ZADD', K.dem, e, id) end
+    own[#own + 1] = {id = id, e = e, cur = cur}
+  end
+  if c.sd <= P then
+    c.lvl = -1
+  elseif c.inval or c.lvl < 0 or math.abs(P - c.lp) > 0.01 * c.lp or now - c.lt >= rms then
+    c.lvl, c.lt, c.lp, c.inval = level(K, c, P), now, P, false
+  end
+  local bonus = 0
+  if c.lvl < 0 and c.nd > 0 then bonus = math.max(0, P - c.sd - flo) / c.nd end
+  for _, m in ipairs(own) do
+    if c.lvl < 0 then m.t = m.e + bonus else m.t = math.min(m.e, c.lvl) end
+  end
+  local function set(m, g)
+    c.gs = c.gs + g - (m.cur or 0)
+    m.g = g
+    if g ~= m.cur then redis.call('HSET', K.grant, m.id, string.format('%.17g', g)) end
+  end
+  for _, m in ipairs(own) do
+    if m.cur and m.t < m.cur then set(m, m.t) end
+  end
+  local out = {}
+  for k, m in ipairs(own) do
+    if not m.g then
+      local free = math.max(0, P - c.gs)
+      if m.cur then set(m, math.min(m.t, m.cur + free)) else set(m, math.min(flo, m.t, free)) end
+    end
+    out[k] = string.format('%.17g', m.g)
+  end
+  if c.gs < 0 then c.gs = 0 end
+  return out
+end
+-- one pass per limit: N_KEYS KEYS and 9 + n x (2 or 3) ARGV each
+local out, a = {}, 1
+for k = 1, #KEYS, 11 --[[N_KEYS]] do
+  local K = keyset(k)
+  local stale, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  local ramp, rttl = ARGV[a + 2], ARGV[a + 3]
+  local hold, fb = tonumber(ARGV[a + 4]), ARGV[a + 5]
+  local prate, flo, rms = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+  local st = 2
+  if prate > 0 then st = 3 end
+  a = a + 9
+  local first, fresh = a, {}
+  local c, ok = load(K)
+  if not ok then c = rebuild(K, stale, hold) end
+  -- 1. this node's members heartbeat; one back from lapse leaves the reserve
+  for i = 1, n do
+    local id = ARGV[a]
+    if redis.call('ZADD', K.hb, now, id) == 1 then
+      c.n = c.n + 1
+      fresh[id] = true
+      if redis.call('ZREM', K.lapsed, id) == 1 then
+        c.nl = c.nl - 1
+        c.res = c.res - rate(redis.call('HGET', K.fb, id))
+      end
+    end
+    if fb ~= '0' then redis.call('HSET', K.fb, id, fb) else redis.call('HDEL', K.fb, id) end
+    a = a + st
+  end
+  if ramp ~= '' then redis.call('SET', K.ramp, ramp, 'PX', rttl) end
+  -- 2. live members silent for stale_ms lapse (or die, if silent for hold_ms more too)
+  local lapse, forget = now - stale, now - stale - hold
+  local gone = redis.call('ZRANGEBYSCORE', K.hb, '-inf', '(' .. string.format('%.0f', lapse), 'WITHSCORES')
+  for i = 1, #gone, 2 do
+    local id, s = gone[i], gone[i + 1]
+    redis.call('ZREM', K.hb, id)
+    if c.nd > 0 then undem(K, c, id) end
+    c.n = c.n - 1
+    count(K, c, redis.call('HGET', K.counted, id) or 'x', -1)
+    redis.call('HDEL', K.counted, id)
+    c.ns = c.ns - redis.call('HDEL', K.size, id)
+    if tonumber(s) >= forget then
+      redis.call('ZADD', K.lapsed, s, id)
+      c.nl = c.nl + 1
+      c.res = c.res + rate(redis.call('HGET', K.fb, id))
+    else
+      redis.call('HDEL', K.fb, id)
+    end
+  end
+  -- 3. lapsed members held for hold_ms are forgotten
+  local dead = redis.call('ZRANGEBYSCORE', K.lapsed, '-inf', '(' .. string.format('%.0f', forget))
+  if #dead > 0 then
+    c.nl = c.nl - #dead
+    if c.nl > RECOUNT then
+      for i = 1, #dead, 500 do
+        local v = redis.call('HMGET', K.fb, unpack(dead, i, math.min(i + 499, #dead)))
+        for j = 1, #v do c.res = c.res - rate(v[j]) end
+      end
+    end
+    each('ZREM', K.lapsed, dead, 500)
+    each('HDEL', K.fb, dead, 500)
+  end
+  if c.nl <= RECOUNT then
+    c.res = 0
+    if c.nl > 0 then
+      local ids = redis.call('ZRANGE', K.lapsed, 0, -1)
+      local v = redis.call('HMGET', K.fb, unpack(ids))
+      for j = 1, #v do c.res = c.res + rate(v[j]) end
+    end
+  end
+  -- 4. sizes of this node's members, 0 = the live count now
+  for i = first, a - 1, st do
+    local id, r = ARGV[i], ARGV[i + 1]
+    if r == '0' then r = string.format('%d', c.n) end
+    local b, old = bucket(r), false
+    if not fresh[id] then old = redis.call('HGET', K.counted, id) end
+    if old ~= b then
+      if old then count(K, c, old, -1) end
+      count(K, c, b, 1)
+      redis.call('HSET', K.counted, id, b)
+    end
+    c.ns = c.ns + redis.call('HSET', K.size, id, r)
+  end
+  if c.dirty then c = rebuild(K, stale, hold) end
+  -- 5. demand sharing
+  local dem = nil
+  if prate > 0 then
+    dem = share(K, c, math.max(0, prate - c.res), flo, rms, first, a - 1)
+  elseif c.nd > 0 then
+    for i = first, a - 1, st do undem(K, c, ARGV[i]) end
+  end
+  save(K, c)
+  if c.n + c.nl > 0 then
+    local ttl = (stale + hold) * 3 --[[KT_STORE_EXPIRE_FACTOR]]
+    for _, key in ipairs({K.hb, K.size, K.fb, K.lapsed, K.counted, K.hist, K.sizes, K.meta,
+                          K.grant, K.dem}) do
+      redis.call('PEXPIRE', key, ttl)
+    end
+  end
+  local hi = tonumber(redis.call('ZREVRANGE', K.sizes, 0, 0)[1]) or 0
+  local agree = 0
+  if c.bad == 0 and redis.call('ZCARD', K.sizes) == 1 and hi == c.n then agree = 1 end
+  local o = {agree, math.max(hi, c.n), c.n, string.format('%.17g', c.res)}
+  if dem then
+    o[5], o[6], o[7] = string.format('%.17g', c.gs), string.format('%.17g', c.lvl), dem
+  end
+  out[#out + 1] = o
+end
+return out
