@@ -17,11 +17,14 @@
 #endif
 
 #define KT_NAME_LEN 32
-#define KT_MAX_LIMITS 1024       /* limit ids 0..KT_MAX_LIMITS-1 */
-#define KT_MAX_BUCKETS 4096      /* bucket slots, shared by all limits */
-#define KT_MAX_MEMBERSHIPS 8192  /* member cgroups (kt_members entries) */
+/* The tables are sized for a cluster's worth of limits on one node (most
+ * with no member here) and a thousand pods in one limit. Per-CPU memory:
+ * kt_counters, KT_MAX_BUCKETS x 32 bytes (512 KiB a CPU). */
+#define KT_MAX_LIMITS 16384      /* limit ids 0..KT_MAX_LIMITS-1 */
+#define KT_MAX_BUCKETS 16384     /* bucket slots, shared by all limits */
+#define KT_MAX_MEMBERSHIPS 16384 /* member cgroups (kt_members entries) */
 #define KT_LIMITS_PER_CGROUP 8   /* limits one cgroup may be a member of */
-#define KT_MAX_DESTS 16384       /* (limit, destination prefix) pairs in kt_dests */
+#define KT_MAX_DESTS 65536       /* (limit, destination prefix) pairs in kt_dests */
 #define KT_MAX_CGROUP_DEPTH 16   /* ancestor levels searched for nested cgroups */
 #define KT_ANC_CACHE_SIZE 65536  /* sub-cgroups whose nearest member is remembered */
 #define KT_CAS_RETRIES 8         /* bounded; contention past this refuses */

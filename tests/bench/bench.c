@@ -337,6 +337,14 @@ static void v4_cidr(struct kt_cidr *c, const char *addr, int plen)
 	c->prefixlen = (uint8_t)(96 + plen);
 }
 
+/* Frees n limits made by limit_cfg, and their array. */
+static void free_limit_cfgs(struct kt_limit_cfg *limits, int n)
+{
+	for (int i = 0; limits && i < n; i++)
+		free(limits[i].cgroups);
+	free(limits);
+}
+
 /* A limit as the config parser would produce it; rate and burst are set per
  * measurement with kt_bucket_set_rate. */
 static void limit_cfg(struct kt_limit_cfg *lc, const char *name, enum kt_unit unit,
@@ -344,6 +352,12 @@ static void limit_cfg(struct kt_limit_cfg *lc, const char *name, enum kt_unit un
 {
 	memset(lc, 0, sizeof(*lc));
 	snprintf(lc->name, sizeof(lc->name), "%s", name);
+	/* the list only (free_limit_cfgs): the path is the caller's */
+	lc->cgroups = calloc(1, sizeof(*lc->cgroups));
+	if (!lc->cgroups) {
+		fprintf(stderr, "bench: out of memory\n");
+		exit(1);
+	}
 	lc->cgroups[0] = cgroup;
 	lc->n_cgroups = 1;
 	v4_cidr(&lc->match.cidrs[0], addr, plen);
@@ -510,7 +524,7 @@ static void env_free(struct bench_env *e)
 		fprintf(stderr, "bench: cleanup: %s\n", err);
 	e->pin_dir[0] = 0;
 	kt_plan_free(&e->plan);
-	free(e->cfg.limits);
+	free_limit_cfgs(e->cfg.limits, e->cfg.n_limits);
 	e->cfg.limits = NULL;
 	const char *cgs[] = { e->cg_nest[2], e->cg_nest[1], e->cg_nest[0], e->cg_skb,
 			      e->cg_plain,   e->cg_empty,   e->cg_kt };
@@ -1390,8 +1404,11 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char (*cgr
 		ticks = 20;
 	d->cfg.limits = calloc((size_t)nlimits, sizeof(*d->cfg.limits));
 	pol = calloc((size_t)nlimits, sizeof(*pol));
+	const int hist_cap = kt_ctl_hist_cap(1000000000ull, 100000000ull); /* as ticked below */
+
 	d->ls = calloc((size_t)nlimits, sizeof(*d->ls));
-	if (!d->cfg.limits || !pol || !d->ls)
+	d->hist_pool = calloc((size_t)nlimits * hist_cap, sizeof(*d->hist_pool));
+	if (!d->cfg.limits || !pol || !d->ls || !d->hist_pool)
 		goto out;
 	d->cfg.n_limits = nlimits;
 	for (int i = 0; i < nlimits; i++) {
@@ -1429,6 +1446,7 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char (*cgr
 		s->pool_size = 1;
 		s->bucket_rate = pol[i].rate = s->pool_rate;
 		s->bucket_burst = pol[i].burst = d->cfg.limits[i].burst;
+		kt_ctl_hist_rehome(s, d->hist_pool + (size_t)i * hist_cap, hist_cap);
 	}
 	ret = kt_plan_apply(&d->bpf, &d->plan, pol, err, sizeof(err));
 	if (ret) {
@@ -1461,11 +1479,13 @@ out:
 	free(d->slot_base);
 	d->slot_base = NULL;
 	kt_plan_free(&d->plan);
-	free(d->cfg.limits);
+	free_limit_cfgs(d->cfg.limits, d->cfg.n_limits);
 	d->cfg.limits = NULL;
 	d->cfg.n_limits = 0;
 	free(d->ls);
 	d->ls = NULL;
+	free(d->hist_pool);
+	d->hist_pool = NULL;
 	free(pol);
 	return us;
 }
@@ -2500,30 +2520,35 @@ static void row_stat(const char *what, double value, double base, double delta)
 /* ---- sendto, second phase: the admitted cost at scale (issue 27) ----
  *
  * After the main rounds, with the first daemon stopped (one daemon on k at a
- * time), a second daemon runs with
- *   - ST_SCALE_LIMITS limits l0..l999, all on the same destination
- *     (127.0.0.1, ST_PORT, udp, datagram), each with its own member cgroup
- *     k/p<i> (the sender is in the last one);
+ * time), a second daemon runs, twice: with 1,000 and with 10,000 limits
+ * (ST_SCALE_LIMITS[]):
+ *   - limits l0..l<n-1>, all on the same destination (127.0.0.1, ST_PORT,
+ *     udp, datagram); the first ST_SCALE_MEMBERS each have their own member
+ *     cgroup k/p<i> (the sender is in the last one); the rest name a cgroup
+ *     that does not exist on this node (k/elsewhere<i>: limits whose pods
+ *     run on other nodes), so they only fill the tables;
  *   - one limit `one` on a destination no other limit covers (ST_PORT_ONE),
  *     member k/one: the 1-limit comparison, in the same daemon and run;
  *   - one pod-scope limit `pods` (ST_PORT_PODS) whose member cgroups are the
- *     ST_SCALE_PODS cgroups k/q<i> (a glob; a bucket each; the sender is in
- *     the last one): 256, the most one limit holds (apply.c warns and
- *     leaves out the rest), so 1,000 pods in one limit are not attempted.
+ *     ST_SCALE_PODS cgroups k/q<i> (a glob; a bucket each, chained to the
+ *     limit's node bucket; the sender is in the last one).
  * Each mode's chunk is paired with the baseline chunks around it as in the
- * main rounds, and 1,000 limits − 1 limit is the median of the paired
- * per-round differences. The kernel tables hold KT_MAX_LIMITS limits, so
- * 10,000 limits are not attempted. */
+ * main rounds, and n limits − 1 limit is the median of the paired
+ * per-round differences. */
 
-#define ST_SCALE_LIMITS 1000
-#define ST_SCALE_PODS KT_MAX_CGROUPS_PER_LIMIT /* the most members one limit holds */
+static const int ST_SCALE_LIMITS[] = { 1000, 10000 };
+#define ST_SCALE_RUNS (int)(sizeof(ST_SCALE_LIMITS) / sizeof(ST_SCALE_LIMITS[0]))
+#define ST_SCALE_MAX_LIMITS 10000
+#define ST_SCALE_MEMBERS 1000 /* limits with a member cgroup on this node */
+#define ST_SCALE_PODS 1000
 #define ST_PORT_ONE 9003
 #define ST_PORT_PODS 9004
-#define ST_SCALE_FLAT_NS 10.0 /* target: 1,000 limits or pods within ±10 ns of 1 limit */
-_Static_assert(ST_SCALE_LIMITS + 2 <= KT_MAX_LIMITS, "the scale phase's limits fit the tables");
-_Static_assert(ST_SCALE_LIMITS + ST_SCALE_PODS + 1 <= KT_MAX_BUCKETS,
+#define ST_SCALE_FLAT_NS 10.0 /* target: 1,000s of limits or pods within ±10 ns of 1 limit */
+_Static_assert(ST_SCALE_MAX_LIMITS + 2 <= KT_MAX_LIMITS, "the scale phase's limits fit the tables");
+_Static_assert(ST_SCALE_PODS <= KT_MAX_MEMBERS_PER_LIMIT, "one limit holds the scale phase's pods");
+_Static_assert(ST_SCALE_MEMBERS + ST_SCALE_PODS + 3 <= KT_MAX_BUCKETS,
 	       "the scale phase's pod-scope buckets fit the tables");
-_Static_assert(ST_SCALE_LIMITS + ST_SCALE_PODS + 1 <= KT_MAX_MEMBERSHIPS,
+_Static_assert(ST_SCALE_MEMBERS + ST_SCALE_PODS + 1 <= KT_MAX_MEMBERSHIPS,
 	       "the scale phase's members fit the tables");
 
 enum { SC_MANY, SC_ONE, SC_PODS, SC_N };
@@ -2549,31 +2574,32 @@ static bool st_cat(char *buf, size_t cap, size_t *len, const char *fmt, ...)
 	return true;
 }
 
-static char *st_scale_yaml(const char *kdir)
+static char *st_scale_yaml(const char *kdir, int n_limits)
 {
 	/* one limit's text is under 256 bytes plus its cgroup path */
-	size_t cap = (ST_SCALE_LIMITS + 2) * (256 + strlen(kdir)) + 1024, len = 0;
+	size_t cap = (size_t)(n_limits + 2) * (256 + strlen(kdir)) + 1024, len = 0;
 	char *y = malloc(cap);
 	bool ok;
 
 	if (!y)
 		return NULL;
-	ok = st_cat(y, cap, &len, "tickInterval: 100ms\nlimits:\n");
-	for (int i = 0; ok && i < ST_SCALE_LIMITS; i++)
+	/* 1 s ticks: the controller's per-limit work stays out of the timings */
+	ok = st_cat(y, cap, &len, "tickInterval: 1s\nlimits:\n");
+	for (int i = 0; ok && i < n_limits; i++)
 		ok = st_cat(y, cap, &len,
 			    "  - name: l%d\n"
-			    "    cgroups: [%s/p%d]\n"
+			    "    cgroups: [%s/%s%d]\n"
 			    "    match: {cidrs: [127.0.0.1/32], ports: %u, protocol: udp}\n"
 			    "    unit: datagram\n"
 			    "    rateLimit: {max: 1000000000}\n",
-			    i, kdir, i, ST_PORT);
+			    i, kdir, i < ST_SCALE_MEMBERS ? "p" : "elsewhere", i, ST_PORT);
 	ok = ok && st_cat(y, cap, &len,
 			  "  - name: one\n"
 			  "    cgroups: [%s/one]\n"
 			  "    match: {cidrs: [127.0.0.1/32], ports: %u, protocol: udp}\n"
 			  "    unit: datagram\n"
 			  "    rateLimit: {max: 1000000000}\n"
-			  /* pod scope: the pool rate divides by the 1,000 pods */
+			  /* pod scope: the pool rate divides by the pods */
 			  "  - name: pods\n"
 			  "    cgroups: [\"%s/q*\"]\n"
 			  "    match: {cidrs: [127.0.0.1/32], ports: %u, protocol: udp}\n"
@@ -2591,10 +2617,11 @@ static char *st_scale_yaml(const char *kdir)
 
 /* The second phase; `base` is the main rounds' baseline worker, kdir the
  * cgroup k. Everything it creates it removes, also on failure or SIGINT. */
-static int st_scale(const char *kdir, struct st_worker *base, long chunk, int rounds, int srounds)
+static int st_scale(const char *kdir, struct st_worker *base, long chunk, int rounds, int srounds,
+		    int n_limits)
 {
 	static const char *const sc_name[SC_N] = { "l999", "one", "pods" };
-	static const char *const sc_tag[SC_N] = { "1,000 limits", "1 limit", "256 pods" };
+	char sc_tag[SC_N][48], nl[16];
 	struct ktest_daemon d = { .pid = -1 };
 	struct st_worker w[SC_N];
 	struct dsnap s0[SC_N], s1[SC_N];
@@ -2611,10 +2638,15 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 	double start_s = NAN, ready_s = NAN;
 	uint64_t t0;
 
+	snprintf(nl, sizeof(nl), "%d,%03d", n_limits / 1000, n_limits % 1000);
+	snprintf(sc_tag[SC_MANY], sizeof(sc_tag[SC_MANY]), "%s limits", nl);
+	snprintf(sc_tag[SC_ONE], sizeof(sc_tag[SC_ONE]), "1 limit");
+	snprintf(sc_tag[SC_PODS], sizeof(sc_tag[SC_PODS]), "%d,%03d pods (%s limits)",
+		 ST_SCALE_PODS / 1000, ST_SCALE_PODS % 1000, nl);
 	for (int m = 0; m < SC_N; m++)
 		w[m] = (struct st_worker){ .pid = -1, .cmd = -1, .res = -1, .netns = -1 };
 	snprintf(cg[SC_ONE], sizeof(cg[SC_ONE]), "%s/one", kdir);
-	snprintf(cg[SC_MANY], sizeof(cg[SC_MANY]), "%s/p%d", kdir, ST_SCALE_LIMITS - 1);
+	snprintf(cg[SC_MANY], sizeof(cg[SC_MANY]), "%s/p%d", kdir, ST_SCALE_MEMBERS - 1);
 	snprintf(cg[SC_PODS], sizeof(cg[SC_PODS]), "%s/q%d", kdir, ST_SCALE_PODS - 1);
 	if (mkdir(cg[SC_ONE], 0755) < 0 && errno != EEXIST) {
 		ret = -errno;
@@ -2622,12 +2654,12 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 		goto out;
 	}
 	one_made = true;
-	for (; np < ST_SCALE_LIMITS && !g_stop; np++) {
+	for (; np < ST_SCALE_MEMBERS && !g_stop; np++) {
 		snprintf(p, sizeof(p), "%s/p%d", kdir, np);
 		if (mkdir(p, 0755) < 0 && errno != EEXIST)
 			break;
 	}
-	for (; np == ST_SCALE_LIMITS && nq < ST_SCALE_PODS && !g_stop; nq++) {
+	for (; np == ST_SCALE_MEMBERS && nq < ST_SCALE_PODS && !g_stop; nq++) {
 		snprintf(p, sizeof(p), "%s/q%d", kdir, nq);
 		if (mkdir(p, 0755) < 0 && errno != EEXIST)
 			break;
@@ -2636,13 +2668,13 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 		ret = -EINTR;
 		goto out;
 	}
-	if (np < ST_SCALE_LIMITS || nq < ST_SCALE_PODS) {
+	if (np < ST_SCALE_MEMBERS || nq < ST_SCALE_PODS) {
 		ret = -errno;
 		fprintf(stderr, "bench: sendto: %s: %s\n", p, strerror(-ret));
 		goto out;
 	}
 
-	yaml = st_scale_yaml(kdir);
+	yaml = st_scale_yaml(kdir, n_limits);
 	if (!yaml) {
 		ret = -ENOMEM;
 		goto out;
@@ -2659,7 +2691,7 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 		char *log = ktest_slurp(d.log);
 
 		fprintf(stderr, "bench: sendto: kthrottled with %d limits did not start (exit %d):\n%s",
-			ST_SCALE_LIMITS + 2, code, log ? log : "");
+			n_limits + 2, code, log ? log : "");
 		free(log);
 		ret = -EIO;
 		goto out;
@@ -2719,9 +2751,9 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 		for (int m = 0; m < SC_N; m++)
 			minus_one[m][r] = delta[m][r] - delta[SC_ONE][r];
 		if (getenv("KT_BENCH_VERBOSE"))
-			fprintf(stderr, "bench: sendto scale round %d: base %.0f, 1,000 limits %+.0f, "
-				"1 limit %+.0f, 1,000 pods %+.0f ns/call\n", r, base_ns[r],
-				delta[SC_MANY][r], delta[SC_ONE][r], delta[SC_PODS][r]);
+			fprintf(stderr, "bench: sendto scale round %d: base %.0f, %s %+.0f, "
+				"1 limit %+.0f, %s %+.0f ns/call\n", r, base_ns[r], sc_tag[SC_MANY],
+				delta[SC_MANY][r], delta[SC_ONE][r], sc_tag[SC_PODS], delta[SC_PODS][r]);
 	}
 
 	/* bpf_stats: the same programs (attached at k) run for all three, so
@@ -2764,19 +2796,27 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 	}
 
 	{
-		char v[40], wh[160];
+		char v[40], wh[200], row_what[SC_N][160];
 		double b = median(base_ns, rounds);
-		static const char *const row_what[SC_N] = {
-			"sendto() kthrottle admitted, 1,000 limits on one destination, 1,000 pods",
-			"sendto() kthrottle admitted, 1 limit on its destination (same daemon)",
-			"sendto() kthrottle admitted, 1 limit with 256 pods (pod scope; the most a limit holds)",
-		};
 
+		snprintf(row_what[SC_MANY], sizeof(row_what[SC_MANY]),
+			 "sendto() kthrottle admitted, %s limits on one destination (%d with a member here)",
+			 nl, ST_SCALE_MEMBERS);
+		snprintf(row_what[SC_ONE], sizeof(row_what[SC_ONE]),
+			 "sendto() kthrottle admitted, 1 limit on its destination (same daemon, %s limits)",
+			 nl);
+		snprintf(row_what[SC_PODS], sizeof(row_what[SC_PODS]),
+			 "sendto() kthrottle admitted, 1 limit with %d pods (pod scope; same daemon, %s limits)",
+			 ST_SCALE_PODS, nl);
 		snprintf(v, sizeof(v), "%.1f s", start_s);
-		row_text("daemon start with 1,000 limits and cgroups (+ 1 limit with 256 pods), s: "
-			 "until its control socket answers", v, NULL, 0);
+		snprintf(wh, sizeof(wh),
+			 "daemon start with %s limits, %d member cgroups and 1 limit with %d pods: "
+			 "until its control socket answers", nl, ST_SCALE_MEMBERS, ST_SCALE_PODS);
+		row_text(wh, v, NULL, 0);
 		snprintf(v, sizeof(v), "%.1f s", ready_s);
-		row_text("daemon start as above, s: until `status` shows the 256 pods", v, NULL, 0);
+		snprintf(wh, sizeof(wh), "daemon start as above (%s limits): until `status` shows the %d pods",
+			 nl, ST_SCALE_PODS);
+		row_text(wh, v, NULL, 0);
 		for (int m = 0; m < SC_N; m++) {
 			double ov = median(delta[m], rounds);
 
@@ -2807,10 +2847,6 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 			snprintf(row->target, sizeof(row->target), "within ±%.0f ns", ST_SCALE_FLAT_NS);
 			row_target(row, fabs(dd) <= ST_SCALE_FLAT_NS);
 		}
-		row_text("sendto() admitted, 10,000 limits",
-			 "skipped (the kernel tables hold 1,024 limits)", NULL, 0);
-		row_text("sendto() admitted, 1,000 pods in one limit",
-			 "skipped (a limit holds at most 256 member cgroups)", NULL, 0);
 		if (stats_fd < 0) {
 			row_text("bpf_stats: kthrottle programs at scale", "skipped (bpf_enable_stats failed)",
 				 NULL, 0);
@@ -3278,7 +3314,8 @@ static int bench_sendto(struct bench_env *e)
 
 	/* the second phase: one daemon on k at a time */
 	ktest_daemon_cleanup(&d);
-	ret = st_scale(subcg[SUB_K], &w[ST_BASE], chunk, rounds, srounds);
+	for (int r = 0; !ret && r < ST_SCALE_RUNS; r++)
+		ret = st_scale(subcg[SUB_K], &w[ST_BASE], chunk, rounds, srounds, ST_SCALE_LIMITS[r]);
 	if (ret)
 		goto out;
 	ret = 0;

@@ -1561,7 +1561,7 @@ static void test_nested_members_inherit(void **state)
 	assert_non_null(kl);
 	assert_int_equal(kl->n_members, 1);
 	assert_int_equal(kl->members[0].cgroup_id, ktest_cgroup_id(pod));
-	free(st);
+	kt_kstate_free(st);
 
 	/* a reload keeps every bucket: inherited entries are not memberships */
 	uint32_t slots[3] = { f->plan.limits[0].members[0].slot, f->plan.limits[1].members[0].slot,
@@ -1771,7 +1771,7 @@ static void test_limits_per_cgroup(void **state)
 	k.cgroup_id = ktest_cgroup_id(other);
 	assert_int_equal(bpf_map_lookup_elem(f->b.members_fd, &k, &v), 0);
 	assert_int_equal(v.count, 1);
-	free(st);
+	kt_kstate_free(st);
 }
 
 /* Verifier budget: every program verifies in a small share of the kernel's

@@ -363,8 +363,8 @@ static void assert_buckets_are(const struct kt_plan *p)
 	int n_want = 0, n_used = 0;
 
 	for (int i = 0; i < p->n_limits; i++) {
-		uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
-		int n = kt_limit_slots(&p->limits[i], slots, KT_MAX_CGROUPS_PER_LIMIT);
+		uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
+		int n = kt_limit_slots(&p->limits[i], slots, KT_MAX_MEMBERS_PER_LIMIT);
 
 		for (int j = 0; j < n; j++) {
 			if (p->limits[i].cfg->unit == KT_UNIT_REQUEST) {

@@ -371,7 +371,7 @@ static int teardown(void **state)
 		close(fx.recv_fd);
 	if (fx.stats)
 		munmap(fx.stats, sizeof(struct sender_stats) * N_CG);
-	free(fx.ks);
+	kt_kstate_free(fx.ks);
 	memset(&fx, 0, sizeof(fx));
 	return 0;
 }

@@ -309,8 +309,8 @@ char *ktest_daemon_cmd(const struct ktest_daemon *d, const char *cmd)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct timeval tv = { .tv_sec = 10 };
-	char *buf = malloc(1 << 20);
-	size_t len = 0;
+	size_t len = 0, cap = 1 << 20;
+	char *buf = malloc(cap);
 	int fd;
 
 	if (!buf)
@@ -326,7 +326,16 @@ char *ktest_daemon_cmd(const struct ktest_daemon *d, const char *cmd)
 		return NULL;
 	}
 	for (;;) {
-		ssize_t r = read(fd, buf + len, (1 << 20) - 1 - len);
+		/* a status of 10,000 limits is megabytes: grow, up to 256 MiB */
+		if (cap - 1 - len < 4096 && cap < (256u << 20)) {
+			char *g = realloc(buf, 2 * cap);
+
+			if (!g)
+				break;
+			buf = g;
+			cap *= 2;
+		}
+		ssize_t r = read(fd, buf + len, cap - 1 - len);
 		if (r <= 0)
 			break;
 		len += (size_t)r;

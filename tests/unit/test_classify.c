@@ -475,6 +475,7 @@ static void test_too_many_prefixes(void **state)
 	assert_non_null(c);
 	for (int i = 0; i < n; i++) {
 		c[i].addr[0] = 0xfd;
+		c[i].addr[13] = (uint8_t)(i >> 16);
 		c[i].addr[14] = (uint8_t)(i >> 8);
 		c[i].addr[15] = (uint8_t)i;
 		c[i].prefixlen = 128;

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <search.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -22,7 +23,7 @@
 #include "volfile.h"
 
 #define FIELD_LEN 200            /* longest field path we print */
-#define MAX_FILE_BYTES KT_CONFIG_MAX_BYTES /* a config is kilobytes; refuse anything huge */
+#define MAX_FILE_BYTES KT_CONFIG_MAX_BYTES /* refuse anything huge */
 #define MAX_SECRET_BYTES (64 << 10) /* a password, or a PEM bundle some day */
 #define MAX_DEPTH 64               /* real configs nest 8 deep */
 #define MAX_ANCHORS 256            /* libyaml looks each alias up in a list of them */
@@ -39,7 +40,18 @@ struct ctx {
 	yaml_document_t *doc;
 	char *err;
 	size_t errlen;
+	void *limit_names; /* tsearch tree of the limits parsed so far, by name */
 };
+
+static int cmp_limit_name(const void *x, const void *y)
+{
+	return strcmp(((const struct kt_limit_cfg *)x)->name, ((const struct kt_limit_cfg *)y)->name);
+}
+
+static void no_free(void *p)
+{
+	(void)p;
+}
 
 /* ---- names ------------------------------------------------------------ */
 
@@ -1571,7 +1583,7 @@ static int parse_cgroups(struct ctx *c, yaml_node_t *v, const char *field, struc
 {
 	char item[FIELD_LEN];
 	yaml_node_item_t *start, *top, *it, one;
-	int i, err;
+	int i, n, err;
 
 	if (v->type == YAML_SCALAR_NODE) {
 		one = (yaml_node_item_t)(v - c->doc->nodes.start) + 1;
@@ -1585,6 +1597,12 @@ static int parse_cgroups(struct ctx *c, yaml_node_t *v, const char *field, struc
 	}
 	if (start == top)
 		return fail(c, v, field, "needs at least one cgroup");
+	/* as many as listed, up to the cap (the one past it is refused) */
+	n = top - start < KT_MAX_CGROUPS_PER_LIMIT ? (int)(top - start) : KT_MAX_CGROUPS_PER_LIMIT;
+	l->cgroups = calloc((size_t)n, sizeof(*l->cgroups));
+	l->cgroup_lines = calloc((size_t)n, sizeof(*l->cgroup_lines));
+	if (!l->cgroups || !l->cgroup_lines)
+		return oom(c, v, field);
 	for (it = start; it < top; it++) {
 		yaml_node_t *e = node_at(c, *it);
 		int k = l->n_cgroups;
@@ -1595,8 +1613,11 @@ static int parse_cgroups(struct ctx *c, yaml_node_t *v, const char *field, struc
 			snprintf(item, sizeof(item), "%s", field);
 		if (k >= KT_MAX_CGROUPS_PER_LIMIT)
 			return fail(c, e, item, "at most %d cgroups per limit", KT_MAX_CGROUPS_PER_LIMIT);
-		if ((err = get_str(c, e, item, MAX_PATH_BYTES, &l->cgroups[k])))
+		if ((err = get_str(c, e, item, MAX_PATH_BYTES, &l->cgroups[k]))) {
+			free(l->cgroups[k]);
+			l->cgroups[k] = NULL;
 			return err;
+		}
 		l->n_cgroups++;
 		l->cgroup_lines[k] = line_of(e);
 		if (has_dotdot(l->cgroups[k]))
@@ -1874,11 +1895,20 @@ static int parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	if (!name_ok(s))
 		return fail(c, v, sub, "\"%s\" must be 1..%d of A-Z a-z 0-9 _ . -", show_str(s).s,
 			    KT_NAME_LEN - 1);
-	for (i = 0; i < idx; i++)
-		if (!strcmp(cfg->limits[i].name, s))
+	snprintf(l->name, sizeof(l->name), "%s", s);
+	/* a tree, not a scan of the earlier limits: 10,000 limits would take
+	 * 50 M compares */
+	{
+		struct kt_limit_cfg **seen = tsearch(l, &c->limit_names, cmp_limit_name);
+
+		if (!seen)
+			return oom(c, v, sub);
+		if (*seen != l) {
+			i = (int)(*seen - cfg->limits);
 			return fail(c, v, sub, "\"%s\" is already used by limits[%d] (line %d)", s, i,
 				    cfg->limits[i].line);
-	snprintf(l->name, sizeof(l->name), "%s", s);
+		}
+	}
 
 	if (!(v = map_get(c, n, "unit")))
 		return missing(c, n, field, "unit");
@@ -2793,6 +2823,7 @@ int kt_config_parse(const char *name, const char *yaml, size_t len, struct kt_co
 		goto out;
 	}
 	ret = parse_root(&c, yaml_document_get_root_node(&doc), cfg);
+	tdestroy(c.limit_names, no_free);
 out:
 	if (have_doc)
 		yaml_document_delete(&doc);
@@ -2879,8 +2910,10 @@ void kt_config_free(struct kt_config *cfg)
 	if (!cfg)
 		return;
 	for (i = 0; cfg->limits && i < cfg->n_limits; i++) {
-		for (j = 0; j < KT_MAX_CGROUPS_PER_LIMIT; j++)
+		for (j = 0; j < cfg->limits[i].n_cgroups; j++)
 			free(cfg->limits[i].cgroups[j]);
+		free(cfg->limits[i].cgroups);
+		free(cfg->limits[i].cgroup_lines);
 		store_free(&cfg->limits[i].store);
 		pods_free(&cfg->limits[i].pods);
 	}

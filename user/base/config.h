@@ -163,8 +163,8 @@ struct kt_store_cfg {
 struct kt_limit_cfg {
 	char name[KT_NAME_LEN];   /* [A-Za-z0-9_.-], 1..31 chars, unique */
 	int line;
-	char *cgroups[KT_MAX_CGROUPS_PER_LIMIT]; /* as written */
-	int cgroup_lines[KT_MAX_CGROUPS_PER_LIMIT];
+	char **cgroups;           /* n_cgroups, as written (at most KT_MAX_CGROUPS_PER_LIMIT) */
+	int *cgroup_lines;
 	int n_cgroups;            /* >= 1 unless pods.set */
 	struct kt_pod_selector pods;
 	struct kt_match match;
@@ -260,8 +260,8 @@ struct kt_config {
  * -errno and why (no path in it). */
 int kt_config_read_secret(const char *path, char **out, char *why, size_t whylen);
 int kt_config_load(const char *path, struct kt_config *cfg, char *err, size_t errlen);
-/* Largest config file read (larger: -EFBIG). */
-#define KT_CONFIG_MAX_BYTES (1 << 20)
+/* Largest config file read (larger: -EFBIG): 10,000 limits take about 2 MB. */
+#define KT_CONFIG_MAX_BYTES (8 << 20)
 #define KT_CONFIG_DIGEST_LEN 32
 /* What a content is, for telling a changed file (cfgwatch.h): the SHA-256
  * of the bytes read, or, when read_err (a negative errno) says they could

@@ -368,7 +368,7 @@ static int status_from_maps(const char *pin_dir, bool json)
 	if (!st)
 		return KT_EXIT_RUNTIME;
 	if (open_maps(pin_dir, &b)) {
-		free(st);
+		kt_kstate_free(st);
 		return KT_EXIT_RUNTIME;
 	}
 	ret = kt_inspect_read(&b, st);
@@ -428,7 +428,7 @@ static int status_from_maps(const char *pin_dir, bool json)
 		printf("]}\n");
 out:
 	kt_bpf_close(&b);
-	free(st);
+	kt_kstate_free(st);
 	return ret ? KT_EXIT_RUNTIME : KT_EXIT_OK;
 }
 
@@ -491,8 +491,8 @@ static int watch(const char *pin_dir, double interval, long count)
 	int ret = KT_EXIT_OK;
 
 	if (!prev || !cur || open_maps(pin_dir, &b)) {
-		free(prev);
-		free(cur);
+		kt_kstate_free(prev);
+		kt_kstate_free(cur);
 		return KT_EXIT_RUNTIME;
 	}
 	signal(SIGINT, on_sigint);
@@ -533,8 +533,8 @@ static int watch(const char *pin_dir, double interval, long count)
 		t0 = t1;
 	}
 	kt_bpf_close(&b);
-	free(prev);
-	free(cur);
+	kt_kstate_free(prev);
+	kt_kstate_free(cur);
 	return ret;
 }
 

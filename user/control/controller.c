@@ -136,8 +136,8 @@ void kt_ctl_write_rates(struct kt_daemon *d, int i)
 {
 	struct kt_limit_rt *l = &d->plan.limits[i];
 	struct kt_limit_state *s = &d->ls[i];
-	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
-	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
+	int n = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
 	struct kt_bucket_policy pol;
 	double rate_sum = 0, burst_sum = 0;
 
@@ -178,8 +178,8 @@ void kt_ctl_write_rates(struct kt_daemon *d, int i)
 void kt_ctl_write_lease(struct kt_daemon *d, int i)
 {
 	struct kt_limit_rt *l = &d->plan.limits[i];
-	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
-	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
+	int n = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
 
 	struct kt_bucket_policy pol;
 
@@ -316,8 +316,8 @@ void kt_ctl_fill_demand(struct kt_daemon *d, struct kt_pool_local *local)
 	}
 	for (i = 0; i < d->plan.n_limits; i++) {
 		const struct kt_limit_rt *l = &d->plan.limits[i];
-		uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
-		int nb = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+		uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
+		int nb = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
 
 		if (l->cfg->share != KT_SHARE_DEMAND || l->n_members < 1 || nb < 1)
 			continue;
@@ -394,8 +394,8 @@ void kt_ctl_read_counters(struct kt_daemon *d, int i)
 {
 	struct kt_limit_rt *l = &d->plan.limits[i];
 	struct kt_limit_state *s = &d->ls[i];
-	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
-	int n = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
+	int n = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
 	struct kt_counters c;
 	uint64_t now = kt_clock_ns();
 
@@ -413,9 +413,34 @@ void kt_ctl_read_counters(struct kt_daemon *d, int i)
 
 static const struct kt_sample *sample_at(const struct kt_limit_state *s, int back)
 {
-	int idx = (s->hist_head - 1 - back + KT_HISTORY) % KT_HISTORY;
+	int idx = (s->hist_head - 1 - back + s->hist_cap) % s->hist_cap;
 
 	return &s->hist[idx];
+}
+
+#define KT_HIST_MARGIN 8 /* samples beyond one epoch of ticks */
+
+int kt_ctl_hist_cap(uint64_t epoch_ns, uint64_t tick_ns)
+{
+	uint64_t n = tick_ns ? epoch_ns / tick_ns + KT_HIST_MARGIN : KT_HISTORY;
+
+	return n < KT_HISTORY ? (int)n : KT_HISTORY;
+}
+
+void kt_ctl_hist_rehome(struct kt_limit_state *s, struct kt_sample *ring, int cap)
+{
+	int keep = s->hist_cap ? s->hist_len : 0;
+
+	if (keep > cap)
+		keep = cap;
+
+	/* oldest first: ring[0] is the oldest kept, ring[keep - 1] the newest */
+	for (int k = 0; k < keep; k++)
+		ring[keep - 1 - k] = *sample_at(s, k);
+	s->hist = ring;
+	s->hist_cap = cap;
+	s->hist_len = keep;
+	s->hist_head = keep % cap;
 }
 
 void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
@@ -425,8 +450,8 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 		struct kt_limit_state *s = &d->ls[i];
 		struct kt_sample cur = { .ts_ns = now };
 		const struct kt_sample *prev = NULL, *old;
-		uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
-		int nb = kt_limit_slots(l, slots, KT_MAX_CGROUPS_PER_LIMIT);
+		uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
+		int nb = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
 		struct kt_epoch_obs obs;
 		int back;
 
@@ -439,9 +464,11 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 			cur.granted = prev->granted +
 				      s->bucket_rate * nb * (double)(now - prev->ts_ns) / 1e9;
 		}
+		if (!s->hist_cap)
+			continue; /* no ring (cannot happen once started) */
 		s->hist[s->hist_head] = cur;
-		s->hist_head = (s->hist_head + 1) % KT_HISTORY;
-		if (s->hist_len < KT_HISTORY)
+		s->hist_head = (s->hist_head + 1) % s->hist_cap;
+		if (s->hist_len < s->hist_cap)
 			s->hist_len++;
 		if (!prev)
 			continue;

@@ -31,8 +31,11 @@ struct kt_limit_state {
 	struct kt_bucket_policy pol; /* last computed: share, burst, lease */
 	uint64_t pinned_lease;     /* lease_until last written to kt_leases */
 	uint64_t pinned_ns;        /* when */
-	struct kt_sample hist[KT_HISTORY];
-	int hist_len, hist_head;   /* ring of the last ticks */
+	/* ring of the last ticks, hist_cap samples (kt_ctl_hist_cap) in the
+	 * daemon's hist_pool: one epoch of ticks, not KT_HISTORY, so that
+	 * 10,000 limits take megabytes, not half a gigabyte */
+	struct kt_sample *hist;
+	int hist_cap, hist_len, hist_head;
 	double epoch_used_rate;    /* admitted tokens/s over the trailing epoch */
 	uint64_t admitted, throttled, admitted_bytes, throttled_bytes; /* sums of the slots now */
 	/* what the limit's slots admitted and refused since start, summed
@@ -70,6 +73,12 @@ struct kt_daemon;
 
 /* A limit's fresh state at `now`: the ramp at min. */
 void kt_ctl_init_state(struct kt_limit_state *s, const struct kt_limit_rt *l, uint64_t now);
+/* Samples a limit keeps: one epoch of ticks and a margin for ticks that
+ * come late (at most KT_HISTORY). */
+int kt_ctl_hist_cap(uint64_t epoch_ns, uint64_t tick_ns);
+/* Copies s's newest samples (up to cap) into ring, which s uses from then
+ * on; the ring it had is left as it was (its owner frees it). */
+void kt_ctl_hist_rehome(struct kt_limit_state *s, struct kt_sample *ring, int cap);
 /* Fresh state, then what the previous daemon pinned for this limit: its
  * pool lease (kt_pool_adopt) and, with resumedRampUp, its ramp level. */
 void kt_ctl_start_limit(struct kt_daemon *d, int i, uint64_t now);

@@ -1851,16 +1851,22 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		ret = KT_EXIT_RUNTIME;
 		goto fail_sock;
 	}
+	int hist_cap = kt_ctl_hist_cap(d->cfg.epoch_ns, d->cfg.tick_ns);
+
 	d->ls = calloc(d->plan.n_limits ? d->plan.n_limits : 1, sizeof(*d->ls));
+	d->hist_pool = calloc((size_t)(d->plan.n_limits ? d->plan.n_limits : 1) * hist_cap,
+			      sizeof(*d->hist_pool));
 	d->pool_local = calloc(d->plan.n_limits ? d->plan.n_limits : 1, sizeof(*d->pool_local));
 	d->slot_base = calloc(KT_MAX_SLOTS, sizeof(*d->slot_base));
-	if (!d->ls || !d->pool_local || !d->slot_base) {
+	if (!d->ls || !d->hist_pool || !d->pool_local || !d->slot_base) {
 		ret = KT_EXIT_RUNTIME;
 		goto fail_bpf;
 	}
 	now = kt_clock_ns();
-	for (i = 0; i < d->plan.n_limits; i++)
+	for (i = 0; i < d->plan.n_limits; i++) {
 		kt_ctl_start_limit(d, i, now);
+		kt_ctl_hist_rehome(&d->ls[i], d->hist_pool + (size_t)i * hist_cap, hist_cap);
+	}
 	/* sizes count every member before any bucket is written */
 	kt_ctl_fill_pool_local(&d->plan, d->ls, d->pool_local);
 	kt_pool_members(d->pool, d->pool_local, d->plan.n_limits);
@@ -1923,6 +1929,8 @@ fail_bpf:
 	}
 	free(d->ls);
 	d->ls = NULL;
+	free(d->hist_pool);
+	d->hist_pool = NULL;
 	free(d->pool_local);
 	d->pool_local = NULL;
 	free(d->slot_base);
@@ -1954,18 +1962,26 @@ fail_cfg:
 }
 
 /* The reload itself; digest gets what it read (or failed to). */
+static int cmp_limit_rt_name(const void *x, const void *y)
+{
+	return strcmp((*(const struct kt_limit_rt *const *)x)->cfg->name,
+		      (*(const struct kt_limit_rt *const *)y)->cfg->name);
+}
+
 static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIGEST_LEN],
 			 const char *how, char *err, size_t errlen)
 {
 	struct kt_config ncfg;
 	struct kt_plan nplan;
 	struct kt_limit_state *nls = NULL;
+	struct kt_sample *nhist = NULL;
+	const struct kt_limit_rt **old_by_name = NULL;
 	struct kt_pool_local *nlocal = NULL;
 	struct kt_pool *npool = NULL;
 	struct kt_strict *nstrict = NULL;
 	struct kt_kube_opts kopts;
 	uint64_t now = kt_clock_ns();
-	int ret, i, j;
+	int ret, i, j, hist_cap;
 
 	ret = kt_config_load_digest(d->config_path, &ncfg, digest, err, errlen);
 	if (ret)
@@ -1997,11 +2013,22 @@ static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIG
 		ret = -ENOMEM;
 		goto failed_plan;
 	}
+	/* the old limits by name, sorted: 10,000 limits find theirs in a
+	 * bsearch each, not a scan */
+	old_by_name = calloc(d->plan.n_limits ? d->plan.n_limits : 1, sizeof(*old_by_name));
+	if (!old_by_name) {
+		ret = -ENOMEM;
+		goto failed_plan;
+	}
+	for (j = 0; j < d->plan.n_limits; j++)
+		old_by_name[j] = &d->plan.limits[j];
+	qsort(old_by_name, (size_t)d->plan.n_limits, sizeof(*old_by_name), cmp_limit_rt_name);
 	for (i = 0; i < nplan.n_limits; i++) {
-		const struct kt_limit_rt *nl = &nplan.limits[i];
-		for (j = 0; j < d->plan.n_limits; j++)
-			if (!strcmp(d->plan.limits[j].cfg->name, nl->cfg->name))
-				break;
+		const struct kt_limit_rt *nl = &nplan.limits[i], *const *hit;
+
+		hit = bsearch(&nl, old_by_name, (size_t)d->plan.n_limits, sizeof(*old_by_name),
+			      cmp_limit_rt_name);
+		j = hit ? (int)(*hit - d->plan.limits) : d->plan.n_limits;
 		if (j < d->plan.n_limits) {
 			/* keep the ramp level, history and agreed pool: no restart
 			 * from min, no rejoin */
@@ -2013,6 +2040,18 @@ static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIG
 			kt_ctl_init_state(&nls[i], nl, now);
 		}
 	}
+	free(old_by_name);
+	old_by_name = NULL;
+	/* the kept limits' samples are copied: the old rings stay the old
+	 * states' until the reload commits */
+	hist_cap = kt_ctl_hist_cap(ncfg.epoch_ns, ncfg.tick_ns);
+	nhist = calloc((size_t)(nplan.n_limits ? nplan.n_limits : 1) * hist_cap, sizeof(*nhist));
+	if (!nhist) {
+		ret = -ENOMEM;
+		goto failed_plan;
+	}
+	for (i = 0; i < nplan.n_limits; i++)
+		kt_ctl_hist_rehome(&nls[i], nhist + (size_t)i * hist_cap, hist_cap);
 	/* the new pool counts every member of the new plan before any bucket
 	 * is written (else each would get the whole pool until the next tick) */
 	kt_ctl_fill_pool_local(&nplan, nls, nlocal);
@@ -2051,10 +2090,12 @@ static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIG
 	kt_plan_free(&d->plan);
 	kt_config_free(&d->cfg);
 	free(d->ls);
+	free(d->hist_pool);
 	free(d->pool_local);
 	d->cfg = ncfg;
 	d->plan = nplan;
 	d->ls = nls;
+	d->hist_pool = nhist;
 	d->pool = npool;
 	d->pool_local = nlocal;
 	watch_pool(d, old_pool_fd);
@@ -2072,9 +2113,11 @@ static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIG
 		d->plan.n_limits, kt_tags_count(d->tags));
 	return 0;
 failed_plan:
+	free(old_by_name);
 	kt_strict_destroy(nstrict);
 	kt_pool_destroy(npool);
 	free(nls);
+	free(nhist);
 	free(nlocal);
 	kt_plan_free(&nplan);
 	kt_config_free(&ncfg);
@@ -2278,6 +2321,8 @@ void kt_daemon_stop(struct kt_daemon *d)
 	kt_metrics_stop(d->metrics);
 	d->metrics = NULL;
 	free(d->ls);
+	free(d->hist_pool);
+	d->hist_pool = NULL;
 	free(d->slot_base);
 	free(d->demand_buf);
 	d->demand_buf = NULL;

@@ -50,6 +50,7 @@ struct kt_daemon {
 	struct kt_config cfg;
 	struct kt_plan plan;
 	struct kt_limit_state *ls;
+	struct kt_sample *hist_pool; /* the limits' tick rings (ls[i].hist) */
 	struct kt_pool *pool;
 	struct kt_pool_local *pool_local; /* scratch, index-aligned with plan.limits */
 	struct kt_bpf bpf;

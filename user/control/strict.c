@@ -36,8 +36,8 @@ struct permit_job {
 	uint64_t every_us;
 	int max_reserved;
 	int n;
-	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
-	struct kt_permit out[KT_MAX_CGROUPS_PER_LIMIT];
+	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
+	struct kt_permit out[KT_MAX_MEMBERS_PER_LIMIT];
 	struct kt_permit_answer ans;
 	int ret;
 	char err[KT_ERR_LEN];
@@ -112,8 +112,8 @@ static void adopt(struct kt_strict *st, struct slimit *l, struct sbucket *sb, ui
 
 static int set_buckets(struct kt_strict *st, struct slimit *l, const struct kt_limit_rt *lr, uint64_t now)
 {
-	uint32_t slots[KT_MAX_CGROUPS_PER_LIMIT];
-	int n = kt_limit_slots(lr, slots, KT_MAX_CGROUPS_PER_LIMIT);
+	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
+	int n = kt_limit_slots(lr, slots, KT_MAX_MEMBERS_PER_LIMIT);
 	struct sbucket *nb = calloc(n > 0 ? (size_t)n : 1, sizeof(*nb));
 
 	if (!nb)

@@ -27,9 +27,9 @@ static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *c
 	for (int k = 0; k < l->n_members; k++)
 		if (l->members[k].cgid == cgid)
 			return 0;
-	if (l->n_members == KT_MAX_CGROUPS_PER_LIMIT) {
+	if (l->n_members == KT_MAX_MEMBERS_PER_LIMIT) {
 		kt_warn("limit %s: more than %d member cgroups: %s is not limited", l->cfg->name,
-			KT_MAX_CGROUPS_PER_LIMIT, real);
+			KT_MAX_MEMBERS_PER_LIMIT, real);
 		return 0;
 	}
 	if (l->n_members == *cap) {
@@ -1156,33 +1156,58 @@ static int commit_step(struct apply *a)
 }
 
 /* Limit ids: names already pinned keep their id. */
+struct id_by_name {
+	char name[KT_NAME_LEN + 1];
+	uint32_t id;
+};
+
+static int cmp_id_by_name(const void *x, const void *y)
+{
+	return strcmp(((const struct id_by_name *)x)->name, ((const struct id_by_name *)y)->name);
+}
+
 static int plan_ids(struct apply *a, char *err, size_t errlen)
 {
 	struct kt_plan *plan = a->plan;
-	uint32_t id;
-	int i;
+	struct id_by_name *pinned, key;
+	uint32_t id, next_free = 0;
+	int i, n_pinned = 0, ret;
 
+	if ((ret = kt_bpf_read_limits(a->b, a->infos))) {
+		snprintf(err, errlen, "cannot read kt_limits: %s", strerror(-ret));
+		return ret;
+	}
+	/* the pinned names, sorted: a plan of n limits finds its ids in
+	 * n log(ids) compares, not n x KT_MAX_LIMITS */
+	pinned = calloc(KT_MAX_LIMITS, sizeof(*pinned));
+	if (!pinned) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
 	for (id = 0; id < KT_MAX_LIMITS; id++) {
-		if (bpf_map_lookup_elem(a->b->limits_fd, &id, &a->infos[id]) < 0) {
-			int ret = -errno;
-			snprintf(err, errlen, "cannot read kt_limits: %s", strerror(-ret));
-			return ret;
+		if (!a->infos[id].in_use)
+			continue;
+		/* a pinned name need not be terminated */
+		memcpy(pinned[n_pinned].name, a->infos[id].name, KT_NAME_LEN);
+		pinned[n_pinned++].id = id;
+	}
+	qsort(pinned, (size_t)n_pinned, sizeof(*pinned), cmp_id_by_name);
+	for (i = 0; i < plan->n_limits; i++) {
+		const struct id_by_name *hit;
+
+		plan->limits[i].id = UINT32_MAX;
+		snprintf(key.name, sizeof(key.name), "%s", plan->limits[i].cfg->name);
+		hit = bsearch(&key, pinned, (size_t)n_pinned, sizeof(*pinned), cmp_id_by_name);
+		if (hit) {
+			plan->limits[i].id = hit->id;
+			a->id_used[hit->id] = true;
 		}
 	}
-	for (i = 0; i < plan->n_limits; i++) {
-		plan->limits[i].id = UINT32_MAX;
-		for (id = 0; id < KT_MAX_LIMITS; id++)
-			/* strncmp: a pinned name need not be terminated */
-			if (a->infos[id].in_use &&
-			    !strncmp(a->infos[id].name, plan->limits[i].cfg->name, KT_NAME_LEN)) {
-				plan->limits[i].id = id;
-				a->id_used[id] = true;
-			}
-	}
+	free(pinned);
 	for (i = 0; i < plan->n_limits; i++) {
 		if (plan->limits[i].id != UINT32_MAX)
 			continue;
-		for (id = 0; id < KT_MAX_LIMITS; id++)
+		for (id = next_free; id < KT_MAX_LIMITS; id++)
 			if (!a->id_used[id] && !a->infos[id].in_use)
 				break;
 		if (id == KT_MAX_LIMITS) {
@@ -1191,6 +1216,7 @@ static int plan_ids(struct apply *a, char *err, size_t errlen)
 		}
 		plan->limits[i].id = id;
 		a->id_used[id] = true;
+		next_free = id + 1;
 	}
 	return 0;
 }
@@ -1295,11 +1321,16 @@ static bool keep_or_alloc(struct apply *a, int kept, uint32_t *slot)
 static int plan_node_buckets(struct apply *a, char *err, size_t errlen)
 {
 	/* by limit id: its node and join buckets as the kernel has them; -1 */
-	int node_of[KT_MAX_LIMITS], join_of[KT_MAX_LIMITS];
+	int *node_of = malloc(2 * KT_MAX_LIMITS * sizeof(*node_of));
+	int *join_of = node_of + KT_MAX_LIMITS;
 	struct kt_plan *plan = a->plan;
 	struct kt_bpf *b = a->b;
 	int i;
 
+	if (!node_of) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
 	for (i = 0; i < KT_MAX_LIMITS; i++)
 		node_of[i] = join_of[i] = -1;
 	for (uint32_t s = 0; s < KT_MAX_BUCKETS; s++) {
@@ -1325,8 +1356,10 @@ static int plan_node_buckets(struct apply *a, char *err, size_t errlen)
 		    !(l->has_join = keep_or_alloc(a, join_of[l->id], &l->join_slot)))
 			goto full;
 	}
+	free(node_of);
 	return 0;
 full:
+	free(node_of);
 	snprintf(err, errlen, "more than %d buckets needed", KT_MAX_BUCKETS);
 	return -E2BIG;
 }

@@ -23,6 +23,9 @@ struct kt_member_rt {
 };
 
 #define KT_ENTRY_PODS (-1)
+/* Member cgroups (pods) of one limit on the node; past it a cgroup found
+ * is left out with a warning. */
+#define KT_MAX_MEMBERS_PER_LIMIT 1024
 /* A cooperative limit's (unit request) one member: the node itself, no
  * cgroup (path "", cgid 0), id "<node>/request"; its slot is
  * KT_COOP_SLOT0 + its kt_coop entry. */

@@ -111,6 +111,10 @@ int kt_bpf_open_pinned(struct kt_bpf *b, const char *pin_dir, char *err, size_t 
 
 /* Sum of a slot's per-CPU counters. */
 int kt_bpf_read_counters(const struct kt_bpf *b, uint32_t slot, struct kt_counters *sum);
+/* Every kt_limits entry into infos[KT_MAX_LIMITS], in one batch syscall
+ * where the kernel has it (the table is large; one lookup each would cost
+ * a syscall per id on every apply). 0 or negative errno. */
+int kt_bpf_read_limits(const struct kt_bpf *b, struct kt_limit_info *infos);
 
 /* mkdir -p: creates path and its missing parents; 0 or negative errno. */
 int kt_mkdir_p(const char *path, mode_t mode);

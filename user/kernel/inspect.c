@@ -1,33 +1,61 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <bpf/bpf.h>
 #include "inspect.h"
 
+void kt_kstate_free(struct kt_kstate *st)
+{
+	if (st)
+		free(st->limits);
+	free(st);
+}
+
 int kt_inspect_read(const struct kt_bpf *b, struct kt_kstate *st)
 {
 	struct kt_member_key key, next;
 	struct kt_member_val val;
+	struct kt_limit_info *infos = malloc(KT_MAX_LIMITS * sizeof(*infos));
+	int *idx_of = malloc(KT_MAX_LIMITS * sizeof(*idx_of));
 	uint32_t id;
-	int idx_of[KT_MAX_LIMITS];
+	int ret;
 
-	memset(st, 0, sizeof(*st));
+	st->n_limits = 0;
+	if (!infos || !idx_of) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if ((ret = kt_bpf_read_limits(b, infos)))
+		goto out;
 	for (id = 0; id < KT_MAX_LIMITS; id++) {
-		struct kt_limit_info li;
+		struct kt_limit_info *li = &infos[id];
+		struct kt_klimit *l;
+
 		idx_of[id] = -1;
-		if (bpf_map_lookup_elem(b->limits_fd, &id, &li) < 0)
-			return -errno;
-		if (!li.in_use)
+		if (!li->in_use)
 			continue;
-		li.name[KT_NAME_LEN - 1] = 0;
+		if (st->n_limits == st->cap) {
+			int grow = st->cap ? 2 * st->cap : 16;
+			struct kt_klimit *g = realloc(st->limits, (size_t)grow * sizeof(*g));
+
+			if (!g) {
+				ret = -ENOMEM;
+				goto out;
+			}
+			st->limits = g;
+			st->cap = grow;
+		}
+		li->name[KT_NAME_LEN - 1] = 0;
 		idx_of[id] = st->n_limits;
-		st->limits[st->n_limits].id = id;
-		st->limits[st->n_limits].info = li;
-		st->n_limits++;
+		l = &st->limits[st->n_limits++];
+		memset(l, 0, sizeof(*l));
+		l->id = id;
+		l->info = *li;
 	}
 	if (bpf_map_get_next_key(b->members_fd, NULL, &next) != 0)
-		return 0;
+		goto out;
 	do {
 		key = next;
 		if (bpf_map_lookup_elem(b->members_fd, &key, &val) < 0)
@@ -72,7 +100,10 @@ int kt_inspect_read(const struct kt_bpf *b, struct kt_kstate *st)
 			l->n_members++;
 		}
 	} while (bpf_map_get_next_key(b->members_fd, &key, &next) == 0);
-	return 0;
+out:
+	free(infos);
+	free(idx_of);
+	return ret;
 }
 
 const struct kt_klimit *kt_inspect_find(const struct kt_kstate *st, const char *name)

@@ -29,13 +29,16 @@ struct kt_klimit {
 	struct kt_counters total; /* over distinct buckets */
 };
 
+/* Allocate zeroed (calloc); free with kt_kstate_free. */
 struct kt_kstate {
-	struct kt_klimit limits[KT_MAX_LIMITS];
+	struct kt_klimit *limits; /* n_limits of them, grown as read */
 	int n_limits;
+	int cap;
 };
 
-/* b: opened with kt_bpf_open_pinned. */
+/* b: opened with kt_bpf_open_pinned. Replaces what st held. */
 int kt_inspect_read(const struct kt_bpf *b, struct kt_kstate *st);
+void kt_kstate_free(struct kt_kstate *st);
 const struct kt_klimit *kt_inspect_find(const struct kt_kstate *st, const char *name);
 
 #endif
