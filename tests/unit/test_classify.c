@@ -415,7 +415,9 @@ static void test_many_limits_one_prefix(void **state)
 	in[N - 1].n_cidrs = 1;
 	assert_int_equal(kt_classifier_build(in, N, &c, err, sizeof(err)), 0);
 	assert_int_equal(c.n_dests, 2 * N - 1);
-	for (int i = 0; i < N - 2; i++) {
+	/* the first 64 ports and a spread of the rest (the model's lookup is
+	 * a scan: all of them would be N^2) */
+	for (int i = 0; i < N - 2; i += i < 64 ? 1 : 97) {
 		if (kt_classifier_lookup(&c, addr("192.0.2.1"), KT_HOOK_CONNECT, TCP,
 					 (uint16_t)(1000 + i)) != i ||
 		    kt_classifier_lookup(&c, addr("2001:db8::1"), KT_HOOK_CONNECT, TCP,
@@ -464,15 +466,17 @@ static void test_many_limits_one_prefix(void **state)
 
 static void test_too_many_prefixes(void **state)
 {
-	int n = KT_MAX_DESTS + 1;
+	/* as configs give them: limits of KT_MAX_CIDRS prefixes each, one
+	 * prefix past the table's size in all */
+	const int per = KT_MAX_CIDRS, n_rules = KT_MAX_DESTS / per + 1, n = n_rules * per;
 	struct kt_cidr *c = calloc((size_t)n, sizeof(*c));
-	struct kt_rule_input in = { .limit_id = 1, .unit = KT_UNIT_PACKET, .proto_mask = BOTH,
-				    .port_lo = 0, .port_hi = 65535, .cidrs = c };
+	struct kt_rule_input *in = calloc((size_t)n_rules, sizeof(*in));
 	struct kt_classifier cls;
 	char err[256] = "";
 	(void)state;
 
 	assert_non_null(c);
+	assert_non_null(in);
 	for (int i = 0; i < n; i++) {
 		c[i].addr[0] = 0xfd;
 		c[i].addr[13] = (uint8_t)(i >> 16);
@@ -480,17 +484,23 @@ static void test_too_many_prefixes(void **state)
 		c[i].addr[15] = (uint8_t)i;
 		c[i].prefixlen = 128;
 	}
-	in.n_cidrs = n - 1;
-	assert_int_equal(kt_classifier_build(&in, 1, &cls, err, sizeof(err)), 0);
+	for (int r = 0; r < n_rules; r++)
+		in[r] = (struct kt_rule_input){ .limit_id = (uint32_t)r, .unit = KT_UNIT_PACKET,
+						.proto_mask = BOTH, .port_lo = 0, .port_hi = 65535,
+						.cidrs = c + (size_t)r * per, .n_cidrs = per };
+	/* exactly KT_MAX_DESTS: the last limit has one prefix */
+	in[n_rules - 1].n_cidrs = KT_MAX_DESTS - (n_rules - 1) * per;
+	assert_int_equal(kt_classifier_build(in, n_rules, &cls, err, sizeof(err)), 0);
 	assert_int_equal(cls.n_dests, KT_MAX_DESTS);
 	kt_classifier_free(&cls);
 
-	in.n_cidrs = n;
-	assert_int_equal(kt_classifier_build(&in, 1, &cls, err, sizeof(err)), -E2BIG);
+	in[n_rules - 1].n_cidrs++;
+	assert_int_equal(kt_classifier_build(in, n_rules, &cls, err, sizeof(err)), -E2BIG);
 	assert_non_null(strstr(err, "prefixes"));
 	assert_null(cls.dests);
 	assert_null(cls.rules);
 	kt_classifier_free(&cls);
+	free(in);
 	free(c);
 }
 
