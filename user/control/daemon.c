@@ -1012,8 +1012,10 @@ static struct kt_client_out *client_out(struct kt_daemon *d, struct kt_client *c
 static void client_close(struct kt_daemon *d, struct kt_client *c)
 {
 	struct kt_client_out *o = client_out(d, c);
+	int ret = kt_watch_del(d->epfd, &c->w);
 
-	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	if (ret) /* the close below takes it out of the set all the same */
+		kt_warn("control socket: cannot unwatch a client connection: %s", strerror(-ret));
 	close(c->fd);
 	c->fd = -1;
 	c->len = 0;
@@ -1021,6 +1023,19 @@ static void client_close(struct kt_daemon *d, struct kt_client *c)
 	free(o->p);
 	o->p = NULL;
 	o->len = o->off = 0;
+}
+
+/* What the client's watch waits for changed (ret from kt_watch_mod): on a
+ * failure the loop would no longer serve it, so it is dropped. */
+static void client_watch(struct kt_daemon *d, struct kt_client *c, uint32_t events)
+{
+	int ret = kt_watch_mod(d->epfd, &c->w, events);
+
+	if (ret) {
+		kt_warn("control socket: cannot watch a client connection: %s; closing it",
+			strerror(-ret));
+		client_close(d, c);
+	}
 }
 
 /* Best effort and never blocking: a last word to a client being dropped. */
@@ -1049,14 +1064,10 @@ static void client_flush(struct kt_daemon *d, struct kt_client *c)
 	}
 	if (c->subscribed && o->off == o->len) {
 		/* all sent: wait for the next line, and notice a hang-up */
-		struct epoll_event ev = { .events = EPOLLIN,
-					  .data.u64 = 100 + (uint64_t)(c - d->clients) };
-
 		free(o->p);
 		o->p = NULL;
 		o->len = o->off = 0;
-		if (epoll_ctl(d->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
-			client_close(d, c);
+		client_watch(d, c, EPOLLIN);
 		return;
 	}
 	client_close(d, c);
@@ -1067,8 +1078,6 @@ static void client_flush(struct kt_daemon *d, struct kt_client *c)
 static void subscriber_say(struct kt_daemon *d, struct kt_client *c, const char *line)
 {
 	struct kt_client_out *o = client_out(d, c);
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT,
-				  .data.u64 = 100 + (uint64_t)(c - d->clients) };
 	size_t n = strlen(line);
 	char *p;
 
@@ -1082,8 +1091,8 @@ static void subscriber_say(struct kt_daemon *d, struct kt_client *c, const char 
 	o->p = p;
 	o->len += n;
 	client_flush(d, c);
-	if (c->fd >= 0 && o->p && epoll_ctl(d->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
-		client_close(d, c);
+	if (c->fd >= 0 && o->p)
+		client_watch(d, c, EPOLLIN | EPOLLOUT);
 }
 
 /* Subscribers of limit i: "throttled" at its first refusal after a quiet
@@ -1115,7 +1124,6 @@ static void notify_subscribers(struct kt_daemon *d, int i, uint64_t now)
 static void client_reply(struct kt_daemon *d, struct kt_client *c, char *out)
 {
 	struct kt_client_out *o = client_out(d, c);
-	struct epoll_event ev = { .events = EPOLLOUT, .data.u64 = 100 + (uint64_t)(c - d->clients) };
 
 	if (!out) {
 		client_say(c, "error: out of memory\n");
@@ -1129,8 +1137,8 @@ static void client_reply(struct kt_daemon *d, struct kt_client *c, char *out)
 	client_flush(d, c);
 	/* what did not fit waits for EPOLLOUT; nothing more is read (one
 	 * command per connection) */
-	if (c->fd >= 0 && epoll_ctl(d->epfd, EPOLL_CTL_MOD, c->fd, &ev) < 0)
-		client_close(d, c);
+	if (c->fd >= 0)
+		client_watch(d, c, EPOLLOUT);
 }
 
 /* The reply to a parsed command (or parse error), malloc'd; NULL if out of
@@ -1237,11 +1245,23 @@ static void expire_clients(struct kt_daemon *d, uint64_t now)
 	}
 }
 
+/* A client's watch: its reply drains, or its line (or hang-up) comes in. */
+static void on_client(struct kt_watch *w, uint32_t events)
+{
+	struct kt_client *c = kt_container_of(w, struct kt_client, w);
+	struct kt_daemon *d = w->ctx;
+
+	(void)events;
+	if (c->fd >= 0 && client_out(d, c)->p)
+		client_flush(d, c);
+	else if (c->fd >= 0)
+		client_readable(d, c);
+}
+
 static void accept_client(struct kt_daemon *d)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
 	int fd = accept4(d->listenfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	int i;
+	int i, ret;
 
 	if (fd < 0)
 		return;
@@ -1266,9 +1286,12 @@ static void accept_client(struct kt_daemon *d)
 	d->clients[i].fd = fd;
 	d->clients[i].len = 0;
 	d->clients[i].since_ns = kt_clock_ns();
-	ev.data.u64 = 100 + (uint64_t)i;
-	if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+	ret = kt_watch_add(d->epfd, &d->clients[i].w, fd, EPOLLIN);
+	if (ret) {
+		kt_warn("control socket: cannot watch a new client connection: %s; closing it",
+			strerror(-ret));
 		client_close(d, &d->clients[i]);
+	}
 }
 
 /* The directory the socket lives in, created when missing. */
@@ -1419,45 +1442,69 @@ static void coop_event(struct kt_daemon *d, int i, uint64_t now)
 	s->events[s->last_event_reason]++;
 }
 
-/* Registers fd (a store answer eventfd, the strict controller's or the tag
- * limits' epoll set; -1: none) under `tag` in place of old_fd (-1: none):
- * a reload replaces them. */
-static void rewatch(struct kt_daemon *d, int old_fd, int fd, uint64_t tag, const char *what,
-		    const char *fallback)
+/* Takes w out of the loop before its owner closes the fd (a reload
+ * replaces it); a refusal is logged, the close removes it all the same. */
+static void unwatch(struct kt_daemon *d, struct kt_watch *w, const char *what)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = tag };
+	int ret = kt_watch_del(d->epfd, w);
 
-	if (old_fd >= 0)
-		epoll_ctl(d->epfd, EPOLL_CTL_DEL, old_fd, NULL);
-	if (fd >= 0 && epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
-		kt_warn("cannot watch %s: %s; %s", what, strerror(errno), fallback);
+	if (ret)
+		kt_warn("cannot stop watching %s: %s", what, strerror(-ret));
 }
 
-/* Store answers wake the loop (tag 8); a reload swaps the pool's eventfd. */
-static void watch_pool(struct kt_daemon *d, int old_fd)
+/* Watches fd (a store answer eventfd, the strict controller's or the tag
+ * limits' epoll set; -1: none) with w: what it does is also done at the
+ * tick or not at all (fallback), so a failure is logged and the daemon runs
+ * on without it. */
+static void watch_optional(struct kt_daemon *d, struct kt_watch *w, int fd, const char *what,
+			   const char *fallback)
 {
-	rewatch(d, old_fd, kt_pool_fd(d->pool), 8,
-		"the store's answers", "they are applied at each tick");
+	int ret = fd >= 0 ? kt_watch_add(d->epfd, w, fd, EPOLLIN) : 0;
+
+	if (ret)
+		kt_warn("cannot watch %s: %s; %s", what, strerror(-ret), fallback);
 }
 
-/* The strict controller's timer and store answers (tag 9). */
-static void watch_strict(struct kt_daemon *d, int old_fd)
+/* Store answers wake the loop (w_pool); a reload swaps the pool's eventfd. */
+static void watch_pool(struct kt_daemon *d)
 {
-	rewatch(d, old_fd, kt_strict_fd(d->strict), 9,
-		"the strict limits' timer", "permits follow the tick");
+	watch_optional(d, &d->w_pool, kt_pool_fd(d->pool), "the store's answers",
+		       "they are applied at each tick");
 }
 
-/* The tag limits' query servers, timer and store answers (tag 10). */
-static void watch_tags(struct kt_daemon *d, int old_fd)
+/* The strict controller's timer and store answers (w_strict). */
+static void watch_strict(struct kt_daemon *d)
 {
-	rewatch(d, old_fd, kt_tags_fd(d->tags), 10, "the tag limits", "queries go unanswered");
+	watch_optional(d, &d->w_strict, kt_strict_fd(d->strict), "the strict limits' timer",
+		       "permits follow the tick");
 }
+
+/* The tag limits' query servers, timer and store answers (w_tags). */
+static void watch_tags(struct kt_daemon *d)
+{
+	watch_optional(d, &d->w_tags, kt_tags_fd(d->tags), "the tag limits", "queries go unanswered");
+}
+
+/* At the start, a watch the daemon cannot do without: its failure is the
+ * start's (err one line). */
+static int watch_required(struct kt_daemon *d, struct kt_watch *w, int fd, const char *what,
+			  char *err, size_t errlen)
+{
+	int ret = kt_watch_add(d->epfd, w, fd, EPOLLIN);
+
+	if (ret)
+		snprintf(err, errlen, "cannot set up event loop: cannot watch %s: %s", what,
+			 strerror(-ret));
+	return ret;
+}
+
+static void init_watches(struct kt_daemon *d);
 
 static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
 	struct itimerspec its = { 0 };
 	sigset_t mask;
+	int ret;
 
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGTERM);
@@ -1475,14 +1522,19 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 	its.it_interval.tv_sec = d->cfg.tick_ns / 1000000000ull;
 	its.it_interval.tv_nsec = d->cfg.tick_ns % 1000000000ull;
 	its.it_value = its.it_interval;
-	timerfd_settime(d->timerfd, 0, &its, NULL);
-	ev.data.u64 = 1;
-	epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->sigfd, &ev);
-	ev.data.u64 = 2;
-	epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->timerfd, &ev);
-	ev.data.u64 = 3;
-	epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->listenfd, &ev);
-	/* without inotify (no instances left) the tick rescans instead */
+	if (timerfd_settime(d->timerfd, 0, &its, NULL) < 0) {
+		ret = -errno;
+		snprintf(err, errlen, "cannot set up event loop: cannot arm the tick timer: %s",
+			 strerror(-ret));
+		return ret;
+	}
+	if ((ret = watch_required(d, &d->w_sig, d->sigfd, "signals", err, errlen)) ||
+	    (ret = watch_required(d, &d->w_tick, d->timerfd, "the tick timer", err, errlen)) ||
+	    (ret = watch_required(d, &d->w_listen, d->listenfd, "the control socket", err, errlen)))
+		return ret;
+	if (d->kube &&
+	    (ret = watch_required(d, &d->w_kube, kt_kube_fd(d->kube), "the pods watcher", err, errlen)))
+		return ret;
 	if (d->cfg.metrics_port) {
 		int mret = kt_metrics_start(&d->metrics, d->cfg.metrics_addr, d->cfg.metrics_port,
 					    http_routes, (int)(sizeof(http_routes) / sizeof(http_routes[0])),
@@ -1490,31 +1542,35 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 
 		if (mret)
 			return mret;
-		ev.data.u64 = 6;
-		epoll_ctl(d->epfd, EPOLL_CTL_ADD, kt_metrics_fd(d->metrics), &ev);
+		ret = watch_required(d, &d->w_metrics, kt_metrics_fd(d->metrics), "the metrics endpoint",
+				     err, errlen);
+		if (ret) {
+			kt_metrics_stop(d->metrics);
+			d->metrics = NULL;
+			return ret;
+		}
 	}
 	if (d->bpf.events_fd >= 0) {
 		d->events = ring_buffer__new(d->bpf.events_fd, on_event, d, NULL);
-		if (d->events) {
-			ev.data.u64 = 5;
-			epoll_ctl(d->epfd, EPOLL_CTL_ADD, ring_buffer__epoll_fd(d->events), &ev);
-		} else {
-			kt_warn("cannot read throttle events: %s", strerror(errno));
+		ret = d->events ? kt_watch_add(d->epfd, &d->w_events, ring_buffer__epoll_fd(d->events),
+					       EPOLLIN)
+				: -errno;
+		if (ret) {
+			kt_warn("cannot read throttle events: %s", strerror(-ret));
+			ring_buffer__free(d->events);
+			d->events = NULL;
 		}
 	}
-	if (d->kube) {
-		ev.data.u64 = 7;
-		epoll_ctl(d->epfd, EPOLL_CTL_ADD, kt_kube_fd(d->kube), &ev);
-	}
-	watch_pool(d, -1);
-	watch_strict(d, -1);
-	watch_tags(d, -1);
+	watch_pool(d);
+	watch_strict(d);
+	watch_tags(d);
+	/* without inotify (no instances left) the tick rescans instead */
 	int wret = kt_cgwatch_open(&d->cgwatch, KT_CGWATCH_MAX);
 
-	if (wret == 0) {
-		ev.data.u64 = 4;
-		epoll_ctl(d->epfd, EPOLL_CTL_ADD, kt_cgwatch_fd(d->cgwatch), &ev);
-	} else {
+	if (wret == 0 && (wret = kt_watch_add(d->epfd, &d->w_cgwatch, kt_cgwatch_fd(d->cgwatch),
+					      EPOLLIN)))
+		kt_cgwatch_close(d->cgwatch);
+	if (wret) {
 		kt_warn("cannot watch cgroup directories (inotify): %s; rescanning every tick",
 			strerror(-wret));
 		d->cgwatch = NULL;
@@ -1535,14 +1591,6 @@ static int kube_opts_for(const struct kt_config *cfg, struct kt_kube_opts *o, ch
 	return kt_kube_resolve_opts(&cfg->kube, o, err, errlen);
 }
 
-static void kube_watch_fd(struct kt_daemon *d, bool add)
-{
-	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 7 };
-
-	if (d->epfd >= 0 && d->kube)
-		epoll_ctl(d->epfd, add ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, kt_kube_fd(d->kube), &ev);
-}
-
 /* Makes the watcher follow o: started, restarted with new options, or
  * stopped (o->api_server ""). The last known pods stay until the new
  * watcher lists; with no watcher there are none. */
@@ -1554,7 +1602,7 @@ static int kube_follow(struct kt_daemon *d, const struct kt_kube_opts *o)
 	if (d->kube && !memcmp(kt_kube_options(d->kube), o, sizeof(*o)))
 		return 0;
 	if (d->kube) {
-		kube_watch_fd(d, false);
+		unwatch(d, &d->w_kube, "the pods watcher");
 		kt_kube_stop(d->kube);
 		d->kube = NULL;
 	}
@@ -1567,7 +1615,15 @@ static int kube_follow(struct kt_daemon *d, const struct kt_kube_opts *o)
 		kt_err("%s", err);
 		return ret;
 	}
-	kube_watch_fd(d, true);
+	ret = kt_watch_add(d->epfd, &d->w_kube, kt_kube_fd(d->kube), EPOLLIN);
+	if (ret) {
+		/* unwatched it would never deliver: as if it had not started */
+		kt_err("kubernetes: cannot watch the pods watcher: %s; pods are not followed",
+		       strerror(-ret));
+		kt_kube_stop(d->kube);
+		d->kube = NULL;
+		return ret;
+	}
 	return 0;
 }
 
@@ -1786,6 +1842,7 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 	d->epfd = d->sigfd = d->timerfd = d->listenfd = -1;
 	for (i = 0; i < KT_MAX_CLIENTS; i++)
 		d->clients[i].fd = -1;
+	init_watches(d);
 	d->detach_on_exit = detach_on_exit;
 	snprintf(d->config_path, sizeof(d->config_path), "%s", config_path);
 
@@ -1901,10 +1958,14 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 	}
 	watch_members(d);
 	/* changes to the file apply themselves from the content loaded here */
-	if (kt_cfgwatch_open(&d->cfw, d->config_path, digest, 0, 0, err, sizeof(err)))
+	if (kt_cfgwatch_open(&d->cfw, d->config_path, digest, 0, 0, err, sizeof(err))) {
 		kt_warn("%s; reload with SIGHUP or kthrottlectl reload", err);
-	else
-		rewatch(d, -1, kt_cfgwatch_fd(d->cfw), 11, "the config file", "reload by hand");
+	} else if ((ret = kt_watch_add(d->epfd, &d->w_cfw, kt_cfgwatch_fd(d->cfw), EPOLLIN))) {
+		/* unwatched, it would never tell: status says not watched */
+		kt_warn("cannot watch the config file: %s; reload by hand", strerror(-ret));
+		kt_cfgwatch_close(d->cfw);
+		d->cfw = NULL;
+	}
 	d->cfg_applied_at = time(NULL);
 	d->started_ns = now;
 	d->running = true;
@@ -2063,29 +2124,29 @@ static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIG
 		goto failed_plan;
 	/* tag limits last among the checks: a reload that binds a new query
 	 * socket and then fails would have to unbind it again */
-	int old_tags_fd = kt_tags_fd(d->tags);
 	struct kt_tags *ntags = NULL;
 
+	unwatch(d, &d->w_tags, "the tag limits"); /* a reload closes the old set's fd */
 	ret = kt_tags_reload(&ntags, d->tags, &ncfg, err, errlen);
-	if (ret)
+	if (ret) {
+		watch_tags(d); /* the old set runs on */
 		goto failed_plan;
+	}
 	d->tags = ntags; /* the old set is consumed: kept tags carry over */
-	watch_tags(d, old_tags_fd);
+	watch_tags(d);
 	ret = apply_plan(d, &nplan, nls, err, errlen);
 	if (ret)
 		goto failed_plan; /* the old limits' rates are rewritten on the next tick */
 	/* permits the old one has in flight are never armed (wasted, never
 	 * doubled); the ones armed in the kernel are adopted */
-	int old_strict_fd = kt_strict_fd(d->strict);
-
 	kt_strict_inherit(nstrict, d->strict);
+	unwatch(d, &d->w_strict, "the strict limits' timer");
 	kt_strict_destroy(d->strict);
 	d->strict = nstrict;
 	nstrict = NULL;
 	/* Members the new plan dropped simply stop heartbeating and expire.
 	 * A round trip the old pool has in flight finishes on its own. */
-	int old_pool_fd = kt_pool_fd(d->pool);
-
+	unwatch(d, &d->w_pool, "the store's answers");
 	kt_pool_destroy(d->pool);
 	kt_plan_free(&d->plan);
 	kt_config_free(&d->cfg);
@@ -2098,13 +2159,13 @@ static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIG
 	d->hist_pool = nhist;
 	d->pool = npool;
 	d->pool_local = nlocal;
-	watch_pool(d, old_pool_fd);
+	watch_pool(d);
 	for (i = 0; i < d->plan.n_limits; i++) {
 		kt_ctl_write_rates(d, i);
 		kt_ctl_write_lease(d, i);
 	}
 	kt_strict_sync(d->strict, &d->plan);
-	watch_strict(d, old_strict_fd);
+	watch_strict(d);
 	kt_ctl_drop_stale_pins(d);
 	kube_follow(d, &kopts);
 	watch_members(d);
@@ -2170,94 +2231,165 @@ static void note_tick(struct kt_daemon *d, uint64_t now, uint64_t expirations)
 	d->last_tick_ns = now;
 }
 
-int kt_daemon_run(struct kt_daemon *d)
+/* ---- the loop's watches: one callback per fd ---- */
+
+/* SIGTERM/SIGINT stop, SIGHUP reloads. */
+static void on_signal(struct kt_watch *w, uint32_t events)
 {
-	struct epoll_event evs[8];
+	struct kt_daemon *d = w->ctx;
+	struct signalfd_siginfo si;
 	char err[KT_ERR_LEN];
 
+	(void)events;
+	while (read(d->sigfd, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo == SIGHUP)
+			kt_daemon_reload(d, err, sizeof(err));
+		else
+			d->running = false;
+	}
+}
+
+/* The controller tick and what runs with it. */
+static void on_tick(struct kt_watch *w, uint32_t events)
+{
+	struct kt_daemon *d = w->ctx;
+	uint64_t expirations, now;
+
+	(void)events;
+	if (read(d->timerfd, &expirations, sizeof(expirations)) <= 0)
+		return;
+	now = kt_clock_ns();
+	note_tick(d, now, expirations);
+	kt_daemon_tick(d, now);
+	kt_strict_tick(d->strict, now);
+	expire_clients(d, now);
+	for (int k = 0; k < d->plan.n_limits; k++) {
+		struct kt_limit_state *ls = &d->ls[k];
+
+		coop_event(d, k, now);
+		notify_subscribers(d, k, now);
+		if (ls->total_throttled != ls->throttled_seen)
+			ls->throttled_ns += d->cfg.tick_ns;
+		ls->throttled_seen = ls->total_throttled;
+	}
+	kt_metrics_run(d->metrics); /* its timeouts */
+	/* the safety net under the watcher: every epoch, or every tick while
+	 * it cannot watch */
+	if (!d->cgwatch || d->cgwatch_err || now - d->last_prune_ns >= d->cfg.epoch_ns) {
+		kt_daemon_refresh_members(d);
+		d->last_prune_ns = now;
+	}
+}
+
+static void on_listen(struct kt_watch *w, uint32_t events)
+{
+	(void)events;
+	accept_client(w->ctx);
+}
+
+/* Throttle events from the kernel's ring buffer. */
+static void on_events(struct kt_watch *w, uint32_t events)
+{
+	struct kt_daemon *d = w->ctx;
+
+	(void)events;
+	ring_buffer__consume(d->events);
+	if (d->strict_kick) {
+		/* a member wants a permit now, not at the tick */
+		d->strict_kick = false;
+		kt_strict_run(d->strict, kt_clock_ns());
+	}
+}
+
+static void on_metrics(struct kt_watch *w, uint32_t events)
+{
+	struct kt_daemon *d = w->ctx;
+
+	(void)events;
+	kt_metrics_run(d->metrics);
+}
+
+/* A directory came or went where a member may be. */
+static void on_cgwatch(struct kt_watch *w, uint32_t events)
+{
+	struct kt_daemon *d = w->ctx;
+
+	(void)events;
+	if (kt_cgwatch_drain(d->cgwatch))
+		kt_daemon_refresh_members(d);
+}
+
+static void on_kube(struct kt_watch *w, uint32_t events)
+{
+	(void)events;
+	kube_changed(w->ctx);
+}
+
+/* A store answer between ticks: act on it now. */
+static void on_pool(struct kt_watch *w, uint32_t events)
+{
+	struct kt_daemon *d = w->ctx;
+	uint64_t now = kt_clock_ns();
+
+	(void)events;
+	if (kt_pool_poll(d->pool, now))
+		kt_ctl_apply_pool(d, now);
+}
+
+static void on_strict(struct kt_watch *w, uint32_t events)
+{
+	struct kt_daemon *d = w->ctx;
+
+	(void)events;
+	kt_strict_run(d->strict, kt_clock_ns());
+}
+
+static void on_tags(struct kt_watch *w, uint32_t events)
+{
+	struct kt_daemon *d = w->ctx;
+
+	(void)events;
+	kt_tags_run(d->tags, kt_clock_ns());
+}
+
+/* The config file's content changed (debounced). */
+static void on_config(struct kt_watch *w, uint32_t events)
+{
+	struct kt_daemon *d = w->ctx;
+	char err[KT_ERR_LEN];
+
+	(void)events;
+	if (kt_cfgwatch_run(d->cfw))
+		reload(d, true, err, sizeof(err));
+}
+
+/* Every watch unregistered, with its callback; kt_daemon_start's first
+ * step, so that a failed start or a stop finds none registered. */
+static void init_watches(struct kt_daemon *d)
+{
+	kt_watch_init(&d->w_sig, on_signal, d);
+	kt_watch_init(&d->w_tick, on_tick, d);
+	kt_watch_init(&d->w_listen, on_listen, d);
+	kt_watch_init(&d->w_events, on_events, d);
+	kt_watch_init(&d->w_metrics, on_metrics, d);
+	kt_watch_init(&d->w_cgwatch, on_cgwatch, d);
+	kt_watch_init(&d->w_kube, on_kube, d);
+	kt_watch_init(&d->w_pool, on_pool, d);
+	kt_watch_init(&d->w_strict, on_strict, d);
+	kt_watch_init(&d->w_tags, on_tags, d);
+	kt_watch_init(&d->w_cfw, on_config, d);
+	for (int i = 0; i < KT_MAX_CLIENTS; i++)
+		kt_watch_init(&d->clients[i].w, on_client, d);
+}
+
+int kt_daemon_run(struct kt_daemon *d)
+{
 	while (d->running) {
-		int n = epoll_wait(d->epfd, evs, 8, -1);
+		int n = kt_evloop_wait(d->epfd, -1);
+
 		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			kt_err("epoll_wait: %s", strerror(errno));
+			kt_err("epoll_wait: %s", strerror(-n));
 			return KT_EXIT_RUNTIME;
-		}
-		for (int i = 0; i < n; i++) {
-			uint64_t tag = evs[i].data.u64;
-			if (tag == 1) {
-				struct signalfd_siginfo si;
-				while (read(d->sigfd, &si, sizeof(si)) == sizeof(si)) {
-					if (si.ssi_signo == SIGHUP)
-						kt_daemon_reload(d, err, sizeof(err));
-					else
-						d->running = false;
-				}
-			} else if (tag == 2) {
-				uint64_t expirations;
-				if (read(d->timerfd, &expirations, sizeof(expirations)) > 0) {
-					uint64_t now = kt_clock_ns();
-
-					note_tick(d, now, expirations);
-					kt_daemon_tick(d, now);
-					kt_strict_tick(d->strict, now);
-					expire_clients(d, now);
-					for (int k = 0; k < d->plan.n_limits; k++) {
-						struct kt_limit_state *ls = &d->ls[k];
-
-						coop_event(d, k, now);
-						notify_subscribers(d, k, now);
-						if (ls->total_throttled != ls->throttled_seen)
-							ls->throttled_ns += d->cfg.tick_ns;
-						ls->throttled_seen = ls->total_throttled;
-					}
-					kt_metrics_run(d->metrics); /* its timeouts */
-					/* the safety net under the watcher: every
-					 * epoch, or every tick while it cannot watch */
-					if (!d->cgwatch || d->cgwatch_err ||
-					    now - d->last_prune_ns >= d->cfg.epoch_ns) {
-						kt_daemon_refresh_members(d);
-						d->last_prune_ns = now;
-					}
-				}
-			} else if (tag == 3) {
-				accept_client(d);
-			} else if (tag == 5) {
-				ring_buffer__consume(d->events);
-				if (d->strict_kick) {
-					/* a member wants a permit now, not at the tick */
-					d->strict_kick = false;
-					kt_strict_run(d->strict, kt_clock_ns());
-				}
-			} else if (tag == 6) {
-				kt_metrics_run(d->metrics);
-			} else if (tag == 4) {
-				/* a directory came or went where a member may be */
-				if (kt_cgwatch_drain(d->cgwatch))
-					kt_daemon_refresh_members(d);
-			} else if (tag == 7) {
-				kube_changed(d);
-			} else if (tag == 9) {
-				kt_strict_run(d->strict, kt_clock_ns());
-			} else if (tag == 10) {
-				kt_tags_run(d->tags, kt_clock_ns());
-			} else if (tag == 11) {
-				/* the config file's content changed (debounced) */
-				if (kt_cfgwatch_run(d->cfw))
-					reload(d, true, err, sizeof(err));
-			} else if (tag == 8) {
-				uint64_t now = kt_clock_ns();
-
-				/* a store answer between ticks: act on it now */
-				if (kt_pool_poll(d->pool, now))
-					kt_ctl_apply_pool(d, now);
-			} else if (tag >= 100 && tag < 100 + KT_MAX_CLIENTS) {
-				struct kt_client *c = &d->clients[tag - 100];
-				if (c->fd >= 0 && client_out(d, c)->p)
-					client_flush(d, c);
-				else if (c->fd >= 0)
-					client_readable(d, c);
-			}
 		}
 	}
 	return KT_EXIT_OK;

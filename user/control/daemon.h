@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* kthrottled: one event loop (epoll over a signalfd, a timerfd and the
- * control socket) that owns the kernel state, runs the controller tick and
- * answers kthrottlectl. */
+/* kthrottled: one event loop (epoll over a signalfd, a timerfd, the control
+ * socket and the fds of its parts, each a struct kt_watch with its own
+ * callback, see evloop.h) that owns the kernel state, runs the controller
+ * tick and answers kthrottlectl. */
 #ifndef KT_DAEMON_H
 #define KT_DAEMON_H
 
@@ -13,6 +14,7 @@
 #include "cfgwatch.h"
 #include "config.h"
 #include "controller.h"
+#include "evloop.h"
 #include "kubewatch.h"
 #include "pool.h"
 #include "ramp.h"
@@ -30,7 +32,8 @@ struct kt_client_out {
 };
 
 struct kt_client {
-	int fd;
+	int fd;             /* the connection; -1: a free slot */
+	struct kt_watch w;  /* fd in the loop while the slot is in use */
 	char buf[256];
 	size_t len;
 	uint64_t since_ns;  /* accepted at; for a subscriber, when its backlog began */
@@ -57,6 +60,9 @@ struct kt_daemon {
 	char cg_mount[PATH_MAX];
 	char config_path[PATH_MAX];
 	int epfd, sigfd, timerfd, listenfd;
+	/* the loop's watches, one per fd (the clients' are in clients[]) */
+	struct kt_watch w_sig, w_tick, w_listen, w_events, w_metrics, w_cgwatch, w_kube,
+		w_pool, w_strict, w_tags, w_cfw;
 	struct kt_client clients[KT_MAX_CLIENTS];
 	bool running;
 	bool detach_on_exit;
@@ -82,7 +88,7 @@ struct kt_daemon {
 	struct kt_strict *strict;  /* the strict limits' permits; NULL: none */
 	bool strict_kick;          /* an event was news to it: run it after the batch */
 	struct kt_tags *tags;      /* the tag limits (query servers, exchange); NULL: none */
-	/* the config file: watched so a change applies itself (tag 11), and
+	/* the config file: watched so a change applies itself (w_cfw), and
 	 * the outcome of the last reload for status and metrics */
 	struct kt_cfgwatch *cfw;   /* NULL: reloads by SIGHUP or kthrottlectl only */
 	unsigned char cfg_bad[KT_CONFIG_DIGEST_LEN]; /* the content rejected, while cfg_rejected */
