@@ -36,11 +36,12 @@ int empty_xdp(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
-/* Only the clock read kt_xdp_tags does per charged packet. */
+/* Only the clock read kt_xdp_tags does per charged packet (the coarse
+ * clock, see kt_xdp_now). */
 SEC("xdp")
 int clock_xdp(struct xdp_md *ctx)
 {
-	__u64 ts = bpf_ktime_get_boot_ns();
+	__u64 ts = bpf_ktime_get_coarse_ns();
 
 	/* always XDP_PASS (2); the helper call stays */
 	return (ts & 0) | XDP_PASS;

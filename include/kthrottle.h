@@ -871,7 +871,7 @@ struct kt_tag_bucket {
 	__u64 hits;        /* admitted, not yet reported */
 	__u64 admitted;    /* admitted and harvested: + hits = all admitted */
 	__u64 dropped;
-	__u64 last_seen;   /* kt clock ns of the last packet */
+	__u64 last_seen;   /* CLOCK_MONOTONIC_COARSE ns of the last packet (xdp.bpf.c) */
 	__u32 flags;       /* KT_TAG_* */
 	__u32 pad;
 };
@@ -993,10 +993,13 @@ _Static_assert(sizeof(struct kt_tag_op) == 56, "kt_tag_op layout");
 
 /* BPF_PROG_TEST_RUN ctx of kt_tag_run_ops: ops 0..count-1 of kt_tag_ops. */
 struct kt_tag_ops_ctx {
-	__u32 count; /* <= KT_TAG_OPS_BATCH */
-	__u32 done;  /* out: ops run */
+	__u32 count;  /* <= KT_TAG_OPS_BATCH */
+	__u32 done;   /* out: ops run */
+	/* the caller's CLOCK_MONOTONIC_COARSE, the tag buckets' clock (this
+	 * program type cannot read it); 0: the kernel's precise monotonic */
+	__u64 now_ns;
 };
-_Static_assert(sizeof(struct kt_tag_ops_ctx) == 8, "kt_tag_ops_ctx layout");
+_Static_assert(sizeof(struct kt_tag_ops_ctx) == 16, "kt_tag_ops_ctx layout");
 
 /* A bucket's rate changed on a reload: the debt ahead of now (ns at
  * old_fp) as ns at new_fp, the same tokens (within 2^-16 of one), capped at

@@ -1056,7 +1056,7 @@ static int bench_xdp(struct bench_env *e)
 	double b = median(base, nbase);
 	for (int c = 0; c < NC; c++)
 		row_ns_delta(cases[c].what, median(val[c], rounds), b, median(delta[c], rounds), 60);
-	row_ns_delta("xdp: clock read only (bpf_ktime_get_boot_ns)", median(clk_val, rounds), b,
+	row_ns_delta("xdp: clock read only (bpf_ktime_get_coarse_ns)", median(clk_val, rounds), b,
 		     median(clk_delta, rounds), NAN);
 	ret = 0;
 out:

@@ -444,12 +444,16 @@ int kt_xdp_tags_policy_of(struct kt_xdp_tags *t, const struct kt_tag_key *key,
 /* Runs ops 0..n-1 of the mmapped batch (n <= KT_TAG_OPS_BATCH). */
 static int run_ops(struct kt_xdp_tags *t, uint32_t n)
 {
+	struct timespec ts;
 	struct kt_tag_ops_ctx ctx = { .count = n };
 	LIBBPF_OPTS(bpf_test_run_opts, o, .ctx_in = &ctx, .ctx_size_in = sizeof(ctx));
 	int ret;
 
 	if (!n)
 		return 0;
+	/* the buckets' clock (kt_xdp_now in xdp.bpf.c) */
+	if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) == 0)
+		ctx.now_ns = (__u64)ts.tv_sec * 1000000000ull + (__u64)ts.tv_nsec;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (bpf_prog_test_run_opts(bpf_program__fd(t->skel->progs.kt_tag_run_ops), &o) < 0) {
 		ret = -errno;
