@@ -46,6 +46,8 @@
 #define SKB_PASS 1
 #define SKB_DROP_CN 2
 
+#define KT_SOCK_DGRAM 2 /* SOCK_DGRAM: vmlinux.h has no socket type macros */
+
 #define KT_PROTO_ANY (KT_PROTO_TCP | KT_PROTO_UDP)
 
 /* What the parsers find, packed as (proto mask << 32) | port: proto 0 is
@@ -59,6 +61,12 @@ static __always_inline __u8 kt_proto_of(__u8 l4proto)
 	return l4proto == IPPROTO_TCP ? KT_PROTO_TCP : l4proto == IPPROTO_UDP ? KT_PROTO_UDP : 0;
 }
 
+/* Deepest offset of a transport header read directly from the linear head:
+ * IPv4 with options is at most 60 bytes, IPv6 with a few extension headers
+ * fits too; deeper ones take bpf_skb_load_bytes. The bound is what lets the
+ * verifier check a variable offset. */
+#define KT_DIRECT_L4_OFF_MAX 120
+
 /* Destination port of the TCP/UDP header at `off`, or KT_PORT_ANY when it
  * cannot be read (it sits at offset 2 in both). */
 static __always_inline __u32 kt_port_at(struct __sk_buff *skb, __u32 off)
@@ -67,9 +75,8 @@ static __always_inline __u32 kt_port_at(struct __sk_buff *skb, __u32 off)
 	void *data_end = (void *)(long)skb->data_end;
 	__u16 port, *p;
 
-	/* the common case, in the linear head: direct access (the bound lets
-	 * the verifier check the variable offset) */
-	if (off <= 120) {
+	/* the common case, in the linear head: direct access */
+	if (off <= KT_DIRECT_L4_OFF_MAX) {
 		p = data + off + 2;
 		if ((void *)(p + 1) <= data_end)
 			return bpf_ntohs(*p);
@@ -158,7 +165,7 @@ __noinline __u64 kt_parse_v4(struct __sk_buff *skb, __u32 ihl, __u32 proto, __u3
  * here in full). `sk` is the packet's full socket, or NULL. */
 static __always_inline int kt_sendmsg_charged(struct bpf_sock *sk)
 {
-	return sk && sk->type == 2 /* SOCK_DGRAM */ && sk->protocol == IPPROTO_UDP &&
+	return sk && sk->type == KT_SOCK_DGRAM && sk->protocol == IPPROTO_UDP &&
 	       sk->state != BPF_TCP_ESTABLISHED;
 }
 
@@ -271,7 +278,7 @@ __noinline int kt_note_pace(struct __sk_buff *skb, __u32 slot)
 	li = bpf_map_lookup_elem(&kt_limits, &id);
 	if (!li || li->unit != KT_UNIT_BYTE) {
 		if (ps)
-			ps->slot = ~0u; /* another unit now: sockops unpaces it */
+			ps->slot = KT_SLOT_NONE; /* another unit now: sockops unpaces it */
 		return 0;
 	}
 	if (!ps)

@@ -74,9 +74,13 @@ static __always_inline __u32 kt_count(struct kt_sk_pace *ps, __u32 slot)
 	return n && *n && *n < 65536 ? *n : 1;
 }
 
+/* SO_MAX_PACING_RATE's "unlimited", and kt_slot_rate's answer for a slot
+ * that is no (longer a) byte limit's */
+#define KT_RATE_UNPACED 0xffffffffu
+
 /* The pacing rate, bytes/s, for one of `nsocks` sockets on `slot`: 0 to
- * leave the socket as it is (bucket closed: egress drops anyway), ~0U when
- * the slot is no (longer a) byte limit's. */
+ * leave the socket as it is (bucket closed: egress drops anyway),
+ * KT_RATE_UNPACED when the slot is no (longer a) byte limit's. */
 static __always_inline __u32 kt_slot_rate(__u32 slot, __u64 now, __u32 nsocks, __u64 *burst)
 {
 	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
@@ -85,11 +89,11 @@ static __always_inline __u32 kt_slot_rate(__u32 slot, __u64 now, __u32 nsocks, _
 	__u32 id;
 
 	if (!b || !(b->flags & KT_BUCKET_IN_USE))
-		return ~0U;
+		return KT_RATE_UNPACED;
 	id = b->limit_id;
 	li = bpf_map_lookup_elem(&kt_limits, &id);
 	if (!li || !li->in_use || li->unit != KT_UNIT_BYTE)
-		return ~0U;
+		return KT_RATE_UNPACED;
 	interval = kt_bucket_params(b, now, burst);
 	if (!interval)
 		return 0;
@@ -100,8 +104,8 @@ static __always_inline __u32 kt_slot_rate(__u32 slot, __u64 now, __u32 nsocks, _
 	rate /= nsocks;
 	if (rate < KT_PACE_MIN_RATE)
 		rate = KT_PACE_MIN_RATE;
-	if (rate > 0xfffffffeULL)
-		rate = 0xfffffffeULL; /* ~0U would mean unlimited */
+	if (rate > KT_RATE_UNPACED - 1)
+		rate = KT_RATE_UNPACED - 1; /* one more would mean unlimited */
 	return (__u32)rate;
 }
 
@@ -111,7 +115,7 @@ static __always_inline void kt_set_rate(struct bpf_sock_ops *skops, struct kt_sk
 	int v = (int)rate;
 
 	if (bpf_setsockopt(skops, SOL_SOCKET, SO_MAX_PACING_RATE, &v, sizeof(v)) == 0)
-		ps->rate = rate == ~0U ? 0 : rate;
+		ps->rate = rate == KT_RATE_UNPACED ? 0 : rate;
 }
 
 /*
@@ -186,13 +190,13 @@ static __always_inline void kt_refresh(struct bpf_sock_ops *skops, int force)
 		nsocks = kt_count(ps, slot);
 		rate = kt_slot_rate(slot, now, nsocks, &burst);
 	} else {
-		rate = ~0U;
+		rate = KT_RATE_UNPACED;
 	}
-	if (rate == ~0U) {
+	if (rate == KT_RATE_UNPACED) {
 		/* no byte limit charges it (any more): unpaced, uncounted */
 		kt_uncount(ps);
 		if (ps->rate)
-			kt_set_rate(skops, ps, ~0U);
+			kt_set_rate(skops, ps, KT_RATE_UNPACED);
 		kt_set_clamp(skops, ps, 0, 0);
 		return;
 	}

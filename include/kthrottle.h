@@ -364,7 +364,7 @@ _Static_assert(sizeof(struct kt_event) == 40, "kt_event layout");
  * it. The egress program writes `slot` (and creates the entry); the sockops
  * program owns the other fields. Never written by userspace. */
 struct kt_sk_pace {
-	__u32 slot;         /* bucket slot last charged; ~0 = none */
+	__u32 slot;         /* bucket slot last charged; KT_SLOT_NONE: none */
 	__u32 flags;        /* KT_SK_PACE_* */
 	__u32 counted_slot; /* slot whose kt_pace_socks count holds this socket */
 	__u32 rate;         /* SO_MAX_PACING_RATE last set, bytes/s; 0 = never */
