@@ -4,7 +4,7 @@
  * of a limit that does not allow them (KT_MEMBER_NO_RAW, the default) cannot
  * create one: socket() fails with EPERM. Its packets would still meet the
  * egress hook (packet and byte limits); AF_PACKET sockets meet no cgroup
- * hook at all and are out of reach here (README). Processes in sub-cgroups
+ * hook at all and are out of reach here (docs/getting-started.md). Processes in sub-cgroups
  * of a member are found through their ancestors, as elsewhere. */
 #include "kthrottle.bpf.h"
 

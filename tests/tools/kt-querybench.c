@@ -253,7 +253,7 @@ int main(int argc, char **argv)
 	pthread_create(&srv, NULL, server_main, q);
 	pthread_getcpuclockid(srv, &srv_clock);
 
-	printf("\nquery server (seed 004 protocol, Unix socket), server thread %s, %.1f s per row\n",
+	printf("\nquery server (tag query protocol, Unix socket), server thread %s, %.1f s per row\n",
 	       g_ncpu >= 2 ? "on CPU 0, clients on CPU 1" : "and clients on one CPU", g_secs);
 	printf("| %-26s | %7s | %12s | %10s | %14s |\n", "mode", "clients", "answers/s",
 	       "ns/answer", "server CPU ns");
