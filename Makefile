@@ -34,6 +34,9 @@ CFLAGS    ?= -O2 -g
 CFLAGS    += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers -Wno-format-truncation \
              -Iinclude $(addprefix -I,$(USER_DIRS)) -I$(BUILD)/skel -I$(BUILD)/gen -D_GNU_SOURCE
 LDLIBS    += -lbpf -lelf -lz -lyaml -lhiredis -lcurl -ljson-c -lssl -lcrypto -lpthread -lm
+# each object (and test binary) depends on the headers it includes, as the
+# compiler found them (-MMD; -MP: a header since removed is no error)
+DEPFLAGS   = -MMD -MP
 ifeq ($(SAN),1)
 CFLAGS    += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS   += -fsanitize=address,undefined
@@ -111,13 +114,17 @@ $(LUA_H): scripts/lua-embed.sh $(LUA_SRCS)
 
 $(BUILD)/obj/pool/store_redis.o $(BUILD)/fuzz/obj/pool/store_redis.o: $(LUA_H)
 
-$(BUILD)/obj/%.o: user/%.c $(HDRS) $(SKELS)
-	@mkdir -p $(@D)
-	$(call msg,CC,$@)$(CC) $(CFLAGS) -c $< -o $@
+# the skeletons and generated headers exist before anything compiles; after
+# that each object's .d says which of them (and of the headers) it needs
+GEN_HDRS  := $(SKELS) $(LUA_H)
 
-$(BUILD)/obj/tests/%.o: tests/%.c $(HDRS) $(wildcard tests/lib/*.h) $(SKELS)
+$(BUILD)/obj/%.o: user/%.c | $(GEN_HDRS)
 	@mkdir -p $(@D)
-	$(call msg,CC,$@)$(CC) $(CFLAGS) -Itests/lib -c $< -o $@
+	$(call msg,CC,$@)$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
+
+$(BUILD)/obj/tests/%.o: tests/%.c | $(GEN_HDRS)
+	@mkdir -p $(@D)
+	$(call msg,CC,$@)$(CC) $(CFLAGS) $(DEPFLAGS) -Itests/lib -c $< -o $@
 
 $(BUILD)/kthrottled: $(BUILD)/obj/bin/kthrottled.o $(LIB_OBJS)
 	$(call msg,LD,$@)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
@@ -127,9 +134,9 @@ $(BUILD)/kthrottled: $(BUILD)/obj/bin/kthrottled.o $(LIB_OBJS)
 $(BUILD)/kthrottlectl: $(BUILD)/obj/bin/kthrottlectl.o $(LIB_OBJS) $(BUILD)/libkthrottle.a
 	$(call msg,LD,$@)$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS) $(wildcard tests/lib/*.h)
+$(BUILD)/tests/%: tests/%.c $(LIB_OBJS) $(TEST_HELPERS) | $(GEN_HDRS)
 	@mkdir -p $(@D)
-	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS) -lcmocka
+	$(call msg,LD,$@)$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -MT $@ -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS) -lcmocka
 
 $(BUILD)/tools/%: tests/tools/%.c $(HDRS)
 	@mkdir -p $(@D)
@@ -224,9 +231,9 @@ $(BUILD)/tools/kt-libbench: tests/tools/kt-libbench.c $(BUILD)/libkthrottle.a $(
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib -Ilibkthrottle $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS)
 
-$(BUILD)/fuzz/obj/%.o: user/%.c $(HDRS) $(SKELS)
+$(BUILD)/fuzz/obj/%.o: user/%.c | $(GEN_HDRS)
 	@mkdir -p $(@D)
-	$(call msg,FUZZCC,$@)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+	$(call msg,FUZZCC,$@)$(FUZZ_CC) $(FUZZ_CFLAGS) $(DEPFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
 $(FUZZ_LIB): $(FUZZ_OBJS)
 	$(call msg,AR,$@)rm -f $@ && ar rcs $@ $^
@@ -308,3 +315,6 @@ clean:
 	rm -rf $(BUILD)
 
 .SECONDARY:
+
+# the header dependencies the compiler wrote (none before the first build)
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
