@@ -42,6 +42,7 @@
 #include "sock.skel.h"
 #include "sockops.skel.h"
 #include "inspect.h"
+#include "kt_bpffx.h"
 #include "ktest.h"
 
 /* Slow enough that no token refills while a test runs. */
@@ -1809,21 +1810,19 @@ static void test_verifier_budget(void **state)
 static void test_nothing_left(void **state)
 {
 	char prefix[64], m[PATH_MAX];
+	const char *left;
 	struct dirent *de;
 	DIR *d;
 	(void)state;
 
 	KTEST_SKIP_UNLESS_ROOT();
-	snprintf(prefix, sizeof(prefix), "kt-test-%d-", getpid());
-	d = opendir("/sys/fs/bpf");
-	assert_non_null(d);
-	while ((de = readdir(d)))
-		if (!strncmp(de->d_name, prefix, strlen(prefix))) {
-			print_error("left behind: /sys/fs/bpf/%s\n", de->d_name);
-			fail();
-		}
-	closedir(d);
+	left = kt_bpffx_pins_left();
+	if (left) {
+		print_error("left behind: /sys/fs/bpf/%s\n", left);
+		fail();
+	}
 
+	snprintf(prefix, sizeof(prefix), "kt-test-%d-", getpid());
 	assert_int_equal(kt_cgroup2_mount(m, sizeof(m), NULL), 0);
 	d = opendir(m);
 	assert_non_null(d);

@@ -30,6 +30,7 @@
 #include <linux/bpf.h>
 
 #include "kthrottle.h"
+#include "kt_bpffx.h"
 #include "ktest.h"
 #include "xdp_tags.h"
 
@@ -58,29 +59,12 @@ static int fx_setup(void **state)
 	return 0;
 }
 
-static void rm_pins(const char *dir)
-{
-	char p[2 * PATH_MAX];
-	struct dirent *de;
-	DIR *d = opendir(dir);
-
-	if (!d)
-		return;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.') {
-			snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
-			unlink(p);
-		}
-	closedir(d);
-	rmdir(dir);
-}
-
 static int fx_teardown(void **state)
 {
 	struct fx *f = *state;
 
 	kt_xdp_tags_close(f->t);
-	rm_pins(f->pin);
+	kt_bpffx_rm_pins(f->pin);
 	if (f->dev[0]) {
 		char cmd[64];
 
@@ -712,21 +696,15 @@ static void test_verifier_budget(void **state)
 /* Runs last: every earlier test removed its pins. */
 static void test_nothing_left(void **state)
 {
-	char prefix[64];
-	struct dirent *de;
-	DIR *d;
+	const char *left;
 	(void)state;
 
 	KTEST_SKIP_UNLESS_ROOT();
-	snprintf(prefix, sizeof(prefix), "kt-test-%d-", getpid());
-	d = opendir("/sys/fs/bpf");
-	assert_non_null(d);
-	while ((de = readdir(d)))
-		if (!strncmp(de->d_name, prefix, strlen(prefix))) {
-			print_error("left behind: /sys/fs/bpf/%s\n", de->d_name);
-			fail();
-		}
-	closedir(d);
+	left = kt_bpffx_pins_left();
+	if (left) {
+		print_error("left behind: /sys/fs/bpf/%s\n", left);
+		fail();
+	}
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)

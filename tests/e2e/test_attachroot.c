@@ -43,6 +43,7 @@
 #include <cmocka.h>
 
 #include "arrivals.h"
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define RATE 20.0
@@ -79,9 +80,7 @@ static const struct {
 static int setup(void **state)
 {
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
-	if (ktest_root_unavailable())
+	if (!kt_daemonfx_begin(&fx, sizeof(fx), &fx.d))
 		return 0;
 	if (ktest_cgroup_create("attachroot", fx.root, sizeof(fx.root)) ||
 	    ktest_cgroup_create("attachroot-out", fx.outside, sizeof(fx.outside)))
@@ -98,8 +97,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
+	kt_daemonfx_end(&fx.d, NULL);
 	if (fx.member[0]) {
 		ktest_cgroup_destroy(fx.pod);
 		ktest_cgroup_destroy(fx.member);

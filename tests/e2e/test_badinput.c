@@ -39,12 +39,6 @@ static int kthrottled(char **out, int uid, const char *a1, const char *a2)
 	return ktest_run_capture_as(argv, uid, out);
 }
 
-/* Exactly one newline-terminated line. */
-static void assert_one_line(const char *out)
-{
-	assert_true(ktest_is_one_line(out));
-}
-
 static void assert_nothing_left(const struct ktest_daemon *d)
 {
 	assert_int_not_equal(access(d->pin_dir, F_OK), 0);
@@ -145,7 +139,7 @@ static void run_bad_cfg(const struct bad_cfg *c, const char *cgroup_arg, const c
 	assert_true(line > 0);
 	rc = kthrottled(&out, -1, "--config", d->config);
 	assert_int_equal(rc, 2);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	snprintf(want_loc, sizeof(want_loc), "%s:%d:", d->config, line);
 	assert_non_null(strstr(out, want_loc));
 	assert_non_null(strstr(out, c->field));
@@ -184,22 +178,22 @@ static void test_missing_file_and_cli_errors(void **state)
 	snprintf(path, sizeof(path), "/tmp/kt-test-none-%d/kthrottled.yaml", getpid());
 
 	assert_int_equal(kthrottled(&out, -1, "--config", path), 2);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, path));
 	free(out);
 
 	assert_int_equal(kthrottled(&out, -1, NULL, NULL), 2);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, "--config"));
 	free(out);
 
 	assert_int_equal(kthrottled(&out, -1, "--no-such-flag", NULL), 2);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, "--no-such-flag"));
 	free(out);
 
 	assert_int_equal(kthrottled(&out, -1, "--config", NULL), 2);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, "--config"));
 	free(out);
 }
@@ -244,7 +238,7 @@ static void test_no_root_exit_1(void **state)
 		assert_int_equal(chmod(copy, 0755), 0);
 		assert_int_equal(ktest_run_capture_as(argv, 65534, &out), 1);
 	}
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, "root"));
 	assert_non_null(strstr(out, "CAP_BPF"));
 	free(out);
@@ -263,7 +257,7 @@ static void test_second_daemon_exit_1_first_unaffected(void **state)
 
 	/* same config: same socket and pin dir */
 	assert_int_equal(kthrottled(&out, -1, "--config", d->config), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, d->socket));
 	free(out);
 
@@ -272,7 +266,7 @@ static void test_second_daemon_exit_1_first_unaffected(void **state)
 	snprintf(other->socket, sizeof(other->socket), "%s", d->socket);
 	assert_int_equal(ktest_daemon_config(other, body), 0);
 	assert_int_equal(kthrottled(&out, -1, "--config", other->config), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, d->socket));
 	free(out);
 	assert_int_not_equal(access(other->pin_dir, F_OK), 0);
@@ -371,7 +365,7 @@ static void test_bad_socket_lines(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		r = sock_talk(d->socket, bad[i], strlen(bad[i]), 2000);
 		assert_non_null(r);
-		assert_one_line(r);
+		assert_true(ktest_is_one_line(r));
 		assert_true(!strncmp(r, "error:", 6));
 		free(r);
 		assert_answers(d, 1000);
@@ -384,7 +378,7 @@ static void test_bad_socket_lines(void **state)
 	r = sock_talk(d->socket, big, big_len, 2000);
 	free(big);
 	assert_non_null(r);
-	assert_one_line(r);
+	assert_true(ktest_is_one_line(r));
 	assert_true(!strncmp(r, "error:", 6));
 	free(r);
 	assert_answers(d, 1000);

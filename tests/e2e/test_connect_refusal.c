@@ -36,6 +36,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 #include "kthrottle_client.h"
 
@@ -209,15 +210,8 @@ static void daemon_up(void)
 /* A limit's field in status json, after a tick has read the counters. */
 static double status_num(const char *limit, const char *field)
 {
-	double v = -1;
-	char *out;
-
 	ktest_sleep_ms(250); /* tickInterval 100ms */
-	out = ktest_daemon_cmd(&fx.d, "status json");
-	assert_non_null(out);
-	assert_true(ktest_json_limit_num(out, limit, field, &v));
-	free(out);
-	return v;
+	return kt_status_num(&fx.d, limit, field);
 }
 
 /* No pin dir: kthrottle_connect is connect(2). */

@@ -40,6 +40,7 @@
 #include <bpf/bpf.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 #include "kthrottle_client.h"
 
@@ -106,20 +107,12 @@ static const char *limit_yaml(char *buf, size_t len, const char *name, double ma
 	return buf;
 }
 
-static void write_config(const char *limits)
-{
-	char body[4096];
-
-	snprintf(body, sizeof(body), "tickInterval: 100ms\nlimits:\n%s", limits);
-	assert_int_equal(ktest_daemon_config(&fx.d, body), 0);
-}
-
 static void start_daemon(const char *limits)
 {
 	assert_int_equal(ktest_daemon_init(&fx.d), 0);
 	/* on our own bpffs, not under /sys/fs/bpf (0700) */
 	snprintf(fx.d.pin_dir, sizeof(fx.d.pin_dir), "%s/kt", fx.mnt);
-	write_config(limits);
+	kt_write_limits(&fx.d, limits);
 	fx.started = true;
 	assert_int_equal(ktest_daemon_start_logged(&fx.d), 0);
 	/* searchable by others, still writable only by root */
@@ -136,17 +129,6 @@ static void reload(void)
 		print_message("reload: %s", out);
 	assert_non_null(strstr(out, "ok"));
 	free(out);
-}
-
-static double status_num(const char *limit, const char *field)
-{
-	char *out = ktest_daemon_cmd(&fx.d, "status json");
-	double v = -1;
-
-	assert_non_null(out);
-	assert_true(ktest_json_limit_num(out, limit, field, &v));
-	free(out);
-	return v;
 }
 
 static void sleep_ns(uint64_t ns)
@@ -244,7 +226,7 @@ static double settled_admitted(const char *limit, long long want)
 
 	for (int i = 0; i < 20; i++) { /* 2 s at most */
 		ktest_sleep_ms(100);
-		v = status_num(limit, "admitted");
+		v = kt_status_num(&fx.d, limit, "admitted");
 		if (v == (double)want)
 			break;
 	}
@@ -286,7 +268,7 @@ static void test_coop_rate_reload_restart_remove(void **state)
 	v = settled_admitted("api", total);
 	print_message("status admitted %.0f, processes %lld\n", v, total);
 	assert_true(v == (double)total);
-	assert_true(status_num("api", "throttled") > 0);
+	assert_true(kt_status_num(&fx.d, "api", "throttled") > 0);
 	/* the text status too: the member's counters */
 	out = ktest_daemon_cmd(&fx.d, "status");
 	assert_non_null(out);
@@ -300,7 +282,7 @@ static void test_coop_rate_reload_restart_remove(void **state)
 	/* reload: max 50; two ticks to take effect, then half the rate */
 	limit_yaml(a, sizeof(a), "api", 50);
 	snprintf(lims, sizeof(lims), "%s%s", a, b);
-	write_config(lims);
+	kt_write_limits(&fx.d, lims);
 	reload();
 	ktest_sleep_ms((int)(2 * TICK_S * 1000));
 	got = ask_all("api", 2.0, &span);
@@ -322,7 +304,7 @@ static void test_coop_rate_reload_restart_remove(void **state)
 	assert_rate("max 50 after restart", got + one, 50, 1.0, now_s() - t0);
 
 	/* a reload that removes the limit: -ESTALE, and it cannot be opened */
-	write_config(b);
+	kt_write_limits(&fx.d, b);
 	reload();
 	assert_int_equal(kthrottle_try_acquire(h, 1, &wait), -ESTALE);
 	assert_int_equal(kthrottle_is_throttled(h, NULL), -ESTALE);

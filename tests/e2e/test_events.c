@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 static struct fixture {
@@ -39,20 +40,13 @@ static struct fixture {
 static int setup(void **state)
 {
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
-	if (ktest_root_unavailable())
-		return 0;
-	return ktest_cgroup_create("events", fx.cg, sizeof(fx.cg)) ? -1 : 0;
+	return kt_daemonfx_setup(&fx, sizeof(fx), &fx.d, "events", fx.cg, sizeof(fx.cg));
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
-	if (fx.cg[0])
-		ktest_cgroup_destroy(fx.cg);
+	kt_daemonfx_end(&fx.d, fx.cg);
 	return 0;
 }
 

@@ -90,6 +90,7 @@
 #include "kthrottle.h"
 
 #include "arrivals.h"
+#include "kt_daemonfx.h"
 #include "ktest.h"
 #include "redis_proc.h"
 #include "relay.h"
@@ -897,13 +898,9 @@ static void test_sentinel_failover(void **state)
 /* A top-level or limit-level number from node i's status; NAN if absent. */
 static double status_num(int i, bool top, const char *field)
 {
-	char *js = ktest_daemon_cmd(&fx.d[i], "status json");
-	double v = NAN;
+	double v;
 
-	if (js && !(top ? ktest_json_num(js, field, &v) : ktest_json_limit_num(js, LIMIT, field, &v)))
-		v = NAN;
-	free(js);
-	return v;
+	return kt_daemonfx_status_num(&fx.d[i], top ? NULL : LIMIT, field, &v) ? v : NAN;
 }
 
 static int count_str(const char *s, const char *what)

@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 #include "redis_proc.h"
 
@@ -36,9 +37,7 @@ static struct fixture {
 static int setup(void **state)
 {
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
-	if (ktest_root_unavailable())
+	if (!kt_daemonfx_begin(&fx, sizeof(fx), &fx.d))
 		return 0;
 	if (ktest_cgroup_create("health", fx.cg, sizeof(fx.cg)) || ktest_tmpdir(fx.tmp, sizeof(fx.tmp)))
 		return -1;
@@ -49,12 +48,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
+	kt_daemonfx_end(&fx.d, fx.cg);
 	if (fx.rp.pid > 0)
 		rp_stop(&fx.rp);
-	if (fx.cg[0])
-		ktest_cgroup_destroy(fx.cg);
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
 	return 0;

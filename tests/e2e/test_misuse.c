@@ -38,12 +38,6 @@ static pid_t kids[MAX_KIDS]; /* fake daemons and flooders, killed in teardown */
 
 /* ---- helpers ---- */
 
-/* Exactly one newline-terminated line. */
-static void assert_one_line(const char *out)
-{
-	assert_true(ktest_is_one_line(out));
-}
-
 static const char *valid_body(char *buf, size_t len, const char *cgroup)
 {
 	snprintf(buf, len,
@@ -229,7 +223,7 @@ static void refuse_socket_path(struct ktest_daemon *d, const char *sock, const c
 	assert_int_equal(ktest_daemon_config(d, valid_body(body, sizeof(body), cg)), 0);
 	before = ktest_slurp(d->config);
 	assert_int_equal(kthrottled(&out, d->config), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, sock));
 	assert_non_null(strstr(out, "not a socket"));
 	free(out);
@@ -304,7 +298,7 @@ static void test_live_socket_refused(void **state)
 	assert_int_equal(lstat(d->socket, &before), 0);
 	assert_int_equal(ktest_daemon_config(d, valid_body(body, sizeof(body), cg)), 0);
 	assert_int_equal(kthrottled(&out, d->config), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, d->socket));
 	free(out);
 	assert_int_not_equal(access(d->pin_dir, F_OK), 0);
@@ -331,12 +325,12 @@ static void test_ctl_hung_daemon(void **state)
 	snprintf(sock, sizeof(sock), "%s/hung.sock", dir);
 	fake_daemon(sock, FAKE_HANG, NULL);
 	assert_int_equal(ctl(sock, &ms, &out, "status", NULL), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, sock));
 	free(out);
 	assert_true(ms < 5000); /* the 3 s bound, with slack */
 	assert_int_equal(ctl(sock, &ms, &out, "status", "--json"), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	free(out);
 	assert_true(ms < 5000);
 }
@@ -352,11 +346,11 @@ static void test_ctl_silent_daemon(void **state)
 	snprintf(sock, sizeof(sock), "%s/silent.sock", dm[0].dir);
 	fake_daemon(sock, FAKE_CLOSE, NULL);
 	assert_int_equal(ctl(sock, &ms, &out, "status", NULL), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, "without answering"));
 	free(out);
 	assert_int_equal(ctl(sock, &ms, &out, "reload", NULL), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	free(out);
 }
 
@@ -375,17 +369,17 @@ static void test_ctl_socket_not_root(void **state)
 	free(out);
 	assert_int_equal(chown(sock, 65534, 65534), 0);
 	assert_int_equal(ctl(sock, &ms, &out, "reload", NULL), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, "owned by uid 65534"));
 	free(out);
 	assert_int_equal(ctl(sock, &ms, &out, "status", "--json"), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	free(out);
 	/* a plain file is no socket */
 	snprintf(file, sizeof(file), "%s/file.sock", dm[0].dir);
 	assert_int_equal(ktest_write_file(file, "ok: pong\n"), 0);
 	assert_int_equal(ctl(file, &ms, &out, "status", NULL), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, "not a socket"));
 	free(out);
 }

@@ -52,12 +52,6 @@ static void bpffs_path(char *out, size_t len)
 	snprintf(out, len, "/sys/fs/bpf/kt-test-%d-x%d", getpid(), seq++);
 }
 
-/* Exactly one newline-terminated line. */
-static void assert_one_line(const char *out)
-{
-	assert_true(ktest_is_one_line(out));
-}
-
 static const char *valid_body(char *buf, size_t len)
 {
 	snprintf(buf, len,
@@ -125,7 +119,7 @@ static void assert_start_refused(struct ktest_daemon *d, ...)
 	va_list ap;
 
 	assert_int_equal(ktest_run_bin("kthrottled", &out, "--config", d->config, NULL), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	va_start(ap, d);
 	while ((needle = va_arg(ap, const char *)))
 		assert_non_null(strstr(out, needle));
@@ -256,7 +250,7 @@ static void test_untrusted_pindir_refused(void **state)
 		char *out = NULL;
 		assert_int_equal(ktest_run_bin("kthrottled", &out, "--cleanup", "--pin-dir",
 					       d->pin_dir, NULL), 1);
-		assert_one_line(out);
+		assert_true(ktest_is_one_line(out));
 		assert_non_null(strstr(out, c->reason));
 		free(out);
 		assert_int_equal(access(bad, F_OK), 0);
@@ -339,7 +333,7 @@ static void test_second_daemon_same_pindir(void **state)
 		char *out = NULL;
 		assert_int_equal(ktest_run_bin("kthrottled", &out, "--config", other->config, NULL),
 				 1);
-		assert_one_line(out);
+		assert_true(ktest_is_one_line(out));
 		assert_non_null(strstr(out, d->pin_dir));
 		assert_non_null(strstr(out, "in use by another kthrottled"));
 		free(out);
@@ -359,24 +353,24 @@ static void assert_cleanup_refused(const char *dir, const char *reason)
 	char *out = NULL;
 
 	assert_int_equal(ktest_run_bin("kthrottled", &out, "--cleanup", "--pin-dir", dir, NULL), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, dir));
 	assert_non_null(strstr(out, reason));
 	free(out);
 	assert_int_equal(ktest_run_bin("kthrottled", &out, "--cleanup", "--force", "--pin-dir", dir,
 				       NULL),
 			 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, reason));
 	free(out);
 	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-p", dir, "cleanup", NULL), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, dir));
 	assert_non_null(strstr(out, reason));
 	free(out);
 	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-p", dir, "cleanup", "--force", NULL),
 			 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, reason));
 	free(out);
 }
@@ -485,18 +479,18 @@ static void test_cleanup_while_daemon_runs(void **state)
 	/* refused, by every way in, while the daemon holds the lock */
 	assert_int_equal(
 		ktest_run_bin("kthrottled", &out, "--cleanup", "--pin-dir", d->pin_dir, NULL), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, "running"));
 	assert_non_null(strstr(out, d->pin_dir));
 	assert_non_null(strstr(out, "--force"));
 	free(out);
 	assert_int_equal(ktest_run_bin("kthrottled", &out, "--cleanup", "--config", d->config, NULL),
 			 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, "--force"));
 	free(out);
 	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-p", d->pin_dir, "cleanup", NULL), 1);
-	assert_one_line(out);
+	assert_true(ktest_is_one_line(out));
 	assert_non_null(strstr(out, "running"));
 	assert_non_null(strstr(out, "--force"));
 	free(out);

@@ -42,6 +42,7 @@
 #include "arrivals.h"
 #include "bpf_loader.h"
 #include "config.h"
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define RATE 100.0
@@ -75,9 +76,7 @@ static struct fixture {
 static int setup(void **state)
 {
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
-	if (ktest_root_unavailable())
+	if (!kt_daemonfx_begin(&fx, sizeof(fx), &fx.d))
 		return 0;
 	fx.pods = calloc(MAX_LIVE, sizeof(*fx.pods));
 	if (!fx.pods || ktest_cgroup_create("podchurn", fx.base, sizeof(fx.base)))
@@ -95,8 +94,7 @@ static int teardown(void **state)
 		if (!fx.pods[i].done)
 			ktest_cgroup_destroy(fx.pods[i].path);
 	}
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
+	kt_daemonfx_end(&fx.d, NULL);
 	/* what test_new_pod_limited_from_first_packet made, if it stopped midway */
 	for (int i = 0; fx.base[0] && i < 3; i++) {
 		char p[PATH_MAX + 16];

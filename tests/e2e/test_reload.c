@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define TICK_S 0.1
@@ -52,17 +53,6 @@ static bool attached(const char *cg)
 	return yes;
 }
 
-static double status_num(const char *limit, const char *field)
-{
-	char *out = ktest_daemon_cmd(&fx.d, "status json");
-	double v = -1;
-
-	assert_non_null(out);
-	assert_true(ktest_json_limit_num(out, limit, field, &v));
-	free(out);
-	return v;
-}
-
 static const char *limit_yaml(char *buf, size_t len, const char *name, const char *cg, int port,
 			      double max)
 {
@@ -77,18 +67,10 @@ static const char *limit_yaml(char *buf, size_t len, const char *name, const cha
 	return buf;
 }
 
-static void write_config(const char *limits)
-{
-	char body[4096];
-
-	snprintf(body, sizeof(body), "tickInterval: 100ms\nlimits:\n%s", limits);
-	assert_int_equal(ktest_daemon_config(&fx.d, body), 0);
-}
-
 static void start_daemon(const char *limits)
 {
 	assert_int_equal(ktest_daemon_init(&fx.d), 0);
-	write_config(limits);
+	kt_write_limits(&fx.d, limits);
 	assert_int_equal(ktest_daemon_start_logged(&fx.d), 0);
 }
 
@@ -247,7 +229,7 @@ static void test_reload_lowers_rate_without_burst(void **state)
 
 	uint64_t t0 = bg_start(fx.cg[0], port, 3.0);
 	ktest_sleep_ms(1200);
-	write_config(limit_yaml(lim, sizeof(lim), "rl", fx.cg[0], port, 100));
+	kt_write_limits(&fx.d, limit_yaml(lim, sizeof(lim), "rl", fx.cg[0], port, 100));
 	double sent = since_s(t0);
 	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
 	double replied = since_s(t0);
@@ -277,8 +259,8 @@ static void test_reload_lowers_rate_without_burst(void **state)
 	print_message("whole run: %llu admitted, bound %.1f\n", s.total_ok, bound);
 	assert_true((double)s.total_ok <= bound);
 
-	assert_true(status_num("rl", "max") == 100);
-	assert_true(status_num("rl", "bucket_rate") == 100);
+	assert_true(kt_status_num(&fx.d, "rl", "max") == 100);
+	assert_true(kt_status_num(&fx.d, "rl", "bucket_rate") == 100);
 	/* no detach: the same links (same ids) before and after */
 	assert_int_equal(ktest_bpftool_cgroup_show(fx.cg[0], &out), 0);
 	assert_string_equal(out, links_before);
@@ -302,7 +284,7 @@ static void test_sighup_raises_rate_within_two_ticks(void **state)
 
 	uint64_t t0 = bg_start(fx.cg[0], port, 3.0);
 	ktest_sleep_ms(1200);
-	write_config(limit_yaml(lim, sizeof(lim), "rh", fx.cg[0], port, 400));
+	kt_write_limits(&fx.d, limit_yaml(lim, sizeof(lim), "rh", fx.cg[0], port, 400));
 	double sent = since_s(t0);
 	assert_int_equal(kill(fx.d.pid, SIGHUP), 0);
 	bg_finish(&s);
@@ -328,7 +310,7 @@ static void test_sighup_raises_rate_within_two_ticks(void **state)
 	log = ktest_slurp(fx.d.log);
 	assert_non_null(strstr(log, "reloaded"));
 	free(log);
-	assert_true(status_num("rh", "max") == 400);
+	assert_true(kt_status_num(&fx.d, "rh", "max") == 400);
 }
 
 /* A broken config is rejected with its file:line, through the CLI and
@@ -347,7 +329,7 @@ static void test_bad_reload_keeps_old_config(void **state)
 
 	snprintf(bad, sizeof(bad), "%s    bogusKey: 1\n", limit_yaml(lim, sizeof(lim), "rb",
 								     fx.cg[0], port, 50));
-	write_config(bad);
+	kt_write_limits(&fx.d, bad);
 	/* the offending line: the last one of the file */
 	char *cfg = ktest_slurp(fx.d.config), want[600];
 	int lines = 0;
@@ -372,8 +354,8 @@ static void test_bad_reload_keeps_old_config(void **state)
 	free(log);
 
 	/* old config in force: max 200 */
-	assert_true(status_num("rb", "max") == 200);
-	assert_true(status_num("rb", "bucket_rate") == 200);
+	assert_true(kt_status_num(&fx.d, "rb", "max") == 200);
+	assert_true(kt_status_num(&fx.d, "rb", "bucket_rate") == 200);
 	ktest_sleep_ms(250); /* full bucket */
 	assert_int_equal(ktest_load(fx.cg[0], "udp", "127.0.0.1", port, 1.0, &l), 0);
 	double want_ok = 200 * l.elapsed + BURST;
@@ -413,7 +395,7 @@ static void test_reload_adds_and_removes_limits(void **state)
 	assert_false(attached(fx.cg[1]));
 
 	snprintf(both, sizeof(both), "%s%s", la, lb);
-	write_config(both);
+	kt_write_limits(&fx.d, both);
 	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
 	free(out);
 	assert_true(attached(fx.cg[0]));
@@ -422,7 +404,7 @@ static void test_reload_adds_and_removes_limits(void **state)
 	assert_int_equal(l.ok, 3); /* the new limit enforces: burst 3 */
 	assert_true(l.refused > 0);
 
-	write_config(lb);
+	kt_write_limits(&fx.d, lb);
 	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
 	free(out);
 	assert_false(attached(fx.cg[0]));

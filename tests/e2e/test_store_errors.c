@@ -19,6 +19,7 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 #include "fakeredis.h"
+#include "kt_daemonfx.h"
 #include "ktest.h"
 #include "redis_proc.h"
 
@@ -33,9 +34,7 @@ static struct {
 static int setup(void **state)
 {
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
-	if (ktest_root_unavailable())
+	if (!kt_daemonfx_begin(&fx, sizeof(fx), &fx.d))
 		return 0;
 	if (ktest_cgroup_create("storeerr", fx.cg, sizeof(fx.cg)))
 		return -1;
@@ -46,13 +45,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
+	kt_daemonfx_end(&fx.d, fx.cg);
 	if (fx.rp.pid > 0)
 		rp_stop(&fx.rp);
 	ktest_fakeredis_stop(&fx.fake);
-	if (fx.cg[0])
-		ktest_cgroup_destroy(fx.cg);
 	return 0;
 }
 

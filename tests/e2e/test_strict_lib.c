@@ -39,6 +39,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 #include "kthrottle_client.h"
 #include "redis_proc.h"
@@ -185,13 +186,9 @@ static void nodes_up(void)
 
 static double status_num(int i, const char *field)
 {
-	char *out = ktest_daemon_cmd(&fx.d[i], "status json");
-	double v = -1;
+	double v;
 
-	if (!out || !ktest_json_limit_num(out, LIMIT, field, &v))
-		v = -1;
-	free(out);
-	return v;
+	return kt_daemonfx_status_num(&fx.d[i], LIMIT, field, &v) ? v : -1;
 }
 
 static int cmp_u64(const void *a, const void *b)

@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "kthrottle.h"
+#include "kt_bpffx.h"
 #include "ktest.h"
 #include "xdp_tags.h"
 
@@ -103,10 +104,6 @@ static int fx_setup(void **state)
 static int fx_teardown(void **state)
 {
 	struct fx *f = *state;
-	char p[2 * PATH_MAX];
-	struct dirent *de;
-	DIR *d;
-
 	for (int i = 0; i < 4; i++)
 		if (f->fds[i] >= 0)
 			close(f->fds[i]);
@@ -122,16 +119,7 @@ static int fx_teardown(void **state)
 		sh("ip netns del %s 2>/dev/null", f->ns_s);
 		sh("ip netns del %s 2>/dev/null", f->ns_c);
 	}
-	d = opendir(f->pin);
-	if (d) {
-		while ((de = readdir(d)))
-			if (de->d_name[0] != '.') {
-				snprintf(p, sizeof(p), "%s/%s", f->pin, de->d_name);
-				unlink(p);
-			}
-		closedir(d);
-		rmdir(f->pin);
-	}
+	kt_bpffx_rm_pins(f->pin);
 	close(f->self_ns);
 	free(f);
 	return 0;

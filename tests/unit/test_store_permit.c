@@ -13,15 +13,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "kt_storefx.h"
 #include "redis_proc.h"
 #include "store.h"
 
 #define PREFIX "kttest"
 #define SEC 1000000ULL
 
-static struct rp_proc g_master;    /* shared by the tests */
 static struct rp_proc g_procs[3];  /* per-test servers, stopped by teardown */
-static struct kt_store *g_stores[4];
 static char err[KT_ERR_LEN];
 
 #define ASSERT_OK(expr) RP_ASSERT_OK(expr, err)
@@ -31,22 +30,9 @@ static struct kt_store *open_port(int port)
 	struct kt_store_cfg c;
 	struct kt_store *s;
 
-	memset(&c, 0, sizeof(c));
-	c.kind = KT_STORE_REDIS;
-	c.line = 7;
-	c.redis_mode = KT_REDIS_SINGLE;
-	c.host = "127.0.0.1";
-	c.port = port;
-	c.key_prefix = PREFIX;
+	kt_storefx_cfg_single(&c, port, PREFIX);
 	ASSERT_OK(kt_store_open(&s, &c, err, sizeof(err)));
-	for (size_t i = 0; i < sizeof(g_stores) / sizeof(g_stores[0]); i++) {
-		if (!g_stores[i]) {
-			g_stores[i] = s;
-			return s;
-		}
-	}
-	fail_msg("too many stores in one test");
-	return NULL;
+	return kt_storefx_track(s);
 }
 
 static struct kt_permit_answer take(struct kt_store *s, const char *limit, uint64_t every, int maxr, int n,
@@ -61,7 +47,7 @@ static struct kt_permit_answer take(struct kt_store *s, const char *limit, uint6
 /* The key's value, -1 when it does not exist. */
 static long long key_value(const char *limit)
 {
-	redisReply *r = rp_command(&g_master, "GET " PREFIX ":strict:{%s}", limit);
+	redisReply *r = rp_command(&kfx_master, "GET " PREFIX ":strict:{%s}", limit);
 	long long v = -1;
 
 	assert_non_null(r);
@@ -75,7 +61,7 @@ static long long key_value(const char *limit)
 
 static void set_value(const char *limit, const char *v)
 {
-	redisReply *r = rp_command(&g_master, "SET " PREFIX ":strict:{%s} %s", limit, v);
+	redisReply *r = rp_command(&kfx_master, "SET " PREFIX ":strict:{%s} %s", limit, v);
 
 	assert_non_null(r);
 	assert_int_equal(r->type, REDIS_REPLY_STATUS);
@@ -84,7 +70,7 @@ static void set_value(const char *limit, const char *v)
 
 static long long pttl(const char *limit)
 {
-	return rp_command_int(&g_master, -3, "PTTL " PREFIX ":strict:{%s}", limit);
+	return rp_command_int(&kfx_master, -3, "PTTL " PREFIX ":strict:{%s}", limit);
 }
 
 #define ASSERT_PERMIT(p, g, w)                                                     \
@@ -95,28 +81,11 @@ static long long pttl(const char *limit)
 
 /* ---- fixtures ---- */
 
-static int group_setup(void **state)
-{
-	(void)state;
-	return rp_start_master(&g_master, NULL);
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	rp_stop(&g_master);
-	return 0;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < sizeof(g_stores) / sizeof(g_stores[0]); i++) {
-		kt_store_close(g_stores[i]);
-		g_stores[i] = NULL;
-	}
-	for (size_t i = 0; i < sizeof(g_procs) / sizeof(g_procs[0]); i++)
-		rp_stop(&g_procs[i]);
+	kt_storefx_close_all();
+	kt_storefx_stop_all(g_procs, sizeof(g_procs) / sizeof(g_procs[0]));
 	return 0;
 }
 
@@ -130,7 +99,7 @@ static int teardown(void **state)
  * has become due: (last - 2 every + 1) - now. */
 static void test_reserve_then_back_off(void **state)
 {
-	struct kt_store *s = open_port(g_master.port);
+	struct kt_store *s = open_port(kfx_master.port);
 	const uint64_t E = 10 * SEC;
 	struct kt_permit_answer a[6];
 	struct kt_permit p[6];
@@ -172,7 +141,7 @@ static void test_reserve_then_back_off(void **state)
  * back-offs that all wait the same. */
 static void test_batch(void **state)
 {
-	struct kt_store *s = open_port(g_master.port);
+	struct kt_store *s = open_port(kfx_master.port);
 	const uint64_t E = 5 * SEC;
 	struct kt_permit_answer a, b;
 	struct kt_permit p[8];
@@ -218,7 +187,7 @@ static void test_batch(void **state)
 /* maxReserved 0: nothing ahead of now, a refusal waits until next. */
 static void test_no_reservation(void **state)
 {
-	struct kt_store *s = open_port(g_master.port);
+	struct kt_store *s = open_port(kfx_master.port);
 	const uint64_t E = 10 * SEC;
 	struct kt_permit_answer a, b;
 	struct kt_permit p[3];
@@ -236,7 +205,7 @@ static void test_no_reservation(void **state)
 /* Once more than every has passed, the next permit is due at once. */
 static void test_after_sleep(void **state)
 {
-	struct kt_store *s = open_port(g_master.port);
+	struct kt_store *s = open_port(kfx_master.port);
 	const uint64_t E = 20000; /* 20 ms */
 	struct kt_permit_answer a, b;
 	struct kt_permit p[3];
@@ -264,7 +233,7 @@ static void test_after_sleep(void **state)
 /* PEXPIRE (last - now + every) + 1 s, so the key outlives every constraint. */
 static void test_expiry(void **state)
 {
-	struct kt_store *s = open_port(g_master.port);
+	struct kt_store *s = open_port(kfx_master.port);
 	struct kt_permit_answer a, b;
 	struct kt_permit p[3];
 	long long t, want;
@@ -300,7 +269,7 @@ static void test_bad_values(void **state)
 	/* "-5": TIME is never negative, so it is a hand edit, not a past permit */
 	static const char *const bad[] = { "abc", "-5", "+5", "12.5", "1e15", "", "0x10", " 12", "12 ",
 					   "18014398509481984", "99999999999999999999" };
-	struct kt_store *s = open_port(g_master.port);
+	struct kt_store *s = open_port(kfx_master.port);
 	const uint64_t E = 10 * SEC;
 	struct kt_permit_answer a, b;
 	struct kt_permit p[2];
@@ -337,14 +306,14 @@ static void test_bad_values(void **state)
 	ASSERT_PERMIT(p[0], 1, 0);
 
 	/* the wrong type is a Redis error: -EIO, the key untouched */
-	r = rp_command(&g_master, "HSET " PREFIX ":strict:{hash} f v");
+	r = rp_command(&kfx_master, "HSET " PREFIX ":strict:{hash} f v");
 	assert_non_null(r);
 	freeReplyObject(r);
 	assert_int_equal(kt_store_permits(s, "hash", E, 1, 1, p, &a, err, sizeof(err)), -EIO);
 	assert_non_null(strstr(err, "WRONGTYPE"));
 	assert_non_null(strstr(err, "permits"));
 	assert_true(kt_store_connected(s));
-	assert_int_equal(rp_command_int(&g_master, -1, "HLEN " PREFIX ":strict:{hash}"), 1);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "HLEN " PREFIX ":strict:{hash}"), 1);
 	/* and the store still works */
 	take(s, "hash2", E, 1, 1, p);
 	ASSERT_PERMIT(p[0], 1, 0);
@@ -352,7 +321,7 @@ static void test_bad_values(void **state)
 
 static void test_invalid_args(void **state)
 {
-	struct kt_store *s = open_port(g_master.port);
+	struct kt_store *s = open_port(kfx_master.port);
 	struct kt_permit p[2];
 	struct kt_permit_answer a = { 7, 7 };
 	struct kt_store_stats st;
@@ -444,18 +413,18 @@ static void test_store_down(void **state)
 /* SCRIPT FLUSH: the next call falls back to EVAL and still answers. */
 static void test_noscript(void **state)
 {
-	struct kt_store *s = open_port(g_master.port);
+	struct kt_store *s = open_port(kfx_master.port);
 	struct kt_permit p[3];
 	redisReply *r;
 	char v[256];
 
 	(void)state;
 	take(s, "flush", SEC, 1, 1, p);
-	r = rp_command(&g_master, "SCRIPT FLUSH");
+	r = rp_command(&kfx_master, "SCRIPT FLUSH");
 	assert_non_null(r);
 	freeReplyObject(r);
 	take(s, "flush", SEC, 1, 3, p);
-	assert_int_equal(rp_info_field(&g_master, "commandstats", "cmdstat_eval", v, sizeof(v)), 0);
+	assert_int_equal(rp_info_field(&kfx_master, "commandstats", "cmdstat_eval", v, sizeof(v)), 0);
 	assert_int_equal(p[0].granted, 1);
 	assert_int_equal(p[1].granted, 1);
 	assert_int_equal(p[2].granted, 0);
@@ -488,7 +457,7 @@ static void test_cluster(void **state)
 	c.n_endpoints = 1;
 	c.key_prefix = PREFIX;
 	ASSERT_OK(kt_store_open(&s, &c, err, sizeof(err)));
-	g_stores[0] = s;
+	kt_storefx_track(s);
 	for (int k = 0; k < 12; k++) {
 		char name[16], key[64];
 		int o;
@@ -534,5 +503,5 @@ int main(void)
 		cmocka_unit_test_teardown(test_cluster, teardown),
 	};
 
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);
 }

@@ -21,15 +21,14 @@
 #include <sys/socket.h>
 #include <cmocka.h>
 #include "fakeredis.h"
+#include "kt_storefx.h"
 #include "redis_proc.h"
 #include "store.h"
 
 #define PREFIX "kttest"
 #define LIVE KT_POOL_REPORT_LIVE
 
-static struct rp_proc g_master;    /* shared by the tests that need a plain server */
 static struct rp_proc g_procs[4];  /* per-test servers, stopped by teardown */
-static struct kt_store *g_stores[8];
 static char err[KT_ERR_LEN];
 
 /* a store call must succeed; else its message (err) is printed */
@@ -37,25 +36,7 @@ static char err[KT_ERR_LEN];
 
 static void cfg_single(struct kt_store_cfg *c, int port)
 {
-	memset(c, 0, sizeof(*c));
-	c->kind = KT_STORE_REDIS;
-	c->line = 7;
-	c->redis_mode = KT_REDIS_SINGLE;
-	c->host = "127.0.0.1";
-	c->port = port;
-	c->key_prefix = PREFIX;
-}
-
-static struct kt_store *track(struct kt_store *s)
-{
-	for (size_t i = 0; i < sizeof(g_stores) / sizeof(g_stores[0]); i++) {
-		if (!g_stores[i]) {
-			g_stores[i] = s;
-			return s;
-		}
-	}
-	fail_msg("too many stores in one test");
-	return NULL;
+	kt_storefx_cfg_single(c, port, PREFIX);
 }
 
 static struct kt_store *open_cfg(const struct kt_store_cfg *c)
@@ -63,7 +44,7 @@ static struct kt_store *open_cfg(const struct kt_store_cfg *c)
 	struct kt_store *s;
 
 	ASSERT_OK(kt_store_open(&s, c, err, sizeof(err)));
-	return track(s);
+	return kt_storefx_track(s);
 }
 
 static struct kt_store *open_single(int port, const char *user, const char *pass, int db)
@@ -108,7 +89,7 @@ static int in_zset(const char *limit, const char *suffix, const char *id)
 	int ret;
 
 	key(k, sizeof(k), limit, suffix);
-	r = rp_command(&g_master, "ZSCORE %s %s", k, id);
+	r = rp_command(&kfx_master, "ZSCORE %s %s", k, id);
 	assert_non_null(r);
 	ret = r->type == REDIS_REPLY_STRING;
 	freeReplyObject(r);
@@ -132,7 +113,7 @@ static int in_size(const char *limit, const char *id)
 	char k[128];
 
 	key(k, sizeof(k), limit, "size");
-	return (int)rp_command_int(&g_master, -1, "HEXISTS %s %s", k, id);
+	return (int)rp_command_int(&kfx_master, -1, "HEXISTS %s %s", k, id);
 }
 
 static long long server_time_ms(const struct rp_proc *p)
@@ -164,29 +145,12 @@ static struct ktest_fakeredis g_fake;
 
 /* ---- fixtures ---- */
 
-static int group_setup(void **state)
-{
-	(void)state;
-	return rp_start_master(&g_master, NULL);
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	rp_stop(&g_master);
-	return 0;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < sizeof(g_stores) / sizeof(g_stores[0]); i++) {
-		kt_store_close(g_stores[i]);
-		g_stores[i] = NULL;
-	}
+	kt_storefx_close_all();
 	ktest_fakeredis_stop(&g_fake);
-	for (size_t i = 0; i < sizeof(g_procs) / sizeof(g_procs[0]); i++)
-		rp_stop(&g_procs[i]);
+	kt_storefx_stop_all(g_procs, sizeof(g_procs) / sizeof(g_procs[0]));
 	return 0;
 }
 
@@ -194,7 +158,7 @@ static int teardown(void **state)
 
 static void test_agree_one(void **state)
 {
-	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
 	struct kt_pool_answer a;
 	uint64_t since, next;
 	char ep[64], want[64];
@@ -209,7 +173,7 @@ static void test_agree_one(void **state)
 	assert_int_equal(kt_store_state(s, &since, &next), KT_STORE_UP);
 	assert_true(since > 0);
 	assert_true(kt_store_connected(s));
-	snprintf(want, sizeof(want), "127.0.0.1:%d", g_master.port);
+	snprintf(want, sizeof(want), "127.0.0.1:%d", kfx_master.port);
 	assert_string_equal(kt_store_endpoint(s, ep, sizeof(ep)), want);
 	/* explicit size 1 agrees too */
 	a = beat(s, "one", "n1/a", 1, 3000);
@@ -218,7 +182,7 @@ static void test_agree_one(void **state)
 
 static void test_agree_three_members_one_node(void **state)
 {
-	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
 	struct kt_pool_member m[3] = { { "n1/a", LIVE }, { "n1/b", LIVE }, { "n1/c", LIVE } };
 	struct kt_pool_answer a;
 
@@ -239,8 +203,8 @@ static void test_agree_three_members_one_node(void **state)
  * the previous answer's live count. */
 static void test_disagree_then_converge(void **state)
 {
-	struct kt_store *A = open_single(g_master.port, NULL, NULL, 0);
-	struct kt_store *B = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *A = open_single(kfx_master.port, NULL, NULL, 0);
+	struct kt_store *B = open_single(kfx_master.port, NULL, NULL, 0);
 	struct kt_pool_answer a;
 
 	(void)state;
@@ -265,7 +229,7 @@ static void test_join_report_live(void **state)
 
 	(void)state;
 	for (int i = 0; i < 3; i++)
-		s[i] = open_single(g_master.port, NULL, NULL, 0);
+		s[i] = open_single(kfx_master.port, NULL, NULL, 0);
 	a = beat(s[0], "join", ids[0], LIVE, 3000);
 	ASSERT_ANS(a, 1, 1, 1);
 	a = beat(s[1], "join", ids[1], LIVE, 3000);
@@ -295,7 +259,7 @@ static void test_stale_shrink(void **state)
 
 	(void)state;
 	for (i = 0; i < 3; i++)
-		s[i] = open_single(g_master.port, NULL, NULL, 0);
+		s[i] = open_single(kfx_master.port, NULL, NULL, 0);
 	for (round = 0; round < 3; round++)
 		for (i = 0; i < 3; i++)
 			a[i] = beat(s[i], "stale", ids[i], LIVE, stale);
@@ -340,8 +304,8 @@ static void test_lapsed_member_reserved(void **state)
 	bool saw_reserved = false;
 
 	(void)state;
-	s[0] = open_single(g_master.port, NULL, NULL, 0);
-	s[1] = open_single(g_master.port, NULL, NULL, 0);
+	s[0] = open_single(kfx_master.port, NULL, NULL, 0);
+	s[1] = open_single(kfx_master.port, NULL, NULL, 0);
 	q.members = &ma;
 	q.fallback_rate = 2.5;
 	ASSERT_OK(kt_store_heartbeat_many(s[0], &q, 1, &a, err, sizeof(err)));
@@ -383,8 +347,8 @@ static void test_lapsed_member_reserved(void **state)
 
 static void test_leave_shrinks(void **state)
 {
-	struct kt_store *A = open_single(g_master.port, NULL, NULL, 0);
-	struct kt_store *B = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *A = open_single(kfx_master.port, NULL, NULL, 0);
+	struct kt_store *B = open_single(kfx_master.port, NULL, NULL, 0);
 	struct kt_pool_member am[2] = { { "A/1", LIVE }, { "A/2", LIVE } };
 	const char *gone[2] = { "A/2", "never-joined" };
 	struct kt_pool_answer a;
@@ -414,32 +378,32 @@ static void test_leave_shrinks(void **state)
  * ago (by the server's clock) is pruned; ours carries the server time. */
 static void test_server_time(void **state)
 {
-	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
 	char hbk[128], szk[128];
-	long long t = server_time_ms(&g_master), score;
+	long long t = server_time_ms(&kfx_master), score;
 	struct kt_pool_answer a;
 	redisReply *r;
 
 	(void)state;
 	key(hbk, sizeof(hbk), "time", "hb");
 	key(szk, sizeof(szk), "time", "size");
-	assert_int_equal(rp_command_int(&g_master, -1, "ZADD %s %lld ghost", hbk, t - 3600 * 1000), 1);
-	assert_int_equal(rp_command_int(&g_master, -1, "HSET %s ghost 2", szk), 1);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "ZADD %s %lld ghost", hbk, t - 3600 * 1000), 1);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "HSET %s ghost 2", szk), 1);
 	a = beat(s, "time", "real", LIVE, 10000);
 	ASSERT_ANS(a, 1, 1, 1);
 	assert_int_equal(in_hb("time", "ghost"), 0);
 	assert_int_equal(in_size("time", "ghost"), 0);
-	r = rp_command(&g_master, "ZSCORE %s real", hbk);
+	r = rp_command(&kfx_master, "ZSCORE %s real", hbk);
 	assert_non_null(r);
 	assert_int_equal(r->type, REDIS_REPLY_STRING);
 	score = atoll(r->str);
 	freeReplyObject(r);
-	assert_true(score >= t && score <= server_time_ms(&g_master));
+	assert_true(score >= t && score <= server_time_ms(&kfx_master));
 }
 
 static void test_keys_expire(void **state)
 {
-	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
 	char hbk[128], szk[128];
 	long long pttl;
 
@@ -447,19 +411,19 @@ static void test_keys_expire(void **state)
 	key(hbk, sizeof(hbk), "ttl", "hb");
 	key(szk, sizeof(szk), "ttl", "size");
 	beat(s, "ttl", "m", LIVE, 2000);
-	pttl = rp_command_int(&g_master, -9, "PTTL %s", hbk);
+	pttl = rp_command_int(&kfx_master, -9, "PTTL %s", hbk);
 	assert_true(pttl > 5000 && pttl <= 6000); /* KT_STORE_EXPIRE_FACTOR x stale */
-	pttl = rp_command_int(&g_master, -9, "PTTL %s", szk);
+	pttl = rp_command_int(&kfx_master, -9, "PTTL %s", szk);
 	assert_true(pttl > 5000 && pttl <= 6000);
 	/* once nobody heartbeats, everything disappears on its own */
 	beat(s, "ttl", "m", LIVE, 100);
 	rp_sleep_ms(450);
-	assert_int_equal(rp_command_int(&g_master, -1, "EXISTS %s %s", hbk, szk), 0);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS %s %s", hbk, szk), 0);
 }
 
 static void test_ramp(void **state)
 {
-	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
 	struct kt_pool_member m = { "r1", LIVE };
 	struct kt_pool_req q = {
 		.limit = "ramp2", .members = &m, .n_members = 1, .stale_ms = 3000,
@@ -477,7 +441,7 @@ static void test_ramp(void **state)
 	ASSERT_OK(kt_store_load_ramp(s, "ramp", &rate, err, sizeof(err)));
 	assert_true(rate == 42.5);
 	key(k, sizeof(k), "ramp", "ramp");
-	assert_in_range(rp_command_int(&g_master, -9, "PTTL %s", k), 1, 400);
+	assert_in_range(rp_command_int(&kfx_master, -9, "PTTL %s", k), 1, 400);
 	/* fractional rates survive the round trip exactly */
 	ASSERT_OK(kt_store_save_ramp(s, "ramp", 0.1 + 0.2, 150, err, sizeof(err)));
 	ASSERT_OK(kt_store_load_ramp(s, "ramp", &rate, err, sizeof(err)));
@@ -490,12 +454,12 @@ static void test_ramp(void **state)
 	ASSERT_OK(kt_store_heartbeat_many(s, &q, 1, &a, err, sizeof(err)));
 	ASSERT_ANS(a, 1, 1, 1);
 	key(k, sizeof(k), "ramp2", "ramp");
-	r = rp_command(&g_master, "GET %s", k);
+	r = rp_command(&kfx_master, "GET %s", k);
 	assert_non_null(r);
 	assert_int_equal(r->type, REDIS_REPLY_STRING);
 	assert_string_equal(r->str, "7.25");
 	freeReplyObject(r);
-	assert_in_range(rp_command_int(&g_master, -9, "PTTL %s", k), 4000, 5000);
+	assert_in_range(rp_command_int(&kfx_master, -9, "PTTL %s", k), 4000, 5000);
 
 	/* values written by someone else are validated */
 	key(k, sizeof(k), "rampbad", "ramp");
@@ -503,7 +467,7 @@ static void test_ramp(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		const char *argv[3] = { "SET", k, bad[i] };
 
-		r = rp_command_argv(&g_master, 3, argv);
+		r = rp_command_argv(&kfx_master, 3, argv);
 		assert_non_null(r);
 		freeReplyObject(r);
 		rate = 1;
@@ -511,8 +475,8 @@ static void test_ramp(void **state)
 		assert_true(rate < 0);
 		assert_non_null(strstr(err, "malformed value"));
 	}
-	assert_int_equal(rp_command_int(&g_master, -1, "DEL %s", k), 1);
-	assert_int_equal(rp_command_int(&g_master, -1, "HSET %s f 1", k), 1);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "DEL %s", k), 1);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "HSET %s f 1", k), 1);
 	assert_int_equal(kt_store_load_ramp(s, "rampbad", &rate, err, sizeof(err)), -EIO);
 	assert_non_null(strstr(err, "WRONGTYPE"));
 	assert_true(kt_store_connected(s));
@@ -521,7 +485,7 @@ static void test_ramp(void **state)
 /* All limits of a node in one EVALSHA. */
 static void test_many_one_round_trip(void **state)
 {
-	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
 	struct kt_pool_member m1[1] = { { "x", LIVE } }, m2[2] = { { "y", LIVE }, { "z", 4 } };
 	struct kt_pool_req q[3] = {
 		{ .limit = "many.1", .members = m1, .n_members = 1, .stale_ms = 3000, .save_ramp = -1 },
@@ -535,45 +499,45 @@ static void test_many_one_round_trip(void **state)
 	(void)state;
 	ASSERT_OK(kt_store_ping(s, err, sizeof(err))); /* connection setup out of the way */
 	kt_store_get_stats(s, &st0);
-	calls0 = cmd_calls(&g_master, "evalsha");
+	calls0 = cmd_calls(&kfx_master, "evalsha");
 	ASSERT_OK(kt_store_heartbeat_many(s, q, 3, a, err, sizeof(err)));
 	ASSERT_ANS(a[0], 1, 1, 1);
 	ASSERT_ANS(a[1], 0, 4, 2);
 	ASSERT_ANS(a[2], 0, 0, 0); /* nobody there, nothing created */
 	kt_store_get_stats(s, &st1);
-	assert_int_equal(cmd_calls(&g_master, "evalsha"), calls0 + 1);
+	assert_int_equal(cmd_calls(&kfx_master, "evalsha"), calls0 + 1);
 	assert_int_equal(st1.round_trips - st0.round_trips, 1);
 	assert_int_equal(st1.commands - st0.commands, 1);
-	assert_int_equal(rp_command_int(&g_master, -1, "EXISTS " PREFIX ":pool:{many-3}:hb"), 0);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":pool:{many-3}:hb"), 0);
 }
 
 /* After SCRIPT FLUSH (or a restart) the script is sent again with EVAL. */
 static void test_noscript_fallback(void **state)
 {
-	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
 	struct kt_pool_answer a;
 	long long evals;
 	redisReply *r;
 
 	(void)state;
 	beat(s, "flush", "f", LIVE, 3000);
-	r = rp_command(&g_master, "SCRIPT FLUSH");
+	r = rp_command(&kfx_master, "SCRIPT FLUSH");
 	assert_non_null(r);
 	freeReplyObject(r);
-	evals = cmd_calls(&g_master, "eval");
+	evals = cmd_calls(&kfx_master, "eval");
 	a = beat(s, "flush", "f", LIVE, 3000);
 	ASSERT_ANS(a, 1, 1, 1);
-	assert_int_equal(cmd_calls(&g_master, "eval"), evals + 1);
+	assert_int_equal(cmd_calls(&kfx_master, "eval"), evals + 1);
 	a = beat(s, "flush", "f", LIVE, 3000); /* EVAL cached it again: back to EVALSHA */
 	ASSERT_ANS(a, 1, 1, 1);
-	assert_int_equal(cmd_calls(&g_master, "eval"), evals + 1);
+	assert_int_equal(cmd_calls(&kfx_master, "eval"), evals + 1);
 }
 
 /* Data written by hand: orphans are cleaned, garbage sizes disagree, a key of
  * the wrong type is an error on that call only. */
 static void test_bad_data(void **state)
 {
-	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
 	char hbk[128], szk[128];
 	struct kt_pool_member m = { "ok", LIVE };
 	struct kt_pool_answer a;
@@ -581,26 +545,26 @@ static void test_bad_data(void **state)
 	(void)state;
 	key(hbk, sizeof(hbk), "bad", "hb");
 	key(szk, sizeof(szk), "bad", "size");
-	assert_int_equal(rp_command_int(&g_master, -1, "HSET %s orphan 4", szk), 1);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "HSET %s orphan 4", szk), 1);
 	a = beat(s, "bad", "ok", LIVE, 60000);
 	ASSERT_ANS(a, 1, 1, 1);
 	assert_int_equal(in_size("bad", "orphan"), 0);
 
 	const char *garbage[] = { "abc", "1e300", "2.5", "-1", "0" };
 	for (size_t i = 0; i < sizeof(garbage) / sizeof(garbage[0]); i++) {
-		assert_in_range(rp_command_int(&g_master, -1, "ZADD %s %lld weird", hbk,
-					       server_time_ms(&g_master)), 0, 1);
-		assert_in_range(rp_command_int(&g_master, -1, "HSET %s weird %s", szk, garbage[i]), 0, 1);
+		assert_in_range(rp_command_int(&kfx_master, -1, "ZADD %s %lld weird", hbk,
+					       server_time_ms(&kfx_master)), 0, 1);
+		assert_in_range(rp_command_int(&kfx_master, -1, "HSET %s weird %s", szk, garbage[i]), 0, 1);
 		a = beat(s, "bad", "ok", LIVE, 60000);
 		ASSERT_ANS(a, 0, 2, 2);
 	}
 	/* a live member that never wrote a size */
-	assert_int_equal(rp_command_int(&g_master, -1, "HDEL %s weird", szk), 1);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "HDEL %s weird", szk), 1);
 	a = beat(s, "bad", "ok", LIVE, 60000);
 	ASSERT_ANS(a, 0, 2, 2);
 
-	assert_int_equal(rp_command_int(&g_master, -1, "DEL " PREFIX ":pool:{wrong}:hb"), 0);
-	redisReply *r = rp_command(&g_master, "SET " PREFIX ":pool:{wrong}:hb x");
+	assert_int_equal(rp_command_int(&kfx_master, -1, "DEL " PREFIX ":pool:{wrong}:hb"), 0);
+	redisReply *r = rp_command(&kfx_master, "SET " PREFIX ":pool:{wrong}:hb x");
 	assert_non_null(r);
 	freeReplyObject(r);
 	assert_int_equal(kt_store_heartbeat(s, "wrong", &m, 1, 3000, &a, err, sizeof(err)), -EIO);
@@ -742,7 +706,7 @@ static redisReply *cmd(const char *fmt, ...)
 {
 	va_list ap;
 	redisReply *r;
-	redisContext *c = rp_connect(&g_master);
+	redisContext *c = rp_connect(&kfx_master);
 	char buf[512];
 
 	assert_non_null(c);
@@ -840,7 +804,7 @@ static void check_counters(const char *limit, const struct kt_pool_answer *a)
 	}
 	freeReplyObject(lp);
 	key(k, sizeof(k), limit, "hist");
-	assert_int_equal(rp_command_int(&g_master, -1, "HLEN %s", k), nv);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "HLEN %s", k), nv);
 	for (int j = 0; j < nv; j++) {
 		char f[16];
 
@@ -848,9 +812,9 @@ static void check_counters(const char *limit, const struct kt_pool_answer *a)
 		assert_int_equal((int)hget_num(limit, "hist", f), cnt[j]);
 	}
 	key(k, sizeof(k), limit, "sizes");
-	assert_int_equal(rp_command_int(&g_master, -1, "ZCARD %s", k), nv);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "ZCARD %s", k), nv);
 	key(k, sizeof(k), limit, "counted");
-	assert_int_equal(rp_command_int(&g_master, -1, "HLEN %s", k), n);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "HLEN %s", k), n);
 	/* the answer, by the old rules */
 	assert_int_equal(a->live, n);
 	assert_int_equal(a->size, hi > n ? hi : n);
@@ -877,7 +841,7 @@ static struct kt_pool_answer beat_fb(struct kt_store *s, const char *limit, cons
 static void test_counters_exact(void **state)
 {
 	const uint64_t stale = 300, hold = 400;
-	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
 	const char *ids[4] = { "cA", "cB", "cC", "cD" };
 	const double fb[4] = { 1.5, 0.25, 2, 0.125 };
 	const char *gone[1];
@@ -932,8 +896,8 @@ static void test_counters_exact(void **state)
 	/* an invalid size written by hand for a new member, then a valid one */
 	key(hbk, sizeof(hbk), "cnt", "hb");
 	key(szk, sizeof(szk), "cnt", "size");
-	assert_int_equal(rp_command_int(&g_master, -1, "ZADD %s %lld hand", hbk, server_time_ms(&g_master)), 1);
-	assert_int_equal(rp_command_int(&g_master, -1, "HSET %s hand 2.5", szk), 1);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "ZADD %s %lld hand", hbk, server_time_ms(&kfx_master)), 1);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "HSET %s hand 2.5", szk), 1);
 	a = beat_fb(s, "cnt", "cA", LIVE, stale, hold, fb[0]);
 	ASSERT_ANS(a, 0, 2, 2);
 	assert_int_equal((int)hget_num("cnt", "meta", "bad"), 1);
@@ -946,7 +910,7 @@ static void test_counters_exact(void **state)
  * and rebuilt: the next answer is right whatever was corrupted. */
 static void test_rebuild_guard(void **state)
 {
-	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
 	const char *corrupt[] = {
 		"HSET %s n 7",          /* meta: wrong live count */
 		"HSET %s bad 1",        /* meta: a member counted invalid twice */
@@ -985,7 +949,7 @@ static void test_rebuild_guard(void **state)
 	}
 	/* a live member removed by hand (hb and size): the pool shrinks at once */
 	key(k, sizeof(k), "guard", "hb");
-	assert_int_equal(rp_command_int(&g_master, -1, "ZREM %s g2", k), 1);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "ZREM %s g2", k), 1);
 	a = beat_fb(s, "guard", "g0", LIVE, 60000, 60000, 1);
 	ASSERT_ANS(a, 0, 3, 2);
 }
@@ -1013,7 +977,7 @@ static double hb_cost_us(struct kt_store *s, const char *limit, int nodes)
 		}
 	}
 	ASSERT_ANS(a, 1, nodes * 10, nodes * 10);
-	r = rp_command(&g_master, "CONFIG RESETSTAT");
+	r = rp_command(&kfx_master, "CONFIG RESETSTAT");
 	assert_non_null(r);
 	freeReplyObject(r);
 	for (int c = 0; c < calls; c++) {
@@ -1024,7 +988,7 @@ static double hb_cost_us(struct kt_store *s, const char *limit, int nodes)
 		ASSERT_OK(kt_store_heartbeat(s, limit, m, 10, 600000, &a, err, sizeof(err)));
 	}
 	ASSERT_ANS(a, 1, nodes * 10, nodes * 10);
-	assert_int_equal(rp_info_field(&g_master, "commandstats", "cmdstat_evalsha", v, sizeof(v)), 0);
+	assert_int_equal(rp_info_field(&kfx_master, "commandstats", "cmdstat_evalsha", v, sizeof(v)), 0);
 	assert_non_null(strstr(v, "calls=200,"));
 	assert_non_null(strstr(v, "usec_per_call="));
 	us = strtod(strstr(v, "usec_per_call=") + 14, NULL);
@@ -1036,7 +1000,7 @@ static double hb_cost_us(struct kt_store *s, const char *limit, int nodes)
  * scan took ~3.7 ms per call at 1,000 nodes x 10 members. */
 static void test_heartbeat_cost(void **state)
 {
-	struct kt_store *s = open_single(g_master.port, NULL, NULL, 0);
+	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
 	double small, big;
 
 	(void)state;
@@ -1122,7 +1086,7 @@ static void test_tls_config_checked(void **state)
 	struct kt_store *s = (struct kt_store *)&c; /* any non-NULL: open must reset it */
 
 	(void)state;
-	cfg_single(&c, g_master.port);
+	cfg_single(&c, kfx_master.port);
 	c.redis_tls.enabled = true; /* rediss:// alone: the system CA store */
 	ASSERT_OK(kt_store_open(&s, &c, err, sizeof(err)));
 	assert_non_null(s);
@@ -1132,11 +1096,11 @@ static void test_tls_config_checked(void **state)
 	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -EIO);
 	assert_null(s);
 	assert_non_null(strstr(err, "redis_tls: cannot open /nonexistent/kt-ca.pem"));
-	cfg_single(&c, g_master.port);
+	cfg_single(&c, kfx_master.port);
 	c.redis_mode = KT_REDIS_SENTINEL;
 	c.n_endpoints = 1;
 	c.endpoint_host[0] = "127.0.0.1";
-	c.endpoint_port[0] = g_master.port;
+	c.endpoint_port[0] = kfx_master.port;
 	c.master_name = "m";
 	c.sentinel_tls.enabled = true;
 	c.sentinel_tls.ca_cert = (char *)"/nonexistent/kt-ca.pem";
@@ -1559,5 +1523,5 @@ int main(void)
 		cmocka_unit_test_teardown(test_sentinel_failover, teardown),
 	};
 
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);
 }

@@ -15,13 +15,12 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "kt_storefx.h"
 #include "redis_proc.h"
 #include "store.h"
 
 #define PREFIX "kttest"
 
-static struct rp_proc g_master;
-static struct kt_store *g_stores[3];
 static char err[KT_ERR_LEN];
 
 #define ASSERT_OK(expr) RP_ASSERT_OK(expr, err)
@@ -31,22 +30,9 @@ static struct kt_store *open_store(void)
 	struct kt_store_cfg c;
 	struct kt_store *s;
 
-	memset(&c, 0, sizeof(c));
-	c.kind = KT_STORE_REDIS;
-	c.line = 7;
-	c.redis_mode = KT_REDIS_SINGLE;
-	c.host = "127.0.0.1";
-	c.port = g_master.port;
-	c.key_prefix = PREFIX;
+	kt_storefx_cfg_single(&c, kfx_master.port, PREFIX);
 	ASSERT_OK(kt_store_open(&s, &c, err, sizeof(err)));
-	for (size_t i = 0; i < sizeof(g_stores) / sizeof(g_stores[0]); i++) {
-		if (!g_stores[i]) {
-			g_stores[i] = s;
-			return s;
-		}
-	}
-	fail_msg("too many stores in one test");
-	return NULL;
+	return kt_storefx_track(s);
 }
 
 struct inbox {
@@ -89,26 +75,10 @@ static int xchg(struct kt_store *s, const char *limit, const char *node, const c
 	return more;
 }
 
-static int group_setup(void **state)
-{
-	(void)state;
-	return rp_start_master(&g_master, NULL);
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	rp_stop(&g_master);
-	return 0;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < sizeof(g_stores) / sizeof(g_stores[0]); i++) {
-		kt_store_close(g_stores[i]);
-		g_stores[i] = NULL;
-	}
+	kt_storefx_close_all();
 	return 0;
 }
 
@@ -147,8 +117,8 @@ static void test_reports_reach_the_others_once(void **state)
 	xchg(b, "api", "node-b", NULL, lb, &in);
 	assert_int_equal(in.n, 0);
 	/* the stream is there for operators: XLEN, fields n and h */
-	assert_int_equal(rp_command_int(&g_master, -1, "XLEN " PREFIX ":tags:{api}"), 4);
-	assert_true(rp_command_int(&g_master, -3, "PTTL " PREFIX ":tags:{api}") > 60000);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "XLEN " PREFIX ":tags:{api}"), 4);
+	assert_true(rp_command_int(&kfx_master, -3, "PTTL " PREFIX ":tags:{api}") > 60000);
 }
 
 static void test_paging(void **state)
@@ -222,7 +192,7 @@ static void test_bad_input_changes_nothing(void **state)
 					       &in, &more, err, sizeof(err)),
 			 -EINVAL);
 	assert_non_null(strstr(err, "last id"));
-	assert_int_equal(rp_command_int(&g_master, -1, "EXISTS " PREFIX ":tags:{bad}"), 0);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":tags:{bad}"), 0);
 	memcpy(last, keep, sizeof(keep));
 	xchg(a, "bad", "node-a", NULL, last, &in);
 	assert_string_equal(last, keep);
@@ -243,7 +213,7 @@ static void test_retention(void **state)
 	(void)state;
 	ASSERT_OK(kt_store_tag_exchange(a, "short", "node-a", 1000, &chunk, &len, 1, last, got, &in,
 					&more, err, sizeof(err)));
-	long long ttl = rp_command_int(&g_master, -3, "PTTL " PREFIX ":tags:{short}");
+	long long ttl = rp_command_int(&kfx_master, -3, "PTTL " PREFIX ":tags:{short}");
 	assert_true(ttl > 1000 && ttl <= 2000);
 }
 
@@ -255,5 +225,5 @@ int main(void)
 		cmocka_unit_test_teardown(test_bad_input_changes_nothing, teardown),
 		cmocka_unit_test_teardown(test_retention, teardown),
 	};
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include "kthrottle.h"
+#include "kt_storefx.h"
 #include "redis_proc.h"
 #include "redis_tls.h"
 #include "config.h"
@@ -27,7 +28,6 @@ static struct rt_certs g_certs;
 static struct rp_proc g_tls, g_mtls;  /* TLS; TLS requiring client certificates */
 static int g_tls_port, g_mtls_port;
 static struct rp_proc g_procs[3];     /* per-test servers, stopped by teardown */
-static struct kt_store *g_stores[4];
 static char err[KT_ERR_LEN];
 
 #define ASSERT_OK(expr)                                                            \
@@ -60,14 +60,7 @@ static struct kt_store *open_cfg(const struct kt_store_cfg *c)
 	struct kt_store *s;
 
 	ASSERT_OK(kt_store_open(&s, c, err, sizeof(err)));
-	for (size_t i = 0; i < sizeof(g_stores) / sizeof(g_stores[0]); i++) {
-		if (!g_stores[i]) {
-			g_stores[i] = s;
-			return s;
-		}
-	}
-	fail_msg("too many stores in one test");
-	return NULL;
+	return kt_storefx_track(s);
 }
 
 static int beat(struct kt_store *s, const char *limit, const char *id, struct kt_pool_answer *a)
@@ -116,12 +109,8 @@ static int group_teardown(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < sizeof(g_stores) / sizeof(g_stores[0]); i++) {
-		kt_store_close(g_stores[i]);
-		g_stores[i] = NULL;
-	}
-	for (size_t i = 0; i < sizeof(g_procs) / sizeof(g_procs[0]); i++)
-		rp_stop(&g_procs[i]);
+	kt_storefx_close_all();
+	kt_storefx_stop_all(g_procs, sizeof(g_procs) / sizeof(g_procs[0]));
 	return 0;
 }
 

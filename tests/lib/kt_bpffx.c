@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* The BPF fixture's pin directories (kt_bpffx.h). */
+#include <dirent.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kt_bpffx.h"
+
+void kt_bpffx_rm_pins(const char *dir)
+{
+	char p[2 * PATH_MAX];
+	struct dirent *de;
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (de->d_name[0] != '.') {
+			snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+			unlink(p);
+		}
+	closedir(d);
+	rmdir(dir);
+}
+
+const char *kt_bpffx_pins_left(void)
+{
+	static char name[NAME_MAX + 1];
+	char prefix[64];
+	struct dirent *de;
+	DIR *d = opendir("/sys/fs/bpf");
+
+	if (!d)
+		return "";
+	snprintf(prefix, sizeof(prefix), "kt-test-%d-", getpid());
+	name[0] = 0;
+	while (!name[0] && (de = readdir(d)))
+		if (!strncmp(de->d_name, prefix, strlen(prefix)))
+			snprintf(name, sizeof(name), "%s", de->d_name);
+	closedir(d);
+	return name[0] ? name : NULL;
+}

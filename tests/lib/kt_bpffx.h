@@ -1,0 +1,15 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The BPF fixture of the tests that load programs themselves: their pin
+ * directories under /sys/fs/bpf, removed by the teardown, and the check
+ * that none is left behind. */
+#ifndef KT_BPFFX_H
+#define KT_BPFFX_H
+
+/* Unlinks every pin in dir, then removes dir; nothing if it is absent. */
+void kt_bpffx_rm_pins(const char *dir);
+/* The name of an entry /sys/fs/bpf/kt-test-<this pid>-* still there (a
+ * static buffer), or NULL when none is; "" when /sys/fs/bpf cannot be
+ * read. */
+const char *kt_bpffx_pins_left(void);
+
+#endif

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* The store fixture of the Redis store's unit tests (kt_storefx.h). */
+#include <string.h>
+
+#include "kt_storefx.h"
+
+struct rp_proc kfx_master;
+static struct kt_store *kept[KT_STOREFX_STORES];
+
+int kt_storefx_group_setup(void **state)
+{
+	(void)state;
+	return rp_start_master(&kfx_master, NULL);
+}
+
+int kt_storefx_group_teardown(void **state)
+{
+	(void)state;
+	rp_stop(&kfx_master);
+	return 0;
+}
+
+void kt_storefx_cfg_single(struct kt_store_cfg *c, int port, const char *prefix)
+{
+	memset(c, 0, sizeof(*c));
+	c->kind = KT_STORE_REDIS;
+	c->line = 7;
+	c->redis_mode = KT_REDIS_SINGLE;
+	c->host = "127.0.0.1";
+	c->port = port;
+	c->key_prefix = (char *)prefix;
+}
+
+bool kt_storefx_keep(struct kt_store *s)
+{
+	for (size_t i = 0; i < KT_STOREFX_STORES; i++) {
+		if (!kept[i]) {
+			kept[i] = s;
+			return true;
+		}
+	}
+	return false;
+}
+
+void kt_storefx_close_all(void)
+{
+	for (size_t i = 0; i < KT_STOREFX_STORES; i++) {
+		kt_store_close(kept[i]);
+		kept[i] = NULL;
+	}
+}
+
+void kt_storefx_stop_all(struct rp_proc *procs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		rp_stop(&procs[i]);
+}

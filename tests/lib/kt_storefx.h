@@ -1,0 +1,45 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The store fixture of the unit tests of the Redis store: the redis-server
+ * a group of tests shares, the stores a test opens (closed by its
+ * teardown) and the config of a single server. kt_storefx_track asserts
+ * with cmocka (this header includes it); the rest is in kt_storefx.c. */
+#ifndef KT_STOREFX_H
+#define KT_STOREFX_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "redis_proc.h"
+#include "store.h"
+
+/* The redis-server of a group of tests: kt_storefx_group_setup starts it,
+ * kt_storefx_group_teardown stops it (cmocka group fixtures). */
+extern struct rp_proc kfx_master;
+int kt_storefx_group_setup(void **state);
+int kt_storefx_group_teardown(void **state);
+
+/* c: a single Redis at 127.0.0.1:port, config line 7, key prefix `prefix`. */
+void kt_storefx_cfg_single(struct kt_store_cfg *c, int port, const char *prefix);
+
+/* Keeps s for kt_storefx_close_all; false when it already keeps
+ * KT_STOREFX_STORES. */
+#define KT_STOREFX_STORES 8
+bool kt_storefx_keep(struct kt_store *s);
+/* Closes every store kept (a test's teardown). */
+void kt_storefx_close_all(void);
+/* rp_stop on each of procs[0..n) (the servers a test started). */
+void kt_storefx_stop_all(struct rp_proc *procs, size_t n);
+
+/* cmocka: s kept for the teardown, or the test fails. */
+static inline struct kt_store *kt_storefx_track(struct kt_store *s)
+{
+	if (!kt_storefx_keep(s))
+		fail_msg("too many stores in one test");
+	return s;
+}
+
+#endif
