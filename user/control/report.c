@@ -282,8 +282,6 @@ char *kt_report_metrics(struct kt_daemon *d)
 	struct kt_sbuf b = { 0 };
 	uint64_t now = kt_clock_ns();
 
-	if (d->events)
-		ring_buffer__consume(d->events);
 	kt_sb_printf(&b, "# HELP kthrottle_up 1 while kthrottled runs.\n# TYPE kthrottle_up gauge\n"
 		      "kthrottle_up 1\n"
 		      "# TYPE kthrottle_reloads_total counter\nkthrottle_reloads_total %llu\n"
@@ -735,10 +733,6 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 	struct kt_sbuf b = { 0 };
 	uint64_t now = kt_clock_ns();
 	int i, j;
-
-	/* the events the loop has not read yet count too */
-	if (d->events)
-		ring_buffer__consume(d->events);
 
 	if (json) {
 		kt_sb_printf(&b, "{\"node\":");

@@ -2,8 +2,9 @@
 /* What the daemon tells about itself: `status` (a table, or JSON), the
  * `health` replies and the Prometheus page, each rendered from the daemon's
  * state as the loop left it into a malloc'd string (NULL: out of memory).
- * Status and the metrics page first count the throttle events the loop has
- * not read yet (they consume kt_events); all read the kernel's counters. */
+ * Rendering changes nothing the daemon keeps: throttle events are counted
+ * as the loop consumes them (kt_events' ring callback, and each tick),
+ * never here. It does read the kernel: the buckets' counters and rates now. */
 #ifndef KT_REPORT_H
 #define KT_REPORT_H
 
