@@ -2,7 +2,9 @@
 /* kthrottled: one event loop (epoll over a signalfd, a timerfd, the control
  * socket and the fds of its parts, each a struct kt_watch with its own
  * callback, see evloop.h) that owns the kernel state, runs the controller
- * tick and answers kthrottlectl. */
+ * tick and answers kthrottlectl. Here: start, run, reload, stop and the
+ * loop's callbacks; the control socket's server is ctlserver.h, status and
+ * metrics report.h, members found anew and the pods watcher refresh.h. */
 #ifndef KT_DAEMON_H
 #define KT_DAEMON_H
 
@@ -14,6 +16,7 @@
 #include "cfgwatch.h"
 #include "config.h"
 #include "controller.h"
+#include "ctlserver.h"
 #include "evloop.h"
 #include "kubewatch.h"
 #include "pool.h"
@@ -22,31 +25,6 @@
 #include "tags.h"
 
 #define KT_DEFAULT_SOCKET "/run/kthrottle/kthrottled.sock"
-#define KT_MAX_CLIENTS 16
-#define KT_CLIENT_TIMEOUT_NS 2000000000ull /* to send the command line */
-
-/* A reply being sent, non-blocking: p[off..len) is still to go. */
-struct kt_client_out {
-	char *p;
-	size_t len, off;
-};
-
-struct kt_client {
-	int fd;             /* the connection; -1: a free slot */
-	struct kt_watch w;  /* fd in the loop while the slot is in use */
-	char buf[256];
-	size_t len;
-	uint64_t since_ns;  /* accepted at; for a subscriber, when its backlog began */
-	struct kt_client_out out;
-	/* "subscribe NAME": the connection stays open and gets a line when the
-	 * limit starts refusing and when it stops */
-	bool subscribed;
-	bool throttled;     /* the last line sent was "throttled" */
-	char sub_limit[KT_NAME_LEN];
-};
-#define KT_MAX_SUBSCRIBERS (KT_MAX_CLIENTS / 2) /* the rest stay for commands */
-#define KT_SUB_BACKLOG_MAX 65536 /* a subscriber this far behind is dropped */
-
 struct ring_buffer;
 
 struct kt_daemon {
@@ -59,11 +37,11 @@ struct kt_daemon {
 	struct kt_bpf bpf;
 	char cg_mount[PATH_MAX];
 	char config_path[PATH_MAX];
-	int epfd, sigfd, timerfd, listenfd;
-	/* the loop's watches, one per fd (the clients' are in clients[]) */
-	struct kt_watch w_sig, w_tick, w_listen, w_events, w_metrics, w_cgwatch, w_kube,
+	int epfd, sigfd, timerfd;
+	/* the loop's watches, one per fd (the control socket's are in ctl) */
+	struct kt_watch w_sig, w_tick, w_events, w_metrics, w_cgwatch, w_kube,
 		w_pool, w_strict, w_tags, w_cfw;
-	struct kt_client clients[KT_MAX_CLIENTS];
+	struct kt_ctlserver ctl;   /* the control socket: listener, clients, subscribers */
 	bool running;
 	bool detach_on_exit;
 	uint64_t started_ns;
@@ -110,20 +88,9 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 int kt_daemon_run(struct kt_daemon *d);
 void kt_daemon_stop(struct kt_daemon *d);
 
-/* Finds the members anew (kt_plan_refresh): cgroups that appeared (a
- * pattern's new match, a listed path created or recreated) are attached
- * and join the pool; removed ones (the pod ended) lose their links and
- * buckets and leave the pool at once. All or nothing, through the same
- * apply as a reload. Returns how many members joined or left, or a
- * negative errno (logged once; the members stay as they were). */
-int kt_daemon_refresh_members(struct kt_daemon *d);
 /* Re-read the config; on error keep the running one (recorded for status
  * and metrics, logged). Unconditional (SIGHUP, kthrottlectl reload); the
  * watcher then compares with what it read. 0 or negative errno. */
 int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen);
-/* The Prometheus text page (every metric prefixed kthrottle_), malloc'd. */
-char *kt_daemon_metrics(struct kt_daemon *d);
-/* Status as a human table or JSON into a malloc'd string. */
-char *kt_daemon_status(struct kt_daemon *d, bool json);
 
 #endif

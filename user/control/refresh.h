@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The members found anew while the daemon runs: on a cgroup directory
+ * event (the inotify watcher), on a pods watcher change, and at the tick's
+ * rescan; the watcher's options and its (re)start on a reload; and the
+ * plan applied to the kernel, the one way start, reload and refresh change
+ * what is attached. */
+#ifndef KT_REFRESH_H
+#define KT_REFRESH_H
+
+#include <stddef.h>
+#include "apply.h"
+#include "config.h"
+#include "controller.h"
+#include "kubewatch.h"
+
+struct kt_daemon;
+
+/* Finds the members anew (kt_plan_refresh): cgroups that appeared (a
+ * pattern's new match, a listed path created or recreated) are attached
+ * and join the pool; removed ones (the pod ended) lose their links and
+ * buckets and leave the pool at once. All or nothing, through the same
+ * apply as a reload. Returns how many members joined or left, or a
+ * negative errno (logged once; the members stay as they were). */
+int kt_refresh_members(struct kt_daemon *d);
+/* What the cgroup watcher should watch: every limit's cgroups entries,
+ * absolute, and the directories of the selected pods. */
+void kt_refresh_watch_members(struct kt_daemon *d);
+/* Applies plan with the bucket policies of ls (kt_plan_apply), all or
+ * nothing; logs the attach point when it changed. 0 or -errno (err). */
+int kt_refresh_apply_plan(struct kt_daemon *d, struct kt_plan *plan, struct kt_limit_state *ls,
+			  char *err, size_t errlen);
+
+/* The pods watcher options cfg asks for; o->api_server "" when no limit
+ * selects pods. -EINVAL (err one line) when they cannot be found. */
+int kt_refresh_kube_opts(const struct kt_config *cfg, struct kt_kube_opts *o, char *err,
+			 size_t errlen);
+/* At the start: the watcher, and up to 2 s for its first list, so the pods
+ * already running are members from the first apply. */
+int kt_refresh_start_kube(struct kt_daemon *d, const struct kt_config *cfg, char *err,
+			  size_t errlen);
+/* Makes the watcher follow o (a reload): started, restarted with new
+ * options, or stopped (o->api_server ""). */
+int kt_refresh_kube_follow(struct kt_daemon *d, const struct kt_kube_opts *o);
+/* The watcher published (its fd is ready): take its pods; members or the
+ * directories to watch may have changed. */
+void kt_refresh_kube_changed(struct kt_daemon *d);
+
+#endif

@@ -1,0 +1,929 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* What the daemon tells about itself (report.h): status, health and the
+ * metrics page, rendered from the daemon's state as the loop left it. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "cgroup.h"
+#include "cgwatch.h"
+#include "daemon.h"
+#include "health.h"
+#include "report.h"
+#include "store.h"
+#include "strbuf.h"
+
+/* Seconds until `until` (kt clock): -1 for no deadline, 0 once passed. */
+static double left_s(uint64_t until, uint64_t now)
+{
+	if (!until)
+		return -1;
+	return until > now ? (double)(until - now) / 1e9 : 0;
+}
+
+static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", "closed", "permit", "tag" };
+
+const char *kt_report_reason_name(uint32_t reason)
+{
+	return reason < KT_REASON_COUNT ? reason_names[reason] : "?";
+}
+
+/* Strict limits' permits: reserved ahead cluster-wide, waiting
+ * buckets, and what became of this node's permits. Only strict limits. */
+static void tag_metrics(const struct kt_tags *tags, struct kt_sbuf *b);
+
+/* kthrottle_store_errors_total{limit,kind}: failed store calls by kind;
+ * kthrottle_store_pool_over_max{limit}: the answered size above maxMembers. */
+static void store_error_metrics(const struct kt_plan *plan, const struct kt_pool *pool,
+				struct kt_sbuf *b)
+{
+	kt_sb_printf(b, "# HELP kthrottle_store_errors_total Failed store calls by kind of error.\n"
+		     "# TYPE kthrottle_store_errors_total counter\n");
+	for (int i = 0; i < plan->n_limits; i++) {
+		struct kt_store_errors e;
+
+		if (plan->limits[i].cfg->store.kind != KT_STORE_REDIS)
+			continue;
+		kt_pool_store_errors(pool, i, &e);
+		for (int k = KT_SERR_NONE + 1; k < KT_SERR_KINDS; k++)
+			kt_sb_printf(b, "kthrottle_store_errors_total{limit=\"%s\",kind=\"%s\"} %llu\n",
+				  plan->limits[i].cfg->name, kt_store_err_kind_name(k),
+				  (unsigned long long)e.count[k]);
+	}
+	kt_sb_printf(b, "# HELP kthrottle_store_pool_over_max Pool size the store answered above maxMembers (0: none).\n"
+		     "# TYPE kthrottle_store_pool_over_max gauge\n");
+	for (int i = 0; i < plan->n_limits; i++) {
+		const struct kt_pool_view *v = kt_pool_view(pool, i);
+
+		if (plan->limits[i].cfg->store.kind == KT_STORE_REDIS && v)
+			kt_sb_printf(b, "kthrottle_store_pool_over_max{limit=\"%s\"} %d\n",
+				  plan->limits[i].cfg->name, v->over_max);
+	}
+}
+
+/* The store's last error (JSON members of "store", or a text line) and the
+ * maxMembers anomaly. */
+static void store_error_status(const struct kt_pool *pool, struct kt_sbuf *b, int i, bool json,
+			       uint64_t now)
+{
+	const struct kt_pool_view *v = kt_pool_view(pool, i);
+	uint64_t since = 0;
+	char ep[300];
+	const char *st = kt_pool_store_state(pool, i, &since, ep, sizeof(ep));
+	struct kt_store_errors e;
+	double age;
+
+	kt_pool_store_errors(pool, i, &e);
+	age = e.since_ns && now > e.since_ns ? (double)(now - e.since_ns) / 1e9 : 0;
+	if (json) {
+		if (e.kind == KT_SERR_NONE) {
+			kt_sb_printf(b, ",\"last_error\":null");
+		} else {
+			kt_sb_printf(b, ",\"last_error\":{\"kind\":\"%s\",\"text\":",
+				  kt_store_err_kind_name(e.kind));
+			kt_sb_json_str(b, e.text);
+			if (e.since_ns)
+				kt_sb_printf(b, ",\"since_s\":%.3f", age);
+			else
+				kt_sb_printf(b, ",\"since_s\":null"); /* the episode is over */
+			kt_sb_printf(b, ",\"count\":%llu}", (unsigned long long)e.count[e.kind]);
+		}
+		if (v && v->over_max)
+			kt_sb_printf(b, ",\"anomaly\":{\"kind\":\"over_max_members\",\"size\":%d,"
+				     "\"max_members\":%d}",
+				  v->over_max, v->max_members);
+		else
+			kt_sb_printf(b, ",\"anomaly\":null");
+		return;
+	}
+	if (e.kind != KT_SERR_NONE && e.since_ns)
+		kt_sb_printf(b, "  store %s (%s since %.1fs, %llu so far: %s)\n",
+			  strcmp(st, "up") ? st : "errors", kt_store_err_kind_name(e.kind), age,
+			  (unsigned long long)e.count[e.kind], e.text);
+	if (v && v->over_max)
+		kt_sb_printf(b, "  store anomaly: pool size %d above maxMembers %d (acted on: shares shrink)\n",
+			  v->over_max, v->max_members);
+}
+
+static void strict_metrics(const struct kt_plan *plan, const struct kt_strict *strict,
+			   struct kt_sbuf *b, uint64_t now)
+{
+	static const char *const outcome[] = { "granted", "used", "wasted", "backoff" };
+	struct kt_strict_stat t;
+
+	if (!strict)
+		return;
+	kt_sb_printf(b, "# HELP kthrottle_strict_reserved_permits Permits reserved ahead of now across all nodes, as of this node's last answer: (next permit time - now) / every.\n"
+		     "# TYPE kthrottle_strict_reserved_permits gauge\n");
+	for (int i = 0; i < plan->n_limits; i++) {
+		kt_strict_get(strict, i, now, &t);
+		if (t.strict)
+			kt_sb_printf(b, "kthrottle_strict_reserved_permits{limit=\"%s\"} %.6g\n",
+				  plan->limits[i].cfg->name, t.reserved);
+	}
+	kt_sb_printf(b, "# HELP kthrottle_strict_waiting Buckets of this node waiting for a permit.\n"
+		     "# TYPE kthrottle_strict_waiting gauge\n");
+	for (int i = 0; i < plan->n_limits; i++) {
+		kt_strict_get(strict, i, now, &t);
+		if (t.strict)
+			kt_sb_printf(b, "kthrottle_strict_waiting{limit=\"%s\"} %d\n", plan->limits[i].cfg->name,
+				  t.waiting);
+	}
+	kt_sb_printf(b, "# HELP kthrottle_strict_store_ok 0 while the store does not answer: a strict limit then admits nothing.\n"
+		     "# TYPE kthrottle_strict_store_ok gauge\n");
+	for (int i = 0; i < plan->n_limits; i++) {
+		kt_strict_get(strict, i, now, &t);
+		if (t.strict)
+			kt_sb_printf(b, "kthrottle_strict_store_ok{limit=\"%s\"} %d\n", plan->limits[i].cfg->name,
+				  !t.store_down);
+	}
+	kt_sb_printf(b, "# HELP kthrottle_strict_permits_total This node's permits: granted by the store, used, wasted (unused within expireAfter), and back-off answers.\n"
+		     "# TYPE kthrottle_strict_permits_total counter\n");
+	for (int i = 0; i < plan->n_limits; i++) {
+		kt_strict_get(strict, i, now, &t);
+		if (!t.strict)
+			continue;
+		uint64_t v[] = { t.granted, t.used, t.wasted, t.backoffs };
+
+		for (int k = 0; k < 4; k++)
+			kt_sb_printf(b, "kthrottle_strict_permits_total{limit=\"%s\",outcome=\"%s\"} %llu\n",
+				  plan->limits[i].cfg->name, outcome[k], (unsigned long long)v[k]);
+	}
+}
+
+/* ---- health (rules in health.h) ---- */
+
+struct health_snap {
+	struct kt_health_in in;
+	struct kt_health h;
+	char store_why[400];
+};
+
+static int cmp_cgid(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static bool cg_linked(const uint64_t *ids, int n, uint64_t id)
+{
+	return n > 0 && bsearch(&id, ids, (size_t)n, sizeof(*ids), cmp_cgid);
+}
+
+/* Apply attaches a nested member's programs to its outermost member
+ * ancestor only: a link on the cgroup or on any ancestor serves it. */
+static bool member_linked(const struct kt_daemon *d, const struct kt_member_rt *m,
+			  const uint64_t *ids, int n)
+{
+	size_t root = strlen(d->cg_mount);
+	char p[PATH_MAX], *slash;
+	uint64_t id;
+
+	if (cg_linked(ids, n, m->cgid))
+		return true;
+	snprintf(p, sizeof(p), "%s", m->path);
+	while ((slash = strrchr(p, '/')) && (size_t)(slash - p) >= root) {
+		*slash = 0;
+		if (!kt_cgroup_id(p, &id) && cg_linked(ids, n, id))
+			return true;
+	}
+	return false;
+}
+
+static void health_snap(struct kt_daemon *d, struct health_snap *s)
+{
+	struct kt_health_in *in = &s->in;
+	uint64_t *ids = NULL;
+	int n;
+
+	memset(s, 0, sizeof(*s));
+	in->now_ns = kt_clock_ns();
+	in->bpf_loaded = d->bpf.connect && d->bpf.sendmsg && d->bpf.egress && d->bpf.sock &&
+			 d->bpf.sockops;
+	n = kt_bpf_linked_cgroups(&d->bpf, &ids);
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		const struct kt_limit_rt *l = &d->plan.limits[i];
+
+		if (l->cfg->unit == KT_UNIT_REQUEST)
+			continue; /* no cgroup, no link */
+		for (int j = 0; j < l->n_members; j++) {
+			if (n >= 0 && member_linked(d, &l->members[j], ids, n))
+				continue;
+			if (!in->unlinked++)
+				in->unlinked_path = l->members[j].path;
+		}
+		if (l->cfg->store.kind == KT_STORE_REDIS) {
+			uint64_t since = 0;
+			char ep[300];
+			const char *st = kt_pool_store_state(d->pool, i, &since, ep, sizeof(ep));
+
+			in->uses_store = true;
+			if ((!strcmp(st, "down") || !strcmp(st, "failing")) && !in->stores_down++)
+				snprintf(s->store_why, sizeof(s->store_why),
+					 "limit %s: redis %s %s for %.1fs", l->cfg->name, ep[0] ? ep : "?",
+					 st[0] == 'd' ? "not answering" : "answering with errors",
+					 since && in->now_ns > since ? (double)(in->now_ns - since) / 1e9 : 0);
+		}
+	}
+	free(ids);
+	in->store_why = s->store_why;
+	in->apply_err = d->refresh_err;
+	in->started_ns = d->started_ns;
+	in->last_tick_ns = d->last_tick_ns;
+	in->tick_ns = d->cfg.tick_ns;
+	in->uses_kube = kt_config_uses_pods(&d->cfg);
+	if (d->kube) {
+		kt_kube_status(d->kube, &in->kube);
+	} else if (in->uses_kube) {
+		in->kube.state = KT_KUBE_UNREACHABLE;
+		in->kube.since_ns = d->started_ns;
+		snprintf(in->kube.error, sizeof(in->kube.error), "the pods watcher is not running");
+	}
+	kt_health_eval(in, &s->h);
+}
+
+char *kt_report_health(struct kt_daemon *d, bool live, unsigned *status)
+{
+	struct health_snap s;
+	char *out = malloc(2048);
+
+	health_snap(d, &s);
+	if (status)
+		*status = (live ? s.h.live : s.h.ready) ? 200 : 503;
+	if (out)
+		kt_health_format(&s.in, &s.h, live, out, 2048);
+	return out;
+}
+
+static void health_metrics(struct kt_daemon *d, struct kt_sbuf *b)
+{
+	struct health_snap s;
+
+	health_snap(d, &s);
+	kt_sb_printf(b, "# HELP kthrottle_ready 1 when every component in use is ready (kthrottlectl health).\n"
+		     "# TYPE kthrottle_ready gauge\nkthrottle_ready %d\n"
+		     "# HELP kthrottle_component_up 1 when the component is ok (store: answering), by component in use.\n"
+		     "# TYPE kthrottle_component_up gauge\n"
+		     "kthrottle_component_up{component=\"kernel\"} %d\n",
+		  s.h.ready, s.h.kernel_ok);
+	if (s.in.uses_kube)
+		kt_sb_printf(b, "kthrottle_component_up{component=\"kubernetes\"} %d\n", s.h.kube_ok);
+	if (s.in.uses_store)
+		kt_sb_printf(b, "kthrottle_component_up{component=\"store\"} %d\n", s.h.store_ok);
+}
+
+char *kt_report_metrics(struct kt_daemon *d)
+{
+	struct kt_sbuf b = { 0 };
+	uint64_t now = kt_clock_ns();
+
+	kt_sb_printf(&b, "# HELP kthrottle_up 1 while kthrottled runs.\n# TYPE kthrottle_up gauge\n"
+		      "kthrottle_up 1\n"
+		      "# TYPE kthrottle_reloads_total counter\nkthrottle_reloads_total %llu\n"
+		      "# TYPE kthrottle_uptime_seconds gauge\nkthrottle_uptime_seconds %.3f\n"
+		      "# HELP kthrottle_config_ok 1 when the config file's content is what runs, 0 while a rejected content is on disk.\n"
+		      "# TYPE kthrottle_config_ok gauge\nkthrottle_config_ok %d\n"
+		      "# HELP kthrottle_config_reload_failures_total Reloads rejected (the running configuration kept).\n"
+		      "# TYPE kthrottle_config_reload_failures_total counter\n"
+		      "kthrottle_config_reload_failures_total %llu\n",
+		  (unsigned long long)d->reloads, (double)(now - d->started_ns) / 1e9,
+		  d->cfg_rejected ? 0 : 1, (unsigned long long)d->reload_failures);
+	health_metrics(d, &b);
+	/* one family at a time, as the text format wants */
+	static const struct {
+		const char *name, *type, *help;
+	} fam[] = {
+		{ "limit_max", "gauge", "The limit's max, tokens/s (pool, all nodes)." },
+		{ "pool_rate", "gauge", "The pool's rate now (the ramp), tokens/s." },
+		{ "share", "gauge", "What one bucket of this node may admit now, tokens/s." },
+		{ "pool_size", "gauge", "Members sharing the pool (0: unknown)." },
+		{ "pool_agreed", "gauge", "1 when the store's last answer agreed on the size." },
+		{ "members", "gauge", "This node's member cgroups." },
+		{ "admitted_total", "counter", "Tokens admitted on this node." },
+		{ "throttled_total", "counter", "Tokens refused on this node." },
+		{ "throttled_seconds_total", "counter", "Ticks in which the limit refused anything, in seconds." },
+	};
+	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+		kt_sb_printf(&b, "# HELP kthrottle_%s %s\n# TYPE kthrottle_%s %s\n", fam[f].name,
+			  fam[f].help, fam[f].name, fam[f].type);
+		for (int i = 0; i < d->plan.n_limits; i++) {
+			const struct kt_limit_rt *l = &d->plan.limits[i];
+			const struct kt_limit_state *s = &d->ls[i];
+			const struct kt_pool_view *v = kt_pool_view(d->pool, i);
+			double val;
+
+			switch (f) {
+			case 0: val = l->cfg->rl.max; break;
+			case 1: val = s->pool_rate; break;
+			case 2: val = s->bucket_rate; break;
+			case 3: val = v->size; break;
+			case 4: val = v->phase == KT_POOL_AGREED; break;
+			case 5: val = l->n_members; break;
+			case 6: val = (double)s->total_admitted; break;
+			case 7: val = (double)s->total_throttled; break;
+			default: val = (double)s->throttled_ns / 1e9; break;
+			}
+			kt_sb_printf(&b, "kthrottle_%s{limit=\"%s\"} %.17g\n", fam[f].name, l->cfg->name, val);
+		}
+	}
+	kt_sb_printf(&b, "# HELP kthrottle_throttle_events_total Throttle events (sampled: at most one per CPU per ms) by reason.\n"
+		      "# TYPE kthrottle_throttle_events_total counter\n");
+	for (int i = 0; i < d->plan.n_limits; i++)
+		for (int r = 0; r < KT_REASON_COUNT; r++)
+			kt_sb_printf(&b, "kthrottle_throttle_events_total{limit=\"%s\",reason=\"%s\"} %llu\n",
+				  d->plan.limits[i].cfg->name, reason_names[r],
+				  (unsigned long long)d->ls[i].events[r]);
+	strict_metrics(&d->plan, d->strict, &b, now);
+	tag_metrics(d->tags, &b);
+	kt_sb_printf(&b, "# HELP kthrottle_store_state 1 for the state the limit's store is in.\n"
+		      "# TYPE kthrottle_store_state gauge\n");
+	for (int i = 0; i < d->plan.n_limits; i++) {
+		uint64_t since = 0;
+		char ep[300];
+
+		kt_sb_printf(&b, "kthrottle_store_state{limit=\"%s\",state=\"%s\"} 1\n",
+			  d->plan.limits[i].cfg->name,
+			  kt_pool_store_state(d->pool, i, &since, ep, sizeof(ep)));
+	}
+	store_error_metrics(&d->plan, d->pool, &b);
+	for (int k = 0; k < 2; k++) {
+		kt_sb_printf(&b, "# HELP kthrottle_member_%s_total Tokens %s for one member cgroup (its bucket's counters).\n"
+			      "# TYPE kthrottle_member_%s_total counter\n",
+			  k ? "throttled" : "admitted", k ? "refused" : "admitted",
+			  k ? "throttled" : "admitted");
+		for (int i = 0; i < d->plan.n_limits; i++) {
+			const struct kt_limit_rt *l = &d->plan.limits[i];
+
+			for (int j = 0; j < l->n_members; j++) {
+				struct kt_counters mc = { 0 };
+
+				kt_bpf_read_counters(&d->bpf, l->members[j].slot, &mc);
+				kt_sb_printf(&b, "kthrottle_member_%s_total{limit=\"%s\",member=\"%s\"} %llu\n",
+					  k ? "throttled" : "admitted", l->cfg->name, l->members[j].id,
+					  (unsigned long long)(k ? mc.throttled : mc.admitted));
+			}
+		}
+	}
+	/* the join bucket's counters: what cgroups below a pattern's
+	 * directory sent before the daemon classified them (limits with one) */
+	for (int k = 0; k < 2; k++) {
+		kt_sb_printf(&b, "# HELP kthrottle_unclassified_%s_total Tokens the limit's join bucket %s: cgroups below a pattern's directory not classified yet.\n"
+			      "# TYPE kthrottle_unclassified_%s_total counter\n",
+			  k ? "throttled" : "admitted", k ? "refused" : "admitted",
+			  k ? "throttled" : "admitted");
+		for (int i = 0; i < d->plan.n_limits; i++) {
+			const struct kt_limit_rt *l = &d->plan.limits[i];
+			struct kt_counters jc = { 0 };
+
+			if (!l->has_join)
+				continue;
+			kt_bpf_read_counters(&d->bpf, l->join_slot, &jc);
+			kt_sb_printf(&b, "kthrottle_unclassified_%s_total{limit=\"%s\"} %llu\n",
+				  k ? "throttled" : "admitted", l->cfg->name,
+				  (unsigned long long)(k ? jc.throttled : jc.admitted));
+		}
+	}
+	return kt_sb_take(&b);
+}
+
+static char *render_metrics(void *arg, unsigned *status)
+{
+	(void)status;
+	return kt_report_metrics(arg);
+}
+
+static char *render_healthz(void *arg, unsigned *status)
+{
+	return kt_report_health(arg, false, status);
+}
+
+static char *render_livez(void *arg, unsigned *status)
+{
+	return kt_report_health(arg, true, status);
+}
+
+static const struct kt_metrics_route http_routes[] = {
+	{ "/metrics", "text/plain; version=0.0.4", render_metrics },
+	{ "/healthz", "text/plain", render_healthz },
+	{ "/livez", "text/plain", render_livez },
+};
+
+int kt_report_http_routes(const struct kt_metrics_route **routes)
+{
+	*routes = http_routes;
+	return (int)(sizeof(http_routes) / sizeof(http_routes[0]));
+}
+
+/* The last throttle event's retry-after (ms; -1: closed) and age (s). */
+double kt_report_retry_ms(const struct kt_limit_state *s)
+{
+	return s->last_retry_after_ns == ~0ULL ? -1.0 : (double)s->last_retry_after_ns / 1e6;
+}
+
+static double last_event_age_s(const struct kt_limit_state *s, uint64_t now)
+{
+	return now > s->last_event_ns ? (double)(now - s->last_event_ns) / 1e9 : 0.0;
+}
+
+/* "pattern", "path" or "pods": what found member m. */
+static const char *found_by(const struct kt_limit_cfg *c, const struct kt_member_rt *m)
+{
+	if (m->entry == KT_ENTRY_PODS)
+		return "pods";
+	if (m->entry == KT_ENTRY_COOP)
+		return "libkthrottle";
+	return kt_path_is_pattern(c->cgroups[m->entry]) ? "pattern" : "path";
+}
+
+/* The entry that found m: the cgroups entry, or the pod "namespace/name". */
+static const char *found_entry(const struct kt_limit_cfg *c, const struct kt_member_rt *m)
+{
+	if (m->entry == KT_ENTRY_COOP)
+		return "kt_coop"; /* its entry: slot - KT_COOP_SLOT0 */
+	return m->entry == KT_ENTRY_PODS ? m->pod : c->cgroups[m->entry];
+}
+
+/* The pods watcher's state: one line of text, or a "kubernetes" member of
+ * the status object. */
+static void kube_status(struct kt_kube *kube, int n_pods, struct kt_sbuf *b, bool json, uint64_t now)
+{
+	struct kt_kube_status st;
+
+	if (!kube)
+		return;
+	kt_kube_status(kube, &st);
+	if (json) {
+		kt_sb_printf(b, ",\"kubernetes\":{\"api_server\":");
+		kt_sb_json_str(b, kt_kube_options(kube)->api_server);
+		kt_sb_printf(b, ",\"node\":");
+		kt_sb_json_str(b, kt_kube_options(kube)->node_name);
+		kt_sb_printf(b, ",\"state\":\"%s\",\"synced\":%s,\"since_s\":%.3f,\"pods\":%d,"
+			     "\"resource_version\":",
+			  kt_kube_state_name(st.state), st.synced ? "true" : "false",
+			  now > st.since_ns ? (double)(now - st.since_ns) / 1e9 : 0.0, n_pods);
+		kt_sb_json_str(b, st.resource_version);
+		kt_sb_printf(b, ",\"lists\":%lu,\"watches\":%lu,\"relists\":%lu,\"skipped\":%lu,"
+			     "\"http_status\":%ld,\"error\":",
+			  st.lists, st.watches, st.relists, st.skipped, st.http_status);
+		kt_sb_json_str(b, st.error);
+		kt_sb_printf(b, "}");
+		return;
+	}
+	kt_sb_printf(b, "kubernetes %s  node %s  %s for %.1fs  %d pod(s) on this node%s  (lists %lu, watches %lu, relists %lu)\n",
+		  kt_kube_options(kube)->api_server, kt_kube_options(kube)->node_name,
+		  kt_kube_state_name(st.state),
+		  now > st.since_ns ? (double)(now - st.since_ns) / 1e9 : 0.0, n_pods,
+		  st.state == KT_KUBE_UNREACHABLE ? ", the last known" : "", st.lists, st.watches,
+		  st.relists);
+	if (st.error[0])
+		kt_sb_printf(b, "  kubernetes error: %s\n", st.error);
+}
+
+/* The tag limits: their buckets, query servers and exchange.
+ * JSON: a "tags" array after "limits"; text: a table after the limits. */
+static void tags_status(const struct kt_tags *tags, struct kt_sbuf *b, bool json, uint64_t now)
+{
+	int n = kt_tags_count(tags);
+
+	if (json)
+		kt_sb_printf(b, ",\"tags\":[");
+	else if (n)
+		kt_sb_printf(b, "%-16s %10s %8s %10s %12s %12s %12s %9s %s\n", "TAG_LIMIT", "RATE/s", "BURST",
+			  "TAGS", "ADMITTED", "REFUSED", "REMOTE_HITS", "CLIENTS", "EXCHANGE");
+	for (int i = 0; i < n; i++) {
+		struct kt_tag_stat t;
+		double age = -1;
+
+		kt_tags_get(tags, i, &t);
+		if (t.last_ok_ns && now > t.last_ok_ns)
+			age = (double)(now - t.last_ok_ns) / 1e9;
+		if (json) {
+			kt_sb_printf(b, "%s{\"name\":", i ? "," : "");
+			kt_sb_json_str(b, t.name);
+			kt_sb_printf(b,
+				  ",\"rate\":%.6g,\"burst\":%llu,\"report_interval_ms\":%.3f,\"tags\":%llu,"
+				  "\"admitted\":%llu,\"refused\":%llu,\"remote_hits\":%llu,\"evicted\":%llu,"
+				  "\"expired\":%llu,\"query\":{\"ok\":%llu,\"no\":%llu,\"bad_lines\":%llu,"
+				  "\"clients\":%llu,\"accepted\":%llu,\"clients_refused\":%llu,\"peers\":%llu,"
+				  "\"evicted_idle\":%llu,\"evicted_peer_cap\":%llu,\"evicted_full\":%llu},"
+				  "\"exchange\":{\"store\":\"%s\",\"store_ok\":%s,\"reports\":%llu,"
+				  "\"errors\":%llu,\"tags_sent\":%llu,\"entries_read\":%llu,"
+				  "\"remote_tags\":%llu,\"bad_remote\":%llu,\"last_ok_age_s\":%.3f,"
+				  "\"last_error\":",
+				  t.rate, (unsigned long long)t.burst, (double)t.report_ns / 1e6,
+				  (unsigned long long)t.tab.tags, (unsigned long long)t.tab.admitted,
+				  (unsigned long long)t.tab.refused, (unsigned long long)t.tab.remote_hits,
+				  (unsigned long long)t.tab.evicted, (unsigned long long)t.tab.expired,
+				  (unsigned long long)t.query.ok, (unsigned long long)t.query.no,
+				  (unsigned long long)t.query.bad_lines, (unsigned long long)t.query.clients,
+				  (unsigned long long)t.query.accepted, (unsigned long long)t.query.refused,
+				  (unsigned long long)t.query.peers, (unsigned long long)t.query.evicted_idle,
+				  (unsigned long long)t.query.evicted_peer_cap,
+				  (unsigned long long)t.query.evicted_full,
+				  t.exchange ? "redis" : "none", t.exchange && t.store_ok ? "true" : "false",
+				  (unsigned long long)t.reports, (unsigned long long)t.report_errors,
+				  (unsigned long long)t.tags_sent, (unsigned long long)t.remote_entries,
+				  (unsigned long long)t.remote_tags, (unsigned long long)t.bad_remote, age);
+			kt_sb_json_str(b, t.last_error);
+			kt_sb_printf(b, "}");
+			if (t.xdp)
+				kt_sb_printf(b,
+					  ",\"xdp\":{\"interfaces\":%d,\"buckets\":%llu,\"passed\":%llu,"
+					  "\"dropped\":%llu,\"hits_sent\":%llu,\"remote_hits\":%llu}",
+					  t.ifaces, (unsigned long long)t.xdp_buckets,
+					  (unsigned long long)t.xdp_admitted, (unsigned long long)t.xdp_dropped,
+					  (unsigned long long)t.xdp_hits_sent,
+					  (unsigned long long)t.xdp_remote_hits);
+			kt_sb_printf(b, "}");
+		} else {
+			char ex[400];
+
+			if (!t.exchange)
+				snprintf(ex, sizeof(ex), "none (local to this node)");
+			else if (t.store_ok)
+				snprintf(ex, sizeof(ex), "ok, last %.1fs ago", age);
+			else if (t.report_errors)
+				snprintf(ex, sizeof(ex), "FAILING (local counts only): %s", t.last_error);
+			else
+				snprintf(ex, sizeof(ex), "starting");
+			kt_sb_printf(b, "%-16s %10.3f %8llu %10llu %12llu %12llu %12llu %9llu %s\n", t.name,
+				  t.rate, (unsigned long long)t.burst, (unsigned long long)t.tab.tags,
+				  (unsigned long long)t.tab.admitted, (unsigned long long)t.tab.refused,
+				  (unsigned long long)t.tab.remote_hits, (unsigned long long)t.query.clients,
+				  ex);
+			if (t.xdp)
+				kt_sb_printf(b, "  xdp on %d interface(s): %llu sources, passed %llu, dropped %llu, remote hits %llu\n",
+					  t.ifaces, (unsigned long long)t.xdp_buckets,
+					  (unsigned long long)t.xdp_admitted, (unsigned long long)t.xdp_dropped,
+					  (unsigned long long)t.xdp_remote_hits);
+		}
+	}
+	if (json)
+		kt_sb_printf(b, "]");
+}
+
+/* Tag limits: decisions, tags known, remote hits, and whether the exchange
+ * works. */
+static void tag_metrics(const struct kt_tags *tags, struct kt_sbuf *b)
+{
+	int n = kt_tags_count(tags);
+	struct kt_tag_stat t;
+
+	if (!n)
+		return;
+	kt_sb_printf(b, "# HELP kthrottle_tag_decisions_total Query-tag decisions of this node by verdict.\n"
+		     "# TYPE kthrottle_tag_decisions_total counter\n");
+	for (int i = 0; i < n; i++) {
+		kt_tags_get(tags, i, &t);
+		kt_sb_printf(b, "kthrottle_tag_decisions_total{tag_limit=\"%s\",verdict=\"admitted\"} %llu\n"
+			     "kthrottle_tag_decisions_total{tag_limit=\"%s\",verdict=\"refused\"} %llu\n",
+			  t.name, (unsigned long long)t.tab.admitted, t.name,
+			  (unsigned long long)t.tab.refused);
+	}
+	kt_sb_printf(b, "# HELP kthrottle_tag_remote_hits_total Hits other nodes reported, taken from this node's buckets.\n"
+		     "# TYPE kthrottle_tag_remote_hits_total counter\n");
+	for (int i = 0; i < n; i++) {
+		kt_tags_get(tags, i, &t);
+		kt_sb_printf(b, "kthrottle_tag_remote_hits_total{tag_limit=\"%s\"} %llu\n", t.name,
+			  (unsigned long long)t.tab.remote_hits);
+	}
+	kt_sb_printf(b, "# HELP kthrottle_tag_tags Tags this node keeps a bucket for.\n"
+		     "# TYPE kthrottle_tag_tags gauge\n");
+	for (int i = 0; i < n; i++) {
+		kt_tags_get(tags, i, &t);
+		kt_sb_printf(b, "kthrottle_tag_tags{tag_limit=\"%s\"} %llu\n", t.name,
+			  (unsigned long long)t.tab.tags);
+	}
+	kt_sb_printf(b, "# HELP kthrottle_tag_exchange_ok 1 while the last exchange of hit counts succeeded (0 also without a redis store).\n"
+		     "# TYPE kthrottle_tag_exchange_ok gauge\n");
+	for (int i = 0; i < n; i++) {
+		kt_tags_get(tags, i, &t);
+		kt_sb_printf(b, "kthrottle_tag_exchange_ok{tag_limit=\"%s\"} %d\n", t.name,
+			  t.exchange && t.store_ok);
+	}
+}
+
+/* A strict limit's permits (nothing for other limits): the reserved
+ * permits, what was granted, used and wasted, who waits, and whether the
+ * store answers (if not, nothing is admitted). */
+static void strict_status(const struct kt_strict *strict, struct kt_sbuf *b, int i, bool json,
+			  uint64_t now)
+{
+	struct kt_strict_stat t;
+
+	kt_strict_get(strict, i, now, &t);
+	if (!t.strict)
+		return;
+	if (json) {
+		kt_sb_printf(b,
+			  "\"strict\":{\"every_ms\":%.3f,\"max_reserved\":%d,\"expire_after_ms\":%.3f,"
+			  "\"store_ok\":%s,\"reserved_permits\":%.3f,\"waiting\":%d,\"armed\":%d,"
+			  "\"next_due_ms\":%.3f,\"granted\":%llu,\"used\":%llu,\"wasted\":%llu,"
+			  "\"backoffs\":%llu,\"store_errors\":%llu,\"last_error\":",
+			  (double)t.every_ns / 1e6, t.max_reserved, (double)t.expire_ns / 1e6,
+			  t.store_down ? "false" : "true", t.reserved, t.waiting, t.armed,
+			  t.next_due_ns ? ((double)t.next_due_ns - (double)now) / 1e6 : 0.0,
+			  (unsigned long long)t.granted, (unsigned long long)t.used,
+			  (unsigned long long)t.wasted, (unsigned long long)t.backoffs,
+			  (unsigned long long)t.store_errors);
+		kt_sb_json_str(b, t.last_error);
+		kt_sb_printf(b, "},");
+		return;
+	}
+	kt_sb_printf(b,
+		  "  strict every %.1fms (maxReserved %d, expireAfter %.1fms)  reserved %.1f  waiting %d  "
+		  "permits granted %llu used %llu wasted %llu  back-offs %llu%s%s\n",
+		  (double)t.every_ns / 1e6, t.max_reserved, (double)t.expire_ns / 1e6, t.reserved, t.waiting,
+		  (unsigned long long)t.granted, (unsigned long long)t.used, (unsigned long long)t.wasted,
+		  (unsigned long long)t.backoffs,
+		  t.store_down ? "  STORE UNREACHABLE, admitting nothing: " : "", t.store_down ? t.last_error : "");
+}
+
+static void utc_time(int64_t t, char *out, size_t len)
+{
+	struct tm tm;
+	time_t tt = (time_t)t;
+
+	if (!gmtime_r(&tt, &tm) || !strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm))
+		snprintf(out, len, "%lld", (long long)t);
+}
+
+/* The config file: applied or rejected (since when, why), reload counts. */
+static void config_status(const struct kt_daemon *d, struct kt_sbuf *b, bool json)
+{
+	char at[32];
+
+	if (json) {
+		kt_sb_printf(b, ",\"config\":{\"path\":");
+		kt_sb_json_str(b, d->config_path);
+		kt_sb_printf(b, ",\"state\":\"%s\",\"error\":", d->cfg_rejected ? "rejected" : "applied");
+		kt_sb_json_str(b, d->cfg_rejected ? d->cfg_error : "");
+		if (d->cfg_rejected)
+			kt_sb_printf(b, ",\"rejected_since\":%lld", (long long)d->cfg_rejected_since);
+		else
+			kt_sb_printf(b, ",\"rejected_since\":null");
+		kt_sb_printf(b, ",\"applied_at\":%lld,\"reloads\":%llu,\"reload_failures\":%llu,\"auto\":%s}",
+			  (long long)d->cfg_applied_at, (unsigned long long)d->reloads,
+			  (unsigned long long)d->reload_failures, d->cfw ? "true" : "false");
+		return;
+	}
+	if (d->cfg_rejected) {
+		utc_time(d->cfg_rejected_since, at, sizeof(at));
+		kt_sb_printf(b, "config %s: rejected since %s: %s\n", d->config_path, at, d->cfg_error);
+		return;
+	}
+	utc_time(d->cfg_applied_at, at, sizeof(at));
+	kt_sb_printf(b, "config %s: applied %s (%llu reloads, %llu rejected; %s)\n", d->config_path, at,
+		  (unsigned long long)d->reloads, (unsigned long long)d->reload_failures,
+		  d->cfw ? "changes apply themselves" : "not watched: reload by hand");
+}
+
+/* A limit's node bucket (KT_BUCKET_POOL) and join bucket (KT_BUCKET_JOIN),
+ * as the kernel has them at `now`: the rate and burst in force (the
+ * lease's, the fallback's, or 0 when closed; kt_bucket_params) and the whole
+ * tokens left; the join bucket's counters are what cgroups not classified
+ * yet sent since it was made. Operators see whether the node as a whole, or
+ * pods the daemon has not found yet, are what refuses. */
+static void node_join_status(const struct kt_bpf *bpf, struct kt_sbuf *b, const struct kt_limit_rt *l,
+			     bool json, uint64_t now)
+{
+	const struct kt_bucket *bk;
+	struct kt_counters jc = { 0 };
+	__u64 burst, interval;
+
+	if (!bpf->buckets)
+		return;
+	if (l->has_pool && l->pool_slot < KT_MAX_BUCKETS) {
+		bk = &bpf->buckets[l->pool_slot];
+		interval = kt_bucket_params(bk, now, &burst);
+		if (json)
+			kt_sb_printf(b, "\"node_bucket\":{\"slot\":%u,\"rate\":%.6g,\"burst\":%llu,\"tokens\":%llu},",
+				  l->pool_slot, kt_rate_from_interval_fp(interval), (unsigned long long)burst,
+				  (unsigned long long)kt_gcra_tokens_left(bk, now));
+		else
+			kt_sb_printf(b, "  node bucket %u  rate %.3f/s  burst %llu  tokens %llu  (all members together)\n",
+				  l->pool_slot, kt_rate_from_interval_fp(interval), (unsigned long long)burst,
+				  (unsigned long long)kt_gcra_tokens_left(bk, now));
+	}
+	if (l->has_join && l->join_slot < KT_MAX_BUCKETS) {
+		bk = &bpf->buckets[l->join_slot];
+		interval = kt_bucket_params(bk, now, &burst);
+		kt_bpf_read_counters(bpf, l->join_slot, &jc);
+		if (json)
+			kt_sb_printf(b, "\"join_bucket\":{\"slot\":%u,\"rate\":%.6g,\"burst\":%llu,\"tokens\":%llu,"
+				     "\"admitted\":%llu,\"throttled\":%llu},",
+				  l->join_slot, kt_rate_from_interval_fp(interval), (unsigned long long)burst,
+				  (unsigned long long)kt_gcra_tokens_left(bk, now),
+				  (unsigned long long)jc.admitted, (unsigned long long)jc.throttled);
+		else
+			kt_sb_printf(b, "  join bucket %u  rate %.3f/s  tokens %llu  unclassified cgroups: admitted %llu  throttled %llu\n",
+				  l->join_slot, kt_rate_from_interval_fp(interval),
+				  (unsigned long long)kt_gcra_tokens_left(bk, now),
+				  (unsigned long long)jc.admitted, (unsigned long long)jc.throttled);
+	}
+}
+
+char *kt_report_status(struct kt_daemon *d, bool json)
+{
+	struct kt_sbuf b = { 0 };
+	uint64_t now = kt_clock_ns();
+	int i, j;
+
+	if (json) {
+		kt_sb_printf(&b, "{\"node\":");
+		kt_sb_json_str(&b, d->cfg.node_name);
+		kt_sb_printf(&b, ",\"pin_dir\":");
+		kt_sb_json_str(&b, d->bpf.pin_dir);
+		kt_sb_printf(&b, ",\"attach\":");
+		kt_sb_json_str(&b, d->attach_desc);
+		kt_sb_printf(&b, ",\"uptime_s\":%.3f,\"ticks\":%llu,\"tick_late_max_ms\":%.3f,"
+			     "\"ticks_missed\":%llu,\"reloads\":%llu",
+			  (double)(now - d->started_ns) / 1e9, (unsigned long long)d->ticks,
+			  (double)d->tick_late_max_ns / 1e6, (unsigned long long)d->ticks_missed,
+			  (unsigned long long)d->reloads);
+		config_status(d, &b, true);
+		kube_status(d->kube, d->pods.n, &b, true, now);
+		kt_sb_printf(&b, ",\"limits\":[");
+	} else {
+		kt_sb_printf(&b, "node %s  pins %s  up %.0fs  latest tick %.1fms late\n", d->cfg.node_name,
+			  d->bpf.pin_dir, (double)(now - d->started_ns) / 1e9,
+			  (double)d->tick_late_max_ns / 1e6);
+		config_status(d, &b, false);
+		kt_sb_printf(&b, "attach %s\n", d->attach_desc);
+		kube_status(d->kube, d->pods.n, &b, false, now);
+		if (d->plan.n_limits) /* a node may have tag limits only */
+			kt_sb_printf(&b, "%-16s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",
+			  "LIMIT", "UNIT", "SCOPE", "MODE", "POOL_RATE/s", "MAX/s", "RAMP%",
+			  "UTIL%", "BUCKET_RATE", "BURST", "ADMITTED", "THROTTLED", "ADMIT/s");
+	}
+	for (i = 0; i < d->plan.n_limits; i++) {
+		const struct kt_limit_rt *l = &d->plan.limits[i];
+		struct kt_limit_state *s = &d->ls[i];
+		const struct kt_limit_cfg *c = l->cfg;
+
+		kt_ctl_read_counters(d, i);
+		if (json) {
+			kt_sb_printf(&b, "%s{\"name\":", i ? "," : "");
+			kt_sb_json_str(&b, c->name);
+			const struct kt_pool_view *v = kt_pool_view(d->pool, i);
+			uint64_t st_since = 0;
+			char ep[300] = "";
+			const char *st = kt_pool_store_state(d->pool, i, &st_since, ep, sizeof(ep));
+
+			kt_sb_printf(&b,
+				  ",\"id\":%u,\"unit\":\"%s\",\"scope\":\"%s\",\"mode\":\"%s\","
+				  "\"pool_rate\":%.6g,\"min\":%.6g,\"max\":%.6g,\"ramp_progress_pct\":%.2f,"
+				  "\"utilization_pct\":%.2f,\"bucket_rate\":%.6g,\"burst\":%.6g,"
+				  "\"fallback_rate\":%.6g,\"admitted\":%llu,\"throttled\":%llu,"
+				  "\"admitted_bytes\":%llu,\"throttled_bytes\":%llu,"
+				  "\"admitted_per_s\":%.3f,",
+				  l->id, kt_unit_name(c->unit), kt_scope_name(c->scope),
+				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.min, c->rl.max,
+				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
+				  s->bucket_rate, s->bucket_burst, s->fallback_rate,
+				  (unsigned long long)s->admitted, (unsigned long long)s->throttled,
+				  (unsigned long long)s->admitted_bytes,
+				  (unsigned long long)s->throttled_bytes, s->epoch_used_rate);
+			kt_sb_printf(&b, "\"store\":{\"kind\":\"%s\",\"state\":\"%s\",\"since_s\":%.3f,\"endpoint\":",
+				  kt_store_kind_name(c->store.kind), st,
+				  st_since && now > st_since ? (double)(now - st_since) / 1e9 : 0.0);
+			kt_sb_json_str(&b, ep);
+			store_error_status(d->pool, &b, i, true, now);
+			kt_sb_printf(&b,
+				  "},\"pool\":{\"phase\":\"%s\",\"size\":%d,\"live\":%d,\"agree\":%s,"
+				  "\"share\":%.6g,\"reserved\":%.6g,\"last_heartbeat_age_s\":%.3f,"
+				  "\"lease_left_s\":%.3f,\"fallback_left_s\":%.3f},",
+				  kt_pool_phase_name(v->phase), v->size, v->live, v->agree ? "true" : "false",
+				  kt_pool_bucket_rate(d->pool, i, s->pool_rate, 1), v->reserved,
+				  v->last_answer_ns && now > v->last_answer_ns
+					  ? (double)(now - v->last_answer_ns) / 1e9
+					  : -1.0,
+				  left_s(v->lease_until_ns, now), left_s(v->fallback_until_ns, now));
+			/* after "pool": readers that take the first "share" key of a
+			 * limit get the pool's */
+			kt_sb_printf(&b,
+				  "\"throttle_events\":{\"share\":%llu,\"fallback\":%llu,\"closed\":%llu,"
+				  "\"permit\":%llu},",
+				  (unsigned long long)s->events[KT_REASON_SHARE],
+				  (unsigned long long)s->events[KT_REASON_FALLBACK],
+				  (unsigned long long)s->events[KT_REASON_CLOSED],
+				  (unsigned long long)s->events[KT_REASON_PERMIT]);
+			strict_status(d->strict, &b, i, true, now);
+			if (s->last_event_ns)
+				kt_sb_printf(&b,
+					  "\"last_throttle\":{\"reason\":\"%s\",\"retry_after_ms\":%.3f,"
+					  "\"age_s\":%.3f},",
+					  reason_names[s->last_event_reason],
+					  kt_report_retry_ms(s), last_event_age_s(s, now));
+			node_join_status(&d->bpf, &b, l, true, now);
+			kt_sb_printf(&b, "\"cgroups\":[");
+		} else {
+			kt_sb_printf(&b,
+				  "%-16s %-10s %-5s %-10s %12.3f %12.3f %6.1f %6.1f %12.3f %8.0f %12llu %12llu %10.1f\n",
+				  c->name, kt_unit_name(c->unit), kt_scope_name(c->scope),
+				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.max,
+				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
+				  s->bucket_rate, s->bucket_burst, (unsigned long long)s->admitted,
+				  (unsigned long long)s->throttled, s->epoch_used_rate);
+			const struct kt_pool_view *v = kt_pool_view(d->pool, i);
+			uint64_t st_since = 0;
+			char ep[300] = "";
+			const char *st = kt_pool_store_state(d->pool, i, &st_since, ep, sizeof(ep));
+			if (s->last_event_ns)
+				kt_sb_printf(&b,
+					  "  throttle events: share %llu  fallback %llu  closed %llu  permit %llu  (last: %s, retry after %.1f ms, %.1fs ago)\n",
+					  (unsigned long long)s->events[KT_REASON_SHARE],
+					  (unsigned long long)s->events[KT_REASON_FALLBACK],
+					  (unsigned long long)s->events[KT_REASON_CLOSED],
+					  (unsigned long long)s->events[KT_REASON_PERMIT],
+					  reason_names[s->last_event_reason],
+					  kt_report_retry_ms(s), last_event_age_s(s, now));
+			strict_status(d->strict, &b, i, false, now);
+			if (c->rl.strict.on)
+				goto members; /* no pool: the strict line says it all */
+			kt_sb_printf(&b, "  store %s%s%s  pool %s size %d live %d  share %.3f/s",
+				  kt_store_kind_name(c->store.kind), ep[0] ? " " : "", ep,
+				  kt_pool_phase_name(v->phase), v->size, v->live,
+				  kt_pool_bucket_rate(d->pool, i, s->pool_rate, 1));
+			if (c->store.kind == KT_STORE_REDIS) {
+				if (st_since && now > st_since)
+					kt_sb_printf(&b, " (store %s for %.1fs", st, (double)(now - st_since) / 1e9);
+				else
+					kt_sb_printf(&b, " (store %s", st);
+				if (v->last_answer_ns && now > v->last_answer_ns)
+					kt_sb_printf(&b, ", last heartbeat %.1fs ago",
+						  (double)(now - v->last_answer_ns) / 1e9);
+				else
+					kt_sb_printf(&b, ", no answer yet");
+				if (v->lease_until_ns > now)
+					kt_sb_printf(&b, ", lease %.1fs left)", left_s(v->lease_until_ns, now));
+				else
+					kt_sb_printf(&b, ", lease expired)");
+				if (v->reserved > 0)
+					kt_sb_printf(&b, "  held for lapsed members %.3f/s", v->reserved);
+			}
+			kt_sb_printf(&b, "\n");
+			if (c->store.kind == KT_STORE_REDIS)
+				store_error_status(d->pool, &b, i, false, now);
+			node_join_status(&d->bpf, &b, l, false, now);
+		}
+members:
+		for (j = 0; j < l->n_members; j++) {
+			const struct kt_member_rt *m = &l->members[j];
+			struct kt_counters mc = { 0 };
+			double rate;
+
+			kt_bpf_read_counters(&d->bpf, m->slot, &mc);
+			/* the rate the kernel runs this member's bucket at now */
+			rate = d->bpf.buckets && m->slot < KT_MAX_SLOTS &&
+					       (d->bpf.coop || !kt_slot_is_coop(m->slot))
+				       ? kt_rate_from_interval_fp(KT_READ_ONCE(
+						 kt_bpf_bucket(&d->bpf, m->slot)->interval_fp))
+				       : 0;
+			if (json) {
+				kt_sb_printf(&b, "%s{\"member_id\":", j ? "," : "");
+				kt_sb_json_str(&b, m->id);
+				kt_sb_printf(&b, ",\"path\":");
+				kt_sb_json_str(&b, m->path);
+				/* how it was found: the config's entry */
+				kt_sb_printf(&b, ",\"found_by\":\"%s\",\"entry\":", found_by(c, m));
+				kt_sb_json_str(&b, found_entry(c, m));
+				kt_sb_printf(&b,
+					  ",\"cgroup_id\":%llu,\"slot\":%u,\"admitted\":%llu,\"throttled\":%llu,"
+					  "\"rate\":%.6g",
+					  (unsigned long long)m->cgid, m->slot,
+					  (unsigned long long)mc.admitted,
+					  (unsigned long long)mc.throttled, rate);
+				if (c->share == KT_SHARE_DEMAND)
+					kt_sb_printf(&b, ",\"demand\":%.6g", d->slot_base[m->slot].demand);
+				kt_sb_printf(&b, "}");
+			} else {
+				if (m->entry == KT_ENTRY_COOP)
+					kt_sb_printf(&b, "  member %s  (libkthrottle)  kt_coop entry %u  rate %.3f/s",
+						  m->id, m->slot - KT_COOP_SLOT0, rate);
+				else
+					kt_sb_printf(&b, "  member %s  cgroup %s  (%s %s)  bucket %u%s  rate %.3f/s",
+						  m->id, m->path, found_by(c, m), found_entry(c, m),
+						  m->slot, c->scope == KT_SCOPE_NODE ? " (shared)" : "",
+						  rate);
+				if (c->share == KT_SHARE_DEMAND)
+					kt_sb_printf(&b, "  demand %.3f/s", d->slot_base[m->slot].demand);
+				kt_sb_printf(&b, "  admitted %llu  throttled %llu\n",
+					  (unsigned long long)mc.admitted, (unsigned long long)mc.throttled);
+			}
+		}
+		if (json)
+			kt_sb_printf(&b, "]}");
+	}
+	if (json)
+		kt_sb_printf(&b, "]");
+	tags_status(d->tags, &b, json, now);
+	if (json)
+		kt_sb_printf(&b, "}\n");
+	return kt_sb_take(&b);
+}
