@@ -501,22 +501,6 @@ int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max)
 	return n;
 }
 
-void kt_node_policy(const struct kt_bucket_policy *pol, int n, struct kt_bucket_policy *out)
-{
-	*out = *pol;
-	if (pol->node_burst > 0) {
-		out->rate = pol->node_rate;
-		out->burst = pol->node_burst;
-		out->fallback_rate = pol->node_fallback_rate;
-		out->fallback_burst = pol->node_fallback_burst;
-		return;
-	}
-	out->rate *= n;
-	out->burst *= n;
-	out->fallback_rate *= n;
-	out->fallback_burst *= n;
-}
-
 /* Whether limit l's buckets may be chained at all: pod scope (node scope
  * shares one bucket already), not cooperative (no kernel bucket) and not
  * strict (a permit is one request anyway). */

@@ -11,6 +11,7 @@
 #include "bpf_loader.h"
 #include "config.h"
 #include "pods.h"
+#include "policy.h"
 
 struct kt_member_rt {
 	char *path;        /* canonical cgroup directory */
@@ -124,36 +125,6 @@ void kt_plan_attach_desc(const struct kt_plan *plan, char *buf, size_t len);
  * kernel's reasons. Errors are one line naming file, line and limit:
  * "FILE:LINE: limits[I] (NAME): what". No BPF, no root. */
 int kt_plan_check(const struct kt_plan *plan, char *err, size_t errlen);
-
-/* What one bucket of a limit may admit: its share while the lease holds,
- * then the fallback, then nothing (see struct kt_bucket). Times are kt clock
- * ns; valid_until 0 = no lease (local and static stores). */
-struct kt_bucket_policy {
-	double rate;           /* tokens/s: the share (pod scope: one member's; node: the node's) */
-	double burst;          /* tokens */
-	uint64_t valid_until;
-	double fallback_rate;  /* tokens/s after valid_until; 0 = closed */
-	double fallback_burst; /* tokens after valid_until (burst x fallback / rate) */
-	uint64_t fallback_until; /* 0 = the fallback never ends */
-	/* > 0: a strict limit (rateLimit.strict): the bucket is
-	 * KT_BUCKET_STRICT with burst 1 and this hold per admission, and
-	 * apply never opens it: a new one starts closed, a kept strict one is
-	 * left as it is (a permit armed in it stays valid), a kept ordinary
-	 * one is closed. Only the strict controller (strict.h) arms permits.
-	 * The fields above are then unused. */
-	uint64_t strict_hold_ns;
-	/* The node bucket's (kt_limit_rt.has_pool): the node's whole share,
-	 * all its members together. node_burst 0: the member's times the
-	 * number of members (see kt_node_policy). */
-	double node_rate;
-	double node_burst;
-	double node_fallback_rate;
-	double node_fallback_burst;
-};
-
-/* The policy of the node bucket of a limit with `n` members on the node,
- * whose member policy is `pol`. */
-void kt_node_policy(const struct kt_bucket_policy *pol, int n, struct kt_bucket_policy *out);
 
 /* Writes the plan into the maps and links. pol[i]: what each bucket of
  * plan->limits[i] may admit; a bucket created here gets it from birth, kept
