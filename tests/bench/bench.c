@@ -69,6 +69,7 @@
 #include "apply.h"
 #include "bpf_loader.h"
 #include "cgroup.h"
+#include "resolve.h"
 #include "config.h"
 #include "daemon.h"
 #include "ktest.h"

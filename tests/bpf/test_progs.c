@@ -42,6 +42,7 @@
 #include "sock.skel.h"
 #include "sockops.skel.h"
 #include "inspect.h"
+#include "resolve.h"
 #include "ktest.h"
 
 /* Slow enough that no token refills while a test runs. */

@@ -25,6 +25,7 @@
 #include "health.h"
 #include "log.h"
 #include "metrics.h"
+#include "resolve.h"
 #include "store.h"
 
 /* ---- control socket ---- */
