@@ -68,6 +68,7 @@
 #include <bpf/libbpf.h>
 #include "apply.h"
 #include "bpf_loader.h"
+#include "bucket.h"
 #include "cgroup.h"
 #include "resolve.h"
 #include "config.h"

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdarg.h>
 #include <bpf/bpf.h>
 #include "apply.h"
+#include "bucket.h"
 #include "cgroup.h"
 #include "classify.h"
 #include "log.h"
@@ -46,95 +46,6 @@ static bool wants_join_bucket(const struct kt_limit_rt *l, const struct kt_bucke
 static bool wants_node_bucket(const struct kt_limit_rt *l, const struct kt_bucket_policy *pol)
 {
 	return chainable(l, pol) && (l->n_members >= 2 || wants_join_bucket(l, pol));
-}
-
-/* Whole tokens, 1..2^32-1: < 2^32 keeps the kernel's burst multiply
- * division-free. */
-static __u64 burst_tokens(double burst)
-{
-	return burst < 1 ? 1 : burst > 4294967295.0 ? 4294967295ULL : (__u64)ceil(burst);
-}
-
-void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double burst)
-{
-	struct kt_bucket *bk = kt_bpf_bucket(b, slot);
-
-	/* burst first: a decision that sees the new burst with the old
-	 * interval errs by at most the burst difference, once */
-	__atomic_store_n(&bk->burst, burst_tokens(burst), __ATOMIC_RELAXED);
-	kt_bucket_rescale(bk, kt_clock_ns(), kt_interval_fp_from_rate(rate));
-}
-
-/* Each write must be safe with the others still old. A lease that moves
- * forward: fallback first, so the later deadline never arms a stale
- * fallback. A lease cut short: the deadline first, so the old, longer one
- * never meets the new fallback. */
-static void store_lease(struct kt_bucket *bk, uint64_t valid_until, uint64_t fb_fp,
-			uint64_t fb_burst, uint64_t fb_until)
-{
-	uint64_t old_until = __atomic_load_n(&bk->valid_until, __ATOMIC_RELAXED);
-
-	if (!valid_until || (old_until && valid_until >= old_until)) {
-		__atomic_store_n(&bk->fallback_fp, fb_fp, __ATOMIC_RELAXED);
-		__atomic_store_n(&bk->fallback_burst, fb_burst, __ATOMIC_RELAXED);
-		__atomic_store_n(&bk->fallback_until, fb_until, __ATOMIC_RELAXED);
-		__atomic_store_n(&bk->valid_until, valid_until, __ATOMIC_RELEASE);
-	} else {
-		__atomic_store_n(&bk->valid_until, valid_until, __ATOMIC_RELEASE);
-		__atomic_store_n(&bk->fallback_until, fb_until, __ATOMIC_RELAXED);
-		__atomic_store_n(&bk->fallback_burst, fb_burst, __ATOMIC_RELAXED);
-		__atomic_store_n(&bk->fallback_fp, fb_fp, __ATOMIC_RELAXED);
-	}
-}
-
-void kt_bucket_set_lease(struct kt_bpf *b, uint32_t slot, const struct kt_bucket_policy *pol)
-{
-	store_lease(kt_bpf_bucket(b, slot), pol->valid_until, kt_interval_fp_from_rate(pol->fallback_rate),
-		    burst_tokens(pol->fallback_burst), pol->fallback_until);
-}
-
-void kt_bucket_strict_close(struct kt_bucket *bk, uint64_t hold_ns, bool store_down)
-{
-	/* the window first: from here on the bucket admits nothing whatever
-	 * tat and the interval say */
-	__atomic_store_n(&bk->fallback_fp, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&bk->fallback_until, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&bk->valid_until, 1, __ATOMIC_RELEASE);
-	__atomic_store_n(&bk->burst, 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&bk->fallback_burst, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&bk->interval_fp, store_down ? 0 : hold_ns << KT_FP_SHIFT, __ATOMIC_RELEASE);
-}
-
-/* A kept or new bucket of a strict limit (pol->strict_hold_ns > 0). One
- * that already was strict keeps its state: an armed permit was issued by
- * the store and stays valid; only the hold follows the config. */
-static void strict_slot(struct kt_bucket *bk, const struct kt_bucket_policy *pol, bool fresh)
-{
-	uint32_t flags = __atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE);
-
-	if (!fresh && (flags & KT_BUCKET_STRICT)) {
-		if (__atomic_load_n(&bk->interval_fp, __ATOMIC_RELAXED))
-			__atomic_store_n(&bk->interval_fp, pol->strict_hold_ns << KT_FP_SHIFT,
-					 __ATOMIC_RELEASE);
-		return;
-	}
-	kt_bucket_strict_close(bk, pol->strict_hold_ns, false);
-	if (fresh)
-		bk->tat = 0;
-	if (!fresh)
-		__atomic_store_n(&bk->flags, flags | KT_BUCKET_STRICT, __ATOMIC_RELEASE);
-}
-
-/* A kept strict bucket whose limit is ordinary now: no longer strict,
- * before the ordinary rate and lease open it. */
-static void unstrict_slot(struct kt_bucket *bk)
-{
-	uint32_t flags = __atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE);
-
-	if (flags & KT_BUCKET_STRICT) {
-		__atomic_store_n(&bk->tat, 0, __ATOMIC_RELAXED);
-		__atomic_store_n(&bk->flags, flags & ~KT_BUCKET_STRICT, __ATOMIC_RELEASE);
-	}
 }
 
 /* slot_state: 0 free, 1 kept from before, 2 newly allocated; kt_buckets
@@ -1039,11 +950,7 @@ static int commit_node_bucket(struct apply *a, int i)
 	if (a->sa.state[slot] == 2) {
 		uint64_t now = kt_clock_ns(), tat = 0;
 
-		bk->limit_id = l->id;
-		bk->valid_until = 0;
-		bk->tat = 0;
-		kt_bucket_set_rate(a->b, slot, pol.rate, pol.burst);
-		kt_bucket_set_lease(a->b, slot, &pol);
+		kt_bucket_init(a->b, slot, l->id, &pol);
 		if (a->born_empty[i]) {
 			uint64_t interval = bk->interval_fp,
 				 tau = kt_tokens_to_ns(bk->burst, interval),
@@ -1051,8 +958,8 @@ static int commit_node_bucket(struct apply *a, int i)
 
 			tat = have < tau ? now + (tau - have) : 0;
 		}
-		bk->tat = tat;
-		__atomic_store_n(&bk->flags, KT_BUCKET_IN_USE | KT_BUCKET_POOL, __ATOMIC_RELEASE);
+		kt_bucket_set_tat(bk, tat);
+		kt_bucket_publish(bk, KT_BUCKET_IN_USE | KT_BUCKET_POOL);
 	} else {
 		kt_bucket_set_rate(a->b, slot, pol.rate, pol.burst);
 		kt_bucket_set_lease(a->b, slot, &pol);
@@ -1083,14 +990,12 @@ static int commit_join_bucket(struct apply *a, int i)
 		if (commit_step(a) ||
 		    bpf_map_update_elem(a->b->counters_fd, &slot, a->zero, BPF_ANY) < 0)
 			return -errno;
-		bk->limit_id = l->id;
-		bk->valid_until = 0;
-		bk->tat = 0;
+		kt_bucket_init(a->b, slot, l->id, pol);
+	} else {
+		kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
+		kt_bucket_set_lease(a->b, slot, pol);
 	}
-	kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
-	kt_bucket_set_lease(a->b, slot, pol);
-	__atomic_store_n(&bk->flags,
-			 member_flags(l, KT_BUCKET_IN_USE | KT_BUCKET_JOIN), __ATOMIC_RELEASE);
+	kt_bucket_publish(bk, member_flags(l, KT_BUCKET_IN_USE | KT_BUCKET_JOIN));
 	s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 	return 0;
 }
@@ -1119,16 +1024,16 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 				kt_coop_publish_as(&a->b->coop[slot - KT_COOP_SLOT0], l->cfg->name,
 						   pol->strict_hold_ns << KT_FP_SHIFT, 1, 1);
 			} else {
-				strict_slot(bk, pol, false);
+				kt_bucket_make_strict(bk, pol, false);
 			}
 			s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 			return 0;
 		}
 		if (fresh) {
 			kt_coop_publish(&a->b->coop[slot - KT_COOP_SLOT0], l->cfg->name,
-					kt_interval_fp_from_rate(pol->rate), burst_tokens(pol->burst));
+					kt_interval_fp_from_rate(pol->rate), kt_burst_tokens(pol->burst));
 		} else {
-			unstrict_slot(bk);
+			kt_bucket_unstrict(bk);
 			kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
 		}
 		kt_bucket_set_lease(a->b, slot, pol);
@@ -1146,18 +1051,15 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 			return -errno;
 		if (commit_step(a))
 			return -errno;
-		bk->limit_id = l->id;
 		if (pol->strict_hold_ns) {
 			/* closed until the strict controller arms a permit */
-			strict_slot(bk, pol, true);
-			__atomic_store_n(&bk->flags, flags | KT_BUCKET_STRICT, __ATOMIC_RELEASE);
+			bk->limit_id = l->id;
+			kt_bucket_make_strict(bk, pol, true);
+			kt_bucket_publish(bk, flags | KT_BUCKET_STRICT);
 			s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 			return 0;
 		}
-		bk->tat = 0; /* full burst available */
-		bk->valid_until = 0;
-		kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
-		kt_bucket_set_lease(a->b, slot, pol); /* a finite lease from birth */
+		kt_bucket_init(a->b, slot, l->id, pol);
 		/* A member joining a limit that already has members on this
 		 * node (a new pod of a pattern) starts with its share for one
 		 * heartbeat, not a full burst: a fair start next to members
@@ -1169,23 +1071,22 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 			uint64_t tau = kt_tokens_to_ns(bk->burst, bk->interval_fp),
 				 credit = l->cfg->store.heartbeat_ns;
 
-			bk->tat = kt_clock_ns() + (tau > credit ? tau - credit : 0);
+			kt_bucket_set_tat(bk, kt_clock_ns() + (tau > credit ? tau - credit : 0));
 		}
-		__atomic_store_n(&bk->flags, member_flags(l, flags), __ATOMIC_RELEASE);
+		kt_bucket_publish(bk, member_flags(l, flags));
 	} else {
 		if (commit_step(a))
 			return -errno;
 		if (pol->strict_hold_ns) {
-			strict_slot(bk, pol, false);
+			kt_bucket_make_strict(bk, pol, false);
 		} else {
-			unstrict_slot(bk);
+			kt_bucket_unstrict(bk);
 			kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
 			kt_bucket_set_lease(a->b, slot, pol);
 		}
 		if (l->cfg->scope == KT_SCOPE_POD)
-			__atomic_store_n(&bk->flags,
-					 member_flags(l, __atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE)),
-					 __ATOMIC_RELEASE);
+			kt_bucket_publish(bk, member_flags(l, __atomic_load_n(&bk->flags,
+									      __ATOMIC_ACQUIRE)));
 	}
 	s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 	return 0;
@@ -1272,22 +1173,12 @@ fail:
  * write, else rescaled back so the charges made meanwhile keep their cost. */
 static int restore_slot(struct apply *a, const struct saved_slot *s, uint64_t now)
 {
-	struct kt_bucket *bk = kt_bpf_bucket(a->b, s->slot);
-	const struct kt_bucket *o = &s->old;
-
 	if (kt_slot_is_coop(s->slot) && s->fresh) {
 		kt_coop_retire(&a->b->coop[s->slot - KT_COOP_SLOT0]);
 		return 0;
 	}
 
-	__atomic_store_n(&bk->burst, o->burst, __ATOMIC_RELAXED);
-	if (__sync_bool_compare_and_swap(&bk->tat, s->tat_after, o->tat))
-		__atomic_store_n(&bk->interval_fp, o->interval_fp, __ATOMIC_RELEASE);
-	else
-		kt_bucket_rescale(bk, now, o->interval_fp);
-	store_lease(bk, o->valid_until, o->fallback_fp, o->fallback_burst, o->fallback_until);
-	__atomic_store_n(&bk->limit_id, o->limit_id, __ATOMIC_RELAXED);
-	__atomic_store_n(&bk->flags, o->flags, __ATOMIC_RELEASE);
+	kt_bucket_restore(kt_bpf_bucket(a->b, s->slot), &s->old, s->tat_after, now);
 	if (s->fresh && bpf_map_update_elem(a->b->counters_fd, &s->slot, s->ctrs, BPF_ANY) < 0)
 		return 1;
 	return 0;
@@ -1351,7 +1242,7 @@ static void drop_stale(struct apply *a)
 			bpf_map_delete_elem(b->members_fd, &a->old_keys[i]);
 	for (uint32_t s = 0; s < KT_MAX_BUCKETS; s++)
 		if (!a->sa.state[s] && (b->buckets[s].flags & KT_BUCKET_IN_USE))
-			__atomic_store_n(&b->buckets[s].flags, 0, __ATOMIC_RELEASE);
+			kt_bucket_publish(&b->buckets[s], 0);
 	/* cooperative limits gone: their callers get -ESTALE */
 	for (uint32_t i = 0; b->coop && i < KT_MAX_COOP; i++)
 		if (!a->sa.state[KT_COOP_SLOT0 + i] &&

@@ -33,16 +33,6 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket
 /* Distinct bucket slots of a limit (pod scope: one per member; node: one). */
 int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max);
 
-/* A strict bucket closed: no permit (valid_until in the past, no
- * fallback); interval_fp the hold, or 0 with store_down (reason closed). */
-void kt_bucket_strict_close(struct kt_bucket *bk, uint64_t hold_ns, bool store_down);
-
-/* One atomic store of the interval: the bucket's tokens are kept (the queued
- * debt is rescaled to the new rate). */
-void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double burst);
-/* The lease part of `pol` (valid_until, fallback_rate, fallback_until). */
-void kt_bucket_set_lease(struct kt_bpf *b, uint32_t slot, const struct kt_bucket_policy *pol);
-
 /* Test only: 0 = off; N > 0 = the Nth kernel write of each kt_plan_apply
  * commit (a map update, a bucket store, the link sync) fails with -EIO as if
  * the kernel refused it, so tests can check the rollback. */
