@@ -11,16 +11,9 @@
 #include <stdint.h>
 #include "bpf_loader.h"
 #include "config.h"
+#include "layout.h" /* kt_plan_check, which kt_plan_apply runs first */
 #include "plan.h"
 #include "policy.h"
-
-/* Every check of kt_plan_apply's plan that needs no kernel state: limit and
- * bucket counts of the plan alone, the classifier (rules per prefix,
- * prefixes), limits per cgroup and member cgroups. kt_plan_apply runs the
- * same code first, so a plan this accepts fails to apply only for the
- * kernel's reasons. Errors are one line naming file, line and limit:
- * "FILE:LINE: limits[I] (NAME): what". No BPF, no root. */
-int kt_plan_check(const struct kt_plan *plan, char *err, size_t errlen);
 
 /* Writes the plan into the maps and links. pol[i]: what each bucket of
  * plan->limits[i] may admit; a bucket created here gets it from birth, kept
