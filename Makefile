@@ -24,11 +24,13 @@ endif
 ARCH      := $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
 
 # user/ by subsystem: base (config, cgroups, logging), kube (the pods on this
-# node: selector, cgroup paths, API watch), kernel (loader, apply, classifier,
-# inspection), pool (agreement, Redis store), control (ramp, controller,
-# daemon loop), tags (tag limits: query server, tag buckets, XDP, exchange),
-# bin (the two programs)
-USER_DIRS := user/base user/kube user/kernel user/pool user/control user/tags
+# node: selector, cgroup paths, API watch), members (the plan: member cgroups
+# resolved from paths, patterns and pod selectors, pending directories),
+# kernel (loader, apply, bucket writes, classifier, inspection), pool
+# (agreement, Redis store; policy.h is what kernel takes from it), control
+# (ramp, controller, daemon loop), tags (tag limits: query server, tag
+# buckets, XDP, exchange), bin (the two programs)
+USER_DIRS := user/base user/kube user/members user/kernel user/pool user/control user/tags
 
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers -Wno-format-truncation \

@@ -68,7 +68,9 @@
 #include <bpf/libbpf.h>
 #include "apply.h"
 #include "bpf_loader.h"
+#include "bucket.h"
 #include "cgroup.h"
+#include "resolve.h"
 #include "config.h"
 #include "daemon.h"
 #include "ktest.h"

@@ -43,6 +43,7 @@
 #include "sockops.skel.h"
 #include "inspect.h"
 #include "kt_bpffx.h"
+#include "resolve.h"
 #include "ktest.h"
 
 /* Slow enough that no token refills while a test runs. */

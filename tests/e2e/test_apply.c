@@ -25,6 +25,7 @@
 
 #include "apply.h"
 #include "cgroup.h"
+#include "resolve.h"
 #include "ktest.h"
 
 #define N_CG 6

@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <cmocka.h>
 
-#include "apply.h"
 #include "config.h"
+#include "resolve.h"
 
 static char mnt[PATH_MAX];
 

@@ -9,6 +9,7 @@
 #include "cgroup.h"
 #include "config.h"
 #include "daemon.h"
+#include "resolve.h"
 #include "tags.h"
 #include "log.h"
 

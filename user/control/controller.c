@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <bpf/bpf.h>
+#include "bucket.h"
 #include "controller.h"
 #include "daemon.h"
 #include "log.h"

@@ -19,6 +19,8 @@
 #include "metrics.h"
 #include "refresh.h"
 #include "report.h"
+#include "resolve.h"
+#include "store.h"
 
 /* ---- control socket: what its commands do (the server is ctlserver.c) ---- */
 

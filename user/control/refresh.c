@@ -12,6 +12,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "refresh.h"
+#include "resolve.h"
 
 /* The watcher options cfg asks for; o->api_server "" when no limit selects
  * pods. -EINVAL (err one line) when they cannot be found. */

@@ -9,6 +9,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
+#include "bucket.h"
 #include "log.h"
 #include "store.h"
 #include "storeq.h"

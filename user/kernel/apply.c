@@ -1,493 +1,17 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* kt_plan_apply: plan (kernel reads only: ids, slots, what each write
+ * replaces), commit (every write saved first), rollback. What the maps
+ * should hold is layout.c's, how one bucket is written bucket.c's. */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <limits.h>
-#include <stdarg.h>
-#include <time.h>
-#include <sys/stat.h>
 #include <bpf/bpf.h>
 #include "apply.h"
-#include "pending.h"
-#include "cgroup.h"
-#include "cgwatch.h"
+#include "bucket.h"
 #include "classify.h"
+#include "layout.h"
 #include "log.h"
-
-/* Adds cgroup `real` (id cgid), found by entry j of limit i, to `l`'s
- * members unless it is there already (two entries or spellings of one
- * cgroup are one member). Its bucket slot is kt_plan_apply's to find. */
-static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *cap,
-		      const char *real, uint64_t cgid, int j, const struct kt_pod *pod)
-{
-	struct kt_member_rt *m;
-
-	for (int k = 0; k < l->n_members; k++)
-		if (l->members[k].cgid == cgid)
-			return 0;
-	if (l->n_members == KT_MAX_MEMBERS_PER_LIMIT) {
-		kt_warn("limit %s: more than %d member cgroups: %s is not limited", l->cfg->name,
-			KT_MAX_MEMBERS_PER_LIMIT, real);
-		return 0;
-	}
-	if (l->n_members == *cap) {
-		int grow = *cap ? 2 * *cap : 4;
-		struct kt_member_rt *g = realloc(l->members, (size_t)grow * sizeof(*g));
-
-		if (!g)
-			return -ENOMEM;
-		l->members = g;
-		*cap = grow;
-	}
-	m = &l->members[l->n_members];
-	memset(m, 0, sizeof(*m));
-	m->path = strdup(real);
-	if (!m->path)
-		return -ENOMEM;
-	if (pod && asprintf(&m->pod, "%s/%s", pod->ns, pod->name) < 0) {
-		free(m->path);
-		return -ENOMEM;
-	}
-	m->cgid = cgid;
-	m->entry = j;
-	m->slot = UINT32_MAX;
-	/* the cgroup id is stable for the cgroup's life, which is the
-	 * member's life: a recreated pod is a new member */
-	snprintf(m->id, sizeof(m->id), "%s:%llu", cfg->node_name, (unsigned long long)cgid);
-	l->n_members++;
-	return 0;
-}
-
-/* The members limit i's pods selector picks among `pods`: each pod whose
- * cgroup directory exists under one of the kubelet's layouts. One that is
- * not there yet (the kubelet creates it after the API lists the pod) joins
- * at the rescan its mkdir triggers. */
-static int pod_members(const struct kt_config *cfg, int i, const char *cg_mount,
-		       const struct kt_pod_set *pods, struct kt_limit_rt *l, int *cap)
-{
-	const struct kt_limit_cfg *lc = &cfg->limits[i];
-	char cands[6][PATH_MAX], real[PATH_MAX], why[KT_ERR_LEN];
-	uint64_t cgid;
-	int ret;
-
-	if (!lc->pods.set || !pods)
-		return 0;
-	for (int p = 0; p < pods->n; p++) {
-		const struct kt_pod *pod = &pods->pods[p];
-		int n;
-
-		if (!kt_pod_selected(&lc->pods, pod))
-			continue;
-		n = kt_pod_cgroup_paths(cfg->kube.cgroup_root, pod, cands, 6);
-		for (int k = 0; k < n; k++) {
-			if (kt_cgroup_resolve(cands[k], cg_mount, real, sizeof(real), why, sizeof(why)) ||
-			    kt_cgroup_id(real, &cgid))
-				continue;
-			if ((ret = add_member(cfg, l, cap, real, cgid, KT_ENTRY_PODS, pod)))
-				return ret;
-			break;
-		}
-	}
-	return 0;
-}
-
-int kt_plan_pod_dirs(const struct kt_config *cfg, const char *cg_mount,
-		     const struct kt_pod_set *pods, char ***out)
-{
-	char cands[6][PATH_MAX];
-	char **v = NULL;
-	int n = 0, cap = 0;
-
-	*out = NULL;
-	for (int p = 0; pods && p < pods->n; p++) {
-		bool wanted = false;
-		int c;
-
-		for (int i = 0; i < cfg->n_limits && !wanted; i++)
-			wanted = kt_pod_selected(&cfg->limits[i].pods, &pods->pods[p]);
-		if (!wanted)
-			continue;
-		c = kt_pod_cgroup_paths(cfg->kube.cgroup_root, &pods->pods[p], cands, 6);
-		for (int k = 0; k < c; k++) {
-			if (n == cap) {
-				char **g = realloc(v, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(*g));
-
-				if (!g)
-					goto oom;
-				v = g;
-			}
-			if (asprintf(&v[n], "%s/%s", cg_mount, cands[k]) < 0)
-				goto oom;
-			n++;
-		}
-	}
-	*out = v;
-	return n;
-oom:
-	while (n)
-		free(v[--n]);
-	free(v);
-	return -ENOMEM;
-}
-
-/* The members limit i's cgroups entries name now: each plain path that
- * exists, and every cgroup v2 directory a pattern matches. A missing plain
- * path is no error (it joins when it appears; `quiet` keeps a rescan from
- * repeating the warning); a plain path that exists but is no cgroup v2
- * directory is, with the file, line and field. */
-static int limit_members(const struct kt_config *cfg, int i, const char *cg_mount,
-			 const struct kt_pod_set *pods, bool quiet, struct kt_limit_rt *l, char *err,
-			 size_t errlen)
-{
-	const struct kt_limit_cfg *lc = &cfg->limits[i];
-	char real[PATH_MAX], why[KT_ERR_LEN], full[PATH_MAX];
-	int cap = 0, ret;
-	uint64_t cgid;
-
-	if (lc->unit == KT_UNIT_REQUEST) {
-		/* one pool member per node, whatever the processes using it */
-		l->members = calloc(1, sizeof(*l->members));
-		if (!l->members || !(l->members[0].path = strdup("")))
-			return -ENOMEM;
-		l->members[0].entry = KT_ENTRY_COOP;
-		l->members[0].slot = UINT32_MAX;
-		snprintf(l->members[0].id, sizeof(l->members[0].id), "%s/request", cfg->node_name);
-		l->n_members = 1;
-		return 0;
-	}
-
-	for (int j = 0; j < lc->n_cgroups; j++) {
-		const char *entry = lc->cgroups[j];
-
-		if (kt_path_is_pattern(entry)) {
-			char **paths = NULL;
-			int n;
-
-			if (entry[0] == '/')
-				snprintf(full, sizeof(full), "%s", entry);
-			else
-				snprintf(full, sizeof(full), "%s/%s", cg_mount ? cg_mount : "", entry);
-			n = kt_cgroup_glob(full, &paths);
-			if (n < 0) {
-				snprintf(err, errlen, "%s:%d: limits[%d].cgroups[%d]: %s: %s", cfg->file,
-					 lc->cgroup_lines[j], i, j, entry, strerror(-n));
-				return n;
-			}
-			for (int k = 0; k < n; k++) {
-				/* a match that is no cgroup (a file the glob
-				 * cannot tell apart, a race with rmdir) is skipped */
-				if (kt_cgroup_resolve(paths[k], cg_mount, real, sizeof(real), why,
-						      sizeof(why)) ||
-				    kt_cgroup_id(real, &cgid))
-					continue;
-				if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL))) {
-					kt_cgroup_glob_free(paths, n);
-					return ret;
-				}
-			}
-			kt_cgroup_glob_free(paths, n);
-			continue;
-		}
-		ret = kt_cgroup_resolve(entry, cg_mount, real, sizeof(real), why, sizeof(why));
-		if (ret == -ENOENT) {
-			if (!quiet)
-				kt_warn("%s:%d: limits[%d].cgroups[%d]: %s does not exist (yet): limit %s applies to it when it appears",
-					cfg->file, lc->cgroup_lines[j], i, j, entry, lc->name);
-			continue;
-		}
-		if (!ret) {
-			ret = kt_cgroup_id(real, &cgid);
-			if (ret == -ENOENT)
-				continue; /* removed in between: as missing */
-			if (ret)
-				snprintf(why, sizeof(why), "%s: cannot read cgroup id: %s", real,
-					 strerror(-ret));
-		}
-		if (ret) {
-			snprintf(err, errlen, "%s:%d: limits[%d].cgroups[%d]: %s", cfg->file,
-				 lc->cgroup_lines[j], i, j, why);
-			return ret;
-		}
-		if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL)))
-			return ret;
-	}
-	return pod_members(cfg, i, cg_mount, pods, l, &cap);
-}
-
-/* A kt_members value lists at most KT_LIMITS_PER_CGROUP limits: a cgroup
- * named by a plain path in more is a config error (`strict`); one a
- * pattern found, or one that appeared after the start, stays out of the
- * limits past the eighth, with a warning. */
-static int cap_memberships(const struct kt_config *cfg, struct kt_plan *plan, bool strict,
-			   char *err, size_t errlen)
-{
-	for (int i = 0; i < plan->n_limits; i++) {
-		struct kt_limit_rt *l = &plan->limits[i];
-		int kept = 0;
-
-		if (l->cfg->unit == KT_UNIT_REQUEST)
-			continue; /* no cgroup */
-		for (int j = 0; j < l->n_members; j++) {
-			struct kt_member_rt *m = &l->members[j];
-			const struct kt_limit_cfg *lc = &cfg->limits[i];
-			int dup = 0;
-
-			for (int k = 0; k < i; k++)
-				for (int q = 0; q < plan->limits[k].n_members; q++)
-					dup += plan->limits[k].cfg->unit != KT_UNIT_REQUEST &&
-					       plan->limits[k].members[q].cgid == m->cgid;
-			if (dup < KT_LIMITS_PER_CGROUP) {
-				l->members[kept++] = *m;
-				continue;
-			}
-			if (strict && m->entry != KT_ENTRY_PODS &&
-			    !kt_path_is_pattern(lc->cgroups[m->entry])) {
-				snprintf(err, errlen,
-					 "%s:%d: limits[%d].cgroups[%d]: %s is already a member of %d limits, the most one cgroup may join",
-					 cfg->file, lc->cgroup_lines[m->entry], i, m->entry, m->path,
-					 KT_LIMITS_PER_CGROUP);
-				return -E2BIG;
-			}
-			kt_warn("limit %s: %s is already a member of %d limits, the most one cgroup may join: not limited by this one",
-				lc->name, m->path, KT_LIMITS_PER_CGROUP);
-			free(m->path);
-			free(m->pod);
-		}
-		l->n_members = kept;
-	}
-	return 0;
-}
-
-static int member_ids(struct kt_plan *plan)
-{
-	for (int i = 0; i < plan->n_limits; i++) {
-		struct kt_limit_rt *l = &plan->limits[i];
-
-		free(l->member_ids);
-		l->member_ids = calloc(l->n_members + 1, sizeof(*l->member_ids));
-		if (!l->member_ids)
-			return -ENOMEM;
-		for (int j = 0; j < l->n_members; j++)
-			l->member_ids[j] = l->members[j].id;
-	}
-	return 0;
-}
-
-/* cfg's attachRoot as a cgroup: it exists, is a cgroup v2 directory, and is
- * the mount or below it. Errors "FILE:LINE: attachRoot: what". */
-static int resolve_root(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan,
-			char *err, size_t errlen)
-{
-	char real[PATH_MAX], why[KT_ERR_LEN];
-	int ret;
-
-	ret = kt_cgroup_resolve(cfg->attach_root, cg_mount, real, sizeof(real), why, sizeof(why));
-	if (!ret && cg_mount && !kt_path_at_or_below(real, cg_mount)) {
-		snprintf(why, sizeof(why), "%s: not below the cgroup v2 mount %s", real, cg_mount);
-		ret = -EINVAL;
-	}
-	if (!ret && (ret = kt_cgroup_id(real, &plan->root_cgid)))
-		snprintf(why, sizeof(why), "%s: cannot read cgroup id: %s", real, strerror(-ret));
-	if (ret) {
-		snprintf(err, errlen, "%s:%d: attachRoot: %s", cfg->file, cfg->attach_root_line, why);
-		return ret;
-	}
-	plan->root_line = cfg->attach_root_line;
-	plan->root = strdup(real);
-	return plan->root ? 0 : -ENOMEM;
-}
-
-/* Leaves out of l the members a rescan found outside plan->root: the
- * programs attached at the root never see them. */
-static void drop_outside_root(struct kt_plan *plan, struct kt_limit_rt *l)
-{
-	int kept = 0;
-
-	if (l->cfg->unit == KT_UNIT_REQUEST)
-		return;
-	for (int j = 0; j < l->n_members; j++) {
-		struct kt_member_rt *m = &l->members[j];
-
-		if (kt_path_at_or_below(m->path, plan->root)) {
-			l->members[kept++] = *m;
-			continue;
-		}
-		kt_warn("limit %s: %s is not below attachRoot %s: not limited", l->cfg->name,
-			m->path, plan->root);
-		free(m->path);
-		free(m->pod);
-	}
-	l->n_members = kept;
-}
-
-static void common_dir(char *acc, const char *p);
-
-/* attachRoot auto: the deepest common ancestor of what the limits select
- * (kt_plan_common_root) and of every member found now, so that a member
- * the config's paths would not predict still has the programs above it.
- * Per-member attachment (plan->root NULL, root_note saying why) when that
- * is the cgroup v2 root: attached there, every process of the host would
- * pass the programs. Fails only for memory. */
-static int auto_root(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan)
-{
-	char dir[PATH_MAX], real[PATH_MAX], mnt[PATH_MAX], why[KT_ERR_LEN];
-	int ret = kt_plan_common_root(cfg, cg_mount, dir, sizeof(dir));
-
-	if (ret == -ENOENT)
-		return 0; /* no cgroup limit: nothing to attach */
-	if (!ret && !cg_mount)
-		ret = -ENOENT;
-	if (ret) {
-		snprintf(plan->root_note, sizeof(plan->root_note),
-			 "no common ancestor of the limits' cgroups: %s",
-			 cg_mount ? strerror(-ret) : "no cgroup v2 mount");
-		return 0;
-	}
-	if (!realpath(cg_mount, mnt))
-		snprintf(mnt, sizeof(mnt), "%s", cg_mount);
-	if (kt_cgroup_resolve(dir, cg_mount, real, sizeof(real), why, sizeof(why))) {
-		snprintf(plan->root_note, sizeof(plan->root_note), "%s", why);
-		return 0;
-	}
-	for (int i = 0; i < plan->n_limits; i++) {
-		const struct kt_limit_rt *l = &plan->limits[i];
-
-		if (l->cfg->unit == KT_UNIT_REQUEST)
-			continue;
-		for (int j = 0; j < l->n_members; j++)
-			if (!kt_path_at_or_below(l->members[j].path, real))
-				common_dir(real, l->members[j].path);
-	}
-	if (!strcmp(real, mnt) || !kt_path_at_or_below(real, mnt)) {
-		snprintf(plan->root_note, sizeof(plan->root_note),
-			 "the limits' cgroups have no common ancestor below the cgroup v2 root %s",
-			 mnt);
-		return 0;
-	}
-	if ((ret = kt_cgroup_id(real, &plan->root_cgid))) {
-		snprintf(plan->root_note, sizeof(plan->root_note), "%s: cannot read cgroup id: %s",
-			 real, strerror(-ret));
-		plan->root_cgid = 0;
-		return 0;
-	}
-	plan->root = strdup(real);
-	return plan->root ? 0 : -ENOMEM;
-}
-
-void kt_plan_attach_desc(const struct kt_plan *plan, char *buf, size_t len)
-{
-	bool any = false;
-
-	for (int i = 0; i < plan->n_limits && !any; i++)
-		any = plan->limits[i].cfg->unit != KT_UNIT_REQUEST;
-	if (!any)
-		snprintf(buf, len, "none");
-	else if (plan->root)
-		snprintf(buf, len, "%s (%s)", plan->root,
-			 plan->root_mode == KT_ATTACH_PATH ? "attachRoot" : "auto");
-	else if (plan->root_note[0])
-		snprintf(buf, len, "members (auto: %s)", plan->root_note);
-	else
-		snprintf(buf, len, "members");
-}
-
-/* The plan for cfg with the members found now. A rescan (not a start or a
- * reload) is quiet about missing paths and never fails on a cgroup in too
- * many limits. Limit ids and slots are kt_plan_apply's to find. */
-static int plan_members(const struct kt_config *cfg, const char *cg_mount,
-			const struct kt_pod_set *pods, bool rescan, struct kt_plan *plan, char *err,
-			size_t errlen)
-{
-	int ret = -ENOMEM;
-
-	memset(plan, 0, sizeof(*plan));
-	plan->limits = calloc(cfg->n_limits + 1, sizeof(*plan->limits));
-	if (!plan->limits)
-		goto fail;
-	plan->n_limits = cfg->n_limits;
-	plan->file = cfg->file;
-	plan->root_mode = cfg->attach_mode;
-	if (cfg->attach_mode == KT_ATTACH_PATH &&
-	    (ret = resolve_root(cfg, cg_mount, plan, err, errlen)))
-		goto fail;
-	for (int i = 0; i < cfg->n_limits; i++) {
-		struct kt_limit_rt *l = &plan->limits[i];
-
-		l->cfg = &cfg->limits[i];
-		ret = limit_members(cfg, i, cg_mount, pods, rescan, l, err, errlen);
-		if (ret)
-			goto fail;
-		/* a rescan's new member outside attachRoot is left out (the
-		 * start and reload refuse one: kt_plan_check) */
-		if (rescan && plan->root)
-			drop_outside_root(plan, l);
-	}
-	ret = cap_memberships(cfg, plan, !rescan, err, errlen);
-	/* auto: a root above every member, or per member */
-	if (!ret && cfg->attach_mode == KT_ATTACH_AUTO)
-		ret = auto_root(cfg, cg_mount, plan);
-	if (!ret)
-		ret = member_ids(plan);
-	if (!ret)
-		ret = kt_pending_scan(cfg, cg_mount, plan);
-	if (!ret)
-		return 0;
-fail:
-	if (ret == -ENOMEM)
-		snprintf(err, errlen, "out of memory");
-	kt_plan_free(plan);
-	return ret;
-}
-
-int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount,
-		    const struct kt_pod_set *pods, struct kt_plan *plan, char *err, size_t errlen)
-{
-	return plan_members(cfg, cg_mount, pods, false, plan, err, errlen);
-}
-
-int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, const char *cg_mount,
-		    const struct kt_pod_set *pods, struct kt_plan *next, bool *changed, char *err,
-		    size_t errlen)
-{
-	int ret = plan_members(cfg, cg_mount, pods, true, next, err, errlen);
-
-	*changed = false;
-	if (ret)
-		return ret;
-	/* the root recreated: a new cgroup to attach to */
-	*changed = cur->root_cgid != next->root_cgid;
-	for (int i = 0; i < cur->n_limits && !*changed; i++) {
-		const struct kt_limit_rt *a = &cur->limits[i], *b = &next->limits[i];
-
-		*changed = a->n_members != b->n_members;
-		for (int j = 0; j < a->n_members && !*changed; j++)
-			*changed = a->members[j].cgid != b->members[j].cgid;
-	}
-	/* a pending directory or an outsider came or went */
-	if (!*changed)
-		*changed = !kt_pending_same(cur, next);
-	if (!*changed)
-		kt_plan_free(next);
-	return 0;
-}
-
-void kt_plan_free(struct kt_plan *plan)
-{
-	for (int i = 0; i < plan->n_limits; i++) {
-		for (int j = 0; j < plan->limits[i].n_members; j++) {
-			free(plan->limits[i].members[j].path);
-			free(plan->limits[i].members[j].pod);
-		}
-		free(plan->limits[i].members);
-		free(plan->limits[i].member_ids);
-	}
-	kt_pending_free(plan);
-	free(plan->limits);
-	free(plan->root);
-	memset(plan, 0, sizeof(*plan));
-}
 
 int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max)
 {
@@ -499,22 +23,6 @@ int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max)
 	for (int j = 0; j < n; j++)
 		slots[j] = l->members[j].slot;
 	return n;
-}
-
-void kt_node_policy(const struct kt_bucket_policy *pol, int n, struct kt_bucket_policy *out)
-{
-	*out = *pol;
-	if (pol->node_burst > 0) {
-		out->rate = pol->node_rate;
-		out->burst = pol->node_burst;
-		out->fallback_rate = pol->node_fallback_rate;
-		out->fallback_burst = pol->node_fallback_burst;
-		return;
-	}
-	out->rate *= n;
-	out->burst *= n;
-	out->fallback_rate *= n;
-	out->fallback_burst *= n;
 }
 
 /* Whether limit l's buckets may be chained at all: pod scope (node scope
@@ -539,95 +47,6 @@ static bool wants_join_bucket(const struct kt_limit_rt *l, const struct kt_bucke
 static bool wants_node_bucket(const struct kt_limit_rt *l, const struct kt_bucket_policy *pol)
 {
 	return chainable(l, pol) && (l->n_members >= 2 || wants_join_bucket(l, pol));
-}
-
-/* Whole tokens, 1..2^32-1: < 2^32 keeps the kernel's burst multiply
- * division-free. */
-static __u64 burst_tokens(double burst)
-{
-	return burst < 1 ? 1 : burst > 4294967295.0 ? 4294967295ULL : (__u64)ceil(burst);
-}
-
-void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double burst)
-{
-	struct kt_bucket *bk = kt_bpf_bucket(b, slot);
-
-	/* burst first: a decision that sees the new burst with the old
-	 * interval errs by at most the burst difference, once */
-	__atomic_store_n(&bk->burst, burst_tokens(burst), __ATOMIC_RELAXED);
-	kt_bucket_rescale(bk, kt_clock_ns(), kt_interval_fp_from_rate(rate));
-}
-
-/* Each write must be safe with the others still old. A lease that moves
- * forward: fallback first, so the later deadline never arms a stale
- * fallback. A lease cut short: the deadline first, so the old, longer one
- * never meets the new fallback. */
-static void store_lease(struct kt_bucket *bk, uint64_t valid_until, uint64_t fb_fp,
-			uint64_t fb_burst, uint64_t fb_until)
-{
-	uint64_t old_until = __atomic_load_n(&bk->valid_until, __ATOMIC_RELAXED);
-
-	if (!valid_until || (old_until && valid_until >= old_until)) {
-		__atomic_store_n(&bk->fallback_fp, fb_fp, __ATOMIC_RELAXED);
-		__atomic_store_n(&bk->fallback_burst, fb_burst, __ATOMIC_RELAXED);
-		__atomic_store_n(&bk->fallback_until, fb_until, __ATOMIC_RELAXED);
-		__atomic_store_n(&bk->valid_until, valid_until, __ATOMIC_RELEASE);
-	} else {
-		__atomic_store_n(&bk->valid_until, valid_until, __ATOMIC_RELEASE);
-		__atomic_store_n(&bk->fallback_until, fb_until, __ATOMIC_RELAXED);
-		__atomic_store_n(&bk->fallback_burst, fb_burst, __ATOMIC_RELAXED);
-		__atomic_store_n(&bk->fallback_fp, fb_fp, __ATOMIC_RELAXED);
-	}
-}
-
-void kt_bucket_set_lease(struct kt_bpf *b, uint32_t slot, const struct kt_bucket_policy *pol)
-{
-	store_lease(kt_bpf_bucket(b, slot), pol->valid_until, kt_interval_fp_from_rate(pol->fallback_rate),
-		    burst_tokens(pol->fallback_burst), pol->fallback_until);
-}
-
-void kt_bucket_strict_close(struct kt_bucket *bk, uint64_t hold_ns, bool store_down)
-{
-	/* the window first: from here on the bucket admits nothing whatever
-	 * tat and the interval say */
-	__atomic_store_n(&bk->fallback_fp, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&bk->fallback_until, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&bk->valid_until, 1, __ATOMIC_RELEASE);
-	__atomic_store_n(&bk->burst, 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&bk->fallback_burst, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&bk->interval_fp, store_down ? 0 : hold_ns << KT_FP_SHIFT, __ATOMIC_RELEASE);
-}
-
-/* A kept or new bucket of a strict limit (pol->strict_hold_ns > 0). One
- * that already was strict keeps its state: an armed permit was issued by
- * the store and stays valid; only the hold follows the config. */
-static void strict_slot(struct kt_bucket *bk, const struct kt_bucket_policy *pol, bool fresh)
-{
-	uint32_t flags = __atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE);
-
-	if (!fresh && (flags & KT_BUCKET_STRICT)) {
-		if (__atomic_load_n(&bk->interval_fp, __ATOMIC_RELAXED))
-			__atomic_store_n(&bk->interval_fp, pol->strict_hold_ns << KT_FP_SHIFT,
-					 __ATOMIC_RELEASE);
-		return;
-	}
-	kt_bucket_strict_close(bk, pol->strict_hold_ns, false);
-	if (fresh)
-		bk->tat = 0;
-	if (!fresh)
-		__atomic_store_n(&bk->flags, flags | KT_BUCKET_STRICT, __ATOMIC_RELEASE);
-}
-
-/* A kept strict bucket whose limit is ordinary now: no longer strict,
- * before the ordinary rate and lease open it. */
-static void unstrict_slot(struct kt_bucket *bk)
-{
-	uint32_t flags = __atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE);
-
-	if (flags & KT_BUCKET_STRICT) {
-		__atomic_store_n(&bk->tat, 0, __ATOMIC_RELAXED);
-		__atomic_store_n(&bk->flags, flags & ~KT_BUCKET_STRICT, __ATOMIC_RELEASE);
-	}
 }
 
 /* slot_state: 0 free, 1 kept from before, 2 newly allocated; kt_buckets
@@ -664,427 +83,6 @@ static int find_existing(const struct old_member *old, int n, uint64_t cgid, uin
 		if (old[i].cgid == cgid && old[i].limit_id == limit_id)
 			return (int)old[i].slot;
 	return -1;
-}
-
-/* Is `path` strictly inside directory `dir`? */
-static bool path_inside(const char *path, const char *dir)
-{
-	size_t n = strlen(dir);
-
-	return strncmp(path, dir, n) == 0 && path[n] == '/';
-}
-
-/* Appends to each member's kt_members value the limits of the members it is
- * nested in, nearest first, skipping limits it has already: the programs
- * then find every limit that charges a cgroup (or its sub-cgroups) in one
- * list, and a limit on both keeps the nearest member's bucket. */
-static int inherit_nested(const struct kt_attach *want, struct kt_member_val *vals, int n,
-			  char *err, size_t errlen)
-{
-	for (int k = 0; k < n; k++) {
-		struct kt_member_val *v = &vals[k];
-		size_t done_len = SIZE_MAX; /* ancestors longer than this are merged */
-
-		for (;;) {
-			int anc = -1;
-
-			/* the nearest (longest path) ancestor not merged yet */
-			for (int j = 0; j < n; j++)
-				if (path_inside(want[k].path, want[j].path) &&
-				    strlen(want[j].path) < done_len &&
-				    (anc < 0 || strlen(want[j].path) > strlen(want[anc].path)))
-					anc = j;
-			if (anc < 0)
-				break;
-			done_len = strlen(want[anc].path);
-			for (uint32_t e = 0; e < vals[anc].own; e++) {
-				const struct kt_member_ent *ae = &vals[anc].ents[e];
-				uint32_t q;
-
-				for (q = 0; q < v->count; q++)
-					if (v->ents[q].limit_id == ae->limit_id)
-						break;
-				if (q < v->count)
-					continue;
-				if (v->count == KT_LIMITS_PER_CGROUP) {
-					snprintf(err, errlen,
-						 "cgroup %s is a member of more than %d limits, counting those of %s, which it is nested in",
-						 want[k].path, KT_LIMITS_PER_CGROUP, want[anc].path);
-					return -E2BIG;
-				}
-				v->ents[v->count++] = *ae;
-			}
-			v->flags |= vals[anc].flags & KT_MEMBER_NO_RAW; /* not the others: they describe the ancestor alone */
-		}
-	}
-	return 0;
-}
-
-/* The hooks (bit per enum kt_hook, KT_ATTACH_*) a cgroup limit's members
- * need; 0 for a cooperative limit (no cgroup). */
-static unsigned limit_hooks(const struct kt_limit_cfg *lc)
-{
-	unsigned mask;
-
-	if (lc->unit == KT_UNIT_REQUEST)
-		return 0;
-	mask = 1u << kt_hook_for_unit(lc->unit);
-	/* the datagrams sendmsg cannot see (connected sockets, GSO) are
-	 * charged on egress */
-	if (lc->unit == KT_UNIT_DATAGRAM)
-		mask |= 1u << KT_HOOK_EGRESS;
-	/* raw IP sockets would go around the hooks */
-	if (!lc->allow_raw_sockets)
-		mask |= 1u << KT_ATTACH_SOCK_CREATE;
-	/* TCP under a byte limit paces itself (sockops.bpf.c) */
-	if (lc->unit == KT_UNIT_BYTE)
-		mask |= 1u << KT_ATTACH_SOCKOPS;
-	return mask;
-}
-
-static int want_index(const struct kt_attach *want, int n, uint64_t cgid)
-{
-	for (int k = 0; k < n; k++)
-		if (want[k].cgroup_id == cgid)
-			return k;
-	return -1;
-}
-
-/* Appends to pending directory p's list, after its own and inherited
- * entries, a pending entry per limit naming it that a cgroup below it
- * without an entry would be charged under: a pod-scope limit's join bucket,
- * a node-scope limit's one bucket (none without members). A limit the list
- * has already charges such a cgroup anyway. Entries that do not fit are
- * left out (kt_pending_scan warned of directories named by too many). */
-static void add_pending(const struct kt_plan *plan, const struct kt_pending_dir *p,
-			struct kt_member_val *v)
-{
-	uint32_t n = 0;
-
-	for (int q = 0; q < p->n_limits; q++) {
-		const struct kt_limit_rt *l = &plan->limits[p->limits[q]];
-		uint32_t slot, e;
-
-		if (l->has_join)
-			slot = l->join_slot;
-		else if (l->cfg->scope == KT_SCOPE_NODE && l->n_members > 0)
-			slot = l->members[0].slot;
-		else
-			continue;
-		for (e = 0; e < v->count + n; e++)
-			if (v->ents[e].limit_id == l->id)
-				break;
-		if (e < v->count + n || v->count + n == KT_LIMITS_PER_CGROUP)
-			continue;
-		v->ents[v->count + n++] = (struct kt_member_ent){ .limit_id = l->id, .slot = slot };
-	}
-	v->flags = (uint16_t)((v->flags & ~(KT_MEMBER_PENDING_MASK << KT_MEMBER_PENDING_SHIFT)) |
-			      (n << KT_MEMBER_PENDING_SHIFT));
-	if (n && p->no_raw)
-		v->flags |= KT_MEMBER_PENDING_NO_RAW;
-}
-
-/* Member cgroups of the plan, each with the kt_members value listing its
- * limits (then those inherited from the members it is nested in) and the
- * hooks its limits need. Fails, naming the cgroup, when one is in more
- * limits than a kt_members value holds. */
-static int collect_cgroups(const struct kt_plan *plan, struct kt_attach *want,
-			   struct kt_member_val *vals, int *n_out, char *err, size_t errlen)
-{
-	int n = 0, ret;
-
-	for (int i = 0; i < plan->n_limits; i++) {
-		if (plan->limits[i].cfg->unit == KT_UNIT_REQUEST)
-			continue; /* no cgroup, no hook */
-		for (int j = 0; j < plan->limits[i].n_members; j++) {
-			const struct kt_member_rt *m = &plan->limits[i].members[j];
-			struct kt_member_val *v;
-			int k = want_index(want, n, m->cgid);
-
-			if (k < 0) {
-				k = n;
-				if (n == KT_MAX_MEMBERSHIPS) {
-					snprintf(err, errlen, "more than %d member cgroups",
-						 KT_MAX_MEMBERSHIPS);
-					return -E2BIG;
-				}
-				want[n] = (struct kt_attach){ .cgroup_id = m->cgid, .path = m->path };
-				memset(&vals[n], 0, sizeof(vals[n]));
-				n++;
-			}
-			v = &vals[k];
-			if (v->count == KT_LIMITS_PER_CGROUP) {
-				snprintf(err, errlen, "cgroup %s is a member of more than %d limits",
-					 m->path, KT_LIMITS_PER_CGROUP);
-				return -E2BIG;
-			}
-			v->ents[v->count++] = (struct kt_member_ent){ .limit_id = plan->limits[i].id,
-								      .slot = m->slot };
-			want[k].hook_mask |= limit_hooks(plan->limits[i].cfg);
-			/* raw IP sockets would go around the hooks */
-			if (!plan->limits[i].cfg->allow_raw_sockets)
-				v->flags |= KT_MEMBER_NO_RAW;
-		}
-	}
-	/* pending directories and outsiders: an entry each, no limits of
-	 * their own (an outsider stops the walk up to a pending directory) */
-	for (int k = 0; k < plan->n_pending + plan->n_outsiders; k++) {
-		bool pend = k < plan->n_pending;
-		uint64_t cgid = pend ? plan->pending[k].cgid : plan->outsiders[k - plan->n_pending].cgid;
-		const char *path = pend ? plan->pending[k].path : plan->outsiders[k - plan->n_pending].path;
-
-		if (want_index(want, n, cgid) >= 0)
-			continue;
-		if (n == KT_MAX_MEMBERSHIPS) {
-			snprintf(err, errlen, "more than %d member cgroups", KT_MAX_MEMBERSHIPS);
-			return -E2BIG;
-		}
-		want[n] = (struct kt_attach){ .cgroup_id = cgid, .path = path };
-		memset(&vals[n], 0, sizeof(vals[n]));
-		n++;
-	}
-	for (int k = 0; k < n; k++) {
-		vals[k].own = (uint16_t)vals[k].count;
-		if (!vals[k].count)
-			vals[k].flags |= KT_MEMBER_NO_OWN;
-	}
-	*n_out = n;
-	ret = inherit_nested(want, vals, n, err, errlen);
-	for (int k = 0; !ret && k < plan->n_pending; k++)
-		add_pending(plan, &plan->pending[k], &vals[want_index(want, n, plan->pending[k].cgid)]);
-	return ret;
-}
-
-/* Attach points for the member cgroups. Programs attached to a cgroup also
- * run for its descendants, so a member nested in another member must not get
- * its own attachment: the packet would be decided (and charged) twice. Such
- * members are served by their outermost member ancestor's attachment, which
- * takes on their hooks; the program finds the nested member itself by its
- * own cgroup id. */
-static int fold_nested(const struct kt_attach *want, int n, struct kt_attach *out)
-{
-	int n_out = 0;
-
-	for (int i = 0; i < n; i++) {
-		int top = i;
-
-		for (int j = 0; j < n; j++)
-			if (path_inside(want[top].path, want[j].path))
-				top = j, j = -1; /* restart: find the outermost */
-		int k;
-		for (k = 0; k < n_out; k++)
-			if (out[k].cgroup_id == want[top].cgroup_id)
-				break;
-		if (k == n_out)
-			out[n_out++] = (struct kt_attach){ .cgroup_id = want[top].cgroup_id,
-							   .path = want[top].path };
-		out[k].hook_mask |= want[i].hook_mask;
-	}
-	return n_out;
-}
-
-/* err = "FILE:LINE: limits[i] (NAME): what": a plan error names the limit
- * as the config wrote it. Returns ret. */
-static int limit_err(const struct kt_plan *plan, int i, int ret, char *err, size_t errlen,
-		     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static int limit_err(const struct kt_plan *plan, int i, int ret, char *err, size_t errlen,
-		     const char *fmt, ...)
-{
-	const struct kt_limit_cfg *lc = plan->limits[i].cfg;
-	char what[KT_ERR_LEN];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(what, sizeof(what), fmt, ap);
-	va_end(ap);
-	snprintf(err, errlen, "%s:%d: limits[%d] (%s): %s", plan->file ? plan->file : "config",
-		 lc->line, i, lc->name, what);
-	return ret;
-}
-
-/* A plan-wide check run on the first k limits only, for blame(). */
-struct check_ctx {
-	const struct kt_plan *plan;
-	const struct kt_rule_input *rules;
-	struct kt_attach *want;         /* scratch, KT_MAX_MEMBERSHIPS */
-	struct kt_member_val *want_vals;
-};
-
-static int check_classifier(const struct check_ctx *c, int k, char *err, size_t errlen)
-{
-	struct kt_classifier cls;
-	int ret = kt_classifier_build(c->rules, k, &cls, err, errlen);
-
-	kt_classifier_free(&cls);
-	return ret;
-}
-
-static int check_members(const struct check_ctx *c, int k, char *err, size_t errlen)
-{
-	struct kt_plan first = *c->plan;
-	int n;
-
-	first.n_limits = k;
-	return collect_cgroups(&first, c->want, c->want_vals, &n, err, errlen);
-}
-
-/* `check` failed with ret and err on all n limits. The limit to name is the
- * first whose addition makes it fail: limits only add prefixes and
- * memberships, so failure is monotonic in the number taken (in
- * config order) and bisection finds it. The message is that run's. */
-static int blame(const struct check_ctx *c,
-		 int (*check)(const struct check_ctx *, int, char *, size_t), int n, int ret,
-		 char *err, size_t errlen)
-{
-	char why[KT_ERR_LEN], e[KT_ERR_LEN];
-	int lo = 0, hi = n; /* the first lo limits pass, the first hi fail */
-
-	snprintf(why, sizeof(why), "%s", err);
-	while (ret != -ENOMEM && hi - lo > 1) {
-		int mid = lo + (hi - lo) / 2, r = check(c, mid, e, sizeof(e));
-
-		if (r == -ENOMEM)
-			ret = r;
-		else if (r)
-			hi = mid, snprintf(why, sizeof(why), "%s", e);
-		else
-			lo = mid;
-	}
-	if (ret == -ENOMEM) {
-		snprintf(err, errlen, "out of memory");
-		return ret;
-	}
-	return limit_err(c->plan, hi - 1, ret, err, errlen, "%s", why);
-}
-
-/* With attachRoot, every member must be the root or below it: the programs
- * attached there see no other cgroup, so a member elsewhere would go
- * unenforced. Errors name the limit and the cgroup. */
-static int check_root(const struct kt_plan *plan, char *err, size_t errlen)
-{
-	for (int i = 0; i < plan->n_limits; i++) {
-		const struct kt_limit_rt *l = &plan->limits[i];
-
-		if (l->cfg->unit == KT_UNIT_REQUEST)
-			continue;
-		for (int j = 0; j < l->n_members; j++)
-			if (!kt_path_at_or_below(l->members[j].path, plan->root))
-				return limit_err(plan, i, -EINVAL, err, errlen,
-						 "cgroup %s is not below attachRoot %s (line %d): it would not be limited",
-						 l->members[j].path, plan->root, plan->root_line);
-	}
-	return 0;
-}
-
-/* The part of the plan that needs only the config and the cgroup ids: limit
- * and bucket counts, the classifier (rules[] filled here), the kt_members
- * values (want, want_vals: KT_MAX_MEMBERSHIPS each) and the attach points
- * (*attach allocated here). kt_plan_check and kt_plan_apply both run it, so
- * --check and a start cannot disagree on it. */
-static int plan_config(const struct kt_plan *plan, struct kt_rule_input *rules,
-		       struct kt_classifier *cls, struct kt_attach *want,
-		       struct kt_member_val *want_vals, int *n_want, struct kt_attach **attach,
-		       int *n_attach, char *err, size_t errlen)
-{
-	const struct check_ctx c = { plan, rules, want, want_vals };
-	int i, slots = 0, coop = 0, ret;
-
-	memset(cls, 0, sizeof(*cls));
-	*n_want = *n_attach = 0;
-	*attach = NULL;
-	if (plan->n_limits > KT_MAX_LIMITS)
-		return limit_err(plan, KT_MAX_LIMITS, -E2BIG, err, errlen, "more than %d limits",
-				 KT_MAX_LIMITS);
-	/* as plan_slots gives them out, before any kernel state counts */
-	for (i = 0; i < plan->n_limits; i++) {
-		const struct kt_limit_rt *l = &plan->limits[i];
-
-		if (l->cfg->unit == KT_UNIT_REQUEST) {
-			if (++coop > KT_MAX_COOP)
-				return limit_err(plan, i, -E2BIG, err, errlen,
-						 "more than %d limits of unit request", KT_MAX_COOP);
-			continue;
-		}
-		slots += l->cfg->scope == KT_SCOPE_NODE ? l->n_members > 0 : l->n_members;
-		if (slots > KT_MAX_BUCKETS)
-			return limit_err(plan, i, -E2BIG, err, errlen, "more than %d buckets needed",
-					 KT_MAX_BUCKETS);
-	}
-	for (i = 0; i < plan->n_limits; i++) {
-		const struct kt_limit_cfg *lc = plan->limits[i].cfg;
-		rules[i] = (struct kt_rule_input){
-			.limit_id = plan->limits[i].id,
-			.unit = lc->unit,
-			.proto_mask = lc->match.proto_mask,
-			.port_lo = lc->match.port_lo,
-			.port_hi = lc->match.port_hi,
-			.refuse_errno = (uint16_t)lc->refuse_errno,
-			.cidrs = lc->match.cidrs,
-			.n_cidrs = lc->match.n_cidrs,
-		};
-		if (lc->unit == KT_UNIT_REQUEST) {
-			/* a rule that matches nothing: no prefix, no port */
-			rules[i].n_cidrs = 0;
-			rules[i].port_lo = 1;
-			rules[i].port_hi = 0;
-		}
-	}
-	ret = kt_classifier_build(rules, plan->n_limits, cls, err, errlen);
-	if (ret)
-		return blame(&c, check_classifier, plan->n_limits, ret, err, errlen);
-	if (plan->root && (ret = check_root(plan, err, errlen)))
-		return ret;
-	ret = collect_cgroups(plan, want, want_vals, n_want, err, errlen);
-	if (ret)
-		return blame(&c, check_members, plan->n_limits, ret, err, errlen);
-	*attach = calloc(*n_want + 1, sizeof(**attach));
-	if (!*attach) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	if (!plan->root) {
-		*n_attach = fold_nested(want, *n_want, *attach);
-		return 0;
-	}
-	/* attachRoot: each hook any limit needs, once, at the root, whether
-	 * or not the limit has members yet: a member that joins later is a
-	 * kt_members update, no attach */
-	(*attach)[0] = (struct kt_attach){ .cgroup_id = plan->root_cgid, .path = plan->root };
-	for (i = 0; i < plan->n_limits; i++)
-		(*attach)[0].hook_mask |= limit_hooks(plan->limits[i].cfg);
-	*n_attach = (*attach)[0].hook_mask != 0;
-	return 0;
-}
-
-int kt_plan_check(const struct kt_plan *plan, char *err, size_t errlen)
-{
-	struct kt_rule_input *rules = calloc(plan->n_limits + 1, sizeof(*rules));
-	struct kt_attach *want = calloc(KT_MAX_MEMBERSHIPS, sizeof(*want)), *attach = NULL;
-	struct kt_member_val *vals = calloc(KT_MAX_MEMBERSHIPS, sizeof(*vals));
-	struct kt_limit_rt *limits = calloc(plan->n_limits + 1, sizeof(*limits));
-	struct kt_classifier cls = { 0 };
-	struct kt_plan numbered = *plan;
-	int n_want, n_attach, ret = -ENOMEM;
-
-	if (rules && want && vals && limits) {
-		/* the kernel ids are given out at apply: any distinct ones check
-		 * the same (memberships are told apart by limit id) */
-		memcpy(limits, plan->limits, plan->n_limits * sizeof(*limits));
-		for (int i = 0; i < plan->n_limits; i++)
-			limits[i].id = (uint32_t)i;
-		numbered.limits = limits;
-		ret = plan_config(&numbered, rules, &cls, want, vals, &n_want, &attach, &n_attach,
-				  err, errlen);
-	} else {
-		snprintf(err, errlen, "out of memory");
-	}
-	free(limits);
-	kt_classifier_free(&cls);
-	free(attach);
-	free(vals);
-	free(want);
-	free(rules);
-	return ret;
 }
 
 /* A bucket slot the commit wrote, as it was before. */
@@ -1436,8 +434,8 @@ static int plan_rest(struct apply *a, char *err, size_t errlen)
 {
 	int i, j, ret;
 
-	ret = plan_config(a->plan, a->rules, &a->cls, a->want, a->want_vals, &a->n_want,
-			  &a->attach, &a->n_attach, err, errlen);
+	ret = kt_plan_layout(a->plan, a->rules, &a->cls, a->want, a->want_vals, &a->n_want,
+			     &a->attach, &a->n_attach, err, errlen);
 	if (ret)
 		return ret;
 
@@ -1532,11 +530,7 @@ static int commit_node_bucket(struct apply *a, int i)
 	if (a->sa.state[slot] == 2) {
 		uint64_t now = kt_clock_ns(), tat = 0;
 
-		bk->limit_id = l->id;
-		bk->valid_until = 0;
-		bk->tat = 0;
-		kt_bucket_set_rate(a->b, slot, pol.rate, pol.burst);
-		kt_bucket_set_lease(a->b, slot, &pol);
+		kt_bucket_init(a->b, slot, l->id, &pol);
 		if (a->born_empty[i]) {
 			uint64_t interval = bk->interval_fp,
 				 tau = kt_tokens_to_ns(bk->burst, interval),
@@ -1544,8 +538,8 @@ static int commit_node_bucket(struct apply *a, int i)
 
 			tat = have < tau ? now + (tau - have) : 0;
 		}
-		bk->tat = tat;
-		__atomic_store_n(&bk->flags, KT_BUCKET_IN_USE | KT_BUCKET_POOL, __ATOMIC_RELEASE);
+		kt_bucket_set_tat(bk, tat);
+		kt_bucket_publish(bk, KT_BUCKET_IN_USE | KT_BUCKET_POOL);
 	} else {
 		kt_bucket_set_rate(a->b, slot, pol.rate, pol.burst);
 		kt_bucket_set_lease(a->b, slot, &pol);
@@ -1576,14 +570,12 @@ static int commit_join_bucket(struct apply *a, int i)
 		if (commit_step(a) ||
 		    bpf_map_update_elem(a->b->counters_fd, &slot, a->zero, BPF_ANY) < 0)
 			return -errno;
-		bk->limit_id = l->id;
-		bk->valid_until = 0;
-		bk->tat = 0;
+		kt_bucket_init(a->b, slot, l->id, pol);
+	} else {
+		kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
+		kt_bucket_set_lease(a->b, slot, pol);
 	}
-	kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
-	kt_bucket_set_lease(a->b, slot, pol);
-	__atomic_store_n(&bk->flags,
-			 member_flags(l, KT_BUCKET_IN_USE | KT_BUCKET_JOIN), __ATOMIC_RELEASE);
+	kt_bucket_publish(bk, member_flags(l, KT_BUCKET_IN_USE | KT_BUCKET_JOIN));
 	s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 	return 0;
 }
@@ -1612,16 +604,16 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 				kt_coop_publish_as(&a->b->coop[slot - KT_COOP_SLOT0], l->cfg->name,
 						   pol->strict_hold_ns << KT_FP_SHIFT, 1, 1);
 			} else {
-				strict_slot(bk, pol, false);
+				kt_bucket_make_strict(bk, pol, false);
 			}
 			s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 			return 0;
 		}
 		if (fresh) {
 			kt_coop_publish(&a->b->coop[slot - KT_COOP_SLOT0], l->cfg->name,
-					kt_interval_fp_from_rate(pol->rate), burst_tokens(pol->burst));
+					kt_interval_fp_from_rate(pol->rate), kt_burst_tokens(pol->burst));
 		} else {
-			unstrict_slot(bk);
+			kt_bucket_unstrict(bk);
 			kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
 		}
 		kt_bucket_set_lease(a->b, slot, pol);
@@ -1639,18 +631,15 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 			return -errno;
 		if (commit_step(a))
 			return -errno;
-		bk->limit_id = l->id;
 		if (pol->strict_hold_ns) {
 			/* closed until the strict controller arms a permit */
-			strict_slot(bk, pol, true);
-			__atomic_store_n(&bk->flags, flags | KT_BUCKET_STRICT, __ATOMIC_RELEASE);
+			bk->limit_id = l->id;
+			kt_bucket_make_strict(bk, pol, true);
+			kt_bucket_publish(bk, flags | KT_BUCKET_STRICT);
 			s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 			return 0;
 		}
-		bk->tat = 0; /* full burst available */
-		bk->valid_until = 0;
-		kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
-		kt_bucket_set_lease(a->b, slot, pol); /* a finite lease from birth */
+		kt_bucket_init(a->b, slot, l->id, pol);
 		/* A member joining a limit that already has members on this
 		 * node (a new pod of a pattern) starts with its share for one
 		 * heartbeat, not a full burst: a fair start next to members
@@ -1662,23 +651,22 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 			uint64_t tau = kt_tokens_to_ns(bk->burst, bk->interval_fp),
 				 credit = l->cfg->store.heartbeat_ns;
 
-			bk->tat = kt_clock_ns() + (tau > credit ? tau - credit : 0);
+			kt_bucket_set_tat(bk, kt_clock_ns() + (tau > credit ? tau - credit : 0));
 		}
-		__atomic_store_n(&bk->flags, member_flags(l, flags), __ATOMIC_RELEASE);
+		kt_bucket_publish(bk, member_flags(l, flags));
 	} else {
 		if (commit_step(a))
 			return -errno;
 		if (pol->strict_hold_ns) {
-			strict_slot(bk, pol, false);
+			kt_bucket_make_strict(bk, pol, false);
 		} else {
-			unstrict_slot(bk);
+			kt_bucket_unstrict(bk);
 			kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
 			kt_bucket_set_lease(a->b, slot, pol);
 		}
 		if (l->cfg->scope == KT_SCOPE_POD)
-			__atomic_store_n(&bk->flags,
-					 member_flags(l, __atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE)),
-					 __ATOMIC_RELEASE);
+			kt_bucket_publish(bk, member_flags(l, __atomic_load_n(&bk->flags,
+									      __ATOMIC_ACQUIRE)));
 	}
 	s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 	return 0;
@@ -1765,22 +753,12 @@ fail:
  * write, else rescaled back so the charges made meanwhile keep their cost. */
 static int restore_slot(struct apply *a, const struct saved_slot *s, uint64_t now)
 {
-	struct kt_bucket *bk = kt_bpf_bucket(a->b, s->slot);
-	const struct kt_bucket *o = &s->old;
-
 	if (kt_slot_is_coop(s->slot) && s->fresh) {
 		kt_coop_retire(&a->b->coop[s->slot - KT_COOP_SLOT0]);
 		return 0;
 	}
 
-	__atomic_store_n(&bk->burst, o->burst, __ATOMIC_RELAXED);
-	if (__sync_bool_compare_and_swap(&bk->tat, s->tat_after, o->tat))
-		__atomic_store_n(&bk->interval_fp, o->interval_fp, __ATOMIC_RELEASE);
-	else
-		kt_bucket_rescale(bk, now, o->interval_fp);
-	store_lease(bk, o->valid_until, o->fallback_fp, o->fallback_burst, o->fallback_until);
-	__atomic_store_n(&bk->limit_id, o->limit_id, __ATOMIC_RELAXED);
-	__atomic_store_n(&bk->flags, o->flags, __ATOMIC_RELEASE);
+	kt_bucket_restore(kt_bpf_bucket(a->b, s->slot), &s->old, s->tat_after, now);
 	if (s->fresh && bpf_map_update_elem(a->b->counters_fd, &s->slot, s->ctrs, BPF_ANY) < 0)
 		return 1;
 	return 0;
@@ -1844,7 +822,7 @@ static void drop_stale(struct apply *a)
 			bpf_map_delete_elem(b->members_fd, &a->old_keys[i]);
 	for (uint32_t s = 0; s < KT_MAX_BUCKETS; s++)
 		if (!a->sa.state[s] && (b->buckets[s].flags & KT_BUCKET_IN_USE))
-			__atomic_store_n(&b->buckets[s].flags, 0, __ATOMIC_RELEASE);
+			kt_bucket_publish(&b->buckets[s], 0);
 	/* cooperative limits gone: their callers get -ESTALE */
 	for (uint32_t i = 0; b->coop && i < KT_MAX_COOP; i++)
 		if (!a->sa.state[KT_COOP_SLOT0 + i] &&
@@ -1963,139 +941,4 @@ out:
 	free(slots);
 	free(given);
 	return ret;
-}
-
-/* Lexically the longest common directory of `acc` and `p` (both absolute,
- * one slash between components, no trailing slash but for "/"), in acc. */
-static void common_dir(char *acc, const char *p)
-{
-	size_t i = 0, last = 0;
-
-	while (acc[i] && acc[i] == p[i]) {
-		if (acc[i] == '/')
-			last = i;
-		i++;
-	}
-	if (!acc[i] && (p[i] == '/' || !p[i]))
-		return; /* acc is p or a directory above it */
-	if (!p[i] && acc[i] == '/') {
-		acc[i] = 0; /* p is a directory above acc */
-		return;
-	}
-	if (!acc[i] && i && acc[i - 1] == '/')
-		return;
-	acc[last ? last : 1] = 0;
-}
-
-/* `in` made absolute (relative: under mount), with one slash between
- * components, "." dropped and no trailing slash; a pattern cut to the
- * directory before its first wildcard component. */
-static int selected_dir(const char *in, const char *mount, char *out, size_t outlen)
-{
-	char buf[PATH_MAX], *o = out, *wild;
-	const char *s;
-
-	if (snprintf(buf, sizeof(buf), "%s%s%s", in[0] == '/' ? "" : (mount ? mount : ""),
-		     in[0] == '/' ? "" : "/", in) >= (int)sizeof(buf) ||
-	    strlen(buf) >= outlen)
-		return -ENAMETOOLONG;
-	if ((wild = strpbrk(buf, "*?["))) {
-		*wild = 0;
-		if ((wild = strrchr(buf, '/')))
-			wild[1] = 0;
-	}
-	for (s = buf; *s;) {
-		const char *e;
-
-		while (*s == '/')
-			s++;
-		if (!*s)
-			break;
-		e = strchrnul(s, '/');
-		if (!(e - s == 1 && *s == '.')) {
-			*o++ = '/';
-			memcpy(o, s, (size_t)(e - s));
-			o += e - s;
-		}
-		s = e;
-	}
-	if (o == out)
-		*o++ = '/';
-	*o = 0;
-	return 0;
-}
-
-int kt_plan_common_root(const struct kt_config *cfg, const char *cg_mount, char *out,
-			size_t outlen)
-{
-	char acc[PATH_MAX] = "", dir[PATH_MAX];
-	struct stat st;
-	bool any = false;
-	int ret;
-
-	for (int i = 0; i < cfg->n_limits; i++) {
-		const struct kt_limit_cfg *lc = &cfg->limits[i];
-		int kube_dirs = 0;
-
-		if (lc->unit == KT_UNIT_REQUEST)
-			continue;
-		for (int j = 0; j <= lc->n_cgroups + 2; j++) {
-			const char *e = j < lc->n_cgroups ? lc->cgroups[j] : NULL;
-			char kp[PATH_MAX];
-
-			/* after the paths: a pods: selector's cgroup root, the
-			 * kubelet's kubepods.slice and kubepods there (those that
-			 * exist; neither: the cgroup root itself) */
-			if (j >= lc->n_cgroups && lc->pods.set) {
-				/* relative to the mount, as kt_pod_cgroup_paths has it */
-				const char *kr = cfg->kube.cgroup_root ? cfg->kube.cgroup_root : "";
-				int k = j - lc->n_cgroups;
-
-				while (*kr == '/')
-					kr++;
-				if (!*kr)
-					kr = ".";
-
-				if (k < 2) {
-					snprintf(kp, sizeof(kp), "%s/%s", kr,
-						 k ? "kubepods" : "kubepods.slice");
-					if (selected_dir(kp, cg_mount, dir, sizeof(dir)) ||
-					    stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
-						continue;
-					kube_dirs++;
-					e = kp;
-				} else if (!kube_dirs) {
-					e = kr;
-				}
-			}
-			if (!e)
-				continue;
-			if ((ret = selected_dir(e, cg_mount, dir, sizeof(dir))))
-				return ret;
-			if (!any)
-				snprintf(acc, sizeof(acc), "%s", dir);
-			else
-				common_dir(acc, dir);
-			any = true;
-		}
-	}
-	if (!any)
-		return -ENOENT;
-	/* above the mount (a path elsewhere) is no cgroup: the mount */
-	if (cg_mount && !kt_path_at_or_below(acc, cg_mount))
-		snprintf(acc, sizeof(acc), "%s", cg_mount);
-	/* a path not created yet: its nearest existing ancestor */
-	while (stat(acc, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		char *slash = strrchr(acc, '/');
-
-		if (!slash || slash == acc) {
-			snprintf(acc, sizeof(acc), "/");
-			break;
-		}
-		*slash = 0;
-	}
-	if (strlen(acc) >= outlen)
-		return -ENAMETOOLONG;
-	strcpy(out, acc);
-	return 0;
 }

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "apply.h"
+#include "plan.h"
 #include "cgroup.h"
 #include "cgwatch.h"
 #include "config.h"
