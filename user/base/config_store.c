@@ -86,6 +86,21 @@ static void dup_into(char **p, bool *ok)
 	}
 }
 
+static void auth_dup(struct kt_auth_cfg *a, bool *ok)
+{
+	dup_into(&a->username, ok);
+	dup_into(&a->password, ok);
+	dup_into(&a->password_file, ok);
+}
+
+static void tls_dup(struct kt_tls_cfg *t, bool *ok)
+{
+	dup_into(&t->ca_cert, ok);
+	dup_into(&t->cert, ok);
+	dup_into(&t->key, ok);
+	dup_into(&t->field, ok);
+}
+
 int kt_cfg_store_copy(struct kt_store_cfg *dst, const struct kt_store_cfg *src)
 {
 	bool ok = true;
@@ -93,23 +108,13 @@ int kt_cfg_store_copy(struct kt_store_cfg *dst, const struct kt_store_cfg *src)
 
 	*dst = *src;
 	dup_into(&dst->host, &ok);
-	dup_into(&dst->redis_auth.username, &ok);
-	dup_into(&dst->redis_auth.password, &ok);
-	dup_into(&dst->redis_auth.password_file, &ok);
-	dup_into(&dst->redis_tls.ca_cert, &ok);
-	dup_into(&dst->redis_tls.cert, &ok);
-	dup_into(&dst->redis_tls.key, &ok);
-	dup_into(&dst->redis_tls.field, &ok);
+	auth_dup(&dst->redis_auth, &ok);
+	tls_dup(&dst->redis_tls, &ok);
 	for (i = 0; i < KT_MAX_ENDPOINTS; i++)
 		dup_into(&dst->endpoint_host[i], &ok);
 	dup_into(&dst->master_name, &ok);
-	dup_into(&dst->sentinel_auth.username, &ok);
-	dup_into(&dst->sentinel_auth.password, &ok);
-	dup_into(&dst->sentinel_auth.password_file, &ok);
-	dup_into(&dst->sentinel_tls.ca_cert, &ok);
-	dup_into(&dst->sentinel_tls.cert, &ok);
-	dup_into(&dst->sentinel_tls.key, &ok);
-	dup_into(&dst->sentinel_tls.field, &ok);
+	auth_dup(&dst->sentinel_auth, &ok);
+	tls_dup(&dst->sentinel_tls, &ok);
 	dup_into(&dst->key_prefix, &ok);
 	dup_into(&dst->file, &ok);
 	if (!ok) {

@@ -14,13 +14,18 @@
 #define TAG_MAX_BURST 1000000000000LL  /* MAX_RATE tokens */
 #define IFNAME_CHARS NAME_CHARS ":@"
 
-/* One more allow or override prefix of t: within the rule budget and not
- * already listed in either. */
-static int tag_rule_ok(struct ctx *c, yaml_node_t *e, const char *item,
-		       const struct kt_tag_limit_cfg *t, const struct kt_tag_prefix *p, const char *s)
+/* One more allow or override prefix of t (the CIDR at e): within the rule
+ * budget and not already listed in either. */
+static int get_tag_rule(struct ctx *c, yaml_node_t *e, const char *item,
+			const struct kt_tag_limit_cfg *t, struct kt_tag_prefix *p)
 {
-	int i;
+	const char *s, *why;
+	int i, err;
 
+	if ((err = kt_cfg_get_scalar(c, e, item, "a CIDR", &s)))
+		return err;
+	if ((why = kt_parse_tag_prefix(s, p)))
+		return fail(c, e, item, "\"%s\" %s", show_str(s).s, why);
 	if (t->n_allow + t->n_overrides >= KT_TAG_MAX_RULES)
 		return fail(c, e, item, "at most %d prefixes in allow and overrides together",
 			    KT_TAG_MAX_RULES);
@@ -35,6 +40,27 @@ static int tag_rule_ok(struct ctx *c, yaml_node_t *e, const char *item,
 	return 0;
 }
 
+/* rate (tokens per second) and burst, both required. */
+static int get_rate_burst(struct ctx *c, yaml_node_t *n, const char *field, double *rate,
+			  uint64_t *burst)
+{
+	char sub[FIELD_LEN];
+	yaml_node_t *v;
+	long long ll;
+	int err;
+
+	if (!(v = map_get(c, n, "rate")))
+		return kt_cfg_missing(c, n, field, "rate");
+	if ((err = kt_cfg_get_number_in(c, v, join(sub, field, "rate"), 0, true, MAX_RATE, rate)))
+		return err;
+	if (!(v = map_get(c, n, "burst")))
+		return kt_cfg_missing(c, n, field, "burst");
+	if ((err = kt_cfg_get_int(c, v, join(sub, field, "burst"), 1, TAG_MAX_BURST, &ll)))
+		return err;
+	*burst = (uint64_t)ll;
+	return 0;
+}
+
 static int parse_tag_allow(struct ctx *c, yaml_node_t *v, const char *field,
 			   struct kt_tag_limit_cfg *t)
 {
@@ -42,18 +68,13 @@ static int parse_tag_allow(struct ctx *c, yaml_node_t *v, const char *field,
 	struct kt_cfg_list list;
 	struct kt_tag_prefix p;
 	yaml_node_t *e;
-	const char *s, *why;
 	int err;
 
 	if ((err = kt_cfg_list_open(c, v, field, "a list of CIDRs", true,
 				    "is empty (leave it out to allow no prefix)", &list)))
 		return err;
 	while ((e = kt_cfg_list_next(c, &list, item))) {
-		if ((err = kt_cfg_get_scalar(c, e, item, "a CIDR", &s)))
-			return err;
-		if ((why = kt_parse_tag_prefix(s, &p)))
-			return fail(c, e, item, "\"%s\" %s", show_str(s).s, why);
-		if ((err = tag_rule_ok(c, e, item, t, &p, s)))
+		if ((err = get_tag_rule(c, e, item, t, &p)))
 			return err;
 		t->allow[t->n_allow++] = p;
 	}
@@ -67,8 +88,6 @@ static int parse_tag_overrides(struct ctx *c, yaml_node_t *v, const char *field,
 	char item[FIELD_LEN], sub[FIELD_LEN];
 	yaml_node_item_t *it;
 	struct kt_tag_prefix p;
-	const char *s, *why;
-	long long ll;
 	int err;
 
 	if (v->type != YAML_SEQUENCE_NODE)
@@ -87,25 +106,13 @@ static int parse_tag_overrides(struct ctx *c, yaml_node_t *v, const char *field,
 			return err;
 		if (!(w = map_get(c, e, "cidr")))
 			return kt_cfg_missing(c, e, item, "cidr");
-		join(sub, item, "cidr");
-		if ((err = kt_cfg_get_scalar(c, w, sub, "a CIDR", &s)))
-			return err;
-		if ((why = kt_parse_tag_prefix(s, &p)))
-			return fail(c, w, sub, "\"%s\" %s", show_str(s).s, why);
-		if ((err = tag_rule_ok(c, w, sub, t, &p, s)))
+		if ((err = get_tag_rule(c, w, join(sub, item, "cidr"), t, &p)))
 			return err;
 		o = &t->overrides[t->n_overrides];
 		o->prefix = p;
 		o->line = line_of(e);
-		if (!(w = map_get(c, e, "rate")))
-			return kt_cfg_missing(c, e, item, "rate");
-		if ((err = kt_cfg_get_number_in(c, w, join(sub, item, "rate"), 0, true, MAX_RATE, &o->rate)))
+		if ((err = get_rate_burst(c, e, item, &o->rate, &o->burst)))
 			return err;
-		if (!(w = map_get(c, e, "burst")))
-			return kt_cfg_missing(c, e, item, "burst");
-		if ((err = kt_cfg_get_int(c, w, join(sub, item, "burst"), 1, TAG_MAX_BURST, &ll)))
-			return err;
-		o->burst = (uint64_t)ll;
 		t->n_overrides++;
 	}
 	return 0;
@@ -271,15 +278,8 @@ int kt_cfg_parse_tag(struct ctx *c, yaml_node_t *n, const char *field, struct kt
 	if ((err = kt_cfg_get_name(c, n, field, &names, t->name)))
 		return err;
 
-	if (!(v = map_get(c, n, "rate")))
-		return kt_cfg_missing(c, n, field, "rate");
-	if ((err = kt_cfg_get_number_in(c, v, join(sub, field, "rate"), 0, true, MAX_RATE, &t->rate)))
+	if ((err = get_rate_burst(c, n, field, &t->rate, &t->burst)))
 		return err;
-	if (!(v = map_get(c, n, "burst")))
-		return kt_cfg_missing(c, n, field, "burst");
-	if ((err = kt_cfg_get_int(c, v, join(sub, field, "burst"), 1, TAG_MAX_BURST, &ll)))
-		return err;
-	t->burst = (uint64_t)ll;
 	if ((v = map_get(c, n, "idleExpiry")) &&
 	    (err = kt_cfg_get_duration(c, v, join(sub, field, "idleExpiry"), NS_PER_SEC,
 				       7 * 24 * 3600 * NS_PER_SEC, &t->idle_expiry_ns)))
