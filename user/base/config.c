@@ -108,6 +108,7 @@ static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 	yaml_node_t *v, *tick, *limits, *tags;
 	yaml_node_item_t *it;
 	char sub[FIELD_LEN];
+	const char *env;
 	int i, n_tags = 0, err;
 
 	if (!root || is_null(root))
@@ -124,18 +125,18 @@ static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 		if (strspn(cfg->node_name, NAME_CHARS) != strlen(cfg->node_name))
 			return fail(c, v, "node", "\"%s\" may only hold A-Z a-z 0-9 _ . -",
 				    show_str(cfg->node_name).s);
-	} else if (getenv("NODE_NAME") && *getenv("NODE_NAME") &&
-		   strlen(getenv("NODE_NAME")) <= 63 &&
-		   strspn(getenv("NODE_NAME"), NAME_CHARS) == strlen(getenv("NODE_NAME"))) {
+	} else if ((env = cfg_getenv(c, "NODE_NAME")) && *env && strlen(env) <= 63 &&
+		   strspn(env, NAME_CHARS) == strlen(env)) {
 		/* in a pod the host name is the pod's, new at every rollout: the
 		 * node's name (downward API) keeps the member ids in the store */
-		if (!(cfg->node_name = strdup(getenv("NODE_NAME"))))
+		if (!(cfg->node_name = strdup(env)))
 			return oom(c, root, "node");
 	} else {
 		char host[256] = "";
+		int r = c->env->hostname(host, sizeof(host) - 1, c->env->arg);
 
-		if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
-			return kt_cfg_fail_code(c, -errno ? -errno : -EINVAL, root, "node",
+		if (r < 0 || !host[0])
+			return kt_cfg_fail_code(c, r < 0 ? r : errno ? -errno : -EINVAL, root, "node",
 						"not given and gethostname() failed");
 		cfg->node_name = strdup(host);
 		if (!cfg->node_name)
@@ -338,10 +339,31 @@ static int check_shape(struct ctx *c, const char *yaml, size_t len)
 	return -EINVAL;
 }
 
+static const char *real_getenv(const char *name, void *arg)
+{
+	(void)arg;
+	return getenv(name);
+}
+
+static int real_hostname(char *buf, size_t len, void *arg)
+{
+	(void)arg;
+	return gethostname(buf, len) < 0 ? -errno : 0;
+}
+
+static const struct kt_config_env real_env = { real_getenv, real_hostname, NULL };
+
 int kt_config_parse(const char *name, const char *yaml, size_t len, struct kt_config *cfg,
 		    char *err, size_t errlen)
 {
-	struct ctx c = { .file = name, .err = err, .errlen = errlen };
+	return kt_config_parse_env(name, yaml, len, &real_env, cfg, err, errlen);
+}
+
+int kt_config_parse_env(const char *name, const char *yaml, size_t len,
+			const struct kt_config_env *env, struct kt_config *cfg, char *err,
+			size_t errlen)
+{
+	struct ctx c = { .file = name, .env = env, .err = err, .errlen = errlen };
 	yaml_parser_t parser;
 	yaml_document_t doc, extra;
 	bool have_doc = false;

@@ -24,12 +24,19 @@
 
 struct ctx {
 	const char *file;
+	const struct kt_config_env *env;
 	yaml_document_t *doc;
 	char *err;
 	size_t errlen;
 	void *limit_names; /* tsearch trees of the names parsed so far */
 	void *tag_names;
 };
+
+/* A variable of the config's environment (NULL when unset). */
+static inline const char *cfg_getenv(struct ctx *c, const char *name)
+{
+	return c->env->getenv(name, c->env->arg);
+}
 
 /* ---- errors ----------------------------------------------------------- */
 

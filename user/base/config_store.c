@@ -183,7 +183,7 @@ static int parse_auth(struct ctx *c, yaml_node_t *n, const char *field, struct k
 {
 	char sub[FIELD_LEN];
 	yaml_node_t *v, *src = NULL;
-	const char *s, *src_key = NULL;
+	const char *s, *env, *src_key = NULL;
 	int i, err = kt_cfg_check_map(c, n, field, auth_keys);
 
 	if (err)
@@ -221,11 +221,11 @@ static int parse_auth(struct ctx *c, yaml_node_t *n, const char *field, struct k
 		return read_secret_file(c, src, sub, s, &a->password);
 	}
 	/* passwordEnv */
-	if (!getenv(s))
+	if (!(env = cfg_getenv(c, s)))
 		return fail(c, src, sub, "environment variable %s is not set", show_str(s).s);
-	if (!*getenv(s))
+	if (!*env)
 		return fail(c, src, sub, "environment variable %s is empty", show_str(s).s);
-	a->password = strdup(getenv(s));
+	a->password = strdup(env);
 	return a->password ? 0 : oom(c, src, sub);
 }
 
