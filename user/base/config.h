@@ -276,6 +276,19 @@ int kt_config_load_digest(const char *path, struct kt_config *cfg,
 /* Same, from a string (for tests); `name` stands in for the file name. */
 int kt_config_parse(const char *name, const char *yaml, size_t len, struct kt_config *cfg,
 		    char *err, size_t errlen);
+/* What the parser takes from its surroundings: a variable of the
+ * environment (NULL when unset: NODE_NAME, passwordEnv's) and this host's
+ * name (0, or -errno), each given `arg`. kt_config_parse and kt_config_load
+ * use the process's own (getenv, gethostname); tests can give others. */
+struct kt_config_env {
+	const char *(*getenv)(const char *name, void *arg);
+	int (*hostname)(char *buf, size_t len, void *arg);
+	void *arg;
+};
+/* kt_config_parse in the environment env. */
+int kt_config_parse_env(const char *name, const char *yaml, size_t len,
+			const struct kt_config_env *env, struct kt_config *cfg, char *err,
+			size_t errlen);
 void kt_config_free(struct kt_config *cfg);
 
 /* "1s", "100ms", "1m30s", "250us", "5ns", "2h"; a bare number means seconds. */

@@ -1,0 +1,437 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* The config's limits: each limit's name, members (cgroups; pods: is
+ * config_pods.c), match, unit, scope, errno, share, burst and rateLimit
+ * (modes, strict), and its store (config_store.c). */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config_int.h"
+#include "netparse.h"
+
+static const char *const unit_names[] = { "connection", "datagram", "packet", "byte", "request" };
+_Static_assert(sizeof(unit_names) / sizeof(unit_names[0]) == KT_UNIT_COUNT, "one name per unit");
+static const char *const mode_names[] = { "relaxed", "scheduled", "onlyIfUsed", "goBackN" };
+static const char *const scope_names[] = { "pod", "node" };
+static const char *const share_names[] = { "equal", "demand" };
+/* What a refused connect() or sendmsg() may fail with (`errno:`): errors a
+ * caller can tell from a dead peer and retry later. */
+static const char *const errno_names[] = { "EBUSY",  "EAGAIN",	   "ECONNREFUSED",
+					   "ETIMEDOUT", "ENOBUFS", "EHOSTUNREACH" };
+static const int errno_values[] = { EBUSY, EAGAIN, ECONNREFUSED, ETIMEDOUT, ENOBUFS, EHOSTUNREACH };
+_Static_assert(sizeof(errno_names) / sizeof(errno_names[0]) ==
+		       sizeof(errno_values) / sizeof(errno_values[0]),
+	       "one value per errno name");
+static const char *const proto_names[] = { "any", "tcp", "udp" };
+
+
+const char *kt_unit_name(enum kt_unit u) { return NAME_OF(unit_names, u); }
+const char *kt_mode_name(enum kt_mode m) { return NAME_OF(mode_names, m); }
+const char *kt_scope_name(enum kt_scope s) { return NAME_OF(scope_names, s); }
+const char *kt_share_name(enum kt_share_policy s) { return NAME_OF(share_names, s); }
+
+static int parse_match(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l)
+{
+	static const char *const keys[] = { "cidrs", "ports", "protocol", NULL };
+	struct kt_match *m = &l->match;
+	char sub[FIELD_LEN], item[FIELD_LEN];
+	yaml_node_t *v;
+	const char *s, *why;
+	int i, p, err = kt_cfg_check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	if ((v = map_get(c, n, "cidrs"))) {
+		struct kt_cfg_list list;
+		yaml_node_t *e;
+
+		join(sub, field, "cidrs");
+		if ((err = kt_cfg_list_open(c, v, sub, "a list of CIDRs", true,
+					    "is empty (leave it out to match every address)", &list)))
+			return err;
+		m->n_cidrs = 0;
+		while ((e = kt_cfg_list_next(c, &list, item))) {
+			struct kt_cidr *cd = &m->cidrs[m->n_cidrs];
+
+			if (m->n_cidrs >= KT_MAX_CIDRS)
+				return fail(c, e, item, "at most %d CIDRs per limit", KT_MAX_CIDRS);
+			if ((err = kt_cfg_get_scalar(c, e, item, "a CIDR", &s)))
+				return err;
+			if ((why = kt_parse_cidr(s, cd)))
+				return fail(c, e, item, "\"%s\" %s", show_str(s).s, why);
+			for (i = 0; i < m->n_cidrs; i++)
+				if (!memcmp(&m->cidrs[i], cd, sizeof(*cd)))
+					return fail(c, e, item, "\"%s\" is listed twice", show_str(s).s);
+			m->n_cidrs++;
+		}
+	}
+	if ((v = map_get(c, n, "ports"))) {
+		join(sub, field, "ports");
+		if ((err = kt_cfg_get_scalar(c, v, sub, "a port or port range", &s)))
+			return err;
+		if ((why = kt_parse_ports(s, &m->port_lo, &m->port_hi)))
+			return fail(c, v, sub, "\"%s\" %s", show_str(s).s, why);
+	}
+	if ((v = map_get(c, n, "protocol"))) {
+		if ((err = kt_cfg_get_enum(c, v, join(sub, field, "protocol"), proto_names, 3, &p)))
+			return err;
+		m->proto_mask = p == 1 ? KT_PROTO_TCP : p == 2 ? KT_PROTO_UDP :
+				KT_PROTO_TCP | KT_PROTO_UDP;
+	}
+	return 0;
+}
+
+static int parse_modes(struct ctx *c, yaml_node_t *n, const char *field,
+		       struct kt_rate_limit_cfg *rl)
+{
+	static const char *const keys[] = { "relaxed", "scheduled", "onlyIfUsed", "goBackN", NULL };
+	static const char *const no_keys[] = { NULL };
+	static const char *const oiu_keys[] = { "thresholdPercentage", NULL };
+	static const char *const gbn_keys[] = { "thresholdPercentage", "coolDownPeriod",
+						"rampDownPercentage", NULL };
+	char sub[FIELD_LEN], sub2[FIELD_LEN];
+	yaml_node_t *k, *v, *w;
+	int err = kt_cfg_check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	if (is_null(n) || n->data.mapping.pairs.top == n->data.mapping.pairs.start)
+		return fail(c, n, field, "needs exactly one of: relaxed, scheduled, onlyIfUsed, goBackN");
+	if (n->data.mapping.pairs.top - n->data.mapping.pairs.start > 1) {
+		k = node_at(c, n->data.mapping.pairs.start[1].key);
+		return fail(c, k, join(sub, field, sval(k)), "only one mode may be given (%s at line %d)",
+			    sval(node_at(c, n->data.mapping.pairs.start[0].key)),
+			    line_of(node_at(c, n->data.mapping.pairs.start[0].key)));
+	}
+	k = node_at(c, n->data.mapping.pairs.start[0].key);
+	v = node_at(c, n->data.mapping.pairs.start[0].value);
+	join(sub, field, sval(k));
+	if (!strcmp(sval(k), "relaxed") || !strcmp(sval(k), "scheduled")) {
+		rl->mode = !strcmp(sval(k), "relaxed") ? KT_MODE_RELAXED : KT_MODE_SCHEDULED;
+		return kt_cfg_check_map(c, v, sub, no_keys);
+	}
+	rl->mode = !strcmp(sval(k), "onlyIfUsed") ? KT_MODE_ONLY_IF_USED : KT_MODE_GO_BACK_N;
+	if ((err = kt_cfg_check_map(c, v, sub, rl->mode == KT_MODE_ONLY_IF_USED ? oiu_keys : gbn_keys)))
+		return err;
+	if ((w = map_get(c, v, "thresholdPercentage")) &&
+	    (err = kt_cfg_get_number_in(c, w, join(sub2, sub, "thresholdPercentage"), 0, false, 100,
+					&rl->threshold_pct)))
+		return err;
+	if ((w = map_get(c, v, "coolDownPeriod")) &&
+	    (err = kt_cfg_get_duration(c, w, join(sub2, sub, "coolDownPeriod"), 0, UINT64_MAX,
+				       &rl->cool_down_ns)))
+		return err;
+	if ((w = map_get(c, v, "rampDownPercentage")) &&
+	    (err = kt_cfg_get_number_in(c, w, join(sub2, sub, "rampDownPercentage"), 0, false, 100,
+					&rl->ramp_down_pct)))
+		return err;
+	return 0;
+}
+
+/* rateLimit.strict: {every, maxReserved, expireAfter}. */
+static int parse_strict(struct ctx *c, yaml_node_t *n, const char *field, struct kt_strict_cfg *st)
+{
+	static const char *const keys[] = { "every", "maxReserved", "expireAfter", NULL };
+	char sub[FIELD_LEN];
+	yaml_node_t *v;
+	long long ll;
+	int err = kt_cfg_check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	st->on = true;
+	st->line = line_of(n);
+	if (!(v = map_get(c, n, "every")))
+		return kt_cfg_missing(c, n, field, "every");
+	if ((err = kt_cfg_get_duration(c, v, join(sub, field, "every"), NS_PER_MS, 24 * 3600 * NS_PER_SEC,
+				       &st->every_ns)))
+		return err;
+	st->max_reserved = 8;
+	if ((v = map_get(c, n, "maxReserved"))) {
+		if ((err = kt_cfg_get_int(c, v, join(sub, field, "maxReserved"), 0, 100000, &ll)))
+			return err;
+		st->max_reserved = (int)ll;
+	}
+	/* every / 2, but never under the 1ms floor a given value must meet */
+	st->expire_ns = st->every_ns / 2 > NS_PER_MS ? st->every_ns / 2 : NS_PER_MS;
+	if ((v = map_get(c, n, "expireAfter"))) {
+		join(sub, field, "expireAfter");
+		if ((err = kt_cfg_get_duration(c, v, sub, NS_PER_MS, UINT64_MAX, &st->expire_ns)))
+			return err;
+		if (st->expire_ns > st->every_ns)
+			return fail(c, v, sub, "%s is longer than every (%s)", kt_cfg_fmt_dur(st->expire_ns).s,
+				    kt_cfg_fmt_dur(st->every_ns).s);
+	}
+	return 0;
+}
+
+/* The rateLimit block (accepted verbatim). *store_node is set when it carries a store. */
+static int parse_rate_limit(struct ctx *c, yaml_node_t *n, const char *field,
+			    struct kt_rate_limit_cfg *rl, yaml_node_t **store_node)
+{
+	static const char *const keys[] = { "max", "min", "rampUpDuration", "modes", "resumedRampUp",
+					    "ttl", "store", "strict", NULL };
+	/* a strict limit's rate is 1 / every: nothing else shapes it */
+	static const char *const not_strict[] = { "max", "min", "rampUpDuration", "modes",
+						  "resumedRampUp", "ttl" };
+	char sub[FIELD_LEN];
+	yaml_node_t *v, *st;
+	size_t i;
+	int err = kt_cfg_check_map(c, n, field, keys);
+
+	if (err)
+		return err;
+	rl->mode = KT_MODE_RELAXED;
+	rl->threshold_pct = 50;
+	rl->cool_down_ns = 5 * NS_PER_SEC;
+	rl->ramp_down_pct = 50;
+	rl->ttl_ns = 180 * NS_PER_SEC;
+	*store_node = map_get(c, n, "store");
+	if ((st = map_get(c, n, "strict"))) {
+		for (i = 0; i < sizeof(not_strict) / sizeof(not_strict[0]); i++)
+			if ((v = map_get(c, n, not_strict[i])))
+				return fail(c, v, join(sub, field, not_strict[i]),
+					    "not allowed with strict at line %d (a strict limit's rate is 1/every)",
+					    line_of(st));
+		if ((err = parse_strict(c, st, join(sub, field, "strict"), &rl->strict)))
+			return err;
+		/* tokens/s equivalent, for whatever reports rl.max */
+		rl->max = rl->min = 1e9 / (double)rl->strict.every_ns;
+		return 0;
+	}
+	if (!(v = map_get(c, n, "max")))
+		return fail(c, n, join(sub, field, "max"), "required but missing (or give strict)");
+	if ((err = kt_cfg_get_number_in(c, v, join(sub, field, "max"), 0, true, MAX_RATE, &rl->max)))
+		return err;
+	rl->min = rl->max;
+	if ((v = map_get(c, n, "min"))) {
+		join(sub, field, "min");
+		if ((err = kt_cfg_get_number_in(c, v, sub, 0, true, MAX_RATE, &rl->min)))
+			return err;
+		if (rl->min > rl->max)
+			return fail(c, v, sub, "%g is greater than max (%g)", rl->min, rl->max);
+	}
+	if ((v = map_get(c, n, "rampUpDuration")) &&
+	    (err = kt_cfg_get_duration(c, v, join(sub, field, "rampUpDuration"), 0, UINT64_MAX,
+				       &rl->ramp_up_ns)))
+		return err;
+	if ((v = map_get(c, n, "modes")) &&
+	    (err = parse_modes(c, v, join(sub, field, "modes"), rl)))
+		return err;
+	if ((v = map_get(c, n, "resumedRampUp")) &&
+	    (err = kt_cfg_get_bool(c, v, join(sub, field, "resumedRampUp"), &rl->resumed_ramp_up)))
+		return err;
+	if ((v = map_get(c, n, "ttl")) &&
+	    (err = kt_cfg_get_duration(c, v, join(sub, field, "ttl"), 0, UINT64_MAX, &rl->ttl_ns)))
+		return err;
+	return 0;
+}
+
+static int parse_cgroups(struct ctx *c, yaml_node_t *v, const char *field, struct kt_limit_cfg *l)
+{
+	char item[FIELD_LEN];
+	struct kt_cfg_list list;
+	yaml_node_t *e;
+	int i, n, err;
+
+	if ((err = kt_cfg_list_open(c, v, field, "a list of cgroup paths", true,
+				    "needs at least one cgroup", &list)))
+		return err;
+	/* as many as listed, up to the cap (the one past it is refused) */
+	n = list.n < KT_MAX_CGROUPS_PER_LIMIT ? list.n : KT_MAX_CGROUPS_PER_LIMIT;
+	l->cgroups = calloc((size_t)n, sizeof(*l->cgroups));
+	l->cgroup_lines = calloc((size_t)n, sizeof(*l->cgroup_lines));
+	if (!l->cgroups || !l->cgroup_lines)
+		return oom(c, v, field);
+	while ((e = kt_cfg_list_next(c, &list, item))) {
+		int k = l->n_cgroups;
+
+		if (k >= KT_MAX_CGROUPS_PER_LIMIT)
+			return fail(c, e, item, "at most %d cgroups per limit", KT_MAX_CGROUPS_PER_LIMIT);
+		if ((err = kt_cfg_get_str(c, e, item, MAX_PATH_BYTES, &l->cgroups[k]))) {
+			free(l->cgroups[k]);
+			l->cgroups[k] = NULL;
+			return err;
+		}
+		l->n_cgroups++;
+		l->cgroup_lines[k] = line_of(e);
+		if (kt_cfg_has_dotdot(l->cgroups[k]))
+			return fail(c, e, item, "\"%s\" must not contain '..'", show_str(l->cgroups[k]).s);
+		for (i = 0; i < k; i++)
+			if (!strcmp(l->cgroups[i], l->cgroups[k]))
+				return fail(c, e, item, "\"%s\" is listed twice (first at line %d)",
+					    show_str(l->cgroups[k]).s, l->cgroup_lines[i]);
+	}
+	return 0;
+}
+
+int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
+		       int idx)
+{
+	static const char *const keys[] = { "name",  "cgroups",	 "match",	    "unit",
+					    "scope", "burst",	 "share",	    "rateLimit",
+					    "allowRawSockets", "errno", "pods", NULL };
+	struct kt_limit_cfg *l = &cfg->limits[idx];
+	const struct kt_cfg_names names = { "limits", cfg->limits, sizeof(*cfg->limits),
+					    offsetof(struct kt_limit_cfg, line), &c->limit_names };
+	char sub[FIELD_LEN];
+	yaml_node_t *v, *rl, *strict, *store = NULL, *share_node = NULL;
+	int i, e, err;
+
+	if (n->type != YAML_MAPPING_NODE)
+		return fail(c, n, field, "expected a mapping, got %s", kind_of(n));
+	if ((err = kt_cfg_check_map(c, n, field, keys)))
+		return err;
+	l->line = line_of(n);
+	l->scope = KT_SCOPE_POD;
+	l->share = KT_SHARE_EQUAL;
+	l->match.port_lo = 0;
+	l->match.port_hi = 65535;
+	l->match.proto_mask = KT_PROTO_TCP | KT_PROTO_UDP;
+	/* every IPv4 address (v4-mapped ::ffff:0:0/96), every IPv6 address */
+	l->match.n_cidrs = 2;
+	l->match.cidrs[0].addr[10] = l->match.cidrs[0].addr[11] = 0xff;
+	l->match.cidrs[0].prefixlen = 96;
+	l->match.cidrs[1].prefixlen = 0;
+
+	if ((err = kt_cfg_get_name(c, n, field, &names, l->name)))
+		return err;
+
+	if (!(v = map_get(c, n, "unit")))
+		return kt_cfg_missing(c, n, field, "unit");
+	if ((err = kt_cfg_get_enum(c, v, join(sub, field, "unit"), unit_names, KT_UNIT_COUNT, &e)))
+		return err;
+	l->unit = (enum kt_unit)e;
+	if (l->unit == KT_UNIT_REQUEST) {
+		/* cooperative: applications charge it through libkthrottle; no
+		 * kernel hook, so nothing that picks traffic applies, and its
+		 * one bucket is the node's */
+		static const char *const hooked[] = { "cgroups", "pods", "match", "allowRawSockets" };
+		static const char *const matched[] = { "cidrs", "ports", "protocol" };
+		yaml_node_t *m;
+
+		for (i = 0; i < (int)(sizeof(hooked) / sizeof(hooked[0])); i++) {
+			if (!(v = map_get(c, n, hooked[i])))
+				continue;
+			join(sub, field, hooked[i]);
+			for (e = 0; i == 2 && v->type == YAML_MAPPING_NODE && e < 3; e++)
+				if ((m = map_get(c, v, matched[e]))) {
+					v = m;
+					snprintf(sub + strlen(sub), sizeof(sub) - strlen(sub), ".%s",
+						 matched[e]);
+					break;
+				}
+			return fail(c, v, sub,
+				    "not allowed with unit request (a cooperative limit has no kernel hook: applications charge it through libkthrottle)");
+		}
+		l->scope = KT_SCOPE_NODE;
+	}
+	if ((v = map_get(c, n, "pods")) && (err = kt_cfg_parse_pods(c, v, join(sub, field, "pods"), &l->pods)))
+		return err;
+	/* members come from cgroups:, pods: or both */
+	if (!(v = map_get(c, n, "cgroups")) && !l->pods.set && l->unit != KT_UNIT_REQUEST)
+		return fail(c, n, join(sub, field, "cgroups"), "required but missing (or give pods:)");
+	if (v && (err = parse_cgroups(c, v, join(sub, field, "cgroups"), l)))
+		return err;
+	if ((v = map_get(c, n, "match")) && (err = parse_match(c, v, join(sub, field, "match"), l)))
+		return err;
+	/* sendmsg hooks only see UDP: a TCP-only datagram limit would never fire */
+	if (l->unit == KT_UNIT_DATAGRAM && l->match.proto_mask == KT_PROTO_TCP)
+		return fail(c, map_get(c, map_get(c, n, "match"), "protocol"),
+			    join(sub, field, "match.protocol"), "tcp never matches unit datagram");
+	if ((v = map_get(c, n, "scope"))) {
+		if ((err = kt_cfg_get_enum(c, v, join(sub, field, "scope"), scope_names, 2, &e)))
+			return err;
+		if (l->unit == KT_UNIT_REQUEST && e != KT_SCOPE_NODE)
+			return fail(c, v, sub,
+				    "unit request is node scope only (one cooperative bucket per node, shared by every process that opens the limit)");
+		l->scope = (enum kt_scope)e;
+	}
+	if ((v = map_get(c, n, "allowRawSockets")) &&
+	    (err = kt_cfg_get_bool(c, v, join(sub, field, "allowRawSockets"), &l->allow_raw_sockets)))
+		return err;
+	l->refuse_errno = EBUSY;
+	if ((v = map_get(c, n, "errno"))) {
+		if ((err = kt_cfg_get_enum(c, v, join(sub, field, "errno"), errno_names,
+					   sizeof(errno_names) / sizeof(errno_names[0]), &e)))
+			return err;
+		/* the egress hook cannot choose: its drops fail with EPERM */
+		if (l->unit == KT_UNIT_PACKET || l->unit == KT_UNIT_BYTE)
+			return fail(c, v, sub,
+				    "applies to units connection and datagram only (a refused packet fails its send with EPERM)");
+		if (l->unit == KT_UNIT_REQUEST)
+			return fail(c, v, sub,
+				    "applies to units connection and datagram only (a refused request is the application's to answer)");
+		l->refuse_errno = errno_values[e];
+	}
+	if ((share_node = map_get(c, n, "share"))) {
+		if ((err = kt_cfg_get_enum(c, share_node, join(sub, field, "share"), share_names, 2, &e)))
+			return err;
+		l->share = (enum kt_share_policy)e;
+	}
+	if (!(rl = map_get(c, n, "rateLimit")))
+		return kt_cfg_missing(c, n, field, "rateLimit");
+	if ((err = parse_rate_limit(c, rl, join(sub, field, "rateLimit"), &l->rl, &store)))
+		return err;
+
+	strict = l->rl.strict.on ? map_get(c, rl, "strict") : NULL;
+	/* permits pace admissions one by one: nothing to count packets or bytes by */
+	if (strict && (l->unit == KT_UNIT_PACKET || l->unit == KT_UNIT_BYTE))
+		return fail(c, strict, join(sub, field, "rateLimit.strict"),
+			    "needs unit connection, datagram or request (this limit's unit is %s at line %d)",
+			    kt_unit_name(l->unit), line_of(map_get(c, n, "unit")));
+	/* each node asks the store for its own permits: there is no pool to divide */
+	if (strict && l->share == KT_SHARE_DEMAND)
+		return fail(c, share_node, join(sub, field, "share"),
+			    "demand is not allowed with rateLimit.strict at line %d (each node asks the store for its own permits)",
+			    line_of(strict));
+
+	/* One full-size packet must fit a byte bucket, or it could never pass.
+	 * A strict limit's burst is 1: a permit admits one. */
+	{
+		double floor = l->unit == KT_UNIT_BYTE ? 1500 : 1;
+
+		l->burst = l->rl.max > floor && !strict ? l->rl.max : floor;
+		if ((v = map_get(c, n, "burst"))) {
+			join(sub, field, "burst");
+			if ((err = kt_cfg_get_number_in(c, v, sub, floor, false, MAX_RATE, &l->burst)))
+				return err;
+			if (strict && l->burst != 1)
+				return fail(c, v, sub, "%g must be 1 with rateLimit.strict at line %d (a permit admits one)",
+					    l->burst, line_of(strict));
+		}
+	}
+
+	if (store) {
+		if ((err = kt_cfg_store_defaults(&l->store)))
+			return oom(c, store, field);
+		if ((err = kt_cfg_parse_store(c, store, join(sub, field, "rateLimit.store"), &l->store)))
+			return err;
+	} else if ((err = kt_cfg_store_copy(&l->store, &cfg->store))) {
+		return oom(c, n, field);
+	}
+	if (strict && l->store.kind != KT_STORE_REDIS)
+		return fail(c, strict, join(sub, field, "rateLimit.strict"),
+			    "needs a redis store (permits are issued on the Redis clock)");
+	/* demand divides what the nodes agree through Redis */
+	if (l->share == KT_SHARE_DEMAND && l->store.kind != KT_STORE_REDIS)
+		return fail(c, share_node, join(sub, field, "share"),
+			    "demand needs a redis store (this limit's store is %s; use equal)",
+			    kt_store_kind_name(l->store.kind));
+	return 0;
+}
+
+
+void kt_cfg_limit_free(struct kt_limit_cfg *l)
+{
+	int j;
+
+	for (j = 0; j < l->n_cgroups; j++)
+		free(l->cgroups[j]);
+	free(l->cgroups);
+	free(l->cgroup_lines);
+	kt_cfg_store_free(&l->store);
+	kt_cfg_pods_free(&l->pods);
+}
