@@ -124,18 +124,10 @@ static bool agreed(const struct lst *s)
 
 static void dump_node(int i)
 {
-	char *log, *st;
-	size_t n;
+	char name[16];
 
-	if (!fx.d[i].dir[0])
-		return;
-	log = ktest_slurp(fx.d[i].log);
-	n = strlen(log);
-	print_message("--- n%d log (tail):\n%s\n", i, log + (n > 3000 ? n - 3000 : 0));
-	free(log);
-	st = fx.d[i].pid > 0 ? ktest_daemon_cmd(&fx.d[i], "status json") : NULL;
-	print_message("--- n%d status: %s\n", i, st ? st : "(not running)");
-	free(st);
+	snprintf(name, sizeof(name), "n%d", i);
+	ktest_daemon_dump(&fx.d[i], name, 3000);
 }
 
 /* Polls until every node shows every limit agreed at size NODES; ms it

@@ -76,18 +76,10 @@ static double ms_since(uint64_t t0)
 /* Last part of a node's log and its status, for a failing assertion. */
 static void dump_node(int i)
 {
-	char *log, *st;
-	size_t n;
+	char name[16];
 
-	if (!fx.d[i].dir[0])
-		return;
-	log = ktest_slurp(fx.d[i].log);
-	n = strlen(log);
-	print_message("--- node n%d log (tail):\n%s\n", i, log + (n > 2500 ? n - 2500 : 0));
-	free(log);
-	st = fx.d[i].pid > 0 ? ktest_daemon_cmd(&fx.d[i], "status json") : NULL;
-	print_message("--- node n%d status: %s\n", i, st ? st : "(not running)");
-	free(st);
+	snprintf(name, sizeof(name), "node n%d", i);
+	ktest_daemon_dump(&fx.d[i], name, 2500);
 }
 
 /* ---- config ---- */

@@ -305,6 +305,22 @@ int ktest_daemon_config(struct ktest_daemon *d, const char *yaml_body)
 	return ret;
 }
 
+void ktest_daemon_dump(const struct ktest_daemon *d, const char *name, size_t tail)
+{
+	char *log, *st;
+	size_t n;
+
+	if (!d->dir[0])
+		return;
+	log = ktest_slurp(d->log);
+	n = log ? strlen(log) : 0;
+	fprintf(stderr, "--- %s log (tail):\n%s\n", name, log ? log + (n > tail ? n - tail : 0) : "");
+	free(log);
+	st = d->pid > 0 ? ktest_daemon_cmd(d, "status json") : NULL;
+	fprintf(stderr, "--- %s status: %s\n", name, st ? st : "(not running)");
+	free(st);
+}
+
 char *ktest_daemon_cmd(const struct ktest_daemon *d, const char *cmd)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };

@@ -59,6 +59,10 @@ int ktest_daemon_start(struct ktest_daemon *d, int timeout_ms, int *exit_code);
 int ktest_daemon_signal_wait(struct ktest_daemon *d, int sig);
 /* Sends one control command and returns the malloc'd reply (NULL on error). */
 char *ktest_daemon_cmd(const struct ktest_daemon *d, const char *cmd);
+/* For a failing assertion: the last `tail` bytes of d's log and, while it
+ * runs, its status JSON, each headed "--- NAME ...". Nothing for a daemon
+ * never set up. */
+void ktest_daemon_dump(const struct ktest_daemon *d, const char *name, size_t tail);
 /* Removes pins (kthrottled --cleanup), the temp dir. Kills the daemon if it
  * is still running. Safe to call twice. */
 void ktest_daemon_cleanup(struct ktest_daemon *d);
