@@ -101,9 +101,6 @@ static int parse_kube(struct ctx *c, yaml_node_t *n, struct kt_kube_cfg *k)
 
 static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 {
-	static const char *const keys[] = { "node",  "pinDir", "socket",  "tickInterval",
-					    "epoch", "store",  "limits",  "metrics", "kubernetes",
-					    "tags",  "attachRoot", NULL };
 	struct sockaddr_un sun;
 	yaml_node_t *v, *tick, *limits, *tags;
 	yaml_node_item_t *it;
@@ -115,7 +112,7 @@ static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 		return fail(c, root, "limits", "required but missing (the file is empty)");
 	if (root->type != YAML_MAPPING_NODE)
 		return fail(c, root, "config", "expected a mapping at the top, got %s", kind_of(root));
-	if ((err = kt_cfg_check_map(c, root, "", keys)))
+	if ((err = kt_cfg_check_map(c, root, "", kt_cfg_keys_root)))
 		return err;
 
 	if ((v = map_get(c, root, "node"))) {

@@ -12,6 +12,7 @@
 #include <yaml.h>
 
 #include "config.h"
+#include "config_keys.h"
 
 #define FIELD_LEN 200            /* longest field path we print */
 #define MAX_PATH_BYTES 4095

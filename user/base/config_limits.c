@@ -34,12 +34,11 @@ const char *kt_share_name(enum kt_share_policy s) { return NAME_OF(share_names, 
 
 static int parse_match(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l)
 {
-	static const char *const keys[] = { "cidrs", "ports", "protocol", NULL };
 	struct kt_match *m = &l->match;
 	char sub[FIELD_LEN], item[FIELD_LEN];
 	yaml_node_t *v;
 	const char *s, *why;
-	int i, p, err = kt_cfg_check_map(c, n, field, keys);
+	int i, p, err = kt_cfg_check_map(c, n, field, kt_cfg_keys_match);
 
 	if (err)
 		return err;
@@ -133,11 +132,10 @@ static int parse_modes(struct ctx *c, yaml_node_t *n, const char *field,
 /* rateLimit.strict: {every, maxReserved, expireAfter}. */
 static int parse_strict(struct ctx *c, yaml_node_t *n, const char *field, struct kt_strict_cfg *st)
 {
-	static const char *const keys[] = { "every", "maxReserved", "expireAfter", NULL };
 	char sub[FIELD_LEN];
 	yaml_node_t *v;
 	long long ll;
-	int err = kt_cfg_check_map(c, n, field, keys);
+	int err = kt_cfg_check_map(c, n, field, kt_cfg_keys_strict);
 
 	if (err)
 		return err;
@@ -171,15 +169,13 @@ static int parse_strict(struct ctx *c, yaml_node_t *n, const char *field, struct
 static int parse_rate_limit(struct ctx *c, yaml_node_t *n, const char *field,
 			    struct kt_rate_limit_cfg *rl, yaml_node_t **store_node)
 {
-	static const char *const keys[] = { "max", "min", "rampUpDuration", "modes", "resumedRampUp",
-					    "ttl", "store", "strict", NULL };
 	/* a strict limit's rate is 1 / every: nothing else shapes it */
 	static const char *const not_strict[] = { "max", "min", "rampUpDuration", "modes",
 						  "resumedRampUp", "ttl" };
 	char sub[FIELD_LEN];
 	yaml_node_t *v, *st;
 	size_t i;
-	int err = kt_cfg_check_map(c, n, field, keys);
+	int err = kt_cfg_check_map(c, n, field, kt_cfg_keys_rate_limit);
 
 	if (err)
 		return err;
@@ -270,9 +266,6 @@ static int parse_cgroups(struct ctx *c, yaml_node_t *v, const char *field, struc
 int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
 		       int idx)
 {
-	static const char *const keys[] = { "name",  "cgroups",	 "match",	    "unit",
-					    "scope", "burst",	 "share",	    "rateLimit",
-					    "allowRawSockets", "errno", "pods", NULL };
 	struct kt_limit_cfg *l = &cfg->limits[idx];
 	const struct kt_cfg_names names = { "limits", cfg->limits, sizeof(*cfg->limits),
 					    offsetof(struct kt_limit_cfg, line), &c->limit_names };
@@ -282,7 +275,7 @@ int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 
 	if (n->type != YAML_MAPPING_NODE)
 		return fail(c, n, field, "expected a mapping, got %s", kind_of(n));
-	if ((err = kt_cfg_check_map(c, n, field, keys)))
+	if ((err = kt_cfg_check_map(c, n, field, kt_cfg_keys_limit)))
 		return err;
 	l->line = line_of(n);
 	l->scope = KT_SCOPE_POD;

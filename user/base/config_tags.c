@@ -130,7 +130,6 @@ static bool ifname_ok(const char *s)
 static int parse_tag_xdp(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
 			 int idx)
 {
-	static const char *const keys[] = { "interfaces", "prefixLen", NULL };
 	static const char *const plen_keys[] = { "ipv4", "ipv6", NULL };
 	struct kt_tag_limit_cfg *t = &cfg->tags[idx];
 	char sub[FIELD_LEN], item[FIELD_LEN];
@@ -138,7 +137,7 @@ static int parse_tag_xdp(struct ctx *c, yaml_node_t *n, const char *field, struc
 	yaml_node_t *v, *w, *e;
 	const char *s;
 	long long ll;
-	int i, j, err = kt_cfg_check_map(c, n, field, keys);
+	int i, j, err = kt_cfg_check_map(c, n, field, kt_cfg_keys_xdp);
 
 	if (err)
 		return err;
@@ -203,12 +202,11 @@ static struct shown fmt_endpoint(const char *addr, int port)
 static int parse_tag_query(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
 			   int idx, int metrics_line)
 {
-	static const char *const keys[] = { "socket", "listen", NULL };
 	struct kt_tag_limit_cfg *t = &cfg->tags[idx];
 	struct sockaddr_un sun;
 	char sub[FIELD_LEN];
 	yaml_node_t *v;
-	int j, err = kt_cfg_check_map(c, n, field, keys);
+	int j, err = kt_cfg_check_map(c, n, field, kt_cfg_keys_query);
 
 	if (err)
 		return err;
@@ -253,9 +251,6 @@ static int parse_tag_query(struct ctx *c, yaml_node_t *n, const char *field, str
 int kt_cfg_parse_tag(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
 		     int idx, int metrics_line)
 {
-	static const char *const keys[] = { "name",	"rate",	 "burst",     "idleExpiry",
-					    "maxTags",	"reportInterval", "allow", "overrides",
-					    "xdp",	"query", NULL };
 	struct kt_tag_limit_cfg *t = &cfg->tags[idx];
 	const struct kt_cfg_names names = { "tags", cfg->tags, sizeof(*cfg->tags),
 					    offsetof(struct kt_tag_limit_cfg, line), &c->tag_names };
@@ -266,7 +261,7 @@ int kt_cfg_parse_tag(struct ctx *c, yaml_node_t *n, const char *field, struct kt
 
 	if (n->type != YAML_MAPPING_NODE)
 		return fail(c, n, field, "expected a mapping, got %s", kind_of(n));
-	if ((err = kt_cfg_check_map(c, n, field, keys)))
+	if ((err = kt_cfg_check_map(c, n, field, kt_cfg_keys_tag)))
 		return err;
 	t->line = line_of(n);
 	t->idle_expiry_ns = 300 * NS_PER_SEC;
