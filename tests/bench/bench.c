@@ -72,7 +72,7 @@
 #include "cgroup.h"
 #include "resolve.h"
 #include "config.h"
-#include "daemon.h"
+#include "controller.h"
 #include "ktest.h"
 #include "kthrottle.h"
 #include "ramp.h"
@@ -1390,9 +1390,23 @@ static double ramp_only_us(int nlimits, long total_calls)
  * KT_LIMITS_PER_CGROUP limits, so KT_MAX_LIMITS limits need this many. */
 #define TICK_CGROUPS ((KT_MAX_LIMITS + KT_LIMITS_PER_CGROUP - 1) / KT_LIMITS_PER_CGROUP)
 
-/* kt_daemon_tick on a daemon with n limits in real maps: counter reads,
- * ramp, bucket writes. Returns µs per limit per tick, or NAN. */
-static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char (*cgroups)[PATH_MAX],
+/* What the full tick needs, built by hand as the daemon builds it: the
+ * controller's context and what it points at. */
+struct tick_rig {
+	struct kt_config cfg;
+	struct kt_plan plan;
+	struct kt_bpf bpf;
+	struct kt_limit_state *ls;
+	struct kt_sample *hist_pool;
+	struct kt_pool *pool;
+	struct kt_pool_local *pool_local;
+	struct kt_slot_base *slot_base;
+	struct kt_ctl ctl;
+};
+
+/* kt_ctl_tick with n limits in real maps: counter reads, ramp, bucket
+ * writes. Returns µs per limit per tick, or NAN. */
+static double full_tick_us(struct tick_rig *r, const char *cg_mount, char (*cgroups)[PATH_MAX],
 			   int nlimits, long total_calls)
 {
 	char err[KT_ERR_LEN], name[16];
@@ -1404,17 +1418,17 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char (*cgr
 
 	if (ticks < 20)
 		ticks = 20;
-	d->cfg.limits = calloc((size_t)nlimits, sizeof(*d->cfg.limits));
+	r->cfg.limits = calloc((size_t)nlimits, sizeof(*r->cfg.limits));
 	pol = calloc((size_t)nlimits, sizeof(*pol));
 	const int hist_cap = kt_ctl_hist_cap(1000000000ull, 100000000ull); /* as ticked below */
 
-	d->ls = calloc((size_t)nlimits, sizeof(*d->ls));
-	d->hist_pool = calloc((size_t)nlimits * hist_cap, sizeof(*d->hist_pool));
-	if (!d->cfg.limits || !pol || !d->ls || !d->hist_pool)
+	r->ls = calloc((size_t)nlimits, sizeof(*r->ls));
+	r->hist_pool = calloc((size_t)nlimits * hist_cap, sizeof(*r->hist_pool));
+	if (!r->cfg.limits || !pol || !r->ls || !r->hist_pool)
 		goto out;
-	d->cfg.n_limits = nlimits;
+	r->cfg.n_limits = nlimits;
 	for (int i = 0; i < nlimits; i++) {
-		struct kt_limit_cfg *lc = &d->cfg.limits[i];
+		struct kt_limit_cfg *lc = &r->cfg.limits[i];
 		char addr[32];
 
 		snprintf(name, sizeof(name), "tick-%d", i);
@@ -1424,15 +1438,15 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char (*cgr
 		ramp_cfg(&lc->rl, i);
 		lc->burst = 100;
 	}
-	ret = kt_plan_resolve(&d->cfg, cg_mount, NULL, &d->plan, err, sizeof(err));
+	ret = kt_plan_resolve(&r->cfg, cg_mount, NULL, &r->plan, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "bench: tick: %s\n", err);
 		goto out;
 	}
 	/* the tick consults the pool (local store here: no round trips) */
-	d->pool_local = calloc((size_t)nlimits, sizeof(*d->pool_local));
-	d->slot_base = calloc(KT_MAX_BUCKETS, sizeof(*d->slot_base));
-	ret = d->pool_local && d->slot_base ? kt_pool_create(&d->pool, &d->cfg, err, sizeof(err))
+	r->pool_local = calloc((size_t)nlimits, sizeof(*r->pool_local));
+	r->slot_base = calloc(KT_MAX_BUCKETS, sizeof(*r->slot_base));
+	ret = r->pool_local && r->slot_base ? kt_pool_create(&r->pool, &r->cfg, err, sizeof(err))
 					    : -ENOMEM;
 	if (ret) {
 		fprintf(stderr, "bench: tick: %s\n", ret == -ENOMEM ? "out of memory" : err);
@@ -1440,54 +1454,66 @@ static double full_tick_us(struct kt_daemon *d, const char *cg_mount, char (*cgr
 	}
 	t = now_ns();
 	for (int i = 0; i < nlimits; i++) {
-		struct kt_limit_state *s = &d->ls[i];
+		struct kt_limit_state *s = &r->ls[i];
 
 		/* as the daemon starts a limit: at min, one member */
-		kt_ramp_init(&s->ramp, &d->cfg.limits[i].rl, t, 0);
+		kt_ramp_init(&s->ramp, &r->cfg.limits[i].rl, t, 0);
 		s->pool_rate = kt_ramp_rate(&s->ramp);
 		s->pool_size = 1;
 		s->bucket_rate = pol[i].rate = s->pool_rate;
-		s->bucket_burst = pol[i].burst = d->cfg.limits[i].burst;
-		kt_ctl_hist_rehome(s, d->hist_pool + (size_t)i * hist_cap, hist_cap);
+		s->bucket_burst = pol[i].burst = r->cfg.limits[i].burst;
+		kt_ctl_hist_rehome(s, r->hist_pool + (size_t)i * hist_cap, hist_cap);
 	}
-	ret = kt_plan_apply(&d->bpf, &d->plan, pol, err, sizeof(err));
+	ret = kt_plan_apply(&r->bpf, &r->plan, pol, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "bench: tick: %s\n", err);
 		goto out;
 	}
+	r->ctl = (struct kt_ctl){
+		.tick_ns = r->cfg.tick_ns,
+		.epoch_ns = r->cfg.epoch_ns,
+		.plan = &r->plan,
+		.ls = r->ls,
+		.pool = r->pool,
+		.pool_local = r->pool_local,
+		.bpf = &r->bpf,
+		.slot_base = r->slot_base,
+	};
 	/* fill the trailing epoch first: 100 ms ticks on an injected clock */
 	for (int k = 0; k < 12; k++)
-		kt_daemon_tick(d, t += 100000000ull);
-	double first = d->ls[0].pool_rate;
+		kt_ctl_tick(&r->ctl, t += 100000000ull);
+	double first = r->ls[0].pool_rate;
 	t0 = now_ns();
 	for (long k = 0; k < ticks; k++)
-		kt_daemon_tick(d, t += 100000000ull);
+		kt_ctl_tick(&r->ctl, t += 100000000ull);
 	t1 = now_ns();
 	us = (double)(t1 - t0) / 1e3 / (double)(ticks * nlimits);
 
 	/* the scheduled limit (0) must have ramped, and the map must hold
 	 * exactly what the controller last wrote */
-	struct kt_bucket *bk = &d->bpf.buckets[d->plan.limits[0].members[0].slot];
-	sanity(d->ls[0].pool_rate > first, "tick: scheduled ramp did not advance (%g -> %g)", first,
-	       d->ls[0].pool_rate);
-	sanity(bk->interval_fp == kt_interval_fp_from_rate(d->ls[0].bucket_rate),
+	struct kt_bucket *bk = &r->bpf.buckets[r->plan.limits[0].members[0].slot];
+	sanity(r->ls[0].pool_rate > first, "tick: scheduled ramp did not advance (%g -> %g)", first,
+	       r->ls[0].pool_rate);
+	sanity(bk->interval_fp == kt_interval_fp_from_rate(r->ls[0].bucket_rate),
 	       "tick: bucket interval %llu is not the controller's rate %g",
-	       (unsigned long long)bk->interval_fp, d->ls[0].bucket_rate);
+	       (unsigned long long)bk->interval_fp, r->ls[0].bucket_rate);
 out:
-	kt_pool_destroy(d->pool);
-	d->pool = NULL;
-	free(d->pool_local);
-	d->pool_local = NULL;
-	free(d->slot_base);
-	d->slot_base = NULL;
-	kt_plan_free(&d->plan);
-	free_limit_cfgs(d->cfg.limits, d->cfg.n_limits);
-	d->cfg.limits = NULL;
-	d->cfg.n_limits = 0;
-	free(d->ls);
-	d->ls = NULL;
-	free(d->hist_pool);
-	d->hist_pool = NULL;
+	kt_ctl_free(&r->ctl);
+	r->ctl = (struct kt_ctl){ 0 };
+	kt_pool_destroy(r->pool);
+	r->pool = NULL;
+	free(r->pool_local);
+	r->pool_local = NULL;
+	free(r->slot_base);
+	r->slot_base = NULL;
+	kt_plan_free(&r->plan);
+	free_limit_cfgs(r->cfg.limits, r->cfg.n_limits);
+	r->cfg.limits = NULL;
+	r->cfg.n_limits = 0;
+	free(r->ls);
+	r->ls = NULL;
+	free(r->hist_pool);
+	r->hist_pool = NULL;
 	free(pol);
 	return us;
 }
@@ -1500,11 +1526,11 @@ static int bench_tick(struct bench_env *e)
 	const long full_calls = g_quick ? 5000 : 40000;
 	char err[KT_ERR_LEN], pin_dir[PATH_MAX], what[112];
 	char (*cgs)[PATH_MAX] = calloc(TICK_CGROUPS, sizeof(*cgs));
-	struct kt_daemon *d = calloc(1, sizeof(*d));
+	struct tick_rig *r = calloc(1, sizeof(*r));
 	int ret = 0;
 
 	pin_dir[0] = 0;
-	if (!d || !cgs) {
+	if (!r || !cgs) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -1534,23 +1560,23 @@ static int bench_tick(struct bench_env *e)
 		}
 	}
 	snprintf(pin_dir, sizeof(pin_dir), "%s-tick", e->pin_dir);
-	ret = kt_bpf_open(&d->bpf, pin_dir, err, sizeof(err));
+	ret = kt_bpf_open(&r->bpf, pin_dir, err, sizeof(err));
 	if (ret) {
 		fprintf(stderr, "bench: tick: %s\n", err);
 		pin_dir[0] = 0;
 		goto out;
 	}
-	d->cfg.file = e->cfg_name;
-	d->cfg.node_name = e->cfg_name;
-	d->cfg.epoch_ns = 1000000000ull;
-	d->cfg.tick_ns = 100000000ull;
+	r->cfg.file = e->cfg_name;
+	r->cfg.node_name = e->cfg_name;
+	r->cfg.epoch_ns = 1000000000ull;
+	r->cfg.tick_ns = 100000000ull;
 	for (size_t i = 0; i < sizeof(full_n) / sizeof(full_n[0]); i++) {
 		if (g_stop) {
 			ret = -EINTR;
 			break;
 		}
-		double us = full_tick_us(d, e->cg_mount, cgs, full_n[i], full_calls);
-		snprintf(what, sizeof(what), "controller: full kt_daemon_tick (counters, ramp, bucket writes), %d limit%s",
+		double us = full_tick_us(r, e->cg_mount, cgs, full_n[i], full_calls);
+		snprintf(what, sizeof(what), "controller: full kt_ctl_tick (counters, ramp, bucket writes), %d limit%s",
 			 full_n[i], full_n[i] > 1 ? "s" : "");
 		if (isnan(us)) {
 			ret = -EIO;
@@ -1558,7 +1584,7 @@ static int bench_tick(struct bench_env *e)
 		}
 		row_us_per_limit(what, us, 5);
 	}
-	kt_bpf_close(&d->bpf);
+	kt_bpf_close(&r->bpf);
 out:
 	if (pin_dir[0] && kt_bpf_cleanup(pin_dir, err, sizeof(err)))
 		fprintf(stderr, "bench: cleanup: %s\n", err);
@@ -1566,7 +1592,7 @@ out:
 	for (int i = 0; cgs && i < TICK_CGROUPS && cgs[i][0]; i++)
 		ktest_cgroup_destroy(cgs[i]);
 	free(cgs);
-	free(d);
+	free(r);
 	return ret;
 }
 

@@ -4,7 +4,8 @@
  * the pool agree (a store round trip when a heartbeat is due), decide the
  * bucket policy (kt_pool_bucket_policy: share, burst, lease, fallback),
  * write the rate and then the lease into the kernel, and pin what a
- * restarted daemon continues from (kt_leases). The event loop, control
+ * restarted daemon continues from (kt_leases). It sees only struct kt_ctl,
+ * the part of the daemon it reads and writes; the event loop, control
  * socket and lifecycle are daemon.c's. */
 #include <math.h>
 #include <stdio.h>
@@ -12,9 +13,10 @@
 #include <string.h>
 #include <bpf/bpf.h>
 #include "bucket.h"
+#include "bpf_loader.h"
 #include "controller.h"
-#include "daemon.h"
 #include "log.h"
+#include "strict.h"
 
 
 /* Members one bucket serves: pod scope one, node scope all local ones. */
@@ -133,10 +135,10 @@ void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 	s->fallback_rate = s->pol.fallback_rate;
 }
 
-void kt_ctl_write_rates(struct kt_daemon *d, int i)
+void kt_ctl_write_rates(struct kt_ctl *c, int i)
 {
-	struct kt_limit_rt *l = &d->plan.limits[i];
-	struct kt_limit_state *s = &d->ls[i];
+	struct kt_limit_rt *l = &c->plan->limits[i];
+	struct kt_limit_state *s = &c->ls[i];
 	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
 	int n = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
 	struct kt_bucket_policy pol;
@@ -150,13 +152,13 @@ void kt_ctl_write_rates(struct kt_daemon *d, int i)
 	for (int k = 0; k < n; k++) {
 		if (by_demand(l)) {
 			/* each member its own grant (idempotent when unchanged) */
-			slot_policy(d->pool, i, l, s, k, &pol);
-			kt_bucket_set_rate(&d->bpf, slots[k], pol.rate, pol.burst);
+			slot_policy(c->pool, i, l, s, k, &pol);
+			kt_bucket_set_rate(c->bpf, slots[k], pol.rate, pol.burst);
 			rate_sum += pol.rate;
 			burst_sum += pol.burst;
 			continue;
 		}
-		kt_bucket_set_rate(&d->bpf, slots[k], s->bucket_rate, s->bucket_burst);
+		kt_bucket_set_rate(c->bpf, slots[k], s->bucket_rate, s->bucket_burst);
 	}
 	if (by_demand(l) && n > 0) {
 		/* the mean, so bucket_rate x buckets is this node's total, as
@@ -169,16 +171,16 @@ void kt_ctl_write_rates(struct kt_daemon *d, int i)
 	l->bucket_burst = s->bucket_burst;
 	if (l->has_pool) {
 		kt_node_policy(&s->pol, l->n_members, &pol);
-		kt_bucket_set_rate(&d->bpf, l->pool_slot, pol.rate, pol.burst);
+		kt_bucket_set_rate(c->bpf, l->pool_slot, pol.rate, pol.burst);
 	}
 }
 
 /* The lease follows the last store answer, never the tick: a daemon that
  * cannot renew it (store down, connection frozen, daemon dead) lets it run
  * out in the kernel exactly when the other nodes stop counting it. */
-void kt_ctl_write_lease(struct kt_daemon *d, int i)
+void kt_ctl_write_lease(struct kt_ctl *c, int i)
 {
-	struct kt_limit_rt *l = &d->plan.limits[i];
+	struct kt_limit_rt *l = &c->plan->limits[i];
 	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
 	int n = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
 
@@ -189,32 +191,32 @@ void kt_ctl_write_lease(struct kt_daemon *d, int i)
 	for (int k = 0; k < n; k++) {
 		if (by_demand(l)) {
 			/* the fallback burst follows each member's own rate */
-			slot_policy(d->pool, i, l, &d->ls[i], k, &pol);
-			kt_bucket_set_lease(&d->bpf, slots[k], &pol);
+			slot_policy(c->pool, i, l, &c->ls[i], k, &pol);
+			kt_bucket_set_lease(c->bpf, slots[k], &pol);
 			continue;
 		}
-		kt_bucket_set_lease(&d->bpf, slots[k], &d->ls[i].pol);
+		kt_bucket_set_lease(c->bpf, slots[k], &c->ls[i].pol);
 	}
 	if (l->has_pool) {
-		kt_node_policy(&d->ls[i].pol, l->n_members, &pol);
-		kt_bucket_set_lease(&d->bpf, l->pool_slot, &pol);
+		kt_node_policy(&c->ls[i].pol, l->n_members, &pol);
+		kt_bucket_set_lease(c->bpf, l->pool_slot, &pol);
 	}
 }
 
 /* Pins what a restarted daemon continues from: the pool's lease and size,
  * and the ramp level (resumedRampUp without a store). */
-void kt_ctl_pin(struct kt_daemon *d, int i, uint64_t now)
+void kt_ctl_pin(struct kt_ctl *c, int i, uint64_t now)
 {
-	const struct kt_limit_rt *l = &d->plan.limits[i];
-	struct kt_limit_state *s = &d->ls[i];
+	const struct kt_limit_rt *l = &c->plan->limits[i];
+	struct kt_limit_state *s = &c->ls[i];
 	struct kt_lease_key key = { 0 };
 	struct kt_lease val;
 
-	kt_pool_lease(d->pool, i, &val);
+	kt_pool_lease(c->pool, i, &val);
 	val.ramp_urate = s->pool_rate > 0 && isfinite(s->pool_rate) ? (uint64_t)(s->pool_rate * 1e6) : 0;
 	val.ramp_saved_ns = now;
 	snprintf(key.name, sizeof(key.name), "%s", l->cfg->name);
-	if (bpf_map_update_elem(d->bpf.leases_fd, &key, &val, BPF_ANY) == 0) {
+	if (bpf_map_update_elem(c->bpf->leases_fd, &key, &val, BPF_ANY) == 0) {
 		s->pinned_lease = val.lease_until;
 		s->pinned_ns = now;
 	}
@@ -222,19 +224,19 @@ void kt_ctl_pin(struct kt_daemon *d, int i, uint64_t now)
 
 /* A restart continues the lease the previous daemon pinned, and, with
  * resumedRampUp, its ramp level if saved within ttl. */
-void kt_ctl_start_limit(struct kt_daemon *d, int i, uint64_t now)
+void kt_ctl_start_limit(struct kt_ctl *c, int i, uint64_t now)
 {
-	const struct kt_limit_rt *l = &d->plan.limits[i];
-	struct kt_limit_state *s = &d->ls[i];
+	const struct kt_limit_rt *l = &c->plan->limits[i];
+	struct kt_limit_state *s = &c->ls[i];
 	struct kt_lease_key key = { 0 };
 	struct kt_lease val;
 	double level;
 
 	kt_ctl_init_state(s, l, now);
 	snprintf(key.name, sizeof(key.name), "%s", l->cfg->name);
-	if (bpf_map_lookup_elem(d->bpf.leases_fd, &key, &val) < 0)
+	if (bpf_map_lookup_elem(c->bpf->leases_fd, &key, &val) < 0)
 		return;
-	kt_pool_adopt(d->pool, i, &val, now);
+	kt_pool_adopt(c->pool, i, &val, now);
 	level = (double)val.ramp_urate / 1e6;
 	if (l->cfg->rl.resumed_ramp_up && val.ramp_saved_ns && val.ramp_saved_ns <= now &&
 	    now - val.ramp_saved_ns <= l->cfg->rl.ttl_ns && level > s->pool_rate) {
@@ -246,27 +248,27 @@ void kt_ctl_start_limit(struct kt_daemon *d, int i, uint64_t now)
 }
 
 /* Leases of limits the plan no longer has. */
-void kt_ctl_drop_stale_pins(struct kt_daemon *d)
+void kt_ctl_drop_stale_pins(struct kt_ctl *c)
 {
 	struct kt_lease_key key, next, *gone = calloc(KT_MAX_LIMITS, sizeof(*gone));
 	int n = 0, i;
 
 	if (!gone)
 		return;
-	if (bpf_map_get_next_key(d->bpf.leases_fd, NULL, &next) == 0) {
+	if (bpf_map_get_next_key(c->bpf->leases_fd, NULL, &next) == 0) {
 		do {
 			key = next;
 			key.name[KT_NAME_LEN - 1] = 0;
-			for (i = 0; i < d->plan.n_limits; i++)
-				if (!strcmp(d->plan.limits[i].cfg->name, key.name))
+			for (i = 0; i < c->plan->n_limits; i++)
+				if (!strcmp(c->plan->limits[i].cfg->name, key.name))
 					break;
-			if (i == d->plan.n_limits && n < KT_MAX_LIMITS)
+			if (i == c->plan->n_limits && n < KT_MAX_LIMITS)
 				gone[n++] = next;
 			key = next;
-		} while (bpf_map_get_next_key(d->bpf.leases_fd, &key, &next) == 0);
+		} while (bpf_map_get_next_key(c->bpf->leases_fd, &key, &next) == 0);
 	}
 	for (i = 0; i < n; i++)
-		bpf_map_delete_elem(d->bpf.leases_fd, &gone[i]);
+		bpf_map_delete_elem(c->bpf->leases_fd, &gone[i]);
 	free(gone);
 }
 
@@ -279,9 +281,9 @@ void kt_ctl_init_state(struct kt_limit_state *s, const struct kt_limit_rt *l, ui
 
 #define KT_DEMAND_HEADROOM 1.1
 
-static double slot_demand(const struct kt_daemon *d, uint32_t slot, uint64_t now)
+static double slot_demand(const struct kt_ctl *c, uint32_t slot, uint64_t now)
 {
-	const struct kt_slot_base *b = &d->slot_base[slot];
+	const struct kt_slot_base *b = &c->slot_base[slot];
 	uint64_t calls = b->last.admitted + b->last.throttled;
 	double running = 0;
 
@@ -290,7 +292,7 @@ static double slot_demand(const struct kt_daemon *d, uint32_t slot, uint64_t now
 	 * rate, not an epoch later nor diluted by the idle part of the epoch;
 	 * the last whole epoch keeps a bursty member from shrinking between
 	 * its bursts */
-	if (now > b->epoch_ns && now - b->epoch_ns >= d->cfg.tick_ns && calls >= b->epoch_calls)
+	if (now > b->epoch_ns && now - b->epoch_ns >= c->tick_ns && calls >= b->epoch_calls)
 		running = (double)(calls - b->epoch_calls) * 1e9 / (double)(now - b->epoch_ns);
 	running = running > b->demand ? running : b->demand;
 	running = running > b->recent ? running : b->recent;
@@ -299,24 +301,24 @@ static double slot_demand(const struct kt_daemon *d, uint32_t slot, uint64_t now
 	return running > 0 ? running * KT_DEMAND_HEADROOM + 1 : 0;
 }
 
-void kt_ctl_fill_demand(struct kt_daemon *d, struct kt_pool_local *local)
+void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local)
 {
 	uint64_t now = kt_clock_ns();
 	int i, j, total = 0, off = 0;
 
-	for (i = 0; i < d->plan.n_limits; i++)
-		if (d->plan.limits[i].cfg->share == KT_SHARE_DEMAND)
-			total += d->plan.limits[i].n_members;
-	if (total > d->demand_cap) {
-		double *nb = realloc(d->demand_buf, (size_t)total * sizeof(*nb));
+	for (i = 0; i < c->plan->n_limits; i++)
+		if (c->plan->limits[i].cfg->share == KT_SHARE_DEMAND)
+			total += c->plan->limits[i].n_members;
+	if (total > c->demand_cap) {
+		double *nb = realloc(c->demand_buf, (size_t)total * sizeof(*nb));
 
 		if (!nb)
 			return; /* reported as 0 this heartbeat: the floor */
-		d->demand_buf = nb;
-		d->demand_cap = total;
+		c->demand_buf = nb;
+		c->demand_cap = total;
 	}
-	for (i = 0; i < d->plan.n_limits; i++) {
-		const struct kt_limit_rt *l = &d->plan.limits[i];
+	for (i = 0; i < c->plan->n_limits; i++) {
+		const struct kt_limit_rt *l = &c->plan->limits[i];
 		uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
 		int nb = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
 
@@ -324,12 +326,12 @@ void kt_ctl_fill_demand(struct kt_daemon *d, struct kt_pool_local *local)
 			continue;
 		for (j = 0; j < l->n_members; j++) {
 			/* node scope: one bucket for all, its demand split evenly */
-			d->demand_buf[off + j] =
+			c->demand_buf[off + j] =
 				l->cfg->scope == KT_SCOPE_NODE
-					? slot_demand(d, slots[0], now) / l->n_members
-					: (j < nb ? slot_demand(d, slots[j], now) : 0);
+					? slot_demand(c, slots[0], now) / l->n_members
+					: (j < nb ? slot_demand(c, slots[j], now) : 0);
 		}
-		local[i].member_demand = &d->demand_buf[off];
+		local[i].member_demand = &c->demand_buf[off];
 		off += l->n_members;
 	}
 }
@@ -359,10 +361,10 @@ static uint64_t grown(uint64_t cur, uint64_t last)
 	return cur >= last ? cur - last : cur; /* below: zeroed for a new member */
 }
 
-static void account_slot(struct kt_daemon *d, struct kt_limit_state *s, uint32_t limit_id,
+static void account_slot(struct kt_ctl *ctl, struct kt_limit_state *s, uint32_t limit_id,
 			 uint32_t slot, const struct kt_counters *c, uint64_t now)
 {
-	struct kt_slot_base *b = &d->slot_base[slot];
+	struct kt_slot_base *b = &ctl->slot_base[slot];
 	uint64_t calls = c->admitted + c->throttled;
 
 	if (b->owner != limit_id + 1) {
@@ -379,7 +381,7 @@ static void account_slot(struct kt_daemon *d, struct kt_limit_state *s, uint32_t
 		b->recent_ns = now;
 		b->recent_calls = calls;
 	}
-	if (now - b->epoch_ns >= d->cfg.epoch_ns) {
+	if (now - b->epoch_ns >= ctl->epoch_ns) {
 		b->demand = (double)(calls >= b->epoch_calls ? calls - b->epoch_calls : calls) * 1e9 /
 			    (double)(now - b->epoch_ns);
 		b->epoch_ns = now;
@@ -391,10 +393,10 @@ static void account_slot(struct kt_daemon *d, struct kt_limit_state *s, uint32_t
 	b->last = *c;
 }
 
-void kt_ctl_read_counters(struct kt_daemon *d, int i)
+void kt_ctl_read_counters(struct kt_ctl *ctl, int i)
 {
-	struct kt_limit_rt *l = &d->plan.limits[i];
-	struct kt_limit_state *s = &d->ls[i];
+	struct kt_limit_rt *l = &ctl->plan->limits[i];
+	struct kt_limit_state *s = &ctl->ls[i];
 	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
 	int n = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
 	struct kt_counters c;
@@ -402,13 +404,13 @@ void kt_ctl_read_counters(struct kt_daemon *d, int i)
 
 	s->admitted = s->throttled = s->admitted_bytes = s->throttled_bytes = 0;
 	for (int k = 0; k < n; k++) {
-		if (kt_bpf_read_counters(&d->bpf, slots[k], &c))
+		if (kt_bpf_read_counters(ctl->bpf, slots[k], &c))
 			continue;
 		s->admitted += c.admitted;
 		s->throttled += c.throttled;
 		s->admitted_bytes += c.admitted_bytes;
 		s->throttled_bytes += c.throttled_bytes;
-		account_slot(d, s, l->id, slots[k], &c, now);
+		account_slot(ctl, s, l->id, slots[k], &c, now);
 	}
 }
 
@@ -444,11 +446,11 @@ void kt_ctl_hist_rehome(struct kt_limit_state *s, struct kt_sample *ring, int ca
 	s->hist_head = keep % cap;
 }
 
-void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
+void kt_ctl_tick(struct kt_ctl *c, uint64_t now)
 {
-	for (int i = 0; i < d->plan.n_limits; i++) {
-		struct kt_limit_rt *l = &d->plan.limits[i];
-		struct kt_limit_state *s = &d->ls[i];
+	for (int i = 0; i < c->plan->n_limits; i++) {
+		struct kt_limit_rt *l = &c->plan->limits[i];
+		struct kt_limit_state *s = &c->ls[i];
 		struct kt_sample cur = { .ts_ns = now };
 		const struct kt_sample *prev = NULL, *old;
 		uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
@@ -456,7 +458,7 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 		struct kt_epoch_obs obs;
 		int back;
 
-		kt_ctl_read_counters(d, i);
+		kt_ctl_read_counters(c, i);
 		cur.used = l->cfg->unit == KT_UNIT_BYTE ? s->total_admitted_bytes : s->total_admitted;
 		cur.calls = s->total_admitted + s->total_throttled;
 		cur.refused = s->total_throttled;
@@ -476,7 +478,7 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 
 		/* trailing epoch: the oldest sample no older than one epoch */
 		for (back = 1; back < s->hist_len - 1; back++)
-			if (now - sample_at(s, back + 1)->ts_ns > d->cfg.epoch_ns)
+			if (now - sample_at(s, back + 1)->ts_ns > c->epoch_ns)
 				break;
 		old = sample_at(s, back < s->hist_len ? back : s->hist_len - 1);
 		double win = (double)(now - old->ts_ns) / 1e9;
@@ -495,27 +497,26 @@ void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 
 	/* agreement: answers that came back are applied, and a heartbeat is
 	 * handed to the store's worker when due (never waited for here) */
-	kt_ctl_fill_pool_local(&d->plan, d->ls, d->pool_local);
-	kt_ctl_fill_demand(d, d->pool_local);
-	kt_pool_tick(d->pool, now, d->pool_local, d->plan.n_limits);
-	kt_ctl_apply_pool(d, now);
-	d->ticks++;
+	kt_ctl_fill_pool_local(c->plan, c->ls, c->pool_local);
+	kt_ctl_fill_demand(c, c->pool_local);
+	kt_pool_tick(c->pool, now, c->pool_local, c->plan->n_limits);
+	kt_ctl_apply_pool(c, now);
 }
 
 /* Policy from the pool's current view into the kernel: after every tick, and
  * whenever a store answer arrives between ticks. */
-void kt_ctl_apply_pool(struct kt_daemon *d, uint64_t now)
+void kt_ctl_apply_pool(struct kt_ctl *c, uint64_t now)
 {
-	for (int i = 0; i < d->plan.n_limits; i++) {
-		struct kt_limit_rt *l = &d->plan.limits[i];
-		struct kt_limit_state *s = &d->ls[i];
+	for (int i = 0; i < c->plan->n_limits; i++) {
+		struct kt_limit_rt *l = &c->plan->limits[i];
+		struct kt_limit_state *s = &c->ls[i];
 		double resume, before = s->bucket_rate, burst_before = s->bucket_burst;
 
 		if (l->cfg->rl.strict.on)
 			continue; /* permits, not shares: strict.c writes these buckets */
 
 		/* resumedRampUp: the level saved before a restart, once */
-		if (kt_pool_take_resume(d->pool, i, &resume) && resume > s->pool_rate) {
+		if (kt_pool_take_resume(c->pool, i, &resume) && resume > s->pool_rate) {
 			kt_ramp_init(&s->ramp, &l->cfg->rl, now, resume);
 			s->pool_rate = kt_ramp_rate(&s->ramp);
 			kt_info("limit %s: resuming ramp at %.3f/s", l->cfg->name, s->pool_rate);
@@ -523,17 +524,24 @@ void kt_ctl_apply_pool(struct kt_daemon *d, uint64_t now)
 		uint64_t lease_before = s->pol.valid_until, fb_before = s->pol.fallback_until;
 		double fbr_before = s->pol.fallback_rate;
 
-		kt_ctl_decide(d->pool, i, l, s);
+		kt_ctl_decide(c->pool, i, l, s);
 		/* rate before lease: either order of the two is safe alone, and
 		 * this one never pairs a new lease with the old, larger rate;
 		 * by demand every member's grant may move: write them all */
 		if (by_demand(l) || fabs(s->bucket_rate - before) > 1e-9 * before ||
 		    s->bucket_burst != burst_before)
-			kt_ctl_write_rates(d, i);
+			kt_ctl_write_rates(c, i);
 		if (by_demand(l) || s->pol.valid_until != lease_before ||
 		    s->pol.fallback_until != fb_before || s->pol.fallback_rate != fbr_before)
-			kt_ctl_write_lease(d, i);
-		if (s->pinned_lease != s->pol.valid_until || now - s->pinned_ns >= d->cfg.epoch_ns)
-			kt_ctl_pin(d, i, now);
+			kt_ctl_write_lease(c, i);
+		if (s->pinned_lease != s->pol.valid_until || now - s->pinned_ns >= c->epoch_ns)
+			kt_ctl_pin(c, i, now);
 	}
+}
+
+void kt_ctl_free(struct kt_ctl *c)
+{
+	free(c->demand_buf);
+	c->demand_buf = NULL;
+	c->demand_cap = 0;
 }

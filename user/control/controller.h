@@ -69,7 +69,24 @@ struct kt_slot_base {
 };
 #define KT_DEMAND_RECENT_NS (100ULL * 1000000ULL)
 
-struct kt_daemon;
+struct kt_bpf;
+
+/* What the controller reads and writes, and nothing else of the daemon. The
+ * owner (the daemon, the benchmark) keeps the pointers current: after start,
+ * and after a reload swaps the plan's state, pool and scratch. */
+struct kt_ctl {
+	uint64_t tick_ns, epoch_ns;       /* the config's timing */
+	struct kt_plan *plan;             /* the limits */
+	struct kt_limit_state *ls;        /* index-aligned with plan->limits */
+	struct kt_pool *pool;             /* agreement: views, leases, heartbeats */
+	struct kt_pool_local *pool_local; /* scratch, index-aligned with plan->limits */
+	struct kt_bpf *bpf;               /* the buckets, counters and kt_leases */
+	struct kt_slot_base *slot_base;   /* KT_MAX_SLOTS counter baselines */
+	/* its own: share: demand: every member's demand, scratch for the pool
+	 * (kt_ctl_free releases it) */
+	double *demand_buf;
+	int demand_cap;
+};
 
 /* A limit's fresh state at `now`: the ramp at min. */
 void kt_ctl_init_state(struct kt_limit_state *s, const struct kt_limit_rt *l, uint64_t now);
@@ -81,29 +98,32 @@ int kt_ctl_hist_cap(uint64_t epoch_ns, uint64_t tick_ns);
 void kt_ctl_hist_rehome(struct kt_limit_state *s, struct kt_sample *ring, int cap);
 /* Fresh state, then what the previous daemon pinned for this limit: its
  * pool lease (kt_pool_adopt) and, with resumedRampUp, its ramp level. */
-void kt_ctl_start_limit(struct kt_daemon *d, int i, uint64_t now);
+void kt_ctl_start_limit(struct kt_ctl *c, int i, uint64_t now);
 /* The bucket policy of limit i from the pool's view (kt_pool_bucket_policy). */
 void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 		   struct kt_limit_state *s);
 /* Rate and burst, then the lease, into every bucket of limit i. */
-void kt_ctl_write_rates(struct kt_daemon *d, int i);
-void kt_ctl_write_lease(struct kt_daemon *d, int i);
+void kt_ctl_write_rates(struct kt_ctl *c, int i);
+void kt_ctl_write_lease(struct kt_ctl *c, int i);
 /* kt_leases: pin limit i's state; drop entries of limits no longer configured. */
-void kt_ctl_pin(struct kt_daemon *d, int i, uint64_t now);
-void kt_ctl_drop_stale_pins(struct kt_daemon *d);
+void kt_ctl_pin(struct kt_ctl *c, int i, uint64_t now);
+void kt_ctl_drop_stale_pins(struct kt_ctl *c);
 /* What the pool is told about each limit of `plan` (members, ramp level). */
 /* share: demand: each member's demand (admitted + refused per second: the
  * larger of the last whole epoch's and the running one's, so a member that
  * turns busy is reported at once) into local[i].member_demand. */
-void kt_ctl_fill_demand(struct kt_daemon *d, struct kt_pool_local *local);
+void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local);
 void kt_ctl_fill_pool_local(const struct kt_plan *plan, const struct kt_limit_state *ls,
 			    struct kt_pool_local *local);
 /* Counters of limit i: the sums now (status) and the totals (utilization). */
-void kt_ctl_read_counters(struct kt_daemon *d, int i);
-/* One controller tick at `now` (exposed for tests and the benchmark). */
-void kt_daemon_tick(struct kt_daemon *d, uint64_t now);
+void kt_ctl_read_counters(struct kt_ctl *c, int i);
+/* One controller tick at `now` (the daemon counts its ticks; exposed for
+ * tests and the benchmark). */
+void kt_ctl_tick(struct kt_ctl *c, uint64_t now);
 /* Decide and write every limit's policy from the pool's view (the second
  * half of a tick; also run when a store answer arrives between ticks). */
-void kt_ctl_apply_pool(struct kt_daemon *d, uint64_t now);
+void kt_ctl_apply_pool(struct kt_ctl *c, uint64_t now);
+/* Releases what the controller owns (its demand scratch); not the pointers. */
+void kt_ctl_free(struct kt_ctl *c);
 
 #endif

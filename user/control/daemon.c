@@ -284,6 +284,29 @@ static int setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 	return 0;
 }
 
+/* The controller's view of the daemon: after start allocates and after a
+ * reload swaps (plan, cfg and bpf are d's own, so only their content moves). */
+static void bind_controller(struct kt_daemon *d)
+{
+	struct kt_ctl *c = &d->controller;
+
+	c->tick_ns = d->cfg.tick_ns;
+	c->epoch_ns = d->cfg.epoch_ns;
+	c->plan = &d->plan;
+	c->ls = d->ls;
+	c->pool = d->pool;
+	c->pool_local = d->pool_local;
+	c->bpf = &d->bpf;
+	c->slot_base = d->slot_base;
+}
+
+/* One controller tick, counted for status. */
+static void tick(struct kt_daemon *d, uint64_t now)
+{
+	kt_ctl_tick(&d->controller, now);
+	d->ticks++;
+}
+
 int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on_exit)
 {
 	char err[KT_ERR_LEN];
@@ -370,9 +393,10 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		ret = KT_EXIT_RUNTIME;
 		goto fail_bpf;
 	}
+	bind_controller(d);
 	now = kt_clock_ns();
 	for (i = 0; i < d->plan.n_limits; i++) {
-		kt_ctl_start_limit(d, i, now);
+		kt_ctl_start_limit(&d->controller, i, now);
 		kt_ctl_hist_rehome(&d->ls[i], d->hist_pool + (size_t)i * hist_cap, hist_cap);
 	}
 	/* sizes count every member before any bucket is written */
@@ -393,7 +417,7 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		goto fail_bpf;
 	}
 	kt_strict_sync(d->strict, &d->plan);
-	kt_ctl_drop_stale_pins(d);
+	kt_ctl_drop_stale_pins(&d->controller);
 	ret = kt_tags_create(&d->tags, &d->cfg, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
@@ -420,7 +444,7 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 	d->cfg_applied_at = time(NULL);
 	d->started_ns = now;
 	d->running = true;
-	kt_daemon_tick(d, now); /* first sample */
+	tick(d, now); /* first sample */
 	kt_info("%s %d limit(s) and %d tag limit(s) on node %s, pins in %s, control socket %s",
 		d->bpf.adopted ? "adopted pinned state;" : "enforcing", d->plan.n_limits,
 		kt_tags_count(d->tags),
@@ -446,9 +470,9 @@ fail_bpf:
 	free(d->pool_local);
 	d->pool_local = NULL;
 	free(d->slot_base);
-	free(d->demand_buf);
-	d->demand_buf = NULL;
 	d->slot_base = NULL;
+	kt_ctl_free(&d->controller);
+	d->controller = (struct kt_ctl){ 0 };
 fail_sock:
 	kt_ctlserver_close(&d->ctl, d->cfg.socket_path);
 fail_pool:
@@ -607,14 +631,15 @@ static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIG
 	d->hist_pool = nhist;
 	d->pool = npool;
 	d->pool_local = nlocal;
+	bind_controller(d);
 	watch_pool(d);
 	for (i = 0; i < d->plan.n_limits; i++) {
-		kt_ctl_write_rates(d, i);
-		kt_ctl_write_lease(d, i);
+		kt_ctl_write_rates(&d->controller, i);
+		kt_ctl_write_lease(&d->controller, i);
 	}
 	kt_strict_sync(d->strict, &d->plan);
 	watch_strict(d);
-	kt_ctl_drop_stale_pins(d);
+	kt_ctl_drop_stale_pins(&d->controller);
 	kt_refresh_kube_follow(d, &kopts);
 	kt_refresh_watch_members(d);
 	d->reloads++;
@@ -726,7 +751,7 @@ static void on_tick(struct kt_watch *w, uint32_t events)
 	consume_events(d);
 	now = kt_clock_ns();
 	note_tick(d, now, expirations);
-	kt_daemon_tick(d, now);
+	tick(d, now);
 	kt_strict_tick(d->strict, now);
 	kt_ctlserver_expire(&d->ctl, now);
 	for (int k = 0; k < d->plan.n_limits; k++) {
@@ -786,7 +811,7 @@ static void on_pool(struct kt_watch *w, uint32_t events)
 
 	(void)events;
 	if (kt_pool_poll(d->pool, now))
-		kt_ctl_apply_pool(d, now);
+		kt_ctl_apply_pool(&d->controller, now);
 }
 
 static void on_strict(struct kt_watch *w, uint32_t events)
@@ -862,7 +887,7 @@ void kt_daemon_stop(struct kt_daemon *d)
 	kt_pool_leave(d->pool, d->pool_local, d->plan.n_limits, d->detach_on_exit);
 	if (!d->detach_on_exit)
 		for (int i = 0; i < d->plan.n_limits; i++)
-			kt_ctl_pin(d, i, kt_clock_ns());
+			kt_ctl_pin(&d->controller, i, kt_clock_ns());
 	kt_pool_destroy(d->pool);
 	d->pool = NULL;
 	kt_strict_destroy(d->strict);
@@ -900,8 +925,8 @@ void kt_daemon_stop(struct kt_daemon *d)
 	free(d->hist_pool);
 	d->hist_pool = NULL;
 	free(d->slot_base);
-	free(d->demand_buf);
-	d->demand_buf = NULL;
+	kt_ctl_free(&d->controller);
+	d->controller = (struct kt_ctl){ 0 };
 	kt_plan_free(&d->plan);
 	kt_config_free(&d->cfg);
 }

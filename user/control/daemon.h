@@ -59,8 +59,9 @@ struct kt_daemon {
 	char refresh_err[KT_ERR_LEN]; /* last rescan error, logged once */
 	char attach_desc[PATH_MAX + 300]; /* the plan's attach point, logged when it changes */
 	struct kt_slot_base *slot_base; /* KT_MAX_SLOTS, the controller's counter baselines */
-	double *demand_buf;        /* share: demand: every member's demand, scratch for the pool */
-	int demand_cap;
+	/* the controller's view of the above (plan, ls, pool, pool_local, bpf,
+	 * slot_base, the config's timing), rebound whenever one of them moves */
+	struct kt_ctl controller;
 	struct kt_kube *kube;      /* the pods watcher while some limit selects pods; else NULL */
 	struct kt_pod_set pods;    /* the pods on this node as last taken from it */
 	struct kt_strict *strict;  /* the strict limits' permits; NULL: none */

@@ -261,8 +261,8 @@ int kt_refresh_members(struct kt_daemon *d)
 	kt_plan_free(&d->plan);
 	d->plan = next;
 	for (int i = 0; i < d->plan.n_limits; i++) {
-		kt_ctl_write_rates(d, i);
-		kt_ctl_write_lease(d, i);
+		kt_ctl_write_rates(&d->controller, i);
+		kt_ctl_write_lease(&d->controller, i);
 	}
 	kt_strict_sync(d->strict, &d->plan);
 	d->member_changes += moved;

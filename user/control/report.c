@@ -766,7 +766,7 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 		struct kt_limit_state *s = &d->ls[i];
 		const struct kt_limit_cfg *c = l->cfg;
 
-		kt_ctl_read_counters(d, i);
+		kt_ctl_read_counters(&d->controller, i);
 		if (json) {
 			kt_sb_printf(&b, "%s{\"name\":", i ? "," : "");
 			kt_sb_json_str(&b, c->name);
