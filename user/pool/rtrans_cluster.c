@@ -91,7 +91,8 @@ static int cl_node(struct kt_store *s, const char *host, size_t hlen, int port)
 	if (hlen < 1 || hlen >= sizeof(C(s)->cn[0].host) || port < 1 || port > 65535)
 		return -1;
 	for (i = 0; i < C(s)->n_cn; i++)
-		if (C(s)->cn[i].port == port && strlen(C(s)->cn[i].host) == hlen && !memcmp(C(s)->cn[i].host, host, hlen))
+		if (C(s)->cn[i].port == port && strlen(C(s)->cn[i].host) == hlen &&
+		    !memcmp(C(s)->cn[i].host, host, hlen))
 			return i;
 	if (C(s)->n_cn >= CL_MAX_NODES) {
 		/* reuse a node that serves no slot */
@@ -254,7 +255,8 @@ static int cl_refresh(struct kt_store *s, char *err, size_t errlen)
 		} else if (rep[n - 1]->type == REDIS_REPLY_ERROR) {
 			char t[200];
 
-			rs_seterr(s, err, errlen, "%s: CLUSTER SLOTS: %s", where, rs_reply_text(rep[n - 1], t, sizeof(t)));
+			rs_seterr(s, err, errlen, "%s: CLUSTER SLOTS: %s", where,
+				  rs_reply_text(rep[n - 1], t, sizeof(t)));
 			ret = -EIO;
 		} else if ((ret = cl_load_map(s, rep[n - 1], host))) {
 			rs_seterr(s, err, errlen, "%s: malformed reply to CLUSTER SLOTS", where);
@@ -310,8 +312,9 @@ static int cl_state(struct kt_store *s, int ret, bool some_answered)
 
 static bool retry_reply(const redisReply *r)
 {
-	return rs_starts_with(r, "CLUSTERDOWN") || rs_starts_with(r, "TRYAGAIN") || rs_starts_with(r, "READONLY") ||
-	       rs_starts_with(r, "LOADING") || rs_starts_with(r, "MASTERDOWN");
+	return rs_starts_with(r, "CLUSTERDOWN") || rs_starts_with(r, "TRYAGAIN") ||
+	       rs_starts_with(r, "READONLY") || rs_starts_with(r, "LOADING") ||
+	       rs_starts_with(r, "MASTERDOWN");
 }
 
 /* Runs the jobs: the ones for the same master go in one pipeline (one round
@@ -389,7 +392,7 @@ static int cl_run(struct kt_store *s, struct kt_rjob *jobs, int nj, const char *
 			}
 			if (rs_step_deadline(s, &dl)) {
 				rs_seterr(s, err, errlen, "redis %s:%d: %s: call budget of %d ms exhausted",
-				       C(s)->cn[m].host, C(s)->cn[m].port, what, KT_STORE_CALL_BUDGET_MS);
+					  C(s)->cn[m].host, C(s)->cn[m].port, what, KT_STORE_CALL_BUDGET_MS);
 				ret = -ETIMEDOUT;
 				goto out;
 			}
@@ -397,8 +400,9 @@ static int cl_run(struct kt_store *s, struct kt_rjob *jobs, int nj, const char *
 			s->st.commands += (uint64_t)n;
 			ret = kt_rconn_call_many(C(s)->cn[m].c, rc, n, dl, rep, e, sizeof(e));
 			if (ret) {
-				rs_seterr(s, err, errlen, "redis %s:%d: %s: %s", C(s)->cn[m].host, C(s)->cn[m].port, what,
-				       rs_conn_errstr(ret, e));
+				rs_seterr(s, err, errlen, "redis %s:%d: %s: %s", C(s)->cn[m].host,
+					  C(s)->cn[m].port, what,
+					  rs_conn_errstr(ret, e));
 				fail = ret;
 				cl_drop(s, m);
 				stale = true;
@@ -421,8 +425,9 @@ static int cl_run(struct kt_store *s, struct kt_rjob *jobs, int nj, const char *
 					jb->rep = r;
 					continue;
 				}
-				rs_seterr(s, err, errlen, "redis %s:%d: %s: %s", C(s)->cn[m].host, C(s)->cn[m].port, what,
-				       rs_reply_text(r, t, sizeof(t)));
+				rs_seterr(s, err, errlen, "redis %s:%d: %s: %s", C(s)->cn[m].host,
+					  C(s)->cn[m].port, what,
+					  rs_reply_text(r, t, sizeof(t)));
 				fail = -EIO;
 				if (rs_starts_with(r, "MOVED ")) {
 					int to = cl_redirect(s, r, 6);
@@ -448,7 +453,7 @@ static int cl_run(struct kt_store *s, struct kt_rjob *jobs, int nj, const char *
 		for (j = 0; j < nj; j++)
 			if (!jobs[j].rep && C(s)->slot_node[jobs[j].slot] < 0 && jobs[j].ask < 0) {
 				rs_seterr(s, err, errlen, "%s: no master serves slot %d (cluster map)", what,
-				       jobs[j].slot);
+					  jobs[j].slot);
 				fail = -EIO;
 				stale = true;
 			}
@@ -484,7 +489,7 @@ static int cl_check(struct kt_store *s, const struct kt_rjob *jb, const char *wh
 	if (jb->rep->type != REDIS_REPLY_ERROR)
 		return 0;
 	rs_seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cur_host, s->cur_port, what,
-	       rs_reply_text(jb->rep, t, sizeof(t)));
+		  rs_reply_text(jb->rep, t, sizeof(t)));
 	s->hint = rs_reply_kind(jb->rep);
 	return rs_starts_with(jb->rep, "NOAUTH") ? -EACCES : -EIO;
 }

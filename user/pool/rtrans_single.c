@@ -68,7 +68,7 @@ static int ask_sentinel(struct kt_store *s, int idx, char *host, size_t hostlen,
 	}
 	if (r->type == REDIS_REPLY_ERROR) {
 		rs_seterr(s, err, errlen, "%s: SENTINEL get-master-addr-by-name: %s", where,
-		       rs_reply_text(r, t, sizeof(t)));
+			  rs_reply_text(r, t, sizeof(t)));
 		ret = rs_starts_with(r, "NOAUTH") ? -EACCES : -EIO;
 		goto out;
 	}
@@ -116,7 +116,7 @@ static int connect_store(struct kt_store *s, char *err, size_t errlen)
 
 				snprintf(last, sizeof(last), "%s", s->last_err);
 				rs_seterr(s, err, errlen, "no sentinel of %d answered for master '%s'; last: %s",
-				       s->n_ep, s->master_name, last);
+					  s->n_ep, s->master_name, last);
 			}
 			return ret;
 		}
@@ -247,7 +247,7 @@ static int roundtrip(struct kt_store *s, int argc, const char **argv, const size
 	*out = NULL;
 	if (rs_step_deadline(s, &dl)) {
 		rs_seterr(s, err, errlen, "redis %s:%d: %s: call budget of %d ms exhausted", s->cur_host,
-		       s->cur_port, what, KT_STORE_CALL_BUDGET_MS);
+			  s->cur_port, what, KT_STORE_CALL_BUDGET_MS);
 		rs_conn_failed(s);
 		return -ETIMEDOUT;
 	}
@@ -256,7 +256,7 @@ static int roundtrip(struct kt_store *s, int argc, const char **argv, const size
 	ret = kt_rconn_call_many(P(s)->c, &cmd, 1, dl, out, e, sizeof(e));
 	if (ret) {
 		rs_seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cur_host, s->cur_port, what,
-		       rs_conn_errstr(ret, e));
+			  rs_conn_errstr(ret, e));
 		rs_conn_failed(s);
 		return ret;
 	}
@@ -282,7 +282,7 @@ static int error_reply(struct kt_store *s, const redisReply *r, const char *what
 		drop = true;
 	}
 	rs_seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cur_host, s->cur_port, what,
-	       rs_reply_text(r, t, sizeof(t)));
+		  rs_reply_text(r, t, sizeof(t)));
 	s->hint = rs_reply_kind(r);
 	if (drop)
 		rs_conn_failed(s);

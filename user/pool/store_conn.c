@@ -199,7 +199,7 @@ int rs_dial(struct kt_store *s, const char *role, const char *host, int port,
 
 	if (rs_step_deadline(s, &o.connect_deadline_ns)) {
 		rs_seterr(s, err, errlen, "%s %s:%d: connect: call budget of %d ms exhausted", role, host,
-		       port, KT_STORE_CALL_BUDGET_MS);
+			  port, KT_STORE_CALL_BUDGET_MS);
 		return -ETIMEDOUT;
 	}
 	refresh_secret(&s->pass, s->pass_file);
@@ -211,7 +211,7 @@ int rs_dial(struct kt_store *s, const char *role, const char *host, int port,
 		/* rconn's line already says "connect to h:p failed: ..." */
 		if (ret == -ETIMEDOUT && !strstr(e, "TLS"))
 			rs_seterr(s, err, errlen, "%s %s:%d: connect: timed out after %d ms", role, host, port,
-			       KT_STORE_TIMEOUT_MS);
+				  KT_STORE_TIMEOUT_MS);
 		else
 			rs_seterr(s, err, errlen, "%s: %s", role, e);
 		kt_rconn_close(c);
@@ -254,7 +254,7 @@ int rs_pipeline(struct kt_store *s, struct kt_rconn *c, const char *where, struc
 		rep[i] = NULL;
 	if (rs_step_deadline(s, &dl)) {
 		rs_seterr(s, err, errlen, "%s: call budget of %d ms exhausted", where,
-		       KT_STORE_CALL_BUDGET_MS);
+			  KT_STORE_CALL_BUDGET_MS);
 		return -ETIMEDOUT;
 	}
 	for (i = 0; i < n; i++)
@@ -334,7 +334,7 @@ int rs_setup_master(struct kt_store *s, struct kt_rconn *c, const char *where, c
 	}
 	if (i_sel >= 0 && !rs_is_ok(rep[i_sel])) {
 		rs_seterr(s, err, errlen, "%s: SELECT %d: %s", where, s->db,
-		       rep[i_sel]->type == REDIS_REPLY_ERROR ? rs_reply_text(rep[i_sel], t, sizeof(t))
+			  rep[i_sel]->type == REDIS_REPLY_ERROR ? rs_reply_text(rep[i_sel], t, sizeof(t))
 							    : "unexpected reply");
 		ret = -EIO;
 		goto out;
@@ -349,7 +349,7 @@ int rs_setup_master(struct kt_store *s, struct kt_rconn *c, const char *where, c
 		}
 		if (strcmp(r->element[0]->str, "master") != 0) {
 			rs_seterr(s, err, errlen, "%s: not a master (ROLE: %s); failover in progress?", where,
-			       rs_reply_text(r->element[0], t, sizeof(t)));
+				  rs_reply_text(r->element[0], t, sizeof(t)));
 			ret = -EROFS;
 			goto out;
 		}
@@ -358,7 +358,7 @@ int rs_setup_master(struct kt_store *s, struct kt_rconn *c, const char *where, c
 		r = rep[i_scr + i];
 		if (r->type == REDIS_REPLY_ERROR) {
 			rs_seterr(s, err, errlen, "%s: SCRIPT LOAD: %s%s", where, rs_reply_text(r, t, sizeof(t)),
-			       rs_starts_with(r, "NOAUTH") ? " (configure a password)" : "");
+				  rs_starts_with(r, "NOAUTH") ? " (configure a password)" : "");
 			ret = rs_starts_with(r, "NOAUTH") ? -EACCES : -EIO;
 			goto out;
 		}

@@ -121,28 +121,28 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 	}
 	if (q->stale_ms < 1 || q->stale_ms > KT_STORE_STALE_MAX_MS) {
 		rs_seterr(s, err, errlen, "heartbeat: limit %s: stale_ms %llu out of 1..%llu", q->limit,
-		       (unsigned long long)q->stale_ms, (unsigned long long)KT_STORE_STALE_MAX_MS);
+			  (unsigned long long)q->stale_ms, (unsigned long long)KT_STORE_STALE_MAX_MS);
 		return -EINVAL;
 	}
 	if (q->hold_ms > KT_STORE_STALE_MAX_MS || !isfinite(q->fallback_rate) || q->fallback_rate < 0 ||
 	    q->fallback_rate > 1e15) {
 		rs_seterr(s, err, errlen, "heartbeat: limit %s: hold %llu ms or fallback rate %g out of range",
-		       q->limit, (unsigned long long)q->hold_ms, q->fallback_rate);
+			  q->limit, (unsigned long long)q->hold_ms, q->fallback_rate);
 		return -EINVAL;
 	}
 	if (!isfinite(q->pool_rate) || q->pool_rate < 0 || q->pool_rate > 1e15 || !isfinite(q->floor_rate) ||
 	    q->floor_rate < 0 || q->floor_rate > 1e15 || q->recompute_ms > KT_STORE_STALE_MAX_MS ||
 	    (q->pool_rate > 0 && q->n_members > 0 && !q->grants)) {
 		rs_seterr(s, err, errlen, "heartbeat: limit %s: pool rate %g, floor %g, recompute %llu ms or grants "
-		       "out of range", q->limit, q->pool_rate, q->floor_rate,
-		       (unsigned long long)q->recompute_ms);
+			  "out of range", q->limit, q->pool_rate, q->floor_rate,
+			  (unsigned long long)q->recompute_ms);
 		return -EINVAL;
 	}
 	if (q->save_ramp >= 0 &&
 	    (!isfinite(q->save_ramp) || q->save_ramp > 1e15 || q->ramp_ttl_ms < 1 ||
 	     q->ramp_ttl_ms > KT_STORE_STALE_MAX_MS * 365)) {
 		rs_seterr(s, err, errlen, "heartbeat: limit %s: ramp %g or ttl %llu ms out of range", q->limit,
-		       q->save_ramp, (unsigned long long)q->ramp_ttl_ms);
+			  q->save_ramp, (unsigned long long)q->ramp_ttl_ms);
 		return -EINVAL;
 	}
 	for (int i = 0; i < q->n_members; i++) {
@@ -150,17 +150,17 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 
 		if (!rs_valid_token(m->id, KT_STORE_ID_MAX)) {
 			rs_seterr(s, err, errlen, "heartbeat: limit %s: member %d: id must be 1..%d printable characters",
-			       q->limit, i, KT_STORE_ID_MAX);
+				  q->limit, i, KT_STORE_ID_MAX);
 			return -EINVAL;
 		}
 		if (m->reported_size < 0 || m->reported_size > KT_STORE_MAX_POOL) {
 			rs_seterr(s, err, errlen, "heartbeat: limit %s: member %s: reported size %d out of 0..%d",
-			       q->limit, m->id, m->reported_size, KT_STORE_MAX_POOL);
+				  q->limit, m->id, m->reported_size, KT_STORE_MAX_POOL);
 			return -EINVAL;
 		}
 		if (q->pool_rate > 0 && (!isfinite(m->demand) || m->demand < 0 || m->demand > 1e15)) {
 			rs_seterr(s, err, errlen, "heartbeat: limit %s: member %s: demand %g out of 0..1e15",
-			       q->limit, m->id, m->demand);
+				  q->limit, m->id, m->demand);
 			return -EINVAL;
 		}
 	}
@@ -222,7 +222,7 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n) {
 		rs_seterr(s, err, errlen, "redis %s:%d: heartbeat: malformed reply: expected %d answers",
-		       s->cur_host, s->cur_port, n);
+			  s->cur_host, s->cur_port, n);
 		if (r->type != REDIS_REPLY_ARRAY)
 			s->hint = KT_SERR_WRONGTYPE;
 		return -EPROTO;
@@ -262,7 +262,7 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 	}
 	if (why) {
 		rs_seterr(s, err, errlen, "redis %s:%d: heartbeat: malformed reply for limit %s: %s",
-		       s->cur_host, s->cur_port, reqs[i - 1].limit, why);
+			  s->cur_host, s->cur_port, reqs[i - 1].limit, why);
 		return -EPROTO;
 	}
 	return 0;
@@ -447,7 +447,7 @@ static int do_leave(struct kt_store *s, const char *limit, const char *const *id
 	for (i = 0; i < n; i++) {
 		if (!rs_valid_token(ids[i], KT_STORE_ID_MAX)) {
 			rs_seterr(s, err, errlen, "leave: limit %s: id %d must be 1..%d printable characters",
-			       limit, i, KT_STORE_ID_MAX);
+				  limit, i, KT_STORE_ID_MAX);
 			return -EINVAL;
 		}
 	}
@@ -538,9 +538,9 @@ static int do_permits(struct kt_store *s, const char *limit, uint64_t every_us, 
 	if (!valid_limit(limit) || every_us < 1000 || every_us > 86400ULL * 1000000 || max_reserved < 0 ||
 	    max_reserved > 100000 || n < 1 || n > KT_STORE_MAX_PERMITS || !out || !ans) {
 		rs_seterr(s, err, errlen,
-		       "permits: invalid limit name, every %llu us (1000..86400e6), max reserved %d "
-		       "(0..100000) or %d permits (1..%d)",
-		       (unsigned long long)every_us, max_reserved, n, KT_STORE_MAX_PERMITS);
+			  "permits: invalid limit name, every %llu us (1000..86400e6), max reserved %d "
+			  "(0..100000) or %d permits (1..%d)",
+			  (unsigned long long)every_us, max_reserved, n, KT_STORE_MAX_PERMITS);
 		return -EINVAL;
 	}
 	ret = begin(s, err, errlen);
@@ -603,15 +603,15 @@ static int do_tag_exchange(struct kt_store *s, const char *limit, const char *no
 	    (n_chunks && (!chunks || !chunk_lens)) || !last_id || !fn || !more ||
 	    (last_id[0] && !stream_id_ok(last_id, strnlen(last_id, KT_STORE_TAG_ID_MAX)))) {
 		rs_seterr(s, err, errlen,
-		       "tag exchange: invalid limit name, node, retention %llu ms (1000..86400000), "
-		       "%d chunks (0..%d) or last id",
-		       (unsigned long long)keep_ms, n_chunks, KT_STORE_TAG_MAX_CHUNKS);
+			  "tag exchange: invalid limit name, node, retention %llu ms (1000..86400000), "
+			  "%d chunks (0..%d) or last id",
+			  (unsigned long long)keep_ms, n_chunks, KT_STORE_TAG_MAX_CHUNKS);
 		return -EINVAL;
 	}
 	for (i = 0; i < n_chunks; i++) {
 		if (!chunks[i] || chunk_lens[i] == 0 || chunk_lens[i] > KT_STORE_TAG_CHUNK_MAX) {
 			rs_seterr(s, err, errlen, "tag exchange: chunk %d: 1..%d bytes", i,
-			       KT_STORE_TAG_CHUNK_MAX);
+				  KT_STORE_TAG_CHUNK_MAX);
 			return -EINVAL;
 		}
 	}
@@ -649,7 +649,7 @@ static int do_tag_exchange(struct kt_store *s, const char *limit, const char *no
 	for (i = 2; i < (int)r->elements; i++) {
 		if (r->element[i]->type != REDIS_REPLY_STRING) {
 			rs_seterr(s, err, errlen, "redis %s:%d: tag exchange: entry %d is not a string",
-			       s->cur_host, s->cur_port, i - 2);
+				  s->cur_host, s->cur_port, i - 2);
 			ret = -EPROTO;
 			goto out;
 		}
@@ -681,7 +681,7 @@ static int do_save_ramp(struct kt_store *s, const char *limit, double rate, uint
 	if (!valid_limit(limit) || !isfinite(rate) || rate < 0 || rate > 1e15 || ttl_ms < 1 ||
 	    ttl_ms > KT_STORE_STALE_MAX_MS * 365) {
 		rs_seterr(s, err, errlen, "save ramp: invalid limit name, rate %g or ttl %llu ms", rate,
-		       (unsigned long long)ttl_ms);
+			  (unsigned long long)ttl_ms);
 		return -EINVAL;
 	}
 	ret = begin(s, err, errlen);
@@ -693,7 +693,7 @@ static int do_save_ramp(struct kt_store *s, const char *limit, double rate, uint
 	ret = command(s, key, 5, argv, "save ramp", &r, err, errlen);
 	if (!ret && !rs_is_ok(r)) {
 		rs_seterr(s, err, errlen, "redis %s:%d: save ramp: malformed reply to SET", s->cur_host,
-		       s->cur_port);
+			  s->cur_port);
 		ret = -EPROTO;
 	}
 	if (r)
@@ -735,7 +735,7 @@ static int do_load_ramp(struct kt_store *s, const char *limit, double *rate, cha
 	goto out;
 bad:
 	rs_seterr(s, err, errlen, "redis %s:%d: load ramp: malformed value in %s", s->cur_host, s->cur_port,
-	       key);
+		  key);
 out:
 	freeReplyObject(r);
 	return ret;
