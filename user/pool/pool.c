@@ -234,15 +234,11 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 		l->demand = lc->share == KT_SHARE_DEMAND && s->kind == KT_STORE_REDIS;
 		l->v.size = 1;
 		l->v.live = 1;
-		if (lc->rl.strict.on) {
+		if (lc->rl.strict.on)
 			/* no pool: each admission is a permit from the store
 			 * (strict.c), so there is no share to agree on */
 			l->kind = KT_STORE_LOCAL;
-			l->v.phase = KT_POOL_AGREED;
-			l->v.agree = true;
-			continue;
-		}
-		switch (s->kind) {
+		switch (l->kind) {
 		case KT_STORE_LOCAL:
 			l->v.phase = KT_POOL_AGREED;
 			l->v.agree = true;

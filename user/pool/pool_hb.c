@@ -189,16 +189,10 @@ static double save_level(const struct lim *l, double pool_rate)
 	return pool_rate;
 }
 
-static uint64_t stale_ms(const struct lim *l)
+/* Whole ms for the store, never 0 */
+static uint64_t ms_of(uint64_t ns)
 {
-	uint64_t ms = l->stale_ns / NS_PER_MS;
-
-	return ms ? ms : 1;
-}
-
-static uint64_t ttl_ms(const struct lim *l)
-{
-	uint64_t ms = l->rl.ttl_ns / NS_PER_MS;
+	uint64_t ms = ns / NS_PER_MS;
 
 	return ms ? ms : 1;
 }
@@ -330,10 +324,10 @@ void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const stru
 		q->limit = jl->name;
 		q->members = n ? &job->mbuf[off] : NULL;
 		q->n_members = n;
-		q->stale_ms = stale_ms(l);
+		q->stale_ms = ms_of(l->stale_ns);
 		/* while the saved level is being read nothing overwrites it */
 		q->save_ramp = save_level(l, lo->pool_rate);
-		q->ramp_ttl_ms = ttl_ms(l);
+		q->ramp_ttl_ms = ms_of(l->rl.ttl_ns);
 		q->hold_ms = l->hold_ns / NS_PER_MS;
 		l->sent_fallback = pool_member_fallback(l, lo->pool_rate);
 		l->sent_pool_rate = lo->pool_rate;
@@ -461,8 +455,8 @@ void pool_leave_group(struct kt_pool *p, struct group *g, const struct kt_pool_l
 
 		if (lvl < 0)
 			continue;
-		reqs[nq] = (struct kt_pool_req){ .limit = l->name, .stale_ms = stale_ms(l),
-						     .save_ramp = lvl, .ramp_ttl_ms = ttl_ms(l) };
+		reqs[nq] = (struct kt_pool_req){ .limit = l->name, .stale_ms = ms_of(l->stale_ns),
+						     .save_ramp = lvl, .ramp_ttl_ms = ms_of(l->rl.ttl_ns) };
 		nq++;
 	}
 	if (nq) {

@@ -77,6 +77,19 @@ double kt_pool_bucket_rate(const struct kt_pool *p, int i, double pool_rate, int
 	return pool_rate * served / size;
 }
 
+/* The end of a leased policy, once rate, burst and fallback rate are set. */
+static void lease_tail(struct kt_bucket_policy *out)
+{
+	/* the burst scales with the rate, so the tolerance in ns does not grow
+	 * at the switch and free tokens (see struct kt_bucket) */
+	out->fallback_burst = out->rate > 0 && out->fallback_rate < out->rate
+				      ? out->burst * out->fallback_rate / out->rate
+				      : out->burst;
+	/* no lease yet: the kernel must not run ahead of one */
+	if (!out->valid_until)
+		out->rate = out->fallback_rate = 0;
+}
+
 void kt_pool_bucket_policy(const struct kt_pool *p, int i, double pool_rate, int served,
 			   struct kt_bucket_policy *out)
 {
@@ -102,14 +115,7 @@ void kt_pool_bucket_policy(const struct kt_pool *p, int i, double pool_rate, int
 	out->fallback_until = l->v.fallback_until_ns;
 	/* exactly what the store reserves for us (told with the heartbeat) */
 	out->fallback_rate = l->v.fallback_member * served;
-	/* the burst scales with the rate, so the tolerance in ns does not grow
-	 * at the switch and free tokens (see struct kt_bucket) */
-	out->fallback_burst = out->rate > 0 && out->fallback_rate < out->rate
-				      ? out->burst * out->fallback_rate / out->rate
-				      : out->burst;
-	/* no lease yet: the kernel must not run ahead of one */
-	if (!out->valid_until)
-		out->rate = out->fallback_rate = 0;
+	lease_tail(out);
 }
 
 /* share: demand: one member's rate (see kt_pool_members_policy). */
@@ -149,11 +155,7 @@ void kt_pool_members_policy(const struct kt_pool *p, int i, double pool_rate, co
 	out->burst = avail > 0 ? l->burst * rate / avail : 1;
 	if (out->burst < 1)
 		out->burst = 1;
-	out->fallback_burst = out->rate > 0 && out->fallback_rate < out->rate
-				      ? out->burst * out->fallback_rate / out->rate
-				      : out->burst;
-	if (!out->valid_until)
-		out->rate = out->fallback_rate = 0;
+	lease_tail(out);
 }
 
 void kt_pool_adopt(struct kt_pool *p, int i, const struct kt_lease *pin, uint64_t now)
