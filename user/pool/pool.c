@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Pool membership and agreement: see pool.h for the contract and store.h for
- * the consensus script. This file decides when to talk to the store, turns
- * answers into phases and sizes, and applies validFor and onStoreFailure.
+ * the consensus script. This file builds the pool and its store groups,
+ * decides when to talk to the store (kt_pool_tick) and reports status;
+ * pool_hb.c runs the round trips and turns answers into phases and sizes,
+ * pool_policy.c turns a view into bucket rates and applies validFor and
+ * onStoreFailure; pool_int.h holds the state they share.
  *
  * Choices beyond pool.h:
  * - Members report KT_POOL_REPORT_LIVE (store.h's caller rule): converges one
@@ -47,109 +50,8 @@
 #include <unistd.h>
 #include <sys/eventfd.h>
 #include "log.h"
-#include "pool.h"
-#include "store.h"
+#include "pool_int.h"
 #include "storeq.h"
-
-#define NS_PER_MS 1000000ULL
-#define KT_DEMAND_FLOOR_DIV 10 /* floor = an equal share / this */
-
-enum resume_state {
-	RES_OFF = 0, /* resumedRampUp not set */
-	RES_WAIT,    /* not read from the store yet */
-	RES_FOUND,   /* read, a level is waiting for kt_pool_take_resume */
-	RES_DONE,    /* taken, or nothing was saved */
-};
-
-struct lim {
-	char name[KT_NAME_LEN];
-	enum kt_store_kind kind;
-	int static_size;
-	struct kt_rate_limit_cfg rl;
-	uint64_t stale_ns, valid_for_ns;
-	uint64_t lease_ns, hold_ns;     /* min(stale, validFor); fallbackFor (0: closed) */
-	int max_members;
-	double burst;
-	enum kt_store_failure on_failure;
-	int group;                      /* index in kt_pool.g, -1 for local/static */
-
-	struct kt_pool_view v;
-	bool answered, ever_agreed;
-	bool unanswered;                /* cluster: its slot failed while others answered */
-	uint64_t unanswered_since_ns;
-	bool adopted;                   /* a pinned lease continued, no answer yet */
-	int prev_size;                  /* size of the previous answer (shrink damping) */
-	double sent_fallback;           /* per-member fallback in the heartbeat in flight */
-	double sent_pool_rate;          /* pool rate it was computed from */
-	int floor;                      /* re-sync floor after an outage, 0 none */
-	uint64_t floor_until_ns;
-
-	enum resume_state res;
-	double res_rate;
-
-	char **ids;                     /* ids sent at the last heartbeat */
-	int n_ids;
-	bool demand;                    /* share: demand */
-	double *grants;                 /* demand: ids[k]'s grant from the last answer, NAN none */
-};
-
-/* One heartbeat round trip, built on the loop and run on the store's
- * worker: every string it needs is its own, because a reload may free the
- * pool while it runs. Limit k is the group's lims[k]. */
-struct job_lim {
-	char name[KT_NAME_LEN];
-	bool load_ramp;                 /* resumedRampUp: read the saved level first, */
-	double pool_rate;               /* then save max(it, this) with the heartbeat */
-	int ramp_ret;
-	double ramp_rate;
-	char ramp_err[KT_ERR_LEN];
-	char **gone;                    /* members to deregister at once */
-	int n_gone;
-	int leave_ret;
-	char leave_err[KT_ERR_LEN];
-	int off, n;                     /* this limit's members in mbuf and grants */
-};
-
-struct hb_job {
-	uint64_t sent_ns;               /* when the round trip was handed over: leases count from it */
-	int n;
-	struct job_lim *jl;
-	struct kt_pool_req *reqs;
-	struct kt_pool_answer *ans;
-	struct kt_pool_member *mbuf;
-	char **ids;                     /* copies behind mbuf[].id */
-	int n_ids;
-	double *grants;                 /* demand: the script's grant per mbuf[] entry */
-	bool unreachable;               /* the ramp read found no server: nothing else sent */
-	int ret;
-	char err[KT_ERR_LEN];
-	struct kt_store_stats stats;
-	struct kt_store_errors errs;
-};
-
-struct group {
-	struct kt_storeq *q;            /* the store, on its own thread */
-	char label[300];                /* "redis host:port" or "sentinel master NAME": logs only */
-	char host[256];                 /* single mode, for status before a connection */
-	int port;
-	uint64_t heartbeat_ns, next_ns;
-	uint64_t connects;              /* store's connection count at the last answer */
-	bool started, failing;
-	unsigned logged_kinds;          /* error kinds logged in this episode */
-	uint64_t skipped;               /* heartbeats not sent: the previous one still ran */
-	int *lims;
-	int n;
-};
-
-struct kt_pool {
-	struct lim *l;
-	int n;
-	struct group *g;
-	int n_groups;
-	bool started, left, bad_input_logged;
-	uint64_t start_ns;
-	int evfd;                       /* readable when a store worker finished a round trip */
-};
 
 const char *kt_pool_phase_name(enum kt_pool_phase ph)
 {
@@ -212,7 +114,7 @@ static bool same_store(const struct kt_store_cfg *a, const struct kt_store_cfg *
 
 /* ---- create / destroy ---- */
 
-static void free_ids(struct lim *l)
+void pool_free_ids(struct lim *l)
 {
 	for (int i = 0; i < l->n_ids; i++)
 		free(l->ids[i]);
@@ -236,7 +138,7 @@ void kt_pool_destroy(struct kt_pool *p)
 		free(g->lims);
 	}
 	for (i = 0; i < p->n; i++)
-		free_ids(&p->l[i]);
+		pool_free_ids(&p->l[i]);
 	if (p->evfd >= 0)
 		close(p->evfd);
 	free(p->g);
@@ -332,15 +234,11 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 		l->demand = lc->share == KT_SHARE_DEMAND && s->kind == KT_STORE_REDIS;
 		l->v.size = 1;
 		l->v.live = 1;
-		if (lc->rl.strict.on) {
+		if (lc->rl.strict.on)
 			/* no pool: each admission is a permit from the store
 			 * (strict.c), so there is no share to agree on */
 			l->kind = KT_STORE_LOCAL;
-			l->v.phase = KT_POOL_AGREED;
-			l->v.agree = true;
-			continue;
-		}
-		switch (s->kind) {
+		switch (l->kind) {
 		case KT_STORE_LOCAL:
 			l->v.phase = KT_POOL_AGREED;
 			l->v.agree = true;
@@ -400,7 +298,7 @@ fail:
 
 /* ---- views ---- */
 
-static void set_phase(struct lim *l, enum kt_pool_phase ph, uint64_t now)
+void pool_set_phase(struct lim *l, enum kt_pool_phase ph, uint64_t now)
 {
 	if (l->v.phase == ph)
 		return;
@@ -416,102 +314,8 @@ static void set_phase(struct lim *l, enum kt_pool_phase ph, uint64_t now)
 	l->v.phase_since_ns = now;
 }
 
-static uint64_t since(uint64_t now, uint64_t t)
-{
-	return now > t ? now - t : 0;
-}
-
-static double member_fallback(const struct lim *l, double pool_rate);
-
-/* The lease an answer to a heartbeat sent at `sent` grants. */
-static void grant_lease(struct lim *l, uint64_t sent)
-{
-	l->v.lease_until_ns = sent + l->lease_ns;
-	/* open never ends its fallback: the one policy that may exceed max */
-	l->v.fallback_until_ns = l->on_failure == KT_FAIL_OPEN ? 0 : l->v.lease_until_ns + l->hold_ns;
-}
-
-static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_answer *a, uint64_t now,
-			 uint64_t sent, bool reconnected)
-{
-	const struct group *g = &p->g[l->group];
-	enum kt_pool_phase ph;
-	int size, raw, old = l->v.size;
-	bool agree;
-
-	/* the membership may have been lost: pruned during a long gap, or a new
-	 * server; a restarted daemon that continued a pinned lease does not know
-	 * how long its gap was, and the store may have restarted empty */
-	if ((l->answered && (reconnected || since(now, l->v.last_answer_ns) > l->stale_ns)) ||
-	    (l->adopted && l->v.size > 1)) {
-		l->floor = l->v.size;
-		l->floor_until_ns = now + KT_STORE_BACKOFF_MAX_MS * NS_PER_MS + 3 * g->heartbeat_ns;
-	}
-	if (l->floor && now >= l->floor_until_ns)
-		l->floor = 0;
-
-	raw = size = a->size > 1 ? a->size : 1;
-	/* a shrink is believed one answer late (acting on the larger size
-	 * meanwhile, as in DISAGREE) */
-	if ((l->answered || l->adopted) && l->prev_size > size)
-		size = l->prev_size;
-	l->prev_size = raw;
-	agree = a->agree && size == raw;
-	if (agree) {
-		l->ever_agreed = true;
-		ph = KT_POOL_AGREED;
-	} else {
-		ph = l->ever_agreed ? KT_POOL_DISAGREED : KT_POOL_JOINING;
-	}
-	if (l->floor > size) {
-		size = l->floor;
-		if (ph == KT_POOL_AGREED)
-			ph = KT_POOL_DISAGREED;
-	}
-	l->answered = true;
-	l->adopted = false;
-	l->v.agree = agree;
-	l->v.live = a->live;
-	l->v.size = size;
-	l->v.reserved = a->reserved;
-	l->v.last_answer_ns = now;
-	/* a size above maxMembers is an anomaly (a misconfiguration, or a
-	 * writer to the store inflating the pool): acted on, since that only
-	 * shrinks shares, and named */
-	if (l->max_members > 0 && raw > l->max_members) {
-		if (!l->v.over_max)
-			kt_warn("pool: limit %s: the store answered size %d, above maxMembers %d: "
-				"acting on it (shares shrink), check the store's keys",
-				l->name, raw, l->max_members);
-		l->v.over_max = raw;
-	} else if (l->v.over_max) {
-		kt_info("pool: limit %s: size %d within maxMembers %d again", l->name, raw, l->max_members);
-		l->v.over_max = 0;
-	}
-	/* the store reserves what we told it; the kernel may run at less when
-	 * the answer grew the pool (never at more) */
-	l->v.fallback_member = member_fallback(l, l->sent_pool_rate);
-	if (l->v.fallback_member > l->sent_fallback)
-		l->v.fallback_member = l->sent_fallback;
-	l->v.closed = false;
-	grant_lease(l, sent);
-	if (ph == l->v.phase && ph == KT_POOL_AGREED && size != old)
-		kt_info("pool: limit %s: agreed size %d -> %d", l->name, old, size);
-	set_phase(l, ph, now);
-}
-
-/* ---- heartbeat ---- */
-
-static bool has_id(const char *const *ids, int n, const char *id)
-{
-	for (int i = 0; i < n; i++)
-		if (ids[i] && strcmp(ids[i], id) == 0)
-			return true;
-	return false;
-}
-
 /* Members of local[i] usable this tick (0 on malformed input, logged once). */
-static int local_members(struct kt_pool *p, const struct kt_pool_local *lo, int i)
+int pool_local_members(struct kt_pool *p, const struct kt_pool_local *lo, int i)
 {
 	int n = lo->n_members;
 
@@ -527,373 +331,7 @@ static int local_members(struct kt_pool *p, const struct kt_pool_local *lo, int 
 	return n;
 }
 
-/* Remembers the ids sent; the ones that disappeared go into the job to be
- * deregistered at once. */
-static void sync_ids(struct lim *l, struct job_lim *jl, const char *const *ids, int n)
-{
-	double *grants = NULL;
-	char **keep = NULL;
-	int i;
-	bool same = n == l->n_ids;
-
-	for (i = 0; same && i < n; i++)
-		same = strcmp(ids[i], l->ids[i]) == 0;
-	if (same)
-		return;
-	if (l->n_ids) {
-		jl->gone = calloc((size_t)l->n_ids, sizeof(*jl->gone));
-		if (!jl->gone)
-			goto oom;
-		for (i = 0; i < l->n_ids; i++)
-			if (!has_id(ids, n, l->ids[i])) {
-				/* the job takes the copy over */
-				jl->gone[jl->n_gone++] = l->ids[i];
-				l->ids[i] = NULL;
-			}
-	}
-	if (n) {
-		keep = calloc((size_t)n, sizeof(*keep));
-		if (!keep)
-			goto oom;
-		for (i = 0; i < n; i++)
-			if (!(keep[i] = strdup(ids[i])))
-				goto oom;
-		if (l->demand && !(grants = calloc((size_t)n, sizeof(*grants))))
-			goto oom;
-		/* a member keeps its grant; a new one has none until answered */
-		for (i = 0; grants && i < n; i++) {
-			int k;
-
-			grants[i] = NAN;
-			for (k = 0; k < l->n_ids; k++)
-				if (l->ids[k] && !strcmp(l->ids[k], ids[i])) {
-					grants[i] = l->grants[k];
-					break;
-				}
-		}
-	}
-	free_ids(l);
-	l->ids = keep;
-	l->grants = grants;
-	l->n_ids = n;
-	return;
-oom:
-	/* forget rather than half-remember; the next heartbeat retries */
-	if (keep)
-		for (i = 0; i < n; i++)
-			free(keep[i]);
-	free(keep);
-	free(grants);
-	free_ids(l);
-	kt_err("pool: limit %s: out of memory tracking member ids", l->name);
-}
-
-/* The saved ramp levels the job read (before anything wrote to them). */
-static void take_resumes(struct kt_pool *p, struct group *g, const struct hb_job *job)
-{
-	for (int k = 0; k < g->n; k++) {
-		struct lim *l = &p->l[g->lims[k]];
-		const struct job_lim *jl = &job->jl[k];
-
-		if (!jl->load_ramp || l->res != RES_WAIT)
-			continue;
-		if (jl->ramp_ret) {
-			/* the server answered but the value is unusable: start from min, overwrite it */
-			kt_warn("pool: limit %s: saved ramp level ignored: %s", l->name, jl->ramp_err);
-			l->res = RES_DONE;
-		} else if (jl->ramp_rate >= 0) {
-			kt_info("pool: limit %s: resuming the ramp at %g (saved within ttl)", l->name,
-				jl->ramp_rate);
-			l->res = RES_FOUND;
-			l->res_rate = jl->ramp_rate;
-		} else {
-			l->res = RES_DONE;
-		}
-	}
-}
-
-static double save_level(const struct lim *l, double pool_rate)
-{
-	if (l->res == RES_OFF || l->res == RES_WAIT || !isfinite(pool_rate) || pool_rate < 0)
-		return -1;
-	if (l->res == RES_FOUND && l->res_rate > pool_rate)
-		return l->res_rate;
-	return pool_rate;
-}
-
-static uint64_t stale_ms(const struct lim *l)
-{
-	uint64_t ms = l->stale_ns / NS_PER_MS;
-
-	return ms ? ms : 1;
-}
-
-static uint64_t ttl_ms(const struct lim *l)
-{
-	uint64_t ms = l->rl.ttl_ns / NS_PER_MS;
-
-	return ms ? ms : 1;
-}
-
-/* The share left for live members once lapsed members' fallback is held. */
-static double available(const struct lim *l, double pool_rate)
-{
-	double avail = pool_rate - l->v.reserved;
-
-	return avail > 0 ? avail : 0;
-}
-
-/* Per-member rate of this node's buckets once the lease lapses (what the
- * store is told to reserve for them). Unknown size: nothing. */
-static double member_fallback(const struct lim *l, double pool_rate)
-{
-	if (l->v.size < 1 || !isfinite(pool_rate) || pool_rate <= 0)
-		return 0;
-	switch (l->on_failure) {
-	case KT_FAIL_CONSERVATIVE:
-		return l->rl.min > 0 ? l->rl.min / l->v.size : 0;
-	case KT_FAIL_OPEN:
-		return available(l, pool_rate) / l->v.size;
-	case KT_FAIL_CLOSED:
-		break;
-	}
-	return 0;
-}
-
-static void free_job(void *arg)
-{
-	struct hb_job *job = arg;
-	int i, k;
-
-	if (!job)
-		return;
-	for (k = 0; job->jl && k < job->n; k++) {
-		for (i = 0; i < job->jl[k].n_gone; i++)
-			free(job->jl[k].gone[i]);
-		free(job->jl[k].gone);
-	}
-	for (i = 0; i < job->n_ids; i++)
-		free(job->ids[i]);
-	free(job->ids);
-	free(job->grants);
-	free(job->jl);
-	free(job->reqs);
-	free(job->ans);
-	free(job->mbuf);
-	free(job);
-}
-
-/* On the store's worker thread: nothing here may touch the pool. */
-static void run_job(struct kt_store *st, void *arg)
-{
-	struct hb_job *job = arg;
-	int k;
-
-	for (k = 0; k < job->n; k++) {
-		struct job_lim *jl = &job->jl[k];
-
-		if (!jl->load_ramp)
-			continue;
-		jl->ramp_ret = kt_store_load_ramp(st, jl->name, &jl->ramp_rate, jl->ramp_err,
-						  sizeof(jl->ramp_err));
-		if (jl->ramp_ret && !kt_store_connected(st)) {
-			job->unreachable = true;
-			snprintf(job->err, sizeof(job->err), "%s", jl->ramp_err);
-			goto out;
-		}
-		/* read before written, as save_level does once the pool knows:
-		 * a level found and not yet taken is kept, an unusable one is
-		 * overwritten */
-		if (isfinite(jl->pool_rate) && jl->pool_rate >= 0)
-			job->reqs[k].save_ramp = !jl->ramp_ret && jl->ramp_rate > jl->pool_rate ?
-							 jl->ramp_rate : jl->pool_rate;
-	}
-	for (k = 0; k < job->n; k++) {
-		struct job_lim *jl = &job->jl[k];
-
-		if (jl->n_gone)
-			jl->leave_ret = kt_store_leave(st, jl->name, (const char *const *)jl->gone,
-						       jl->n_gone, jl->leave_err, sizeof(jl->leave_err));
-	}
-	job->ret = kt_store_heartbeat_many(st, job->reqs, job->n, job->ans, job->err, sizeof(job->err));
-out:
-	kt_store_get_stats(st, &job->stats);
-	kt_store_get_errors(st, &job->errs);
-}
-
-static double demand_of(const struct kt_pool_local *lo, int j)
-{
-	double d = lo->member_demand ? lo->member_demand[j] : 0;
-
-	return isfinite(d) && d > 0 ? (d < 1e15 ? d : 1e15) : 0;
-}
-
-/* share: demand: what an idle member keeps so it can start (a tenth of an
- * equal share); it grows past it once its demand is reported. */
-static double demand_floor(const struct lim *l, double pool_rate)
-{
-	int size = l->v.size > 0 ? l->v.size : (l->v.live > 0 ? l->v.live : 1);
-
-	return available(l, pool_rate) / size / KT_DEMAND_FLOOR_DIV;
-}
-
-/* Builds the round trip from this tick's view and hands it to the worker. */
-static void heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const struct kt_pool_local *local)
-{
-	struct hb_job *job;
-	int k, j, total = 0, off = 0;
-
-	if (kt_storeq_busy(g->q)) {
-		/* the last round trip has not come back: never queue behind a
-		 * slow store; the leases it would renew run out meanwhile */
-		g->skipped++;
-		kt_debug("pool: %s: heartbeat skipped, the previous one is still in flight", g->label);
-		return;
-	}
-	for (k = 0; k < g->n; k++)
-		total += local_members(p, &local[g->lims[k]], g->lims[k]);
-	job = calloc(1, sizeof(*job));
-	if (!job)
-		goto oom;
-	job->sent_ns = now;
-	job->n = g->n;
-	job->jl = calloc((size_t)g->n, sizeof(*job->jl));
-	job->reqs = calloc((size_t)g->n, sizeof(*job->reqs));
-	job->ans = calloc((size_t)g->n, sizeof(*job->ans));
-	job->mbuf = calloc((size_t)total + 1, sizeof(*job->mbuf));
-	job->ids = calloc((size_t)total + 1, sizeof(*job->ids));
-	job->grants = calloc((size_t)total + 1, sizeof(*job->grants));
-	if (!job->jl || !job->reqs || !job->ans || !job->mbuf || !job->ids || !job->grants)
-		goto oom;
-	for (k = 0; k < g->n; k++) {
-		int i = g->lims[k];
-		struct lim *l = &p->l[i];
-		const struct kt_pool_local *lo = &local[i];
-		int n = local_members(p, lo, i);
-		struct kt_pool_req *q = &job->reqs[k];
-		struct job_lim *jl = &job->jl[k];
-
-		snprintf(jl->name, sizeof(jl->name), "%s", l->name);
-		jl->load_ramp = l->res == RES_WAIT;
-		jl->pool_rate = lo->pool_rate;
-		sync_ids(l, jl, lo->member_ids, n);
-		for (j = 0; j < n; j++) {
-			if (!(job->ids[job->n_ids] = strdup(lo->member_ids[j])))
-				goto oom;
-			job->mbuf[off + j].id = job->ids[job->n_ids++];
-			job->mbuf[off + j].reported_size = KT_POOL_REPORT_LIVE;
-			job->mbuf[off + j].demand = demand_of(lo, j);
-		}
-		jl->off = off;
-		jl->n = n;
-		if (l->demand && isfinite(lo->pool_rate) && lo->pool_rate > 0) {
-			/* the script divides the pool rate less what lapsed members hold */
-			q->pool_rate = lo->pool_rate;
-			q->floor_rate = demand_floor(l, lo->pool_rate);
-			q->recompute_ms = g->heartbeat_ns / NS_PER_MS / 2;
-			q->grants = &job->grants[off];
-		}
-		q->limit = jl->name;
-		q->members = n ? &job->mbuf[off] : NULL;
-		q->n_members = n;
-		q->stale_ms = stale_ms(l);
-		/* while the saved level is being read nothing overwrites it */
-		q->save_ramp = save_level(l, lo->pool_rate);
-		q->ramp_ttl_ms = ttl_ms(l);
-		q->hold_ms = l->hold_ns / NS_PER_MS;
-		l->sent_fallback = member_fallback(l, lo->pool_rate);
-		l->sent_pool_rate = lo->pool_rate;
-		q->fallback_rate = l->sent_fallback;
-		off += n;
-	}
-	if (kt_storeq_post(g->q, run_job, job, free_job) == 0)
-		return;
-	g->skipped++;
-	free_job(job);
-	return;
-oom:
-	free_job(job);
-	kt_err("pool: %s: out of memory building a heartbeat", g->label);
-}
-
-/* Each kind of store error once per episode (it ends when a heartbeat is
- * answered), so a wrong-type key is named even when the episode began with
- * a timeout. */
-static void log_errors(struct group *g, const struct hb_job *job)
-{
-	const struct kt_store_errors *e = &job->errs;
-
-	if (!e->since_ns) {
-		g->logged_kinds = 0;
-		return;
-	}
-	if (e->kind == KT_SERR_NONE || (g->logged_kinds & (1u << e->kind)))
-		return;
-	g->logged_kinds |= 1u << e->kind;
-	kt_warn("pool: %s: store error (%s), keeping the last view for validFor: %s", g->label,
-		kt_store_err_kind_name(e->kind), e->text);
-}
-
-/* A round trip came back: answers, saved ramp levels, deregistrations. */
-static bool finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, uint64_t now)
-{
-	bool reconnected;
-	int k;
-
-	log_errors(g, job);
-	if (job->unreachable) {
-		if (!g->failing)
-			kt_warn("pool: %s: reading saved ramp levels: %s", g->label, job->err);
-		g->failing = true;
-		return false;
-	}
-	take_resumes(p, g, job);
-	for (k = 0; k < g->n; k++) {
-		const struct job_lim *jl = &job->jl[k];
-
-		if (!jl->n_gone)
-			continue;
-		if (jl->leave_ret)
-			kt_debug("pool: limit %s: deregistering %d members: %s (they expire instead)",
-				 jl->name, jl->n_gone, jl->leave_err);
-		else
-			kt_info("pool: limit %s: %d members left", jl->name, jl->n_gone);
-	}
-	if (job->ret && job->ret != KT_STORE_PARTIAL) {
-		g->failing = true; /* log_errors named it */
-		return false;
-	}
-	if (g->failing)
-		kt_info("pool: %s: store answers again", g->label);
-	g->failing = false;
-	reconnected = g->connects && job->stats.connects != g->connects;
-	g->connects = job->stats.connects;
-	for (k = 0; k < g->n; k++) {
-		struct lim *l = &p->l[g->lims[k]];
-
-		/* cluster: a master down fails its own limits only; theirs run
-		 * out their lease as if the whole store were gone */
-		if (job->ret == KT_STORE_PARTIAL && job->ans[k].status) {
-			if (!l->unanswered) {
-				kt_warn("pool: limit %s: its slot went unanswered, keeping the last view for "
-					"validFor: %s",
-					l->name, job->err);
-				l->unanswered_since_ns = now;
-			}
-			l->unanswered = true;
-			continue;
-		}
-		if (l->unanswered)
-			kt_info("pool: limit %s: its slot answers again", l->name);
-		l->unanswered = false;
-		apply_answer(p, l, &job->ans[k], now, job->sent_ns, reconnected);
-		/* ids are what this job sent: sync_ids runs only when one is posted */
-		if (l->demand && l->grants && job->reqs[k].grants && job->jl[k].n == l->n_ids)
-			for (int j = 0; j < l->n_ids; j++)
-				l->grants[j] = job->grants[job->jl[k].off + j];
-	}
-	return true;
-}
+/* ---- poll / tick ---- */
 
 bool kt_pool_poll(struct kt_pool *p, uint64_t now)
 {
@@ -911,8 +349,8 @@ bool kt_pool_poll(struct kt_pool *p, uint64_t now)
 		if (!job)
 			continue;
 		if (!p->left)
-			changed |= finish_job(p, g, job, now);
-		free_job(job);
+			changed |= pool_finish_job(p, g, job, now);
+		pool_free_job(job);
 	}
 	return changed;
 }
@@ -957,7 +395,7 @@ static void count_members(struct kt_pool *p, const struct kt_pool_local *local)
 {
 	for (int i = 0; i < p->n; i++) {
 		struct lim *l = &p->l[i];
-		int m = local_members(p, &local[i], i);
+		int m = pool_local_members(p, &local[i], i);
 
 		if (m < 1)
 			m = 1;
@@ -996,8 +434,8 @@ void kt_pool_tick(struct kt_pool *p, uint64_t now, const struct kt_pool_local *l
 			/* maxMembers stands in for an answer from start-up, its
 			 * bound standing in for the reserve; an unknown size
 			 * grants nothing anyway */
-			grant_lease(l, now);
-			l->v.fallback_member = member_fallback(l, local[i].pool_rate);
+			pool_grant_lease(l, now);
+			l->v.fallback_member = pool_member_fallback(l, local[i].pool_rate);
 		}
 	}
 	for (k = 0; k < p->n_groups; k++) {
@@ -1009,7 +447,7 @@ void kt_pool_tick(struct kt_pool *p, uint64_t now, const struct kt_pool_local *l
 			if (g->next_ns <= now || g->next_ns - now > g->heartbeat_ns)
 				g->next_ns = now + g->heartbeat_ns;
 			g->started = true;
-			heartbeat(p, g, now, local);
+			pool_heartbeat(p, g, now, local);
 		}
 		/* the lease runs out whatever the reason: store down, a frozen
 		 * connection, or this daemon blocked */
@@ -1017,7 +455,7 @@ void kt_pool_tick(struct kt_pool *p, uint64_t now, const struct kt_pool_local *l
 			struct lim *l = &p->l[g->lims[i]];
 
 			if (l->v.phase != KT_POOL_STORE_LOST && now > l->v.lease_until_ns)
-				set_phase(l, KT_POOL_STORE_LOST, now);
+				pool_set_phase(l, KT_POOL_STORE_LOST, now);
 			if (l->v.phase == KT_POOL_STORE_LOST && !l->v.closed && l->v.fallback_until_ns &&
 			    now > l->v.fallback_until_ns) {
 				l->v.closed = true;
@@ -1035,249 +473,7 @@ const struct kt_pool_view *kt_pool_view(const struct kt_pool *p, int i)
 	return &p->l[i].v;
 }
 
-double kt_pool_bucket_rate(const struct kt_pool *p, int i, double pool_rate, int served)
-{
-	const struct lim *l;
-	enum kt_pool_phase ph;
-	int size;
-
-	if (!p || i < 0 || i >= p->n || served < 1 || !isfinite(pool_rate) || pool_rate <= 0)
-		return 0;
-	l = &p->l[i];
-	if (l->v.size < 1)
-		return 0; /* unknown is not alone */
-	size = l->v.size;
-	/* a stale view can be smaller than this node's own members: never hand out
-	 * more than the pool rate */
-	if (served > size)
-		served = size;
-	ph = l->v.phase;
-	/* past the lease: exactly what the kernel does, the fallback the store
-	 * holds for us, then closed */
-	if (ph == KT_POOL_STORE_LOST)
-		return l->v.closed ? 0 : l->v.fallback_member * served;
-	pool_rate = l->kind == KT_STORE_REDIS ? available(l, pool_rate) : pool_rate;
-	if (ph == KT_POOL_JOINING && l->rl.min < pool_rate)
-		pool_rate = l->rl.min > 0 ? l->rl.min : 0;
-	return pool_rate * served / size;
-}
-
-void kt_pool_bucket_policy(const struct kt_pool *p, int i, double pool_rate, int served,
-			   struct kt_bucket_policy *out)
-{
-	const struct lim *l;
-	int size;
-
-	memset(out, 0, sizeof(*out));
-	out->burst = 1;
-	if (!p || i < 0 || i >= p->n || served < 1)
-		return;
-	l = &p->l[i];
-	size = l->v.size;
-	if (served > size && size > 0)
-		served = size;
-	out->rate = kt_pool_bucket_rate(p, i, pool_rate, served);
-	if (size > 0)
-		out->burst = l->burst * served / size;
-	if (out->burst < 1)
-		out->burst = 1;
-	if (l->kind != KT_STORE_REDIS)
-		return; /* no lease: the rate holds until the daemon changes it */
-	out->valid_until = l->v.lease_until_ns;
-	out->fallback_until = l->v.fallback_until_ns;
-	/* exactly what the store reserves for us (told with the heartbeat) */
-	out->fallback_rate = l->v.fallback_member * served;
-	/* the burst scales with the rate, so the tolerance in ns does not grow
-	 * at the switch and free tokens (see struct kt_bucket) */
-	out->fallback_burst = out->rate > 0 && out->fallback_rate < out->rate
-				      ? out->burst * out->fallback_rate / out->rate
-				      : out->burst;
-	/* no lease yet: the kernel must not run ahead of one */
-	if (!out->valid_until)
-		out->rate = out->fallback_rate = 0;
-}
-
-/* share: demand: one member's rate (see kt_pool_members_policy). */
-static double member_rate(const struct lim *l, const char *id, double pool_rate)
-{
-	double floor_rate, joining;
-
-	if (l->v.size < 1 || !isfinite(pool_rate) || pool_rate <= 0)
-		return 0;
-	if (l->v.phase == KT_POOL_STORE_LOST)
-		return l->v.closed ? 0 : l->v.fallback_member;
-	for (int k = 0; l->grants && k < l->n_ids; k++)
-		if (!strcmp(l->ids[k], id) && isfinite(l->grants[k]))
-			return l->grants[k];
-	/* not answered for yet: the floor, no more than an equal joiner */
-	floor_rate = demand_floor(l, pool_rate);
-	joining = (l->rl.min < available(l, pool_rate) ? l->rl.min : available(l, pool_rate)) /
-		  l->v.size;
-	return l->v.phase == KT_POOL_JOINING && joining < floor_rate ? joining : floor_rate;
-}
-
-void kt_pool_members_policy(const struct kt_pool *p, int i, double pool_rate, const char *const *ids,
-			    int n, struct kt_bucket_policy *out)
-{
-	const struct lim *l;
-	double rate = 0, avail;
-
-	kt_pool_bucket_policy(p, i, pool_rate, n, out);
-	if (!p || i < 0 || i >= p->n || n < 1 || !p->l[i].demand || !ids)
-		return;
-	l = &p->l[i];
-	for (int k = 0; k < n; k++)
-		rate += ids[k] ? member_rate(l, ids[k], pool_rate) : 0;
-	avail = available(l, pool_rate);
-	out->rate = rate;
-	/* the burst follows the share, as an equal share's does */
-	out->burst = avail > 0 ? l->burst * rate / avail : 1;
-	if (out->burst < 1)
-		out->burst = 1;
-	out->fallback_burst = out->rate > 0 && out->fallback_rate < out->rate
-				      ? out->burst * out->fallback_rate / out->rate
-				      : out->burst;
-	if (!out->valid_until)
-		out->rate = out->fallback_rate = 0;
-}
-
-void kt_pool_adopt(struct kt_pool *p, int i, const struct kt_lease *pin, uint64_t now)
-{
-	struct lim *l;
-
-	if (!p || !pin || i < 0 || i >= p->n)
-		return;
-	l = &p->l[i];
-	if (l->kind != KT_STORE_REDIS || l->answered || !pin->size || !pin->lease_until ||
-	    pin->size > KT_STORE_MAX_POOL)
-		return;
-	l->adopted = true;
-	l->ever_agreed = pin->agreed != 0;
-	l->v.size = l->prev_size = (int)pin->size;
-	l->v.agree = pin->agreed != 0;
-	l->v.reserved = (double)pin->reserved_urate / 1e6;
-	l->v.fallback_member = (double)pin->fallback_urate / 1e6;
-	/* never longer than this config would have granted from now */
-	l->v.lease_until_ns = pin->lease_until < now + l->lease_ns ? pin->lease_until : now + l->lease_ns;
-	l->v.fallback_until_ns = pin->fallback_until;
-	if (l->on_failure == KT_FAIL_CLOSED)
-		l->v.fallback_member = 0;
-	set_phase(l, now > l->v.lease_until_ns ? KT_POOL_STORE_LOST
-			: pin->agreed ? KT_POOL_AGREED : KT_POOL_DISAGREED, now);
-	kt_info("pool: limit %s: continuing the pinned lease: size %u, %.1f s left", l->name, pin->size,
-		now < l->v.lease_until_ns ? (double)(l->v.lease_until_ns - now) / 1e9 : 0.0);
-}
-
-static uint64_t to_urate(double r)
-{
-	return r > 0 && isfinite(r) ? (uint64_t)(r * 1e6) : 0;
-}
-
-bool kt_pool_lease(const struct kt_pool *p, int i, struct kt_lease *out)
-{
-	const struct lim *l;
-
-	memset(out, 0, sizeof(*out));
-	if (!p || i < 0 || i >= p->n)
-		return false;
-	l = &p->l[i];
-	if (l->kind != KT_STORE_REDIS || !(l->answered || l->adopted) || l->v.size < 1)
-		return false;
-	out->lease_until = l->v.lease_until_ns;
-	out->fallback_until = l->v.fallback_until_ns;
-	out->fallback_urate = to_urate(l->v.fallback_member);
-	out->reserved_urate = to_urate(l->v.reserved);
-	out->size = (uint32_t)l->v.size;
-	out->agreed = l->v.phase == KT_POOL_AGREED;
-	return true;
-}
-
-bool kt_pool_take_resume(struct kt_pool *p, int i, double *rate)
-{
-	if (!p || i < 0 || i >= p->n || p->l[i].res != RES_FOUND)
-		return false;
-	*rate = p->l[i].res_rate;
-	p->l[i].res = RES_DONE;
-	return true;
-}
-
 /* ---- leave ---- */
-
-static void leave_group(struct kt_pool *p, struct group *g, const struct kt_pool_local *local,
-			bool deregister)
-{
-	struct kt_pool_req *reqs = NULL;
-	struct kt_pool_answer *ans = NULL;
-	struct kt_store *st;
-	char e[KT_ERR_LEN];
-	const char **ids = NULL;
-	int k, j, n, nq = 0, ret;
-
-	/* the stop path may block, bounded: first the round trip in flight */
-	if (kt_storeq_wait(g->q, (KT_STORE_CALL_BUDGET_MS + 500) * NS_PER_MS) ||
-	    !(st = kt_storeq_store(g->q))) {
-		kt_warn("pool: %s: a heartbeat is still waiting for the store; not saving at exit",
-			g->label);
-		return;
-	}
-	free_job(kt_storeq_take(g->q));
-	reqs = calloc((size_t)g->n, sizeof(*reqs));
-	ans = calloc((size_t)g->n, sizeof(*ans));
-	if (!reqs || !ans) {
-		kt_err("pool: %s: out of memory leaving", g->label);
-		goto out;
-	}
-
-	/* ramp levels first, all limits in one round trip (no members: nothing re-registers) */
-	for (k = 0; k < g->n; k++) {
-		struct lim *l = &p->l[g->lims[k]];
-		double lvl = local ? save_level(l, local[g->lims[k]].pool_rate) : -1;
-
-		if (lvl < 0)
-			continue;
-		reqs[nq] = (struct kt_pool_req){ .limit = l->name, .stale_ms = stale_ms(l),
-						     .save_ramp = lvl, .ramp_ttl_ms = ttl_ms(l) };
-		nq++;
-	}
-	if (nq) {
-		ret = kt_store_heartbeat_many(st, reqs, nq, ans, e, sizeof(e));
-		if (ret) {
-			kt_warn("pool: %s: saving ramp levels at exit: %s", g->label, e);
-			if (!kt_store_connected(st))
-				goto out;
-		}
-	}
-	if (!deregister)
-		goto out;
-	for (k = 0; k < g->n; k++) {
-		struct lim *l = &p->l[g->lims[k]];
-		int m = local ? local_members(p, &local[g->lims[k]], g->lims[k]) : 0;
-
-		ids = calloc((size_t)(m + l->n_ids) + 1, sizeof(*ids));
-		if (!ids) {
-			kt_err("pool: limit %s: out of memory leaving", l->name);
-			goto out;
-		}
-		n = 0;
-		for (j = 0; j < m; j++)
-			ids[n++] = local[g->lims[k]].member_ids[j];
-		for (j = 0; j < l->n_ids; j++)
-			if (!has_id(ids, n, l->ids[j]))
-				ids[n++] = l->ids[j];
-		ret = n ? kt_store_leave(st, l->name, ids, n, e, sizeof(e)) : 0;
-		free(ids);
-		if (ret) {
-			kt_warn("pool: limit %s: deregistering at exit: %s (members expire instead)",
-				l->name, e);
-			if (!kt_store_connected(st))
-				goto out; /* bounded: no more waiting on a dead store */
-		}
-	}
-out:
-	free(reqs);
-	free(ans);
-	kt_storeq_resnap(g->q);
-}
 
 void kt_pool_leave(struct kt_pool *p, const struct kt_pool_local *local, int n, bool deregister)
 {
@@ -1289,7 +485,7 @@ void kt_pool_leave(struct kt_pool *p, const struct kt_pool_local *local, int n, 
 		local = NULL;
 	}
 	for (int k = 0; k < p->n_groups; k++)
-		leave_group(p, &p->g[k], local, deregister);
+		pool_leave_group(p, &p->g[k], local, deregister);
 	p->left = true;
 }
 
@@ -1365,7 +561,7 @@ void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 			l->n_ids = k + 1;
 		}
 		if (!l->ids || !l->grants || l->n_ids != o->n_ids)
-			free_ids(l); /* out of memory: floors until the next answer */
+			pool_free_ids(l); /* out of memory: floors until the next answer */
 	}
 	/* resumedRampUp happens once per process, not per reload */
 	if (l->res != RES_OFF)

@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* What one bucket may admit, from the pool's view of its limit: the share
+ * of the pool rate (equal, or per member under share: demand), the burst,
+ * the lease and the fallback past it (onStoreFailure), and the pinned
+ * lease kept across a restart. */
+#include <math.h>
+#include <string.h>
+#include "log.h"
+#include "pool_int.h"
+
+/* The lease an answer to a heartbeat sent at `sent` grants. */
+void pool_grant_lease(struct lim *l, uint64_t sent)
+{
+	l->v.lease_until_ns = sent + l->lease_ns;
+	/* open never ends its fallback: the one policy that may exceed max */
+	l->v.fallback_until_ns = l->on_failure == KT_FAIL_OPEN ? 0 : l->v.lease_until_ns + l->hold_ns;
+}
+
+/* The share left for live members once lapsed members' fallback is held. */
+static double available(const struct lim *l, double pool_rate)
+{
+	double avail = pool_rate - l->v.reserved;
+
+	return avail > 0 ? avail : 0;
+}
+
+/* Per-member rate of this node's buckets once the lease lapses (what the
+ * store is told to reserve for them). Unknown size: nothing. */
+double pool_member_fallback(const struct lim *l, double pool_rate)
+{
+	if (l->v.size < 1 || !isfinite(pool_rate) || pool_rate <= 0)
+		return 0;
+	switch (l->on_failure) {
+	case KT_FAIL_CONSERVATIVE:
+		return l->rl.min > 0 ? l->rl.min / l->v.size : 0;
+	case KT_FAIL_OPEN:
+		return available(l, pool_rate) / l->v.size;
+	case KT_FAIL_CLOSED:
+		break;
+	}
+	return 0;
+}
+
+/* share: demand: what an idle member keeps so it can start (a tenth of an
+ * equal share); it grows past it once its demand is reported. */
+double pool_demand_floor(const struct lim *l, double pool_rate)
+{
+	int size = l->v.size > 0 ? l->v.size : (l->v.live > 0 ? l->v.live : 1);
+
+	return available(l, pool_rate) / size / KT_DEMAND_FLOOR_DIV;
+}
+
+double kt_pool_bucket_rate(const struct kt_pool *p, int i, double pool_rate, int served)
+{
+	const struct lim *l;
+	enum kt_pool_phase ph;
+	int size;
+
+	if (!p || i < 0 || i >= p->n || served < 1 || !isfinite(pool_rate) || pool_rate <= 0)
+		return 0;
+	l = &p->l[i];
+	if (l->v.size < 1)
+		return 0; /* unknown is not alone */
+	size = l->v.size;
+	/* a stale view can be smaller than this node's own members: never hand out
+	 * more than the pool rate */
+	if (served > size)
+		served = size;
+	ph = l->v.phase;
+	/* past the lease: exactly what the kernel does, the fallback the store
+	 * holds for us, then closed */
+	if (ph == KT_POOL_STORE_LOST)
+		return l->v.closed ? 0 : l->v.fallback_member * served;
+	pool_rate = l->kind == KT_STORE_REDIS ? available(l, pool_rate) : pool_rate;
+	if (ph == KT_POOL_JOINING && l->rl.min < pool_rate)
+		pool_rate = l->rl.min > 0 ? l->rl.min : 0;
+	return pool_rate * served / size;
+}
+
+/* The end of a leased policy, once rate, burst and fallback rate are set. */
+static void lease_tail(struct kt_bucket_policy *out)
+{
+	/* the burst scales with the rate, so the tolerance in ns does not grow
+	 * at the switch and free tokens (see struct kt_bucket) */
+	out->fallback_burst = out->rate > 0 && out->fallback_rate < out->rate
+				      ? out->burst * out->fallback_rate / out->rate
+				      : out->burst;
+	/* no lease yet: the kernel must not run ahead of one */
+	if (!out->valid_until)
+		out->rate = out->fallback_rate = 0;
+}
+
+void kt_pool_bucket_policy(const struct kt_pool *p, int i, double pool_rate, int served,
+			   struct kt_bucket_policy *out)
+{
+	const struct lim *l;
+	int size;
+
+	memset(out, 0, sizeof(*out));
+	out->burst = 1;
+	if (!p || i < 0 || i >= p->n || served < 1)
+		return;
+	l = &p->l[i];
+	size = l->v.size;
+	if (served > size && size > 0)
+		served = size;
+	out->rate = kt_pool_bucket_rate(p, i, pool_rate, served);
+	if (size > 0)
+		out->burst = l->burst * served / size;
+	if (out->burst < 1)
+		out->burst = 1;
+	if (l->kind != KT_STORE_REDIS)
+		return; /* no lease: the rate holds until the daemon changes it */
+	out->valid_until = l->v.lease_until_ns;
+	out->fallback_until = l->v.fallback_until_ns;
+	/* exactly what the store reserves for us (told with the heartbeat) */
+	out->fallback_rate = l->v.fallback_member * served;
+	lease_tail(out);
+}
+
+/* share: demand: one member's rate (see kt_pool_members_policy). */
+static double member_rate(const struct lim *l, const char *id, double pool_rate)
+{
+	double floor_rate, joining;
+
+	if (l->v.size < 1 || !isfinite(pool_rate) || pool_rate <= 0)
+		return 0;
+	if (l->v.phase == KT_POOL_STORE_LOST)
+		return l->v.closed ? 0 : l->v.fallback_member;
+	for (int k = 0; l->grants && k < l->n_ids; k++)
+		if (!strcmp(l->ids[k], id) && isfinite(l->grants[k]))
+			return l->grants[k];
+	/* not answered for yet: the floor, no more than an equal joiner */
+	floor_rate = pool_demand_floor(l, pool_rate);
+	joining = (l->rl.min < available(l, pool_rate) ? l->rl.min : available(l, pool_rate)) /
+		  l->v.size;
+	return l->v.phase == KT_POOL_JOINING && joining < floor_rate ? joining : floor_rate;
+}
+
+void kt_pool_members_policy(const struct kt_pool *p, int i, double pool_rate, const char *const *ids,
+			    int n, struct kt_bucket_policy *out)
+{
+	const struct lim *l;
+	double rate = 0, avail;
+
+	kt_pool_bucket_policy(p, i, pool_rate, n, out);
+	if (!p || i < 0 || i >= p->n || n < 1 || !p->l[i].demand || !ids)
+		return;
+	l = &p->l[i];
+	for (int k = 0; k < n; k++)
+		rate += ids[k] ? member_rate(l, ids[k], pool_rate) : 0;
+	avail = available(l, pool_rate);
+	out->rate = rate;
+	/* the burst follows the share, as an equal share's does */
+	out->burst = avail > 0 ? l->burst * rate / avail : 1;
+	if (out->burst < 1)
+		out->burst = 1;
+	lease_tail(out);
+}
+
+void kt_pool_adopt(struct kt_pool *p, int i, const struct kt_lease *pin, uint64_t now)
+{
+	struct lim *l;
+
+	if (!p || !pin || i < 0 || i >= p->n)
+		return;
+	l = &p->l[i];
+	if (l->kind != KT_STORE_REDIS || l->answered || !pin->size || !pin->lease_until ||
+	    pin->size > KT_STORE_MAX_POOL)
+		return;
+	l->adopted = true;
+	l->ever_agreed = pin->agreed != 0;
+	l->v.size = l->prev_size = (int)pin->size;
+	l->v.agree = pin->agreed != 0;
+	l->v.reserved = (double)pin->reserved_urate / 1e6;
+	l->v.fallback_member = (double)pin->fallback_urate / 1e6;
+	/* never longer than this config would have granted from now */
+	l->v.lease_until_ns = pin->lease_until < now + l->lease_ns ? pin->lease_until : now + l->lease_ns;
+	l->v.fallback_until_ns = pin->fallback_until;
+	if (l->on_failure == KT_FAIL_CLOSED)
+		l->v.fallback_member = 0;
+	pool_set_phase(l, now > l->v.lease_until_ns ? KT_POOL_STORE_LOST
+			: pin->agreed ? KT_POOL_AGREED : KT_POOL_DISAGREED, now);
+	kt_info("pool: limit %s: continuing the pinned lease: size %u, %.1f s left", l->name, pin->size,
+		now < l->v.lease_until_ns ? (double)(l->v.lease_until_ns - now) / 1e9 : 0.0);
+}
+
+static uint64_t to_urate(double r)
+{
+	return r > 0 && isfinite(r) ? (uint64_t)(r * 1e6) : 0;
+}
+
+bool kt_pool_lease(const struct kt_pool *p, int i, struct kt_lease *out)
+{
+	const struct lim *l;
+
+	memset(out, 0, sizeof(*out));
+	if (!p || i < 0 || i >= p->n)
+		return false;
+	l = &p->l[i];
+	if (l->kind != KT_STORE_REDIS || !(l->answered || l->adopted) || l->v.size < 1)
+		return false;
+	out->lease_until = l->v.lease_until_ns;
+	out->fallback_until = l->v.fallback_until_ns;
+	out->fallback_urate = to_urate(l->v.fallback_member);
+	out->reserved_urate = to_urate(l->v.reserved);
+	out->size = (uint32_t)l->v.size;
+	out->agreed = l->v.phase == KT_POOL_AGREED;
+	return true;
+}
+
+bool kt_pool_take_resume(struct kt_pool *p, int i, double *rate)
+{
+	if (!p || i < 0 || i >= p->n || p->l[i].res != RES_FOUND)
+		return false;
+	*rate = p->l[i].res_rate;
+	p->l[i].res = RES_DONE;
+	return true;
+}
