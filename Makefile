@@ -29,12 +29,13 @@ ARCH      := $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
 # kernel (loader, apply, bucket writes, classifier, inspection), pool
 # (agreement, Redis store; policy.h is what kernel takes from it), control
 # (ramp, controller, daemon loop), tags (tag limits: query server, tag
-# buckets, XDP, exchange), bin (the two programs)
+# buckets, XDP, exchange), bin (the two programs). Includes name their
+# layer ("kernel/apply.h"), from -Iuser.
 USER_DIRS := user/base user/kube user/members user/kernel user/pool user/control user/tags
 
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers -Wno-format-truncation \
-             -Iinclude $(addprefix -I,$(USER_DIRS)) -I$(BUILD)/skel -I$(BUILD)/gen -D_GNU_SOURCE
+             -Iinclude -Iuser -I$(BUILD)/skel -I$(BUILD)/gen -D_GNU_SOURCE
 LDLIBS    += -lbpf -lelf -lz -lyaml -lhiredis -lcurl -ljson-c -lssl -lcrypto -lpthread -lm
 # each object (and test binary) depends on the headers it includes, as the
 # compiler found them (-MMD; -MP: a header since removed is no error)
@@ -74,7 +75,7 @@ FUZZ_TEST_SECONDS ?= 6
 FUZZ_CC    := $(CLANG)
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS := -O1 -g -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \
-	       -Iinclude $(addprefix -I,$(USER_DIRS)) -I$(BUILD)/skel -I$(BUILD)/gen -D_GNU_SOURCE $(FUZZ_SAN)
+	       -Iinclude -Iuser -I$(BUILD)/skel -I$(BUILD)/gen -D_GNU_SOURCE $(FUZZ_SAN)
 FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 FUZZ_OBJS  := $(patsubst user/%.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS))

@@ -23,7 +23,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "cgroup.h" /* kt_cgroup_id, from user/base */
+#include "base/cgroup.h" /* kt_cgroup_id, from user/base */
 #include "kthrottle.h"
 #include "kthrottle_client.h"
 #include "libkthrottle_int.h"

@@ -66,20 +66,20 @@
 #include <sys/wait.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include "apply.h"
-#include "bpf_loader.h"
-#include "bucket.h"
-#include "cgroup.h"
-#include "resolve.h"
-#include "config.h"
-#include "controller.h"
+#include "kernel/apply.h"
+#include "kernel/bpf_loader.h"
+#include "kernel/bucket.h"
+#include "base/cgroup.h"
+#include "members/resolve.h"
+#include "base/config.h"
+#include "control/controller.h"
 #include "ktest.h"
 #include "kthrottle.h"
-#include "ramp.h"
+#include "control/ramp.h"
 #include "redis_proc.h"
 #include "bench_empty.skel.h"
 #include "egress.skel.h"
-#include "xdp_tags.h"
+#include "tags/xdp_tags.h"
 
 static volatile sig_atomic_t g_stop;
 static int g_quick;

@@ -32,18 +32,18 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "apply.h"
-#include "bpf_loader.h"
-#include "cgroup.h"
-#include "classify.h"
+#include "kernel/apply.h"
+#include "kernel/bpf_loader.h"
+#include "base/cgroup.h"
+#include "kernel/classify.h"
 #include "connect.skel.h"
 #include "egress.skel.h"
 #include "sendmsg.skel.h"
 #include "sock.skel.h"
 #include "sockops.skel.h"
-#include "inspect.h"
+#include "kernel/inspect.h"
 #include "kt_bpffx.h"
-#include "resolve.h"
+#include "members/resolve.h"
 #include "ktest.h"
 
 /* Slow enough that no token refills while a test runs. */

@@ -32,7 +32,7 @@
 #include "kthrottle.h"
 #include "kt_bpffx.h"
 #include "ktest.h"
-#include "xdp_tags.h"
+#include "tags/xdp_tags.h"
 
 #define SLOW_RATE 0.001 /* no token refills while a test runs */
 #define LIM 3           /* the tag limit the tests use */

@@ -23,9 +23,9 @@
 #include <bpf/bpf.h>
 #include <cmocka.h>
 
-#include "apply.h"
-#include "cgroup.h"
-#include "resolve.h"
+#include "kernel/apply.h"
+#include "base/cgroup.h"
+#include "members/resolve.h"
 #include "ktest.h"
 
 #define N_CG 6

@@ -27,7 +27,7 @@
 #include "arrivals.h"
 #include "ktest.h"
 #include "kvol.h"
-#include "cfgwatch.h"
+#include "control/cfgwatch.h"
 
 #define NAME "kthrottled.yaml"
 #define BURST 5

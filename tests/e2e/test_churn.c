@@ -59,8 +59,8 @@
 #include <bpf/bpf.h>
 #include <cmocka.h>
 
-#include "bpf_loader.h"
-#include "inspect.h"
+#include "kernel/bpf_loader.h"
+#include "kernel/inspect.h"
 #include "kthrottle.h"
 #include "ktest.h"
 

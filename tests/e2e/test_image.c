@@ -35,7 +35,7 @@
 #include <cmocka.h>
 
 #include "arrivals.h"
-#include "cgroup.h"
+#include "base/cgroup.h"
 #include "ktest.h"
 
 #define LIMIT "img"

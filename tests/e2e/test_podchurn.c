@@ -40,8 +40,8 @@
 #include <cmocka.h>
 
 #include "arrivals.h"
-#include "bpf_loader.h"
-#include "config.h"
+#include "kernel/bpf_loader.h"
+#include "base/config.h"
 #include "kt_daemonfx.h"
 #include "ktest.h"
 

@@ -42,7 +42,7 @@
 #include <cmocka.h>
 
 #include "ktest.h"
-#include "store.h"
+#include "pool/store.h"
 #include "redis_proc.h"
 
 #define HB_MS 200

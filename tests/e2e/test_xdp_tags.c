@@ -31,7 +31,7 @@
 #include "kthrottle.h"
 #include "kt_bpffx.h"
 #include "ktest.h"
-#include "xdp_tags.h"
+#include "tags/xdp_tags.h"
 
 #define LIM 0
 #define RATE 100.0 /* tokens/s */

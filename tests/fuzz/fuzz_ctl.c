@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "ctlproto.h"
+#include "control/ctlproto.h"
 
 static void check(const char *buf, size_t len)
 {

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "metrics.h"
+#include "control/metrics.h"
 
 static int check(const char *buf, size_t len, struct kt_http_req *req)
 {

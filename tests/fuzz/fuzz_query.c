@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "qline.h"
+#include "tags/qline.h"
 
 struct rec {
 	size_t calls;

@@ -23,7 +23,7 @@
 #include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include "cgroup.h"
+#include "base/cgroup.h"
 #include "ktest.h"
 
 uint64_t ktest_now_ns(void)

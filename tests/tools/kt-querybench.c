@@ -29,7 +29,7 @@
 #include <sys/un.h>
 
 #include "kthrottle.h"
-#include "query.h"
+#include "tags/query.h"
 
 #define TARGET_PIPELINED 500000.0
 #define MAX_BATCH 4096

@@ -39,7 +39,7 @@
 #include <sys/resource.h>
 #include <hiredis/hiredis.h>
 #include "redis_proc.h"
-#include "store.h"
+#include "pool/store.h"
 
 #define LIMIT_NAME "sim"
 #define ID_LEN 48

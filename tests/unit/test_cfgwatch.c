@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <cmocka.h>
 
-#include "cfgwatch.h"
+#include "control/cfgwatch.h"
 #include "ktest.h"
 #include "kvol.h"
 

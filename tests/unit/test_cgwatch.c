@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <cmocka.h>
 
-#include "cgwatch.h"
+#include "base/cgwatch.h"
 
 struct fx {
 	char root[64];

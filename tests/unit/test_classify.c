@@ -15,7 +15,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "classify.h"
+#include "kernel/classify.h"
 
 #define TCP KT_PROTO_TCP
 #define UDP KT_PROTO_UDP

@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <cmocka.h>
 
-#include "config.h"
-#include "resolve.h"
+#include "base/config.h"
+#include "members/resolve.h"
 
 static char mnt[PATH_MAX];
 

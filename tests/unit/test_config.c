@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "config.h"
+#include "base/config.h"
 
 #define MS 1000000ULL
 #define SEC 1000000000ULL

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "config_keys.h"
+#include "base/config_keys.h"
 #include "ktest.h"
 
 #define N_TABLES 3

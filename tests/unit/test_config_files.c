@@ -20,7 +20,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "config.h"
+#include "base/config.h"
 
 #define LIM "limits:\n  - name: a\n    cgroups: [x]\n    unit: connection\n    rateLimit: {max: 100}\n"
 #define REDIS_AUTH(path) \

@@ -11,7 +11,7 @@
 #include <sys/epoll.h>
 #include <cmocka.h>
 
-#include "evloop.h"
+#include "base/evloop.h"
 
 struct counted {
 	struct kt_watch w;

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "health.h"
+#include "control/health.h"
 
 #define S(x) ((uint64_t)(x) * 1000000000ULL)
 #define T0 S(86400)

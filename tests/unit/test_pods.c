@@ -14,9 +14,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "config.h"
-#include "kubewatch.h"
-#include "pods.h"
+#include "base/config.h"
+#include "kube/kubewatch.h"
+#include "kube/pods.h"
 
 #define HEAD "limits:\n  - name: a\n    unit: connection\n    rateLimit: {max: 10}\n"
 

@@ -17,13 +17,13 @@
 #include <time.h>
 #include <cmocka.h>
 
-#include "apply.h"
-#include "config.h"
-#include "controller.h"
-#include "log.h"
-#include "pool.h"
+#include "kernel/apply.h"
+#include "base/config.h"
+#include "control/controller.h"
+#include "base/log.h"
+#include "pool/pool.h"
 #include "redis_proc.h"
-#include "store.h"
+#include "pool/store.h"
 
 #define MS 1000000ULL
 #define SEC 1000000000ULL

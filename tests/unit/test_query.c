@@ -33,7 +33,7 @@
 #include <cmocka.h>
 #include "kthrottle.h"
 #include "ktest.h"
-#include "query.h"
+#include "tags/query.h"
 
 #define SERVER_MAX_S 120 /* a server thread never runs longer than this */
 

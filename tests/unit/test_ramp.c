@@ -8,7 +8,7 @@
 #include <cmocka.h>
 
 #include "kthrottle.h"
-#include "ramp.h"
+#include "control/ramp.h"
 
 #define EPS 1e-9
 #define MS(x) ((uint64_t)(x) * 1000000ULL)

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <cmocka.h>
 #include "redis_proc.h"
-#include "store.h"
+#include "pool/store.h"
 
 #define PREFIX "kttest"
 #define N_NODES 6

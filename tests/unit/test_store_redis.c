@@ -23,7 +23,7 @@
 #include "fakeredis.h"
 #include "kt_storefx.h"
 #include "redis_proc.h"
-#include "store.h"
+#include "pool/store.h"
 
 #define PREFIX "kttest"
 #define LIVE KT_POOL_REPORT_LIVE

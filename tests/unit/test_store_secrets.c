@@ -17,12 +17,12 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "config.h"
+#include "base/config.h"
 #include "ktest.h"
 #include "kvol.h"
 #include "redis_proc.h"
 #include "redis_tls.h"
-#include "store.h"
+#include "pool/store.h"
 
 #define PREFIX "ktsecret"
 #define RECONNECT_BOUND_MS 10000 /* the store's back-off after a failed call */

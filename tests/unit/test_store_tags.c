@@ -17,7 +17,7 @@
 #include <cmocka.h>
 #include "kt_storefx.h"
 #include "redis_proc.h"
-#include "store.h"
+#include "pool/store.h"
 
 #define PREFIX "kttest"
 

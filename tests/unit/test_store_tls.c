@@ -18,8 +18,8 @@
 #include "kt_storefx.h"
 #include "redis_proc.h"
 #include "redis_tls.h"
-#include "config.h"
-#include "store.h"
+#include "base/config.h"
+#include "pool/store.h"
 
 #define PREFIX "kttls"
 #define LIVE KT_POOL_REPORT_LIVE

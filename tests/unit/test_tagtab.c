@@ -20,7 +20,7 @@
 #include <cmocka.h>
 
 #include "kthrottle.h"
-#include "tagtab.h"
+#include "tags/tagtab.h"
 
 #define S(x) ((uint64_t)((x) * 1e9 + 0.5))
 #define BASE S(1000) /* the kt clock is never near 0 */

@@ -23,7 +23,7 @@
 
 #include "ktest.h"
 #include "kvol.h"
-#include "volfile.h"
+#include "base/volfile.h"
 
 
 /* The file's content, or NULL with why. */

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <linux/magic.h>
-#include "cgroup.h"
+#include "base/cgroup.h"
 
 int kt_cgroup2_mount(char *out, size_t outlen, const char *mounts_path)
 {

@@ -7,7 +7,7 @@
 #include <unistd.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
-#include "cgwatch.h"
+#include "base/cgwatch.h"
 
 /* IN_MOVE_SELF besides the documented set: a cgroup directory can be renamed,
  * and a watched literal prefix moving away must be noticed like a deletion.

@@ -17,8 +17,8 @@
 #include <yaml.h>
 #include <openssl/evp.h>
 
-#include "config_int.h"
-#include "volfile.h"
+#include "base/config_int.h"
+#include "base/volfile.h"
 
 #define MAX_FILE_BYTES KT_CONFIG_MAX_BYTES /* refuse anything huge */
 #define MAX_DEPTH 64               /* real configs nest 8 deep */

@@ -11,8 +11,8 @@
 #include <errno.h>
 #include <yaml.h>
 
-#include "config.h"
-#include "config_keys.h"
+#include "base/config.h"
+#include "base/config_keys.h"
 
 #define FIELD_LEN 200            /* longest field path we print */
 #define MAX_PATH_BYTES 4095

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 #include <stddef.h>
-#include "config_keys.h"
+#include "base/config_keys.h"
 
 const char *const kt_cfg_keys_root[] = { "node",	 "pinDir",  "socket", "tickInterval",
 					 "epoch",	 "store",   "limits", "metrics",

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config_int.h"
-#include "netparse.h"
+#include "base/config_int.h"
+#include "base/netparse.h"
 
 static const char *const unit_names[] = { "connection", "datagram", "packet", "byte", "request" };
 _Static_assert(sizeof(unit_names) / sizeof(unit_names[0]) == KT_UNIT_COUNT, "one name per unit");

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config_int.h"
+#include "base/config_int.h"
 
 static const char *const label_op_names[] = { "In", "NotIn", "Exists", "DoesNotExist" };
 

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config_int.h"
-#include "netparse.h"
+#include "base/config_int.h"
+#include "base/netparse.h"
 
 #define MAX_SECRET_BYTES (64 << 10) /* a password, or a PEM bundle some day */
 

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <sys/un.h>
 
-#include "config_int.h"
-#include "netparse.h"
+#include "base/config_int.h"
+#include "base/netparse.h"
 
 #define TAG_MAX_BURST 1000000000000LL  /* MAX_RATE tokens */
 #define IFNAME_CHARS NAME_CHARS ":@"

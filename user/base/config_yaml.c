@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config_int.h"
-#include "netparse.h"
+#include "base/config_int.h"
+#include "base/netparse.h"
 
 /* ---- errors ----------------------------------------------------------- */
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 #include <errno.h>
 #include <sys/epoll.h>
-#include "evloop.h"
+#include "base/evloop.h"
 
 /* ready fds taken per epoll_wait; the rest wait for the next call */
 #define KT_EVLOOP_BATCH 8

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <bpf/libbpf.h>
-#include "log.h"
+#include "base/log.h"
 
 static const char *log_prog = "kthrottle";
 static enum kt_log_level log_level = KT_LOG_INFO;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "netparse.h"
+#include "base/netparse.h"
 
 const char *kt_parse_cidr(const char *s, struct kt_cidr *out)
 {

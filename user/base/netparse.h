@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "config.h"
+#include "base/config.h"
 
 /* "10.0.0.0/8", "fd00::/64", or a plain address (host prefix). IPv4 becomes
  * v4-mapped with prefix + 96 so one LPM trie serves both families. Host bits

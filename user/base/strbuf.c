@@ -2,7 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "strbuf.h"
+#include "base/strbuf.h"
 
 void kt_sb_printf(struct kt_sbuf *b, const char *fmt, ...)
 {

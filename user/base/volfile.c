@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 
-#include "volfile.h"
+#include "base/volfile.h"
 
 /* A swap between the check of an entry and its open is retried this often. */
 #define SWAP_RETRIES 5

@@ -12,12 +12,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include "bpf_loader.h"
-#include "config.h"
-#include "daemon.h"
-#include "inspect.h"
+#include "kernel/bpf_loader.h"
+#include "base/config.h"
+#include "control/daemon.h"
+#include "kernel/inspect.h"
 #include "kthrottle_client.h"
-#include "log.h"
+#include "base/log.h"
 
 static void usage(FILE *f)
 {

@@ -5,13 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "bpf_loader.h"
-#include "cgroup.h"
-#include "config.h"
-#include "daemon.h"
-#include "resolve.h"
-#include "tags.h"
-#include "log.h"
+#include "kernel/bpf_loader.h"
+#include "base/cgroup.h"
+#include "base/config.h"
+#include "control/daemon.h"
+#include "members/resolve.h"
+#include "tags/tags.h"
+#include "base/log.h"
 
 #define KT_VERSION "0.1.0"
 

@@ -9,7 +9,7 @@
 #include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/timerfd.h>
-#include "cfgwatch.h"
+#include "control/cfgwatch.h"
 
 /* IN_MODIFY too: a writer that keeps the file open is seen (debounced) */
 #define KT_CFW_MASK                                                                          \

@@ -20,7 +20,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "config.h"
+#include "base/config.h"
 
 #define KT_CFGWATCH_DEBOUNCE_MS 500
 #define KT_CFGWATCH_RECHECK_MS 10000

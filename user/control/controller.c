@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <bpf/bpf.h>
-#include "bucket.h"
-#include "bpf_loader.h"
-#include "controller.h"
-#include "log.h"
-#include "strict.h"
+#include "kernel/bucket.h"
+#include "kernel/bpf_loader.h"
+#include "control/controller.h"
+#include "base/log.h"
+#include "control/strict.h"
 
 
 /* Members one bucket serves: pod scope one, node scope all local ones. */

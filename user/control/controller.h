@@ -5,10 +5,10 @@
 #define KT_CONTROLLER_H
 
 #include <stdint.h>
-#include "apply.h"
+#include "kernel/apply.h"
 #include "kthrottle.h"
-#include "pool.h"
-#include "ramp.h"
+#include "pool/pool.h"
+#include "control/ramp.h"
 
 #define KT_HISTORY (KT_EPOCH_TICKS_MAX + 2) /* per-tick samples: one epoch */
 

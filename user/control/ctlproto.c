@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 #include <string.h>
-#include "ctlproto.h"
+#include "control/ctlproto.h"
 
 static const struct {
 	const char *line;

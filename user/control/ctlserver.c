@@ -10,10 +10,10 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include "bpf_loader.h"
-#include "ctlproto.h"
-#include "ctlserver.h"
-#include "log.h"
+#include "kernel/bpf_loader.h"
+#include "control/ctlproto.h"
+#include "control/ctlserver.h"
+#include "base/log.h"
 
 /* A client slot reads its command line, then writes the reply. Replies are
  * queued (struct kt_client.out) and sent non-blocking as the socket drains

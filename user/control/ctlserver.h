@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "evloop.h"
+#include "base/evloop.h"
 #include "kthrottle.h"
 
 #define KT_MAX_CLIENTS 16

@@ -11,16 +11,16 @@
 #include <sys/timerfd.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include "cgroup.h"
-#include "cgwatch.h"
-#include "ctlproto.h"
-#include "daemon.h"
-#include "log.h"
-#include "metrics.h"
-#include "refresh.h"
-#include "report.h"
-#include "resolve.h"
-#include "store.h"
+#include "base/cgroup.h"
+#include "base/cgwatch.h"
+#include "control/ctlproto.h"
+#include "control/daemon.h"
+#include "base/log.h"
+#include "control/metrics.h"
+#include "control/refresh.h"
+#include "control/report.h"
+#include "members/resolve.h"
+#include "pool/store.h"
 
 /* ---- control socket: what its commands do (the server is ctlserver.c) ---- */
 

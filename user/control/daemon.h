@@ -11,18 +11,18 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include "apply.h"
-#include "bpf_loader.h"
-#include "cfgwatch.h"
-#include "config.h"
-#include "controller.h"
-#include "ctlserver.h"
-#include "evloop.h"
-#include "kubewatch.h"
-#include "pool.h"
-#include "ramp.h"
-#include "strict.h"
-#include "tags.h"
+#include "kernel/apply.h"
+#include "kernel/bpf_loader.h"
+#include "control/cfgwatch.h"
+#include "base/config.h"
+#include "control/controller.h"
+#include "control/ctlserver.h"
+#include "base/evloop.h"
+#include "kube/kubewatch.h"
+#include "pool/pool.h"
+#include "control/ramp.h"
+#include "control/strict.h"
+#include "tags/tags.h"
 
 #define KT_DEFAULT_SOCKET "/run/kthrottle/kthrottled.sock"
 struct ring_buffer;

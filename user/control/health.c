@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 #include <stdio.h>
 #include <string.h>
-#include "health.h"
-#include "log.h"
+#include "control/health.h"
+#include "base/log.h"
 
 /* A why is one line of a line-based reply. */
 static double secs(uint64_t from, uint64_t now)

@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "kubewatch.h"
+#include "kube/kubewatch.h"
 
 #define KT_HEALTH_KUBE_STALE_S 60
 #define KT_HEALTH_LIVE_TICKS 10

@@ -15,7 +15,7 @@
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
-#include "metrics.h"
+#include "control/metrics.h"
 
 #define MAX_CONNS 256
 #define MAX_PER_ADDR 64

@@ -2,7 +2,7 @@
 /* Ramp-up controller; the semantics are documented in ramp.h. */
 #include <math.h>
 #include <stdbool.h>
-#include "ramp.h"
+#include "control/ramp.h"
 
 /* Percentage points of slack when comparing a utilization with a threshold,
  * so that used/granted computed in floating point (e.g. 0.3/0.6) still counts

@@ -44,7 +44,7 @@
 #define KT_RAMP_H
 
 #include <stdint.h>
-#include "config.h"
+#include "base/config.h"
 
 struct kt_ramp {
 	struct kt_rate_limit_cfg cfg; /* copy of the config in force */

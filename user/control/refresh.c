@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include "cgwatch.h"
-#include "daemon.h"
-#include "log.h"
-#include "refresh.h"
-#include "resolve.h"
+#include "base/cgwatch.h"
+#include "control/daemon.h"
+#include "base/log.h"
+#include "control/refresh.h"
+#include "members/resolve.h"
 
 /* The watcher options cfg asks for; o->api_server "" when no limit selects
  * pods. -EINVAL (err one line) when they cannot be found. */

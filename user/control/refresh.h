@@ -8,10 +8,10 @@
 #define KT_REFRESH_H
 
 #include <stddef.h>
-#include "apply.h"
-#include "config.h"
-#include "controller.h"
-#include "kubewatch.h"
+#include "kernel/apply.h"
+#include "base/config.h"
+#include "control/controller.h"
+#include "kube/kubewatch.h"
 
 struct kt_daemon;
 

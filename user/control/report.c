@@ -9,13 +9,13 @@
 #include <time.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include "cgroup.h"
-#include "cgwatch.h"
-#include "daemon.h"
-#include "health.h"
-#include "report.h"
-#include "store.h"
-#include "strbuf.h"
+#include "base/cgroup.h"
+#include "base/cgwatch.h"
+#include "control/daemon.h"
+#include "control/health.h"
+#include "control/report.h"
+#include "pool/store.h"
+#include "base/strbuf.h"
 
 /* Seconds until `until` (kt clock): -1 for no deadline, 0 once passed. */
 static double left_s(uint64_t until, uint64_t now)

@@ -10,8 +10,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "controller.h"
-#include "metrics.h"
+#include "control/controller.h"
+#include "control/metrics.h"
 
 struct kt_daemon;
 

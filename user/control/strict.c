@@ -9,11 +9,11 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
-#include "bucket.h"
-#include "log.h"
-#include "store.h"
-#include "storeq.h"
-#include "strict.h"
+#include "kernel/bucket.h"
+#include "base/log.h"
+#include "pool/store.h"
+#include "pool/storeq.h"
+#include "control/strict.h"
 
 #define MS 1000000ULL
 #define POLL_SPENT_NS (2 * MS)  /* a due permit is checked for use this often */

@@ -33,8 +33,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "apply.h"
-#include "bpf_loader.h"
+#include "kernel/apply.h"
+#include "kernel/bpf_loader.h"
 
 struct kt_strict;
 

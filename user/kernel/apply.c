@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <bpf/bpf.h>
-#include "apply.h"
-#include "bucket.h"
-#include "classify.h"
-#include "layout.h"
-#include "log.h"
+#include "kernel/apply.h"
+#include "kernel/bucket.h"
+#include "kernel/classify.h"
+#include "kernel/layout.h"
+#include "base/log.h"
 
 int kt_limit_slots(const struct kt_limit_rt *l, uint32_t *slots, int max)
 {

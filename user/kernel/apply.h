@@ -9,11 +9,11 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "bpf_loader.h"
-#include "config.h"
-#include "layout.h" /* kt_plan_check, which kt_plan_apply runs first */
-#include "plan.h"
-#include "policy.h"
+#include "kernel/bpf_loader.h"
+#include "base/config.h"
+#include "kernel/layout.h" /* kt_plan_check, which kt_plan_apply runs first */
+#include "members/plan.h"
+#include "pool/policy.h"
 
 /* Writes the plan into the maps and links. pol[i]: what each bucket of
  * plan->limits[i] may admit; a bucket created here gets it from birth, kept

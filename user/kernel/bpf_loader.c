@@ -14,8 +14,8 @@
 #include <linux/magic.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
-#include "bpf_loader.h"
-#include "log.h"
+#include "kernel/bpf_loader.h"
+#include "base/log.h"
 #include "connect.skel.h"
 #include "sendmsg.skel.h"
 #include "egress.skel.h"

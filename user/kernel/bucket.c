@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Writes to one bucket: see bucket.h. */
 #include <math.h>
-#include "bucket.h"
+#include "kernel/bucket.h"
 
 uint64_t kt_burst_tokens(double burst)
 {

@@ -11,9 +11,9 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "bpf_loader.h"
+#include "kernel/bpf_loader.h"
 #include "kthrottle.h"
-#include "policy.h"
+#include "pool/policy.h"
 
 /* Whole tokens, 1..2^32-1: < 2^32 keeps the kernel's burst multiply
  * division-free. */

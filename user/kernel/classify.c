@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
-#include "classify.h"
+#include "kernel/classify.h"
 
 /* Does prefix (a, alen) contain prefix (b, blen)? */
 static int prefix_covers(const uint8_t *a, unsigned alen, const uint8_t *b, unsigned blen)

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "kthrottle.h"
-#include "config.h"
+#include "base/config.h"
 
 struct kt_rule_input {
 	uint32_t limit_id;

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 #include <bpf/bpf.h>
-#include "inspect.h"
+#include "kernel/inspect.h"
 
 void kt_kstate_free(struct kt_kstate *st)
 {

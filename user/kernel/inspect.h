@@ -7,7 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "bpf_loader.h"
+#include "kernel/bpf_loader.h"
 #include "kthrottle.h"
 
 #define KT_INSPECT_MAX_MEMBERS 64

@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cgroup.h"
-#include "layout.h"
-#include "pending.h"
+#include "base/cgroup.h"
+#include "kernel/layout.h"
+#include "members/pending.h"
 
 /* Is `path` strictly inside directory `dir`? */
 static bool path_inside(const char *path, const char *dir)

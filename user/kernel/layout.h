@@ -10,9 +10,9 @@
 #define KT_LAYOUT_H
 
 #include <stddef.h>
-#include "bpf_loader.h"
-#include "classify.h"
-#include "plan.h"
+#include "kernel/bpf_loader.h"
+#include "kernel/classify.h"
+#include "members/plan.h"
 
 /* Every check of kt_plan_apply's plan that needs no kernel state: limit and
  * bucket counts of the plan alone, the classifier (rules per prefix,

@@ -12,9 +12,9 @@
 #include <curl/curl.h>
 #include <json-c/json.h>
 #include "kthrottle.h"
-#include "kubewatch.h"
-#include "log.h"
-#include "volfile.h"
+#include "kube/kubewatch.h"
+#include "base/log.h"
+#include "base/volfile.h"
 
 /* Bounds on what the API may send: a node's pod list is small (the kubelet
  * caps pods per node at a few hundred), one event one pod. */

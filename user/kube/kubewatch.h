@@ -19,8 +19,8 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include "config.h"
-#include "pods.h"
+#include "base/config.h"
+#include "kube/pods.h"
 
 #define KT_KUBE_SA_DIR "/var/run/secrets/kubernetes.io/serviceaccount"
 

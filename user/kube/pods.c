@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "pods.h"
+#include "kube/pods.h"
 
 void kt_pod_free_labels(struct kt_pod *p)
 {

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <limits.h>
 #include <stddef.h>
-#include "config.h"
+#include "base/config.h"
 
 #define KT_POD_MAX_LABELS 64
 

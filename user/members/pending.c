@@ -9,12 +9,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "plan.h"
-#include "cgroup.h"
-#include "cgwatch.h"
-#include "config.h"
-#include "log.h"
-#include "pending.h"
+#include "members/plan.h"
+#include "base/cgroup.h"
+#include "base/cgwatch.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "members/pending.h"
 
 /* Components of a pattern at most this deep are followed. */
 #define MAX_COMPONENTS 64

@@ -9,7 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "config.h"
+#include "base/config.h"
 
 struct kt_pending_dir; /* pending.h */
 struct kt_outsider;

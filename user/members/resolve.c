@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "cgroup.h"
-#include "cgwatch.h"
-#include "log.h"
-#include "pending.h"
-#include "resolve.h"
+#include "base/cgroup.h"
+#include "base/cgwatch.h"
+#include "base/log.h"
+#include "members/pending.h"
+#include "members/resolve.h"
 
 /* Adds cgroup `real` (id cgid), found by entry j of limit i, to `l`'s
  * members unless it is there already (two entries or spellings of one

@@ -10,9 +10,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include "config.h"
-#include "plan.h"
-#include "pods.h"
+#include "base/config.h"
+#include "members/plan.h"
+#include "kube/pods.h"
 
 /* Finds the member cgroups of cfg's limits (paths absolute, or relative to
  * the cgroup v2 mount; patterns expanded; the pods of `pods` a limit's

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* A bucket policy's arithmetic: see policy.h. */
-#include "policy.h"
+#include "pool/policy.h"
 
 void kt_node_policy(const struct kt_bucket_policy *pol, int n, struct kt_bucket_policy *out)
 {

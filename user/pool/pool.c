@@ -49,9 +49,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <sys/eventfd.h>
-#include "log.h"
-#include "pool_int.h"
-#include "storeq.h"
+#include "base/log.h"
+#include "pool/pool_int.h"
+#include "pool/storeq.h"
 
 const char *kt_pool_phase_name(enum kt_pool_phase ph)
 {

@@ -19,9 +19,9 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "config.h"
+#include "base/config.h"
 #include "kthrottle.h"
-#include "policy.h"
+#include "pool/policy.h"
 
 enum kt_pool_phase {
 	KT_POOL_AGREED = 0,   /* last answer AGREE (or local/static) */

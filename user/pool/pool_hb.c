@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "log.h"
-#include "pool_int.h"
-#include "storeq.h"
+#include "base/log.h"
+#include "pool/pool_int.h"
+#include "pool/storeq.h"
 
 static uint64_t since(uint64_t now, uint64_t t)
 {

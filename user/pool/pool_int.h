@@ -7,8 +7,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "pool.h"
-#include "store.h"
+#include "pool/pool.h"
+#include "pool/store.h"
 
 #define NS_PER_MS 1000000ULL
 #define KT_DEMAND_FLOOR_DIV 10 /* floor = an equal share / this */

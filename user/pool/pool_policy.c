@@ -5,8 +5,8 @@
  * lease kept across a restart. */
 #include <math.h>
 #include <string.h>
-#include "log.h"
-#include "pool_int.h"
+#include "base/log.h"
+#include "pool/pool_int.h"
 
 /* The lease an answer to a heartbeat sent at `sent` grants. */
 void pool_grant_lease(struct lim *l, uint64_t sent)

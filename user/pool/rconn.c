@@ -20,8 +20,8 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 #include "kthrottle.h"
-#include "rconn.h"
-#include "volfile.h"
+#include "pool/rconn.h"
+#include "base/volfile.h"
 
 /* PEM files (a CA bundle, a chain, a key) are kilobytes */
 #define PEM_MAX_BYTES (1u << 20)

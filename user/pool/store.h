@@ -153,7 +153,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "config.h"
+#include "base/config.h"
 
 #define KT_STORE_TIMEOUT_MS 200       /* connect timeout, and per-command timeout */
 #define KT_STORE_CALL_BUDGET_MS 1000  /* upper bound on one call, connection setup included */

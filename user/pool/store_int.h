@@ -25,9 +25,9 @@
 #include <stdint.h>
 #include <hiredis/hiredis.h>
 #include "kthrottle.h"
-#include "config.h"
-#include "rconn.h"
-#include "store.h"
+#include "base/config.h"
+#include "pool/rconn.h"
+#include "pool/store.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)

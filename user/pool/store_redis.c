@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "store_int.h"
+#include "pool/store_int.h"
 
 /* Per limit the scripts take these KEYS, all under the hash tag {L} (store.h):
  * hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem. */

@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "store.h"
+#include "pool/store.h"
 
 struct kt_storeq;
 

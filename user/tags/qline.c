@@ -2,7 +2,7 @@
 /* The query protocol's line parser (qline.h). */
 #include <string.h>
 
-#include "qline.h"
+#include "tags/qline.h"
 
 static const char ans_ok[3] = { 'O', 'K', '\n' };
 static const char ans_no[3] = { 'N', 'O', '\n' };

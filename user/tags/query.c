@@ -102,8 +102,8 @@
 #include <sys/un.h>
 
 #include "kthrottle.h"
-#include "qline.h"
-#include "query.h"
+#include "tags/qline.h"
+#include "tags/query.h"
 
 #define QUERY_READ_BUDGET (64 * 1024)            /* per connection per run */
 #define QUERY_OUT_CAP (3 * QUERY_READ_BUDGET)    /* answers waiting, per connection */

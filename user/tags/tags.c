@@ -14,13 +14,13 @@
 #include <arpa/inet.h>
 #include <net/if.h>
 
-#include "bpf_loader.h" /* kt_mkdir_p */
+#include "kernel/bpf_loader.h" /* kt_mkdir_p */
 #include "kthrottle.h"
-#include "log.h"
-#include "store.h"
-#include "storeq.h"
-#include "tags.h"
-#include "xdp_tags.h"
+#include "base/log.h"
+#include "pool/store.h"
+#include "pool/storeq.h"
+#include "tags/tags.h"
+#include "tags/xdp_tags.h"
 
 #define KEEP_MIN_MS 60000ULL /* stream retention: at least a minute, 10 reports */
 #define RETRY_NS (1000ULL * 1000000ULL) /* a failed exchange is retried after 1 s at most */

@@ -21,9 +21,9 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#include "config.h"
-#include "query.h"
-#include "tagtab.h"
+#include "base/config.h"
+#include "tags/query.h"
+#include "tags/tagtab.h"
 
 struct kt_tags;
 

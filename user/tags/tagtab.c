@@ -12,7 +12,7 @@
 #include <sys/random.h>
 
 #include "kthrottle.h"
-#include "tagtab.h"
+#include "tags/tagtab.h"
 
 struct tag_ent {
 	struct tag_ent *hnext;             /* hash chain */

@@ -10,9 +10,9 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
-#include "bpf_loader.h"
-#include "log.h"
-#include "xdp_tags.h"
+#include "kernel/bpf_loader.h"
+#include "base/log.h"
+#include "tags/xdp_tags.h"
 #include "xdp.skel.h"
 
 #define RING_MIN (64u * 1024)
