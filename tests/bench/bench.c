@@ -73,6 +73,7 @@
 #include "members/resolve.h"
 #include "base/config.h"
 #include "control/controller.h"
+#include "kt_bpffx.h"
 #include "ktest.h"
 #include "kthrottle.h"
 #include "control/ramp.h"
@@ -932,23 +933,6 @@ static int bench_skb(struct bench_env *e)
 #define XDP_PASS_RV 2
 #define XDP_DROP_RV 1
 
-static void rm_dir_pins(const char *dir)
-{
-	char p[PATH_MAX + 300];
-	struct dirent *de;
-	DIR *d = opendir(dir);
-
-	if (!d)
-		return;
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.') {
-			snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
-			unlink(p);
-		}
-	closedir(d);
-	rmdir(dir);
-}
-
 static int bench_xdp(struct bench_env *e)
 {
 	static const struct {
@@ -1063,7 +1047,7 @@ static int bench_xdp(struct bench_env *e)
 	ret = 0;
 out:
 	kt_xdp_tags_close(t);
-	rm_dir_pins(pin);
+	kt_bpffx_rm_pins(pin);
 	return ret;
 }
 
