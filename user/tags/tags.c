@@ -7,12 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <dirent.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <arpa/inet.h>
-#include <net/if.h>
 
 #include "kernel/bpf_loader.h" /* kt_mkdir_p */
 #include "kthrottle.h"
@@ -21,65 +19,8 @@
 #include "pool/storeq.h"
 #include "tags/tags.h"
 #include "tags/xdp_tags.h"
+#include "tags/tags_int.h"
 
-#define KEEP_MIN_MS 60000ULL /* stream retention: at least a minute, 10 reports */
-#define RETRY_NS (1000ULL * 1000000ULL) /* a failed exchange is retried after 1 s at most */
-#define HITS_MAX 1000000000000ULL /* a remote count above this is not believed */
-
-/* epoll data: what became readable */
-#define EV_TIMER 0xffffffffu
-#define EV_QUERY(i) ((uint32_t)(i) << 1)
-#define EV_STORE(i) (((uint32_t)(i) << 1) | 1)
-
-struct xjob {
-	char limit[KT_NAME_LEN];
-	char node[256];
-	char last_id[KT_STORE_TAG_ID_MAX];
-	uint64_t keep_ms;
-	char **chunks;
-	size_t *lens;
-	int n_chunks;
-	/* results */
-	int ret, more;
-	char err[256];
-	char *in;            /* the other nodes' chunks, each followed by '\n' already */
-	size_t in_len, in_cap;
-	int in_entries;
-	bool in_oom;
-};
-
-/* XDP hits harvested for a limit, waiting for its next report */
-struct xhit {
-	struct kt_tag_key key;
-	uint64_t hits;
-};
-
-struct tlimit {
-	struct kt_tag_limit_cfg cfg;  /* a copy; query_socket owned */
-	uint32_t xid;                 /* its tag_limit id in the XDP maps, stable across reloads */
-	int ifindex[KT_TAG_MAX_IFACES]; /* attached, 0 = none */
-	struct xhit *xh;              /* XDP hits not yet reported */
-	size_t n_xh, cap_xh;
-	struct kt_tagtab *tab;
-	struct kt_query *query;
-	int evfd;
-	struct kt_storeq *q;          /* NULL: no exchange (not a redis store) */
-	bool in_flight;
-	char last_id[KT_STORE_TAG_ID_MAX];
-	uint64_t next_report_ns;
-	uint64_t next_expire_ns;
-	struct kt_tag_stat st;
-};
-
-struct kt_tags {
-	struct tlimit *l;
-	int n;
-	struct kt_xdp_tags *xdp;      /* NULL: no tag limit has xdp */
-	char xdp_pin[PATH_MAX];
-	uint32_t xdp_max_tags;        /* the bucket map's size (fixed until a restart) */
-	int epfd, timerfd;
-	char node[256];
-};
 
 static void free_job(void *p)
 {
@@ -442,174 +383,6 @@ static int open_limit(struct kt_tags *t, int i, const struct kt_config *cfg, boo
 	return 0;
 }
 
-/* ---- XDP: the kernel side of source tags ---- */
-
-static uint32_t xdp_total(const struct kt_config *cfg)
-{
-	uint64_t sum = 0;
-
-	for (int i = 0; i < cfg->n_tags; i++)
-		if (cfg->tags[i].xdp)
-			sum += cfg->tags[i].max_tags;
-	return sum > KT_TAG_MAX_TAGS ? KT_TAG_MAX_TAGS : (uint32_t)sum;
-}
-
-/* Every xdp interface name to its index: the check a start or reload makes
- * before anything changes. */
-static int resolve_ifaces(struct kt_tags *t, char *err, size_t errlen)
-{
-	for (int i = 0; i < t->n; i++) {
-		struct tlimit *l = &t->l[i];
-
-		for (int k = 0; l->cfg.xdp && k < l->cfg.n_ifaces; k++) {
-			l->ifindex[k] = (int)if_nametoindex(l->cfg.ifaces[k]);
-			if (!l->ifindex[k]) {
-				snprintf(err, errlen, "tag limit %s (line %d): xdp.interfaces: no interface %s on this node",
-					 l->cfg.name, l->cfg.line, l->cfg.ifaces[k]);
-				return -ENODEV;
-			}
-		}
-	}
-	return 0;
-}
-
-int kt_tags_check(const struct kt_config *cfg, char *err, size_t errlen)
-{
-	for (int i = 0; i < cfg->n_tags; i++) {
-		const struct kt_tag_limit_cfg *c = &cfg->tags[i];
-
-		for (int k = 0; c->xdp && k < c->n_ifaces; k++) {
-			if (!if_nametoindex(c->ifaces[k])) {
-				snprintf(err, errlen, "tag limit %s (line %d): xdp.interfaces: no interface %s on this node",
-					 c->name, c->line, c->ifaces[k]);
-				return -ENODEV;
-			}
-		}
-	}
-	return 0;
-}
-
-static int rule_addr(const struct kt_tag_prefix *p, uint8_t *fam, const uint8_t **addr)
-{
-	*fam = p->family;
-	*addr = p->addr;
-	return p->prefix_len;
-}
-
-/* Tag limit l's policy, rules, interfaces. */
-static int xdp_program(struct kt_tags *t, struct tlimit *l, char *err, size_t errlen)
-{
-	const struct kt_tag_limit_cfg *c = &l->cfg;
-	const uint8_t *addr;
-	uint8_t fam;
-	int ret, k, len;
-
-	ret = kt_xdp_tags_set_limit(t->xdp, l->xid, c->rate, c->burst);
-	for (k = 0; !ret && k < c->n_allow; k++) {
-		len = rule_addr(&c->allow[k], &fam, &addr);
-		ret = kt_xdp_tags_set_rule(t->xdp, l->xid, fam, addr, (uint8_t)len, 1, 0, 0);
-	}
-	for (k = 0; !ret && k < c->n_overrides; k++) {
-		len = rule_addr(&c->overrides[k].prefix, &fam, &addr);
-		ret = kt_xdp_tags_set_rule(t->xdp, l->xid, fam, addr, (uint8_t)len, 0, c->overrides[k].rate,
-					   c->overrides[k].burst);
-	}
-	for (k = 0; !ret && k < c->n_ifaces; k++) {
-		ret = kt_xdp_tags_set_iface(t->xdp, l->ifindex[k], l->xid, c->prefix_v4, c->prefix_v6);
-		if (!ret)
-			ret = kt_xdp_tags_attach(t->xdp, l->ifindex[k]);
-	}
-	if (ret)
-		snprintf(err, errlen, "tag limit %s (line %d): xdp: %s", c->name, c->line, strerror(-ret));
-	else
-		l->st.ifaces = c->n_ifaces;
-	return ret;
-}
-
-static bool has_iface(const struct tlimit *l, int ifindex)
-{
-	for (int k = 0; l->cfg.xdp && k < l->cfg.n_ifaces; k++)
-		if (l->ifindex[k] == ifindex)
-			return true;
-	return false;
-}
-
-/* Undoes xdp_program for what `keep` (NULL: nothing) does not program
- * again: interfaces detached, rules removed, the limit out of use. */
-static void xdp_unprogram(struct kt_tags *t, const struct tlimit *l, const struct tlimit *keep)
-{
-	const struct kt_tag_limit_cfg *c = &l->cfg;
-	const uint8_t *addr;
-	uint8_t fam;
-	int k, len;
-
-	for (k = 0; k < c->n_allow; k++) {
-		len = rule_addr(&c->allow[k], &fam, &addr);
-		kt_xdp_tags_del_rule(t->xdp, l->xid, fam, addr, (uint8_t)len);
-	}
-	for (k = 0; k < c->n_overrides; k++) {
-		len = rule_addr(&c->overrides[k].prefix, &fam, &addr);
-		kt_xdp_tags_del_rule(t->xdp, l->xid, fam, addr, (uint8_t)len);
-	}
-	for (k = 0; k < c->n_ifaces; k++) {
-		if (keep && has_iface(keep, l->ifindex[k]))
-			continue;
-		kt_xdp_tags_del_iface(t->xdp, l->ifindex[k]);
-		kt_xdp_tags_detach(t->xdp, l->ifindex[k]);
-	}
-	if (!keep || !keep->cfg.xdp)
-		kt_xdp_tags_clear_limit(t->xdp, l->xid);
-}
-
-/* Interfaces a previous daemon attached that no tag limit has now:
- * detached, so no program outlives its configuration. */
-static void detach_strays(struct kt_tags *t)
-{
-	DIR *d = opendir(t->xdp_pin);
-	struct dirent *de;
-
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		int ifindex, k;
-		bool used = false;
-
-		if (sscanf(de->d_name, "kt_xdp_link_%d", &ifindex) != 1)
-			continue;
-		for (k = 0; k < t->n && !used; k++)
-			used = has_iface(&t->l[k], ifindex);
-		if (!used) {
-			kt_info("tags: detaching XDP from interface %d: no tag limit has it now", ifindex);
-			kt_xdp_tags_del_iface(t->xdp, ifindex);
-			kt_xdp_tags_detach(t->xdp, ifindex);
-		}
-	}
-	closedir(d);
-}
-
-static int xdp_open(struct kt_tags *t, const struct kt_config *cfg, char *err, size_t errlen)
-{
-	int ret;
-
-	t->xdp_max_tags = xdp_total(cfg);
-	ret = kt_xdp_tags_open(t->xdp_pin, t->xdp_max_tags, &t->xdp);
-	if (ret == -EINVAL) {
-		/* pinned by a daemon with another total maxTags: the buckets
-		 * start over (the others' debts on this node are forgotten) */
-		char path[PATH_MAX + 32];
-
-		kt_warn("tags: the pinned XDP buckets have another size than maxTags now (%u): starting them over",
-			t->xdp_max_tags);
-		snprintf(path, sizeof(path), "%s/kt_tag_buckets", t->xdp_pin);
-		unlink(path);
-		ret = kt_xdp_tags_open(t->xdp_pin, t->xdp_max_tags, &t->xdp);
-	}
-	if (ret)
-		snprintf(err, errlen, "tags: cannot load the XDP program (pins in %s): %s", t->xdp_pin,
-			 strerror(-ret));
-	return ret;
-}
-
 static int make_set(struct kt_tags **out, const struct kt_config *cfg, char *err, size_t errlen)
 {
 	struct kt_tags *t = calloc(1, sizeof(*t));
@@ -668,36 +441,6 @@ static int watch_limit(struct kt_tags *t, int i, char *err, size_t errlen)
 
 static void arm_timer(struct kt_tags *t, uint64_t now);
 
-/* A start: the XDP program where tag limits want it, nothing where none
- * does (a previous daemon's attachments included). On error nothing stays
- * attached that this start attached. */
-static int xdp_start(struct kt_tags *t, const struct kt_config *cfg, char *err, size_t errlen)
-{
-	int ret, i;
-
-	if (!xdp_total(cfg)) {
-		ret = kt_bpf_cleanup_tags(cfg->pin_dir);
-		if (ret)
-			kt_warn("tags: cannot remove %s: %s", t->xdp_pin, strerror(-ret));
-		return 0;
-	}
-	if ((ret = resolve_ifaces(t, err, errlen)) || (ret = xdp_open(t, cfg, err, errlen)))
-		return ret;
-	for (i = 0; i < t->n; i++) {
-		if (!t->l[i].cfg.xdp)
-			continue;
-		if ((ret = xdp_program(t, &t->l[i], err, errlen))) {
-			for (; i >= 0; i--)
-				if (t->l[i].cfg.xdp)
-					xdp_unprogram(t, &t->l[i], NULL);
-			return ret;
-		}
-	}
-	detach_strays(t);
-	/* buckets a previous daemon left follow this configuration */
-	kt_xdp_tags_set_buckets(t->xdp, UINT32_MAX);
-	return 0;
-}
 
 int kt_tags_create(struct kt_tags **out, const struct kt_config *cfg, char *err, size_t errlen)
 {
@@ -727,7 +470,7 @@ int kt_tags_create(struct kt_tags **out, const struct kt_config *cfg, char *err,
 		l->next_expire_ns = now + l->cfg.idle_expiry_ns / 4;
 		l->xid = (uint32_t)i;
 	}
-	if ((ret = xdp_start(t, cfg, err, errlen)))
+	if ((ret = kt_tags_xdp_start(t, cfg, err, errlen)))
 		goto fail;
 	arm_timer(t, now);
 	*out = t;
@@ -752,53 +495,6 @@ static bool same_listeners(const struct kt_tag_limit_cfg *a, const struct kt_tag
 	       !strcmp(a->query_socket ? a->query_socket : "", b->query_socket ? b->query_socket : "");
 }
 
-/* A reload's commit for XDP: the old handle carries over, what the new
- * configuration drops is undone, the rest programmed again, and existing
- * buckets take their new policy in place. Failures here are reported, not
- * rolled back: the checks that can fail (interfaces, loading) ran first. */
-static void xdp_reload(struct kt_tags *t, struct kt_tags *old, const struct kt_config *cfg)
-{
-	char e[KT_ERR_LEN];
-
-	if (old && old->xdp) {
-		if (!t->xdp) {
-			t->xdp = old->xdp;
-			t->xdp_max_tags = old->xdp_max_tags;
-		} else {
-			kt_xdp_tags_close(t->xdp); /* both: keep the one in use */
-			t->xdp = old->xdp;
-			t->xdp_max_tags = old->xdp_max_tags;
-		}
-		old->xdp = NULL;
-		for (int k = 0; k < old->n; k++) {
-			const struct tlimit *ol = &old->l[k];
-			const struct tlimit *keep = NULL;
-
-			if (!ol->cfg.xdp)
-				continue;
-			for (int i = 0; i < t->n && !keep; i++)
-				if (t->l[i].xid == ol->xid)
-					keep = &t->l[i];
-			xdp_unprogram(t, ol, keep);
-		}
-	}
-	if (!xdp_total(cfg)) {
-		kt_xdp_tags_close(t->xdp);
-		t->xdp = NULL;
-		kt_bpf_cleanup_tags(cfg->pin_dir);
-		return;
-	}
-	if (xdp_total(cfg) != t->xdp_max_tags)
-		kt_warn("tags: the XDP tag limits' maxTags now sum to %u; the kernel keeps %u buckets until kthrottled restarts",
-			xdp_total(cfg), t->xdp_max_tags);
-	for (int i = 0; i < t->n; i++) {
-		if (t->l[i].cfg.xdp && xdp_program(t, &t->l[i], e, sizeof(e))) {
-			kt_warn("reload: %s", e);
-			snprintf(t->l[i].st.last_error, sizeof(t->l[i].st.last_error), "%s", e);
-		}
-	}
-	kt_xdp_tags_set_buckets(t->xdp, UINT32_MAX);
-}
 
 int kt_tags_reload(struct kt_tags **out, struct kt_tags *old, const struct kt_config *cfg, char *err,
 		   size_t errlen)
@@ -852,9 +548,9 @@ int kt_tags_reload(struct kt_tags **out, struct kt_tags *old, const struct kt_co
 			}
 		}
 	}
-	if (xdp_total(cfg) && (ret = resolve_ifaces(t, err, errlen)))
+	if (kt_tags_xdp_total(cfg) && (ret = kt_tags_resolve_ifaces(t, err, errlen)))
 		goto fail;
-	if (xdp_total(cfg) && !(old && old->xdp) && (ret = xdp_open(t, cfg, err, errlen)))
+	if (kt_tags_xdp_total(cfg) && !(old && old->xdp) && (ret = kt_tags_xdp_open(t, cfg, err, errlen)))
 		goto fail;
 	/* commit: move tables, listeners and stream positions over */
 	for (i = 0; i < t->n; i++) {
@@ -914,7 +610,7 @@ int kt_tags_reload(struct kt_tags **out, struct kt_tags *old, const struct kt_co
 			ol->in_flight = false;
 		}
 	}
-	xdp_reload(t, old, cfg);
+	kt_tags_xdp_reload(t, old, cfg);
 	for (i = 0; i < t->n; i++)
 		if ((ret = watch_limit(t, i, err, errlen)))
 			break; /* epoll_ctl on fds we own: only ENOMEM; run without */
