@@ -21,55 +21,9 @@
 #include <openssl/x509v3.h>
 #include "kthrottle.h"
 #include "pool/rconn.h"
+#include "pool/rconn_int.h"
 #include "base/volfile.h"
 
-/* PEM files (a CA bundle, a chain, a key) are kilobytes */
-#define PEM_MAX_BYTES (1u << 20)
-
-#define READ_CHUNK 16384
-
-struct pend {
-	kt_rconn_cb cb;
-	void *cbdata;
-	uint64_t deadline_ns; /* 0: none */
-	uint64_t queued_ns;   /* for the timeout message */
-};
-
-struct kt_rconn {
-	enum kt_rconn_state st;
-	int fd;
-	char where[300];          /* "host:port" / "[v6]:port" for messages */
-	struct addrinfo *ai_list; /* resolved addresses; ai_next: the next to try */
-	struct addrinfo *ai_next;
-	uint64_t opened_ns, connect_deadline_ns;
-	/* TLS */
-	SSL_CTX *ctx;             /* NULL: plain TCP */
-	SSL *ssl;
-	char *server_name;
-	const char *bad_file;     /* the option's TLS file that setup_tls failed on */
-	bool verify;
-	bool hs_want_write;       /* handshake waits for EPOLLOUT (else EPOLLIN) */
-	bool rd_want_write;       /* SSL_read needs the socket writable */
-	bool wr_want_read;        /* SSL_write needs the socket readable */
-	/* output: formatted commands not yet written, [out_off, out_len) */
-	char *out;
-	size_t out_off, out_len, out_cap;
-	/* FIFO of commands awaiting replies (ring) */
-	struct pend *q;
-	size_t q_head, q_len, q_cap;
-	redisReader *reader;
-	/* the reader's functions with createArray bounded (hiredis 0.14 has no
-	 * maxelements), and what an oversized header claimed */
-	redisReplyObjectFunctions fns;
-	const redisReplyObjectFunctions *orig_fns;
-	long long claimed;
-	kt_rconn_cb push_cb;      /* replies with no command pending; NULL: protocol error */
-	void *push_data;
-	int depth;                /* > 0 while inside handle()/close(): free is deferred */
-	bool closing;
-	int err_code;             /* negative errno once FAILED */
-	char err[512];
-};
 
 static bool is_ip_literal(const char *s)
 {
@@ -78,8 +32,7 @@ static bool is_ip_literal(const char *s)
 	return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
 }
 
-static void set_err(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t len, const char *fmt, ...)
+void kt_rconn_set_err(char *err, size_t len, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -145,8 +98,7 @@ static void fail_pending(struct kt_rconn *c, const char *msg)
 	}
 }
 
-static void fail(struct kt_rconn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(struct kt_rconn *c, int code, const char *fmt, ...)
+void kt_rconn_fail(struct kt_rconn *c, int code, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -170,16 +122,16 @@ static void fail_tls(struct kt_rconn *c, const char *step, int e)
 
 	if (e == SSL_ERROR_ZERO_RETURN) {
 		ERR_clear_error();
-		fail(c, -ECONNRESET, "%s %s failed: connection closed by the server", step, c->where);
+		kt_rconn_fail(c, -ECONNRESET, "%s %s failed: connection closed by the server", step, c->where);
 		return;
 	}
 	if (e == SSL_ERROR_SYSCALL && ERR_peek_last_error() == 0) {
 		int en = errno;
 
 		if (en)
-			fail(c, -en, "%s %s failed: %s", step, c->where, strerror(en));
+			kt_rconn_fail(c, -en, "%s %s failed: %s", step, c->where, strerror(en));
 		else
-			fail(c, -ECONNRESET, "%s %s failed: connection closed by the server", step,
+			kt_rconn_fail(c, -ECONNRESET, "%s %s failed: connection closed by the server", step,
 			     c->where);
 		return;
 	}
@@ -187,17 +139,12 @@ static void fail_tls(struct kt_rconn *c, const char *step, int e)
 	/* The chain/hostname verdict says what "certificate verify failed" means. */
 	if (c->verify && c->ssl && (v = SSL_get_verify_result(c->ssl)) != X509_V_OK)
 		snprintf(verify, sizeof(verify), " (%s)", X509_verify_cert_error_string(v));
-	fail(c, -EPROTO, "%s %s failed: %s%s", step, c->where, reason, verify);
+	kt_rconn_fail(c, -EPROTO, "%s %s failed: %s%s", step, c->where, reason, verify);
 }
 
 /* The blocking helpers' callback. dispatch() recognises it and hands the
  * reply over instead of freeing it, so the caller gets it without a copy. */
-struct sync_slot {
-	redisReply *reply;
-	bool done;
-};
-
-static void sync_cb(void *cbdata, redisReply *reply, const char *err)
+void kt_rconn_sync_cb(void *cbdata, redisReply *reply, const char *err)
 {
 	struct sync_slot *slot = cbdata;
 
@@ -246,7 +193,7 @@ static bool bulk_oversized(struct kt_rconn *c)
 static void dispatch(struct kt_rconn *c, const char *data, size_t len)
 {
 	if (redisReaderFeed(c->reader, data, len) != REDIS_OK) {
-		fail(c, -ENOMEM, "reading from %s failed: %s", c->where, c->reader->errstr);
+		kt_rconn_fail(c, -ENOMEM, "reading from %s failed: %s", c->where, c->reader->errstr);
 		return;
 	}
 	while (c->st == KT_RCONN_READY) {
@@ -255,15 +202,15 @@ static void dispatch(struct kt_rconn *c, const char *data, size_t len)
 
 		if (redisReaderGetReply(c->reader, &r) != REDIS_OK) {
 			if (c->claimed)
-				fail(c, -EMSGSIZE, "oversized reply from %s: an array of %lld elements (at most %d)",
+				kt_rconn_fail(c, -EMSGSIZE, "oversized reply from %s: an array of %lld elements (at most %d)",
 				     c->where, c->claimed, KT_RCONN_MAX_ELEMENTS);
 			else
-				fail(c, -EPROTO, "protocol error from %s: %s", c->where, c->reader->errstr);
+				kt_rconn_fail(c, -EPROTO, "protocol error from %s: %s", c->where, c->reader->errstr);
 			return;
 		}
 		if (!r) {
 			if (bulk_oversized(c))
-				fail(c, -EMSGSIZE, "oversized reply from %s: a bulk string of %lld bytes (at most %d)",
+				kt_rconn_fail(c, -EMSGSIZE, "oversized reply from %s: a bulk string of %lld bytes (at most %d)",
 				     c->where, c->claimed, KT_RCONN_MAX_BULK);
 			return;
 		}
@@ -274,11 +221,11 @@ static void dispatch(struct kt_rconn *c, const char *data, size_t len)
 		}
 		if (!c->q_len) {
 			freeReplyObject(r);
-			fail(c, -EPROTO, "protocol error from %s: reply without a command", c->where);
+			kt_rconn_fail(c, -EPROTO, "protocol error from %s: reply without a command", c->where);
 			return;
 		}
 		p = q_pop(c);
-		if (p.cb == sync_cb) {
+		if (p.cb == kt_rconn_sync_cb) {
 			((struct sync_slot *)p.cbdata)->reply = r;
 			((struct sync_slot *)p.cbdata)->done = true;
 			continue;
@@ -317,7 +264,7 @@ static void do_read(struct kt_rconn *c)
 		} else {
 			n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
 			if (n == 0) {
-				fail(c, -ECONNRESET, "connection closed by %s", c->where);
+				kt_rconn_fail(c, -ECONNRESET, "connection closed by %s", c->where);
 				return;
 			}
 			if (n < 0) {
@@ -325,7 +272,7 @@ static void do_read(struct kt_rconn *c)
 					continue;
 				if (errno == EAGAIN || errno == EWOULDBLOCK)
 					return;
-				fail(c, -errno, "read from %s failed: %s", c->where, strerror(errno));
+				kt_rconn_fail(c, -errno, "read from %s failed: %s", c->where, strerror(errno));
 				return;
 			}
 		}
@@ -390,7 +337,7 @@ static void do_write(struct kt_rconn *c)
 					continue;
 				if (errno == EAGAIN || errno == EWOULDBLOCK)
 					return;
-				fail(c, -errno, "write to %s failed: %s", c->where, strerror(errno));
+				kt_rconn_fail(c, -errno, "write to %s failed: %s", c->where, strerror(errno));
 				return;
 			}
 		}
@@ -486,7 +433,7 @@ static void try_connect(struct kt_rconn *c)
 		}
 		last = errno;
 	}
-	fail(c, -last, "connect to %s failed: %s", c->where, strerror(last));
+	kt_rconn_fail(c, -last, "connect to %s failed: %s", c->where, strerror(last));
 }
 
 /* The PEM file at path as a memory BIO, read under the volume rule at every
@@ -500,12 +447,12 @@ static BIO *pem_bio(struct kt_rconn *c, const char *path, char **buf, char *err,
 
 	*buf = NULL;
 	if (kt_volfile_read(path, PEM_MAX_BYTES, buf, &len, &stage, why, sizeof(why))) {
-		set_err(err, errlen, "TLS setup for %s: cannot %s %s: %s", c->where, stage, path, why);
+		kt_rconn_set_err(err, errlen, "TLS setup for %s: cannot %s %s: %s", c->where, stage, path, why);
 		return NULL;
 	}
 	b = BIO_new_mem_buf(*buf, (int)len);
 	if (!b)
-		set_err(err, errlen, "TLS setup for %s: out of memory", c->where);
+		kt_rconn_set_err(err, errlen, "TLS setup for %s: out of memory", c->where);
 	return b;
 }
 
@@ -542,7 +489,7 @@ static int load_ca(struct kt_rconn *c, const char *path, char *err, size_t errle
 	ERR_clear_error(); /* the end of the file reads as an error */
 	pem_done(b, buf);
 	if (!n) {
-		set_err(err, errlen, "TLS setup for %s: cannot load CA file %s: %s", c->where, path,
+		kt_rconn_set_err(err, errlen, "TLS setup for %s: cannot load CA file %s: %s", c->where, path,
 			ssl_reason(reason, sizeof(reason)));
 		return -EIO;
 	}
@@ -574,7 +521,7 @@ static int load_identity(struct kt_rconn *c, const char *cert, const char *key, 
 		ERR_clear_error();
 	pem_done(b, buf);
 	if (!ok) {
-		set_err(err, errlen, "TLS setup for %s: cannot load certificate %s: %s", c->where, cert,
+		kt_rconn_set_err(err, errlen, "TLS setup for %s: cannot load certificate %s: %s", c->where, cert,
 			ssl_reason(reason, sizeof(reason)));
 		return -EIO;
 	}
@@ -588,12 +535,12 @@ static int load_identity(struct kt_rconn *c, const char *cert, const char *key, 
 	EVP_PKEY_free(k);
 	pem_done(b, buf);
 	if (!ok) {
-		set_err(err, errlen, "TLS setup for %s: cannot load key %s: %s", c->where, key,
+		kt_rconn_set_err(err, errlen, "TLS setup for %s: cannot load key %s: %s", c->where, key,
 			ssl_reason(reason, sizeof(reason)));
 		return -EIO;
 	}
 	if (!SSL_CTX_check_private_key(c->ctx)) {
-		set_err(err, errlen, "TLS setup for %s: key %s does not match certificate %s: %s",
+		kt_rconn_set_err(err, errlen, "TLS setup for %s: key %s does not match certificate %s: %s",
 			c->where, key, cert, ssl_reason(reason, sizeof(reason)));
 		return -EIO;
 	}
@@ -608,7 +555,7 @@ static int setup_tls(struct kt_rconn *c, const struct kt_rconn_opts *o, char *er
 	c->server_name = strdup(o->server_name && *o->server_name ? o->server_name : o->host);
 	c->ctx = SSL_CTX_new(TLS_client_method());
 	if (!c->server_name || !c->ctx) {
-		set_err(err, errlen, "TLS setup for %s: out of memory", c->where);
+		kt_rconn_set_err(err, errlen, "TLS setup for %s: out of memory", c->where);
 		return -ENOMEM;
 	}
 	SSL_CTX_set_min_proto_version(c->ctx, TLS1_2_VERSION);
@@ -625,7 +572,7 @@ static int setup_tls(struct kt_rconn *c, const struct kt_rconn_opts *o, char *er
 			return -EIO;
 		}
 		if (!o->ca_file && !SSL_CTX_set_default_verify_paths(c->ctx)) {
-			set_err(err, errlen, "TLS setup for %s: cannot load the system CA store: %s",
+			kt_rconn_set_err(err, errlen, "TLS setup for %s: cannot load the system CA store: %s",
 				c->where, ssl_reason(reason, sizeof(reason)));
 			return -EIO;
 		}
@@ -651,13 +598,13 @@ static void free_conn(struct kt_rconn *c)
 
 static int check_opts(const struct kt_rconn_opts *o, char *err, size_t errlen)
 {
-	set_err(err, errlen, "%s", "");
+	kt_rconn_set_err(err, errlen, "%s", "");
 	if (!o || !o->host || !*o->host || strlen(o->host) > 255 || o->port < 1 || o->port > 65535) {
-		set_err(err, errlen, "redis connection: host and port (1..65535) are required");
+		kt_rconn_set_err(err, errlen, "redis connection: host and port (1..65535) are required");
 		return -EINVAL;
 	}
 	if (o->tls && (!o->cert_file) != (!o->key_file)) {
-		set_err(err, errlen, "TLS for %s:%d: a client certificate needs its key and vice versa",
+		kt_rconn_set_err(err, errlen, "TLS for %s:%d: a client certificate needs its key and vice versa",
 			o->host, o->port);
 		return -EINVAL;
 	}
@@ -682,7 +629,7 @@ int kt_rconn_tls_check(const struct kt_rconn_opts *o, const char **bad_file, cha
 		return ret;
 	c = calloc(1, sizeof(*c));
 	if (!c) {
-		set_err(err, errlen, "TLS setup: out of memory");
+		kt_rconn_set_err(err, errlen, "TLS setup: out of memory");
 		return -ENOMEM;
 	}
 	c->fd = -1;
@@ -703,7 +650,7 @@ int kt_rconn_open(const struct kt_rconn_opts *o, struct kt_rconn **out, char *er
 	int ret;
 
 	if (!out) {
-		set_err(err, errlen, "redis connection: no result pointer");
+		kt_rconn_set_err(err, errlen, "redis connection: no result pointer");
 		return -EINVAL;
 	}
 	ret = check_opts(o, err, errlen);
@@ -715,7 +662,7 @@ int kt_rconn_open(const struct kt_rconn_opts *o, struct kt_rconn **out, char *er
 
 	c = calloc(1, sizeof(*c));
 	if (!c) {
-		set_err(err, errlen, "redis connection: out of memory");
+		kt_rconn_set_err(err, errlen, "redis connection: out of memory");
 		return -ENOMEM;
 	}
 	c->fd = -1;
@@ -725,7 +672,7 @@ int kt_rconn_open(const struct kt_rconn_opts *o, struct kt_rconn **out, char *er
 	c->connect_deadline_ns = o->connect_deadline_ns;
 	c->reader = redisReaderCreate();
 	if (!c->reader) {
-		set_err(err, errlen, "redis connection to %s: out of memory", c->where);
+		kt_rconn_set_err(err, errlen, "redis connection to %s: out of memory", c->where);
 		ret = -ENOMEM;
 		goto fail;
 	}
@@ -747,11 +694,11 @@ int kt_rconn_open(const struct kt_rconn_opts *o, struct kt_rconn **out, char *er
 	if (ret) {
 		c->ai_list = NULL;
 		if (ret == EAI_MEMORY) {
-			set_err(err, errlen, "redis connection to %s: out of memory", c->where);
+			kt_rconn_set_err(err, errlen, "redis connection to %s: out of memory", c->where);
 			ret = -ENOMEM;
 			goto fail;
 		}
-		fail(c, -EHOSTUNREACH, "cannot resolve %s: %s", o->host,
+		kt_rconn_fail(c, -EHOSTUNREACH, "cannot resolve %s: %s", o->host,
 		     ret == EAI_SYSTEM ? strerror(errno) : gai_strerror(ret));
 	} else {
 		c->ai_next = c->ai_list;
@@ -830,7 +777,7 @@ static void check_deadlines(struct kt_rconn *c, uint64_t now)
 	if (!d || now < d)
 		return;
 	if (c->st != KT_RCONN_READY && c->connect_deadline_ns && now >= c->connect_deadline_ns) {
-		fail(c, -ETIMEDOUT, "%s %s timed out after %llu ms",
+		kt_rconn_fail(c, -ETIMEDOUT, "%s %s timed out after %llu ms",
 		     c->st == KT_RCONN_HANDSHAKING ? "TLS handshake with" : "connect to", c->where,
 		     (unsigned long long)((now - c->opened_ns) / 1000000));
 		return;
@@ -839,7 +786,7 @@ static void check_deadlines(struct kt_rconn *c, uint64_t now)
 		struct pend *p = q_at(c, i);
 
 		if (p->deadline_ns && now >= p->deadline_ns) {
-			fail(c, -ETIMEDOUT, "command to %s timed out: no reply within %llu ms%s", c->where,
+			kt_rconn_fail(c, -ETIMEDOUT, "command to %s timed out: no reply within %llu ms%s", c->where,
 			     (unsigned long long)((p->deadline_ns - p->queued_ns) / 1000000),
 			     c->st == KT_RCONN_READY ? "" : " (still connecting)");
 			return;
@@ -870,7 +817,7 @@ int kt_rconn_handle(struct kt_rconn *c, uint32_t revents, uint64_t now_ns)
 			} else if (c->ai_next) {
 				try_connect(c);
 			} else {
-				fail(c, -soerr, "connect to %s failed: %s", c->where, strerror(soerr));
+				kt_rconn_fail(c, -soerr, "connect to %s failed: %s", c->where, strerror(soerr));
 			}
 		}
 		break;
@@ -1011,165 +958,3 @@ void kt_rconn_set_push(struct kt_rconn *c, kt_rconn_cb cb, void *cbdata)
 	c->push_data = cbdata;
 }
 
-/* ---- blocking use ---- */
-
-static short to_poll(uint32_t ev)
-{
-	return (short)(((ev & EPOLLIN) ? POLLIN : 0) | ((ev & EPOLLOUT) ? POLLOUT : 0));
-}
-
-static uint32_t from_poll(short rev)
-{
-	return ((rev & POLLIN) ? EPOLLIN : 0) | ((rev & POLLOUT) ? EPOLLOUT : 0) |
-	       ((rev & POLLERR) ? EPOLLERR : 0) | ((rev & POLLHUP) ? EPOLLHUP : 0);
-}
-
-/* Drives c with poll() until done(arg), failure, or deadline_ns (own limit,
- * 0: none). Returns 0 (done), the conn's negative errno, -ETIMEDOUT (own
- * deadline; the conn is untouched) or a poll() error. */
-static int drive(struct kt_rconn *c, bool (*done)(const struct kt_rconn *, void *), void *arg,
-		 uint64_t deadline_ns)
-{
-	for (;;) {
-		struct pollfd pfd;
-		uint64_t now, dl;
-		int n, timeout = -1;
-
-		if (done(c, arg))
-			return 0;
-		if (c->st == KT_RCONN_FAILED)
-			return c->err_code;
-		now = kt_clock_ns();
-		if (deadline_ns && now >= deadline_ns) {
-			/* The conn's own deadlines (usually the same) say more. */
-			kt_rconn_handle(c, 0, now);
-			if (done(c, arg))
-				return 0;
-			return c->st == KT_RCONN_FAILED ? c->err_code : -ETIMEDOUT;
-		}
-		dl = kt_rconn_deadline(c);
-		if (deadline_ns && (!dl || deadline_ns < dl))
-			dl = deadline_ns;
-		if (dl) {
-			/* Round up: waking a little early would only spin. */
-			uint64_t ms = dl > now ? (dl - now + 999999) / 1000000 : 0;
-
-			timeout = ms > INT32_MAX ? INT32_MAX : (int)ms;
-		}
-		pfd = (struct pollfd){ .fd = c->fd, .events = to_poll(kt_rconn_events(c)) };
-		n = poll(&pfd, 1, timeout);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		/* revents 0 after a timeout: handle() applies the conn's deadlines. */
-		kt_rconn_handle(c, n > 0 ? from_poll(pfd.revents) : 0, kt_clock_ns());
-	}
-}
-
-static bool is_ready(const struct kt_rconn *c, void *arg)
-{
-	(void)arg;
-	return c->st == KT_RCONN_READY;
-}
-
-int kt_rconn_open_wait(struct kt_rconn *c, uint64_t deadline_ns, char *err, size_t errlen)
-{
-	int ret = drive(c, is_ready, NULL, deadline_ns);
-
-	set_err(err, errlen, "%s", "");
-	if (!ret)
-		return 0;
-	if (c->st == KT_RCONN_FAILED)
-		set_err(err, errlen, "%s", c->err);
-	else if (ret == -ETIMEDOUT)
-		set_err(err, errlen, "%s %s timed out after %llu ms",
-			c->st == KT_RCONN_HANDSHAKING ? "TLS handshake with" : "connect to", c->where,
-			(unsigned long long)((kt_clock_ns() - c->opened_ns) / 1000000));
-	else
-		set_err(err, errlen, "waiting for %s failed: %s", c->where, strerror(-ret));
-	return ret;
-}
-
-struct slots {
-	struct sync_slot *s;
-	int n;
-};
-
-static bool all_done(const struct kt_rconn *c, void *arg)
-{
-	const struct slots *sl = arg;
-
-	(void)c;
-	for (int i = 0; i < sl->n; i++)
-		if (!sl->s[i].done)
-			return false;
-	return true;
-}
-
-int kt_rconn_call_many(struct kt_rconn *c, const struct kt_rconn_cmd *cmds, int n, uint64_t deadline_ns,
-		       redisReply **replies, char *err, size_t errlen)
-{
-	struct slots sl = { .n = 0 };
-	int i, ret = 0;
-
-	set_err(err, errlen, "%s", "");
-	if (!c || !cmds || !replies || n < 1) {
-		set_err(err, errlen, "redis call: no commands");
-		return -EINVAL;
-	}
-	for (i = 0; i < n; i++)
-		replies[i] = NULL;
-	if (c->closing || c->st == KT_RCONN_FAILED) {
-		set_err(err, errlen, "%s", c->st == KT_RCONN_FAILED ? c->err : "closed");
-		return c->err_code ? c->err_code : -ENOTCONN;
-	}
-	sl.s = calloc((size_t)n, sizeof(*sl.s));
-	if (!sl.s) {
-		set_err(err, errlen, "redis call to %s: out of memory", c->where);
-		return -ENOMEM;
-	}
-	for (i = 0; i < n && !ret; i++) {
-		ret = kt_rconn_command_argv(c, cmds[i].argc, cmds[i].argv, cmds[i].argvlen, sync_cb,
-					    &sl.s[i], deadline_ns);
-		if (!ret)
-			sl.n = i + 1;
-	}
-	if (!ret)
-		ret = drive(c, all_done, &sl, deadline_ns);
-	/* A slot is also done when the conn failed under it: no reply then. */
-	for (i = 0; !ret && i < sl.n; i++)
-		if (!sl.s[i].reply)
-			ret = c->err_code ? c->err_code : -EIO;
-	/* The slots live on this call: nothing may still point to them. The
-	 * conn cannot skip a reply, so a half-answered pipeline ends it. */
-	if (ret && !all_done(c, &sl))
-		fail(c, ret, "redis call to %s failed: %s", c->where,
-		     ret == -ETIMEDOUT ? "no reply in time" : strerror(-ret));
-	if (ret) {
-		for (i = 0; i < sl.n; i++)
-			if (sl.s[i].reply)
-				freeReplyObject(sl.s[i].reply);
-		if (c->st == KT_RCONN_FAILED) {
-			set_err(err, errlen, "%s", c->err);
-			ret = c->err_code;
-		} else {
-			set_err(err, errlen, "redis call to %s: %s", c->where, strerror(-ret));
-		}
-	} else {
-		for (i = 0; i < n; i++)
-			replies[i] = sl.s[i].reply;
-	}
-	free(sl.s);
-	return ret;
-}
-
-redisReply *kt_rconn_call(struct kt_rconn *c, int argc, const char **argv, const size_t *argvlen,
-			  uint64_t deadline_ns, char *err, size_t errlen)
-{
-	struct kt_rconn_cmd cmd = { .argc = argc, .argv = argv, .argvlen = argvlen };
-	redisReply *r = NULL;
-
-	return kt_rconn_call_many(c, &cmd, 1, deadline_ns, &r, err, errlen) ? NULL : r;
-}
