@@ -83,13 +83,7 @@ static int teardown(void **state)
 	return 0;
 }
 
-#define NEED_ENV()                                                                                 \
-	do {                                                                                       \
-		if (skip_why) {                                                                    \
-			print_message("skipped: %s\n", skip_why);                                  \
-			skip();                                                                    \
-		}                                                                                  \
-	} while (0)
+#define NEED_ENV() KTEST_SKIP_IF(skip_why)
 
 static double now_s(void)
 {

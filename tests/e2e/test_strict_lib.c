@@ -148,13 +148,7 @@ static int teardown(void **state)
 	return 0;
 }
 
-#define NEED_ENV()                                                                                 \
-	do {                                                                                       \
-		if (skip_why) {                                                                    \
-			print_message("skipped: %s\n", skip_why);                                  \
-			skip();                                                                    \
-		}                                                                                  \
-	} while (0)
+#define NEED_ENV() KTEST_SKIP_IF(skip_why)
 
 /* The two nodes on the strict cooperative limit, started. */
 static void nodes_up(void)

@@ -194,13 +194,17 @@ bool ktest_read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at
 
 /* For cmocka tests: skip (with the reason) unless ktest_root_unavailable()
  * says the environment can run root tests. */
-#define KTEST_SKIP_UNLESS_ROOT()                                                                   \
+/* Skips the running test, saying why, when `why` (a const char *, e.g. what
+ * a group setup found missing) is set. */
+#define KTEST_SKIP_IF(why)                                                                         \
 	do {                                                                                       \
-		const char *why_ = ktest_root_unavailable();                                       \
+		const char *why_ = (why);                                                          \
 		if (why_) {                                                                        \
 			print_message("skipped: %s\n", why_);                                      \
 			skip();                                                                    \
 		}                                                                                  \
 	} while (0)
+
+#define KTEST_SKIP_UNLESS_ROOT() KTEST_SKIP_IF(ktest_root_unavailable())
 
 #endif

@@ -83,13 +83,7 @@ static int teardown(void **state)
 	return 0;
 }
 
-#define NEED_ENV()                                                                                 \
-	do {                                                                                       \
-		if (skip_why) {                                                                    \
-			print_message("skipped: %s\n", skip_why);                                  \
-			skip();                                                                    \
-		}                                                                                  \
-	} while (0)
+#define NEED_ENV() KTEST_SKIP_IF(skip_why)
 
 /* Publishes limit `name` in entry i (as the daemon will). */
 static struct kt_coop *publish(int i, const char *name, double rate, __u64 burst)
