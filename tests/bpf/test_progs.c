@@ -67,15 +67,13 @@ struct fx {
 	int nfds;
 };
 
-static int seq;
-
 static int fx_setup(void **state)
 {
 	struct fx *f = calloc(1, sizeof(*f));
 
 	if (!f)
 		return -1;
-	snprintf(f->pin, sizeof(f->pin), "/sys/fs/bpf/kt-test-%d-progs%d", getpid(), seq++);
+	kt_bpffx_pin_path(f->pin, sizeof(f->pin), "progs");
 	*state = f;
 	return 0;
 }

@@ -46,15 +46,13 @@ struct fx {
 	char dev[IF_NAMESIZE]; /* a veth a test made: removed on teardown */
 };
 
-static int seq;
-
 static int fx_setup(void **state)
 {
 	struct fx *f = calloc(1, sizeof(*f));
 
 	if (!f)
 		return -1;
-	snprintf(f->pin, sizeof(f->pin), "/sys/fs/bpf/kt-test-%d-xdp%d", getpid(), seq++);
+	kt_bpffx_pin_path(f->pin, sizeof(f->pin), "xdp");
 	*state = f;
 	return 0;
 }

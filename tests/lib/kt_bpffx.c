@@ -8,6 +8,13 @@
 
 #include "kt_bpffx.h"
 
+void kt_bpffx_pin_path(char *out, size_t len, const char *what)
+{
+	static int seq;
+
+	snprintf(out, len, "/sys/fs/bpf/kt-test-%d-%s%d", getpid(), what, seq++);
+}
+
 void kt_bpffx_rm_pins(const char *dir)
 {
 	char p[2 * PATH_MAX];

@@ -5,6 +5,11 @@
 #ifndef KT_BPFFX_H
 #define KT_BPFFX_H
 
+#include <stddef.h>
+
+/* A fresh pin directory name for one test: /sys/fs/bpf/kt-test-<pid>-<what><n>
+ * (what kt_bpffx_pins_left looks for). */
+void kt_bpffx_pin_path(char *out, size_t len, const char *what);
 /* Unlinks every pin in dir, then removes dir; nothing if it is absent. */
 void kt_bpffx_rm_pins(const char *dir);
 /* The name of an entry /sys/fs/bpf/kt-test-<this pid>-* still there (a
