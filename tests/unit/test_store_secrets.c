@@ -23,22 +23,12 @@
 #include "redis_proc.h"
 #include "redis_tls.h"
 #include "pool/store.h"
+#include "kt_storefx.h"
 
 #define PREFIX "ktsecret"
 #define RECONNECT_BOUND_MS 10000 /* the store's back-off after a failed call */
 
 static char err[512];
-
-static void cfg_single(struct kt_store_cfg *c, int port)
-{
-	memset(c, 0, sizeof(*c));
-	c->kind = KT_STORE_REDIS;
-	c->line = 3;
-	c->redis_mode = KT_REDIS_SINGLE;
-	c->host = "127.0.0.1";
-	c->port = port;
-	c->key_prefix = PREFIX;
-}
 
 /* PINGs until one succeeds, within bound_ms: the ms it took, or -1. */
 static int ping_until_ok(struct kt_store *s, int bound_ms)
@@ -85,7 +75,7 @@ static void test_password_file_rotation(void **state)
 	assert_string_equal(pass, "first-pass");
 	assert_int_equal(rp_start_master(&r, &o), 0);
 
-	cfg_single(&c, r.port);
+	kt_storefx_cfg_single(&c, r.port, PREFIX);
 	c.redis_auth.password = pass;
 	c.redis_auth.password_file = path;
 	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), 0);
@@ -157,7 +147,7 @@ static void test_ca_rotation(void **state)
 		assert_int_equal(ktest_kvol_publish(&v, f, 1), 0);
 	}
 	assert_int_equal(rt_start_tls_master(&r, &certs, false, &tls_port), 0);
-	cfg_single(&c, tls_port);
+	kt_storefx_cfg_single(&c, tls_port, PREFIX);
 	c.redis_tls.enabled = true;
 	c.redis_tls.ca_cert = (char *)ktest_kvol_path(&v, "ca.crt", path, sizeof(path));
 	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), 0);
