@@ -451,20 +451,26 @@ int kt_egress(struct __sk_buff *skb)
 			}
 		}
 		if (verdict == KT_REFUSE) {
-			kt_emit_event(pkt.slot, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now);
+			kt_emit_event(pkt.slot, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, 0);
 			return proto == KT_PROTO_TCP ? SKB_DROP_CN : SKB_DROP;
 		}
+		if (verdict == KT_ADMIT_SHADOW)
+			kt_emit_event(pkt.slot, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, 1);
 	}
 	if (want_dgram && dgram.slot != KT_SLOT_NONE) {
 		if (!now)
 			now = bpf_ktime_get_boot_ns();
-		if (kt_charge(&dgram, now, skb->len, dgrams, &wait_ns) == KT_REFUSE) {
+		verdict = kt_charge(&dgram, now, skb->len, dgrams, &wait_ns);
+		if (verdict == KT_REFUSE) {
 			if (charged)
 				kt_refund_first(dgram.slot, now);
 			kt_emit_event(dgram.slot, bpf_skb_cgroup_id(skb), KT_HOOK_SENDMSG, wait_ns,
-				      now);
+				      now, 0);
 			return SKB_DROP;
 		}
+		if (verdict == KT_ADMIT_SHADOW)
+			kt_emit_event(dgram.slot, bpf_skb_cgroup_id(skb), KT_HOOK_SENDMSG, wait_ns,
+				      now, 1);
 	}
 	return SKB_PASS;
 }

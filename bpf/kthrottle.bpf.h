@@ -40,6 +40,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_counters SEC(".maps");
 
+/* See struct kt_shadow_counters: only shadow limits' refusals touch it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, KT_MAX_BUCKETS);
+	__type(key, __u32);
+	__type(value, struct kt_shadow_counters);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_shadow SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, KT_MAX_MEMBERSHIPS);
@@ -232,9 +242,10 @@ static __always_inline void kt_addr_v4(__u32 *w, __u32 addr_be)
 #define KT_PORT_ANY 0x10000u
 
 /* A sampled throttle event (struct kt_event) for a request finally
- * refused by the bucket in `slot` (never for one pacing admits later). */
+ * refused by the bucket in `slot` (never for one pacing admits later), or
+ * with `shadow` one a shadow limit would have refused. */
 static __always_inline void kt_emit_event(__u32 slot, __u64 cgid, __u32 hook, __u64 wait_ns,
-					  __u64 now)
+					  __u64 now, int shadow)
 {
 	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
 	struct kt_event *e;
@@ -254,7 +265,7 @@ static __always_inline void kt_emit_event(__u32 slot, __u64 cgid, __u32 hook, __
 	e->limit_id = b->limit_id;
 	e->slot = slot;
 	e->hook = (__u8)hook;
-	e->reason = (__u8)kt_bucket_reason(b, now);
+	e->reason = shadow ? KT_REASON_SHADOW : (__u8)kt_bucket_reason(b, now);
 	__builtin_memset(e->pad, 0, sizeof(e->pad));
 	bpf_ringbuf_submit(e, 0);
 }
@@ -334,12 +345,30 @@ static __always_inline struct kt_bucket *kt_bucket_parent_of(const struct kt_buc
 	return p;
 }
 
+/* A refusal by a shadow limit's bucket: counted in kt_shadow, passed. */
+static __always_inline int kt_shadow_pass(__u32 slot, __u64 bytes, __u64 units)
+{
+	struct kt_shadow_counters *s = bpf_map_lookup_elem(&kt_shadow, &slot);
+
+	if (s) {
+		s->refused += units;
+		s->refused_bytes += bytes;
+	} else {
+		struct kt_shadow_counters first = { .refused = units, .refused_bytes = bytes };
+
+		bpf_map_update_elem(&kt_shadow, &slot, &first, BPF_NOEXIST);
+	}
+	return KT_ADMIT_SHADOW;
+}
+
 /*
  * Charge the bucket `cls` names at `now` (and the node bucket it is chained
  * to): `bytes` for unit byte, else
  * `units` (packets or datagrams this call carries: a GSO send carries
  * many). Per-CPU counters count the outcome. KT_ADMIT, KT_REFUSE (with
- * *wait_ns), or KT_PASS when the slot cannot be read.
+ * *wait_ns), KT_ADMIT_SHADOW (a shadow limit's refusal, passed: counted
+ * admitted here, refused in kt_shadow) or KT_PASS when the slot cannot be
+ * read.
  */
 static __always_inline int kt_charge(const struct kt_cls *cls, __u64 now, __u64 bytes,
 				     __u64 units, __u64 *wait_ns)
@@ -362,7 +391,9 @@ static __always_inline int kt_charge(const struct kt_cls *cls, __u64 now, __u64 
 		verdict = kt_gcra_decide_chained(b, parent, now, units, wait_ns);
 	/* Per-CPU counters, in the limit's tokens (a GSO send counts each
 	 * datagram): plain adds, no atomics on the hot path. */
-	if (verdict == KT_ADMIT) {
+	if (verdict == KT_REFUSE && (KT_READ_ONCE(b->flags) & KT_BUCKET_SHADOW))
+		verdict = kt_shadow_pass(slot, bytes, units);
+	if (verdict != KT_REFUSE) {
 		c->admitted += units;
 		c->admitted_bytes += bytes;
 	} else {
@@ -386,6 +417,7 @@ static __always_inline int kt_sock_addr_verdict(struct bpf_sock_addr *ctx, __u32
 	struct kt_cls cls;
 	__u64 gen, cgid, now, wait_ns;
 	__u16 port;
+	int verdict;
 
 	if (!proto)
 		return 1;
@@ -422,9 +454,13 @@ static __always_inline int kt_sock_addr_verdict(struct bpf_sock_addr *ctx, __u32
 	if (cls.slot == KT_SLOT_NONE)
 		return 1;
 	now = bpf_ktime_get_boot_ns();
-	if (kt_charge(&cls, now, 1, 1, &wait_ns) != KT_REFUSE)
+	verdict = kt_charge(&cls, now, 1, 1, &wait_ns);
+	if (verdict != KT_REFUSE) {
+		if (verdict == KT_ADMIT_SHADOW)
+			kt_emit_event(cls.slot, cgid, hook, wait_ns, now, 1);
 		return 1;
-	kt_emit_event(cls.slot, cgid, hook, wait_ns, now);
+	}
+	kt_emit_event(cls.slot, cgid, hook, wait_ns, now, 0);
 	bpf_set_retval(-(int)(cls.refuse_errno ? cls.refuse_errno : KT_REFUSE_ERRNO));
 	return 0;
 }

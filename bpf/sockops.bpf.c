@@ -80,7 +80,8 @@ static __always_inline __u32 kt_count(struct kt_sk_pace *ps, __u32 slot)
 
 /* The pacing rate, bytes/s, for one of `nsocks` sockets on `slot`: 0 to
  * leave the socket as it is (bucket closed: egress drops anyway),
- * KT_RATE_UNPACED when the slot is no (longer a) byte limit's. */
+ * KT_RATE_UNPACED when the slot is no (longer a) byte limit's, or a shadow
+ * limit's (it lets everything pass, so nothing is to be paced). */
 static __always_inline __u32 kt_slot_rate(__u32 slot, __u64 now, __u32 nsocks, __u64 *burst)
 {
 	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
@@ -88,7 +89,7 @@ static __always_inline __u32 kt_slot_rate(__u32 slot, __u64 now, __u32 nsocks, _
 	__u64 interval, rate;
 	__u32 id;
 
-	if (!b || !(b->flags & KT_BUCKET_IN_USE))
+	if (!b || (b->flags & (KT_BUCKET_IN_USE | KT_BUCKET_SHADOW)) != KT_BUCKET_IN_USE)
 		return KT_RATE_UNPACED;
 	id = b->limit_id;
 	li = bpf_map_lookup_elem(&kt_limits, &id);

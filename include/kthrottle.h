@@ -84,6 +84,9 @@ enum kt_verdict {
 	KT_PASS = 0,   /* no limit matched: not counted */
 	KT_ADMIT = 1,
 	KT_REFUSE = 2,
+	/* refused by a shadow limit's bucket (KT_BUCKET_SHADOW): passed, and
+	 * counted in kt_shadow as what enforcing would have refused */
+	KT_ADMIT_SHADOW = 3,
 };
 
 /* kt_buckets (array, mmapable): one per (limit, member) or (limit, node).
@@ -135,6 +138,11 @@ struct kt_bucket {
  * is charged to until the daemon has classified it (kt_member_pending);
  * chained to the node bucket. */
 #define KT_BUCKET_JOIN (1u << 5)
+/* A shadow limit's bucket (enforce: false): decided as always, but what it
+ * refuses passes (KT_ADMIT_SHADOW), counted as admitted in kt_counters and
+ * as would-refuse in kt_shadow, with a KT_REASON_SHADOW event. Refusing
+ * charges no tokens, so the bucket runs exactly as an enforcing one. */
+#define KT_BUCKET_SHADOW (1u << 6)
 #define KT_BUCKET_PARENT_SHIFT 16
 _Static_assert(sizeof(struct kt_bucket) == 64, "kt_bucket layout");
 _Static_assert(KT_MAX_BUCKETS <= (1u << (32 - KT_BUCKET_PARENT_SHIFT)), "parent slot fits in flags");
@@ -163,6 +171,16 @@ struct kt_counters {
 	__u64 throttled_bytes;
 };
 _Static_assert(sizeof(struct kt_counters) == 32, "kt_counters layout");
+
+/* kt_shadow (per-CPU hash, slot -> counts, entries made on first use): what
+ * a shadow limit's bucket (KT_BUCKET_SHADOW) refused but let pass. Apart
+ * from kt_counters so enforcing limits pay nothing for it; the daemon
+ * deletes a slot's entry when it gives the slot to a new bucket. */
+struct kt_shadow_counters {
+	__u64 refused;       /* in the limit's tokens, as kt_counters.throttled */
+	__u64 refused_bytes;
+};
+_Static_assert(sizeof(struct kt_shadow_counters) == 16, "kt_shadow_counters layout");
 
 /* kt_members (hash): cgroup id -> the limits the cgroup is a member of and
  * the bucket each charges. One 8-byte-key lookup per packet, whatever the
@@ -342,6 +360,7 @@ enum kt_reason {
 	KT_REASON_CLOSED = 2,   /* rate 0: closed by the policy, or its fallback ended */
 	KT_REASON_PERMIT = 3,   /* strict limit: no permit due now (the next one's wait, if any) */
 	KT_REASON_TAG = 4,      /* tag limit (XDP source or query tag): the tag's bucket is empty */
+	KT_REASON_SHADOW = 5,   /* shadow limit (enforce: false): would refuse, let pass */
 	KT_REASON_COUNT
 };
 

@@ -89,7 +89,7 @@ class _Refusal(ctypes.Structure):
                 ("reason", ctypes.c_uint32), ("err", ctypes.c_int)]
 
 
-_REASONS = ("share", "fallback", "closed", "permit", "tag")
+_REASONS = ("share", "fallback", "closed", "permit", "tag", "shadow")
 
 
 # --- the library -----------------------------------------------------------

@@ -411,6 +411,25 @@ static void test_refuse_errno(void **state)
 	kt_config_free(&cfg);
 }
 
+/* enforce: true by default; false makes a shadow limit. */
+static void test_enforce(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse("limits:\n"
+			       "  - {name: a, cgroups: x, unit: connection, rateLimit: {max: 1}}\n"
+			       "  - {name: b, cgroups: x, unit: datagram, enforce: false, rateLimit: {max: 1}}\n"
+			       "  - {name: c, cgroups: x, unit: byte, enforce: true, rateLimit: {max: 1}}\n",
+			       &cfg, err), 0);
+	assert_false(cfg.limits[0].shadow);
+	assert_true(cfg.limits[1].shadow);
+	assert_int_equal(cfg.limits[1].enforce_line, 3);
+	assert_false(cfg.limits[2].shadow);
+	kt_config_free(&cfg);
+}
+
 /* unit request: a cooperative limit, no cgroups, always node scope. */
 static void test_unit_request(void **state)
 {
@@ -1110,7 +1129,13 @@ static const struct bad bad_cases[] = {
 	{ REQ("    scope: pod\n"), "t.yaml:5: limits[0].scope: ", "unit request is node scope only" },
 	{ REQ("    errno: EAGAIN\n"), "t.yaml:5: limits[0].errno: ",
 	  "applies to units connection and datagram only" },
+	{ REQ("    enforce: false\n"), "t.yaml:5: limits[0].enforce: ",
+	  "false is not supported with unit request" },
 #undef REQ
+	/* enforce: a boolean; shadow mode spends no store permits */
+	{ LIM "    enforce: maybe\n", "t.yaml:6: limits[0].enforce: ", "\"maybe\" is not true or false" },
+	{ SLIM("connection", "{every: 1s}") "    enforce: false\n", "t.yaml:11: limits[0].enforce: ",
+	  "false is not allowed with rateLimit.strict at line 10" },
 	{ "- a\n", "t.yaml:1: config: ", "expected a mapping" },
 	{ "epoch: 1s\nepoch: 2s\n" LIM, "t.yaml:2: epoch: ", "duplicate key (first at line 1)" },
 	{ "tickInterval: 0\n" LIM, "t.yaml:1: tickInterval: ", "shorter than the minimum 1ms" },
@@ -1649,6 +1674,7 @@ int main(void)
 		cmocka_unit_test(test_tag_counts),
 		cmocka_unit_test(test_burst_defaults),
 		cmocka_unit_test(test_refuse_errno),
+		cmocka_unit_test(test_enforce),
 		cmocka_unit_test(test_unit_request),
 		cmocka_unit_test(test_metrics_addr),
 		cmocka_unit_test(test_lease_options),

@@ -171,6 +171,8 @@ struct kt_limit_cfg {
 	enum kt_unit unit;        /* required */
 	enum kt_scope scope;      /* default pod */
 	bool allow_raw_sockets;   /* default false: members cannot open raw IP sockets */
+	bool shadow;              /* enforce: false: decide and count, refuse nothing */
+	int enforce_line;         /* where enforce: is written, 0 = absent */
 	int refuse_errno;         /* a refused connect()/sendmsg() fails with it; default EBUSY */
 	double burst;             /* pool tokens, default max(1, rateLimit.max) */
 	enum kt_share_policy share;

@@ -345,6 +345,18 @@ int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	if ((v = map_get(c, n, "allowRawSockets")) &&
 	    (err = kt_cfg_get_bool(c, v, join(sub, field, "allowRawSockets"), &l->allow_raw_sockets)))
 		return err;
+	if ((v = map_get(c, n, "enforce"))) {
+		bool enforce;
+
+		if ((err = kt_cfg_get_bool(c, v, join(sub, field, "enforce"), &enforce)))
+			return err;
+		l->shadow = !enforce;
+		l->enforce_line = line_of(v);
+		/* libkthrottle decides cooperative limits in the application */
+		if (l->shadow && l->unit == KT_UNIT_REQUEST)
+			return fail(c, v, sub,
+				    "false is not supported with unit request (a cooperative limit is decided in the application by libkthrottle)");
+	}
 	l->refuse_errno = EBUSY;
 	if ((v = map_get(c, n, "errno"))) {
 		if ((err = kt_cfg_get_enum(c, v, join(sub, field, "errno"), errno_names,
@@ -375,6 +387,12 @@ int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 		return fail(c, strict, join(sub, field, "rateLimit.strict"),
 			    "needs unit connection, datagram or request (this limit's unit is %s at line %d)",
 			    kt_unit_name(l->unit), line_of(map_get(c, n, "unit")));
+	/* a permit is taken from the store for each admission: a shadow
+	 * limit would spend the permits of the limits sharing its keys */
+	if (strict && l->shadow)
+		return fail(c, map_get(c, n, "enforce"), join(sub, field, "enforce"),
+			    "false is not allowed with rateLimit.strict at line %d (each admission spends a permit from the store)",
+			    line_of(strict));
 	/* each node asks the store for its own permits: there is no pool to divide */
 	if (strict && l->share == KT_SHARE_DEMAND)
 		return fail(c, share_node, join(sub, field, "share"),

@@ -362,7 +362,8 @@ static uint64_t grown(uint64_t cur, uint64_t last)
 }
 
 static void account_slot(struct kt_ctl *ctl, struct kt_limit_state *s, uint32_t limit_id,
-			 uint32_t slot, const struct kt_counters *c, uint64_t now)
+			 uint32_t slot, const struct kt_counters *c,
+			 const struct kt_shadow_counters *sh, uint64_t now)
 {
 	struct kt_slot_base *b = &ctl->slot_base[slot];
 	uint64_t calls = c->admitted + c->throttled;
@@ -370,6 +371,7 @@ static void account_slot(struct kt_ctl *ctl, struct kt_limit_state *s, uint32_t 
 	if (b->owner != limit_id + 1) {
 		b->owner = limit_id + 1;
 		b->last = *c;
+		b->last_shadow = *sh;
 		b->epoch_ns = b->recent_ns = now;
 		b->epoch_calls = b->recent_calls = calls;
 		b->demand = b->recent = 0;
@@ -390,7 +392,16 @@ static void account_slot(struct kt_ctl *ctl, struct kt_limit_state *s, uint32_t 
 	s->total_admitted += grown(c->admitted, b->last.admitted);
 	s->total_throttled += grown(c->throttled, b->last.throttled);
 	s->total_admitted_bytes += grown(c->admitted_bytes, b->last.admitted_bytes);
+	s->total_would_refuse += grown(sh->refused, b->last_shadow.refused);
+	s->total_would_refuse_bytes += grown(sh->refused_bytes, b->last_shadow.refused_bytes);
 	b->last = *c;
+	b->last_shadow = *sh;
+}
+
+/* a - b, or 0 (counts read at different moments) */
+static uint64_t less(uint64_t a, uint64_t b)
+{
+	return a > b ? a - b : 0;
 }
 
 void kt_ctl_read_counters(struct kt_ctl *ctl, int i)
@@ -400,17 +411,25 @@ void kt_ctl_read_counters(struct kt_ctl *ctl, int i)
 	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
 	int n = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
 	struct kt_counters c;
+	struct kt_shadow_counters sh = { 0 };
 	uint64_t now = kt_clock_ns();
 
+	/* once shadow, always read: a flip back to enforcing still counts
+	 * what the last tick in shadow let pass */
+	s->shadow_watch |= l->cfg->shadow;
 	s->admitted = s->throttled = s->admitted_bytes = s->throttled_bytes = 0;
+	s->would_refuse = s->would_refuse_bytes = 0;
 	for (int k = 0; k < n; k++) {
-		if (kt_bpf_read_counters(ctl->bpf, slots[k], &c))
+		if (kt_bpf_read_counters(ctl->bpf, slots[k], &c) ||
+		    (s->shadow_watch && kt_bpf_read_shadow(ctl->bpf, slots[k], &sh)))
 			continue;
 		s->admitted += c.admitted;
 		s->throttled += c.throttled;
 		s->admitted_bytes += c.admitted_bytes;
 		s->throttled_bytes += c.throttled_bytes;
-		account_slot(ctl, s, l->id, slots[k], &c, now);
+		s->would_refuse += sh.refused;
+		s->would_refuse_bytes += sh.refused_bytes;
+		account_slot(ctl, s, l->id, slots[k], &c, &sh, now);
 	}
 }
 
@@ -459,9 +478,13 @@ void kt_ctl_tick(struct kt_ctl *c, uint64_t now)
 		int back;
 
 		kt_ctl_read_counters(c, i);
-		cur.used = l->cfg->unit == KT_UNIT_BYTE ? s->total_admitted_bytes : s->total_admitted;
+		/* a shadow limit's ramp and agreement see what enforcing would
+		 * have done: what it let pass as refused, not as used */
+		cur.used = l->cfg->unit == KT_UNIT_BYTE
+				   ? less(s->total_admitted_bytes, s->total_would_refuse_bytes)
+				   : less(s->total_admitted, s->total_would_refuse);
 		cur.calls = s->total_admitted + s->total_throttled;
-		cur.refused = s->total_throttled;
+		cur.refused = s->total_throttled + s->total_would_refuse;
 		if (s->hist_len > 0) {
 			prev = sample_at(s, 0);
 			cur.granted = prev->granted +

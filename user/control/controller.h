@@ -41,6 +41,12 @@ struct kt_limit_state {
 	/* what the limit's slots admitted and refused since start, summed
 	 * from per-slot growth: never goes backwards when members leave */
 	uint64_t total_admitted, total_throttled, total_admitted_bytes;
+	/* shadow (enforce: false): what the slots refused and let pass, now
+	 * and since start (within total_admitted), read while the limit is or
+	 * was a shadow one in this run (shadow_watch) */
+	uint64_t would_refuse, would_refuse_bytes;
+	uint64_t total_would_refuse, total_would_refuse_bytes;
+	bool shadow_watch;
 	/* throttle events from the kernel (sampled, see struct kt_event) */
 	uint64_t events[KT_REASON_COUNT];
 	uint64_t last_event_ns, last_retry_after_ns;
@@ -59,6 +65,7 @@ struct kt_limit_state {
 struct kt_slot_base {
 	uint32_t owner;
 	struct kt_counters last;
+	struct kt_shadow_counters last_shadow;
 	/* share: demand: admitted + refused per second, over the last whole
 	 * epoch (demand) and the one running since epoch_ns (calls at its start) */
 	uint64_t epoch_ns, epoch_calls;

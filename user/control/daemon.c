@@ -105,6 +105,9 @@ static int on_event(void *ctx, void *data, size_t len)
 		if (d->plan.limits[i].id != e->limit_id)
 			continue;
 		s->events[e->reason]++;
+		/* a shadow limit refused nobody: its callers are not throttled */
+		if (e->reason == KT_REASON_SHADOW)
+			break;
 		if ((e->reason == KT_REASON_PERMIT || e->reason == KT_REASON_CLOSED) &&
 		    kt_strict_refused(d->strict, e->slot, e->ts_ns))
 			d->strict_kick = true;

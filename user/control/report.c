@@ -25,7 +25,8 @@ static double left_s(uint64_t until, uint64_t now)
 	return until > now ? (double)(until - now) / 1e9 : 0;
 }
 
-static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", "closed", "permit", "tag" };
+static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", "closed", "permit", "tag",
+							     "shadow" };
 
 const char *kt_report_reason_name(uint32_t reason)
 {
@@ -307,6 +308,7 @@ char *kt_report_metrics(struct kt_daemon *d)
 		{ "admitted_total", "counter", "Tokens admitted on this node." },
 		{ "throttled_total", "counter", "Tokens refused on this node." },
 		{ "throttled_seconds_total", "counter", "Ticks in which the limit refused anything, in seconds." },
+		{ "shadow_refused_total", "counter", "Tokens a shadow limit (enforce: false) would have refused and let pass (within admitted_total)." },
 	};
 	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
 		kt_sb_printf(&b, "# HELP kthrottle_%s %s\n# TYPE kthrottle_%s %s\n", fam[f].name,
@@ -326,7 +328,8 @@ char *kt_report_metrics(struct kt_daemon *d)
 			case 5: val = l->n_members; break;
 			case 6: val = (double)s->total_admitted; break;
 			case 7: val = (double)s->total_throttled; break;
-			default: val = (double)s->throttled_ns / 1e9; break;
+			case 8: val = (double)s->throttled_ns / 1e9; break;
+			default: val = (double)s->total_would_refuse; break;
 			}
 			kt_sb_printf(&b, "kthrottle_%s{limit=\"%s\"} %.17g\n", fam[f].name, l->cfg->name, val);
 		}
@@ -781,14 +784,17 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 				  "\"utilization_pct\":%.2f,\"bucket_rate\":%.6g,\"burst\":%.6g,"
 				  "\"fallback_rate\":%.6g,\"admitted\":%llu,\"throttled\":%llu,"
 				  "\"admitted_bytes\":%llu,\"throttled_bytes\":%llu,"
-				  "\"admitted_per_s\":%.3f,",
+				  "\"admitted_per_s\":%.3f,\"enforce\":%s,\"would_refuse\":%llu,"
+				  "\"would_refuse_bytes\":%llu,",
 				  l->id, kt_unit_name(c->unit), kt_scope_name(c->scope),
 				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.min, c->rl.max,
 				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
 				  s->bucket_rate, s->bucket_burst, s->fallback_rate,
 				  (unsigned long long)s->admitted, (unsigned long long)s->throttled,
 				  (unsigned long long)s->admitted_bytes,
-				  (unsigned long long)s->throttled_bytes, s->epoch_used_rate);
+				  (unsigned long long)s->throttled_bytes, s->epoch_used_rate,
+				  c->shadow ? "false" : "true", (unsigned long long)s->would_refuse,
+				  (unsigned long long)s->would_refuse_bytes);
 			kt_sb_printf(&b, "\"store\":{\"kind\":\"%s\",\"state\":\"%s\",\"since_s\":%.3f,\"endpoint\":",
 				  kt_store_kind_name(c->store.kind), st,
 				  st_since && now > st_since ? (double)(now - st_since) / 1e9 : 0.0);
@@ -808,11 +814,12 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 			 * limit get the pool's */
 			kt_sb_printf(&b,
 				  "\"throttle_events\":{\"share\":%llu,\"fallback\":%llu,\"closed\":%llu,"
-				  "\"permit\":%llu},",
+				  "\"permit\":%llu,\"shadow\":%llu},",
 				  (unsigned long long)s->events[KT_REASON_SHARE],
 				  (unsigned long long)s->events[KT_REASON_FALLBACK],
 				  (unsigned long long)s->events[KT_REASON_CLOSED],
-				  (unsigned long long)s->events[KT_REASON_PERMIT]);
+				  (unsigned long long)s->events[KT_REASON_PERMIT],
+				  (unsigned long long)s->events[KT_REASON_SHADOW]);
 			strict_status(d->strict, &b, i, true, now);
 			if (s->last_event_ns)
 				kt_sb_printf(&b,
@@ -843,6 +850,11 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 					  (unsigned long long)s->events[KT_REASON_PERMIT],
 					  reason_names[s->last_event_reason],
 					  kt_report_retry_ms(s), last_event_age_s(s, now));
+			if (c->shadow || s->would_refuse)
+				kt_sb_printf(&b, "  %s: would have refused %llu (let pass; %llu shadow events)\n",
+					     c->shadow ? "shadow, enforce: false" : "was shadow",
+					     (unsigned long long)s->would_refuse,
+					     (unsigned long long)s->events[KT_REASON_SHADOW]);
 			strict_status(d->strict, &b, i, false, now);
 			if (c->rl.strict.on)
 				goto members; /* no pool: the strict line says it all */

@@ -487,9 +487,13 @@ static int save_slot(struct apply *a, uint32_t slot, bool fresh, struct saved_sl
 	return 0;
 }
 
-/* A member bucket's flags chained to its limit's node bucket, or not. */
+/* A member bucket's flags: chained to its limit's node bucket, or not;
+ * shadow (enforce: false), or not. */
 static uint32_t member_flags(const struct kt_limit_rt *l, uint32_t flags)
 {
+	flags &= ~KT_BUCKET_SHADOW;
+	if (l->cfg->shadow)
+		flags |= KT_BUCKET_SHADOW;
 	return kt_bucket_chain_flags(flags, l->has_pool ? l->pool_slot : KT_SLOT_NONE);
 }
 
@@ -570,6 +574,7 @@ static int commit_join_bucket(struct apply *a, int i)
 		if (commit_step(a) ||
 		    bpf_map_update_elem(a->b->counters_fd, &slot, a->zero, BPF_ANY) < 0)
 			return -errno;
+		kt_bpf_reset_shadow(a->b, slot);
 		kt_bucket_init(a->b, slot, l->id, pol);
 	} else {
 		kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
@@ -629,6 +634,7 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 		if (commit_step(a) ||
 		    bpf_map_update_elem(a->b->counters_fd, &slot, a->zero, BPF_ANY) < 0)
 			return -errno;
+		kt_bpf_reset_shadow(a->b, slot);
 		if (commit_step(a))
 			return -errno;
 		if (pol->strict_hold_ns) {
@@ -664,9 +670,9 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 			kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
 			kt_bucket_set_lease(a->b, slot, pol);
 		}
-		if (l->cfg->scope == KT_SCOPE_POD)
-			kt_bucket_publish(bk, member_flags(l, __atomic_load_n(&bk->flags,
-									      __ATOMIC_ACQUIRE)));
+		/* the chain, and enforce flipped by a reload, take effect on
+		 * the kept bucket: its tokens stay */
+		kt_bucket_publish(bk, member_flags(l, __atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE)));
 	}
 	s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 	return 0;

@@ -30,6 +30,7 @@ static const char *const map_names[] = {
 	"kt_coop",                     /* cooperative limits; absent in older pin dirs */
 	"kt_sk_sa", "kt_sk_eg",        /* per-socket decisions; absent in older pin dirs */
 	"kt_idle_hooks",               /* hooks no limit uses; absent in older pin dirs */
+	"kt_shadow",                   /* shadow limits' refusals; absent in older pin dirs */
 };
 /* bpf/kthrottle.bpf.h's types, in map_names' order */
 static const __u32 map_types[] = {
@@ -41,6 +42,7 @@ static const __u32 map_types[] = {
 	BPF_MAP_TYPE_ARRAY,
 	BPF_MAP_TYPE_SK_STORAGE, BPF_MAP_TYPE_SK_STORAGE,
 	BPF_MAP_TYPE_ARRAY,
+	BPF_MAP_TYPE_PERCPU_HASH,
 };
 #define N_MAPS (sizeof(map_names) / sizeof(map_names[0]))
 _Static_assert(sizeof(map_types) / sizeof(map_types[0]) == N_MAPS, "one type per map");
@@ -200,7 +202,7 @@ static void zero_fds(struct kt_bpf *b)
 {
 	b->buckets_fd = b->counters_fd = b->members_fd = -1;
 	b->dests_fd = b->ports_fd = b->limits_fd = b->leases_fd = -1;
-	b->gen_fd = b->events_fd = b->coop_fd = b->idle_fd = -1;
+	b->gen_fd = b->events_fd = b->coop_fd = b->idle_fd = b->shadow_fd = -1;
 }
 
 static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
@@ -228,6 +230,8 @@ static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
 	b->idle_fd = bpf_obj_get(p);
 	snprintf(p, sizeof(p), "%s/kt_coop", b->pin_dir);
 	b->coop_fd = bpf_obj_get(p);
+	snprintf(p, sizeof(p), "%s/kt_shadow", b->pin_dir);
+	b->shadow_fd = bpf_obj_get(p);
 	return 0;
 }
 
@@ -248,7 +252,7 @@ static void close_fds(struct kt_bpf *b)
 {
 	int fds[] = { b->buckets_fd, b->counters_fd, b->members_fd, b->dests_fd, b->ports_fd,
 		      b->limits_fd,  b->leases_fd,   b->gen_fd,     b->events_fd, b->coop_fd,
-		      b->idle_fd };
+		      b->idle_fd,    b->shadow_fd };
 
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
@@ -519,6 +523,37 @@ int kt_bpf_read_counters(const struct kt_bpf *b, uint32_t slot, struct kt_counte
 out:
 	free(v);
 	return ret;
+}
+
+int kt_bpf_read_shadow(const struct kt_bpf *b, uint32_t slot, struct kt_shadow_counters *sum)
+{
+	struct kt_shadow_counters *v;
+	int ret = 0;
+
+	memset(sum, 0, sizeof(*sum));
+	if (b->shadow_fd < 0 || kt_slot_is_coop(slot))
+		return 0;
+	v = calloc(b->ncpus, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	if (bpf_map_lookup_elem(b->shadow_fd, &slot, v) < 0) {
+		ret = errno == ENOENT ? 0 : -errno; /* no entry: nothing refused yet */
+		goto out;
+	}
+	for (int i = 0; i < b->ncpus; i++) {
+		sum->refused += v[i].refused;
+		sum->refused_bytes += v[i].refused_bytes;
+	}
+out:
+	free(v);
+	return ret;
+}
+
+void kt_bpf_reset_shadow(const struct kt_bpf *b, uint32_t slot)
+{
+	if (b->shadow_fd >= 0 && bpf_map_delete_elem(b->shadow_fd, &slot) < 0 && errno != ENOENT)
+		kt_warn("cannot reset kt_shadow slot %u: %s (its would-refuse count carries over)",
+			slot, strerror(errno));
 }
 
 /* ---- links ---- */

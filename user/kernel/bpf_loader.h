@@ -33,6 +33,7 @@ struct kt_bpf {
 	int gen_fd;    /* kt_gen, -1 in an older pin directory */
 	int idle_fd;   /* kt_idle_hooks, -1 in an older pin directory */
 	int events_fd; /* kt_events (ring buffer), -1 in an older pin directory */
+	int shadow_fd; /* kt_shadow, -1 in an older pin directory */
 	struct kt_bucket *buckets; /* mmap of kt_buckets: rates change by one atomic store */
 	int coop_fd;               /* kt_coop, -1 in an older pin directory (kt_bpf_open_pinned) */
 	struct kt_coop *coop;      /* mmap of kt_coop (kt_bpf_open): KT_MAX_COOP entries */
@@ -111,6 +112,11 @@ int kt_bpf_open_pinned(struct kt_bpf *b, const char *pin_dir, char *err, size_t 
 
 /* Sum of a slot's per-CPU counters. */
 int kt_bpf_read_counters(const struct kt_bpf *b, uint32_t slot, struct kt_counters *sum);
+/* What a shadow limit's bucket in `slot` refused and let pass, summed over
+ * CPUs (zero when it refused nothing, or for a cooperative slot). */
+int kt_bpf_read_shadow(const struct kt_bpf *b, uint32_t slot, struct kt_shadow_counters *sum);
+/* A slot given to a new bucket starts with no would-refuse count. */
+void kt_bpf_reset_shadow(const struct kt_bpf *b, uint32_t slot);
 /* Every kt_limits entry into infos[KT_MAX_LIMITS], in one batch syscall
  * where the kernel has it (the table is large; one lookup each would cost
  * a syscall per id on every apply). 0 or negative errno. */
