@@ -325,7 +325,8 @@ static __always_inline int kt_pace(struct __sk_buff *skb, const struct kt_cls *c
 	struct kt_bucket *parent;
 	__u64 wait, parent_wait, cost, mono;
 
-	if (!b || !c)
+	/* a limit with a parent is not paced: its levels above decide too */
+	if (!b || !c || (KT_READ_ONCE(b->flags) & KT_BUCKET_UP))
 		return 0;
 	cost = cls->unit == KT_UNIT_BYTE ? skb->len : segs;
 	mono = bpf_ktime_get_ns(); /* the clock of skb->tstamp */
@@ -361,6 +362,7 @@ int kt_egress(struct __sk_buff *skb)
 	struct bpf_sock *sk = skb->sk;
 	struct kt_sk_eg *ec;
 	int charged, want_pkt, want_dgram, verdict, any_port;
+	__u32 by;
 	__u32 addr[4], lport;
 	__u16 port;
 	__u8 proto;
@@ -437,7 +439,7 @@ int kt_egress(struct __sk_buff *skb)
 
 	if (want_pkt && pkt.slot != KT_SLOT_NONE) {
 		now = bpf_ktime_get_boot_ns();
-		verdict = kt_charge(&pkt, now, skb->len, segs, &wait_ns);
+		verdict = kt_charge(&pkt, now, skb->len, segs, &wait_ns, &by);
 		if (proto == KT_PROTO_TCP && verdict != KT_PASS) {
 			kt_note_pace(skb, pkt.slot);
 			if (kt_fq_paces(skb)) {
@@ -451,26 +453,24 @@ int kt_egress(struct __sk_buff *skb)
 			}
 		}
 		if (verdict == KT_REFUSE) {
-			kt_emit_event(pkt.slot, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, 0);
+			kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, 0);
 			return proto == KT_PROTO_TCP ? SKB_DROP_CN : SKB_DROP;
 		}
 		if (verdict == KT_ADMIT_SHADOW)
-			kt_emit_event(pkt.slot, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, 1);
+			kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, 1);
 	}
 	if (want_dgram && dgram.slot != KT_SLOT_NONE) {
 		if (!now)
 			now = bpf_ktime_get_boot_ns();
-		verdict = kt_charge(&dgram, now, skb->len, dgrams, &wait_ns);
+		verdict = kt_charge(&dgram, now, skb->len, dgrams, &wait_ns, &by);
 		if (verdict == KT_REFUSE) {
 			if (charged)
 				kt_refund_first(dgram.slot, now);
-			kt_emit_event(dgram.slot, bpf_skb_cgroup_id(skb), KT_HOOK_SENDMSG, wait_ns,
-				      now, 0);
+			kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_SENDMSG, wait_ns, now, 0);
 			return SKB_DROP;
 		}
 		if (verdict == KT_ADMIT_SHADOW)
-			kt_emit_event(dgram.slot, bpf_skb_cgroup_id(skb), KT_HOOK_SENDMSG, wait_ns,
-				      now, 1);
+			kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_SENDMSG, wait_ns, now, 1);
 	}
 	return SKB_PASS;
 }

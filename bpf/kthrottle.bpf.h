@@ -40,6 +40,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_counters SEC(".maps");
 
+/* kt_up: bucket slot -> the slot one level up (KT_BUCKET_UP), the same
+ * member's bucket in the parent limit; read only for flagged buckets. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KT_MAX_BUCKETS);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_up SEC(".maps");
+
 /* See struct kt_shadow_counters: only shadow limits' refusals touch it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
@@ -361,6 +371,141 @@ static __always_inline int kt_shadow_pass(__u32 slot, __u64 bytes, __u64 units)
 	return KT_ADMIT_SHADOW;
 }
 
+/* Gives back `cost` to the bucket in `slot` and the node bucket it is
+ * chained to: a level that admitted a call a level above refused. */
+static __always_inline void kt_refund_level(__u32 slot, __u64 now, __u64 cost)
+{
+	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot), *p;
+
+	if (!b)
+		return;
+	p = kt_bucket_parent_of(b);
+	kt_gcra_refund(b, now, cost);
+	if (p)
+		kt_gcra_refund(p, now, cost);
+}
+
+/* One call's charge of the levels above its own limit (kt_charge_up). */
+struct kt_up_req {
+	__u64 now, cost, units, bytes;
+	__u64 wait_ns;  /* out: the wait of the level that refused */
+	__u32 slot;     /* in: the call's own bucket */
+	__u32 by;       /* out: the level that refused, or shadow-refused */
+	__s32 verdict;  /* in: the own level's, KT_ADMIT or KT_ADMIT_SHADOW; out: the call's */
+	__u32 took;     /* in: the own level took its tokens (not a shadow pass) */
+	/* kt_up_level's: the bucket it stands on, and per level above: its
+	 * slot and whether it took tokens (bit i of took_up) */
+	__u32 cur, n, took_up, refused;
+	__u32 lv[KT_MAX_LEVELS - 1];
+};
+
+/* bpf_loop's step: level i + 1, the bucket kt_up names for r->cur, decided
+ * like the own level (member bucket and the node bucket it is chained
+ * to). 0 to go on up, 1 to stop (the top, or a refusal). One callback, so
+ * the verifier checks one level, not every path through all of them. */
+static long kt_up_level(__u64 i, void *ctx)
+{
+	struct kt_up_req *r = ctx;
+	struct kt_bucket *b, *ub, *up;
+	__u32 cur = r->cur, *next, s;
+	__u64 w = 0;
+
+	if (i >= KT_MAX_LEVELS - 1)
+		return 1;
+	b = bpf_map_lookup_elem(&kt_buckets, &cur);
+	next = bpf_map_lookup_elem(&kt_up, &cur);
+	if (!b || !next || !(KT_READ_ONCE(b->flags) & KT_BUCKET_UP))
+		return 1;
+	s = *next;
+	ub = bpf_map_lookup_elem(&kt_buckets, &s);
+	if (!ub || !(KT_READ_ONCE(ub->flags) & KT_BUCKET_IN_USE))
+		return 1;
+	up = kt_bucket_parent_of(ub);
+	r->lv[i] = s;
+	r->n = i + 1;
+	r->cur = s;
+	if (kt_gcra_decide_chained(ub, up, r->now, r->cost, &w) == KT_ADMIT) {
+		r->took_up |= 1u << i;
+		return 0;
+	}
+	if (KT_READ_ONCE(ub->flags) & KT_BUCKET_SHADOW) {
+		kt_shadow_pass(s, r->bytes, r->units);
+		if (r->verdict == KT_ADMIT) {
+			r->verdict = KT_ADMIT_SHADOW;
+			r->by = s;
+			r->wait_ns = w;
+		}
+		return 0;
+	}
+	r->refused = 1;
+	r->by = s;
+	r->wait_ns = w;
+	return 1;
+}
+
+/* bpf_loop's step after the levels were decided: level i + 1's counters
+ * count the call, and on a refusal a level that took tokens gives them
+ * back (i = KT_MAX_LEVELS - 1 stands for the call's own level). */
+static long kt_up_settle(__u64 i, void *ctx)
+{
+	struct kt_up_req *r = ctx;
+	struct kt_counters *c;
+	__u32 s;
+
+	if (i >= KT_MAX_LEVELS)
+		return 1;
+	if (i == KT_MAX_LEVELS - 1) {
+		if (r->refused && r->took)
+			kt_refund_level(r->slot, r->now, r->cost);
+		return 1;
+	}
+	if (i >= r->n)
+		return 0;
+	s = r->lv[i];
+	if (r->refused) {
+		if (r->took_up & (1u << i))
+			kt_refund_level(s, r->now, r->cost);
+		if (s != r->by)
+			return 0;
+	}
+	c = bpf_map_lookup_elem(&kt_counters, &s);
+	if (!c)
+		return 0;
+	if (r->refused) {
+		c->throttled += r->units;
+		c->throttled_bytes += r->bytes;
+	} else {
+		c->admitted += r->units;
+		c->admitted_bytes += r->bytes;
+	}
+	return 0;
+}
+
+/* The levels above r->slot's limit (KT_BUCKET_UP, kt_up): KT_ADMIT when
+ * all admit, KT_ADMIT_SHADOW when only shadow limits refused, else
+ * KT_REFUSE with every level below given its tokens back, so a refused
+ * call costs no level anything. Counts each level's outcome in its
+ * counters (the own level's are the caller's): admitted at every level,
+ * or refused at the level that refused. Only calls of a limit with a
+ * parent run it. A global function whose loops are bpf_loop callbacks, so
+ * the verifier checks it once per program, not at every call site and on
+ * every path through all the levels. */
+__noinline int kt_charge_up(struct kt_up_req *r)
+{
+	struct kt_up_req q; /* bpf_loop's context must be on this stack */
+
+	if (!r)
+		return KT_REFUSE;
+	__builtin_memcpy(&q, r, sizeof(q));
+	q.cur = q.slot;
+	q.n = q.took_up = q.refused = 0;
+	bpf_loop(KT_MAX_LEVELS - 1, kt_up_level, &q, 0);
+	bpf_loop(KT_MAX_LEVELS, kt_up_settle, &q, 0);
+	r->by = q.by;
+	r->wait_ns = q.wait_ns;
+	return q.refused ? KT_REFUSE : q.verdict;
+}
+
 /*
  * Charge the bucket `cls` names at `now` (and the node bucket it is chained
  * to): `bytes` for unit byte, else
@@ -368,10 +513,11 @@ static __always_inline int kt_shadow_pass(__u32 slot, __u64 bytes, __u64 units)
  * many). Per-CPU counters count the outcome. KT_ADMIT, KT_REFUSE (with
  * *wait_ns), KT_ADMIT_SHADOW (a shadow limit's refusal, passed: counted
  * admitted here, refused in kt_shadow) or KT_PASS when the slot cannot be
- * read.
+ * read. A limit with a parent charges every level up (kt_charge_up).
+ * *by: the bucket whose refusal (or shadow refusal) decided, for events.
  */
 static __always_inline int kt_charge(const struct kt_cls *cls, __u64 now, __u64 bytes,
-				     __u64 units, __u64 *wait_ns)
+				     __u64 units, __u64 *wait_ns, __u32 *by)
 {
 	__u32 slot = cls->slot;
 	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
@@ -380,6 +526,7 @@ static __always_inline int kt_charge(const struct kt_cls *cls, __u64 now, __u64 
 	int verdict;
 
 	*wait_ns = 0;
+	*by = slot;
 	if (!b || !c)
 		return KT_PASS;
 	parent = kt_bucket_parent_of(b);
@@ -393,6 +540,17 @@ static __always_inline int kt_charge(const struct kt_cls *cls, __u64 now, __u64 
 	 * datagram): plain adds, no atomics on the hot path. */
 	if (verdict == KT_REFUSE && (KT_READ_ONCE(b->flags) & KT_BUCKET_SHADOW))
 		verdict = kt_shadow_pass(slot, bytes, units);
+	if (verdict != KT_REFUSE && (KT_READ_ONCE(b->flags) & KT_BUCKET_UP)) {
+		struct kt_up_req r = { .now = now, .cost = cls->unit == KT_UNIT_BYTE ? bytes : units,
+				       .units = units, .bytes = bytes, .slot = slot, .by = slot,
+				       .verdict = verdict, .took = verdict == KT_ADMIT };
+
+		verdict = kt_charge_up(&r);
+		if (verdict != KT_ADMIT) {
+			*wait_ns = r.wait_ns;
+			*by = r.by;
+		}
+	}
 	if (verdict != KT_REFUSE) {
 		c->admitted += units;
 		c->admitted_bytes += bytes;
@@ -416,6 +574,7 @@ static __always_inline int kt_sock_addr_verdict(struct bpf_sock_addr *ctx, __u32
 	struct kt_sk_sa *sc;
 	struct kt_cls cls;
 	__u64 gen, cgid, now, wait_ns;
+	__u32 by;
 	__u16 port;
 	int verdict;
 
@@ -454,13 +613,13 @@ static __always_inline int kt_sock_addr_verdict(struct bpf_sock_addr *ctx, __u32
 	if (cls.slot == KT_SLOT_NONE)
 		return 1;
 	now = bpf_ktime_get_boot_ns();
-	verdict = kt_charge(&cls, now, 1, 1, &wait_ns);
+	verdict = kt_charge(&cls, now, 1, 1, &wait_ns, &by);
 	if (verdict != KT_REFUSE) {
 		if (verdict == KT_ADMIT_SHADOW)
-			kt_emit_event(cls.slot, cgid, hook, wait_ns, now, 1);
+			kt_emit_event(by, cgid, hook, wait_ns, now, 1);
 		return 1;
 	}
-	kt_emit_event(cls.slot, cgid, hook, wait_ns, now, 0);
+	kt_emit_event(by, cgid, hook, wait_ns, now, 0);
 	bpf_set_retval(-(int)(cls.refuse_errno ? cls.refuse_errno : KT_REFUSE_ERRNO));
 	return 0;
 }

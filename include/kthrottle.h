@@ -28,6 +28,7 @@
 #define KT_MAX_CGROUP_DEPTH 16   /* ancestor levels searched for nested cgroups */
 #define KT_ANC_CACHE_SIZE 65536  /* sub-cgroups whose nearest member is remembered */
 #define KT_CAS_RETRIES 8         /* bounded; contention past this refuses */
+#define KT_MAX_LEVELS 4          /* a limit and its ancestors (parent:) charged together */
 
 /* Fixed point for the token interval: Q48.16 nanoseconds per token. Lets one
  * 64-bit word express 0.1 tokens/s (1e10 ns) as well as 10 GB/s of bytes
@@ -143,6 +144,11 @@ struct kt_bucket {
  * as would-refuse in kt_shadow, with a KT_REASON_SHADOW event. Refusing
  * charges no tokens, so the bucket runs exactly as an enforcing one. */
 #define KT_BUCKET_SHADOW (1u << 6)
+/* A bucket whose limit has a parent (parent:): what it admits is charged
+ * to the bucket kt_up names too, the same member's bucket one level up,
+ * and so on up to KT_MAX_LEVELS levels; a refusal at any level refuses the
+ * call and gives back what the levels below took. */
+#define KT_BUCKET_UP (1u << 7)
 #define KT_BUCKET_PARENT_SHIFT 16
 _Static_assert(sizeof(struct kt_bucket) == 64, "kt_bucket layout");
 _Static_assert(KT_MAX_BUCKETS <= (1u << (32 - KT_BUCKET_PARENT_SHIFT)), "parent slot fits in flags");

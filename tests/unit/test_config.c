@@ -430,6 +430,30 @@ static void test_enforce(void **state)
 	kt_config_free(&cfg);
 }
 
+/* parent: found by name before or after, depth counted from the root. */
+static void test_parent(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse("limits:\n"
+			       "  - {name: a, cgroups: x, unit: datagram, parent: p, rateLimit: {max: 1}}\n"
+			       "  - {name: p, cgroups: x, unit: datagram, parent: r, rateLimit: {max: 2}}\n"
+			       "  - {name: r, cgroups: x, unit: datagram, rateLimit: {max: 3}}\n"
+			       "  - {name: b, cgroups: x, unit: datagram, parent: p, rateLimit: {max: 1}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].parent, 1);
+	assert_int_equal(cfg.limits[0].depth, 2);
+	assert_int_equal(cfg.limits[0].parent_line, 2);
+	assert_int_equal(cfg.limits[1].parent, 2);
+	assert_int_equal(cfg.limits[1].depth, 1);
+	assert_int_equal(cfg.limits[2].parent, -1);
+	assert_int_equal(cfg.limits[2].depth, 0);
+	assert_int_equal(cfg.limits[3].parent, 1);
+	kt_config_free(&cfg);
+}
+
 /* unit request: a cooperative limit, no cgroups, always node scope. */
 static void test_unit_request(void **state)
 {
@@ -1132,6 +1156,28 @@ static const struct bad bad_cases[] = {
 	{ REQ("    enforce: false\n"), "t.yaml:5: limits[0].enforce: ",
 	  "false is not supported with unit request" },
 #undef REQ
+	/* parent: a limit of the same unit, no cycle, at most 4 levels */
+#define PL(name, unit, parent) "  - {name: " name ", cgroups: x, unit: " unit ", parent: " parent ", rateLimit: {max: 1}}\n"
+#define RL_(name, unit) "  - {name: " name ", cgroups: x, unit: " unit ", rateLimit: {max: 1}}\n"
+	{ "limits:\n" PL("a", "datagram", "nope"), "t.yaml:2: limits[0].parent: ", "no limit is named \"nope\"" },
+	{ "limits:\n" PL("a", "datagram", "a"), "t.yaml:2: limits[0].parent: ", "a limit cannot be its own parent" },
+	{ "limits:\n" RL_("p", "connection") PL("a", "datagram", "p"), "t.yaml:3: limits[1].parent: ",
+	  "p (line 2) is unit connection, this limit is unit datagram: a parent counts the same tokens" },
+	{ "limits:\n" PL("a", "datagram", "b") PL("b", "datagram", "a"), "t.yaml:2: limits[0].parent: ",
+	  "a cycle: a -> b -> a" },
+	{ "limits:\n" RL_("r", "datagram") PL("a", "datagram", "r") PL("b", "datagram", "a")
+	  PL("c", "datagram", "b") PL("d", "datagram", "c"), "t.yaml:6: limits[4].parent: ",
+	  "more than 4 levels: d -> c -> b -> a -> r" },
+	{ "limits:\n" PL("a", "datagram", "\"x y\""), "t.yaml:2: limits[0].parent: ", "\"x y\" is no limit name" },
+	{ "limits:\n  - {name: a, unit: request, parent: b, rateLimit: {max: 1}}\n" ,
+	  "t.yaml:2: limits[0].parent: ", "not supported with unit request" },
+	{ "limits:\n  - {name: p, cgroups: x, unit: datagram, rateLimit: {max: 1}}\n"
+	  "  - {name: a, cgroups: x, unit: datagram, scope: node, parent: p, rateLimit: {max: 1}}\n",
+	  "t.yaml:3: limits[1].parent: ", "a node-scope limit's parent must be node scope too" },
+	{ SLIM("connection", "{every: 1s}") "    parent: q\n", "t.yaml:11: limits[0].parent: ",
+	  "not allowed with rateLimit.strict at line 10" },
+#undef PL
+#undef RL_
 	/* enforce: a boolean; shadow mode spends no store permits */
 	{ LIM "    enforce: maybe\n", "t.yaml:6: limits[0].enforce: ", "\"maybe\" is not true or false" },
 	{ SLIM("connection", "{every: 1s}") "    enforce: false\n", "t.yaml:11: limits[0].enforce: ",
@@ -1675,6 +1721,7 @@ int main(void)
 		cmocka_unit_test(test_burst_defaults),
 		cmocka_unit_test(test_refuse_errno),
 		cmocka_unit_test(test_enforce),
+		cmocka_unit_test(test_parent),
 		cmocka_unit_test(test_unit_request),
 		cmocka_unit_test(test_metrics_addr),
 		cmocka_unit_test(test_lease_options),

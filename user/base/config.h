@@ -172,6 +172,12 @@ struct kt_limit_cfg {
 	enum kt_scope scope;      /* default pod */
 	bool allow_raw_sockets;   /* default false: members cannot open raw IP sockets */
 	bool shadow;              /* enforce: false: decide and count, refuse nothing */
+	/* parent: a limit of the same unit every call of this one is also
+	 * charged to (and its ancestors'), at most KT_MAX_LEVELS levels in all */
+	char parent_name[KT_NAME_LEN]; /* "" = none */
+	int parent_line;
+	int parent;               /* index in limits[], -1 = none (set after all are parsed) */
+	int depth;                /* 0 for a root, 1 for its children... */
 	int enforce_line;         /* where enforce: is written, 0 = absent */
 	int refuse_errno;         /* a refused connect()/sendmsg() fails with it; default EBUSY */
 	double burst;             /* pool tokens, default max(1, rateLimit.max) */

@@ -228,6 +228,10 @@ void kt_cfg_store_free(struct kt_store_cfg *s);
 int kt_cfg_parse_store(struct ctx *c, yaml_node_t *n, const char *field, struct kt_store_cfg *s);
 
 /* config_limits.c: limits[idx] (cfg->store is the default store). */
+/* parent: each limit's parent found by name (written before or after it),
+ * of the same unit, and the chains free of cycles, KT_MAX_LEVELS deep at
+ * most; sets parent and depth. After every limit is parsed. */
+int kt_cfg_link_parents(struct ctx *c, yaml_node_t *limits, struct kt_config *cfg);
 int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
 		       int idx);
 void kt_cfg_limit_free(struct kt_limit_cfg *l);

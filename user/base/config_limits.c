@@ -345,6 +345,22 @@ int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	if ((v = map_get(c, n, "allowRawSockets")) &&
 	    (err = kt_cfg_get_bool(c, v, join(sub, field, "allowRawSockets"), &l->allow_raw_sockets)))
 		return err;
+	l->parent = -1;
+	if ((v = map_get(c, n, "parent"))) {
+		const char *s;
+
+		join(sub, field, "parent");
+		if ((err = kt_cfg_get_scalar(c, v, sub, "a limit name", &s)))
+			return err;
+		if (!*s || strlen(s) >= KT_NAME_LEN || strspn(s, NAME_CHARS) != strlen(s))
+			return fail(c, v, sub, "\"%s\" is no limit name (1..%d of A-Z a-z 0-9 _ . -)",
+				    show_str(s).s, KT_NAME_LEN - 1);
+		snprintf(l->parent_name, sizeof(l->parent_name), "%s", s);
+		l->parent_line = line_of(v);
+		if (l->unit == KT_UNIT_REQUEST)
+			return fail(c, v, sub,
+				    "not supported with unit request (a cooperative limit is decided in the application)");
+	}
 	if ((v = map_get(c, n, "enforce"))) {
 		bool enforce;
 
@@ -392,6 +408,10 @@ int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	if (strict && l->shadow)
 		return fail(c, map_get(c, n, "enforce"), join(sub, field, "enforce"),
 			    "false is not allowed with rateLimit.strict at line %d (each admission spends a permit from the store)",
+			    line_of(strict));
+	if (strict && l->parent_name[0])
+		return fail(c, map_get(c, n, "parent"), join(sub, field, "parent"),
+			    "not allowed with rateLimit.strict at line %d (a permit admits one call of one limit)",
 			    line_of(strict));
 	/* each node asks the store for its own permits: there is no pool to divide */
 	if (strict && l->share == KT_SHARE_DEMAND)
@@ -445,4 +465,92 @@ void kt_cfg_limit_free(struct kt_limit_cfg *l)
 	free(l->cgroup_lines);
 	kt_cfg_store_free(&l->store);
 	kt_cfg_pods_free(&l->pods);
+}
+
+/* The `parent:` of limit i as written, for its errors. */
+static yaml_node_t *parent_node(struct ctx *c, yaml_node_t *limits, int i)
+{
+	return map_get(c, node_at(c, limits->data.sequence.items.start[i]), "parent");
+}
+
+int kt_cfg_link_parents(struct ctx *c, yaml_node_t *limits, struct kt_config *cfg)
+{
+	char sub[FIELD_LEN];
+	int i, j;
+
+	for (i = 0; i < cfg->n_limits; i++) {
+		struct kt_limit_cfg *l = &cfg->limits[i];
+		const struct kt_limit_cfg *p;
+
+		if (!l->parent_name[0])
+			continue;
+		snprintf(sub, sizeof(sub), "limits[%d].parent", i);
+		for (j = 0; j < cfg->n_limits && strcmp(cfg->limits[j].name, l->parent_name); j++)
+			;
+		if (j == cfg->n_limits)
+			return fail(c, parent_node(c, limits, i), sub, "no limit is named \"%s\"",
+				    l->parent_name);
+		if (j == i)
+			return fail(c, parent_node(c, limits, i), sub, "a limit cannot be its own parent");
+		p = &cfg->limits[j];
+		/* the parent counts the same tokens */
+		if (p->unit != l->unit)
+			return fail(c, parent_node(c, limits, i), sub,
+				    "%s (line %d) is unit %s, this limit is unit %s: a parent counts the same tokens",
+				    p->name, p->line, kt_unit_name(p->unit), kt_unit_name(l->unit));
+		if (p->rl.strict.on)
+			return fail(c, parent_node(c, limits, i), sub,
+				    "%s (line %d) is strict: a permit admits one call of one limit",
+				    p->name, p->line);
+		/* one bucket for every member cannot lead to a bucket per member */
+		if (l->scope == KT_SCOPE_NODE && p->scope == KT_SCOPE_POD)
+			return fail(c, parent_node(c, limits, i), sub,
+				    "%s (line %d) is scope pod, this limit is scope node: a node-scope limit's parent must be node scope too",
+				    p->name, p->line);
+		l->parent = j;
+	}
+	/* no chain loops... */
+	for (i = 0; i < cfg->n_limits; i++) {
+		int at = cfg->limits[i].parent;
+
+		for (j = 0; at >= 0 && at != i && j < cfg->n_limits; j++)
+			at = cfg->limits[at].parent;
+		if (at == i) {
+			char path[4 * (KT_NAME_LEN + 4)] = "";
+
+			for (at = i, j = 0; j < 4 && (j == 0 || at != i); j++, at = cfg->limits[at].parent) {
+				size_t n = strlen(path);
+
+				snprintf(path + n, sizeof(path) - n, "%s -> ", cfg->limits[at].name);
+			}
+			size_t n = strlen(path);
+			snprintf(path + n, sizeof(path) - n, "%s", at == i ? cfg->limits[i].name : "...");
+			snprintf(sub, sizeof(sub), "limits[%d].parent", i);
+			return fail(c, parent_node(c, limits, i), sub, "a cycle: %s", path);
+		}
+	}
+	/* ... and each ends at a root within KT_MAX_LEVELS */
+	for (i = 0; i < cfg->n_limits; i++) {
+		char path[KT_MAX_LEVELS * (KT_NAME_LEN + 4) + 8] = "";
+		int at = i, depth = 0;
+
+		while (cfg->limits[at].parent >= 0 && depth <= KT_MAX_LEVELS) {
+			size_t n = strlen(path);
+
+			snprintf(path + n, sizeof(path) - n, "%s -> ", cfg->limits[at].name);
+			at = cfg->limits[at].parent;
+			depth++;
+		}
+		if (depth >= KT_MAX_LEVELS) {
+			size_t n = strlen(path);
+
+			snprintf(path + n, sizeof(path) - n, "%s%s", cfg->limits[at].name,
+				 cfg->limits[at].parent >= 0 ? " -> ..." : "");
+			snprintf(sub, sizeof(sub), "limits[%d].parent", i);
+			return fail(c, parent_node(c, limits, i), sub,
+				    "more than %d levels: %s", KT_MAX_LEVELS, path);
+		}
+		cfg->limits[i].depth = depth;
+	}
+	return 0;
 }

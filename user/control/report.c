@@ -440,6 +440,8 @@ static const char *found_by(const struct kt_limit_cfg *c, const struct kt_member
 		return "pods";
 	if (m->entry == KT_ENTRY_COOP)
 		return "libkthrottle";
+	if (m->entry == KT_ENTRY_CHILD)
+		return "child";
 	return kt_path_is_pattern(c->cgroups[m->entry]) ? "pattern" : "path";
 }
 
@@ -448,6 +450,8 @@ static const char *found_entry(const struct kt_limit_cfg *c, const struct kt_mem
 {
 	if (m->entry == KT_ENTRY_COOP)
 		return "kt_coop"; /* its entry: slot - KT_COOP_SLOT0 */
+	if (m->entry == KT_ENTRY_CHILD)
+		return "a limit below"; /* a member of a descendant (parent:) */
 	return m->entry == KT_ENTRY_PODS ? m->pod : c->cgroups[m->entry];
 }
 

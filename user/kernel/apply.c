@@ -92,6 +92,8 @@ struct saved_slot {
 	struct kt_bucket old;
 	uint64_t tat_after;       /* tat right after our write */
 	struct kt_counters *ctrs; /* fresh: the old per-CPU counters */
+	bool up_written;          /* kt_up[slot] was written: old_up puts it back */
+	uint32_t old_up;
 };
 
 /* One apply: the kernel state it read, the plan it computed, and what its
@@ -497,6 +499,46 @@ static uint32_t member_flags(const struct kt_limit_rt *l, uint32_t flags)
 	return kt_bucket_chain_flags(flags, l->has_pool ? l->pool_slot : KT_SLOT_NONE);
 }
 
+/* The bucket one level up from limit l's bucket in `slot` (parent:): the
+ * parent limit's bucket for the same cgroup as l's member m; KT_SLOT_NONE
+ * without a parent. */
+static uint32_t up_slot(const struct apply *a, const struct kt_limit_rt *l,
+			const struct kt_member_rt *m)
+{
+	const struct kt_limit_rt *p;
+
+	if (l->cfg->parent < 0)
+		return KT_SLOT_NONE;
+	p = &a->plan->limits[l->cfg->parent];
+	for (int j = 0; j < p->n_members; j++)
+		if (p->members[j].cgid == m->cgid)
+			return p->members[j].slot;
+	return KT_SLOT_NONE;
+}
+
+/* `flags` with KT_BUCKET_UP when slot's level up is `up`, after kt_up[slot]
+ * names it (saved in s for a rollback); without, when there is none. The
+ * parent's bucket may be published after this one: the programs charge
+ * up only to a bucket in use. */
+static int up_flags(struct apply *a, struct saved_slot *s, uint32_t slot, uint32_t up,
+		    uint32_t *flags)
+{
+	*flags &= ~KT_BUCKET_UP;
+	if (up >= KT_MAX_BUCKETS)
+		return 0;
+	if (a->b->up_fd < 0)
+		return -EOPNOTSUPP; /* a pin directory of an older version */
+	if (!s->up_written) {
+		if (bpf_map_lookup_elem(a->b->up_fd, &slot, &s->old_up) < 0)
+			return -errno;
+		s->up_written = true;
+	}
+	if (commit_step(a) || bpf_map_update_elem(a->b->up_fd, &slot, &up, BPF_ANY) < 0)
+		return -errno;
+	*flags |= KT_BUCKET_UP;
+	return 0;
+}
+
 /* Tokens limit i's kept member buckets hold together at `now`. */
 static double kept_tokens(struct apply *a, int i, uint64_t now)
 {
@@ -585,10 +627,12 @@ static int commit_join_bucket(struct apply *a, int i)
 	return 0;
 }
 
-/* Writes one bucket slot of limit i, first saving what it held. */
-static int commit_slot(struct apply *a, uint32_t slot, int i)
+/* Writes one bucket slot of limit i (its member j's), first saving what
+ * it held. */
+static int commit_slot(struct apply *a, uint32_t slot, int i, int j)
 {
 	const struct kt_limit_rt *l = &a->plan->limits[i];
+	uint32_t up = up_slot(a, l, &l->members[j]), flags;
 	const struct kt_bucket_policy *pol = &a->pol[i];
 	struct kt_bucket *bk = kt_bpf_bucket(a->b, slot);
 	struct saved_slot *s = &a->saved[a->n_saved];
@@ -659,7 +703,10 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 
 			kt_bucket_set_tat(bk, kt_clock_ns() + (tau > credit ? tau - credit : 0));
 		}
-		kt_bucket_publish(bk, member_flags(l, flags));
+		flags = member_flags(l, flags);
+		if ((ret = up_flags(a, s, slot, up, &flags)))
+			return ret;
+		kt_bucket_publish(bk, flags);
 	} else {
 		if (commit_step(a))
 			return -errno;
@@ -670,9 +717,12 @@ static int commit_slot(struct apply *a, uint32_t slot, int i)
 			kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
 			kt_bucket_set_lease(a->b, slot, pol);
 		}
-		/* the chain, and enforce flipped by a reload, take effect on
-		 * the kept bucket: its tokens stay */
-		kt_bucket_publish(bk, member_flags(l, __atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE)));
+		/* the chain, enforce and parent changed by a reload take
+		 * effect on the kept bucket: its tokens stay */
+		flags = member_flags(l, __atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE));
+		if ((ret = up_flags(a, s, slot, up, &flags)))
+			return ret;
+		kt_bucket_publish(bk, flags);
 	}
 	s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 	return 0;
@@ -699,7 +749,7 @@ static int commit(struct apply *a, char *err, size_t errlen)
 		for (j = 0; j < plan->limits[i].n_members; j++) {
 			uint32_t s = plan->limits[i].members[j].slot;
 
-			if (!a->saved_idx[s] && (ret = commit_slot(a, s, i)))
+			if (!a->saved_idx[s] && (ret = commit_slot(a, s, i, j)))
 				goto fail;
 		}
 	for (i = 0; i < plan->n_limits; i++, a->done_limits++) {
@@ -765,6 +815,8 @@ static int restore_slot(struct apply *a, const struct saved_slot *s, uint64_t no
 	}
 
 	kt_bucket_restore(kt_bpf_bucket(a->b, s->slot), &s->old, s->tat_after, now);
+	if (s->up_written && bpf_map_update_elem(a->b->up_fd, &s->slot, &s->old_up, BPF_ANY) < 0)
+		return 1;
 	if (s->fresh && bpf_map_update_elem(a->b->counters_fd, &s->slot, s->ctrs, BPF_ANY) < 0)
 		return 1;
 	return 0;

@@ -31,6 +31,7 @@ static const char *const map_names[] = {
 	"kt_sk_sa", "kt_sk_eg",        /* per-socket decisions; absent in older pin dirs */
 	"kt_idle_hooks",               /* hooks no limit uses; absent in older pin dirs */
 	"kt_shadow",                   /* shadow limits' refusals; absent in older pin dirs */
+	"kt_up",                       /* the bucket one level up (parent:); absent in older pin dirs */
 };
 /* bpf/kthrottle.bpf.h's types, in map_names' order */
 static const __u32 map_types[] = {
@@ -43,6 +44,7 @@ static const __u32 map_types[] = {
 	BPF_MAP_TYPE_SK_STORAGE, BPF_MAP_TYPE_SK_STORAGE,
 	BPF_MAP_TYPE_ARRAY,
 	BPF_MAP_TYPE_PERCPU_HASH,
+	BPF_MAP_TYPE_ARRAY,
 };
 #define N_MAPS (sizeof(map_names) / sizeof(map_names[0]))
 _Static_assert(sizeof(map_types) / sizeof(map_types[0]) == N_MAPS, "one type per map");
@@ -202,7 +204,7 @@ static void zero_fds(struct kt_bpf *b)
 {
 	b->buckets_fd = b->counters_fd = b->members_fd = -1;
 	b->dests_fd = b->ports_fd = b->limits_fd = b->leases_fd = -1;
-	b->gen_fd = b->events_fd = b->coop_fd = b->idle_fd = b->shadow_fd = -1;
+	b->gen_fd = b->events_fd = b->coop_fd = b->idle_fd = b->shadow_fd = b->up_fd = -1;
 }
 
 static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
@@ -232,6 +234,8 @@ static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
 	b->coop_fd = bpf_obj_get(p);
 	snprintf(p, sizeof(p), "%s/kt_shadow", b->pin_dir);
 	b->shadow_fd = bpf_obj_get(p);
+	snprintf(p, sizeof(p), "%s/kt_up", b->pin_dir);
+	b->up_fd = bpf_obj_get(p);
 	return 0;
 }
 
@@ -252,7 +256,7 @@ static void close_fds(struct kt_bpf *b)
 {
 	int fds[] = { b->buckets_fd, b->counters_fd, b->members_fd, b->dests_fd, b->ports_fd,
 		      b->limits_fd,  b->leases_fd,   b->gen_fd,     b->events_fd, b->coop_fd,
-		      b->idle_fd,    b->shadow_fd };
+		      b->idle_fd,    b->shadow_fd,  b->up_fd };
 
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)

@@ -34,6 +34,7 @@ struct kt_bpf {
 	int idle_fd;   /* kt_idle_hooks, -1 in an older pin directory */
 	int events_fd; /* kt_events (ring buffer), -1 in an older pin directory */
 	int shadow_fd; /* kt_shadow, -1 in an older pin directory */
+	int up_fd;     /* kt_up, -1 in an older pin directory */
 	struct kt_bucket *buckets; /* mmap of kt_buckets: rates change by one atomic store */
 	int coop_fd;               /* kt_coop, -1 in an older pin directory (kt_bpf_open_pinned) */
 	struct kt_coop *coop;      /* mmap of kt_coop (kt_bpf_open): KT_MAX_COOP entries */

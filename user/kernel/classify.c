@@ -99,8 +99,14 @@ int kt_classifier_build(const struct kt_rule_input *rules, int n, struct kt_clas
 			 * so equal prefixes are equal keys here too */
 			for (unsigned bit = c->prefixlen; bit < 128; bit++)
 				e[ne].key.addr[bit / 8] &= (uint8_t) ~(0x80 >> (bit % 8));
+			/* of equal prefixes a child wins over its ancestors
+			 * (its calls are charged up to them anyway), then the
+			 * first in the config: 4 bands of at most 16,384 */
 			e[ne].val = (struct kt_dest_val){ .prefixlen = c->prefixlen,
-							  .order = (uint16_t)i,
+							  .order = (uint16_t)((KT_MAX_LEVELS - 1 -
+									       rules[i].depth) *
+										      KT_MAX_LIMITS +
+									      i),
 							  .refuse_errno = rules[i].refuse_errno };
 			ne++;
 		}

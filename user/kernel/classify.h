@@ -16,6 +16,7 @@ struct kt_rule_input {
 	uint8_t proto_mask;
 	uint16_t port_lo, port_hi;
 	uint16_t refuse_errno; /* 0: KT_REFUSE_ERRNO */
+	uint8_t depth;         /* levels above it (parent:): a deeper limit wins a tie */
 	const struct kt_cidr *cidrs;
 	int n_cidrs;
 };

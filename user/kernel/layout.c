@@ -143,7 +143,13 @@ static int collect_cgroups(const struct kt_plan *plan, struct kt_attach *want,
 		for (int j = 0; j < plan->limits[i].n_members; j++) {
 			const struct kt_member_rt *m = &plan->limits[i].members[j];
 			struct kt_member_val *v;
-			int k = want_index(want, n, m->cgid);
+			int k;
+
+			/* a descendant's member: charged up to this limit
+			 * through its own limit's bucket, not classified here */
+			if (m->entry == KT_ENTRY_CHILD)
+				continue;
+			k = want_index(want, n, m->cgid);
 
 			if (k < 0) {
 				k = n;
@@ -358,6 +364,7 @@ int kt_plan_layout(const struct kt_plan *plan, struct kt_rule_input *rules,
 			.port_lo = lc->match.port_lo,
 			.port_hi = lc->match.port_hi,
 			.refuse_errno = (uint16_t)lc->refuse_errno,
+			.depth = (uint8_t)lc->depth,
 			.cidrs = lc->match.cidrs,
 			.n_cidrs = lc->match.n_cidrs,
 		};

@@ -32,6 +32,10 @@ struct kt_member_rt {
  * cgroup (path "", cgid 0), id "<node>/request"; its slot is
  * KT_COOP_SLOT0 + its kt_coop entry. */
 #define KT_ENTRY_COOP (-2)
+/* A member of a descendant limit (parent:), counted in this limit's pool
+ * and given a bucket here, which the descendant's bucket for the same
+ * cgroup is charged up to (kt_up); not in the cgroup's kt_members list. */
+#define KT_ENTRY_CHILD (-3)
 
 struct kt_limit_rt {
 	const struct kt_limit_cfg *cfg;

@@ -256,6 +256,38 @@ static int cap_memberships(const struct kt_config *cfg, struct kt_plan *plan, bo
 	return 0;
 }
 
+/* parent: every member of a limit is a member of each of its ancestors
+ * too (KT_ENTRY_CHILD), so each level's pool counts its whole subtree and
+ * has a bucket for the cgroup that the level below is charged up to. A
+ * cgroup that is an ancestor's own member already stays as it is. */
+static int inherit_members(const struct kt_config *cfg, struct kt_plan *plan)
+{
+	int *cap = calloc((size_t)plan->n_limits + 1, sizeof(*cap));
+	int ret = 0;
+
+	if (!cap)
+		return -ENOMEM;
+	for (int i = 0; i < plan->n_limits; i++)
+		cap[i] = plan->limits[i].n_members;
+	for (int i = 0; i < plan->n_limits && !ret; i++) {
+		struct kt_limit_rt *l = &plan->limits[i];
+
+		for (int j = 0; j < l->n_members && !ret; j++) {
+			const struct kt_member_rt *m = &l->members[j];
+
+			if (m->entry == KT_ENTRY_CHILD || m->entry == KT_ENTRY_COOP)
+				continue;
+			/* add_member keeps an ancestor's own member as it is; l
+			 * is never an ancestor of itself (no cycles), so m stays */
+			for (int a = l->cfg->parent; a >= 0 && !ret; a = cfg->limits[a].parent)
+				ret = add_member(cfg, &plan->limits[a], &cap[a], m->path, m->cgid,
+						 KT_ENTRY_CHILD, NULL);
+		}
+	}
+	free(cap);
+	return ret;
+}
+
 static int member_ids(struct kt_plan *plan)
 {
 	for (int i = 0; i < plan->n_limits; i++) {
@@ -421,6 +453,8 @@ static int plan_members(const struct kt_config *cfg, const char *cg_mount,
 			drop_outside_root(plan, l);
 	}
 	ret = cap_memberships(cfg, plan, !rescan, err, errlen);
+	if (!ret)
+		ret = inherit_members(cfg, plan);
 	/* auto: a root above every member, or per member */
 	if (!ret && cfg->attach_mode == KT_ATTACH_AUTO)
 		ret = auto_root(cfg, cg_mount, plan);

@@ -1,0 +1,273 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* A hierarchy of limits (parent:) on one node, with a real daemon, member
+ * cgroups sending real datagrams and loopback receivers counting what
+ * arrives:
+ *   - two children under a parent, and the parent's own cgroup, all
+ *     flooding: what arrives from all three together stays within the
+ *     parent's max x time + burst, each child's within its own, and the
+ *     parent's refusals are reported as the parent's;
+ *   - a call the parent refuses leaves the child's tokens where they were
+ *     (the bucket read back from the pinned map). */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <bpf/bpf.h>
+#include <cmocka.h>
+
+#include "kt_daemonfx.h"
+#include "ktest.h"
+#include "kthrottle.h"
+
+#define N_CG 3 /* the parent's own cgroup, child a's, child b's */
+
+static struct fixture {
+	struct ktest_daemon d;
+	char cg[N_CG][PATH_MAX];
+	int rx[N_CG];
+} fx;
+
+static int setup(void **state)
+{
+	static const char *const names[N_CG] = { "hier-p", "hier-a", "hier-b" };
+
+	(void)state;
+	if (!kt_daemonfx_begin(&fx, sizeof(fx), &fx.d))
+		return 0;
+	for (int i = 0; i < N_CG; i++)
+		fx.rx[i] = -1;
+	for (int i = 0; i < N_CG; i++)
+		if (ktest_cgroup_create(names[i], fx.cg[i], sizeof(fx.cg[i])))
+			return -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	for (int i = 0; i < N_CG; i++)
+		if (fx.rx[i] >= 0)
+			close(fx.rx[i]);
+	kt_daemonfx_end(&fx.d, fx.cg[0]);
+	for (int i = 1; i < N_CG; i++)
+		if (fx.cg[i][0])
+			ktest_cgroup_destroy(fx.cg[i]);
+	return 0;
+}
+
+/* A UDP receiver on 127.0.0.1, a free port, room for every datagram sent. */
+static int receiver(int *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_DGRAM, 0), big = 8 << 20;
+
+	assert_true(fd >= 0);
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)), 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+static unsigned long long drain(int fd)
+{
+	unsigned long long n = 0;
+	char buf[2048];
+
+	while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) >= 0)
+		n++;
+	return n;
+}
+
+/* kt-load flat out from cgroups cg[0..n) to port[i] at once for secs. */
+static void flood_all(int n, const int *port, double secs, struct ktest_load *res)
+{
+	int fds[N_CG][2];
+	pid_t pid[N_CG];
+
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(pipe(fds[i]), 0);
+		pid[i] = fork();
+		assert_true(pid[i] >= 0);
+		if (pid[i] == 0) {
+			struct ktest_load r = { 0 };
+			int rc = ktest_load(fx.cg[i], "udp", "127.0.0.1", port[i], secs, &r);
+
+			_exit(rc == 0 && write(fds[i][1], &r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 1);
+		}
+		close(fds[i][1]);
+	}
+	for (int i = 0; i < n; i++) {
+		int st = 0;
+
+		assert_int_equal(waitpid(pid[i], &st, 0), pid[i]);
+		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		assert_int_equal(read(fds[i][0], &res[i], sizeof(res[i])), (ssize_t)sizeof(res[i]));
+		close(fds[i][0]);
+	}
+}
+
+/* throttle_events.<reason> of limit in status json. */
+static double events_of(const char *json, const char *limit, const char *reason)
+{
+	const char *ev = ktest_json_limit_field(json, limit, "throttle_events");
+	char key[32];
+
+	snprintf(key, sizeof(key), "\"%s\":", reason);
+	ev = ev ? strstr(ev, key) : NULL;
+	return ev ? atof(ev + strlen(key)) : -1;
+}
+
+#define P_MAX 40.0
+#define P_BURST 4.0
+#define C_MAX 30.0
+#define C_BURST 3.0
+#define FLOOD_S 3.0
+
+static void test_children_and_parent_within_the_parent(void **state)
+{
+	struct ktest_load res[N_CG];
+	unsigned long long got[N_CG], total = 0;
+	int port[N_CG];
+	char body[2048], *st;
+	double a_throttled;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	for (int i = 0; i < N_CG; i++)
+		fx.rx[i] = receiver(&port[i]);
+	snprintf(body, sizeof(body),
+		 "tickInterval: 100ms\n"
+		 "limits:\n"
+		 "  - {name: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
+		 "  - {name: a, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
+		 "  - {name: b, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n",
+		 fx.cg[0], P_BURST, P_MAX, port[0], fx.cg[1], C_BURST, C_MAX, port[1], fx.cg[2],
+		 C_BURST, C_MAX, port[2]);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+
+	flood_all(N_CG, port, FLOOD_S, res);
+	ktest_sleep_ms(50);
+	for (int i = 0; i < N_CG; i++) {
+		got[i] = drain(fx.rx[i]);
+		total += got[i];
+		assert_int_equal(got[i], res[i].ok);
+	}
+	st = ktest_daemon_cmd(&fx.d, "status json");
+	assert_non_null(st);
+	print_message("in %.1f s: parent's own %llu, a %llu, b %llu: %llu together (parent %g/s + %g); "
+		      "refusals reported by all %.0f, by a %.0f\n",
+		      FLOOD_S, got[0], got[1], got[2], total, P_MAX, P_BURST,
+		      events_of(st, "all", "share"), events_of(st, "a", "share"));
+	/* the parent's bound holds over all three (a tick of slack) */
+	assert_true((double)total <= P_MAX * (FLOOD_S + 0.1) + P_BURST + 2);
+	for (int i = 1; i < N_CG; i++)
+		assert_true((double)got[i] <= C_MAX * (FLOOD_S + 0.1) + C_BURST + 2);
+	/* and it is used: each of the three members has a third of it */
+	assert_true((double)total >= 0.85 * P_MAX * FLOOD_S);
+	for (int i = 0; i < N_CG; i++)
+		assert_true((double)got[i] >= 0.7 * P_MAX / N_CG * FLOOD_S);
+	/* the parent refused the children's calls: its events, not theirs */
+	assert_true(events_of(st, "all", "share") >= 1);
+	assert_true(ktest_json_limit_num(st, "a", "throttled", &a_throttled));
+	assert_true(a_throttled == (double)res[1].refused);
+	free(st);
+}
+
+/* Tokens the bucket in `slot` of the daemon's pinned kt_buckets holds now. */
+static double bucket_tokens(uint32_t slot)
+{
+	char path[400];
+	struct kt_bucket b;
+	struct timespec ts;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/kt_buckets", fx.d.pin_dir);
+	fd = bpf_obj_get(path);
+	assert_true(fd >= 0);
+	assert_int_equal(bpf_map_lookup_elem(fd, &slot, &b), 0);
+	close(fd);
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (double)kt_gcra_tokens_left(&b, (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec);
+}
+
+/* The bucket slot of limit `name`'s member with cgroup id cgid. */
+static uint32_t member_slot(const char *name, uint64_t cgid)
+{
+	char *st = ktest_daemon_cmd(&fx.d, "status json"), key[64];
+	const char *cg, *at;
+	double slot = -1;
+
+	assert_non_null(st);
+	cg = ktest_json_limit_field(st, name, "cgroups");
+	assert_non_null(cg);
+	snprintf(key, sizeof(key), "\"cgroup_id\":%llu,\"slot\":", (unsigned long long)cgid);
+	at = strstr(cg, key);
+	assert_non_null(at);
+	slot = atof(at + strlen(key));
+	free(st);
+	return (uint32_t)slot;
+}
+
+static void test_refused_call_leaves_child_tokens(void **state)
+{
+	struct ktest_load r;
+	char body[2048];
+	double before, after;
+	uint32_t slot;
+	int port;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	fx.rx[1] = receiver(&port);
+	/* the child holds 50 tokens and refills slowly; the parent admits
+	 * a few a second */
+	snprintf(body, sizeof(body),
+		 "tickInterval: 100ms\n"
+		 "limits:\n"
+		 "  - {name: top, cgroups: [%s], unit: datagram, burst: 2, rateLimit: {max: 4}}\n"
+		 "  - {name: kid, parent: top, cgroups: [%s], unit: datagram, burst: 50,\n"
+		 "     rateLimit: {max: 0.5}, match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n",
+		 fx.cg[0], fx.cg[1], port);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	slot = member_slot("kid", ktest_cgroup_id(fx.cg[1]));
+	before = bucket_tokens(slot);
+	assert_int_equal(ktest_load(fx.cg[1], "udp", "127.0.0.1", port, 0.5, &r), 0);
+	after = bucket_tokens(slot);
+	print_message("kid's bucket: %.0f tokens before, %.0f after %llu admitted and %llu refused by top\n",
+		      before, after, r.ok, r.refused);
+	assert_true(before == 50);
+	assert_true(r.refused > 100);
+	assert_true(r.ok >= 1 && r.ok <= 6);
+	/* only the admitted calls took the child's tokens */
+	assert_true(after >= before - (double)r.ok - 1 && after <= before - (double)r.ok + 1);
+	assert_int_equal(drain(fx.rx[1]), r.ok);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_children_and_parent_within_the_parent, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_refused_call_leaves_child_tokens, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
