@@ -298,7 +298,7 @@ static __always_inline void kt_classify(void *ctx, int is_skb, __u32 hook, __u8 
 	struct kt_member_val *v;
 	struct kt_dest_key dk;
 	struct kt_anc found;
-	__u32 best_prio = 0;
+	__u64 best_prio = 0;
 	int i;
 
 	out->slot = KT_SLOT_NONE;
@@ -314,7 +314,8 @@ static __always_inline void kt_classify(void *ctx, int is_skb, __u32 hook, __u8 
 	for (i = 0; i < KT_LIMITS_PER_CGROUP; i++) {
 		struct kt_limit_info *li;
 		struct kt_dest_val *d;
-		__u32 id, prio;
+		__u32 id;
+		__u64 prio;
 
 		if (i >= v->count)
 			break;

@@ -287,19 +287,21 @@ struct kt_dest_key {
 };
 _Static_assert(sizeof(struct kt_dest_key) == 24, "kt_dest_key layout");
 
-/* Of the limits that cover a packet, the most specific prefix wins, then
- * the first in the config: priority = prefixlen << 16 | (0xffff - order). */
+/* Of the limits that cover a packet, the deepest in a hierarchy wins (a
+ * child over its ancestors: its calls are charged up to them anyway), then
+ * the most specific prefix, then the first in the config: priority =
+ * depth << 32 | prefixlen << 16 | (0xffff - order). */
 struct kt_dest_val {
 	__u16 prefixlen;    /* of the matched prefix, 0..128 (v4-mapped) */
 	__u16 order;        /* the limit's index in the config */
 	__u16 refuse_errno; /* a refused connect/sendmsg fails with it; 0: KT_REFUSE_ERRNO */
-	__u16 pad;
+	__u16 depth;        /* levels above the limit (parent:), 0 for a root */
 };
 _Static_assert(sizeof(struct kt_dest_val) == 8, "kt_dest_val layout");
 
-static inline __u32 kt_dest_priority(const struct kt_dest_val *v)
+static inline __u64 kt_dest_priority(const struct kt_dest_val *v)
 {
-	return ((__u32)v->prefixlen << 16) | (0xffffu - v->order);
+	return ((__u64)v->depth << 32) | ((__u32)v->prefixlen << 16) | (0xffffu - v->order);
 }
 
 /* kt_idle_hooks (array, one __u32): bit h (enum kt_hook) set says no limit

@@ -443,14 +443,14 @@ static void test_parent(void **state)
 			       "  - {name: r, cgroups: x, unit: datagram, rateLimit: {max: 3}}\n"
 			       "  - {name: b, cgroups: x, unit: datagram, parent: p, rateLimit: {max: 1}}\n",
 			       &cfg, err), 0);
-	assert_int_equal(cfg.limits[0].parent, 1);
+	assert_int_equal(kt_cfg_parent(&cfg.limits[0]), 1);
 	assert_int_equal(cfg.limits[0].depth, 2);
 	assert_int_equal(cfg.limits[0].parent_line, 2);
-	assert_int_equal(cfg.limits[1].parent, 2);
+	assert_int_equal(kt_cfg_parent(&cfg.limits[1]), 2);
 	assert_int_equal(cfg.limits[1].depth, 1);
-	assert_int_equal(cfg.limits[2].parent, -1);
+	assert_int_equal(kt_cfg_parent(&cfg.limits[2]), -1);
 	assert_int_equal(cfg.limits[2].depth, 0);
-	assert_int_equal(cfg.limits[3].parent, 1);
+	assert_int_equal(kt_cfg_parent(&cfg.limits[3]), 1);
 	kt_config_free(&cfg);
 }
 

@@ -176,7 +176,7 @@ struct kt_limit_cfg {
 	 * charged to (and its ancestors'), at most KT_MAX_LEVELS levels in all */
 	char parent_name[KT_NAME_LEN]; /* "" = none */
 	int parent_line;
-	int parent;               /* index in limits[], -1 = none (set after all are parsed) */
+	int parent;               /* limits[parent - 1], 0 = none (kt_cfg_parent; set after all are parsed) */
 	int depth;                /* 0 for a root, 1 for its children... */
 	int enforce_line;         /* where enforce: is written, 0 = absent */
 	int refuse_errno;         /* a refused connect()/sendmsg() fails with it; default EBUSY */
@@ -195,6 +195,13 @@ struct kt_limit_cfg {
 #define KT_TAG_MAX_RULES 256      /* allow + overrides of one tag limit */
 #define KT_TAG_MAX_TAGS (4u << 20) /* maxTags ceiling */
 #define KT_TAG_DEFAULT_SOCKET "/run/kthrottle/query.sock"
+/* The index in limits[] of l's parent, -1 when it has none (0-filled
+ * configs, as tests build them, have none). */
+static inline int kt_cfg_parent(const struct kt_limit_cfg *l)
+{
+	return l->parent - 1;
+}
+
 struct kt_tag_prefix {
 	uint8_t family;     /* 4 or 6 */
 	uint8_t prefix_len; /* 0..32 or 0..128 */

@@ -345,7 +345,6 @@ int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	if ((v = map_get(c, n, "allowRawSockets")) &&
 	    (err = kt_cfg_get_bool(c, v, join(sub, field, "allowRawSockets"), &l->allow_raw_sockets)))
 		return err;
-	l->parent = -1;
 	if ((v = map_get(c, n, "parent"))) {
 		const char *s;
 
@@ -507,18 +506,18 @@ int kt_cfg_link_parents(struct ctx *c, yaml_node_t *limits, struct kt_config *cf
 			return fail(c, parent_node(c, limits, i), sub,
 				    "%s (line %d) is scope pod, this limit is scope node: a node-scope limit's parent must be node scope too",
 				    p->name, p->line);
-		l->parent = j;
+		l->parent = j + 1;
 	}
 	/* no chain loops... */
 	for (i = 0; i < cfg->n_limits; i++) {
-		int at = cfg->limits[i].parent;
+		int at = kt_cfg_parent(&cfg->limits[i]);
 
 		for (j = 0; at >= 0 && at != i && j < cfg->n_limits; j++)
-			at = cfg->limits[at].parent;
+			at = kt_cfg_parent(&cfg->limits[at]);
 		if (at == i) {
 			char path[4 * (KT_NAME_LEN + 4)] = "";
 
-			for (at = i, j = 0; j < 4 && (j == 0 || at != i); j++, at = cfg->limits[at].parent) {
+			for (at = i, j = 0; j < 4 && (j == 0 || at != i); j++, at = kt_cfg_parent(&cfg->limits[at])) {
 				size_t n = strlen(path);
 
 				snprintf(path + n, sizeof(path) - n, "%s -> ", cfg->limits[at].name);
@@ -534,18 +533,18 @@ int kt_cfg_link_parents(struct ctx *c, yaml_node_t *limits, struct kt_config *cf
 		char path[KT_MAX_LEVELS * (KT_NAME_LEN + 4) + 8] = "";
 		int at = i, depth = 0;
 
-		while (cfg->limits[at].parent >= 0 && depth <= KT_MAX_LEVELS) {
+		while (kt_cfg_parent(&cfg->limits[at]) >= 0 && depth <= KT_MAX_LEVELS) {
 			size_t n = strlen(path);
 
 			snprintf(path + n, sizeof(path) - n, "%s -> ", cfg->limits[at].name);
-			at = cfg->limits[at].parent;
+			at = kt_cfg_parent(&cfg->limits[at]);
 			depth++;
 		}
 		if (depth >= KT_MAX_LEVELS) {
 			size_t n = strlen(path);
 
 			snprintf(path + n, sizeof(path) - n, "%s%s", cfg->limits[at].name,
-				 cfg->limits[at].parent >= 0 ? " -> ..." : "");
+				 kt_cfg_parent(&cfg->limits[at]) >= 0 ? " -> ..." : "");
 			snprintf(sub, sizeof(sub), "limits[%d].parent", i);
 			return fail(c, parent_node(c, limits, i), sub,
 				    "more than %d levels: %s", KT_MAX_LEVELS, path);

@@ -507,9 +507,9 @@ static uint32_t up_slot(const struct apply *a, const struct kt_limit_rt *l,
 {
 	const struct kt_limit_rt *p;
 
-	if (l->cfg->parent < 0)
+	if (kt_cfg_parent(l->cfg) < 0)
 		return KT_SLOT_NONE;
-	p = &a->plan->limits[l->cfg->parent];
+	p = &a->plan->limits[kt_cfg_parent(l->cfg)];
 	for (int j = 0; j < p->n_members; j++)
 		if (p->members[j].cgid == m->cgid)
 			return p->members[j].slot;

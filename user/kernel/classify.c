@@ -99,14 +99,9 @@ int kt_classifier_build(const struct kt_rule_input *rules, int n, struct kt_clas
 			 * so equal prefixes are equal keys here too */
 			for (unsigned bit = c->prefixlen; bit < 128; bit++)
 				e[ne].key.addr[bit / 8] &= (uint8_t) ~(0x80 >> (bit % 8));
-			/* of equal prefixes a child wins over its ancestors
-			 * (its calls are charged up to them anyway), then the
-			 * first in the config: 4 bands of at most 16,384 */
 			e[ne].val = (struct kt_dest_val){ .prefixlen = c->prefixlen,
-							  .order = (uint16_t)((KT_MAX_LEVELS - 1 -
-									       rules[i].depth) *
-										      KT_MAX_LIMITS +
-									      i),
+							  .order = (uint16_t)i,
+							  .depth = rules[i].depth,
 							  .refuse_errno = rules[i].refuse_errno };
 			ne++;
 		}
@@ -144,7 +139,7 @@ int kt_classifier_lookup_in(const struct kt_classifier *c, const uint8_t addr[16
 			    enum kt_hook hook, uint8_t proto, uint16_t port,
 			    const uint32_t *members, int n_members)
 {
-	uint32_t best_prio = 0;
+	uint64_t best_prio = 0;
 	int best = -1;
 
 	if (!kt_port_filter_test(&c->ports[hook], port))

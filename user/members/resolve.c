@@ -279,7 +279,8 @@ static int inherit_members(const struct kt_config *cfg, struct kt_plan *plan)
 				continue;
 			/* add_member keeps an ancestor's own member as it is; l
 			 * is never an ancestor of itself (no cycles), so m stays */
-			for (int a = l->cfg->parent; a >= 0 && !ret; a = cfg->limits[a].parent)
+			for (int a = kt_cfg_parent(l->cfg); a >= 0 && !ret;
+			     a = kt_cfg_parent(&cfg->limits[a]))
 				ret = add_member(cfg, &plan->limits[a], &cap[a], m->path, m->cgid,
 						 KT_ENTRY_CHILD, NULL);
 		}
