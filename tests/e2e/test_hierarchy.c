@@ -7,7 +7,11 @@
  *     parent's max x time + burst, each child's within its own, and the
  *     parent's refusals are reported as the parent's;
  *   - a call the parent refuses leaves the child's tokens where they were
- *     (the bucket read back from the pinned map). */
+ *     (the bucket read back from the pinned map);
+ *   - with the parent pooled through Redis by demand, a child whose sibling
+ *     is idle gets its own full rate;
+ *   - a shadow parent (enforce: false) lets the children's calls through
+ *     and counts what it would have refused. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -28,7 +32,9 @@
 #include <cmocka.h>
 
 #include "kt_daemonfx.h"
+#include "kt_storefx.h"
 #include "ktest.h"
+#include "redis_proc.h"
 #include "kthrottle.h"
 
 #define N_CG 3 /* the parent's own cgroup, child a's, child b's */
@@ -260,6 +266,87 @@ static void test_refused_call_leaves_child_tokens(void **state)
 	assert_int_equal(drain(fx.rx[1]), r.ok);
 }
 
+static void test_idle_child_leaves_its_part(void **state)
+{
+	struct ktest_load warm, r;
+	char body[2048];
+	int port[N_CG];
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	for (int i = 0; i < N_CG; i++)
+		fx.rx[i] = receiver(&port[i]);
+	snprintf(body, sizeof(body),
+		 "tickInterval: 100ms\n"
+		 "store:\n"
+		 "  redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\"}\n"
+		 "  heartbeat: 200ms\n"
+		 "limits:\n"
+		 "  - {name: all, cgroups: [%s], unit: datagram, share: demand, burst: %g,\n"
+		 "     rateLimit: {max: %g}, match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
+		 "  - {name: a, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
+		 "  - {name: b, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n",
+		 kfx_master.port, fx.cg[0], P_BURST, P_MAX, port[0], fx.cg[1], C_BURST,
+		 C_MAX, port[1], fx.cg[2], C_BURST, C_MAX, port[2]);
+	if (ktest_daemon_up(&fx.d, body)) {
+		ktest_daemon_dump(&fx.d, "hier-redis", 20);
+		fail();
+	}
+	/* a floods, b and the parent's own cgroup are idle: once the pool
+	 * has seen the demand, a's part of the parent is all of it */
+	assert_int_equal(ktest_load(fx.cg[1], "udp", "127.0.0.1", port[1], 2.5, &warm), 0);
+	assert_int_equal(ktest_load(fx.cg[1], "udp", "127.0.0.1", port[1], FLOOD_S, &r), 0);
+	print_message("a alone, after %.1f s of warm-up (%llu): %llu in %.1f s (its max %g/s, the parent's %g/s)\n",
+		      2.5, warm.ok, r.ok, FLOOD_S, C_MAX, P_MAX);
+	assert_true((double)r.ok >= 0.85 * C_MAX * FLOOD_S);
+	assert_true((double)r.ok <= C_MAX * (FLOOD_S + 0.1) + C_BURST + 2);
+	drain(fx.rx[1]);
+}
+
+static void test_shadow_parent_lets_children_through(void **state)
+{
+	struct ktest_load res[N_CG];
+	double would;
+	char body[2048];
+	int port[N_CG];
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	for (int i = 0; i < N_CG; i++)
+		fx.rx[i] = receiver(&port[i]);
+	snprintf(body, sizeof(body),
+		 "tickInterval: 100ms\n"
+		 "limits:\n"
+		 "  - {name: all, enforce: false, cgroups: [%s], unit: datagram, burst: %g,\n"
+		 "     rateLimit: {max: 10}, match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
+		 "  - {name: a, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
+		 "  - {name: b, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n",
+		 fx.cg[0], P_BURST, port[0], fx.cg[1], C_BURST, C_MAX, port[1], fx.cg[2], C_BURST,
+		 C_MAX, port[2]);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	flood_all(N_CG, port, 2.0, res);
+	assert_true(kt_daemonfx_status_num(&fx.d, "all", "would_refuse", &would));
+	print_message("shadow parent (10/s): own %llu, a %llu, b %llu passed; it would have refused %.0f\n",
+		      res[0].ok, res[1].ok, res[2].ok, would);
+	/* the parent's own traffic passes whole; the children's up to their
+	 * own limits, which alone decide */
+	assert_int_equal(res[0].refused, 0);
+	for (int i = 1; i < N_CG; i++) {
+		assert_true((double)res[i].ok >= 0.85 * C_MAX * 2.0);
+		assert_true((double)res[i].ok <= C_MAX * 2.1 + C_BURST + 2);
+	}
+	/* enforcing, the parent would have let about 10/s + burst through */
+	assert_true(would >= (double)(res[0].ok + res[1].ok + res[2].ok) - 10 * 2.1 - P_BURST - 3);
+	/* the children's all arrived (the parent's own flood overflows its
+	 * receiver's queue) */
+	for (int i = 1; i < N_CG; i++)
+		assert_int_equal(drain(fx.rx[i]), res[i].ok);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -267,7 +354,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_refused_call_leaves_child_tokens, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_idle_child_leaves_its_part, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shadow_parent_lets_children_through, setup,
+						teardown),
 	};
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);
 }
