@@ -2543,7 +2543,10 @@ static void row_stat(const char *what, double value, double base, double delta)
  *     member k/one: the 1-limit comparison, in the same daemon and run;
  *   - one pod-scope limit `pods` (ST_PORT_PODS) whose member cgroups are the
  *     ST_SCALE_PODS cgroups k/q<i> (a glob; a bucket each, chained to the
- *     limit's node bucket; the sender is in the last one).
+ *     limit's node bucket; the sender is in the last one);
+ *   - a hierarchy of three limits h0 <- h1 <- h2 (parent:) on ST_PORT_HIER,
+ *     all three on member k/h, the sender: each call is charged to all
+ *     three levels (issue 29: at most about 2x one level).
  * Each mode's chunk is paired with the baseline chunks around it as in the
  * main rounds, and n limits − 1 limit is the median of the paired
  * per-round differences. */
@@ -2555,6 +2558,8 @@ static const int ST_SCALE_LIMITS[] = { 1000, 10000 };
 #define ST_SCALE_PODS 1000
 #define ST_PORT_ONE 9003
 #define ST_PORT_PODS 9004
+#define ST_PORT_HIER 9005
+#define ST_HIER_MAX_RATIO 2.0 /* target: a call charged to 3 levels within 2x one level */
 #define ST_SCALE_FLAT_NS 10.0 /* target: 1,000s of limits or pods within ±10 ns of 1 limit */
 _Static_assert(ST_SCALE_MAX_LIMITS + 2 <= KT_MAX_LIMITS, "the scale phase's limits fit the tables");
 _Static_assert(ST_SCALE_PODS <= KT_MAX_MEMBERS_PER_LIMIT, "one limit holds the scale phase's pods");
@@ -2563,7 +2568,7 @@ _Static_assert(ST_SCALE_MEMBERS + ST_SCALE_PODS + 3 <= KT_MAX_BUCKETS,
 _Static_assert(ST_SCALE_MEMBERS + ST_SCALE_PODS + 1 <= KT_MAX_MEMBERSHIPS,
 	       "the scale phase's members fit the tables");
 
-enum { SC_MANY, SC_ONE, SC_PODS, SC_N };
+enum { SC_MANY, SC_ONE, SC_PODS, SC_HIER, SC_N };
 
 /* Appends to a malloc'd buffer of fixed size; false once it would overflow. */
 static bool st_cat(char *buf, size_t cap, size_t *len, const char *fmt, ...)
@@ -2619,6 +2624,17 @@ static char *st_scale_yaml(const char *kdir, int n_limits)
 			  "    scope: pod\n"
 			  "    rateLimit: {max: 1000000000000}\n",
 			  kdir, ST_PORT_ONE, kdir, ST_PORT_PODS);
+	/* three levels, all on the sender's cgroup: the deepest classifies */
+	for (int h = 0; ok && h < 3; h++)
+		ok = st_cat(y, cap, &len,
+			    "  - name: h%d\n"
+			    "    cgroups: [%s/h]\n"
+			    "    match: {cidrs: [127.0.0.1/32], ports: %u, protocol: udp}\n"
+			    "    unit: datagram\n"
+			    "%s%s%s"
+			    "    rateLimit: {max: 1000000000}\n",
+			    h, kdir, ST_PORT_HIER, h ? "    parent: h" : "", h ? (h == 1 ? "0" : "1") : "",
+			    h ? "\n" : "");
 	if (!ok) {
 		fprintf(stderr, "bench: sendto: the scale config does not fit %zu bytes\n", cap);
 		free(y);
@@ -2632,7 +2648,7 @@ static char *st_scale_yaml(const char *kdir, int n_limits)
 static int st_scale(const char *kdir, struct st_worker *base, long chunk, int rounds, int srounds,
 		    int n_limits)
 {
-	static const char *const sc_name[SC_N] = { "l999", "one", "pods" };
+	static const char *const sc_name[SC_N] = { "l999", "one", "pods", "h2" };
 	char sc_tag[SC_N][48], nl[16];
 	struct ktest_daemon d = { .pid = -1 };
 	struct st_worker w[SC_N];
@@ -2644,9 +2660,9 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 	struct st_progs progs[ST_N_HOOKS] = { 0 };
 	const enum bpf_attach_type hook_at[ST_N_HOOKS] = { BPF_CGROUP_UDP4_SENDMSG,
 							   BPF_CGROUP_INET_EGRESS };
-	static const uint16_t port[SC_N] = { ST_PORT, ST_PORT_ONE, ST_PORT_PODS };
+	static const uint16_t port[SC_N] = { ST_PORT, ST_PORT_ONE, ST_PORT_PODS, ST_PORT_HIER };
 	int np = 0, nq = 0, ret = 0, code = -1, stats_fd = -1;
-	bool one_made = false;
+	bool one_made = false, hier_made = false;
 	double start_s = NAN, ready_s = NAN;
 	uint64_t t0;
 
@@ -2655,17 +2671,25 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 	snprintf(sc_tag[SC_ONE], sizeof(sc_tag[SC_ONE]), "1 limit");
 	snprintf(sc_tag[SC_PODS], sizeof(sc_tag[SC_PODS]), "%d,%03d pods (%s limits)",
 		 ST_SCALE_PODS / 1000, ST_SCALE_PODS % 1000, nl);
+	snprintf(sc_tag[SC_HIER], sizeof(sc_tag[SC_HIER]), "3 levels (parent:, %s limits)", nl);
 	for (int m = 0; m < SC_N; m++)
 		w[m] = (struct st_worker){ .pid = -1, .cmd = -1, .res = -1, .netns = -1 };
 	snprintf(cg[SC_ONE], sizeof(cg[SC_ONE]), "%s/one", kdir);
 	snprintf(cg[SC_MANY], sizeof(cg[SC_MANY]), "%s/p%d", kdir, ST_SCALE_MEMBERS - 1);
 	snprintf(cg[SC_PODS], sizeof(cg[SC_PODS]), "%s/q%d", kdir, ST_SCALE_PODS - 1);
+	snprintf(cg[SC_HIER], sizeof(cg[SC_HIER]), "%s/h", kdir);
 	if (mkdir(cg[SC_ONE], 0755) < 0 && errno != EEXIST) {
 		ret = -errno;
 		fprintf(stderr, "bench: sendto: %s: %s\n", cg[SC_ONE], strerror(-ret));
 		goto out;
 	}
 	one_made = true;
+	if (mkdir(cg[SC_HIER], 0755) < 0 && errno != EEXIST) {
+		ret = -errno;
+		fprintf(stderr, "bench: sendto: %s: %s\n", cg[SC_HIER], strerror(-ret));
+		goto out;
+	}
+	hier_made = true;
 	for (; np < ST_SCALE_MEMBERS && !g_stop; np++) {
 		snprintf(p, sizeof(p), "%s/p%d", kdir, np);
 		if (mkdir(p, 0755) < 0 && errno != EEXIST)
@@ -2779,9 +2803,10 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 
 		if ((ret = st_stats_chunk(&w[SC_ONE], progs, chunk, run, &one_before)))
 			goto out;
-		kt_call[SC_ONE][r] = one_before / 3;
-		for (int k = 0; k < 2; k++) {
-			int m = (k + r) % 2 ? SC_PODS : SC_MANY;
+		kt_call[SC_ONE][r] = one_before / SC_N;
+		for (int k = 0; k < SC_N - 1; k++) {
+			static const int others[SC_N - 1] = { SC_MANY, SC_PODS, SC_HIER };
+			int m = others[(k + r) % (SC_N - 1)];
 
 			if (g_stop) {
 				ret = -EINTR;
@@ -2791,7 +2816,7 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 			    (ret = st_stats_chunk(&w[SC_ONE], progs, chunk, run, &one_after)))
 				goto out;
 			kt_minus_one[m][r] = kt_call[m][r] - (one_before + one_after) / 2;
-			kt_call[SC_ONE][r] += one_after / 3;
+			kt_call[SC_ONE][r] += one_after / SC_N;
 			one_before = one_after;
 		}
 	}
@@ -2820,6 +2845,9 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 		snprintf(row_what[SC_PODS], sizeof(row_what[SC_PODS]),
 			 "sendto() kthrottle admitted, 1 limit with %d pods (pod scope; same daemon, %s limits)",
 			 ST_SCALE_PODS, nl);
+		snprintf(row_what[SC_HIER], sizeof(row_what[SC_HIER]),
+			 "sendto() kthrottle admitted, charged to 3 levels (parent:; same daemon, %s limits)",
+			 nl);
 		snprintf(v, sizeof(v), "%.1f s", start_s);
 		snprintf(wh, sizeof(wh),
 			 "daemon start with %s limits, %d member cgroups and 1 limit with %d pods: "
@@ -2846,8 +2874,8 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 			struct row *row;
 			double dd;
 
-			if (m == SC_ONE)
-				continue;
+			if (m == SC_ONE || m == SC_HIER)
+				continue; /* the hierarchy's target is a ratio, below */
 			dd = median(minus_one[m], rounds);
 			snprintf(wh, sizeof(wh), "sendto() admitted: %s − 1 limit (median of paired rounds)",
 				 sc_tag[m]);
@@ -2872,6 +2900,17 @@ static int st_scale(const char *kdir, struct st_worker *base, long chunk, int ro
 					 sc_tag[m], srounds);
 				row_stat(wh, median(kt_call[m], srounds), median(kt_call[SC_ONE], srounds),
 					 median(kt_minus_one[m], srounds));
+				if (m == SC_HIER && g_nrows) {
+					struct row *row = &g_rows[g_nrows - 1];
+					double one = median(kt_call[SC_ONE], srounds),
+					       ratio = one > 0 ? median(kt_call[m], srounds) / one : NAN;
+
+					snprintf(row->delta, sizeof(row->delta), "×%.2f", ratio);
+					snprintf(row->target, sizeof(row->target), "≤ %.0f× 1 level",
+						 ST_HIER_MAX_RATIO);
+					row_target(row, ratio <= ST_HIER_MAX_RATIO);
+					continue;
+				}
 				/* the view that resolves 10 ns: sendto() timings stray more */
 				if (g_nrows) {
 					struct row *row = &g_rows[g_nrows - 1];
@@ -2907,6 +2946,8 @@ out:
 	}
 	if (one_made)
 		ktest_cgroup_destroy(cg[SC_ONE]);
+	if (hier_made)
+		ktest_cgroup_destroy(cg[SC_HIER]);
 	return ret;
 }
 
