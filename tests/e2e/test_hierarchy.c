@@ -189,6 +189,9 @@ static void test_children_and_parent_within_the_parent(void **state)
 	assert_true((double)total >= 0.85 * P_MAX * FLOOD_S);
 	for (int i = 0; i < N_CG; i++)
 		assert_true((double)got[i] >= 0.7 * P_MAX / N_CG * FLOOD_S);
+	/* status names each limit's parent */
+	assert_non_null(strstr(ktest_json_limit_field(st, "a", "parent"), "\"all\""));
+	assert_non_null(strstr(ktest_json_limit_field(st, "all", "parent"), "null"));
 	/* the parent refused the children's calls: its events, not theirs */
 	assert_true(events_of(st, "all", "share") >= 1);
 	assert_true(ktest_json_limit_num(st, "a", "throttled", &a_throttled));

@@ -799,6 +799,12 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 				  (unsigned long long)s->throttled_bytes, s->epoch_used_rate,
 				  c->shadow ? "false" : "true", (unsigned long long)s->would_refuse,
 				  (unsigned long long)s->would_refuse_bytes);
+			kt_sb_printf(&b, "\"parent\":");
+			if (kt_cfg_parent(c) >= 0)
+				kt_sb_json_str(&b, d->cfg.limits[kt_cfg_parent(c)].name);
+			else
+				kt_sb_printf(&b, "null");
+			kt_sb_printf(&b, ",");
 			kt_sb_printf(&b, "\"store\":{\"kind\":\"%s\",\"state\":\"%s\",\"since_s\":%.3f,\"endpoint\":",
 				  kt_store_kind_name(c->store.kind), st,
 				  st_since && now > st_since ? (double)(now - st_since) / 1e9 : 0.0);
@@ -854,6 +860,9 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 					  (unsigned long long)s->events[KT_REASON_PERMIT],
 					  reason_names[s->last_event_reason],
 					  kt_report_retry_ms(s), last_event_age_s(s, now));
+			if (kt_cfg_parent(c) >= 0)
+				kt_sb_printf(&b, "  parent %s: every call is charged to it too\n",
+					     d->cfg.limits[kt_cfg_parent(c)].name);
 			if (c->shadow || s->would_refuse)
 				kt_sb_printf(&b, "  %s: would have refused %llu (let pass; %llu shadow events)\n",
 					     c->shadow ? "shadow, enforce: false" : "was shadow",

@@ -516,6 +516,23 @@ static uint32_t up_slot(const struct apply *a, const struct kt_limit_rt *l,
 	return KT_SLOT_NONE;
 }
 
+/* The level up from limit l's join bucket: its parent's node bucket (which
+ * bounds the node's share), else its join bucket, else its one bucket;
+ * KT_SLOT_NONE without a parent. */
+static uint32_t join_up_slot(const struct apply *a, const struct kt_limit_rt *l)
+{
+	const struct kt_limit_rt *p;
+
+	if (kt_cfg_parent(l->cfg) < 0)
+		return KT_SLOT_NONE;
+	p = &a->plan->limits[kt_cfg_parent(l->cfg)];
+	if (p->has_pool)
+		return p->pool_slot;
+	if (p->has_join)
+		return p->join_slot;
+	return p->n_members > 0 ? p->members[0].slot : KT_SLOT_NONE;
+}
+
 /* `flags` with KT_BUCKET_UP when slot's level up is `up`, after kt_up[slot]
  * names it (saved in s for a rollback); without, when there is none. The
  * parent's bucket may be published after this one: the programs charge
@@ -601,7 +618,7 @@ static int commit_join_bucket(struct apply *a, int i)
 {
 	const struct kt_limit_rt *l = &a->plan->limits[i];
 	const struct kt_bucket_policy *pol = &a->pol[i];
-	uint32_t slot = l->join_slot;
+	uint32_t slot = l->join_slot, flags;
 	struct kt_bucket *bk = kt_bpf_bucket(a->b, slot);
 	bool fresh = a->sa.state[slot] == 2;
 	struct saved_slot *s;
@@ -622,7 +639,10 @@ static int commit_join_bucket(struct apply *a, int i)
 		kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
 		kt_bucket_set_lease(a->b, slot, pol);
 	}
-	kt_bucket_publish(bk, member_flags(l, KT_BUCKET_IN_USE | KT_BUCKET_JOIN));
+	flags = member_flags(l, KT_BUCKET_IN_USE | KT_BUCKET_JOIN);
+	if ((ret = up_flags(a, s, slot, join_up_slot(a, l), &flags)))
+		return ret;
+	kt_bucket_publish(bk, flags);
 	s->tat_after = __atomic_load_n(&bk->tat, __ATOMIC_RELAXED);
 	return 0;
 }
