@@ -193,8 +193,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	kt_clusterfx_senders_end(fx.sender, fx.sender_fd, NODES);
-	kt_clusterfx_nodes_end(fx.d, NODES);
+	kt_clusterfx_nodes_end(fx.d, NODES, fx.sender, fx.sender_fd);
 	for (int i = 0; i < RNODES; i++)
 		rp_stop(&fx.rn[i]);
 	for (int l = 0; l < N_LIM; l++)

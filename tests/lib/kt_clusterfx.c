@@ -28,17 +28,13 @@ void kt_clusterfx_begin(void *fx, size_t len, struct ktest_daemon *d, int n, pid
 	}
 }
 
-void kt_clusterfx_senders_end(pid_t *sender, int *sender_fd, int n)
+void kt_clusterfx_nodes_end(struct ktest_daemon *d, int n, pid_t *sender, int *sender_fd)
 {
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; sender && i < n; i++) {
 		ktest_kill_wait(&sender[i]);
 		if (sender_fd[i] >= 0)
 			close(sender_fd[i]);
 	}
-}
-
-void kt_clusterfx_nodes_end(struct ktest_daemon *d, int n)
-{
 	for (int i = 0; i < n; i++)
 		if (d[i].dir[0])
 			ktest_daemon_cleanup(&d[i]);
@@ -292,4 +288,37 @@ void kt_clusterfx_check_measurement(const struct arrivals *a, const char *name,
 		      arrivals_total(a), sent_ok, arrivals_drops(a));
 	assert_int_equal(arrivals_drops(a), 0);
 	assert_int_equal(arrivals_total(a), sent_ok);
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+bool kt_clusterfx_gaps(const uint64_t *t, int n, double every_ms, struct kt_clusterfx_gaps *g)
+{
+	double *err;
+	int ne = 0;
+
+	memset(g, 0, sizeof(*g));
+	g->lo = 1e9;
+	if (n < 2)
+		return false;
+	err = calloc((size_t)n, sizeof(*err));
+	assert_non_null(err);
+	for (int k = 1; k < n; k++) {
+		double gap = (double)(t[k] - t[k - 1]) / 1e6;
+
+		if (gap < g->lo)
+			g->lo = gap;
+		err[ne++] = gap - every_ms;
+	}
+	qsort(err, (size_t)ne, sizeof(*err), cmp_dbl);
+	g->p50 = err[ne / 2];
+	g->p99 = err[(ne * 99) / 100 < ne ? (ne * 99) / 100 : ne - 1];
+	g->hi = err[ne - 1] + every_ms;
+	free(err);
+	return true;
 }

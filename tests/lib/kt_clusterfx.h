@@ -28,11 +28,10 @@
  * report fds marked none (-1). */
 void kt_clusterfx_begin(void *fx, size_t len, struct ktest_daemon *d, int n, pid_t *sender,
 		       int *sender_fd);
-/* The teardown's first step: each of the n senders killed and reaped, its
- * report fd closed. */
-void kt_clusterfx_senders_end(pid_t *sender, int *sender_fd, int n);
-/* The teardown's: each of the n nodes cleaned up if it was prepared. */
-void kt_clusterfx_nodes_end(struct ktest_daemon *d, int n);
+/* The teardown's first step: (unless sender is NULL) each of the n
+ * senders killed and reaped, its report fd closed; then each of the n
+ * nodes d[] cleaned up if it was prepared. */
+void kt_clusterfx_nodes_end(struct ktest_daemon *d, int n, pid_t *sender, int *sender_fd);
 /* The teardown's: each of the n nodes' cgroups destroyed if it was made. */
 void kt_clusterfx_cgroups_end(char (*cg)[PATH_MAX], int n);
 
@@ -144,6 +143,17 @@ bool kt_clusterfx_agreed(const struct kt_clusterfx_lst *s, int size);
 void kt_clusterfx_run_node(struct ktest_daemon *d, int i, void (*dump)(int i));
 
 /* ---- the receiver ---- */
+
+/* The spacing of arrivals: the gaps between consecutive times. */
+struct kt_clusterfx_gaps {
+	double lo;       /* the smallest gap, ms (1e9 with fewer than 2 times) */
+	double p50, p99; /* of gap - every, ms */
+	double hi;       /* the largest gap, ms */
+};
+
+/* cmocka: the gaps of the n sorted times t[] (ns) against one every
+ * every_ms into g; false (only g->lo set) with fewer than 2 times. */
+bool kt_clusterfx_gaps(const uint64_t *t, int n, double every_ms, struct kt_clusterfx_gaps *g);
 
 /* cmocka: the measurement at receiver a (`name` in the line it prints) is
  * whole: it dropped nothing and saw exactly the sent_ok the senders were
