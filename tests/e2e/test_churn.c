@@ -62,6 +62,7 @@
 #include "kernel/bpf_loader.h"
 #include "kernel/inspect.h"
 #include "kthrottle.h"
+#include "kt_clusterfx.h"
 #include "ktest.h"
 
 #define N_CG 8
@@ -212,7 +213,7 @@ static struct sender_stats senders_total(void)
 
 static void write_config(unsigned mask)
 {
-	char body[8192], list[N_CG * (PATH_MAX + 2)];
+	char body[8192], list[N_CG * (PATH_MAX + 2)], rate[256];
 	size_t n = 0;
 
 	list[0] = 0;
@@ -220,22 +221,18 @@ static void write_config(unsigned mask)
 		if (mask & (1u << i))
 			n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", n ? ", " : "",
 					      fx.cg[i]);
-	snprintf(body, sizeof(body),
-		 "tickInterval: 100ms\n"
-		 "epoch: 1s\n"
-		 "limits:\n"
-		 "  - name: " LIMIT "\n"
-		 "    cgroups: [%s]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    scope: pod\n"
-		 "    burst: %d\n"
-		 "    rateLimit:\n"
+	snprintf(rate, sizeof(rate),
+		 "\n"
 		 "      min: %.0f\n"
 		 "      max: %.0f\n"
 		 "      rampUpDuration: %.0fs\n"
 		 "      modes: {onlyIfUsed: {thresholdPercentage: %.0f}}\n",
-		 list, fx.port, BURST, MIN_RATE, MAX_RATE, RAMP_S, THRESHOLD);
+		 MIN_RATE, MAX_RATE, RAMP_S, THRESHOLD);
+	snprintf(body, sizeof(body), "tickInterval: 100ms\nepoch: 1s\nlimits:\n");
+	kt_clusterfx_add_limit(body, sizeof(body),
+			       &(struct kt_clusterfx_limit){ .name = LIMIT, .cgroups = list,
+							     .port = fx.port, .scope = "pod",
+							     .burst = BURST, .rate = rate });
 	assert_int_equal(ktest_daemon_config(&fx.d, body), 0);
 }
 

@@ -67,7 +67,6 @@
  * table `make bench` prints. A line is written before the bound is
  * asserted, so a broken promise shows in the table too. */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <setjmp.h>
@@ -80,9 +79,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <netinet/in.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <bpf/bpf.h>
 #include <cmocka.h>
@@ -90,6 +86,7 @@
 #include "kthrottle.h"
 
 #include "arrivals.h"
+#include "kt_clusterfx.h"
 #include "kt_daemonfx.h"
 #include "ktest.h"
 #include "redis_proc.h"
@@ -125,6 +122,8 @@ static struct fixture {
 	int rate[NODES];        /* node i's sender, datagrams/s; 0: SEND_PER_S */
 	unsigned long long sent[NODES], refused[NODES]; /* what senders_wait read */
 } fx;
+
+static const struct kt_clusterfx_pool pool = { TICK_MS, HB_MS, STALE, VALID_MS };
 
 /* ---- nodes ---- */
 
@@ -178,42 +177,25 @@ static void dump_node(int i)
 	}
 }
 
-struct lst {
-	char phase[24], state[16], endpoint[64];
-	double size, live, bucket_rate, max, reserved, fallback_rate, lease_left_s;
-};
-
-static bool lstatus(int i, struct lst *s)
+/* Node i's view of the limit; false unless it runs and shows the phase,
+ * store state, size, live and bucket rate (the other fields, not in every
+ * state of every version, are best effort). */
+static bool lstatus(int i, struct kt_clusterfx_lst *s)
 {
-	char *js;
-	bool ok;
+	const unsigned need = KT_LST_PHASE | KT_LST_STATE | KT_LST_SIZE | KT_LST_LIVE |
+			      KT_LST_BUCKET_RATE;
 
 	memset(s, 0, sizeof(*s));
 	if (fx.d[i].pid <= 0)
 		return false;
-	js = ktest_daemon_cmd(&fx.d[i], "status json");
-	if (!js)
-		return false;
-	ok = ktest_json_limit_str(js, LIMIT, "phase", s->phase, sizeof(s->phase)) &&
-	     ktest_json_limit_str(js, LIMIT, "state", s->state, sizeof(s->state)) &&
-	     ktest_json_limit_num(js, LIMIT, "size", &s->size) &&
-	     ktest_json_limit_num(js, LIMIT, "live", &s->live) &&
-	     ktest_json_limit_num(js, LIMIT, "bucket_rate", &s->bucket_rate);
-	/* not in every state of every version: best effort */
-	ktest_json_limit_str(js, LIMIT, "endpoint", s->endpoint, sizeof(s->endpoint));
-	ktest_json_limit_num(js, LIMIT, "max", &s->max);
-	ktest_json_limit_num(js, LIMIT, "reserved", &s->reserved);
-	ktest_json_limit_num(js, LIMIT, "fallback_rate", &s->fallback_rate);
-	ktest_json_limit_num(js, LIMIT, "lease_left_s", &s->lease_left_s);
-	free(js);
-	return ok;
+	return (kt_clusterfx_lst_get(&fx.d[i], LIMIT, s) & need) == need;
 }
 
 /* One line per node: what each believes at the end of a case. */
 static void print_nodes(const char *when)
 {
 	for (int i = 0; i < NODES; i++) {
-		struct lst s;
+		struct kt_clusterfx_lst s;
 
 		if (!fx.d[i].dir[0])
 			continue;
@@ -232,31 +214,15 @@ static void print_nodes(const char *when)
  * nothing). Written, not reloaded. */
 static void write_node_config(int i, double max, const char *cgroup, const char *limit_extra)
 {
-	char *body;
+	const struct kt_clusterfx_limit l = { .name = LIMIT, .cgroups = cgroup ? cgroup : fx.cg[i],
+					      .port = fx.arr.port, .scope = "pod", .burst = BURST,
+					      .max = max, .min = max };
+	char lim[PATH_MAX + 1024] = "";
 
-	assert_true(asprintf(&body,
-			     "node: n%d\n"
-			     "tickInterval: %dms\n"
-			     "store:\n"
-			     "  redisStore: %s\n"
-			     "  heartbeat: %dms\n"
-			     "  staleAfter: %d\n"
-			     "  validFor: %dms\n"
-			     "  onStoreFailure: conservative\n"
-			     "limits:\n"
-			     "  - name: " LIMIT "\n"
-			     "    cgroups: [%s]\n"
-			     "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-			     "    unit: datagram\n"
-			     "    scope: pod\n"
-			     "    burst: %g\n"
-			     "    rateLimit: {max: %g, min: %g}\n"
-			     "%s",
-			     i, TICK_MS, fx.store[i], HB_MS, STALE, VALID_MS, cgroup ? cgroup : fx.cg[i],
-			     fx.arr.port, BURST, max, max,
-			     limit_extra ? limit_extra : fx.limit_extra ? fx.limit_extra : "") > 0);
-	assert_int_equal(ktest_daemon_config(&fx.d[i], body), 0);
-	free(body);
+	kt_clusterfx_add_limit(lim, sizeof(lim), &l);
+	snprintf(lim + strlen(lim), sizeof(lim) - strlen(lim), "%s",
+		 limit_extra ? limit_extra : fx.limit_extra ? fx.limit_extra : "");
+	kt_clusterfx_node_config(&fx.d[i], i, &pool, fx.store[i], lim);
 }
 
 /* Node i on store `store` (a redisStore flow mapping): its cgroup and
@@ -287,13 +253,7 @@ static void prepare_node(int i, const char *pw)
 
 static void run_node(int i)
 {
-	int code = -1;
-
-	if (ktest_daemon_start(&fx.d[i], 5000, &code) != 0) {
-		print_message("kthrottled n%d did not start (exit %d)\n", i, code);
-		dump_node(i);
-		fail();
-	}
+	kt_clusterfx_run_node(&fx.d[i], i, dump_node);
 }
 
 /* Polls until nodes[] all show the limit agreed at `size`, store up, and
@@ -304,14 +264,14 @@ static double await_agreed(const int *nodes, int n, int size, const char *endpoi
 			   int timeout_ms, const char *trace)
 {
 	uint64_t t0 = ktest_now_ns();
-	struct lst last[NODES];
+	struct kt_clusterfx_lst last[NODES];
 
 	memset(last, 0, sizeof(last));
 	for (;;) {
 		int good = 0;
 
 		for (int k = 0; k < n; k++) {
-			struct lst s;
+			struct kt_clusterfx_lst s;
 			bool up = lstatus(nodes[k], &s);
 
 			if (trace && up &&
@@ -324,8 +284,7 @@ static double await_agreed(const int *nodes, int n, int size, const char *endpoi
 					      s.live, s.bucket_rate, s.reserved);
 				last[k] = s;
 			}
-			if (up && !strcmp(s.phase, "agreed") && !strcmp(s.state, "up") &&
-			    s.size == size && s.live == size &&
+			if (up && kt_clusterfx_agreed(&s, size) &&
 			    (!endpoint || !strcmp(s.endpoint, endpoint)))
 				good++;
 		}
@@ -368,73 +327,24 @@ static void start_pool(int n, const char *pw)
 
 /* ---- senders ---- */
 
-struct send_report {
-	unsigned long long ok, refused, errors;
-};
-
-/* ~SEND_PER_S datagrams/s from inside cgroup `cg` for `secs`, on absolute
- * deadlines (sleeping, not spinning: 4 senders, 4 daemons and Redis share 2
- * cores). A sender that falls behind does not catch up in a rush. Reports
- * through `out`. */
-static void sender(const char *cg, int port, double secs, int per_s, int out)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	const long step_ns = 1000000000L / per_s;
-	const unsigned long long max_ops = (unsigned long long)(secs * per_s * 2) + 10;
-	struct send_report r = { 0 };
-	struct timespec next, now;
-	uint64_t end;
-	int fd;
-
-	/* join first: the cgroup programs see the cgroup a socket was made in */
-	if (ktest_cgroup_join(cg) != 0)
-		_exit(3);
-	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		_exit(4);
-	end = ktest_now_ns() + (uint64_t)(secs * 1e9);
-	clock_gettime(CLOCK_MONOTONIC, &next);
-	for (unsigned long long i = 0; i < max_ops && ktest_now_ns() < end; i++) {
-		if (sendto(fd, "x", 1, 0, (struct sockaddr *)&sa, sizeof(sa)) >= 0)
-			r.ok++;
-		else if (errno == EBUSY)
-			r.refused++;
-		else
-			r.errors++;
-		next.tv_nsec += step_ns;
-		if (next.tv_nsec >= 1000000000L) {
-			next.tv_sec++;
-			next.tv_nsec -= 1000000000L;
-		}
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (now.tv_sec > next.tv_sec + 1 ||
-		    (now.tv_sec - next.tv_sec) * 1000000000L + (now.tv_nsec - next.tv_nsec) > 50000000L)
-			next = now; /* > 50 ms behind: resume from now */
-		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
-	}
-	_exit(write(out, &r, sizeof(r)) == sizeof(r) ? 0 : 5);
-}
-
+/* Node i's paced sender: fx.rate[i] (0: SEND_PER_S) datagrams/s from inside
+ * its cgroup to the receiver for `secs` (kt_clusterfx_sender_start). */
 static void sender_start(int i, double secs)
 {
-	pid_t parent = getpid();
-	int p[2];
-
 	assert_true(fx.sender[i] <= 0);
-	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-	fflush(NULL);
-	fx.sender[i] = fork();
-	assert_true(fx.sender[i] >= 0);
-	if (fx.sender[i] == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(126);
-		close(p[0]);
-		sender(fx.cg[i], fx.arr.port, secs, fx.rate[i] > 0 ? fx.rate[i] : SEND_PER_S, p[1]);
-	}
-	close(p[1]);
-	fx.sender_fd[i] = p[0];
+	fx.sender[i] = kt_clusterfx_sender_start(fx.cg[i], &fx.arr.port, 1, secs,
+						 fx.rate[i] > 0 ? fx.rate[i] : SEND_PER_S,
+						 &fx.sender_fd[i]);
+}
+
+/* Senders 0..n-1 started for `secs`; the arrivals time they start at. */
+static double senders_start(int n, double secs)
+{
+	double t0 = arrivals_now_s(&fx.arr);
+
+	for (int i = 0; i < n; i++)
+		sender_start(i, secs);
+	return t0;
 }
 
 /* Waits for every running sender; sum of what they were told was sent. */
@@ -443,27 +353,17 @@ static unsigned long long senders_wait(void)
 	unsigned long long ok = 0;
 
 	for (int i = 0; i < NODES; i++) {
-		struct send_report r = { 0 };
-		ssize_t n;
-		int status = -1;
+		struct kt_clusterfx_sent r;
 
-		if (fx.sender[i] <= 0)
+		/* the sender's own bound ends it */
+		if (!kt_clusterfx_sender_wait(&fx.sender[i], &fx.sender_fd[i], i, &r))
 			continue;
-		n = read(fx.sender_fd[i], &r, sizeof(r)); /* the sender's own bound ends it */
-		close(fx.sender_fd[i]);
-		fx.sender_fd[i] = -1;
-		assert_int_equal(waitpid(fx.sender[i], &status, 0), fx.sender[i]);
-		fx.sender[i] = -1;
-		if (n != (ssize_t)sizeof(r) || !WIFEXITED(status) || WEXITSTATUS(status)) {
-			print_message("sender in n%d's cgroup failed (status 0x%x)\n", i, status);
-			fail();
-		}
-		print_message("sender n%d: ok=%llu refused=%llu errors=%llu\n", i, r.ok, r.refused,
-			      r.errors);
-		assert_int_equal(r.errors, 0);
-		fx.sent[i] = r.ok;
-		fx.refused[i] = r.refused;
-		ok += r.ok;
+		print_message("sender n%d: ok=%llu refused=%llu errors=%llu\n", i, r.ok[0],
+			      r.refused[0], r.errors[0]);
+		assert_int_equal(r.errors[0], 0);
+		fx.sent[i] = r.ok[0];
+		fx.refused[i] = r.refused[0];
+		ok += r.ok[0];
 	}
 	return ok;
 }
@@ -493,10 +393,7 @@ static void table_line(const char *label, unsigned long worst, double max)
 static void check_measurement(const char *name, unsigned long long sent_ok)
 {
 	ktest_sleep_ms(50); /* the receiver drains what is queued */
-	print_message("%s: arrived %llu, senders sent %llu, receiver drops %llu\n", name,
-		      arrivals_total(&fx.arr), sent_ok, arrivals_drops(&fx.arr));
-	assert_int_equal(arrivals_drops(&fx.arr), 0);
-	assert_int_equal(arrivals_total(&fx.arr), sent_ok);
+	kt_clusterfx_check_measurement(&fx.arr, name, sent_ok);
 }
 
 /* Every one-second window of [from_s, to_s) (arrivals time) must hold at
@@ -545,36 +442,23 @@ static void check_windows(const char *name, const char *label, double from_s, do
 static int setup(void **state)
 {
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	for (int i = 0; i < NODES; i++) {
-		fx.d[i].pid = -1;
-		fx.sender[i] = -1;
-		fx.sender_fd[i] = -1;
+	kt_clusterfx_begin(&fx, sizeof(fx), fx.d, NODES, fx.sender, fx.sender_fd);
+	for (int i = 0; i < NODES; i++)
 		fx.relay[i].ctl = -1;
-	}
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	for (int i = 0; i < NODES; i++) {
-		ktest_kill_wait(&fx.sender[i]);
-		if (fx.sender_fd[i] >= 0)
-			close(fx.sender_fd[i]);
-	}
-	for (int i = 0; i < NODES; i++)
-		if (fx.d[i].dir[0])
-			ktest_daemon_cleanup(&fx.d[i]);
+	kt_clusterfx_nodes_end(fx.d, NODES, fx.sender, fx.sender_fd);
 	for (int i = 0; i < NODES; i++)
 		relay_stop(&fx.relay[i]);
 	rp_stop(&fx.sentinel);
 	rp_stop(&fx.replica);
 	rp_stop(&fx.rp);
 	arrivals_stop(&fx.arr);
-	for (int i = 0; i < NODES; i++)
-		if (fx.cg[i][0])
-			ktest_cgroup_destroy(fx.cg[i]);
+	kt_clusterfx_cgroups_end(fx.cg, NODES);
 	return 0;
 }
 
@@ -599,9 +483,7 @@ static void test_steady_state(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_pool(3, NULL);
-	t0 = arrivals_now_s(&fx.arr);
-	for (int i = 0; i < 3; i++)
-		sender_start(i, secs);
+	t0 = senders_start(3, secs);
 	ok = senders_wait();
 	check_windows("steady", "steady state", t0, t0 + secs, -1, ok, PROMISE);
 }
@@ -617,9 +499,7 @@ static void test_kill9(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_pool(3, NULL);
-	t0 = arrivals_now_s(&fx.arr);
-	for (int i = 0; i < 3; i++)
-		sender_start(i, pre + post);
+	t0 = senders_start(3, pre + post);
 	sleep_until(t0 + pre);
 	print_message("kill -9 n2 at t=%.2fs\n", arrivals_now_s(&fx.arr));
 	assert_int_equal(ktest_daemon_signal_wait(&fx.d[2], SIGKILL), 128 + SIGKILL);
@@ -639,9 +519,7 @@ static void test_sigterm_restart(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_pool(3, NULL);
-	t0 = arrivals_now_s(&fx.arr);
-	for (int i = 0; i < 3; i++)
-		sender_start(i, pre + post);
+	t0 = senders_start(3, pre + post);
 	sleep_until(t0 + pre);
 	print_message("SIGTERM n2 at t=%.2fs\n", arrivals_now_s(&fx.arr));
 	assert_int_equal(ktest_daemon_signal_wait(&fx.d[2], SIGTERM), 0);
@@ -665,9 +543,7 @@ static void test_frozen_store_link(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_pool(3, NULL);
-	t0 = arrivals_now_s(&fx.arr);
-	for (int i = 0; i < 3; i++)
-		sender_start(i, pre + frozen);
+	t0 = senders_start(3, pre + frozen);
 	sleep_until(t0 + pre);
 	print_message("freezing n2's relay at t=%.2fs\n", arrivals_now_s(&fx.arr));
 	assert_int_equal(relay_freeze(&fx.relay[2]), 0);
@@ -692,9 +568,7 @@ static void test_join(void **state)
 	KTEST_SKIP_UNLESS_ROOT();
 	start_pool(3, NULL);
 	prepare_node(3, NULL);
-	t0 = arrivals_now_s(&fx.arr);
-	for (int i = 0; i < 3; i++)
-		sender_start(i, pre + post);
+	t0 = senders_start(3, pre + post);
 	sleep_until(t0 + pre);
 	t_join = arrivals_now_s(&fx.arr);
 	print_message("starting n3 at t=%.2fs\n", t_join);
@@ -721,9 +595,7 @@ static void test_wrong_password(void **state)
 	run_node(2);
 	ktest_sleep_ms(2 * HB_MS); /* n2 has tried the store */
 	wait_agreed(good, 2, 2, 2000);
-	t0 = arrivals_now_s(&fx.arr);
-	for (int i = 0; i < 3; i++)
-		sender_start(i, secs);
+	t0 = senders_start(3, secs);
 	ok = senders_wait();
 	check_windows("wrongpw", "a node with a wrong Redis password", t0, t0 + secs, -1, ok,
 		      PROMISE);
@@ -744,9 +616,7 @@ static void test_sigterm_restart_late(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_pool(3, NULL);
-	t0 = arrivals_now_s(&fx.arr);
-	for (int i = 0; i < 3; i++)
-		sender_start(i, pre + down + post);
+	t0 = senders_start(3, pre + down + post);
 	sleep_until(t0 + pre);
 	print_message("SIGTERM n2 at t=%.2fs\n", arrivals_now_s(&fx.arr));
 	assert_int_equal(ktest_daemon_signal_wait(&fx.d[2], SIGTERM), 0);
@@ -783,9 +653,7 @@ static void test_restart_in_redis_outage(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_pool(3, NULL);
-	t0 = arrivals_now_s(&fx.arr);
-	for (int i = 0; i < 3; i++)
-		sender_start(i, secs);
+	t0 = senders_start(3, secs);
 	sleep_until(t0 + pre);
 	t_kill = arrivals_now_s(&fx.arr);
 	print_message("kill -9 redis-server at t=%.2fs\n", t_kill);
@@ -848,9 +716,7 @@ static void test_sentinel_failover(void **state)
 	/* the sentinel must know the replica, or it has nothing to promote */
 	assert_int_equal(rp_sentinel_wait_replicas(&fx.sentinel, "ktf", 1, 10000), 0);
 
-	t0 = arrivals_now_s(&fx.arr);
-	for (int i = 0; i < 3; i++)
-		sender_start(i, pre + post);
+	t0 = senders_start(3, pre + post);
 	sleep_until(t0 + pre);
 	t_kill = arrivals_now_s(&fx.arr);
 	print_message("kill -9 the master (port %d) at t=%.2fs\n", fx.rp.port, t_kill);
@@ -915,7 +781,7 @@ static void test_rejected_reload(void **state)
 {
 	const double secs = 4;
 	struct kt_bucket kb0, kb1;
-	struct lst s0, s1;
+	struct kt_clusterfx_lst s0, s1;
 	char nocg[PATH_MAX], *out = NULL, *log;
 	double t0, t_fault, reloads0, reloads1, a0, a1, rate;
 	uint64_t n0, n1;
@@ -925,9 +791,7 @@ static void test_rejected_reload(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_pool(3, NULL);
-	t0 = arrivals_now_s(&fx.arr);
-	for (int i = 0; i < 3; i++)
-		sender_start(i, secs);
+	t0 = senders_start(3, secs);
 	sleep_until(t0 + 0.5);
 	assert_true(lstatus(1, &s0));
 	assert_true(kernel_bucket(1, &kb0));
@@ -1012,9 +876,7 @@ static void test_reload_lowers_max(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_pool(3, NULL);
-	t0 = arrivals_now_s(&fx.arr);
-	for (int i = 0; i < 3; i++)
-		sender_start(i, pre + post);
+	t0 = senders_start(3, pre + post);
 	for (int i = 0; i < 3; i++)
 		write_node_config(i, low, NULL, NULL);
 	sleep_until(t0 + pre);
@@ -1062,9 +924,7 @@ static void test_redis_sigstop(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_pool(3, NULL);
-	t0 = arrivals_now_s(&fx.arr);
-	for (int i = 0; i < 3; i++)
-		sender_start(i, pre + stopped + post);
+	t0 = senders_start(3, pre + stopped + post);
 	sleep_until(t0 + pre);
 	t_stop = arrivals_now_s(&fx.arr);
 	print_message("sigstop: redis-server stopped at t=%.2fs\n", t_stop);
@@ -1087,7 +947,7 @@ static void test_redis_sigstop(void **state)
 	}
 	print_nodes("sigstop (stopped)");
 	for (int i = 0; i < 3; i++) {
-		struct lst s;
+		struct kt_clusterfx_lst s;
 
 		/* the leases ran out: the kernel runs the fallback by itself */
 		assert_true(lstatus(i, &s));
@@ -1144,7 +1004,7 @@ static void test_share_demand(void **state)
 	{
 		double rate_at[128], when[128], final;
 		int n = 0, k;
-		struct lst st;
+		struct kt_clusterfx_lst st;
 
 		while (arrivals_now_s(&fx.arr) < t1 + settle && n < 128) {
 			rate_at[n] = lstatus(0, &st) ? st.bucket_rate : -1;
@@ -1183,7 +1043,7 @@ static void test_share_demand(void **state)
 	sender_start(1, settle + measure);
 	sleep_until(t0 + settle + measure / 2);
 	{
-		struct lst s0, s1, s2;
+		struct kt_clusterfx_lst s0, s1, s2;
 
 		assert_true(lstatus(0, &s0) && lstatus(1, &s1) && lstatus(2, &s2));
 		print_message("demand: saturated shares n0 %.2f/s, n1 %.2f/s, idle n2 %.2f/s\n",

@@ -23,7 +23,6 @@
  *   scheduling on this 2-core machine; each assertion says which.
  * - Configured rates (status bucket_rate) are exact and compared exactly. */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <setjmp.h>
@@ -36,11 +35,10 @@
 #include <time.h>
 #include <unistd.h>
 #include <netinet/in.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_clusterfx.h"
 #include "ktest.h"
 #include "pool/store.h"
 #include "redis_proc.h"
@@ -67,6 +65,8 @@ static struct fixture {
 	pid_t loads[MAX_LOADS]; /* senders in flight */
 	char redis_block[256];  /* the redisStore flow mapping every node uses */
 } fx;
+
+static const struct kt_clusterfx_pool pool = { TICK_MS, HB_MS, STALE, VALID_MS };
 
 static double ms_since(uint64_t t0)
 {
@@ -103,16 +103,10 @@ static void use_sentinel(const struct rp_proc *s, const char *master)
 static void add_limit(char *buf, size_t len, const char *name, const char *cg, int port, double max,
 		      double min, double burst, const char *rl_extra)
 {
-	size_t off = strlen(buf);
-
-	snprintf(buf + off, len - off,
-		 "  - name: %s\n"
-		 "    cgroups: [%s]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    burst: %g\n"
-		 "    rateLimit: {max: %g, min: %g%s}\n",
-		 name, cg, port, burst, max, min, rl_extra ? rl_extra : "");
+	kt_clusterfx_add_limit(buf, len,
+			       &(struct kt_clusterfx_limit){ .name = name, .cgroups = cg, .port = port,
+							     .burst = burst, .max = max, .min = min,
+							     .rl_extra = rl_extra });
 }
 
 /* A per-limit store block on the nodes' Redis with its own failure policy. */
@@ -126,33 +120,13 @@ static void store_extra(char *buf, size_t len, const char *policy)
 
 static void write_node_config(int i, const char *limits)
 {
-	char *body;
-
-	assert_true(asprintf(&body,
-			     "node: n%d\n"
-			     "tickInterval: %dms\n"
-			     "store:\n"
-			     "  redisStore: %s\n"
-			     "  heartbeat: %dms\n"
-			     "  staleAfter: %d\n"
-			     "  validFor: %dms\n"
-			     "  onStoreFailure: conservative\n"
-			     "limits:\n%s",
-			     i, TICK_MS, fx.redis_block, HB_MS, STALE, VALID_MS, limits) > 0);
 	assert_int_equal(ktest_daemon_init(&fx.d[i]), 0);
-	assert_int_equal(ktest_daemon_config(&fx.d[i], body), 0);
-	free(body);
+	kt_clusterfx_node_config(&fx.d[i], i, &pool, fx.redis_block, limits);
 }
 
 static void run_node(int i)
 {
-	int code = -1;
-
-	if (ktest_daemon_start(&fx.d[i], 5000, &code) != 0) {
-		print_message("kthrottled n%d did not start (exit %d)\n", i, code);
-		dump_node(i);
-		fail();
-	}
+	kt_clusterfx_run_node(&fx.d[i], i, dump_node);
 }
 
 static void start_node(int i, const char *limits)
@@ -177,15 +151,14 @@ static int udp_port(void)
 
 /* ---- status json ---- */
 
-struct lst {
-	char phase[24], state[16], endpoint[96];
-	double size, live, pool_rate, bucket_rate, burst, fallback_rate, admitted, share;
-	uint64_t t_ns; /* when the status was asked for */
-};
-
-/* One limit's status on node i (false if the daemon did not answer). */
-static bool lstatus(int i, const char *limit, struct lst *s)
+/* One limit's status on node i, every field of struct kt_clusterfx_lst
+ * but max, reserved and lease_left_s (false if the daemon did not answer or
+ * one is missing). */
+static bool lstatus(int i, const char *limit, struct kt_clusterfx_lst *s)
 {
+	const unsigned need = KT_LST_PHASE | KT_LST_STATE | KT_LST_ENDPOINT | KT_LST_SIZE |
+			      KT_LST_LIVE | KT_LST_POOL_RATE | KT_LST_BUCKET_RATE | KT_LST_BURST |
+			      KT_LST_FALLBACK_RATE | KT_LST_ADMITTED | KT_LST_SHARE;
 	char *js;
 	bool ok;
 
@@ -194,24 +167,14 @@ static bool lstatus(int i, const char *limit, struct lst *s)
 	js = ktest_daemon_cmd(&fx.d[i], "status json");
 	if (!js)
 		return false;
-	ok = ktest_json_limit_str(js, limit, "phase", s->phase, sizeof(s->phase)) &&
-	     ktest_json_limit_str(js, limit, "state", s->state, sizeof(s->state)) &&
-	     ktest_json_limit_str(js, limit, "endpoint", s->endpoint, sizeof(s->endpoint)) &&
-	     ktest_json_limit_num(js, limit, "size", &s->size) &&
-	     ktest_json_limit_num(js, limit, "live", &s->live) &&
-	     ktest_json_limit_num(js, limit, "pool_rate", &s->pool_rate) &&
-	     ktest_json_limit_num(js, limit, "bucket_rate", &s->bucket_rate) &&
-	     ktest_json_limit_num(js, limit, "burst", &s->burst) &&
-	     ktest_json_limit_num(js, limit, "fallback_rate", &s->fallback_rate) &&
-	     ktest_json_limit_num(js, limit, "admitted", &s->admitted) &&
-	     ktest_json_limit_num(js, limit, "share", &s->share);
+	ok = (kt_clusterfx_lst_read(js, limit, s) & need) == need;
 	if (!ok)
 		print_message("node n%d: cannot parse limit %s in status: %s\n", i, limit, js);
 	free(js);
 	return ok;
 }
 
-static void must_status(int i, const char *limit, struct lst *s)
+static void must_status(int i, const char *limit, struct kt_clusterfx_lst *s)
 {
 	if (!lstatus(i, limit, s)) {
 		dump_node(i);
@@ -244,10 +207,9 @@ static double wait_agreed(uint64_t t0, const int *nodes, int n, const char *limi
 		int good = 0;
 
 		for (int k = 0; k < n; k++) {
-			struct lst s;
+			struct kt_clusterfx_lst s;
 
-			if (lstatus(nodes[k], limit, &s) && !strcmp(s.phase, "agreed") &&
-			    !strcmp(s.state, "up") && s.size == size && s.live == size)
+			if (lstatus(nodes[k], limit, &s) && kt_clusterfx_agreed(&s, size))
 				good++;
 		}
 		if (good == n)
@@ -313,39 +275,27 @@ static void sender(const char *cg, int port, double secs, int out)
 
 static void bg_start(struct bg *b, const char *what, const char *cg, int port, double secs)
 {
-	pid_t parent = getpid();
-	int p[2], slot;
+	int slot;
 
 	for (slot = 0; slot < MAX_LOADS && fx.loads[slot] > 0; slot++)
 		;
 	assert_true(slot < MAX_LOADS);
-	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-	b->pid = fork();
-	assert_true(b->pid >= 0);
-	if (b->pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
-			_exit(126);
-		close(p[0]);
-		sender(cg, port, secs, p[1]);
-	}
-	close(p[1]);
+	b->pid = kt_clusterfx_fork(&b->fd);
+	if (b->pid == 0)
+		sender(cg, port, secs, b->fd);
 	fx.loads[slot] = b->pid;
-	b->fd = p[0];
 	b->what = what;
 }
 
 static void bg_wait(struct bg *b, struct ktest_load *r)
 {
-	ssize_t n = read(b->fd, r, sizeof(*r));
 	int status = -1;
+	bool ok = kt_clusterfx_reap(b->pid, b->fd, r, sizeof(*r), &status);
 
-	close(b->fd);
-	assert_int_equal(waitpid(b->pid, &status, 0), b->pid);
 	for (int i = 0; i < MAX_LOADS; i++)
 		if (fx.loads[i] == b->pid)
 			fx.loads[i] = 0;
-	if (n != (ssize_t)sizeof(*r) || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+	if (!ok) {
 		print_message("sender %s failed (status 0x%x)\n", b->what, status);
 		fail();
 	}
@@ -372,7 +322,7 @@ struct window {
 
 static void window_open(int i, const char *limit, struct window *w)
 {
-	struct lst s;
+	struct kt_clusterfx_lst s;
 
 	must_status(i, limit, &s);
 	w->a0 = s.admitted;
@@ -381,7 +331,7 @@ static void window_open(int i, const char *limit, struct window *w)
 
 static double window_rate(int i, const char *limit, const struct window *w)
 {
-	struct lst s;
+	struct kt_clusterfx_lst s;
 
 	must_status(i, limit, &s);
 	return (s.admitted - w->a0) / ((double)(s.t_ns - w->t0) / 1e9);
@@ -441,9 +391,7 @@ static long long evalsha_calls(const struct rp_proc *r)
 static int setup(void **state)
 {
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	for (int i = 0; i < MAX_NODES; i++)
-		fx.d[i].pid = -1;
+	kt_clusterfx_begin(&fx, sizeof(fx), fx.d, MAX_NODES, NULL, NULL);
 	return 0;
 }
 
@@ -452,21 +400,19 @@ static int teardown(void **state)
 	(void)state;
 	for (int i = 0; i < MAX_LOADS; i++)
 		ktest_kill_wait(&fx.loads[i]);
-	for (int i = 0; i < MAX_NODES; i++)
-		if (fx.d[i].dir[0])
-			ktest_daemon_cleanup(&fx.d[i]);
-	for (int i = 0; i < MAX_NODES; i++)
-		if (fx.cg[i][0])
-			ktest_cgroup_destroy(fx.cg[i]);
+	kt_clusterfx_nodes_end(fx.d, MAX_NODES, NULL, NULL);
+	kt_clusterfx_cgroups_end(fx.cg, MAX_NODES);
 	for (int i = 2; i >= 0; i--)
 		rp_stop(&fx.rp[i]);
 	return 0;
 }
 
-/* Nodes 0..n-1, each on its own cgroup, one limit "shared" on `port`. */
-static void start_pool_nodes(int n, int port, const char *prefix)
+/* Nodes 0..n-1, each on its own cgroup, one limit "shared" on a free UDP
+ * port; that port. */
+static int start_pool_nodes(int n, const char *prefix)
 {
 	static const int all[] = { 0, 1, 2, 3 };
+	int port = udp_port();
 
 	for (int i = 0; i < n; i++) {
 		char name[32], lim[1024] = "";
@@ -477,6 +423,7 @@ static void start_pool_nodes(int n, int port, const char *prefix)
 	}
 	/* bound: n sequential joins, each agreed within 2 heartbeats */
 	assert_true(wait_agreed(ktest_now_ns(), all, n, "shared", n, 5000) >= 0);
+	return port;
 }
 
 /* ---- tests ---- */
@@ -495,12 +442,11 @@ static void test_three_nodes_share_max(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_redis();
-	port = udp_port();
-	start_pool_nodes(3, port, "share");
+	port = start_pool_nodes(3, "share");
 
 	snprintf(ep, sizeof(ep), "127.0.0.1:%d", fx.rp[0].port);
 	for (int i = 0; i < 3; i++) {
-		struct lst s;
+		struct kt_clusterfx_lst s;
 
 		must_status(i, "shared", &s);
 		assert_string_equal(s.state, "up");
@@ -549,8 +495,7 @@ static void test_kill9_survivors_take_over(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_redis();
-	port = udp_port();
-	start_pool_nodes(3, port, "kill");
+	port = start_pool_nodes(3, "kill");
 
 	t_kill = ktest_now_ns();
 	assert_int_equal(ktest_daemon_signal_wait(&fx.d[2], SIGKILL), 128 + SIGKILL);
@@ -564,7 +509,7 @@ static void test_kill9_survivors_take_over(void **state)
 	/* the dead node's kernel may still admit its fallback (min / 3) for
 	 * fallbackFor: the survivors hold that back */
 	for (int i = 0; i < 2; i++) {
-		struct lst s;
+		struct kt_clusterfx_lst s;
 
 		must_status(i, "shared", &s);
 		assert_rate(i, "shared", "bucket_rate", s.bucket_rate, (MAX - MIN / 3) / 2);
@@ -626,8 +571,7 @@ static void test_graceful_stop_and_join(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_redis();
-	port = udp_port();
-	start_pool_nodes(3, port, "join");
+	port = start_pool_nodes(3, "join");
 
 	/* graceful stop */
 	t0 = ktest_now_ns();
@@ -648,7 +592,7 @@ static void test_graceful_stop_and_join(void **state)
 	assert_true((double)r[2].ok <= MAX / 3 * r[2].elapsed * 1.05 + BURST / 3 + 2);
 	/* n2 lapsed, not deregistered: held in lapsed, out of the live count */
 	for (int i = 0; i < 2; i++) {
-		struct lst s;
+		struct kt_clusterfx_lst s;
 
 		must_status(i, "shared", &s);
 		assert_rate(i, "shared", "bucket_rate", s.bucket_rate, (MAX - RES) / 2);
@@ -665,7 +609,7 @@ static void test_graceful_stop_and_join(void **state)
 	/* round 0: before the joiner exists */
 	memset(rd, 0, sizeof(rd));
 	for (int k = 0; k < 2; k++) {
-		struct lst s;
+		struct kt_clusterfx_lst s;
 
 		must_status(after[k], "shared", &s);
 		rd[0].rate_sum += s.bucket_rate;
@@ -682,7 +626,7 @@ static void test_graceful_stop_and_join(void **state)
 		ktest_sleep_ms(100);
 		rd[nr].t = ktest_now_ns();
 		for (int k = 0; k < 3; k++) {
-			struct lst s;
+			struct kt_clusterfx_lst s;
 
 			must_status(after[k], "shared", &s);
 			rd[nr].rate_sum += s.bucket_rate;
@@ -760,10 +704,24 @@ static void test_graceful_stop_and_join(void **state)
 	}
 	assert_true(wait_agreed(ktest_now_ns(), after, 3, "shared", 3, 1000) >= 0);
 	for (int k = 0; k < 3; k++) {
-		struct lst s;
+		struct kt_clusterfx_lst s;
 
 		must_status(after[k], "shared", &s);
 		assert_rate(after[k], "shared", "bucket_rate", s.bucket_rate, (MAX - RES) / 3);
+	}
+}
+
+/* Node 0 holds each of the three limits `names` at `share` with its store
+ * down and its phase still agreed. */
+static void expect_store_down(const char *const names[3], double share)
+{
+	for (int k = 0; k < 3; k++) {
+		struct kt_clusterfx_lst s;
+
+		must_status(0, names[k], &s);
+		assert_string_equal(s.state, "down");
+		assert_string_equal(s.phase, "agreed");
+		assert_rate(0, names[k], "bucket_rate", s.bucket_rate, share);
 	}
 }
 
@@ -825,21 +783,14 @@ static void test_store_failure_policies(void **state)
 		assert_admitted(names[k], r[k].ok, share, r[k].elapsed, burst / 2);
 	print_message("store frozen for %.0f ms\n", ms_since(t0));
 	assert_true(ms_since(t0) < VALID_MS - HB_MS - TICK_MS); /* else the test was too slow */
-	for (int k = 0; k < 3; k++) {
-		struct lst s;
-
-		must_status(0, names[k], &s);
-		assert_string_equal(s.state, "down");
-		assert_string_equal(s.phase, "agreed");
-		assert_rate(0, names[k], "bucket_rate", s.bucket_rate, share);
-	}
+	expect_store_down(names, share);
 
 	/* validFor after the last answer (<= one heartbeat + tick before the
 	 * stop): store-lost, not earlier; later by at most a tick and a store
 	 * call's budget (1 s) */
 	while ((t_lost[0] < 0 || t_lost[1] < 0) && ms_since(t0) < VALID_MS + 2500) {
 		for (int i = 0; i < 2; i++) {
-			struct lst s;
+			struct kt_clusterfx_lst s;
 			int lost = 0;
 
 			for (int k = 0; k < 3 && t_lost[i] < 0; k++)
@@ -860,7 +811,7 @@ static void test_store_failure_policies(void **state)
 	}
 	for (int i = 0; i < 2; i++)
 		for (int k = 0; k < 3; k++) {
-			struct lst s;
+			struct kt_clusterfx_lst s;
 
 			must_status(i, names[k], &s);
 			assert_string_equal(s.phase, "store-lost");
@@ -889,7 +840,7 @@ static void test_store_failure_policies(void **state)
 	}
 	for (int i = 0; i < 2; i++)
 		for (int k = 0; k < 3; k++) {
-			struct lst s;
+			struct kt_clusterfx_lst s;
 
 			must_status(i, names[k], &s);
 			assert_string_equal(s.state, "up");
@@ -899,14 +850,7 @@ static void test_store_failure_policies(void **state)
 	/* Redis killed: refused connections, the share holds within validFor */
 	assert_int_equal(rp_signal(&fx.rp[0], SIGKILL), 0);
 	ktest_sleep_ms(800);
-	for (int k = 0; k < 3; k++) {
-		struct lst s;
-
-		must_status(0, names[k], &s);
-		assert_string_equal(s.state, "down");
-		assert_string_equal(s.phase, "agreed");
-		assert_rate(0, names[k], "bucket_rate", s.bucket_rate, share);
-	}
+	expect_store_down(names, share);
 	/* restarted empty on the same port: the members register again */
 	t0 = ktest_now_ns();
 	assert_int_equal(rp_restart(&fx.rp[0]), 0);
@@ -927,7 +871,6 @@ static void test_sentinel_failover(void **state)
 	redisReply *rep;
 	uint64_t t0;
 	double ms = -1;
-	int port;
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
@@ -939,12 +882,11 @@ static void test_sentinel_failover(void **state)
 	assert_int_equal(rp_start_replica(&fx.rp[1], &fx.rp[0], &now), 0);
 	assert_int_equal(rp_start_sentinel(&fx.rp[2], &fx.rp[0], "ktm", 1, 2000, NULL), 0);
 	use_sentinel(&fx.rp[2], "ktm");
-	port = udp_port();
-	start_pool_nodes(2, port, "sent");
+	start_pool_nodes(2, "sent");
 
 	snprintf(want, sizeof(want), "127.0.0.1:%d", fx.rp[0].port);
 	for (int i = 0; i < 2; i++) {
-		struct lst s;
+		struct kt_clusterfx_lst s;
 
 		must_status(i, "shared", &s);
 		assert_string_equal(s.endpoint, want);
@@ -971,7 +913,7 @@ static void test_sentinel_failover(void **state)
 		int good = 0;
 
 		for (int i = 0; i < 2; i++) {
-			struct lst s;
+			struct kt_clusterfx_lst s;
 
 			if (lstatus(i, "shared", &s) && !strcmp(s.endpoint, want) &&
 			    !strcmp(s.phase, "agreed") && s.size == 2 && !strcmp(s.state, "up"))
@@ -995,7 +937,7 @@ static void test_sentinel_failover(void **state)
 	expect_members(&fx.rp[1], "shared", nodes, 2);
 	assert_true(wait_agreed(ktest_now_ns(), nodes, 2, "shared", 2, 1000) >= 0);
 	for (int i = 0; i < 2; i++) {
-		struct lst s;
+		struct kt_clusterfx_lst s;
 
 		must_status(i, "shared", &s);
 		assert_rate(i, "shared", "bucket_rate", s.bucket_rate, MAX / 2);
@@ -1013,7 +955,7 @@ static void test_resumed_ramp_up(void **state)
 	char lim[1024] = "";
 	struct bg b;
 	struct ktest_load r;
-	struct lst s;
+	struct kt_clusterfx_lst s;
 	redisReply *rep;
 	double level, saved;
 	long long pttl;
@@ -1087,8 +1029,7 @@ static void test_redis_keys(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_redis();
-	port = udp_port();
-	start_pool_nodes(2, port, "keys");
+	port = start_pool_nodes(2, "keys");
 	expect_members(&fx.rp[0], "shared", nodes, 2);
 
 	/* scores: Redis TIME in ms, fresh within a heartbeat + tick + slack */

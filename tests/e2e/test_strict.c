@@ -22,7 +22,6 @@
  *     Redis back: permits resume.
  * Skipped without root or redis-server. */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -43,6 +42,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_clusterfx.h"
 #include "ktest.h"
 #include "redis_proc.h"
 
@@ -229,24 +229,10 @@ static void worker(const char *cg, double secs, int out)
 
 static void workers_start(double secs)
 {
-	pid_t parent = getpid();
-
 	for (int w = 0; w < WORKERS; w++) {
-		int p[2];
-
-		assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-		fflush(NULL);
-		fx.worker[w] = fork();
-		assert_true(fx.worker[w] >= 0);
-		if (fx.worker[w] == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (getppid() != parent)
-				_exit(126);
-			close(p[0]);
-			worker(fx.cg[w], secs, p[1]);
-		}
-		close(p[1]);
-		fx.wfd[w] = p[0];
+		fx.worker[w] = kt_clusterfx_fork(&fx.wfd[w]);
+		if (fx.worker[w] == 0)
+			worker(fx.cg[w], secs, fx.wfd[w]);
 	}
 }
 
@@ -294,31 +280,18 @@ static int arrivals(uint64_t from, uint64_t to, uint64_t *out)
  * prints the gaps' spread against every_ms. */
 static double min_gap_ms(const uint64_t *t, int n, double every_ms, const char *tag)
 {
-	double lo = 1e9, err[MAX_ARRIVALS];
-	int ne = 0;
+	struct kt_clusterfx_gaps g;
 
-	for (int k = 1; k < n; k++) {
-		double g = (double)(t[k] - t[k - 1]) / 1e6;
-
-		if (g < lo)
-			lo = g;
-		err[ne++] = g - every_ms;
-	}
-	if (ne) {
-		double tmp;
-
-		for (int a = 1; a < ne; a++) /* insertion sort: a few dozen */
-			for (int b = a; b > 0 && err[b - 1] > err[b]; b--)
-				tmp = err[b], err[b] = err[b - 1], err[b - 1] = tmp;
-		last_p50 = err[ne / 2];
-		last_p99 = err[(ne * 99) / 100 < ne ? (ne * 99) / 100 : ne - 1];
-		last_lo = lo;
+	if (kt_clusterfx_gaps(t, n, every_ms, &g)) {
+		last_p50 = g.p50;
+		last_p99 = g.p99;
+		last_lo = g.lo;
 		last_n = n;
 		print_message("%s: %d arrivals, smallest gap %.2f ms (every %.0f), gap - every p50 %.2f ms "
 			      "p99 %.2f ms\n",
-			      tag, n, lo, every_ms, last_p50, last_p99);
+			      tag, n, g.lo, every_ms, last_p50, last_p99);
 	}
-	return lo;
+	return g.lo;
 }
 
 static char *status_json(int i)

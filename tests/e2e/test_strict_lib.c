@@ -20,7 +20,6 @@
  * Skipped without root, redis-server, or (the Python test) python3 -m venv
  * and Debian's wheels. */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <setjmp.h>
@@ -34,11 +33,11 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_clusterfx.h"
 #include "kt_daemonfx.h"
 #include "ktest.h"
 #include "kthrottle_client.h"
@@ -192,39 +191,21 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static int cmp_dbl(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* Sorts t; the smallest gap between consecutive times (ms, 1e9 if fewer
  * than 2), and prints it with p50/p99 of gap - every. */
 static double gaps(uint64_t *t, int n, const char *tag)
 {
-	static double err[MAX_TIMES];
-	double lo = 1e9;
-	int ne = 0;
+	struct kt_clusterfx_gaps g;
 
 	qsort(t, (size_t)n, sizeof(*t), cmp_u64);
-	for (int k = 1; k < n; k++) {
-		double g = (double)(t[k] - t[k - 1]) / 1e6;
-
-		if (g < lo)
-			lo = g;
-		err[ne++] = g - EVERY_MS;
-	}
-	if (ne) {
-		qsort(err, (size_t)ne, sizeof(*err), cmp_dbl);
+	if (kt_clusterfx_gaps(t, n, EVERY_MS, &g))
 		print_message("%s: %d admissions, smallest gap %.2f ms (every %d, bound %.0f), "
 			      "gap - every p50 %.2f ms p99 %.2f ms, largest gap %.2f ms\n",
-			      tag, n, lo, EVERY_MS, EVERY_MS - EXPIRE_MS - TOL_EXTRA_MS, err[ne / 2],
-			      err[(ne * 99) / 100 < ne ? (ne * 99) / 100 : ne - 1], err[ne - 1] + EVERY_MS);
-	} else {
+			      tag, n, g.lo, EVERY_MS, EVERY_MS - EXPIRE_MS - TOL_EXTRA_MS, g.p50, g.p99,
+			      g.hi);
+	else
 		print_message("%s: %d admissions\n", tag, n);
-	}
-	return lo;
+	return g.lo;
 }
 
 /* A worker process: opens LIMIT on `node`'s pin dir, waits for start, then
@@ -271,7 +252,6 @@ static void test_lib_acquire_two_nodes(void **state)
 	static uint64_t all[MAX_TIMES];
 	int got[WORKERS] = { 0 }, n = 0;
 	uint64_t start, end;
-	pid_t parent = getpid();
 	double granted = 0, used = 0, wasted = 0, backoffs = 0;
 
 	(void)state;
@@ -280,21 +260,9 @@ static void test_lib_acquire_two_nodes(void **state)
 	start = boot_ns() + 300000000ull; /* every worker has its handle open by then */
 	end = start + (uint64_t)(secs * 1e9);
 	for (int w = 0; w < WORKERS; w++) {
-		int p[2];
-
-		assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-		fflush(NULL);
-		fx.kids[w] = fork();
-		assert_true(fx.kids[w] >= 0);
-		if (fx.kids[w] == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (getppid() != parent)
-				_exit(126);
-			close(p[0]);
-			lib_worker(w / PER_NODE, start, end, p[1]);
-		}
-		close(p[1]);
-		fx.kfd[w] = p[0];
+		fx.kids[w] = kt_clusterfx_fork(&fx.kfd[w]);
+		if (fx.kids[w] == 0)
+			lib_worker(w / PER_NODE, start, end, fx.kfd[w]);
 	}
 	/* each worker writes ~5 records of 8 bytes: the pipe holds them, so
 	 * wait first (bounded: end + the 1 s timeout + slack), then read */
@@ -469,7 +437,6 @@ static void test_python_decorator_two_nodes(void **state)
 	static uint64_t all[MAX_TIMES];
 	int n = 0, in_window = 0, runs[PY_PROCS] = { 0 };
 	uint64_t start, end;
-	pid_t parent = getpid();
 
 	(void)state;
 	NEED_ENV();
@@ -504,25 +471,15 @@ static void test_python_decorator_two_nodes(void **state)
 	snprintf(secs_s, sizeof(secs_s), "%g", secs);
 	snprintf(delay_s, sizeof(delay_s), "%g", max_delay);
 	for (int i = 0; i < PY_PROCS; i++) {
-		int p[2];
-
-		assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-		fflush(NULL);
-		fx.kids[i] = fork();
-		assert_true(fx.kids[i] >= 0);
+		fx.kids[i] = kt_clusterfx_fork(&fx.kfd[i]);
 		if (fx.kids[i] == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (getppid() != parent)
-				_exit(126);
-			dup2(p[1], 1);
-			dup2(p[1], 2);
+			dup2(fx.kfd[i], 1);
+			dup2(fx.kfd[i], 2);
 			setenv(KTHROTTLE_PIN_DIR_ENV, fx.d[i % NODES].pin_dir, 1);
 			/* -I: the installed module, not one from the cwd or PYTHONPATH */
 			execl(py, py, "-I", script, LIMIT, start_s, secs_s, delay_s, (char *)NULL);
 			_exit(127);
 		}
-		close(p[1]);
-		fx.kfd[i] = p[0];
 	}
 	/* read both until EOF, bounded: the window, the last max_delay, slack */
 	uint64_t deadline = end + 20000000000ull;
