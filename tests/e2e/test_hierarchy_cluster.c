@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* A hierarchy across two nodes and one Redis: limits a (30/s) and b (30/s)
+ * under a parent `all` (40/s, share: demand); a's member cgroup is on node
+ * 0, b's on node 1, and each floods its port with a paced sender (100/s).
+ * Outside observers (tests/lib/arrivals: a receiver per child's port, 100 ms
+ * bins on kernel receive timestamps) must see, in every one-second window
+ * sliding by 100 ms:
+ *   - a + b <= 40 + the parent's burst;
+ *   - a <= 30 + a's burst, b <= 30 + b's burst;
+ * and in the steady part, a + b at >= 80% of 40 (the parent is used). Each
+ * receiver must drop nothing and see exactly what its sender was told was
+ * sent. About 12 s. */
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "arrivals.h"
+#include "kt_clusterfx.h"
+#include "kt_storefx.h"
+#include "ktest.h"
+#include "redis_proc.h"
+
+#define NODES 2
+#define P_MAX 40.0
+#define P_BURST 8.0
+#define C_MAX 30.0
+#define C_BURST 6.0
+#define PER_S 100   /* each sender's offer */
+#define SEND_S 10.0
+#define STEADY_S 3.0 /* from here on the pool has agreed on the demand */
+
+static struct fixture {
+	struct ktest_daemon d[NODES];
+	char cg[NODES][PATH_MAX];
+	pid_t sender[NODES];
+	int sender_fd[NODES];
+	struct arrivals arr[NODES]; /* node i's child's port */
+} fx;
+
+static const struct kt_clusterfx_pool pool = { 50, 200, 3, 2000 };
+
+static int setup(void **state)
+{
+	(void)state;
+	kt_clusterfx_begin(&fx, sizeof(fx), fx.d, NODES, fx.sender, fx.sender_fd);
+	for (int i = 0; i < NODES; i++)
+		fx.arr[i].fd = -1;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	kt_clusterfx_nodes_end(fx.d, NODES, fx.sender, fx.sender_fd);
+	for (int i = 0; i < NODES; i++)
+		arrivals_stop(&fx.arr[i]);
+	kt_clusterfx_cgroups_end(fx.cg, NODES);
+	return 0;
+}
+
+static void dump_node(int i)
+{
+	char tag[16];
+
+	snprintf(tag, sizeof(tag), "n%d", i);
+	ktest_daemon_dump(&fx.d[i], tag, 30);
+}
+
+/* Node i: the three limits; only its own child has a member here (the
+ * other child's and the parent's own cgroups match nothing on this node). */
+static void node_up(int i)
+{
+	char name[16], none[PATH_MAX + 16], store[256], limits[2048] = "", *slash;
+	static const char *const child[NODES] = { "a", "b" };
+
+	snprintf(name, sizeof(name), "hierclu%d", i);
+	assert_int_equal(ktest_cgroup_create(name, fx.cg[i], sizeof(fx.cg[i])), 0);
+	snprintf(none, sizeof(none), "%s", fx.cg[i]);
+	slash = strrchr(none, '/');
+	assert_non_null(slash);
+	snprintf(slash + 1, sizeof(none) - (size_t)(slash + 1 - none), "hierclu-none-*");
+	snprintf(limits, sizeof(limits),
+		 "  - {name: all, cgroups: [\"%s\"], unit: datagram, scope: pod, share: demand,\n"
+		 "     burst: %g, rateLimit: {max: %g},\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: 9, protocol: udp}}\n",
+		 none, P_BURST, P_MAX);
+	for (int c = 0; c < NODES; c++)
+		kt_clusterfx_add_limit(limits, sizeof(limits),
+				       &(struct kt_clusterfx_limit){
+					       .name = child[c],
+					       .cgroups = c == i ? fx.cg[i] : none,
+					       .port = fx.arr[c].port,
+					       .scope = "pod",
+					       .burst = C_BURST,
+					       .max = C_MAX,
+					       .min = C_MAX });
+	/* kt_clusterfx_add_limit writes no parent: add it after each name */
+	for (int c = 0; c < NODES; c++) {
+		char key[64], *at, rest[2048];
+
+		snprintf(key, sizeof(key), "name: %s\n", child[c]);
+		at = strstr(limits, key);
+		assert_non_null(at);
+		at += strlen(key);
+		snprintf(rest, sizeof(rest), "%s", at);
+		snprintf(at, sizeof(limits) - (size_t)(at - limits), "    parent: all\n%s", rest);
+	}
+	snprintf(store, sizeof(store), "{mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: kthier%d}",
+		 kfx_master.port, (int)getpid());
+	assert_int_equal(ktest_daemon_init(&fx.d[i]), 0);
+	kt_clusterfx_node_config(&fx.d[i], i, &pool, store, limits);
+	kt_clusterfx_run_node(&fx.d[i], i, dump_node);
+}
+
+/* The worst one-second window (sliding by a bin) of a + b from bin b0 on. */
+static unsigned long worst_sum(int b0, int b1, int *at)
+{
+	unsigned long worst = 0;
+
+	for (int b = b0; b + ARRIVALS_WINDOW_BINS <= b1; b++) {
+		unsigned long s = 0;
+
+		for (int k = 0; k < ARRIVALS_WINDOW_BINS; k++)
+			s += fx.arr[0].bins[b + k] + fx.arr[1].bins[b + k];
+		if (s > worst) {
+			worst = s;
+			*at = b;
+		}
+	}
+	return worst;
+}
+
+static void test_two_children_across_nodes(void **state)
+{
+	unsigned long long sent[NODES] = { 0 };
+	unsigned long worst, steady = 0;
+	double end, t_send, steady_s = SEND_S - STEADY_S - 0.5;
+	int at = -1, b_end, b_steady;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	for (int i = 0; i < NODES; i++)
+		assert_int_equal(arrivals_start(&fx.arr[i]), 0);
+	for (int i = 0; i < NODES; i++)
+		node_up(i);
+	t_send = arrivals_now_s(&fx.arr[0]);
+	for (int i = 0; i < NODES; i++)
+		fx.sender[i] = kt_clusterfx_sender_start(fx.cg[i], &fx.arr[i].port, 1, SEND_S, PER_S,
+							 &fx.sender_fd[i]);
+	for (int i = 0; i < NODES; i++) {
+		struct kt_clusterfx_sent r;
+
+		assert_true(kt_clusterfx_sender_wait(&fx.sender[i], &fx.sender_fd[i], i, &r));
+		print_message("sender n%d: ok=%llu refused=%llu errors=%llu\n", i, r.ok[0],
+			      r.refused[0], r.errors[0]);
+		assert_int_equal(r.errors[0], 0);
+		sent[i] = r.ok[0];
+	}
+	ktest_sleep_ms(200);
+	end = arrivals_now_s(&fx.arr[0]);
+	for (int i = 0; i < NODES; i++) {
+		char tag[16];
+
+		snprintf(tag, sizeof(tag), "child %c", 'a' + i);
+		kt_clusterfx_check_measurement(&fx.arr[i], tag, sent[i]);
+		arrivals_print(&fx.arr[i], tag, 0, end);
+		/* each child within its own max + burst */
+		assert_true(arrivals_worst_window(&fx.arr[i], 0, end, NULL) <= C_MAX + C_BURST);
+	}
+	b_end = (int)(end * 1000 / ARRIVALS_BIN_MS);
+	if (b_end > ARRIVALS_MAX_BINS)
+		b_end = ARRIVALS_MAX_BINS;
+	worst = worst_sum(0, b_end, &at);
+	/* the steady part: from STEADY_S after the senders started, whole bins */
+	b_steady = (int)ceil((t_send + STEADY_S) * 1000 / ARRIVALS_BIN_MS);
+	for (int b = b_steady; b < b_steady + (int)(steady_s * 1000 / ARRIVALS_BIN_MS); b++)
+		steady += fx.arr[0].bins[b] + fx.arr[1].bins[b];
+	print_message("a + b: worst window %lu at %.1f s (parent %g + %g); steady %.1f/s\n", worst,
+		      at * ARRIVALS_BIN_MS / 1000.0, P_MAX, P_BURST,
+		      (double)steady / steady_s);
+	assert_true(worst <= P_MAX + P_BURST);
+	assert_true((double)steady / steady_s >= 0.8 * P_MAX);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_two_children_across_nodes, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);
+}
