@@ -267,6 +267,20 @@ static void test_refused_call_leaves_child_tokens(void **state)
 	/* only the admitted calls took the child's tokens */
 	assert_true(after >= before - (double)r.ok - 1 && after <= before - (double)r.ok + 1);
 	assert_int_equal(drain(fx.rx[1]), r.ok);
+
+	/* a reload keeps the parent's bucket for the child's member (in no
+	 * kt_members list: found through the child's kt_up link), tokens and
+	 * all, as it keeps the child's */
+	{
+		uint64_t cgid = ktest_cgroup_id(fx.cg[1]);
+		uint32_t up = member_slot("top", cgid);
+		char *out = NULL;
+
+		assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
+		free(out);
+		assert_int_equal(member_slot("top", cgid), up);
+		assert_int_equal(member_slot("kid", cgid), slot);
+	}
 }
 
 static void test_idle_child_leaves_its_part(void **state)

@@ -221,6 +221,28 @@ static int plan_ids(struct apply *a, char *err, size_t errlen)
 	return 0;
 }
 
+/* The buckets above `slot` (KT_BUCKET_UP, kt_up) as old members of their
+ * limits for cgroup cgid: an ancestor's bucket for a descendant's member
+ * is in no kt_members list, and is kept through this link. */
+static void old_levels_up(struct apply *a, uint64_t cgid, uint32_t slot)
+{
+	for (int lv = 1; lv < KT_MAX_LEVELS && a->b->up_fd >= 0; lv++) {
+		const struct kt_bucket *bk = kt_bpf_bucket(a->b, slot);
+		uint32_t up;
+
+		if (!(__atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE) & KT_BUCKET_UP) ||
+		    bpf_map_lookup_elem(a->b->up_fd, &slot, &up) < 0 || up >= KT_MAX_BUCKETS ||
+		    a->n_old == KT_MAX_MEMBERSHIPS * KT_LIMITS_PER_CGROUP)
+			return;
+		bk = kt_bpf_bucket(a->b, up);
+		if (!(__atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE) & KT_BUCKET_IN_USE))
+			return;
+		a->old[a->n_old++] = (struct old_member){ .cgid = cgid, .limit_id = bk->limit_id,
+							  .slot = up };
+		slot = up;
+	}
+}
+
 /* Current kt_members, kt_dests and kt_ports: what the plan keeps and
  * what a rollback puts back. */
 static int read_maps(struct apply *a, char *err, size_t errlen)
@@ -242,12 +264,15 @@ static int read_maps(struct apply *a, char *err, size_t errlen)
 			/* own memberships only: an inherited entry is the
 			 * ancestor's bucket, kept through the ancestor */
 			for (uint32_t e = 0; e < kt_member_own(val) && e < KT_LIMITS_PER_CGROUP; e++)
-				if (val->ents[e].slot < KT_MAX_BUCKETS)
+				if (val->ents[e].slot < KT_MAX_BUCKETS &&
+				    a->n_old < KT_MAX_MEMBERSHIPS * KT_LIMITS_PER_CGROUP) {
 					a->old[a->n_old++] = (struct old_member){
 						.cgid = key.cgroup_id,
 						.limit_id = val->ents[e].limit_id,
 						.slot = val->ents[e].slot,
 					};
+					old_levels_up(a, key.cgroup_id, val->ents[e].slot);
+				}
 		} while (bpf_map_get_next_key(b->members_fd, &key, &next) == 0);
 	}
 	if (bpf_map_get_next_key(b->dests_fd, NULL, &dnext) == 0) {
