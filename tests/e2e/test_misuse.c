@@ -27,6 +27,7 @@
 
 #include "kthrottle.h"
 #include "ktest.h"
+#include "kt_daemonfx.h"
 
 static char cg[PATH_MAX];  /* a test cgroup for the real daemons */
 static char qcg[PATH_MAX]; /* one whose name needs escaping in JSON */
@@ -173,25 +174,20 @@ static void nr_cgroups_destroy(void)
 static int group_setup(void **state)
 {
 	(void)state;
-	if (ktest_root_unavailable())
-		return 0;
-	return ktest_cgroup_create("misuse", cg, sizeof(cg)) ? -1 : 0;
+	return kt_daemonfx_group_cg("misuse", cg, sizeof(cg));
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
-	if (cg[0])
-		ktest_cgroup_destroy(cg);
+	kt_daemonfx_group_cg_end(cg);
 	return 0;
 }
 
 static int setup(void **state)
 {
 	(void)state;
-	memset(dm, 0, sizeof(dm));
-	for (int i = 0; i < MAX_DAEMONS; i++)
-		dm[i].pid = -1;
+	kt_daemonfx_dms_begin(dm, MAX_DAEMONS);
 	for (int i = 0; i < MAX_KIDS; i++)
 		kids[i] = -1;
 	return 0;
@@ -202,9 +198,7 @@ static int teardown(void **state)
 	(void)state;
 	for (int i = 0; i < MAX_KIDS; i++)
 		ktest_kill_wait(&kids[i]);
-	for (int i = 0; i < MAX_DAEMONS; i++)
-		if (dm[i].dir[0])
-			ktest_daemon_cleanup(&dm[i]);
+	kt_daemonfx_dms_end(dm, MAX_DAEMONS);
 	nr_cgroups_destroy();
 	if (qcg[0])
 		ktest_cgroup_destroy(qcg);

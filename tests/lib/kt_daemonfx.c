@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* The daemon fixture of the e2e tests (kt_daemonfx.h). */
+#include <limits.h>
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 
 #include "kt_daemonfx.h"
 
@@ -36,4 +41,93 @@ bool kt_daemonfx_status_num(const struct ktest_daemon *d, const char *limit, con
 
 	free(out);
 	return ok;
+}
+
+int kt_daemonfx_setup_more(void *fx, size_t len, struct ktest_daemon *d, const char *name,
+			   char *cg, size_t cg_len, char *tmp, int *metrics_port)
+{
+	if (!kt_daemonfx_begin(fx, len, d))
+		return 0;
+	if (ktest_cgroup_create(name, cg, cg_len) || (tmp && ktest_tmpdir(tmp, PATH_MAX)))
+		return -1;
+	if (!metrics_port)
+		return 0;
+	*metrics_port = ktest_free_port(SOCK_STREAM);
+	return *metrics_port > 0 ? 0 : -1;
+}
+
+int kt_daemonfx_group_cg(const char *name, char *cg, size_t cg_len)
+{
+	if (ktest_root_unavailable())
+		return 0;
+	return ktest_cgroup_create(name, cg, cg_len) ? -1 : 0;
+}
+
+void kt_daemonfx_group_cg_end(const char *cg)
+{
+	if (cg[0])
+		ktest_cgroup_destroy(cg);
+}
+
+void kt_daemonfx_dms_begin(struct ktest_daemon *dm, int n)
+{
+	memset(dm, 0, sizeof(*dm) * (size_t)n);
+	for (int i = 0; i < n; i++)
+		dm[i].pid = -1;
+}
+
+void kt_daemonfx_dms_end(struct ktest_daemon *dm, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (dm[i].dir[0])
+			ktest_daemon_cleanup(&dm[i]);
+}
+
+const char *kt_daemonfx_ok_body(char *buf, size_t len, const char *cg)
+{
+	snprintf(buf, len,
+		 "limits:\n"
+		 "  - name: ok\n"
+		 "    cgroups: [%s]\n"
+		 "    match: {cidrs: [127.0.0.1/32], ports: 9, protocol: udp}\n"
+		 "    unit: datagram\n"
+		 "    burst: 20\n"
+		 "    rateLimit: {max: 200}\n",
+		 cg);
+	return buf;
+}
+
+pid_t kt_daemonfx_fork_bounded(void)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		alarm(300); /* bounded even if the test binary is killed */
+	}
+	return pid;
+}
+
+struct kt_daemonfx_bpffs kt_bpffs;
+
+int kt_daemonfx_bpffs_group_setup(void **state)
+{
+	(void)state;
+	kt_bpffs.skip_why = ktest_private_bpffs(kt_bpffs.prefix, kt_bpffs.mnt, sizeof(kt_bpffs.mnt));
+	return 0;
+}
+
+int kt_daemonfx_bpffs_group_teardown(void **state)
+{
+	(void)state;
+	ktest_private_bpffs_remove(kt_bpffs.mnt);
+	return 0;
+}
+
+int kt_daemonfx_bpffs_init(struct ktest_daemon *d)
+{
+	if (ktest_daemon_init(d))
+		return -1;
+	snprintf(d->pin_dir, sizeof(d->pin_dir), "%s/kt", kt_bpffs.mnt);
+	return 0;
 }

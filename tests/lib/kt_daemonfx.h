@@ -13,6 +13,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "ktest.h"
@@ -57,6 +61,72 @@ static inline void kt_write_limits(struct ktest_daemon *d, const char *limits)
 
 	snprintf(body, sizeof(body), "tickInterval: 100ms\nlimits:\n%s", limits);
 	assert_int_equal(ktest_daemon_config(d, body), 0);
+}
+
+/* kt_daemonfx_setup, and with tmp (char[PATH_MAX]) a temp dir
+ * (ktest_tmpdir), with metrics_port a free TCP port for the metrics
+ * endpoint: 0 (nothing made when root tests cannot run here), or -1. */
+int kt_daemonfx_setup_more(void *fx, size_t len, struct ktest_daemon *d, const char *name,
+			   char *cg, size_t cg_len, char *tmp, int *metrics_port);
+
+/* Group fixtures around a test cgroup: cgroup `name` into cg, or nothing
+ * when root tests cannot run here (0, or -1); and its removal if made. */
+int kt_daemonfx_group_cg(const char *name, char *cg, size_t cg_len);
+void kt_daemonfx_group_cg_end(const char *cg);
+/* A test's daemons dm[0..n): zeroed and not started (setup); cleaned up
+ * if prepared (teardown). */
+void kt_daemonfx_dms_begin(struct ktest_daemon *dm, int n);
+void kt_daemonfx_dms_end(struct ktest_daemon *dm, int n);
+
+/* The smallest valid config body: limit "ok" on cgroup cg, UDP to
+ * 127.0.0.1:9, burst 20, max 200 (a daemon that starts and enforces).
+ * Returns buf. */
+const char *kt_daemonfx_ok_body(char *buf, size_t len, const char *cg);
+
+/* fork() for a helper process of the test (a server, a load): the child
+ * dies with the test (PDEATHSIG) and within 300 s in any case. */
+pid_t kt_daemonfx_fork_bounded(void);
+
+/* The private bpffs of a group of tests whose daemons pin there instead of
+ * under /sys/fs/bpf (0700: clients that are not root could not open the
+ * pins). main sets prefix; kt_daemonfx_bpffs_group_setup mounts it on
+ * mnt, or says why not in skip_why (for KTEST_SKIP_IF); the teardown
+ * removes it. */
+struct kt_daemonfx_bpffs {
+	const char *prefix; /* of /tmp/<prefix>-XXXXXX */
+	char mnt[64];
+	const char *skip_why;
+};
+extern struct kt_daemonfx_bpffs kt_bpffs;
+int kt_daemonfx_bpffs_group_setup(void **state);
+int kt_daemonfx_bpffs_group_teardown(void **state);
+/* ktest_daemon_init with d's pin directory <mnt>/kt on that bpffs. */
+int kt_daemonfx_bpffs_init(struct ktest_daemon *d);
+
+/* cmocka: d's reply to `cmd` (printed) contains `needle`. */
+static inline void kt_cmd_has(const struct ktest_daemon *d, const char *cmd, const char *needle)
+{
+	char *out = ktest_daemon_cmd(d, cmd);
+
+	assert_non_null(out);
+	print_message("%s", out);
+	assert_non_null(strstr(out, needle));
+	free(out);
+}
+
+/* cmocka: the result of a forked child *kid: len bytes at r read from the
+ * pipe p (the child has the write end p[1], closed here), then the child
+ * reaped (*kid = -1), which must have exited 0. */
+static inline void kt_child_result(int p[2], pid_t *kid, void *r, size_t len)
+{
+	int status;
+
+	close(p[1]);
+	assert_int_equal(read(p[0], r, len), len);
+	close(p[0]);
+	assert_int_equal(waitpid(*kid, &status, 0), *kid);
+	*kid = -1;
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 #endif

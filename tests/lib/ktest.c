@@ -361,7 +361,8 @@ char *ktest_daemon_cmd(const struct ktest_daemon *d, const char *cmd)
 	return buf;
 }
 
-int ktest_daemon_start(struct ktest_daemon *d, int timeout_ms, int *exit_code)
+int ktest_daemon_start_flag(struct ktest_daemon *d, const char *flag, int timeout_ms,
+			    int *exit_code)
 {
 	char bin[PATH_MAX];
 	pid_t pid;
@@ -379,7 +380,7 @@ int ktest_daemon_start(struct ktest_daemon *d, int timeout_ms, int *exit_code)
 			dup2(fd, 1);
 			dup2(fd, 2);
 		}
-		execl(bin, bin, "--config", d->config, (char *)NULL);
+		execl(bin, bin, "--config", d->config, flag, (char *)NULL); /* flag NULL: none */
 		_exit(127);
 	}
 	d->pid = pid;
@@ -400,6 +401,11 @@ int ktest_daemon_start(struct ktest_daemon *d, int timeout_ms, int *exit_code)
 		ktest_sleep_ms(20);
 	}
 	return -1;
+}
+
+int ktest_daemon_start(struct ktest_daemon *d, int timeout_ms, int *exit_code)
+{
+	return ktest_daemon_start_flag(d, NULL, timeout_ms, exit_code);
 }
 
 int ktest_daemon_start_logged(struct ktest_daemon *d)

@@ -207,4 +207,9 @@ bool ktest_read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at
 
 #define KTEST_SKIP_UNLESS_ROOT() KTEST_SKIP_IF(ktest_root_unavailable())
 
+/* ktest_daemon_start with one more kthrottled argument after --config
+ * (e.g. "--detach-on-exit"; NULL: none). */
+int ktest_daemon_start_flag(struct ktest_daemon *d, const char *flag, int timeout_ms,
+			    int *exit_code);
+
 #endif
