@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "arrivals.h"
+#include "kt_daemonfx.h"
 #include "ktest.h"
 #include "kvol.h"
 #include "control/cfgwatch.h"
@@ -43,15 +44,12 @@ static struct fixture {
 
 static int setup(void **state)
 {
+	int rc = kt_daemonfx_setup_more(&fx, sizeof(fx), &fx.d, "cfgwatch", fx.cg, sizeof(fx.cg),
+					fx.tmp, NULL);
+
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
 	fx.load = -1;
-	fx.d.pid = -1;
-	if (ktest_root_unavailable())
-		return 0;
-	if (ktest_cgroup_create("cfgwatch", fx.cg, sizeof(fx.cg)) || ktest_tmpdir(fx.tmp, sizeof(fx.tmp)))
-		return -1;
-	return 0;
+	return rc;
 }
 
 static int teardown(void **state)
@@ -61,8 +59,7 @@ static int teardown(void **state)
 	ktest_daemon_cleanup(&fx.d);
 	arrivals_stop(&fx.arr);
 	ktest_kvol_remove(&fx.v);
-	if (fx.cg[0])
-		ktest_cgroup_destroy(fx.cg);
+	kt_daemonfx_group_cg_end(fx.cg);
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
 	return 0;

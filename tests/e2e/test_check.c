@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define N_CG 10 /* @0..@8 top-level test cgroups, @9 nested in @0 */
@@ -190,16 +191,14 @@ static int group_teardown(void **state)
 static int setup(void **state)
 {
 	(void)state;
-	memset(&dm, 0, sizeof(dm));
-	dm.pid = -1;
+	kt_daemonfx_dms_begin(&dm, 1);
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	if (dm.dir[0])
-		ktest_daemon_cleanup(&dm);
+	kt_daemonfx_dms_end(&dm, 1);
 	return 0;
 }
 

@@ -33,6 +33,7 @@
 #include <cmocka.h>
 
 #include "arrivals.h"
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #ifndef UDP_SEGMENT
@@ -53,8 +54,7 @@ static struct fixture {
 static int setup(void **state)
 {
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
+	kt_daemonfx_begin(&fx, sizeof(fx), &fx.d);
 	fx.kid = -1;
 	return 0;
 }
@@ -64,10 +64,7 @@ static int teardown(void **state)
 	(void)state;
 	ktest_kill_wait(&fx.kid);
 	arrivals_stop(&fx.a);
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
-	if (fx.cg[0])
-		ktest_cgroup_destroy(fx.cg);
+	kt_daemonfx_end(&fx.d, fx.cg);
 	return 0;
 }
 

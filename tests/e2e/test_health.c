@@ -37,12 +37,8 @@ static struct fixture {
 static int setup(void **state)
 {
 	(void)state;
-	if (!kt_daemonfx_begin(&fx, sizeof(fx), &fx.d))
-		return 0;
-	if (ktest_cgroup_create("health", fx.cg, sizeof(fx.cg)) || ktest_tmpdir(fx.tmp, sizeof(fx.tmp)))
-		return -1;
-	fx.metrics_port = ktest_free_port(SOCK_STREAM);
-	return fx.metrics_port > 0 ? 0 : -1;
+	return kt_daemonfx_setup_more(&fx, sizeof(fx), &fx.d, "health", fx.cg, sizeof(fx.cg), fx.tmp,
+				      &fx.metrics_port);
 }
 
 static int teardown(void **state)

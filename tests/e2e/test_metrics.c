@@ -33,6 +33,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define PROMETHEUS "/usr/bin/prometheus"
@@ -63,15 +64,12 @@ static struct fixture {
 
 static int setup(void **state)
 {
+	int rc = kt_daemonfx_setup_more(&fx, sizeof(fx), &fx.d, "metrics", fx.cg, sizeof(fx.cg),
+					fx.tmp, NULL);
+
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
 	fx.prom = -1;
-	if (ktest_root_unavailable())
-		return 0;
-	if (ktest_cgroup_create("metrics", fx.cg, sizeof(fx.cg)) || ktest_tmpdir(fx.tmp, sizeof(fx.tmp)))
-		return -1;
-	return 0;
+	return rc;
 }
 
 static int teardown(void **state)
@@ -83,10 +81,7 @@ static int teardown(void **state)
 		hold.started = false;
 	}
 	ktest_kill_wait(&fx.prom);
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
-	if (fx.cg[0])
-		ktest_cgroup_destroy(fx.cg);
+	kt_daemonfx_end(&fx.d, fx.cg);
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
 	return 0;

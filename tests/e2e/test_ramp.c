@@ -31,6 +31,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define MIN_RATE KTEST_RAMP_MIN /* 50/s */
@@ -169,8 +170,7 @@ static void load_run(double secs, double rate, struct ktest_load *r)
 static int setup(void **state)
 {
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
+	kt_daemonfx_begin(&fx, sizeof(fx), &fx.d);
 	fx.load_pid = -1;
 	return 0;
 }
@@ -179,10 +179,7 @@ static int teardown(void **state)
 {
 	(void)state;
 	load_stop();
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
-	if (fx.cg[0])
-		ktest_cgroup_destroy(fx.cg);
+	kt_daemonfx_end(&fx.d, fx.cg);
 	return 0;
 }
 

@@ -187,8 +187,7 @@ static double boundary_after(double t)
 static int setup(void **state)
 {
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
+	kt_daemonfx_begin(&fx, sizeof(fx), &fx.d);
 	fx.load_pid = -1;
 	return 0;
 }
@@ -200,11 +199,8 @@ static int teardown(void **state)
 	if (bg_fd >= 0)
 		close(bg_fd);
 	bg_fd = -1;
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
-	for (int i = 0; i < 2; i++)
-		if (fx.cg[i][0])
-			ktest_cgroup_destroy(fx.cg[i]);
+	kt_daemonfx_end(&fx.d, fx.cg[0]);
+	kt_daemonfx_group_cg_end(fx.cg[1]);
 	return 0;
 }
 

@@ -34,12 +34,8 @@ static struct {
 static int setup(void **state)
 {
 	(void)state;
-	if (!kt_daemonfx_begin(&fx, sizeof(fx), &fx.d))
-		return 0;
-	if (ktest_cgroup_create("storeerr", fx.cg, sizeof(fx.cg)))
-		return -1;
-	fx.metrics_port = ktest_free_port(SOCK_STREAM);
-	return fx.metrics_port > 0 ? 0 : -1;
+	return kt_daemonfx_setup_more(&fx, sizeof(fx), &fx.d, "storeerr", fx.cg, sizeof(fx.cg), NULL,
+				      &fx.metrics_port);
 }
 
 static int teardown(void **state)
