@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define UDP_MAX 200.0
@@ -237,12 +238,10 @@ static int group_setup(void **state)
 	/* listening before the fork: no start-up race with the first connect */
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 4096) < 0)
 		return -1;
-	server_pid = fork();
+	server_pid = kt_daemonfx_fork_bounded();
 	if (server_pid < 0)
 		return -1;
 	if (server_pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		alarm(300); /* bounded even if the test binary is killed */
 		for (;;) {
 			int c = accept(fd, NULL, NULL);
 			if (c >= 0)
