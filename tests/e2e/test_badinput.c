@@ -271,26 +271,13 @@ static void test_second_daemon_exit_1_first_unaffected(void **state)
 
 /* ---- control socket ---- */
 
-static int sock_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
 /* Sends `len` bytes and reads the reply until EOF or timeout_ms. */
 static char *sock_talk(const char *path, const char *data, size_t len, int timeout_ms)
 {
 	size_t got = 0, cap = 1 << 16;
 	char *buf = calloc(1, cap);
 	uint64_t deadline = ktest_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	int fd = sock_connect(path);
+	int fd = kt_daemonfx_connect(path);
 
 	if (fd < 0 || !buf) {
 		if (fd >= 0)
@@ -366,7 +353,7 @@ static void test_bad_socket_lines(void **state)
 	assert_answers(d, 1000);
 
 	/* a client that asks and leaves without reading the reply */
-	int fd = sock_connect(d->socket);
+	int fd = kt_daemonfx_connect(d->socket);
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, "status json\n", 12), 12);
 	close(fd);
@@ -385,8 +372,8 @@ static void test_hanging_clients(void **state)
 	KTEST_SKIP_UNLESS_ROOT();
 	assert_int_equal(ktest_daemon_up(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
 
-	idle = sock_connect(d->socket);
-	half = sock_connect(d->socket);
+	idle = kt_daemonfx_connect(d->socket);
+	half = kt_daemonfx_connect(d->socket);
 	assert_true(idle >= 0 && half >= 0);
 	assert_int_equal(write(half, "sta", 3), 3);
 	for (int i = 0; i < 5; i++)
@@ -413,7 +400,7 @@ static void test_many_hanging_clients(void **state)
 	assert_int_equal(ktest_daemon_up(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
 
 	for (n = 0; n < 40; n++) {
-		fds[n] = sock_connect(d->socket);
+		fds[n] = kt_daemonfx_connect(d->socket);
 		if (fds[n] < 0)
 			break;
 	}

@@ -42,16 +42,6 @@ static struct fixture {
 	pid_t load;
 } fx;
 
-static int setup(void **state)
-{
-	int rc = kt_daemonfx_setup_more(&fx, sizeof(fx), &fx.d, "cfgwatch", fx.cg, sizeof(fx.cg),
-					fx.tmp, NULL);
-
-	(void)state;
-	fx.load = -1;
-	return rc;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
@@ -300,8 +290,13 @@ static void test_configmap_changes_apply(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_configmap_changes_apply, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_configmap_changes_apply, kt_dfx_setup,
+						teardown),
 	};
 
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d, .kid = &fx.load,
+		.cgroup = "cfgwatch", .cg = fx.cg, .tmp = fx.tmp, .tmp_len = sizeof(fx.tmp)
+	};
 	return cmocka_run_group_tests_name("e2e_cfgwatch", tests, NULL, NULL);
 }

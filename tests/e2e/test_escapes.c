@@ -51,14 +51,6 @@ static struct fixture {
 	pid_t kid;
 } fx;
 
-static int setup(void **state)
-{
-	(void)state;
-	kt_daemonfx_begin(&fx, sizeof(fx), &fx.d);
-	fx.kid = -1;
-	return 0;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
@@ -334,12 +326,16 @@ static void test_raw_sockets(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_gso_datagram, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_gso_packet, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_connected_udp_datagram, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_dig, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_raw_sockets, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gso_datagram, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gso_packet, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_connected_udp_datagram, kt_dfx_setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_dig, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_raw_sockets, kt_dfx_setup, teardown),
 	};
 
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d, .kid = &fx.kid
+	};
 	return cmocka_run_group_tests_name("e2e_escapes", tests, NULL, NULL);
 }

@@ -34,19 +34,10 @@ static struct fixture {
 	int metrics_port;
 } fx;
 
-static int setup(void **state)
-{
-	(void)state;
-	return kt_daemonfx_setup_more(&fx, sizeof(fx), &fx.d, "health", fx.cg, sizeof(fx.cg), fx.tmp,
-				      &fx.metrics_port);
-}
-
 static int teardown(void **state)
 {
 	(void)state;
-	kt_daemonfx_end(&fx.d, fx.cg);
-	if (fx.rp.pid > 0)
-		rp_stop(&fx.rp);
+	kt_daemonfx_end_rp(&fx.d, fx.cg, &fx.rp);
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
 	return 0;
@@ -248,10 +239,16 @@ static void test_no_daemon(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_local_limit, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_store_down_stays_ready, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_kube_token_missing, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_no_daemon, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_local_limit, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_down_stays_ready, kt_dfx_setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_kube_token_missing, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_daemon, kt_dfx_setup, teardown),
+	};
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d,
+		.cgroup = "health", .cg = fx.cg, .tmp = fx.tmp, .tmp_len = sizeof(fx.tmp),
+		.metrics_port = &fx.metrics_port
 	};
 	return cmocka_run_group_tests_name("health", tests, NULL, NULL);
 }

@@ -62,16 +62,6 @@ static struct fixture {
 	pid_t prom;
 } fx;
 
-static int setup(void **state)
-{
-	int rc = kt_daemonfx_setup_more(&fx, sizeof(fx), &fx.d, "metrics", fx.cg, sizeof(fx.cg),
-					fx.tmp, NULL);
-
-	(void)state;
-	fx.prom = -1;
-	return rc;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
@@ -140,6 +130,20 @@ static bool prom_query(int web, const char *query_escaped, double *v)
 	return ok;
 }
 
+/* The daemon of both tests: metrics on 127.0.0.1:mport and connection
+ * limit "m" (max 4/s; `burst` "" or e.g. " burst: 2,") to port. */
+static void start_m(char *body, size_t len, int mport, int port, const char *burst)
+{
+	assert_true(mport > 0 && port > 0 && mport != port);
+	snprintf(body, len,
+		 "metrics: 127.0.0.1:%d\n"
+		 "limits:\n"
+		 "  - {name: m, cgroups: [%s], unit: connection,%s\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d}, rateLimit: {max: 4}}\n",
+		 mport, fx.cg, burst, port);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+}
+
 static void test_metrics(void **state)
 {
 	int mport = ktest_free_port(SOCK_STREAM), port = ktest_free_port(SOCK_STREAM), web;
@@ -149,14 +153,7 @@ static void test_metrics(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	assert_true(mport > 0 && port > 0 && mport != port);
-	snprintf(body, sizeof(body),
-		 "metrics: 127.0.0.1:%d\n"
-		 "limits:\n"
-		 "  - {name: m, cgroups: [%s], unit: connection, burst: 2,\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: %d}, rateLimit: {max: 4}}\n",
-		 mport, fx.cg, port);
-	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	start_m(body, sizeof(body), mport, port, " burst: 2,");
 	assert_int_equal(ktest_load(fx.cg, "tcp", "127.0.0.1", port, 0.5, &r), 0);
 	ktest_sleep_ms(250); /* two ticks: the controller's totals catch up */
 
@@ -368,14 +365,7 @@ static void test_metrics_hostile(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	assert_true(mport > 0 && port > 0 && mport != port);
-	snprintf(body, sizeof(body),
-		 "metrics: 127.0.0.1:%d\n"
-		 "limits:\n"
-		 "  - {name: m, cgroups: [%s], unit: connection,\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: %d}, rateLimit: {max: 4}}\n",
-		 mport, fx.cg, port);
-	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	start_m(body, sizeof(body), mport, port, "");
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
 
 	/* (d) the deadline runs from accept, whole request, not reset by bytes */
@@ -472,10 +462,14 @@ static void test_metrics_hostile(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_metrics_hostile, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_hostile, kt_dfx_setup, teardown),
 	};
 
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d, .kid = &fx.prom,
+		.cgroup = "metrics", .cg = fx.cg, .tmp = fx.tmp, .tmp_len = sizeof(fx.tmp)
+	};
 	alarm(180);
 	return cmocka_run_group_tests_name("e2e_metrics", tests, NULL, NULL);
 }

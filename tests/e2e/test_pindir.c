@@ -118,19 +118,6 @@ static void assert_start_refused(struct ktest_daemon *d, ...)
 
 /* ---- fixtures ---- */
 
-static int group_setup(void **state)
-{
-	(void)state;
-	return kt_daemonfx_group_cg("pindir", cg, sizeof(cg));
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	kt_daemonfx_group_cg_end(cg);
-	return 0;
-}
-
 static int setup(void **state)
 {
 	(void)state;
@@ -556,5 +543,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_detach_on_exit, setup, teardown),
 	};
 
-	return cmocka_run_group_tests_name("e2e_pindir", tests, group_setup, group_teardown);
+	kt_daemonfx_group("pindir", cg, sizeof(cg));
+	return cmocka_run_group_tests_name("e2e_pindir", tests, kt_daemonfx_group_setup,
+					   kt_daemonfx_group_teardown);
 }

@@ -184,14 +184,6 @@ static double boundary_after(double t)
 
 /* ---- fixtures ---- */
 
-static int setup(void **state)
-{
-	(void)state;
-	kt_daemonfx_begin(&fx, sizeof(fx), &fx.d);
-	fx.load_pid = -1;
-	return 0;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
@@ -424,12 +416,18 @@ static void test_reload_adds_and_removes_limits(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_reload_lowers_rate_without_burst, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_sighup_raises_rate_within_two_ticks, setup,
+		cmocka_unit_test_setup_teardown(test_reload_lowers_rate_without_burst, kt_dfx_setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_bad_reload_keeps_old_config, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_reload_adds_and_removes_limits, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sighup_raises_rate_within_two_ticks,
+						kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_reload_keeps_old_config, kt_dfx_setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_reload_adds_and_removes_limits, kt_dfx_setup,
+						teardown),
 	};
 
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d, .kid = &fx.load_pid
+	};
 	return cmocka_run_group_tests_name("e2e_reload", tests, NULL, NULL);
 }

@@ -31,19 +31,10 @@ static struct {
 	int metrics_port;
 } fx;
 
-static int setup(void **state)
-{
-	(void)state;
-	return kt_daemonfx_setup_more(&fx, sizeof(fx), &fx.d, "storeerr", fx.cg, sizeof(fx.cg), NULL,
-				      &fx.metrics_port);
-}
-
 static int teardown(void **state)
 {
 	(void)state;
-	kt_daemonfx_end(&fx.d, fx.cg);
-	if (fx.rp.pid > 0)
-		rp_stop(&fx.rp);
+	kt_daemonfx_end_rp(&fx.d, fx.cg, &fx.rp);
 	ktest_fakeredis_stop(&fx.fake);
 	return 0;
 }
@@ -205,9 +196,14 @@ static void test_fake_redis_kinds(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_wrongtype_and_over_max, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_fake_redis_kinds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wrongtype_and_over_max, kt_dfx_setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_fake_redis_kinds, kt_dfx_setup, teardown),
 	};
 
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d,
+		.cgroup = "storeerr", .cg = fx.cg, .metrics_port = &fx.metrics_port
+	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

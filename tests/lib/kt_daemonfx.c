@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 
 #include "kt_daemonfx.h"
 
@@ -43,17 +44,24 @@ bool kt_daemonfx_status_num(const struct ktest_daemon *d, const char *limit, con
 	return ok;
 }
 
-int kt_daemonfx_setup_more(void *fx, size_t len, struct ktest_daemon *d, const char *name,
-			   char *cg, size_t cg_len, char *tmp, int *metrics_port)
+struct kt_daemonfx_spec kt_dfx;
+
+int kt_dfx_setup(void **state)
 {
-	if (!kt_daemonfx_begin(fx, len, d))
+	bool root = kt_daemonfx_begin(kt_dfx.fx, kt_dfx.len, kt_dfx.d);
+
+	(void)state;
+	if (kt_dfx.kid)
+		*kt_dfx.kid = -1;
+	if (!root || !kt_dfx.cgroup)
 		return 0;
-	if (ktest_cgroup_create(name, cg, cg_len) || (tmp && ktest_tmpdir(tmp, PATH_MAX)))
+	if (ktest_cgroup_create(kt_dfx.cgroup, kt_dfx.cg, PATH_MAX) ||
+	    (kt_dfx.tmp && ktest_tmpdir(kt_dfx.tmp, kt_dfx.tmp_len)))
 		return -1;
-	if (!metrics_port)
+	if (!kt_dfx.metrics_port)
 		return 0;
-	*metrics_port = ktest_free_port(SOCK_STREAM);
-	return *metrics_port > 0 ? 0 : -1;
+	*kt_dfx.metrics_port = ktest_free_port(SOCK_STREAM);
+	return *kt_dfx.metrics_port > 0 ? 0 : -1;
 }
 
 int kt_daemonfx_group_cg(const char *name, char *cg, size_t cg_len)
@@ -67,6 +75,32 @@ void kt_daemonfx_group_cg_end(const char *cg)
 {
 	if (cg[0])
 		ktest_cgroup_destroy(cg);
+}
+
+static struct {
+	const char *name;
+	char *cg;
+	size_t cg_len;
+} group;
+
+void kt_daemonfx_group(const char *name, char *cg, size_t cg_len)
+{
+	group.name = name;
+	group.cg = cg;
+	group.cg_len = cg_len;
+}
+
+int kt_daemonfx_group_setup(void **state)
+{
+	(void)state;
+	return kt_daemonfx_group_cg(group.name, group.cg, group.cg_len);
+}
+
+int kt_daemonfx_group_teardown(void **state)
+{
+	(void)state;
+	kt_daemonfx_group_cg_end(group.cg);
+	return 0;
 }
 
 void kt_daemonfx_dms_begin(struct ktest_daemon *dm, int n)
@@ -97,6 +131,19 @@ const char *kt_daemonfx_ok_body(char *buf, size_t len, const char *cg)
 	return buf;
 }
 
+int kt_daemonfx_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
 pid_t kt_daemonfx_fork_bounded(void)
 {
 	pid_t pid = fork();
@@ -113,7 +160,8 @@ struct kt_daemonfx_bpffs kt_bpffs;
 int kt_daemonfx_bpffs_group_setup(void **state)
 {
 	(void)state;
-	kt_bpffs.skip_why = ktest_private_bpffs(kt_bpffs.prefix, kt_bpffs.mnt, sizeof(kt_bpffs.mnt));
+	kt_bpffs.skip_why =
+		ktest_private_bpffs(kt_bpffs.prefix, kt_bpffs.mnt, sizeof(kt_bpffs.mnt));
 	return 0;
 }
 
@@ -130,4 +178,23 @@ int kt_daemonfx_bpffs_init(struct ktest_daemon *d)
 		return -1;
 	snprintf(d->pin_dir, sizeof(d->pin_dir), "%s/kt", kt_bpffs.mnt);
 	return 0;
+}
+
+void kt_daemonfx_end_rp(struct ktest_daemon *d, const char *cg, struct rp_proc *rp)
+{
+	kt_daemonfx_end(d, cg);
+	if (rp->pid > 0)
+		rp_stop(rp);
+}
+
+void kt_cat(char *buf, size_t len, const char *fmt, ...)
+{
+	size_t used = strlen(buf);
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf + used, len - used, fmt, ap);
+	va_end(ap);
+	assert_true(n >= 0 && (size_t)n < len - used);
 }

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "ktest.h"
+#include "redis_proc.h"
 
 /* The start of a daemon test's setup: the fixture (len bytes at fx) zeroed
  * and d, inside it, marked not started (pid -1). False when root tests
@@ -63,16 +64,33 @@ static inline void kt_write_limits(struct ktest_daemon *d, const char *limits)
 	assert_int_equal(ktest_daemon_config(d, body), 0);
 }
 
-/* kt_daemonfx_setup, and with tmp (char[PATH_MAX]) a temp dir
- * (ktest_tmpdir), with metrics_port a free TCP port for the metrics
- * endpoint: 0 (nothing made when root tests cannot run here), or -1. */
-int kt_daemonfx_setup_more(void *fx, size_t len, struct ktest_daemon *d, const char *name,
-			   char *cg, size_t cg_len, char *tmp, int *metrics_port);
+/* The setup of a file whose setup is only the daemon fixture's: main fills
+ * kt_dfx, the tests name kt_dfx_setup as their cmocka setup. */
+struct kt_daemonfx_spec {
+	void *fx;               /* the file's fixture, zeroed */
+	size_t len;
+	struct ktest_daemon *d; /* in it, marked not started */
+	pid_t *kid;             /* a helper process of the test: -1, or NULL */
+	const char *cgroup;     /* NULL, or a cgroup of this name into cg */
+	char *cg;               /* char[PATH_MAX] */
+	char *tmp;              /* NULL, or a temp dir into tmp[tmp_len] */
+	size_t tmp_len;
+	int *metrics_port;      /* NULL, or a free TCP port for the metrics endpoint */
+};
+extern struct kt_daemonfx_spec kt_dfx;
+/* The steps of kt_dfx in the order above; the cgroup, temp dir and port
+ * only when root tests can run here. 0 or -1. */
+int kt_dfx_setup(void **state);
 
 /* Group fixtures around a test cgroup: cgroup `name` into cg, or nothing
  * when root tests cannot run here (0, or -1); and its removal if made. */
 int kt_daemonfx_group_cg(const char *name, char *cg, size_t cg_len);
 void kt_daemonfx_group_cg_end(const char *cg);
+/* The same as cmocka group fixtures: main names the cgroup and cg with
+ * kt_daemonfx_group, then passes kt_daemonfx_group_setup/_teardown. */
+void kt_daemonfx_group(const char *name, char *cg, size_t cg_len);
+int kt_daemonfx_group_setup(void **state);
+int kt_daemonfx_group_teardown(void **state);
 /* A test's daemons dm[0..n): zeroed and not started (setup); cleaned up
  * if prepared (teardown). */
 void kt_daemonfx_dms_begin(struct ktest_daemon *dm, int n);
@@ -82,6 +100,10 @@ void kt_daemonfx_dms_end(struct ktest_daemon *dm, int n);
  * 127.0.0.1:9, burst 20, max 200 (a daemon that starts and enforces).
  * Returns buf. */
 const char *kt_daemonfx_ok_body(char *buf, size_t len, const char *cg);
+
+/* A connected Unix stream socket to path (a daemon's control socket
+ * without the ktest_daemon_cmd framing), or -1. */
+int kt_daemonfx_connect(const char *path);
 
 /* fork() for a helper process of the test (a server, a load): the child
  * dies with the test (PDEATHSIG) and within 300 s in any case. */
@@ -128,5 +150,13 @@ static inline void kt_child_result(int p[2], pid_t *kid, void *r, size_t len)
 	*kid = -1;
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
+
+/* kt_daemonfx_end, then rp stopped if it was started (a test's own
+ * redis-server). */
+void kt_daemonfx_end_rp(struct ktest_daemon *d, const char *cg, struct rp_proc *rp);
+
+/* cmocka: printf-style text appended to the string in buf[len] (a config
+ * built piece by piece); fails the test rather than truncate. */
+void kt_cat(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

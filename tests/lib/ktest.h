@@ -212,4 +212,9 @@ bool ktest_read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at
 int ktest_daemon_start_flag(struct ktest_daemon *d, const char *flag, int timeout_ms,
 			    int *exit_code);
 
+/* ktest_ramp_config with burst `burst` (< 0: no burst line) and `more`
+ * (more rateLimit keys, each "      key: value\n"; or "") after modes. */
+int ktest_ramp_config_with(char *buf, size_t len, const char *cg, int port, const char *modes,
+			   int burst, const char *more);
+
 #endif
