@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* The daemon fixture of the e2e tests: the first and last steps of a
  * setup/teardown around a struct ktest_daemon (and the test's cgroup), and
- * reading numbers out of its status. The static inline helpers assert with
- * cmocka (this header includes it); the rest is in kt_daemonfx.c. */
+ * reading numbers out of its status; whole cmocka fixtures a file names
+ * instead of writing its own (kt_dfx_setup, the group cgroup, the private
+ * bpffs); and what several single-daemon tests do alike (the "ok" config,
+ * configs built piece by piece, the control socket, a forked child's
+ * result). The static inline helpers and kt_cat assert with cmocka (this
+ * header includes it); the rest is in kt_daemonfx.c. */
 #ifndef KT_DAEMONFX_H
 #define KT_DAEMONFX_H
 
@@ -155,8 +159,11 @@ static inline void kt_child_result(int p[2], pid_t *kid, void *r, size_t len)
  * redis-server). */
 void kt_daemonfx_end_rp(struct ktest_daemon *d, const char *cg, struct rp_proc *rp);
 
-/* cmocka: printf-style text appended to the string in buf[len] (a config
- * built piece by piece); fails the test rather than truncate. */
-void kt_cat(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* printf-style text appended to the string in buf[len] (a config built
+ * piece by piece); false if it did not fit. kt_cat (cmocka) fails the test
+ * then rather than truncate. No cmocka in the .c: the bench and tools link
+ * this file without it. */
+bool kt_cat_fits(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define kt_cat(buf, len, ...) assert_true(kt_cat_fits(buf, len, __VA_ARGS__))
 
 #endif
