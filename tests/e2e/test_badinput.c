@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "ktest.h"
+#include "kt_daemonfx.h"
 
 static char cg[PATH_MAX];        /* a real test cgroup for the valid parts */
 static char plain_dir[PATH_MAX]; /* a directory that is not on cgroup2 */
@@ -52,7 +53,7 @@ static int group_setup(void **state)
 	(void)state;
 	if (ktest_root_unavailable())
 		return 0;
-	if (ktest_cgroup_create("badinput", cg, sizeof(cg)))
+	if (kt_daemonfx_group_cg("badinput", cg, sizeof(cg)))
 		return -1;
 	snprintf(plain_dir, sizeof(plain_dir), "/tmp/kt-test-plain-%d", getpid());
 	return mkdir(plain_dir, 0755) < 0 && errno != EEXIST ? -1 : 0;
@@ -61,8 +62,7 @@ static int group_setup(void **state)
 static int group_teardown(void **state)
 {
 	(void)state;
-	if (cg[0])
-		ktest_cgroup_destroy(cg);
+	kt_daemonfx_group_cg_end(cg);
 	if (plain_dir[0])
 		rmdir(plain_dir);
 	return 0;
@@ -71,18 +71,14 @@ static int group_teardown(void **state)
 static int setup(void **state)
 {
 	(void)state;
-	memset(dm, 0, sizeof(dm));
-	for (int i = 0; i < MAX_DAEMONS; i++)
-		dm[i].pid = -1;
+	kt_daemonfx_dms_begin(dm, MAX_DAEMONS);
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	for (int i = 0; i < MAX_DAEMONS; i++)
-		if (dm[i].dir[0])
-			ktest_daemon_cleanup(&dm[i]);
+	kt_daemonfx_dms_end(dm, MAX_DAEMONS);
 	return 0;
 }
 
@@ -200,20 +196,6 @@ static void test_missing_file_and_cli_errors(void **state)
 
 /* ---- runtime errors: exit 1 ---- */
 
-static const char *valid_body(char *buf, size_t len)
-{
-	snprintf(buf, len,
-		 "limits:\n"
-		 "  - name: ok\n"
-		 "    cgroups: [%s]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: 9, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    burst: 20\n"
-		 "    rateLimit: {max: 200}\n",
-		 cg);
-	return buf;
-}
-
 static void test_no_root_exit_1(void **state)
 {
 	struct ktest_daemon *d = &dm[0];
@@ -222,7 +204,7 @@ static void test_no_root_exit_1(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	assert_int_equal(ktest_daemon_init(d), 0);
-	assert_int_equal(ktest_daemon_config(d, valid_body(body, sizeof(body))), 0);
+	assert_int_equal(ktest_daemon_config(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
 	assert_int_equal(chmod(d->dir, 0755), 0); /* readable by nobody */
 	{
 		/* the build tree may sit in a directory nobody cannot enter (a
@@ -253,7 +235,7 @@ static void test_second_daemon_exit_1_first_unaffected(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	assert_int_equal(ktest_daemon_up(d, valid_body(body, sizeof(body))), 0);
+	assert_int_equal(ktest_daemon_up(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
 
 	/* same config: same socket and pin dir */
 	assert_int_equal(kthrottled(&out, -1, "--config", d->config), 1);
@@ -289,26 +271,13 @@ static void test_second_daemon_exit_1_first_unaffected(void **state)
 
 /* ---- control socket ---- */
 
-static int sock_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		close(fd);
-		return -1;
-	}
-	return fd;
-}
-
 /* Sends `len` bytes and reads the reply until EOF or timeout_ms. */
 static char *sock_talk(const char *path, const char *data, size_t len, int timeout_ms)
 {
 	size_t got = 0, cap = 1 << 16;
 	char *buf = calloc(1, cap);
 	uint64_t deadline = ktest_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	int fd = sock_connect(path);
+	int fd = kt_daemonfx_connect(path);
 
 	if (fd < 0 || !buf) {
 		if (fd >= 0)
@@ -358,7 +327,7 @@ static void test_bad_socket_lines(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	assert_int_equal(ktest_daemon_up(d, valid_body(body, sizeof(body))), 0);
+	assert_int_equal(ktest_daemon_up(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
 
 	static const char *const bad[] = { "bogus\n", "\n", "status  json\n", "\x01\x02\xff\n",
 					   "reload now\n" };
@@ -384,7 +353,7 @@ static void test_bad_socket_lines(void **state)
 	assert_answers(d, 1000);
 
 	/* a client that asks and leaves without reading the reply */
-	int fd = sock_connect(d->socket);
+	int fd = kt_daemonfx_connect(d->socket);
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, "status json\n", 12), 12);
 	close(fd);
@@ -401,10 +370,10 @@ static void test_hanging_clients(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	assert_int_equal(ktest_daemon_up(d, valid_body(body, sizeof(body))), 0);
+	assert_int_equal(ktest_daemon_up(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
 
-	idle = sock_connect(d->socket);
-	half = sock_connect(d->socket);
+	idle = kt_daemonfx_connect(d->socket);
+	half = kt_daemonfx_connect(d->socket);
 	assert_true(idle >= 0 && half >= 0);
 	assert_int_equal(write(half, "sta", 3), 3);
 	for (int i = 0; i < 5; i++)
@@ -428,10 +397,10 @@ static void test_many_hanging_clients(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	assert_int_equal(ktest_daemon_up(d, valid_body(body, sizeof(body))), 0);
+	assert_int_equal(ktest_daemon_up(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
 
 	for (n = 0; n < 40; n++) {
-		fds[n] = sock_connect(d->socket);
+		fds[n] = kt_daemonfx_connect(d->socket);
 		if (fds[n] < 0)
 			break;
 	}

@@ -25,6 +25,7 @@
 #include <cmocka.h>
 
 #include "arrivals.h"
+#include "kt_daemonfx.h"
 #include "ktest.h"
 #include "kvol.h"
 #include "control/cfgwatch.h"
@@ -41,19 +42,6 @@ static struct fixture {
 	pid_t load;
 } fx;
 
-static int setup(void **state)
-{
-	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.load = -1;
-	fx.d.pid = -1;
-	if (ktest_root_unavailable())
-		return 0;
-	if (ktest_cgroup_create("cfgwatch", fx.cg, sizeof(fx.cg)) || ktest_tmpdir(fx.tmp, sizeof(fx.tmp)))
-		return -1;
-	return 0;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
@@ -61,8 +49,7 @@ static int teardown(void **state)
 	ktest_daemon_cleanup(&fx.d);
 	arrivals_stop(&fx.arr);
 	ktest_kvol_remove(&fx.v);
-	if (fx.cg[0])
-		ktest_cgroup_destroy(fx.cg);
+	kt_daemonfx_group_cg_end(fx.cg);
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
 	return 0;
@@ -303,8 +290,13 @@ static void test_configmap_changes_apply(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_configmap_changes_apply, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_configmap_changes_apply, kt_dfx_setup,
+						teardown),
 	};
 
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d, .kid = &fx.load,
+		.cgroup = "cfgwatch", .cg = fx.cg, .tmp = fx.tmp, .tmp_len = sizeof(fx.tmp)
+	};
 	return cmocka_run_group_tests_name("e2e_cfgwatch", tests, NULL, NULL);
 }

@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define N_CG 10 /* @0..@8 top-level test cgroups, @9 nested in @0 */
@@ -57,20 +58,6 @@ static char *subst(const char *body)
 	}
 	out[len] = 0;
 	return out;
-}
-
-/* Appends to a fixed buffer; fails the test rather than truncate. */
-static void cat(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void cat(char *buf, size_t len, const char *fmt, ...)
-{
-	size_t used = strlen(buf);
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(buf + used, len - used, fmt, ap);
-	va_end(ap);
-	assert_true(n >= 0 && (size_t)n < len - used);
 }
 
 /* The first "error:" line of out (without its newline), or "". */
@@ -142,11 +129,11 @@ static int parity(const char *what, const char *body)
 static void limits_body(char *buf, size_t len, int n, const char *cgs, const char *match)
 {
 	buf[0] = 0;
-	cat(buf, len, "limits:\n");
+	kt_cat(buf, len, "limits:\n");
 	for (int i = 0; i < n; i++)
-		cat(buf, len,
-		    "  - {name: l%d, cgroups: [@%c], unit: packet, match: {ports: %d%s%s}, rateLimit: {max: 10}}\n",
-		    i + 1, cgs ? cgs[i] : '0', 1001 + i, match[0] ? ", " : "", match);
+		kt_cat(buf, len,
+		       "  - {name: l%d, cgroups: [@%c], unit: packet, match: {ports: %d%s%s}, rateLimit: {max: 10}}\n",
+		       i + 1, cgs ? cgs[i] : '0', 1001 + i, match[0] ? ", " : "", match);
 }
 
 /* ---- fixtures ---- */
@@ -190,16 +177,14 @@ static int group_teardown(void **state)
 static int setup(void **state)
 {
 	(void)state;
-	memset(&dm, 0, sizeof(dm));
-	dm.pid = -1;
+	kt_daemonfx_dms_begin(&dm, 1);
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
-	if (dm.dir[0])
-		ktest_daemon_cleanup(&dm);
+	kt_daemonfx_dms_end(&dm, 1);
 	return 0;
 }
 
@@ -493,8 +478,8 @@ static void test_edge_configs_check_and_start(void **state)
 	limits_body(body, sizeof(body), 9, nine_cgroups, "");
 	assert_int_equal(parity("9 limits on the default cidrs", body), 0);
 	limits_body(body, sizeof(body), 8, nine_cgroups, "cidrs: [10.0.0.0/8]");
-	cat(body, sizeof(body),
-	    "  - {name: narrow, cgroups: [@8], unit: packet, match: {cidrs: [10.1.0.0/16]}, rateLimit: {max: 10}}\n");
+	kt_cat(body, sizeof(body),
+	       "  - {name: narrow, cgroups: [@8], unit: packet, match: {cidrs: [10.1.0.0/16]}, rateLimit: {max: 10}}\n");
 	assert_int_equal(parity("9 limits on one prefix, the ninth narrower", body), 0);
 	assert_int_equal(parity("nested member cgroups",
 				"limits:\n"
@@ -527,8 +512,8 @@ static void test_bad_configs_check_and_start(void **state)
 	limits_body(body, sizeof(body), 9, NULL, "");
 	assert_int_equal(parity("9 limits on one cgroup", body), 2);
 	limits_body(body, sizeof(body), 8, NULL, "");
-	cat(body, sizeof(body),
-	    "  - {name: inner, cgroups: [@9], unit: packet, match: {ports: 2001}, rateLimit: {max: 10}}\n");
+	kt_cat(body, sizeof(body),
+	       "  - {name: inner, cgroups: [@9], unit: packet, match: {ports: 2001}, rateLimit: {max: 10}}\n");
 	assert_int_equal(parity("8 limits on a cgroup and 1 on a cgroup nested in it", body), 2);
 	assert_int_equal(parity("an unknown key",
 				"limits:\n"

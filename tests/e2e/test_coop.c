@@ -50,26 +50,9 @@
 
 static struct fixture {
 	struct ktest_daemon d;
-	char mnt[64];      /* our bpffs */
 	bool started;
 	pid_t kids[NPROC];
 } fx;
-
-static const char *skip_why;
-
-static int group_setup(void **state)
-{
-	(void)state;
-	skip_why = ktest_private_bpffs("kt-cooptest", fx.mnt, sizeof(fx.mnt));
-	return 0;
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	ktest_private_bpffs_remove(fx.mnt);
-	return 0;
-}
 
 static int teardown(void **state)
 {
@@ -83,7 +66,7 @@ static int teardown(void **state)
 	return 0;
 }
 
-#define NEED_ENV() KTEST_SKIP_IF(skip_why)
+#define NEED_ENV() KTEST_SKIP_IF(kt_bpffs.skip_why)
 
 static double now_s(void)
 {
@@ -103,9 +86,8 @@ static const char *limit_yaml(char *buf, size_t len, const char *name, double ma
 
 static void start_daemon(const char *limits)
 {
-	assert_int_equal(ktest_daemon_init(&fx.d), 0);
 	/* on our own bpffs, not under /sys/fs/bpf (0700) */
-	snprintf(fx.d.pin_dir, sizeof(fx.d.pin_dir), "%s/kt", fx.mnt);
+	assert_int_equal(kt_daemonfx_bpffs_init(&fx.d), 0);
 	kt_write_limits(&fx.d, limits);
 	fx.started = true;
 	assert_int_equal(ktest_daemon_start_logged(&fx.d), 0);
@@ -250,11 +232,7 @@ static void test_coop_rate_reload_restart_remove(void **state)
 	assert_true(ktest_json_limit_str(out, "api", "unit", unit, sizeof(unit)));
 	assert_string_equal(unit, "request");
 	free(out);
-	out = ktest_daemon_cmd(&fx.d, "status");
-	assert_non_null(out);
-	print_message("%s", out);
-	assert_non_null(strstr(out, "request"));
-	free(out);
+	kt_cmd_has(&fx.d, "status", "request");
 
 	/* 4 processes at 100/s, burst 10 */
 	total = ask_all("api", 2.0, &span);
@@ -458,5 +436,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_coop_subscribe, teardown),
 	};
 
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	kt_bpffs.prefix = "kt-cooptest";
+	return cmocka_run_group_tests(tests, kt_daemonfx_bpffs_group_setup,
+				      kt_daemonfx_bpffs_group_teardown);
 }

@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define UDP_MAX 200.0
@@ -218,6 +219,25 @@ static void probe_calls(const char *cg, bool tcp, int port, int n, struct probe 
 		      out->avg_refused_us, out->max_refused_us);
 }
 
+/* ---- configs ---- */
+
+/* A config whose first limit is `name`: UDP datagrams from cg to
+ * 127.0.0.1:port at UDP_MAX/s, burst UDP_BURST (what assert_admitted
+ * checks); more limits can be appended with kt_cat. */
+static void udp_body(char *buf, size_t len, const char *name, const char *cg, int port)
+{
+	buf[0] = 0;
+	kt_cat(buf, len,
+	       "limits:\n"
+	       "  - name: %s\n"
+	       "    cgroups: [%s]\n"
+	       "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+	       "    unit: datagram\n"
+	       "    burst: %.0f\n"
+	       "    rateLimit: {max: %.0f}\n",
+	       name, cg, port, UDP_BURST, UDP_MAX);
+}
+
 /* ---- fixtures ---- */
 
 static int group_setup(void **state)
@@ -237,12 +257,10 @@ static int group_setup(void **state)
 	/* listening before the fork: no start-up race with the first connect */
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 4096) < 0)
 		return -1;
-	server_pid = fork();
+	server_pid = kt_daemonfx_fork_bounded();
 	if (server_pid < 0)
 		return -1;
 	if (server_pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		alarm(300); /* bounded even if the test binary is killed */
 		for (;;) {
 			int c = accept(fd, NULL, NULL);
 			if (c >= 0)
@@ -300,21 +318,15 @@ static void test_enforce_inside_not_outside(void **state)
 	KTEST_SKIP_UNLESS_ROOT();
 	const char *cg = new_cgroup(0, "enforce");
 	udp_port = ktest_free_port(SOCK_DGRAM);
-	snprintf(body, sizeof(body),
-		 "limits:\n"
-		 "  - name: e2e-udp\n"
-		 "    cgroups: [%s]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    burst: %.0f\n"
-		 "    rateLimit: {max: %.0f}\n"
-		 "  - name: e2e-tcp\n"
-		 "    cgroups: [%s]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: tcp}\n"
-		 "    unit: connection\n"
-		 "    burst: %.0f\n"
-		 "    rateLimit: {max: %.0f}\n",
-		 cg, udp_port, UDP_BURST, UDP_MAX, cg, tcp_port, TCP_BURST, TCP_MAX);
+	udp_body(body, sizeof(body), "e2e-udp", cg, udp_port);
+	kt_cat(body, sizeof(body),
+	       "  - name: e2e-tcp\n"
+	       "    cgroups: [%s]\n"
+	       "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: tcp}\n"
+	       "    unit: connection\n"
+	       "    burst: %.0f\n"
+	       "    rateLimit: {max: %.0f}\n",
+	       cg, tcp_port, TCP_BURST, TCP_MAX);
 	struct ktest_daemon *d = new_daemon(0, body);
 	start_daemon(d);
 
@@ -477,21 +489,15 @@ static void test_kill9_enforces_and_restart_adopts(void **state)
 		slow_port = port + 1 <= 65535 ? port + 1 : port - 1;
 	/* e2e-slow: one token per 10 s, so within this test its bucket only
 	 * refills if something resets it */
-	snprintf(body, sizeof(body),
-		 "limits:\n"
-		 "  - name: e2e-adopt\n"
-		 "    cgroups: [%s]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    burst: %.0f\n"
-		 "    rateLimit: {max: %.0f}\n"
-		 "  - name: e2e-slow\n"
-		 "    cgroups: [%s]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    burst: 3\n"
-		 "    rateLimit: {max: 0.1}\n",
-		 cg, port, UDP_BURST, UDP_MAX, cg, slow_port);
+	udp_body(body, sizeof(body), "e2e-adopt", cg, port);
+	kt_cat(body, sizeof(body),
+	       "  - name: e2e-slow\n"
+	       "    cgroups: [%s]\n"
+	       "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+	       "    unit: datagram\n"
+	       "    burst: 3\n"
+	       "    rateLimit: {max: 0.1}\n",
+	       cg, slow_port);
 	struct ktest_daemon *d = new_daemon(0, body);
 	start_daemon(d);
 
@@ -574,15 +580,7 @@ static void test_sigterm_keeps_enforcing_cleanup_removes(void **state)
 	KTEST_SKIP_UNLESS_ROOT();
 	const char *cg = new_cgroup(0, "term");
 	port = ktest_free_port(SOCK_DGRAM);
-	snprintf(body, sizeof(body),
-		 "limits:\n"
-		 "  - name: e2e-term\n"
-		 "    cgroups: [%s]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    burst: %.0f\n"
-		 "    rateLimit: {max: %.0f}\n",
-		 cg, port, UDP_BURST, UDP_MAX);
+	udp_body(body, sizeof(body), "e2e-term", cg, port);
 	struct ktest_daemon *d = new_daemon(0, body);
 	start_daemon(d);
 

@@ -33,6 +33,7 @@
 #include <cmocka.h>
 
 #include "arrivals.h"
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #ifndef UDP_SEGMENT
@@ -50,24 +51,12 @@ static struct fixture {
 	pid_t kid;
 } fx;
 
-static int setup(void **state)
-{
-	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
-	fx.kid = -1;
-	return 0;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
 	ktest_kill_wait(&fx.kid);
 	arrivals_stop(&fx.a);
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
-	if (fx.cg[0])
-		ktest_cgroup_destroy(fx.cg);
+	kt_daemonfx_end(&fx.d, fx.cg);
 	return 0;
 }
 
@@ -337,12 +326,16 @@ static void test_raw_sockets(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_gso_datagram, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_gso_packet, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_connected_udp_datagram, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_dig, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_raw_sockets, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gso_datagram, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_gso_packet, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_connected_udp_datagram, kt_dfx_setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_dig, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_raw_sockets, kt_dfx_setup, teardown),
 	};
 
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d, .kid = &fx.kid
+	};
 	return cmocka_run_group_tests_name("e2e_escapes", tests, NULL, NULL);
 }

@@ -34,23 +34,10 @@ static struct fixture {
 	int metrics_port;
 } fx;
 
-static int setup(void **state)
-{
-	(void)state;
-	if (!kt_daemonfx_begin(&fx, sizeof(fx), &fx.d))
-		return 0;
-	if (ktest_cgroup_create("health", fx.cg, sizeof(fx.cg)) || ktest_tmpdir(fx.tmp, sizeof(fx.tmp)))
-		return -1;
-	fx.metrics_port = ktest_free_port(SOCK_STREAM);
-	return fx.metrics_port > 0 ? 0 : -1;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
-	kt_daemonfx_end(&fx.d, fx.cg);
-	if (fx.rp.pid > 0)
-		rp_stop(&fx.rp);
+	kt_daemonfx_end_rp(&fx.d, fx.cg, &fx.rp);
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
 	return 0;
@@ -252,10 +239,16 @@ static void test_no_daemon(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_local_limit, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_store_down_stays_ready, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_kube_token_missing, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_no_daemon, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_local_limit, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_store_down_stays_ready, kt_dfx_setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_kube_token_missing, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_daemon, kt_dfx_setup, teardown),
+	};
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d,
+		.cgroup = "health", .cg = fx.cg, .tmp = fx.tmp, .tmp_len = sizeof(fx.tmp),
+		.metrics_port = &fx.metrics_port
 	};
 	return cmocka_run_group_tests_name("health", tests, NULL, NULL);
 }

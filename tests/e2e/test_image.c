@@ -36,6 +36,7 @@
 
 #include "arrivals.h"
 #include "base/cgroup.h"
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define LIMIT "img"
@@ -243,11 +244,11 @@ static void umount_under(const char *dir)
 
 static int setup(void **state)
 {
+	bool root = kt_daemonfx_begin(&fx, sizeof(fx), &fx.d);
+
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
 	fx.kid = -1;
-	if (ktest_root_unavailable() || !ktest_find_prog("podman"))
+	if (!root || !ktest_find_prog("podman"))
 		return 0;
 	snprintf(fx.podman, sizeof(fx.podman), "%s", ktest_find_prog("podman"));
 	snprintf(fx.tag, sizeof(fx.tag), "localhost/kthrottle-test:%d", getpid());
@@ -429,7 +430,7 @@ static struct sent send_from_cgroup(double secs)
 	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons((uint16_t)fx.a.port),
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct sent r = { 0 };
-	int p[2], status;
+	int p[2];
 
 	assert_int_equal(pipe(p), 0);
 	fx.kid = fork();
@@ -458,12 +459,7 @@ static struct sent send_from_cgroup(double secs)
 		}
 		_exit(write(p[1], &r, sizeof(r)) == sizeof(r) ? 0 : 4);
 	}
-	close(p[1]);
-	assert_int_equal(read(p[0], &r, sizeof(r)), sizeof(r));
-	close(p[0]);
-	assert_int_equal(waitpid(fx.kid, &status, 0), fx.kid);
-	fx.kid = -1;
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	kt_child_result(p, &fx.kid, &r, sizeof(r));
 	return r;
 }
 

@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "arrivals.h"
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define RATE 20.0
@@ -46,14 +47,12 @@ static struct fixture {
 
 static int setup(void **state)
 {
+	int rc = kt_daemonfx_setup(&fx, sizeof(fx), &fx.d, "members", fx.base, sizeof(fx.base));
+
 	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
 	fx.kid = -1;
-	if (ktest_root_unavailable())
-		return 0;
-	if (ktest_cgroup_create("members", fx.base, sizeof(fx.base)))
-		return -1;
+	if (rc || !fx.base[0]) /* failed, or root tests cannot run here */
+		return rc;
 	snprintf(fx.sub[0], sizeof(fx.sub[0]), "%s/w-1", fx.base);
 	snprintf(fx.sub[1], sizeof(fx.sub[1]), "%s/w-2", fx.base);
 	snprintf(fx.sub[2], sizeof(fx.sub[2]), "%s/later", fx.base);
@@ -64,13 +63,10 @@ static int teardown(void **state)
 {
 	(void)state;
 	ktest_kill_wait(&fx.kid);
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
+	kt_daemonfx_end(&fx.d, NULL);
 	for (int i = 0; i < 3; i++)
-		if (fx.sub[i][0])
-			ktest_cgroup_destroy(fx.sub[i]);
-	if (fx.base[0])
-		ktest_cgroup_destroy(fx.base);
+		kt_daemonfx_group_cg_end(fx.sub[i]);
+	kt_daemonfx_group_cg_end(fx.base);
 	arrivals_stop(&fx.a);
 	return 0;
 }
@@ -105,7 +101,7 @@ static struct run join_and_send(const char *cg, double secs, unsigned long long 
 				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct run r = { .first_refusal_s = -1 };
 	unsigned long long before;
-	int p[2], status;
+	int p[2];
 	uint64_t t0;
 
 	assert_int_equal(pipe(p), 0);
@@ -137,12 +133,7 @@ static struct run join_and_send(const char *cg, double secs, unsigned long long 
 			_exit(4);
 		_exit(0);
 	}
-	close(p[1]);
-	assert_int_equal(read(p[0], &r, sizeof(r)), sizeof(r));
-	close(p[0]);
-	assert_int_equal(waitpid(fx.kid, &status, 0), fx.kid);
-	fx.kid = -1;
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	kt_child_result(p, &fx.kid, &r, sizeof(r));
 	ktest_sleep_ms(100); /* the last datagrams land */
 	*arrived = arrivals_total(&fx.a) - before;
 	return r;

@@ -33,6 +33,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define PROMETHEUS "/usr/bin/prometheus"
@@ -61,19 +62,6 @@ static struct fixture {
 	pid_t prom;
 } fx;
 
-static int setup(void **state)
-{
-	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
-	fx.prom = -1;
-	if (ktest_root_unavailable())
-		return 0;
-	if (ktest_cgroup_create("metrics", fx.cg, sizeof(fx.cg)) || ktest_tmpdir(fx.tmp, sizeof(fx.tmp)))
-		return -1;
-	return 0;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
@@ -83,10 +71,7 @@ static int teardown(void **state)
 		hold.started = false;
 	}
 	ktest_kill_wait(&fx.prom);
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
-	if (fx.cg[0])
-		ktest_cgroup_destroy(fx.cg);
+	kt_daemonfx_end(&fx.d, fx.cg);
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
 	return 0;
@@ -145,6 +130,20 @@ static bool prom_query(int web, const char *query_escaped, double *v)
 	return ok;
 }
 
+/* The daemon of both tests: metrics on 127.0.0.1:mport and connection
+ * limit "m" (max 4/s; `burst` "" or e.g. " burst: 2,") to port. */
+static void start_m(char *body, size_t len, int mport, int port, const char *burst)
+{
+	assert_true(mport > 0 && port > 0 && mport != port);
+	snprintf(body, len,
+		 "metrics: 127.0.0.1:%d\n"
+		 "limits:\n"
+		 "  - {name: m, cgroups: [%s], unit: connection,%s\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d}, rateLimit: {max: 4}}\n",
+		 mport, fx.cg, burst, port);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+}
+
 static void test_metrics(void **state)
 {
 	int mport = ktest_free_port(SOCK_STREAM), port = ktest_free_port(SOCK_STREAM), web;
@@ -154,14 +153,7 @@ static void test_metrics(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	assert_true(mport > 0 && port > 0 && mport != port);
-	snprintf(body, sizeof(body),
-		 "metrics: 127.0.0.1:%d\n"
-		 "limits:\n"
-		 "  - {name: m, cgroups: [%s], unit: connection, burst: 2,\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: %d}, rateLimit: {max: 4}}\n",
-		 mport, fx.cg, port);
-	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	start_m(body, sizeof(body), mport, port, " burst: 2,");
 	assert_int_equal(ktest_load(fx.cg, "tcp", "127.0.0.1", port, 0.5, &r), 0);
 	ktest_sleep_ms(250); /* two ticks: the controller's totals catch up */
 
@@ -373,14 +365,7 @@ static void test_metrics_hostile(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	assert_true(mport > 0 && port > 0 && mport != port);
-	snprintf(body, sizeof(body),
-		 "metrics: 127.0.0.1:%d\n"
-		 "limits:\n"
-		 "  - {name: m, cgroups: [%s], unit: connection,\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: %d}, rateLimit: {max: 4}}\n",
-		 mport, fx.cg, port);
-	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	start_m(body, sizeof(body), mport, port, "");
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
 
 	/* (d) the deadline runs from accept, whole request, not reset by bytes */
@@ -477,10 +462,14 @@ static void test_metrics_hostile(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_metrics_hostile, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_metrics_hostile, kt_dfx_setup, teardown),
 	};
 
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d, .kid = &fx.prom,
+		.cgroup = "metrics", .cg = fx.cg, .tmp = fx.tmp, .tmp_len = sizeof(fx.tmp)
+	};
 	alarm(180);
 	return cmocka_run_group_tests_name("e2e_metrics", tests, NULL, NULL);
 }

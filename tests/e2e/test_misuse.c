@@ -27,6 +27,7 @@
 
 #include "kthrottle.h"
 #include "ktest.h"
+#include "kt_daemonfx.h"
 
 static char cg[PATH_MAX];  /* a test cgroup for the real daemons */
 static char qcg[PATH_MAX]; /* one whose name needs escaping in JSON */
@@ -68,19 +69,6 @@ static int listen_at(const char *path)
 	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 64) < 0) {
 		if (fd >= 0)
 			close(fd);
-		return -1;
-	}
-	return fd;
-}
-
-static int sock_connect(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		close(fd);
 		return -1;
 	}
 	return fd;
@@ -170,28 +158,10 @@ static void nr_cgroups_destroy(void)
 }
 
 
-static int group_setup(void **state)
-{
-	(void)state;
-	if (ktest_root_unavailable())
-		return 0;
-	return ktest_cgroup_create("misuse", cg, sizeof(cg)) ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	if (cg[0])
-		ktest_cgroup_destroy(cg);
-	return 0;
-}
-
 static int setup(void **state)
 {
 	(void)state;
-	memset(dm, 0, sizeof(dm));
-	for (int i = 0; i < MAX_DAEMONS; i++)
-		dm[i].pid = -1;
+	kt_daemonfx_dms_begin(dm, MAX_DAEMONS);
 	for (int i = 0; i < MAX_KIDS; i++)
 		kids[i] = -1;
 	return 0;
@@ -202,9 +172,7 @@ static int teardown(void **state)
 	(void)state;
 	for (int i = 0; i < MAX_KIDS; i++)
 		ktest_kill_wait(&kids[i]);
-	for (int i = 0; i < MAX_DAEMONS; i++)
-		if (dm[i].dir[0])
-			ktest_daemon_cleanup(&dm[i]);
+	kt_daemonfx_dms_end(dm, MAX_DAEMONS);
 	nr_cgroups_destroy();
 	if (qcg[0])
 		ktest_cgroup_destroy(qcg);
@@ -305,7 +273,7 @@ static void test_live_socket_refused(void **state)
 	/* the same file, still listening */
 	assert_int_equal(lstat(d->socket, &after), 0);
 	assert_true(before.st_ino == after.st_ino);
-	fd = sock_connect(d->socket);
+	fd = kt_daemonfx_connect(d->socket);
 	assert_true(fd >= 0);
 	close(fd);
 	close(lfd);
@@ -526,7 +494,7 @@ static long sysctl_long(const char *path)
 static double ping_ms(const char *sock, int ms)
 {
 	uint64_t t0 = ktest_now_ns();
-	int fd = sock_connect(sock);
+	int fd = kt_daemonfx_connect(sock);
 	char buf[64] = "";
 	size_t got = 0;
 
@@ -596,7 +564,7 @@ static void test_nonreader_does_not_stall(void **state)
 
 	/* clients that ask for status and never read it */
 	for (int i = 0; i < NONREADERS; i++) {
-		fds[i] = sock_connect(d->socket);
+		fds[i] = kt_daemonfx_connect(d->socket);
 		assert_true(fds[i] >= 0);
 		assert_int_equal(write(fds[i], "status json\n", 12), 12);
 	}
@@ -718,5 +686,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_json_escaping, setup, teardown),
 	};
 
-	return cmocka_run_group_tests_name("e2e_misuse", tests, group_setup, group_teardown);
+	kt_daemonfx_group("misuse", cg, sizeof(cg));
+	return cmocka_run_group_tests_name("e2e_misuse", tests, kt_daemonfx_group_setup,
+					   kt_daemonfx_group_teardown);
 }

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "ktest.h"
+#include "kt_daemonfx.h"
 
 #define NOBODY 65534
 
@@ -50,20 +51,6 @@ static void bpffs_path(char *out, size_t len)
 	static int seq;
 
 	snprintf(out, len, "/sys/fs/bpf/kt-test-%d-x%d", getpid(), seq++);
-}
-
-static const char *valid_body(char *buf, size_t len)
-{
-	snprintf(buf, len,
-		 "limits:\n"
-		 "  - name: ok\n"
-		 "    cgroups: [%s]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: 9, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    burst: 20\n"
-		 "    rateLimit: {max: 200}\n",
-		 cg);
-	return buf;
 }
 
 static bool cg_has_kthrottle_prog(void)
@@ -131,28 +118,10 @@ static void assert_start_refused(struct ktest_daemon *d, ...)
 
 /* ---- fixtures ---- */
 
-static int group_setup(void **state)
-{
-	(void)state;
-	if (ktest_root_unavailable())
-		return 0;
-	return ktest_cgroup_create("pindir", cg, sizeof(cg)) ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	if (cg[0])
-		ktest_cgroup_destroy(cg);
-	return 0;
-}
-
 static int setup(void **state)
 {
 	(void)state;
-	memset(dm, 0, sizeof(dm));
-	for (int i = 0; i < MAX_DAEMONS; i++)
-		dm[i].pid = -1;
+	kt_daemonfx_dms_begin(dm, MAX_DAEMONS);
 	nmade = 0;
 	return 0;
 }
@@ -160,9 +129,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	for (int i = 0; i < MAX_DAEMONS; i++)
-		if (dm[i].dir[0])
-			ktest_daemon_cleanup(&dm[i]);
+	kt_daemonfx_dms_end(dm, MAX_DAEMONS);
 	while (nmade-- > 0) {
 		if (made_tmp[nmade])
 			ktest_rmtree(made[nmade]);
@@ -188,7 +155,7 @@ static void test_pindir_not_on_bpffs(void **state)
 	/* an existing directory off bpffs */
 	assert_int_equal(ktest_daemon_init(d), 0);
 	snprintf(d->pin_dir, sizeof(d->pin_dir), "%s", tmp);
-	assert_int_equal(ktest_daemon_config(d, valid_body(body, sizeof(body))), 0);
+	assert_int_equal(ktest_daemon_config(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
 	assert_start_refused(d, tmp, "not on a bpf filesystem", NULL);
 	assert_int_equal(count_entries(tmp), 0);
 
@@ -222,7 +189,7 @@ static void test_untrusted_pindir_refused(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	valid_body(body, sizeof(body));
+	kt_daemonfx_ok_body(body, sizeof(body), cg);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		const struct untrusted *c = &cases[i];
 		const char *bad;
@@ -271,7 +238,7 @@ static void test_symlink_pindir_refused(void **state)
 	assert_int_equal(mkdir(real, 0700), 0);
 	remember(real, false);
 	assert_int_equal(ktest_daemon_init(d), 0);
-	assert_int_equal(ktest_daemon_config(d, valid_body(body, sizeof(body))), 0);
+	assert_int_equal(ktest_daemon_config(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
 	assert_int_equal(symlink(real, d->pin_dir), 0);
 	remember(d->pin_dir, false);
 	assert_start_refused(d, d->pin_dir, "symbolic link", NULL);
@@ -296,7 +263,7 @@ static void test_created_dirs_private(void **state)
 	assert_int_equal(ktest_daemon_init(d), 0);
 	snprintf(d->pin_dir, sizeof(d->pin_dir), "%s/pins", mid);
 	snprintf(links, sizeof(links), "%s/links", d->pin_dir);
-	assert_int_equal(ktest_daemon_config(d, valid_body(body, sizeof(body))), 0);
+	assert_int_equal(ktest_daemon_config(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
 	assert_int_equal(ktest_daemon_start_logged(d), 0);
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
 		assert_int_equal(lstat(dirs[i], &st), 0);
@@ -320,7 +287,7 @@ static void test_second_daemon_same_pindir(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	assert_int_equal(ktest_daemon_up(d, valid_body(body, sizeof(body))), 0);
+	assert_int_equal(ktest_daemon_up(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
 	snprintf(links, sizeof(links), "%s/links", d->pin_dir);
 	links_before = count_entries(links);
 	assert_true(links_before > 0);
@@ -471,7 +438,7 @@ static void test_cleanup_while_daemon_runs(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	assert_int_equal(ktest_daemon_up(d, valid_body(body, sizeof(body))), 0);
+	assert_int_equal(ktest_daemon_up(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
 	snprintf(links, sizeof(links), "%s/links", d->pin_dir);
 	n = count_entries(links);
 	assert_true(n > 0);
@@ -528,7 +495,7 @@ static void test_cleanup_after_daemon(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	assert_int_equal(ktest_daemon_up(d, valid_body(body, sizeof(body))), 0);
+	assert_int_equal(ktest_daemon_up(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
 	assert_int_equal(ktest_daemon_signal_wait(d, SIGTERM), 0);
 	assert_true(cg_has_kthrottle_prog()); /* still enforcing after exit */
 	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-p", d->pin_dir, "cleanup", NULL), 0);
@@ -540,36 +507,14 @@ static void test_cleanup_after_daemon(void **state)
 static void test_detach_on_exit(void **state)
 {
 	struct ktest_daemon *d = &dm[0];
-	char body[1024], bin[PATH_MAX], *log;
-	pid_t pid;
+	char body[1024], *log;
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	assert_int_equal(ktest_daemon_init(d), 0);
-	assert_int_equal(ktest_daemon_config(d, valid_body(body, sizeof(body))), 0);
-	snprintf(bin, sizeof(bin), "%s/kthrottled", ktest_build_dir());
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execl(bin, bin, "--config", d->config, "--detach-on-exit", (char *)NULL);
-		_exit(127);
-	}
-	d->pid = pid;
-	for (int i = 0; i < 250; i++) {
-		char *r = ktest_daemon_cmd(d, "ping");
-		bool up = r && !strncmp(r, "ok", 2);
-		free(r);
-		if (up)
-			break;
-		assert_int_equal(waitpid(pid, NULL, WNOHANG), 0);
-		ktest_sleep_ms(20);
-	}
+	assert_int_equal(ktest_daemon_config(d, kt_daemonfx_ok_body(body, sizeof(body), cg)), 0);
+	/* up within 5 s, not exited */
+	assert_int_equal(ktest_daemon_start_flag(d, "--detach-on-exit", 5000, NULL), 0);
 	assert_enforcing(d);
 	assert_int_equal(ktest_daemon_signal_wait(d, SIGTERM), 0);
 	log = ktest_slurp(d->log);
@@ -598,5 +543,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_detach_on_exit, setup, teardown),
 	};
 
-	return cmocka_run_group_tests_name("e2e_pindir", tests, group_setup, group_teardown);
+	kt_daemonfx_group("pindir", cg, sizeof(cg));
+	return cmocka_run_group_tests_name("e2e_pindir", tests, kt_daemonfx_group_setup,
+					   kt_daemonfx_group_teardown);
 }

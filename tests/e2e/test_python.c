@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 #include "kthrottle_client.h"
 
@@ -45,12 +46,9 @@
 
 static struct fixture {
 	struct ktest_daemon d;
-	char mnt[64]; /* our bpffs */
 	char tmp[PATH_MAX];
 	bool started;
 } fx;
-
-static const char *skip_why;
 
 /* The script: argv limit rate burst secs nproc; prints one line
  * "RESULT {json}" (compact: ktest_json_num wants "key":value). */
@@ -173,20 +171,6 @@ static const char script[] =
 	"    out['thr'], out['try_ok'] = int(thr), int(ok)\n"
 	"print('RESULT ' + json.dumps(out, separators=(',', ':')), flush=True)\n";
 
-static int group_setup(void **state)
-{
-	(void)state;
-	skip_why = ktest_private_bpffs("kt-pytest", fx.mnt, sizeof(fx.mnt));
-	return 0;
-}
-
-static int group_teardown(void **state)
-{
-	(void)state;
-	ktest_private_bpffs_remove(fx.mnt);
-	return 0;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
@@ -203,8 +187,7 @@ static void start_daemon(void)
 {
 	char body[1024];
 
-	assert_int_equal(ktest_daemon_init(&fx.d), 0);
-	snprintf(fx.d.pin_dir, sizeof(fx.d.pin_dir), "%s/kt", fx.mnt);
+	assert_int_equal(kt_daemonfx_bpffs_init(&fx.d), 0);
 	/* min = max: the rate is 20/s from the first tick, no ramp */
 	snprintf(body, sizeof(body),
 		 "tickInterval: 100ms\n"
@@ -256,10 +239,7 @@ static void test_python_decorator(void **state)
 	double ran, none, drained, waited, interval = 1.0 / RATE;
 
 	(void)state;
-	if (skip_why) {
-		print_message("skipped: %s\n", skip_why);
-		skip();
-	}
+	KTEST_SKIP_IF(kt_bpffs.skip_why);
 	/* scripts/setup.sh installs these: missing is a failure, not a skip */
 	assert_int_equal(access(PYTHON, X_OK), 0);
 	assert_int_equal(access(WHEELS, R_OK), 0);
@@ -362,5 +342,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_python_decorator, teardown),
 	};
 
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	kt_bpffs.prefix = "kt-pytest";
+	return cmocka_run_group_tests(tests, kt_daemonfx_bpffs_group_setup,
+				      kt_daemonfx_bpffs_group_teardown);
 }

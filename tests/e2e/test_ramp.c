@@ -31,6 +31,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define MIN_RATE KTEST_RAMP_MIN /* 50/s */
@@ -166,23 +167,11 @@ static void load_run(double secs, double rate, struct ktest_load *r)
 
 /* ---- fixtures ---- */
 
-static int setup(void **state)
-{
-	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
-	fx.load_pid = -1;
-	return 0;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
 	load_stop();
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
-	if (fx.cg[0])
-		ktest_cgroup_destroy(fx.cg);
+	kt_daemonfx_end(&fx.d, fx.cg);
 	return 0;
 }
 
@@ -363,24 +352,17 @@ static void test_only_if_used_low_traffic_holds(void **state)
  * without resumedRampUp a restart starts at min. */
 static void restart_resumes(bool resumed)
 {
-	char body[2048];
+	char body[2048], more[64];
 	struct snap a, b;
-	int n;
 
 	KTEST_SKIP_UNLESS_ROOT();
 	prepare();
-	n = snprintf(body, sizeof(body),
-		     "tickInterval: 100ms\n"
-		     "epoch: 1s\n"
-		     "limits:\n"
-		     "  - name: ramp\n"
-		     "    cgroups: [%s]\n"
-		     "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-		     "    unit: datagram\n"
-		     "    rateLimit: {max: %.0f, min: %.0f, rampUpDuration: %.0fs,\n"
-		     "                modes: {scheduled: {}}, resumedRampUp: %s, ttl: 60s}\n",
-		     fx.cg, fx.port, MAX_RATE, MIN_RATE, RAMP_S, resumed ? "true" : "false");
-	assert_true(n > 0 && (size_t)n < sizeof(body));
+	/* the ramp without a burst line */
+	snprintf(more, sizeof(more), "      resumedRampUp: %s\n      ttl: 60s\n",
+		 resumed ? "true" : "false");
+	assert_int_equal(ktest_ramp_config_with(body, sizeof(body), fx.cg, fx.port, "scheduled: {}",
+						-1, more),
+			 0);
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 	ktest_sleep_ms(1500); /* scheduled: rises with or without traffic */
 	a = snap_now();
@@ -411,16 +393,22 @@ static void test_restart_without_resume_starts_at_min(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_scheduled_ramp_tracks, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_relaxed_ramp_tracks, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_relaxed_idle_gap_stalls, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_gobackn_falls_after_cooldown, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_only_if_used_low_traffic_holds, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_restart_resumes_ramp_without_store, setup,
+		cmocka_unit_test_setup_teardown(test_scheduled_ramp_tracks, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_relaxed_ramp_tracks, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_relaxed_idle_gap_stalls, kt_dfx_setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_restart_without_resume_starts_at_min, setup,
+		cmocka_unit_test_setup_teardown(test_gobackn_falls_after_cooldown, kt_dfx_setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_only_if_used_low_traffic_holds, kt_dfx_setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_restart_resumes_ramp_without_store,
+						kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restart_without_resume_starts_at_min,
+						kt_dfx_setup, teardown),
 	};
 
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d, .kid = &fx.load_pid
+	};
 	return cmocka_run_group_tests_name("e2e_ramp", tests, NULL, NULL);
 }

@@ -184,15 +184,6 @@ static double boundary_after(double t)
 
 /* ---- fixtures ---- */
 
-static int setup(void **state)
-{
-	(void)state;
-	memset(&fx, 0, sizeof(fx));
-	fx.d.pid = -1;
-	fx.load_pid = -1;
-	return 0;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
@@ -200,11 +191,8 @@ static int teardown(void **state)
 	if (bg_fd >= 0)
 		close(bg_fd);
 	bg_fd = -1;
-	if (fx.d.dir[0])
-		ktest_daemon_cleanup(&fx.d);
-	for (int i = 0; i < 2; i++)
-		if (fx.cg[i][0])
-			ktest_cgroup_destroy(fx.cg[i]);
+	kt_daemonfx_end(&fx.d, fx.cg[0]);
+	kt_daemonfx_group_cg_end(fx.cg[1]);
 	return 0;
 }
 
@@ -428,12 +416,18 @@ static void test_reload_adds_and_removes_limits(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_reload_lowers_rate_without_burst, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_sighup_raises_rate_within_two_ticks, setup,
+		cmocka_unit_test_setup_teardown(test_reload_lowers_rate_without_burst, kt_dfx_setup,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_bad_reload_keeps_old_config, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_reload_adds_and_removes_limits, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sighup_raises_rate_within_two_ticks,
+						kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_reload_keeps_old_config, kt_dfx_setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_reload_adds_and_removes_limits, kt_dfx_setup,
+						teardown),
 	};
 
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d, .kid = &fx.load_pid
+	};
 	return cmocka_run_group_tests_name("e2e_reload", tests, NULL, NULL);
 }

@@ -31,23 +31,10 @@ static struct {
 	int metrics_port;
 } fx;
 
-static int setup(void **state)
-{
-	(void)state;
-	if (!kt_daemonfx_begin(&fx, sizeof(fx), &fx.d))
-		return 0;
-	if (ktest_cgroup_create("storeerr", fx.cg, sizeof(fx.cg)))
-		return -1;
-	fx.metrics_port = ktest_free_port(SOCK_STREAM);
-	return fx.metrics_port > 0 ? 0 : -1;
-}
-
 static int teardown(void **state)
 {
 	(void)state;
-	kt_daemonfx_end(&fx.d, fx.cg);
-	if (fx.rp.pid > 0)
-		rp_stop(&fx.rp);
+	kt_daemonfx_end_rp(&fx.d, fx.cg, &fx.rp);
 	ktest_fakeredis_stop(&fx.fake);
 	return 0;
 }
@@ -124,11 +111,7 @@ static void test_wrongtype_and_over_max(void **state)
 	assert_non_null(strstr(out, "\"state\":\"failing\""));
 	assert_non_null(strstr(out, "WRONGTYPE"));
 	free(out);
-	out = ktest_daemon_cmd(&fx.d, "status");
-	assert_non_null(out);
-	print_message("%s", out);
-	assert_non_null(strstr(out, "store failing (wrongtype since "));
-	free(out);
+	kt_cmd_has(&fx.d, "status", "store failing (wrongtype since ");
 	rp_sleep_ms(1000); /* five more heartbeats fail the same way */
 	assert_int_equal(ktest_http_get(fx.metrics_port, "/metrics", &page), 200);
 	assert_true(ktest_metric_sample(page, "kthrottle_store_errors_total{limit=\"r\",kind=\"wrongtype\"}", &v));
@@ -213,9 +196,14 @@ static void test_fake_redis_kinds(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_wrongtype_and_over_max, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_fake_redis_kinds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_wrongtype_and_over_max, kt_dfx_setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_fake_redis_kinds, kt_dfx_setup, teardown),
 	};
 
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d,
+		.cgroup = "storeerr", .cg = fx.cg, .metrics_port = &fx.metrics_port
+	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,6 +38,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "kt_daemonfx.h"
 #include "ktest.h"
 
 #define RATE 1000000.0 /* bytes/s */
@@ -193,12 +194,10 @@ static int group_setup(void **state)
 	/* the server: listening (in the namespace) before the first connect */
 	if (pipe2(p, O_CLOEXEC) || pipe2(ready, O_CLOEXEC))
 		return -1;
-	server_pid = fork();
+	server_pid = kt_daemonfx_fork_bounded();
 	if (server_pid < 0)
 		return -1;
 	if (server_pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		alarm(300); /* bounded even if the test binary is killed */
 		snprintf(path, sizeof(path), "/run/netns/%s", ns_name);
 		nsfd = open(path, O_RDONLY);
 		if (nsfd < 0 || setns(nsfd, CLONE_NEWNET) < 0)

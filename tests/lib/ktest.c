@@ -361,7 +361,8 @@ char *ktest_daemon_cmd(const struct ktest_daemon *d, const char *cmd)
 	return buf;
 }
 
-int ktest_daemon_start(struct ktest_daemon *d, int timeout_ms, int *exit_code)
+int ktest_daemon_start_flag(struct ktest_daemon *d, const char *flag, int timeout_ms,
+			    int *exit_code)
 {
 	char bin[PATH_MAX];
 	pid_t pid;
@@ -379,7 +380,7 @@ int ktest_daemon_start(struct ktest_daemon *d, int timeout_ms, int *exit_code)
 			dup2(fd, 1);
 			dup2(fd, 2);
 		}
-		execl(bin, bin, "--config", d->config, (char *)NULL);
+		execl(bin, bin, "--config", d->config, flag, (char *)NULL); /* flag NULL: none */
 		_exit(127);
 	}
 	d->pid = pid;
@@ -400,6 +401,11 @@ int ktest_daemon_start(struct ktest_daemon *d, int timeout_ms, int *exit_code)
 		ktest_sleep_ms(20);
 	}
 	return -1;
+}
+
+int ktest_daemon_start(struct ktest_daemon *d, int timeout_ms, int *exit_code)
+{
+	return ktest_daemon_start_flag(d, NULL, timeout_ms, exit_code);
 }
 
 int ktest_daemon_start_logged(struct ktest_daemon *d)
@@ -745,26 +751,36 @@ void ktest_kill_wait(pid_t *pid)
 	*pid = -1;
 }
 
+int ktest_ramp_config_with(char *buf, size_t len, const char *cg, int port, const char *modes,
+			   int burst, const char *more)
+{
+	char b[32] = "";
+	int n;
+
+	if (burst >= 0)
+		snprintf(b, sizeof(b), "    burst: %d\n", burst);
+	n = snprintf(buf, len,
+		     "tickInterval: 100ms\n"
+		     "epoch: 1s\n"
+		     "limits:\n"
+		     "  - name: ramp\n"
+		     "    cgroups: [%s]\n"
+		     "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+		     "    unit: datagram\n"
+		     "%s"
+		     "    rateLimit:\n"
+		     "      max: %.0f\n"
+		     "      min: %.0f\n"
+		     "      rampUpDuration: %.0fs\n"
+		     "      modes: {%s}\n"
+		     "%s",
+		     cg, port, b, KTEST_RAMP_MAX, KTEST_RAMP_MIN, KTEST_RAMP_S, modes, more);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
 int ktest_ramp_config(char *buf, size_t len, const char *cg, int port, const char *modes)
 {
-	int n = snprintf(buf, len,
-			 "tickInterval: 100ms\n"
-			 "epoch: 1s\n"
-			 "limits:\n"
-			 "  - name: ramp\n"
-			 "    cgroups: [%s]\n"
-			 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-			 "    unit: datagram\n"
-			 "    burst: %d\n"
-			 "    rateLimit:\n"
-			 "      max: %.0f\n"
-			 "      min: %.0f\n"
-			 "      rampUpDuration: %.0fs\n"
-			 "      modes: {%s}\n",
-			 cg, port, KTEST_RAMP_BURST, KTEST_RAMP_MAX, KTEST_RAMP_MIN, KTEST_RAMP_S,
-			 modes);
-
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+	return ktest_ramp_config_with(buf, len, cg, port, modes, KTEST_RAMP_BURST, "");
 }
 
 double ktest_ramp_integral(double u)

@@ -207,4 +207,14 @@ bool ktest_read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at
 
 #define KTEST_SKIP_UNLESS_ROOT() KTEST_SKIP_IF(ktest_root_unavailable())
 
+/* ktest_daemon_start with one more kthrottled argument after --config
+ * (e.g. "--detach-on-exit"; NULL: none). */
+int ktest_daemon_start_flag(struct ktest_daemon *d, const char *flag, int timeout_ms,
+			    int *exit_code);
+
+/* ktest_ramp_config with burst `burst` (< 0: no burst line) and `more`
+ * (more rateLimit keys, each "      key: value\n"; or "") after modes. */
+int ktest_ramp_config_with(char *buf, size_t len, const char *cg, int port, const char *modes,
+			   int burst, const char *more);
+
 #endif
