@@ -5,6 +5,7 @@
 #include "kt_storefx.h"
 
 struct rp_proc kfx_master;
+struct rp_proc kfx_procs[KT_STOREFX_PROCS];
 static struct kt_store *kept[KT_STOREFX_STORES];
 
 int kt_storefx_group_setup(void **state)
@@ -54,4 +55,12 @@ void kt_storefx_stop_all(struct rp_proc *procs, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		rp_stop(&procs[i]);
+}
+
+int kt_storefx_teardown(void **state)
+{
+	(void)state;
+	kt_storefx_close_all();
+	kt_storefx_stop_all(kfx_procs, KT_STOREFX_PROCS);
+	return 0;
 }

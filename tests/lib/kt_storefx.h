@@ -42,4 +42,10 @@ static inline struct kt_store *kt_storefx_track(struct kt_store *s)
 	return s;
 }
 
+/* The servers a test starts itself, stopped by kt_storefx_teardown. */
+#define KT_STOREFX_PROCS 4
+extern struct rp_proc kfx_procs[KT_STOREFX_PROCS];
+/* cmocka teardown: kt_storefx_close_all, then kt_storefx_stop_all(kfx_procs). */
+int kt_storefx_teardown(void **state);
+
 #endif
