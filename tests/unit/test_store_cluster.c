@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 #include <cmocka.h>
+#include "kt_storefx.h"
 #include "redis_proc.h"
 #include "pool/store.h"
 
@@ -76,25 +77,7 @@ static int group_setup(void **state)
 	g_have = true;
 	/* three limit names whose slots three different masters own (asked of
 	 * the server, so the client's own CRC16 is checked against it) */
-	int owners[N_LIM], n = 0;
-
-	for (int k = 0; k < 1000 && n < N_LIM; k++) {
-		char name[32], key[96];
-		int slot, o, j;
-
-		snprintf(name, sizeof(name), "lim%d", k);
-		snprintf(key, sizeof(key), PREFIX ":pool:{%s}:hb", name);
-		slot = rp_cluster_slot(&g_nodes[0], key);
-		o = rp_cluster_slot_owner(g_nodes, N_NODES, slot);
-		for (j = 0; j < n && owners[j] != o; j++)
-			;
-		if (o < 0 || j < n)
-			continue;
-		owners[n] = o;
-		g_slot[n] = slot;
-		snprintf(g_lim[n++], sizeof(g_lim[0]), "%s", name);
-	}
-	return n == N_LIM ? 0 : -1;
+	return kt_storefx_spread_limits(g_nodes, N_NODES, PREFIX, N_LIM, g_lim, g_slot) == N_LIM ? 0 : -1;
 }
 
 static int group_teardown(void **state)
