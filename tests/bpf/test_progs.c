@@ -67,15 +67,11 @@ struct fx {
 	int nfds;
 };
 
+_Static_assert(offsetof(struct fx, pin) == 0, "kt_bpffx_setup fills the pin first");
+
 static int fx_setup(void **state)
 {
-	struct fx *f = calloc(1, sizeof(*f));
-
-	if (!f)
-		return -1;
-	kt_bpffx_pin_path(f->pin, sizeof(f->pin), "progs");
-	*state = f;
-	return 0;
+	return kt_bpffx_setup(state, sizeof(struct fx), "progs");
 }
 
 static int fx_teardown(void **state)

@@ -46,15 +46,11 @@ struct fx {
 	char dev[IF_NAMESIZE]; /* a veth a test made: removed on teardown */
 };
 
+_Static_assert(offsetof(struct fx, pin) == 0, "kt_bpffx_setup fills the pin first");
+
 static int fx_setup(void **state)
 {
-	struct fx *f = calloc(1, sizeof(*f));
-
-	if (!f)
-		return -1;
-	kt_bpffx_pin_path(f->pin, sizeof(f->pin), "xdp");
-	*state = f;
-	return 0;
+	return kt_bpffx_setup(state, sizeof(struct fx), "xdp");
 }
 
 static int fx_teardown(void **state)

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -48,4 +49,15 @@ const char *kt_bpffx_pins_left(void)
 			snprintf(name, sizeof(name), "%s", de->d_name);
 	closedir(d);
 	return name[0] ? name : NULL;
+}
+
+int kt_bpffx_setup(void **state, size_t size, const char *what)
+{
+	char *f = calloc(1, size);
+
+	if (!f)
+		return -1;
+	kt_bpffx_pin_path(f, PATH_MAX, what);
+	*state = f;
+	return 0;
 }

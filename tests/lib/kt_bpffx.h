@@ -17,4 +17,9 @@ void kt_bpffx_rm_pins(const char *dir);
  * read. */
 const char *kt_bpffx_pins_left(void);
 
+/* cmocka setup of a test's fixture: *state = a zeroed block of size bytes
+ * whose first member, char pin[PATH_MAX], holds kt_bpffx_pin_path(what);
+ * -1 when out of memory. */
+int kt_bpffx_setup(void **state, size_t size, const char *what);
+
 #endif
