@@ -660,15 +660,18 @@ static void test_config_errors(void **state)
 	kt_store_close(s);
 }
 
+/* a test with the per-test setup and teardown */
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_config_errors),
-		cmocka_unit_test_setup_teardown(test_agree_three_masters, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_moved, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_ask_during_migration, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_noscript_after_flush, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_failover, setup, teardown),
+		T(test_agree_three_masters),
+		T(test_moved),
+		T(test_ask_during_migration),
+		T(test_noscript_after_flush),
+		T(test_failover),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
