@@ -894,18 +894,21 @@ static void test_token_unreadable(void **state)
 	wait_state("watching", 2000);
 }
 
+/* a test with the per-test setup and teardown */
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_selected_pods_are_members, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_pods_come_go_and_change, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_api_outages, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_untrusted_server, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_token_rotation, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_ca_rotation, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_retry_after, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_watch_error_one_line, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_token_unreadable, setup, teardown),
+		T(test_selected_pods_are_members),
+		T(test_pods_come_go_and_change),
+		T(test_api_outages),
+		T(test_untrusted_server),
+		T(test_token_rotation),
+		T(test_ca_rotation),
+		T(test_retry_after),
+		T(test_watch_error_one_line),
+		T(test_token_unreadable),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
