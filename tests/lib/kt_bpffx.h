@@ -22,4 +22,8 @@ const char *kt_bpffx_pins_left(void);
  * -1 when out of memory. */
 int kt_bpffx_setup(void **state, size_t size, const char *what);
 
+/* cmocka: prints the entry kt_bpffx_pins_left names and fails the test,
+ * or does nothing when it names none. */
+void kt_bpffx_assert_none_left(void);
+
 #endif
