@@ -1,15 +1,11 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* The BPF fixture's pin directories (kt_bpffx.h). */
 #include <dirent.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <cmocka.h>
 
 #include "kt_bpffx.h"
 
@@ -64,14 +60,4 @@ int kt_bpffx_setup(void **state, size_t size, const char *what)
 	kt_bpffx_pin_path(f, PATH_MAX, what);
 	*state = f;
 	return 0;
-}
-
-void kt_bpffx_assert_none_left(void)
-{
-	const char *left = kt_bpffx_pins_left();
-
-	if (left) {
-		print_error("left behind: /sys/fs/bpf/%s\n", left);
-		fail();
-	}
 }
