@@ -1805,17 +1805,12 @@ static void test_verifier_budget(void **state)
 static void test_nothing_left(void **state)
 {
 	char prefix[64], m[PATH_MAX];
-	const char *left;
 	struct dirent *de;
 	DIR *d;
 	(void)state;
 
 	KTEST_SKIP_UNLESS_ROOT();
-	left = kt_bpffx_pins_left();
-	if (left) {
-		print_error("left behind: /sys/fs/bpf/%s\n", left);
-		fail();
-	}
+	kt_bpffx_assert_none_left();
 
 	snprintf(prefix, sizeof(prefix), "kt-test-%d-", getpid());
 	assert_int_equal(kt_cgroup2_mount(m, sizeof(m), NULL), 0);

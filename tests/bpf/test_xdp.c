@@ -690,15 +690,10 @@ static void test_verifier_budget(void **state)
 /* Runs last: every earlier test removed its pins. */
 static void test_nothing_left(void **state)
 {
-	const char *left;
 	(void)state;
 
 	KTEST_SKIP_UNLESS_ROOT();
-	left = kt_bpffx_pins_left();
-	if (left) {
-		print_error("left behind: /sys/fs/bpf/%s\n", left);
-		fail();
-	}
+	kt_bpffx_assert_none_left();
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)

@@ -409,14 +409,17 @@ static void test_python_connect(void **state)
 	assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* a test with the per-test setup and teardown */
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_no_daemon, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_member_refusals, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_outside_member, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_unreadable_pins, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_python_connect, setup, teardown),
+		T(test_no_daemon),
+		T(test_member_refusals),
+		T(test_outside_member),
+		T(test_unreadable_pins),
+		T(test_python_connect),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -470,6 +470,16 @@ static void start_daemon(void)
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 }
 
+/* The start most tests share: the API lists CRAWLER1 (app=crawler) on NODE,
+ * its directory is made (into path), then the daemon starts. */
+static void start_crawler1_only(char *path, size_t len)
+{
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	kubelet_mkdir(&CRAWLER1, path, len);
+	start_daemon();
+}
+
 /* The fake API with crawler-1 on this node (crawler-2's directory made
  * too), and the daemon watching with crawler-1 a member. */
 static void start_with_crawler1(void)
@@ -565,10 +575,7 @@ static void test_pods_come_go_and_change(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	api_start();
-	api_add(&CRAWLER1, NODE, "app=crawler");
-	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
-	start_daemon();
+	start_crawler1_only(path, sizeof(path));
 	assert_true(member(&CRAWLER1));
 
 	/* listed first, its directory later: it joins when the directory appears */
@@ -783,10 +790,7 @@ static void test_ca_rotation(void **state)
 	snprintf(path, sizeof(path), "%s/other.pem", fx.dir);
 	other = ktest_slurp(path);
 	assert_true(*good && *other);
-	api_start();
-	api_add(&CRAWLER1, NODE, "app=crawler");
-	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
-	start_daemon();
+	start_crawler1_only(path, sizeof(path));
 	assert_true(member(&CRAWLER1));
 	wait_state("watching", 2000);
 
@@ -816,10 +820,7 @@ static void test_retry_after(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	api_start();
-	api_add(&CRAWLER1, NODE, "app=crawler");
-	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
-	start_daemon();
+	start_crawler1_only(path, sizeof(path));
 	wait_state("watching", 2000);
 
 	t0 = mono_ms();
@@ -853,10 +854,7 @@ static void test_watch_error_one_line(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	api_start();
-	api_add(&CRAWLER1, NODE, "app=crawler");
-	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
-	start_daemon();
+	start_crawler1_only(path, sizeof(path));
 	wait_state("watching", 2000);
 
 	api("fail 500 -1 3");
@@ -881,10 +879,7 @@ static void test_token_unreadable(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	assert_int_equal(sa_publish(false), 0);
-	api_start();
-	api_add(&CRAWLER1, NODE, "app=crawler");
-	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
-	start_daemon();
+	start_crawler1_only(path, sizeof(path));
 	wait_state("unreachable", 3000);
 	kube_error_line(line, sizeof(line));
 	print_message("%s\n", line);
@@ -899,18 +894,21 @@ static void test_token_unreadable(void **state)
 	wait_state("watching", 2000);
 }
 
+/* a test with the per-test setup and teardown */
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_selected_pods_are_members, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_pods_come_go_and_change, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_api_outages, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_untrusted_server, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_token_rotation, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_ca_rotation, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_retry_after, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_watch_error_one_line, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_token_unreadable, setup, teardown),
+		T(test_selected_pods_are_members),
+		T(test_pods_come_go_and_change),
+		T(test_api_outages),
+		T(test_untrusted_server),
+		T(test_token_rotation),
+		T(test_ca_rotation),
+		T(test_retry_after),
+		T(test_watch_error_one_line),
+		T(test_token_unreadable),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -5,7 +5,11 @@
 #ifndef KT_BPFFX_H
 #define KT_BPFFX_H
 
+#include <setjmp.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
 
 /* A fresh pin directory name for one test: /sys/fs/bpf/kt-test-<pid>-<what><n>
  * (what kt_bpffx_pins_left looks for). */
@@ -21,5 +25,18 @@ const char *kt_bpffx_pins_left(void);
  * whose first member, char pin[PATH_MAX], holds kt_bpffx_pin_path(what);
  * -1 when out of memory. */
 int kt_bpffx_setup(void **state, size_t size, const char *what);
+
+/* cmocka: prints the entry kt_bpffx_pins_left names and fails the test,
+ * or does nothing when it names none (inline: the tools that link
+ * tests/lib do not link cmocka). */
+static inline void kt_bpffx_assert_none_left(void)
+{
+	const char *left = kt_bpffx_pins_left();
+
+	if (left) {
+		print_error("left behind: /sys/fs/bpf/%s\n", left);
+		fail();
+	}
+}
 
 #endif

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* The store fixture of the Redis store's unit tests (kt_storefx.h). */
+#include <stdio.h>
 #include <string.h>
 
 #include "kt_storefx.h"
 
 struct rp_proc kfx_master;
+struct rp_proc kfx_procs[KT_STOREFX_PROCS];
 static struct kt_store *kept[KT_STOREFX_STORES];
 
 int kt_storefx_group_setup(void **state)
@@ -54,4 +56,38 @@ void kt_storefx_stop_all(struct rp_proc *procs, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		rp_stop(&procs[i]);
+}
+
+int kt_storefx_teardown(void **state)
+{
+	(void)state;
+	kt_storefx_close_all();
+	kt_storefx_stop_all(kfx_procs, KT_STOREFX_PROCS);
+	return 0;
+}
+
+int kt_storefx_spread_limits(const struct rp_proc *nodes, int nnodes, const char *prefix, int n,
+			     char names[][32], int *slots)
+{
+	int owners[KT_STOREFX_SPREAD], found = 0;
+
+	if (n > KT_STOREFX_SPREAD)
+		n = KT_STOREFX_SPREAD;
+	for (int k = 0; k < 1000 && found < n; k++) {
+		char name[32], key[96];
+		int slot, o, j;
+
+		snprintf(name, sizeof(name), "lim%d", k);
+		snprintf(key, sizeof(key), "%s:pool:{%s}:hb", prefix, name);
+		slot = rp_cluster_slot(&nodes[0], key);
+		o = slot >= 0 ? rp_cluster_slot_owner(nodes, nnodes, slot) : -1;
+		for (j = 0; j < found && owners[j] != o; j++)
+			;
+		if (o < 0 || j < found)
+			continue;
+		owners[found] = o;
+		slots[found] = slot;
+		snprintf(names[found++], 32, "%s", name);
+	}
+	return found;
 }

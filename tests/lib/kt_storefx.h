@@ -42,4 +42,18 @@ static inline struct kt_store *kt_storefx_track(struct kt_store *s)
 	return s;
 }
 
+/* The servers a test starts itself, stopped by kt_storefx_teardown. */
+#define KT_STOREFX_PROCS 4
+extern struct rp_proc kfx_procs[KT_STOREFX_PROCS];
+/* cmocka teardown: kt_storefx_close_all, then kt_storefx_stop_all(kfx_procs). */
+int kt_storefx_teardown(void **state);
+
+/* Limit names lim<k> (k below 1000) whose keys prefix:pool:{name}:hb fall in
+ * slots that n different masters of nodes[0..nnodes) own, as the servers say
+ * (CLUSTER KEYSLOT, CLUSTER SLOTS): names[i] and slots[i]. Returns how many
+ * it found, n when enough (n at most KT_STOREFX_SPREAD). */
+#define KT_STOREFX_SPREAD 16
+int kt_storefx_spread_limits(const struct rp_proc *nodes, int nnodes, const char *prefix, int n,
+			     char names[][32], int *slots);
+
 #endif

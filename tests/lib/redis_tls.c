@@ -196,3 +196,22 @@ int rt_start_tls_sentinel(struct rp_proc *p, const struct rp_proc *master, int m
 	m.port = master_tls_port; /* sentinel monitor names this port */
 	return start_tls(p, &k, c, auth_clients, tls_port);
 }
+
+int rt_start_tls_pair(struct rt_certs *c, struct rp_proc *tls, int *tls_port, struct rp_proc *mtls,
+		      int *mtls_port)
+{
+	if (rt_make_certs(c))
+		return -1;
+	if (rt_start_tls_master(tls, c, false, tls_port))
+		return -1;
+	if (rt_start_tls_master(mtls, c, true, mtls_port))
+		return -1;
+	return 0;
+}
+
+void rt_stop_tls_pair(struct rt_certs *c, struct rp_proc *tls, struct rp_proc *mtls)
+{
+	rp_stop(tls);
+	rp_stop(mtls);
+	rt_remove_certs(c);
+}

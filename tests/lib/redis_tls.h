@@ -39,4 +39,13 @@ int rt_start_tls_sentinel(struct rp_proc *p, const struct rp_proc *master, int m
 			  const struct rt_certs *c, const char *name, int quorum, int down_after_ms,
 			  bool auth_clients, int *tls_port);
 
+/* The two servers the TLS tests share: rt_make_certs(c), then
+ * rt_start_tls_master of tls on *tls_port (tls-auth-clients no) and of mtls
+ * on *mtls_port (yes). 0, or -1 at the first step that fails (what started
+ * is left for rt_stop_tls_pair). */
+int rt_start_tls_pair(struct rt_certs *c, struct rp_proc *tls, int *tls_port, struct rp_proc *mtls,
+		      int *mtls_port);
+/* rp_stop of tls and mtls, then rt_remove_certs(c). */
+void rt_stop_tls_pair(struct rt_certs *c, struct rp_proc *tls, struct rp_proc *mtls);
+
 #endif

@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,28 @@ fail:
 	return -1;
 }
 
+/* 3 rounds of n calls of argv[0..argc), each reply of type want; *best
+ * the best ns per call of the rounds done. -1 at the first reply missing
+ * or of another type. */
+static int redis_rounds(redisContext *c, long n, const char **argv, int argc, int want, double *best)
+{
+	for (int rep = 0; rep < 3; rep++) {
+		uint64_t t0 = kt_clock_ns();
+
+		for (long i = 0; i < n; i++) {
+			redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+			bool ok = r && r->type == want;
+
+			if (r)
+				freeReplyObject(r);
+			if (!ok)
+				return -1;
+		}
+		*best = per_call(t0, n, *best);
+	}
+	return 0;
+}
+
 static void redis_bench(long n, struct redis_ns *out)
 {
 	struct rp_proc rp = { 0 };
@@ -116,35 +139,13 @@ static void redis_bench(long n, struct redis_ns *out)
 	}
 	snprintf(sha, sizeof(sha), "%s", r->str);
 	freeReplyObject(r);
-	for (int rep = 0; rep < 3; rep++) {
-		uint64_t t0 = kt_clock_ns();
+	/* 1e6/s, burst 1e6: every call admits (the write path) */
+	const char *gcra[] = { "EVALSHA", sha, "1", "kt-libbench:tat", "1", "1000000" };
+	const char *ping[] = { "PING" };
 
-		for (long i = 0; i < n; i++) {
-			/* 1e6/s, burst 1e6: every call admits (the write path) */
-			r = redisCommand(c, "EVALSHA %s 1 kt-libbench:tat 1 1000000", sha);
-			if (!r || r->type != REDIS_REPLY_INTEGER) {
-				if (r)
-					freeReplyObject(r);
-				goto out;
-			}
-			freeReplyObject(r);
-		}
-		out->gcra = per_call(t0, n, out->gcra);
-	}
-	for (int rep = 0; rep < 3; rep++) {
-		uint64_t t0 = kt_clock_ns();
-
-		for (long i = 0; i < n; i++) {
-			r = redisCommand(c, "PING");
-			if (!r || r->type != REDIS_REPLY_STATUS) {
-				if (r)
-					freeReplyObject(r);
-				goto out;
-			}
-			freeReplyObject(r);
-		}
-		out->ping = per_call(t0, n, out->ping);
-	}
+	if (redis_rounds(c, n, gcra, 6, REDIS_REPLY_INTEGER, &out->gcra) ||
+	    redis_rounds(c, n, ping, 1, REDIS_REPLY_STATUS, &out->ping))
+		goto out;
 	out->permit = permit_ns(rp.port, n, &out->granted);
 out:
 	if (c)

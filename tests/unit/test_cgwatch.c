@@ -548,22 +548,25 @@ static void test_overflow(void **state)
 	kt_cgwatch_close(w);
 }
 
+/* a test with the per-test setup and teardown */
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_is_pattern),
-		cmocka_unit_test_setup_teardown(test_glob, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_glob_symlink_not_descended, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_glob_systemd_escape, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_glob_long_path, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_long_paths, setup, teardown),
+		T(test_glob),
+		T(test_glob_symlink_not_descended),
+		T(test_glob_systemd_escape),
+		T(test_glob_long_path),
+		T(test_long_paths),
 		cmocka_unit_test(test_open_flags),
-		cmocka_unit_test_setup_teardown(test_watch_pattern, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_watch_nested, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_watch_plain_missing, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_set_replaces, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_cap, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_overflow, setup, teardown),
+		T(test_watch_pattern),
+		T(test_watch_nested),
+		T(test_watch_plain_missing),
+		T(test_set_replaces),
+		T(test_cap),
+		T(test_overflow),
 	};
 	return cmocka_run_group_tests_name("cgwatch", tests, NULL, NULL);
 }

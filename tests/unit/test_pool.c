@@ -169,6 +169,22 @@ static void expect(const struct node *n, int i, enum kt_pool_phase ph, int size)
 			 kt_pool_phase_name(v->phase), v->size, kt_pool_phase_name(ph), size, v->live);
 }
 
+/* Each of ns[0..k) agreed on limit 0 at size members, MAX_RATE / size each. */
+static void expect_all_agreed(struct node **ns, int k, int size)
+{
+	for (int i = 0; i < k; i++) {
+		expect(ns[i], 0, KT_POOL_AGREED, size);
+		assert_near(rate1(ns[i], 0), MAX_RATE / size);
+	}
+}
+
+/* node_close on each of ns[0..k). */
+static void close_nodes(struct node **ns, int k)
+{
+	for (int i = 0; i < k; i++)
+		node_close(ns[i]);
+}
+
 /* The sum of the rates of members that are not joining never exceeds max; a
  * joiner adds at most its min/size until the others' next heartbeat. */
 static void check_sum(struct node **ns, int k, int lim)
@@ -283,12 +299,8 @@ static void test_converge_and_join(void **state)
 	tick(&d, now);
 	round_all(ns, 3, now);
 	check_sum(ns, 4, 0);
-	for (int i = 0; i < 4; i++) {
-		expect(ns[i], 0, KT_POOL_AGREED, 4);
-		assert_near(rate1(ns[i], 0), MAX_RATE / 4);
-	}
-	for (int i = 0; i < 4; i++)
-		node_close(ns[i]);
+	expect_all_agreed(ns, 4, 4);
+	close_nodes(ns, 4);
 	free(st);
 }
 
@@ -353,8 +365,7 @@ static void test_leave_and_detach(void **state)
 	expect(&b, 0, KT_POOL_AGREED, 2);
 	assert_near(rate1(&a, 0), MAX_RATE / 2);
 
-	for (int i = 0; i < 3; i++)
-		node_close(ns[i]);
+	close_nodes(ns, 3);
 	free(st);
 }
 
@@ -456,12 +467,8 @@ static void test_sudden_shrink_damped(void **state)
 	round_all(ns, 3, now);
 	now += SEC;
 	round_all(ns, 3, now);
-	for (int i = 0; i < 3; i++) {
-		expect(ns[i], 0, KT_POOL_AGREED, 3);
-		assert_near(rate1(ns[i], 0), MAX_RATE / 3);
-	}
-	for (int i = 0; i < 3; i++)
-		node_close(ns[i]);
+	expect_all_agreed(ns, 3, 3);
+	close_nodes(ns, 3);
 	free(st);
 }
 
@@ -897,8 +904,7 @@ static void test_death(void **state)
 	assert_true(2 * rate1(&a, 0) + MIN_RATE / 3 <= MAX_RATE + 1e-9);
 	fprintf(stderr, "# death: survivors agreed after %llu ms (bound %d ms)\n",
 		(unsigned long long)(elapsed / MS), (STALE + 3) * HB_MS);
-	for (int i = 0; i < 3; i++)
-		node_close(ns[i]);
+	close_nodes(ns, 3);
 	free(st);
 }
 

@@ -218,22 +218,14 @@ static int group_setup(void **state)
 	(void)state;
 	if (rp_start_master(&g_plain, NULL))
 		return -1;
-	if (rt_make_certs(&g_certs))
-		return -1;
-	if (rt_start_tls_master(&g_tls, &g_certs, false, &g_tls_port))
-		return -1;
-	if (rt_start_tls_master(&g_mtls, &g_certs, true, &g_mtls_port))
-		return -1;
-	return 0;
+	return rt_start_tls_pair(&g_certs, &g_tls, &g_tls_port, &g_mtls, &g_mtls_port);
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
 	rp_stop(&g_plain);
-	rp_stop(&g_tls);
-	rp_stop(&g_mtls);
-	rt_remove_certs(&g_certs);
+	rt_stop_tls_pair(&g_certs, &g_tls, &g_mtls);
 	return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 #include <cmocka.h>
+#include "kt_storefx.h"
 #include "redis_proc.h"
 #include "pool/store.h"
 
@@ -76,25 +77,7 @@ static int group_setup(void **state)
 	g_have = true;
 	/* three limit names whose slots three different masters own (asked of
 	 * the server, so the client's own CRC16 is checked against it) */
-	int owners[N_LIM], n = 0;
-
-	for (int k = 0; k < 1000 && n < N_LIM; k++) {
-		char name[32], key[96];
-		int slot, o, j;
-
-		snprintf(name, sizeof(name), "lim%d", k);
-		snprintf(key, sizeof(key), PREFIX ":pool:{%s}:hb", name);
-		slot = rp_cluster_slot(&g_nodes[0], key);
-		o = rp_cluster_slot_owner(g_nodes, N_NODES, slot);
-		for (j = 0; j < n && owners[j] != o; j++)
-			;
-		if (o < 0 || j < n)
-			continue;
-		owners[n] = o;
-		g_slot[n] = slot;
-		snprintf(g_lim[n++], sizeof(g_lim[0]), "%s", name);
-	}
-	return n == N_LIM ? 0 : -1;
+	return kt_storefx_spread_limits(g_nodes, N_NODES, PREFIX, N_LIM, g_lim, g_slot) == N_LIM ? 0 : -1;
 }
 
 static int group_teardown(void **state)
@@ -677,15 +660,18 @@ static void test_config_errors(void **state)
 	kt_store_close(s);
 }
 
+/* a test with the per-test setup and teardown */
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_config_errors),
-		cmocka_unit_test_setup_teardown(test_agree_three_masters, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_moved, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_ask_during_migration, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_noscript_after_flush, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_failover, setup, teardown),
+		T(test_agree_three_masters),
+		T(test_moved),
+		T(test_ask_during_migration),
+		T(test_noscript_after_flush),
+		T(test_failover),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

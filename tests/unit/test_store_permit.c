@@ -20,7 +20,6 @@
 #define PREFIX "kttest"
 #define SEC 1000000ULL
 
-static struct rp_proc g_procs[3];  /* per-test servers, stopped by teardown */
 static char err[KT_ERR_LEN];
 
 #define ASSERT_OK(expr) RP_ASSERT_OK(expr, err)
@@ -78,16 +77,6 @@ static long long pttl(const char *limit)
 		assert_int_equal((p).granted, (g));                                \
 		assert_int_equal((p).wait_us, (w));                                \
 	} while (0)
-
-/* ---- fixtures ---- */
-
-static int teardown(void **state)
-{
-	(void)state;
-	kt_storefx_close_all();
-	kt_storefx_stop_all(g_procs, sizeof(g_procs) / sizeof(g_procs[0]));
-	return 0;
-}
 
 /* ---- the permit rule ---- */
 
@@ -373,7 +362,7 @@ static void test_invalid_args(void **state)
  * works again once the server is back. */
 static void test_store_down(void **state)
 {
-	struct rp_proc *p = &g_procs[0];
+	struct rp_proc *p = &kfx_procs[0];
 	struct kt_permit_answer a;
 	struct kt_permit pm[4];
 	struct kt_store *s;
@@ -444,7 +433,7 @@ static void test_cluster(void **state)
 	int owners = 0;
 
 	(void)state;
-	if (rp_start_cluster(g_procs, 3, 0)) {
+	if (rp_start_cluster(kfx_procs, 3, 0)) {
 		print_message("no Redis Cluster here: skipped\n");
 		skip();
 	}
@@ -453,7 +442,7 @@ static void test_cluster(void **state)
 	c.line = 9;
 	c.redis_mode = KT_REDIS_CLUSTER;
 	c.endpoint_host[0] = host;
-	c.endpoint_port[0] = g_procs[1].port;
+	c.endpoint_port[0] = kfx_procs[1].port;
 	c.n_endpoints = 1;
 	c.key_prefix = PREFIX;
 	ASSERT_OK(kt_store_open(&s, &c, err, sizeof(err)));
@@ -465,13 +454,13 @@ static void test_cluster(void **state)
 
 		snprintf(name, sizeof(name), "cl%d", k);
 		snprintf(key, sizeof(key), PREFIX ":strict:{%s}", name);
-		o = rp_cluster_slot_owner(g_procs, 3, rp_cluster_slot(&g_procs[0], key));
+		o = rp_cluster_slot_owner(kfx_procs, 3, rp_cluster_slot(&kfx_procs[0], key));
 		assert_true(o >= 0 && o < 3);
 		owners += !owner_seen[o];
 		owner_seen[o] = true;
 		if (k == 11) {
 			/* the owner lost its scripts: NOSCRIPT, then EVAL */
-			r = rp_command(&g_procs[o], "SCRIPT FLUSH");
+			r = rp_command(&kfx_procs[o], "SCRIPT FLUSH");
 			assert_non_null(r);
 			freeReplyObject(r);
 		}
@@ -479,7 +468,7 @@ static void test_cluster(void **state)
 		ASSERT_PERMIT(p[0], 1, 0);
 		ASSERT_PERMIT(p[1], 1, 10 * SEC);
 		ASSERT_PERMIT(p[2], 0, 1);
-		r = rp_command(&g_procs[o], "GET %s", key);
+		r = rp_command(&kfx_procs[o], "GET %s", key);
 		assert_non_null(r);
 		assert_int_equal(r->type, REDIS_REPLY_STRING);
 		assert_int_equal(strtoull(r->str, NULL, 10), a.now_us + 10 * SEC);
@@ -491,16 +480,16 @@ static void test_cluster(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(test_reserve_then_back_off, teardown),
-		cmocka_unit_test_teardown(test_batch, teardown),
-		cmocka_unit_test_teardown(test_no_reservation, teardown),
-		cmocka_unit_test_teardown(test_after_sleep, teardown),
-		cmocka_unit_test_teardown(test_expiry, teardown),
-		cmocka_unit_test_teardown(test_bad_values, teardown),
-		cmocka_unit_test_teardown(test_invalid_args, teardown),
-		cmocka_unit_test_teardown(test_store_down, teardown),
-		cmocka_unit_test_teardown(test_noscript, teardown),
-		cmocka_unit_test_teardown(test_cluster, teardown),
+		cmocka_unit_test_teardown(test_reserve_then_back_off, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_batch, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_no_reservation, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_after_sleep, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_expiry, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_bad_values, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_invalid_args, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_store_down, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_noscript, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_cluster, kt_storefx_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);

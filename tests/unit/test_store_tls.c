@@ -27,7 +27,6 @@
 static struct rt_certs g_certs;
 static struct rp_proc g_tls, g_mtls;  /* TLS; TLS requiring client certificates */
 static int g_tls_port, g_mtls_port;
-static struct rp_proc g_procs[3];     /* per-test servers, stopped by teardown */
 static char err[KT_ERR_LEN];
 
 #define ASSERT_OK(expr)                                                            \
@@ -88,31 +87,16 @@ static void assert_stored(const struct rp_proc *p, const char *limit, const char
 static int group_setup(void **state)
 {
 	(void)state;
-	if (rt_make_certs(&g_certs))
-		return -1;
-	if (rt_start_tls_master(&g_tls, &g_certs, false, &g_tls_port))
-		return -1;
-	if (rt_start_tls_master(&g_mtls, &g_certs, true, &g_mtls_port))
-		return -1;
-	return 0;
+	return rt_start_tls_pair(&g_certs, &g_tls, &g_tls_port, &g_mtls, &g_mtls_port);
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
-	rp_stop(&g_tls);
-	rp_stop(&g_mtls);
-	rt_remove_certs(&g_certs);
+	rt_stop_tls_pair(&g_certs, &g_tls, &g_mtls);
 	return 0;
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	kt_storefx_close_all();
-	kt_storefx_stop_all(g_procs, sizeof(g_procs) / sizeof(g_procs[0]));
-	return 0;
-}
 
 /* A good CA: heartbeats, ramp save/load, values read back from the server. */
 static void test_good_ca(void **state)
@@ -278,7 +262,7 @@ static void test_bad_files_at_open(void **state)
  * connection too, so a failover is followed at once. */
 static void test_sentinel_tls(void **state)
 {
-	struct rp_proc *M = &g_procs[0], *R = &g_procs[1], *S = &g_procs[2];
+	struct rp_proc *M = &kfx_procs[0], *R = &kfx_procs[1], *S = &kfx_procs[2];
 	int m_port, r_port, s_port, ret;
 	struct kt_store_cfg c;
 	struct kt_store *s, *bad;
@@ -416,17 +400,17 @@ static void test_file_errors_at_key_line(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(test_good_ca, teardown),
-		cmocka_unit_test_teardown(test_host_name, teardown),
-		cmocka_unit_test_teardown(test_wrong_ca, teardown),
-		cmocka_unit_test_teardown(test_insecure_skip_verify, teardown),
-		cmocka_unit_test_teardown(test_no_clear_text_fallback, teardown),
-		cmocka_unit_test_teardown(test_mtls_given, teardown),
-		cmocka_unit_test_teardown(test_mtls_missing, teardown),
-		cmocka_unit_test_teardown(test_bad_files_at_open, teardown),
-		cmocka_unit_test_teardown(test_file_errors_at_key_line, teardown),
-		cmocka_unit_test_teardown(test_config_rediss_loads, teardown),
-		cmocka_unit_test_teardown(test_sentinel_tls, teardown),
+		cmocka_unit_test_teardown(test_good_ca, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_host_name, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_wrong_ca, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_insecure_skip_verify, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_no_clear_text_fallback, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_mtls_given, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_mtls_missing, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_bad_files_at_open, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_file_errors_at_key_line, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_config_rediss_loads, kt_storefx_teardown),
+		cmocka_unit_test_teardown(test_sentinel_tls, kt_storefx_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
