@@ -153,7 +153,7 @@ $(BUILD)/tools/kt-fakekube: tests/tools/kt-fakekube.c $(HDRS)
 # kt-storesim drives the real store code against a redis-server of its own
 $(BUILD)/tools/kt-storesim: tests/tools/kt-storesim.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS) $(wildcard tests/lib/*.h)
 	@mkdir -p $(@D)
-	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS) -lcmocka
 
 # kt-querybench runs the query server (user/tags/query.c) in-process
 $(BUILD)/tools/kt-querybench: tests/tools/kt-querybench.c $(LIB_OBJS) $(HDRS)
@@ -232,7 +232,7 @@ install-python:
 # kt-libbench times the Redis round trip it is compared with (redis_proc)
 $(BUILD)/tools/kt-libbench: tests/tools/kt-libbench.c $(BUILD)/libkthrottle.a $(LIB_OBJS) $(TEST_HELPERS) $(KTLIB_HDRS) $(wildcard tests/lib/*.h)
 	@mkdir -p $(@D)
-	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib -Ilibkthrottle $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib -Ilibkthrottle $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
 
 $(BUILD)/fuzz/obj/%.o: user/%.c | $(GEN_HDRS)
 	@mkdir -p $(@D)
@@ -280,7 +280,7 @@ bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test
 
 $(BUILD)/tests/bench/bench: tests/bench/bench.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS)
 	@mkdir -p $(@D)
-	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS) -lcmocka
 
 # only kt-load: the other tools link tests/lib (cmocka), not in deps-demo
 demo: deps-demo all $(BUILD)/tools/kt-load
