@@ -53,6 +53,7 @@ static const struct {
 static struct {
 	pthread_rwlock_t lock;
 	int fd[M_COUNT];
+	int up_fd; /* kt_up, -1 in an older pin dir: the levels above (parent:) */
 	bool open;
 	char pin_dir[PATH_MAX];
 	dev_t dev; /* of <pin_dir>/kt_members when opened: identifies the pins */
@@ -69,6 +70,9 @@ static void close_maps(void)
 			close(st.fd[i]);
 		st.fd[i] = -1;
 	}
+	if (st.open && st.up_fd >= 0)
+		close(st.up_fd);
+	st.up_fd = -1;
 	st.open = false;
 }
 
@@ -138,6 +142,13 @@ static int open_maps(const char *dir, const struct stat *id)
 		for (int j = 0; j < M_COUNT; j++)
 			close(st.fd[j]);
 		return kt_lib_fail(EIO, "kthrottle_connect: number of possible CPUs");
+	}
+	{
+		LIBBPF_OPTS(bpf_obj_get_opts, opts, .file_flags = BPF_F_RDONLY);
+		char path[PATH_MAX + 32];
+
+		snprintf(path, sizeof(path), "%s/kt_up", dir);
+		st.up_fd = bpf_obj_get_opts(path, &opts);
 	}
 	st.open = true;
 	st.dev = id->st_dev;
@@ -243,7 +254,8 @@ static int member_list(struct kt_member_val *v)
 
 /* A connection limit that covers the destination. */
 struct cand {
-	__u32 limit_id, slot, prio, refuse_errno;
+	__u32 limit_id, slot, refuse_errno;
+	__u64 prio;
 	__u64 throttled; /* sum over CPUs before connect */
 };
 
@@ -296,6 +308,32 @@ static int candidates(const struct kt_member_val *v, __u8 proto, const __u8 addr
 	return n;
 }
 
+/* The bucket that refused a call charged to `slot`: its own, or with a
+ * parent (KT_BUCKET_UP) the first level up, from the bottom, that would
+ * refuse now, as the program decides the levels; *limit_id its limit. */
+static __u32 refusing_slot(__u32 slot, __u64 now, __u32 *limit_id)
+{
+	__u32 at = slot;
+
+	for (int lv = 0; lv < KT_MAX_LEVELS; lv++) {
+		struct kt_bucket b;
+		__u64 wait;
+		__u32 up;
+
+		if (bpf_map_lookup_elem(st.fd[M_BUCKETS], &at, &b))
+			break;
+		if (kt_gcra_peek(&b, now, 1, &wait) == KT_REFUSE && !(b.flags & KT_BUCKET_SHADOW)) {
+			*limit_id = b.limit_id;
+			return at;
+		}
+		if (!(b.flags & KT_BUCKET_UP) || st.up_fd < 0 ||
+		    bpf_map_lookup_elem(st.up_fd, &at, &up) || up >= KT_MAX_BUCKETS)
+			break;
+		at = up;
+	}
+	return slot;
+}
+
 /* Fills *why from the refusing limit and its bucket now. */
 static void describe(const struct cand *c, int err, struct kthrottle_refusal *why)
 {
@@ -303,12 +341,13 @@ static void describe(const struct cand *c, int err, struct kthrottle_refusal *wh
 	struct kt_bucket b;
 	__u64 now = kt_clock_ns(), wait = 0;
 	__u32 key = c->limit_id;
+	__u32 slot = refusing_slot(c->slot, now, &key);
 
 	memset(why, 0, sizeof(*why));
 	why->err = err;
 	if (!bpf_map_lookup_elem(st.fd[M_LIMITS], &key, &li))
 		memcpy(why->limit, li.name, sizeof(why->limit) - 1);
-	key = c->slot;
+	key = slot;
 	if (!bpf_map_lookup_elem(st.fd[M_BUCKETS], &key, &b)) {
 		/* what kthrottle_is_throttled would answer: the wait for one
 		 * token (~0 closed), 0 if the bucket has refilled since */

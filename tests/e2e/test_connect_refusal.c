@@ -412,6 +412,48 @@ static void test_python_connect(void **state)
 /* a test with the per-test setup and teardown */
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
+/* A kid limit (roomy) under a parent (5/s, burst 1), both on the member
+ * cgroup: the refusals are the parent's, and kthrottle_connect says so,
+ * with the parent's retry-after; the kid's bucket took nothing for them. */
+static void test_parent_refusals(void **state)
+{
+	char body[2048];
+	struct seen s;
+	int throttled = 0;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_int_equal(ktest_cgroup_create("conn", fx.cg, sizeof(fx.cg)), 0);
+	snprintf(body, sizeof(body),
+		 "limits:\n"
+		 "  - {name: conn-top, cgroups: [%s], unit: connection, burst: 1,\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d}, rateLimit: {max: %g}}\n"
+		 "  - {name: conn-kid, parent: conn-top, cgroups: [%s], unit: connection, burst: 100,\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d}, rateLimit: {max: 1000}}\n"
+		 "  - {name: conn-dead, cgroups: [%s], unit: connection, burst: 1000,\n"
+		 "     errno: ECONNREFUSED,\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d}, rateLimit: {max: 1000}}\n",
+		 fx.cg, fx.port[1], RATE, fx.cg, fx.port[0], fx.cg, fx.dead_port);
+	fx.started = true;
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	setenv(KTHROTTLE_PIN_DIR_ENV, fx.d.pin_dir, 1);
+	run_child(fx.cg, &s);
+	for (int i = 0; i < TRIES; i++) {
+		const struct kthrottle_refusal *w = &s.why[0][i];
+
+		if (s.rc[0][i] == 0)
+			continue;
+		assert_int_equal(s.rc[0][i], KTHROTTLE_THROTTLED);
+		throttled++;
+		assert_string_equal(w->limit, "conn-top");
+		assert_int_equal(w->err, EBUSY);
+		assert_true(w->retry_after_ns > 0 && w->retry_after_ns <= TOKEN_NS + SLACK_NS);
+	}
+	print_message("kid's connects: %d of %d refused by conn-top\n", throttled, TRIES);
+	assert_true(throttled >= TRIES - 2);
+	assert_int_equal((int)status_num("conn-kid", "throttled"), throttled);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -420,6 +462,7 @@ int main(void)
 		T(test_outside_member),
 		T(test_unreadable_pins),
 		T(test_python_connect),
+		T(test_parent_refusals),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
