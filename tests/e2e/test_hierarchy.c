@@ -33,6 +33,7 @@
 
 #include "kt_daemonfx.h"
 #include "kt_storefx.h"
+#include "kt_udpfx.h"
 #include "ktest.h"
 #include "redis_proc.h"
 #include "kthrottle.h"
@@ -73,59 +74,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* A UDP receiver on 127.0.0.1, a free port, room for every datagram sent. */
-static int receiver(int *port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_DGRAM, 0), big = 8 << 20;
-
-	assert_true(fd >= 0);
-	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)), 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-	*port = ntohs(sa.sin_port);
-	return fd;
-}
-
-static unsigned long long drain(int fd)
-{
-	unsigned long long n = 0;
-	char buf[2048];
-
-	while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) >= 0)
-		n++;
-	return n;
-}
-
-/* kt-load flat out from cgroups cg[0..n) to port[i] at once for secs. */
-static void flood_all(int n, const int *port, double secs, struct ktest_load *res)
-{
-	int fds[N_CG][2];
-	pid_t pid[N_CG];
-
-	for (int i = 0; i < n; i++) {
-		assert_int_equal(pipe(fds[i]), 0);
-		pid[i] = fork();
-		assert_true(pid[i] >= 0);
-		if (pid[i] == 0) {
-			struct ktest_load r = { 0 };
-			int rc = ktest_load(fx.cg[i], "udp", "127.0.0.1", port[i], secs, &r);
-
-			_exit(rc == 0 && write(fds[i][1], &r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 1);
-		}
-		close(fds[i][1]);
-	}
-	for (int i = 0; i < n; i++) {
-		int st = 0;
-
-		assert_int_equal(waitpid(pid[i], &st, 0), pid[i]);
-		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-		assert_int_equal(read(fds[i][0], &res[i], sizeof(res[i])), (ssize_t)sizeof(res[i]));
-		close(fds[i][0]);
-	}
-}
-
 /* throttle_events.<reason> of limit in status json. */
 static double events_of(const char *json, const char *limit, const char *reason)
 {
@@ -137,11 +85,39 @@ static double events_of(const char *json, const char *limit, const char *reason)
 	return ev ? atof(ev + strlen(key)) : -1;
 }
 
+/* kt-load flat out from all N_CG cgroups to their ports at once, for secs. */
+static void flood_all(const int *port, double secs, struct ktest_load *res)
+{
+	const char *const cgs[N_CG] = { fx.cg[0], fx.cg[1], fx.cg[2] };
+
+	kt_udpfx_load_all(N_CG, cgs, port, secs, NULL, res);
+}
+
 #define P_MAX 40.0
 #define P_BURST 4.0
 #define C_MAX 30.0
 #define C_BURST 3.0
 #define FLOOD_S 3.0
+
+/* The config of the parent `all` (on cg[0], its own port[0]; `all_extra`
+ * added to its flow mapping) and its children a and b (cg[1], cg[2]),
+ * after `head` (top-level keys). */
+static void family_config(char *body, size_t len, const char *head, const char *all_extra,
+			  double all_max, const int *port)
+{
+	snprintf(body, len,
+		 "tickInterval: 100ms\n"
+		 "%s"
+		 "limits:\n"
+		 "  - {name: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},%s\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
+		 "  - {name: a, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
+		 "  - {name: b, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
+		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n",
+		 head, fx.cg[0], P_BURST, all_max, all_extra, port[0], fx.cg[1], C_BURST, C_MAX, port[1],
+		 fx.cg[2], C_BURST, C_MAX, port[2]);
+}
 
 static void test_children_and_parent_within_the_parent(void **state)
 {
@@ -154,24 +130,14 @@ static void test_children_and_parent_within_the_parent(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	for (int i = 0; i < N_CG; i++)
-		fx.rx[i] = receiver(&port[i]);
-	snprintf(body, sizeof(body),
-		 "tickInterval: 100ms\n"
-		 "limits:\n"
-		 "  - {name: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
-		 "  - {name: a, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
-		 "  - {name: b, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n",
-		 fx.cg[0], P_BURST, P_MAX, port[0], fx.cg[1], C_BURST, C_MAX, port[1], fx.cg[2],
-		 C_BURST, C_MAX, port[2]);
+		fx.rx[i] = kt_udpfx_receiver(&port[i]);
+	family_config(body, sizeof(body), "", "", P_MAX, port);
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 
-	flood_all(N_CG, port, FLOOD_S, res);
+	flood_all(port, FLOOD_S, res);
 	ktest_sleep_ms(50);
 	for (int i = 0; i < N_CG; i++) {
-		got[i] = drain(fx.rx[i]);
+		got[i] = kt_udpfx_drain(fx.rx[i]);
 		total += got[i];
 		assert_int_equal(got[i], res[i].ok);
 	}
@@ -244,7 +210,7 @@ static void test_refused_call_leaves_child_tokens(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	fx.rx[1] = receiver(&port);
+	fx.rx[1] = kt_udpfx_receiver(&port);
 	/* the child holds 50 tokens and refills slowly; the parent admits
 	 * a few a second */
 	snprintf(body, sizeof(body),
@@ -266,7 +232,7 @@ static void test_refused_call_leaves_child_tokens(void **state)
 	assert_true(r.ok >= 1 && r.ok <= 6);
 	/* only the admitted calls took the child's tokens */
 	assert_true(after >= before - (double)r.ok - 1 && after <= before - (double)r.ok + 1);
-	assert_int_equal(drain(fx.rx[1]), r.ok);
+	assert_int_equal(kt_udpfx_drain(fx.rx[1]), r.ok);
 
 	/* a reload keeps the parent's bucket for the child's member (in no
 	 * kt_members list: found through the child's kt_up link), tokens and
@@ -292,21 +258,17 @@ static void test_idle_child_leaves_its_part(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	for (int i = 0; i < N_CG; i++)
-		fx.rx[i] = receiver(&port[i]);
-	snprintf(body, sizeof(body),
-		 "tickInterval: 100ms\n"
-		 "store:\n"
-		 "  redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\"}\n"
-		 "  heartbeat: 200ms\n"
-		 "limits:\n"
-		 "  - {name: all, cgroups: [%s], unit: datagram, share: demand, burst: %g,\n"
-		 "     rateLimit: {max: %g}, match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
-		 "  - {name: a, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
-		 "  - {name: b, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n",
-		 kfx_master.port, fx.cg[0], P_BURST, P_MAX, port[0], fx.cg[1], C_BURST,
-		 C_MAX, port[1], fx.cg[2], C_BURST, C_MAX, port[2]);
+		fx.rx[i] = kt_udpfx_receiver(&port[i]);
+	{
+		char head[256];
+
+		snprintf(head, sizeof(head),
+			 "store:\n"
+			 "  redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\"}\n"
+			 "  heartbeat: 200ms\n",
+			 kfx_master.port);
+		family_config(body, sizeof(body), head, " share: demand,", P_MAX, port);
+	}
 	if (ktest_daemon_up(&fx.d, body)) {
 		ktest_daemon_dump(&fx.d, "hier-redis", 20);
 		fail();
@@ -319,7 +281,7 @@ static void test_idle_child_leaves_its_part(void **state)
 		      2.5, warm.ok, r.ok, FLOOD_S, C_MAX, P_MAX);
 	assert_true((double)r.ok >= 0.85 * C_MAX * FLOOD_S);
 	assert_true((double)r.ok <= C_MAX * (FLOOD_S + 0.1) + C_BURST + 2);
-	drain(fx.rx[1]);
+	kt_udpfx_drain(fx.rx[1]);
 }
 
 static void test_shadow_parent_lets_children_through(void **state)
@@ -332,20 +294,10 @@ static void test_shadow_parent_lets_children_through(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	for (int i = 0; i < N_CG; i++)
-		fx.rx[i] = receiver(&port[i]);
-	snprintf(body, sizeof(body),
-		 "tickInterval: 100ms\n"
-		 "limits:\n"
-		 "  - {name: all, enforce: false, cgroups: [%s], unit: datagram, burst: %g,\n"
-		 "     rateLimit: {max: 10}, match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
-		 "  - {name: a, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n"
-		 "  - {name: b, parent: all, cgroups: [%s], unit: datagram, burst: %g, rateLimit: {max: %g},\n"
-		 "     match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}}\n",
-		 fx.cg[0], P_BURST, port[0], fx.cg[1], C_BURST, C_MAX, port[1], fx.cg[2], C_BURST,
-		 C_MAX, port[2]);
+		fx.rx[i] = kt_udpfx_receiver(&port[i]);
+	family_config(body, sizeof(body), "", " enforce: false,", 10, port);
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
-	flood_all(N_CG, port, 2.0, res);
+	flood_all(port, 2.0, res);
 	assert_true(kt_daemonfx_status_num(&fx.d, "all", "would_refuse", &would));
 	print_message("shadow parent (10/s): own %llu, a %llu, b %llu passed; it would have refused %.0f\n",
 		      res[0].ok, res[1].ok, res[2].ok, would);
@@ -361,7 +313,7 @@ static void test_shadow_parent_lets_children_through(void **state)
 	/* the children's all arrived (the parent's own flood overflows its
 	 * receiver's queue) */
 	for (int i = 1; i < N_CG; i++)
-		assert_int_equal(drain(fx.rx[i]), res[i].ok);
+		assert_int_equal(kt_udpfx_drain(fx.rx[i]), res[i].ok);
 }
 
 int main(void)

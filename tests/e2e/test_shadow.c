@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "kt_daemonfx.h"
+#include "kt_udpfx.h"
 #include "ktest.h"
 
 #define RATE 50.0  /* tokens/s of both limits */
@@ -64,32 +65,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* A UDP receiver on 127.0.0.1, a free port, room for every datagram sent. */
-static int receiver(int *port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_DGRAM, 0), big = 8 << 20;
-
-	assert_true(fd >= 0);
-	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)), 0);
-	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-	*port = ntohs(sa.sin_port);
-	return fd;
-}
-
-/* Datagrams waiting at fd, all read. */
-static unsigned long long drain(int fd)
-{
-	unsigned long long n = 0;
-	char buf[2048];
-
-	while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) >= 0)
-		n++;
-	return n;
-}
-
 /* One limit of the test, on cgroup cg and 127.0.0.1:port. */
 static int limit_yaml(char *buf, size_t len, const char *name, const char *cg, int port,
 		      const char *enforce)
@@ -103,38 +78,6 @@ static int limit_yaml(char *buf, size_t len, const char *name, const char *cg, i
 			"    enforce: %s\n"
 			"    rateLimit: {max: %g}\n",
 			name, cg, port, BURST, enforce, RATE);
-}
-
-/* kt-load from both cgroups at once, OFFER datagrams/s each for SEND_S. */
-static void send_both(const int port[2], struct ktest_load res[2])
-{
-	int fds[2][2];
-	pid_t pid[2];
-
-	for (int i = 0; i < 2; i++) {
-		char p[16];
-		char *const extra[] = { "--rate", OFFER, NULL };
-
-		assert_int_equal(pipe(fds[i]), 0);
-		snprintf(p, sizeof(p), "%d", port[i]);
-		pid[i] = fork();
-		assert_true(pid[i] >= 0);
-		if (pid[i] == 0) {
-			struct ktest_load r = { 0 };
-			int rc = ktest_load_args(fx.cg[i], "udp", "127.0.0.1", port[i], SEND_S, extra, &r);
-
-			_exit(rc == 0 && write(fds[i][1], &r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 1);
-		}
-		close(fds[i][1]);
-	}
-	for (int i = 0; i < 2; i++) {
-		int st = 0;
-
-		assert_int_equal(waitpid(pid[i], &st, 0), pid[i]);
-		assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-		assert_int_equal(read(fds[i][0], &res[i], sizeof(res[i])), (ssize_t)sizeof(res[i]));
-		close(fds[i][0]);
-	}
 }
 
 /* throttle_events.<reason> of limit in status json. */
@@ -160,8 +103,8 @@ static void test_shadow_matches_enforcing_twin(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	fx.rx[0] = receiver(&port[0]);
-	fx.rx[1] = receiver(&port[1]);
+	fx.rx[0] = kt_udpfx_receiver(&port[0]);
+	fx.rx[1] = kt_udpfx_receiver(&port[1]);
 	assert_true(mport > 0);
 	n = snprintf(body, sizeof(body), "tickInterval: 100ms\nmetrics: 127.0.0.1:%d\nlimits:\n",
 		     mport);
@@ -169,10 +112,16 @@ static void test_shadow_matches_enforcing_twin(void **state)
 	limit_yaml(body + n, sizeof(body) - n, "shade", fx.cg[1], port[1], "false");
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 
-	send_both(port, res);
+	{
+		const char *const cgs[2] = { fx.cg[0], fx.cg[1] };
+		char *const extra[] = { "--rate", OFFER, NULL };
+
+		/* both at once, OFFER datagrams/s each for SEND_S */
+		kt_udpfx_load_all(2, cgs, port, SEND_S, extra, res);
+	}
 	ktest_sleep_ms(50);
-	got[0] = drain(fx.rx[0]);
-	got[1] = drain(fx.rx[1]);
+	got[0] = kt_udpfx_drain(fx.rx[0]);
+	got[1] = kt_udpfx_drain(fx.rx[1]);
 	st = ktest_daemon_cmd(&fx.d, "status json");
 	assert_non_null(st);
 	assert_true(ktest_json_limit_num(st, "twin", "throttled", &twin_refused));
@@ -265,7 +214,7 @@ static void test_reload_flips_enforce_on_the_same_bucket(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	fx.rx[0] = receiver(&port);
+	fx.rx[0] = kt_udpfx_receiver(&port);
 	n = snprintf(body, sizeof(body), "tickInterval: 100ms\nlimits:\n");
 	limit_yaml(body + n, sizeof(body) - n, "flip", fx.cg[0], port, "false");
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
@@ -295,7 +244,7 @@ static void test_reload_flips_enforce_on_the_same_bucket(void **state)
 	assert_int_equal(c.refused, 0);
 	assert_true(c.ok > 0);
 	assert_true(first_slot("flip") == slot0);
-	drain(fx.rx[0]);
+	kt_udpfx_drain(fx.rx[0]);
 }
 
 int main(void)
