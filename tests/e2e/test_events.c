@@ -50,22 +50,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* The limit's throttle_events.<reason> from status json. */
-static double events_of(const char *json, const char *limit, const char *reason)
-{
-	const char *ev = ktest_json_limit_field(json, limit, "throttle_events");
-	char key[32];
-	double v = -1;
-
-	if (!ev)
-		return -1;
-	snprintf(key, sizeof(key), "\"%s\":", reason);
-	ev = strstr(ev, key);
-	if (ev)
-		v = atof(ev + strlen(key));
-	return v;
-}
-
 static void test_share_events(void **state)
 {
 	int port = ktest_free_port(SOCK_STREAM);
@@ -85,8 +69,8 @@ static void test_share_events(void **state)
 	assert_int_equal(ktest_load(fx.cg, "tcp", "127.0.0.1", port, 0.5, &r), 0);
 	st = ktest_daemon_cmd(&fx.d, "status json");
 	assert_non_null(st);
-	share = events_of(st, "ev", "share");
-	closed = events_of(st, "ev", "closed");
+	share = kt_daemonfx_events(st, "ev", "share");
+	closed = kt_daemonfx_events(st, "ev", "closed");
 	const char *last = ktest_json_limit_field(st, "ev", "last_throttle");
 	print_message("%llu connects refused in 0.5 s; events: share %.0f closed %.0f; last %.80s\n",
 		      r.refused, share, closed, last ? last : "(none)");
@@ -125,12 +109,12 @@ static void test_closed_events(void **state)
 	assert_non_null(st);
 	const char *last = ktest_json_limit_field(st, "evc", "last_throttle");
 	print_message("%llu ok, %llu refused; events: closed %.0f share %.0f; last %.80s\n", r.ok,
-		      r.refused, events_of(st, "evc", "closed"), events_of(st, "evc", "share"),
+		      r.refused, kt_daemonfx_events(st, "evc", "closed"), kt_daemonfx_events(st, "evc", "share"),
 		      last ? last : "(none)");
 	assert_int_equal(r.ok + r.errors, 0);
 	assert_true(r.refused > 0);
-	assert_true(events_of(st, "evc", "closed") >= 1);
-	assert_true(events_of(st, "evc", "share") == 0);
+	assert_true(kt_daemonfx_events(st, "evc", "closed") >= 1);
+	assert_true(kt_daemonfx_events(st, "evc", "share") == 0);
 	assert_non_null(last);
 	assert_non_null(strstr(last, "\"reason\":\"closed\",\"retry_after_ms\":-1"));
 	free(st);

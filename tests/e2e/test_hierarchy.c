@@ -74,17 +74,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* throttle_events.<reason> of limit in status json. */
-static double events_of(const char *json, const char *limit, const char *reason)
-{
-	const char *ev = ktest_json_limit_field(json, limit, "throttle_events");
-	char key[32];
-
-	snprintf(key, sizeof(key), "\"%s\":", reason);
-	ev = ev ? strstr(ev, key) : NULL;
-	return ev ? atof(ev + strlen(key)) : -1;
-}
-
 /* kt-load flat out from all N_CG cgroups to their ports at once, for secs. */
 static void flood_all(const int *port, double secs, struct ktest_load *res)
 {
@@ -146,7 +135,7 @@ static void test_children_and_parent_within_the_parent(void **state)
 	print_message("in %.1f s: parent's own %llu, a %llu, b %llu: %llu together (parent %g/s + %g); "
 		      "refusals reported by all %.0f, by a %.0f\n",
 		      FLOOD_S, got[0], got[1], got[2], total, P_MAX, P_BURST,
-		      events_of(st, "all", "share"), events_of(st, "a", "share"));
+		      kt_daemonfx_events(st, "all", "share"), kt_daemonfx_events(st, "a", "share"));
 	/* the parent's bound holds over all three (a tick of slack) */
 	assert_true((double)total <= P_MAX * (FLOOD_S + 0.1) + P_BURST + 2);
 	for (int i = 1; i < N_CG; i++)
@@ -159,7 +148,7 @@ static void test_children_and_parent_within_the_parent(void **state)
 	assert_non_null(strstr(ktest_json_limit_field(st, "a", "parent"), "\"all\""));
 	assert_non_null(strstr(ktest_json_limit_field(st, "all", "parent"), "null"));
 	/* the parent refused the children's calls: its events, not theirs */
-	assert_true(events_of(st, "all", "share") >= 1);
+	assert_true(kt_daemonfx_events(st, "all", "share") >= 1);
 	assert_true(ktest_json_limit_num(st, "a", "throttled", &a_throttled));
 	assert_true(a_throttled == (double)res[1].refused);
 	free(st);

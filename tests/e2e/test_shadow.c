@@ -80,17 +80,6 @@ static int limit_yaml(char *buf, size_t len, const char *name, const char *cg, i
 			name, cg, port, BURST, enforce, RATE);
 }
 
-/* throttle_events.<reason> of limit in status json. */
-static double events_of(const char *json, const char *limit, const char *reason)
-{
-	const char *ev = ktest_json_limit_field(json, limit, "throttle_events");
-	char key[32];
-
-	snprintf(key, sizeof(key), "\"%s\":", reason);
-	ev = ev ? strstr(ev, key) : NULL;
-	return ev ? atof(ev + strlen(key)) : -1;
-}
-
 static void test_shadow_matches_enforcing_twin(void **state)
 {
 	struct ktest_load res[2];
@@ -131,7 +120,7 @@ static void test_shadow_matches_enforcing_twin(void **state)
 	print_message("twin: sent %llu refused %llu arrived %llu (status throttled %.0f); "
 		      "shadow: sent %llu refused %llu arrived %llu, would_refuse %.0f, events shadow %.0f\n",
 		      res[0].ok, res[0].refused, got[0], twin_refused, res[1].ok, res[1].refused,
-		      got[1], shadow_would, events_of(st, "shade", "shadow"));
+		      got[1], shadow_would, kt_daemonfx_events(st, "shade", "shadow"));
 
 	/* the twin enforced: about SEND_S x (200 - 50) refused */
 	assert_true(res[0].refused > 300);
@@ -147,8 +136,8 @@ static void test_shadow_matches_enforcing_twin(void **state)
 	tol = 0.02 * twin_refused;
 	assert_true(fabs(shadow_would - twin_refused) <= tol);
 	/* shadow events, and none that says its callers are throttled */
-	assert_true(events_of(st, "shade", "shadow") >= 1);
-	assert_true(events_of(st, "shade", "share") == 0);
+	assert_true(kt_daemonfx_events(st, "shade", "shadow") >= 1);
+	assert_true(kt_daemonfx_events(st, "shade", "share") == 0);
 	assert_null(ktest_json_limit_field(st, "shade", "last_throttle"));
 	assert_non_null(strstr(ktest_json_limit_field(st, "shade", "enforce"), "false"));
 	free(st);

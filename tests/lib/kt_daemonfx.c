@@ -198,3 +198,13 @@ bool kt_cat_fits(char *buf, size_t len, const char *fmt, ...)
 	va_end(ap);
 	return n >= 0 && (size_t)n < len - used;
 }
+
+double kt_daemonfx_events(const char *json, const char *limit, const char *reason)
+{
+	const char *ev = ktest_json_limit_field(json, limit, "throttle_events");
+	char key[32];
+
+	snprintf(key, sizeof(key), "\"%s\":", reason);
+	ev = ev ? strstr(ev, key) : NULL;
+	return ev ? atof(ev + strlen(key)) : -1;
+}

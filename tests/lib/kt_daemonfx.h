@@ -166,4 +166,7 @@ void kt_daemonfx_end_rp(struct ktest_daemon *d, const char *cg, struct rp_proc *
 bool kt_cat_fits(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 #define kt_cat(buf, len, ...) assert_true(kt_cat_fits(buf, len, __VA_ARGS__))
 
+/* Limit `limit`'s throttle_events.<reason> in status json, -1 when absent. */
+double kt_daemonfx_events(const char *json, const char *limit, const char *reason);
+
 #endif
