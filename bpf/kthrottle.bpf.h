@@ -372,18 +372,85 @@ static __always_inline int kt_shadow_pass(__u32 slot, __u64 bytes, __u64 units)
 	return KT_ADMIT_SHADOW;
 }
 
+/*
+ * The levels above a call's own limit (parent:, KT_BUCKET_UP). Each step is
+ * a global function: the verifier checks a global function once per
+ * program, with unknown arguments, and its callers see only its return
+ * value. Inlined, the three levels' GCRA paths multiplied each other and
+ * cost every program load ~100k more verified instructions.
+ */
+
+/* The slot one level up from `slot`: kt_up's entry when its bucket is
+ * flagged KT_BUCKET_UP and the bucket there is in use; else KT_SLOT_NONE. */
+__noinline __u32 kt_level_up(__u32 slot)
+{
+	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot), *ub;
+	__u32 *next, s;
+
+	if (!b || !(KT_READ_ONCE(b->flags) & KT_BUCKET_UP))
+		return KT_SLOT_NONE;
+	next = bpf_map_lookup_elem(&kt_up, &slot);
+	if (!next)
+		return KT_SLOT_NONE;
+	s = *next;
+	ub = bpf_map_lookup_elem(&kt_buckets, &s);
+	if (!ub || !(KT_READ_ONCE(ub->flags) & KT_BUCKET_IN_USE))
+		return KT_SLOT_NONE;
+	return s;
+}
+
+/* One level's decision on the bucket in `slot` and the node bucket it is
+ * chained to: KT_ADMIT, KT_REFUSE (*wait_ns set), or KT_ADMIT_SHADOW (a
+ * shadow limit's refusal, to be passed; the caller counts it). */
+__noinline int kt_level_decide(__u32 slot, __u64 now, __u64 cost, __u64 *wait_ns)
+{
+	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
+	__u64 w = 0;
+
+	if (!b || !wait_ns)
+		return KT_ADMIT; /* gone meanwhile: it cannot refuse */
+	if (kt_gcra_decide_chained(b, kt_bucket_parent_of(b), now, cost, &w) == KT_ADMIT)
+		return KT_ADMIT;
+	*wait_ns = w;
+	return (KT_READ_ONCE(b->flags) & KT_BUCKET_SHADOW) ? KT_ADMIT_SHADOW : KT_REFUSE;
+}
+
+/* A shadow level's refusal counted in kt_shadow. */
+__noinline int kt_level_shadow(__u32 slot, __u64 bytes, __u64 units)
+{
+	return kt_shadow_pass(slot, bytes, units);
+}
+
 /* Gives back `cost` to the bucket in `slot` and the node bucket it is
  * chained to: a level that admitted a call a level above refused. */
-static __always_inline void kt_refund_level(__u32 slot, __u64 now, __u64 cost)
+__noinline int kt_level_refund(__u32 slot, __u64 now, __u64 cost)
 {
 	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot), *p;
 
 	if (!b)
-		return;
+		return 0;
 	p = kt_bucket_parent_of(b);
 	kt_gcra_refund(b, now, cost);
 	if (p)
 		kt_gcra_refund(p, now, cost);
+	return 0;
+}
+
+/* The call counted in the counters of the level in `slot`. */
+__noinline int kt_level_count(__u32 slot, __u64 units, __u64 bytes, int refused)
+{
+	struct kt_counters *c = bpf_map_lookup_elem(&kt_counters, &slot);
+
+	if (!c)
+		return 0;
+	if (refused) {
+		c->throttled += units;
+		c->throttled_bytes += bytes;
+	} else {
+		c->admitted += units;
+		c->admitted_bytes += bytes;
+	}
+	return 0;
 }
 
 /* One call's charge of the levels above its own limit (kt_charge_up). */
@@ -392,119 +459,65 @@ struct kt_up_req {
 	__u64 wait_ns;  /* out: the wait of the level that refused */
 	__u32 slot;     /* in: the call's own bucket */
 	__u32 by;       /* out: the level that refused, or shadow-refused */
-	__s32 verdict;  /* in: the own level's, KT_ADMIT or KT_ADMIT_SHADOW; out: the call's */
+	__s32 verdict;  /* in: the own level's, KT_ADMIT or KT_ADMIT_SHADOW */
 	__u32 took;     /* in: the own level took its tokens (not a shadow pass) */
-	/* kt_up_level's: the bucket it stands on, and per level above: its
-	 * slot and whether it took tokens (bit i of took_up) */
-	__u32 cur, n, took_up, refused;
-	__u32 lv[KT_MAX_LEVELS - 1];
 };
 
-/* bpf_loop's step: level i + 1, the bucket kt_up names for r->cur, decided
- * like the own level (member bucket and the node bucket it is chained
- * to). 0 to go on up, 1 to stop (the top, or a refusal). One callback, so
- * the verifier checks one level, not every path through all of them. */
-static long kt_up_level(__u64 i, void *ctx)
-{
-	struct kt_up_req *r = ctx;
-	struct kt_bucket *b, *ub, *up;
-	__u32 cur = r->cur, *next, s;
-	__u64 w = 0;
-
-	if (i >= KT_MAX_LEVELS - 1)
-		return 1;
-	b = bpf_map_lookup_elem(&kt_buckets, &cur);
-	next = bpf_map_lookup_elem(&kt_up, &cur);
-	if (!b || !next || !(KT_READ_ONCE(b->flags) & KT_BUCKET_UP))
-		return 1;
-	s = *next;
-	ub = bpf_map_lookup_elem(&kt_buckets, &s);
-	if (!ub || !(KT_READ_ONCE(ub->flags) & KT_BUCKET_IN_USE))
-		return 1;
-	up = kt_bucket_parent_of(ub);
-	r->lv[i] = s;
-	r->n = i + 1;
-	r->cur = s;
-	if (kt_gcra_decide_chained(ub, up, r->now, r->cost, &w) == KT_ADMIT) {
-		r->took_up |= 1u << i;
-		return 0;
-	}
-	if (KT_READ_ONCE(ub->flags) & KT_BUCKET_SHADOW) {
-		kt_shadow_pass(s, r->bytes, r->units);
-		if (r->verdict == KT_ADMIT) {
-			r->verdict = KT_ADMIT_SHADOW;
-			r->by = s;
-			r->wait_ns = w;
-		}
-		return 0;
-	}
-	r->refused = 1;
-	r->by = s;
-	r->wait_ns = w;
-	return 1;
-}
-
-/* bpf_loop's step after the levels were decided: level i + 1's counters
- * count the call, and on a refusal a level that took tokens gives them
- * back (i = KT_MAX_LEVELS - 1 stands for the call's own level). */
-static long kt_up_settle(__u64 i, void *ctx)
-{
-	struct kt_up_req *r = ctx;
-	struct kt_counters *c;
-	__u32 s;
-
-	if (i >= KT_MAX_LEVELS)
-		return 1;
-	if (i == KT_MAX_LEVELS - 1) {
-		if (r->refused && r->took)
-			kt_refund_level(r->slot, r->now, r->cost);
-		return 1;
-	}
-	if (i >= r->n)
-		return 0;
-	s = r->lv[i];
-	if (r->refused) {
-		if (r->took_up & (1u << i))
-			kt_refund_level(s, r->now, r->cost);
-		if (s != r->by)
-			return 0;
-	}
-	c = bpf_map_lookup_elem(&kt_counters, &s);
-	if (!c)
-		return 0;
-	if (r->refused) {
-		c->throttled += r->units;
-		c->throttled_bytes += r->bytes;
-	} else {
-		c->admitted += r->units;
-		c->admitted_bytes += r->bytes;
-	}
-	return 0;
-}
-
-/* The levels above r->slot's limit (KT_BUCKET_UP, kt_up): KT_ADMIT when
- * all admit, KT_ADMIT_SHADOW when only shadow limits refused, else
- * KT_REFUSE with every level below given its tokens back, so a refused
- * call costs no level anything. Counts each level's outcome in its
- * counters (the own level's are the caller's): admitted at every level,
- * or refused at the level that refused. Only calls of a limit with a
- * parent run it. A global function whose loops are bpf_loop callbacks, so
- * the verifier checks it once per program, not at every call site and on
- * every path through all the levels. */
+/* The levels above r->slot's limit: KT_ADMIT when all admit,
+ * KT_ADMIT_SHADOW when only shadow limits refused, else KT_REFUSE with
+ * every level below given its tokens back, so a refused call costs no
+ * level anything. Counts each level's outcome in its counters (the own
+ * level's are the caller's): admitted at every level, or refused at the
+ * level that refused. Only calls of a limit with a parent run it. */
 __noinline int kt_charge_up(struct kt_up_req *r)
 {
-	struct kt_up_req q; /* bpf_loop's context must be on this stack */
+	__u32 lv[KT_MAX_LEVELS - 1] = {}, cur, refused = 0, took = 0, n = 0;
+	int verdict, i;
 
 	if (!r)
 		return KT_REFUSE;
-	__builtin_memcpy(&q, r, sizeof(q));
-	q.cur = q.slot;
-	q.n = q.took_up = q.refused = 0;
-	bpf_loop(KT_MAX_LEVELS - 1, kt_up_level, &q, 0);
-	bpf_loop(KT_MAX_LEVELS, kt_up_settle, &q, 0);
-	r->by = q.by;
-	r->wait_ns = q.wait_ns;
-	return q.refused ? KT_REFUSE : q.verdict;
+	cur = r->slot;
+	verdict = r->verdict;
+	for (i = 0; i < KT_MAX_LEVELS - 1; i++) {
+		__u64 w = 0;
+		__u32 up = kt_level_up(cur);
+		int v;
+
+		if (up == KT_SLOT_NONE)
+			break;
+		lv[i] = up;
+		n = i + 1;
+		v = kt_level_decide(up, r->now, r->cost, &w);
+		if (v == KT_ADMIT) {
+			took |= 1u << i;
+		} else if (v == KT_ADMIT_SHADOW) {
+			kt_level_shadow(up, r->bytes, r->units);
+			if (verdict == KT_ADMIT) {
+				verdict = KT_ADMIT_SHADOW;
+				r->by = up;
+				r->wait_ns = w;
+			}
+		} else {
+			refused = 1;
+			r->by = up;
+			r->wait_ns = w;
+			break;
+		}
+		cur = up;
+	}
+	if (refused) {
+		for (i = 0; i < KT_MAX_LEVELS - 1; i++)
+			if (took & (1u << i))
+				kt_level_refund(lv[i], r->now, r->cost);
+		if (r->took)
+			kt_level_refund(r->slot, r->now, r->cost);
+		kt_level_count(r->by, r->units, r->bytes, 1);
+		return KT_REFUSE;
+	}
+	for (i = 0; i < KT_MAX_LEVELS - 1; i++)
+		if ((__u32)i < n)
+			kt_level_count(lv[i], r->units, r->bytes, 0);
+	return verdict;
 }
 
 /*
