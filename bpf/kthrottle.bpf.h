@@ -553,7 +553,7 @@ static __always_inline int kt_charge(const struct kt_cls *cls, __u64 now, __u64 
 	/* Per-CPU counters, in the limit's tokens (a GSO send counts each
 	 * datagram): plain adds, no atomics on the hot path. */
 	if (verdict == KT_REFUSE && (KT_READ_ONCE(b->flags) & KT_BUCKET_SHADOW))
-		verdict = kt_shadow_pass(slot, bytes, units);
+		verdict = kt_level_shadow(slot, bytes, units);
 	if (verdict != KT_REFUSE && (KT_READ_ONCE(b->flags) & KT_BUCKET_UP)) {
 		struct kt_up_req r = { .now = now, .cost = cls->unit == KT_UNIT_BYTE ? bytes : units,
 				       .units = units, .bytes = bytes, .slot = slot, .by = slot,

@@ -86,7 +86,7 @@ static void flood_all(const int *port, double secs, struct ktest_load *res)
 #define P_BURST 4.0
 #define C_MAX 30.0
 #define C_BURST 3.0
-#define FLOOD_S 3.0
+#define FLOOD_S 2.0
 
 /* The config of the parent `all` (on cg[0], its own port[0]; `all_extra`
  * added to its flow mapping) and its children a and b (cg[1], cg[2]),
@@ -264,10 +264,10 @@ static void test_idle_child_leaves_its_part(void **state)
 	}
 	/* a floods, b and the parent's own cgroup are idle: once the pool
 	 * has seen the demand, a's part of the parent is all of it */
-	assert_int_equal(ktest_load(fx.cg[1], "udp", "127.0.0.1", port[1], 2.5, &warm), 0);
+	assert_int_equal(ktest_load(fx.cg[1], "udp", "127.0.0.1", port[1], 2.0, &warm), 0);
 	assert_int_equal(ktest_load(fx.cg[1], "udp", "127.0.0.1", port[1], FLOOD_S, &r), 0);
 	print_message("a alone, after %.1f s of warm-up (%llu): %llu in %.1f s (its max %g/s, the parent's %g/s)\n",
-		      2.5, warm.ok, r.ok, FLOOD_S, C_MAX, P_MAX);
+		      2.0, warm.ok, r.ok, FLOOD_S, C_MAX, P_MAX);
 	assert_true((double)r.ok >= 0.85 * C_MAX * FLOOD_S);
 	assert_true((double)r.ok <= C_MAX * (FLOOD_S + 0.1) + C_BURST + 2);
 	kt_udpfx_drain(fx.rx[1]);
