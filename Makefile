@@ -71,7 +71,7 @@ TOOLS_BINS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOLS_SRCS))
 # (scripts/run-tests.sh -> scripts/fuzz.sh); `make fuzz` runs them long and
 # keeps what they find in $(BUILD)/fuzz/corpus/<name>/.
 FUZZ_SECONDS ?= 300
-FUZZ_TEST_SECONDS ?= 3
+FUZZ_TEST_SECONDS ?= 2
 FUZZ_CC    := $(CLANG)
 FUZZ_SAN   := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS := -O1 -g -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers \

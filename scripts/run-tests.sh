@@ -3,19 +3,21 @@
 # line "N passed, N failed, N skipped" summed over cmocka's per-binary lines.
 # A binary that crashes or exits non-zero without a summary counts as a failure.
 # A libFuzzer target (.../fuzz/fuzz_<name>) runs through scripts/fuzz.sh over
-# its seed corpus plus FUZZ_TEST_SECONDS (default 6) of fuzzing: one test.
+# its seed corpus plus FUZZ_TEST_SECONDS (default 6; make test: 2) of fuzzing: one test.
 #
 # Host-only binaries (tests/unit/*, fuzz/*) need no root-wide state (each
 # makes its own temp dirs, ports and redis-servers) and measure nothing
 # against the clock that another process could skew by more than their
-# margins, so they run TEST_JOBS at a time (default: the CPU count, at most
-# 2), before the rest. Everything else (BPF, daemons, cgroups, timed
+# margins, so they run TEST_JOBS at a time (default: the CPU count + 1, at
+# most 3), before the rest. Everything else (BPF, daemons, cgroups, timed
 # windows) runs one at a time, alone. Outputs are shown whole, in order.
 set -u
 here=$(dirname "$0")
 passed=0 failed=0 skipped=0 bad_bins=()
-jobs=${TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
-[ "$jobs" -gt 2 ] && jobs=2
+# one more than the CPUs, at most 3: most of them wait on sockets, timers
+# and redis-servers, not on a CPU
+jobs=${TEST_JOBS:-$(($(nproc 2>/dev/null || echo 1) + 1))}
+[ "$jobs" -gt 3 ] && jobs=3
 [ "$jobs" -lt 1 ] && jobs=1
 tmp=$(mktemp -d /tmp/kt-run-tests-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
