@@ -177,6 +177,9 @@ struct kt_cfg_names {
 };
 int kt_cfg_get_name(struct ctx *c, yaml_node_t *n, const char *field,
 		    const struct kt_cfg_names *nl, char out[KT_NAME_LEN]);
+/* The index of the entry named `name` in a tree kt_cfg_get_name filled
+ * (entries of `size` bytes from `base`, the name first), -1 if none. */
+int kt_cfg_name_index(void *const *names, const void *base, size_t size, const char *name);
 
 /* ---- scalars ---------------------------------------------------------- */
 

@@ -472,9 +472,23 @@ static yaml_node_t *parent_node(struct ctx *c, yaml_node_t *limits, int i)
 	return map_get(c, node_at(c, limits->data.sequence.items.start[i]), "parent");
 }
 
+/* "a -> b -> c": limit i and its next `steps` ancestors, then " -> ..."
+ * when `more` and the last one has a parent; for an error message. */
+static void chain_text(const struct kt_config *cfg, int i, int steps, bool more, char *buf,
+		       size_t len)
+{
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (int k = 0; k <= steps && i >= 0 && n < len; k++, i = kt_cfg_parent(&cfg->limits[i]))
+		n += (size_t)snprintf(buf + n, len - n, "%s%s", k ? " -> " : "", cfg->limits[i].name);
+	if (more && i >= 0 && n < len)
+		snprintf(buf + n, len - n, " -> ...");
+}
+
 int kt_cfg_link_parents(struct ctx *c, yaml_node_t *limits, struct kt_config *cfg)
 {
-	char sub[FIELD_LEN];
+	char sub[FIELD_LEN], path[(KT_MAX_LEVELS + 2) * (KT_NAME_LEN + 4) + 8];
 	int i, j;
 
 	for (i = 0; i < cfg->n_limits; i++) {
@@ -484,9 +498,9 @@ int kt_cfg_link_parents(struct ctx *c, yaml_node_t *limits, struct kt_config *cf
 		if (!l->parent_name[0])
 			continue;
 		snprintf(sub, sizeof(sub), "limits[%d].parent", i);
-		for (j = 0; j < cfg->n_limits && strcmp(cfg->limits[j].name, l->parent_name); j++)
-			;
-		if (j == cfg->n_limits)
+		j = kt_cfg_name_index(&c->limit_names, cfg->limits, sizeof(*cfg->limits),
+				      l->parent_name);
+		if (j < 0)
 			return fail(c, parent_node(c, limits, i), sub, "no limit is named \"%s\"",
 				    l->parent_name);
 		if (j == i)
@@ -508,43 +522,23 @@ int kt_cfg_link_parents(struct ctx *c, yaml_node_t *limits, struct kt_config *cf
 				    p->name, p->line);
 		l->parent = j + 1;
 	}
-	/* no chain loops... */
+	/* Each chain ends at a root within KT_MAX_LEVELS and never loops. One
+	 * walk of at most KT_MAX_LEVELS + 1 steps a limit tells both: a loop
+	 * that does not come back by then is a chain too deep as well. */
 	for (i = 0; i < cfg->n_limits; i++) {
-		int at = kt_cfg_parent(&cfg->limits[i]);
-
-		for (j = 0; at >= 0 && at != i && j < cfg->n_limits; j++)
-			at = kt_cfg_parent(&cfg->limits[at]);
-		if (at == i) {
-			char path[4 * (KT_NAME_LEN + 4)] = "";
-
-			for (at = i, j = 0; j < 4 && (j == 0 || at != i); j++, at = kt_cfg_parent(&cfg->limits[at])) {
-				size_t n = strlen(path);
-
-				snprintf(path + n, sizeof(path) - n, "%s -> ", cfg->limits[at].name);
-			}
-			size_t n = strlen(path);
-			snprintf(path + n, sizeof(path) - n, "%s", at == i ? cfg->limits[i].name : "...");
-			snprintf(sub, sizeof(sub), "limits[%d].parent", i);
-			return fail(c, parent_node(c, limits, i), sub, "a cycle: %s", path);
-		}
-	}
-	/* ... and each ends at a root within KT_MAX_LEVELS */
-	for (i = 0; i < cfg->n_limits; i++) {
-		char path[KT_MAX_LEVELS * (KT_NAME_LEN + 4) + 8] = "";
 		int at = i, depth = 0;
 
 		while (kt_cfg_parent(&cfg->limits[at]) >= 0 && depth <= KT_MAX_LEVELS) {
-			size_t n = strlen(path);
-
-			snprintf(path + n, sizeof(path) - n, "%s -> ", cfg->limits[at].name);
 			at = kt_cfg_parent(&cfg->limits[at]);
 			depth++;
+			if (at == i) {
+				chain_text(cfg, i, depth, false, path, sizeof(path));
+				snprintf(sub, sizeof(sub), "limits[%d].parent", i);
+				return fail(c, parent_node(c, limits, i), sub, "a cycle: %s", path);
+			}
 		}
 		if (depth >= KT_MAX_LEVELS) {
-			size_t n = strlen(path);
-
-			snprintf(path + n, sizeof(path) - n, "%s%s", cfg->limits[at].name,
-				 kt_cfg_parent(&cfg->limits[at]) >= 0 ? " -> ..." : "");
+			chain_text(cfg, i, KT_MAX_LEVELS, true, path, sizeof(path));
 			snprintf(sub, sizeof(sub), "limits[%d].parent", i);
 			return fail(c, parent_node(c, limits, i), sub,
 				    "more than %d levels: %s", KT_MAX_LEVELS, path);

@@ -130,6 +130,13 @@ static int cmp_name(const void *x, const void *y)
 	return strcmp(x, y);
 }
 
+int kt_cfg_name_index(void *const *names, const void *base, size_t size, const char *name)
+{
+	char *const *found = tfind(name, names, cmp_name);
+
+	return found ? (int)((size_t)(*found - (const char *)base) / size) : -1;
+}
+
 int kt_cfg_get_name(struct ctx *c, yaml_node_t *n, const char *field,
 		    const struct kt_cfg_names *nl, char out[KT_NAME_LEN])
 {
