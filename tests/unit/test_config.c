@@ -454,6 +454,33 @@ static void test_parent(void **state)
 	kt_config_free(&cfg);
 }
 
+/* groupBy: what it groups by, maxGroups defaulted; a template may have a
+ * parent. */
+static void test_group_by(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse("limits:\n"
+			       "  - {name: all, cgroups: x, unit: datagram, rateLimit: {max: 9}}\n"
+			       "  - {name: ns, pods: {}, groupBy: namespace, parent: all, unit: datagram, rateLimit: {max: 1}}\n"
+			       "  - {name: team, pods: {}, groupBy: \"label:example.com/team\", maxGroups: 7, unit: datagram, rateLimit: {max: 1}}\n"
+			       "  - {name: t, cgroups: [\"/t/*/*\"], groupBy: parent, unit: datagram, rateLimit: {max: 1}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].group_by, KT_GROUP_NONE);
+	assert_int_equal(cfg.limits[1].group_by, KT_GROUP_NAMESPACE);
+	assert_int_equal(cfg.limits[1].max_groups, KT_GROUPS_DEFAULT);
+	assert_int_equal(cfg.limits[1].group_line, 3);
+	assert_int_equal(kt_cfg_parent(&cfg.limits[1]), 0);
+	assert_int_equal(cfg.limits[2].group_by, KT_GROUP_LABEL);
+	assert_string_equal(cfg.limits[2].group_label, "example.com/team");
+	assert_int_equal(cfg.limits[2].max_groups, 7);
+	assert_int_equal(cfg.limits[3].group_by, KT_GROUP_PARENT);
+	assert_string_equal(kt_group_by_name(cfg.limits[3].group_by), "parent");
+	kt_config_free(&cfg);
+}
+
 /* unit request: a cooperative limit, no cgroups, always node scope. */
 static void test_unit_request(void **state)
 {
@@ -1178,6 +1205,31 @@ static const struct bad bad_cases[] = {
 	  "not allowed with rateLimit.strict at line 10" },
 #undef PL
 #undef RL_
+	/* groupBy: something every member has; a template is no parent */
+#define GP(extra) "limits:\n  - {name: g, pods: {namespace: a}, unit: datagram, rateLimit: {max: 1}" extra "}\n"
+#define GC(cg, extra) "limits:\n  - {name: g, cgroups: " cg ", unit: datagram, rateLimit: {max: 1}" extra "}\n"
+	{ GC("[\"/t/*\"]", ", groupBy: namespace"), "t.yaml:2: limits[0].groupBy: ",
+	  "namespace groups pods: needs pods: and no cgroups: (group cgroups: patterns by parent)" },
+	{ GP(", groupBy: parent"), "t.yaml:2: limits[0].groupBy: ",
+	  "parent groups the cgroups a pattern matches: needs cgroups: patterns and no pods:" },
+	{ GC("[\"/t/*/*\", /t/x]", ", groupBy: parent"), "t.yaml:2: limits[0].groupBy: ",
+	  "parent needs every cgroups: entry to be a pattern (/t/x at line 2 is a plain path: one group)" },
+	{ GP(", groupBy: label:-bad"), "t.yaml:2: limits[0].groupBy: ", "\"-bad\" is no label key" },
+	{ GP(", groupBy: tenant"), "t.yaml:2: limits[0].groupBy: ",
+	  "\"tenant\" is not one of namespace, label:KEY (pods:) or parent (cgroups: patterns)" },
+	{ GP(", maxGroups: 5"), "t.yaml:2: limits[0].maxGroups: ", "needs groupBy" },
+	{ GP(", groupBy: namespace, maxGroups: 0"), "t.yaml:2: limits[0].maxGroups: ", "" },
+	{ GP(", groupBy: namespace, maxGroups: 9000"), "t.yaml:2: limits[0].maxGroups: ", "" },
+	{ "limits:\n  - {name: g, unit: request, groupBy: namespace, rateLimit: {max: 1}}\n",
+	  "t.yaml:2: limits[0].groupBy: ", "not allowed with unit request" },
+	{ "limits:\n  - {name: g, pods: {namespace: a}, groupBy: namespace, unit: datagram, rateLimit: {max: 1}}\n"
+	  "  - {name: a, cgroups: x, unit: datagram, parent: g, rateLimit: {max: 1}}\n",
+	  "t.yaml:3: limits[1].parent: ", "g (line 2) has groupBy: its groups are pools of their own, it cannot be a parent" },
+	{ SREDIS "limits:\n  - name: a\n    pods: {namespace: a}\n    groupBy: namespace\n    unit: connection\n"
+	  "    rateLimit: {strict: {every: 1s}}\n", "t.yaml:8: limits[0].groupBy: ",
+	  "not allowed with rateLimit.strict at line 10" },
+#undef GP
+#undef GC
 	/* enforce: a boolean; shadow mode spends no store permits */
 	{ LIM "    enforce: maybe\n", "t.yaml:6: limits[0].enforce: ", "\"maybe\" is not true or false" },
 	{ SLIM("connection", "{every: 1s}") "    enforce: false\n", "t.yaml:11: limits[0].enforce: ",
@@ -1722,6 +1774,7 @@ int main(void)
 		cmocka_unit_test(test_refuse_errno),
 		cmocka_unit_test(test_enforce),
 		cmocka_unit_test(test_parent),
+		cmocka_unit_test(test_group_by),
 		cmocka_unit_test(test_unit_request),
 		cmocka_unit_test(test_metrics_addr),
 		cmocka_unit_test(test_lease_options),

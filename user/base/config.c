@@ -491,6 +491,16 @@ void kt_config_free(struct kt_config *cfg)
 
 	if (!cfg)
 		return;
+	if (cfg->source) { /* an expanded config owns its limits and groups only */
+		for (i = 0; cfg->limits && i < cfg->n_limits; i++) {
+			free(cfg->limits[i].group_value);
+			if (cfg->limits[i].group_other)
+				free((void *)cfg->limits[i].group_known);
+		}
+		free(cfg->limits);
+		memset(cfg, 0, sizeof(*cfg));
+		return;
+	}
 	for (i = 0; cfg->limits && i < cfg->n_limits; i++) {
 		kt_cfg_limit_free(&cfg->limits[i]);
 	}

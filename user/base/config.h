@@ -99,6 +99,18 @@ enum kt_store_failure {
 
 enum kt_share_policy { KT_SHARE_EQUAL = 0, KT_SHARE_DEMAND };
 
+/* groupBy: what splits a limit into one pool per distinct value. */
+enum kt_group_by {
+	KT_GROUP_NONE = 0,
+	KT_GROUP_NAMESPACE,       /* a pods: limit: the pod's namespace */
+	KT_GROUP_LABEL,           /* a pods: limit: the value of label group_label */
+	KT_GROUP_PARENT,          /* a cgroups: pattern limit: the matched directory's parent's name */
+};
+/* maxGroups: default and ceiling of the groups one groupBy limit has on a
+ * node; past it, the other values share one pool (members/groups.h). */
+#define KT_GROUPS_DEFAULT 1000
+#define KT_GROUPS_MAX 8192
+
 /* pods: a Kubernetes label selector over the pods on this node. */
 #define KT_MAX_LABEL_REQS 16
 #define KT_MAX_LABEL_VALUES 16
@@ -179,6 +191,21 @@ struct kt_limit_cfg {
 	int parent;               /* limits[parent - 1], 0 = none (kt_cfg_parent; set after all are parsed) */
 	int depth;                /* 0 for a root, 1 for its children... */
 	int enforce_line;         /* where enforce: is written, 0 = absent */
+	/* groupBy: this limit is a template, one instance per group value
+	 * (members/groups.h); none of its own pools or buckets */
+	enum kt_group_by group_by;
+	char *group_label;        /* KT_GROUP_LABEL: the label key */
+	int group_line;           /* where groupBy: is written, 0 = absent */
+	int max_groups;           /* maxGroups: groups on this node, 1..KT_GROUPS_MAX */
+	/* In a running (expanded) config: an instance of the template
+	 * limits[group_of - 1] of the parsed one (0 = none), for the members
+	 * whose value is group_value; group_other: for every value past
+	 * maxGroups, that is none of group_known[0..n_group_known) (sorted) */
+	int group_of;
+	char *group_value;
+	bool group_other;
+	const char *const *group_known;
+	int n_group_known;
 	int refuse_errno;         /* a refused connect()/sendmsg() fails with it; default EBUSY */
 	double burst;             /* pool tokens, default max(1, rateLimit.max) */
 	enum kt_share_policy share;
@@ -266,6 +293,11 @@ struct kt_config {
 	int n_limits;             /* >= 1, or 0 when there are tag limits */
 	struct kt_tag_limit_cfg *tags;
 	int n_tags;
+	/* An expanded config (members/groups.h): the parsed config it was
+	 * made from, which owns everything but `limits` and the instances'
+	 * own fields and must outlive it (kt_config_free frees only those);
+	 * NULL for a parsed one. */
+	const struct kt_config *source;
 };
 
 /* Parse and validate. On error returns -EINVAL (or -errno for I/O), fills err
@@ -321,6 +353,7 @@ const char *kt_label_op_name(enum kt_label_op op);    /* "In", "NotIn", ... */
  * alphanumerics and '-' (and '.' between the labels of a subdomain), each
  * label starting and ending alphanumeric. */
 bool kt_dns_name_ok(const char *s, size_t n, bool label);
+const char *kt_group_by_name(enum kt_group_by g); /* "namespace", "label", "parent" */
 /* True when some limit selects pods (the daemon then watches Kubernetes). */
 bool kt_config_uses_pods(const struct kt_config *cfg);
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/config_int.h"
+#include "base/cgwatch.h"
 #include "base/netparse.h"
 
 static const char *const unit_names[] = { "connection", "datagram", "packet", "byte", "request" };
@@ -263,6 +264,46 @@ static int parse_cgroups(struct ctx *c, yaml_node_t *v, const char *field, struc
 	return 0;
 }
 
+/* groupBy and maxGroups: what a group is must be a thing every member
+ * has (a namespace, a label, a matched directory's parent). */
+static int parse_group_by(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l)
+{
+	char sub[FIELD_LEN];
+	yaml_node_t *v = map_get(c, n, "groupBy"), *mg = map_get(c, n, "maxGroups");
+	long long max = KT_GROUPS_DEFAULT;
+	int err;
+
+	if (!v) {
+		if (mg)
+			return fail(c, mg, join(sub, field, "maxGroups"), "needs groupBy");
+		return 0;
+	}
+	join(sub, field, "groupBy");
+	if (l->unit == KT_UNIT_REQUEST)
+		return fail(c, v, sub,
+			    "not allowed with unit request (a cooperative limit has no members to group)");
+	if ((err = kt_cfg_parse_group_by(c, v, sub, l)))
+		return err;
+	if (l->group_by == KT_GROUP_PARENT) {
+		if (l->pods.set || !l->n_cgroups)
+			return fail(c, v, sub,
+				    "parent groups the cgroups a pattern matches: needs cgroups: patterns and no pods: (group pods by namespace or label:KEY)");
+		for (int j = 0; j < l->n_cgroups; j++)
+			if (!kt_path_is_pattern(l->cgroups[j]))
+				return fail(c, v, sub,
+					    "parent needs every cgroups: entry to be a pattern (%s at line %d is a plain path: one group)",
+					    show_str(l->cgroups[j]).s, l->cgroup_lines[j]);
+	} else if (!l->pods.set || l->n_cgroups) {
+		return fail(c, v, sub,
+			    "%s groups pods: needs pods: and no cgroups: (group cgroups: patterns by parent)",
+			    l->group_by == KT_GROUP_NAMESPACE ? "namespace" : "label");
+	}
+	if (mg && (err = kt_cfg_get_int(c, mg, join(sub, field, "maxGroups"), 1, KT_GROUPS_MAX, &max)))
+		return err;
+	l->max_groups = (int)max;
+	return 0;
+}
+
 int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
 		       int idx)
 {
@@ -345,6 +386,8 @@ int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	if ((v = map_get(c, n, "allowRawSockets")) &&
 	    (err = kt_cfg_get_bool(c, v, join(sub, field, "allowRawSockets"), &l->allow_raw_sockets)))
 		return err;
+	if ((err = parse_group_by(c, n, field, l)))
+		return err;
 	if ((v = map_get(c, n, "parent"))) {
 		const char *s;
 
@@ -408,6 +451,10 @@ int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 		return fail(c, map_get(c, n, "enforce"), join(sub, field, "enforce"),
 			    "false is not allowed with rateLimit.strict at line %d (each admission spends a permit from the store)",
 			    line_of(strict));
+	if (strict && l->group_by)
+		return fail(c, map_get(c, n, "groupBy"), join(sub, field, "groupBy"),
+			    "not allowed with rateLimit.strict at line %d (permits are issued per limit, not per group)",
+			    line_of(strict));
 	if (strict && l->parent_name[0])
 		return fail(c, map_get(c, n, "parent"), join(sub, field, "parent"),
 			    "not allowed with rateLimit.strict at line %d (a permit admits one call of one limit)",
@@ -464,6 +511,7 @@ void kt_cfg_limit_free(struct kt_limit_cfg *l)
 	free(l->cgroup_lines);
 	kt_cfg_store_free(&l->store);
 	kt_cfg_pods_free(&l->pods);
+	free(l->group_label);
 }
 
 /* The `parent:` of limit i as written, for its errors. */
@@ -514,6 +562,11 @@ int kt_cfg_link_parents(struct ctx *c, yaml_node_t *limits, struct kt_config *cf
 		if (p->rl.strict.on)
 			return fail(c, parent_node(c, limits, i), sub,
 				    "%s (line %d) is strict: a permit admits one call of one limit",
+				    p->name, p->line);
+		/* a groupBy limit is a template: each group is a pool of its own */
+		if (p->group_by)
+			return fail(c, parent_node(c, limits, i), sub,
+				    "%s (line %d) has groupBy: its groups are pools of their own, it cannot be a parent",
 				    p->name, p->line);
 		/* one bucket for every member cannot lead to a bucket per member */
 		if (l->scope == KT_SCOPE_NODE && p->scope == KT_SCOPE_POD)

@@ -227,8 +227,42 @@ void kt_cfg_pods_free(struct kt_pod_selector *ps)
 	memset(ps, 0, sizeof(*ps));
 }
 
+static const char *const group_by_names[] = { "", "namespace", "label", "parent" };
+
+const char *kt_group_by_name(enum kt_group_by g) { return NAME_OF(group_by_names, g); }
+
+int kt_cfg_parse_group_by(struct ctx *c, yaml_node_t *v, const char *field, struct kt_limit_cfg *l)
+{
+	const char *s;
+	int err = kt_cfg_get_scalar(c, v, field, "namespace, label:KEY or parent", &s);
+
+	if (err)
+		return err;
+	l->group_line = line_of(v);
+	if (!strcmp(s, "namespace")) {
+		l->group_by = KT_GROUP_NAMESPACE;
+	} else if (!strcmp(s, "parent")) {
+		l->group_by = KT_GROUP_PARENT;
+	} else if (!strncmp(s, "label:", 6)) {
+		if (!label_key_ok(s + 6))
+			return fail(c, v, field,
+				    "\"%s\" is no label key ([prefix/]name: name 1..63 of A-Z a-z 0-9 . _ -, starting and ending alphanumeric)",
+				    show_str(s + 6).s);
+		l->group_by = KT_GROUP_LABEL;
+		if (!(l->group_label = strdup(s + 6)))
+			return oom(c, v, field);
+	} else {
+		return fail(c, v, field,
+			    "\"%s\" is not one of namespace, label:KEY (pods:) or parent (cgroups: patterns)",
+			    show_str(s).s);
+	}
+	return 0;
+}
+
 bool kt_config_uses_pods(const struct kt_config *cfg)
 {
+	if (cfg->source) /* a groupBy limit with no group yet selects pods too */
+		cfg = cfg->source;
 	for (int i = 0; i < cfg->n_limits; i++)
 		if (cfg->limits[i].pods.set)
 			return true;

@@ -9,6 +9,7 @@
 #include "base/cgroup.h"
 #include "base/config.h"
 #include "control/daemon.h"
+#include "members/groups.h"
 #include "members/resolve.h"
 #include "tags/tags.h"
 #include "base/log.h"
@@ -168,15 +169,27 @@ int main(int argc, char **argv)
 	}
 	if (check) {
 		/* kt_daemon_start's checks in its order, without the kernel */
-		struct kt_config cfg;
+		struct kt_config src, cfg = { 0 };
+		struct kt_groups *groups = NULL;
 		struct kt_plan plan;
 		struct kt_pool *pool = NULL;
 		char mount[4096];
-		if (kt_config_load(config, &cfg, err, sizeof(err))) {
+		if (kt_config_load(config, &src, err, sizeof(err))) {
 			kt_err("%s", err);
 			return KT_EXIT_CONFIG;
 		}
 		ret = kt_cgroup2_mount(mount, sizeof(mount), NULL);
+		/* the groups of groupBy limits the cgroups here have (no pods:
+		 * the check asks no API server) */
+		if (!ret && (kt_groups_new(&groups) ||
+			     kt_groups_observe(groups, &src, mount, NULL, kt_clock_ns()) < 0 ||
+			     kt_groups_expand(groups, &src, &cfg))) {
+			kt_groups_free(groups);
+			kt_config_free(&src);
+			kt_err("out of memory");
+			return KT_EXIT_RUNTIME;
+		}
+		kt_groups_free(groups);
 		if (!ret)
 			ret = kt_plan_resolve(&cfg, mount, NULL, &plan, err, sizeof(err));
 		else
@@ -184,6 +197,7 @@ int main(int argc, char **argv)
 		if (ret) {
 			kt_err("%s", err);
 			kt_config_free(&cfg);
+			kt_config_free(&src);
 			return ret == -ENOMEM ? KT_EXIT_RUNTIME : KT_EXIT_CONFIG;
 		}
 		/* validates the store settings; connects to nothing */
@@ -197,11 +211,13 @@ int main(int argc, char **argv)
 			kt_err("%s", err);
 			kt_plan_free(&plan);
 			kt_config_free(&cfg);
+			kt_config_free(&src);
 			return ret == -ENOMEM ? KT_EXIT_RUNTIME : KT_EXIT_CONFIG;
 		}
-		printf("%s: ok, %d limit(s), %d tag limit(s)\n", config, cfg.n_limits, cfg.n_tags);
+		printf("%s: ok, %d limit(s), %d tag limit(s)\n", config, src.n_limits, src.n_tags);
 		kt_plan_free(&plan);
 		kt_config_free(&cfg);
+		kt_config_free(&src);
 		return KT_EXIT_OK;
 	}
 

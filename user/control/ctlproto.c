@@ -20,7 +20,7 @@ static const struct {
 static int name_char(char ch)
 {
 	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-	       ch == '_' || ch == '.' || ch == '-';
+	       ch == '_' || ch == '.' || ch == '-' || ch == '@'; /* '@': a group's limit */
 }
 
 int kt_ctl_parse(const char *buf, size_t len)

@@ -15,6 +15,7 @@
 #include "base/cgwatch.h"
 #include "control/ctlproto.h"
 #include "control/daemon.h"
+#include "members/groups.h"
 #include "base/log.h"
 #include "control/metrics.h"
 #include "control/refresh.h"
@@ -325,10 +326,15 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 
 	unsigned char digest[KT_CONFIG_DIGEST_LEN];
 
-	ret = kt_config_load_digest(config_path, &d->cfg, digest, err, sizeof(err));
+	ret = kt_config_load_digest(config_path, &d->src, digest, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
 		return KT_EXIT_CONFIG;
+	}
+	if (kt_groups_new(&d->groups)) {
+		kt_err("out of memory");
+		ret = KT_EXIT_RUNTIME;
+		goto fail_cfg;
 	}
 	if (geteuid() != 0) {
 		kt_err("must run as root (needs CAP_BPF, CAP_NET_ADMIN and CAP_SYS_ADMIN to load and attach BPF programs)");
@@ -346,10 +352,17 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		ret = KT_EXIT_RUNTIME;
 		goto fail_cfg;
 	}
-	ret = kt_refresh_start_kube(d, &d->cfg, err, sizeof(err));
+	ret = kt_refresh_start_kube(d, &d->src, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
 		ret = ret == -EINVAL ? KT_EXIT_CONFIG : KT_EXIT_RUNTIME;
+		goto fail_cfg;
+	}
+	/* the groups the members on this node have now */
+	if (kt_groups_observe(d->groups, &d->src, d->cg_mount, &d->pods, kt_clock_ns()) < 0 ||
+	    kt_groups_expand(d->groups, &d->src, &d->cfg)) {
+		kt_err("out of memory");
+		ret = KT_EXIT_RUNTIME;
 		goto fail_cfg;
 	}
 	ret = kt_plan_resolve(&d->cfg, d->cg_mount, &d->pods, &d->plan, err, sizeof(err));
@@ -488,6 +501,9 @@ fail_cfg:
 	d->kube = NULL;
 	kt_pod_set_clear(&d->pods);
 	kt_config_free(&d->cfg);
+	kt_config_free(&d->src);
+	kt_groups_free(d->groups);
+	d->groups = NULL;
 	if (d->epfd >= 0)
 		close(d->epfd);
 	if (d->sigfd >= 0)
@@ -497,17 +513,19 @@ fail_cfg:
 	return ret;
 }
 
-/* The reload itself; digest gets what it read (or failed to). */
 static int cmp_limit_rt_name(const void *x, const void *y)
 {
 	return strcmp((*(const struct kt_limit_rt *const *)x)->cfg->name,
 		      (*(const struct kt_limit_rt *const *)y)->cfg->name);
 }
 
-static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIGEST_LEN],
+/* Makes ncfg (expanded from nsrc, or, nsrc NULL, from the running src:
+ * the groups changed) the running config, all or nothing: the new plan
+ * applied, kept limits with their state, pool and buckets. Consumes ncfg
+ * and nsrc, applied or not. */
+static int switch_config(struct kt_daemon *d, struct kt_config *nsrc, struct kt_config ncfg,
 			 const char *how, char *err, size_t errlen)
 {
-	struct kt_config ncfg;
 	struct kt_plan nplan;
 	struct kt_limit_state *nls = NULL;
 	struct kt_sample *nhist = NULL;
@@ -519,25 +537,19 @@ static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIG
 	uint64_t now = kt_clock_ns();
 	int ret, i, j, hist_cap;
 
-	ret = kt_config_load_digest(d->config_path, &ncfg, digest, err, errlen);
-	if (ret)
-		goto failed;
 	if (strcmp(ncfg.pin_dir, d->cfg.pin_dir) || strcmp(ncfg.socket_path, d->cfg.socket_path) ||
 	    strcmp(ncfg.metrics_addr, d->cfg.metrics_addr) || ncfg.metrics_port != d->cfg.metrics_port) {
 		snprintf(err, errlen,
 			 "%s: pinDir, socket and metrics cannot change on reload (restart kthrottled)",
 			 d->config_path);
-		kt_config_free(&ncfg);
 		ret = -EINVAL;
 		goto failed;
 	}
 	ret = kt_refresh_kube_opts(&ncfg, &kopts, err, errlen);
 	if (!ret)
 		ret = kt_plan_resolve(&ncfg, d->cg_mount, &d->pods, &nplan, err, errlen);
-	if (ret) {
-		kt_config_free(&ncfg);
+	if (ret)
 		goto failed;
-	}
 	ret = kt_pool_create(&npool, &ncfg, err, errlen);
 	if (!ret)
 		ret = kt_plan_check(&nplan, err, errlen);
@@ -598,17 +610,20 @@ static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIG
 	if (ret)
 		goto failed_plan;
 	/* tag limits last among the checks: a reload that binds a new query
-	 * socket and then fails would have to unbind it again */
-	struct kt_tags *ntags = NULL;
+	 * socket and then fails would have to unbind it again (new groups
+	 * leave them as they are) */
+	if (nsrc) {
+		struct kt_tags *ntags = NULL;
 
-	unwatch(d, &d->w_tags, "the tag limits"); /* a reload closes the old set's fd */
-	ret = kt_tags_reload(&ntags, d->tags, &ncfg, err, errlen);
-	if (ret) {
-		watch_tags(d); /* the old set runs on */
-		goto failed_plan;
+		unwatch(d, &d->w_tags, "the tag limits"); /* a reload closes the old set's fd */
+		ret = kt_tags_reload(&ntags, d->tags, &ncfg, err, errlen);
+		if (ret) {
+			watch_tags(d); /* the old set runs on */
+			goto failed_plan;
+		}
+		d->tags = ntags; /* the old set is consumed: kept tags carry over */
+		watch_tags(d);
 	}
-	d->tags = ntags; /* the old set is consumed: kept tags carry over */
-	watch_tags(d);
 	ret = kt_refresh_apply_plan(d, &nplan, nls, err, errlen);
 	if (ret)
 		goto failed_plan; /* the old limits' rates are rewritten on the next tick */
@@ -625,10 +640,16 @@ static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIG
 	kt_pool_destroy(d->pool);
 	kt_plan_free(&d->plan);
 	kt_config_free(&d->cfg);
+	if (nsrc) {
+		kt_config_free(&d->src);
+		d->src = *nsrc;
+		memset(nsrc, 0, sizeof(*nsrc));
+	}
 	free(d->ls);
 	free(d->hist_pool);
 	free(d->pool_local);
 	d->cfg = ncfg;
+	d->cfg.source = &d->src; /* ncfg was made from *nsrc, now d->src */
 	d->plan = nplan;
 	d->ls = nls;
 	d->hist_pool = nhist;
@@ -645,9 +666,13 @@ static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIG
 	kt_ctl_drop_stale_pins(&d->controller);
 	kt_refresh_kube_follow(d, &kopts);
 	kt_refresh_watch_members(d);
-	d->reloads++;
-	kt_info("reloaded %s%s: %d limit(s), %d tag limit(s)", d->config_path, how,
-		d->plan.n_limits, kt_tags_count(d->tags));
+	if (nsrc) {
+		d->reloads++;
+		kt_info("reloaded %s%s: %d limit(s), %d tag limit(s)", d->config_path, how,
+			d->plan.n_limits, kt_tags_count(d->tags));
+	} else {
+		kt_info("groups changed: %d limit(s)", d->plan.n_limits);
+	}
 	return 0;
 failed_plan:
 	free(old_by_name);
@@ -657,9 +682,49 @@ failed_plan:
 	free(nhist);
 	free(nlocal);
 	kt_plan_free(&nplan);
-	kt_config_free(&ncfg);
 failed:
+	kt_config_free(&ncfg);
+	kt_config_free(nsrc);
 	return ret;
+}
+
+/* The reload itself; digest gets what it read (or failed to). */
+static int reload_config(struct kt_daemon *d, unsigned char digest[KT_CONFIG_DIGEST_LEN],
+			 const char *how, char *err, size_t errlen)
+{
+	struct kt_config nsrc, ncfg;
+	int ret = kt_config_load_digest(d->config_path, &nsrc, digest, err, errlen);
+
+	if (ret)
+		return ret;
+	if (kt_groups_observe(d->groups, &nsrc, d->cg_mount, &d->pods, kt_clock_ns()) < 0 ||
+	    kt_groups_expand(d->groups, &nsrc, &ncfg)) {
+		kt_config_free(&nsrc);
+		snprintf(err, errlen, "%s: out of memory", d->config_path);
+		return -ENOMEM;
+	}
+	return switch_config(d, &nsrc, ncfg, how, err, errlen);
+}
+
+int kt_daemon_regroup(struct kt_daemon *d)
+{
+	struct kt_config ncfg;
+	char err[KT_ERR_LEN];
+	int ret = kt_groups_observe(d->groups, &d->src, d->cg_mount, &d->pods, kt_clock_ns());
+
+	if (ret <= 0)
+		return ret;
+	ret = kt_groups_expand(d->groups, &d->src, &ncfg);
+	if (!ret)
+		ret = switch_config(d, NULL, ncfg, "", err, sizeof(err));
+	else
+		snprintf(err, sizeof(err), "out of memory");
+	if (ret) {
+		kt_err("applying the groups of groupBy limits: %s (keeping the limits as they were)",
+		       err);
+		return ret;
+	}
+	return 1;
 }
 
 /* A reload and its outcome: the watcher's last tried content, and applied
@@ -772,6 +837,8 @@ static void on_tick(struct kt_watch *w, uint32_t events)
 	if (!d->cgwatch || d->cgwatch_err || now - d->last_prune_ns >= d->cfg.epoch_ns) {
 		kt_refresh_members(d);
 		d->last_prune_ns = now;
+	} else if (now >= kt_groups_next_expiry(d->groups)) {
+		kt_daemon_regroup(d); /* a group unseen for its ttl goes */
 	}
 }
 
@@ -932,4 +999,7 @@ void kt_daemon_stop(struct kt_daemon *d)
 	d->controller = (struct kt_ctl){ 0 };
 	kt_plan_free(&d->plan);
 	kt_config_free(&d->cfg);
+	kt_config_free(&d->src);
+	kt_groups_free(d->groups);
+	d->groups = NULL;
 }

@@ -27,8 +27,15 @@
 #define KT_DEFAULT_SOCKET "/run/kthrottle/kthrottled.sock"
 struct ring_buffer;
 
+struct kt_groups;
+
 struct kt_daemon {
+	/* the config file as parsed (src), and what runs: src with each
+	 * groupBy limit replaced by its groups' instances (members/groups.h),
+	 * borrowing from src */
+	struct kt_config src;
 	struct kt_config cfg;
+	struct kt_groups *groups;  /* the groups seen, by template */
 	struct kt_plan plan;
 	struct kt_limit_state *ls;
 	struct kt_sample *hist_pool; /* the limits' tick rings (ls[i].hist) */
@@ -93,5 +100,10 @@ void kt_daemon_stop(struct kt_daemon *d);
  * and metrics, logged). Unconditional (SIGHUP, kthrottlectl reload); the
  * watcher then compares with what it read. 0 or negative errno. */
 int kt_daemon_reload(struct kt_daemon *d, char *err, size_t errlen);
+/* The groups of the groupBy limits looked at anew (members, pods, ttls):
+ * when they changed, the running config is expanded again and applied as
+ * a reload of the same file applies. 1 when it was, 0 when nothing
+ * changed, or a negative errno (logged; the limits stay as they were). */
+int kt_daemon_regroup(struct kt_daemon *d);
 
 #endif

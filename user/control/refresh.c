@@ -146,7 +146,10 @@ void kt_refresh_watch_members(struct kt_daemon *d)
 	const char **paths;
 	char (*abs)[PATH_MAX];
 	char **pod_dirs = NULL;
-	int n = 0, n_pod = kt_plan_pod_dirs(&d->cfg, d->cg_mount, &d->pods, &pod_dirs), ret;
+	/* the parsed config's entries: a groupBy limit's patterns while it
+	 * has no group too */
+	const struct kt_config *cfg = &d->src;
+	int n = 0, n_pod = kt_plan_pod_dirs(cfg, d->cg_mount, &d->pods, &pod_dirs), ret;
 
 	if (!d->cgwatch || n_pod < 0) {
 		for (int k = 0; k < n_pod; k++)
@@ -154,15 +157,15 @@ void kt_refresh_watch_members(struct kt_daemon *d)
 		free(pod_dirs);
 		return;
 	}
-	for (int i = 0; i < d->cfg.n_limits; i++)
-		n += d->cfg.limits[i].n_cgroups;
+	for (int i = 0; i < cfg->n_limits; i++)
+		n += cfg->limits[i].n_cgroups;
 	paths = calloc(n + n_pod + 1, sizeof(*paths));
 	abs = calloc(n + 1, sizeof(*abs));
 	if (paths && abs) {
 		n = 0;
-		for (int i = 0; i < d->cfg.n_limits; i++)
-			for (int j = 0; j < d->cfg.limits[i].n_cgroups; j++) {
-				const char *e = d->cfg.limits[i].cgroups[j];
+		for (int i = 0; i < cfg->n_limits; i++)
+			for (int j = 0; j < cfg->limits[i].n_cgroups; j++) {
+				const char *e = cfg->limits[i].cgroups[j];
 
 				snprintf(abs[n], PATH_MAX, "%s%s%s", e[0] == '/' ? "" : d->cg_mount,
 					 e[0] == '/' ? "" : "/", e);
@@ -223,6 +226,10 @@ int kt_refresh_members(struct kt_daemon *d)
 	bool changed;
 	int moved = 0, ret;
 
+	/* new groups (or gone ones) change the limits: applied as a reload,
+	 * which finds every member anew */
+	if (kt_daemon_regroup(d) > 0)
+		return 1;
 	ret = kt_plan_refresh(&d->plan, &d->cfg, d->cg_mount, &d->pods, &next, &changed, err,
 			      sizeof(err));
 	if (ret) {

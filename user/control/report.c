@@ -804,6 +804,18 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 				kt_sb_json_str(&b, d->cfg.limits[kt_cfg_parent(c)].name);
 			else
 				kt_sb_printf(&b, "null");
+			/* a groupBy limit's group: its template and value (null:
+			 * the pool of the values past maxGroups) */
+			if (c->group_of) {
+				kt_sb_printf(&b, ",\"group\":{\"limit\":");
+				kt_sb_json_str(&b, d->src.limits[c->group_of - 1].name);
+				kt_sb_printf(&b, ",\"by\":\"%s\",\"value\":", kt_group_by_name(c->group_by));
+				if (c->group_other)
+					kt_sb_printf(&b, "null");
+				else
+					kt_sb_json_str(&b, c->group_value);
+				kt_sb_printf(&b, "}");
+			}
 			kt_sb_printf(&b, ",");
 			kt_sb_printf(&b, "\"store\":{\"kind\":\"%s\",\"state\":\"%s\",\"since_s\":%.3f,\"endpoint\":",
 				  kt_store_kind_name(c->store.kind), st,
@@ -860,6 +872,10 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 					  (unsigned long long)s->events[KT_REASON_PERMIT],
 					  reason_names[s->last_event_reason],
 					  kt_report_retry_ms(s), last_event_age_s(s, now));
+			if (c->group_of)
+				kt_sb_printf(&b, "  group %s of %s (groupBy %s)\n",
+					     c->group_other ? "(every value past maxGroups)" : c->group_value,
+					     d->src.limits[c->group_of - 1].name, kt_group_by_name(c->group_by));
 			if (kt_cfg_parent(c) >= 0)
 				kt_sb_printf(&b, "  parent %s: every call is charged to it too\n",
 					     d->cfg.limits[kt_cfg_parent(c)].name);

@@ -9,6 +9,7 @@
 #include "base/cgroup.h"
 #include "base/cgwatch.h"
 #include "base/log.h"
+#include "members/groups.h"
 #include "members/pending.h"
 #include "members/resolve.h"
 
@@ -74,7 +75,7 @@ static int pod_members(const struct kt_config *cfg, int i, const char *cg_mount,
 		const struct kt_pod *pod = &pods->pods[p];
 		int n;
 
-		if (!kt_pod_selected(&lc->pods, pod))
+		if (!kt_pod_selected(&lc->pods, pod) || !kt_group_takes(lc, kt_group_pod_value(lc, pod)))
 			continue;
 		n = kt_pod_cgroup_paths(cfg->kube.cgroup_root, pod, cands, 6);
 		for (int k = 0; k < n; k++) {
@@ -97,6 +98,8 @@ int kt_plan_pod_dirs(const struct kt_config *cfg, const char *cg_mount,
 	int n = 0, cap = 0;
 
 	*out = NULL;
+	if (cfg->source) /* the pods of groups still to come too */
+		cfg = cfg->source;
 	for (int p = 0; pods && p < pods->n; p++) {
 		bool wanted = false;
 		int c;
@@ -172,6 +175,14 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 				return n;
 			}
 			for (int k = 0; k < n; k++) {
+				char group[KT_GROUP_VALUE_MAX + 1];
+
+				/* a groupBy instance's members: its group's only */
+				if (lc->group_of &&
+				    !kt_group_takes(lc, kt_group_path_value(paths[k], group, sizeof(group))
+								? group
+								: NULL))
+					continue;
 				/* a match that is no cgroup (a file the glob
 				 * cannot tell apart, a race with rmdir) is skipped */
 				if (kt_cgroup_resolve(paths[k], cg_mount, real, sizeof(real), why,
@@ -588,6 +599,10 @@ int kt_plan_common_root(const struct kt_config *cfg, const char *cg_mount, char 
 	bool any = false;
 	int ret;
 
+	/* what every limit selects, a groupBy limit's groups still to come too:
+	 * the root stays where it is as groups come and go */
+	if (cfg->source)
+		cfg = cfg->source;
 	for (int i = 0; i < cfg->n_limits; i++) {
 		const struct kt_limit_cfg *lc = &cfg->limits[i];
 		int kube_dirs = 0;

@@ -52,7 +52,7 @@ static bool valid_limit(const char *l)
 		char ch = l[i];
 
 		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-		      ch == '_' || ch == '.' || ch == '-'))
+		      ch == '_' || ch == '.' || ch == '-' || ch == '@' /* a group's limit */))
 			return false;
 	}
 	return true;
