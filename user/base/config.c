@@ -40,10 +40,14 @@ int kt_cfg_read_capped(const char *path, size_t cap, const char *what, char **ou
 		       const char **stage, char *why, size_t whylen)
 {
 	int ret = kt_volfile_read(path, cap, out, outlen, stage, why, whylen);
-	size_t n = strlen(why);
 
-	if (ret == -EFBIG)
-		snprintf(why + n, whylen - n, " (the limit for %s)", what);
+	/* why is written only on a failure */
+	if (ret == -EFBIG) {
+		size_t n = strnlen(why, whylen);
+
+		if (n < whylen)
+			snprintf(why + n, whylen - n, " (the limit for %s)", what);
+	}
 	return ret;
 }
 
@@ -465,8 +469,8 @@ int kt_config_load(const char *path, struct kt_config *cfg, char *err, size_t er
 int kt_config_load_digest(const char *path, struct kt_config *cfg,
 			  unsigned char digest[KT_CONFIG_DIGEST_LEN], char *err, size_t errlen)
 {
-	const char *stage;
-	char why[128], *buf = NULL;
+	const char *stage = "read";
+	char why[128] = "", *buf = NULL;
 	size_t len = 0;
 	int ret;
 
