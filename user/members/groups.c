@@ -351,6 +351,9 @@ static int observe_tmpl(struct kt_groups *g, struct group_tmpl *t, const struct 
 	for (int i = 0; i < t->n; i++) {
 		struct group_value *v = &t->v[i];
 
+		if (!v->present && v->seen_ns == now)
+			kt_info("limit %s: group %s has no member on this node: its pool goes after ttl %llu ms unless one comes",
+				lc->name, v->value, (unsigned long long)(t->ttl_ns / 1000000));
 		if (!v->present && now - v->seen_ns >= t->ttl_ns) {
 			kt_info("limit %s: group %s has had no member for ttl %llu ms: its pool goes",
 				lc->name, v->value, (unsigned long long)(t->ttl_ns / 1000000));
