@@ -14,6 +14,8 @@
 #include "base/cgwatch.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "members/globcache.h"
+#include "members/groups.h"
 #include "members/pending.h"
 
 /* Components of a pattern at most this deep are followed. */
@@ -73,7 +75,8 @@ static int join_prefix(char *const *comp, int j, char *out, size_t len)
  * depth from the first wildcard component on (but the last), the existing
  * directories matching the components above it. `copy` is the pattern's
  * split storage, kept alive by the caller while the records point into it. */
-static int scan_pattern(struct scan *sc, int li, char *copy, const char *root)
+static int scan_pattern(struct scan *sc, int li, const struct kt_limit_cfg *lc, char *copy,
+			const char *root, struct kt_glob_cache *globs)
 {
 	char *comp[MAX_COMPONENTS], *save = NULL, prefix[PATH_MAX];
 	int n = 0, first = -1, ret = 0;
@@ -90,18 +93,28 @@ static int scan_pattern(struct scan *sc, int li, char *copy, const char *root)
 	if (first < 0)
 		return 0;
 	for (int j = first; j < n && !ret; j++) {
+		bool group_dirs = lc->group_of && lc->group_by == KT_GROUP_PARENT;
 		char **paths = NULL;
 		int m;
 
+		/* a group's members appear in its own directories only: those
+		 * a member's parent matches, named after the group */
+		if (group_dirs && j != n - 1)
+			continue;
 		if (join_prefix(comp, j, prefix, sizeof(prefix)))
 			return 0;
-		m = kt_cgroup_glob(prefix, &paths); /* a plain path: itself, if a directory */
+		/* a plain path: itself, if a directory; the cache's */
+		m = kt_glob_cached(globs, prefix, &paths);
 		if (m < 0)
 			return m == -ENOMEM ? m : 0;
-		for (int k = 0; k < m && !ret; k++)
+		for (int k = 0; k < m && !ret; k++) {
+			const char *name = strrchr(paths[k], '/');
+
+			if (group_dirs && !kt_group_takes(lc, name ? name + 1 : paths[k]))
+				continue;
 			if (kt_path_at_or_below(paths[k], root))
 				ret = add_rec(sc, paths[k], li, comp[j]);
-		kt_cgroup_glob_free(paths, m);
+		}
 	}
 	return ret;
 }
@@ -171,7 +184,8 @@ static bool limit_has_joiners(const struct kt_limit_cfg *lc)
 	return lc->unit != KT_UNIT_REQUEST && !lc->rl.strict.on;
 }
 
-int kt_pending_scan(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan)
+int kt_pending_scan(const struct kt_config *cfg, const char *cg_mount,
+		    struct kt_glob_cache *globs, struct kt_plan *plan)
 {
 	struct scan sc = { 0 };
 	char **copies;
@@ -201,7 +215,7 @@ int kt_pending_scan(const struct kt_config *cfg, const char *cg_mount, struct kt
 				ret = -ENOMEM;
 				break;
 			}
-			ret = scan_pattern(&sc, i, copies[n_copies++], plan->root);
+			ret = scan_pattern(&sc, i, lc, copies[n_copies++], plan->root, globs);
 		}
 	}
 	plan->pending = calloc(KT_MAX_PENDING_ENTRIES + 1, sizeof(*plan->pending));

@@ -46,9 +46,14 @@ struct kt_outsider {
 /* Fills plan->pending and plan->outsiders (and each limit's n_pending_dirs)
  * for the pattern entries of cfg's limits that may charge a join bucket:
  * cgroup limits that are not strict, below plan->root (none without one).
- * cg_mount resolves relative patterns. Directories that vanish meanwhile
- * are skipped. Returns 0 or -ENOMEM. */
-int kt_pending_scan(const struct kt_config *cfg, const char *cg_mount, struct kt_plan *plan);
+ * A groupBy parent instance names only its own group's directories (where
+ * its members appear); a new group's first cgroup is found by the cgroup
+ * watcher. cg_mount resolves relative patterns; globs (globcache.h) holds
+ * the matches found once per pass. Directories that vanish meanwhile are
+ * skipped. Returns 0 or -ENOMEM. */
+struct kt_glob_cache;
+int kt_pending_scan(const struct kt_config *cfg, const char *cg_mount,
+		    struct kt_glob_cache *globs, struct kt_plan *plan);
 
 /* Whether a and b have the same pending directories (and limits) and
  * outsiders: if not, a refresh must apply. */

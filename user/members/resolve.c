@@ -9,6 +9,7 @@
 #include "base/cgroup.h"
 #include "base/cgwatch.h"
 #include "base/log.h"
+#include "members/globcache.h"
 #include "members/groups.h"
 #include "members/pending.h"
 #include "members/resolve.h"
@@ -137,8 +138,8 @@ oom:
  * repeating the warning); a plain path that exists but is no cgroup v2
  * directory is, with the file, line and field. */
 static int limit_members(const struct kt_config *cfg, int i, const char *cg_mount,
-			 const struct kt_pod_set *pods, bool quiet, struct kt_limit_rt *l, char *err,
-			 size_t errlen)
+			 const struct kt_pod_set *pods, bool quiet, struct kt_glob_cache *globs,
+			 struct kt_limit_rt *l, char *err, size_t errlen)
 {
 	const struct kt_limit_cfg *lc = &cfg->limits[i];
 	char real[PATH_MAX], why[KT_ERR_LEN], full[PATH_MAX];
@@ -168,7 +169,7 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 				snprintf(full, sizeof(full), "%s", entry);
 			else
 				snprintf(full, sizeof(full), "%s/%s", cg_mount ? cg_mount : "", entry);
-			n = kt_cgroup_glob(full, &paths);
+			n = kt_glob_cached(globs, full, &paths); /* the cache's */
 			if (n < 0) {
 				snprintf(err, errlen, "%s:%d: limits[%d].cgroups[%d]: %s: %s", cfg->file,
 					 lc->cgroup_lines[j], i, j, entry, strerror(-n));
@@ -189,12 +190,9 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 						      sizeof(why)) ||
 				    kt_cgroup_id(real, &cgid))
 					continue;
-				if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL))) {
-					kt_cgroup_glob_free(paths, n);
+				if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL)))
 					return ret;
-				}
 			}
-			kt_cgroup_glob_free(paths, n);
 			continue;
 		}
 		ret = kt_cgroup_resolve(entry, cg_mount, real, sizeof(real), why, sizeof(why));
@@ -440,11 +438,12 @@ static int plan_members(const struct kt_config *cfg, const char *cg_mount,
 			const struct kt_pod_set *pods, bool rescan, struct kt_plan *plan, char *err,
 			size_t errlen)
 {
+	struct kt_glob_cache *globs = kt_glob_cache_new();
 	int ret = -ENOMEM;
 
 	memset(plan, 0, sizeof(*plan));
 	plan->limits = calloc(cfg->n_limits + 1, sizeof(*plan->limits));
-	if (!plan->limits)
+	if (!plan->limits || !globs)
 		goto fail;
 	plan->n_limits = cfg->n_limits;
 	plan->file = cfg->file;
@@ -456,7 +455,7 @@ static int plan_members(const struct kt_config *cfg, const char *cg_mount,
 		struct kt_limit_rt *l = &plan->limits[i];
 
 		l->cfg = &cfg->limits[i];
-		ret = limit_members(cfg, i, cg_mount, pods, rescan, l, err, errlen);
+		ret = limit_members(cfg, i, cg_mount, pods, rescan, globs, l, err, errlen);
 		if (ret)
 			goto fail;
 		/* a rescan's new member outside attachRoot is left out (the
@@ -473,12 +472,15 @@ static int plan_members(const struct kt_config *cfg, const char *cg_mount,
 	if (!ret)
 		ret = member_ids(plan);
 	if (!ret)
-		ret = kt_pending_scan(cfg, cg_mount, plan);
+		ret = kt_pending_scan(cfg, cg_mount, globs, plan);
+	kt_glob_cache_free(globs);
+	globs = NULL;
 	if (!ret)
 		return 0;
 fail:
 	if (ret == -ENOMEM)
 		snprintf(err, errlen, "out of memory");
+	kt_glob_cache_free(globs);
 	kt_plan_free(plan);
 	return ret;
 }

@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The matches of each glob pattern found once per resolution: the groups of
+ * a groupBy limit share their template's patterns, so a node with 1,000
+ * groups expands each pattern once, not 1,000 times. */
+#ifndef KT_GLOBCACHE_H
+#define KT_GLOBCACHE_H
+
+struct kt_glob_cache;
+
+/* A cache for one pass; NULL when out of memory. */
+struct kt_glob_cache *kt_glob_cache_new(void);
+/* kt_cgroup_glob(pattern): the count (or -errno) and *paths, owned by the
+ * cache (valid until kt_glob_cache_free; do not free them). */
+int kt_glob_cached(struct kt_glob_cache *c, const char *pattern, char ***paths);
+void kt_glob_cache_free(struct kt_glob_cache *c);
+
+#endif
