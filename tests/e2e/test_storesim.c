@@ -9,8 +9,12 @@
  * could have lapsed). The same again with --share demand, plus: no answer's
  * `granted` above the pool rate, the grants stored in Redis summing to at
  * most the pool rate (and close to it: the pool is oversubscribed), and
- * saturated members granted more than the others. Also that bad input is
- * refused with exit 2 and one line naming the option. No root needed. */
+ * saturated members granted more than the others. With --groups (groupBy
+ * at the store level): 10 nodes x 20 groups of 50 in all, a 300 ms
+ * heartbeat, still one round trip per node per heartbeat and every group
+ * AGREE at its own size (its live nodes x M), at the start and after 2
+ * nodes die. Also that bad input is refused with exit 2 and one line
+ * naming the option. No root needed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -162,6 +166,46 @@ static void test_small_fleet_demand_meets_targets(void **state)
 	(void)rc;
 }
 
+/* 10 nodes x 20 groups of 50: node i has groups 5i..5i+19 (mod 50), so each
+ * group is on 4 nodes; all 20 in one heartbeat call */
+static void test_groups_one_round_trip_every_group_agrees(void **state)
+{
+	const char *out;
+	double rt, bound, kill_ms, hb;
+
+	(void)state;
+	if (!ktest_find_prog("redis-server"))
+		skip();
+	ktest_run_bin("tools/kt-storesim", &g_out, "--nodes", "10", "--groups", "20", "--groups-total", "50",
+		      "--heartbeat-ms", "300", "--duration", "1", "--kill", "2", "--json", NULL);
+	out = g_out;
+	print_message("%s", out);
+	assert_non_null(strstr(out, "{\"nodes\":"));
+	assert_int_equal(num(out, "groups"), 20);
+	assert_int_equal(num(out, "groups_total"), 50);
+	assert_int_equal(num(out, "group_nodes_min"), 4);
+	assert_int_equal(num(out, "group_nodes_max"), 4);
+	hb = num(out, "steady_heartbeats");
+	assert_true(hb >= 0.9 * 10 * 1 * 1000 / 300);
+	/* 20 limits, one exchange */
+	rt = num(out, "round_trips_per_heartbeat");
+	assert_true(rt >= 0.999 && rt <= 1.0);
+	assert_int_equal(num(out, "errors"), 0);
+	/* counted per group answer: every group at 4 x 10, every heartbeat */
+	assert_int_equal(num(out, "steady_not_agree"), 0);
+	assert_true(num(out, "script_per_limit_p99_us") > 0);
+	assert_true(num(out, "agree_start_ms") > 0);
+	/* every survivor's every group at its survivors x 10 */
+	bound = num(out, "agree_bound_ms");
+	assert_int_equal(bound, (STALE_AFTER + 2) * 300);
+	kill_ms = num(out, "agree_after_kill_ms");
+	assert_true(kill_ms > 0 && kill_ms <= bound);
+	assert_int_equal(num(out, "ok_round_trips"), 1);
+	assert_int_equal(num(out, "ok_start"), 1);
+	assert_int_equal(num(out, "ok_kill"), 1);
+	assert_int_equal(num(out, "ok_steady"), 1);
+}
+
 static void test_bad_input_exits_2_naming_it(void **state)
 {
 	static const struct {
@@ -170,6 +214,9 @@ static void test_bad_input_exits_2_naming_it(void **state)
 		{ "--nodes", "0" },    { "--members", "x" },   { "--heartbeat-ms", "-5" },
 		{ "--stale-after", "" }, { "--duration", "1e3" }, { "--redis", "nohost" },
 		{ "--threads", "65" }, { "--kill", "100" },    { "--share", "fair" },
+		{ "--groups", "0" },   { "--groups-total", "x" },
+		/* 1 group a node cannot cover 1000 over 100 nodes */
+		{ "--groups-total", "1000" },
 	};
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -184,6 +231,20 @@ static void test_bad_input_exits_2_naming_it(void **state)
 	assert_int_equal(ktest_run_bin("tools/kt-storesim", &g_out, "--nodes", "10", "--no-such", NULL), 2);
 	assert_true(ktest_is_one_line(g_out));
 	assert_non_null(strstr(g_out, "--no-such"));
+	teardown(NULL);
+	/* demand shares one limit per node only */
+	assert_int_equal(ktest_run_bin("tools/kt-storesim", &g_out, "--nodes", "10", "--groups", "2", "--share",
+				       "demand", NULL),
+			 2);
+	assert_true(ktest_is_one_line(g_out));
+	assert_non_null(strstr(g_out, "--groups"));
+	teardown(NULL);
+	/* more groups a node than in all */
+	assert_int_equal(ktest_run_bin("tools/kt-storesim", &g_out, "--nodes", "10", "--groups", "20",
+				       "--groups-total", "10", NULL),
+			 2);
+	assert_true(ktest_is_one_line(g_out));
+	assert_non_null(strstr(g_out, "--groups"));
 }
 
 int main(void)
@@ -192,6 +253,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_bad_input_exits_2_naming_it, teardown),
 		cmocka_unit_test_teardown(test_small_fleet_meets_targets, teardown),
 		cmocka_unit_test_teardown(test_small_fleet_demand_meets_targets, teardown),
+		cmocka_unit_test_teardown(test_groups_one_round_trip_every_group_agrees, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
