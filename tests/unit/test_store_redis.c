@@ -421,6 +421,38 @@ static void test_keys_expire(void **state)
 	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS %s %s", hbk, szk), 0);
 }
 
+/* The TTLs are set when a heartbeat may have made a key (a new member)
+ * and once a third of them has run, not on every heartbeat; every key of
+ * the limit has one after every call. */
+static void test_keys_ttl_refresh(void **state)
+{
+	static const char *const suffixes[] = { "hb", "size", "counted", "hist", "sizes", "meta" };
+	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
+	char hbk[128], k[128];
+	long long first, later, grown;
+
+	(void)state;
+	key(hbk, sizeof(hbk), "ttl3", "hb");
+	beat(s, "ttl3", "m", LIVE, 1000); /* TTL 3 s */
+	first = rp_command_int(&kfx_master, -9, "PTTL %s", hbk);
+	assert_in_range(first, 2900, 3000);
+	rp_sleep_ms(300);
+	beat(s, "ttl3", "m", LIVE, 1000); /* nothing new: left as it was */
+	later = rp_command_int(&kfx_master, -9, "PTTL %s", hbk);
+	assert_true(later < first - 200);
+	beat(s, "ttl3", "m2", LIVE, 1000); /* a new member: set again */
+	grown = rp_command_int(&kfx_master, -9, "PTTL %s", hbk);
+	assert_in_range(grown, 2900, 3000);
+	for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+		key(k, sizeof(k), "ttl3", suffixes[i]);
+		assert_in_range(rp_command_int(&kfx_master, -9, "PTTL %s", k), 2800, 3000);
+	}
+	/* a third run: set again at the next heartbeat */
+	rp_sleep_ms(1100);
+	beat(s, "ttl3", "m", LIVE, 1000);
+	assert_in_range(rp_command_int(&kfx_master, -9, "PTTL %s", hbk), 2900, 3000);
+}
+
 static void test_ramp(void **state)
 {
 	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
@@ -1506,6 +1538,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_leave_shrinks, teardown),
 		cmocka_unit_test_teardown(test_server_time, teardown),
 		cmocka_unit_test_teardown(test_keys_expire, teardown),
+		cmocka_unit_test_teardown(test_keys_ttl_refresh, teardown),
 		cmocka_unit_test_teardown(test_ramp, teardown),
 		cmocka_unit_test_teardown(test_many_one_round_trip, teardown),
 		cmocka_unit_test_teardown(test_noscript_fallback, teardown),

@@ -27,8 +27,11 @@
  *   meta also holds gs (grants summed), sd (effective demands summed), and
  *   the cached water level: lvl ("-1" none), lt (TIME ms it was computed),
  *   lp (the divided rate it was computed for)
- * All but ramp get PEXPIRE KT_STORE_EXPIRE_FACTOR x (stale + hold) on every
- * heartbeat, so they vanish once every member is gone; ramp is SET with PX
+ * All but ramp get PEXPIRE KT_STORE_EXPIRE_FACTOR x (stale + hold) on a
+ * heartbeat that may have made one of them (a new member, field or
+ * element), whose TTL is shorter, or once a third of the TTL set has run
+ * (meta's exp: when it runs out), so they vanish once every member is gone,
+ * 2/3 of the TTL or more after the last heartbeat; ramp is SET with PX
  * ttl. A call costs O(this node's members + members that just lapsed or
  * died + log pool). The counters are checked against the key sizes (O(1))
  * on every call; if someone else changed the keys (hand edit, eviction) they

@@ -29,7 +29,8 @@
 --   hist     bucket -> number of live members counted in it
 --   sizes    zset of the buckets in hist (score = size), for the largest
 --   meta     n live, ns live with a size entry, bad live counted 'x',
---            nl lapsed, res sum of the lapsed members' fallback rates;
+--            nl lapsed, res sum of the lapsed members' fallback rates,
+--            exp when the keys' TTLs last set run out (TIME ms);
 --            for demand sharing gs (grants summed), sd (dem scores summed)
 --            and the cached level lvl/lt/lp
 --   grant, dem  demand sharing: live id -> grant, live id -> effective
@@ -64,12 +65,13 @@ local function each(cmd, key, list, step)
   end
 end
 local function load(K)
-  local m = redis.call('HMGET', K.meta, 'n', 'ns', 'bad', 'nl', 'res', 'gs', 'sd', 'lvl', 'lt', 'lp')
+  local m = redis.call('HMGET', K.meta, 'n', 'ns', 'bad', 'nl', 'res', 'gs', 'sd', 'lvl', 'lt', 'lp',
+                      'exp')
   local c = {n = tonumber(m[1]) or 0, ns = tonumber(m[2]) or 0, bad = tonumber(m[3]) or 0,
              nl = tonumber(m[4]) or 0, res = tonumber(m[5]) or 0,
              gs = tonumber(m[6]), sd = tonumber(m[7]), lvl = tonumber(m[8]) or -1,
-             lt = tonumber(m[9]) or 0, lp = tonumber(m[10]) or -1,
-             nd = redis.call('ZCARD', K.dem)}
+             lt = tonumber(m[9]) or 0, lp = tonumber(m[10]) or -1, exp = tonumber(m[11]),
+             shared = m[6] ~= false, nd = redis.call('ZCARD', K.dem)}
   local nv = redis.call('HLEN', K.hist)
   local ok = redis.call('ZCARD', K.hb) == c.n and redis.call('HLEN', K.counted) == c.n
     and redis.call('HLEN', K.size) == c.ns and c.ns <= c.n
@@ -100,6 +102,7 @@ local function count(K, c, b, d)
     if v < 0 then c.dirty = true end
   elseif v == d then
     redis.call('ZADD', K.sizes, b, b)
+    c.grew = true
   end
 end
 -- a live member stops sharing by demand (lapse, leave, equal mode)
@@ -119,12 +122,12 @@ local function save(K, c)
   if c.inval then c.lt = 0 end
   if c.n + c.nl > 0 then
     redis.call('HMSET', K.meta, 'n', c.n, 'ns', c.ns, 'bad', c.bad, 'nl', c.nl,
-               'res', string.format('%.17g', c.res))
+               'res', string.format('%.17g', c.res), 'exp', string.format('%.0f', c.exp or 0))
     if c.nd > 0 then
       redis.call('HMSET', K.meta, 'gs', string.format('%.17g', c.gs), 'sd', string.format('%.17g', c.sd),
                  'lvl', string.format('%.17g', c.lvl), 'lt', string.format('%.0f', c.lt),
                  'lp', string.format('%.17g', c.lp))
-    else
+    elseif c.shared then -- written together: gs tells
       redis.call('HDEL', K.meta, 'gs', 'sd', 'lvl', 'lt', 'lp')
     end
   else

@@ -138,7 +138,7 @@ local function share(K, c, P, flo, rms, i0, i1)
     else
       c.nd, c.sd, c.inval = c.nd + 1, c.sd + e, true
     end
-    if old ~= e then redis.call('ZADD', K.dem, e, id) end
+    if old ~= e and redis.call('ZADD', K.dem, e, id) == 1 then c.grew = true end
     own[#own + 1] = {id = id, e = e, cur = cur}
   end
   if c.sd <= P then
@@ -154,7 +154,9 @@ local function share(K, c, P, flo, rms, i0, i1)
   local function set(m, g)
     c.gs = c.gs + g - (m.cur or 0)
     m.g = g
-    if g ~= m.cur then redis.call('HSET', K.grant, m.id, string.format('%.17g', g)) end
+    if g ~= m.cur and redis.call('HSET', K.grant, m.id, string.format('%.17g', g)) == 1 then
+      c.grew = true
+    end
   end
   for _, m in ipairs(own) do
     if m.cur and m.t < m.cur then set(m, m.t) end
@@ -189,13 +191,18 @@ for k = 1, #KEYS, 11 --[[N_KEYS]] do
     local id = ARGV[a]
     if redis.call('ZADD', K.hb, now, id) == 1 then
       c.n = c.n + 1
+      c.grew = true
       fresh[id] = true
       if redis.call('ZREM', K.lapsed, id) == 1 then
         c.nl = c.nl - 1
         c.res = c.res - rate(redis.call('HGET', K.fb, id))
       end
     end
-    if fb ~= '0' then redis.call('HSET', K.fb, id, fb) else redis.call('HDEL', K.fb, id) end
+    if fb ~= '0' then
+      if redis.call('HSET', K.fb, id, fb) == 1 then c.grew = true end
+    else
+      redis.call('HDEL', K.fb, id)
+    end
     a = a + st
   end
   if ramp ~= '' then redis.call('SET', K.ramp, ramp, 'PX', rttl) end
@@ -213,13 +220,17 @@ for k = 1, #KEYS, 11 --[[N_KEYS]] do
     if tonumber(s) >= forget then
       redis.call('ZADD', K.lapsed, s, id)
       c.nl = c.nl + 1
+      c.grew = true
       c.res = c.res + rate(redis.call('HGET', K.fb, id))
     else
       redis.call('HDEL', K.fb, id)
     end
   end
-  -- 3. lapsed members held for hold_ms are forgotten
-  local dead = redis.call('ZRANGEBYSCORE', K.lapsed, '-inf', '(' .. string.format('%.0f', forget))
+  -- 3. lapsed members held for hold_ms are forgotten (none lapsed: no read)
+  local dead = {}
+  if c.nl > 0 then
+    dead = redis.call('ZRANGEBYSCORE', K.lapsed, '-inf', '(' .. string.format('%.0f', forget))
+  end
   if #dead > 0 then
     c.nl = c.nl - #dead
     if c.nl > RECOUNT then
@@ -248,9 +259,11 @@ for k = 1, #KEYS, 11 --[[N_KEYS]] do
     if old ~= b then
       if old then count(K, c, old, -1) end
       count(K, c, b, 1)
-      redis.call('HSET', K.counted, id, b)
+      if redis.call('HSET', K.counted, id, b) == 1 then c.grew = true end
     end
-    c.ns = c.ns + redis.call('HSET', K.size, id, r)
+    local added = redis.call('HSET', K.size, id, r)
+    c.ns = c.ns + added
+    if added == 1 then c.grew = true end
   end
   if c.dirty then c = rebuild(K, stale, hold) end
   -- 5. demand sharing
@@ -260,17 +273,29 @@ for k = 1, #KEYS, 11 --[[N_KEYS]] do
   elseif c.nd > 0 then
     for i = first, a - 1, st do undem(K, c, ARGV[i]) end
   end
-  save(K, c)
+  -- The keys' TTLs: set when this call may have made a key (a new
+  -- member, field or element: c.grew; a rebuild: no exp), when the wanted
+  -- TTL is shorter than what is set, or once a third of it has run;
+  -- never otherwise (10 PEXPIREs a limit a heartbeat were most of its
+  -- cost). Keys so outlive the last heartbeat by 2/3 of the TTL or more.
+  local ttl, expire = (stale + hold) * 3 --[[KT_STORE_EXPIRE_FACTOR]], false
   if c.n + c.nl > 0 then
-    local ttl = (stale + hold) * 3 --[[KT_STORE_EXPIRE_FACTOR]]
+    local e = c.exp or 0
+    expire = c.grew or e > now + ttl or e - now < ttl * 2 / 3
+    if expire then c.exp = now + ttl end
+  end
+  save(K, c)
+  if expire then
     for _, key in ipairs({K.hb, K.size, K.fb, K.lapsed, K.counted, K.hist, K.sizes, K.meta,
                           K.grant, K.dem}) do
       redis.call('PEXPIRE', key, ttl)
     end
   end
-  local hi = tonumber(redis.call('ZREVRANGE', K.sizes, 0, 0)[1]) or 0
+  -- the largest size and whether it is the only one, in one read
+  local top = redis.call('ZREVRANGE', K.sizes, 0, 1)
+  local hi = tonumber(top[1]) or 0
   local agree = 0
-  if c.bad == 0 and redis.call('ZCARD', K.sizes) == 1 and hi == c.n then agree = 1 end
+  if c.bad == 0 and #top == 1 and hi == c.n then agree = 1 end
   local o = {agree, math.max(hi, c.n), c.n, string.format('%.17g', c.res)}
   if dem then
     o[5], o[6], o[7] = string.format('%.17g', c.gs), string.format('%.17g', c.lvl), dem
