@@ -212,7 +212,10 @@ static void test_parent_directory_groups(void **state)
 	st = ktest_daemon_cmd(&fx.d, "status json");
 	assert_non_null(st);
 	assert_non_null(strstr(st, "\"group\":{\"limit\":\"tenant\",\"by\":\"parent\",\"value\":\"t2\"}"));
+	assert_non_null(strstr(st, "\"groups\":[{\"limit\":\"tenant\",\"by\":\"parent\",\"label\":null,"
+				   "\"groups\":2,\"max_groups\":1000,\"other\":false}]"));
 	free(st);
+	kt_cmd_has(&fx.d, "status", "groups of tenant (groupBy parent): 2 of maxGroups 1000\n");
 
 	flood(N_SEND, cgs, got);
 	print_message("in %.1f s: t1 %llu; t2 %llu + %llu = %llu (each pool %g/s + %g)\n", FLOOD_S,

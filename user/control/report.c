@@ -14,6 +14,7 @@
 #include "control/daemon.h"
 #include "control/health.h"
 #include "control/report.h"
+#include "members/groups.h"
 #include "pool/store.h"
 #include "base/strbuf.h"
 
@@ -491,6 +492,51 @@ static void kube_status(struct kt_kube *kube, int n_pods, struct kt_sbuf *b, boo
 		kt_sb_printf(b, "  kubernetes error: %s\n", st.error);
 }
 
+/* The groupBy limits of the parsed config: how many groups each has on
+ * this node (a template with none yet shows too). JSON: a "groups" array
+ * after "limits"; text: a line each after the limits. */
+static void groups_status(const struct kt_daemon *d, struct kt_sbuf *b, bool json)
+{
+	bool first = true;
+
+	if (json)
+		kt_sb_printf(b, ",\"groups\":[");
+	for (int i = 0; i < d->src.n_limits; i++) {
+		const struct kt_limit_cfg *c = &d->src.limits[i];
+		bool other = false;
+		int n;
+
+		if (!c->group_by)
+			continue;
+		n = kt_groups_count(d->groups, c->name, &other);
+		if (n < 0)
+			n = 0;
+		if (json) {
+			kt_sb_printf(b, "%s{\"limit\":", first ? "" : ",");
+			kt_sb_json_str(b, c->name);
+			kt_sb_printf(b, ",\"by\":\"%s\",\"label\":", kt_group_by_name(c->group_by));
+			if (c->group_label)
+				kt_sb_json_str(b, c->group_label);
+			else
+				kt_sb_printf(b, "null");
+			kt_sb_printf(b, ",\"groups\":%d,\"max_groups\":%d,\"other\":%s}", n,
+				     c->max_groups, other ? "true" : "false");
+		} else {
+			char on[KT_NAME_LEN] = "";
+
+			if (other)
+				kt_group_instance_name(c->name, NULL, on);
+			kt_sb_printf(b, "groups of %s (groupBy %s%s%s): %d of maxGroups %d%s%s\n", c->name,
+				     kt_group_by_name(c->group_by), c->group_label ? ":" : "",
+				     c->group_label ? c->group_label : "", n, c->max_groups,
+				     other ? ", the values past it in " : "", on);
+		}
+		first = false;
+	}
+	if (json)
+		kt_sb_printf(b, "]");
+}
+
 /* The tag limits: their buckets, query servers and exchange.
  * JSON: a "tags" array after "limits"; text: a table after the limits. */
 static void tags_status(const struct kt_tags *tags, struct kt_sbuf *b, bool json, uint64_t now)
@@ -963,6 +1009,7 @@ members:
 	}
 	if (json)
 		kt_sb_printf(&b, "]");
+	groups_status(d, &b, json);
 	tags_status(d->tags, &b, json, now);
 	if (json)
 		kt_sb_printf(&b, "}\n");

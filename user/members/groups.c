@@ -13,6 +13,8 @@
  * 12 hex digits it is KT_NAME_LEN - 1 long. */
 #define HASHED_PREFIX (KT_NAME_LEN - 1 - 2 - 12)
 _Static_assert(HASHED_PREFIX > 0, "room for a template prefix");
+/* groups appearing at once that are logged one by one; the rest, counted */
+#define LOG_APPEARING 8
 
 struct group_value {
 	char *value;
@@ -313,6 +315,7 @@ static int observe_tmpl(struct kt_groups *g, struct group_tmpl *t, const struct 
 	int ret = present_values(lc, cg_mount, pods, &present), kept = 0;
 
 	bool other_now = false;
+	int appeared = 0;
 
 	t->ttl_ns = lc->rl.ttl_ns;
 	/* absent unless found below; a value absent since the last observation
@@ -330,7 +333,9 @@ static int observe_tmpl(struct kt_groups *g, struct group_tmpl *t, const struct 
 			t->v[at].seen_ns = now;
 		} else if (t->n < lc->max_groups) {
 			if (!(ret = insert_value(t, -1 - at, present.v[i], now))) {
-				kt_info("limit %s: group %s appears", lc->name, present.v[i]);
+				/* a start with 1,000 groups logs a few, then a count */
+				if (++appeared <= LOG_APPEARING)
+					kt_info("limit %s: group %s appears", lc->name, present.v[i]);
 				g->dirty = true;
 			}
 		} else {
@@ -346,6 +351,9 @@ static int observe_tmpl(struct kt_groups *g, struct group_tmpl *t, const struct 
 		t->other_seen_ns = now;
 	t->other_present = other_now;
 	strs_free(&present);
+	if (appeared > LOG_APPEARING)
+		kt_info("limit %s: %d more groups appear (%d in all)", lc->name,
+			appeared - LOG_APPEARING, t->n);
 	if (ret)
 		return ret;
 	for (int i = 0; i < t->n; i++) {
