@@ -42,6 +42,22 @@ static const struct kt_dest_entry *dest_match(const struct kt_classifier *c, uin
 	return best;
 }
 
+/* Ports lo..hi (inclusive) into f, a word at a time: a limit on every
+ * port is 1,024 stores, not 65,536 (10,000 such limits are a reload). */
+static void set_ports(struct kt_port_filter *f, unsigned lo, unsigned hi)
+{
+	while (lo <= hi && (lo & 63)) {
+		f->bits[lo >> 6] |= 1ULL << (lo & 63);
+		lo++;
+	}
+	while (lo + 63 <= hi) {
+		f->bits[lo >> 6] = ~0ULL;
+		lo += 64;
+	}
+	for (; lo <= hi; lo++)
+		f->bits[lo >> 6] |= 1ULL << (lo & 63);
+}
+
 int kt_classifier_build(const struct kt_rule_input *rules, int n, struct kt_classifier *out,
 			char *err, size_t errlen)
 {
@@ -108,11 +124,9 @@ int kt_classifier_build(const struct kt_rule_input *rules, int n, struct kt_clas
 	}
 	out->n_rules = n;
 
-	for (i = 0; i < n; i++) {
-		struct kt_port_filter *f = &out->ports[kt_hook_for_unit(rules[i].unit)];
-		for (unsigned p = rules[i].port_lo; p <= rules[i].port_hi; p++)
-			f->bits[p >> 6] |= 1ULL << (p & 63);
-	}
+	for (i = 0; i < n; i++)
+		set_ports(&out->ports[kt_hook_for_unit(rules[i].unit)], rules[i].port_lo,
+			  rules[i].port_hi);
 	out->dests = e;
 	out->n_dests = ne;
 	e = NULL;

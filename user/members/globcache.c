@@ -10,6 +10,11 @@ struct glob_entry {
 	char *pattern;
 	char **paths;
 	int n; /* count, or -errno */
+	/* per kt_glob_by, built on first use: each path's key (pointing into
+	 * the path) and the indices sorted by key */
+	const char **key[2];
+	size_t *key_len[2];
+	int *order[2];
 };
 
 struct kt_glob_cache {
@@ -50,6 +55,7 @@ int kt_glob_cached(struct kt_glob_cache *c, const char *pattern, char ***paths)
 	if (!(copy = strdup(pattern)))
 		goto uncached;
 	g = &c->e[c->n++];
+	memset(g, 0, sizeof(*g));
 	g->pattern = copy;
 	g->paths = *paths;
 	g->n = n;
@@ -62,11 +68,111 @@ uncached:
 	return n;
 }
 
+/* Path p's key: its own name, or its parent directory's (len 0: none). */
+static const char *path_key(const char *p, enum kt_glob_by by, size_t *len)
+{
+	size_t end = strlen(p), start = 0;
+
+	for (int up = 0; up <= (int)by; up++) {
+		while (end > 1 && p[end - 1] == '/')
+			end--;
+		start = end;
+		while (start > 0 && p[start - 1] != '/')
+			start--;
+		if (up < (int)by)
+			end = start;
+	}
+	*len = end > start ? end - start : 0;
+	return p + start;
+}
+
+static int key_cmp(const char *a, size_t al, const char *b, size_t bl)
+{
+	int c = memcmp(a, b, al < bl ? al : bl);
+
+	return c ? c : (al > bl) - (al < bl);
+}
+
+struct sort_ctx {
+	const char **key;
+	const size_t *len;
+};
+
+static int by_key(const void *x, const void *y, void *arg)
+{
+	const struct sort_ctx *sc = arg;
+	int i = *(const int *)x, j = *(const int *)y;
+
+	return key_cmp(sc->key[i], sc->len[i], sc->key[j], sc->len[j]);
+}
+
+int kt_glob_cached_by(struct kt_glob_cache *c, const char *pattern, enum kt_glob_by by,
+		      const char *value, const int **idx)
+{
+	char **paths;
+	int n = kt_glob_cached(c, pattern, &paths), lo, hi;
+	struct glob_entry *g = NULL;
+	size_t vl = strlen(value);
+
+	*idx = NULL;
+	if (n <= 0)
+		return n;
+	for (int i = 0; i < c->n && !g; i++)
+		if (c->e[i].paths == paths)
+			g = &c->e[i];
+	if (!g)
+		return -ENOMEM; /* the cache had no room for it */
+	if (!g->order[by]) {
+		g->key[by] = calloc((size_t)n, sizeof(*g->key[by]));
+		g->key_len[by] = calloc((size_t)n, sizeof(*g->key_len[by]));
+		g->order[by] = calloc((size_t)n, sizeof(*g->order[by]));
+		if (!g->key[by] || !g->key_len[by] || !g->order[by]) {
+			free(g->key[by]);
+			free(g->key_len[by]);
+			free(g->order[by]);
+			g->key[by] = NULL;
+			g->key_len[by] = NULL;
+			g->order[by] = NULL;
+			return -ENOMEM;
+		}
+		for (int i = 0; i < n; i++) {
+			g->key[by][i] = path_key(paths[i], by, &g->key_len[by][i]);
+			g->order[by][i] = i;
+		}
+		struct sort_ctx sc = { g->key[by], g->key_len[by] };
+
+		qsort_r(g->order[by], (size_t)n, sizeof(int), by_key, &sc);
+	}
+	/* the first index whose key is >= value, then the first > value */
+	lo = 0, hi = n;
+	while (lo < hi) {
+		int mid = lo + (hi - lo) / 2, o = g->order[by][mid];
+
+		if (key_cmp(g->key[by][o], g->key_len[by][o], value, vl) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*idx = g->order[by] + lo;
+	for (hi = lo; hi < n; hi++) {
+		int o = g->order[by][hi];
+
+		if (key_cmp(g->key[by][o], g->key_len[by][o], value, vl))
+			break;
+	}
+	return hi - lo;
+}
+
 void kt_glob_cache_free(struct kt_glob_cache *c)
 {
 	if (!c)
 		return;
 	for (int i = 0; i < c->n; i++) {
+		for (int by = 0; by < 2; by++) {
+			free(c->e[i].key[by]);
+			free(c->e[i].key_len[by]);
+			free(c->e[i].order[by]);
+		}
 		free(c->e[i].pattern);
 		kt_cgroup_glob_free(c->e[i].paths, c->e[i].n > 0 ? c->e[i].n : 0);
 	}

@@ -169,17 +169,25 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 				snprintf(full, sizeof(full), "%s", entry);
 			else
 				snprintf(full, sizeof(full), "%s/%s", cg_mount ? cg_mount : "", entry);
+			const int *only = NULL;
+
 			n = kt_glob_cached(globs, full, &paths); /* the cache's */
+			/* a group's instance: the matches in its group's directory,
+			 * found in the pattern's index by parent name */
+			if (n > 0 && lc->group_of && lc->group_value)
+				n = kt_glob_cached_by(globs, full, KT_GLOB_BY_PARENT, lc->group_value,
+						      &only);
 			if (n < 0) {
 				snprintf(err, errlen, "%s:%d: limits[%d].cgroups[%d]: %s: %s", cfg->file,
 					 lc->cgroup_lines[j], i, j, entry, strerror(-n));
 				return n;
 			}
-			for (int k = 0; k < n; k++) {
+			for (int q = 0; q < n; q++) {
 				char group[KT_GROUP_VALUE_MAX + 1];
+				int k = only ? only[q] : q;
 
-				/* a groupBy instance's members: its group's only */
-				if (lc->group_of &&
+				/* the other pool's members: the values no group names */
+				if (lc->group_other &&
 				    !kt_group_takes(lc, kt_group_path_value(paths[k], group, sizeof(group))
 								? group
 								: NULL))
