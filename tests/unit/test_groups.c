@@ -9,10 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
 #include <cmocka.h>
 
 #include "base/config.h"
 #include "kube/pods.h"
+#include "members/globcache.h"
 #include "members/groups.h"
 
 #define SEC 1000000000ULL
@@ -213,6 +216,46 @@ static void test_template_removed(void **state)
 	kt_config_free(&b);
 }
 
+/* The glob cache: each pattern expanded once, and its matches found by
+ * their own name or their parent's through an index. */
+static void test_glob_cache_index(void **state)
+{
+	char dir[] = "/tmp/kt-groups-XXXXXX", path[256], pattern[256];
+	static const char *const rel[] = { "a", "a/x", "a/y", "b", "b/x", "c" };
+	struct kt_glob_cache *c = kt_glob_cache_new();
+	char **paths, **again;
+	const int *idx;
+	int n;
+
+	(void)state;
+	assert_non_null(c);
+	assert_non_null(mkdtemp(dir));
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, rel[i]);
+		assert_int_equal(mkdir(path, 0755), 0);
+	}
+	snprintf(pattern, sizeof(pattern), "%s/*/*", dir);
+	n = kt_glob_cached(c, pattern, &paths);
+	assert_int_equal(n, 3);
+	assert_int_equal(kt_glob_cached(c, pattern, &again), 3);
+	assert_ptr_equal(again, paths); /* once */
+	assert_int_equal(kt_glob_cached_by(c, pattern, KT_GLOB_BY_PARENT, "a", &idx), 2);
+	assert_non_null(strstr(paths[idx[0]], "/a/"));
+	assert_non_null(strstr(paths[idx[1]], "/a/"));
+	assert_int_equal(kt_glob_cached_by(c, pattern, KT_GLOB_BY_PARENT, "b", &idx), 1);
+	assert_non_null(strstr(paths[idx[0]], "/b/x"));
+	assert_int_equal(kt_glob_cached_by(c, pattern, KT_GLOB_BY_PARENT, "c", &idx), 0);
+	assert_int_equal(kt_glob_cached_by(c, pattern, KT_GLOB_BY_NAME, "x", &idx), 2);
+	assert_int_equal(kt_glob_cached_by(c, pattern, KT_GLOB_BY_NAME, "y", &idx), 1);
+	assert_int_equal(kt_glob_cached_by(c, pattern, KT_GLOB_BY_NAME, "", &idx), 0);
+	kt_glob_cache_free(c);
+	for (int i = (int)(sizeof(rel) / sizeof(rel[0])) - 1; i >= 0; i--) {
+		snprintf(path, sizeof(path), "%s/%s", dir, rel[i]);
+		rmdir(path);
+	}
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -221,6 +264,7 @@ int main(void)
 		cmocka_unit_test(test_namespaces_over_time),
 		cmocka_unit_test(test_max_groups_and_other),
 		cmocka_unit_test(test_template_removed),
+		cmocka_unit_test(test_glob_cache_index),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
