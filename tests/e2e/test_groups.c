@@ -413,23 +413,14 @@ static const struct pod PODS[] = {
 	{ "ns-d", "w-d", "d0000000-aaaa-4bbb-8ccc-000000000004" },
 };
 
-__attribute__((format(printf, 1, 2))) static void api(const char *fmt, ...)
-{
-	char line[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	assert_int_equal(ktest_fakekube_cmd(&fx.api, "%s", line), 0);
-}
-
 /* The pod listed on this node with its kubelet directory (into cg). */
 static void pod_up(const struct pod *p, char *cg, size_t len)
 {
 	char dir[PATH_MAX];
 
-	api("add %s %s %s " NODE " Burstable app=worker", p->ns, p->name, p->uid);
+	assert_int_equal(ktest_fakekube_cmd(&fx.api, "add %s %s %s " NODE " Burstable app=worker", p->ns,
+					    p->name, p->uid),
+			 0);
 	assert_int_equal(ktest_kubelet_pod_cgroup(fx.base, p->uid, "Burstable", 0, dir, sizeof(dir)),
 			 0);
 	mkcg(dir + strlen(fx.base) + 1, cg, len);
@@ -486,7 +477,7 @@ static void test_namespace_groups(void **state)
 	assert_true(took >= 0);
 
 	/* ns-c emptied: its pool goes after ttl, not before */
-	api("delete %s", PODS[2].uid);
+	assert_int_equal(ktest_fakekube_cmd(&fx.api, "delete %s", PODS[2].uid), 0);
 	ktest_sleep_ms(TTL_MS / 2);
 	assert_true(has_limit("per-ns@ns-c"));
 	took = wait_limit("per-ns@ns-c", false, TTL_MS + APPEAR_BOUND_MS);
