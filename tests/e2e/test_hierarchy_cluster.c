@@ -5,12 +5,13 @@
  * Outside observers (tests/lib/arrivals: a receiver per child's port, 100 ms
  * bins on kernel receive timestamps) must see, in every one-second window
  * sliding by 100 ms, undisturbed, after a kill -9 of node 1's daemon (its
- * pod sending on), and with node 1 restarted during a Redis outage:
+ * pod sending on), with node 1 restarted during a Redis outage, and with
+ * node 1 joining while node 0's child floods:
  *   - a + b <= 40 + the parent's burst;
  *   - a <= 30 + a's burst, b <= 30 + b's burst;
  * and in the steady part, a + b at >= 80% of 40 (the parent is used). Each
  * receiver must drop nothing and see exactly what its sender was told was
- * sent. About 20 s. */
+ * sent. About 30 s. */
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
@@ -40,6 +41,7 @@
 #define SEND_S 6.0
 #define STEADY_S 2.0 /* from here on the pool has agreed on the demand */
 #define KILL_S 4.0   /* the kill -9, after the steady part */
+#define JOIN_S 2.5   /* node 1 joins, its pod sending from then on */
 
 static struct fixture {
 	struct ktest_daemon d[NODES];
@@ -49,6 +51,7 @@ static struct fixture {
 	struct arrivals arr[NODES]; /* node i's child's port */
 	int test;                   /* which test of the run: its key prefix */
 	const char *share;          /* the parent's share: policy */
+	bool late;                  /* node 1 and its sender start at JOIN_S (the fault) */
 } fx;
 
 static const struct kt_clusterfx_pool pool = { 50, 200, 3, 2000 };
@@ -84,8 +87,9 @@ static void dump_node(int i)
 }
 
 /* Node i: the three limits; only its own child has a member here (the
- * other child's and the parent's own cgroups match nothing on this node). */
-static void node_up(int i)
+ * other child's and the parent's own cgroups match nothing on this node).
+ * Configured, and started when `start`. */
+static void node_up(int i, bool start)
 {
 	char name[16], none[PATH_MAX + 16], store[256], limits[2048] = "", *slash;
 	static const char *const child[NODES] = { "a", "b" };
@@ -128,7 +132,8 @@ static void node_up(int i)
 		 kfx_master.port, (int)getpid(), fx.test);
 	assert_int_equal(ktest_daemon_init(&fx.d[i]), 0);
 	kt_clusterfx_node_config(&fx.d[i], i, &pool, store, limits);
-	kt_clusterfx_run_node(&fx.d[i], i, dump_node);
+	if (start)
+		kt_clusterfx_run_node(&fx.d[i], i, dump_node);
 }
 
 /* The worst one-second window (sliding by a bin) of a + b from bin b0 on. */
@@ -185,6 +190,17 @@ static void restart_in_outage(double t_send)
 	print_message("redis-server back (empty) at t=%.2fs\n", arrivals_now_s(&fx.arr[0]));
 }
 
+/* Node 1 (its daemon, then its pod's sender) joins JOIN_S in, while node
+ * 0's child has the parent to itself. */
+static void join_node1(double t_send)
+{
+	sleep_until(t_send + JOIN_S);
+	kt_clusterfx_run_node(&fx.d[1], 1, dump_node);
+	fx.sender[1] = kt_clusterfx_sender_start(fx.cg[1], &fx.arr[1].port, 1, SEND_S - JOIN_S,
+						 PER_S, &fx.sender_fd[1]);
+	print_message("n1 joined at t=%.2fs\n", arrivals_now_s(&fx.arr[0]));
+}
+
 /* Both nodes up, both children flooding for SEND_S with `fault` on the
  * way; every one-second window within each level's max + burst, and the
  * parent used in the steady part (until the fault, or to the end). */
@@ -199,11 +215,12 @@ static void run(const char *name, const char *share, fault_fn fault, double faul
 	for (int i = 0; i < NODES; i++)
 		assert_int_equal(arrivals_start(&fx.arr[i]), 0);
 	for (int i = 0; i < NODES; i++)
-		node_up(i);
+		node_up(i, !(fx.late && i == 1));
 	t_send = arrivals_now_s(&fx.arr[0]);
 	for (int i = 0; i < NODES; i++)
-		fx.sender[i] = kt_clusterfx_sender_start(fx.cg[i], &fx.arr[i].port, 1, SEND_S, PER_S,
-							 &fx.sender_fd[i]);
+		if (!(fx.late && i == 1))
+			fx.sender[i] = kt_clusterfx_sender_start(fx.cg[i], &fx.arr[i].port, 1, SEND_S,
+								 PER_S, &fx.sender_fd[i]);
 	if (fault)
 		fault(t_send);
 	for (int i = 0; i < NODES; i++) {
@@ -236,7 +253,7 @@ static void run(const char *name, const char *share, fault_fn fault, double faul
 		steady += fx.arr[0].bins[b] + fx.arr[1].bins[b];
 	print_message("%s: a + b: worst window %lu at %.1f s (parent %g + %g); steady %.1f/s\n", name,
 		      worst, at * ARRIVALS_BIN_MS / 1000.0 - t_send, P_MAX, P_BURST,
-		      (double)steady / steady_s);
+		      steady_s > 0 ? (double)steady / steady_s : 0.0);
 	assert_true(worst <= P_MAX + P_BURST);
 	if (steady_s >= 1)
 		assert_true((double)steady / steady_s >= 0.8 * P_MAX);
@@ -260,11 +277,23 @@ static void test_restart_during_redis_outage(void **state)
 	run("redisdown", "equal", restart_in_outage, 0);
 }
 
+/* node 1 joins while node 0's child floods: the parent's pool grows
+ * from one member to two without a window over its max + burst (no
+ * steady figure: a alone is capped at its own 30/s) */
+static void test_join_of_a_node(void **state)
+{
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	fx.late = true;
+	run("join", "demand", join_node1, STEADY_S);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_kill9_of_a_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_during_redis_outage, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join_of_a_node, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);
