@@ -9,8 +9,15 @@
 # makes its own temp dirs, ports and redis-servers) and measure nothing
 # against the clock that another process could skew by more than their
 # margins, so they run TEST_JOBS at a time (default: the CPU count + 1, at
-# most 3), before the rest. Everything else (BPF, daemons, cgroups, timed
-# windows) runs one at a time, alone. Outputs are shown whole, in order.
+# most 3), before the rest. So do the root binaries in `shared_ok` below:
+# they assert no rate, window, latency or deadline (so CPU contention cannot
+# fail them), and everything they touch is their own (temp dirs, a
+# /sys/fs/bpf/kt-test-<pid>-* pin dir, kt-test-<pid>-* cgroups: no port, no
+# cgroup v2 root or shared cgroup, no sysctl, no netns):
+#   test_install  make install/uninstall into a temp DESTDIR, --help, --check
+#   test_apply    kt_plan_apply's rollback against its own maps and cgroups
+# Everything else (BPF, daemons, cgroups, timed windows) runs one at a time,
+# alone. Outputs are shown whole, in order.
 set -u
 here=$(dirname "$0")
 passed=0 failed=0 skipped=0 bad_bins=()
@@ -53,14 +60,17 @@ tally() { # tally BIN OUT: counts OUT's summaries, prints the closing line
 	echo "--- $bin: rc=$rc passed=$p failed=$f skipped=$s (${secs}s)"
 }
 
-host=() alone=()
+host=() shared_ok=() alone=()
 for bin in "$@"; do
 	[ -x "$bin" ] || continue
 	case "$bin" in
 	*/tests/unit/* | */fuzz/fuzz_*) host+=("$bin") ;;
+	*/tests/e2e/test_install | */tests/e2e/test_apply) shared_ok+=("$bin") ;;
 	*) alone+=("$bin") ;;
 	esac
 done
+# the shared_ok ones first: they take longest, the short ones fill around them
+host=(${shared_ok[@]+"${shared_ok[@]}"} ${host[@]+"${host[@]}"})
 
 # host-only binaries, `jobs` at a time (a slot is refilled as soon as any
 # finishes); each shown, in order, once it and those before it are done

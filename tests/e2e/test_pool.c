@@ -419,9 +419,11 @@ static int start_pool_nodes(int n, const char *prefix)
 
 		snprintf(name, sizeof(name), "%s%d", prefix, i);
 		add_limit(lim, sizeof(lim), "shared", new_cgroup(i, name), port, MAX, MIN, BURST, NULL);
-		start_node(i, lim);
+		write_node_config(i, lim);
 	}
-	/* bound: n sequential joins, each agreed within 2 heartbeats */
+	/* started side by side (their BPF loads overlap) */
+	kt_clusterfx_run_nodes(fx.d, n, dump_node);
+	/* bound: n joins, each agreed within 2 heartbeats */
 	assert_true(wait_agreed(ktest_now_ns(), all, n, "shared", n, 5000) >= 0);
 	return port;
 }

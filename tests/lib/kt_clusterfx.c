@@ -281,6 +281,29 @@ void kt_clusterfx_run_node(struct ktest_daemon *d, int i, void (*dump)(int i))
 	}
 }
 
+void kt_clusterfx_run_nodes(struct ktest_daemon *d, int n, void (*dump)(int i))
+{
+	uint64_t t0 = ktest_now_ns();
+
+	/* side by side: each one's BPF load and verification overlaps the others' */
+	for (int i = 0; i < n; i++)
+		if (ktest_daemon_spawn_flag(&d[i], NULL) != 0) {
+			print_message("kthrottled n%d: fork failed\n", i);
+			fail();
+		}
+	for (int i = 0; i < n; i++) {
+		/* the same 5 s as kt_clusterfx_run_node, counted from the spawn */
+		int64_t left = 5000 - (int64_t)((ktest_now_ns() - t0) / 1000000);
+		int code = -1;
+
+		if (ktest_daemon_await(&d[i], left > 0 ? (int)left : 1, &code) != 0) {
+			print_message("kthrottled n%d did not start (exit %d)\n", i, code);
+			dump(i);
+			fail();
+		}
+	}
+}
+
 void kt_clusterfx_check_measurement(const struct arrivals *a, const char *name,
 				    unsigned long long sent_ok)
 {

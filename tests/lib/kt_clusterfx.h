@@ -141,6 +141,9 @@ bool kt_clusterfx_agreed(const struct kt_clusterfx_lst *s, int size);
 /* cmocka: starts node i (d configured) with a 5 s timeout; else says so,
  * calls dump(i) and fails the test. */
 void kt_clusterfx_run_node(struct ktest_daemon *d, int i, void (*dump)(int i));
+/* cmocka: nodes 0..n-1 (d[0..n), configured) started side by side, each
+ * given the same 5 s from the spawn; else as kt_clusterfx_run_node. */
+void kt_clusterfx_run_nodes(struct ktest_daemon *d, int n, void (*dump)(int i));
 
 /* ---- the receiver ---- */
 

@@ -361,12 +361,10 @@ char *ktest_daemon_cmd(const struct ktest_daemon *d, const char *cmd)
 	return buf;
 }
 
-int ktest_daemon_start_flag(struct ktest_daemon *d, const char *flag, int timeout_ms,
-			    int *exit_code)
+int ktest_daemon_spawn_flag(struct ktest_daemon *d, const char *flag)
 {
 	char bin[PATH_MAX];
 	pid_t pid;
-	int status;
 
 	snprintf(bin, sizeof(bin), "%s/kthrottled", ktest_build_dir());
 	pid = fork();
@@ -384,6 +382,14 @@ int ktest_daemon_start_flag(struct ktest_daemon *d, const char *flag, int timeou
 		_exit(127);
 	}
 	d->pid = pid;
+	return 0;
+}
+
+int ktest_daemon_await(struct ktest_daemon *d, int timeout_ms, int *exit_code)
+{
+	pid_t pid = d->pid;
+	int status;
+
 	for (int waited = 0; waited < timeout_ms; waited += 20) {
 		char *r;
 		if (waitpid(pid, &status, WNOHANG) == pid) {
@@ -401,6 +407,14 @@ int ktest_daemon_start_flag(struct ktest_daemon *d, const char *flag, int timeou
 		ktest_sleep_ms(20);
 	}
 	return -1;
+}
+
+int ktest_daemon_start_flag(struct ktest_daemon *d, const char *flag, int timeout_ms,
+			    int *exit_code)
+{
+	if (ktest_daemon_spawn_flag(d, flag))
+		return -1;
+	return ktest_daemon_await(d, timeout_ms, exit_code);
 }
 
 int ktest_daemon_start(struct ktest_daemon *d, int timeout_ms, int *exit_code)

@@ -211,6 +211,11 @@ bool ktest_read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at
  * (e.g. "--detach-on-exit"; NULL: none). */
 int ktest_daemon_start_flag(struct ktest_daemon *d, const char *flag, int timeout_ms,
 			    int *exit_code);
+/* The two halves of ktest_daemon_start_flag, for daemons started side by
+ * side: spawn forks and execs it (d->pid; 0, or -1 if fork failed); await
+ * waits until its socket answers (up to timeout_ms), as the start does. */
+int ktest_daemon_spawn_flag(struct ktest_daemon *d, const char *flag);
+int ktest_daemon_await(struct ktest_daemon *d, int timeout_ms, int *exit_code);
 
 /* ktest_ramp_config with burst `burst` (< 0: no burst line) and `more`
  * (more rateLimit keys, each "      key: value\n"; or "") after modes. */
