@@ -136,6 +136,18 @@ static void node_up(int i, bool start)
 		kt_clusterfx_run_node(&fx.d[i], i, dump_node);
 }
 
+/* cmocka: node d's parent `all` agreed at size within 3 s. */
+static void wait_parent_agreed(const struct ktest_daemon *d, int size)
+{
+	struct kt_clusterfx_lst s;
+	uint64_t t0 = ktest_now_ns();
+
+	while (kt_clusterfx_lst_get(d, "all", &s), !kt_clusterfx_agreed(&s, size)) {
+		assert_true(ktest_now_ns() - t0 < 3000000000ULL);
+		ktest_sleep_ms(20);
+	}
+}
+
 /* The worst one-second window (sliding by a bin) of a + b from bin b0 on. */
 static unsigned long worst_sum(int b0, int b1, int *at)
 {
@@ -216,6 +228,12 @@ static void run(const char *name, const char *share, fault_fn fault, double faul
 		assert_int_equal(arrivals_start(&fx.arr[i]), 0);
 	for (int i = 0; i < NODES; i++)
 		node_up(i, !(fx.late && i == 1));
+	/* the senders start once the parent's pool has agreed: the nodes'
+	 * own start is a join (README: it may exceed max + burst by min / size
+	 * for a heartbeat), and not what the faults here are about */
+	for (int i = 0; i < NODES; i++)
+		if (!(fx.late && i == 1))
+			wait_parent_agreed(&fx.d[i], fx.late ? 1 : NODES);
 	t_send = arrivals_now_s(&fx.arr[0]);
 	for (int i = 0; i < NODES; i++)
 		if (!(fx.late && i == 1))
