@@ -785,7 +785,11 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 {
 	struct kt_sbuf b = { 0 };
 	uint64_t now = kt_clock_ns();
-	int i, j;
+	int i, j, name_w = 16; /* the LIMIT column: a group's name is longer */
+
+	for (i = 0; i < d->plan.n_limits; i++)
+		if ((int)strlen(d->plan.limits[i].cfg->name) > name_w)
+			name_w = (int)strlen(d->plan.limits[i].cfg->name);
 
 	if (json) {
 		kt_sb_printf(&b, "{\"node\":");
@@ -810,8 +814,8 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 		kt_sb_printf(&b, "attach %s\n", d->attach_desc);
 		kube_status(d->kube, d->pods.n, &b, false, now);
 		if (d->plan.n_limits) /* a node may have tag limits only */
-			kt_sb_printf(&b, "%-16s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",
-			  "LIMIT", "UNIT", "SCOPE", "MODE", "POOL_RATE/s", "MAX/s", "RAMP%",
+			kt_sb_printf(&b, "%-*s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",
+			  name_w, "LIMIT", "UNIT", "SCOPE", "MODE", "POOL_RATE/s", "MAX/s", "RAMP%",
 			  "UTIL%", "BUCKET_RATE", "BURST", "ADMITTED", "THROTTLED", "ADMIT/s");
 	}
 	for (i = 0; i < d->plan.n_limits; i++) {
@@ -899,8 +903,8 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 			kt_sb_printf(&b, "\"cgroups\":[");
 		} else {
 			kt_sb_printf(&b,
-				  "%-16s %-10s %-5s %-10s %12.3f %12.3f %6.1f %6.1f %12.3f %8.0f %12llu %12llu %10.1f\n",
-				  c->name, kt_unit_name(c->unit), kt_scope_name(c->scope),
+				  "%-*s %-10s %-5s %-10s %12.3f %12.3f %6.1f %6.1f %12.3f %8.0f %12llu %12llu %10.1f\n",
+				  name_w, c->name, kt_unit_name(c->unit), kt_scope_name(c->scope),
 				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.max,
 				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
 				  s->bucket_rate, s->bucket_burst, (unsigned long long)s->admitted,
