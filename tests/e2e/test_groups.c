@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <cmocka.h>
 
@@ -193,19 +194,22 @@ static void test_parent_directory_groups(void **state)
 	unsigned long long got[N_SEND];
 	long took;
 	char *st;
+	int mport;
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	mkcg("t1/w1", w[0], PATH_MAX);
 	mkcg("t2/w1", w[1], PATH_MAX);
 	mkcg("t2/w2", w[2], PATH_MAX);
+	mport = ktest_free_port(SOCK_STREAM);
 	snprintf(body, sizeof(body),
 		 "tickInterval: 100ms\n"
+		 "metrics: 127.0.0.1:%d\n"
 		 "limits:\n"
 		 "  - {name: tenant, cgroups: [\"%s/*/*\"], groupBy: parent, unit: datagram,\n"
 		 "     burst: %g, rateLimit: {max: %g, ttl: %dms},\n"
 		 "     match: {cidrs: [127.0.0.1/32], protocol: udp}}\n",
-		 fx.base, G_BURST, G_MAX, TTL_MS);
+		 mport, fx.base, G_BURST, G_MAX, TTL_MS);
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 	assert_true(has_limit("tenant@t1"));
 	assert_true(has_limit("tenant@t2"));
@@ -216,6 +220,13 @@ static void test_parent_directory_groups(void **state)
 				   "\"groups\":2,\"max_groups\":1000,\"other\":false}]"));
 	free(st);
 	kt_cmd_has(&fx.d, "status", "groups of tenant (groupBy parent): 2 of maxGroups 1000\n");
+	/* the series' bound, in metrics */
+	char *page = NULL;
+
+	assert_int_equal(ktest_http_get(mport, "/metrics", &page), 200);
+	assert_non_null(strstr(page, "\nkthrottle_groups{limit=\"tenant\"} 2\n"));
+	assert_non_null(strstr(page, "{limit=\"tenant@t2\"}"));
+	free(page);
 
 	flood(N_SEND, cgs, got);
 	print_message("in %.1f s: t1 %llu; t2 %llu + %llu = %llu (each pool %g/s + %g)\n", FLOOD_S,

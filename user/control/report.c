@@ -392,6 +392,24 @@ char *kt_report_metrics(struct kt_daemon *d)
 				  (unsigned long long)(k ? jc.throttled : jc.admitted));
 		}
 	}
+	/* groupBy: each limit's groups on this node, the bound of its series */
+	bool any_group = false;
+
+	for (int i = 0; i < d->src.n_limits; i++) {
+		const struct kt_limit_cfg *c = &d->src.limits[i];
+		bool other = false;
+		int n;
+
+		if (!c->group_by)
+			continue;
+		if (!any_group)
+			kt_sb_printf(&b, "# HELP kthrottle_groups Groups a groupBy limit has on this node (each a limit of its own, NAME@VALUE; at most maxGroups, then NAME@@other).\n"
+				     "# TYPE kthrottle_groups gauge\n");
+		any_group = true;
+		n = kt_groups_count(d->groups, c->name, &other);
+		kt_sb_printf(&b, "kthrottle_groups{limit=\"%s\"} %d\n", c->name,
+			     (n > 0 ? n : 0) + (other ? 1 : 0));
+	}
 	return kt_sb_take(&b);
 }
 
