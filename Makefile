@@ -78,7 +78,11 @@ FUZZ_CFLAGS := -O1 -g -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initia
 	       -Iinclude -Iuser -I$(BUILD)/skel -I$(BUILD)/gen -D_GNU_SOURCE $(FUZZ_SAN)
 FUZZ_SRCS  := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BINS  := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
-FUZZ_OBJS  := $(patsubst user/%.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS))
+# the fuzzers' targets and what they call: base/ and the three parsers,
+# instrumented (not every layer: make test builds these too)
+FUZZ_LIB_SRCS := $(wildcard user/base/*.c) user/control/ctlproto.c user/control/metrics.c \
+		 user/tags/qline.c
+FUZZ_OBJS  := $(patsubst user/%.c,$(BUILD)/fuzz/obj/%.o,$(FUZZ_LIB_SRCS))
 FUZZ_LIB   := $(BUILD)/fuzz/libkt-fuzz.a
 
 .PHONY: all test unit bench clean deps deps-demo demo fuzz fuzz-build install uninstall install-python

@@ -35,7 +35,7 @@
 
 #define G_MAX 20.0
 #define G_BURST 4.0
-#define FLOOD_S 2.0
+#define FLOOD_S 1.5
 #define NODE "node-g"
 #define TOKEN "t0ken-for-groups"
 /* a new group's pool exists within a heartbeat (1 s) of its first member;

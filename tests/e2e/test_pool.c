@@ -425,6 +425,11 @@ static int start_pool_nodes(int n, const char *prefix)
 	kt_clusterfx_run_nodes(fx.d, n, dump_node);
 	/* bound: n joins, each agreed within 2 heartbeats */
 	assert_true(wait_agreed(ktest_now_ns(), all, n, "shared", n, 5000) >= 0);
+	/* started side by side, a node may have agreed on the answer to a
+	 * heartbeat whose fallback rate (what the store reserves for it once
+	 * it lapses) it computed from an earlier size: one more heartbeat and
+	 * every node has reported the agreed one */
+	ktest_sleep_ms(HB_MS + 2 * TICK_MS);
 	return port;
 }
 

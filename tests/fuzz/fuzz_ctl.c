@@ -16,13 +16,14 @@ static void check(const char *buf, size_t len)
 
 	if (r < KT_CTL_ERR_UNKNOWN || r > KT_CTL_LAST)
 		abort();
-	/* a subscription names a limit as a limit name is spelled */
+	/* a subscription names a limit as a limit name is spelled ('@': a
+	 * groupBy limit's group) */
 	if (r == KT_CTL_SUBSCRIBE) {
 		char name[64];
 
 		kt_ctl_subscribe_name(buf, name, sizeof(name));
 		if (!name[0] || strlen(name) > 31 ||
-		    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") !=
+		    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-@") !=
 			    strlen(name))
 			abort();
 	}
