@@ -720,10 +720,14 @@ int kt_daemon_regroup(struct kt_daemon *d)
 	else
 		snprintf(err, sizeof(err), "out of memory");
 	if (ret) {
-		kt_err("applying the groups of groupBy limits: %s (keeping the limits as they were)",
-		       err);
+		/* tried again at every rescan: said once per error */
+		if (strcmp(err, d->regroup_err))
+			kt_err("applying the groups of groupBy limits: %s (keeping the limits as they were)",
+			       err);
+		snprintf(d->regroup_err, sizeof(d->regroup_err), "%s", err);
 		return ret;
 	}
+	d->regroup_err[0] = '\0';
 	return 1;
 }
 

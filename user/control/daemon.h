@@ -64,6 +64,7 @@ struct kt_daemon {
 	struct kt_metrics *metrics; /* the Prometheus endpoint; NULL: off */
 	int cgwatch_err;           /* last kt_cgwatch_set error, 0 = watching */
 	char refresh_err[KT_ERR_LEN]; /* last rescan error, logged once */
+	char regroup_err[KT_ERR_LEN]; /* last error applying new groups, logged once */
 	char attach_desc[PATH_MAX + 300]; /* the plan's attach point, logged when it changes */
 	struct kt_slot_base *slot_base; /* KT_MAX_SLOTS, the controller's counter baselines */
 	/* the controller's view of the above (plan, ls, pool, pool_local, bpf,
