@@ -10,11 +10,8 @@ struct glob_entry {
 	char *pattern;
 	char **paths;
 	int n; /* count, or -errno */
-	/* per kt_glob_by, built on first use: each path's key (pointing into
-	 * the path) and the indices sorted by key */
-	const char **key[2];
-	size_t *key_len[2];
-	int *order[2];
+	/* per kt_glob_by, built on first use: the paths' keys, sorted */
+	struct kt_glob_key *index[2];
 };
 
 struct kt_glob_cache {
@@ -68,8 +65,7 @@ uncached:
 	return n;
 }
 
-/* Path p's key: its own name, or its parent directory's (len 0: none). */
-static const char *path_key(const char *p, enum kt_glob_by by, size_t *len)
+const char *kt_glob_key_of(const char *p, enum kt_glob_by by, size_t *len)
 {
 	size_t end = strlen(p), start = 0;
 
@@ -93,28 +89,23 @@ static int key_cmp(const char *a, size_t al, const char *b, size_t bl)
 	return c ? c : (al > bl) - (al < bl);
 }
 
-struct sort_ctx {
-	const char **key;
-	const size_t *len;
-};
-
-static int by_key(const void *x, const void *y, void *arg)
+static int by_key(const void *x, const void *y)
 {
-	const struct sort_ctx *sc = arg;
-	int i = *(const int *)x, j = *(const int *)y;
+	const struct kt_glob_key *a = x, *b = y;
 
-	return key_cmp(sc->key[i], sc->len[i], sc->key[j], sc->len[j]);
+	return key_cmp(a->key, a->len, b->key, b->len);
 }
 
 int kt_glob_cached_by(struct kt_glob_cache *c, const char *pattern, enum kt_glob_by by,
-		      const char *value, const int **idx)
+		      const char *value, const struct kt_glob_key **first)
 {
 	char **paths;
 	int n = kt_glob_cached(c, pattern, &paths), lo, hi;
 	struct glob_entry *g = NULL;
+	struct kt_glob_key *ix;
 	size_t vl = strlen(value);
 
-	*idx = NULL;
+	*first = NULL;
 	if (n <= 0)
 		return n;
 	for (int i = 0; i < c->n && !g; i++)
@@ -122,44 +113,29 @@ int kt_glob_cached_by(struct kt_glob_cache *c, const char *pattern, enum kt_glob
 			g = &c->e[i];
 	if (!g)
 		return -ENOMEM; /* the cache had no room for it */
-	if (!g->order[by]) {
-		g->key[by] = calloc((size_t)n, sizeof(*g->key[by]));
-		g->key_len[by] = calloc((size_t)n, sizeof(*g->key_len[by]));
-		g->order[by] = calloc((size_t)n, sizeof(*g->order[by]));
-		if (!g->key[by] || !g->key_len[by] || !g->order[by]) {
-			free(g->key[by]);
-			free(g->key_len[by]);
-			free(g->order[by]);
-			g->key[by] = NULL;
-			g->key_len[by] = NULL;
-			g->order[by] = NULL;
+	if (!g->index[by]) {
+		if (!(g->index[by] = calloc((size_t)n, sizeof(*g->index[by]))))
 			return -ENOMEM;
-		}
 		for (int i = 0; i < n; i++) {
-			g->key[by][i] = path_key(paths[i], by, &g->key_len[by][i]);
-			g->order[by][i] = i;
+			g->index[by][i].key = kt_glob_key_of(paths[i], by, &g->index[by][i].len);
+			g->index[by][i].idx = i;
 		}
-		struct sort_ctx sc = { g->key[by], g->key_len[by] };
-
-		qsort_r(g->order[by], (size_t)n, sizeof(int), by_key, &sc);
+		qsort(g->index[by], (size_t)n, sizeof(*g->index[by]), by_key);
 	}
-	/* the first index whose key is >= value, then the first > value */
+	ix = g->index[by];
+	/* the first key >= value, then the first > value */
 	lo = 0, hi = n;
 	while (lo < hi) {
-		int mid = lo + (hi - lo) / 2, o = g->order[by][mid];
+		int mid = lo + (hi - lo) / 2;
 
-		if (key_cmp(g->key[by][o], g->key_len[by][o], value, vl) < 0)
+		if (key_cmp(ix[mid].key, ix[mid].len, value, vl) < 0)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
-	*idx = g->order[by] + lo;
-	for (hi = lo; hi < n; hi++) {
-		int o = g->order[by][hi];
-
-		if (key_cmp(g->key[by][o], g->key_len[by][o], value, vl))
-			break;
-	}
+	for (hi = lo; hi < n && !key_cmp(ix[hi].key, ix[hi].len, value, vl); hi++)
+		;
+	*first = ix + lo;
 	return hi - lo;
 }
 
@@ -168,11 +144,8 @@ void kt_glob_cache_free(struct kt_glob_cache *c)
 	if (!c)
 		return;
 	for (int i = 0; i < c->n; i++) {
-		for (int by = 0; by < 2; by++) {
-			free(c->e[i].key[by]);
-			free(c->e[i].key_len[by]);
-			free(c->e[i].order[by]);
-		}
+		for (int by = 0; by < 2; by++)
+			free(c->e[i].index[by]);
 		free(c->e[i].pattern);
 		kt_cgroup_glob_free(c->e[i].paths, c->e[i].n > 0 ? c->e[i].n : 0);
 	}

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "base/cgwatch.h"
 #include "base/log.h"
+#include "members/globcache.h"
 #include "members/groups.h"
 
 /* The template's characters kept in a hashed instance name: with "@@" and
@@ -91,21 +92,13 @@ const char *kt_group_pod_value(const struct kt_limit_cfg *lc, const struct kt_po
 
 bool kt_group_path_value(const char *path, char *buf, size_t len)
 {
-	size_t end = strlen(path), start;
+	size_t n;
+	const char *v = kt_glob_key_of(path, KT_GLOB_BY_PARENT, &n);
 
-	while (end > 1 && path[end - 1] == '/')
-		end--;
-	while (end > 0 && path[end - 1] != '/') /* the member's own name */
-		end--;
-	while (end > 1 && path[end - 1] == '/')
-		end--;
-	start = end;
-	while (start > 0 && path[start - 1] != '/')
-		start--;
-	if (end <= start || end - start >= len)
+	if (!n || n >= len)
 		return false;
-	memcpy(buf, path + start, end - start);
-	buf[end - start] = '\0';
+	memcpy(buf, v, n);
+	buf[n] = '\0';
 	return true;
 }
 

@@ -104,7 +104,7 @@ static int scan_pattern(struct scan *sc, int li, const struct kt_limit_cfg *lc, 
 		if (join_prefix(comp, j, prefix, sizeof(prefix)))
 			return 0;
 		/* a plain path: itself, if a directory; the cache's */
-		const int *only = NULL;
+		const struct kt_glob_key *only = NULL;
 
 		m = kt_glob_cached(globs, prefix, &paths);
 		/* a group's own directories: by name in the pattern's index */
@@ -113,7 +113,7 @@ static int scan_pattern(struct scan *sc, int li, const struct kt_limit_cfg *lc, 
 		if (m < 0)
 			return m == -ENOMEM ? m : 0;
 		for (int q = 0; q < m && !ret; q++) {
-			int k = only ? only[q] : q;
+			int k = only ? only[q].idx : q;
 			const char *name = strrchr(paths[k], '/');
 
 			if (group_dirs && !only && !kt_group_takes(lc, name ? name + 1 : paths[k]))

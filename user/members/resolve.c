@@ -61,11 +61,14 @@ static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *c
 /* The pods a groupBy template selects, by group value: built once per
  * resolution for each template, so each of its 1,000 groups finds its pods
  * in a bsearch instead of asking every pod. */
+struct pod_value {
+	const char *val; /* the pod's group value */
+	int pod;         /* its index in the pod set */
+};
 struct pod_index {
 	bool built;
 	int n;
-	int *pod;          /* indices into the pod set, sorted by value */
-	const char **val;  /* val[k]: pod[k]'s value */
+	struct pod_value *e; /* sorted by value */
 };
 
 /* Everything a resolution pass builds once: the globs and, per template
@@ -76,66 +79,33 @@ struct pass {
 	int n_tmpl;
 };
 
-static int by_value(const void *x, const void *y, void *arg)
+static int by_value(const void *x, const void *y)
 {
-	const struct pod_index *ix = arg;
-
-	return strcmp(ix->val[*(const int *)x], ix->val[*(const int *)y]);
+	return strcmp(((const struct pod_value *)x)->val, ((const struct pod_value *)y)->val);
 }
 
-/* Template lc's pods with a value, sorted (ix->pod holds positions into
- * ix->val while sorting, then pod indices). */
+/* Template lc's pods with a value, sorted by it. */
 static int build_pod_index(struct pod_index *ix, const struct kt_limit_cfg *lc,
 			   const struct kt_pod_set *pods)
 {
-	int *pos = calloc((size_t)pods->n + 1, sizeof(*pos));
-	int *pod = calloc((size_t)pods->n + 1, sizeof(*pod));
-
-	ix->val = calloc((size_t)pods->n + 1, sizeof(*ix->val));
-	ix->pod = calloc((size_t)pods->n + 1, sizeof(*ix->pod));
-	if (!pos || !pod || !ix->val || !ix->pod) {
-		free(pos);
-		free(pod);
+	if (!(ix->e = calloc((size_t)pods->n + 1, sizeof(*ix->e))))
 		return -ENOMEM;
-	}
 	for (int p = 0; p < pods->n; p++) {
 		const char *v;
 
-		if (!kt_pod_selected(&lc->pods, &pods->pods[p]) ||
-		    !(v = kt_group_pod_value(lc, &pods->pods[p])))
-			continue;
-		ix->val[ix->n] = v;
-		pod[ix->n] = p;
-		pos[ix->n] = ix->n;
-		ix->n++;
+		if (kt_pod_selected(&lc->pods, &pods->pods[p]) &&
+		    (v = kt_group_pod_value(lc, &pods->pods[p])))
+			ix->e[ix->n++] = (struct pod_value){ v, p };
 	}
-	qsort_r(pos, (size_t)ix->n, sizeof(*pos), by_value, ix);
-	/* values and pods in sorted order */
-	const char **sorted = calloc((size_t)ix->n + 1, sizeof(*sorted));
-
-	if (!sorted) {
-		free(pos);
-		free(pod);
-		return -ENOMEM;
-	}
-	for (int k = 0; k < ix->n; k++) {
-		sorted[k] = ix->val[pos[k]];
-		ix->pod[k] = pod[pos[k]];
-	}
-	free(ix->val);
-	ix->val = sorted;
-	free(pos);
-	free(pod);
+	qsort(ix->e, (size_t)ix->n, sizeof(*ix->e), by_value);
 	ix->built = true;
 	return 0;
 }
 
 static void pass_free(struct pass *ps)
 {
-	for (int t = 0; ps->by_tmpl && t < ps->n_tmpl; t++) {
-		free(ps->by_tmpl[t].pod);
-		free(ps->by_tmpl[t].val);
-	}
+	for (int t = 0; ps->by_tmpl && t < ps->n_tmpl; t++)
+		free(ps->by_tmpl[t].e);
 	free(ps->by_tmpl);
 	kt_glob_cache_free(ps->globs);
 	memset(ps, 0, sizeof(*ps));
@@ -170,20 +140,20 @@ static int pod_members(const struct kt_config *cfg, int i, const char *cg_mount,
 			while (a < b) {
 				int mid = a + (b - a) / 2;
 
-				if (strcmp(ix->val[mid], lc->group_value) < 0)
+				if (strcmp(ix->e[mid].val, lc->group_value) < 0)
 					a = mid + 1;
 				else
 					b = mid;
 			}
-			for (lo = hi = a; hi < ix->n && !strcmp(ix->val[hi], lc->group_value); hi++)
+			for (lo = hi = a; hi < ix->n && !strcmp(ix->e[hi].val, lc->group_value); hi++)
 				;
 		}
 	}
 	for (int q = lo; q < hi; q++) {
-		const struct kt_pod *pod = &pods->pods[ix ? ix->pod[q] : q];
+		const struct kt_pod *pod = &pods->pods[ix ? ix->e[q].pod : q];
 		int n;
 
-		if (ix ? !kt_group_takes(lc, ix->val[q])
+		if (ix ? !kt_group_takes(lc, ix->e[q].val)
 		       : !kt_pod_selected(&lc->pods, pod) ||
 				 !kt_group_takes(lc, kt_group_pod_value(lc, pod)))
 			continue;
@@ -279,7 +249,7 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 				snprintf(full, sizeof(full), "%s", entry);
 			else
 				snprintf(full, sizeof(full), "%s/%s", cg_mount ? cg_mount : "", entry);
-			const int *only = NULL;
+			const struct kt_glob_key *only = NULL;
 
 			n = kt_glob_cached(globs, full, &paths); /* the cache's */
 			/* a group's instance: the matches in its group's directory,
@@ -294,7 +264,7 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 			}
 			for (int q = 0; q < n; q++) {
 				char group[KT_GROUP_VALUE_MAX + 1];
-				int k = only ? only[q] : q;
+				int k = only ? only[q].idx : q;
 
 				/* the other pool's members: the values no group names */
 				if (lc->group_other &&
