@@ -22,6 +22,7 @@
 #include <cmocka.h>
 #include "fakeredis.h"
 #include "kt_storefx.h"
+#include "ktest.h"
 #include "redis_proc.h"
 #include "pool/store.h"
 
@@ -970,20 +971,105 @@ static void test_rebuild_guard(void **state)
 		}
 	ASSERT_ANS(a, 1, 3, 3);
 	for (size_t i = 0; i < sizeof(corrupt) / sizeof(corrupt[0]); i++) {
+		/* a store of its own: no memo, so the call takes the full path,
+		 * which checks the counters (the steady path leaves that to the
+		 * next full call: test_steady_path) */
+		struct kt_store_cfg c;
+		struct kt_store *once;
 		redisReply *r;
+
+		cfg_single(&c, kfx_master.port);
+		ASSERT_OK(kt_store_open(&once, &c, err, sizeof(err)));
 
 		key(k, sizeof(k), "guard", where[i]);
 		r = cmd(corrupt[i], k);
 		freeReplyObject(r);
-		a = beat_fb(s, "guard", "g0", LIVE, 60000, 60000, 1); /* checks the counters too */
+		a = beat_fb(once, "guard", "g0", LIVE, 60000, 60000, 1); /* checks the counters too */
 		ASSERT_ANS(a, 1, 3, 3);
 		assert_true(a.reserved == 0);
+		kt_store_close(once);
 	}
 	/* a live member removed by hand (hb and size): the pool shrinks at once */
 	key(k, sizeof(k), "guard", "hb");
 	assert_int_equal(rp_command_int(&kfx_master, -1, "ZREM %s g2", k), 1);
 	a = beat_fb(s, "guard", "g0", LIVE, 60000, 60000, 1);
 	ASSERT_ANS(a, 0, 3, 2);
+}
+
+/* The steady path: a node whose members, sizes and fallback rate have not
+ * changed is answered "as before" after renewing its members, without the
+ * full path's reads (load's HLENs); every change to the pool still reaches
+ * it at its next heartbeat (a join, a lapse); a hand edit of the counters is
+ * rebuilt by the next full call, within stale_ms. */
+static struct kt_pool_answer beat_raw(struct kt_store *s, const char *id, uint64_t stale, uint64_t hold)
+{
+	struct kt_pool_member m = { id, LIVE };
+	struct kt_pool_req q = { .limit = "steady", .members = &m, .n_members = 1, .stale_ms = stale,
+				 .save_ramp = -1, .hold_ms = hold, .fallback_rate = 2 };
+	struct kt_pool_answer a;
+
+	ASSERT_OK(kt_store_heartbeat_many(s, &q, 1, &a, err, sizeof(err)));
+	return a;
+}
+
+static void test_steady_path(void **state)
+{
+	const uint64_t stale = 400, hold = 0;
+	struct kt_store *na = open_single(kfx_master.port, NULL, NULL, 0);
+	struct kt_store *nb = open_single(kfx_master.port, NULL, NULL, 0);
+	struct kt_store *nc = open_single(kfx_master.port, NULL, NULL, 0);
+	struct kt_pool_answer a;
+	char k[128];
+	redisReply *r;
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		beat_fb(na, "steady", "A", LIVE, stale, hold, 2);
+		a = beat_fb(nb, "steady", "B", LIVE, stale, hold, 2);
+	}
+	ASSERT_ANS(a, 1, 2, 2);
+	r = rp_command(&kfx_master, "CONFIG RESETSTAT");
+	freeReplyObject(r);
+	for (int i = 0; i < 4; i++) {
+		rp_sleep_ms(20);
+		a = beat_raw(na, "A", stale, hold);
+		ASSERT_ANS(a, 1, 2, 2);
+	}
+	assert_int_equal(cmd_calls(&kfx_master, "evalsha"), 4);
+	assert_int_equal(cmd_calls(&kfx_master, "hlen"), 0); /* no full path */
+	assert_int_equal(cmd_calls(&kfx_master, "zadd"), 4);  /* A renewed each time */
+	/* a join reaches A at its next heartbeat */
+	a = beat_fb(nc, "steady", "C", LIVE, stale, hold, 2);
+	assert_int_equal(a.live, 3);
+	a = beat_fb(na, "steady", "A", LIVE, stale, hold, 2);
+	ASSERT_ANS(a, 0, 3, 3);
+	beat_fb(nb, "steady", "B", LIVE, stale, hold, 2);
+	a = beat_fb(nc, "steady", "C", LIVE, stale, hold, 2);
+	ASSERT_ANS(a, 1, 3, 3);
+	/* B goes silent: A and C see it lapse once its lease is over */
+	uint64_t t0 = ktest_now_ns();
+	do {
+		rp_sleep_ms(50);
+		beat_fb(nc, "steady", "C", LIVE, stale, hold, 2);
+		a = beat_fb(na, "steady", "A", LIVE, stale, hold, 2);
+	} while (a.live == 3 && ktest_now_ns() - t0 < 2000000000ULL);
+	assert_int_equal(a.live, 2);
+	assert_true(ktest_now_ns() - t0 >= (stale - 60) * 1000000ULL);
+	assert_true(ktest_now_ns() - t0 < (stale + 200) * 1000000ULL);
+	/* counters edited by hand: the answer stays right meanwhile, and the
+	 * first full call, within stale_ms, rebuilds them */
+	key(k, sizeof(k), "steady", "meta");
+	assert_int_equal(rp_command_int(&kfx_master, -1, "HSET %s n 9", k), 0);
+	t0 = ktest_now_ns();
+	while (ktest_now_ns() - t0 < (stale + 100) * 1000000ULL) {
+		rp_sleep_ms(50);
+		a = beat_raw(nc, "C", stale, hold);
+		ASSERT_ANS(a, 1, 2, 2);
+		a = beat_raw(na, "A", stale, hold);
+		ASSERT_ANS(a, 1, 2, 2);
+	}
+	a = beat_fb(na, "steady", "A", LIVE, stale, hold, 2); /* and checks the counters */
+	ASSERT_ANS(a, 1, 2, 2);
 }
 
 /* Redis's own time per heartbeat script call (usec_per_call of evalsha) when
@@ -1309,7 +1395,8 @@ static void test_malformed_replies(void **state)
 		{ ":1\r\n", "expected 1 answers" },
 		{ "*-1\r\n", "expected 1 answers" },
 		{ "*2\r\n*4\r\n:1\r\n:1\r\n:1\r\n" R "*4\r\n:1\r\n:1\r\n:1\r\n" R, "expected 1 answers" },
-		{ "*1\r\n:1\r\n", "not an array of 4" },
+		{ "*1\r\n:1\r\n", "\"unchanged\" without a previous answer" },
+		{ "*1\r\n:2\r\n", "not an array of 4" },
 		{ "*1\r\n*3\r\n:0\r\n:1\r\n:1\r\n", "not an array of 4" },
 		{ "*1\r\n*5\r\n:0\r\n:1\r\n:1\r\n" R ":1\r\n", "not an array of 4" },
 		{ "*1\r\n*4\r\n$1\r\n1\r\n:1\r\n:1\r\n" R, "not an integer" },
@@ -1387,8 +1474,9 @@ static void test_malformed_replies(void **state)
 	ktest_fakeredis_last(&g_fake, last, sizeof(last));
 	assert_true(a.reserved == 1.5);
 	/* EVALSHA sha 11 (hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem
-	 * keys) + stale, n, ramp, ttl, hold, fb, pool rate, floor, recompute + one (id, size) */
-	assert_string_equal(last, "EVALSHA 11 25");
+	 * keys) + stale, n, ramp, ttl, hold, fb, pool rate, floor, recompute, prev + one (id,
+	 * size) */
+	assert_string_equal(last, "EVALSHA 11 26");
 	for (size_t i = 0; i < sizeof(hb) / sizeof(hb[0]); i++) {
 		ktest_fakeredis_set(&g_fake, hb[i].reply);
 		a.agree = 7;
@@ -1545,6 +1633,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_bad_data, teardown),
 		cmocka_unit_test_teardown(test_counters_exact, teardown),
 		cmocka_unit_test_teardown(test_rebuild_guard, teardown),
+		cmocka_unit_test_teardown(test_steady_path, teardown),
 		cmocka_unit_test_teardown(test_heartbeat_cost, teardown),
 		cmocka_unit_test_teardown(test_invalid_args, teardown),
 		cmocka_unit_test_teardown(test_tls_config_checked, teardown),

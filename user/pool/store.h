@@ -34,10 +34,23 @@
  * 2/3 of the TTL or more after the last heartbeat; ramp is SET with PX
  * ttl. A call costs O(this node's members + members that just lapsed or
  * died + log pool). The counters are checked against the key sizes (O(1))
- * on every call; if someone else changed the keys (hand edit, eviction) they
- * are rebuilt from hb, lapsed, size and fb once (O(pool)). A hand edit of an
- * existing member's size field is not seen until that member's next
- * heartbeat overwrites it.
+ * on every full call (below); if someone else changed the keys (hand edit,
+ * eviction) they are rebuilt from hb, lapsed, size and fb once (O(pool)). A
+ * hand edit of an existing member's size field is not seen until that
+ * member's next heartbeat overwrites it.
+ *
+ * Steady path: in equal share, a limit whose members, sizes, stale, hold
+ * and fallback rate are those of this node's last answered heartbeat
+ * (hbmemo.h) sends that answer along (`prev`). If the last full call wrote
+ * the same answer into meta (ans, only while nothing is lapsed), its due
+ * time (at most stale_ms later, and before the TTLs' refresh) has not come,
+ * no live member is due to lapse, hb still holds as many members, and each
+ * of this node's members is still live, the script renews the members
+ * (ZADD XX) and answers 1: "prev holds" -- 4 commands a limit instead of
+ * ~18. Anything else runs the full call, which every change to the pool
+ * goes through and which rewrites ans, so an answer is never older than
+ * the pool's last change; hand edits of the counters are found by the next
+ * full call, within stale_ms.
  *
  * Consensus: each heartbeat is
  * ONE EVALSHA per node covering all of its limits (kt_store_heartbeat_many;

@@ -26,6 +26,7 @@
 #include <hiredis/hiredis.h>
 #include "kthrottle.h"
 #include "base/config.h"
+#include "pool/hbmemo.h"
 #include "pool/rconn.h"
 #include "pool/store.h"
 
@@ -78,6 +79,7 @@ struct kt_store {
 	struct kt_store_stats st;
 	enum kt_store_err_kind hint; /* set by the failure being reported, else from the errno */
 	struct kt_store_errors errs;
+	struct kt_hbmemo *memo;      /* last answered heartbeat per limit (made at the first one) */
 };
 
 /* ---- argument vectors (binary-safe) ---- */

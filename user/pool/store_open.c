@@ -35,6 +35,7 @@ void kt_store_close(struct kt_store *s)
 	free(s->prefix);
 	tls_opt_free(&s->tls_redis);
 	tls_opt_free(&s->tls_sentinel);
+	kt_hbmemo_free(s->memo);
 	free(s);
 }
 

@@ -231,9 +231,21 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 		const redisReply *e = r->element[i];
 		const struct kt_pool_req *q = &reqs[i];
 		size_t want = q->pool_rate > 0 ? 7 : 4;
-		struct kt_pool_answer a = ans[i];
+		struct kt_pool_answer a = ans[i], prev;
 
-		if (e->type != REDIS_REPLY_ARRAY || e->elements != want) {
+		if (e->type == REDIS_REPLY_INTEGER && e->integer == 1 && q->pool_rate <= 0) {
+			/* the steady path: the answer sent as prev still holds */
+			if (!kt_hbmemo_get(s->memo, q->limit, kt_hbmemo_digest(q), &prev)) {
+				why = "\"unchanged\" without a previous answer";
+			} else {
+				a.agree = prev.agree;
+				a.size = prev.size;
+				a.live = prev.live;
+				a.reserved = 0;
+				a.status = 0;
+				ans[i] = a;
+			}
+		} else if (e->type != REDIS_REPLY_ARRAY || e->elements != want) {
 			why = want == 4 ? "not an array of 4" : "not an array of 7";
 			if (e->type != REDIS_REPLY_ARRAY)
 				s->hint = KT_SERR_WRONGTYPE;
@@ -271,10 +283,11 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 /* EVALSHA's arguments for reqs (argv[0..1] left for the command and sha). */
 static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, int n, struct args *a)
 {
+	struct kt_pool_answer prev;
 	int i, j, cap = 3;
 
 	for (i = 0; i < n; i++)
-		cap += N_KEYS + 9 + 3 * reqs[i].n_members;
+		cap += N_KEYS + 10 + 3 * reqs[i].n_members;
 	if (rs_args_init(a, cap))
 		return -ENOMEM;
 	a->n = 2; /* EVALSHA sha */
@@ -307,6 +320,11 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, int n, s
 			rs_arg_ref(a, "0");
 			rs_arg_ref(a, "0");
 		}
+		/* prev: the steady path's hint (equal share only) */
+		if (q->pool_rate <= 0 && kt_hbmemo_get(s->memo, q->limit, kt_hbmemo_digest(q), &prev))
+			rs_arg_fmt(a, "%d %d %d", prev.agree, prev.size, prev.live);
+		else
+			rs_arg_ref(a, "-");
 		for (j = 0; j < q->n_members; j++) {
 			rs_arg_ref(a, q->members[j].id);
 			rs_arg_fmt(a, "%d", q->members[j].reported_size);
@@ -338,6 +356,8 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		ret = -ENOMEM;
 		goto out;
 	}
+	if (!s->memo)
+		s->memo = kt_hbmemo_new(); /* NULL: every call takes the full path */
 	for (i = 0; i < n; i++) {
 		slot[i] = limit_route(s, reqs[i].limit);
 		/* insertion sort by route, stable: n <= KT_MAX_LIMITS */
@@ -380,11 +400,16 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		for (i = first[g]; i < first[g + 1]; i++)
 			sa[i].status = r;
 	}
-	for (i = 0; i < n; i++)
-		if (!sa[i].status)
+	for (i = 0; i < n; i++) {
+		if (!sa[i].status) {
 			ans[ord[i]] = sa[i];
-		else
+			if (sub[i].pool_rate <= 0)
+				kt_hbmemo_set(s->memo, sub[i].limit, kt_hbmemo_digest(&sub[i]), &sa[i]);
+		} else {
 			ans[ord[i]].status = sa[i].status;
+			kt_hbmemo_forget(s->memo, sub[i].limit);
+		}
+	}
 	ret = !failed ? 0 : failed == nj ? first_fail : KT_STORE_PARTIAL;
 out:
 	if (ret == -ENOMEM)
@@ -456,6 +481,7 @@ static int do_leave(struct kt_store *s, const char *limit, const char *const *id
 	ret = begin(s, err, errlen);
 	if (ret)
 		return ret;
+	kt_hbmemo_forget(s->memo, limit);
 	ret = rs_args_init(&a, 3 + N_KEYS + n);
 	if (ret)
 		goto oom;

@@ -30,7 +30,9 @@
 --   sizes    zset of the buckets in hist (score = size), for the largest
 --   meta     n live, ns live with a size entry, bad live counted 'x',
 --            nl lapsed, res sum of the lapsed members' fallback rates,
---            exp when the keys' TTLs last set run out (TIME ms);
+--            exp when the keys' TTLs last set run out (TIME ms); ans
+--            ("agree size live") and due (TIME ms) for heartbeat.lua's
+--            steady path: the answer a call would give, valid until due;
 --            for demand sharing gs (grants summed), sd (dem scores summed)
 --            and the cached level lvl/lt/lp
 --   grant, dem  demand sharing: live id -> grant, live id -> effective
@@ -66,12 +68,12 @@ local function each(cmd, key, list, step)
 end
 local function load(K)
   local m = redis.call('HMGET', K.meta, 'n', 'ns', 'bad', 'nl', 'res', 'gs', 'sd', 'lvl', 'lt', 'lp',
-                      'exp')
+                      'exp', 'due')
   local c = {n = tonumber(m[1]) or 0, ns = tonumber(m[2]) or 0, bad = tonumber(m[3]) or 0,
              nl = tonumber(m[4]) or 0, res = tonumber(m[5]) or 0,
              gs = tonumber(m[6]), sd = tonumber(m[7]), lvl = tonumber(m[8]) or -1,
              lt = tonumber(m[9]) or 0, lp = tonumber(m[10]) or -1, exp = tonumber(m[11]),
-             shared = m[6] ~= false, nd = redis.call('ZCARD', K.dem)}
+             shared = m[6] ~= false, steady = m[12] ~= false, nd = redis.call('ZCARD', K.dem)}
   local nv = redis.call('HLEN', K.hist)
   local ok = redis.call('ZCARD', K.hb) == c.n and redis.call('HLEN', K.counted) == c.n
     and redis.call('HLEN', K.size) == c.ns and c.ns <= c.n
@@ -115,14 +117,23 @@ local function undem(K, c, id)
     redis.call('HDEL', K.grant, id)
   end
 end
+-- c.ans and c.due (heartbeat.lua's steady path): written when set, else
+-- removed if load saw them, so a caller that sets neither (leave.lua) ends
+-- the steady path until the next full heartbeat.
 local function save(K, c)
   if c.nl == 0 or c.res < 0 then c.res = 0 end
   if c.nd <= 0 or c.gs < 0 then c.gs = 0 end
   if c.nd <= 0 or c.sd < 0 then c.sd = 0 end
   if c.inval then c.lt = 0 end
   if c.n + c.nl > 0 then
-    redis.call('HMSET', K.meta, 'n', c.n, 'ns', c.ns, 'bad', c.bad, 'nl', c.nl,
-               'res', string.format('%.17g', c.res), 'exp', string.format('%.0f', c.exp or 0))
+    local f = {'n', c.n, 'ns', c.ns, 'bad', c.bad, 'nl', c.nl, 'res', string.format('%.17g', c.res),
+               'exp', string.format('%.0f', c.exp or 0)}
+    if c.ans then
+      f[#f + 1], f[#f + 2], f[#f + 3], f[#f + 4] = 'ans', c.ans, 'due', string.format('%.0f', c.due)
+    elseif c.steady then
+      redis.call('HDEL', K.meta, 'ans', 'due')
+    end
+    redis.call('HMSET', K.meta, unpack(f))
     if c.nd > 0 then
       redis.call('HMSET', K.meta, 'gs', string.format('%.17g', c.gs), 'sd', string.format('%.17g', c.sd),
                  'lvl', string.format('%.17g', c.lvl), 'lt', string.format('%.0f', c.lt),

@@ -5,12 +5,16 @@
 -- KEYS: N_KEYS (11) per limit, in keyset's order (common.lua).
 -- ARGV per limit: stale_ms, n, ramp ("" = none), ramp_ttl_ms, hold_ms, fb
 -- (this node's fallback rate per member, "%.17g"), pool_rate ("0": equal
--- share), floor_rate, recompute_ms, then n (id, size) pairs, size "0"
--- meaning "the live count computed here", or with pool_rate > 0 n (id,
--- size, demand) triples.
+-- share), floor_rate, recompute_ms, prev ("agree size live": the answer
+-- this node's last answered call for the limit returned, sent only when its
+-- members, sizes and fb are the same as in that call and it reserved 0;
+-- else "-"), then n (id, size) pairs,
+-- size "0" meaning "the live count computed here", or with pool_rate > 0 n
+-- (id, size, demand) triples.
 -- Returns {agree, size, live, reserved} per limit, plus {granted, level
 -- ("-1": none), {grant...}} with pool_rate > 0; rates as strings (Lua
--- numbers become integers in replies).
+-- numbers become integers in replies); or the integer 1: "prev still
+-- holds" (the steady path).
 --
 -- A member is live while its heartbeat is at most stale_ms old (its lease);
 -- then it lapses: it moves from hb to lapsed and leaves the live count and
@@ -20,6 +24,20 @@
 -- only the members concerned (ZRANGEBYSCORE up to the bound). The running
 -- reserved sum is recomputed exactly whenever at most RECOUNT members are
 -- lapsed (so it neither drifts nor goes negative), and is 0 when none are.
+--
+-- The steady path: a call in equal share whose members, sizes and fb are
+-- those of its last answered call, which sends that call's answer as prev,
+-- is answered 1 ("the same") when the full path last wrote that answer into
+-- meta (ans), its due time has not come, no member is due to lapse and
+-- each of its members is still live, and the live members still number
+-- as many (a hand edit, or a node running an older script that does not
+-- keep ans, changes that). It only renews its members' heartbeats: 3 reads
+-- and a ZADD a member instead of ~18 commands. A full
+-- call writes ans only while no member is lapsed (so reserved is 0), and
+-- sets due at the next check of the counters (stale_ms) or the TTLs'
+-- refresh, whichever is sooner, so a hand edit or an eviction is still
+-- found within stale_ms; any change to the pool goes through a full call,
+-- which rewrites ans. Anything else takes the full path.
 --
 -- TIME is the only clock; replicate_commands makes a write after TIME legal
 -- on Redis < 5 (a no-op since 5).
@@ -172,18 +190,9 @@ local function share(K, c, P, flo, rms, i0, i1)
   if c.gs < 0 then c.gs = 0 end
   return out
 end
--- one pass per limit: N_KEYS KEYS and 9 + n x (2 or 3) ARGV each
-local out, a = {}, 1
-for k = 1, #KEYS, 11 --[[N_KEYS]] do
-  local K = keyset(k)
-  local stale, n = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  local ramp, rttl = ARGV[a + 2], ARGV[a + 3]
-  local hold, fb = tonumber(ARGV[a + 4]), ARGV[a + 5]
-  local prate, flo, rms = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
-  local st = 2
-  if prate > 0 then st = 3 end
-  a = a + 9
-  local first, fresh = a, {}
+-- The full path for one limit: ARGV[first..] are its members.
+local function full(K, first, stale, n, hold, fb, prate, flo, rms, st)
+  local a, fresh = first, {}
   local c, ok = load(K)
   if not ok then c = rebuild(K, stale, hold) end
   -- 1. this node's members heartbeat; one back from lapse leaves the reserve
@@ -205,7 +214,6 @@ for k = 1, #KEYS, 11 --[[N_KEYS]] do
     end
     a = a + st
   end
-  if ramp ~= '' then redis.call('SET', K.ramp, ramp, 'PX', rttl) end
   -- 2. live members silent for stale_ms lapse (or die, if silent for hold_ms more too)
   local lapse, forget = now - stale, now - stale - hold
   local gone = redis.call('ZRANGEBYSCORE', K.hb, '-inf', '(' .. string.format('%.0f', lapse), 'WITHSCORES')
@@ -284,6 +292,18 @@ for k = 1, #KEYS, 11 --[[N_KEYS]] do
     expire = c.grew or e > now + ttl or e - now < ttl * 2 / 3
     if expire then c.exp = now + ttl end
   end
+  -- the largest size and whether it is the only one, in one read
+  local top = redis.call('ZREVRANGE', K.sizes, 0, 1)
+  local hi = tonumber(top[1]) or 0
+  local agree = 0
+  if c.bad == 0 and #top == 1 and hi == c.n then agree = 1 end
+  local o = {agree, math.max(hi, c.n), c.n, string.format('%.17g', c.res)}
+  -- the steady path may answer the same until the next check of the
+  -- counters (stale_ms) or the TTLs' refresh, whichever comes first
+  if prate <= 0 and c.n > 0 and c.nl == 0 then
+    c.ans = string.format('%d %d %d', o[1], o[2], o[3])
+    c.due = math.min(now + stale, (c.exp or 0) - ttl * 2 / 3)
+  end
   save(K, c)
   if expire then
     for _, key in ipairs({K.hb, K.size, K.fb, K.lapsed, K.counted, K.hist, K.sizes, K.meta,
@@ -291,15 +311,56 @@ for k = 1, #KEYS, 11 --[[N_KEYS]] do
       redis.call('PEXPIRE', key, ttl)
     end
   end
-  -- the largest size and whether it is the only one, in one read
-  local top = redis.call('ZREVRANGE', K.sizes, 0, 1)
-  local hi = tonumber(top[1]) or 0
-  local agree = 0
-  if c.bad == 0 and #top == 1 and hi == c.n then agree = 1 end
-  local o = {agree, math.max(hi, c.n), c.n, string.format('%.17g', c.res)}
   if dem then
     o[5], o[6], o[7] = string.format('%.17g', c.gs), string.format('%.17g', c.lvl), dem
   end
+  return o
+end
+-- The steady path (see the top): 1 when the limit's answer is `prev`, or
+-- nil when the full path must run. Its ZADD XX only renews members that
+-- are live, which the full path would do first anyway, so falling through
+-- after it changes nothing. It reads the limit's KEYS (hb k, meta k + 8)
+-- and ARGV (from a) in place: it runs for every limit of every node at
+-- every heartbeat, and each table, number and field costs.
+local nows, lapses = string.format('%.0f', now), {}
+local function steady(k, a, n, prev)
+  local m = redis.call('HMGET', KEYS[k + 8], 'due', 'ans')
+  local due, stale = tonumber(m[1]), ARGV[a]
+  -- due is at most stale_ms ahead when written: further means the clock went back
+  if m[2] ~= prev or due == nil or due <= now or due - now > tonumber(stale) then return nil end
+  local lapse = lapses[stale]
+  if not lapse then
+    lapse = '(' .. string.format('%.0f', now - tonumber(stale))
+    lapses[stale] = lapse
+  end
+  if #redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', lapse, 'LIMIT', 0, 1) > 0 then return nil end
+  -- members added or removed by anyone but this script's full path (a hand
+  -- edit, a node still running an older script) change the live count
+  if redis.call('ZCARD', KEYS[k]) ~= tonumber(string.match(prev, '%d+$')) then return nil end
+  for i = a + 10, a + 8 + 2 * n, 2 do
+    -- 0: not live, or renewed already in this millisecond (ZSCORE tells)
+    if redis.call('ZADD', KEYS[k], 'XX', 'CH', nows, ARGV[i]) ~= 1
+       and redis.call('ZSCORE', KEYS[k], ARGV[i]) ~= nows then
+      return nil
+    end
+  end
+  return 1
+end
+-- one pass per limit: N_KEYS KEYS and 10 + n x (2 or 3) ARGV each
+local out, a = {}, 1
+for k = 1, #KEYS, 11 --[[N_KEYS]] do
+  local n, prev = tonumber(ARGV[a + 1]), ARGV[a + 9]
+  if ARGV[a + 2] ~= '' then redis.call('SET', KEYS[k + 2], ARGV[a + 2], 'PX', ARGV[a + 3]) end
+  local o = nil
+  if ARGV[a + 6] == '0' and prev ~= '-' then o = steady(k, a, n, prev) end
+  if not o then
+    local stale, hold, fb = tonumber(ARGV[a]), tonumber(ARGV[a + 4]), ARGV[a + 5]
+    local prate, flo, rms = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
+    local st = 2
+    if prate > 0 then st = 3 end
+    o = full(keyset(k), a + 10, stale, n, hold, fb, prate, flo, rms, st)
+  end
   out[#out + 1] = o
+  if ARGV[a + 6] == '0' then a = a + 10 + 2 * n else a = a + 10 + 3 * n end
 end
 return out

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The heartbeat memo: per limit, what this node sent in its last answered
+ * heartbeat (a digest of its members, their reported sizes, stale, hold and
+ * fallback rate) and the answer it got. A heartbeat whose request has the
+ * same digest sends that answer as `prev`, and the script's steady path
+ * (user/pool/lua/heartbeat.lua) may reply "prev still holds" after only
+ * renewing the members: about 4 Redis commands a limit instead of ~18.
+ * The memo is only a hint: the script checks it against the pool (the
+ * answer the last full call wrote, each member still live) and takes the
+ * full path on any doubt, so a stale or lost memo costs a full call, never
+ * a wrong answer. Not thread-safe: one per kt_store. */
+#ifndef KT_HBMEMO_H
+#define KT_HBMEMO_H
+
+#include <stdint.h>
+#include "pool/store.h"
+
+struct kt_hbmemo;
+
+/* NULL on allocation failure (the caller then runs without a memo). */
+struct kt_hbmemo *kt_hbmemo_new(void);
+void kt_hbmemo_free(struct kt_hbmemo *m);
+/* What the steady path depends on in q; 0 never (reserved for "none"). */
+uint64_t kt_hbmemo_digest(const struct kt_pool_req *q);
+/* 1 and *ans (agree, size, live; reserved 0) when limit's last answered
+ * heartbeat had this digest and reserved nothing, else 0. */
+int kt_hbmemo_get(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
+		  struct kt_pool_answer *ans);
+/* Records an answered heartbeat; 0, or -ENOMEM (the limit is then forgotten). */
+int kt_hbmemo_set(struct kt_hbmemo *m, const char *limit, uint64_t digest,
+		  const struct kt_pool_answer *ans);
+/* The limit's next heartbeat takes the full path (a failed call, a leave). */
+void kt_hbmemo_forget(struct kt_hbmemo *m, const char *limit);
+/* Entries held (limits seen since the last reset). */
+int kt_hbmemo_count(const struct kt_hbmemo *m);
+
+#endif
