@@ -62,6 +62,8 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 TEST_HELPERS := $(patsubst tests/%.c,$(BUILD)/obj/tests/%.o,$(wildcard tests/lib/*.c))
 TOOLS_SRCS := $(wildcard tests/tools/*.c)
 TOOLS_BINS := $(patsubst tests/tools/%.c,$(BUILD)/tools/%,$(TOOLS_SRCS))
+# the tools the suites run (the benchmarks' own tools are built by bench)
+TEST_TOOLS := $(filter-out %/kt-libbench %/kt-querybench,$(TOOLS_BINS))
 
 # Fuzzing: every tests/fuzz/fuzz_<name>.c defines LLVMFuzzerTestOneInput and
 # has its seed corpus in tests/fuzz/corpus/<name>/ (and optionally a
@@ -262,7 +264,7 @@ unit: all $(filter $(BUILD)/tests/unit/%,$(TEST_BINS))
 # the packages first, then the build on every core (JOBS), then the suite
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 test: deps
-	$(MAKE) -j$(JOBS) all $(TEST_BINS) $(TOOLS_BINS) $(FUZZ_BINS)
+	$(MAKE) -j$(JOBS) all $(TEST_BINS) $(TEST_TOOLS) $(FUZZ_BINS)
 	FUZZ_TEST_SECONDS=$(FUZZ_TEST_SECONDS) scripts/run-tests.sh $(TEST_BINS) $(FUZZ_BINS)
 
 # SOAK_S: how long `make bench` churns pod cgroups (50/s) under load while

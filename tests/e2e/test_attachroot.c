@@ -48,7 +48,7 @@
 
 #define RATE 20.0
 #define BURST 5.0
-#define LOAD_S 1.0
+#define LOAD_S 0.5 /* a flood: long enough for share x time + burst to tell 2x the rate */
 
 static struct fixture {
 	struct ktest_daemon d;
