@@ -823,6 +823,71 @@ static void test_redis_restart(void **state)
 	free(st);
 }
 
+/* share: demand after the store came back empty: the node that reconnects
+ * first is offered the whole pool (the other node, still in its back-off,
+ * is unknown to the new store but runs on its grant), so for the floor
+ * period its member does not grow above its grant from before; afterwards
+ * it takes what the store grants. */
+static double member_rate(const struct node *n, int i)
+{
+	struct kt_bucket_policy pol;
+
+	kt_pool_members_policy(n->p, i, MAX_RATE, n->ids[i], 1, &pol);
+	return pol.rate;
+}
+
+static void test_demand_store_reborn_held(void **state)
+{
+	struct node a, b;
+	char *st = redis_store("1s", "10s", "conservative");
+	const double busy[1] = { 80 };
+	uint64_t now = T0, until;
+	double before, worst = 0;
+	int r;
+
+	(void)state;
+	node_new(&a, "a", st,
+		 "  - name: api\n    cgroups: [x]\n    unit: connection\n    share: demand\n"
+		 "    rateLimit: {max: 90}\n",
+		 1);
+	node_new(&b, "b", st,
+		 "  - name: api\n    cgroups: [x]\n    unit: connection\n    share: demand\n"
+		 "    rateLimit: {max: 90}\n",
+		 1);
+	a.loc[0].member_demand = busy;
+	b.loc[0].member_demand = busy;
+	for (r = 0; r < 5; r++, now += SEC) {
+		tick(&a, now);
+		tick(&b, now);
+	}
+	before = member_rate(&a, 0);
+	assert_near(before, MAX_RATE / 2);
+	assert_near(member_rate(&b, 0), MAX_RATE / 2);
+
+	assert_int_equal(rp_restart(&redis), 0);
+	tick(&a, now); /* the old connections fail */
+	tick(&b, now);
+	rp_sleep_ms(KT_STORE_BACKOFF_MIN_MS + 20);
+	/* a alone talks to the new, empty store; b stays silent (backing off) */
+	until = now + (KT_STORE_BACKOFF_MAX_MS * MS) + 3 * SEC;
+	for (now += SEC; now < until; now += SEC) {
+		tick(&a, now);
+		if (member_rate(&a, 0) > worst)
+			worst = member_rate(&a, 0);
+	}
+	print_message("a's member after the store came back empty: at most %.3f/s (%.3f/s before)\n",
+		      worst, before);
+	assert_true(worst <= before + EPS);
+	assert_near(worst, before); /* held, not starved */
+	for (r = 0; r < 3; r++, now += SEC)
+		tick(&a, now);
+	print_message("a's member once the floor ended: %.3f/s\n", member_rate(&a, 0));
+	assert_true(member_rate(&a, 0) > before + 10); /* b is gone: a takes its demand */
+	node_close(&a);
+	node_close(&b);
+	free(st);
+}
+
 /* ---- real-time scenarios (100 ms heartbeat) ---- */
 
 #define HB_MS 100
@@ -1128,6 +1193,7 @@ int main(void)
 		T(test_create_errors),
 		T(test_never_answered),
 		T(test_redis_restart),
+		T(test_demand_store_reborn_held),
 		T(test_death),
 		T(test_store_lost),
 		T(test_adopt_pinned_lease),

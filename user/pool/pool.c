@@ -120,8 +120,10 @@ void pool_free_ids(struct lim *l)
 		free(l->ids[i]);
 	free(l->ids);
 	free(l->grants);
+	free(l->held);
 	l->ids = NULL;
 	l->grants = NULL;
+	l->held = NULL;
 	l->n_ids = 0;
 }
 
@@ -554,13 +556,15 @@ void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 	if (l->demand && o->demand && o->n_ids > 0 && !l->n_ids) {
 		l->ids = calloc((size_t)o->n_ids, sizeof(*l->ids));
 		l->grants = calloc((size_t)o->n_ids, sizeof(*l->grants));
-		for (int k = 0; l->ids && l->grants && k < o->n_ids; k++) {
+		l->held = calloc((size_t)o->n_ids, sizeof(*l->held));
+		for (int k = 0; l->ids && l->grants && l->held && k < o->n_ids; k++) {
 			if (!(l->ids[k] = strdup(o->ids[k])))
 				break;
 			l->grants[k] = o->grants ? o->grants[k] : NAN;
+			l->held[k] = o->held ? o->held[k] : NAN;
 			l->n_ids = k + 1;
 		}
-		if (!l->ids || !l->grants || l->n_ids != o->n_ids)
+		if (!l->ids || !l->grants || !l->held || l->n_ids != o->n_ids)
 			pool_free_ids(l); /* out of memory: floors until the next answer */
 	}
 	/* resumedRampUp happens once per process, not per reload */

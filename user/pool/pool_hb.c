@@ -33,6 +33,8 @@ static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_
 	    (l->adopted && l->v.size > 1)) {
 		l->floor = l->v.size;
 		l->floor_until_ns = now + KT_STORE_BACKOFF_MAX_MS * NS_PER_MS + 3 * g->heartbeat_ns;
+		for (int k = 0; l->held && k < l->n_ids; k++)
+			l->held[k] = l->grants[k];
 	}
 	if (l->floor && now >= l->floor_until_ns)
 		l->floor = 0;
@@ -87,6 +89,26 @@ static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_
 	pool_set_phase(l, ph, now);
 }
 
+/* share: demand. While the size floor of a gap, a reconnect or a restart
+ * holds (apply_answer), the store may have come back empty: it no longer
+ * counts the grants that nodes still in their back-off run on, so the
+ * headroom it offers is not free. A member then runs at no more than it
+ * was granted when the floor began (held; or the floor rate an unanswered
+ * member runs at), as an equal share keeps the larger size meanwhile, and
+ * at no more than the store grants either, so the store's sum stays an
+ * upper bound of what runs. By the floor's end every node has had its
+ * back-off and a heartbeat to register again. */
+static void take_grants(struct lim *l, const double *got)
+{
+	double unanswered = pool_demand_floor(l, l->sent_pool_rate);
+
+	for (int j = 0; j < l->n_ids; j++) {
+		double cap = l->held && isfinite(l->held[j]) ? l->held[j] : unanswered;
+
+		l->grants[j] = l->floor && got[j] > cap ? cap : got[j];
+	}
+}
+
 static bool has_id(const char *const *ids, int n, const char *id)
 {
 	for (int i = 0; i < n; i++)
@@ -99,7 +121,7 @@ static bool has_id(const char *const *ids, int n, const char *id)
  * deregistered at once. */
 static void sync_ids(struct lim *l, struct job_lim *jl, const char *const *ids, int n)
 {
-	double *grants = NULL;
+	double *grants = NULL, *held = NULL;
 	char **keep = NULL;
 	int i;
 	bool same = n == l->n_ids;
@@ -126,16 +148,18 @@ static void sync_ids(struct lim *l, struct job_lim *jl, const char *const *ids, 
 		for (i = 0; i < n; i++)
 			if (!(keep[i] = strdup(ids[i])))
 				goto oom;
-		if (l->demand && !(grants = calloc((size_t)n, sizeof(*grants))))
+		if (l->demand && (!(grants = calloc((size_t)n, sizeof(*grants))) ||
+				  !(held = calloc((size_t)n, sizeof(*held)))))
 			goto oom;
 		/* a member keeps its grant; a new one has none until answered */
 		for (i = 0; grants && i < n; i++) {
 			int k;
 
-			grants[i] = NAN;
+			grants[i] = held[i] = NAN;
 			for (k = 0; k < l->n_ids; k++)
 				if (l->ids[k] && !strcmp(l->ids[k], ids[i])) {
 					grants[i] = l->grants[k];
+					held[i] = l->held[k];
 					break;
 				}
 		}
@@ -143,6 +167,7 @@ static void sync_ids(struct lim *l, struct job_lim *jl, const char *const *ids, 
 	pool_free_ids(l);
 	l->ids = keep;
 	l->grants = grants;
+	l->held = held;
 	l->n_ids = n;
 	return;
 oom:
@@ -152,6 +177,7 @@ oom:
 			free(keep[i]);
 	free(keep);
 	free(grants);
+	free(held);
 	pool_free_ids(l);
 	kt_err("pool: limit %s: out of memory tracking member ids", l->name);
 }
@@ -417,8 +443,7 @@ bool pool_finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, uin
 		apply_answer(p, l, &job->ans[k], now, job->sent_ns, reconnected);
 		/* ids are what this job sent: sync_ids runs only when one is posted */
 		if (l->demand && l->grants && job->reqs[k].grants && job->jl[k].n == l->n_ids)
-			for (int j = 0; j < l->n_ids; j++)
-				l->grants[j] = job->grants[job->jl[k].off + j];
+			take_grants(l, &job->grants[job->jl[k].off]);
 	}
 	return true;
 }

@@ -50,6 +50,8 @@ struct lim {
 	int n_ids;
 	bool demand;                    /* share: demand */
 	double *grants;                 /* demand: ids[k]'s grant from the last answer, NAN none */
+	double *held;                   /* demand: ids[k]'s grant when the size floor began, its
+					 * ceiling until the floor ends (take_grants); NAN none */
 };
 
 /* One heartbeat round trip, built on the loop and run on the store's
