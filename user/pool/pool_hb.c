@@ -159,7 +159,7 @@ static void sync_ids(struct lim *l, struct job_lim *jl, const char *const *ids, 
 			for (k = 0; k < l->n_ids; k++)
 				if (l->ids[k] && !strcmp(l->ids[k], ids[i])) {
 					grants[i] = l->grants[k];
-					held[i] = l->held[k];
+					held[i] = l->held ? l->held[k] : NAN;
 					break;
 				}
 		}

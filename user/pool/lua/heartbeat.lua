@@ -349,18 +349,18 @@ end
 -- one pass per limit: N_KEYS KEYS and 10 + n x (2 or 3) ARGV each
 local out, a = {}, 1
 for k = 1, #KEYS, 11 --[[N_KEYS]] do
-  local n, prev = tonumber(ARGV[a + 1]), ARGV[a + 9]
+  local n, prate, prev = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 6]), ARGV[a + 9]
+  local st = 2
+  if prate > 0 then st = 3 end
   if ARGV[a + 2] ~= '' then redis.call('SET', KEYS[k + 2], ARGV[a + 2], 'PX', ARGV[a + 3]) end
   local o = nil
-  if ARGV[a + 6] == '0' and prev ~= '-' then o = steady(k, a, n, prev) end
+  if st == 2 and prev ~= '-' then o = steady(k, a, n, prev) end
   if not o then
     local stale, hold, fb = tonumber(ARGV[a]), tonumber(ARGV[a + 4]), ARGV[a + 5]
-    local prate, flo, rms = tonumber(ARGV[a + 6]), tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
-    local st = 2
-    if prate > 0 then st = 3 end
+    local flo, rms = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
     o = full(keyset(k), a + 10, stale, n, hold, fb, prate, flo, rms, st)
   end
   out[#out + 1] = o
-  if ARGV[a + 6] == '0' then a = a + 10 + 2 * n else a = a + 10 + 3 * n end
+  a = a + 10 + st * n
 end
 return out
