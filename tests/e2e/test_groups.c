@@ -246,6 +246,64 @@ static void test_parent_directory_groups(void **state)
 	assert_true((double)got[0] >= POOL_MIN);
 }
 
+/* cgroups: "BASE/c/{tenant}/jobs/STAR" grouped by the capture: every
+ * tenant's workers sit in a directory named jobs (by parent they would all
+ * be one group "jobs"); tenants ta (one worker) and tb (two) are a pool
+ * each, and tc, made a directory at a time, gets its own. */
+static void test_capture_groups(void **state)
+{
+	char w[N_SEND][PATH_MAX], body[2048];
+	const char *cgs[N_SEND] = { w[0], w[1], w[2] };
+	unsigned long long got[N_SEND];
+	long took;
+	char *st;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	mkcg("c/ta/jobs/w1", w[0], PATH_MAX);
+	mkcg("c/tb/jobs/w1", w[1], PATH_MAX);
+	mkcg("c/tb/jobs/w2", w[2], PATH_MAX);
+	snprintf(body, sizeof(body),
+		 "tickInterval: 100ms\n"
+		 "limits:\n"
+		 "  - {name: job, cgroups: [\"%s/c/{tenant}/jobs/*\"], groupBy: \"capture:tenant\",\n"
+		 "     unit: datagram, burst: %g, rateLimit: {max: %g, ttl: %dms},\n"
+		 "     match: {cidrs: [127.0.0.1/32], protocol: udp}}\n",
+		 fx.base, G_BURST, G_MAX, TTL_MS);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	assert_true(has_limit("job@ta"));
+	assert_true(has_limit("job@tb"));
+	assert_false(has_limit("job@jobs"));
+	st = ktest_daemon_cmd(&fx.d, "status json");
+	assert_non_null(st);
+	assert_non_null(strstr(st, "\"group\":{\"limit\":\"job\",\"by\":\"capture\",\"value\":\"tb\"}"));
+	free(st);
+	kt_cmd_has(&fx.d, "status", "groups of job (groupBy capture:tenant): 2 of maxGroups 1000\n");
+
+	flood(N_SEND, cgs, got);
+	print_message("in %.1f s: ta %llu; tb %llu + %llu = %llu (each pool %g/s + %g)\n", FLOOD_S,
+		      got[0], got[1], got[2], got[1] + got[2], G_MAX, G_BURST);
+	assert_true((double)got[0] <= POOL_MAX);
+	assert_true((double)got[0] >= POOL_MIN);
+	assert_true((double)(got[1] + got[2]) <= POOL_MAX);
+	assert_true((double)(got[1] + got[2]) >= POOL_MIN);
+
+	/* a tenant made a directory at a time: its pool appears once its
+	 * first worker does, and holds it */
+	mkcg("c/tc", NULL, 0);
+	mkcg("c/tc/jobs", NULL, 0);
+	ktest_sleep_ms(200);
+	assert_false(has_limit("job@tc")); /* no worker yet: no group */
+	mkcg("c/tc/jobs/w1", w[0], PATH_MAX);
+	took = wait_limit("job@tc", true, APPEAR_BOUND_MS);
+	print_message("job@tc appeared %ld ms after its first worker\n", took);
+	assert_true(took >= 0);
+	flood(1, cgs, got);
+	print_message("in %.1f s: tc %llu\n", FLOOD_S, got[0]);
+	assert_true((double)got[0] <= POOL_MAX);
+	assert_true((double)got[0] >= POOL_MIN);
+}
+
 /* Groups under a parent: tenants t1..t3 a pool of G_MAX each, all of them
  * charged to `all` too, whose P_MAX is less than their sum. */
 #define P_MAX 30.0
@@ -501,6 +559,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_parent_directory_groups, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_capture_groups, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_groups_under_a_parent, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_namespace_groups, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_two_nodes_agree_per_group, setup, teardown),

@@ -466,7 +466,9 @@ static void test_group_by(void **state)
 			       "  - {name: all, cgroups: x, unit: datagram, rateLimit: {max: 9}}\n"
 			       "  - {name: ns, pods: {}, groupBy: namespace, parent: all, unit: datagram, rateLimit: {max: 1}}\n"
 			       "  - {name: team, pods: {}, groupBy: \"label:example.com/team\", maxGroups: 7, unit: datagram, rateLimit: {max: 1}}\n"
-			       "  - {name: t, cgroups: [\"/t/*/*\"], groupBy: parent, unit: datagram, rateLimit: {max: 1}}\n",
+			       "  - {name: t, cgroups: [\"/t/*/*\"], groupBy: parent, unit: datagram, rateLimit: {max: 1}}\n"
+			       "  - {name: c, cgroups: [\"/c/{tenant}/jobs/*\", \"/d/{tenant}/x*/*\"], groupBy: \"capture:tenant\",\n"
+			       "     unit: datagram, rateLimit: {max: 1}}\n",
 			       &cfg, err), 0);
 	assert_int_equal(cfg.limits[0].group_by, KT_GROUP_NONE);
 	assert_int_equal(cfg.limits[1].group_by, KT_GROUP_NAMESPACE);
@@ -478,6 +480,13 @@ static void test_group_by(void **state)
 	assert_int_equal(cfg.limits[2].max_groups, 7);
 	assert_int_equal(cfg.limits[3].group_by, KT_GROUP_PARENT);
 	assert_string_equal(kt_group_by_name(cfg.limits[3].group_by), "parent");
+	assert_int_equal(cfg.limits[3].group_up, 1);
+	/* a capture is a * the daemon globs, and the group is that many levels up */
+	assert_int_equal(cfg.limits[4].group_by, KT_GROUP_CAPTURE);
+	assert_string_equal(cfg.limits[4].group_label, "tenant");
+	assert_string_equal(cfg.limits[4].cgroups[0], "/c/*/jobs/*");
+	assert_string_equal(cfg.limits[4].cgroups[1], "/d/*/x*/*");
+	assert_int_equal(cfg.limits[4].group_up, 2);
 	kt_config_free(&cfg);
 }
 
@@ -1216,7 +1225,21 @@ static const struct bad bad_cases[] = {
 	  "parent needs every cgroups: entry to be a pattern (/t/x at line 2 is a plain path: one group)" },
 	{ GP(", groupBy: label:-bad"), "t.yaml:2: limits[0].groupBy: ", "\"-bad\" is no label key" },
 	{ GP(", groupBy: tenant"), "t.yaml:2: limits[0].groupBy: ",
-	  "\"tenant\" is not one of namespace, label:KEY (pods:) or parent (cgroups: patterns)" },
+	  "\"tenant\" is not one of namespace, label:KEY (pods:), parent or capture:NAME (cgroups: patterns)" },
+	{ GP(", groupBy: \"capture:t\""), "t.yaml:2: limits[0].groupBy: ",
+	  "capture groups the cgroups a pattern matches: needs cgroups: patterns and no pods:" },
+	{ GC("[\"/t/{t}/*\"]", ", groupBy: \"capture:t-x\""), "t.yaml:2: limits[0].groupBy: ",
+	  "\"t-x\" is no capture name" },
+	{ GC("[\"/t/*/*\"]", ", groupBy: \"capture:t\""), "t.yaml:2: limits[0].groupBy: ",
+	  "capture:t needs {t} once, as a whole path component, in every cgroups: entry (/t/*/* at line 2)" },
+	{ GC("[\"/t/x{t}/*\"]", ", groupBy: \"capture:t\""), "t.yaml:2: limits[0].groupBy: ",
+	  "as a whole path component" },
+	{ GC("[\"/t/{t}/{t}\"]", ", groupBy: \"capture:t\""), "t.yaml:2: limits[0].groupBy: ",
+	  "needs {t} once" },
+	{ GC("[\"/t/{t}/*\", \"/u/{t}/a/*\"]", ", groupBy: \"capture:t\""),
+	  "t.yaml:2: limits[0].groupBy: ", "as far from it in every entry (1, not 2)" },
+	{ GC("[\"/{t}/1/2/3/4/5/6/7/*\"]", ", groupBy: \"capture:t\""), "t.yaml:2: limits[0].groupBy: ",
+	  "must be at most 7 components from the end" },
 	{ GP(", maxGroups: 5"), "t.yaml:2: limits[0].maxGroups: ", "needs groupBy" },
 	{ GP(", groupBy: namespace, maxGroups: 0"), "t.yaml:2: limits[0].maxGroups: ", "" },
 	{ GP(", groupBy: namespace, maxGroups: 9000"), "t.yaml:2: limits[0].maxGroups: ", "" },

@@ -77,12 +77,20 @@ static void test_path_value(void **state)
 	char v[64];
 
 	(void)state;
-	assert_true(kt_group_path_value("/sys/fs/cgroup/t/acme/w1", v, sizeof(v)));
+	assert_true(kt_group_path_value("/sys/fs/cgroup/t/acme/w1", 1, v, sizeof(v)));
 	assert_string_equal(v, "acme");
-	assert_true(kt_group_path_value("/t/acme/w1/", v, sizeof(v)));
+	assert_true(kt_group_path_value("/t/acme/w1/", 1, v, sizeof(v)));
 	assert_string_equal(v, "acme");
-	assert_false(kt_group_path_value("/w1", v, sizeof(v)));
-	assert_false(kt_group_path_value("/t/a-long-parent-name/w1", v, 8));
+	assert_false(kt_group_path_value("/w1", 1, v, sizeof(v)));
+	assert_false(kt_group_path_value("/t/a-long-parent-name/w1", 1, v, 8));
+	/* capture: the component that many levels up */
+	assert_true(kt_group_path_value("/c/acme/jobs/w1", 2, v, sizeof(v)));
+	assert_string_equal(v, "acme");
+	assert_true(kt_group_path_value("/c/acme/jobs/w1", 0, v, sizeof(v)));
+	assert_string_equal(v, "w1");
+	assert_true(kt_group_path_value("/c/acme/jobs/w1", 3, v, sizeof(v)));
+	assert_string_equal(v, "c");
+	assert_false(kt_group_path_value("/c/acme/jobs/w1", 4, v, sizeof(v)));
 }
 
 /* Namespaces seen, a fourth appearing, one going after ttl; an instance

@@ -105,7 +105,12 @@ enum kt_group_by {
 	KT_GROUP_NAMESPACE,       /* a pods: limit: the pod's namespace */
 	KT_GROUP_LABEL,           /* a pods: limit: the value of label group_label */
 	KT_GROUP_PARENT,          /* a cgroups: pattern limit: the matched directory's parent's name */
+	KT_GROUP_CAPTURE,         /* a cgroups: pattern limit: the component {group_label} matched */
 };
+/* groupBy parent and capture: the group is the name group_up directories
+ * above a match (parent: 1; capture: the components after {NAME}), at most
+ * this many */
+#define KT_GROUP_UP_MAX 7
 /* maxGroups: default and ceiling of the groups one groupBy limit has on a
  * node; past it, the other values share one pool (members/groups.h). */
 #define KT_GROUPS_DEFAULT 1000
@@ -194,7 +199,8 @@ struct kt_limit_cfg {
 	/* groupBy: this limit is a template, one instance per group value
 	 * (members/groups.h); none of its own pools or buckets */
 	enum kt_group_by group_by;
-	char *group_label;        /* KT_GROUP_LABEL: the label key */
+	char *group_label;        /* KT_GROUP_LABEL: the label key; KT_GROUP_CAPTURE: the capture's name */
+	int group_up;             /* KT_GROUP_PARENT, _CAPTURE: levels above a match (KT_GROUP_UP_MAX) */
 	int group_line;           /* where groupBy: is written, 0 = absent */
 	int max_groups;           /* maxGroups: groups on this node, 1..KT_GROUPS_MAX */
 	/* In a running (expanded) config: an instance of the template

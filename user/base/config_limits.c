@@ -264,8 +264,38 @@ static int parse_cgroups(struct ctx *c, yaml_node_t *v, const char *field, struc
 	return 0;
 }
 
+/* groupBy capture:NAME: cgroups[j] holds {NAME} as one whole component,
+ * once, at the same depth from the end as in every other entry; it is
+ * replaced by * (so the rest of the daemon sees a plain pattern) and the
+ * group is the name that many levels above a match (group_up). */
+static int take_capture(struct ctx *c, yaml_node_t *v, const char *sub, struct kt_limit_cfg *l, int j)
+{
+	char want[80], *e = l->cgroups[j], *at, *end;
+	int up = 0;
+
+	snprintf(want, sizeof(want), "{%s}", l->group_label);
+	at = strstr(e, want);
+	end = at ? at + strlen(want) : NULL;
+	if (!at || (at > e && at[-1] != '/') || (*end && *end != '/') || strstr(end, want))
+		return fail(c, v, sub,
+			    "capture:%s needs %s once, as a whole path component, in every cgroups: entry (%s at line %d)",
+			    l->group_label, want, show_str(e).s, l->cgroup_lines[j]);
+	for (const char *p = end; *p; p++)
+		up += *p == '/' && p[1] && p[1] != '/';
+	if (up > KT_GROUP_UP_MAX || (j > 0 && up != l->group_up))
+		return fail(c, v, sub,
+			    "%s at line %d: {%s} must be at most %d components from the end, and as far from it in every entry (%d, not %d)",
+			    show_str(e).s, l->cgroup_lines[j], l->group_label, KT_GROUP_UP_MAX,
+			    j > 0 ? l->group_up : up, up);
+	l->group_up = up;
+	at[0] = '*';
+	memmove(at + 1, end, strlen(end) + 1);
+	return 0;
+}
+
 /* groupBy and maxGroups: what a group is must be a thing every member
- * has (a namespace, a label, a matched directory's parent). */
+ * has (a namespace, a label, a matched directory's parent or one of its
+ * components). */
 static int parse_group_by(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l)
 {
 	char sub[FIELD_LEN];
@@ -284,15 +314,22 @@ static int parse_group_by(struct ctx *c, yaml_node_t *n, const char *field, stru
 			    "not allowed with unit request (a cooperative limit has no members to group)");
 	if ((err = kt_cfg_parse_group_by(c, v, sub, l)))
 		return err;
-	if (l->group_by == KT_GROUP_PARENT) {
+	if (l->group_by == KT_GROUP_PARENT || l->group_by == KT_GROUP_CAPTURE) {
+		const char *how = kt_group_by_name(l->group_by);
+
 		if (l->pods.set || !l->n_cgroups)
 			return fail(c, v, sub,
-				    "parent groups the cgroups a pattern matches: needs cgroups: patterns and no pods: (group pods by namespace or label:KEY)");
-		for (int j = 0; j < l->n_cgroups; j++)
+				    "%s groups the cgroups a pattern matches: needs cgroups: patterns and no pods: (group pods by namespace or label:KEY)",
+				    how);
+		l->group_up = 1;
+		for (int j = 0; j < l->n_cgroups; j++) {
+			if (l->group_by == KT_GROUP_CAPTURE && (err = take_capture(c, v, sub, l, j)))
+				return err;
 			if (!kt_path_is_pattern(l->cgroups[j]))
 				return fail(c, v, sub,
-					    "parent needs every cgroups: entry to be a pattern (%s at line %d is a plain path: one group)",
-					    show_str(l->cgroups[j]).s, l->cgroup_lines[j]);
+					    "%s needs every cgroups: entry to be a pattern (%s at line %d is a plain path: one group)",
+					    how, show_str(l->cgroups[j]).s, l->cgroup_lines[j]);
+		}
 	} else if (!l->pods.set || l->n_cgroups) {
 		return fail(c, v, sub,
 			    "%s groups pods: needs pods: and no cgroups: (group cgroups: patterns by parent)",

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* A limit's pods: block, a Kubernetes label selector over the pods on this
  * node, and the Kubernetes name rules (kt_dns_name_ok). */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,14 +228,26 @@ void kt_cfg_pods_free(struct kt_pod_selector *ps)
 	memset(ps, 0, sizeof(*ps));
 }
 
-static const char *const group_by_names[] = { "", "namespace", "label", "parent" };
+static const char *const group_by_names[] = { "", "namespace", "label", "parent", "capture" };
 
 const char *kt_group_by_name(enum kt_group_by g) { return NAME_OF(group_by_names, g); }
+
+static bool capture_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n < 1 || n > 63)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && s[i] != '_')
+			return false;
+	return true;
+}
 
 int kt_cfg_parse_group_by(struct ctx *c, yaml_node_t *v, const char *field, struct kt_limit_cfg *l)
 {
 	const char *s;
-	int err = kt_cfg_get_scalar(c, v, field, "namespace, label:KEY or parent", &s);
+	int err = kt_cfg_get_scalar(c, v, field, "namespace, label:KEY, parent or capture:NAME", &s);
 
 	if (err)
 		return err;
@@ -251,9 +264,17 @@ int kt_cfg_parse_group_by(struct ctx *c, yaml_node_t *v, const char *field, stru
 		l->group_by = KT_GROUP_LABEL;
 		if (!(l->group_label = strdup(s + 6)))
 			return oom(c, v, field);
+	} else if (!strncmp(s, "capture:", 8)) {
+		if (!capture_name_ok(s + 8))
+			return fail(c, v, field,
+				    "\"%s\" is no capture name (1..63 of A-Z a-z 0-9 _, written {NAME} in the patterns)",
+				    show_str(s + 8).s);
+		l->group_by = KT_GROUP_CAPTURE;
+		if (!(l->group_label = strdup(s + 8)))
+			return oom(c, v, field);
 	} else {
 		return fail(c, v, field,
-			    "\"%s\" is not one of namespace, label:KEY (pods:) or parent (cgroups: patterns)",
+			    "\"%s\" is not one of namespace, label:KEY (pods:), parent or capture:NAME (cgroups: patterns)",
 			    show_str(s).s);
 	}
 	return 0;

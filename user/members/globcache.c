@@ -10,8 +10,8 @@ struct glob_entry {
 	char *pattern;
 	char **paths;
 	int n; /* count, or -errno */
-	/* per kt_glob_by, built on first use: the paths' keys, sorted */
-	struct kt_glob_key *index[2];
+	/* per level up, built on first use: the paths' keys, sorted */
+	struct kt_glob_key *index[KT_GLOB_UP_LEVELS];
 };
 
 struct kt_glob_cache {
@@ -65,17 +65,17 @@ uncached:
 	return n;
 }
 
-const char *kt_glob_key_of(const char *p, enum kt_glob_by by, size_t *len)
+const char *kt_glob_key_of(const char *p, int up, size_t *len)
 {
 	size_t end = strlen(p), start = 0;
 
-	for (int up = 0; up <= (int)by; up++) {
+	for (int level = 0; level <= up; level++) {
 		while (end > 1 && p[end - 1] == '/')
 			end--;
 		start = end;
 		while (start > 0 && p[start - 1] != '/')
 			start--;
-		if (up < (int)by)
+		if (level < up)
 			end = start;
 	}
 	*len = end > start ? end - start : 0;
@@ -96,16 +96,19 @@ static int by_key(const void *x, const void *y)
 	return key_cmp(a->key, a->len, b->key, b->len);
 }
 
-int kt_glob_cached_by(struct kt_glob_cache *c, const char *pattern, enum kt_glob_by by,
-		      const char *value, const struct kt_glob_key **first)
+int kt_glob_cached_by(struct kt_glob_cache *c, const char *pattern, int by, const char *value,
+		      const struct kt_glob_key **first)
 {
 	char **paths;
-	int n = kt_glob_cached(c, pattern, &paths), lo, hi;
+	int n, lo, hi;
 	struct glob_entry *g = NULL;
 	struct kt_glob_key *ix;
 	size_t vl = strlen(value);
 
 	*first = NULL;
+	if (by < 0 || by >= KT_GLOB_UP_LEVELS)
+		return -EINVAL;
+	n = kt_glob_cached(c, pattern, &paths);
 	if (n <= 0)
 		return n;
 	for (int i = 0; i < c->n && !g; i++)
@@ -144,7 +147,7 @@ void kt_glob_cache_free(struct kt_glob_cache *c)
 	if (!c)
 		return;
 	for (int i = 0; i < c->n; i++) {
-		for (int by = 0; by < 2; by++)
+		for (int by = 0; by < KT_GLOB_UP_LEVELS; by++)
 			free(c->e[i].index[by]);
 		free(c->e[i].pattern);
 		kt_cgroup_glob_free(c->e[i].paths, c->e[i].n > 0 ? c->e[i].n : 0);

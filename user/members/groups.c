@@ -90,10 +90,10 @@ const char *kt_group_pod_value(const struct kt_limit_cfg *lc, const struct kt_po
 	return NULL;
 }
 
-bool kt_group_path_value(const char *path, char *buf, size_t len)
+bool kt_group_path_value(const char *path, int up, char *buf, size_t len)
 {
 	size_t n;
-	const char *v = kt_glob_key_of(path, KT_GLOB_BY_PARENT, &n);
+	const char *v = kt_glob_key_of(path, up, &n);
 
 	if (!n || n >= len)
 		return false;
@@ -228,7 +228,7 @@ static int present_values(const struct kt_limit_cfg *lc, const char *cg_mount,
 	char full[PATH_MAX], val[KT_GROUP_VALUE_MAX + 1];
 	int ret = 0, k = 0;
 
-	if (lc->group_by == KT_GROUP_PARENT) {
+	if (lc->group_by == KT_GROUP_PARENT || lc->group_by == KT_GROUP_CAPTURE) {
 		for (int j = 0; j < lc->n_cgroups && !ret; j++) {
 			const char *e = lc->cgroups[j];
 			char **paths = NULL;
@@ -240,7 +240,7 @@ static int present_values(const struct kt_limit_cfg *lc, const char *cg_mount,
 			if (n < 0) /* resolve reports a bad pattern with its line */
 				continue;
 			for (int m = 0; m < n && !ret; m++)
-				if (kt_group_path_value(paths[m], val, sizeof(val)))
+				if (kt_group_path_value(paths[m], lc->group_up, val, sizeof(val)))
 					ret = strs_own(out, strdup(val));
 			kt_cgroup_glob_free(paths, n);
 		}

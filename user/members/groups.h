@@ -34,9 +34,10 @@ void kt_group_instance_name(const char *tmpl, const char *value, char out[KT_NAM
 /* The group value of pod for template lc (the namespace, or the label's
  * value), NULL when it has none (the label is absent). */
 const char *kt_group_pod_value(const struct kt_limit_cfg *lc, const struct kt_pod *pod);
-/* The group of a cgroup a pattern matched: its parent directory's name,
- * into buf; false when it has none or it does not fit. */
-bool kt_group_path_value(const char *path, char *buf, size_t len);
+/* The group of a cgroup a pattern matched: the name `up` levels above it
+ * (groupBy parent: 1, its parent directory; capture: lc->group_up), into
+ * buf; false when it has none or it does not fit. */
+bool kt_group_path_value(const char *path, int up, char *buf, size_t len);
 /* Whether a member of group value v (NULL: none) is lc's: always for a
  * limit that is no instance; for an instance, the value its group names. */
 bool kt_group_takes(const struct kt_limit_cfg *lc, const char *v);

@@ -93,13 +93,16 @@ static int scan_pattern(struct scan *sc, int li, const struct kt_limit_cfg *lc, 
 	if (first < 0)
 		return 0;
 	for (int j = first; j < n && !ret; j++) {
-		bool group_dirs = lc->group_of && lc->group_by == KT_GROUP_PARENT;
+		bool group_dirs = lc->group_of &&
+				  (lc->group_by == KT_GROUP_PARENT || lc->group_by == KT_GROUP_CAPTURE);
+		/* the group's name in a directory of comp[0..j): that many levels up */
+		int level = j - n + lc->group_up;
 		char **paths = NULL;
 		int m;
 
 		/* a group's members appear in its own directories only: those
-		 * a member's parent matches, named after the group */
-		if (group_dirs && j != n - 1)
+		 * at or below the directory named after the group */
+		if (group_dirs && level < 0)
 			continue;
 		if (join_prefix(comp, j, prefix, sizeof(prefix)))
 			return 0;
@@ -109,14 +112,17 @@ static int scan_pattern(struct scan *sc, int li, const struct kt_limit_cfg *lc, 
 		m = kt_glob_cached(globs, prefix, &paths);
 		/* a group's own directories: by name in the pattern's index */
 		if (m > 0 && group_dirs && lc->group_value)
-			m = kt_glob_cached_by(globs, prefix, KT_GLOB_BY_NAME, lc->group_value, &only);
+			m = kt_glob_cached_by(globs, prefix, level, lc->group_value, &only);
 		if (m < 0)
 			return m == -ENOMEM ? m : 0;
 		for (int q = 0; q < m && !ret; q++) {
 			int k = only ? only[q].idx : q;
-			const char *name = strrchr(paths[k], '/');
+			char group[KT_GROUP_VALUE_MAX + 1];
 
-			if (group_dirs && !only && !kt_group_takes(lc, name ? name + 1 : paths[k]))
+			if (group_dirs && !only &&
+			    !kt_group_takes(lc, kt_group_path_value(paths[k], level, group, sizeof(group))
+							? group
+							: NULL))
 				continue;
 			if (kt_path_at_or_below(paths[k], root))
 				ret = add_rec(sc, paths[k], li, comp[j]);

@@ -253,10 +253,9 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 
 			n = kt_glob_cached(globs, full, &paths); /* the cache's */
 			/* a group's instance: the matches in its group's directory,
-			 * found in the pattern's index by parent name */
+			 * found in the pattern's index by that directory's name */
 			if (n > 0 && lc->group_of && lc->group_value)
-				n = kt_glob_cached_by(globs, full, KT_GLOB_BY_PARENT, lc->group_value,
-						      &only);
+				n = kt_glob_cached_by(globs, full, lc->group_up, lc->group_value, &only);
 			if (n < 0) {
 				snprintf(err, errlen, "%s:%d: limits[%d].cgroups[%d]: %s: %s", cfg->file,
 					 lc->cgroup_lines[j], i, j, entry, strerror(-n));
@@ -268,7 +267,8 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 
 				/* the other pool's members: the values no group names */
 				if (lc->group_other &&
-				    !kt_group_takes(lc, kt_group_path_value(paths[k], group, sizeof(group))
+				    !kt_group_takes(lc, kt_group_path_value(paths[k], lc->group_up, group,
+									    sizeof(group))
 								? group
 								: NULL))
 					continue;
