@@ -371,6 +371,29 @@ static long long store_keys(const char *pattern)
 	return n;
 }
 
+/* The ids of the store's clients whose last command was a script call (the
+ * daemons' heartbeat connections), as " id id ... " in out. */
+static void heartbeat_clients(char *out, size_t len)
+{
+	redisReply *r = rp_command(&fx.rp, "CLIENT LIST");
+	size_t at = 0;
+
+	assert_non_null(r);
+	assert_int_equal(r->type, REDIS_REPLY_STRING);
+	out[at++] = ' ';
+	out[at] = '\0';
+	for (char *line = r->str, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+		nl = strchr(line, '\n');
+		char *cmd = strstr(line, " cmd=evalsha");
+
+		if (!cmd || (nl && cmd > nl) || strncmp(line, "id=", 3))
+			continue;
+		at += (size_t)snprintf(out + at, len - at, "%ld ", strtol(line + 3, NULL, 10));
+		assert_true(at < len);
+	}
+	freeReplyObject(r);
+}
+
 /* Waits up to bound_ms for node d's limit `name` to be agreed at size;
  * the time it took, or -1. */
 static long wait_agreed(const struct ktest_daemon *d, const char *name, int size, long bound_ms)
@@ -449,6 +472,9 @@ static void test_two_nodes_agree_per_group(void **state)
 	assert_true((double)t2 >= POOL_MIN);
 
 	/* t2's only cgroup goes: the group after ttl, then its keys */
+	char before[256], after[256];
+
+	heartbeat_clients(before, sizeof(before));
 	for (int i = fx.n_dirs - 1; i >= 0; i--)
 		if (!strcmp(fx.dirs[i], w[2])) {
 			assert_int_equal(rmdir(w[2]), 0);
@@ -467,6 +493,13 @@ static void test_two_nodes_agree_per_group(void **state)
 	print_message("its keys gone from the store %ld ms later\n", took);
 	assert_int_equal(store_keys("ktgrp*tenant@t2*"), 0);
 	assert_true(store_keys("ktgrp*tenant@t1*") > 0);
+	/* n1 applied the change as a reload, on the connections it had: no
+	 * node reconnected (the store went with the new set of limits) */
+	heartbeat_clients(after, sizeof(after));
+	print_message("heartbeat connections before:%s after:%s\n", before, after);
+	assert_int_equal(strlen(before), strlen(after));
+	assert_string_equal(before, after);
+	assert_true(strlen(before) > 4); /* two daemons' */
 }
 
 /* ---- pods grouped by namespace, through the fake API server ---- */

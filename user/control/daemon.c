@@ -637,6 +637,7 @@ static int switch_config(struct kt_daemon *d, struct kt_config *nsrc, struct kt_
 	/* Members the new plan dropped simply stop heartbeating and expire.
 	 * A round trip the old pool has in flight finishes on its own. */
 	unwatch(d, &d->w_pool, "the store's answers");
+	kt_pool_take_stores(npool, d->pool);
 	kt_pool_destroy(d->pool);
 	kt_plan_free(&d->plan);
 	kt_config_free(&d->cfg);

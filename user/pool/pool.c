@@ -185,6 +185,7 @@ static int new_group(struct kt_pool *p, const struct kt_store_cfg *s, const char
 		return ret;
 	}
 	g->heartbeat_ns = s->heartbeat_ns;
+	g->cfg = s;
 	if (s->redis_mode == KT_REDIS_SENTINEL) {
 		snprintf(g->label, sizeof(g->label), "sentinel master %s", s->master_name);
 	} else {
@@ -570,6 +571,40 @@ void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 	/* resumedRampUp happens once per process, not per reload */
 	if (l->res != RES_OFF)
 		l->res = RES_DONE;
+}
+
+void kt_pool_take_stores(struct kt_pool *p, struct kt_pool *old)
+{
+	bool *taken;
+
+	if (!p || !old || !old->n_groups || !(taken = calloc((size_t)old->n_groups, sizeof(*taken))))
+		return;
+	for (int i = 0; i < p->n_groups; i++) {
+		struct group *g = &p->g[i];
+
+		for (int j = 0; j < old->n_groups; j++) {
+			struct group *og = &old->g[j];
+			struct kt_storeq *q;
+
+			if (taken[j] || !g->cfg || !og->cfg || !same_store(g->cfg, og->cfg))
+				continue;
+			/* a round trip is a millisecond or two: worth a short wait,
+			 * not a slow store's (that one finishes with old) */
+			kt_storeq_wait(og->q, KT_POOL_HANDOVER_WAIT_MS * NS_PER_MS);
+			if (kt_storeq_rebind(og->q, p->evfd))
+				continue;
+			/* the new pool's unused queue goes with the old pool */
+			q = g->q;
+			g->q = og->q;
+			og->q = q;
+			g->connects = og->connects;
+			g->failing = og->failing;
+			g->logged_kinds = og->logged_kinds;
+			taken[j] = true;
+			break;
+		}
+	}
+	free(taken);
 }
 
 uint64_t kt_pool_round_trips(const struct kt_pool *p)

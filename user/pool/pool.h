@@ -149,6 +149,15 @@ void kt_pool_store_errors(const struct kt_pool *p, int limit_idx, struct kt_stor
 /* Reload: limit i of the new pool continues limit j of the old one (same
  * name, both on Redis): it keeps the agreed view instead of rejoining. */
 void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j);
+/* A reload's commit, before old is destroyed: each of p's stores that old
+ * also has (same server, keys and cadence) and that is idle, or becomes
+ * idle within KT_POOL_HANDOVER_WAIT_MS, is handed over with its connection
+ * and its heartbeat memo, so a reload (a group appearing, say) neither
+ * reconnects nor loses the steady path; a store with a slower round trip
+ * in flight is left to finish with old (and the new pool connects anew).
+ * An answer old had not taken yet is dropped. */
+#define KT_POOL_HANDOVER_WAIT_MS 50
+void kt_pool_take_stores(struct kt_pool *p, struct kt_pool *old);
 
 /* Redis round trips made so far by all stores (for the benchmark). */
 uint64_t kt_pool_round_trips(const struct kt_pool *p);

@@ -90,6 +90,7 @@ struct hb_job {
 
 struct group {
 	struct kt_storeq *q;            /* the store, on its own thread */
+	const struct kt_store_cfg *cfg; /* the config's (valid while that config is) */
 	char label[300];                /* "redis host:port" or "sentinel master NAME": logs only */
 	char host[256];                 /* single mode, for status before a connection */
 	int port;

@@ -219,6 +219,30 @@ void kt_storeq_snapshot(struct kt_storeq *q, struct kt_storeq_snap *out)
 	pthread_mutex_unlock(&q->mu);
 }
 
+int kt_storeq_rebind(struct kt_storeq *q, int notify_fd)
+{
+	int fd = -1, ret = 0;
+
+	pthread_mutex_lock(&q->mu);
+	if (q->js == Q_POSTED || q->js == Q_RUNNING) {
+		ret = -EBUSY;
+	} else if (notify_fd >= 0 && (fd = dup(notify_fd)) < 0) {
+		ret = -errno;
+	} else {
+		if (q->js == Q_DONE) {
+			if (q->free_job)
+				q->free_job(q->job);
+			q->job = NULL;
+			q->js = Q_IDLE;
+		}
+		if (q->notify_fd >= 0)
+			close(q->notify_fd);
+		q->notify_fd = fd;
+	}
+	pthread_mutex_unlock(&q->mu);
+	return ret;
+}
+
 void kt_storeq_close(struct kt_storeq *q)
 {
 	bool running;

@@ -17,7 +17,8 @@
  *
  * Closing with a job in flight detaches the worker: it finishes the job
  * (bounded as above), then frees the job, the store and itself. A reload
- * therefore never waits for a slow Redis either. */
+ * therefore never waits for a slow Redis either: it hands an idle queue to
+ * the new pool (kt_storeq_rebind) and opens a new one for a busy one. */
 #ifndef KT_STOREQ_H
 #define KT_STOREQ_H
 
@@ -59,6 +60,11 @@ struct kt_store *kt_storeq_store(struct kt_storeq *q);
 /* Refreshes the snapshot from the store after a direct use (idle only). */
 void kt_storeq_resnap(struct kt_storeq *q);
 void kt_storeq_snapshot(struct kt_storeq *q, struct kt_storeq_snap *out);
+/* Hands an idle queue to a new owner: from now on the worker writes to
+ * notify_fd (dup'd) instead of the old owner's. A job finished and not
+ * taken is freed (its answer was the old owner's). -EBUSY while a job is
+ * in flight (the caller keeps its own queue), -errno when dup fails. */
+int kt_storeq_rebind(struct kt_storeq *q, int notify_fd);
 void kt_storeq_close(struct kt_storeq *q);
 
 #endif
