@@ -185,6 +185,13 @@ static void flood(int n, const char *const *cgs, unsigned long long *got)
 #define POOL_MAX (G_MAX * (FLOOD_S + 0.1) + G_BURST + 2)
 #define POOL_MIN (G_MAX * FLOOD_S * 0.75)
 
+/* What one group's members got in a flood: held to its pool, and using it */
+static void assert_one_pool(unsigned long long got)
+{
+	assert_true((double)got <= POOL_MAX);
+	assert_true((double)got >= POOL_MIN);
+}
+
 /* cgroups: "BASE/STAR/STAR" grouped by parent: tenants t1 (one worker) and t2
  * (two workers) are a pool each; t3 made later gets its own. */
 static void test_parent_directory_groups(void **state)
@@ -231,10 +238,8 @@ static void test_parent_directory_groups(void **state)
 	flood(N_SEND, cgs, got);
 	print_message("in %.1f s: t1 %llu; t2 %llu + %llu = %llu (each pool %g/s + %g)\n", FLOOD_S,
 		      got[0], got[1], got[2], got[1] + got[2], G_MAX, G_BURST);
-	assert_true((double)got[0] <= POOL_MAX);
-	assert_true((double)got[0] >= POOL_MIN);
-	assert_true((double)(got[1] + got[2]) <= POOL_MAX);
-	assert_true((double)(got[1] + got[2]) >= POOL_MIN);
+	assert_one_pool(got[0]);
+	assert_one_pool(got[1] + got[2]);
 
 	/* a tenant made now: its pool appears, and holds its worker */
 	mkcg("t3/w1", w[0], PATH_MAX);
@@ -242,8 +247,7 @@ static void test_parent_directory_groups(void **state)
 	print_message("tenant@t3 appeared %ld ms after its directory\n", took);
 	assert_true(took >= 0);
 	flood(1, cgs, got);
-	assert_true((double)got[0] <= POOL_MAX);
-	assert_true((double)got[0] >= POOL_MIN);
+	assert_one_pool(got[0]);
 }
 
 /* cgroups: "BASE/c/{tenant}/jobs/STAR" grouped by the capture: every
@@ -283,10 +287,8 @@ static void test_capture_groups(void **state)
 	flood(N_SEND, cgs, got);
 	print_message("in %.1f s: ta %llu; tb %llu + %llu = %llu (each pool %g/s + %g)\n", FLOOD_S,
 		      got[0], got[1], got[2], got[1] + got[2], G_MAX, G_BURST);
-	assert_true((double)got[0] <= POOL_MAX);
-	assert_true((double)got[0] >= POOL_MIN);
-	assert_true((double)(got[1] + got[2]) <= POOL_MAX);
-	assert_true((double)(got[1] + got[2]) >= POOL_MIN);
+	assert_one_pool(got[0]);
+	assert_one_pool(got[1] + got[2]);
 
 	/* a tenant made a directory at a time: its pool appears once its
 	 * first worker does, and holds it */
@@ -300,8 +302,7 @@ static void test_capture_groups(void **state)
 	assert_true(took >= 0);
 	flood(1, cgs, got);
 	print_message("in %.1f s: tc %llu\n", FLOOD_S, got[0]);
-	assert_true((double)got[0] <= POOL_MAX);
-	assert_true((double)got[0] >= POOL_MIN);
+	assert_one_pool(got[0]);
 }
 
 /* Groups under a parent: tenants t1..t3 a pool of G_MAX each, all of them
@@ -466,10 +467,8 @@ static void test_two_nodes_agree_per_group(void **state)
 	assert_int_equal(t2, res[2].ok);
 	print_message("in %.1f s: t1 %llu (n0 %llu + n1 %llu), t2 %llu (each pool %g/s + %g)\n",
 		      FLOOD_S, t1, res[0].ok, res[1].ok, t2, G_MAX, G_BURST);
-	assert_true((double)t1 <= POOL_MAX);
-	assert_true((double)t1 >= POOL_MIN);
-	assert_true((double)t2 <= POOL_MAX);
-	assert_true((double)t2 >= POOL_MIN);
+	assert_one_pool(t1);
+	assert_one_pool(t2);
 
 	/* t2's only cgroup goes: the group after ttl, then its keys */
 	char before[256], after[256];
@@ -568,8 +567,7 @@ static void test_namespace_groups(void **state)
 	print_message("in %.1f s: ns-a %llu, ns-b %llu, ns-c %llu (each pool %g/s + %g)\n", FLOOD_S,
 		      got[0], got[1], got[2], G_MAX, G_BURST);
 	for (int i = 0; i < N_SEND; i++) {
-		assert_true((double)got[i] <= POOL_MAX);
-		assert_true((double)got[i] >= POOL_MIN);
+		assert_one_pool(got[i]);
 	}
 
 	/* a fourth namespace: its pool within a heartbeat */
