@@ -85,6 +85,16 @@ static void test_wrongtype_and_over_max(void **state)
 	assert_non_null(out);
 	assert_non_null(strstr(out, "\"anomaly\":null"));
 	free(out);
+	/* a heartbeat whose request and pool did not change takes the
+	 * script's steady path: the first ones are full, the later steady */
+	rp_sleep_ms(1000);
+	assert_int_equal(ktest_http_get(fx.metrics_port, "/metrics", &page), 200);
+	assert_true(ktest_metric_sample(page, "kthrottle_store_heartbeat_limits_total{path=\"full\"}", &v));
+	assert_true(v >= 1);
+	assert_true(ktest_metric_sample(page, "kthrottle_store_heartbeat_limits_total{path=\"steady\"}", &v));
+	print_message("steady heartbeats after 1 s: %.0f\n", v);
+	assert_true(v >= 1);
+	free(page);
 
 	/* ghosts: live far into the future, each reporting size 8 */
 	for (int i = 0; i < 5; i++) {

@@ -1038,6 +1038,13 @@ static void test_steady_path(void **state)
 	assert_int_equal(cmd_calls(&kfx_master, "evalsha"), 4);
 	assert_int_equal(cmd_calls(&kfx_master, "hlen"), 0); /* no full path */
 	assert_int_equal(cmd_calls(&kfx_master, "zadd"), 4);  /* A renewed each time */
+	struct kt_store_stats st;
+
+	kt_store_get_stats(na, &st);
+	/* A's join and its second round were full (B joined between), its
+	 * third already steady, then the four above */
+	assert_int_equal(st.hb_full, 2);
+	assert_int_equal(st.hb_steady, 5);
 	/* a join reaches A at its next heartbeat */
 	a = beat_fb(nc, "steady", "C", LIVE, stale, hold, 2);
 	assert_int_equal(a.live, 3);

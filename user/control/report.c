@@ -39,6 +39,8 @@ const char *kt_report_reason_name(uint32_t reason)
 static void tag_metrics(const struct kt_tags *tags, struct kt_sbuf *b);
 
 /* kthrottle_store_errors_total{limit,kind}: failed store calls by kind;
+ * kthrottle_store_heartbeat_limits_total{path}: the script's steady path
+ * against its full one, over all stores;
  * kthrottle_store_pool_over_max{limit}: the answered size above maxMembers. */
 static void store_error_metrics(const struct kt_plan *plan, const struct kt_pool *pool,
 				struct kt_sbuf *b)
@@ -56,6 +58,15 @@ static void store_error_metrics(const struct kt_plan *plan, const struct kt_pool
 				  plan->limits[i].cfg->name, kt_store_err_kind_name(k),
 				  (unsigned long long)e.count[k]);
 	}
+	uint64_t steady, full;
+
+	kt_pool_heartbeat_paths(pool, &steady, &full);
+	kt_sb_printf(b, "# HELP kthrottle_store_heartbeat_limits_total Limits the store's heartbeats answered, by the script's path: "
+		     "steady (unchanged since the node's last heartbeat: a few commands) or full.\n"
+		     "# TYPE kthrottle_store_heartbeat_limits_total counter\n"
+		     "kthrottle_store_heartbeat_limits_total{path=\"steady\"} %llu\n"
+		     "kthrottle_store_heartbeat_limits_total{path=\"full\"} %llu\n",
+		     (unsigned long long)steady, (unsigned long long)full);
 	kt_sb_printf(b, "# HELP kthrottle_store_pool_over_max Pool size the store answered above maxMembers (0: none).\n"
 		     "# TYPE kthrottle_store_pool_over_max gauge\n");
 	for (int i = 0; i < plan->n_limits; i++) {

@@ -575,9 +575,14 @@ void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 
 void kt_pool_take_stores(struct kt_pool *p, struct kt_pool *old)
 {
+	struct kt_storeq_snap sn;
 	bool *taken;
 
-	if (!p || !old || !old->n_groups || !(taken = calloc((size_t)old->n_groups, sizeof(*taken))))
+	if (!p || !old)
+		return;
+	p->hb_steady_closed = old->hb_steady_closed;
+	p->hb_full_closed = old->hb_full_closed;
+	if (!old->n_groups || !(taken = calloc((size_t)old->n_groups, sizeof(*taken))))
 		return;
 	for (int i = 0; i < p->n_groups; i++) {
 		struct group *g = &p->g[i];
@@ -604,7 +609,28 @@ void kt_pool_take_stores(struct kt_pool *p, struct kt_pool *old)
 			break;
 		}
 	}
+	/* the stores that stay with old close with it: their counts carry on */
+	for (int j = 0; j < old->n_groups; j++) {
+		if (taken[j])
+			continue;
+		kt_storeq_snapshot(old->g[j].q, &sn);
+		p->hb_steady_closed += sn.stats.hb_steady;
+		p->hb_full_closed += sn.stats.hb_full;
+	}
 	free(taken);
+}
+
+void kt_pool_heartbeat_paths(const struct kt_pool *p, uint64_t *steady, uint64_t *full)
+{
+	struct kt_storeq_snap sn;
+
+	*steady = p ? p->hb_steady_closed : 0;
+	*full = p ? p->hb_full_closed : 0;
+	for (int k = 0; p && k < p->n_groups; k++) {
+		kt_storeq_snapshot(p->g[k].q, &sn);
+		*steady += sn.stats.hb_steady;
+		*full += sn.stats.hb_full;
+	}
 }
 
 uint64_t kt_pool_round_trips(const struct kt_pool *p)

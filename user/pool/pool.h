@@ -146,6 +146,10 @@ const char *kt_pool_store_state(const struct kt_pool *p, int limit_idx, uint64_t
 struct kt_store_errors;
 /* The errors of limit i's store (kind NONE for local/static). */
 void kt_pool_store_errors(const struct kt_pool *p, int limit_idx, struct kt_store_errors *out);
+/* Limits the stores' heartbeats answered by the script's steady path and in
+ * full, summed over the pool's stores since each opened (a store handed
+ * over by a reload keeps counting). */
+void kt_pool_heartbeat_paths(const struct kt_pool *p, uint64_t *steady, uint64_t *full);
 /* Reload: limit i of the new pool continues limit j of the old one (same
  * name, both on Redis): it keeps the agreed view instead of rejoining. */
 void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j);

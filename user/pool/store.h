@@ -266,6 +266,8 @@ struct kt_store_stats {
 	uint64_t commands;    /* Redis commands sent */
 	uint64_t connects;    /* successful connection setups */
 	uint64_t failures;    /* connection-level failures (each starts or extends DOWN) */
+	uint64_t hb_steady;   /* limits a heartbeat answered "unchanged" (the steady path) */
+	uint64_t hb_full;     /* limits a heartbeat answered in full */
 };
 
 /* Validates and copies cfg (kind must be KT_STORE_REDIS); does not connect.

@@ -244,6 +244,7 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				a.reserved = 0;
 				a.status = 0;
 				ans[i] = a;
+				s->st.hb_steady++;
 			}
 		} else if (e->type != REDIS_REPLY_ARRAY || e->elements != want) {
 			why = want == 4 ? "not an array of 4" : "not an array of 7";
@@ -269,6 +270,7 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 			if (!why) {
 				a.status = 0;
 				ans[i] = a;
+				s->st.hb_full++;
 			}
 		}
 	}
