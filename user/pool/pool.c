@@ -593,8 +593,9 @@ void kt_pool_take_stores(struct kt_pool *p, struct kt_pool *old)
 
 			if (taken[j] || !g->cfg || !og->cfg || !same_store(g->cfg, og->cfg))
 				continue;
-			/* a round trip is a millisecond or two: worth a short wait,
-			 * not a slow store's (that one finishes with old) */
+			/* a round trip is a millisecond or two: worth a wait of
+			 * one command's timeout, not a slow store's whole call
+			 * (that one finishes with old) */
 			kt_storeq_wait(og->q, KT_POOL_HANDOVER_WAIT_MS * NS_PER_MS);
 			if (kt_storeq_rebind(og->q, p->evfd))
 				continue;

@@ -22,6 +22,7 @@
 #include "base/config.h"
 #include "kthrottle.h"
 #include "pool/policy.h"
+#include "pool/store.h"
 
 enum kt_pool_phase {
 	KT_POOL_AGREED = 0,   /* last answer AGREE (or local/static) */
@@ -160,7 +161,7 @@ void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
  * reconnects nor loses the steady path; a store with a slower round trip
  * in flight is left to finish with old (and the new pool connects anew).
  * An answer old had not taken yet is dropped. */
-#define KT_POOL_HANDOVER_WAIT_MS 50
+#define KT_POOL_HANDOVER_WAIT_MS KT_STORE_TIMEOUT_MS
 void kt_pool_take_stores(struct kt_pool *p, struct kt_pool *old);
 
 /* Redis round trips made so far by all stores (for the benchmark). */
