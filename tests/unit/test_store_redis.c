@@ -855,8 +855,9 @@ static void check_counters(const char *limit, const struct kt_pool_answer *a)
 	assert_true(fabs(a->reserved - res) < 1e-9);
 }
 
-static struct kt_pool_answer beat_fb(struct kt_store *s, const char *limit, const char *id, int size,
-				     uint64_t stale, uint64_t hold, double fb)
+/* One member's heartbeat with a hold and a fallback rate. */
+static struct kt_pool_answer beat_hold(struct kt_store *s, const char *limit, const char *id, int size,
+				       uint64_t stale, uint64_t hold, double fb)
 {
 	struct kt_pool_member m = { id, size };
 	struct kt_pool_req q = { .limit = limit, .members = &m, .n_members = 1, .stale_ms = stale,
@@ -864,6 +865,15 @@ static struct kt_pool_answer beat_fb(struct kt_store *s, const char *limit, cons
 	struct kt_pool_answer a;
 
 	ASSERT_OK(kt_store_heartbeat_many(s, &q, 1, &a, err, sizeof(err)));
+	return a;
+}
+
+/* The same, then the counters checked against a full recount. */
+static struct kt_pool_answer beat_fb(struct kt_store *s, const char *limit, const char *id, int size,
+				     uint64_t stale, uint64_t hold, double fb)
+{
+	struct kt_pool_answer a = beat_hold(s, limit, id, size, stale, hold, fb);
+
 	check_counters(limit, &a);
 	return a;
 }
@@ -1001,17 +1011,6 @@ static void test_rebuild_guard(void **state)
  * full path's reads (load's HLENs); every change to the pool still reaches
  * it at its next heartbeat (a join, a lapse); a hand edit of the counters is
  * rebuilt by the next full call, within stale_ms. */
-static struct kt_pool_answer beat_raw(struct kt_store *s, const char *id, uint64_t stale, uint64_t hold)
-{
-	struct kt_pool_member m = { id, LIVE };
-	struct kt_pool_req q = { .limit = "steady", .members = &m, .n_members = 1, .stale_ms = stale,
-				 .save_ramp = -1, .hold_ms = hold, .fallback_rate = 2 };
-	struct kt_pool_answer a;
-
-	ASSERT_OK(kt_store_heartbeat_many(s, &q, 1, &a, err, sizeof(err)));
-	return a;
-}
-
 static void test_steady_path(void **state)
 {
 	const uint64_t stale = 400, hold = 0;
@@ -1032,7 +1031,7 @@ static void test_steady_path(void **state)
 	freeReplyObject(r);
 	for (int i = 0; i < 4; i++) {
 		rp_sleep_ms(20);
-		a = beat_raw(na, "A", stale, hold);
+		a = beat_hold(na, "steady", "A", LIVE, stale, hold, 2);
 		ASSERT_ANS(a, 1, 2, 2);
 	}
 	assert_int_equal(cmd_calls(&kfx_master, "evalsha"), 4);
@@ -1070,9 +1069,9 @@ static void test_steady_path(void **state)
 	t0 = ktest_now_ns();
 	while (ktest_now_ns() - t0 < (stale + 100) * 1000000ULL) {
 		rp_sleep_ms(50);
-		a = beat_raw(nc, "C", stale, hold);
+		a = beat_hold(nc, "steady", "C", LIVE, stale, hold, 2);
 		ASSERT_ANS(a, 1, 2, 2);
-		a = beat_raw(na, "A", stale, hold);
+		a = beat_hold(na, "steady", "A", LIVE, stale, hold, 2);
 		ASSERT_ANS(a, 1, 2, 2);
 	}
 	a = beat_fb(na, "steady", "A", LIVE, stale, hold, 2); /* and checks the counters */

@@ -290,6 +290,19 @@ static void health_metrics(struct kt_daemon *d, struct kt_sbuf *b)
 		kt_sb_printf(b, "kthrottle_component_up{component=\"store\"} %d\n", s.h.store_ok);
 }
 
+/* A groupBy template's groups on this node (*other: and the other pool),
+ * or -1 for a limit that is no template. */
+static int template_groups(const struct kt_daemon *d, const struct kt_limit_cfg *c, bool *other)
+{
+	int n;
+
+	*other = false;
+	if (!c->group_by)
+		return -1;
+	n = kt_groups_count(d->groups, c->name, other);
+	return n > 0 ? n : 0;
+}
+
 char *kt_report_metrics(struct kt_daemon *d)
 {
 	struct kt_sbuf b = { 0 };
@@ -408,18 +421,16 @@ char *kt_report_metrics(struct kt_daemon *d)
 
 	for (int i = 0; i < d->src.n_limits; i++) {
 		const struct kt_limit_cfg *c = &d->src.limits[i];
-		bool other = false;
-		int n;
+		bool other;
+		int n = template_groups(d, c, &other);
 
-		if (!c->group_by)
+		if (n < 0)
 			continue;
 		if (!any_group)
 			kt_sb_printf(&b, "# HELP kthrottle_groups Groups a groupBy limit has on this node (each a limit of its own, NAME@VALUE; at most maxGroups, then NAME@@other).\n"
 				     "# TYPE kthrottle_groups gauge\n");
 		any_group = true;
-		n = kt_groups_count(d->groups, c->name, &other);
-		kt_sb_printf(&b, "kthrottle_groups{limit=\"%s\"} %d\n", c->name,
-			     (n > 0 ? n : 0) + (other ? 1 : 0));
+		kt_sb_printf(&b, "kthrottle_groups{limit=\"%s\"} %d\n", c->name, n + (other ? 1 : 0));
 	}
 	return kt_sb_take(&b);
 }
@@ -532,14 +543,11 @@ static void groups_status(const struct kt_daemon *d, struct kt_sbuf *b, bool jso
 		kt_sb_printf(b, ",\"groups\":[");
 	for (int i = 0; i < d->src.n_limits; i++) {
 		const struct kt_limit_cfg *c = &d->src.limits[i];
-		bool other = false;
-		int n;
+		bool other;
+		int n = template_groups(d, c, &other);
 
-		if (!c->group_by)
-			continue;
-		n = kt_groups_count(d->groups, c->name, &other);
 		if (n < 0)
-			n = 0;
+			continue;
 		if (json) {
 			kt_sb_printf(b, "%s{\"limit\":", first ? "" : ",");
 			kt_sb_json_str(b, c->name);

@@ -214,8 +214,18 @@ static const char *parse_share(const redisReply *e, const struct kt_pool_req *q,
 	return NULL;
 }
 
-static int parse_answers(struct kt_store *s, const redisReply *r, const struct kt_pool_req *reqs, int n,
-			 struct kt_pool_answer *ans, char *err, size_t errlen)
+/* What the memo says of one request: its digest, and the answer its last
+ * heartbeat got (has: one the steady path may repeat). Found once per
+ * heartbeat: build_hb sends it as prev, parse_answers takes it for a 1. */
+struct hb_prev {
+	uint64_t digest;
+	bool has;
+	struct kt_pool_answer prev;
+};
+
+static int parse_answers(struct kt_store *s, const redisReply *r, const struct kt_pool_req *reqs,
+			 const struct hb_prev *pv, int n, struct kt_pool_answer *ans, char *err,
+			 size_t errlen)
 {
 	const char *why = NULL;
 	int i;
@@ -231,16 +241,16 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 		const redisReply *e = r->element[i];
 		const struct kt_pool_req *q = &reqs[i];
 		size_t want = q->pool_rate > 0 ? 7 : 4;
-		struct kt_pool_answer a = ans[i], prev;
+		struct kt_pool_answer a = ans[i];
 
 		if (e->type == REDIS_REPLY_INTEGER && e->integer == 1 && q->pool_rate <= 0) {
 			/* the steady path: the answer sent as prev still holds */
-			if (!kt_hbmemo_get(s->memo, q->limit, kt_hbmemo_digest(q), &prev)) {
+			if (!pv[i].has) {
 				why = "\"unchanged\" without a previous answer";
 			} else {
-				a.agree = prev.agree;
-				a.size = prev.size;
-				a.live = prev.live;
+				a.agree = pv[i].prev.agree;
+				a.size = pv[i].prev.size;
+				a.live = pv[i].prev.live;
 				a.reserved = 0;
 				a.status = 0;
 				ans[i] = a;
@@ -283,9 +293,9 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 }
 
 /* EVALSHA's arguments for reqs (argv[0..1] left for the command and sha). */
-static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, int n, struct args *a)
+static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const struct hb_prev *pv, int n,
+		    struct args *a)
 {
-	struct kt_pool_answer prev;
 	int i, j, cap = 3;
 
 	for (i = 0; i < n; i++)
@@ -323,8 +333,8 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, int n, s
 			rs_arg_ref(a, "0");
 		}
 		/* prev: the steady path's hint (equal share only) */
-		if (q->pool_rate <= 0 && kt_hbmemo_get(s->memo, q->limit, kt_hbmemo_digest(q), &prev))
-			rs_arg_fmt(a, "%d %d %d", prev.agree, prev.size, prev.live);
+		if (pv[i].has)
+			rs_arg_fmt(a, "%d %d %d", pv[i].prev.agree, pv[i].prev.size, pv[i].prev.live);
 		else
 			rs_arg_ref(a, "-");
 		for (j = 0; j < q->n_members; j++) {
@@ -351,10 +361,11 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	struct args *as = calloc((size_t)n, sizeof(*as));
 	int *ord = calloc((size_t)n, sizeof(*ord)), *slot = calloc((size_t)n, sizeof(*slot));
 	int *first = calloc((size_t)n + 1, sizeof(*first));
+	struct hb_prev *pv = calloc((size_t)n, sizeof(*pv));
 	int i, k, g, nj = 0, ret = 0, failed = 0, first_fail = 0;
 	char e[KT_ERR_LEN];
 
-	if (!sub || !sa || !jobs || !as || !ord || !slot || !first) {
+	if (!sub || !sa || !jobs || !as || !ord || !slot || !first || !pv) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -370,6 +381,9 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	for (i = 0; i < n; i++) {
 		sub[i] = reqs[ord[i]];
 		sa[i] = ans[ord[i]];
+		pv[i].digest = kt_hbmemo_digest(&sub[i]);
+		pv[i].has = sub[i].pool_rate <= 0 &&
+			    kt_hbmemo_get(s->memo, sub[i].limit, pv[i].digest, &pv[i].prev);
 		if (i == 0 || slot[ord[i]] != slot[ord[i - 1]]) {
 			first[nj] = i;
 			jobs[nj] = (struct kt_rjob){ .slot = slot[ord[i]], .script = SCRIPT_HB, .a = &as[nj],
@@ -379,7 +393,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	}
 	first[nj] = n;
 	for (g = 0; g < nj; g++)
-		if ((ret = build_hb(s, sub + first[g], first[g + 1] - first[g], &as[g])))
+		if ((ret = build_hb(s, sub + first[g], pv + first[g], first[g + 1] - first[g], &as[g])))
 			goto out;
 	ret = s->t->run(s, jobs, nj, "heartbeat", err, errlen);
 	if (ret == -ENOMEM)
@@ -390,8 +404,8 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		int r = jobs[g].rep ? s->t->check(s, &jobs[g], "heartbeat", e, sizeof(e)) : (ret ? ret : -EIO);
 
 		if (jobs[g].rep && !r)
-			r = parse_answers(s, jobs[g].rep, sub + first[g], first[g + 1] - first[g], sa + first[g],
-					  e, sizeof(e));
+			r = parse_answers(s, jobs[g].rep, sub + first[g], pv + first[g], first[g + 1] - first[g],
+					  sa + first[g], e, sizeof(e));
 		if (r) {
 			if (!jobs[g].rep)
 				snprintf(e, sizeof(e), "%s", s->last_err);
@@ -406,7 +420,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		if (!sa[i].status) {
 			ans[ord[i]] = sa[i];
 			if (sub[i].pool_rate <= 0)
-				kt_hbmemo_set(s->memo, sub[i].limit, kt_hbmemo_digest(&sub[i]), &sa[i]);
+				kt_hbmemo_set(s->memo, sub[i].limit, pv[i].digest, &sa[i]);
 		} else {
 			ans[ord[i]].status = sa[i].status;
 			kt_hbmemo_forget(s->memo, sub[i].limit);
@@ -427,6 +441,7 @@ out:
 	free(ord);
 	free(slot);
 	free(first);
+	free(pv);
 	return ret;
 }
 
