@@ -111,6 +111,12 @@ enum kt_group_by {
  * above a match (parent: 1; capture: the components after {NAME}), at most
  * this many */
 #define KT_GROUP_UP_MAX 7
+/* Whether g finds a member's group in its cgroup's path (parent, capture),
+ * not in its pod. */
+static inline bool kt_group_by_path(enum kt_group_by g)
+{
+	return g == KT_GROUP_PARENT || g == KT_GROUP_CAPTURE;
+}
 /* maxGroups: default and ceiling of the groups one groupBy limit has on a
  * node; past it, the other values share one pool (members/groups.h). */
 #define KT_GROUPS_DEFAULT 1000

@@ -314,7 +314,7 @@ static int parse_group_by(struct ctx *c, yaml_node_t *n, const char *field, stru
 			    "not allowed with unit request (a cooperative limit has no members to group)");
 	if ((err = kt_cfg_parse_group_by(c, v, sub, l)))
 		return err;
-	if (l->group_by == KT_GROUP_PARENT || l->group_by == KT_GROUP_CAPTURE) {
+	if (kt_group_by_path(l->group_by)) {
 		const char *how = kt_group_by_name(l->group_by);
 
 		if (l->pods.set || !l->n_cgroups)

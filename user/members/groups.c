@@ -228,7 +228,7 @@ static int present_values(const struct kt_limit_cfg *lc, const char *cg_mount,
 	char full[PATH_MAX], val[KT_GROUP_VALUE_MAX + 1];
 	int ret = 0, k = 0;
 
-	if (lc->group_by == KT_GROUP_PARENT || lc->group_by == KT_GROUP_CAPTURE) {
+	if (kt_group_by_path(lc->group_by)) {
 		for (int j = 0; j < lc->n_cgroups && !ret; j++) {
 			const char *e = lc->cgroups[j];
 			char **paths = NULL;

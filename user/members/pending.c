@@ -92,9 +92,9 @@ static int scan_pattern(struct scan *sc, int li, const struct kt_limit_cfg *lc, 
 	}
 	if (first < 0)
 		return 0;
+	bool group_dirs = lc->group_of && kt_group_by_path(lc->group_by);
+
 	for (int j = first; j < n && !ret; j++) {
-		bool group_dirs = lc->group_of &&
-				  (lc->group_by == KT_GROUP_PARENT || lc->group_by == KT_GROUP_CAPTURE);
 		/* the group's name in a directory of comp[0..j): that many levels up */
 		int level = j - n + lc->group_up;
 		char **paths = NULL;
