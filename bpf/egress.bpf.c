@@ -453,11 +453,11 @@ int kt_egress(struct __sk_buff *skb)
 			}
 		}
 		if (verdict == KT_REFUSE) {
-			kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, 0);
+			kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, KT_EV_BUCKET);
 			return proto == KT_PROTO_TCP ? SKB_DROP_CN : SKB_DROP;
 		}
 		if (verdict == KT_ADMIT_SHADOW)
-			kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, 1);
+			kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, KT_EV_SHADOW);
 	}
 	if (want_dgram && dgram.slot != KT_SLOT_NONE) {
 		if (!now)
@@ -466,11 +466,11 @@ int kt_egress(struct __sk_buff *skb)
 		if (verdict == KT_REFUSE) {
 			if (charged)
 				kt_refund_first(dgram.slot, now);
-			kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_SENDMSG, wait_ns, now, 0);
+			kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_SENDMSG, wait_ns, now, KT_EV_BUCKET);
 			return SKB_DROP;
 		}
 		if (verdict == KT_ADMIT_SHADOW)
-			kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_SENDMSG, wait_ns, now, 1);
+			kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_SENDMSG, wait_ns, now, KT_EV_SHADOW);
 	}
 	return SKB_PASS;
 }

@@ -170,6 +170,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_sk_eg SEC(".maps");
 
+/* See struct kt_inflight and struct kt_sk_slot (in-flight limits). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KT_MAX_BUCKETS);
+	__type(key, __u32);
+	__type(value, struct kt_inflight);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct kt_sk_slot);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_sk_slot SEC(".maps");
+
 /* Cheapest possible exit for traffic no rule of this hook could match: one
  * inlined array lookup and a bit test. */
 static __always_inline int kt_port_may_match(__u32 hook, __u16 port)
@@ -251,11 +268,16 @@ static __always_inline void kt_addr_v4(__u32 *w, __u32 addr_be)
  * charged, never passed. Callers pass it as any_port. */
 #define KT_PORT_ANY 0x10000u
 
+/* Event reasons besides the bucket's own (kt_bucket_reason) */
+#define KT_EV_BUCKET 0 /* why the bucket refuses */
+#define KT_EV_SHADOW 1 /* a shadow limit would have refused */
+#define KT_EV_INFLIGHT 2 /* an in-flight limit's slots are all open */
+
 /* A sampled throttle event (struct kt_event) for a request finally
- * refused by the bucket in `slot` (never for one pacing admits later), or
- * with `shadow` one a shadow limit would have refused. */
+ * refused by the bucket in `slot` (never for one pacing admits later);
+ * `why` a KT_EV_*. */
 static __always_inline void kt_emit_event(__u32 slot, __u64 cgid, __u32 hook, __u64 wait_ns,
-					  __u64 now, int shadow)
+					  __u64 now, int why)
 {
 	struct kt_bucket *b = bpf_map_lookup_elem(&kt_buckets, &slot);
 	struct kt_event *e;
@@ -275,7 +297,9 @@ static __always_inline void kt_emit_event(__u32 slot, __u64 cgid, __u32 hook, __
 	e->limit_id = b->limit_id;
 	e->slot = slot;
 	e->hook = (__u8)hook;
-	e->reason = shadow ? KT_REASON_SHADOW : (__u8)kt_bucket_reason(b, now);
+	e->reason = why == KT_EV_SHADOW	    ? KT_REASON_SHADOW
+		    : why == KT_EV_INFLIGHT && kt_slots_in_force(b, now) ? KT_REASON_INFLIGHT
+									  : (__u8)kt_bucket_reason(b, now);
 	__builtin_memset(e->pad, 0, sizeof(e->pad));
 	bpf_ringbuf_submit(e, 0);
 }
@@ -575,6 +599,31 @@ static __always_inline int kt_charge(const struct kt_cls *cls, __u64 now, __u64 
 	return verdict;
 }
 
+#include "inflight.bpf.h"
+
+/* A connect to an in-flight limit: a slot taken, or refused at once with
+ * the limit's errno (no retry time: a slot frees when a socket closes). */
+static __always_inline int kt_inflight_verdict(struct bpf_sock *sk, const struct kt_cls *cls,
+					       __u64 cgid, __u32 hook, __u64 now)
+{
+	__u32 slot = cls->slot, by;
+	struct kt_counters *c = bpf_map_lookup_elem(&kt_counters, &slot);
+	int verdict = kt_inflight_take(sk, cls, now, &by);
+
+	if (verdict == KT_PASS)
+		return 1;
+	if (verdict == KT_ADMIT) {
+		if (c)
+			c->admitted++;
+		return 1;
+	}
+	if (c)
+		c->throttled++;
+	kt_emit_event(by, cgid, hook, 0, now, KT_EV_INFLIGHT);
+	bpf_set_retval(-(int)(cls->refuse_errno ? cls->refuse_errno : KT_REFUSE_ERRNO));
+	return 0;
+}
+
 /* connect and sendmsg hooks: classify the destination of a sock_addr call
  * and refuse it with the limit's errno, at once, when its bucket is empty.
  * A repeat of the socket's last call (same destination, cgroup, hook and
@@ -627,13 +676,15 @@ static __always_inline int kt_sock_addr_verdict(struct bpf_sock_addr *ctx, __u32
 	if (cls.slot == KT_SLOT_NONE)
 		return 1;
 	now = bpf_ktime_get_boot_ns();
+	if (cls.unit == KT_UNIT_CONCURRENT)
+		return kt_inflight_verdict(sk, &cls, cgid, hook, now);
 	verdict = kt_charge(&cls, now, 1, 1, &wait_ns, &by);
 	if (verdict != KT_REFUSE) {
 		if (verdict == KT_ADMIT_SHADOW)
-			kt_emit_event(by, cgid, hook, wait_ns, now, 1);
+			kt_emit_event(by, cgid, hook, wait_ns, now, KT_EV_SHADOW);
 		return 1;
 	}
-	kt_emit_event(by, cgid, hook, wait_ns, now, 0);
+	kt_emit_event(by, cgid, hook, wait_ns, now, KT_EV_BUCKET);
 	bpf_set_retval(-(int)(cls.refuse_errno ? cls.refuse_errno : KT_REFUSE_ERRNO));
 	return 0;
 }

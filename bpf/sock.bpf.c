@@ -25,3 +25,13 @@ int kt_sock_create(struct bpf_sock *sk)
 
 	return v && (v->flags & KT_MEMBER_NO_RAW) ? 0 : 1;
 }
+
+/* cgroup/sock_release: a socket closed (close(), its process killed, its
+ * last reference gone) gives back the in-flight slot it holds, if any.
+ * Runs for the sockets of member cgroups of in-flight limits. */
+SEC("cgroup/sock_release")
+int kt_sock_release(struct bpf_sock *sk)
+{
+	kt_inflight_give(sk);
+	return 1;
+}

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* sockops: TCP sockets of a `byte` limit pace themselves to its rate.
+/* sockops: TCP sockets of a `byte` limit pace themselves to its rate, and
+ * a TCP socket holding an in-flight slot (unit concurrent) gives it back
+ * when its state reaches CLOSE (inflight.bpf.h).
  *
  * The egress program drops a TCP packet its byte bucket cannot take, and a
  * drop stalls the sender until its next ACK or a probe timer (200 ms or
@@ -228,12 +230,21 @@ int kt_sockops(struct bpf_sock_ops *skops)
 	case BPF_SOCK_OPS_RTT_CB:
 		kt_refresh(skops, 0);
 		break;
+	case BPF_SOCK_OPS_TCP_CONNECT_CB:
+		/* a socket holding an in-flight slot: its state changes, so
+		 * that a connect that fails (refused, reset, timed out) gives
+		 * the slot back while the application still holds the fd */
+		if (kt_inflight_held(skops->sk))
+			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
+								 BPF_SOCK_OPS_STATE_CB_FLAG);
+		break;
 	case BPF_SOCK_OPS_STATE_CB:
 		if (skops->args[1] != BPF_TCP_CLOSE)
 			break;
 		sk = skops->sk;
 		if (!sk)
 			break;
+		kt_inflight_give(sk);
 		ps = bpf_sk_storage_get(&kt_sk_pace, sk, 0, 0);
 		if (ps)
 			kt_uncount(ps);

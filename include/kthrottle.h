@@ -46,6 +46,9 @@ enum kt_unit {
 	KT_UNIT_PACKET = 2,     /* cgroup_skb/egress */
 	KT_UNIT_BYTE = 3,       /* cgroup_skb/egress, cost = skb->len */
 	KT_UNIT_REQUEST = 4,    /* no hook: cooperative, kt_coop through libkthrottle */
+	/* in-flight: connects admitted while fewer than the share are open
+	 * (struct kt_inflight), the slot given back when the socket closes */
+	KT_UNIT_CONCURRENT = 5,
 	KT_UNIT_COUNT
 };
 
@@ -60,7 +63,7 @@ enum kt_hook {
  * charged on egress, but under the sendmsg hook's rules). */
 static inline enum kt_hook kt_hook_for_unit(__u32 unit)
 {
-	return unit == KT_UNIT_CONNECTION ? KT_HOOK_CONNECT
+	return unit == KT_UNIT_CONNECTION || unit == KT_UNIT_CONCURRENT ? KT_HOOK_CONNECT
 	       : unit == KT_UNIT_DATAGRAM ? KT_HOOK_SENDMSG
 					  : KT_HOOK_EGRESS;
 }
@@ -71,6 +74,8 @@ static inline enum kt_hook kt_hook_for_unit(__u32 unit)
 #define KT_ATTACH_SOCK_CREATE KT_HOOK_COUNT
 /* sockops: paces TCP sockets of byte limits (struct kt_sk_pace). */
 #define KT_ATTACH_SOCKOPS (KT_HOOK_COUNT + 1)
+/* cgroup/sock_release: gives back the in-flight slot of a closed socket */
+#define KT_ATTACH_SOCK_RELEASE (KT_HOOK_COUNT + 2)
 
 enum kt_scope {
 	KT_SCOPE_POD = 0,  /* one bucket per (limit, attached cgroup) */
@@ -369,6 +374,7 @@ enum kt_reason {
 	KT_REASON_PERMIT = 3,   /* strict limit: no permit due now (the next one's wait, if any) */
 	KT_REASON_TAG = 4,      /* tag limit (XDP source or query tag): the tag's bucket is empty */
 	KT_REASON_SHADOW = 5,   /* shadow limit (enforce: false): would refuse, let pass */
+	KT_REASON_INFLIGHT = 6, /* in-flight limit: the share's slots are all open (no retry time) */
 	KT_REASON_COUNT
 };
 
@@ -383,6 +389,47 @@ struct kt_event {
 	__u8 pad[6];
 };
 _Static_assert(sizeof(struct kt_event) == 40, "kt_event layout");
+
+/*
+ * In-flight limits (unit concurrent). A bucket of such a limit counts
+ * slots, not tokens: while its lease holds it admits a connect when fewer
+ * than `burst` sockets are open, after valid_until fewer than
+ * fallback_burst (fallback_fp 0: none), after fallback_until none;
+ * interval_fp is only open (non-zero) or closed (0) and tat is unused
+ * (kt_slots_in_force). The open count is kt_inflight's, same index.
+ * A pod-scope member's bucket chained to its node bucket takes a slot of
+ * both. A connect that finds no slot free fails at once with the limit's
+ * errno; nothing is killed when a share shrinks below what is open.
+ *
+ * kt_inflight (array, KT_MAX_BUCKETS, pinned): per bucket slot, the
+ * sockets holding one of its slots. The programs add and subtract it
+ * atomically; the daemon only zeroes it and bumps epoch when it gives the
+ * slot to a new bucket, so a socket admitted under the slot's previous
+ * owner gives nothing back to the new one.
+ */
+struct kt_inflight {
+	__u64 open;  /* sockets holding a slot now */
+	__u64 peak;  /* the most open at once since the slot was given to its bucket (a racy max) */
+	__u32 epoch; /* the slot's owner: bumped when the slot is reused */
+	__u32 pad;
+	__u64 pad2;
+};
+_Static_assert(sizeof(struct kt_inflight) == 32, "kt_inflight layout");
+
+/* kt_sk_slot (socket storage): the slots a socket holds, given back once
+ * by whichever comes first of its close (cgroup/sock_release) and its TCP
+ * state reaching CLOSE (a reset, a refused or timed-out connect; sockops):
+ * each takes `held` from 1 to 0 atomically, so only one gives back. A
+ * socket holds at most one slot of one limit: a second connect() on it
+ * (EALREADY, EISCONN, a UDP socket connected anew) takes nothing. */
+struct kt_sk_slot {
+	__u32 slot;       /* member bucket */
+	__u32 epoch;      /* kt_inflight[slot].epoch when taken */
+	__u32 node_slot;  /* node bucket also charged; KT_SLOT_NONE: none */
+	__u32 node_epoch;
+	__u64 held;       /* 1 while the slots above are held */
+};
+_Static_assert(sizeof(struct kt_sk_slot) == 24, "kt_sk_slot layout");
 
 /* kt_sk_pace (socket storage, pinned): per TCP socket, the byte-unit bucket
  * its packets were last charged to, so the sockops program can pace the
@@ -572,6 +619,14 @@ static inline __u64 kt_bucket_params(const struct kt_bucket *b, __u64 now, __u64
 	if (fb_burst && fb_burst < *burst)
 		*burst = fb_burst;
 	return KT_READ_ONCE(b->fallback_fp);
+}
+
+/* In-flight limits: the slots `b` grants at `now` (see struct kt_inflight). */
+static inline __u64 kt_slots_in_force(const struct kt_bucket *b, __u64 now)
+{
+	__u64 slots, open = kt_bucket_params(b, now, &slots);
+
+	return open ? slots : 0;
 }
 
 /* Why `b` refuses at `now` (enum kt_reason), as kt_bucket_params decides

@@ -1798,7 +1798,7 @@ static void test_verifier_budget(void **state)
 			n++;
 		}
 	}
-	assert_int_equal(n, 7); /* connect4/6, sendmsg4/6, egress, sock_create, sockops */
+	assert_int_equal(n, 8); /* connect4/6, sendmsg4/6, egress, sock_create, sock_release, sockops */
 }
 
 /* Runs last: every earlier test removed its pins and cgroups. */

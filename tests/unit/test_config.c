@@ -510,6 +510,28 @@ static void test_unit_request(void **state)
 	kt_config_free(&cfg);
 }
 
+/* unit concurrent: a connect hook limit counting open connections; its
+ * errno, scope and a static pool as for connection limits. */
+static void test_unit_concurrent(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse("limits:\n"
+			       "  - {name: llm, cgroups: [x], unit: concurrent, errno: EAGAIN,\n"
+			       "     rateLimit: {max: 30, min: 10, rampUpDuration: 10s, store: {static: {poolSize: 3}}}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].unit, KT_UNIT_CONCURRENT);
+	assert_int_equal(cfg.limits[0].scope, KT_SCOPE_POD);
+	assert_int_equal(cfg.limits[0].refuse_errno, EAGAIN);
+	assert_int_equal(cfg.limits[0].store.kind, KT_STORE_STATIC);
+	assert_true(cfg.limits[0].rl.max == 30 && cfg.limits[0].rl.min == 10);
+	assert_int_equal(kt_hook_for_unit(KT_UNIT_CONCURRENT), KT_HOOK_CONNECT);
+	assert_string_equal(kt_unit_name(KT_UNIT_CONCURRENT), "concurrent");
+	kt_config_free(&cfg);
+}
+
 /* metrics: off by default; IPv4 and bracketed IPv6 literals. */
 static void test_metrics_addr(void **state)
 {
@@ -1176,7 +1198,7 @@ static const struct bad bad_cases[] = {
 	{ LIM "    errno: EFOO\n", "t.yaml:6: limits[0].errno: ",
 	  "\"EFOO\" is not one of: EBUSY, EAGAIN, ECONNREFUSED" },
 	{ "limits:\n  - {name: a, cgroups: x, unit: packet, errno: EAGAIN, rateLimit: {max: 1}}\n",
-	  "t.yaml:2: limits[0].errno: ", "applies to units connection and datagram only" },
+	  "t.yaml:2: limits[0].errno: ", "applies to units connection, datagram and concurrent only" },
 	/* unit request: nothing that picks traffic, node scope, no errno */
 #define REQ(extra) "limits:\n  - name: a\n    unit: request\n    rateLimit: {max: 1}\n" extra
 	{ REQ("    cgroups: [x]\n"), "t.yaml:5: limits[0].cgroups: ",
@@ -1188,10 +1210,24 @@ static const struct bad bad_cases[] = {
 	  "not allowed with unit request" },
 	{ REQ("    scope: pod\n"), "t.yaml:5: limits[0].scope: ", "unit request is node scope only" },
 	{ REQ("    errno: EAGAIN\n"), "t.yaml:5: limits[0].errno: ",
-	  "applies to units connection and datagram only" },
+	  "applies to units connection, datagram and concurrent only" },
 	{ REQ("    enforce: false\n"), "t.yaml:5: limits[0].enforce: ",
 	  "false is not supported with unit request" },
 #undef REQ
+	/* unit concurrent: whole slots, no burst, and not yet with a redis
+	 * pool, a parent, shadow, groups or demand */
+#define CC(rl, extra) "limits:\n  - name: a\n    cgroups: [x]\n    unit: concurrent\n    rateLimit: " rl "\n" extra
+	{ CC("{max: 2.5}", ""), "t.yaml:5: limits[0].rateLimit.max: ", "2.5 is no whole number" },
+	{ CC("{max: 4, min: 0.5}", ""), "t.yaml:5: limits[0].rateLimit.min: ", "0.5 is no whole number" },
+	{ CC("{max: 4}", "    burst: 2\n"), "t.yaml:6: limits[0].burst: ", "an in-flight limit has no burst" },
+	{ CC("{max: 4}", "    parent: p\n"), "t.yaml:6: limits[0].parent: ", "not supported with unit concurrent yet" },
+	{ CC("{max: 4}", "    enforce: false\n"), "t.yaml:6: limits[0].enforce: ", "in-flight limits always enforce" },
+	{ CC("{max: 4}", "    share: demand\n"), "t.yaml:6: limits[0].share: ", "the slots are shared equally" },
+	{ CC("{strict: {every: 1s}}", ""), "t.yaml:5: limits[0].rateLimit.strict: ",
+	  "not allowed with unit concurrent" },
+	{ SREDIS CC("{max: 4}", ""), "t.yaml:9: limits[0].rateLimit.store: ",
+	  "unit concurrent needs store local or static in this version" },
+#undef CC
 	/* parent: a limit of the same unit, no cycle, at most 4 levels */
 #define PL(name, unit, parent) "  - {name: " name ", cgroups: x, unit: " unit ", parent: " parent ", rateLimit: {max: 1}}\n"
 #define RL_(name, unit) "  - {name: " name ", cgroups: x, unit: " unit ", rateLimit: {max: 1}}\n"
@@ -1799,6 +1835,7 @@ int main(void)
 		cmocka_unit_test(test_parent),
 		cmocka_unit_test(test_group_by),
 		cmocka_unit_test(test_unit_request),
+		cmocka_unit_test(test_unit_concurrent),
 		cmocka_unit_test(test_metrics_addr),
 		cmocka_unit_test(test_lease_options),
 		cmocka_unit_test(test_everything),

@@ -3,6 +3,7 @@
  * config_pods.c), match, unit, scope, errno, share, burst and rateLimit
  * (modes, strict), and its store (config_store.c). */
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,8 @@
 #include "base/cgwatch.h"
 #include "base/netparse.h"
 
-static const char *const unit_names[] = { "connection", "datagram", "packet", "byte", "request" };
+static const char *const unit_names[] = { "connection", "datagram", "packet", "byte", "request",
+					  "concurrent" };
 _Static_assert(sizeof(unit_names) / sizeof(unit_names[0]) == KT_UNIT_COUNT, "one name per unit");
 static const char *const mode_names[] = { "relaxed", "scheduled", "onlyIfUsed", "goBackN" };
 static const char *const scope_names[] = { "pod", "node" };
@@ -341,6 +343,45 @@ static int parse_group_by(struct ctx *c, yaml_node_t *n, const char *field, stru
 	return 0;
 }
 
+/* unit concurrent: max and min count slots, whole ones, and what this
+ * version does not do with them yet is refused by name. */
+static int check_concurrent(struct ctx *c, yaml_node_t *n, yaml_node_t *rl, const char *field,
+			    const struct kt_limit_cfg *l)
+{
+	static const struct {
+		const char *key, *why;
+	} not_yet[] = {
+		{ "burst", "an in-flight limit has no burst: max is the number of connections open at once" },
+		{ "parent", "not supported with unit concurrent yet" },
+		{ "enforce", "not supported with unit concurrent yet (in-flight limits always enforce)" },
+		{ "groupBy", "not supported with unit concurrent yet" },
+		{ "share", "not supported with unit concurrent yet (the slots are shared equally)" },
+	};
+	char sub[FIELD_LEN];
+	yaml_node_t *v;
+	double whole[2] = { l->rl.max, l->rl.min };
+	static const char *const names[2] = { "max", "min" };
+
+	if ((v = map_get(c, rl, "strict")))
+		return fail(c, v, join(sub, field, "rateLimit.strict"),
+			    "not allowed with unit concurrent (permits pace admissions; an in-flight limit counts open connections)");
+	for (size_t i = 0; i < sizeof(not_yet) / sizeof(not_yet[0]); i++)
+		if ((v = map_get(c, n, not_yet[i].key)) &&
+		    (strcmp(not_yet[i].key, "share") || l->share != KT_SHARE_EQUAL))
+			return fail(c, v, join(sub, field, not_yet[i].key), "%s", not_yet[i].why);
+	for (int i = 0; i < 2; i++)
+		if (whole[i] != floor(whole[i]) && (v = map_get(c, rl, names[i])))
+			return fail(c, v, join(sub, field, i ? "rateLimit.min" : "rateLimit.max"),
+				    "%g is no whole number (unit concurrent counts connections open at once)",
+				    whole[i]);
+	/* the nodes' open counts are not exchanged yet: a share that
+	 * shrinks while connections are open could let the pool exceed max */
+	if (l->store.kind == KT_STORE_REDIS)
+		return fail(c, rl, join(sub, field, "rateLimit.store"),
+			    "unit concurrent needs store local or static in this version (a redis pool does not exchange open counts yet)");
+	return 0;
+}
+
 int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,
 		       int idx)
 {
@@ -460,10 +501,10 @@ int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 		/* the egress hook cannot choose: its drops fail with EPERM */
 		if (l->unit == KT_UNIT_PACKET || l->unit == KT_UNIT_BYTE)
 			return fail(c, v, sub,
-				    "applies to units connection and datagram only (a refused packet fails its send with EPERM)");
+				    "applies to units connection, datagram and concurrent only (a refused packet fails its send with EPERM)");
 		if (l->unit == KT_UNIT_REQUEST)
 			return fail(c, v, sub,
-				    "applies to units connection and datagram only (a refused request is the application's to answer)");
+				    "applies to units connection, datagram and concurrent only (a refused request is the application's to answer)");
 		l->refuse_errno = errno_values[e];
 	}
 	if ((share_node = map_get(c, n, "share"))) {
@@ -526,6 +567,8 @@ int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	} else if ((err = kt_cfg_store_copy(&l->store, &cfg->store))) {
 		return oom(c, n, field);
 	}
+	if (l->unit == KT_UNIT_CONCURRENT && (err = check_concurrent(c, n, rl, field, l)))
+		return err;
 	if (strict && l->store.kind != KT_STORE_REDIS)
 		return fail(c, strict, join(sub, field, "rateLimit.strict"),
 			    "needs a redis store (permits are issued on the Redis clock)");

@@ -130,6 +130,9 @@ void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 		s->pol.node_fallback_rate = node.fallback_rate;
 		s->pol.node_fallback_burst = node.fallback_burst;
 	}
+	/* in-flight limits: the rates above are slot counts */
+	if (l->cfg->unit == KT_UNIT_CONCURRENT)
+		kt_slots_policy(&s->pol, l->cfg->scope == KT_SCOPE_POD);
 	s->bucket_rate = s->pol.rate;
 	s->bucket_burst = s->pol.burst;
 	s->fallback_rate = s->pol.fallback_rate;

@@ -13,6 +13,7 @@
 #include "base/cgwatch.h"
 #include "control/daemon.h"
 #include "control/health.h"
+#include "control/inflight_report.h"
 #include "control/report.h"
 #include "members/groups.h"
 #include "pool/store.h"
@@ -27,7 +28,7 @@ static double left_s(uint64_t until, uint64_t now)
 }
 
 static const char *const reason_names[KT_REASON_COUNT] = { "share", "fallback", "closed", "permit", "tag",
-							     "shadow" };
+							     "shadow", "inflight" };
 
 const char *kt_report_reason_name(uint32_t reason)
 {
@@ -367,6 +368,7 @@ char *kt_report_metrics(struct kt_daemon *d)
 				  d->plan.limits[i].cfg->name, reason_names[r],
 				  (unsigned long long)d->ls[i].events[r]);
 	strict_metrics(&d->plan, d->strict, &b, now);
+	kt_inflight_metrics(&d->bpf, &d->plan, &b, now);
 	tag_metrics(d->tags, &b);
 	kt_sb_printf(&b, "# HELP kthrottle_store_state 1 for the state the limit's store is in.\n"
 		      "# TYPE kthrottle_store_state gauge\n");
@@ -923,12 +925,13 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 			 * limit get the pool's */
 			kt_sb_printf(&b,
 				  "\"throttle_events\":{\"share\":%llu,\"fallback\":%llu,\"closed\":%llu,"
-				  "\"permit\":%llu,\"shadow\":%llu},",
+				  "\"permit\":%llu,\"shadow\":%llu,\"inflight\":%llu},",
 				  (unsigned long long)s->events[KT_REASON_SHARE],
 				  (unsigned long long)s->events[KT_REASON_FALLBACK],
 				  (unsigned long long)s->events[KT_REASON_CLOSED],
 				  (unsigned long long)s->events[KT_REASON_PERMIT],
-				  (unsigned long long)s->events[KT_REASON_SHADOW]);
+				  (unsigned long long)s->events[KT_REASON_SHADOW],
+				  (unsigned long long)s->events[KT_REASON_INFLIGHT]);
 			strict_status(d->strict, &b, i, true, now);
 			if (s->last_event_ns)
 				kt_sb_printf(&b,
@@ -937,6 +940,7 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 					  reason_names[s->last_event_reason],
 					  kt_report_retry_ms(s), last_event_age_s(s, now));
 			node_join_status(&d->bpf, &b, l, true, now);
+			kt_inflight_status(&d->bpf, l, &b, true, now);
 			kt_sb_printf(&b, "\"cgroups\":[");
 		} else {
 			kt_sb_printf(&b,
@@ -999,6 +1003,7 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 			if (c->store.kind == KT_STORE_REDIS)
 				store_error_status(d->pool, &b, i, false, now);
 			node_join_status(&d->bpf, &b, l, false, now);
+			kt_inflight_status(&d->bpf, l, &b, false, now);
 		}
 members:
 		for (j = 0; j < l->n_members; j++) {

@@ -150,6 +150,7 @@ static int commit_node_bucket(struct apply *a, int i)
 	if (a->sa.state[slot] == 2) {
 		uint64_t now = kt_clock_ns(), tat = 0;
 
+		kt_bpf_reset_inflight(a->b, slot);
 		kt_bucket_init(a->b, slot, l->id, &pol);
 		if (a->born_empty[i]) {
 			uint64_t interval = bk->interval_fp,
@@ -191,6 +192,7 @@ static int commit_join_bucket(struct apply *a, int i)
 		    bpf_map_update_elem(a->b->counters_fd, &slot, a->zero, BPF_ANY) < 0)
 			return -errno;
 		kt_bpf_reset_shadow(a->b, slot);
+		kt_bpf_reset_inflight(a->b, slot);
 		kt_bucket_init(a->b, slot, l->id, pol);
 	} else {
 		kt_bucket_set_rate(a->b, slot, pol->rate, pol->burst);
@@ -256,6 +258,7 @@ static int commit_slot(struct apply *a, uint32_t slot, int i, int j)
 		    bpf_map_update_elem(a->b->counters_fd, &slot, a->zero, BPF_ANY) < 0)
 			return -errno;
 		kt_bpf_reset_shadow(a->b, slot);
+		kt_bpf_reset_inflight(a->b, slot);
 		if (commit_step(a))
 			return -errno;
 		if (pol->strict_hold_ns) {

@@ -42,10 +42,14 @@ static bool wants_join_bucket(const struct kt_limit_rt *l, const struct kt_bucke
 
 /* Whether limit l gets a node bucket its members are chained to:
  * chainable, with two or more members here (one member's bucket is the
- * node's whole share) or a join bucket. */
+ * node's whole share) or a join bucket. An in-flight limit's from its
+ * first member: a socket counts in the node bucket from its connect to its
+ * close, so one made later would not know the sockets open before it. */
 static bool wants_node_bucket(const struct kt_limit_rt *l, const struct kt_bucket_policy *pol)
 {
-	return chainable(l, pol) && (l->n_members >= 2 || wants_join_bucket(l, pol));
+	int first = l->cfg->unit == KT_UNIT_CONCURRENT ? 1 : 2;
+
+	return chainable(l, pol) && (l->n_members >= first || wants_join_bucket(l, pol));
 }
 
 

@@ -32,6 +32,7 @@ static const char *const map_names[] = {
 	"kt_idle_hooks",               /* hooks no limit uses; absent in older pin dirs */
 	"kt_shadow",                   /* shadow limits' refusals; absent in older pin dirs */
 	"kt_up",                       /* the bucket one level up (parent:); absent in older pin dirs */
+	"kt_inflight", "kt_sk_slot",   /* in-flight limits' open counts; absent in older pin dirs */
 };
 /* bpf/kthrottle.bpf.h's types, in map_names' order */
 static const __u32 map_types[] = {
@@ -45,6 +46,7 @@ static const __u32 map_types[] = {
 	BPF_MAP_TYPE_ARRAY,
 	BPF_MAP_TYPE_PERCPU_HASH,
 	BPF_MAP_TYPE_ARRAY,
+	BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_SK_STORAGE,
 };
 #define N_MAPS (sizeof(map_names) / sizeof(map_names[0]))
 _Static_assert(sizeof(map_types) / sizeof(map_types[0]) == N_MAPS, "one type per map");
@@ -205,6 +207,7 @@ static void zero_fds(struct kt_bpf *b)
 	b->buckets_fd = b->counters_fd = b->members_fd = -1;
 	b->dests_fd = b->ports_fd = b->limits_fd = b->leases_fd = -1;
 	b->gen_fd = b->events_fd = b->coop_fd = b->idle_fd = b->shadow_fd = b->up_fd = -1;
+	b->inflight_fd = -1;
 }
 
 static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
@@ -236,6 +239,8 @@ static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
 	b->shadow_fd = bpf_obj_get(p);
 	snprintf(p, sizeof(p), "%s/kt_up", b->pin_dir);
 	b->up_fd = bpf_obj_get(p);
+	snprintf(p, sizeof(p), "%s/kt_inflight", b->pin_dir);
+	b->inflight_fd = bpf_obj_get(p);
 	return 0;
 }
 
@@ -256,7 +261,7 @@ static void close_fds(struct kt_bpf *b)
 {
 	int fds[] = { b->buckets_fd, b->counters_fd, b->members_fd, b->dests_fd, b->ports_fd,
 		      b->limits_fd,  b->leases_fd,   b->gen_fd,     b->events_fd, b->coop_fd,
-		      b->idle_fd,    b->shadow_fd,  b->up_fd };
+		      b->idle_fd,    b->shadow_fd,  b->up_fd,	    b->inflight_fd };
 
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
@@ -560,10 +565,34 @@ void kt_bpf_reset_shadow(const struct kt_bpf *b, uint32_t slot)
 			slot, strerror(errno));
 }
 
+int kt_bpf_read_inflight(const struct kt_bpf *b, uint32_t slot, struct kt_inflight *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (b->inflight_fd < 0 || slot >= KT_MAX_BUCKETS)
+		return -ENOENT;
+	return bpf_map_lookup_elem(b->inflight_fd, &slot, out) < 0 ? -errno : 0;
+}
+
+void kt_bpf_reset_inflight(const struct kt_bpf *b, uint32_t slot)
+{
+	struct kt_inflight v;
+
+	if (b->inflight_fd < 0 || slot >= KT_MAX_BUCKETS)
+		return;
+	/* a new owner: sockets of the old one give nothing back to it */
+	if (bpf_map_lookup_elem(b->inflight_fd, &slot, &v) < 0)
+		memset(&v, 0, sizeof(v));
+	v.epoch++;
+	v.open = v.peak = 0;
+	if (bpf_map_update_elem(b->inflight_fd, &slot, &v, BPF_ANY) < 0)
+		kt_warn("cannot reset kt_inflight slot %u: %s (its open count carries over)", slot,
+			strerror(errno));
+}
+
 /* ---- links ---- */
 
 struct hook_prog {
-	unsigned hook; /* enum kt_hook, or KT_ATTACH_SOCK_CREATE, KT_ATTACH_SOCKOPS */
+	unsigned hook; /* enum kt_hook, or a KT_ATTACH_* */
 	const char *name;
 };
 
@@ -571,7 +600,7 @@ static const struct hook_prog hook_progs[] = {
 	{ KT_HOOK_CONNECT, "kt_connect4" },	     { KT_HOOK_CONNECT, "kt_connect6" },
 	{ KT_HOOK_SENDMSG, "kt_sendmsg4" },	     { KT_HOOK_SENDMSG, "kt_sendmsg6" },
 	{ KT_HOOK_EGRESS, "kt_egress" },	     { KT_ATTACH_SOCK_CREATE, "kt_sock_create" },
-	{ KT_ATTACH_SOCKOPS, "kt_sockops" },
+	{ KT_ATTACH_SOCKOPS, "kt_sockops" },	     { KT_ATTACH_SOCK_RELEASE, "kt_sock_release" },
 };
 #define N_HOOK_PROGS (sizeof(hook_progs) / sizeof(hook_progs[0]))
 

@@ -35,6 +35,7 @@ struct kt_bpf {
 	int events_fd; /* kt_events (ring buffer), -1 in an older pin directory */
 	int shadow_fd; /* kt_shadow, -1 in an older pin directory */
 	int up_fd;     /* kt_up, -1 in an older pin directory */
+	int inflight_fd; /* kt_inflight, -1 in an older pin directory */
 	struct kt_bucket *buckets; /* mmap of kt_buckets: rates change by one atomic store */
 	int coop_fd;               /* kt_coop, -1 in an older pin directory (kt_bpf_open_pinned) */
 	struct kt_coop *coop;      /* mmap of kt_coop (kt_bpf_open): KT_MAX_COOP entries */
@@ -118,6 +119,12 @@ int kt_bpf_read_counters(const struct kt_bpf *b, uint32_t slot, struct kt_counte
 int kt_bpf_read_shadow(const struct kt_bpf *b, uint32_t slot, struct kt_shadow_counters *sum);
 /* A slot given to a new bucket starts with no would-refuse count. */
 void kt_bpf_reset_shadow(const struct kt_bpf *b, uint32_t slot);
+/* The open count of an in-flight limit's bucket in `slot`; -errno (and
+ * zeroes) when there is none. */
+int kt_bpf_read_inflight(const struct kt_bpf *b, uint32_t slot, struct kt_inflight *out);
+/* A slot given to a new bucket: no socket open, a new epoch (sockets of
+ * the slot's previous owner give nothing back to this one). */
+void kt_bpf_reset_inflight(const struct kt_bpf *b, uint32_t slot);
 /* Every kt_limits entry into infos[KT_MAX_LIMITS], in one batch syscall
  * where the kernel has it (the table is large; one lookup each would cost
  * a syscall per id on every apply). 0 or negative errno. */

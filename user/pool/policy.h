@@ -6,6 +6,7 @@
 #ifndef KT_POLICY_H
 #define KT_POLICY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* What one bucket of a limit may admit: its share while the lease holds,
@@ -37,5 +38,13 @@ struct kt_bucket_policy {
 /* The policy of the node bucket of a limit with `n` members on the node,
  * whose member policy is `pol`. Pure. */
 void kt_node_policy(const struct kt_bucket_policy *pol, int n, struct kt_bucket_policy *out);
+
+/* In-flight limits (unit concurrent): a policy whose rates are slot
+ * counts, written as a slot bucket holds them (struct kt_inflight): burst
+ * the whole slots, rate 1 while there is one (0: closed), and the same for
+ * the fallback and the node bucket's fields. Shares round down, so the
+ * nodes' shares never sum past max; with member_up a member's rounds up
+ * (a pod scope member, whose node bucket bounds the sum). Pure. */
+void kt_slots_policy(struct kt_bucket_policy *pol, bool member_up);
 
 #endif
