@@ -43,12 +43,12 @@ static int sweep_closed(struct pollfd *pf, int n, int timeout_ms)
 	return n;
 }
 
-static void server_main(int lfd, double secs, double warmup_s, int out)
+static void server_main(int lfd, double secs, double from_s, double to_s, int out)
 {
 	struct pollfd pf[MAX_CONNS + 1];
 	struct kt_inflight_seen s = { 0 };
-	uint64_t t0 = ktest_now_ns(), from = t0 + (uint64_t)(warmup_s * 1e9),
-		 end = t0 + (uint64_t)(secs * 1e9), last = from;
+	uint64_t t0 = ktest_now_ns(), from = t0 + (uint64_t)(from_s * 1e9),
+		 to = t0 + (uint64_t)(to_s * 1e9), end = t0 + (uint64_t)(secs * 1e9), last = from;
 	double area = 0;
 	int n = 1;
 
@@ -67,8 +67,8 @@ static void server_main(int lfd, double secs, double warmup_s, int out)
 		n = sweep_closed(pf, n, 0);
 		now = ktest_now_ns();
 		open = n - 1;
-		if (now > from) {
-			area += (double)open * (double)(now - last) / 1e9;
+		if (now > from && last < to) {
+			area += (double)open * (double)((now < to ? now : to) - last) / 1e9;
 			last = now;
 		}
 		for (;;) {
@@ -84,31 +84,31 @@ static void server_main(int lfd, double secs, double warmup_s, int out)
 			s.accepted++;
 		}
 		n = sweep_closed(pf, n, 0);
-		if (ktest_now_ns() > from && n - 1 > s.max_open)
+		now = ktest_now_ns();
+		if (now > from && now < to && n - 1 > s.max_open)
 			s.max_open = n - 1;
 	}
-	s.measured_s = secs - warmup_s;
+	s.measured_s = to_s - from_s;
 	s.mean_open = s.measured_s > 0 ? area / s.measured_s : 0;
 	if (write(out, &s, sizeof(s)) != sizeof(s))
 		_exit(2);
 	_exit(0);
 }
 
-pid_t kt_inflight_server_start(int *port, double secs, double warmup_s, int *fd)
+pid_t kt_inflight_server_start(int port, double secs, double from_s, double to_s, int *fd)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t sl = sizeof(a);
-	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
 	pid_t pid;
 
 	assert_true(lfd >= 0);
+	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
 	assert_int_equal(listen(lfd, 1024), 0);
-	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &sl), 0);
-	*port = ntohs(a.sin_port);
 	pid = kt_clusterfx_fork(fd);
 	if (pid == 0)
-		server_main(lfd, secs, warmup_s, *fd);
+		server_main(lfd, secs, from_s, to_s, *fd);
 	close(lfd);
 	return pid;
 }
@@ -156,7 +156,7 @@ static void worker_main(int port, double secs, int hold_min_ms, int hold_max_ms,
 		if (errno == EBUSY)
 			w.refused++;
 		else
-			w.errors++;
+			w.errors++, w.last_errno = errno;
 		close(fd);
 		usleep(1000);
 	}

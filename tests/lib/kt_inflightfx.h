@@ -12,25 +12,26 @@
 
 /* What the server saw. */
 struct kt_inflight_seen {
-	int max_open;        /* the most connections open at once, after the warm-up */
-	double mean_open;    /* time-weighted mean of the open count, after the warm-up */
+	int max_open;        /* the most connections open at once in the window */
+	double mean_open;    /* time-weighted mean of the open count in the window */
 	uint64_t accepted;   /* connections accepted in all */
 	double measured_s;   /* the span the two figures cover */
 };
 
-/* cmocka: a listener on 127.0.0.1 (its port in *port) served by a child
+/* cmocka: a listener on 127.0.0.1:port served by a child
  * for `secs`: it accepts every connection and counts it open until the
  * client closes it. Closes are taken before accepts in each round, and
  * swept again before a new count is recorded, so the server never counts a
  * connection the client closed before the next one was admitted. The
- * figures cover [warmup_s, secs). Its pid; *fd carries its struct
- * kt_inflight_seen. */
-pid_t kt_inflight_server_start(int *port, double secs, double warmup_s, int *fd);
+ * figures cover the window [from_s, to_s) of its run (to_s <= secs): the
+ * load's steady part. Its pid; *fd carries its struct kt_inflight_seen. */
+pid_t kt_inflight_server_start(int port, double secs, double from_s, double to_s, int *fd);
 
 /* What a worker did. */
 struct kt_inflight_work {
 	uint64_t admitted, refused, errors;
 	int max_held;
+	int last_errno; /* of the last error (not EBUSY), 0: none */
 };
 
 /* cmocka: a child that joins cgroup cg and, for `secs`, keeps opening TCP

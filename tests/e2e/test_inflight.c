@@ -1,0 +1,314 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* In-flight limits (unit concurrent) with real daemons, measured by an
+ * outside observer: a loopback TCP server counting the connections open at
+ * each instant (tests/lib/kt_inflightfx).
+ *
+ *  - three nodes, a static pool of 3 members, max 30: a worker in each
+ *    node's member cgroup opens connections as fast as they are admitted,
+ *    each held 10-500 ms. The server never sees more than 30 open, and the
+ *    slots are used: the mean is at least 90% of 30. Status and metrics
+ *    show each node's open count within its 10 slots.
+ *  - one node, max 5: a process holding 5 connections; the 6th connect is
+ *    refused at once with EBUSY. The daemon restarts and adopts the open
+ *    count from the pinned maps (5, not 0: the 6th is still refused). The
+ *    holder is killed with -9: its slots are free again as soon as the
+ *    kernel has closed its sockets, and the count reads 0.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "kt_clusterfx.h"
+#include "kt_daemonfx.h"
+#include "kt_inflightfx.h"
+#include "ktest.h"
+
+#define NODES 3
+#define MAX_OPEN 30
+#define RUN_S 12.0
+#define WARMUP_S 2.0
+
+struct fixture {
+	struct ktest_daemon d[NODES];
+	char cg[NODES][PATH_MAX];
+	pid_t kid[NODES + 1];
+	int kid_fd[NODES + 1];
+};
+
+static int setup(void **state)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	if (!f)
+		return -1;
+	kt_clusterfx_begin(f, sizeof(*f), f->d, NODES, f->kid, f->kid_fd);
+	for (int i = 0; i <= NODES; i++) {
+		f->kid[i] = -1;
+		f->kid_fd[i] = -1;
+	}
+	*state = f;
+	if (geteuid() != 0)
+		return 0;
+	for (int i = 0; i < NODES; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "inflight-n%d", i);
+		if (ktest_cgroup_create(name, f->cg[i], sizeof(f->cg[i])) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	kt_clusterfx_nodes_end(f->d, NODES, f->kid, f->kid_fd);
+	if (f->kid[NODES] > 0) {
+		kill(f->kid[NODES], SIGKILL);
+		waitpid(f->kid[NODES], NULL, 0);
+	}
+	if (f->kid_fd[NODES] >= 0)
+		close(f->kid_fd[NODES]);
+	kt_clusterfx_cgroups_end(f->cg, NODES);
+	free(f);
+	return 0;
+}
+
+/* Node i's config: one in-flight limit on 127.0.0.1:port, its member
+ * cgroup, `max` slots over a static pool of `pool` members. */
+static void node_config(struct fixture *f, int i, int port, int max, int pool, int metrics_port)
+{
+	char body[2048], metrics[64] = "";
+
+	if (metrics_port)
+		snprintf(metrics, sizeof(metrics), "metrics: 127.0.0.1:%d\n", metrics_port);
+	snprintf(body, sizeof(body),
+		 "node: n%d\n"
+		 "%s"
+		 "tickInterval: 100ms\n"
+		 "limits:\n"
+		 "  - name: llm\n"
+		 "    cgroups: [%s]\n"
+		 "    unit: concurrent\n"
+		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: tcp}\n"
+		 "    rateLimit: {max: %d, store: {static: {poolSize: %d}}}\n",
+		 i, metrics, f->cg[i], port, max, pool);
+	assert_int_equal(ktest_daemon_config(&f->d[i], body), 0);
+}
+
+static void node_up(struct fixture *f, int i)
+{
+	int code = 0;
+
+	if (ktest_daemon_start(&f->d[i], 10000, &code) != 0) {
+		ktest_daemon_dump(&f->d[i], "kthrottled", 40);
+		fail_msg("node %d did not start (exit %d)", i, code);
+	}
+}
+
+/* limit llm's in-flight numbers from d's status json */
+static void inflight_status(const struct ktest_daemon *d, double *open, double *slots)
+{
+	char *js = ktest_daemon_cmd(d, "status json");
+	const char *in;
+
+	assert_non_null(js);
+	in = strstr(js, "\"inflight\":{");
+	assert_non_null(in);
+	assert_true(ktest_json_num(in, "open", open));
+	assert_true(ktest_json_num(in, "slots", slots));
+	free(js);
+}
+
+static void test_three_nodes_outside_observer(void **state)
+{
+	struct fixture *f = *state;
+	struct kt_inflight_work w[NODES];
+	struct kt_inflight_seen seen;
+	double open, slots;
+	int port, status, mport = ktest_free_port(SOCK_STREAM);
+	char *metrics = NULL;
+
+	KTEST_SKIP_UNLESS_ROOT();
+	port = ktest_free_port(SOCK_STREAM);
+	for (int i = 0; i < NODES; i++) {
+		assert_int_equal(ktest_daemon_init(&f->d[i]), 0);
+		node_config(f, i, port, MAX_OPEN, NODES, i == 0 ? mport : 0);
+		node_up(f, i);
+	}
+	for (int i = 0; i < NODES; i++) {
+		inflight_status(&f->d[i], &open, &slots);
+		assert_int_equal((int)slots, MAX_OPEN / NODES);
+	}
+	f->kid[NODES] = kt_inflight_server_start(port, RUN_S + 1.0, WARMUP_S, RUN_S - 0.5,
+						 &f->kid_fd[NODES]);
+	for (int i = 0; i < NODES; i++)
+		f->kid[i] = kt_inflight_worker_start(f->cg[i], port, RUN_S, 10, 500, &f->kid_fd[i]);
+	/* halfway: each node within its share, the metrics say so */
+	usleep((useconds_t)(RUN_S / 2 * 1e6));
+	for (int i = 0; i < NODES; i++) {
+		inflight_status(&f->d[i], &open, &slots);
+		assert_true(open <= slots && slots == MAX_OPEN / NODES);
+	}
+	assert_int_equal(ktest_http_get(mport, "/metrics", &metrics), 200);
+	assert_non_null(strstr(metrics, "kthrottle_inflight_limit{limit=\"llm\"} 10\n"));
+	assert_non_null(strstr(metrics, "kthrottle_inflight{limit=\"llm\"} "));
+	free(metrics);
+	for (int i = 0; i < NODES; i++) {
+		assert_true(kt_clusterfx_reap(f->kid[i], f->kid_fd[i], &w[i], sizeof(w[i]), &status));
+		f->kid[i] = -1;
+		f->kid_fd[i] = -1;
+		print_message("node %d: admitted %llu, refused %llu, errors %llu (last: %s), held at most %d\n",
+			      i, (unsigned long long)w[i].admitted, (unsigned long long)w[i].refused,
+			      (unsigned long long)w[i].errors, w[i].last_errno ? strerror(w[i].last_errno) : "-",
+			      w[i].max_held);
+		assert_int_equal(w[i].errors, 0);
+		assert_true(w[i].refused > 0); /* demand exceeded the share */
+		assert_true(w[i].max_held <= MAX_OPEN / NODES);
+	}
+	assert_true(kt_clusterfx_reap(f->kid[NODES], f->kid_fd[NODES], &seen, sizeof(seen), &status));
+	f->kid[NODES] = -1;
+	f->kid_fd[NODES] = -1;
+	print_message("server: %llu connections, at most %d open at once, mean %.2f over %.0f s (max %d)\n",
+		      (unsigned long long)seen.accepted, seen.max_open, seen.mean_open, seen.measured_s,
+		      MAX_OPEN);
+	assert_true(seen.max_open <= MAX_OPEN);
+	assert_true(seen.mean_open >= 0.9 * MAX_OPEN);
+	/* all closed: every node's count is back to 0 */
+	for (int i = 0; i < NODES; i++) {
+		inflight_status(&f->d[i], &open, &slots);
+		assert_int_equal((int)open, 0);
+	}
+}
+
+/* A child in cgroup cg that opens `n` connections to port, reports how
+ * many it got, then holds them until killed. */
+static pid_t holder_start(const char *cg, int port, int n, int *fd)
+{
+	pid_t pid = kt_clusterfx_fork(fd);
+
+	if (pid == 0) {
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		int got = 0;
+
+		if (ktest_cgroup_join(cg) != 0)
+			_exit(4);
+		for (int i = 0; i < n; i++) {
+			int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+			got += s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) == 0;
+		}
+		if (write(*fd, &got, sizeof(got)) != sizeof(got))
+			_exit(2);
+		for (;;)
+			pause();
+	}
+	return pid;
+}
+
+/* One connect from cgroup cg to port: 0 or its errno, in a child. */
+static int connect_from(const char *cg, int port)
+{
+	int fd, err = -1, status;
+	pid_t pid = kt_clusterfx_fork(&fd);
+
+	if (pid == 0) {
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		int s, e;
+
+		/* join first: a socket is charged to the cgroup it was made in */
+		if (ktest_cgroup_join(cg) != 0)
+			_exit(4);
+		s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		e = connect(s, (struct sockaddr *)&a, sizeof(a)) == 0 ? 0 : errno;
+		if (write(fd, &e, sizeof(e)) != sizeof(e))
+			_exit(2);
+		_exit(0);
+	}
+	assert_true(kt_clusterfx_reap(pid, fd, &err, sizeof(err), &status));
+	return err;
+}
+
+static void test_restart_adopts_and_kill_frees(void **state)
+{
+	struct fixture *f = *state;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(a);
+	double open, slots;
+	int lfd, port, got = 0, ms;
+	uint64_t t0;
+
+	KTEST_SKIP_UNLESS_ROOT();
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(lfd, 64), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &sl), 0);
+	port = ntohs(a.sin_port);
+
+	assert_int_equal(ktest_daemon_init(&f->d[0]), 0);
+	node_config(f, 0, port, 5, 1, 0);
+	node_up(f, 0);
+	f->kid[0] = holder_start(f->cg[0], port, 5, &f->kid_fd[0]);
+	{
+		struct pollfd pf = { .fd = f->kid_fd[0], .events = POLLIN };
+
+		assert_int_equal(poll(&pf, 1, 10000), 1);
+		assert_int_equal(read(f->kid_fd[0], &got, sizeof(got)), sizeof(got));
+	}
+	assert_int_equal(got, 5);
+	assert_int_equal(connect_from(f->cg[0], port), EBUSY);
+	inflight_status(&f->d[0], &open, &slots);
+	assert_int_equal((int)open, 5);
+
+	/* a restart adopts the count: nothing is reset */
+	assert_int_equal(ktest_daemon_signal_wait(&f->d[0], SIGTERM), 0);
+	assert_int_equal(connect_from(f->cg[0], port), EBUSY); /* no daemon: the kernel still holds */
+	node_up(f, 0);
+	inflight_status(&f->d[0], &open, &slots);
+	assert_int_equal((int)open, 5);
+	assert_int_equal((int)slots, 5);
+	assert_int_equal(connect_from(f->cg[0], port), EBUSY);
+
+	/* kill -9: the slots come back as the kernel closes the sockets */
+	t0 = ktest_now_ns();
+	kill(f->kid[0], SIGKILL);
+	waitpid(f->kid[0], NULL, 0);
+	f->kid[0] = -1;
+	for (ms = 0;; ms = (int)((ktest_now_ns() - t0) / 1000000)) {
+		inflight_status(&f->d[0], &open, &slots);
+		if (open == 0 || ms > 2000)
+			break;
+		usleep(1000);
+	}
+	print_message("5 slots back %d ms after kill -9 (read through status)\n", ms);
+	assert_int_equal((int)open, 0);
+	assert_int_equal(connect_from(f->cg[0], port), 0);
+	close(lfd);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_three_nodes_outside_observer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restart_adopts_and_kill_frees, setup, teardown),
+	};
+	return cmocka_run_group_tests_name("e2e_inflight", tests, NULL, NULL);
+}
