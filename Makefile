@@ -207,6 +207,11 @@ $(BUILD)/tests/e2e/test_coop: tests/e2e/test_coop.c $(BUILD)/libkthrottle.a $(TE
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
 
+# in-flight limits, kthrottle_connect's answer to a refusal among them
+$(BUILD)/tests/e2e/test_inflight: tests/e2e/test_inflight.c $(BUILD)/libkthrottle.a $(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS)
+	@mkdir -p $(@D)
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
+
 # kthrottle_connect against a daemon's connection limits
 $(BUILD)/tests/e2e/test_connect_refusal: tests/e2e/test_connect_refusal.c $(BUILD)/libkthrottle.a $(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS)
 	@mkdir -p $(@D)

@@ -113,7 +113,9 @@ struct kthrottle_refusal {
 	uint32_t reason;         /* 0 share used up, 1 fallback rate used up (lease
 				  * lapsed), 2 closed (rate 0; a strict limit's store
 				  * unreachable), 3 permit (a strict limit: no permit
-				  * due now): enum kt_reason */
+				  * due now), 6 inflight (an in-flight limit's slots are
+				  * all held: retry_after_ns is 0, a slot frees when one
+				  * of those connections closes): enum kt_reason */
 	int err;                 /* the errno connect() failed with (the limit's errno:) */
 };
 

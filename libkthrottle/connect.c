@@ -337,7 +337,7 @@ static __u32 refusing_slot(__u32 slot, __u64 now, __u32 *limit_id)
 /* Fills *why from the refusing limit and its bucket now. */
 static void describe(const struct cand *c, int err, struct kthrottle_refusal *why)
 {
-	struct kt_limit_info li;
+	struct kt_limit_info li = { 0 };
 	struct kt_bucket b;
 	__u64 now = kt_clock_ns(), wait = 0;
 	__u32 key = c->limit_id;
@@ -347,6 +347,18 @@ static void describe(const struct cand *c, int err, struct kthrottle_refusal *wh
 	why->err = err;
 	if (!bpf_map_lookup_elem(st.fd[M_LIMITS], &key, &li))
 		memcpy(why->limit, li.name, sizeof(why->limit) - 1);
+	if (li.unit == KT_UNIT_CONCURRENT && li.in_use) {
+		/* an in-flight limit: no time to wait for, a slot frees when
+		 * one of the connections holding it closes */
+		key = c->slot;
+		why->retry_after_ns = 0;
+		why->reason = KT_REASON_INFLIGHT;
+		if (!bpf_map_lookup_elem(st.fd[M_BUCKETS], &key, &b) && !kt_slots_in_force(&b, now)) {
+			why->reason = kt_bucket_reason(&b, now);
+			why->retry_after_ns = UINT64_MAX;
+		}
+		return;
+	}
 	key = slot;
 	if (!bpf_map_lookup_elem(st.fd[M_BUCKETS], &key, &b)) {
 		/* what kthrottle_is_throttled would answer: the wait for one

@@ -73,7 +73,7 @@ class RateLimited(ConnectionError):
     An ``OSError`` with the errno the limit fails connects with, so code
     that catches ``OSError`` still sees it; ``limit`` is the refusing
     limit's name, ``retry_after`` the seconds until it admits again
-    (``math.inf``: closed), ``reason`` "share", "fallback", "closed" or "permit" (a strict limit: no permit due now).
+    (``math.inf``: closed), ``reason`` "share", "fallback", "closed", "permit" (a strict limit: no permit due now) or "inflight" (an in-flight limit's slots are all held: ``retry_after`` 0, a slot frees when one of them closes).
     """
 
     def __init__(self, err, limit, retry_after, reason):
@@ -89,7 +89,7 @@ class _Refusal(ctypes.Structure):
                 ("reason", ctypes.c_uint32), ("err", ctypes.c_int)]
 
 
-_REASONS = ("share", "fallback", "closed", "permit", "tag", "shadow")
+_REASONS = ("share", "fallback", "closed", "permit", "tag", "shadow", "inflight")
 
 
 # --- the library -----------------------------------------------------------

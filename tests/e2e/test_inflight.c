@@ -9,7 +9,8 @@
  *    slots are used: the mean is at least 90% of 30. Status and metrics
  *    show each node's open count within its 10 slots.
  *  - one node, max 5: a process holding 5 connections; the 6th connect is
- *    refused at once with EBUSY. The daemon restarts and adopts the open
+ *    refused at once with EBUSY, and kthrottle_connect names the limit,
+ *    reason inflight, retry-after 0. The daemon restarts and adopts the open
  *    count from the pinned maps (5, not 0: the 6th is still refused). The
  *    holder is killed with -9: its slots are free again as soon as the
  *    kernel has closed its sockets, and the count reads 0.
@@ -36,6 +37,8 @@
 #include "kt_daemonfx.h"
 #include "kt_inflightfx.h"
 #include "ktest.h"
+#include "kthrottle.h"
+#include "kthrottle_client.h"
 
 #define NODES 3
 #define MAX_OPEN 30
@@ -222,28 +225,49 @@ static pid_t holder_start(const char *cg, int port, int n, int *fd)
 	return pid;
 }
 
-/* One connect from cgroup cg to port: 0 or its errno, in a child. */
-static int connect_from(const char *cg, int port)
+/* One kthrottle_connect from cgroup cg to port, in a child: its answer
+ * (0, KTHROTTLE_THROTTLED or -errno) and why. */
+struct attempt {
+	int rc;
+	struct kthrottle_refusal why;
+};
+
+static int connect_from(const char *cg, int port, struct kthrottle_refusal *why)
 {
-	int fd, err = -1, status;
+	struct attempt at = { .rc = -1 };
+	int fd, status;
 	pid_t pid = kt_clusterfx_fork(&fd);
 
 	if (pid == 0) {
 		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
 					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-		int s, e;
+		int s;
 
 		/* join first: a socket is charged to the cgroup it was made in */
 		if (ktest_cgroup_join(cg) != 0)
 			_exit(4);
 		s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		e = connect(s, (struct sockaddr *)&a, sizeof(a)) == 0 ? 0 : errno;
-		if (write(fd, &e, sizeof(e)) != sizeof(e))
+		at.rc = kthrottle_connect(s, (struct sockaddr *)&a, sizeof(a), &at.why);
+		if (write(fd, &at, sizeof(at)) != sizeof(at))
 			_exit(2);
 		_exit(0);
 	}
-	assert_true(kt_clusterfx_reap(pid, fd, &err, sizeof(err), &status));
-	return err;
+	assert_true(kt_clusterfx_reap(pid, fd, &at, sizeof(at), &status));
+	if (why)
+		*why = at.why;
+	return at.rc;
+}
+
+/* Refused by limit llm for its slots: reason inflight, nothing to wait for. */
+static void assert_refused_inflight(const char *cg, int port)
+{
+	struct kthrottle_refusal why;
+
+	assert_int_equal(connect_from(cg, port, &why), KTHROTTLE_THROTTLED);
+	assert_string_equal(why.limit, "llm");
+	assert_int_equal(why.err, EBUSY);
+	assert_int_equal(why.reason, KT_REASON_INFLIGHT);
+	assert_int_equal(why.retry_after_ns, 0);
 }
 
 static void test_restart_adopts_and_kill_frees(void **state)
@@ -266,6 +290,7 @@ static void test_restart_adopts_and_kill_frees(void **state)
 	assert_int_equal(ktest_daemon_init(&f->d[0]), 0);
 	node_config(f, 0, port, 5, 1, 0);
 	node_up(f, 0);
+	setenv(KTHROTTLE_PIN_DIR_ENV, f->d[0].pin_dir, 1); /* for kthrottle_connect */
 	f->kid[0] = holder_start(f->cg[0], port, 5, &f->kid_fd[0]);
 	{
 		struct pollfd pf = { .fd = f->kid_fd[0], .events = POLLIN };
@@ -274,18 +299,18 @@ static void test_restart_adopts_and_kill_frees(void **state)
 		assert_int_equal(read(f->kid_fd[0], &got, sizeof(got)), sizeof(got));
 	}
 	assert_int_equal(got, 5);
-	assert_int_equal(connect_from(f->cg[0], port), EBUSY);
+	assert_refused_inflight(f->cg[0], port);
 	inflight_status(&f->d[0], &open, &slots);
 	assert_int_equal((int)open, 5);
 
 	/* a restart adopts the count: nothing is reset */
 	assert_int_equal(ktest_daemon_signal_wait(&f->d[0], SIGTERM), 0);
-	assert_int_equal(connect_from(f->cg[0], port), EBUSY); /* no daemon: the kernel still holds */
+	assert_refused_inflight(f->cg[0], port); /* no daemon: the kernel still holds */
 	node_up(f, 0);
 	inflight_status(&f->d[0], &open, &slots);
 	assert_int_equal((int)open, 5);
 	assert_int_equal((int)slots, 5);
-	assert_int_equal(connect_from(f->cg[0], port), EBUSY);
+	assert_refused_inflight(f->cg[0], port);
 
 	/* kill -9: the slots come back as the kernel closes the sockets */
 	t0 = ktest_now_ns();
@@ -300,7 +325,7 @@ static void test_restart_adopts_and_kill_frees(void **state)
 	}
 	print_message("5 slots back %d ms after kill -9 (read through status)\n", ms);
 	assert_int_equal((int)open, 0);
-	assert_int_equal(connect_from(f->cg[0], port), 0);
+	assert_int_equal(connect_from(f->cg[0], port, NULL), 0);
 	close(lfd);
 }
 
