@@ -656,13 +656,18 @@ static __always_inline int kt_sock_addr_verdict(struct bpf_sock_addr *ctx, __u32
 	}
 	gen = kt_generation();
 	cgid = bpf_get_current_cgroup_id();
-	sc = sk ? bpf_sk_storage_get(&kt_sk_sa, sk, 0, BPF_SK_STORAGE_GET_F_CREATE) : 0;
+	sc = sk ? bpf_sk_storage_get(&kt_sk_sa, sk, 0, 0) : 0;
 	if (sc && gen && sc->gen == gen && sc->cgid == cgid && sc->port == port &&
 	    sc->proto == proto && sc->hook == hook && sc->addr[3] == addr[3] &&
 	    sc->addr[2] == addr[2] && sc->addr[1] == addr[1] && sc->addr[0] == addr[0]) {
 		cls = sc->cls;
 	} else {
 		kt_classify(ctx, 0, hook, proto, addr, port, 0, cgid, gen, &cls);
+		/* an in-flight limit's socket connects once and keeps its own
+		 * mark (kt_sk_slot): no decision to remember, no second
+		 * storage to allocate */
+		if (!sc && sk && cls.unit != KT_UNIT_CONCURRENT)
+			sc = bpf_sk_storage_get(&kt_sk_sa, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
 		if (sc) {
 			sc->gen = gen;
 			sc->cgid = cgid;

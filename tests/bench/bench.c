@@ -79,7 +79,10 @@
 #include "control/ramp.h"
 #include "redis_proc.h"
 #include "bench_empty.skel.h"
+#include "connect.skel.h"
 #include "egress.skel.h"
+#include "sock.skel.h"
+#include "sockops.skel.h"
 #include "tags/xdp_tags.h"
 
 static volatile sig_atomic_t g_stop;
@@ -298,6 +301,7 @@ enum {
 	LIM_SKB_NOMEMBER, /* egress, 10.0.0.0/8 port SKB_PORT_NOMEMBER; no test-run member */
 	LIM_CONN_MATCH,   /* connect, 127.0.0.0/8 port lport[0]; member cg_kt */
 	LIM_CONN_REFUSE,  /* connect, 127.0.0.0/8 port refuse_port; member cg_kt */
+	LIM_CONN_INFLIGHT, /* unit concurrent, 127.0.0.0/8 port lport[2]; member cg_kt */
 	LIM_USER,         /* egress, 198.51.100.0/24: a bucket only userspace touches */
 	LIM_SKB_WIDE,     /* 7 limits: egress, 0.0.0.0/0 port SKB_PORT_MATCH; member cg_plain */
 	N_LIMITS = LIM_SKB_WIDE + KT_LIMITS_PER_CGROUP - 1
@@ -323,8 +327,9 @@ struct bench_env {
 	bool bpf_open;
 	struct kt_bench_empty *empty;
 	struct bpf_link *empty_link; /* empty_connect4 on cg_empty, not pinned */
-	int lfd[2];                  /* loopback listeners: [0] limited port, [1] unlimited */
-	uint16_t lport[2];
+	int lfd[3];                  /* loopback listeners: [0] limited port, [1] unlimited,
+				      * [2] the in-flight limit's */
+	uint16_t lport[3];
 	uint16_t refuse_port;
 	pid_t listener;
 	uint32_t slot[N_LIMITS];
@@ -485,7 +490,7 @@ static int listen_loopback(uint16_t *port)
 /* Accepts and closes until killed; dies with the parent. */
 static void listener_main(const int *fds, int n, pid_t parent)
 {
-	struct pollfd p[2];
+	struct pollfd p[3];
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
@@ -511,10 +516,10 @@ static void env_free(struct bench_env *e)
 	char err[KT_ERR_LEN];
 
 	ktest_kill_wait(&e->listener);
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 3; i++)
 		if (e->lfd[i] >= 0)
 			close(e->lfd[i]);
-	e->lfd[0] = e->lfd[1] = -1;
+	e->lfd[0] = e->lfd[1] = e->lfd[2] = -1;
 	bpf_link__destroy(e->empty_link); /* not pinned: destroying detaches */
 	e->empty_link = NULL;
 	kt_bench_empty__destroy(e->empty);
@@ -545,7 +550,7 @@ static int env_setup(struct bench_env *e)
 	int ret, cgfd;
 
 	memset(e, 0, sizeof(*e));
-	e->lfd[0] = e->lfd[1] = -1;
+	e->lfd[0] = e->lfd[1] = e->lfd[2] = -1;
 	ret = kt_cgroup2_mount(e->cg_mount, sizeof(e->cg_mount), NULL);
 	if (ret) {
 		fprintf(stderr, "bench: no cgroup v2 mount in /proc/mounts\n");
@@ -571,7 +576,7 @@ static int env_setup(struct bench_env *e)
 			return ret;
 		}
 	}
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		e->lfd[i] = listen_loopback(&e->lport[i]);
 		if (e->lfd[i] < 0) {
 			ret = e->lfd[i];
@@ -603,6 +608,8 @@ static int env_setup(struct bench_env *e)
 		  e->lport[0], e->cg_kt);
 	limit_cfg(&e->cfg.limits[LIM_CONN_REFUSE], "conn-refuse", KT_UNIT_CONNECTION, "127.0.0.0",
 		  8, e->refuse_port, e->cg_kt);
+	limit_cfg(&e->cfg.limits[LIM_CONN_INFLIGHT], "conn-inflight", KT_UNIT_CONCURRENT,
+		  "127.0.0.0", 8, e->lport[2], e->cg_kt);
 	limit_cfg(&e->cfg.limits[LIM_USER], "user-gcra", KT_UNIT_PACKET, "198.51.100.0", 24, 1,
 		  e->cg_skb);
 	for (int i = LIM_SKB_WIDE; i < N_LIMITS; i++) {
@@ -681,7 +688,7 @@ static int env_setup(struct bench_env *e)
 		return ret;
 	}
 	if (e->listener == 0)
-		listener_main(e->lfd, 2, getppid());
+		listener_main(e->lfd, 3, getppid());
 	return 0;
 }
 
@@ -1059,6 +1066,7 @@ struct conn_result {
 	int last_errno;
 	double median_ns; /* of the connect() syscalls alone */
 	double mean_ns;
+	double close_median_ns; /* of the close() calls */
 };
 
 /* n connects from a child that joined `cgroup`; SO_LINGER 0 closes with a
@@ -1070,7 +1078,7 @@ static void connect_child(const char *cgroup, uint16_t port, long n, int out_fd,
 	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
 	struct conn_result r = { 0 };
 	uint64_t spent = 0, start;
-	double *per = calloc((size_t)n, sizeof(*per));
+	double *per = calloc((size_t)n, sizeof(*per)), *per_close = calloc((size_t)n, sizeof(*per));
 	long i;
 	int ret;
 
@@ -1078,7 +1086,7 @@ static void connect_child(const char *cgroup, uint16_t port, long n, int out_fd,
 	if (getppid() != parent)
 		_exit(1);
 	pin_cpu(0);
-	ret = per ? ktest_cgroup_join(cgroup) : -ENOMEM;
+	ret = per && per_close ? ktest_cgroup_join(cgroup) : -ENOMEM;
 	if (ret) {
 		r.errors = 1;
 		r.last_errno = -ret;
@@ -1109,7 +1117,9 @@ static void connect_child(const char *cgroup, uint16_t port, long n, int out_fd,
 			r.errors++;
 			r.last_errno = e;
 		}
+		t0 = now_ns();
 		close(fd);
+		per_close[i] = (double)(now_ns() - t0);
 		/* bounded in time too: a stalled listener must not hang the bench */
 		if ((i & 255) == 255 && now_ns() - start > 15000000000ull) {
 			i++;
@@ -1121,9 +1131,12 @@ static void connect_child(const char *cgroup, uint16_t port, long n, int out_fd,
 	if (i) {
 		qsort(per, (size_t)i, sizeof(*per), cmp_double);
 		r.median_ns = per[i / 2];
+		qsort(per_close, (size_t)i, sizeof(*per_close), cmp_double);
+		r.close_median_ns = per_close[i / 2];
 	}
 out:
 	free(per);
+	free(per_close);
 	if (write(out_fd, &r, sizeof(r)) != (ssize_t)sizeof(r))
 		_exit(1);
 	_exit(0);
@@ -1177,6 +1190,21 @@ static int run_connects(const char *cgroup, uint16_t port, long n, struct conn_r
 	return run_child(connect_child, cgroup, port, n, res, sizeof(*res));
 }
 
+/* Run time, ns, summed over the programs (bpf_enable_stats must be on). */
+static uint64_t progs_run_ns(const int *fds, int n)
+{
+	uint64_t ns = 0;
+
+	for (int i = 0; i < n; i++) {
+		struct bpf_prog_info info = { 0 };
+		__u32 len = sizeof(info);
+
+		if (bpf_obj_get_info_by_fd(fds[i], &info, &len) == 0)
+			ns += info.run_time_ns;
+	}
+	return ns;
+}
+
 struct conn_mode {
 	const char *what;
 	const char *cgroup;
@@ -1186,7 +1214,7 @@ struct conn_mode {
 
 static int bench_connect(struct bench_env *e)
 {
-	enum { M_PLAIN, M_EMPTY, M_MATCH, M_UNMATCH, M_REFUSE, NM };
+	enum { M_PLAIN, M_EMPTY, M_MATCH, M_UNMATCH, M_REFUSE, M_INFLIGHT, NM };
 	const struct conn_mode modes[NM] = {
 		[M_PLAIN] = { "connect() (i) no program attached", e->cg_plain, e->lport[0], 0 },
 		[M_EMPTY] = { "connect() empty connect4 program attached", e->cg_empty, e->lport[0], 0 },
@@ -1196,10 +1224,18 @@ static int bench_connect(struct bench_env *e)
 				e->lport[1], 0 },
 		[M_REFUSE] = { "connect() kthrottle, refused (rate closed; fails EBUSY)", e->cg_kt,
 			       e->refuse_port, 1 },
+		[M_INFLIGHT] = { "connect() kthrottle, in-flight limit, slot taken", e->cg_kt,
+				 e->lport[2], 0 },
 	};
 	const int rounds = g_quick ? 3 : 10;
 	const long n = g_quick ? 1000 : 2000;
-	double ns[NM][16], mean[NM][16], delta[NM][16];
+	double ns[NM][16], mean[NM][16], delta[NM][16], cl[NM][16], cl_delta[NM][16], bpf[NM][16];
+	/* the programs a connection of cg_kt meets: connect4, sockops (its
+	 * state callbacks) and sock_release, attached for the in-flight limit */
+	const int fds[3] = { bpf_program__fd(e->bpf.connect->progs.kt_connect4),
+			     bpf_program__fd(e->bpf.sockops->progs.kt_sockops),
+			     bpf_program__fd(e->bpf.sock->progs.kt_sock_release) };
+	int stats_fd = bpf_enable_stats(BPF_STATS_RUN_TIME);
 	struct kt_counters m0, m1, r0, r1;
 	long sum_ok[NM] = { 0 }, sum_refused[NM] = { 0 };
 	int ret;
@@ -1214,10 +1250,15 @@ static int bench_connect(struct bench_env *e)
 		for (int k = 0; k < NM; k++) {
 			int m = (k + r) % NM;
 			struct conn_result res;
+			uint64_t run0 = progs_run_ns(fds, 3);
 
 			if (g_stop)
 				return -EINTR;
 			ret = run_connects(modes[m].cgroup, modes[m].port, n, &res);
+			bpf[m][r] = res.n ? (double)(progs_run_ns(fds, 3) - run0) / (double)res.n : NAN;
+			if (getenv("KT_BENCH_VERBOSE"))
+				fprintf(stderr, "bench: connect round %d %s: BPF %.0f ns per connection\n", r,
+					modes[m].what, bpf[m][r]);
 			if (ret) {
 				fprintf(stderr, "bench: connect worker: %s\n", strerror(-ret));
 				return ret;
@@ -1228,11 +1269,14 @@ static int bench_connect(struct bench_env *e)
 			       "%s: %ld of %ld refused", modes[m].what, res.refused, res.n);
 			ns[m][r] = res.median_ns;
 			mean[m][r] = res.mean_ns;
+			cl[m][r] = res.close_median_ns;
 			sum_ok[m] += res.ok;
 			sum_refused[m] += res.refused;
 		}
-		for (int m = 0; m < NM; m++)
+		for (int m = 0; m < NM; m++) {
 			delta[m][r] = ns[m][r] - ns[M_PLAIN][r];
+			cl_delta[m][r] = cl[m][r] - cl[M_PLAIN][r];
+		}
 		if (getenv("KT_BENCH_VERBOSE"))
 			fprintf(stderr,
 				"bench: connect round %d median (mean) ns: plain %.0f (%.0f) empty %.0f (%.0f) "
@@ -1253,12 +1297,56 @@ static int bench_connect(struct bench_env *e)
 	       (unsigned long long)(r1.throttled - r0.throttled),
 	       (unsigned long long)(r1.admitted - r0.admitted), sum_refused[M_REFUSE]);
 
+	/* every in-flight connect gave its slot back on close */
+	struct kt_inflight in;
+
+	sanity(kt_bpf_read_inflight(&e->bpf, e->slot[LIM_CONN_INFLIGHT], &in) == 0 && in.open == 0 &&
+		       in.peak == 1,
+	       "in-flight limit: %llu still open after all closed (peak %llu, want 1)",
+	       (unsigned long long)in.open, (unsigned long long)in.peak);
+
 	double base = median(ns[M_PLAIN], rounds);
 	for (int m = 0; m < NM; m++) {
 		char what[112];
 		snprintf(what, sizeof(what), "%s (median of %ld calls)", modes[m].what, n * rounds);
 		row_ns_ratio(what, median(ns[m], rounds), m == M_PLAIN ? NAN : base,
 			     median(delta[m], rounds));
+	}
+	/* the in-flight path against a connection rate limit's, in the same
+	 * rounds: the programs' own time per connection (bpf_stats: connect4,
+	 * and the sockops and sock_release runs the connection causes), and
+	 * the connect() call itself */
+	{
+		double b_in = median(bpf[M_INFLIGHT], rounds), b_rate = median(bpf[M_MATCH], rounds),
+		       ratio[16];
+
+		/* the ratio of each round's pair: both ran back to back */
+		for (int k = 0; k < rounds; k++)
+			ratio[k] = bpf[M_INFLIGHT][k] / bpf[M_MATCH][k];
+		double c_in = median(ns[M_INFLIGHT], rounds), c_rate = median(ns[M_MATCH], rounds);
+		struct row *r = row_new("in-flight vs connection rate limit: BPF time per connection (connect4 + sockops + sock_release, bpf_stats; ratio: median of the rounds' pairs)");
+
+		if (r && stats_fd >= 0) {
+			snprintf(r->value, sizeof(r->value), "%.0f ns", b_in);
+			snprintf(r->baseline, sizeof(r->baseline), "%.0f ns", b_rate);
+			snprintf(r->delta, sizeof(r->delta), "×%.2f", median(ratio, rounds));
+			snprintf(r->target, sizeof(r->target), "≤ ×1.2");
+			row_target(r, median(ratio, rounds) <= 1.2);
+		} else if (r) {
+			snprintf(r->value, sizeof(r->value), "skipped (bpf_enable_stats failed)");
+		}
+		r = row_new("in-flight vs connection rate limit: connect() call, median");
+		if (r) {
+			snprintf(r->value, sizeof(r->value), "%.0f ns", c_in);
+			snprintf(r->baseline, sizeof(r->baseline), "%.0f ns", c_rate);
+			/* no target: a ~10 µs syscall whose rounds vary by 30% here */
+			snprintf(r->delta, sizeof(r->delta), "×%.3f", c_rate > 0 ? c_in / c_rate : NAN);
+		}
+		if (stats_fd >= 0)
+			close(stats_fd);
+		row_ns_ratio("close() of a socket holding an in-flight slot (slot given back)",
+			     median(cl[M_INFLIGHT], rounds), median(cl[M_PLAIN], rounds),
+			     median(cl_delta[M_INFLIGHT], rounds));
 	}
 	return 0;
 }
