@@ -8,6 +8,11 @@
  *    each held 10-500 ms. The server never sees more than 30 open, and the
  *    slots are used: the mean is at least 90% of 30. Status and metrics
  *    show each node's open count within its 10 slots.
+ *  - three nodes on one Redis, max 30 (test_redis_pool_faults): two nodes
+ *    under that load share the 30 (mean >= 90%), a third joins, then
+ *    kill -9 of a daemon and its restart, Redis killed, a daemon restarted
+ *    during the outage, Redis back empty. The server never sees more than
+ *    30 open, from the first connection to the last.
  *  - one node, max 5: a process holding 5 connections; the 6th connect is
  *    refused at once with EBUSY, and kthrottle_connect names the limit,
  *    reason inflight, retry-after 0. The daemon restarts and adopts the open
@@ -37,12 +42,13 @@
 #include "kt_daemonfx.h"
 #include "kt_inflightfx.h"
 #include "ktest.h"
+#include "redis_proc.h"
 #include "kthrottle.h"
 #include "kthrottle_client.h"
 
 #define NODES 3
 #define MAX_OPEN 30
-#define RUN_S 12.0
+#define RUN_S 9.0
 #define WARMUP_S 2.0
 
 struct fixture {
@@ -50,6 +56,7 @@ struct fixture {
 	char cg[NODES][PATH_MAX];
 	pid_t kid[NODES + 1];
 	int kid_fd[NODES + 1];
+	struct rp_proc rp; /* test_redis_pool_faults */
 };
 
 static int setup(void **state)
@@ -88,6 +95,7 @@ static int teardown(void **state)
 	if (f->kid_fd[NODES] >= 0)
 		close(f->kid_fd[NODES]);
 	kt_clusterfx_cgroups_end(f->cg, NODES);
+	rp_stop(&f->rp);
 	free(f);
 	return 0;
 }
@@ -197,6 +205,119 @@ static void test_three_nodes_outside_observer(void **state)
 		inflight_status(&f->d[i], &open, &slots);
 		assert_int_equal((int)open, 0);
 	}
+}
+
+/* ---- three nodes on one Redis, under faults ---- */
+
+#define HB_MS 200
+#define REDIS_RUN_S 16.0
+
+static const struct kt_clusterfx_pool redis_pool = { 50, HB_MS, 3, 2000 };
+
+static void redis_node_config(struct fixture *f, int i)
+{
+	char store[160], lim[512];
+
+	snprintf(store, sizeof(store), "{mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: ktinf}",
+		 f->rp.port);
+	snprintf(lim, sizeof(lim),
+		 "  - name: llm\n"
+		 "    cgroups: [%s]\n"
+		 "    unit: concurrent\n"
+		 "    match: {cidrs: [127.0.0.1/32], protocol: tcp}\n"
+		 "    rateLimit: {max: %d}\n",
+		 f->cg[i], MAX_OPEN);
+	kt_clusterfx_node_config(&f->d[i], i, &redis_pool, store, lim);
+}
+
+/* What node i's status says of the limit's slots: its slots in force,
+ * printed with its open count. */
+static double node_slots(struct fixture *f, int i, const char *when)
+{
+	double open = -1, slots = -1;
+
+	inflight_status(&f->d[i], &open, &slots);
+	print_message("  %s: n%d %.0f open of %.0f slots\n", when, i, open, slots);
+	return slots;
+}
+
+static void restart_node(struct fixture *f, int i, int sig)
+{
+	if (sig == SIGKILL) {
+		kill(f->d[i].pid, SIGKILL);
+		waitpid(f->d[i].pid, NULL, 0);
+		f->d[i].pid = -1;
+	} else {
+		assert_int_equal(ktest_daemon_signal_wait(&f->d[i], sig), 0);
+	}
+}
+
+static void test_redis_pool_faults(void **state)
+{
+	struct fixture *f = *state;
+	struct kt_inflight_seen seen;
+	struct kt_inflight_work w;
+	uint64_t t0;
+	int port, status;
+
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_int_equal(rp_start_master(&f->rp, NULL), 0);
+	port = ktest_free_port(SOCK_STREAM);
+	for (int i = 0; i < NODES; i++) {
+		assert_int_equal(ktest_daemon_init(&f->d[i]), 0);
+		redis_node_config(f, i);
+	}
+	node_up(f, 0);
+	node_up(f, 1);
+	/* the steady part: two nodes share the 30 */
+	f->kid[NODES] = kt_inflight_server_start(port, REDIS_RUN_S + 1.0, 1.5, 4.5, &f->kid_fd[NODES]);
+	t0 = ktest_now_ns();
+	for (int i = 0; i < 2; i++)
+		f->kid[i] = kt_inflight_worker_start(f->cg[i], port, REDIS_RUN_S, 10, 500, &f->kid_fd[i]);
+#define AT(s) ktest_sleep_ms((int)((s) * 1000 - (double)(ktest_now_ns() - t0) / 1e6))
+	AT(4.5);
+	node_slots(f, 0, "two nodes");
+	/* a node joins */
+	node_up(f, 2);
+	f->kid[2] = kt_inflight_worker_start(f->cg[2], port, REDIS_RUN_S - 5.0, 10, 500, &f->kid_fd[2]);
+	AT(7.0);
+	node_slots(f, 0, "three nodes");
+	node_slots(f, 2, "three nodes");
+	/* kill -9 of a daemon, restarted a second later */
+	restart_node(f, 1, SIGKILL);
+	AT(8.0);
+	node_up(f, 1);
+	/* Redis killed; a daemon restarted during the outage; Redis back, empty */
+	AT(9.5);
+	assert_int_equal(rp_signal(&f->rp, SIGKILL), 0);
+	AT(10.5);
+	restart_node(f, 0, SIGTERM);
+	node_up(f, 0);
+	AT(12.0);
+	assert_int_equal(rp_restart(&f->rp), 0);
+	AT(15.0);
+	/* every node has its part again, 3 s after Redis came back empty */
+	for (int i = 0; i < NODES; i++)
+		assert_true(node_slots(f, i, "after the faults") >= 8);
+#undef AT
+	for (int i = 0; i < NODES; i++) {
+		assert_true(kt_clusterfx_reap(f->kid[i], f->kid_fd[i], &w, sizeof(w), &status));
+		f->kid[i] = -1;
+		f->kid_fd[i] = -1;
+		print_message("node %d: admitted %llu, refused %llu, errors %llu, held at most %d\n", i,
+			      (unsigned long long)w.admitted, (unsigned long long)w.refused,
+			      (unsigned long long)w.errors, w.max_held);
+		assert_int_equal(w.errors, 0);
+	}
+	assert_true(kt_clusterfx_reap(f->kid[NODES], f->kid_fd[NODES], &seen, sizeof(seen), &status));
+	f->kid[NODES] = -1;
+	f->kid_fd[NODES] = -1;
+	print_message("server: %llu connections, at most %d open at once (first at %.2f s), mean %.2f "
+		      "with two nodes (max %d)\n",
+		      (unsigned long long)seen.accepted, seen.max_open, seen.max_at_s, seen.mean_open,
+		      MAX_OPEN);
+	assert_true(seen.max_open <= MAX_OPEN);
+	assert_true(seen.mean_open >= 0.9 * MAX_OPEN);
 }
 
 /* A child in cgroup cg that opens `n` connections to port, reports how
@@ -333,6 +454,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_three_nodes_outside_observer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_redis_pool_faults, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_adopts_and_kill_frees, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("e2e_inflight", tests, NULL, NULL);

@@ -84,9 +84,10 @@ static void server_main(int lfd, double secs, double from_s, double to_s, int ou
 			s.accepted++;
 		}
 		n = sweep_closed(pf, n, 0);
-		now = ktest_now_ns();
-		if (now > from && now < to && n - 1 > s.max_open)
+		if (n - 1 > s.max_open) {
 			s.max_open = n - 1;
+			s.max_at_s = (double)(ktest_now_ns() - t0) / 1e9;
+		}
 	}
 	s.measured_s = to_s - from_s;
 	s.mean_open = s.measured_s > 0 ? area / s.measured_s : 0;

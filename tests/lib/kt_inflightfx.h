@@ -12,10 +12,11 @@
 
 /* What the server saw. */
 struct kt_inflight_seen {
-	int max_open;        /* the most connections open at once in the window */
+	int max_open;        /* the most connections open at once, the whole run */
+	double max_at_s;     /* when it was first seen, s from the start */
 	double mean_open;    /* time-weighted mean of the open count in the window */
 	uint64_t accepted;   /* connections accepted in all */
-	double measured_s;   /* the span the two figures cover */
+	double measured_s;   /* the span the mean covers */
 };
 
 /* cmocka: a listener on 127.0.0.1:port served by a child
@@ -23,8 +24,9 @@ struct kt_inflight_seen {
  * client closes it. Closes are taken before accepts in each round, and
  * swept again before a new count is recorded, so the server never counts a
  * connection the client closed before the next one was admitted. The
- * figures cover the window [from_s, to_s) of its run (to_s <= secs): the
- * load's steady part. Its pid; *fd carries its struct kt_inflight_seen. */
+ * largest count covers the whole run, the mean the window [from_s, to_s)
+ * (to_s <= secs): the load's steady part. Its pid; *fd carries its struct
+ * kt_inflight_seen. */
 pid_t kt_inflight_server_start(int port, double secs, double from_s, double to_s, int *fd);
 
 /* What a worker did. */

@@ -1159,8 +1159,9 @@ out:
 		if (old_slower[0])
 			admin_cmd(admin, NULL, 0, "CONFIG SET slowlog-log-slower-than %s", old_slower);
 		admin_cmd(admin, NULL, 0, "SLOWLOG RESET");
-		static const char *const keys[] = { "hb",      "size", "ramp",  "fb",   "lapsed", "counted",
-						    "hist",    "sizes", "meta", "grant", "dem" };
+		static const char *const keys[] = { "hb",   "size",  "ramp", "fb",    "lapsed",
+						    "counted", "hist", "sizes", "meta", "grant",
+						    "dem",  "claim", "seen" };
 		size_t nk = sizeof(keys) / sizeof(keys[0]);
 
 		/* every group's keys, pipelined a group at a time */

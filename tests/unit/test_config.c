@@ -1214,8 +1214,8 @@ static const struct bad bad_cases[] = {
 	{ REQ("    enforce: false\n"), "t.yaml:5: limits[0].enforce: ",
 	  "false is not supported with unit request" },
 #undef REQ
-	/* unit concurrent: whole slots, no burst, and not yet with a redis
-	 * pool, a parent, shadow, groups or demand */
+	/* unit concurrent: whole slots, no burst, and not yet with a
+	 * parent, shadow, groups or demand */
 #define CC(rl, extra) "limits:\n  - name: a\n    cgroups: [x]\n    unit: concurrent\n    rateLimit: " rl "\n" extra
 	{ CC("{max: 2.5}", ""), "t.yaml:5: limits[0].rateLimit.max: ", "2.5 is no whole number" },
 	{ CC("{max: 4, min: 0.5}", ""), "t.yaml:5: limits[0].rateLimit.min: ", "0.5 is no whole number" },
@@ -1225,8 +1225,6 @@ static const struct bad bad_cases[] = {
 	{ CC("{max: 4}", "    share: demand\n"), "t.yaml:6: limits[0].share: ", "the slots are shared equally" },
 	{ CC("{strict: {every: 1s}}", ""), "t.yaml:5: limits[0].rateLimit.strict: ",
 	  "not allowed with unit concurrent" },
-	{ SREDIS CC("{max: 4}", ""), "t.yaml:9: limits[0].rateLimit.store: ",
-	  "unit concurrent needs store local or static in this version" },
 #undef CC
 	/* parent: a limit of the same unit, no cycle, at most 4 levels */
 #define PL(name, unit, parent) "  - {name: " name ", cgroups: x, unit: " unit ", parent: " parent ", rateLimit: {max: 1}}\n"

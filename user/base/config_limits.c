@@ -374,11 +374,6 @@ static int check_concurrent(struct ctx *c, yaml_node_t *n, yaml_node_t *rl, cons
 			return fail(c, v, join(sub, field, i ? "rateLimit.min" : "rateLimit.max"),
 				    "%g is no whole number (unit concurrent counts connections open at once)",
 				    whole[i]);
-	/* the nodes' open counts are not exchanged yet: a share that
-	 * shrinks while connections are open could let the pool exceed max */
-	if (l->store.kind == KT_STORE_REDIS)
-		return fail(c, rl, join(sub, field, "rateLimit.store"),
-			    "unit concurrent needs store local or static in this version (a redis pool does not exchange open counts yet)");
 	return 0;
 }
 

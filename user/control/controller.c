@@ -15,6 +15,7 @@
 #include "kernel/bucket.h"
 #include "kernel/bpf_loader.h"
 #include "control/controller.h"
+#include "control/inflight_report.h"
 #include "base/log.h"
 #include "control/strict.h"
 
@@ -240,6 +241,8 @@ void kt_ctl_start_limit(struct kt_ctl *c, int i, uint64_t now)
 	if (bpf_map_lookup_elem(c->bpf->leases_fd, &key, &val) < 0)
 		return;
 	kt_pool_adopt(c->pool, i, &val, now);
+	if (l->cfg->unit == KT_UNIT_CONCURRENT)
+		kt_pool_adopt_slots(c->pool, i, kt_bpf_limit_slots(c->bpf, l->cfg->name, now));
 	level = (double)val.ramp_urate / 1e6;
 	if (l->cfg->rl.resumed_ramp_up && val.ramp_saved_ns && val.ramp_saved_ns <= now &&
 	    now - val.ramp_saved_ns <= l->cfg->rl.ttl_ns && level > s->pool_rate) {
@@ -339,6 +342,23 @@ void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local)
 	}
 }
 
+void kt_ctl_fill_slots(struct kt_ctl *c, struct kt_pool_local *local)
+{
+	uint64_t now = kt_clock_ns();
+
+	for (int i = 0; i < c->plan->n_limits; i++) {
+		const struct kt_limit_rt *l = &c->plan->limits[i];
+		struct kt_inflight_view v;
+
+		local[i].slots_held = local[i].slots_in_force = -1;
+		if (l->cfg->unit != KT_UNIT_CONCURRENT)
+			continue;
+		kt_inflight_node(c->bpf, l, now, &v);
+		local[i].slots_in_force = (int64_t)v.slots;
+		local[i].slots_held = (int64_t)(v.open > v.slots ? v.open : v.slots);
+	}
+}
+
 void kt_ctl_fill_pool_local(const struct kt_plan *plan, const struct kt_limit_state *ls,
 			    struct kt_pool_local *local)
 {
@@ -348,6 +368,8 @@ void kt_ctl_fill_pool_local(const struct kt_plan *plan, const struct kt_limit_st
 			.member_ids = plan->limits[i].member_ids,
 			.n_members = plan->limits[i].n_members,
 			.pool_rate = ls[i].pool_rate,
+			.slots_held = -1,
+			.slots_in_force = -1,
 		};
 }
 
@@ -525,6 +547,7 @@ void kt_ctl_tick(struct kt_ctl *c, uint64_t now)
 	 * handed to the store's worker when due (never waited for here) */
 	kt_ctl_fill_pool_local(c->plan, c->ls, c->pool_local);
 	kt_ctl_fill_demand(c, c->pool_local);
+	kt_ctl_fill_slots(c, c->pool_local);
 	kt_pool_tick(c->pool, now, c->pool_local, c->plan->n_limits);
 	kt_ctl_apply_pool(c, now);
 }

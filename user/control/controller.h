@@ -120,6 +120,9 @@ void kt_ctl_drop_stale_pins(struct kt_ctl *c);
  * larger of the last whole epoch's and the running one's, so a member that
  * turns busy is reported at once) into local[i].member_demand. */
 void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local);
+/* In-flight limits: each one's open count and slots in force on this node,
+ * from the kernel, into local (what its heartbeat claims). */
+void kt_ctl_fill_slots(struct kt_ctl *c, struct kt_pool_local *local);
 void kt_ctl_fill_pool_local(const struct kt_plan *plan, const struct kt_limit_state *ls,
 			    struct kt_pool_local *local);
 /* Counters of limit i: the sums now (status) and the totals (utilization). */

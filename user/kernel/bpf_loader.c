@@ -573,6 +573,36 @@ int kt_bpf_read_inflight(const struct kt_bpf *b, uint32_t slot, struct kt_inflig
 	return bpf_map_lookup_elem(b->inflight_fd, &slot, out) < 0 ? -errno : 0;
 }
 
+int64_t kt_bpf_limit_slots(const struct kt_bpf *b, const char *name, uint64_t now)
+{
+	struct kt_limit_info li;
+	int64_t best = -1;
+	__u32 id;
+
+	if (!b->buckets || b->limits_fd < 0)
+		return -1;
+	for (id = 0; id < KT_MAX_LIMITS; id++) {
+		if (bpf_map_lookup_elem(b->limits_fd, &id, &li) == 0 && li.in_use &&
+		    li.unit == KT_UNIT_CONCURRENT && !strncmp(li.name, name, sizeof(li.name)))
+			break;
+	}
+	if (id == KT_MAX_LIMITS)
+		return -1;
+	/* one pass over the mmapped array, once per start */
+	for (uint32_t s = 0; s < KT_MAX_BUCKETS; s++) {
+		const struct kt_bucket *bk = &b->buckets[s];
+		__u32 flags = KT_READ_ONCE(bk->flags);
+
+		if ((flags & KT_BUCKET_IN_USE) && (flags & (KT_BUCKET_POOL | KT_BUCKET_NODE)) &&
+		    KT_READ_ONCE(bk->limit_id) == id) {
+			int64_t n = (int64_t)kt_slots_in_force(bk, now);
+
+			best = n > best ? n : best;
+		}
+	}
+	return best;
+}
+
 void kt_bpf_reset_inflight(const struct kt_bpf *b, uint32_t slot)
 {
 	struct kt_inflight v;

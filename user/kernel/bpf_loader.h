@@ -122,6 +122,11 @@ void kt_bpf_reset_shadow(const struct kt_bpf *b, uint32_t slot);
 /* The open count of an in-flight limit's bucket in `slot`; -errno (and
  * zeroes) when there is none. */
 int kt_bpf_read_inflight(const struct kt_bpf *b, uint32_t slot, struct kt_inflight *out);
+/* The slots in force at `now` in the pinned node bucket of in-flight limit
+ * `name` (its node-scope bucket, or the node bucket its pod-scope members
+ * are chained to): what a restarted daemon's kernel still runs on before
+ * any store answer. -1 when there is none (or the maps cannot be read). */
+int64_t kt_bpf_limit_slots(const struct kt_bpf *b, const char *name, uint64_t now);
 /* A slot given to a new bucket: no socket open, a new epoch (sockets of
  * the slot's previous owner give nothing back to this one). */
 void kt_bpf_reset_inflight(const struct kt_bpf *b, uint32_t slot);

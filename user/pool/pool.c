@@ -217,6 +217,7 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 	if (!p->l || !p->g)
 		goto oom;
 	p->n = cfg->n_limits;
+	snprintf(p->node, sizeof(p->node), "%s", cfg->node_name ? cfg->node_name : "");
 	for (i = 0; i < p->n; i++) {
 		const struct kt_limit_cfg *lc = &cfg->limits[i];
 		const struct kt_store_cfg *s = &lc->store;
@@ -235,6 +236,9 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 		l->burst = lc->burst;
 		l->group = -1;
 		l->demand = lc->share == KT_SHARE_DEMAND && s->kind == KT_STORE_REDIS;
+		l->slots = lc->unit == KT_UNIT_CONCURRENT && s->kind == KT_STORE_REDIS;
+		l->v.slots_grant = -1;
+		l->sent_slots_in_force = -1;
 		l->v.size = 1;
 		l->v.live = 1;
 		if (lc->rl.strict.on)

@@ -38,6 +38,11 @@ struct kt_pool_local {
 	const double *member_demand;   /* share: demand: admitted + refused per second, each; NULL: 0 */
 	int n_members;
 	double pool_rate;              /* current ramp level, saved for resumedRampUp */
+	/* in-flight limits (unit concurrent) on Redis: what this node may
+	 * hold now (its open connections or its slots in force, the larger)
+	 * and its slots in force; read from the kernel each tick */
+	int64_t slots_held;
+	int64_t slots_in_force;
 };
 
 /* The pool's view of one limit. */
@@ -60,6 +65,10 @@ struct kt_pool_view {
 	 * 0 none). It is acted on (fail closed: shares only shrink), not capped. */
 	int over_max;
 	int max_members;           /* maxMembers, 0 unset */
+	/* In-flight limits on Redis: the whole slots this node was granted by
+	 * the last answer (-1: none yet) and the other nodes' claims then. */
+	int64_t slots_grant;
+	int64_t slots_claimed;
 };
 
 struct kt_pool;
@@ -124,6 +133,11 @@ void kt_pool_members_policy(const struct kt_pool *p, int i, double pool_rate, co
  * the lease the previous one left pinned (size, lease, reserve), instead of
  * guessing the size. Ignored once an answer came, or for local/static. */
 void kt_pool_adopt(struct kt_pool *p, int limit_idx, const struct kt_lease *pinned, uint64_t now);
+/* In-flight limits on Redis: before the first store answer a restarted
+ * daemon runs on the slots its node bucket still holds (kt_bpf_limit_slots;
+ * < 0: none), as it continues a pinned lease; the size floor then caps the
+ * first grants at it. Ignored once an answer came, or for other limits. */
+void kt_pool_adopt_slots(struct kt_pool *p, int limit_idx, int64_t slots);
 /* The state to pin for limit i (redis: after every answer). False when
  * there is nothing to pin (local/static, or no answer and nothing adopted). */
 bool kt_pool_lease(const struct kt_pool *p, int limit_idx, struct kt_lease *out);

@@ -38,6 +38,17 @@ static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_
 	}
 	if (l->floor && now >= l->floor_until_ns)
 		l->floor = 0;
+	if (l->slots) {
+		/* while the floor holds the store may have come back empty and
+		 * not know the claims of nodes still in their back-off: no more
+		 * than the kernel held when the heartbeat was sent */
+		int64_t g = a->slots_grant;
+
+		if (l->floor && l->sent_slots_in_force >= 0 && g > l->sent_slots_in_force)
+			g = l->sent_slots_in_force;
+		l->v.slots_grant = g;
+		l->v.slots_claimed = a->slots_claimed;
+	}
 
 	raw = size = a->size > 1 ? a->size : 1;
 	/* a shrink is believed one answer late (acting on the larger size
@@ -310,6 +321,7 @@ void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const stru
 	if (!job)
 		goto oom;
 	job->sent_ns = now;
+	snprintf(job->node, sizeof(job->node), "%s", p->node);
 	job->n = g->n;
 	job->jl = calloc((size_t)g->n, sizeof(*job->jl));
 	job->reqs = calloc((size_t)g->n, sizeof(*job->reqs));
@@ -358,6 +370,24 @@ void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const stru
 		l->sent_fallback = pool_member_fallback(l, lo->pool_rate);
 		l->sent_pool_rate = lo->pool_rate;
 		q->fallback_rate = l->sent_fallback;
+		if (l->slots && job->node[0]) {
+			double pool = isfinite(lo->pool_rate) && lo->pool_rate > 0 ? floor(lo->pool_rate + 1e-9) : 0;
+
+			q->slots_node = job->node;
+			/* unknown (not read from the kernel): what it was granted */
+			q->slots_held = lo->slots_held >= 0 ? lo->slots_held
+				      : l->v.slots_grant > 0 ? l->v.slots_grant : 0;
+			if (q->slots_held > KT_STORE_MAX_SLOTS)
+				q->slots_held = KT_STORE_MAX_SLOTS;
+			q->slots_pool = pool < (double)KT_STORE_MAX_SLOTS ? (int64_t)pool : KT_STORE_MAX_SLOTS;
+			l->sent_slots_in_force = lo->slots_in_force;
+			/* the store may have lost the claims (a gap, a failing store,
+			 * a restart): take no more than the kernel holds, so the claim
+			 * recorded is what this node runs on */
+			q->slots_cap = (l->floor || l->adopted || g->failing) && lo->slots_in_force >= 0
+					       ? lo->slots_in_force
+					       : -1;
+		}
 		off += n;
 	}
 	if (kt_storeq_post(g->q, run_job, job, pool_free_job) == 0)

@@ -52,6 +52,8 @@ struct lim {
 	double *grants;                 /* demand: ids[k]'s grant from the last answer, NAN none */
 	double *held;                   /* demand: ids[k]'s grant when the size floor began, its
 					 * ceiling until the floor ends (take_grants); NAN none */
+	bool slots;                     /* unit concurrent on Redis: claims and grants of slots */
+	int64_t sent_slots_in_force;    /* the kernel's slots when the heartbeat in flight was built */
 };
 
 /* One heartbeat round trip, built on the loop and run on the store's
@@ -73,6 +75,7 @@ struct job_lim {
 
 struct hb_job {
 	uint64_t sent_ns;               /* when the round trip was handed over: leases count from it */
+	char node[KT_STORE_ID_MAX + 1]; /* this node's name: in-flight limits' claims */
 	int n;
 	struct job_lim *jl;
 	struct kt_pool_req *reqs;
@@ -106,6 +109,7 @@ struct group {
 struct kt_pool {
 	struct lim *l;
 	int n;
+	char node[KT_STORE_ID_MAX + 1]; /* this node's name (config node:) */
 	struct group *g;
 	int n_groups;
 	bool started, left, bad_input_logged;

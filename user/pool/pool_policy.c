@@ -28,7 +28,8 @@ static double available(const struct lim *l, double pool_rate)
  * store is told to reserve for them). Unknown size: nothing. */
 double pool_member_fallback(const struct lim *l, double pool_rate)
 {
-	if (l->v.size < 1 || !isfinite(pool_rate) || pool_rate <= 0)
+	/* in-flight: a lapsed node's claim is its reserve (heartbeat.lua) */
+	if (l->slots || l->v.size < 1 || !isfinite(pool_rate) || pool_rate <= 0)
 		return 0;
 	switch (l->on_failure) {
 	case KT_FAIL_CONSERVATIVE:
@@ -50,6 +51,22 @@ double pool_demand_floor(const struct lim *l, double pool_rate)
 	return available(l, pool_rate) / size / KT_DEMAND_FLOOR_DIV;
 }
 
+/* In-flight limits on Redis: the store grants this node whole slots
+ * (heartbeat.lua's slots); a bucket serving `served` of the members the
+ * heartbeat named gets their part of the grant (the node bucket, all of
+ * them: the grant; a member joined since: nothing more than the grant).
+ * Past the lease the same, until the fallback ends: the store keeps the
+ * node's claim that long (onStoreFailure closed: nothing). */
+static double slots_rate(const struct lim *l, enum kt_pool_phase ph, int served)
+{
+	int nloc = l->n_ids > 0 ? l->n_ids : 1;
+
+	if (l->v.slots_grant <= 0 ||
+	    (ph == KT_POOL_STORE_LOST && (l->v.closed || l->on_failure == KT_FAIL_CLOSED)))
+		return 0;
+	return (double)l->v.slots_grant * (served < nloc ? served : nloc) / nloc;
+}
+
 double kt_pool_bucket_rate(const struct kt_pool *p, int i, double pool_rate, int served)
 {
 	const struct lim *l;
@@ -67,6 +84,8 @@ double kt_pool_bucket_rate(const struct kt_pool *p, int i, double pool_rate, int
 	if (served > size)
 		served = size;
 	ph = l->v.phase;
+	if (l->slots)
+		return slots_rate(l, ph, served);
 	/* past the lease: exactly what the kernel does, the fallback the store
 	 * holds for us, then closed */
 	if (ph == KT_POOL_STORE_LOST)
@@ -113,8 +132,10 @@ void kt_pool_bucket_policy(const struct kt_pool *p, int i, double pool_rate, int
 		return; /* no lease: the rate holds until the daemon changes it */
 	out->valid_until = l->v.lease_until_ns;
 	out->fallback_until = l->v.fallback_until_ns;
-	/* exactly what the store reserves for us (told with the heartbeat) */
-	out->fallback_rate = l->v.fallback_member * served;
+	/* exactly what the store reserves for us (told with the heartbeat);
+	 * in-flight: the node's claim, kept for the fallback's length */
+	out->fallback_rate = l->slots ? (l->on_failure == KT_FAIL_CLOSED ? 0 : out->rate)
+				      : l->v.fallback_member * served;
 	lease_tail(out);
 }
 
@@ -183,6 +204,21 @@ void kt_pool_adopt(struct kt_pool *p, int i, const struct kt_lease *pin, uint64_
 			: pin->agreed ? KT_POOL_AGREED : KT_POOL_DISAGREED, now);
 	kt_info("pool: limit %s: continuing the pinned lease: size %u, %.1f s left", l->name, pin->size,
 		now < l->v.lease_until_ns ? (double)(l->v.lease_until_ns - now) / 1e9 : 0.0);
+}
+
+void kt_pool_adopt_slots(struct kt_pool *p, int i, int64_t slots)
+{
+	struct lim *l;
+
+	if (!p || i < 0 || i >= p->n || slots < 0)
+		return;
+	l = &p->l[i];
+	if (!l->slots || l->answered || !l->adopted)
+		return;
+	l->v.slots_grant = slots;
+	l->sent_slots_in_force = slots;
+	kt_info("pool: limit %s: continuing on the %lld slots the node bucket holds", l->name,
+		(long long)slots);
 }
 
 static uint64_t to_urate(double r)

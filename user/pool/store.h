@@ -27,6 +27,11 @@
  *   meta also holds gs (grants summed), sd (effective demands summed), and
  *   the cached water level: lvl ("-1" none), lt (TIME ms it was computed),
  *   lp (the divided rate it was computed for)
+ * and, for in-flight limits (unit concurrent, slots_node set, below):
+ *   P:pool:{L}:claim   hash        node name -> the slots it may hold until its
+ *                                  next heartbeat: max(what it holds, its grant)
+ *   P:pool:{L}:seen    sorted set  node name -> its last heartbeat (TIME ms);
+ *                                  silent for stale + hold: forgotten, claim too
  * All but ramp get PEXPIRE KT_STORE_EXPIRE_FACTOR x (stale + hold) on a
  * heartbeat that may have made one of them (a new member, field or
  * element), whose TTL is shorter, or once a third of the TTL set has run
@@ -242,7 +247,17 @@ struct kt_pool_req {
 						* (e.g. half the heartbeat period; 0: every call) */
 	double *grants;                        /* out, n_members entries when pool_rate > 0: the rate
 						* members[i] may run at until its next heartbeat */
+	/* In-flight limits (unit concurrent; slots_node NULL: not one). The
+	 * script grants this node whole slots: at most its members' part of
+	 * slots_pool (rounded up), at most what the other nodes' claims leave;
+	 * and records max(slots_held, grant) as this node's claim. */
+	const char *slots_node;                /* this node's name, 1..KT_STORE_ID_MAX printable */
+	int64_t slots_held;                    /* 0..KT_STORE_MAX_SLOTS: what the node may hold now:
+						* its open connections or its slots in force, the larger */
+	int64_t slots_pool;                    /* 0..KT_STORE_MAX_SLOTS: the pool's slots now (the ramp) */
+	int64_t slots_cap;                     /* -1, or 0..KT_STORE_MAX_SLOTS: grant no more than this */
 };
+#define KT_STORE_MAX_SLOTS 1000000000LL
 
 struct kt_pool_answer {
 	int agree; /* 1 AGREE, 0 DISAGREE */
@@ -252,6 +267,9 @@ struct kt_pool_answer {
 	/* Filled only when the request's pool_rate > 0 (left alone otherwise). */
 	double granted;  /* sum of all live members' grants after this call */
 	double level;    /* water level lvl, INFINITY when every member gets its demand */
+	/* Filled only for an in-flight request (slots_node set). */
+	int64_t slots_grant;   /* whole slots this node may fill until its next heartbeat */
+	int64_t slots_claimed; /* the other nodes' claims summed */
 	/* 0: answered. Only after KT_STORE_PARTIAL (cluster mode): -errno, this
 	 * limit's slot went unanswered and nothing above was written. */
 	int status;

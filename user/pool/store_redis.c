@@ -8,10 +8,12 @@
 #include "pool/store_int.h"
 
 /* Per limit the scripts take these KEYS, all under the hash tag {L} (store.h):
- * hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem. */
-#define N_KEYS 11
+ * hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem,
+ * claim, seen. */
+#define N_KEYS 13
 static const char *const key_names[N_KEYS] = {
 	"hb", "size", "ramp", "fb", "lapsed", "counted", "hist", "sizes", "meta", "grant", "dem",
+	"claim", "seen",
 };
 
 /* The scripts, one file each in user/pool/lua/ (what each does, its KEYS and
@@ -138,6 +140,14 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 			  (unsigned long long)q->recompute_ms);
 		return -EINVAL;
 	}
+	if (q->slots_node &&
+	    (!rs_valid_token(q->slots_node, KT_STORE_ID_MAX) || q->slots_held < 0 ||
+	     q->slots_held > KT_STORE_MAX_SLOTS || q->slots_pool < 0 || q->slots_pool > KT_STORE_MAX_SLOTS ||
+	     q->slots_cap < -1 || q->slots_cap > KT_STORE_MAX_SLOTS || q->pool_rate > 0)) {
+		rs_seterr(s, err, errlen, "heartbeat: limit %s: in-flight node name, held %lld or pool %lld out of range",
+			  q->limit, (long long)q->slots_held, (long long)q->slots_pool);
+		return -EINVAL;
+	}
 	if (q->save_ramp >= 0 &&
 	    (!isfinite(q->save_ramp) || q->save_ramp > 1e15 || q->ramp_ttl_ms < 1 ||
 	     q->ramp_ttl_ms > KT_STORE_STALE_MAX_MS * 365)) {
@@ -240,10 +250,10 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 	for (i = 0; i < n && !why; i++) {
 		const redisReply *e = r->element[i];
 		const struct kt_pool_req *q = &reqs[i];
-		size_t want = q->pool_rate > 0 ? 7 : 4;
+		size_t want = q->pool_rate > 0 ? 7 : q->slots_node ? 6 : 4;
 		struct kt_pool_answer a = ans[i];
 
-		if (e->type == REDIS_REPLY_INTEGER && e->integer == 1 && q->pool_rate <= 0) {
+		if (e->type == REDIS_REPLY_INTEGER && e->integer == 1 && q->pool_rate <= 0 && !q->slots_node) {
 			/* the steady path: the answer sent as prev still holds */
 			if (!pv[i].has) {
 				why = "\"unchanged\" without a previous answer";
@@ -257,7 +267,7 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				s->st.hb_steady++;
 			}
 		} else if (e->type != REDIS_REPLY_ARRAY || e->elements != want) {
-			why = want == 4 ? "not an array of 4" : "not an array of 7";
+			why = want == 4 ? "not an array of 4" : want == 6 ? "not an array of 6" : "not an array of 7";
 			if (e->type != REDIS_REPLY_ARRAY)
 				s->hint = KT_SERR_WRONGTYPE;
 		} else if (!rs_int_in(e->element[0], 0, 1) || !rs_int_in(e->element[1], 0, KT_STORE_MAX_POOL) ||
@@ -277,6 +287,15 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				why = "reserved rate not a finite number >= 0";
 			else if (want == 7)
 				why = parse_share(e, q, &a);
+			else if (want == 6 && (!rs_int_in(e->element[4], 0, KT_STORE_MAX_SLOTS) ||
+					       !rs_int_in(e->element[5], 0, KT_STORE_MAX_SLOTS)))
+				why = "slots not whole numbers in range";
+			else if (want == 6 && e->element[4]->integer > q->slots_pool)
+				why = "slots granted past the pool";
+			if (!why && want == 6) {
+				a.slots_grant = e->element[4]->integer;
+				a.slots_claimed = e->element[5]->integer;
+			}
 			if (!why) {
 				a.status = 0;
 				ans[i] = a;
@@ -299,7 +318,7 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 	int i, j, cap = 3;
 
 	for (i = 0; i < n; i++)
-		cap += N_KEYS + 10 + 3 * reqs[i].n_members;
+		cap += N_KEYS + 11 + 3 * reqs[i].n_members;
 	if (rs_args_init(a, cap))
 		return -ENOMEM;
 	a->n = 2; /* EVALSHA sha */
@@ -335,6 +354,12 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 		/* prev: the steady path's hint (equal share only) */
 		if (pv[i].has)
 			rs_arg_fmt(a, "%d %d %d", pv[i].prev.agree, pv[i].prev.size, pv[i].prev.live);
+		else
+			rs_arg_ref(a, "-");
+		/* slots: an in-flight limit's claim (always the full path) */
+		if (q->slots_node)
+			rs_arg_fmt(a, "%s %lld %lld %lld", q->slots_node, (long long)q->slots_held,
+				   (long long)q->slots_pool, (long long)q->slots_cap);
 		else
 			rs_arg_ref(a, "-");
 		for (j = 0; j < q->n_members; j++) {
@@ -382,7 +407,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		sub[i] = reqs[ord[i]];
 		sa[i] = ans[ord[i]];
 		pv[i].digest = kt_hbmemo_digest(&sub[i]);
-		pv[i].has = sub[i].pool_rate <= 0 &&
+		pv[i].has = sub[i].pool_rate <= 0 && !sub[i].slots_node &&
 			    kt_hbmemo_get(s->memo, sub[i].limit, pv[i].digest, &pv[i].prev);
 		if (i == 0 || slot[ord[i]] != slot[ord[i - 1]]) {
 			first[nj] = i;
@@ -419,7 +444,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	for (i = 0; i < n; i++) {
 		if (!sa[i].status) {
 			ans[ord[i]] = sa[i];
-			if (sub[i].pool_rate <= 0)
+			if (sub[i].pool_rate <= 0 && !sub[i].slots_node)
 				kt_hbmemo_set(s->memo, sub[i].limit, pv[i].digest, &sa[i]);
 		} else {
 			ans[ord[i]].status = sa[i].status;

@@ -2,19 +2,21 @@
 -- one hash slot), kt_store_heartbeat_many in user/pool/store_redis.c.
 -- Prefixed with common.lua at build time.
 --
--- KEYS: N_KEYS (11) per limit, in keyset's order (common.lua).
+-- KEYS: N_KEYS (13) per limit, in keyset's order (common.lua).
 -- ARGV per limit: stale_ms, n, ramp ("" = none), ramp_ttl_ms, hold_ms, fb
 -- (this node's fallback rate per member, "%.17g"), pool_rate ("0": equal
 -- share), floor_rate, recompute_ms, prev ("agree size live": the answer
 -- this node's last answered call for the limit returned, sent only when its
 -- members, sizes and fb are the same as in that call and it reserved 0;
+-- else "-"), slots ("node held pool cap" for an in-flight limit, see slots();
 -- else "-"), then n (id, size) pairs,
 -- size "0" meaning "the live count computed here", or with pool_rate > 0 n
 -- (id, size, demand) triples.
 -- Returns {agree, size, live, reserved} per limit, plus {granted, level
--- ("-1": none), {grant...}} with pool_rate > 0; rates as strings (Lua
--- numbers become integers in replies); or the integer 1: "prev still
--- holds" (the steady path).
+-- ("-1": none), {grant...}} with pool_rate > 0, or {grant, claimed} (whole
+-- slots) for an in-flight limit; rates as strings (Lua numbers become
+-- integers in replies); or the integer 1: "prev still holds" (the steady
+-- path).
 --
 -- A member is live while its heartbeat is at most stale_ms old (its lease);
 -- then it lapses: it moves from hb to lapsed and leaves the live count and
@@ -190,8 +192,46 @@ local function share(K, c, P, flo, rms, i0, i1)
   if c.gs < 0 then c.gs = 0 end
   return out
 end
+-- In-flight limits: the slots this node may fill. sl is "node held pool
+-- cap": the node's name, what it may hold now (its open connections or
+-- the slots in force in its kernel, the larger), the pool's slots, and the
+-- most it will take now (-1: no cap; a node that may have lost the store
+-- runs on what its kernel holds until every node has claimed again). Each
+-- node's claim bounds what it can hold until its next heartbeat: the
+-- larger of what it holds and what it is granted now. A grant is at most
+-- the node's part of the pool (its live members' share, rounded up) and
+-- at most what the others' claims leave, so the claims never sum past the
+-- pool: a node that joins, or grows, gets only slots that are free, and
+-- one whose grant shrank keeps its claim until its connections close. A
+-- node silent for stale + hold (its lease and fallback over) is forgotten
+-- with its claim. A claim that is no whole number >= 0 (a hand edit)
+-- counts as the whole pool until its node rewrites it. Returns the grant
+-- and the others' claims summed.
+local function slots(K, c, sl, n, stale, hold)
+  local node, held, P, cap = string.match(sl, '^(%S+) (%d+) (%d+) (%-?%d+)$')
+  held, P, cap = tonumber(held), tonumber(P), tonumber(cap)
+  if not node then return 0, 0 end
+  local dead = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. string.format('%.0f', now - stale - hold))
+  if #dead > 0 then
+    each('ZREM', K.seen, dead, 500)
+    each('HDEL', K.claim, dead, 500)
+  end
+  if redis.call('ZADD', K.seen, now, node) == 1 then c.grew = true end
+  local others, r = 0, redis.call('HGETALL', K.claim)
+  for i = 1, #r, 2 do
+    if r[i] ~= node then
+      local v = tonumber(r[i + 1])
+      if v == nil or v < 0 or v ~= math.floor(v) then v = P end
+      others = others + v
+    end
+  end
+  local g = math.max(0, math.min(math.ceil(P * n / math.max(c.n, n, 1)), P - others))
+  if cap >= 0 and g > cap then g = cap end
+  if redis.call('HSET', K.claim, node, string.format('%d', math.max(held, g))) == 1 then c.grew = true end
+  return g, others
+end
 -- The full path for one limit: ARGV[first..] are its members.
-local function full(K, first, stale, n, hold, fb, prate, flo, rms, st)
+local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl)
   local a, fresh = first, {}
   local c, ok = load(K)
   if not ok then c = rebuild(K, stale, hold) end
@@ -274,8 +314,9 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st)
     if added == 1 then c.grew = true end
   end
   if c.dirty then c = rebuild(K, stale, hold) end
-  -- 5. demand sharing
-  local dem = nil
+  -- 5. demand sharing, or an in-flight limit's slots
+  local dem, grant, claimed = nil, nil, 0
+  if sl ~= '-' then grant, claimed = slots(K, c, sl, n, stale, hold) end
   if prate > 0 then
     dem = share(K, c, math.max(0, prate - c.res), flo, rms, first, a - 1)
   elseif c.nd > 0 then
@@ -307,12 +348,14 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st)
   save(K, c)
   if expire then
     for _, key in ipairs({K.hb, K.size, K.fb, K.lapsed, K.counted, K.hist, K.sizes, K.meta,
-                          K.grant, K.dem}) do
+                          K.grant, K.dem, K.claim, K.seen}) do
       redis.call('PEXPIRE', key, ttl)
     end
   end
   if dem then
     o[5], o[6], o[7] = string.format('%.17g', c.gs), string.format('%.17g', c.lvl), dem
+  elseif grant then
+    o[5], o[6] = grant, claimed
   end
   return o
 end
@@ -337,7 +380,7 @@ local function steady(k, a, n, prev)
   -- members added or removed by anyone but this script's full path (a hand
   -- edit, a node still running an older script) change the live count
   if redis.call('ZCARD', KEYS[k]) ~= tonumber(string.match(prev, '%d+$')) then return nil end
-  for i = a + 10, a + 8 + 2 * n, 2 do
+  for i = a + 11, a + 9 + 2 * n, 2 do
     -- 0: not live, or renewed already in this millisecond (ZSCORE tells)
     if redis.call('ZADD', KEYS[k], 'XX', 'CH', nows, ARGV[i]) ~= 1
        and redis.call('ZSCORE', KEYS[k], ARGV[i]) ~= nows then
@@ -346,21 +389,21 @@ local function steady(k, a, n, prev)
   end
   return 1
 end
--- one pass per limit: N_KEYS KEYS and 10 + n x (2 or 3) ARGV each
+-- one pass per limit: N_KEYS KEYS and 11 + n x (2 or 3) ARGV each
 local out, a = {}, 1
-for k = 1, #KEYS, 11 --[[N_KEYS]] do
-  local n, prate, prev = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 6]), ARGV[a + 9]
+for k = 1, #KEYS, 13 --[[N_KEYS]] do
+  local n, prate, prev, sl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 6]), ARGV[a + 9], ARGV[a + 10]
   local st = 2
   if prate > 0 then st = 3 end
   if ARGV[a + 2] ~= '' then redis.call('SET', KEYS[k + 2], ARGV[a + 2], 'PX', ARGV[a + 3]) end
   local o = nil
-  if st == 2 and prev ~= '-' then o = steady(k, a, n, prev) end
+  if st == 2 and prev ~= '-' and sl == '-' then o = steady(k, a, n, prev) end
   if not o then
     local stale, hold, fb = tonumber(ARGV[a]), tonumber(ARGV[a + 4]), ARGV[a + 5]
     local flo, rms = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
-    o = full(keyset(k), a + 10, stale, n, hold, fb, prate, flo, rms, st)
+    o = full(keyset(k), a + 11, stale, n, hold, fb, prate, flo, rms, st, sl)
   end
   out[#out + 1] = o
-  a = a + 10 + st * n
+  a = a + 11 + st * n
 end
 return out
