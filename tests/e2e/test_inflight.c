@@ -13,6 +13,11 @@
  *    kill -9 of a daemon and its restart, Redis killed, a daemon restarted
  *    during the outage, Redis back empty. The server never sees more than
  *    30 open, from the first connection to the last.
+ *  - the ramp counts slots: min 2 to max 10 over 2 s, onlyIfUsed at 80%:
+ *    a process that connects 50 times a second, one connection open at a
+ *    time (1 of the 2 slots: 50% used), does not move it; a load that
+ *    fills them ramps it to 10, and the server never sees more open than
+ *    the slots in force.
  *  - one node, max 5: a process holding 5 connections; the 6th connect is
  *    refused at once with EBUSY, and kthrottle_connect names the limit,
  *    reason inflight, retry-after 0. The daemon restarts and adopts the open
@@ -48,7 +53,7 @@
 
 #define NODES 3
 #define MAX_OPEN 30
-#define RUN_S 9.0
+#define RUN_S 6.0
 #define WARMUP_S 2.0
 
 struct fixture {
@@ -210,7 +215,7 @@ static void test_three_nodes_outside_observer(void **state)
 /* ---- three nodes on one Redis, under faults ---- */
 
 #define HB_MS 200
-#define REDIS_RUN_S 16.0
+#define REDIS_RUN_S 13.0
 
 static const struct kt_clusterfx_pool redis_pool = { 50, HB_MS, 3, 2000 };
 
@@ -270,32 +275,32 @@ static void test_redis_pool_faults(void **state)
 	node_up(f, 0);
 	node_up(f, 1);
 	/* the steady part: two nodes share the 30 */
-	f->kid[NODES] = kt_inflight_server_start(port, REDIS_RUN_S + 1.0, 1.5, 4.5, &f->kid_fd[NODES]);
+	f->kid[NODES] = kt_inflight_server_start(port, REDIS_RUN_S + 1.0, 1.0, 3.5, &f->kid_fd[NODES]);
 	t0 = ktest_now_ns();
 	for (int i = 0; i < 2; i++)
 		f->kid[i] = kt_inflight_worker_start(f->cg[i], port, REDIS_RUN_S, 10, 500, &f->kid_fd[i]);
 #define AT(s) ktest_sleep_ms((int)((s) * 1000 - (double)(ktest_now_ns() - t0) / 1e6))
-	AT(4.5);
+	AT(3.5);
 	node_slots(f, 0, "two nodes");
 	/* a node joins */
 	node_up(f, 2);
-	f->kid[2] = kt_inflight_worker_start(f->cg[2], port, REDIS_RUN_S - 5.0, 10, 500, &f->kid_fd[2]);
-	AT(7.0);
+	f->kid[2] = kt_inflight_worker_start(f->cg[2], port, REDIS_RUN_S - 4.0, 10, 500, &f->kid_fd[2]);
+	AT(5.5);
 	node_slots(f, 0, "three nodes");
 	node_slots(f, 2, "three nodes");
 	/* kill -9 of a daemon, restarted a second later */
 	restart_node(f, 1, SIGKILL);
-	AT(8.0);
+	AT(6.5);
 	node_up(f, 1);
 	/* Redis killed; a daemon restarted during the outage; Redis back, empty */
-	AT(9.5);
+	AT(7.5);
 	assert_int_equal(rp_signal(&f->rp, SIGKILL), 0);
-	AT(10.5);
+	AT(8.5);
 	restart_node(f, 0, SIGTERM);
 	node_up(f, 0);
-	AT(12.0);
+	AT(9.5);
 	assert_int_equal(rp_restart(&f->rp), 0);
-	AT(15.0);
+	AT(12.5);
 	/* every node has its part again, 3 s after Redis came back empty */
 	for (int i = 0; i < NODES; i++)
 		assert_true(node_slots(f, i, "after the faults") >= 8);
@@ -318,6 +323,88 @@ static void test_redis_pool_faults(void **state)
 		      MAX_OPEN);
 	assert_true(seen.max_open <= MAX_OPEN);
 	assert_true(seen.mean_open >= 0.9 * MAX_OPEN);
+}
+
+/* A child in cgroup cg connecting to port for secs, one connection at a
+ * time, each held 20 ms. */
+static pid_t serial_start(const char *cg, int port, double secs, int *fd)
+{
+	pid_t pid = kt_clusterfx_fork(fd);
+
+	if (pid == 0) {
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		uint64_t end = ktest_now_ns() + (uint64_t)(secs * 1e9);
+		int ok = 0;
+
+		if (ktest_cgroup_join(cg) != 0)
+			_exit(4);
+		while (ktest_now_ns() < end) {
+			int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+			ok += s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) == 0;
+			ktest_sleep_ms(20);
+			close(s);
+		}
+		if (write(*fd, &ok, sizeof(ok)) != sizeof(ok))
+			_exit(2);
+		_exit(0);
+	}
+	return pid;
+}
+
+static void test_ramp_counts_slots(void **state)
+{
+	struct fixture *f = *state;
+	char body[1024];
+	struct kt_inflight_seen seen;
+	struct kt_inflight_work w;
+	double open, slots;
+	int port = ktest_free_port(SOCK_STREAM), status, ok = 0;
+	uint64_t t0;
+
+	KTEST_SKIP_UNLESS_ROOT();
+	snprintf(body, sizeof(body),
+		 "tickInterval: 100ms\n"
+		 "limits:\n"
+		 "  - name: llm\n"
+		 "    cgroups: [%s]\n"
+		 "    unit: concurrent\n"
+		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: tcp}\n"
+		 "    rateLimit: {max: 10, min: 2, rampUpDuration: 2s, modes: {onlyIfUsed: {thresholdPercentage: 80}}}\n",
+		 f->cg[0], port);
+	assert_int_equal(ktest_daemon_init(&f->d[0]), 0);
+	assert_int_equal(ktest_daemon_config(&f->d[0], body), 0);
+	node_up(f, 0);
+	f->kid[NODES] = kt_inflight_server_start(port, 9.0, 0, 9.0, &f->kid_fd[NODES]);
+	/* busy, never refused, but 1 of 2 slots used: below the threshold
+	 * (counted in connects, 50 a second would pass it) */
+	f->kid[0] = serial_start(f->cg[0], port, 2.0, &f->kid_fd[0]);
+	assert_true(kt_clusterfx_reap(f->kid[0], f->kid_fd[0], &ok, sizeof(ok), &status));
+	f->kid[0] = -1;
+	f->kid_fd[0] = -1;
+	inflight_status(&f->d[0], &open, &slots);
+	print_message("%d connections one at a time for 2 s: %.0f slots\n", ok, slots);
+	assert_true(ok > 40);
+	assert_int_equal((int)slots, 2);
+	/* a load that fills the slots: the ramp moves */
+	f->kid[0] = kt_inflight_worker_start(f->cg[0], port, 6.0, 100, 300, &f->kid_fd[0]);
+	t0 = ktest_now_ns();
+	for (;;) {
+		inflight_status(&f->d[0], &open, &slots);
+		if (slots >= 10 || ktest_now_ns() - t0 > 5000000000ULL)
+			break;
+		ktest_sleep_ms(50);
+	}
+	print_message("filled: 10 slots after %.1f s\n", (double)(ktest_now_ns() - t0) / 1e9);
+	assert_int_equal((int)slots, 10);
+	assert_true(kt_clusterfx_reap(f->kid[0], f->kid_fd[0], &w, sizeof(w), &status));
+	f->kid[0] = -1;
+	f->kid_fd[0] = -1;
+	assert_true(kt_clusterfx_reap(f->kid[NODES], f->kid_fd[NODES], &seen, sizeof(seen), &status));
+	f->kid[NODES] = -1;
+	f->kid_fd[NODES] = -1;
+	assert_true(seen.max_open <= 10);
 }
 
 /* A child in cgroup cg that opens `n` connections to port, reports how
@@ -456,6 +543,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_three_nodes_outside_observer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_redis_pool_faults, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_adopts_and_kill_frees, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ramp_counts_slots, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("e2e_inflight", tests, NULL, NULL);
 }

@@ -9,7 +9,7 @@
  *   - spacing: consecutive arrivals are at least every - tolerance apart,
  *     tolerance = expireAfter + 5 ms (a permit may be used late within its
  *     window, and armed late by the store round trip; docs/strict.md);
- *     the total over 10 s at one per 500 ms is 20 +- 1; every
+ *     the total over 6 s at one per 300 ms is 20 +- 1; every
  *     worker got at least one permit;
  *   - maxReserved: Redis's own key, read back with TIME while six buckets
  *     contend, is never more than maxReserved + 1 permits ahead of now
@@ -310,7 +310,7 @@ static double strict_num(const char *json, const char *field)
 
 static void test_spacing_three_nodes(void **state)
 {
-	const int every = 500, expire = 20;
+	const int every = 300, expire = 20;
 	struct report r[WORKERS];
 	uint64_t t[MAX_ARRIVALS], t0;
 	double granted = 0, used = 0;
@@ -321,11 +321,11 @@ static void test_spacing_three_nodes(void **state)
 		skip();
 	nodes_up(every, 6, expire);
 	t0 = ktest_now_ns();
-	workers_start(10.0);
+	workers_start(6.0);
 	workers_wait(r);
 	ktest_sleep_ms(100);
 	n = arrivals(t0, ktest_now_ns(), t);
-	double lo = min_gap_ms(t, n, every, "three nodes, 1 per 500 ms");
+	double lo = min_gap_ms(t, n, every, "three nodes, 1 per 300 ms");
 	for (int w = 0; w < WORKERS; w++) {
 		print_message("worker %d (node s%d): %llu admitted, %llu refused\n", w, w / PER_NODE,
 			      r[w].ok, r[w].refused);
@@ -559,7 +559,7 @@ int main(void)
 	if (getenv("KT_STRICT_BENCH")) {
 		int rc = cmocka_run_group_tests(spacing, setup, teardown);
 
-		printf("\n| strict spacing: 3 nodes x 2 workers, 1 per 500 ms, 10 s | admissions | smallest gap | "
+		printf("\n| strict spacing: 3 nodes x 2 workers, 1 per 300 ms, 6 s | admissions | smallest gap | "
 		       "gap - every p50 | p99 | target p99 |\n|---|---|---|---|---|---|\n"
 		       "| kernel path (connect), loopback Redis | %d | %.2f ms | %.2f ms | %.2f ms | <= 5 ms |\n",
 		       last_n, last_lo, last_p50, last_p99);

@@ -514,6 +514,14 @@ void kt_ctl_tick(struct kt_ctl *c, uint64_t now)
 			prev = sample_at(s, 0);
 			cur.granted = prev->granted +
 				      s->bucket_rate * nb * (double)(now - prev->ts_ns) / 1e9;
+			if (l->cfg->unit == KT_UNIT_CONCURRENT) {
+				struct kt_inflight_view v;
+				double dt = (double)(now - prev->ts_ns) / 1e9;
+
+				kt_inflight_node(c->bpf, l, now, &v);
+				cur.slots_used = prev->slots_used + (double)v.open * dt;
+				cur.slots_granted = prev->slots_granted + (double)v.slots * dt;
+			}
 		}
 		if (!s->hist_cap)
 			continue; /* no ring (cannot happen once started) */
@@ -540,6 +548,12 @@ void kt_ctl_tick(struct kt_ctl *c, uint64_t now)
 		};
 		if (win > 0)
 			s->epoch_used_rate = obs.used_tokens / win;
+		/* in-flight: the ramp's used is the slots held, not the
+		 * connects made */
+		if (l->cfg->unit == KT_UNIT_CONCURRENT) {
+			obs.granted_tokens = cur.slots_granted - old->slots_granted;
+			obs.used_tokens = cur.slots_used - old->slots_used;
+		}
 		s->pool_rate = kt_ramp_epoch(&s->ramp, &obs);
 	}
 
@@ -571,17 +585,23 @@ void kt_ctl_apply_pool(struct kt_ctl *c, uint64_t now)
 			kt_info("limit %s: resuming ramp at %.3f/s", l->cfg->name, s->pool_rate);
 		}
 		uint64_t lease_before = s->pol.valid_until, fb_before = s->pol.fallback_until;
-		double fbr_before = s->pol.fallback_rate;
+		double fbr_before = s->pol.fallback_rate, fbb_before = s->pol.fallback_burst;
+		/* the node bucket's own: an in-flight limit's node slots may move
+		 * while each member's (rounded up) does not */
+		double node_before = s->pol.node_burst, node_fbb_before = s->pol.node_fallback_burst;
 
 		kt_ctl_decide(c->pool, i, l, s);
 		/* rate before lease: either order of the two is safe alone, and
 		 * this one never pairs a new lease with the old, larger rate;
 		 * by demand every member's grant may move: write them all */
 		if (by_demand(l) || fabs(s->bucket_rate - before) > 1e-9 * before ||
-		    s->bucket_burst != burst_before)
+		    s->bucket_burst != burst_before || s->pol.node_burst != node_before)
 			kt_ctl_write_rates(c, i);
 		if (by_demand(l) || s->pol.valid_until != lease_before ||
-		    s->pol.fallback_until != fb_before || s->pol.fallback_rate != fbr_before)
+		    s->pol.fallback_until != fb_before || s->pol.fallback_rate != fbr_before ||
+		    (l->cfg->unit == KT_UNIT_CONCURRENT &&
+		     (s->pol.fallback_burst != fbb_before ||
+		      s->pol.node_fallback_burst != node_fbb_before)))
 			kt_ctl_write_lease(c, i);
 		if (s->pinned_lease != s->pol.valid_until || now - s->pinned_ns >= c->epoch_ns)
 			kt_ctl_pin(c, i, now);

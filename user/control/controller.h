@@ -18,6 +18,10 @@ struct kt_sample {
 	uint64_t calls;     /* admitted + throttled requests, cumulative */
 	uint64_t refused;   /* throttled requests, cumulative */
 	double granted;     /* tokens granted since start, cumulative */
+	/* in-flight limits: the node's open connections and its slots in
+	 * force, integrated over time (slot-seconds), cumulative: what the
+	 * ramp's modes read as used and granted */
+	double slots_used, slots_granted;
 };
 
 /* Controller state of one limit, index-aligned with plan.limits. */

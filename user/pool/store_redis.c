@@ -8,10 +8,13 @@
 #include "pool/store_int.h"
 
 /* Per limit the scripts take these KEYS, all under the hash tag {L} (store.h):
- * hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem,
- * claim, seen. */
-#define N_KEYS 13
-static const char *const key_names[N_KEYS] = {
+ * hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem; and
+ * for an in-flight limit's heartbeat N_SLOT_KEYS more, claim and seen. Only
+ * then: in a slot that migrates, a script whose keys are not all on one
+ * side is answered TRYAGAIN, and other limits never make these two. */
+#define N_KEYS 11
+#define N_SLOT_KEYS 2
+static const char *const key_names[N_KEYS + N_SLOT_KEYS] = {
 	"hb", "size", "ramp", "fb", "lapsed", "counted", "hist", "sizes", "meta", "grant", "dem",
 	"claim", "seen",
 };
@@ -32,10 +35,11 @@ static const char tags_script[] = KT_LUA_TAGS;
 
 const char *const rs_scripts[N_SCRIPTS] = { hb_script, leave_script, permit_script, tags_script };
 
-/* The N_KEYS keys of one limit, in the scripts' order. */
-static void arg_keys(struct args *a, const char *prefix, const char *limit)
+/* The n keys of one limit (N_KEYS, or N_KEYS + N_SLOT_KEYS), in the
+ * scripts' order. */
+static void arg_keys(struct args *a, const char *prefix, const char *limit, int n)
 {
-	for (int k = 0; k < N_KEYS; k++)
+	for (int k = 0; k < n; k++)
 		rs_arg_fmt(a, "%s:pool:{%s}:%s", prefix, limit, key_names[k]);
 }
 
@@ -318,13 +322,15 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 	int i, j, cap = 3;
 
 	for (i = 0; i < n; i++)
-		cap += N_KEYS + 11 + 3 * reqs[i].n_members;
+		cap += N_KEYS + N_SLOT_KEYS + 11 + 3 * reqs[i].n_members;
 	if (rs_args_init(a, cap))
 		return -ENOMEM;
 	a->n = 2; /* EVALSHA sha */
-	rs_arg_fmt(a, "%d", N_KEYS * n);
+	for (i = 0, j = 0; i < n; i++)
+		j += N_KEYS + (reqs[i].slots_node ? N_SLOT_KEYS : 0);
+	rs_arg_fmt(a, "%d", j);
 	for (i = 0; i < n; i++)
-		arg_keys(a, s->prefix, reqs[i].limit);
+		arg_keys(a, s->prefix, reqs[i].limit, N_KEYS + (reqs[i].slots_node ? N_SLOT_KEYS : 0));
 	for (i = 0; i < n; i++) {
 		const struct kt_pool_req *q = &reqs[i];
 
@@ -529,7 +535,7 @@ static int do_leave(struct kt_store *s, const char *limit, const char *const *id
 		goto oom;
 	a.n = 2;
 	rs_arg_fmt(&a, "%d", N_KEYS);
-	arg_keys(&a, s->prefix, limit);
+	arg_keys(&a, s->prefix, limit, N_KEYS);
 	for (i = 0; i < n; i++)
 		rs_arg_ref(&a, ids[i]);
 	if (a.oom)

@@ -1,9 +1,10 @@
 -- common.lua: the prelude shared by heartbeat.lua and leave.lua (each has a
 -- `--#include common.lua` line where it goes). It only defines local
 -- functions; it reads no KEYS or ARGV of its own. keyset(k) names the
--- N_KEYS (13) keys of one limit starting at KEYS[k], all under the limit's
+-- N_KEYS (11) keys of one limit starting at KEYS[k], all under the limit's
 -- hash tag {L} (user/pool/store.h): hb, size, ramp, fb, lapsed, counted,
--- hist, sizes, meta, grant, dem, claim, seen.
+-- hist, sizes, meta, grant, dem; an in-flight limit's heartbeat has
+-- N_SLOT_KEYS (2) more, claim and seen (nil for the others).
 --
 -- How these files get into the programs: the build (Makefile, rule for
 -- $(BUILD)/gen/kt_lua.h) runs scripts/lua-embed.sh over user/pool/lua/*.lua.
@@ -17,7 +18,7 @@
 -- The same text, ready for redis-cli --eval, is written to $(BUILD)/lua/:
 --   K='P:pool:{L}'; redis-cli --eval build/lua/leave.lua $K:hb $K:size \
 --     $K:ramp $K:fb $K:lapsed $K:counted $K:hist $K:sizes $K:meta $K:grant \
---     $K:dem $K:claim $K:seen , id1 id2
+--     $K:dem , id1 id2
 --
 -- The answer comes from counters kept as members join, lapse, return, die
 -- and leave, so a call costs O(this node's members + members that just
@@ -49,11 +50,12 @@
 -- error; a stored fallback rate that is not a finite number >= 0 is reserved
 -- as 0. each() is chunked: unpack runs on Lua's C stack, which is limited.
 
-local function keyset(k)
-  return {hb = KEYS[k], size = KEYS[k + 1], ramp = KEYS[k + 2], fb = KEYS[k + 3],
-          lapsed = KEYS[k + 4], counted = KEYS[k + 5], hist = KEYS[k + 6],
-          sizes = KEYS[k + 7], meta = KEYS[k + 8], grant = KEYS[k + 9], dem = KEYS[k + 10],
-          claim = KEYS[k + 11], seen = KEYS[k + 12]}
+local function keyset(k, slots)
+  local K = {hb = KEYS[k], size = KEYS[k + 1], ramp = KEYS[k + 2], fb = KEYS[k + 3],
+             lapsed = KEYS[k + 4], counted = KEYS[k + 5], hist = KEYS[k + 6],
+             sizes = KEYS[k + 7], meta = KEYS[k + 8], grant = KEYS[k + 9], dem = KEYS[k + 10]}
+  if slots then K.claim, K.seen = KEYS[k + 11], KEYS[k + 12] end
+  return K
 end
 local function bucket(v)
   local x = tonumber(v)

@@ -2,7 +2,8 @@
 -- one hash slot), kt_store_heartbeat_many in user/pool/store_redis.c.
 -- Prefixed with common.lua at build time.
 --
--- KEYS: N_KEYS (13) per limit, in keyset's order (common.lua).
+-- KEYS: N_KEYS (11) per limit, in keyset's order (common.lua), and
+-- N_SLOT_KEYS (2) more (claim, seen) for an in-flight limit.
 -- ARGV per limit: stale_ms, n, ramp ("" = none), ramp_ttl_ms, hold_ms, fb
 -- (this node's fallback rate per member, "%.17g"), pool_rate ("0": equal
 -- share), floor_rate, recompute_ms, prev ("agree size live": the answer
@@ -348,8 +349,12 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl)
   save(K, c)
   if expire then
     for _, key in ipairs({K.hb, K.size, K.fb, K.lapsed, K.counted, K.hist, K.sizes, K.meta,
-                          K.grant, K.dem, K.claim, K.seen}) do
+                          K.grant, K.dem}) do
       redis.call('PEXPIRE', key, ttl)
+    end
+    if sl ~= '-' then
+      redis.call('PEXPIRE', K.claim, ttl)
+      redis.call('PEXPIRE', K.seen, ttl)
     end
   end
   if dem then
@@ -389,9 +394,10 @@ local function steady(k, a, n, prev)
   end
   return 1
 end
--- one pass per limit: N_KEYS KEYS and 11 + n x (2 or 3) ARGV each
-local out, a = {}, 1
-for k = 1, #KEYS, 13 --[[N_KEYS]] do
+-- one pass per limit: N_KEYS KEYS (+ N_SLOT_KEYS for an in-flight
+-- limit) and 11 + n x (2 or 3) ARGV each
+local out, a, k = {}, 1, 1
+while k <= #KEYS do
   local n, prate, prev, sl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 6]), ARGV[a + 9], ARGV[a + 10]
   local st = 2
   if prate > 0 then st = 3 end
@@ -401,9 +407,11 @@ for k = 1, #KEYS, 13 --[[N_KEYS]] do
   if not o then
     local stale, hold, fb = tonumber(ARGV[a]), tonumber(ARGV[a + 4]), ARGV[a + 5]
     local flo, rms = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
-    o = full(keyset(k), a + 11, stale, n, hold, fb, prate, flo, rms, st, sl)
+    o = full(keyset(k, sl ~= '-'), a + 11, stale, n, hold, fb, prate, flo, rms, st, sl)
   end
   out[#out + 1] = o
   a = a + 11 + st * n
+  k = k + 11 --[[N_KEYS]]
+  if sl ~= '-' then k = k + 2 --[[N_SLOT_KEYS]] end
 end
 return out
