@@ -153,6 +153,23 @@ struct kthrottle_refusal {
 int kthrottle_connect(int fd, const struct sockaddr *addr, socklen_t len,
 		      struct kthrottle_refusal *why);
 
+/* In-flight slots for requests (an in-flight limit, unit concurrent, whose
+ * match covers UDP; this process's cgroup one of its members): the slot is
+ * a connected UDP socket the kernel counts while it is open, so it is
+ * given back when its descriptor closes in any way, kthrottle_slot_release,
+ * exit or kill -9 included. Nothing is ever sent on it; it shares the
+ * limit's slots with the connections the limit counts.
+ *
+ * kthrottle_slot_acquire: the slot's descriptor (>= 0), waiting up to
+ * timeout_ns for one to free (looked at again after 1 ms, then doubling up
+ * to 8 ms: nothing announces a close); -ETIMEDOUT when none freed in time,
+ * -EBUSY when timeout_ns is 0 and none is free, -EPERM when this process's
+ * cgroup is not a member of the limit, -EINVAL when it is no in-flight
+ * limit covering UDP, or another -errno (kthrottle_last_error() says).
+ * kthrottle_slot_release: closes it; 0 or -errno. */
+int kthrottle_slot_acquire(const char *limit, uint64_t timeout_ns);
+int kthrottle_slot_release(int slot);
+
 /*
  * Tag queries: ask a tag limit's query server (kthrottled's
  * `tags: ... query:`) whether to serve a request with throttling tag `tag`

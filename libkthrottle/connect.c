@@ -376,6 +376,79 @@ static int plain_connect(int fd, const struct sockaddr *addr, socklen_t len)
 	return connect(fd, addr, len) == 0 ? 0 : -errno;
 }
 
+int kt_lib_slot_target(const char *name, struct sockaddr_storage *ss, socklen_t *len,
+		       int *refuse_errno)
+{
+	struct kt_member_val v;
+	struct kt_limit_info li;
+	struct kt_dest_key k, next;
+	struct kt_dest_val d;
+	__u32 id = KT_MAX_LIMITS;
+	void *prev = NULL;
+	int err;
+
+	if ((err = maps_get()))
+		return kt_lib_fail(-err, "kthrottle_slot_acquire: the pinned maps of %s", kt_lib_pin_dir());
+	if (member_list(&v)) {
+		pthread_rwlock_unlock(&st.lock);
+		return kt_lib_fail(EPERM, "kthrottle_slot_acquire: this process's cgroup is not a member of %s",
+				   name);
+	}
+	/* one of this cgroup's limits, in flight, for UDP */
+	for (__u32 i = 0; i < v.count && i < KT_LIMITS_PER_CGROUP; i++) {
+		__u32 lid = v.ents[i].limit_id;
+
+		if (!bpf_map_lookup_elem(st.fd[M_LIMITS], &lid, &li) && li.in_use &&
+		    !strncmp(li.name, name, sizeof(li.name))) {
+			id = lid;
+			break;
+		}
+	}
+	if (id == KT_MAX_LIMITS || li.unit != KT_UNIT_CONCURRENT || !(li.proto_mask & KT_PROTO_UDP)) {
+		pthread_rwlock_unlock(&st.lock);
+		return kt_lib_fail(id == KT_MAX_LIMITS ? EPERM : EINVAL,
+				   id == KT_MAX_LIMITS
+					   ? "kthrottle_slot_acquire: this process's cgroup is not a member of %s"
+					   : "kthrottle_slot_acquire: %s is no in-flight limit covering UDP (unit concurrent, protocol udp or both)",
+				   name);
+	}
+	/* a destination it covers: any address of its first prefix */
+	for (;;) {
+		if (bpf_map_get_next_key(st.fd[M_DESTS], prev, &next)) {
+			pthread_rwlock_unlock(&st.lock);
+			return kt_lib_fail(ENOENT, "kthrottle_slot_acquire: %s covers no destination", name);
+		}
+		k = next;
+		prev = &k;
+		if (k.limit_id == id && !bpf_map_lookup_elem(st.fd[M_DESTS], &k, &d))
+			break;
+	}
+	pthread_rwlock_unlock(&st.lock);
+	memset(ss, 0, sizeof(*ss));
+	{
+		__u16 port = li.port_lo ? li.port_lo : (li.port_hi ? 1 : 0);
+		static const __u8 v4map[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
+		if (!memcmp(k.addr, v4map, 12) && k.prefixlen >= 32 + 96) {
+			struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+
+			s4->sin_family = AF_INET;
+			s4->sin_port = htons(port);
+			memcpy(&s4->sin_addr, k.addr + 12, 4);
+			*len = sizeof(*s4);
+		} else {
+			struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+
+			s6->sin6_family = AF_INET6;
+			s6->sin6_port = htons(port);
+			memcpy(&s6->sin6_addr, k.addr, 16);
+			*len = sizeof(*s6);
+		}
+	}
+	*refuse_errno = d.refuse_errno ? d.refuse_errno : KT_REFUSE_ERRNO;
+	return 0;
+}
+
 KT_API int kthrottle_connect(int fd, const struct sockaddr *addr, socklen_t len,
 			     struct kthrottle_refusal *why)
 {

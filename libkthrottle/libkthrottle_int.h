@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "kthrottle.h"
 
@@ -42,5 +43,12 @@ void kt_fast_clock_reset(void);
 int kt_lib_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* $KTHROTTLE_PIN_DIR, else KTHROTTLE_PIN_DIR_DEFAULT. */
 const char *kt_lib_pin_dir(void);
+/* connect.c, for slot.c: a UDP destination the in-flight limit `name`
+ * covers, where `name` is one of the limits of this process's cgroup (or
+ * the member it is nested in), and the errno it refuses with. 0, or -errno
+ * with kthrottle_last_error() set (-EPERM: not a member; -EINVAL: not an
+ * in-flight limit covering UDP). */
+int kt_lib_slot_target(const char *name, struct sockaddr_storage *ss, socklen_t *len,
+		       int *refuse_errno);
 
 #endif

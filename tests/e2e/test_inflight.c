@@ -18,6 +18,10 @@
  *    time (1 of the 2 slots: 50% used), does not move it; a load that
  *    fills them ramps it to 10, and the server never sees more open than
  *    the slots in force.
+ *  - cooperative slots (kthrottle_slot_acquire): 4 processes with max 5,
+ *    each taking two slots, holding them 5-30 ms and giving them back,
+ *    recording when it held each: never more than 5 held at once; a holder
+ *    of 3 killed with -9 gives them back as the kernel closes its sockets.
  *  - one node, max 5: a process holding 5 connections; the 6th connect is
  *    refused at once with EBUSY, and kthrottle_connect names the limit,
  *    reason inflight, retry-after 0. The daemon restarts and adopts the open
@@ -407,6 +411,159 @@ static void test_ramp_counts_slots(void **state)
 	assert_true(seen.max_open <= 10);
 }
 
+/* ---- cooperative slots ---- */
+
+#define COOP_PROCS 4
+#define COOP_SLOTS 5
+#define COOP_ROUNDS 40
+#define COOP_HOLDS (2 * COOP_ROUNDS)
+
+struct coop_report {
+	int n, timeouts, errors, last_err;
+	uint64_t at[COOP_HOLDS][2]; /* when each slot was held: [acquired, released) */
+};
+
+/* A child in cgroup cg: COOP_ROUNDS times two slots of limit "req" (the
+ * second taken while holding the first), held 5-30 ms, the times
+ * recorded inside each hold. */
+static pid_t coop_start(const char *cg, int *fd)
+{
+	pid_t pid = kt_clusterfx_fork(fd);
+
+	if (pid == 0) {
+		static struct coop_report r;
+
+		if (ktest_cgroup_join(cg) != 0)
+			_exit(4);
+		srandom((unsigned)getpid());
+		for (int i = 0; i < COOP_ROUNDS; i++) {
+			int s[2], got = 0;
+
+			for (int k = 0; k < 2; k++) {
+				s[k] = kthrottle_slot_acquire("req", 2000000000ULL);
+				if (s[k] < 0) {
+					r.timeouts += s[k] == -ETIMEDOUT;
+					r.errors += s[k] != -ETIMEDOUT;
+					r.last_err = -s[k];
+					continue;
+				}
+				r.at[r.n + got++][0] = ktest_now_ns();
+			}
+			ktest_sleep_ms(5 + (int)(random() % 26));
+			for (int k = 0; k < got; k++)
+				r.at[r.n + k][1] = ktest_now_ns();
+			r.n += got;
+			for (int k = 0; k < 2; k++)
+				if (s[k] >= 0)
+					kthrottle_slot_release(s[k]);
+		}
+		if (write(*fd, &r, sizeof(r)) != sizeof(r))
+			_exit(2);
+		_exit(0);
+	}
+	return pid;
+}
+
+static int cmp_event(const void *a, const void *b)
+{
+	const int64_t *x = a, *y = b;
+
+	/* by time; at the same ns a release before an acquire */
+	return x[0] != y[0] ? (x[0] > y[0]) - (x[0] < y[0]) : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+static void test_cooperative_slots(void **state)
+{
+	struct fixture *f = *state;
+	static struct coop_report r[COOP_PROCS];
+	static int64_t ev[COOP_PROCS * COOP_HOLDS * 2][2];
+	char body[1024];
+	double open, slots;
+	int status, n = 0, held = 0, most = 0, total = 0, hfd, got = -1;
+	uint64_t t0;
+	pid_t holder;
+
+	KTEST_SKIP_UNLESS_ROOT();
+	snprintf(body, sizeof(body),
+		 "tickInterval: 100ms\n"
+		 "limits:\n"
+		 "  - name: req\n"
+		 "    cgroups: [%s]\n"
+		 "    unit: concurrent\n"
+		 "    match: {cidrs: [127.255.0.1/32], ports: 7, protocol: udp}\n"
+		 "    rateLimit: {max: %d}\n",
+		 f->cg[0], COOP_SLOTS);
+	assert_int_equal(ktest_daemon_init(&f->d[0]), 0);
+	assert_int_equal(ktest_daemon_config(&f->d[0], body), 0);
+	node_up(f, 0);
+	setenv(KTHROTTLE_PIN_DIR_ENV, f->d[0].pin_dir, 1);
+	for (int i = 0; i < COOP_PROCS; i++)
+		f->kid[i] = coop_start(f->cg[0], &f->kid_fd[i]);
+	for (int i = 0; i < COOP_PROCS; i++) {
+		assert_true(kt_clusterfx_reap(f->kid[i], f->kid_fd[i], &r[i], sizeof(r[i]), &status));
+		f->kid[i] = -1;
+		f->kid_fd[i] = -1;
+		print_message("process %d: %d slots held, %d timed out, %d errors (%s)\n", i, r[i].n,
+			      r[i].timeouts, r[i].errors, r[i].errors ? strerror(r[i].last_err) : "-");
+		assert_int_equal(r[i].errors, 0);
+		total += r[i].n;
+		for (int k = 0; k < r[i].n; k++) {
+			ev[n][0] = (int64_t)r[i].at[k][0];
+			ev[n++][1] = 1;
+			ev[n][0] = (int64_t)r[i].at[k][1];
+			ev[n++][1] = -1;
+		}
+	}
+	qsort(ev, (size_t)n, sizeof(ev[0]), cmp_event);
+	for (int k = 0; k < n; k++) {
+		held += (int)ev[k][1];
+		most = held > most ? held : most;
+	}
+	print_message("%d holds by %d processes, at most %d held at once (max %d)\n", total,
+		      COOP_PROCS, most, COOP_SLOTS);
+	assert_true(most <= COOP_SLOTS);
+	assert_int_equal(most, COOP_SLOTS); /* demand exceeded the slots */
+	assert_int_equal(total, COOP_PROCS * COOP_HOLDS);
+
+	/* a holder of 3 killed with -9 */
+	holder = kt_clusterfx_fork(&hfd);
+	if (holder == 0) {
+		int k = 0;
+
+		if (ktest_cgroup_join(f->cg[0]) != 0)
+			_exit(4);
+		for (int i = 0; i < 3; i++)
+			k += kthrottle_slot_acquire("req", 0) >= 0;
+		if (write(hfd, &k, sizeof(k)) != sizeof(k))
+			_exit(2);
+		for (;;)
+			pause();
+	}
+	f->kid[0] = holder;
+	f->kid_fd[0] = hfd;
+	{
+		struct pollfd pf = { .fd = hfd, .events = POLLIN };
+
+		assert_int_equal(poll(&pf, 1, 10000), 1);
+		assert_int_equal(read(hfd, &got, sizeof(got)), sizeof(got));
+	}
+	assert_int_equal(got, 3);
+	inflight_status(&f->d[0], &open, &slots);
+	assert_int_equal((int)open, 3);
+	t0 = ktest_now_ns();
+	kill(holder, SIGKILL);
+	waitpid(holder, NULL, 0);
+	f->kid[0] = -1;
+	do {
+		inflight_status(&f->d[0], &open, &slots);
+	} while (open != 0 && ktest_now_ns() - t0 < 2000000000ULL);
+	print_message("a killed holder's 3 slots back after %.1f ms\n",
+		      (double)(ktest_now_ns() - t0) / 1e6);
+	assert_int_equal((int)open, 0);
+	/* not a member: refused with EPERM, no slot handed out */
+	assert_int_equal(kthrottle_slot_acquire("req", 0), -EPERM);
+}
+
 /* A child in cgroup cg that opens `n` connections to port, reports how
  * many it got, then holds them until killed. */
 static pid_t holder_start(const char *cg, int port, int n, int *fd)
@@ -544,6 +701,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_redis_pool_faults, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_adopts_and_kill_frees, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ramp_counts_slots, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_cooperative_slots, setup, teardown),
 	};
 	return cmocka_run_group_tests_name("e2e_inflight", tests, NULL, NULL);
 }
