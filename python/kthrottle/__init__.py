@@ -19,6 +19,13 @@ publishes in its pinned ``kt_coop`` map and every process on the node shares.
     with TagQuery(timeout_ms=50) as q:  # a tag limit's query server
         if q.check(client_ip): ...      # True: serve (or unanswered), False: throttle
 
+    with slot("llm", timeout=5):      # an in-flight limit's slot while inside
+        ...                           # (given back on exit, and by the kernel
+                                      # if the process dies)
+
+    @throttle("llm", concurrency=1)   # runs holding 1 slot; None if none frees
+    def ask(prompt): ...              # within max_delay (default 0)
+
 The library is ``$KTHROTTLE_LIB`` if set, else ``libkthrottle.so.0`` from the
 dynamic linker's path; it is loaded on first use, so importing never fails.
 The pin directory is ``$KTHROTTLE_PIN_DIR`` (default /sys/fs/bpf/kthrottle).
@@ -39,8 +46,10 @@ import select
 import socket as _socket
 import struct
 import threading
+import time
 
-__all__ = ["Error", "Limit", "RateLimited", "TagQuery", "connect", "throttle", "should_throttle"]
+__all__ = ["Error", "Limit", "RateLimited", "TagQuery", "connect", "slot", "throttle",
+           "should_throttle"]
 __version__ = "0.1.0"
 
 LIB_ENV = "KTHROTTLE_LIB"
@@ -135,6 +144,11 @@ def _dlopen():
         lib.kthrottle_connect.restype = ctypes.c_int
         lib.kthrottle_last_error.argtypes = []
         lib.kthrottle_last_error.restype = ctypes.c_char_p
+        if hasattr(lib, "kthrottle_slot_acquire"):  # a library older than in-flight slots lacks them
+            lib.kthrottle_slot_acquire.argtypes = [ctypes.c_char_p, c_u64]
+            lib.kthrottle_slot_acquire.restype = ctypes.c_int
+            lib.kthrottle_slot_release.argtypes = [ctypes.c_int]
+            lib.kthrottle_slot_release.restype = ctypes.c_int
         if hasattr(lib, "kthrottle_tagq_open"):  # a library older than TagQuery lacks them
             lib.kthrottle_tagq_open.argtypes = [ctypes.c_char_p, ctypes.c_uint32,
                                                 ctypes.POINTER(ctypes.c_void_p)]
@@ -197,12 +211,12 @@ def _check_seconds(what, s):
     return min(int(s * 1e9), _UINT64_MAX)
 
 
-def _parse_config(config):
+def _parse_config(config, keys=_CONFIG_KEYS):
     """(cost, max_delay in ns) from should_throttle's/throttle's keywords."""
     for key in config:
-        if key not in _CONFIG_KEYS:
+        if key not in keys:
             raise TypeError("kthrottle: unknown config key %r (supported: %s)" % (
-                key, ", ".join(_CONFIG_KEYS)))
+                key, ", ".join(keys)))
     cost = _check_tokens("cost", config.get("cost", 1))
     delay_ns = _check_seconds("max_delay", config.get("max_delay", 0))
     return cost, delay_ns
@@ -385,16 +399,110 @@ def should_throttle(limit, **config):
     return _should(_check_name(limit), cost, delay_ns)
 
 
+# --- in-flight slots ---------------------------------------------------------
+
+class slot:
+    """A slot of in-flight limit `limit` (``unit: concurrent``, its match
+    covering UDP, this process's cgroup a member) held while inside::
+
+        with kthrottle.slot("llm", timeout=5):
+            ...
+
+    The slot is a connected UDP socket the kernel counts (nothing is sent on
+    it), so it is given back on exit from the block, on close(), and by the
+    kernel if the process dies, kill -9 included. Entering waits up to
+    `timeout` seconds (default 0: only a slot free now) and raises
+    :class:`RateLimited` (``reason`` "inflight", ``retry_after`` 0) when none
+    freed; a process outside the limit, or a limit that is not in flight,
+    raises :class:`Error`.
+    """
+
+    def __init__(self, limit, timeout=0):
+        self.limit = _check_name(limit)
+        self._timeout_ns = _check_seconds("timeout", timeout)
+        self._fd = -1
+
+    def acquire(self):
+        lib = _load()
+        if not hasattr(lib, "kthrottle_slot_acquire"):
+            raise Error(_errno.ENOSYS, "this libkthrottle has no in-flight slots", self.limit)
+        if self._fd >= 0:
+            raise Error(_errno.EALREADY, "this slot is held already", self.limit)
+        r = lib.kthrottle_slot_acquire(self.limit.encode(), self._timeout_ns)
+        if r in (-_errno.ETIMEDOUT, -_errno.EBUSY):
+            raise RateLimited(_errno.EBUSY, self.limit, 0.0, "inflight")
+        if r < 0:
+            raise Error(-r, (lib.kthrottle_last_error() or b"").decode(errors="replace"),
+                        self.limit)
+        self._fd = r
+
+    def release(self):
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            _load().kthrottle_slot_release(fd)
+
+    close = release
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "kthrottle.slot(%r, held=%s)" % (self.limit, self._fd >= 0)
+
+
+def _run_holding(name, n, delay_ns, fn, args, kwargs):
+    """fn(*args, **kwargs) while holding n slots of name; None, and nothing
+    held, when they cannot all be had within delay_ns."""
+    held = []
+    deadline = time.monotonic_ns() + delay_ns
+    try:
+        for _ in range(n):
+            s = slot(name)
+            s._timeout_ns = max(0, deadline - time.monotonic_ns())
+            try:
+                s.acquire()
+            except RateLimited:
+                return None
+            held.append(s)
+        return fn(*args, **kwargs)
+    finally:
+        for s in held:
+            s.release()
+
+
 def throttle(limit, **config):
     """Decorator: the function runs when should_throttle(limit, **config)
     says go ahead, else the call returns None without running it.
+
+    With concurrency=N (an in-flight limit, ``unit: concurrent``) the
+    function runs holding N of its slots instead, waiting up to max_delay
+    (default 0) for them; None, and nothing held, when they do not all
+    free in time.
 
     The config is checked here, the limit opened on the first call (so
     decorating needs no daemon). Coroutine functions are refused: waiting
     for max_delay would block the event loop.
     """
     name = _check_name(limit)
-    cost, delay_ns = _parse_config(config)
+    if "concurrency" in config:
+        if "cost" in config:
+            raise TypeError("kthrottle: concurrency and cost do not go together "
+                            "(an in-flight limit counts slots held, not tokens)")
+        n = _check_tokens("concurrency", config["concurrency"])
+        _, delay_ns = _parse_config({k: v for k, v in config.items() if k != "concurrency"})
+    else:
+        n = 0
+        cost, delay_ns = _parse_config(config, _CONFIG_KEYS + ("concurrency",))
 
     def decorate(fn):
         if not callable(fn):
@@ -406,6 +514,8 @@ def throttle(limit, **config):
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            if n:
+                return _run_holding(name, n, delay_ns, fn, args, kwargs)
             if _should(name, cost, delay_ns):
                 return None
             return fn(*args, **kwargs)

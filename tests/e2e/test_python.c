@@ -13,7 +13,13 @@
  *    and runs the function;
  *  - Limit.is_throttled/try_acquire see the empty bucket;
  *  - an unknown limit raises kthrottle.Error naming it, a bad config key
- *    TypeError, a bad value ValueError.
+ *    TypeError, a bad value ValueError;
+ *  - in-flight slots (an in-flight limit of 5, UDP to a reserved address,
+ *    on a cgroup the script joins): 4 processes of 2 threads calling a
+ *    @throttle(limit, concurrency=1, max_delay=2) function that sleeps
+ *    5-25 ms, each recording when it ran: never more than 5 at once, and
+ *    every call ran; a process holding 3 slots (kthrottle.slot) killed
+ *    with -9: 5 slots can be had again within 1 s.
  *
  * The daemon runs on a bpffs this test mounts in a private mount namespace,
  * as in test_coop. */
@@ -47,8 +53,70 @@
 static struct fixture {
 	struct ktest_daemon d;
 	char tmp[PATH_MAX];
+	char cg[PATH_MAX]; /* the in-flight limit's member */
 	bool started;
 } fx;
+
+#define SLOTS 5
+
+/* The in-flight script: argv limit cgroup slots; prints "RESULT {json}". */
+static const char slots_script[] =
+	"import json, multiprocessing, os, random, signal, sys, threading, time\n"
+	"import kthrottle\n"
+	"LIMIT, CG, SLOTS = sys.argv[1], sys.argv[2], int(sys.argv[3])\n"
+	"with open(CG + '/cgroup.procs', 'w') as f:\n"
+	"    f.write(str(os.getpid()))\n"
+	"def work(q):\n"
+	"    spans, lock = [], threading.Lock()\n"
+	"    @kthrottle.throttle(LIMIT, concurrency=1, max_delay=2)\n"
+	"    def hold():\n"
+	"        t0 = time.monotonic()\n"
+	"        time.sleep(random.uniform(0.005, 0.025))\n"
+	"        with lock:\n"
+	"            spans.append((t0, time.monotonic()))\n"
+	"        return True\n"
+	"    def loop():\n"
+	"        for _ in range(15):\n"
+	"            hold()\n"
+	"    ts = [threading.Thread(target=loop) for _ in range(2)]\n"
+	"    [t.start() for t in ts]\n"
+	"    [t.join() for t in ts]\n"
+	"    q.put(spans)\n"
+	"q = multiprocessing.Queue()\n"
+	"ps = [multiprocessing.Process(target=work, args=(q,)) for _ in range(4)]\n"
+	"[p.start() for p in ps]\n"
+	"spans = [s for _ in ps for s in q.get()]\n"
+	"[p.join() for p in ps]\n"
+	"ev = sorted([(a, 1) for a, b in spans] + [(b, -1) for a, b in spans], key=lambda e: (e[0], e[1]))\n"
+	"held = most = 0\n"
+	"for _, d in ev:\n"
+	"    held += d\n"
+	"    most = max(most, held)\n"
+	"out = {'calls': len(spans), 'most': most}\n"
+	"# a holder of 3 killed with -9: its slots come back\n"
+	"r, w = os.pipe()\n"
+	"pid = os.fork()\n"
+	"if pid == 0:\n"
+	"    held = [kthrottle.slot(LIMIT) for _ in range(3)]\n"
+	"    [s.acquire() for s in held]\n"
+	"    os.write(w, b'x')\n"
+	"    time.sleep(60)\n"
+	"    os._exit(0)\n"
+	"os.read(r, 1)\n"
+	"try:\n"
+	"    with kthrottle.slot(LIMIT) as a, kthrottle.slot(LIMIT) as b, kthrottle.slot(LIMIT) as c:\n"
+	"        pass\n"
+	"    out['third_free'] = 1\n"
+	"except kthrottle.RateLimited as e:\n"
+	"    out['third_free'] = 0\n"
+	"    out['reason'] = e.reason\n"
+	"os.kill(pid, signal.SIGKILL)\n"
+	"os.waitpid(pid, 0)\n"
+	"got = [kthrottle.slot(LIMIT, timeout=1) for _ in range(SLOTS)]\n"
+	"[s.acquire() for s in got]\n"
+	"out['after_kill'] = len(got)\n"
+	"[s.release() for s in got]\n"
+	"print('RESULT ' + json.dumps(out, separators=(',', ':')), flush=True)\n";
 
 /* The script: argv limit rate burst secs nproc; prints one line
  * "RESULT {json}" (compact: ktest_json_num wants "key":value). */
@@ -180,6 +248,9 @@ static int teardown(void **state)
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
 	fx.tmp[0] = 0;
+	if (fx.cg[0])
+		ktest_cgroup_destroy(fx.cg);
+	fx.cg[0] = 0;
 	return 0;
 }
 
@@ -188,6 +259,7 @@ static void start_daemon(void)
 	char body[1024];
 
 	assert_int_equal(kt_daemonfx_bpffs_init(&fx.d), 0);
+	assert_int_equal(ktest_cgroup_create("pyslots", fx.cg, sizeof(fx.cg)), 0);
 	/* min = max: the rate is 20/s from the first tick, no ramp */
 	snprintf(body, sizeof(body),
 		 "tickInterval: 100ms\n"
@@ -195,8 +267,13 @@ static void start_daemon(void)
 		 "  - name: api\n"
 		 "    unit: request\n"
 		 "    burst: %d\n"
-		 "    rateLimit: {min: %g, max: %g}\n",
-		 BURST, RATE, RATE);
+		 "    rateLimit: {min: %g, max: %g}\n"
+		 "  - name: llm\n"
+		 "    cgroups: [%s]\n"
+		 "    unit: concurrent\n"
+		 "    match: {cidrs: [127.255.0.2/32], ports: 7, protocol: udp}\n"
+		 "    rateLimit: {max: %d}\n",
+		 BURST, RATE, RATE, fx.cg, SLOTS);
 	assert_int_equal(ktest_daemon_config(&fx.d, body), 0);
 	fx.started = true;
 	assert_int_equal(ktest_daemon_start_logged(&fx.d), 0);
@@ -334,6 +411,28 @@ static void test_python_decorator(void **state)
 				    "[\"ConnectionRefusedError\",\"ConnectionRefusedError\"]]"));
 	assert_non_null(strstr(res, "\"conn_scope\":\"OverflowError\""));
 	free(out);
+
+	/* in-flight slots */
+	{
+		char slots_s[16];
+
+		snprintf(path, sizeof(path), "%s/slots.py", fx.tmp);
+		assert_int_equal(ktest_write_file(path, slots_script), 0);
+		snprintf(slots_s, sizeof(slots_s), "%d", SLOTS);
+		assert_int_equal(run((char *[]){ py, "-I", path, "llm", fx.cg, slots_s, NULL }, true, &out),
+				 0);
+		res = strstr(out, "RESULT {");
+		assert_non_null(res);
+		print_message("in-flight: %.0f calls, at most %.0f at once (slots %d)\n", num(res, "calls"),
+			      num(res, "most"), SLOTS);
+		assert_true(num(res, "calls") == 4 * 2 * 15);
+		assert_true(num(res, "most") <= SLOTS && num(res, "most") >= SLOTS - 1);
+		/* 3 held by the other process: 2 free, a third refused */
+		assert_true(num(res, "third_free") == 0);
+		assert_non_null(strstr(res, "\"reason\":\"inflight\""));
+		assert_true(num(res, "after_kill") == SLOTS);
+		free(out);
+	}
 }
 
 int main(void)
