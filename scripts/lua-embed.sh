@@ -10,7 +10,12 @@
 #   - a line `--#include NAME` is replaced by NAME (same directory),
 #     processed the same way;
 #   - comment lines (first non-blank characters `--`) and empty lines are
-#     dropped; do not use long strings or comments ([[ ]]) across lines;
+#     dropped, and every line's indentation; do not use long strings or
+#     comments ([[ ]]) across lines;
+#   - HEADER asserts each text is at most 16 KiB: SCRIPT LOAD goes out
+#     before AUTH is answered, and Redis closes a connection that is not
+#     authenticated yet on a longer bulk string (so a wrong password would
+#     read as a reset instead of "authentication failed");
 #   - `NUMBER --[[NAME]]` becomes NUMBER, and HEADER asserts that the C
 #     constant NAME equals NUMBER (include HEADER after NAME is defined).
 # Only sh, awk and sed: no xxd.
@@ -58,6 +63,7 @@ for f in "$@"; do
 				print file ":" n ": a --[[ that is not NUMBER --[[NAME]]" > "/dev/stderr"
 				exit 1
 			}
+			sub(/^[ \t]+/, "", line)
 			print line
 		}
 		if (rs < 0) { print file ": cannot read" > "/dev/stderr"; exit 1 }
@@ -75,6 +81,7 @@ for f in "$@"; do
 		echo "#define $macro \\"
 		sed 's/\\/\\\\/g; s/"/\\"/g; s/^/\t"/; s/$/\\n" \\/' "$tmp.lua"
 		printf '\t""\n'
+		echo "_Static_assert(sizeof($macro) <= 16384 + 1, \"$f: over 16 KiB, what Redis reads from a client before AUTH\");"
 	} >> "$tmp"
 done
 

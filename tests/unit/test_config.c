@@ -1215,14 +1215,13 @@ static const struct bad bad_cases[] = {
 	  "false is not supported with unit request" },
 #undef REQ
 	/* unit concurrent: whole slots, no burst, and not yet with a
-	 * parent, shadow, groups or demand */
+	 * parent, shadow or groups */
 #define CC(rl, extra) "limits:\n  - name: a\n    cgroups: [x]\n    unit: concurrent\n    rateLimit: " rl "\n" extra
 	{ CC("{max: 2.5}", ""), "t.yaml:5: limits[0].rateLimit.max: ", "2.5 is no whole number" },
 	{ CC("{max: 4, min: 0.5}", ""), "t.yaml:5: limits[0].rateLimit.min: ", "0.5 is no whole number" },
 	{ CC("{max: 4}", "    burst: 2\n"), "t.yaml:6: limits[0].burst: ", "an in-flight limit has no burst" },
 	{ CC("{max: 4}", "    parent: p\n"), "t.yaml:6: limits[0].parent: ", "not supported with unit concurrent yet" },
 	{ CC("{max: 4}", "    enforce: false\n"), "t.yaml:6: limits[0].enforce: ", "in-flight limits always enforce" },
-	{ CC("{max: 4}", "    share: demand\n"), "t.yaml:6: limits[0].share: ", "the slots are shared equally" },
 	{ CC("{strict: {every: 1s}}", ""), "t.yaml:5: limits[0].rateLimit.strict: ",
 	  "not allowed with unit concurrent" },
 #undef CC

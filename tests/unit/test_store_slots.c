@@ -59,15 +59,16 @@ static int group_teardown(void **state)
 
 /* node `node` (members node:m0..node:m<n-1>) heartbeats limit `limit`
  * holding `held`, pool P; its grant, the others' claims in *claimed. */
-static int64_t beat_cap(const char *limit, const char *node, int n, int64_t held, int64_t P,
-			int64_t cap, uint64_t stale, uint64_t hold, int64_t *claimed)
+static int64_t beat_full(const char *limit, const char *node, int n, int64_t held, int64_t P,
+			 int64_t cap, int64_t demand, uint64_t stale, uint64_t hold, int64_t *claimed)
 {
 	struct kt_pool_member m[8];
 	char ids[8][32];
 	struct kt_pool_answer a = { 0 };
 	struct kt_pool_req q = { .limit = limit, .members = m, .n_members = n, .stale_ms = stale,
 				 .save_ramp = -1, .hold_ms = hold, .slots_node = node,
-				 .slots_held = held, .slots_pool = P, .slots_cap = cap };
+				 .slots_held = held, .slots_pool = P, .slots_cap = cap,
+				 .slots_demand = demand };
 
 	assert_true(n <= 8);
 	for (int i = 0; i < n; i++) {
@@ -80,10 +81,21 @@ static int64_t beat_cap(const char *limit, const char *node, int n, int64_t held
 	return a.slots_grant;
 }
 
+static int64_t beat_cap(const char *limit, const char *node, int n, int64_t held, int64_t P,
+			int64_t cap, uint64_t stale, uint64_t hold, int64_t *claimed)
+{
+	return beat_full(limit, node, n, held, P, cap, -1, stale, hold, claimed);
+}
+
 static int64_t beat(const char *limit, const char *node, int n, int64_t held, int64_t P,
 		    uint64_t stale, uint64_t hold, int64_t *claimed)
 {
 	return beat_cap(limit, node, n, held, P, -1, stale, hold, claimed);
+}
+
+static int64_t beat_dem(const char *limit, const char *node, int64_t held, int64_t P, int64_t demand)
+{
+	return beat_full(limit, node, 1, held, P, -1, demand, 3000, 5000, NULL);
 }
 
 /* The claims read back: their sum, which never passes P. */
@@ -257,6 +269,33 @@ static void test_cap_after_store_loss(void **state)
 	assert_int_equal(claim_of(L, "r0"), 4);
 }
 
+/* share: demand: parts max-min fair over the nodes' demands (at least
+ * one slot), still only out of what the others' claims leave. */
+static void test_demand_parts(void **state)
+{
+	const char *L = "demand";
+
+	(void)state;
+	/* d0 wants 100, d1 2, d2 nothing: levels 28 / 2 / 1 of 30 */
+	assert_int_equal(beat_dem(L, "d0", 0, 30, 100), 30); /* alone */
+	assert_int_equal(beat_dem(L, "d1", 0, 30, 2), 0);    /* d0 claims 30 */
+	assert_int_equal(beat_dem(L, "d2", 0, 30, 0), 0);
+	assert_int_equal(beat_dem(L, "d0", 30, 30, 100), 28);
+	assert_int_equal(claim_of(L, "d0"), 30); /* holds 30 until they close */
+	assert_int_equal(beat_dem(L, "d0", 28, 30, 100), 28);
+	assert_int_equal(beat_dem(L, "d1", 0, 30, 2), 2);
+	assert_int_equal(beat_dem(L, "d2", 0, 30, 0), 0); /* its floor of 1: nothing left */
+	claims(L, 30);
+	/* demand that fits: what is left shared equally: 4 + (30 - 9) / 3 = 11
+	 * once every node's new demand is known (a first round tells them) */
+	for (int i = 0; i < 3; i++)
+		beat_dem(L, (const char *[]){ "d0", "d1", "d2" }[i], 0, 30, 4 - i);
+	assert_int_equal(beat_dem(L, "d0", 0, 30, 4), 11);
+	assert_int_equal(beat_dem(L, "d1", 0, 30, 3), 10);
+	assert_int_equal(beat_dem(L, "d2", 0, 30, 2), 9);
+	assert_int_equal(claims(L, 30), 30);
+}
+
 /* Bad requests fail before anything is sent. */
 static void test_bad_requests(void **state)
 {
@@ -264,7 +303,7 @@ static void test_bad_requests(void **state)
 	struct kt_pool_answer a = { 0 };
 	struct kt_pool_req q = { .limit = "bad", .members = &m, .n_members = 1, .stale_ms = 3000,
 				 .save_ramp = -1, .slots_node = "z", .slots_held = 0, .slots_pool = 10,
-				 .slots_cap = -1 };
+				 .slots_cap = -1, .slots_demand = -1 };
 
 	(void)state;
 	q.slots_node = "two words";
@@ -280,7 +319,10 @@ static void test_bad_requests(void **state)
 	q.slots_cap = -2;
 	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
 	q.slots_cap = -1;
-	q.pool_rate = 5; /* demand sharing and slots are exclusive */
+	q.slots_demand = -2;
+	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+	q.slots_demand = -1;
+	q.pool_rate = 5; /* rate demand sharing and slots are exclusive */
 	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
 	redisReply *r = redisCommand(g_rc, "EXISTS " PREFIX ":pool:{bad}:hb");
 	assert_int_equal(r->integer, 0);
@@ -295,6 +337,7 @@ int main(void)
 		cmocka_unit_test(test_silent_node_claim_held_then_freed),
 		cmocka_unit_test(test_hand_edited_claim),
 		cmocka_unit_test(test_cap_after_store_loss),
+		cmocka_unit_test(test_demand_parts),
 		cmocka_unit_test(test_bad_requests),
 	};
 	return cmocka_run_group_tests_name("store_slots", tests, group_setup, group_teardown);

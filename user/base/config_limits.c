@@ -355,7 +355,6 @@ static int check_concurrent(struct ctx *c, yaml_node_t *n, yaml_node_t *rl, cons
 		{ "parent", "not supported with unit concurrent yet" },
 		{ "enforce", "not supported with unit concurrent yet (in-flight limits always enforce)" },
 		{ "groupBy", "not supported with unit concurrent yet" },
-		{ "share", "not supported with unit concurrent yet (the slots are shared equally)" },
 	};
 	char sub[FIELD_LEN];
 	yaml_node_t *v;
@@ -366,8 +365,7 @@ static int check_concurrent(struct ctx *c, yaml_node_t *n, yaml_node_t *rl, cons
 		return fail(c, v, join(sub, field, "rateLimit.strict"),
 			    "not allowed with unit concurrent (permits pace admissions; an in-flight limit counts open connections)");
 	for (size_t i = 0; i < sizeof(not_yet) / sizeof(not_yet[0]); i++)
-		if ((v = map_get(c, n, not_yet[i].key)) &&
-		    (strcmp(not_yet[i].key, "share") || l->share != KT_SHARE_EQUAL))
+		if ((v = map_get(c, n, not_yet[i].key)))
 			return fail(c, v, join(sub, field, not_yet[i].key), "%s", not_yet[i].why);
 	for (int i = 0; i < 2; i++)
 		if (whole[i] != floor(whole[i]) && (v = map_get(c, rl, names[i])))

@@ -30,7 +30,9 @@ static int bucket_served(const struct kt_limit_rt *l)
  * owner, kt_pool_bucket_policy. */
 static bool by_demand(const struct kt_limit_rt *l)
 {
-	return l->cfg->share == KT_SHARE_DEMAND;
+	/* an in-flight limit's demand divides slots between nodes in the
+	 * store; each member's share is then as in equal */
+	return l->cfg->share == KT_SHARE_DEMAND && l->cfg->unit != KT_UNIT_CONCURRENT;
 }
 
 /* The members bucket k of limit l serves: pod scope its own, node scope all. */
@@ -350,12 +352,21 @@ void kt_ctl_fill_slots(struct kt_ctl *c, struct kt_pool_local *local)
 		const struct kt_limit_rt *l = &c->plan->limits[i];
 		struct kt_inflight_view v;
 
-		local[i].slots_held = local[i].slots_in_force = -1;
+		struct kt_limit_state *s = &c->ls[i];
+
+		local[i].slots_held = local[i].slots_in_force = local[i].slots_demand = -1;
 		if (l->cfg->unit != KT_UNIT_CONCURRENT)
 			continue;
 		kt_inflight_node(c->bpf, l, now, &v);
 		local[i].slots_in_force = (int64_t)v.slots;
 		local[i].slots_held = (int64_t)(v.open > v.slots ? v.open : v.slots);
+		/* demand: what is open plus what was refused in the last second */
+		if (!s->slots_refused_ns || now - s->slots_refused_ns >= 1000000000ULL) {
+			s->slots_refused_last = s->slots_refused_ns ? s->total_throttled - s->slots_refused_at : 0;
+			s->slots_refused_at = s->total_throttled;
+			s->slots_refused_ns = now;
+		}
+		local[i].slots_demand = (int64_t)(v.open + s->slots_refused_last);
 	}
 }
 

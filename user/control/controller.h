@@ -24,6 +24,7 @@ struct kt_sample {
 	double slots_used, slots_granted;
 };
 
+
 /* Controller state of one limit, index-aligned with plan.limits. */
 struct kt_limit_state {
 	struct kt_ramp ramp;
@@ -45,6 +46,9 @@ struct kt_limit_state {
 	/* what the limit's slots admitted and refused since start, summed
 	 * from per-slot growth: never goes backwards when members leave */
 	uint64_t total_admitted, total_throttled, total_admitted_bytes;
+	/* in-flight, share: demand: refusals in the last whole second
+	 * (total_throttled at slots_refused_ns was slots_refused_at) */
+	uint64_t slots_refused_at, slots_refused_ns, slots_refused_last;
 	/* shadow (enforce: false): what the slots refused and let pass, now
 	 * and since start (within total_admitted), read while the limit is or
 	 * was a shadow one in this run (shadow_watch) */

@@ -235,8 +235,11 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 		l->max_members = s->max_members;
 		l->burst = lc->burst;
 		l->group = -1;
-		l->demand = lc->share == KT_SHARE_DEMAND && s->kind == KT_STORE_REDIS;
 		l->slots = lc->unit == KT_UNIT_CONCURRENT && s->kind == KT_STORE_REDIS;
+		/* in-flight: the store divides slots by the nodes' demands (slots_demand);
+		 * the rate grants per member (demand) are for rates */
+		l->demand = lc->share == KT_SHARE_DEMAND && s->kind == KT_STORE_REDIS && !l->slots;
+		l->slots_demand = lc->share == KT_SHARE_DEMAND && l->slots;
 		l->v.slots_grant = -1;
 		l->sent_slots_in_force = -1;
 		l->v.size = 1;

@@ -43,6 +43,7 @@ struct kt_pool_local {
 	 * and its slots in force; read from the kernel each tick */
 	int64_t slots_held;
 	int64_t slots_in_force;
+	int64_t slots_demand;          /* share: demand: open plus refusals of the last second */
 };
 
 /* The pool's view of one limit. */

@@ -387,6 +387,10 @@ void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const stru
 			q->slots_cap = (l->floor || l->adopted || g->failing) && lo->slots_in_force >= 0
 					       ? lo->slots_in_force
 					       : -1;
+			q->slots_demand = !l->slots_demand ? -1
+					  : lo->slots_demand < 0 ? 0
+					  : lo->slots_demand > KT_STORE_MAX_SLOTS ? KT_STORE_MAX_SLOTS
+										: lo->slots_demand;
 		}
 		off += n;
 	}

@@ -53,6 +53,7 @@ struct lim {
 	double *held;                   /* demand: ids[k]'s grant when the size floor began, its
 					 * ceiling until the floor ends (take_grants); NAN none */
 	bool slots;                     /* unit concurrent on Redis: claims and grants of slots */
+	bool slots_demand;              /* ... and share: demand (parts by the nodes' demands) */
 	int64_t sent_slots_in_force;    /* the kernel's slots when the heartbeat in flight was built */
 };
 

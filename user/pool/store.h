@@ -32,6 +32,7 @@
  *                                  next heartbeat: max(what it holds, its grant)
  *   P:pool:{L}:seen    sorted set  node name -> its last heartbeat (TIME ms);
  *                                  silent for stale + hold: forgotten, claim too
+ *   P:pool:{L}:sdem    hash        node name -> its demand (share: demand)
  * All but ramp get PEXPIRE KT_STORE_EXPIRE_FACTOR x (stale + hold) on a
  * heartbeat that may have made one of them (a new member, field or
  * element), whose TTL is shorter, or once a third of the TTL set has run
@@ -256,6 +257,9 @@ struct kt_pool_req {
 						* its open connections or its slots in force, the larger */
 	int64_t slots_pool;                    /* 0..KT_STORE_MAX_SLOTS: the pool's slots now (the ramp) */
 	int64_t slots_cap;                     /* -1, or 0..KT_STORE_MAX_SLOTS: grant no more than this */
+	int64_t slots_demand;                  /* -1: equal parts; else 0..KT_STORE_MAX_SLOTS, this node's
+						* demand (share: demand): the nodes' parts are
+						* max-min fair over their demands */
 };
 #define KT_STORE_MAX_SLOTS 1000000000LL
 

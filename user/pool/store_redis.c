@@ -9,14 +9,14 @@
 
 /* Per limit the scripts take these KEYS, all under the hash tag {L} (store.h):
  * hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem; and
- * for an in-flight limit's heartbeat N_SLOT_KEYS more, claim and seen. Only
- * then: in a slot that migrates, a script whose keys are not all on one
- * side is answered TRYAGAIN, and other limits never make these two. */
+ * for an in-flight limit's heartbeat N_SLOT_KEYS more, claim, seen and
+ * sdem. Only then: in a slot that migrates, a script whose keys are not
+ * all on one side is answered TRYAGAIN, and other limits never make these. */
 #define N_KEYS 11
-#define N_SLOT_KEYS 2
+#define N_SLOT_KEYS 3
 static const char *const key_names[N_KEYS + N_SLOT_KEYS] = {
 	"hb", "size", "ramp", "fb", "lapsed", "counted", "hist", "sizes", "meta", "grant", "dem",
-	"claim", "seen",
+	"claim", "seen", "sdem",
 };
 
 /* The scripts, one file each in user/pool/lua/ (what each does, its KEYS and
@@ -147,7 +147,8 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 	if (q->slots_node &&
 	    (!rs_valid_token(q->slots_node, KT_STORE_ID_MAX) || q->slots_held < 0 ||
 	     q->slots_held > KT_STORE_MAX_SLOTS || q->slots_pool < 0 || q->slots_pool > KT_STORE_MAX_SLOTS ||
-	     q->slots_cap < -1 || q->slots_cap > KT_STORE_MAX_SLOTS || q->pool_rate > 0)) {
+	     q->slots_cap < -1 || q->slots_cap > KT_STORE_MAX_SLOTS || q->slots_demand < -1 ||
+	     q->slots_demand > KT_STORE_MAX_SLOTS || q->pool_rate > 0)) {
 		rs_seterr(s, err, errlen, "heartbeat: limit %s: in-flight node name, held %lld or pool %lld out of range",
 			  q->limit, (long long)q->slots_held, (long long)q->slots_pool);
 		return -EINVAL;
@@ -364,8 +365,9 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 			rs_arg_ref(a, "-");
 		/* slots: an in-flight limit's claim (always the full path) */
 		if (q->slots_node)
-			rs_arg_fmt(a, "%s %lld %lld %lld", q->slots_node, (long long)q->slots_held,
-				   (long long)q->slots_pool, (long long)q->slots_cap);
+			rs_arg_fmt(a, "%s %lld %lld %lld %lld", q->slots_node, (long long)q->slots_held,
+				   (long long)q->slots_pool, (long long)q->slots_cap,
+				   (long long)q->slots_demand);
 		else
 			rs_arg_ref(a, "-");
 		for (j = 0; j < q->n_members; j++) {

@@ -4,7 +4,7 @@
 -- N_KEYS (11) keys of one limit starting at KEYS[k], all under the limit's
 -- hash tag {L} (user/pool/store.h): hb, size, ramp, fb, lapsed, counted,
 -- hist, sizes, meta, grant, dem; an in-flight limit's heartbeat has
--- N_SLOT_KEYS (2) more, claim and seen (nil for the others).
+-- N_SLOT_KEYS (3) more, claim, seen and sdem (nil for the others).
 --
 -- How these files get into the programs: the build (Makefile, rule for
 -- $(BUILD)/gen/kt_lua.h) runs scripts/lua-embed.sh over user/pool/lua/*.lua.
@@ -38,9 +38,9 @@
 --            and the cached level lvl/lt/lp
 --   grant, dem  demand sharing: live id -> grant, live id -> effective
 --            demand
---   claim, seen  in-flight limits (heartbeat.lua's slots): node -> the
---            slots it may hold until its next heartbeat, node -> its last
---            heartbeat (TIME ms)
+--   claim, seen, sdem  in-flight limits (heartbeat.lua's slots): node ->
+--            the slots it may hold until its next heartbeat, node -> its
+--            last heartbeat (TIME ms), node -> its demand (share: demand)
 -- load() checks the counters against the cardinalities, O(1) (and that hist
 -- sums to the valid live members when it has at most 32 buckets); a mismatch
 -- means someone else changed the keys (hand edit, eviction, partial expiry)
@@ -54,7 +54,7 @@ local function keyset(k, slots)
   local K = {hb = KEYS[k], size = KEYS[k + 1], ramp = KEYS[k + 2], fb = KEYS[k + 3],
              lapsed = KEYS[k + 4], counted = KEYS[k + 5], hist = KEYS[k + 6],
              sizes = KEYS[k + 7], meta = KEYS[k + 8], grant = KEYS[k + 9], dem = KEYS[k + 10]}
-  if slots then K.claim, K.seen = KEYS[k + 11], KEYS[k + 12] end
+  if slots then K.claim, K.seen, K.sdem = KEYS[k + 11], KEYS[k + 12], KEYS[k + 13] end
   return K
 end
 local function bucket(v)

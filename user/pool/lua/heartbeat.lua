@@ -3,13 +3,13 @@
 -- Prefixed with common.lua at build time.
 --
 -- KEYS: N_KEYS (11) per limit, in keyset's order (common.lua), and
--- N_SLOT_KEYS (2) more (claim, seen) for an in-flight limit.
+-- N_SLOT_KEYS (3) more (claim, seen, sdem) for an in-flight limit.
 -- ARGV per limit: stale_ms, n, ramp ("" = none), ramp_ttl_ms, hold_ms, fb
 -- (this node's fallback rate per member, "%.17g"), pool_rate ("0": equal
 -- share), floor_rate, recompute_ms, prev ("agree size live": the answer
 -- this node's last answered call for the limit returned, sent only when its
 -- members, sizes and fb are the same as in that call and it reserved 0;
--- else "-"), slots ("node held pool cap" for an in-flight limit, see slots();
+-- else "-"), slots ("node held pool cap demand" for an in-flight limit, see slots();
 -- else "-"), then n (id, size) pairs,
 -- size "0" meaning "the live count computed here", or with pool_rate > 0 n
 -- (id, size, demand) triples.
@@ -193,11 +193,33 @@ local function share(K, c, P, flo, rms, i0, i1)
   if c.gs < 0 then c.gs = 0 end
   return out
 end
+-- The part of P for a node of demand d, max-min fair over the demands in
+-- sdem (the node's own among them): every demand or the water level, and
+-- what all leave of P shared equally.
+local function fill(K, P, d)
+  local r, ds, sum = redis.call('HVALS', K.sdem), {}, 0
+  for i = 1, #r do
+    local v = tonumber(r[i])
+    if v == nil or v < 0 then v = 0 end
+    ds[#ds + 1], sum = v, sum + v
+  end
+  if #ds == 0 then return P end
+  if sum <= P then return d + (P - sum) / #ds end
+  table.sort(ds)
+  local rem, cnt = P, #ds
+  for _, v in ipairs(ds) do
+    if v * cnt >= rem then return math.min(d, rem / cnt) end
+    rem, cnt = rem - v, cnt - 1
+  end
+  return d
+end
 -- In-flight limits: the slots this node may fill. sl is "node held pool
--- cap": the node's name, what it may hold now (its open connections or
--- the slots in force in its kernel, the larger), the pool's slots, and the
+-- cap demand": the node's name, what it may hold now (its open connections
+-- or the slots in force in its kernel, the larger), the pool's slots, the
 -- most it will take now (-1: no cap; a node that may have lost the store
--- runs on what its kernel holds until every node has claimed again). Each
+-- runs on what its kernel holds until every node has claimed again), and
+-- its demand (-1: equal parts; else share: demand, its part max-min fair
+-- over the nodes' demands, at least one slot). Each
 -- node's claim bounds what it can hold until its next heartbeat: the
 -- larger of what it holds and what it is granted now. A grant is at most
 -- the node's part of the pool (its live members' share, rounded up) and
@@ -209,13 +231,14 @@ end
 -- counts as the whole pool until its node rewrites it. Returns the grant
 -- and the others' claims summed.
 local function slots(K, c, sl, n, stale, hold)
-  local node, held, P, cap = string.match(sl, '^(%S+) (%d+) (%d+) (%-?%d+)$')
-  held, P, cap = tonumber(held), tonumber(P), tonumber(cap)
+  local node, held, P, cap, d = string.match(sl, '^(%S+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
+  held, P, cap, d = tonumber(held), tonumber(P), tonumber(cap), tonumber(d)
   if not node then return 0, 0 end
   local dead = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. string.format('%.0f', now - stale - hold))
   if #dead > 0 then
     each('ZREM', K.seen, dead, 500)
     each('HDEL', K.claim, dead, 500)
+    each('HDEL', K.sdem, dead, 500)
   end
   if redis.call('ZADD', K.seen, now, node) == 1 then c.grew = true end
   local others, r = 0, redis.call('HGETALL', K.claim)
@@ -226,7 +249,14 @@ local function slots(K, c, sl, n, stale, hold)
       others = others + v
     end
   end
-  local g = math.max(0, math.min(math.ceil(P * n / math.max(c.n, n, 1)), P - others))
+  local part = math.ceil(P * n / math.max(c.n, n, 1))
+  if d >= 0 then
+    if redis.call('HSET', K.sdem, node, string.format('%d', d)) == 1 then c.grew = true end
+    part = math.max(1, math.ceil(fill(K, P, d) - 1e-9))
+  else
+    redis.call('HDEL', K.sdem, node)
+  end
+  local g = math.max(0, math.min(part, P - others))
   if cap >= 0 and g > cap then g = cap end
   if redis.call('HSET', K.claim, node, string.format('%d', math.max(held, g))) == 1 then c.grew = true end
   return g, others
@@ -355,6 +385,7 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl)
     if sl ~= '-' then
       redis.call('PEXPIRE', K.claim, ttl)
       redis.call('PEXPIRE', K.seen, ttl)
+      redis.call('PEXPIRE', K.sdem, ttl)
     end
   end
   if dem then
@@ -412,6 +443,6 @@ while k <= #KEYS do
   out[#out + 1] = o
   a = a + 11 + st * n
   k = k + 11 --[[N_KEYS]]
-  if sl ~= '-' then k = k + 2 --[[N_SLOT_KEYS]] end
+  if sl ~= '-' then k = k + 3 --[[N_SLOT_KEYS]] end
 end
 return out
