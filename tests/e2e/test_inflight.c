@@ -13,6 +13,10 @@
  *    kill -9 of a daemon and its restart, Redis killed, a daemon restarted
  *    during the outage, Redis back empty. The server never sees more than
  *    30 open, from the first connection to the last.
+ *  - share: demand, two nodes on Redis, max 20: a node whose worker wants
+ *    more than it has and one that keeps a single connection open at a
+ *    time: the first gets most of the slots, the server never sees 20
+ *    passed.
  *  - the ramp counts slots: min 2 to max 10 over 2 s, onlyIfUsed at 80%:
  *    a process that connects 50 times a second, one connection open at a
  *    time (1 of the 2 slots: 50% used), does not move it; a load that
@@ -57,7 +61,7 @@
 
 #define NODES 3
 #define MAX_OPEN 30
-#define RUN_S 6.0
+#define RUN_S 5.0
 #define WARMUP_S 2.0
 
 struct fixture {
@@ -66,6 +70,7 @@ struct fixture {
 	pid_t kid[NODES + 1];
 	int kid_fd[NODES + 1];
 	struct rp_proc rp; /* test_redis_pool_faults */
+	int demand;        /* test_demand_parts: max with share: demand; 0: equal */
 };
 
 static int setup(void **state)
@@ -234,8 +239,9 @@ static void redis_node_config(struct fixture *f, int i)
 		 "    cgroups: [%s]\n"
 		 "    unit: concurrent\n"
 		 "    match: {cidrs: [127.0.0.1/32], protocol: tcp}\n"
+		 "%s"
 		 "    rateLimit: {max: %d}\n",
-		 f->cg[i], MAX_OPEN);
+		 f->cg[i], f->demand ? "    share: demand\n" : "", f->demand ? f->demand : MAX_OPEN);
 	kt_clusterfx_node_config(&f->d[i], i, &redis_pool, store, lim);
 }
 
@@ -564,6 +570,48 @@ static void test_cooperative_slots(void **state)
 	assert_int_equal(kthrottle_slot_acquire("req", 0), -EPERM);
 }
 
+static pid_t serial_start(const char *cg, int port, double secs, int *fd);
+
+static void test_demand_parts(void **state)
+{
+	struct fixture *f = *state;
+	struct kt_inflight_seen seen;
+	struct kt_inflight_work w;
+	double open[2], slots[2];
+	int port = ktest_free_port(SOCK_STREAM), status, ok = 0;
+
+	KTEST_SKIP_UNLESS_ROOT();
+	f->demand = 20;
+	assert_int_equal(rp_start_master(&f->rp, NULL), 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(ktest_daemon_init(&f->d[i]), 0);
+		redis_node_config(f, i);
+		node_up(f, i);
+	}
+	f->kid[NODES] = kt_inflight_server_start(port, 6.0, 0, 6.0, &f->kid_fd[NODES]);
+	f->kid[0] = kt_inflight_worker_start(f->cg[0], port, 5.0, 100, 300, &f->kid_fd[0]);
+	f->kid[1] = serial_start(f->cg[1], port, 5.0, &f->kid_fd[1]);
+	ktest_sleep_ms(4000);
+	for (int i = 0; i < 2; i++) {
+		inflight_status(&f->d[i], &open[i], &slots[i]);
+		print_message("  demand: n%d %.0f open of %.0f slots\n", i, open[i], slots[i]);
+	}
+	/* n1 asks for 1 (one open, nothing refused): n0 has the rest but its
+	 * rounding; equal parts would have been 10 and 10 */
+	assert_true(slots[0] >= 17 && slots[1] >= 1 && slots[1] <= 3);
+	assert_true(kt_clusterfx_reap(f->kid[0], f->kid_fd[0], &w, sizeof(w), &status));
+	assert_true(kt_clusterfx_reap(f->kid[1], f->kid_fd[1], &ok, sizeof(ok), &status));
+	f->kid[0] = f->kid[1] = -1;
+	f->kid_fd[0] = f->kid_fd[1] = -1;
+	assert_true(kt_clusterfx_reap(f->kid[NODES], f->kid_fd[NODES], &seen, sizeof(seen), &status));
+	f->kid[NODES] = -1;
+	f->kid_fd[NODES] = -1;
+	print_message("server: at most %d open at once (max 20); n1 made %d connections one at a time\n",
+		      seen.max_open, ok);
+	assert_true(seen.max_open <= 20);
+	assert_true(ok > 100);
+}
+
 /* A child in cgroup cg that opens `n` connections to port, reports how
  * many it got, then holds them until killed. */
 static pid_t holder_start(const char *cg, int port, int n, int *fd)
@@ -699,6 +747,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_three_nodes_outside_observer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_redis_pool_faults, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_demand_parts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_adopts_and_kill_frees, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ramp_counts_slots, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cooperative_slots, setup, teardown),
