@@ -725,6 +725,20 @@ static void test_restart_adopts_and_kill_frees(void **state)
 	assert_int_equal((int)slots, 5);
 	assert_refused_inflight(f->cg[0], port);
 
+	/* the refusals were sampled as throttle events of reason inflight */
+	{
+		char *js = ktest_daemon_cmd(&f->d[0], "status json");
+		const char *ev;
+		double n = 0;
+
+		assert_non_null(js);
+		ev = strstr(js, "\"throttle_events\":{");
+		assert_non_null(ev);
+		assert_true(ktest_json_num(ev, "inflight", &n));
+		assert_true(n >= 1);
+		assert_non_null(strstr(js, "\"last_throttle\":{\"reason\":\"inflight\""));
+		free(js);
+	}
 	/* kill -9: the slots come back as the kernel closes the sockets */
 	t0 = ktest_now_ns();
 	kill(f->kid[0], SIGKILL);
