@@ -30,13 +30,12 @@
 #include "kernel/apply.h"
 #include "kernel/bpf_loader.h"
 #include "kt_bpffx.h"
+#include "kt_procfx.h"
 #include "ktest.h"
 #include "members/resolve.h"
 #include "pool/policy.h"
 
-#define MAX_CGS 4
-#define MAX_KIDS 4
-#define MAX_FDS 64
+#define MAX_FDS 64 /* a worker's sockets */
 
 struct fx {
 	char pin[PATH_MAX];
@@ -44,12 +43,7 @@ struct fx {
 	bool opened;
 	struct kt_plan plan;
 	struct kt_limit_cfg cfg;
-	char cg[MAX_CGS][PATH_MAX];
-	int ncg;
-	pid_t kids[MAX_KIDS];
-	int nkids;
-	int fds[MAX_FDS];
-	int nfds;
+	struct kt_procfx pf; /* cgroups, workers, pipes */
 };
 _Static_assert(offsetof(struct fx, pin) == 0, "kt_bpffx_setup fills the pin first");
 
@@ -63,19 +57,11 @@ static int fx_teardown(void **state)
 	struct fx *f = *state;
 	char err[256];
 
-	for (int i = 0; i < f->nkids; i++)
-		if (f->kids[i] > 0) {
-			kill(f->kids[i], SIGKILL);
-			waitpid(f->kids[i], NULL, 0);
-		}
-	for (int i = 0; i < f->nfds; i++)
-		close(f->fds[i]);
 	if (f->opened)
 		kt_bpf_close(&f->b);
 	if (kt_bpf_cleanup(f->pin, err, sizeof(err)) != 0)
 		fprintf(stderr, "cleanup of %s: %s\n", f->pin, err);
-	for (int i = f->ncg - 1; i >= 0; i--)
-		ktest_cgroup_destroy(f->cg[i]);
+	kt_procfx_end(&f->pf);
 	kt_plan_free(&f->plan);
 	free(f);
 	return 0;
@@ -95,27 +81,12 @@ static struct fx *fx_open(void **state)
 	return f;
 }
 
-static int keep_fd(struct fx *f, int fd)
-{
-	assert_true(fd >= 0);
-	assert_true(f->nfds < MAX_FDS);
-	f->fds[f->nfds++] = fd;
-	return fd;
-}
-
-static const char *add_cgroup(struct fx *f, const char *name)
-{
-	assert_true(f->ncg < MAX_CGS);
-	assert_int_equal(ktest_cgroup_create(name, f->cg[f->ncg], PATH_MAX), 0);
-	return f->cg[f->ncg++];
-}
-
 /* A TCP listener on 127.0.0.1 (backlog 128: connects complete unaccepted). */
 static int listen_tcp(struct fx *f, uint16_t *port)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t sl = sizeof(a);
-	int fd = keep_fd(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	int fd = kt_procfx_fd(&f->pf, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
 
 	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
 	assert_int_equal(listen(fd, 128), 0);
@@ -129,7 +100,7 @@ static uint16_t closed_port(struct fx *f)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t sl = sizeof(a);
-	int fd = keep_fd(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	int fd = kt_procfx_fd(&f->pf, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
 
 	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
 	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &sl), 0);
@@ -309,10 +280,9 @@ static void worker_start(struct fx *f, const char *cg, bool netns, struct worker
 	}
 	close(c[0]);
 	close(r[1]);
-	w->cmd = keep_fd(f, c[1]);
-	w->res = keep_fd(f, r[0]);
-	assert_true(f->nkids < MAX_KIDS);
-	f->kids[f->nkids++] = w->pid;
+	w->cmd = kt_procfx_fd(&f->pf, c[1]);
+	w->res = kt_procfx_fd(&f->pf, r[0]);
+	kt_procfx_kid(&f->pf, w->pid);
 }
 
 /* One command; its errno. Refusals must be immediate: within 50 ms. */
@@ -344,9 +314,7 @@ static void worker_kill(struct fx *f, struct worker *w)
 {
 	kill(w->pid, SIGKILL);
 	assert_int_equal(waitpid(w->pid, NULL, 0), w->pid);
-	for (int i = 0; i < f->nkids; i++)
-		if (f->kids[i] == w->pid)
-			f->kids[i] = -1;
+	kt_procfx_reaped(&f->pf, w->pid);
 }
 
 static uint32_t member_slot(struct fx *f, int j)
@@ -362,7 +330,7 @@ static uint32_t member_slot(struct fx *f, int j)
 static void test_slots(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *cg = add_cgroup(f, "inflight");
+	const char *cg = kt_procfx_cgroup(&f->pf, "inflight");
 	struct worker w;
 	uint16_t port;
 	uint32_t slot;
@@ -406,7 +374,7 @@ static void test_slots(void **state)
 static void test_killed_holder(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *cg = add_cgroup(f, "inflight-kill");
+	const char *cg = kt_procfx_cgroup(&f->pf, "inflight-kill");
 	struct worker w, w2;
 	uint16_t port;
 	uint32_t slot;
@@ -438,7 +406,7 @@ static void test_killed_holder(void **state)
 static void test_failed_connects(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *cg = add_cgroup(f, "inflight-fail");
+	const char *cg = kt_procfx_cgroup(&f->pf, "inflight-fail");
 	struct worker w, wb;
 	uint16_t port, nobody = closed_port(f);
 	int lfd, afd;
@@ -490,7 +458,7 @@ static void test_failed_connects(void **state)
 static void test_udp(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *cg = add_cgroup(f, "inflight-udp");
+	const char *cg = kt_procfx_cgroup(&f->pf, "inflight-udp");
 	struct worker w;
 	uint32_t slot;
 
@@ -514,7 +482,7 @@ static void test_udp(void **state)
 static void test_pod_members_share_node(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *cgs[2] = { add_cgroup(f, "inflight-a"), add_cgroup(f, "inflight-b") };
+	const char *cgs[2] = { kt_procfx_cgroup(&f->pf, "inflight-a"), kt_procfx_cgroup(&f->pf, "inflight-b") };
 	struct worker wa, wb;
 	uint16_t port;
 	uint32_t node;
@@ -546,7 +514,7 @@ static void test_pod_members_share_node(void **state)
 static void test_lease_phases(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *cg = add_cgroup(f, "inflight-lease");
+	const char *cg = kt_procfx_cgroup(&f->pf, "inflight-lease");
 	struct kt_bucket *b;
 	struct worker w;
 	uint16_t port;
@@ -581,7 +549,7 @@ static void test_lease_phases(void **state)
 static void test_slot_reuse(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *cg = add_cgroup(f, "inflight-reuse");
+	const char *cg = kt_procfx_cgroup(&f->pf, "inflight-reuse");
 	struct worker w;
 	uint16_t port;
 	uint32_t slot;

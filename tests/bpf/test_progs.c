@@ -43,15 +43,13 @@
 #include "sockops.skel.h"
 #include "kernel/inspect.h"
 #include "kt_bpffx.h"
+#include "kt_procfx.h"
 #include "members/resolve.h"
 #include "ktest.h"
 
 /* Slow enough that no token refills while a test runs. */
 #define SLOW_RATE 0.001
 
-#define MAX_KIDS 8
-#define MAX_CGS 6
-#define MAX_FDS 16
 
 struct fx {
 	char pin[PATH_MAX];
@@ -59,12 +57,7 @@ struct fx {
 	bool opened;
 	struct kt_plan plan;
 	struct kt_limit_cfg *cfgs; /* owned here; the plan points into it */
-	char cg[MAX_CGS][PATH_MAX]; /* destroyed in reverse order */
-	int ncg;
-	pid_t kids[MAX_KIDS];
-	int nkids;
-	int fds[MAX_FDS];
-	int nfds;
+	struct kt_procfx pf; /* cgroups, children, descriptors */
 };
 
 _Static_assert(offsetof(struct fx, pin) == 0, "kt_bpffx_setup fills the pin first");
@@ -78,22 +71,12 @@ static int fx_teardown(void **state)
 {
 	struct fx *f = *state;
 	char err[256];
-	int i;
 
-	for (i = 0; i < f->nkids; i++) {
-		if (f->kids[i] > 0) {
-			kill(f->kids[i], SIGKILL);
-			waitpid(f->kids[i], NULL, 0);
-		}
-	}
-	for (i = 0; i < f->nfds; i++)
-		close(f->fds[i]);
 	if (f->opened)
 		kt_bpf_close(&f->b);
 	if (kt_bpf_cleanup(f->pin, err, sizeof(err)) != 0)
 		fprintf(stderr, "cleanup of %s: %s\n", f->pin, err);
-	for (i = f->ncg - 1; i >= 0; i--)
-		ktest_cgroup_destroy(f->cg[i]);
+	kt_procfx_end(&f->pf);
 	kt_plan_free(&f->plan);
 	free(f->cfgs);
 	free(f);
@@ -115,21 +98,6 @@ static struct fx *fx_open(void **state)
 	assert_non_null(f->b.buckets);
 	assert_true(f->b.ncpus > 0);
 	return f;
-}
-
-static int keep_fd(struct fx *f, int fd)
-{
-	assert_true(fd >= 0);
-	assert_true(f->nfds < MAX_FDS);
-	f->fds[f->nfds++] = fd;
-	return fd;
-}
-
-static const char *add_cgroup(struct fx *f, const char *name)
-{
-	assert_true(f->ncg < MAX_CGS);
-	assert_int_equal(ktest_cgroup_create(name, f->cg[f->ncg], PATH_MAX), 0);
-	return f->cg[f->ncg++];
 }
 
 /* The cgroup this process runs in. BPF_PROG_TEST_RUN gives the skb a dummy
@@ -817,25 +785,26 @@ static void run_in_cgroup(struct fx *f, const char *cg, const struct pkt *p, int
 		_exit(0);
 	}
 	close(pp[1]);
-	assert_true(f->nkids < MAX_KIDS);
-	f->kids[f->nkids++] = pid;
-	keep_fd(f, pp[0]);
+	kt_procfx_kid(&f->pf, pid);
+	kt_procfx_fd(&f->pf, pp[0]);
 	for (int i = 0; i < n; i++) {
 		struct pollfd pf = { .fd = pp[0], .events = POLLIN };
 		assert_int_equal(poll(&pf, 1, 10000), 1);
 		assert_int_equal(read(pp[0], &out[i], sizeof(out[i])), sizeof(out[i]));
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
-	f->kids[f->nkids - 1] = -1;
+	kt_procfx_reaped(&f->pf, pid);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 static const char *add_child_cgroup(struct fx *f, const char *parent, const char *name)
 {
-	assert_true(f->ncg < MAX_CGS);
-	snprintf(f->cg[f->ncg], PATH_MAX, "%s/%s", parent, name);
-	assert_int_equal(mkdir(f->cg[f->ncg], 0755), 0);
-	return f->cg[f->ncg++];
+	struct kt_procfx *p = &f->pf;
+
+	assert_true(p->ncg < KT_PROCFX_CGS);
+	snprintf(p->cg[p->ncg], PATH_MAX, "%s/%s", parent, name);
+	assert_int_equal(mkdir(p->cg[p->ncg], 0755), 0);
+	return p->cg[p->ncg++];
 }
 
 /* egress walks the socket's cgroup ancestors (bpf_skb_ancestor_cgroup_id):
@@ -843,7 +812,7 @@ static const char *add_child_cgroup(struct fx *f, const char *parent, const char
 static void test_egress_nested_cgroup(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *parent = add_cgroup(f, "egress-nest");
+	const char *parent = kt_procfx_cgroup(&f->pf, "egress-nest");
 	const char *inner = add_child_cgroup(f, parent, "inner");
 	const char *deeper = add_child_cgroup(f, inner, "deeper");
 	static const struct lim l[] = {
@@ -877,7 +846,7 @@ static int serve(struct fx *f, int family, int type, uint16_t *port)
 	socklen_t sl;
 	int fd = socket(family, type | SOCK_CLOEXEC, 0);
 
-	keep_fd(f, fd);
+	kt_procfx_fd(&f->pf, fd);
 	if (family == AF_INET) {
 		struct sockaddr_in *a = (void *)&ss;
 		a->sin_family = AF_INET;
@@ -990,9 +959,8 @@ static void run_ops(struct fx *f, const char *cg, const struct op *ops, int nops
 		_exit(0);
 	}
 	close(p[1]);
-	assert_true(f->nkids < MAX_KIDS);
-	f->kids[f->nkids++] = pid;
-	keep_fd(f, p[0]);
+	kt_procfx_kid(&f->pf, pid);
+	kt_procfx_fd(&f->pf, p[0]);
 	while (got < nout) {
 		struct pollfd pf = { .fd = p[0], .events = POLLIN };
 		ssize_t n;
@@ -1013,7 +981,7 @@ static void run_ops(struct fx *f, const char *cg, const struct op *ops, int nops
 		got++;
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
-	f->kids[f->nkids - 1] = -1;
+	kt_procfx_reaped(&f->pf, pid);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
@@ -1113,7 +1081,7 @@ static struct kt_counters member_counters(struct fx *f, int limit, int member)
 static void test_connect(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *cg = add_cgroup(f, "conn");
+	const char *cg = kt_procfx_cgroup(&f->pf, "conn");
 	uint16_t p4, p6, other;
 
 	serve(f, AF_INET, SOCK_STREAM, &p4);
@@ -1165,7 +1133,7 @@ static void test_connect(void **state)
 static void test_sendmsg(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *cg = add_cgroup(f, "send");
+	const char *cg = kt_procfx_cgroup(&f->pf, "send");
 	uint16_t u4, u6, other;
 
 	serve(f, AF_INET, SOCK_DGRAM, &u4);
@@ -1250,10 +1218,9 @@ static void held_start(struct fx *f, const char *cg, uint16_t conn_port, struct 
 	}
 	close(c[0]);
 	close(r[1]);
-	h->cmd = keep_fd(f, c[1]);
-	h->res = keep_fd(f, r[0]);
-	assert_true(f->nkids < MAX_KIDS);
-	f->kids[f->nkids++] = h->pid;
+	h->cmd = kt_procfx_fd(&f->pf, c[1]);
+	h->res = kt_procfx_fd(&f->pf, r[0]);
+	kt_procfx_kid(&f->pf, h->pid);
 }
 
 /* Sends `n` times (port as for struct held); the errnos in order, as a
@@ -1282,7 +1249,7 @@ static const char *held_send(struct held *h, uint16_t port, int n)
 static void test_socket_decisions_follow_changes(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *cg = add_cgroup(f, "sockcache");
+	const char *cg = kt_procfx_cgroup(&f->pf, "sockcache");
 	uint16_t lim, other;
 	struct held h;
 
@@ -1334,7 +1301,7 @@ static void test_socket_decisions_follow_changes(void **state)
 static void test_nested_cgroup(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *parent = add_cgroup(f, "nest");
+	const char *parent = kt_procfx_cgroup(&f->pf, "nest");
 	/* children are destroyed (reverse order) before the parent */
 	const char *inner = add_child_cgroup(f, parent, "inner");
 	const char *deeper = add_child_cgroup(f, inner, "deeper");
@@ -1394,7 +1361,7 @@ static void test_nested_cgroup(void **state)
 static void test_nested_members_charged_once(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *outer = add_cgroup(f, "pod");
+	const char *outer = kt_procfx_cgroup(&f->pf, "pod");
 	const char *inner = add_child_cgroup(f, outer, "ctr");
 	char links[PATH_MAX], *out = NULL;
 	uint16_t p4;
@@ -1436,7 +1403,7 @@ static void test_nested_members_charged_once(void **state)
 static void test_refuse_errno(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *cg = add_cgroup(f, "errno");
+	const char *cg = kt_procfx_cgroup(&f->pf, "errno");
 	uint16_t pt, pu, pd;
 
 	serve(f, AF_INET, SOCK_STREAM, &pt);
@@ -1476,8 +1443,8 @@ static void test_refuse_errno(void **state)
 static void test_join_credit(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *a = add_cgroup(f, "credit-a");
-	const char *b = add_cgroup(f, "credit-b");
+	const char *a = kt_procfx_cgroup(&f->pf, "credit-a");
+	const char *b = kt_procfx_cgroup(&f->pf, "credit-b");
 	uint16_t p4;
 
 	serve(f, AF_INET, SOCK_STREAM, &p4);
@@ -1509,7 +1476,7 @@ static void test_join_credit(void **state)
 static void test_nested_members_inherit(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *pod = add_cgroup(f, "inh-pod");
+	const char *pod = kt_procfx_cgroup(&f->pf, "inh-pod");
 	const char *ctr = add_child_cgroup(f, pod, "ctr");
 	const char *sub = add_child_cgroup(f, ctr, "sub");
 	struct kt_member_key k = { .cgroup_id = ktest_cgroup_id(ctr) };
@@ -1572,8 +1539,8 @@ static void test_nested_members_inherit(void **state)
 static void test_scopes(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *a = add_cgroup(f, "scope-a");
-	const char *b = add_cgroup(f, "scope-b");
+	const char *a = kt_procfx_cgroup(&f->pf, "scope-a");
+	const char *b = kt_procfx_cgroup(&f->pf, "scope-b");
 	uint16_t pod_port, node_port;
 
 	serve(f, AF_INET, SOCK_STREAM, &pod_port);
@@ -1613,8 +1580,8 @@ static void test_scopes(void **state)
 static void test_chained_members_share_node_bucket(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *a = add_cgroup(f, "chain-a");
-	const char *b = add_cgroup(f, "chain-b");
+	const char *a = kt_procfx_cgroup(&f->pf, "chain-a");
+	const char *b = kt_procfx_cgroup(&f->pf, "chain-b");
 	uint32_t pool = KT_SLOT_NONE;
 	uint16_t port;
 
@@ -1714,7 +1681,7 @@ static void test_chained_members_share_node_bucket(void **state)
 static void test_limits_per_cgroup(void **state)
 {
 	struct fx *f = fx_open(state);
-	const char *cg = add_cgroup(f, "many");
+	const char *cg = kt_procfx_cgroup(&f->pf, "many");
 	struct plim pl[KT_LIMITS_PER_CGROUP + 1];
 	char names[KT_LIMITS_PER_CGROUP + 1][16], cidrs[KT_LIMITS_PER_CGROUP + 1][24];
 	char err[512], want[64];
@@ -1760,7 +1727,7 @@ static void test_limits_per_cgroup(void **state)
 	assert_int_equal(v.ents[0].limit_id, f->plan.limits[0].id);
 	assert_int_equal(v.ents[0].slot, slot2);
 	/* a cgroup in no limit any more loses its entry */
-	const char *other = add_cgroup(f, "many-other");
+	const char *other = kt_procfx_cgroup(&f->pf, "many-other");
 	pl[0].cgs[0] = other;
 	assert_int_equal(try_apply(f, pl, 1, err, sizeof(err)), 0);
 	assert_true(bpf_map_lookup_elem(f->b.members_fd, &k, &v) < 0 && errno == ENOENT);

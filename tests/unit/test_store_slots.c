@@ -17,44 +17,37 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "kt_storefx.h"
 #include "redis_proc.h"
 #include "pool/store.h"
 
 #define PREFIX "ktslots"
 #define LIVE KT_POOL_REPORT_LIVE
 
-static struct rp_proc g_master;
 static redisContext *g_rc; /* reads Redis back */
 static struct kt_store *g_s;
 static char err[KT_ERR_LEN];
 
 #define ASSERT_OK(expr) RP_ASSERT_OK(expr, err)
 
+/* the shared redis-server (kt_storefx), one store on it and a reader */
 static int group_setup(void **state)
 {
-	struct kt_store_cfg c = { 0 };
+	struct kt_store_cfg c;
 
-	(void)state;
-	if (rp_start_master(&g_master, NULL))
+	if (kt_storefx_group_setup(state))
 		return -1;
-	g_rc = rp_connect(&g_master);
-	c.kind = KT_STORE_REDIS;
-	c.line = 1;
-	c.redis_mode = KT_REDIS_SINGLE;
-	c.host = "127.0.0.1";
-	c.port = g_master.port;
-	c.key_prefix = PREFIX;
+	g_rc = rp_connect(&kfx_master);
+	kt_storefx_cfg_single(&c, kfx_master.port, PREFIX);
 	return g_rc && !kt_store_open(&g_s, &c, err, sizeof(err)) ? 0 : -1;
 }
 
 static int group_teardown(void **state)
 {
-	(void)state;
 	kt_store_close(g_s);
 	if (g_rc)
 		redisFree(g_rc);
-	rp_stop(&g_master);
-	return 0;
+	return kt_storefx_group_teardown(state);
 }
 
 /* node `node` (members node:m0..node:m<n-1>) heartbeats limit `limit`
