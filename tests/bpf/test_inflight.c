@@ -55,12 +55,8 @@ static int fx_setup(void **state)
 static int fx_teardown(void **state)
 {
 	struct fx *f = *state;
-	char err[256];
 
-	if (f->opened)
-		kt_bpf_close(&f->b);
-	if (kt_bpf_cleanup(f->pin, err, sizeof(err)) != 0)
-		fprintf(stderr, "cleanup of %s: %s\n", f->pin, err);
+	kt_bpffx_close(&f->b, f->pin, f->opened);
 	kt_procfx_end(&f->pf);
 	kt_plan_free(&f->plan);
 	free(f);
@@ -70,14 +66,9 @@ static int fx_teardown(void **state)
 static struct fx *fx_open(void **state)
 {
 	struct fx *f = *state;
-	char err[512];
 
 	KTEST_SKIP_UNLESS_ROOT();
-	if (kt_bpf_open(&f->b, f->pin, err, sizeof(err)) != 0) {
-		print_error("kt_bpf_open %s: %s\n", f->pin, err);
-		fail();
-	}
-	f->opened = true;
+	kt_bpffx_open(&f->b, f->pin, &f->opened);
 	return f;
 }
 

@@ -7,7 +7,29 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernel/bpf_loader.h"
 #include "kt_bpffx.h"
+
+void kt_bpffx_open(struct kt_bpf *b, const char *pin, bool *opened)
+{
+	char err[512];
+
+	if (kt_bpf_open(b, pin, err, sizeof(err)) != 0) {
+		print_error("kt_bpf_open %s: %s\n", pin, err);
+		fail();
+	}
+	*opened = true;
+}
+
+void kt_bpffx_close(struct kt_bpf *b, const char *pin, bool opened)
+{
+	char err[256];
+
+	if (opened)
+		kt_bpf_close(b);
+	if (kt_bpf_cleanup(pin, err, sizeof(err)) != 0)
+		fprintf(stderr, "cleanup of %s: %s\n", pin, err);
+}
 
 void kt_bpffx_pin_path(char *out, size_t len, const char *what)
 {

@@ -7,6 +7,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
@@ -25,6 +26,14 @@ const char *kt_bpffx_pins_left(void);
  * whose first member, char pin[PATH_MAX], holds kt_bpffx_pin_path(what);
  * -1 when out of memory. */
 int kt_bpffx_setup(void **state, size_t size, const char *what);
+
+struct kt_bpf;
+/* cmocka: kt_bpf_open of the programs with their maps pinned at pin, or
+ * the test fails naming why; *opened set. */
+void kt_bpffx_open(struct kt_bpf *b, const char *pin, bool *opened);
+/* A teardown's: b closed if opened, then every pin and link under pin
+ * removed (kt_bpf_cleanup; a failure printed). */
+void kt_bpffx_close(struct kt_bpf *b, const char *pin, bool opened);
 
 /* cmocka: prints the entry kt_bpffx_pins_left names and fails the test,
  * or does nothing when it names none (inline: the tools that link
