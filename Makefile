@@ -282,7 +282,7 @@ test: deps
 SOAK_S    ?= 600
 
 bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test_faults \
-	$(BUILD)/tests/e2e/test_podchurn $(BUILD)/tests/e2e/test_strict
+	$(BUILD)/tests/e2e/test_podchurn $(BUILD)/tests/e2e/test_strict $(BUILD)/tests/e2e/test_inflight
 	$(BUILD)/tests/bench/bench
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10 --share demand
@@ -292,6 +292,7 @@ bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test
 	$(BUILD)/tools/kt-libbench
 	-$(BUILD)/tools/kt-querybench
 	KT_STRICT_BENCH=1 $(BUILD)/tests/e2e/test_strict
+	KT_INFLIGHT_S=30 $(BUILD)/tests/e2e/test_inflight
 	scripts/fault-table.sh $(BUILD)/tests/e2e/test_faults
 	KT_PODCHURN_S=$(SOAK_S) $(BUILD)/tests/e2e/test_podchurn
 
