@@ -29,12 +29,13 @@ static __always_inline struct kt_inflight *kt_slot_take(__u32 slot, __u64 cap)
 }
 
 /* The slot taken in `slot` under `epoch` given back (nothing when the
- * slot has had a new owner since). */
+ * slot has had a new owner since, or counts none: a count written by hand
+ * or a limit that changed its unit never wraps below 0). */
 static __always_inline void kt_slot_give(__u32 slot, __u32 epoch)
 {
 	struct kt_inflight *in = bpf_map_lookup_elem(&kt_inflight, &slot);
 
-	if (in && KT_READ_ONCE(in->epoch) == epoch)
+	if (in && KT_READ_ONCE(in->epoch) == epoch && KT_READ_ONCE(in->open))
 		__sync_fetch_and_add(&in->open, -1);
 }
 

@@ -558,8 +558,17 @@ static void test_slot_reuse(void **state)
 	/* the old owner's socket closes: the new count keeps its one */
 	assert_int_equal(wdo(&w, W_CLOSE, 0), 0);
 	assert_int_equal(open_of(f, slot), 1);
+	/* a count zeroed by hand (same epoch): a close never wraps it */
+	{
+		struct kt_inflight v = inflight(f, slot);
+
+		v.open = 0;
+		assert_int_equal(bpf_map_update_elem(f->b.inflight_fd, &slot, &v, BPF_ANY), 0);
+	}
 	assert_int_equal(wdo(&w, W_CLOSE, 0), 0);
 	assert_int_equal(open_of(f, slot), 0);
+	assert_int_equal(wdo(&w, W_TCP, port), 0);
+	assert_int_equal(open_of(f, slot), 1);
 }
 
 /* Runs last: every earlier test removed its pins. */
