@@ -3,11 +3,12 @@
  * outside observer: a loopback TCP server counting the connections open at
  * each instant (tests/lib/kt_inflightfx).
  *
- *  - three nodes, a static pool of 3 members, max 30: a worker in each
- *    node's member cgroup opens connections as fast as they are admitted,
- *    each held 10-500 ms. The server never sees more than 30 open, and the
- *    slots are used: the mean is at least 90% of 30. Status and metrics
- *    show each node's open count within its 10 slots.
+ *  - make bench only (KT_INFLIGHT_S=30, that many seconds): three nodes, a
+ *    static pool of 3 members, max 30: a worker in each node's member
+ *    cgroup opens connections as fast as they are admitted, each held
+ *    10-500 ms. The server never sees more than 30 open, and the slots are
+ *    used: the mean is at least 90% of 30. Status and metrics show each
+ *    node's open count within its 10 slots.
  *  - three nodes on one Redis, max 30 (test_redis_pool_faults): two nodes
  *    under that load share the 30 (mean >= 90%), a third joins, then
  *    kill -9 of a daemon and its restart, Redis killed, a daemon restarted
@@ -691,7 +692,7 @@ static void test_restart_adopts_and_kill_frees(void **state)
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t sl = sizeof(a);
 	double open, slots;
-	int lfd, port, got = 0, ms;
+	int lfd, port, got = 0, ms, mport;
 	uint64_t t0;
 
 	KTEST_SKIP_UNLESS_ROOT();
@@ -703,7 +704,8 @@ static void test_restart_adopts_and_kill_frees(void **state)
 	port = ntohs(a.sin_port);
 
 	assert_int_equal(ktest_daemon_init(&f->d[0]), 0);
-	node_config(f, 0, port, 5, 1, 0);
+	mport = ktest_free_port(SOCK_STREAM);
+	node_config(f, 0, port, 5, 1, mport);
 	node_up(f, 0);
 	setenv(KTHROTTLE_PIN_DIR_ENV, f->d[0].pin_dir, 1); /* for kthrottle_connect */
 	f->kid[0] = holder_start(f->cg[0], port, 5, &f->kid_fd[0]);
@@ -717,6 +719,18 @@ static void test_restart_adopts_and_kill_frees(void **state)
 	assert_refused_inflight(f->cg[0], port);
 	inflight_status(&f->d[0], &open, &slots);
 	assert_int_equal((int)open, 5);
+	/* and the metrics say so */
+	{
+		char *page = NULL;
+		double v = -1;
+
+		assert_int_equal(ktest_http_get(mport, "/metrics", &page), 200);
+		assert_true(ktest_metric_sample(page, "kthrottle_inflight{limit=\"llm\"}", &v) && v == 5);
+		assert_true(ktest_metric_sample(page, "kthrottle_inflight_limit{limit=\"llm\"}", &v) && v == 5);
+		assert_true(ktest_metric_sample(page, "kthrottle_inflight_peak{limit=\"llm\"}", &v) && v == 5);
+		assert_non_null(strstr(page, "kthrottle_member_inflight{limit=\"llm\",member="));
+		free(page);
+	}
 
 	/* a restart adopts the count: nothing is reset */
 	assert_int_equal(ktest_daemon_signal_wait(&f->d[0], SIGTERM), 0);
@@ -760,13 +774,19 @@ static void test_restart_adopts_and_kill_frees(void **state)
 
 int main(void)
 {
-	const struct CMUnitTest tests[] = {
+	const struct CMUnitTest bench[] = {
 		cmocka_unit_test_setup_teardown(test_three_nodes_outside_observer, setup, teardown),
+	};
+	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_redis_pool_faults, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_demand_parts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_adopts_and_kill_frees, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ramp_counts_slots, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cooperative_slots, setup, teardown),
 	};
+	/* make bench: the static pool's long run alone (make test's Redis
+	 * case measures the same from outside, under faults, in 13 s) */
+	if (getenv("KT_INFLIGHT_S"))
+		return cmocka_run_group_tests_name("e2e_inflight_bench", bench, NULL, NULL);
 	return cmocka_run_group_tests_name("e2e_inflight", tests, NULL, NULL);
 }
