@@ -575,17 +575,22 @@ int kt_bpf_read_inflight(const struct kt_bpf *b, uint32_t slot, struct kt_inflig
 
 int64_t kt_bpf_limit_slots(const struct kt_bpf *b, const char *name, uint64_t now)
 {
-	struct kt_limit_info li;
+	struct kt_limit_info *infos;
 	int64_t best = -1;
 	__u32 id;
 
-	if (!b->buckets || b->limits_fd < 0)
+	if (!b->buckets || b->limits_fd < 0 ||
+	    !(infos = calloc(KT_MAX_LIMITS, sizeof(*infos))))
 		return -1;
-	for (id = 0; id < KT_MAX_LIMITS; id++) {
-		if (bpf_map_lookup_elem(b->limits_fd, &id, &li) == 0 && li.in_use &&
-		    li.unit == KT_UNIT_CONCURRENT && !strncmp(li.name, name, sizeof(li.name)))
-			break;
-	}
+	/* the whole table in one batch read, as apply reads it */
+	if (kt_bpf_read_limits(b, infos) < 0)
+		id = KT_MAX_LIMITS;
+	else
+		for (id = 0; id < KT_MAX_LIMITS; id++)
+			if (infos[id].in_use && infos[id].unit == KT_UNIT_CONCURRENT &&
+			    !strncmp(infos[id].name, name, sizeof(infos[id].name)))
+				break;
+	free(infos);
 	if (id == KT_MAX_LIMITS)
 		return -1;
 	/* one pass over the mmapped array, once per start */
