@@ -350,23 +350,22 @@ void kt_ctl_fill_slots(struct kt_ctl *c, struct kt_pool_local *local)
 
 	for (int i = 0; i < c->plan->n_limits; i++) {
 		const struct kt_limit_rt *l = &c->plan->limits[i];
-		struct kt_inflight_view v;
-
 		struct kt_limit_state *s = &c->ls[i];
 
 		local[i].slots_held = local[i].slots_in_force = local[i].slots_demand = -1;
 		if (l->cfg->unit != KT_UNIT_CONCURRENT)
 			continue;
-		kt_inflight_node(c->bpf, l, now, &v);
-		local[i].slots_in_force = (int64_t)v.slots;
-		local[i].slots_held = (int64_t)(v.open > v.slots ? v.open : v.slots);
+		/* what this tick read from the kernel (kt_ctl_tick) */
+		local[i].slots_in_force = (int64_t)s->inflight_slots;
+		local[i].slots_held = (int64_t)(s->inflight_open > s->inflight_slots ? s->inflight_open
+										   : s->inflight_slots);
 		/* demand: what is open plus what was refused in the last second */
 		if (!s->slots_refused_ns || now - s->slots_refused_ns >= 1000000000ULL) {
 			s->slots_refused_last = s->slots_refused_ns ? s->total_throttled - s->slots_refused_at : 0;
 			s->slots_refused_at = s->total_throttled;
 			s->slots_refused_ns = now;
 		}
-		local[i].slots_demand = (int64_t)(v.open + s->slots_refused_last);
+		local[i].slots_demand = (int64_t)(s->inflight_open + s->slots_refused_last);
 	}
 }
 
@@ -521,17 +520,22 @@ void kt_ctl_tick(struct kt_ctl *c, uint64_t now)
 				   : less(s->total_admitted, s->total_would_refuse);
 		cur.calls = s->total_admitted + s->total_throttled;
 		cur.refused = s->total_throttled + s->total_would_refuse;
+		if (l->cfg->unit == KT_UNIT_CONCURRENT) {
+			struct kt_inflight_view v;
+
+			kt_inflight_node(c->bpf, l, now, &v);
+			s->inflight_open = v.open;
+			s->inflight_slots = v.slots;
+		}
 		if (s->hist_len > 0) {
 			prev = sample_at(s, 0);
 			cur.granted = prev->granted +
 				      s->bucket_rate * nb * (double)(now - prev->ts_ns) / 1e9;
 			if (l->cfg->unit == KT_UNIT_CONCURRENT) {
-				struct kt_inflight_view v;
 				double dt = (double)(now - prev->ts_ns) / 1e9;
 
-				kt_inflight_node(c->bpf, l, now, &v);
-				cur.slots_used = prev->slots_used + (double)v.open * dt;
-				cur.slots_granted = prev->slots_granted + (double)v.slots * dt;
+				cur.slots_used = prev->slots_used + (double)s->inflight_open * dt;
+				cur.slots_granted = prev->slots_granted + (double)s->inflight_slots * dt;
 			}
 		}
 		if (!s->hist_cap)

@@ -49,6 +49,10 @@ struct kt_limit_state {
 	/* in-flight, share: demand: refusals in the last whole second
 	 * (total_throttled at slots_refused_ns was slots_refused_at) */
 	uint64_t slots_refused_at, slots_refused_ns, slots_refused_last;
+	/* in-flight: the node's open connections and slots in force, read
+	 * from the kernel once a tick (kt_ctl_tick) for the ramp and the
+	 * heartbeat's claim */
+	uint64_t inflight_open, inflight_slots;
 	/* shadow (enforce: false): what the slots refused and let pass, now
 	 * and since start (within total_admitted), read while the limit is or
 	 * was a shadow one in this run (shadow_watch) */
@@ -129,7 +133,8 @@ void kt_ctl_drop_stale_pins(struct kt_ctl *c);
  * turns busy is reported at once) into local[i].member_demand. */
 void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local);
 /* In-flight limits: each one's open count and slots in force on this node,
- * from the kernel, into local (what its heartbeat claims). */
+ * as this tick read them from the kernel, and its demand, into local (what
+ * its heartbeat claims). */
 void kt_ctl_fill_slots(struct kt_ctl *c, struct kt_pool_local *local);
 void kt_ctl_fill_pool_local(const struct kt_plan *plan, const struct kt_limit_state *ls,
 			    struct kt_pool_local *local);

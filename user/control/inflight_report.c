@@ -19,22 +19,14 @@ static void view_of(const struct kt_bpf *bpf, uint32_t slot, uint64_t now,
 void kt_inflight_node(const struct kt_bpf *bpf, const struct kt_limit_rt *l, uint64_t now,
 		      struct kt_inflight_view *out)
 {
-	struct kt_inflight_view m;
-
-	if (l->has_pool) {
+	/* pod scope: the node bucket every member is chained to (from the
+	 * first member on); node scope: the one bucket all members charge */
+	if (l->has_pool)
 		view_of(bpf, l->pool_slot, now, out);
-		return;
-	}
-	memset(out, 0, sizeof(*out));
-	/* node scope: every member charges the same one bucket */
-	for (int j = 0; j < l->n_members; j++) {
-		view_of(bpf, l->members[j].slot, now, &m);
-		if (j && l->members[j].slot == l->members[0].slot)
-			continue;
-		out->open += m.open;
-		out->slots += m.slots;
-		out->peak += m.peak;
-	}
+	else if (l->n_members > 0)
+		view_of(bpf, l->members[0].slot, now, out);
+	else
+		memset(out, 0, sizeof(*out));
 }
 
 void kt_inflight_member(const struct kt_bpf *bpf, const struct kt_limit_rt *l, int j, uint64_t now,

@@ -19,7 +19,7 @@ struct kt_inflight_view {
 };
 
 /* The node's: its node bucket (pod scope), else its one bucket (node
- * scope) or its members' summed. */
+ * scope). */
 void kt_inflight_node(const struct kt_bpf *bpf, const struct kt_limit_rt *l, uint64_t now,
 		      struct kt_inflight_view *out);
 /* Member j's own bucket. */
