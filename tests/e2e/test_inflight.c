@@ -378,8 +378,6 @@ static void test_ramp_counts_slots(void **state)
 
 	KTEST_SKIP_UNLESS_ROOT();
 	snprintf(body, sizeof(body),
-		 "tickInterval: 100ms\n"
-		 "limits:\n"
 		 "  - name: llm\n"
 		 "    cgroups: [%s]\n"
 		 "    unit: concurrent\n"
@@ -387,7 +385,7 @@ static void test_ramp_counts_slots(void **state)
 		 "    rateLimit: {max: 10, min: 2, rampUpDuration: 2s, modes: {onlyIfUsed: {thresholdPercentage: 80}}}\n",
 		 f->cg[0], port);
 	assert_int_equal(ktest_daemon_init(&f->d[0]), 0);
-	assert_int_equal(ktest_daemon_config(&f->d[0], body), 0);
+	kt_write_limits(&f->d[0], body);
 	node_up(f, 0);
 	f->kid[NODES] = kt_inflight_server_start(port, 9.0, 0, 9.0, &f->kid_fd[NODES]);
 	/* busy, never refused, but 1 of 2 slots used: below the threshold
@@ -494,8 +492,6 @@ static void test_cooperative_slots(void **state)
 
 	KTEST_SKIP_UNLESS_ROOT();
 	snprintf(body, sizeof(body),
-		 "tickInterval: 100ms\n"
-		 "limits:\n"
 		 "  - name: req\n"
 		 "    cgroups: [%s]\n"
 		 "    unit: concurrent\n"
@@ -503,7 +499,7 @@ static void test_cooperative_slots(void **state)
 		 "    rateLimit: {max: %d}\n",
 		 f->cg[0], COOP_SLOTS);
 	assert_int_equal(ktest_daemon_init(&f->d[0]), 0);
-	assert_int_equal(ktest_daemon_config(&f->d[0], body), 0);
+	kt_write_limits(&f->d[0], body);
 	node_up(f, 0);
 	setenv(KTHROTTLE_PIN_DIR_ENV, f->d[0].pin_dir, 1);
 	for (int i = 0; i < COOP_PROCS; i++)
