@@ -549,14 +549,14 @@ int ktest_run_capture(char *const argv[], char **out)
 int ktest_run_bin(const char *prog, char **out, ...)
 {
 	char bin[PATH_MAX];
-	char *argv[16];
+	char *argv[24];
 	va_list ap;
 	int n = 0;
 
 	snprintf(bin, sizeof(bin), "%s/%s", ktest_build_dir(), prog);
 	argv[n++] = bin;
 	va_start(ap, out);
-	while (n < 15 && (argv[n] = va_arg(ap, char *)))
+	while (n < 23 && (argv[n] = va_arg(ap, char *)))
 		n++;
 	va_end(ap);
 	argv[n] = NULL;

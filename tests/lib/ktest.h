@@ -100,7 +100,7 @@ int ktest_run_capture(char *const argv[], char **out);
  * if that fails); uid < 0: as this process. */
 int ktest_run_capture_as(char *const argv[], int uid, char **out);
 /* ktest_run_capture of <build dir>/<prog> and the arguments that follow, up
- * to 14 and a terminating NULL. */
+ * to 22 and a terminating NULL. */
 int ktest_run_bin(const char *prog, char **out, ...) __attribute__((sentinel));
 /* `bpftool cgroup show <cg>` output into *out; its exit status. */
 int ktest_bpftool_cgroup_show(const char *cg, char **out);
