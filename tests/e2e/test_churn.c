@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* Member churn end-to-end: a pod-scope UDP datagram limit "churn" with
  * onlyIfUsed (threshold 50%) from min 50/s to max 500/s over 10 s, 8 member
- * cgroups, and 20 s of membership changes every 150 ms: reloads (through the
+ * cgroups, and 15 s of membership changes every 150 ms: reloads (through the
  * control socket, as `kthrottlectl reload`) naming another subset, each
  * cgroup in it with probability 3/4, and cgroups removed and recreated under
  * the daemon (which prunes them once per epoch). The controller keeps
@@ -76,7 +76,7 @@
 #define TICK_S 0.1
 #define RATE_TOL (2 * SLOPE * TICK_S) /* 9/s: two ticks of ramp */
 #define SEND_RATE 2.0                 /* per sender, datagrams/s */
-#define CHURN_S 20.0
+#define CHURN_S 15.0
 #define POLL_MS 100
 #define CHURN_MS 150
 #define SLOT_CHECK_EVERY 10 /* polls */

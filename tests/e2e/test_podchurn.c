@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* Pod churn under load: a real daemon whose limit takes every cgroup
  * matching base/pod-*, and 50 pod cgroups created and destroyed per second
- * for 20 s (KT_PODCHURN_S overrides: `make bench` soaks for SOAK_S, 600 s
+ * for 15 s (KT_PODCHURN_S overrides: `make bench` soaks for SOAK_S, 600 s
  * by default, and any length runs in a fixed set of slots), each with a process inside
  * sending UDP to a loopback receiver every 2 ms for its LIFE_S life. It
  * measures and asserts:
@@ -282,7 +282,7 @@ static int cmp_double(const void *x, const void *y)
 static void test_pod_churn(void **state)
 {
 	const char *env = getenv("KT_PODCHURN_S");
-	double churn_s = env ? atof(env) : 20.0;
+	double churn_s = env ? atof(env) : 15.0;
 	char err[KT_ERR_LEN], links[PATH_MAX];
 	struct kt_bpf kb;
 	long rss0, rss1;
