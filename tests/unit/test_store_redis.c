@@ -1128,8 +1128,17 @@ static void test_heartbeat_cost(void **state)
 	double small, big;
 
 	(void)state;
-	small = hb_cost_us(s, "cost100", 100);
-	big = hb_cost_us(s, "cost1000", 1000);
+	/* the least of three runs each, interleaved: a mean over 200 calls
+	 * takes a preemption by another test's process whole (one run read
+	 * 309 us at 1,000 nodes, the next three 75-92) */
+	small = big = 1e9;
+	for (int run = 0; run < 3; run++) {
+		double us = hb_cost_us(s, "cost100", 100);
+
+		small = us < small ? us : small;
+		us = hb_cost_us(s, "cost1000", 1000);
+		big = us < big ? us : big;
+	}
 	if (big >= 1000)
 		fail_msg("1,000 nodes: %.1f us per call, want < 1 ms", big);
 	if (big >= 3 * small)
