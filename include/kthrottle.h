@@ -431,6 +431,35 @@ struct kt_sk_slot {
 };
 _Static_assert(sizeof(struct kt_sk_slot) == 24, "kt_sk_slot layout");
 
+/* The in-flight audit (bpf/audit.bpf.c). A close is seen only by programs
+ * attached at or above the socket's cgroup, so a socket closed after its
+ * cgroup left every attach point keeps its slot counted. The daemon counts
+ * the marks of live sockets now and then and corrects a count that differs
+ * from them in several audits in a row.
+ *
+ * kt_audit_mark: what the iterator (iter/bpf_sk_storage_map over kt_sk_slot)
+ * writes to its seq file for each socket holding a slot. */
+struct kt_audit_mark {
+	__u32 slot;       /* as struct kt_sk_slot */
+	__u32 epoch;
+	__u32 node_slot;
+	__u32 node_epoch;
+};
+_Static_assert(sizeof(struct kt_audit_mark) == 16, "kt_audit_mark layout");
+
+/* A correction (SEC("syscall") kt_audit_fix, run with BPF_PROG_TEST_RUN):
+ * kt_inflight[slot].open set from `expect` to `want` in one compare and
+ * swap, only while the slot still has `epoch` and the count is still
+ * `expect` (userspace cannot write a map value atomically). It returns 1
+ * when it wrote, else 0. */
+struct kt_audit_fix {
+	__u32 slot;
+	__u32 epoch;
+	__u64 expect;
+	__u64 want;
+};
+_Static_assert(sizeof(struct kt_audit_fix) == 24, "kt_audit_fix layout");
+
 /* kt_sk_pace (socket storage, pinned): per TCP socket, the byte-unit bucket
  * its packets were last charged to, so the sockops program can pace the
  * socket itself (SO_MAX_PACING_RATE, TCP's internal pacing: no fq needed)

@@ -29,6 +29,7 @@
 
 #include "kernel/apply.h"
 #include "kernel/bpf_loader.h"
+#include "kernel/inflight_audit.h"
 #include "kt_bpffx.h"
 #include "kt_procfx.h"
 #include "ktest.h"
@@ -189,7 +190,15 @@ static int wait_open(struct fx *f, uint32_t slot, uint64_t want, int ms, const c
 
 /* ---- a worker in a member cgroup, driven over a pipe ---- */
 
-enum { W_TCP = 'T', W_TCP_NB = 'N', W_UDP = 'U', W_AGAIN = 'A', W_CLOSE = 'C', W_BLACKHOLE = 'B' };
+enum {
+	W_TCP = 'T',
+	W_TCP_NB = 'N',
+	W_UDP = 'U',
+	W_AGAIN = 'A',
+	W_CLOSE = 'C',
+	W_ABORT = 'X', /* close with a reset (SO_LINGER 0): the socket is gone at once */
+	W_BLACKHOLE = 'B'
+};
 
 struct wcmd {
 	char op;
@@ -223,6 +232,13 @@ static void worker_main(int in, int out, bool netns)
 		int err = 0, fd;
 
 		switch (c.op) {
+		case W_ABORT:
+			if (first < n) {
+				struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+				setsockopt(fds[first], SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+			}
+			/* fall through */
 		case W_CLOSE:
 			if (first < n)
 				close(fds[first++]);
@@ -571,6 +587,84 @@ static void test_slot_reuse(void **state)
 	assert_int_equal(open_of(f, slot), 1);
 }
 
+/* The audit (kernel/inflight_audit.h). A member leaves the limit while its
+ * sockets are open and the links move off its cgroup: closing them then is
+ * seen by nothing and the count stays high. The audit finds no marks for
+ * them and, after KT_AUDIT_STREAK audits, sets the count to the marks. A
+ * count written low by hand is raised to the marks the same way. */
+static void test_audit(void **state)
+{
+	struct fx *f = fx_open(state);
+	const char *cgs[2] = { kt_procfx_cgroup(&f->pf, "inflight-aud-a"),
+			       kt_procfx_cgroup(&f->pf, "inflight-aud-b") };
+	struct kt_inflight_audit a;
+	struct worker wa, wb;
+	struct kt_inflight v;
+	char err[256];
+	uint16_t port;
+	uint32_t slot;
+
+	listen_tcp(f, &port);
+	apply_limit(f, KT_SCOPE_NODE, 5, cgs, 2);
+	slot = member_slot(f, 0);
+	assert_int_equal(member_slot(f, 1), slot); /* node scope: one bucket */
+	if (kt_inflight_audit_open(&a, f->pin, err, sizeof(err)) != 0) {
+		print_error("%s\n", err);
+		fail();
+	}
+	worker_start(f, cgs[0], false, &wa);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(wdo(&wa, W_TCP, port), 0);
+	assert_int_equal(open_of(f, slot), 3);
+	/* in agreement: audits change nothing */
+	for (int i = 0; i < KT_AUDIT_STREAK + 1; i++)
+		assert_int_equal(kt_inflight_audit_run(&a, NULL, NULL, err, sizeof(err)), 0);
+
+	/* a leaves; its links go with it; its sockets close unseen */
+	apply_limit(f, KT_SCOPE_NODE, 5, &cgs[1], 1);
+	assert_int_equal(member_slot(f, 0), slot);
+	assert_int_equal(open_of(f, slot), 3);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(wdo(&wa, W_ABORT, 0), 0);
+	usleep(20000);
+	assert_int_equal(open_of(f, slot), 3); /* the drift the audit is for */
+	for (int i = 1; i < KT_AUDIT_STREAK; i++)
+		assert_int_equal(kt_inflight_audit_run(&a, NULL, NULL, err, sizeof(err)), 0);
+	assert_int_equal(open_of(f, slot), 3); /* not before KT_AUDIT_STREAK audits */
+	assert_int_equal(kt_inflight_audit_run(&a, NULL, NULL, err, sizeof(err)), 1);
+	assert_int_equal(open_of(f, slot), 0);
+
+	/* b's sockets: a count written low by hand is raised to them */
+	worker_start(f, cgs[1], false, &wb);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(wdo(&wb, W_TCP, port), 0);
+	v = inflight(f, slot);
+	assert_int_equal(v.open, 4);
+	v.open = 1;
+	assert_int_equal(bpf_map_update_elem(f->b.inflight_fd, &slot, &v, BPF_ANY), 0);
+	assert_int_equal(wdo(&wb, W_TCP, port), 0); /* what the low count lets in */
+	for (int i = 1; i < KT_AUDIT_STREAK; i++)
+		assert_int_equal(kt_inflight_audit_run(&a, NULL, NULL, err, sizeof(err)), 0);
+	assert_int_equal(kt_inflight_audit_run(&a, NULL, NULL, err, sizeof(err)), 1);
+	assert_int_equal(open_of(f, slot), 5);
+	assert_int_equal(wdo(&wb, W_TCP, port), EBUSY);
+	/* closes give back as before, down to 0 */
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(wdo(&wb, W_CLOSE, 0), 0);
+	wait_open(f, slot, 0, 1000, "b closed all");
+	assert_int_equal(a.corrections, 2);
+
+	/* the correction itself: only from the count it was judged on, only
+	 * under the slot's epoch */
+	v = inflight(f, slot);
+	assert_int_equal(kt_inflight_audit_fix(&a, slot, v.epoch, 1, 7), 0);
+	assert_int_equal(kt_inflight_audit_fix(&a, slot, v.epoch + 1, 0, 7), 0);
+	assert_int_equal(open_of(f, slot), 0);
+	assert_int_equal(kt_inflight_audit_fix(&a, slot, v.epoch, 0, 2), 1);
+	assert_int_equal(open_of(f, slot), 2);
+	kt_inflight_audit_close(&a);
+}
+
 /* Runs last: every earlier test removed its pins. */
 static void test_nothing_left(void **state)
 {
@@ -591,6 +685,7 @@ int main(void)
 		T(test_pod_members_share_node),
 		T(test_lease_phases),
 		T(test_slot_reuse),
+		T(test_audit),
 		cmocka_unit_test(test_nothing_left),
 	};
 	return cmocka_run_group_tests_name("bpf_inflight", tests, NULL, NULL);

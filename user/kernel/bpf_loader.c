@@ -468,29 +468,34 @@ void kt_bpf_close(struct kt_bpf *b)
 	b->lock_fd = -1;
 }
 
-int kt_bpf_read_limits(const struct kt_bpf *b, struct kt_limit_info *infos)
+int kt_bpf_read_array(int fd, uint32_t n, void *vals, size_t vsize)
 {
-	__u32 *keys = calloc(KT_MAX_LIMITS, sizeof(*keys)), out_batch = 0, id;
-	__u32 count = KT_MAX_LIMITS;
+	__u32 *keys = calloc(n, sizeof(*keys)), out_batch = 0, i;
+	__u32 count = n;
 	int ret = -ENOMEM;
 
 	if (!keys)
 		return ret;
 	/* an array map answers a batch from its first key: all or an error */
-	ret = bpf_map_lookup_batch(b->limits_fd, NULL, &out_batch, keys, infos, &count, NULL);
-	if ((ret == 0 || ret == -ENOENT) && count == KT_MAX_LIMITS) {
-		for (id = 0; id < KT_MAX_LIMITS && keys[id] == id; id++)
+	ret = bpf_map_lookup_batch(fd, NULL, &out_batch, keys, vals, &count, NULL);
+	if ((ret == 0 || ret == -ENOENT) && count == n) {
+		for (i = 0; i < n && keys[i] == i; i++)
 			;
-		if (id == KT_MAX_LIMITS) {
+		if (i == n) {
 			free(keys);
 			return 0;
 		}
 	}
 	free(keys);
-	for (id = 0; id < KT_MAX_LIMITS; id++)
-		if (bpf_map_lookup_elem(b->limits_fd, &id, &infos[id]) < 0)
+	for (i = 0; i < n; i++)
+		if (bpf_map_lookup_elem(fd, &i, (char *)vals + (size_t)i * vsize) < 0)
 			return -errno;
 	return 0;
+}
+
+int kt_bpf_read_limits(const struct kt_bpf *b, struct kt_limit_info *infos)
+{
+	return kt_bpf_read_array(b->limits_fd, KT_MAX_LIMITS, infos, sizeof(*infos));
 }
 
 int kt_bpf_read_counters(const struct kt_bpf *b, uint32_t slot, struct kt_counters *sum)
