@@ -51,6 +51,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <cmocka.h>
+#include <bpf/bpf.h>
 
 #include "kt_clusterfx.h"
 #include "kt_daemonfx.h"
@@ -682,6 +683,8 @@ static void assert_refused_inflight(const char *cg, int port)
 	assert_int_equal(why.retry_after_ns, 0);
 }
 
+static void audit_corrects(struct fixture *f, int mport);
+
 static void test_restart_adopts_and_kill_frees(void **state)
 {
 	struct fixture *f = *state;
@@ -766,6 +769,57 @@ static void test_restart_adopts_and_kill_frees(void **state)
 	assert_int_equal((int)open, 0);
 	assert_int_equal(connect_from(f->cg[0], port, NULL), 0);
 	close(lfd);
+	audit_corrects(f, mport);
+}
+
+/* The daemon's audit: counts written high by hand (as a close no program
+ * saw leaves them) are set back to the sockets holding slots, none here,
+ * within KT_AUDIT_STREAK audits a second apart; logged and counted. */
+static void audit_corrects(struct fixture *f, int mport)
+{
+	char path[PATH_MAX], *page = NULL, *log;
+	struct kt_inflight v;
+	double open, slots, n = -1;
+	uint64_t t0;
+	uint32_t slot;
+	int fd, ms, written = 0;
+
+	snprintf(path, sizeof(path), "%s/kt_inflight", f->d[0].pin_dir);
+	fd = bpf_obj_get(path);
+	assert_true(fd >= 0);
+	/* the limit's buckets, the member's and the node bucket it is chained
+	 * to (pod scope): the slots that saw 5 open */
+	for (slot = 0; slot < KT_MAX_BUCKETS; slot++) {
+		if (bpf_map_lookup_elem(fd, &slot, &v) != 0 || v.peak != 5)
+			continue;
+		assert_int_equal(v.open, 0);
+		v.open = 3;
+		assert_int_equal(bpf_map_update_elem(fd, &slot, &v, BPF_EXIST), 0);
+		written++;
+	}
+	close(fd);
+	assert_int_equal(written, 2);
+	inflight_status(&f->d[0], &open, &slots);
+	assert_int_equal((int)open, 3);
+	t0 = ktest_now_ns();
+	for (ms = 0;; ms = (int)((ktest_now_ns() - t0) / 1000000)) {
+		inflight_status(&f->d[0], &open, &slots);
+		if (open == 0 || ms > 6000)
+			break;
+		ktest_sleep_ms(50);
+	}
+	print_message("a count written 3 too high was set back to the sockets (0) after %d ms\n", ms);
+	assert_int_equal((int)open, 0);
+	assert_true(ms >= 1000); /* not on one audit's word */
+	assert_int_equal(ktest_http_get(mport, "/metrics", &page), 200);
+	assert_true(ktest_metric_sample(page, "kthrottle_inflight_corrections_total", &n));
+	assert_int_equal((int)n, written);
+	free(page);
+	log = ktest_slurp(f->d[0].log);
+	assert_non_null(log);
+	assert_non_null(strstr(log, "limit llm: in-flight count of "));
+	assert_non_null(strstr(log, "corrected from 3 to 0"));
+	free(log);
 }
 
 int main(void)

@@ -669,6 +669,7 @@ static int switch_config(struct kt_daemon *d, struct kt_config *nsrc, struct kt_
 	kt_refresh_watch_members(d);
 	if (nsrc) {
 		d->reloads++;
+		kt_audit_run_reset(&d->audit);
 		kt_info("reloaded %s%s: %d limit(s), %d tag limit(s)", d->config_path, how,
 			d->plan.n_limits, kt_tags_count(d->tags));
 	} else {
@@ -825,6 +826,7 @@ static void on_tick(struct kt_watch *w, uint32_t events)
 	now = kt_clock_ns();
 	note_tick(d, now, expirations);
 	tick(d, now);
+	kt_audit_run_tick(&d->audit, &d->plan, d->bpf.pin_dir, now);
 	kt_strict_tick(d->strict, now);
 	kt_ctlserver_expire(&d->ctl, now);
 	for (int k = 0; k < d->plan.n_limits; k++) {
@@ -971,6 +973,7 @@ void kt_daemon_stop(struct kt_daemon *d)
 	d->tags = NULL;
 	free(d->pool_local);
 	d->pool_local = NULL;
+	kt_audit_run_close(&d->audit);
 	kt_bpf_close(&d->bpf);
 	if (d->detach_on_exit) {
 		if (kt_bpf_cleanup(pin_dir, err, sizeof(err)))

@@ -17,6 +17,7 @@
 #include "base/config.h"
 #include "control/controller.h"
 #include "control/ctlserver.h"
+#include "control/inflight_audit_run.h"
 #include "base/evloop.h"
 #include "kube/kubewatch.h"
 #include "pool/pool.h"
@@ -75,6 +76,7 @@ struct kt_daemon {
 	struct kt_strict *strict;  /* the strict limits' permits; NULL: none */
 	bool strict_kick;          /* an event was news to it: run it after the batch */
 	struct kt_tags *tags;      /* the tag limits (query servers, exchange); NULL: none */
+	struct kt_audit_run audit; /* the in-flight limits' open counts checked against their sockets */
 	/* the config file: watched so a change applies itself (w_cfw), and
 	 * the outcome of the last reload for status and metrics */
 	struct kt_cfgwatch *cfw;   /* NULL: reloads by SIGHUP or kthrottlectl only */

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* In-flight limits in status and metrics: see inflight_report.h. */
+#include <stdlib.h>
 #include <string.h>
 #include "control/inflight_report.h"
 
@@ -67,8 +68,8 @@ void kt_inflight_status(const struct kt_bpf *bpf, const struct kt_limit_rt *l, s
 	kt_sb_printf(b, "]},");
 }
 
-void kt_inflight_metrics(const struct kt_bpf *bpf, const struct kt_plan *plan, struct kt_sbuf *b,
-			 uint64_t now)
+void kt_inflight_metrics(const struct kt_bpf *bpf, const struct kt_plan *plan,
+			 uint64_t corrections, struct kt_sbuf *b, uint64_t now)
 {
 	static const struct {
 		const char *name, *help;
@@ -77,26 +78,31 @@ void kt_inflight_metrics(const struct kt_bpf *bpf, const struct kt_plan *plan, s
 		{ "inflight_limit", "Slots this node's share of the in-flight limit grants now." },
 		{ "inflight_peak", "The most connections open at once on this node." },
 	};
+	struct kt_inflight_view *views;
 	bool any = false;
 
 	for (int i = 0; i < plan->n_limits; i++)
 		any |= plan->limits[i].cfg->unit == KT_UNIT_CONCURRENT;
-	if (!any)
+	if (!any || !(views = calloc((size_t)plan->n_limits, sizeof(*views))))
 		return;
+	/* each limit's node view read once for the three families */
+	for (int i = 0; i < plan->n_limits; i++)
+		if (plan->limits[i].cfg->unit == KT_UNIT_CONCURRENT)
+			kt_inflight_node(bpf, &plan->limits[i], now, &views[i]);
 	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
 		kt_sb_printf(b, "# HELP kthrottle_%s %s\n# TYPE kthrottle_%s gauge\n", fam[f].name,
 			     fam[f].help, fam[f].name);
 		for (int i = 0; i < plan->n_limits; i++) {
-			const struct kt_limit_rt *l = &plan->limits[i];
-			struct kt_inflight_view n;
+			const struct kt_inflight_view *n = &views[i];
 
-			if (l->cfg->unit != KT_UNIT_CONCURRENT)
+			if (plan->limits[i].cfg->unit != KT_UNIT_CONCURRENT)
 				continue;
-			kt_inflight_node(bpf, l, now, &n);
-			kt_sb_printf(b, "kthrottle_%s{limit=\"%s\"} %llu\n", fam[f].name, l->cfg->name,
-				     (unsigned long long)(f == 0 ? n.open : f == 1 ? n.slots : n.peak));
+			kt_sb_printf(b, "kthrottle_%s{limit=\"%s\"} %llu\n", fam[f].name,
+				     plan->limits[i].cfg->name,
+				     (unsigned long long)(f == 0 ? n->open : f == 1 ? n->slots : n->peak));
 		}
 	}
+	free(views);
 	kt_sb_printf(b, "# HELP kthrottle_member_inflight Connections of one member cgroup holding a slot.\n"
 			"# TYPE kthrottle_member_inflight gauge\n");
 	for (int i = 0; i < plan->n_limits; i++) {
@@ -110,4 +116,9 @@ void kt_inflight_metrics(const struct kt_bpf *bpf, const struct kt_plan *plan, s
 				     l->cfg->name, l->members[j].id, (unsigned long long)m.open);
 		}
 	}
+	kt_sb_printf(b, "# HELP kthrottle_inflight_corrections_total Open counts the audit set to the "
+			"sockets holding their slots (closes no program saw, counts written by hand).\n"
+			"# TYPE kthrottle_inflight_corrections_total counter\n"
+			"kthrottle_inflight_corrections_total %llu\n",
+		     (unsigned long long)corrections);
 }

@@ -30,8 +30,9 @@ void kt_inflight_member(const struct kt_bpf *bpf, const struct kt_limit_rt *l, i
 void kt_inflight_status(const struct kt_bpf *bpf, const struct kt_limit_rt *l, struct kt_sbuf *b,
 			bool json, uint64_t now);
 /* Metrics: the kthrottle_inflight* families for the plan's in-flight
- * limits (nothing when it has none). */
-void kt_inflight_metrics(const struct kt_bpf *bpf, const struct kt_plan *plan, struct kt_sbuf *b,
-			 uint64_t now);
+ * limits (nothing when it has none); corrections: the audit's since the
+ * start (kthrottle_inflight_corrections_total). */
+void kt_inflight_metrics(const struct kt_bpf *bpf, const struct kt_plan *plan,
+			 uint64_t corrections, struct kt_sbuf *b, uint64_t now);
 
 #endif

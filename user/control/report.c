@@ -368,7 +368,7 @@ char *kt_report_metrics(struct kt_daemon *d)
 				  d->plan.limits[i].cfg->name, reason_names[r],
 				  (unsigned long long)d->ls[i].events[r]);
 	strict_metrics(&d->plan, d->strict, &b, now);
-	kt_inflight_metrics(&d->bpf, &d->plan, &b, now);
+	kt_inflight_metrics(&d->bpf, &d->plan, d->audit.corrections, &b, now);
 	tag_metrics(d->tags, &b);
 	kt_sb_printf(&b, "# HELP kthrottle_store_state 1 for the state the limit's store is in.\n"
 		      "# TYPE kthrottle_store_state gauge\n");

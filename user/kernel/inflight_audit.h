@@ -30,7 +30,7 @@
  * corrected */
 #define KT_AUDIT_STREAK 3
 /* how often the daemon audits while it has an in-flight limit */
-#define KT_AUDIT_INTERVAL_NS (2ull * 1000000000ull)
+#define KT_AUDIT_INTERVAL_NS 1000000000ull
 
 /* One slot's suspicion across audits. */
 struct kt_audit_slot {
