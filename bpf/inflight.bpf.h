@@ -82,8 +82,20 @@ static __always_inline int kt_inflight_take(struct bpf_sock *sk, const struct kt
 	m->epoch = KT_READ_ONCE(in->epoch);
 	m->node_slot = pin ? pslot : KT_SLOT_NONE;
 	m->node_epoch = pin ? KT_READ_ONCE(pin->epoch) : 0;
+	m->taken_ns = now;
 	m->held = 1;
 	return KT_ADMIT;
+}
+
+/* The slots of a socket's mark given back, if it still holds them: only
+ * the caller that takes held from 1 to 0 gives. */
+static __always_inline void kt_mark_give(struct kt_sk_slot *m)
+{
+	if (!m || !KT_READ_ONCE(m->held) || __sync_val_compare_and_swap(&m->held, 1, 0) != 1)
+		return;
+	kt_slot_give(m->slot, m->epoch);
+	if (m->node_slot != KT_SLOT_NONE)
+		kt_slot_give(m->node_slot, m->node_epoch);
 }
 
 /* The socket's slots given back, if it holds any: from its close and from
@@ -91,16 +103,8 @@ static __always_inline int kt_inflight_take(struct bpf_sock *sk, const struct kt
  * nothing held). */
 static __always_inline void kt_inflight_give(struct bpf_sock *sk)
 {
-	struct kt_sk_slot *m;
-
-	if (!sk)
-		return;
-	m = bpf_sk_storage_get(&kt_sk_slot, sk, 0, 0);
-	if (!m || !KT_READ_ONCE(m->held) || __sync_val_compare_and_swap(&m->held, 1, 0) != 1)
-		return;
-	kt_slot_give(m->slot, m->epoch);
-	if (m->node_slot != KT_SLOT_NONE)
-		kt_slot_give(m->node_slot, m->node_epoch);
+	if (sk)
+		kt_mark_give(bpf_sk_storage_get(&kt_sk_slot, sk, 0, 0));
 }
 
 /* Whether the socket holds a slot (its TCP state changes must be seen). */

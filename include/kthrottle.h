@@ -428,8 +428,14 @@ struct kt_sk_slot {
 	__u32 node_slot;  /* node bucket also charged; KT_SLOT_NONE: none */
 	__u32 node_epoch;
 	__u64 held;       /* 1 while the slots above are held */
+	__u64 taken_ns;   /* boot-time ns of the connect that took them (the audit's age) */
 };
-_Static_assert(sizeof(struct kt_sk_slot) == 24, "kt_sk_slot layout");
+_Static_assert(sizeof(struct kt_sk_slot) == 32, "kt_sk_slot layout");
+
+/* A socket holding a slot that is still not connected this long after its
+ * connect took it (a connect that failed before TCP: no route; a UDP socket
+ * disconnected) gives it back at the next audit. */
+#define KT_AUDIT_UNCONNECTED_NS 1000000000ull
 
 /* The in-flight audit (bpf/audit.bpf.c). A close is seen only by programs
  * attached at or above the socket's cgroup, so a socket closed after its

@@ -212,12 +212,19 @@ struct worker {
 
 /* The child: keeps every socket it opens until told to close it (oldest
  * first) or killed; answers each command with an errno (0: ok). */
-static void worker_main(int in, int out, bool netns)
+/* Where a worker runs: the test's network namespace, one of its own with a
+ * blackhole (10.99.0.5 answers nothing), or one with only lo (10.99.0.5
+ * has no route). */
+enum wnet { NET_HOST = 0, NET_BLACKHOLE = 1, NET_NOROUTE = 2 };
+
+static void worker_main(int in, int out, enum wnet net)
 {
 	int fds[MAX_FDS], n = 0, first = 0;
 	struct wcmd c;
 
-	if (netns) {
+	if (net == NET_NOROUTE && (unshare(CLONE_NEWNET) != 0 || system("ip link set lo up") != 0))
+		_exit(3);
+	if (net == NET_BLACKHOLE) {
 		/* a blackhole: 10.99.0.5 routes out of a veth whose peer has
 		 * no address, so SYNs vanish without an answer */
 		if (unshare(CLONE_NEWNET) != 0 ||
@@ -272,7 +279,7 @@ static void worker_main(int in, int out, bool netns)
 	_exit(0);
 }
 
-static void worker_start(struct fx *f, const char *cg, bool netns, struct worker *w)
+static void worker_start(struct fx *f, const char *cg, enum wnet net, struct worker *w)
 {
 	int c[2], r[2];
 
@@ -283,7 +290,7 @@ static void worker_start(struct fx *f, const char *cg, bool netns, struct worker
 	if (w->pid == 0) {
 		if (ktest_cgroup_join(cg) != 0)
 			_exit(1);
-		worker_main(c[0], r[1], netns);
+		worker_main(c[0], r[1], net);
 	}
 	close(c[0]);
 	close(r[1]);
@@ -345,7 +352,7 @@ static void test_slots(void **state)
 	listen_tcp(f, &port);
 	apply_limit(f, KT_SCOPE_NODE, 3, &cg, 1);
 	slot = member_slot(f, 0);
-	worker_start(f, cg, false, &w);
+	worker_start(f, cg, NET_HOST, &w);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(wdo(&w, W_TCP, port), 0);
 	assert_int_equal(open_of(f, slot), 3);
@@ -391,7 +398,7 @@ static void test_killed_holder(void **state)
 	listen_tcp(f, &port);
 	apply_limit(f, KT_SCOPE_NODE, 5, &cg, 1);
 	slot = member_slot(f, 0);
-	worker_start(f, cg, false, &w);
+	worker_start(f, cg, NET_HOST, &w);
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(wdo(&w, W_TCP, port), 0);
 	assert_int_equal(wdo(&w, W_TCP, port), EBUSY);
@@ -401,7 +408,7 @@ static void test_killed_holder(void **state)
 	print_message("slots back %d ms after kill -9 (%.1f ms after the kill was sent)\n", ms,
 		      (double)(ktest_now_ns() - t0) / 1e6);
 	/* and usable again by another process */
-	worker_start(f, cg, false, &w2);
+	worker_start(f, cg, NET_HOST, &w2);
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(wdo(&w2, W_TCP, port), 0);
 	assert_int_equal(wdo(&w2, W_TCP, port), EBUSY);
@@ -422,7 +429,7 @@ static void test_failed_connects(void **state)
 	lfd = listen_tcp(f, &port);
 	apply_limit(f, KT_SCOPE_NODE, 2, &cg, 1);
 	slot = member_slot(f, 0);
-	worker_start(f, cg, false, &w);
+	worker_start(f, cg, NET_HOST, &w);
 
 	/* refused: ECONNREFUSED, the slot is back before connect returns */
 	for (int i = 0; i < 4; i++)
@@ -446,7 +453,7 @@ static void test_failed_connects(void **state)
 	wait_open(f, slot, 0, 1000, "reset by the peer");
 
 	/* timed out: no answer at all (TCP_USER_TIMEOUT 300 ms) */
-	worker_start(f, cg, true, &wb);
+	worker_start(f, cg, NET_BLACKHOLE, &wb);
 	assert_int_equal(wdo(&wb, W_BLACKHOLE, 80), ETIMEDOUT);
 	assert_int_equal(open_of(f, slot), 0);
 	/* closing all those sockets now gives back nothing twice */
@@ -471,7 +478,7 @@ static void test_udp(void **state)
 
 	apply_limit(f, KT_SCOPE_NODE, 2, &cg, 1);
 	slot = member_slot(f, 0);
-	worker_start(f, cg, false, &w);
+	worker_start(f, cg, NET_HOST, &w);
 	assert_int_equal(wdo(&w, W_UDP, 9), 0);
 	assert_int_equal(wdo(&w, W_UDP, 9), 0);
 	assert_int_equal(wdo(&w, W_UDP, 9), EBUSY);
@@ -498,8 +505,8 @@ static void test_pod_members_share_node(void **state)
 	apply_limit(f, KT_SCOPE_POD, 3, cgs, 2);
 	assert_true(f->plan.limits[0].has_pool);
 	node = f->plan.limits[0].pool_slot;
-	worker_start(f, cgs[0], false, &wa);
-	worker_start(f, cgs[1], false, &wb);
+	worker_start(f, cgs[0], NET_HOST, &wa);
+	worker_start(f, cgs[1], NET_HOST, &wb);
 	assert_int_equal(wdo(&wa, W_TCP, port), 0);
 	assert_int_equal(wdo(&wa, W_TCP, port), 0);
 	assert_int_equal(wdo(&wa, W_TCP, port), EBUSY); /* its own 2 */
@@ -532,7 +539,7 @@ static void test_lease_phases(void **state)
 	apply_limit(f, KT_SCOPE_NODE, 4, &cg, 1);
 	slot = member_slot(f, 0);
 	b = kt_bpf_bucket(&f->b, slot);
-	worker_start(f, cg, false, &w);
+	worker_start(f, cg, NET_HOST, &w);
 	assert_int_equal(wdo(&w, W_TCP, port), 0);
 	/* lapsed: fallback of 2 slots */
 	now = kt_clock_ns();
@@ -564,7 +571,7 @@ static void test_slot_reuse(void **state)
 	listen_tcp(f, &port);
 	apply_limit(f, KT_SCOPE_NODE, 2, &cg, 1);
 	slot = member_slot(f, 0);
-	worker_start(f, cg, false, &w);
+	worker_start(f, cg, NET_HOST, &w);
 	assert_int_equal(wdo(&w, W_TCP, port), 0);
 	assert_int_equal(open_of(f, slot), 1);
 	kt_bpf_reset_inflight(&f->b, slot); /* what apply does for a fresh slot */
@@ -612,7 +619,7 @@ static void test_audit(void **state)
 		print_error("%s\n", err);
 		fail();
 	}
-	worker_start(f, cgs[0], false, &wa);
+	worker_start(f, cgs[0], NET_HOST, &wa);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(wdo(&wa, W_TCP, port), 0);
 	assert_int_equal(open_of(f, slot), 3);
@@ -635,7 +642,7 @@ static void test_audit(void **state)
 	assert_int_equal(open_of(f, slot), 0);
 
 	/* b's sockets: a count written low by hand is raised to them */
-	worker_start(f, cgs[1], false, &wb);
+	worker_start(f, cgs[1], NET_HOST, &wb);
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(wdo(&wb, W_TCP, port), 0);
 	v = inflight(f, slot);
@@ -665,6 +672,51 @@ static void test_audit(void **state)
 	kt_inflight_audit_close(&a);
 }
 
+/* A connect that fails before TCP (no route) changes no TCP state: nothing
+ * gives its slot back while the application keeps the socket. The audit
+ * does, once the socket is still unconnected KT_AUDIT_UNCONNECTED_NS after
+ * it took the slot; connected sockets keep theirs however old. */
+static void test_audit_unconnected(void **state)
+{
+	struct fx *f = fx_open(state);
+	const char *cg = kt_procfx_cgroup(&f->pf, "inflight-aud-nr");
+	struct kt_inflight_audit a;
+	struct worker w, wl;
+	char err[256];
+	uint16_t port;
+	uint32_t slot;
+
+	listen_tcp(f, &port);
+	apply_limit(f, KT_SCOPE_NODE, 4, &cg, 1);
+	slot = member_slot(f, 0);
+	if (kt_inflight_audit_open(&a, f->pin, err, sizeof(err)) != 0) {
+		print_error("%s\n", err);
+		fail();
+	}
+	worker_start(f, cg, NET_HOST, &wl);
+	assert_int_equal(wdo(&wl, W_TCP, port), 0);
+	worker_start(f, cg, NET_NOROUTE, &w);
+	assert_int_equal(wdo(&w, W_BLACKHOLE, 0), ENETUNREACH);
+	assert_int_equal(wdo(&w, W_BLACKHOLE, 0), ENETUNREACH);
+	usleep(20000);
+	assert_int_equal(open_of(f, slot), 3); /* held by failed sockets still open */
+	/* too young: an audit right away gives nothing back */
+	assert_int_equal(kt_inflight_audit_run(&a, NULL, NULL, err, sizeof(err)), 0);
+	assert_int_equal(open_of(f, slot), 3);
+	usleep((useconds_t)(KT_AUDIT_UNCONNECTED_NS / 1000 + 100000));
+	assert_int_equal(kt_inflight_audit_run(&a, NULL, NULL, err, sizeof(err)), 0);
+	assert_int_equal(open_of(f, slot), 1); /* the connected one keeps its slot */
+	/* the failed sockets' close later gives nothing twice */
+	assert_int_equal(wdo(&w, W_CLOSE, 0), 0);
+	assert_int_equal(wdo(&w, W_CLOSE, 0), 0);
+	assert_int_equal(open_of(f, slot), 1);
+	for (int i = 0; i < KT_AUDIT_STREAK; i++)
+		assert_int_equal(kt_inflight_audit_run(&a, NULL, NULL, err, sizeof(err)), 0);
+	assert_int_equal(open_of(f, slot), 1);
+	assert_int_equal(a.corrections, 0);
+	kt_inflight_audit_close(&a);
+}
+
 /* Runs last: every earlier test removed its pins. */
 static void test_nothing_left(void **state)
 {
@@ -686,6 +738,7 @@ int main(void)
 		T(test_lease_phases),
 		T(test_slot_reuse),
 		T(test_audit),
+		T(test_audit_unconnected),
 		cmocka_unit_test(test_nothing_left),
 	};
 	return cmocka_run_group_tests_name("bpf_inflight", tests, NULL, NULL);
