@@ -49,6 +49,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <cmocka.h>
 #include <bpf/bpf.h>
@@ -841,6 +842,117 @@ static void audit_corrects(struct fixture *f, int mport)
 	free(log);
 }
 
+/* Whether d's status json names cgroup path (as a member). */
+static bool status_names(struct ktest_daemon *d, const char *path)
+{
+	char *js = ktest_daemon_cmd(d, "status json");
+	bool yes = js && strstr(js, path);
+
+	free(js);
+	return yes;
+}
+
+/* Waits up to 5 s for d's members to be `in` and not `out` (NULL: none). */
+static void await_members(struct ktest_daemon *d, const char *in, const char *out)
+{
+	for (int i = 0; i < 500; i++) {
+		if (status_names(d, in) && !(out && status_names(d, out)))
+			return;
+		ktest_sleep_ms(10);
+	}
+	fail_msg("the daemon's members did not become %s (without %s)", in, out ? out : "-");
+}
+
+/* A pod removed the way a kubelet removes one (its processes killed, its
+ * cgroup deleted) gives back every slot it held: the next pod gets all. */
+static void test_pod_removed(void **state)
+{
+	struct fixture *f = *state;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(a);
+	char pa[PATH_MAX], pb[PATH_MAX], body[2048];
+	double open, slots;
+	int lfd, port, got = 0, ms;
+	uint64_t t0;
+
+	KTEST_SKIP_UNLESS_ROOT();
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(lfd, 64), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &sl), 0);
+	port = ntohs(a.sin_port);
+	snprintf(pa, sizeof(pa), "%s/pod-a", f->cg[0]);
+	snprintf(pb, sizeof(pb), "%s/pod-b", f->cg[0]);
+	assert_int_equal(mkdir(pa, 0755), 0);
+
+	assert_int_equal(ktest_daemon_init(&f->d[0]), 0);
+	snprintf(body, sizeof(body),
+		 "node: n0\n"
+		 "tickInterval: 100ms\n"
+		 "limits:\n"
+		 "  - name: llm\n"
+		 "    cgroups: [\"%s/pod-*\"]\n"
+		 "    unit: concurrent\n"
+		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: tcp}\n"
+		 "    rateLimit: {max: 5, store: {static: {poolSize: 1}}}\n",
+		 f->cg[0], port);
+	assert_int_equal(ktest_daemon_config(&f->d[0], body), 0);
+	node_up(f, 0);
+	setenv(KTHROTTLE_PIN_DIR_ENV, f->d[0].pin_dir, 1); /* for kthrottle_connect */
+	await_members(&f->d[0], pa, NULL);
+	f->kid[0] = holder_start(pa, port, 4, &f->kid_fd[0]);
+	{
+		struct pollfd pf = { .fd = f->kid_fd[0], .events = POLLIN };
+
+		assert_int_equal(poll(&pf, 1, 10000), 1);
+		assert_int_equal(read(f->kid_fd[0], &got, sizeof(got)), sizeof(got));
+	}
+	assert_int_equal(got, 4);
+	inflight_status(&f->d[0], &open, &slots);
+	assert_int_equal((int)open, 4);
+
+	/* the pod goes: its processes killed, then its cgroup deleted */
+	t0 = ktest_now_ns();
+	kill(f->kid[0], SIGKILL);
+	waitpid(f->kid[0], NULL, 0);
+	f->kid[0] = -1;
+	close(f->kid_fd[0]);
+	f->kid_fd[0] = -1;
+	for (int i = 0; rmdir(pa) != 0; i++) {
+		assert_true(errno == EBUSY && i < 200); /* the exit still settling */
+		ktest_sleep_ms(10);
+	}
+	for (ms = 0;; ms = (int)((ktest_now_ns() - t0) / 1000000)) {
+		inflight_status(&f->d[0], &open, &slots);
+		if (open == 0 || ms > 2000)
+			break;
+		ktest_sleep_ms(1);
+	}
+	print_message("pod removed: its 4 slots back %d ms after the kill\n", ms);
+	assert_int_equal((int)open, 0);
+
+	/* the next pod has every slot */
+	assert_int_equal(mkdir(pb, 0755), 0);
+	await_members(&f->d[0], pb, pa);
+	f->kid[1] = holder_start(pb, port, 5, &f->kid_fd[1]);
+	{
+		struct pollfd pf = { .fd = f->kid_fd[1], .events = POLLIN };
+
+		assert_int_equal(poll(&pf, 1, 10000), 1);
+		assert_int_equal(read(f->kid_fd[1], &got, sizeof(got)), sizeof(got));
+	}
+	assert_int_equal(got, 5);
+	assert_refused_inflight(pb, port);
+	kill(f->kid[1], SIGKILL);
+	waitpid(f->kid[1], NULL, 0);
+	f->kid[1] = -1;
+	for (int i = 0; rmdir(pb) != 0 && i < 200; i++)
+		ktest_sleep_ms(10);
+	assert_no_corrections(f, 1);
+	close(lfd);
+}
+
 int main(void)
 {
 	const struct CMUnitTest bench[] = {
@@ -850,6 +962,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_redis_pool_faults, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_demand_parts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_adopts_and_kill_frees, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_pod_removed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ramp_counts_slots, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_cooperative_slots, setup, teardown),
 	};
