@@ -303,6 +303,34 @@ static double demand_of(const struct kt_pool_local *lo, int j)
 }
 
 /* Builds the round trip from this tick's view and hands it to the worker. */
+/* An in-flight limit's part of the request (heartbeat.lua's slots): the
+ * node, what it holds, the pool's slots, the cap while the store may have
+ * lost the claims, and its demand. */
+static void slots_request(const struct group *g, struct lim *l, const struct kt_pool_local *lo,
+			  const char *node, struct kt_pool_req *q)
+{
+	double pool = isfinite(lo->pool_rate) && lo->pool_rate > 0 ? floor(lo->pool_rate + 1e-9) : 0;
+
+	q->slots_node = node;
+	/* unknown (not read from the kernel): what it was granted */
+	q->slots_held = lo->slots_held >= 0 ? lo->slots_held
+		      : l->v.slots_grant > 0 ? l->v.slots_grant : 0;
+	if (q->slots_held > KT_STORE_MAX_SLOTS)
+		q->slots_held = KT_STORE_MAX_SLOTS;
+	q->slots_pool = pool < (double)KT_STORE_MAX_SLOTS ? (int64_t)pool : KT_STORE_MAX_SLOTS;
+	l->sent_slots_in_force = lo->slots_in_force;
+	/* the store may have lost the claims (a gap, a failing store, a
+	 * restart): take no more than the kernel holds, so the claim recorded
+	 * is what this node runs on */
+	q->slots_cap = (l->floor || l->adopted || g->failing) && lo->slots_in_force >= 0
+			       ? lo->slots_in_force
+			       : -1;
+	q->slots_demand = !l->slots_demand ? -1
+			  : lo->slots_demand < 0 ? 0
+			  : lo->slots_demand > KT_STORE_MAX_SLOTS ? KT_STORE_MAX_SLOTS
+								: lo->slots_demand;
+}
+
 void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const struct kt_pool_local *local)
 {
 	struct hb_job *job;
@@ -370,28 +398,8 @@ void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const stru
 		l->sent_fallback = pool_member_fallback(l, lo->pool_rate);
 		l->sent_pool_rate = lo->pool_rate;
 		q->fallback_rate = l->sent_fallback;
-		if (l->slots && job->node[0]) {
-			double pool = isfinite(lo->pool_rate) && lo->pool_rate > 0 ? floor(lo->pool_rate + 1e-9) : 0;
-
-			q->slots_node = job->node;
-			/* unknown (not read from the kernel): what it was granted */
-			q->slots_held = lo->slots_held >= 0 ? lo->slots_held
-				      : l->v.slots_grant > 0 ? l->v.slots_grant : 0;
-			if (q->slots_held > KT_STORE_MAX_SLOTS)
-				q->slots_held = KT_STORE_MAX_SLOTS;
-			q->slots_pool = pool < (double)KT_STORE_MAX_SLOTS ? (int64_t)pool : KT_STORE_MAX_SLOTS;
-			l->sent_slots_in_force = lo->slots_in_force;
-			/* the store may have lost the claims (a gap, a failing store,
-			 * a restart): take no more than the kernel holds, so the claim
-			 * recorded is what this node runs on */
-			q->slots_cap = (l->floor || l->adopted || g->failing) && lo->slots_in_force >= 0
-					       ? lo->slots_in_force
-					       : -1;
-			q->slots_demand = !l->slots_demand ? -1
-					  : lo->slots_demand < 0 ? 0
-					  : lo->slots_demand > KT_STORE_MAX_SLOTS ? KT_STORE_MAX_SLOTS
-										: lo->slots_demand;
-		}
+		if (l->slots && job->node[0])
+			slots_request(g, l, lo, job->node, q);
 		off += n;
 	}
 	if (kt_storeq_post(g->q, run_job, job, pool_free_job) == 0)
