@@ -658,6 +658,33 @@ static pid_t holder_start(const char *cg, int port, int n, int *fd)
 	return pid;
 }
 
+/* A listener on 127.0.0.1 (backlog 64: connects complete unaccepted);
+ * its fd, the port in *port. */
+static int listen_loopback(int *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(a);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(lfd, 64), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &sl), 0);
+	*port = ntohs(a.sin_port);
+	return lfd;
+}
+
+/* The connections holder k (holder_start) opened, once it reports. */
+static int holder_got(struct fixture *f, int k)
+{
+	struct pollfd pf = { .fd = f->kid_fd[k], .events = POLLIN };
+	int got = -1;
+
+	assert_int_equal(poll(&pf, 1, 10000), 1);
+	assert_int_equal(read(f->kid_fd[k], &got, sizeof(got)), sizeof(got));
+	return got;
+}
+
 /* One kthrottle_connect from cgroup cg to port, in a child: its answer
  * (0, KTHROTTLE_THROTTLED or -errno) and why. */
 struct attempt {
@@ -708,19 +735,12 @@ static void audit_corrects(struct fixture *f, int mport);
 static void test_restart_adopts_and_kill_frees(void **state)
 {
 	struct fixture *f = *state;
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t sl = sizeof(a);
 	double open, slots;
 	int lfd, port, got = 0, ms, mport;
 	uint64_t t0;
 
 	KTEST_SKIP_UNLESS_ROOT();
-	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(lfd >= 0);
-	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(lfd, 64), 0);
-	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &sl), 0);
-	port = ntohs(a.sin_port);
+	lfd = listen_loopback(&port);
 
 	assert_int_equal(ktest_daemon_init(&f->d[0]), 0);
 	mport = ktest_free_port(SOCK_STREAM);
@@ -728,12 +748,7 @@ static void test_restart_adopts_and_kill_frees(void **state)
 	node_up(f, 0);
 	setenv(KTHROTTLE_PIN_DIR_ENV, f->d[0].pin_dir, 1); /* for kthrottle_connect */
 	f->kid[0] = holder_start(f->cg[0], port, 5, &f->kid_fd[0]);
-	{
-		struct pollfd pf = { .fd = f->kid_fd[0], .events = POLLIN };
-
-		assert_int_equal(poll(&pf, 1, 10000), 1);
-		assert_int_equal(read(f->kid_fd[0], &got, sizeof(got)), sizeof(got));
-	}
+	got = holder_got(f, 0);
 	assert_int_equal(got, 5);
 	assert_refused_inflight(f->cg[0], port);
 	inflight_status(&f->d[0], &open, &slots);
@@ -868,20 +883,13 @@ static void await_members(struct ktest_daemon *d, const char *in, const char *ou
 static void test_pod_removed(void **state)
 {
 	struct fixture *f = *state;
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t sl = sizeof(a);
 	char pa[PATH_MAX], pb[PATH_MAX], body[2048];
 	double open, slots;
 	int lfd, port, got = 0, ms;
 	uint64_t t0;
 
 	KTEST_SKIP_UNLESS_ROOT();
-	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(lfd >= 0);
-	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(listen(lfd, 64), 0);
-	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &sl), 0);
-	port = ntohs(a.sin_port);
+	lfd = listen_loopback(&port);
 	snprintf(pa, sizeof(pa), "%s/pod-a", f->cg[0]);
 	snprintf(pb, sizeof(pb), "%s/pod-b", f->cg[0]);
 	assert_int_equal(mkdir(pa, 0755), 0);
@@ -902,12 +910,7 @@ static void test_pod_removed(void **state)
 	setenv(KTHROTTLE_PIN_DIR_ENV, f->d[0].pin_dir, 1); /* for kthrottle_connect */
 	await_members(&f->d[0], pa, NULL);
 	f->kid[0] = holder_start(pa, port, 4, &f->kid_fd[0]);
-	{
-		struct pollfd pf = { .fd = f->kid_fd[0], .events = POLLIN };
-
-		assert_int_equal(poll(&pf, 1, 10000), 1);
-		assert_int_equal(read(f->kid_fd[0], &got, sizeof(got)), sizeof(got));
-	}
+	got = holder_got(f, 0);
 	assert_int_equal(got, 4);
 	inflight_status(&f->d[0], &open, &slots);
 	assert_int_equal((int)open, 4);
@@ -936,12 +939,7 @@ static void test_pod_removed(void **state)
 	assert_int_equal(mkdir(pb, 0755), 0);
 	await_members(&f->d[0], pb, pa);
 	f->kid[1] = holder_start(pb, port, 5, &f->kid_fd[1]);
-	{
-		struct pollfd pf = { .fd = f->kid_fd[1], .events = POLLIN };
-
-		assert_int_equal(poll(&pf, 1, 10000), 1);
-		assert_int_equal(read(f->kid_fd[1], &got, sizeof(got)), sizeof(got));
-	}
+	got = holder_got(f, 1);
 	assert_int_equal(got, 5);
 	assert_refused_inflight(pb, port);
 	kill(f->kid[1], SIGKILL);
