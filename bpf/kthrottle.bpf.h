@@ -173,6 +173,7 @@ struct {
 /* See struct kt_inflight and struct kt_sk_slot (in-flight limits). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE); /* the audit reads every count each second */
 	__uint(max_entries, KT_MAX_BUCKETS);
 	__type(key, __u32);
 	__type(value, struct kt_inflight);

@@ -401,7 +401,7 @@ _Static_assert(sizeof(struct kt_event) == 40, "kt_event layout");
  * both. A connect that finds no slot free fails at once with the limit's
  * errno; nothing is killed when a share shrinks below what is open.
  *
- * kt_inflight (array, KT_MAX_BUCKETS, pinned): per bucket slot, the
+ * kt_inflight (array, KT_MAX_BUCKETS, BPF_F_MMAPABLE, pinned): per bucket slot, the
  * sockets holding one of its slots. The programs add and subtract it
  * atomically; the daemon only zeroes it and bumps epoch when it gives the
  * slot to a new bucket, so a socket admitted under the slot's previous

@@ -16,6 +16,8 @@
  *            only reads the clock, to show that part of the matched cost
  *   connect  real connect() calls from a process in a test cgroup, with no
  *            program, an empty one and kthrottle's connect4
+ *   audit    the daemon's in-flight audit (kernel/inflight_audit.c): one
+ *            pass with no socket holding a slot and with 10,000 holding one
  *   gcra     the GCRA decision in userspace on the mmapped bucket
  *   tick     controller tick cost per limit (ramp math alone; full tick)
  *   ramp     issue 3 end to end: build/kthrottled ramping 50 -> 200/s over
@@ -60,6 +62,7 @@
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/stat.h>
@@ -68,6 +71,7 @@
 #include <bpf/libbpf.h>
 #include "kernel/apply.h"
 #include "kernel/bpf_loader.h"
+#include "kernel/inflight_audit.h"
 #include "kernel/bucket.h"
 #include "base/cgroup.h"
 #include "members/resolve.h"
@@ -1349,6 +1353,130 @@ static int bench_connect(struct bench_env *e)
 			     median(cl_delta[M_INFLIGHT], rounds));
 	}
 	return 0;
+}
+
+/* ---- section: the in-flight audit's pass ---- */
+
+#define AUDIT_SOCKETS 10000
+#define AUDIT_PASSES 21
+
+/* In cgroup cg: AUDIT_SOCKETS connects to port (the in-flight limit's), each
+ * socket kept; writes how many were admitted, then waits to be killed. */
+static void audit_holder(const char *cgroup, uint16_t port, int out_fd, pid_t parent)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct rlimit rl = { AUDIT_SOCKETS + 1024, AUDIT_SOCKETS + 1024 }; /* and the fds inherited */
+	int got = 0;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent || setrlimit(RLIMIT_NOFILE, &rl) < 0 ||
+	    ktest_cgroup_join(cgroup) != 0)
+		_exit(1);
+	for (int i = 0; i < AUDIT_SOCKETS; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		int ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+
+		if (!ok && getenv("KT_BENCH_VERBOSE"))
+			fprintf(stderr, "bench: audit holder: connect %d: %s\n", i, strerror(errno));
+		got += ok;
+	}
+	if (write(out_fd, &got, sizeof(got)) != sizeof(got))
+		_exit(2);
+	for (;;)
+		pause();
+}
+
+/* The median time of AUDIT_PASSES audits, in µs; *fixed: what they corrected. */
+static double audit_pass_us(struct kt_inflight_audit *a, int *fixed)
+{
+	double us[AUDIT_PASSES];
+	char err[256];
+
+	for (int i = 0; i < AUDIT_PASSES; i++) {
+		uint64_t t0 = now_ns();
+		int r = kt_inflight_audit_run(a, NULL, NULL, err, sizeof(err));
+
+		us[i] = (double)(now_ns() - t0) / 1e3;
+		sanity(r >= 0, "audit pass: %s", err);
+		*fixed += r > 0 ? r : 0;
+	}
+	return median(us, AUDIT_PASSES);
+}
+
+/* What the daemon's once-a-second audit of in-flight counts costs: a pass
+ * with no socket holding a slot (two batch reads of kt_inflight and an
+ * empty iteration) and with AUDIT_SOCKETS holding one each. */
+static int bench_audit(struct bench_env *e)
+{
+	uint32_t slot = e->slot[LIM_CONN_INFLIGHT];
+	struct kt_inflight_audit a;
+	struct kt_inflight in;
+	int p[2], got = 0, fixed = 0, ret;
+	double base, held;
+	char err[256];
+	pid_t pid;
+
+	const struct kt_limit_rt *l = &e->plan.limits[LIM_CONN_INFLIGHT];
+
+	/* slots for all: the member's bucket and the node bucket it is
+	 * chained to (pod scope) */
+	set_bucket(e, slot, B_HUGE);
+	if (l->has_pool)
+		set_bucket(e, l->pool_slot, B_HUGE);
+	ret = kt_inflight_audit_open(&a, e->pin_dir, err, sizeof(err));
+	if (ret) {
+		fprintf(stderr, "bench: %s\n", err);
+		return ret;
+	}
+	base = audit_pass_us(&a, &fixed);
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		ret = -errno;
+		goto out;
+	}
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		ret = -errno;
+		close(p[0]);
+		close(p[1]);
+		goto out;
+	}
+	if (pid == 0) {
+		close(p[0]);
+		audit_holder(e->cg_kt, e->lport[2], p[1], getppid());
+	}
+	close(p[1]);
+	if (read(p[0], &got, sizeof(got)) != sizeof(got))
+		got = -1;
+	close(p[0]);
+	held = audit_pass_us(&a, &fixed);
+	sanity(kt_bpf_read_inflight(&e->bpf, slot, &in) == 0 && (int)in.open == got,
+	       "audit: %llu open, the holder made %d", (unsigned long long)in.open, got);
+	kill(pid, SIGKILL);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	sanity(got == AUDIT_SOCKETS, "audit: the holder made %d of %d connections", got,
+	       AUDIT_SOCKETS);
+	sanity(fixed == 0, "audit: %d counts corrected where none was wrong", fixed);
+
+	struct row *r = row_new("in-flight audit pass (once a second in the daemon), no socket holding a slot");
+
+	if (r)
+		snprintf(r->value, sizeof(r->value), "%.0f µs", base);
+	r = row_new("in-flight audit pass, 10,000 sockets holding slots (target: 1% of a core)");
+	if (r) {
+		snprintf(r->value, sizeof(r->value), "%.0f µs", held);
+		snprintf(r->baseline, sizeof(r->baseline), "%.0f µs", base);
+		snprintf(r->delta, sizeof(r->delta), "%+.0f ns per socket",
+			 (held - base) * 1e3 / AUDIT_SOCKETS);
+		snprintf(r->target, sizeof(r->target), "≤ 10,000 µs");
+		row_target(r, held <= 10000);
+	}
+	ret = 0;
+out:
+	kt_inflight_audit_close(&a);
+	return ret;
 }
 
 /* ---- section: GCRA in userspace on the mmapped bucket ---- */
@@ -3515,6 +3643,7 @@ static const struct section sections[] = {
 	{ "skb", "cgroup_skb egress decision (BPF_PROG_TEST_RUN)", bench_skb },
 	{ "xdp", "XDP tag decision (BPF_PROG_TEST_RUN)", bench_xdp },
 	{ "connect", "connect() through real sockets", bench_connect },
+	{ "audit", "the in-flight audit's pass", bench_audit },
 	{ "gcra", "GCRA in userspace on the mmapped bucket", bench_gcra_user },
 	{ "tick", "controller tick cost", bench_tick },
 	{ "ramp", "ramp tracking with the real daemon (issue 3 scenario)", bench_ramp },

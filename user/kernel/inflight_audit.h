@@ -51,9 +51,9 @@ struct bpf_link;
 struct kt_inflight_audit {
 	struct kt_audit *skel;      /* the two programs, on the pinned maps */
 	struct bpf_link *iter;      /* the iterator over kt_sk_slot */
-	int inflight_fd;            /* kt_inflight (the skeleton's) */
-	struct kt_inflight *before; /* KT_MAX_BUCKETS each */
-	struct kt_inflight *after;
+	const struct kt_inflight *counts; /* kt_inflight, mapped read-only */
+	struct kt_inflight *before; /* KT_MAX_BUCKETS each: the counts copied before the pass */
+	struct kt_inflight *after;  /* and after it */
 	uint32_t *marks;
 	struct kt_audit_slot *state;
 	uint64_t audits, corrections;
