@@ -408,7 +408,7 @@ static void test_ramp_counts_slots(void **state)
 	assert_int_equal(ktest_daemon_init(&f->d[0]), 0);
 	kt_write_limits(&f->d[0], body);
 	node_up(f, 0);
-	f->kid[NODES] = kt_inflight_server_start(port, 9.0, 0, 9.0, &f->kid_fd[NODES]);
+	f->kid[NODES] = kt_inflight_server_start(port, 6.5, 0, 6.5, &f->kid_fd[NODES]);
 	/* busy, never refused, but 1 of 2 slots used: below the threshold
 	 * (counted in connects, 50 a second would pass it) */
 	f->kid[0] = serial_start(f->cg[0], port, 2.0, &f->kid_fd[0]);
@@ -420,11 +420,12 @@ static void test_ramp_counts_slots(void **state)
 	assert_true(ok > 40);
 	assert_int_equal((int)slots, 2);
 	/* a load that fills the slots: the ramp moves */
-	f->kid[0] = kt_inflight_worker_start(f->cg[0], port, 6.0, 100, 300, &f->kid_fd[0]);
+	f->kid[0] = kt_inflight_worker_start(f->cg[0], port, 4.0, 100, 300, &f->kid_fd[0]);
 	t0 = ktest_now_ns();
 	for (;;) {
 		inflight_status(&f->d[0], &open, &slots);
-		if (slots >= 10 || ktest_now_ns() - t0 > 5000000000ULL)
+		/* the ramp is 2 s long; the load lasts 4 s */
+		if (slots >= 10 || ktest_now_ns() - t0 > 3800000000ULL)
 			break;
 		ktest_sleep_ms(50);
 	}
