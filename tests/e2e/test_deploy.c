@@ -313,6 +313,20 @@ static void mkdirs(const char *path)
 	}
 }
 
+/* How many mounts the table `file` lists at `path`. */
+static int mounts_at(const char *file, const char *path)
+{
+	char line[1024], dev[256], at[PATH_MAX];
+	FILE *f = fopen(file, "r");
+	int n = 0;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		n += sscanf(line, "%255s %4095s", dev, at) == 2 && !strcmp(at, path);
+	fclose(f);
+	return n;
+}
+
 static void note_mount(const char *path)
 {
 	assert_true(fx.n_mounted < MAX_ITEMS);
@@ -388,9 +402,15 @@ static void mount_volumes(const char *config)
 			assert_int_equal(mount("tmpfs", ms->path, "tmpfs", 0, "mode=0755,size=1m"), 0);
 			note_mount(ms->path);
 		} else if (host && !strcmp(host, "/sys/fs/bpf")) {
-			/* the host's bpffs: a fresh one, gone with the test */
+			/* the host's bpffs: a fresh one, gone with the test
+			 * (its mount namespace: the host's mounts stay as
+			 * they were, init's view says) */
+			int host_before = mounts_at("/proc/1/mounts", ms->path);
+
 			assert_int_equal(mount("bpffs", ms->path, "bpf", 0, "mode=0700"), 0);
 			note_mount(ms->path);
+			assert_int_equal(mounts_at("/proc/1/mounts", ms->path), host_before);
+			assert_int_equal(mounts_at("/proc/self/mounts", ms->path), host_before + 1);
 		} else if (host && !strcmp(host, "/sys/fs/cgroup")) {
 			/* the host's own; the daemon finds cgroup2 in /proc/mounts */
 		} else {
@@ -517,8 +537,9 @@ static int setup(void **state)
 	fx.api.pid = -1;
 	if (ktest_root_unavailable())
 		return 0;
-	/* the pod's network: loopback only, and its own */
-	if (unshare(CLONE_NEWNET))
+	/* the pod's network: loopback only, and its own; its mounts its own too
+	 * (the bpffs laid out at /sys/fs/bpf must not stay on the host's) */
+	if (unshare(CLONE_NEWNET) || ktest_private_mounts())
 		return -1;
 	lo_up();
 	if (ktest_tmpdir(fx.tmp, sizeof(fx.tmp)) || ktest_cgroup_create("deploy", fx.cgroot,

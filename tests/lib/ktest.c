@@ -33,6 +33,18 @@ uint64_t ktest_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
+int ktest_private_mounts(void)
+{
+	static bool done;
+
+	if (done)
+		return 0;
+	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
+		return -errno;
+	done = true;
+	return 0;
+}
+
 const char *ktest_private_bpffs(const char *prefix, char *mnt, size_t len)
 {
 	mnt[0] = 0;
@@ -40,7 +52,7 @@ const char *ktest_private_bpffs(const char *prefix, char *mnt, size_t len)
 		return "needs root";
 	/* a private mount namespace: the bpffs goes away with the test (the
 	 * daemons it starts, its children, share it) */
-	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
+	if (ktest_private_mounts())
 		return "cannot unshare the mount namespace";
 	if ((size_t)snprintf(mnt, len, "/tmp/%s-XXXXXX", prefix) >= len || !mkdtemp(mnt)) {
 		mnt[0] = 0;

@@ -12,6 +12,10 @@
 const char *ktest_root_unavailable(void);
 
 /* Creates <cgroup2 mount>/kt-test-<pid>-<name>; path out. */
+/* This process (and the children it starts afterwards) in a mount namespace
+ * of its own, every mount private: what the test mounts goes with it, never
+ * onto the host. Once per process; 0 or -errno. */
+int ktest_private_mounts(void);
 int ktest_cgroup_create(const char *name, char *path, size_t len);
 /* Moves any processes back to the root cgroup and removes the directory. */
 void ktest_cgroup_destroy(const char *path);

@@ -17,26 +17,14 @@
 
 #define MAX_FILES 32
 
-static int private_mounts(void)
-{
-	static bool done;
-
-	if (done)
-		return 0;
-	if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) {
-		fprintf(stderr, "kvol: cannot make a private mount namespace: %s\n", strerror(errno));
-		return -1;
-	}
-	done = true;
-	return 0;
-}
-
 int ktest_kvol_create(struct ktest_kvol *v, const char *parent, const char *name,
 		      enum ktest_kvol_kind kind)
 {
 	memset(v, 0, sizeof(*v));
-	if (private_mounts())
+	if (ktest_private_mounts()) {
+		fprintf(stderr, "kvol: cannot make a private mount namespace: %s\n", strerror(errno));
 		return -1;
+	}
 	snprintf(v->host, sizeof(v->host), "%s/%s.host", parent, name);
 	snprintf(v->pod, sizeof(v->pod), "%s/%s", parent, name);
 	if (mkdir(v->host, 0755) || mkdir(v->pod, 0755)) {
