@@ -692,7 +692,8 @@ static void test_sentinel_failover(void **state)
 	static const int all[] = { 0, 1, 2 };
 	/* Redis 7 waits repl-diskless-sync-delay (5 s) before a full sync */
 	const struct rp_opts now = { .extra_conf = "repl-diskless-sync-delay 0" };
-	const double pre = 1, post = 9;
+	/* all follow and agree 3.5-3.6 s after the kill (measured): 3 s more seen */
+	const double pre = 1, post = 6.5;
 	char store[256], want[64];
 	double t0, t_kill, promoted_ms = -1, followed_ms;
 	uint64_t k0;
