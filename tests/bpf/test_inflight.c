@@ -336,6 +336,28 @@ static uint32_t member_slot(struct fx *f, int j)
 	return f->plan.limits[0].members[j].slot;
 }
 
+/* A listener (its port in *port), one in-flight limit of `slots` on
+ * cgroup cg alone (node scope) and a worker in cg; the limit's bucket slot. */
+static uint32_t one_member(struct fx *f, const char *cg, double slots, uint16_t *port,
+			   struct worker *w)
+{
+	listen_tcp(f, port);
+	apply_limit(f, KT_SCOPE_NODE, slots, &cg, 1);
+	worker_start(f, cg, NET_HOST, w);
+	return member_slot(f, 0);
+}
+
+/* The audit's programs on this test's pins. */
+static void audit_open(struct fx *f, struct kt_inflight_audit *a)
+{
+	char err[256];
+
+	if (kt_inflight_audit_open(a, f->pin, err, sizeof(err)) != 0) {
+		print_error("%s\n", err);
+		fail();
+	}
+}
+
 /* ---- tests ---- */
 
 /* The share's slots and no more, refused at once past it; a close frees
@@ -349,10 +371,7 @@ static void test_slots(void **state)
 	uint16_t port;
 	uint32_t slot;
 
-	listen_tcp(f, &port);
-	apply_limit(f, KT_SCOPE_NODE, 3, &cg, 1);
-	slot = member_slot(f, 0);
-	worker_start(f, cg, NET_HOST, &w);
+	slot = one_member(f, cg, 3, &port, &w);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(wdo(&w, W_TCP, port), 0);
 	assert_int_equal(open_of(f, slot), 3);
@@ -395,10 +414,7 @@ static void test_killed_holder(void **state)
 	uint64_t t0;
 	int ms;
 
-	listen_tcp(f, &port);
-	apply_limit(f, KT_SCOPE_NODE, 5, &cg, 1);
-	slot = member_slot(f, 0);
-	worker_start(f, cg, NET_HOST, &w);
+	slot = one_member(f, cg, 5, &port, &w);
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(wdo(&w, W_TCP, port), 0);
 	assert_int_equal(wdo(&w, W_TCP, port), EBUSY);
@@ -568,10 +584,7 @@ static void test_slot_reuse(void **state)
 	uint16_t port;
 	uint32_t slot;
 
-	listen_tcp(f, &port);
-	apply_limit(f, KT_SCOPE_NODE, 2, &cg, 1);
-	slot = member_slot(f, 0);
-	worker_start(f, cg, NET_HOST, &w);
+	slot = one_member(f, cg, 2, &port, &w);
 	assert_int_equal(wdo(&w, W_TCP, port), 0);
 	assert_int_equal(open_of(f, slot), 1);
 	kt_bpf_reset_inflight(&f->b, slot); /* what apply does for a fresh slot */
@@ -615,10 +628,7 @@ static void test_audit(void **state)
 	apply_limit(f, KT_SCOPE_NODE, 5, cgs, 2);
 	slot = member_slot(f, 0);
 	assert_int_equal(member_slot(f, 1), slot); /* node scope: one bucket */
-	if (kt_inflight_audit_open(&a, f->pin, err, sizeof(err)) != 0) {
-		print_error("%s\n", err);
-		fail();
-	}
+	audit_open(f, &a);
 	worker_start(f, cgs[0], NET_HOST, &wa);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(wdo(&wa, W_TCP, port), 0);
@@ -689,10 +699,7 @@ static void test_audit_unconnected(void **state)
 	listen_tcp(f, &port);
 	apply_limit(f, KT_SCOPE_NODE, 4, &cg, 1);
 	slot = member_slot(f, 0);
-	if (kt_inflight_audit_open(&a, f->pin, err, sizeof(err)) != 0) {
-		print_error("%s\n", err);
-		fail();
-	}
+	audit_open(f, &a);
 	worker_start(f, cg, NET_HOST, &wl);
 	assert_int_equal(wdo(&wl, W_TCP, port), 0);
 	worker_start(f, cg, NET_NOROUTE, &w);
