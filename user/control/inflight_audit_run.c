@@ -3,14 +3,7 @@
 #include <string.h>
 #include "base/log.h"
 #include "control/inflight_audit_run.h"
-
-static bool has_inflight(const struct kt_plan *plan)
-{
-	for (int i = 0; i < plan->n_limits; i++)
-		if (plan->limits[i].cfg->unit == KT_UNIT_CONCURRENT)
-			return true;
-	return false;
-}
+#include "control/inflight_report.h"
 
 /* The in-flight limit whose bucket is in slot, and whose: "node" or the
  * member's id. */
@@ -58,7 +51,7 @@ void kt_audit_run_tick(struct kt_audit_run *r, const struct kt_plan *plan, const
 	struct fixed_ctx c = { r, plan };
 	char err[512];
 
-	if (!has_inflight(plan)) {
+	if (!kt_plan_has_inflight(plan)) {
 		if (r->loaded)
 			kt_inflight_audit_close(&r->a);
 		r->loaded = false;

@@ -17,6 +17,14 @@ static void view_of(const struct kt_bpf *bpf, uint32_t slot, uint64_t now,
 	out->slots = kt_slots_in_force(&bpf->buckets[slot], now);
 }
 
+bool kt_plan_has_inflight(const struct kt_plan *plan)
+{
+	for (int i = 0; i < plan->n_limits; i++)
+		if (plan->limits[i].cfg->unit == KT_UNIT_CONCURRENT)
+			return true;
+	return false;
+}
+
 void kt_inflight_node(const struct kt_bpf *bpf, const struct kt_limit_rt *l, uint64_t now,
 		      struct kt_inflight_view *out)
 {
@@ -79,11 +87,8 @@ void kt_inflight_metrics(const struct kt_bpf *bpf, const struct kt_plan *plan,
 		{ "inflight_peak", "The most connections open at once on this node." },
 	};
 	struct kt_inflight_view *views;
-	bool any = false;
 
-	for (int i = 0; i < plan->n_limits; i++)
-		any |= plan->limits[i].cfg->unit == KT_UNIT_CONCURRENT;
-	if (!any || !(views = calloc((size_t)plan->n_limits, sizeof(*views))))
+	if (!kt_plan_has_inflight(plan) || !(views = calloc((size_t)plan->n_limits, sizeof(*views))))
 		return;
 	/* each limit's node view read once for the three families */
 	for (int i = 0; i < plan->n_limits; i++)

@@ -18,6 +18,9 @@ struct kt_inflight_view {
 	uint64_t peak;  /* the most open at once since the slot's bucket was made */
 };
 
+/* Whether the plan has an in-flight limit (unit concurrent). */
+bool kt_plan_has_inflight(const struct kt_plan *plan);
+
 /* The node's: its node bucket (pod scope), else its one bucket (node
  * scope). */
 void kt_inflight_node(const struct kt_bpf *bpf, const struct kt_limit_rt *l, uint64_t now,
