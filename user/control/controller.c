@@ -352,9 +352,8 @@ void kt_ctl_fill_slots(struct kt_ctl *c, struct kt_pool_local *local)
 		const struct kt_limit_rt *l = &c->plan->limits[i];
 		struct kt_limit_state *s = &c->ls[i];
 
-		local[i].slots_held = local[i].slots_in_force = local[i].slots_demand = -1;
 		if (l->cfg->unit != KT_UNIT_CONCURRENT)
-			continue;
+			continue; /* -1s from kt_ctl_fill_pool_local */
 		/* what this tick read from the kernel (kt_ctl_tick) */
 		local[i].slots_in_force = (int64_t)s->inflight_slots;
 		local[i].slots_held = (int64_t)(s->inflight_open > s->inflight_slots ? s->inflight_open
@@ -380,6 +379,7 @@ void kt_ctl_fill_pool_local(const struct kt_plan *plan, const struct kt_limit_st
 			.pool_rate = ls[i].pool_rate,
 			.slots_held = -1,
 			.slots_in_force = -1,
+			.slots_demand = -1,
 		};
 }
 
