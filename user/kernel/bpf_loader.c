@@ -468,7 +468,9 @@ void kt_bpf_close(struct kt_bpf *b)
 	b->lock_fd = -1;
 }
 
-int kt_bpf_read_array(int fd, uint32_t n, void *vals, size_t vsize)
+/* Entries 0..n-1 of the array map fd (values of vsize bytes) into vals:
+ * one batch, else one lookup each. 0 or negative errno. */
+static int read_array(int fd, uint32_t n, void *vals, size_t vsize)
 {
 	__u32 *keys = calloc(n, sizeof(*keys)), out_batch = 0, i;
 	__u32 count = n;
@@ -495,7 +497,7 @@ int kt_bpf_read_array(int fd, uint32_t n, void *vals, size_t vsize)
 
 int kt_bpf_read_limits(const struct kt_bpf *b, struct kt_limit_info *infos)
 {
-	return kt_bpf_read_array(b->limits_fd, KT_MAX_LIMITS, infos, sizeof(*infos));
+	return read_array(b->limits_fd, KT_MAX_LIMITS, infos, sizeof(*infos));
 }
 
 int kt_bpf_read_counters(const struct kt_bpf *b, uint32_t slot, struct kt_counters *sum)

@@ -134,9 +134,6 @@ void kt_bpf_reset_inflight(const struct kt_bpf *b, uint32_t slot);
  * where the kernel has it (the table is large; one lookup each would cost
  * a syscall per id on every apply). 0 or negative errno. */
 int kt_bpf_read_limits(const struct kt_bpf *b, struct kt_limit_info *infos);
-/* Entries 0..n-1 of the array map fd (values of vsize bytes) into vals,
- * the same way: one batch, else one lookup each. 0 or negative errno. */
-int kt_bpf_read_array(int fd, uint32_t n, void *vals, size_t vsize);
 
 /* mkdir -p: creates path and its missing parents; 0 or negative errno. */
 int kt_mkdir_p(const char *path, mode_t mode);
