@@ -231,7 +231,7 @@ __noinline int kt_classify_pkt(struct __sk_buff *skb, const struct kt_cls_req *r
 __noinline int kt_eg_store(struct __sk_buff *skb, const struct kt_sk_eg *nv)
 {
 	struct bpf_sock *sk = skb->sk;
-	struct kt_sk_eg *old;
+	struct kt_sk_eg *old, val;
 
 	if (!sk || !nv)
 		return 0;
@@ -248,7 +248,11 @@ __noinline int kt_eg_store(struct __sk_buff *skb, const struct kt_sk_eg *nv)
 			return 0;
 		bpf_sk_storage_delete(&kt_sk_eg, sk);
 	}
-	return bpf_sk_storage_get(&kt_sk_eg, sk, (void *)nv, BPF_SK_STORAGE_GET_F_CREATE) != 0;
+	/* the initial value goes through the stack: a global function's
+	 * pointer argument is plain memory, which 6.1's verifier refuses as a
+	 * helper's map-value argument (6.6 and later take any memory) */
+	val = *nv;
+	return bpf_sk_storage_get(&kt_sk_eg, sk, &val, BPF_SK_STORAGE_GET_F_CREATE) != 0;
 }
 
 /* Records `slot` as the bucket of the packet's TCP socket when it is a

@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <bpf/libbpf.h>
 #include "base/log.h"
@@ -35,12 +36,33 @@ void kt_log(enum kt_log_level level, const char *fmt, ...)
 	fprintf(stderr, "%s: %s: %s\n", log_prog, names[level], buf);
 }
 
+static void (*libbpf_tap)(const char *text);
+
+void kt_log_set_libbpf_tap(void (*tap)(const char *text))
+{
+	libbpf_tap = tap;
+}
+
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
 	char buf[1024];
 	size_t n;
 
-	if (log_level < KT_LOG_DEBUG || level == LIBBPF_DEBUG)
+	if (level == LIBBPF_DEBUG)
+		return 0;
+	if (libbpf_tap) {
+		/* whole: the verifier's log ends with the line naming the error */
+		char *all = NULL;
+		va_list cp;
+
+		va_copy(cp, ap);
+		if (vasprintf(&all, fmt, cp) >= 0) {
+			libbpf_tap(all);
+			free(all);
+		}
+		va_end(cp);
+	}
+	if (log_level < KT_LOG_DEBUG)
 		return 0;
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	n = strlen(buf);

@@ -13,6 +13,9 @@ enum kt_log_level kt_log_level(void);
 void kt_log(enum kt_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Routes libbpf's messages through kt_log (warnings only at debug level). */
 void kt_log_setup_libbpf(void);
+/* Hands every libbpf warning, whole, to tap as well, at any log level
+ * (the loader keeps the verifier's last lines for its error). NULL: none. */
+void kt_log_set_libbpf_tap(void (*tap)(const char *text));
 
 /* src into dst (size n) as one line, for messages shown one per line (the
  * API's and Redis's may span lines): control characters (C0, DEL, and C1 as

@@ -398,6 +398,11 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		ret = KT_EXIT_RUNTIME;
 		goto fail_sock;
 	}
+	/* once, at start: what the kernel refused, and what that turns off */
+	for (int f = 0; f < KT_FEAT_COUNT; f++)
+		if (d->bpf.feat.f[f].state == KT_FEAT_OFF)
+			kt_warn("kernel feature %s off: %s; %s", kt_feature_name(f),
+				d->bpf.feat.f[f].why, kt_feature_effect(f));
 	int hist_cap = kt_ctl_hist_cap(d->cfg.epoch_ns, d->cfg.tick_ns);
 
 	d->ls = calloc(d->plan.n_limits ? d->plan.n_limits : 1, sizeof(*d->ls));
@@ -826,7 +831,7 @@ static void on_tick(struct kt_watch *w, uint32_t events)
 	now = kt_clock_ns();
 	note_tick(d, now, expirations);
 	tick(d, now);
-	kt_audit_run_tick(&d->audit, &d->plan, d->bpf.pin_dir, now);
+	kt_audit_run_tick(&d->audit, &d->plan, d->bpf.pin_dir, &d->bpf.feat, now);
 	kt_strict_tick(d->strict, now);
 	kt_ctlserver_expire(&d->ctl, now);
 	for (int k = 0; k < d->plan.n_limits; k++) {

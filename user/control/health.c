@@ -113,5 +113,14 @@ void kt_health_format(const struct kt_health_in *in, const struct kt_health *h, 
 		else
 			PUT("store down %s\n", h->store_why);
 	}
+	/* a refused object always; another feature when a limit uses it */
+	for (int f = 0; in->feat && f < KT_FEAT_COUNT; f++)
+		if (in->feat->f[f].state == KT_FEAT_OFF &&
+		    (f < KT_FEAT_N_OBJECTS || (in->feat_used & (1u << f))))
+			PUT("warning kernel feature %s off: %s; %s\n", kt_feature_name(f),
+			    in->feat->f[f].why, kt_feature_effect(f));
+	if (in->unenforced > 0)
+		PUT("warning %d limit(s) not enforced by this kernel, e.g. %s\n", in->unenforced,
+		    in->unenforced_limit ? in->unenforced_limit : "?");
 #undef PUT
 }

@@ -15,6 +15,8 @@
  *   store       (some limit uses redis) reported, never a reason for not
  *               ready: without it the kernel enforces onStoreFailure, and a
  *               restart would not bring the store back.
+ * A kernel feature that is off (kernel/features.h) is a warning line, and
+ * so is a limit it leaves unenforced: a restart would get the same answer.
  * Live when a tick ran within KT_HEALTH_LIVE_TICKS ticks, and at least
  * KT_HEALTH_LIVE_MIN_NS (the loop answered the question). Store and API
  * outages never make it not live. */
@@ -24,6 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "kernel/features.h"
 #include "kube/kubewatch.h"
 
 #define KT_HEALTH_KUBE_STALE_S 60
@@ -37,6 +40,13 @@ struct kt_health_in {
 	int unlinked;                /* member cgroups with no link serving them */
 	const char *unlinked_path;   /* one of them */
 	const char *apply_err;       /* the last member update's error; "" or NULL: none */
+	/* what the kernel refused (NULL: nothing known): warnings, never a
+	 * reason for not ready, since a restart on the same kernel gets the
+	 * same answer; limits it leaves unenforced are not counted unlinked */
+	const struct kt_features *feat;
+	unsigned feat_used;          /* features the plan's limits need or use (bits) */
+	int unenforced;              /* limits the kernel cannot enforce */
+	const char *unenforced_limit; /* one of them */
 	/* liveness */
 	uint64_t started_ns;
 	uint64_t last_tick_ns;       /* 0: no tick yet */
@@ -58,7 +68,8 @@ struct kt_health {
 
 void kt_health_eval(const struct kt_health_in *in, struct kt_health *h);
 /* The `health` reply: "ready" or "not ready", then one line per component
- * in use ("kernel ok", "kubernetes fail WHY", "store down WHY"). The
+ * in use ("kernel ok", "kubernetes fail WHY", "store down WHY"), then a
+ * "warning ..." line per kernel feature off and one for unenforced limits. The
  * `health live` reply: "live" or "not live WHY". Truncated to len. */
 void kt_health_format(const struct kt_health_in *in, const struct kt_health *h, bool live,
 		      char *buf, size_t len);

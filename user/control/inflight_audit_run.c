@@ -46,7 +46,7 @@ static void on_fixed(void *arg, uint32_t slot, uint64_t from, uint64_t to)
 }
 
 void kt_audit_run_tick(struct kt_audit_run *r, const struct kt_plan *plan, const char *pin_dir,
-		       uint64_t now)
+		       struct kt_features *feat, uint64_t now)
 {
 	struct fixed_ctx c = { r, plan };
 	char err[512];
@@ -62,11 +62,13 @@ void kt_audit_run_tick(struct kt_audit_run *r, const struct kt_plan *plan, const
 	r->last_ns = now;
 	if (!r->loaded) {
 		if (kt_inflight_audit_open(&r->a, pin_dir, err, sizeof(err)) != 0) {
-			kt_warn("%s; open counts are not audited (a close no program sees stays counted)",
-				err);
+			kt_warn("kernel feature %s off: %s; open counts are not audited (a close no program sees stays counted)",
+				kt_feature_name(KT_FEAT_AUDIT), err);
+			kt_features_set(feat, KT_FEAT_AUDIT, false, err);
 			r->load_failed = true;
 			return;
 		}
+		kt_features_set(feat, KT_FEAT_AUDIT, true, NULL);
 		r->loaded = true;
 	}
 	if (kt_inflight_audit_run(&r->a, on_fixed, &c, err, sizeof(err)) < 0)

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include "kernel/features.h"
 #include "kernel/inflight_audit.h"
 #include "members/plan.h"
 
@@ -19,9 +20,10 @@ struct kt_audit_run {
 };
 
 /* Audits when one is due and the plan has an in-flight limit (loading the
- * programs the first time; dropping them once it has none). */
+ * programs the first time; dropping them once it has none). Whether the
+ * kernel took them is recorded in feat (KT_FEAT_AUDIT). */
 void kt_audit_run_tick(struct kt_audit_run *r, const struct kt_plan *plan, const char *pin_dir,
-		       uint64_t now);
+		       struct kt_features *feat, uint64_t now);
 /* After a reload: a load that failed is tried again. */
 void kt_audit_run_reset(struct kt_audit_run *r);
 void kt_audit_run_close(struct kt_audit_run *r);

@@ -12,6 +12,7 @@
 #include "base/cgroup.h"
 #include "base/cgwatch.h"
 #include "control/daemon.h"
+#include "control/features_report.h"
 #include "control/health.h"
 #include "control/inflight_report.h"
 #include "control/report.h"
@@ -217,14 +218,25 @@ static void health_snap(struct kt_daemon *d, struct health_snap *s)
 
 	memset(s, 0, sizeof(*s));
 	in->now_ns = kt_clock_ns();
-	in->bpf_loaded = d->bpf.connect && d->bpf.sendmsg && d->bpf.egress && d->bpf.sock &&
+	/* the open fails unless one object loaded; the others' refusals are
+	 * warnings, with the limits they leave unenforced */
+	in->bpf_loaded = d->bpf.connect || d->bpf.sendmsg || d->bpf.egress || d->bpf.sock ||
 			 d->bpf.sockops;
+	in->feat = &d->bpf.feat;
 	n = kt_bpf_linked_cgroups(&d->bpf, &ids);
 	for (int i = 0; i < d->plan.n_limits; i++) {
 		const struct kt_limit_rt *l = &d->plan.limits[i];
 
 		if (l->cfg->unit == KT_UNIT_REQUEST)
 			continue; /* no cgroup, no link */
+		in->feat_used |= kt_unit_needs(l->cfg->unit) |
+				 kt_unit_uses(l->cfg->unit, l->cfg->allow_raw_sockets);
+		if (!kt_features_limit_enforced(&d->bpf.feat, l->cfg)) {
+			/* no program to link: counted here, not as unlinked */
+			if (!in->unenforced++)
+				in->unenforced_limit = l->cfg->name;
+			continue;
+		}
 		for (int j = 0; j < l->n_members; j++) {
 			if (n >= 0 && member_linked(d, &l->members[j], ids, n))
 				continue;
@@ -289,6 +301,7 @@ static void health_metrics(struct kt_daemon *d, struct kt_sbuf *b)
 		kt_sb_printf(b, "kthrottle_component_up{component=\"kubernetes\"} %d\n", s.h.kube_ok);
 	if (s.in.uses_store)
 		kt_sb_printf(b, "kthrottle_component_up{component=\"store\"} %d\n", s.h.store_ok);
+	kt_features_metrics(&d->bpf.feat, b);
 }
 
 /* A groupBy template's groups on this node (*other: and the other pool),
@@ -843,6 +856,7 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 			  (double)d->tick_late_max_ns / 1e6, (unsigned long long)d->ticks_missed,
 			  (unsigned long long)d->reloads);
 		config_status(d, &b, true);
+		kt_features_status(&d->bpf.feat, &b, true);
 		kube_status(d->kube, d->pods.n, &b, true, now);
 		kt_sb_printf(&b, ",\"limits\":[");
 	} else {
@@ -851,6 +865,7 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 			  (double)d->tick_late_max_ns / 1e6);
 		config_status(d, &b, false);
 		kt_sb_printf(&b, "attach %s\n", d->attach_desc);
+		kt_features_status(&d->bpf.feat, &b, false);
 		kube_status(d->kube, d->pods.n, &b, false, now);
 		if (d->plan.n_limits) /* a node may have tag limits only */
 			kt_sb_printf(&b, "%-*s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",
@@ -893,6 +908,7 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 				kt_sb_json_str(&b, d->cfg.limits[kt_cfg_parent(c)].name);
 			else
 				kt_sb_printf(&b, "null");
+			kt_features_limit_status(&d->bpf.feat, c, &b, true);
 			/* a groupBy limit's group: its template and value (null:
 			 * the pool of the values past maxGroups) */
 			if (c->group_of) {
@@ -975,6 +991,7 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 					     c->shadow ? "shadow, enforce: false" : "was shadow",
 					     (unsigned long long)s->would_refuse,
 					     (unsigned long long)s->events[KT_REASON_SHADOW]);
+			kt_features_limit_status(&d->bpf.feat, c, &b, false);
 			strict_status(d->strict, &b, i, false, now);
 			if (c->rl.strict.on)
 				goto members; /* no pool: the strict line says it all */

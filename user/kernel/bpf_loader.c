@@ -335,6 +335,90 @@ static int open_coop(struct kt_bpf *b, char *err, size_t errlen)
 	return 0;
 }
 
+/* Why the kernel refused an object, one line: the verifier's own line
+ * when libbpf printed its log, else the errno, with the BTF or BPF hint
+ * only when the kernel truly lacks them. */
+static void refusal(int ret, bool adopted, char *why, size_t len)
+{
+	char vline[200];
+
+	if (kt_features_vlog_line(vline, sizeof(vline), NULL, 0))
+		snprintf(why, len, "%s: verifier: %s", strerror(-ret), vline);
+	else if (access("/sys/kernel/btf/vmlinux", R_OK) != 0)
+		snprintf(why, len, "%s (this kernel has no BTF: /sys/kernel/btf/vmlinux is missing)",
+			 strerror(-ret));
+	else if (access("/sys/fs/bpf", F_OK) != 0 && ret == -ENOSYS)
+		snprintf(why, len, "%s (this kernel has no BPF syscall)", strerror(-ret));
+	else
+		snprintf(why, len, "%s%s", strerror(-ret),
+			 adopted ? " (pinned maps from another version? run kthrottlectl cleanup)"
+				 : " (run with -v for the verifier's log)");
+	if (kt_log_level() >= KT_LOG_DEBUG) {
+		char tail[4096];
+
+		if (kt_features_vlog_line(NULL, 0, tail, sizeof(tail)))
+			kt_debug("the verifier's last lines:\n%s", tail);
+	}
+}
+
+static void vlog_tap(const char *text)
+{
+	kt_features_vlog_feed(text);
+}
+
+/* One object: opened, loaded, or recorded off. 0 when loaded; a refused
+ * object is destroyed and *skel left NULL. */
+#define LOAD_OBJECT(b, name, feature, opts)                                                  \
+	({                                                                                   \
+		int _r;                                                                      \
+		kt_features_vlog_reset();                                                    \
+		(b)->name = kt_feature_refused_by_env(feature) ? NULL : kt_##name##__open_opts(opts); \
+		if (kt_feature_refused_by_env(feature))                                      \
+			_r = -EPERM;                                                         \
+		else if (!(b)->name)                                                         \
+			_r = -errno ? -errno : -EINVAL;                                      \
+		else                                                                         \
+			_r = kt_##name##__load((b)->name);                                   \
+		if (_r) {                                                                    \
+			kt_##name##__destroy((b)->name);                                     \
+			(b)->name = NULL;                                                    \
+		}                                                                            \
+		_r;                                                                          \
+	})
+
+static int load_objects(struct kt_bpf *b, const struct bpf_object_open_opts *opts, char *err,
+			size_t errlen)
+{
+	int rets[KT_FEAT_N_OBJECTS], loaded = 0;
+	char why[240];
+
+	kt_log_set_libbpf_tap(vlog_tap);
+	rets[KT_FEAT_CONNECT] = LOAD_OBJECT(b, connect, KT_FEAT_CONNECT, opts);
+	rets[KT_FEAT_SENDMSG] = LOAD_OBJECT(b, sendmsg, KT_FEAT_SENDMSG, opts);
+	rets[KT_FEAT_EGRESS] = LOAD_OBJECT(b, egress, KT_FEAT_EGRESS, opts);
+	rets[KT_FEAT_SOCK] = LOAD_OBJECT(b, sock, KT_FEAT_SOCK, opts);
+	rets[KT_FEAT_SOCKOPS] = LOAD_OBJECT(b, sockops, KT_FEAT_SOCKOPS, opts);
+	kt_log_set_libbpf_tap(NULL);
+	for (int f = 0; f < KT_FEAT_N_OBJECTS; f++) {
+		if (!rets[f]) {
+			loaded++;
+			kt_features_set(&b->feat, f, true, NULL);
+			continue;
+		}
+		if (kt_feature_refused_by_env(f))
+			snprintf(why, sizeof(why), "%s (refused by " KT_REFUSE_ENV ")",
+				 strerror(-rets[f]));
+		else
+			refusal(rets[f], b->adopted, why, sizeof(why));
+		kt_features_set(&b->feat, f, false, why);
+	}
+	if (loaded)
+		return 0;
+	/* nothing loaded: the first object's reason is everyone's */
+	snprintf(err, errlen, "cannot load BPF programs: %s", b->feat.f[KT_FEAT_CONNECT].why);
+	return rets[KT_FEAT_CONNECT];
+}
+
 static int bpf_open(struct kt_bpf *b, const char *pin_dir, bool lock, char *err, size_t errlen)
 {
 	LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = pin_dir);
@@ -382,27 +466,16 @@ static int bpf_open(struct kt_bpf *b, const char *pin_dir, bool lock, char *err,
 	b->adopted = kt_bpf_pinned(pin_dir);
 	b->ncpus = libbpf_num_possible_cpus();
 
+	ret = kt_features_check_minimum(err, errlen);
+	if (ret)
+		goto fail;
+	kt_features_probe_kernel(&b->feat);
 	/* Each object declares the same pinned-by-name maps: the first load
-	 * creates and pins them (or reuses the pins), the others reuse them. */
-	b->connect = kt_connect__open_opts(&opts);
-	b->sendmsg = kt_sendmsg__open_opts(&opts);
-	b->egress = kt_egress__open_opts(&opts);
-	b->sock = kt_sock__open_opts(&opts);
-	b->sockops = kt_sockops__open_opts(&opts);
-	if (!b->connect || !b->sendmsg || !b->egress || !b->sock || !b->sockops) {
-		ret = -errno ? -errno : -EINVAL;
-		snprintf(err, errlen, "cannot open BPF objects: %s", strerror(-ret));
+	 * creates and pins them (or reuses the pins), the others reuse them
+	 * (libbpf unpins what a failed load of its own pinned). */
+	ret = load_objects(b, &opts, err, errlen);
+	if (ret)
 		goto fail;
-	}
-	if ((ret = kt_connect__load(b->connect)) || (ret = kt_sendmsg__load(b->sendmsg)) ||
-	    (ret = kt_egress__load(b->egress)) || (ret = kt_sock__load(b->sock)) ||
-	    (ret = kt_sockops__load(b->sockops))) {
-		snprintf(err, errlen,
-			 "cannot load BPF programs: %s%s", strerror(-ret),
-			 b->adopted ? " (pinned maps from another version? run kthrottlectl cleanup)"
-				    : " (is this kernel built with BPF and BTF? run with -v for details)");
-		goto fail;
-	}
 	ret = open_pinned_maps(b, err, errlen);
 	if (ret)
 		goto fail;
@@ -648,11 +721,14 @@ static const struct hook_prog hook_progs[] = {
 
 static struct bpf_program *prog_by_name(struct kt_bpf *b, const char *name)
 {
-	struct bpf_object *objs[] = { b->connect->obj, b->sendmsg->obj, b->egress->obj,
-				      b->sock->obj, b->sockops->obj };
+	/* a refused object is NULL: its programs are not there */
+	struct bpf_object *objs[] = { b->connect ? b->connect->obj : NULL,
+				      b->sendmsg ? b->sendmsg->obj : NULL,
+				      b->egress ? b->egress->obj : NULL, b->sock ? b->sock->obj : NULL,
+				      b->sockops ? b->sockops->obj : NULL };
 
 	for (size_t i = 0; i < sizeof(objs) / sizeof(objs[0]); i++) {
-		struct bpf_program *p = bpf_object__find_program_by_name(objs[i], name);
+		struct bpf_program *p = objs[i] ? bpf_object__find_program_by_name(objs[i], name) : NULL;
 		if (p)
 			return p;
 	}
@@ -812,8 +888,13 @@ static void undo_link(const struct link_undo *u)
 	bpf_link__destroy(l);
 }
 
-static bool link_wanted(const struct kt_attach *want, int n, uint64_t cgid, const char *name)
+static bool link_wanted(struct kt_bpf *b, const struct kt_attach *want, int n, uint64_t cgid,
+			const char *name)
 {
+	/* a refused program's link (an older daemon's) goes: status says its
+	 * limits are not enforced here, so they are not */
+	if (!prog_by_name(b, name))
+		return false;
 	for (int i = 0; i < n; i++)
 		for (size_t j = 0; j < N_HOOK_PROGS; j++)
 			if (want[i].cgroup_id == cgid && !strcmp(hook_progs[j].name, name) &&
@@ -848,12 +929,19 @@ int kt_bpf_sync_links(struct kt_bpf *b, const struct kt_attach *want, int n, cha
 	 * later cgroup must find every link that was in force still there. */
 	for (i = 0; i < n; i++) {
 		for (j = 0; j < N_HOOK_PROGS; j++) {
+			struct bpf_program *prog;
+
 			if (!(want[i].hook_mask & (1u << hook_progs[j].hook)))
+				continue;
+			/* the kernel refused its object (b->feat says so): the
+			 * limits that need it are reported unenforced, the others
+			 * are attached as usual */
+			prog = prog_by_name(b, hook_progs[j].name);
+			if (!prog)
 				continue;
 			link_pin_path(b->pin_dir, want[i].cgroup_id, hook_progs[j].name, path,
 				      sizeof(path));
-			ret = attach_one(prog_by_name(b, hook_progs[j].name), &want[i], path,
-					 &undo[nundo], err, errlen);
+			ret = attach_one(prog, &want[i], path, &undo[nundo], err, errlen);
 			if (ret)
 				goto out;
 			nundo += undo[nundo].path[0] != 0;
@@ -870,7 +958,7 @@ int kt_bpf_sync_links(struct kt_bpf *b, const struct kt_attach *want, int n, cha
 			char name[64];
 
 			if (sscanf(de->d_name, "%llu-%63s", &cgid, name) != 2 ||
-			    link_wanted(want, n, cgid, name))
+			    link_wanted(b, want, n, cgid, name))
 				continue;
 			snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 			r = remove_pinned_link(path);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "kthrottle.h"
+#include "kernel/features.h"
 
 #define KT_DEFAULT_PIN_DIR "/sys/fs/bpf/kthrottle"
 
@@ -43,6 +44,9 @@ struct kt_bpf {
 	bool adopted;              /* pinned maps existed before this open */
 	bool locked;               /* lock_fd holds the pin dir lock (kt_bpf_open_locked) */
 	int lock_fd;
+	/* what the kernel took (kt_bpf_open): each object is one feature, a
+	 * refused one NULL above; the daemon adds the audit's */
+	struct kt_features feat;
 };
 
 /* Cooperative limits (unit request) have no kt_buckets slot: their one
@@ -68,7 +72,12 @@ struct kt_attach {
 };
 
 /* Mounts bpffs under pin_dir's parent when needed, loads every program with
- * the maps pinned in pin_dir (created 0700 when absent). An existing pin_dir
+ * the maps pinned in pin_dir (created 0700 when absent). Each object loads
+ * on its own: one the kernel refuses is recorded off in b->feat (with the
+ * verifier's line), its pointer left NULL and its programs never attached,
+ * and the rest serve the limits that do not need it; only when none loads
+ * does this fail. A kernel older than the minimum is refused first
+ * (kt_features_check_minimum). An existing pin_dir
  * or pin_dir/links that is not on bpffs, is a symlink, is not owned by root
  * or is group/other-writable is refused (-EPERM): whoever can write there
  * can unpin, and so detach, the programs. */

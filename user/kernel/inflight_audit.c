@@ -9,6 +9,7 @@
 #include <bpf/libbpf.h>
 #include "audit.skel.h"
 #include "kernel/inflight_audit.h"
+#include "kernel/features.h"
 
 static int sign(int64_t v)
 {
@@ -76,6 +77,12 @@ int kt_inflight_audit_open(struct kt_inflight_audit *a, const char *pin_dir, cha
 	if (!a->before || !a->after || !a->marks || !a->state) {
 		ret = -ENOMEM;
 		snprintf(err, errlen, "in-flight audit: out of memory");
+		goto fail;
+	}
+	if (kt_feature_refused_by_env(KT_FEAT_AUDIT)) {
+		ret = -EPERM;
+		snprintf(err, errlen, "in-flight audit: cannot load its programs: %s (refused by "
+			 KT_REFUSE_ENV ")", strerror(-ret));
 		goto fail;
 	}
 	/* the maps are reused from their pins, as every object's are */
