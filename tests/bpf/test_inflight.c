@@ -31,6 +31,7 @@
 #include "kernel/bpf_loader.h"
 #include "kernel/inflight_audit.h"
 #include "kt_bpffx.h"
+#include "kt_kprobe.h"
 #include "kt_procfx.h"
 #include "ktest.h"
 #include "members/resolve.h"
@@ -347,6 +348,16 @@ static uint32_t one_member(struct fx *f, const char *cg, double slots, uint16_t 
 	return member_slot(f, 0);
 }
 
+/* fx_open for the audit's tests: skipped where the kernel refuses its
+ * programs (the daemon runs without it there). The other tests need no
+ * audit: their counts are the kernel programs' alone. */
+static struct fx *audit_fx_open(void **state)
+{
+	KTEST_SKIP_UNLESS_ROOT();
+	KTEST_SKIP_IF(kt_kprobe_audit());
+	return fx_open(state);
+}
+
 /* The audit's programs on this test's pins. */
 static void audit_open(struct fx *f, struct kt_inflight_audit *a)
 {
@@ -614,7 +625,7 @@ static void test_slot_reuse(void **state)
  * count written low by hand is raised to the marks the same way. */
 static void test_audit(void **state)
 {
-	struct fx *f = fx_open(state);
+	struct fx *f = audit_fx_open(state);
 	const char *cgs[2] = { kt_procfx_cgroup(&f->pf, "inflight-aud-a"),
 			       kt_procfx_cgroup(&f->pf, "inflight-aud-b") };
 	struct kt_inflight_audit a;
@@ -688,7 +699,7 @@ static void test_audit(void **state)
  * it took the slot; connected sockets keep theirs however old. */
 static void test_audit_unconnected(void **state)
 {
-	struct fx *f = fx_open(state);
+	struct fx *f = audit_fx_open(state);
 	const char *cg = kt_procfx_cgroup(&f->pf, "inflight-aud-nr");
 	struct kt_inflight_audit a;
 	struct worker w, wl;

@@ -32,7 +32,9 @@
  *    reason inflight, retry-after 0. The daemon restarts and adopts the open
  *    count from the pinned maps (5, not 0: the 6th is still refused). The
  *    holder is killed with -9: its slots are free again as soon as the
- *    kernel has closed its sockets, and the count reads 0.
+ *    kernel has closed its sockets, and the count reads 0. Then counts
+ *    written too high are set back by the daemon's audit (skipped where
+ *    the kernel refuses the audit's programs).
  */
 #include <errno.h>
 #include <limits.h>
@@ -57,6 +59,7 @@
 #include "kt_clusterfx.h"
 #include "kt_daemonfx.h"
 #include "kt_inflightfx.h"
+#include "kt_kprobe.h"
 #include "ktest.h"
 #include "redis_proc.h"
 #include "kthrottle.h"
@@ -141,7 +144,10 @@ static void node_config(struct fixture *f, int i, int port, int max, int pool, i
 
 /* No node's audit corrected a count: under this churn (thousands of
  * connects refused a second, connections opened and closed) every count
- * matched its sockets, and no transient passed for a difference. */
+ * matched its sockets, and no transient passed for a difference. Where the
+ * kernel refuses the audit this holds with nothing said, and the tests
+ * calling it still run: what they measure is the in-flight limit itself,
+ * held by the connect and close programs, not by the audit. */
 static void assert_no_corrections(struct fixture *f, int n)
 {
 	for (int i = 0; i < n; i++) {
@@ -805,6 +811,8 @@ static void test_restart_adopts_and_kill_frees(void **state)
 	assert_int_equal((int)open, 0);
 	assert_int_equal(connect_from(f->cg[0], port, NULL), 0);
 	close(lfd);
+	/* all above holds without the audit; only its correction skips */
+	KTEST_SKIP_IF(kt_kprobe_audit());
 	audit_corrects(f, mport);
 }
 
