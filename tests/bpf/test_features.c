@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <bpf/bpf.h>
 
 #include "base/log.h"
 #include "kernel/bpf_loader.h"
@@ -161,6 +162,35 @@ static void test_all_refused(void **state)
 	kt_bpffx_assert_none_left();
 }
 
+/* A pinned map of another layout is an upgrade that needs a cleanup, not
+ * a feature the kernel lacks: in a pin directory an earlier load made,
+ * kt_pace_socks (which only sockops declares) pinned anew with 8-byte
+ * values fails the whole open, naming cleanup, instead of turning sockops
+ * off; the adopted pins stay. */
+static void test_pin_mismatch_fails(void **state)
+{
+	struct fixture *f = *state;
+	char err[512], p[PATH_MAX + 32];
+	int fd, ret;
+
+	KTEST_SKIP_UNLESS_ROOT();
+	if (kt_bpf_open(&f->b, f->pin, err, sizeof(err)))
+		fail_msg("open: %s", err);
+	kt_bpf_close(&f->b);
+	snprintf(p, sizeof(p), "%s/kt_pace_socks", f->pin);
+	assert_int_equal(unlink(p), 0);
+	fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, "kt_pace_socks", 4, 8, KT_MAX_BUCKETS, NULL);
+	assert_true(fd >= 0);
+	assert_int_equal(bpf_obj_pin(fd, p), 0);
+	close(fd);
+	ret = kt_bpf_open(&f->b, f->pin, err, sizeof(err));
+	print_message("a pinned map of another layout: %s\n", err);
+	assert_int_equal(ret, -EINVAL);
+	assert_non_null(strstr(err, "kthrottlectl cleanup"));
+	assert_null(strchr(err, '\n'));
+	assert_true(kt_bpf_pinned(f->pin));
+}
+
 static void test_probes(void **state)
 {
 	struct kt_features fs;
@@ -197,6 +227,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_each_refused, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_all_refused, fx_setup, fx_teardown),
+		cmocka_unit_test_setup_teardown(test_pin_mismatch_fails, fx_setup, fx_teardown),
 		cmocka_unit_test_setup_teardown(test_probes, fx_setup, fx_teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

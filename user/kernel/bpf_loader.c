@@ -361,9 +361,15 @@ static void refusal(int ret, bool adopted, char *why, size_t len)
 	}
 }
 
+/* set when libbpf found a pinned map of another layout: an upgrade that
+ * needs a cleanup, not a feature the kernel lacks */
+static bool pin_mismatch;
+
 static void vlog_tap(const char *text)
 {
 	kt_features_vlog_feed(text);
+	if (strstr(text, "couldn't reuse pinned map"))
+		pin_mismatch = true;
 }
 
 /* One object: opened, loaded, or recorded off. 0 when loaded; a refused
@@ -392,6 +398,7 @@ static int load_objects(struct kt_bpf *b, const struct bpf_object_open_opts *opt
 	int rets[KT_FEAT_N_OBJECTS], loaded = 0;
 	char why[240];
 
+	pin_mismatch = false;
 	kt_log_set_libbpf_tap(vlog_tap);
 	rets[KT_FEAT_CONNECT] = LOAD_OBJECT(b, connect, KT_FEAT_CONNECT, opts);
 	rets[KT_FEAT_SENDMSG] = LOAD_OBJECT(b, sendmsg, KT_FEAT_SENDMSG, opts);
@@ -399,6 +406,13 @@ static int load_objects(struct kt_bpf *b, const struct bpf_object_open_opts *opt
 	rets[KT_FEAT_SOCK] = LOAD_OBJECT(b, sock, KT_FEAT_SOCK, opts);
 	rets[KT_FEAT_SOCKOPS] = LOAD_OBJECT(b, sockops, KT_FEAT_SOCKOPS, opts);
 	kt_log_set_libbpf_tap(NULL);
+	if (pin_mismatch) {
+		/* never run half an upgrade: the maps must be made anew */
+		snprintf(err, errlen,
+			 "cannot load BPF programs: pinned maps in %s have another layout (from another version? stop the daemon and run kthrottlectl cleanup)",
+			 b->pin_dir);
+		return -EINVAL;
+	}
 	for (int f = 0; f < KT_FEAT_N_OBJECTS; f++) {
 		if (!rets[f]) {
 			loaded++;
