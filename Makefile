@@ -4,6 +4,7 @@
 #   make unit       host unit tests only (no root needed)
 #   make bench      benchmark table (BPF incl. XDP), store simulation, query server, strict spacing, fault table, pod churn soak (root; SOAK_S=600)
 #   make fuzz       run every libFuzzer target FUZZ_SECONDS (300) each
+#   make kernels    Debian's cloud kernels (6.1, bookworm-backports) under QEMU, the BPF and traffic tests in each (root)
 #   make install-python PYTHON=<venv>/bin/python   the Python module, offline
 #   make SAN=1 ...  build userspace with AddressSanitizer + UBSan
 #   make V=1 ...    show the full commands
@@ -331,6 +332,15 @@ install: $(BUILD)/kthrottled $(BUILD)/kthrottlectl deploy/systemd/kthrottled.ser
 uninstall:
 	rm -f $(INSTALLED)
 	[ ! -d $(DESTDIR)$(KT_ETCDIR) ] || rmdir --ignore-fail-on-non-empty $(DESTDIR)$(KT_ETCDIR)
+
+# scripts/kernel-matrix.sh: each kernel boots with this tree's binaries (the
+# host's root, read-only) and runs them; docs/development.md "Kernel matrix"
+KERNEL_TESTS := $(BUILD)/tests/bpf/test_progs $(BUILD)/tests/bpf/test_inflight $(BUILD)/tests/bpf/test_xdp \
+	$(BUILD)/tests/e2e/test_daemon $(BUILD)/tests/e2e/test_escapes $(BUILD)/tests/e2e/test_tcp_bytes \
+	$(BUILD)/tests/e2e/test_inflight
+.PHONY: kernels
+kernels: all $(KERNEL_TESTS) $(TEST_TOOLS)
+	scripts/kernel-matrix.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
