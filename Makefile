@@ -335,7 +335,7 @@ uninstall:
 
 # scripts/kernel-matrix.sh: each kernel boots with this tree's binaries (the
 # host's root, read-only) and runs them; docs/development.md "Kernel matrix"
-KERNEL_TESTS := $(BUILD)/tests/bpf/test_progs $(BUILD)/tests/bpf/test_inflight $(BUILD)/tests/bpf/test_xdp \
+KERNEL_TESTS := $(filter $(BUILD)/tests/bpf/%,$(TEST_BINS)) \
 	$(BUILD)/tests/e2e/test_daemon $(BUILD)/tests/e2e/test_escapes $(BUILD)/tests/e2e/test_tcp_bytes \
 	$(BUILD)/tests/e2e/test_inflight
 .PHONY: kernels

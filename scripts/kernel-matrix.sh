@@ -38,8 +38,8 @@
 # a private mount namespace. Writable dirs are tmpfs in the guest.
 #
 # In each guest: uname -r, then each test binary through scripts/run-tests.sh
-# (KM_TESTS, default: BUILD/tests/bpf/test_progs test_inflight test_xdp,
-# then the traffic tests BUILD/tests/e2e/test_daemon (connection, datagram),
+# (KM_TESTS, default: BUILD/tests/bpf/test_progs test_inflight test_xdp and
+# any other BUILD/tests/bpf binary built (test_features), then the traffic tests BUILD/tests/e2e/test_daemon (connection, datagram),
 # test_escapes (packet, datagram), test_tcp_bytes (byte) and test_inflight
 # (concurrent) when they are built and KM_E2E allows: auto (the default)
 # under KVM only, 1 always, 0 never). A binary listed by KM_TESTS but not
@@ -86,7 +86,13 @@ virtiofsd=${KM_VIRTIOFSD:-/usr/lib/qemu/virtiofsd}
 if [ -n "${KM_TESTS:-}" ]; then
 	read -r -a tests <<<"$KM_TESTS"
 else
+	# the three always (one not built counts as failed), then any other
+	# tests/bpf binary that is built (test_features, ...)
 	tests=("$build/tests/bpf/test_progs" "$build/tests/bpf/test_inflight" "$build/tests/bpf/test_xdp")
+	for t in "$build"/tests/bpf/test_*; do
+		case " ${tests[*]} " in *" $t "*) continue ;; esac
+		[ -f "$t" ] && [ -x "$t" ] && tests+=("$t")
+	done
 fi
 
 tmp=$(mktemp -d /tmp/kt-kernel-matrix-XXXXXX)
