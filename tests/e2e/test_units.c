@@ -44,7 +44,7 @@
 #define INFLIGHT_MAX 3
 #define HELD 6
 #define FLOOD_S 2.0
-#define FLOOD_MAX 20000 /* attempts per unit, whatever the speed */
+#define FLOOD_MAX 1000000 /* attempts per unit, whatever the speed */
 
 enum { U_CONN, U_DGRAM, U_PKT, U_BYTE, U_INFL, N_UNITS };
 static const char *const unit_names[N_UNITS] = { "connection", "datagram", "packet", "byte",
