@@ -5,7 +5,7 @@
 #
 #   scripts/kernel-matrix.sh [BUILD]      BUILD: the build dir (default build)
 #
-# Kernels (KM_KERNELS, default "bookworm bookworm-backports"):
+# Kernels (KM_KERNELS, default "bookworm bookworm-backports bullseye"):
 #   bookworm            the newest linux-image-6.1.0-*-cloud-amd64 the
 #                       machine's own apt sources have (bookworm,
 #                       bookworm-security), chosen by linux-image-cloud-amd64's
@@ -15,6 +15,11 @@
 #                       through a private apt config (its own sources list,
 #                       lists and cache under BUILD/kernels/apt-bpo; /etc/apt
 #                       is not touched), Signed-By debian-archive-keyring
+#   bullseye            Debian 11's newest linux-image-5.10.0-*-cloud-amd64,
+#                       older than the minimum (6.1): its guest runs only
+#                       tests/e2e/test_minimum, which expects kthrottled to
+#                       refuse it at start in one line (private apt config
+#                       as for backports, under BUILD/kernels/apt-bullseye)
 #   <package name>      that linux-image package, from the machine's sources
 # The .debs are kept in BUILD/kernels/debs (apt-get download; reused when
 # present, and used offline when apt cannot be reached) and unpacked with
@@ -68,7 +73,7 @@ build=$(cd "$build" && pwd)
 cache=$build/kernels
 mkdir -p "$cache/debs"
 
-kernels=${KM_KERNELS:-bookworm bookworm-backports}
+kernels=${KM_KERNELS:-bookworm bookworm-backports bullseye}
 test_tmo=${KM_TEST_TIMEOUT:-300}
 verbose=${KM_VERBOSE:-0}
 
@@ -107,21 +112,34 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- kernels: pick, download, unpack
-bpo_opts() {
-	local d=$cache/apt-bpo
+# A private apt config per source (NAME: its dir under BUILD/kernels/apt-NAME
+# and its sources list): bookworm-backports, and Debian 11 for a kernel
+# older than the minimum. /etc/apt is not touched.
+apt_opts() { # apt_opts NAME
+	local d=$cache/apt-$1
 	echo "-o Dir::Etc::SourceList=$d/sources.list -o Dir::Etc::SourceParts=/dev/null" \
 		"-o Dir::State::Lists=$d/lists -o Dir::Cache=$d/cache -o Dir::State::Status=/dev/null" \
 		"-o Debug::NoLocking=1"
 }
-bpo_update() { # once per run; keeps the old lists when the mirror is unreachable
-	local d=$cache/apt-bpo
-	[ -f "$tmp/bpo-updated" ] && return 0
+apt_update() { # apt_update NAME SOURCES-LINE...: once per run; keeps the old lists when the mirror is unreachable
+	local name=$1 d=$cache/apt-$1
+	shift
+	[ -f "$tmp/$name-updated" ] && return 0
 	mkdir -p "$d/lists/partial" "$d/cache/archives/partial"
-	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm-backports main" >"$d/sources.list"
+	printf '%s\n' "$@" >"$d/sources.list"
 	# shellcheck disable=SC2046
-	apt-get $(bpo_opts) -qq update >"$tmp/bpo-update.log" 2>&1 ||
-		echo "kernel-matrix: bookworm-backports update failed (using what is cached): $(tail -1 "$tmp/bpo-update.log")" >&2
-	touch "$tmp/bpo-updated"
+	apt-get $(apt_opts "$name") -qq update >"$tmp/$name-update.log" 2>&1 ||
+		echo "kernel-matrix: $name update failed (using what is cached): $(tail -1 "$tmp/$name-update.log")" >&2
+	touch "$tmp/$name-updated"
+}
+bpo_opts() { apt_opts bpo; }
+bpo_update() {
+	apt_update bpo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm-backports main"
+}
+bullseye_update() {
+	apt_update bullseye \
+		"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bullseye main" \
+		"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security bullseye-security main"
 }
 newest_pkg() { # newest_pkg [APT-OPTS...]: the cloud-amd64 image package
 	local p
@@ -140,14 +158,20 @@ fetch() { # fetch SPEC: prints the unpacked dir, BUILD/kernels/<version>
 		read -r -a opts <<<"$(bpo_opts)"
 		pkg=$(newest_pkg "${opts[@]}")
 		;;
+	bullseye)
+		bullseye_update
+		read -r -a opts <<<"$(apt_opts bullseye)"
+		pkg=$(newest_pkg "${opts[@]}")
+		;;
 	linux-image-*) pkg=$spec ;;
-	*) echo "kernel-matrix: unknown kernel '$spec' (bookworm, bookworm-backports or a linux-image package)" >&2; return 1 ;;
+	*) echo "kernel-matrix: unknown kernel '$spec' (bookworm, bookworm-backports, bullseye or a linux-image package)" >&2; return 1 ;;
 	esac
 	if [ -z "$pkg" ]; then
 		# offline: the newest cached .deb of that series
 		case $spec in
 		bookworm) deb=$(ls "$cache"/debs/linux-image-6.1.0-*-cloud-amd64_*.deb 2>/dev/null | sort -V | tail -1) ;;
 		bookworm-backports) deb=$(ls "$cache"/debs/linux-image-*bpo*.deb "$cache"/debs/linux-image-*+deb12-cloud-amd64_*.deb 2>/dev/null | sort -V | tail -1) ;;
+		bullseye) deb=$(ls "$cache"/debs/linux-image-5.10.0-*-cloud-amd64_*.deb 2>/dev/null | sort -V | tail -1) ;;
 		esac
 		[ -n "${deb:-}" ] || { echo "kernel-matrix: no package found for $spec" >&2; return 1; }
 		echo "kernel-matrix: $spec: apt has no candidate, using cached ${deb##*/}" >&2
@@ -306,8 +330,16 @@ if [ -z "${KM_TESTS:-}" ]; then
 		echo "kernel-matrix: TCG: the timed traffic tests (test_daemon test_escapes test_tcp_bytes test_inflight) left out, their margins assume native speed (KM_E2E=1 runs them)" >&2
 	fi
 fi
-guest_tmo=${KM_GUEST_TIMEOUT:-$(( ${#tests[@]} * test_tmo + 120 ))}
-bins_csv=$(IFS=,; echo "${tests[*]}")
+# test_minimum (kthrottled starts, or refuses a kernel below 6.1 in one
+# line) in every guest; a kernel below the minimum runs only it
+if [ -z "${KM_TESTS:-}" ]; then
+	if [ -x "$build/tests/e2e/test_minimum" ]; then
+		tests+=("$build/tests/e2e/test_minimum")
+	else
+		echo "kernel-matrix: $build/tests/e2e/test_minimum not built: left out (make kernels builds it)" >&2
+	fi
+fi
+all_tests=("${tests[@]}")
 
 results=() timing=() bad=0
 t_boot= t_total= used_accel=
@@ -418,6 +450,13 @@ summarize_guest() { # summarize_guest VER: table rows from its log
 
 t_total=
 for spec in $kernels; do
+	if [ "$spec" = bullseye ] && [ -z "${KM_TESTS:-}" ]; then
+		tests=("$build/tests/e2e/test_minimum")
+	else
+		tests=("${all_tests[@]}")
+	fi
+	guest_tmo=${KM_GUEST_TIMEOUT:-$(( ${#tests[@]} * test_tmo + 120 ))}
+	bins_csv=$(IFS=,; echo "${tests[*]}")
 	dir=$(fetch "$spec") || { bad=1; results+=("$spec|(kernel not fetched)|0|1|0|-"); continue; }
 	ver=${dir##*/}
 	build_initramfs "$dir" "$ver" || { bad=1; results+=("$ver|(initramfs failed)|0|1|0|-"); continue; }
