@@ -29,12 +29,6 @@ static struct fixture {
 	char cg[PATH_MAX];
 } fx;
 
-static int setup(void **state)
-{
-	(void)state;
-	return kt_daemonfx_setup(&fx, sizeof(fx), &fx.d, "minimum", fx.cg, sizeof(fx.cg));
-}
-
 static int teardown(void **state)
 {
 	(void)state;
@@ -86,7 +80,11 @@ static void test_minimum_kernel(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_minimum_kernel, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_minimum_kernel, kt_dfx_setup, teardown),
+	};
+
+	kt_dfx = (struct kt_daemonfx_spec){
+		.fx = &fx, .len = sizeof(fx), .d = &fx.d, .cgroup = "minimum", .cg = fx.cg
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
