@@ -193,7 +193,9 @@ pid_t ktest_subscribe_spawn(const struct ktest_daemon *d, const char *limit, int
  * sanitized libkthrottle); nothing otherwise. */
 void ktest_asan_preload(void);
 /* Reads one line from fd (byte by byte: what follows stays in the pipe)
- * within timeout_ms; the newline is dropped and *at is when it came. */
+ * that begins within timeout_ms (a line begun gets at least 1 s more to
+ * end, so none loses its start to a short timeout); the newline is dropped
+ * and *at is when it came. */
 bool ktest_read_line(int fd, char *buf, size_t len, int timeout_ms, uint64_t *at);
 
 /* For cmocka tests: skip (with the reason) unless ktest_root_unavailable()
