@@ -8,7 +8,7 @@
  *  - a child in a member cgroup of two limits (5/s, burst 1, constant), one
  *    refusing with the default EBUSY, one with errno: ECONNREFUSED: of 8
  *    back-to-back connects to each listener the first is admitted (0) and
- *    the refused ones answer THROTTLED within 1 ms, with the limit's name,
+ *    the refused ones answer THROTTLED within 5 ms, with the limit's name,
  *    its errno, 0 < retry-after <= 200 ms (one token at 5/s) + 1 ms, reason
  *    share; a connect to a closed port no limit covers is -ECONNREFUSED,
  *    and so is one to a closed port that a third limit with errno:
@@ -45,7 +45,9 @@
 #define RATE 5.0
 #define TOKEN_NS (uint64_t)(1e9 / RATE)
 #define SLACK_NS 1000000ULL   /* 1 ms */
-#define FAST_NS 1000000ULL    /* a refusal answers within 1 ms */
+/* a refusal answers at once, not after a SYN retry (1 s): within 5 ms
+ * (1 ms failed a clean-clone run on a loaded 2-core VM at 1.175 ms) */
+#define FAST_NS 5000000ULL
 
 static struct fixture {
 	struct ktest_daemon d;
