@@ -58,8 +58,20 @@ if [ "${1:-}" != run ]; then
 	mkdir -p $r/dev/pts $r/dev/shm
 	mount -t devpts -o newinstance,ptmxmode=0666 devpts $r/dev/pts
 	mount -t tmpfs -o mode=1777 tmpfs $r/dev/shm
+	# a checkout under a dir that gets a tmpfs (CI may clone into /tmp) is
+	# held by a bind mount first and put back on top of the tmpfs
+	keep=
+	for d in tmp var/tmp run root; do
+		case $repo in /$d/*)
+			mkdir -p /keep && mount -o bind "$r$repo" /keep || fail "bind of $repo"
+			keep=$repo ;;
+		esac
+	done
 	for d in tmp var/tmp; do mount -t tmpfs -o mode=1777 tmpfs $r/$d || fail "tmpfs /$d"; done
 	for d in run root; do mount -t tmpfs -o mode=755 tmpfs $r/$d || fail "tmpfs /$d"; done
+	if [ -n "$keep" ]; then
+		mkdir -p "$r$keep" && mount -o bind /keep "$r$keep" || fail "bind of $keep back"
+	fi
 	mount -t bpf bpffs $r/sys/fs/bpf || fail "bpffs"
 	# the host's /sys/fs/cgroup is not seen (a fresh sysfs): cgroup2 alone
 	mount -t cgroup2 cgroup2 $r/sys/fs/cgroup || fail "cgroup2"
