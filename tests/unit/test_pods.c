@@ -185,6 +185,25 @@ static void test_cgroup_paths(void **state)
 	/* no class yet: every class */
 	p.qos[0] = '\0';
 	assert_int_equal(kt_pod_cgroup_paths(NULL, &p, paths, 6), 6);
+	/* every pod cgroup is a child of one of the kubelet's tier
+	 * directories: those pending.c charges for a pod not known yet */
+	char tiers[KT_POD_TIER_DIRS][PATH_MAX];
+	assert_int_equal(kt_pod_tier_dirs("/node/root/", tiers), KT_POD_TIER_DIRS);
+	assert_string_equal(tiers[0], "node/root/kubepods.slice");
+	assert_string_equal(tiers[2], "node/root/kubepods.slice/kubepods-besteffort.slice");
+	assert_string_equal(tiers[4], "node/root/kubepods/burstable");
+	assert_int_equal(kt_pod_tier_dirs(NULL, tiers), KT_POD_TIER_DIRS);
+	assert_string_equal(tiers[3], "kubepods");
+	assert_int_equal(kt_pod_cgroup_paths("/node/root/", &p, paths, 6), 6);
+	for (int k = 0; k < 6; k++) {
+		bool child = false;
+
+		assert_int_equal(kt_pod_tier_dirs("/node/root/", tiers), KT_POD_TIER_DIRS);
+		*strrchr(paths[k], '/') = '\0';
+		for (int t = 0; t < KT_POD_TIER_DIRS; t++)
+			child |= !strcmp(paths[k], tiers[t]);
+		assert_true(child);
+	}
 	/* the uid goes into a path: only a UID is accepted */
 	strcpy(p.uid, "../../etc");
 	assert_int_equal(kt_pod_cgroup_paths(NULL, &p, paths, 6), -EINVAL);
@@ -251,7 +270,9 @@ static void test_pod_set(void **state)
 	assert_int_equal(kt_pod_set_put(&s, &b), 0);
 	assert_int_equal(kt_pod_set_put(&s, &b), 0); /* same uid: replaced */
 	assert_int_equal(s.n, 2);
+	s.synced = true; /* listed: the copy says so too */
 	assert_int_equal(kt_pod_set_copy(&c, &s), 0);
+	assert_true(c.synced);
 	assert_true(kt_pod_set_remove(&s, a.uid));
 	assert_false(kt_pod_set_remove(&s, a.uid));
 	assert_int_equal(s.n, 1);

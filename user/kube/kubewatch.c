@@ -639,6 +639,7 @@ static enum step do_list(struct kt_kube *k)
 	snprintf(k->rv, sizeof(k->rv), "%s", rv);
 	json_object_put(list);
 	kt_pod_set_clear(&k->work);
+	fresh.synced = true;
 	k->work = fresh;
 	k->changed = true;
 	pthread_mutex_lock(&k->mu);

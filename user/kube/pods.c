@@ -131,6 +131,7 @@ int kt_pod_set_copy(struct kt_pod_set *dst, const struct kt_pod_set *src)
 			kt_pod_set_clear(dst);
 			return -ENOMEM;
 		}
+	dst->synced = src->synced;
 	return 0;
 }
 
@@ -181,6 +182,35 @@ bool kt_pod_uid_ok(const char *uid)
 	return true;
 }
 
+/* "" or "root/" (no leading '/'), the prefix of the kubelet's directories. */
+static void root_prefix(const char *root, char *pre, size_t len)
+{
+	if (root && *root)
+		snprintf(pre, len, "%s%s", root[0] == '/' ? root + 1 : root,
+			 root[strlen(root) - 1] == '/' ? "" : "/");
+	else
+		pre[0] = '\0';
+}
+
+int kt_pod_tier_dirs(const char *root, char (*paths)[PATH_MAX])
+{
+	static const char *const tiers[KT_POD_TIER_DIRS] = {
+		"kubepods.slice",
+		"kubepods.slice/kubepods-burstable.slice",
+		"kubepods.slice/kubepods-besteffort.slice",
+		"kubepods",
+		"kubepods/burstable",
+		"kubepods/besteffort",
+	};
+	char pre[PATH_MAX];
+
+	root_prefix(root, pre, sizeof(pre));
+	for (int t = 0; t < KT_POD_TIER_DIRS; t++)
+		if (snprintf(paths[t], PATH_MAX, "%s%s", pre, tiers[t]) >= PATH_MAX)
+			return -ENAMETOOLONG;
+	return KT_POD_TIER_DIRS;
+}
+
 int kt_pod_cgroup_paths(const char *root, const struct kt_pod *p, char (*paths)[PATH_MAX], int max)
 {
 	/* qos class -> the kubelet's directory word; "" = Guaranteed (no tier) */
@@ -197,11 +227,7 @@ int kt_pod_cgroup_paths(const char *root, const struct kt_pod *p, char (*paths)[
 	for (char *c = uid_; *c; c++)
 		if (*c == '-')
 			*c = '_';
-	if (root && *root)
-		snprintf(pre, sizeof(pre), "%s%s", root[0] == '/' ? root + 1 : root,
-			 root[strlen(root) - 1] == '/' ? "" : "/");
-	else
-		pre[0] = '\0';
+	root_prefix(root, pre, sizeof(pre));
 	for (size_t t = 0; t < sizeof(tiers) / sizeof(tiers[0]); t++) {
 		const char *w = tiers[t].word;
 		int a, b;

@@ -28,6 +28,9 @@ struct kt_pod_set {
 	struct kt_pod *pods;
 	int n;
 	int cap;
+	/* The API has listed this node's pods: a pod cgroup the set does not
+	 * know is one the API has not told of yet, not one it never will. */
+	bool synced;
 };
 
 /* Adds or replaces (same uid) a copy of p; -ENOMEM. */
@@ -62,6 +65,14 @@ bool kt_pod_selected(const struct kt_pod_selector *sel, const struct kt_pod *p);
  * most max paths; returns how many (-ENAMETOOLONG past PATH_MAX), or -EINVAL for a uid
  * that is not a Kubernetes UID (the cgroup name is built from it). */
 int kt_pod_cgroup_paths(const char *root, const struct kt_pod *p, char (*paths)[PATH_MAX], int max);
+
+/* The directories where the kubelet makes pod cgroups, relative to the
+ * cgroup v2 mount, below `root` as for kt_pod_cgroup_paths: the QoS tiers
+ * of both drivers (kubepods.slice, its burstable and besteffort slices;
+ * kubepods, kubepods/burstable, kubepods/besteffort). Every pod cgroup is a
+ * child of one of them. Writes KT_POD_TIER_DIRS paths; -ENAMETOOLONG. */
+#define KT_POD_TIER_DIRS 6
+int kt_pod_tier_dirs(const char *root, char (*paths)[PATH_MAX]);
 
 /* True for 8-4-4-4-12 lower-case hex. */
 bool kt_pod_uid_ok(const char *uid);

@@ -17,6 +17,7 @@
 #include "members/globcache.h"
 #include "members/groups.h"
 #include "members/pending.h"
+#include "kube/pods.h"
 
 /* Components of a pattern at most this deep are followed. */
 #define MAX_COMPONENTS 64
@@ -26,7 +27,9 @@
 struct dir_rec {
 	char *path;
 	int limit;
-	const char *next; /* points into the pattern's split copy */
+	const char *next; /* points into the pattern's split copy; NULL: a
+			   * kubelet tier directory of a pods: selector, where any
+			   * child may be a pod the API has not told of yet */
 };
 
 struct scan {
@@ -162,7 +165,16 @@ static int first_rec(const struct scan *sc, const char *dir)
 static bool child_may_match(const struct scan *sc, const char *dir, const char *name)
 {
 	for (int r = first_rec(sc, dir); r < sc->n_recs && !strcmp(sc->recs[r].path, dir); r++)
-		if (!fnmatch(sc->recs[r].next, name, FNM_PERIOD))
+		if (!sc->recs[r].next || !fnmatch(sc->recs[r].next, name, FNM_PERIOD))
+			return true;
+	return false;
+}
+
+/* Whether dir is a kubelet tier directory some pods: selector charges. */
+static bool is_pod_tier(const struct scan *sc, const char *dir)
+{
+	for (int r = first_rec(sc, dir); r < sc->n_recs && !strcmp(sc->recs[r].path, dir); r++)
+		if (!sc->recs[r].next)
 			return true;
 	return false;
 }
@@ -214,9 +226,79 @@ static bool limit_has_joiners(const struct kt_limit_cfg *lc)
 	return lc->unit != KT_UNIT_REQUEST && !lc->rl.strict.on;
 }
 
-int kt_pending_scan(const struct kt_config *cfg, const char *cg_mount,
-		    struct kt_glob_cache *globs, struct kt_plan *plan)
+/* Whether limit lc's pods: selector charges the pod cgroups the daemon
+ * cannot classify yet: the API has listed the node's pods (before that,
+ * every pod would be unknown, selected or not), and no groupBy (an unknown
+ * pod's group is unknown too). */
+static bool pods_have_joiners(const struct kt_limit_cfg *lc, const struct kt_pod_set *pods)
 {
+	return lc->pods.set && pods && pods->synced && lc->group_by == KT_GROUP_NONE &&
+	       !lc->group_of && limit_has_joiners(lc);
+}
+
+/* The kubelet's tier directories (pods.h) that exist at or below root, as
+ * pending directories of pods: limit li. */
+static int scan_pod_tiers(struct scan *sc, int li, const struct kt_config *cfg,
+			  const char *cg_mount, const char *root)
+{
+	char tiers[KT_POD_TIER_DIRS][PATH_MAX], full[PATH_MAX];
+	struct stat st;
+	int n = kt_pod_tier_dirs(cfg->kube.cgroup_root, tiers), ret = 0;
+
+	for (int t = 0; t < n && !ret; t++) {
+		if (snprintf(full, sizeof(full), "%s/%s", cg_mount ? cg_mount : "", tiers[t]) >=
+			    (int)sizeof(full) ||
+		    lstat(full, &st) || !S_ISDIR(st.st_mode) || !kt_path_at_or_below(full, root))
+			continue;
+		ret = add_rec(sc, full, li, NULL);
+	}
+	return ret;
+}
+
+/* The cgroups of the pods the API has told of, in a tier directory: each
+ * has an entry of its own, a member's, or else an outsider's (a pod no
+ * selector there picks is free from the rescan its mkdir wakes). An unknown
+ * child stays unclassified, charged, until the API tells of its pod. */
+static int add_pod_outsiders(const struct scan *sc, const struct kt_config *cfg,
+			     const char *cg_mount, const struct kt_pod_set *pods,
+			     struct kt_plan *plan)
+{
+	char cands[6][PATH_MAX], full[PATH_MAX];
+
+	for (int p = 0; p < pods->n; p++) {
+		int n = kt_pod_cgroup_paths(cfg->kube.cgroup_root, &pods->pods[p], cands, 6);
+
+		for (int k = 0; k < n; k++) {
+			char *slash;
+			uint64_t cgid;
+			bool tier;
+
+			if (snprintf(full, sizeof(full), "%s/%s", cg_mount ? cg_mount : "", cands[k]) >=
+			    (int)sizeof(full) || !(slash = strrchr(full, '/')))
+				continue;
+			*slash = '\0';
+			tier = is_pod_tier(sc, full);
+			*slash = '/';
+			if (!tier || kt_cgroup_id(full, &cgid))
+				continue;
+			if (plan->n_pending + plan->n_outsiders >= KT_MAX_PENDING_ENTRIES)
+				return -E2BIG;
+			struct kt_outsider *o = &plan->outsiders[plan->n_outsiders];
+
+			if (!(o->path = strdup(full)))
+				return -ENOMEM;
+			o->cgid = cgid;
+			plan->n_outsiders++;
+		}
+	}
+	return 0;
+}
+
+int kt_pending_scan(const struct kt_config *cfg, const char *cg_mount,
+		    struct kt_glob_cache *globs, const struct kt_pod_set *pods,
+		    struct kt_plan *plan)
+{
+	bool any_pods = false;
 	struct scan sc = { 0 };
 	char **copies;
 	int n_copies = 0, n_entries = 0, ret = 0;
@@ -229,6 +311,10 @@ int kt_pending_scan(const struct kt_config *cfg, const char *cg_mount,
 	for (int i = 0; plan->root && i < cfg->n_limits && !ret; i++) {
 		const struct kt_limit_cfg *lc = &cfg->limits[i];
 
+		if (pods_have_joiners(lc, pods)) {
+			ret = scan_pod_tiers(&sc, i, cfg, cg_mount, plan->root);
+			any_pods = true;
+		}
 		if (!limit_has_joiners(lc))
 			continue;
 		for (int j = 0; j < lc->n_cgroups && !ret; j++) {
@@ -300,6 +386,13 @@ int kt_pending_scan(const struct kt_config *cfg, const char *cg_mount,
 			sc.truncated = true;
 			ret = 0;
 			break;
+		}
+	}
+	if (!ret && any_pods && !sc.truncated) {
+		ret = add_pod_outsiders(&sc, cfg, cg_mount, pods, plan);
+		if (ret == -E2BIG) {
+			sc.truncated = true;
+			ret = 0;
 		}
 	}
 	/* an order that does not depend on readdir's, for kt_pending_same */

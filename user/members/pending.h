@@ -12,7 +12,16 @@
  * first packet, within the node's share. The children of a pending directory
  * that cannot match ("outsiders") get an entry of their own, so they are
  * never charged; a new one is charged until the daemon, woken by the cgroup
- * watcher on that directory, has seen it. */
+ * watcher on that directory, has seen it.
+ *
+ * A pods: selector's members appear in the kubelet's tier directories
+ * (kubepods.slice and its QoS slices, or kubepods and its QoS directories),
+ * and a pod cgroup's name says nothing of its labels. So, once the API has
+ * listed the node's pods, those directories are pending directories of
+ * every pods: limit, and the outsiders there are the cgroups of the pods
+ * the API has told of (a selected one's member entry comes first): a pod
+ * is charged from its first packet whichever comes first, its mkdir or its
+ * API event, and an unselected one is free from the rescan that follows. */
 #ifndef KT_PENDING_H
 #define KT_PENDING_H
 
@@ -45,15 +54,20 @@ struct kt_outsider {
 
 /* Fills plan->pending and plan->outsiders (and each limit's n_pending_dirs)
  * for the pattern entries of cfg's limits that may charge a join bucket:
- * cgroup limits that are not strict, below plan->root (none without one).
+ * cgroup limits that are not strict, below plan->root (none without one),
+ * and for their pods: selectors when `pods` is synced (the kubelet's tier
+ * directories under kubernetes.cgroupRoot; not for groupBy limits, as an
+ * unknown pod's group is unknown).
  * A groupBy parent instance names only its own group's directories (where
  * its members appear); a new group's first cgroup is found by the cgroup
  * watcher. cg_mount resolves relative patterns; globs (globcache.h) holds
  * the matches found once per pass. Directories that vanish meanwhile are
  * skipped. Returns 0 or -ENOMEM. */
 struct kt_glob_cache;
+struct kt_pod_set;
 int kt_pending_scan(const struct kt_config *cfg, const char *cg_mount,
-		    struct kt_glob_cache *globs, struct kt_plan *plan);
+		    struct kt_glob_cache *globs, const struct kt_pod_set *pods,
+		    struct kt_plan *plan);
 
 /* Whether a and b have the same pending directories (and limits) and
  * outsiders: if not, a refresh must apply. */

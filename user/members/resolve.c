@@ -185,7 +185,7 @@ int kt_plan_pod_dirs(const struct kt_config *cfg, const char *cg_mount,
 		int c;
 
 		for (int i = 0; i < cfg->n_limits && !wanted; i++)
-			wanted = kt_pod_selected(&cfg->limits[i].pods, &pods->pods[p]);
+			wanted = cfg->limits[i].pods.set;
 		if (!wanted)
 			continue;
 		c = kt_pod_cgroup_paths(cfg->kube.cgroup_root, &pods->pods[p], cands, 6);
@@ -561,7 +561,7 @@ static int plan_members(const struct kt_config *cfg, const char *cg_mount,
 	if (!ret)
 		ret = member_ids(plan);
 	if (!ret)
-		ret = kt_pending_scan(cfg, cg_mount, ps.globs, plan);
+		ret = kt_pending_scan(cfg, cg_mount, ps.globs, pods, plan);
 	pass_free(&ps);
 	if (!ret)
 		return 0;

@@ -30,9 +30,11 @@ int kt_plan_resolve(const struct kt_config *cfg, const char *cg_mount,
 int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, const char *cg_mount,
 		    const struct kt_pod_set *pods, struct kt_plan *next, bool *changed, char *err,
 		    size_t errlen);
-/* The directories (absolute) where the pods of `pods` that some limit of
- * cfg selects will have their cgroups: what to watch for while they are
- * missing. *out malloc'd (free each and it); returns the count or -ENOMEM. */
+/* The directories (absolute) where the pods of `pods` will have their
+ * cgroups, every pod when some limit of cfg has a pods: selector: what to
+ * watch for while they are missing (a selected pod's mkdir makes it a
+ * member; another's makes it an outsider, free, when its tier directory is
+ * a pending one: pending.h). *out malloc'd (free each and it); returns the count or -ENOMEM. */
 int kt_plan_pod_dirs(const struct kt_config *cfg, const char *cg_mount,
 		     const struct kt_pod_set *pods, char ***out);
 void kt_plan_free(struct kt_plan *plan);
