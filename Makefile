@@ -274,7 +274,8 @@ test: deps
 	FUZZ_TEST_SECONDS=$(FUZZ_TEST_SECONDS) scripts/run-tests.sh $(TEST_BINS) $(FUZZ_BINS)
 
 # SOAK_S: how long `make bench` churns pod cgroups (50/s) under load while
-# watching the daemon's fds and memory (tests/e2e/test_podchurn.c).
+# watching the daemon's fds and memory (tests/e2e/test_podchurn.c); pods
+# through the Kubernetes watcher churn for 30 s (tests/e2e/test_kubechurn.c).
 # kt-storesim: 1,000 nodes x 10 members on one redis-server; its exit 1 (a
 # missed target) is ignored so the tables after it still print. Then groupBy's
 # scale: 1,000 groups on one node, 10,000 groups over 100 nodes (100 each),
@@ -283,7 +284,8 @@ test: deps
 SOAK_S    ?= 600
 
 bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test_faults \
-	$(BUILD)/tests/e2e/test_podchurn $(BUILD)/tests/e2e/test_strict $(BUILD)/tests/e2e/test_inflight
+	$(BUILD)/tests/e2e/test_podchurn $(BUILD)/tests/e2e/test_strict $(BUILD)/tests/e2e/test_inflight \
+	$(BUILD)/tests/e2e/test_kubechurn
 	$(BUILD)/tests/bench/bench
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10 --share demand
@@ -295,6 +297,7 @@ bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test
 	KT_STRICT_BENCH=1 $(BUILD)/tests/e2e/test_strict
 	KT_INFLIGHT_S=30 $(BUILD)/tests/e2e/test_inflight
 	scripts/fault-table.sh $(BUILD)/tests/e2e/test_faults
+	KT_KUBECHURN_S=30 $(BUILD)/tests/e2e/test_kubechurn
 	KT_PODCHURN_S=$(SOAK_S) $(BUILD)/tests/e2e/test_podchurn
 
 $(BUILD)/tests/bench/bench: tests/bench/bench.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS)
