@@ -20,7 +20,8 @@
  *   - afterwards, nothing left: no kt_members entry but the kubelet's tier
  *     directories, no bucket in use but the node and join buckets, no link
  *     but the attach root's.
- * A node-scope limit runs the worst order once more, shorter, on a node
+ * The worst order runs once more with the pool in a real redis-server, and
+ * once with a node-scope limit, shorter, on a node
  * that runs one selected pod already (without a member, a node-scope limit
  * has no bucket to charge an unclassified cgroup to: its first pod there
  * is free until the daemon has classified it, a few ms).
@@ -54,6 +55,7 @@
 #include "kernel/bpf_loader.h"
 #include "kt_daemonfx.h"
 #include "ktest.h"
+#include "redis_proc.h"
 
 #define RATE 100.0
 #define BURST 10.0
@@ -90,6 +92,7 @@ static struct fixture {
 	struct ktest_daemon d;
 	struct ktest_fakekube api;
 	struct arrivals a;
+	struct rp_proc redis; /* the store, for the run with one */
 	char dir[PATH_MAX];  /* certificates and token */
 	char base[PATH_MAX]; /* the kubelet's cgroup root */
 	char tiers[N_TIERS][PATH_MAX];
@@ -280,7 +283,7 @@ static int teardown(void **state)
 		if (!fx.pods[i].done)
 			rmdir(fx.pods[i].path);
 	}
-	kt_daemonfx_end(&fx.d, NULL);
+	kt_daemonfx_end_rp(&fx.d, NULL, &fx.redis);
 	ktest_fakekube_stop(&fx.api);
 	/* pod cgroups a failed test left (their processes are gone), then
 	 * the tiers, deepest first */
@@ -314,12 +317,20 @@ static int teardown(void **state)
 }
 
 /* The daemon: limit "crawl", the workers pods labelled app=crawler, UDP
- * datagrams to the receiver; scope pod or node. */
+ * datagrams to the receiver; scope pod or node; the pool agreed through
+ * fx.redis when it runs. */
 static void start_daemon(const char *scope)
 {
-	char body[2048];
+	char body[2048], store[256] = "";
 
+	if (fx.redis.pid > 0)
+		snprintf(store, sizeof(store),
+			 "store:\n"
+			 "  redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: kubechurn}\n"
+			 "  heartbeat: 100ms\n",
+			 fx.redis.port);
 	snprintf(body, sizeof(body),
+		 "%s"
 		 "kubernetes:\n"
 		 "  apiServer: https://127.0.0.1:%d\n"
 		 "  tokenFile: %s/token\n"
@@ -336,7 +347,7 @@ static void start_daemon(const char *scope)
 		 "    scope: %s\n"
 		 "    burst: %.0f\n"
 		 "    rateLimit: {max: %.0f}\n",
-		 fx.api.port, fx.dir, fx.dir, strrchr(fx.base, '/') + 1, fx.a.port, scope, BURST,
+		 store, fx.api.port, fx.dir, fx.dir, strrchr(fx.base, '/') + 1, fx.a.port, scope, BURST,
 		 RATE);
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 }
@@ -492,9 +503,10 @@ static void churn(enum order order, const char *scope, double churn_s)
 	/* a node-scope limit charges unclassified cgroups to its one bucket */
 	if (!strcmp(scope, "pod"))
 		join_counts(&adm, &thr);
-	print_message("%s, scope %s: %d pods in %.0f s (%d selected, %d not); worst 1-s window %.0f "
+	print_message("%s, scope %s%s: %d pods in %.0f s (%d selected, %d not); worst 1-s window %.0f "
 		      "datagrams at %.1f s (max %.0f + burst %.0f = %.0f); %llu arrived\n",
-		      order == API_FIRST ? "API first" : "cgroup first", scope, fx.n_pods, churn_s,
+		      order == API_FIRST ? "API first" : "cgroup first", scope,
+		      fx.redis.pid > 0 ? ", Redis" : "", fx.n_pods, churn_s,
 		      fx.n_sel, fx.n_unsel, worst, start_s - t_load, RATE, BURST, RATE + BURST,
 		      arrivals_total(&fx.a));
 	print_message("selected pods never refused: %d; unselected pods refused after %.2f s: %d "
@@ -645,6 +657,18 @@ static void test_unknown_pod_first_packet(void **state)
 	assert_int_equal(rmdir(known.path), 0);
 }
 
+/* The worst order again with the pool agreed through a real redis-server
+ * (one node: the store's heartbeats and member counts in the loop),
+ * shorter. */
+static void test_churn_with_redis(void **state)
+{
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	fx.run = 5;
+	assert_int_equal(rp_start_master(&fx.redis, NULL), 0);
+	churn(CGROUP_FIRST, "pod", 6.0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -652,6 +676,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_churn_api_first, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_churn_cgroup_first, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_churn_node_scope, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_churn_with_redis, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
