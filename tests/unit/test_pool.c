@@ -1147,7 +1147,7 @@ static void test_join_held_until_others_shrink(void **state)
 	la.member_ids = a.ids[0];
 	la.n_members = 1;
 	sa.pool_rate = 90;
-	kt_ctl_decide(a.p, 0, &la, &sa);
+	kt_ctl_decide(a.p, 0, &la, &sa, kt_clock_ns());
 	assert_near(sa.pol.node_rate, 45);
 
 	/* a second pod on a: a's own view already gives its node 2 shares */
@@ -1157,7 +1157,7 @@ static void test_join_held_until_others_shrink(void **state)
 	bool grew = false;
 
 	while (mono_ns() < end) {
-		kt_ctl_decide(a.p, 0, &la, &sa);
+		kt_ctl_decide(a.p, 0, &la, &sa, kt_clock_ns());
 		double sum = sa.pol.node_rate + kt_pool_bucket_rate(b.p, 0, 90, 1);
 
 		if (sum > worst)

@@ -69,10 +69,8 @@ static void slot_policy(struct kt_pool *pool, int i, const struct kt_limit_rt *l
  * so the joiner is paid out of this node's share, never on top of the pool.
  * Without a shared store no other node counts: nothing to hold. */
 static void hold_node_share(const struct kt_limit_rt *l, struct kt_limit_state *s,
-			    struct kt_bucket_policy *node)
+			    struct kt_bucket_policy *node, uint64_t now)
 {
-	uint64_t now = kt_clock_ns();
-
 	if (l->cfg->store.kind == KT_STORE_REDIS && s->node_members_seen > 0 &&
 	    l->n_members > s->node_members_seen) {
 		if ((int64_t)(now - s->node_hold_until) >= 0) {
@@ -96,7 +94,7 @@ static void hold_node_share(const struct kt_limit_rt *l, struct kt_limit_state *
 }
 
 void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
-		   struct kt_limit_state *s)
+		   struct kt_limit_state *s, uint64_t now)
 {
 	const struct kt_pool_view *v = kt_pool_view(pool, i);
 	const struct kt_strict_cfg *st = &l->cfg->rl.strict;
@@ -127,7 +125,7 @@ void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 					       &node);
 		else
 			kt_pool_bucket_policy(pool, i, s->pool_rate, l->n_members, &node);
-		hold_node_share(l, s, &node);
+		hold_node_share(l, s, &node, now);
 		s->pol.node_rate = node.rate;
 		s->pol.node_burst = node.burst;
 		s->pol.node_fallback_rate = node.fallback_rate;
@@ -309,9 +307,8 @@ static double slot_demand(const struct kt_ctl *c, uint32_t slot, uint64_t now)
 	return running > 0 ? running * KT_DEMAND_HEADROOM + 1 : 0;
 }
 
-void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local)
+void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local, uint64_t now)
 {
-	uint64_t now = kt_clock_ns();
 	int i, j, total = 0, off = 0;
 
 	for (i = 0; i < c->plan->n_limits; i++)
@@ -344,10 +341,8 @@ void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local)
 	}
 }
 
-void kt_ctl_fill_slots(struct kt_ctl *c, struct kt_pool_local *local)
+void kt_ctl_fill_slots(struct kt_ctl *c, struct kt_pool_local *local, uint64_t now)
 {
-	uint64_t now = kt_clock_ns();
-
 	for (int i = 0; i < c->plan->n_limits; i++) {
 		const struct kt_limit_rt *l = &c->plan->limits[i];
 		struct kt_limit_state *s = &c->ls[i];
@@ -439,7 +434,7 @@ static uint64_t less(uint64_t a, uint64_t b)
 	return a > b ? a - b : 0;
 }
 
-void kt_ctl_read_counters(struct kt_ctl *ctl, int i)
+void kt_ctl_read_counters(struct kt_ctl *ctl, int i, uint64_t now)
 {
 	struct kt_limit_rt *l = &ctl->plan->limits[i];
 	struct kt_limit_state *s = &ctl->ls[i];
@@ -447,24 +442,38 @@ void kt_ctl_read_counters(struct kt_ctl *ctl, int i)
 	int n = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
 	struct kt_counters c;
 	struct kt_shadow_counters sh = { 0 };
-	uint64_t now = kt_clock_ns();
 
 	/* once shadow, always read: a flip back to enforcing still counts
 	 * what the last tick in shadow let pass */
 	s->shadow_watch |= l->cfg->shadow;
-	s->admitted = s->throttled = s->admitted_bytes = s->throttled_bytes = 0;
-	s->would_refuse = s->would_refuse_bytes = 0;
 	for (int k = 0; k < n; k++) {
 		if (kt_bpf_read_counters(ctl->bpf, slots[k], &c) ||
 		    (s->shadow_watch && kt_bpf_read_shadow(ctl->bpf, slots[k], &sh)))
 			continue;
-		s->admitted += c.admitted;
-		s->throttled += c.throttled;
-		s->admitted_bytes += c.admitted_bytes;
-		s->throttled_bytes += c.throttled_bytes;
-		s->would_refuse += sh.refused;
-		s->would_refuse_bytes += sh.refused_bytes;
 		account_slot(ctl, s, l->id, slots[k], &c, &sh, now);
+	}
+}
+
+void kt_ctl_peek_counters(const struct kt_ctl *ctl, int i, struct kt_limit_counts *out)
+{
+	const struct kt_limit_rt *l = &ctl->plan->limits[i];
+	bool shadow = ctl->ls[i].shadow_watch || l->cfg->shadow;
+	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
+	int n = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
+	struct kt_counters c;
+	struct kt_shadow_counters sh = { 0 };
+
+	memset(out, 0, sizeof(*out));
+	for (int k = 0; k < n; k++) {
+		if (kt_bpf_read_counters(ctl->bpf, slots[k], &c) ||
+		    (shadow && kt_bpf_read_shadow(ctl->bpf, slots[k], &sh)))
+			continue;
+		out->admitted += c.admitted;
+		out->throttled += c.throttled;
+		out->admitted_bytes += c.admitted_bytes;
+		out->throttled_bytes += c.throttled_bytes;
+		out->would_refuse += sh.refused;
+		out->would_refuse_bytes += sh.refused_bytes;
 	}
 }
 
@@ -512,7 +521,7 @@ void kt_ctl_tick(struct kt_ctl *c, uint64_t now)
 		struct kt_epoch_obs obs;
 		int back;
 
-		kt_ctl_read_counters(c, i);
+		kt_ctl_read_counters(c, i, now);
 		/* a shadow limit's ramp and agreement see what enforcing would
 		 * have done: what it let pass as refused, not as used */
 		cur.used = l->cfg->unit == KT_UNIT_BYTE
@@ -575,8 +584,8 @@ void kt_ctl_tick(struct kt_ctl *c, uint64_t now)
 	/* agreement: answers that came back are applied, and a heartbeat is
 	 * handed to the store's worker when due (never waited for here) */
 	kt_ctl_fill_pool_local(c->plan, c->ls, c->pool_local);
-	kt_ctl_fill_demand(c, c->pool_local);
-	kt_ctl_fill_slots(c, c->pool_local);
+	kt_ctl_fill_demand(c, c->pool_local, now);
+	kt_ctl_fill_slots(c, c->pool_local, now);
 	kt_pool_tick(c->pool, now, c->pool_local, c->plan->n_limits);
 	kt_ctl_apply_pool(c, now);
 }
@@ -605,7 +614,7 @@ void kt_ctl_apply_pool(struct kt_ctl *c, uint64_t now)
 		 * while each member's (rounded up) does not */
 		double node_before = s->pol.node_burst, node_fbb_before = s->pol.node_fallback_burst;
 
-		kt_ctl_decide(c->pool, i, l, s);
+		kt_ctl_decide(c->pool, i, l, s, now);
 		/* rate before lease: either order of the two is safe alone, and
 		 * this one never pairs a new lease with the old, larger rate;
 		 * by demand every member's grant may move: write them all */

@@ -42,7 +42,6 @@ struct kt_limit_state {
 	struct kt_sample *hist;
 	int hist_cap, hist_len, hist_head;
 	double epoch_used_rate;    /* admitted tokens/s over the trailing epoch */
-	uint64_t admitted, throttled, admitted_bytes, throttled_bytes; /* sums of the slots now */
 	/* what the limit's slots admitted and refused since start, summed
 	 * from per-slot growth: never goes backwards when members leave */
 	uint64_t total_admitted, total_throttled, total_admitted_bytes;
@@ -53,10 +52,9 @@ struct kt_limit_state {
 	 * from the kernel once a tick (kt_ctl_tick) for the ramp and the
 	 * heartbeat's claim */
 	uint64_t inflight_open, inflight_slots;
-	/* shadow (enforce: false): what the slots refused and let pass, now
-	 * and since start (within total_admitted), read while the limit is or
-	 * was a shadow one in this run (shadow_watch) */
-	uint64_t would_refuse, would_refuse_bytes;
+	/* shadow (enforce: false): what the slots refused and let pass since
+	 * start (within total_admitted), read while the limit is or was a
+	 * shadow one in this run (shadow_watch) */
 	uint64_t total_would_refuse, total_would_refuse_bytes;
 	bool shadow_watch;
 	/* throttle events from the kernel (sampled, see struct kt_event) */
@@ -118,9 +116,10 @@ void kt_ctl_hist_rehome(struct kt_limit_state *s, struct kt_sample *ring, int ca
 /* Fresh state, then what the previous daemon pinned for this limit: its
  * pool lease (kt_pool_adopt) and, with resumedRampUp, its ramp level. */
 void kt_ctl_start_limit(struct kt_ctl *c, int i, uint64_t now);
-/* The bucket policy of limit i from the pool's view (kt_pool_bucket_policy). */
+/* The bucket policy of limit i from the pool's view (kt_pool_bucket_policy),
+ * at `now` (a join's hold on the node share runs out by it). */
 void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
-		   struct kt_limit_state *s);
+		   struct kt_limit_state *s, uint64_t now);
 /* Rate and burst, then the lease, into every bucket of limit i. */
 void kt_ctl_write_rates(struct kt_ctl *c, int i);
 void kt_ctl_write_lease(struct kt_ctl *c, int i);
@@ -131,15 +130,25 @@ void kt_ctl_drop_stale_pins(struct kt_ctl *c);
 /* share: demand: each member's demand (admitted + refused per second: the
  * larger of the last whole epoch's and the running one's, so a member that
  * turns busy is reported at once) into local[i].member_demand. */
-void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local);
+void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local, uint64_t now);
 /* In-flight limits: each one's open count and slots in force on this node,
  * as this tick read them from the kernel, and its demand, into local (what
  * its heartbeat claims). */
-void kt_ctl_fill_slots(struct kt_ctl *c, struct kt_pool_local *local);
+void kt_ctl_fill_slots(struct kt_ctl *c, struct kt_pool_local *local, uint64_t now);
 void kt_ctl_fill_pool_local(const struct kt_plan *plan, const struct kt_limit_state *ls,
 			    struct kt_pool_local *local);
-/* Counters of limit i: the sums now (status) and the totals (utilization). */
-void kt_ctl_read_counters(struct kt_ctl *c, int i);
+/* The tick's read of limit i's counters at `now`: each slot's growth into
+ * the limit's totals (utilization) and the slot's demand windows. Only a
+ * tick calls it: a read moves the windows. */
+void kt_ctl_read_counters(struct kt_ctl *c, int i, uint64_t now);
+
+/* What limit i's slots hold now, summed; read from the kernel, nothing
+ * written (status, probes: a look between ticks changes no demand). */
+struct kt_limit_counts {
+	uint64_t admitted, throttled, admitted_bytes, throttled_bytes;
+	uint64_t would_refuse, would_refuse_bytes; /* shadow */
+};
+void kt_ctl_peek_counters(const struct kt_ctl *c, int i, struct kt_limit_counts *out);
 /* One controller tick at `now` (the daemon counts its ticks; exposed for
  * tests and the benchmark). */
 void kt_ctl_tick(struct kt_ctl *c, uint64_t now);

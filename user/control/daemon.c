@@ -424,7 +424,7 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 	kt_ctl_fill_pool_local(&d->plan, d->ls, d->pool_local);
 	kt_pool_members(d->pool, d->pool_local, d->plan.n_limits);
 	for (i = 0; i < d->plan.n_limits; i++)
-		kt_ctl_decide(d->pool, i, &d->plan.limits[i], &d->ls[i]);
+		kt_ctl_decide(d->pool, i, &d->plan.limits[i], &d->ls[i], now);
 	ret = kt_strict_create(&d->strict, &d->plan, &d->bpf, err, sizeof(err));
 	if (ret) {
 		kt_err("%s", err);
@@ -610,7 +610,7 @@ static int switch_config(struct kt_daemon *d, struct kt_config *nsrc, struct kt_
 	kt_ctl_fill_pool_local(&nplan, nls, nlocal);
 	kt_pool_members(npool, nlocal, nplan.n_limits);
 	for (i = 0; i < nplan.n_limits; i++)
-		kt_ctl_decide(npool, i, &nplan.limits[i], &nls[i]);
+		kt_ctl_decide(npool, i, &nplan.limits[i], &nls[i], now);
 	ret = kt_strict_create(&nstrict, &nplan, &d->bpf, err, errlen);
 	if (ret)
 		goto failed_plan;

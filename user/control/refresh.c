@@ -225,6 +225,7 @@ int kt_refresh_members(struct kt_daemon *d)
 	struct kt_plan next;
 	bool changed;
 	int moved = 0, ret;
+	uint64_t now = kt_clock_ns();
 
 	/* new groups (or gone ones) change the limits: applied as a reload,
 	 * which finds every member anew */
@@ -251,7 +252,7 @@ int kt_refresh_members(struct kt_daemon *d)
 	kt_ctl_fill_pool_local(&next, d->ls, d->pool_local);
 	kt_pool_members(d->pool, d->pool_local, next.n_limits);
 	for (int i = 0; i < next.n_limits; i++)
-		kt_ctl_decide(d->pool, i, &next.limits[i], &d->ls[i]);
+		kt_ctl_decide(d->pool, i, &next.limits[i], &d->ls[i], now);
 	ret = kt_refresh_apply_plan(d, &next, d->ls, err, sizeof(err));
 	if (ret) {
 		/* all or nothing: the kernel is as it was, and so is the plan;
@@ -261,7 +262,7 @@ int kt_refresh_members(struct kt_daemon *d)
 		snprintf(d->refresh_err, sizeof(d->refresh_err), "%s", err);
 		kt_plan_free(&next);
 		for (int i = 0; i < d->plan.n_limits; i++)
-			kt_ctl_decide(d->pool, i, &d->plan.limits[i], &d->ls[i]);
+			kt_ctl_decide(d->pool, i, &d->plan.limits[i], &d->ls[i], now);
 		return ret;
 	}
 	d->refresh_err[0] = 0;

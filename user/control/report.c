@@ -210,7 +210,7 @@ static bool member_linked(const struct kt_daemon *d, const struct kt_member_rt *
 	return false;
 }
 
-static void health_snap(struct kt_daemon *d, struct health_snap *s)
+static void health_snap(const struct kt_daemon *d, struct health_snap *s)
 {
 	struct kt_health_in *in = &s->in;
 	uint64_t *ids = NULL;
@@ -273,7 +273,7 @@ static void health_snap(struct kt_daemon *d, struct health_snap *s)
 	kt_health_eval(in, &s->h);
 }
 
-char *kt_report_health(struct kt_daemon *d, bool live, unsigned *status)
+char *kt_report_health(const struct kt_daemon *d, bool live, unsigned *status)
 {
 	struct health_snap s;
 	char *out = malloc(2048);
@@ -286,7 +286,7 @@ char *kt_report_health(struct kt_daemon *d, bool live, unsigned *status)
 	return out;
 }
 
-static void health_metrics(struct kt_daemon *d, struct kt_sbuf *b)
+static void health_metrics(const struct kt_daemon *d, struct kt_sbuf *b)
 {
 	struct health_snap s;
 
@@ -317,7 +317,7 @@ static int template_groups(const struct kt_daemon *d, const struct kt_limit_cfg 
 	return n > 0 ? n : 0;
 }
 
-char *kt_report_metrics(struct kt_daemon *d)
+char *kt_report_metrics(const struct kt_daemon *d)
 {
 	struct kt_sbuf b = { 0 };
 	uint64_t now = kt_clock_ns();
@@ -833,7 +833,7 @@ static void node_join_status(const struct kt_bpf *bpf, struct kt_sbuf *b, const 
 	}
 }
 
-char *kt_report_status(struct kt_daemon *d, bool json)
+char *kt_report_status(const struct kt_daemon *d, bool json)
 {
 	struct kt_sbuf b = { 0 };
 	uint64_t now = kt_clock_ns();
@@ -874,10 +874,12 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 	}
 	for (i = 0; i < d->plan.n_limits; i++) {
 		const struct kt_limit_rt *l = &d->plan.limits[i];
-		struct kt_limit_state *s = &d->ls[i];
+		const struct kt_limit_state *s = &d->ls[i];
 		const struct kt_limit_cfg *c = l->cfg;
+		struct kt_limit_counts k;
 
-		kt_ctl_read_counters(&d->controller, i);
+		/* a look, not a read: the demand windows are the tick's */
+		kt_ctl_peek_counters(&d->controller, i, &k);
 		if (json) {
 			kt_sb_printf(&b, "%s{\"name\":", i ? "," : "");
 			kt_sb_json_str(&b, c->name);
@@ -898,11 +900,11 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.min, c->rl.max,
 				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
 				  s->bucket_rate, s->bucket_burst, s->fallback_rate,
-				  (unsigned long long)s->admitted, (unsigned long long)s->throttled,
-				  (unsigned long long)s->admitted_bytes,
-				  (unsigned long long)s->throttled_bytes, s->epoch_used_rate,
-				  c->shadow ? "false" : "true", (unsigned long long)s->would_refuse,
-				  (unsigned long long)s->would_refuse_bytes);
+				  (unsigned long long)k.admitted, (unsigned long long)k.throttled,
+				  (unsigned long long)k.admitted_bytes,
+				  (unsigned long long)k.throttled_bytes, s->epoch_used_rate,
+				  c->shadow ? "false" : "true", (unsigned long long)k.would_refuse,
+				  (unsigned long long)k.would_refuse_bytes);
 			kt_sb_printf(&b, "\"parent\":");
 			if (kt_cfg_parent(c) >= 0)
 				kt_sb_json_str(&b, d->cfg.limits[kt_cfg_parent(c)].name);
@@ -964,8 +966,8 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 				  name_w, c->name, kt_unit_name(c->unit), kt_scope_name(c->scope),
 				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.max,
 				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
-				  s->bucket_rate, s->bucket_burst, (unsigned long long)s->admitted,
-				  (unsigned long long)s->throttled, s->epoch_used_rate);
+				  s->bucket_rate, s->bucket_burst, (unsigned long long)k.admitted,
+				  (unsigned long long)k.throttled, s->epoch_used_rate);
 			const struct kt_pool_view *v = kt_pool_view(d->pool, i);
 			uint64_t st_since = 0;
 			char ep[300] = "";
@@ -986,10 +988,10 @@ char *kt_report_status(struct kt_daemon *d, bool json)
 			if (kt_cfg_parent(c) >= 0)
 				kt_sb_printf(&b, "  parent %s: every call is charged to it too\n",
 					     d->cfg.limits[kt_cfg_parent(c)].name);
-			if (c->shadow || s->would_refuse)
+			if (c->shadow || k.would_refuse)
 				kt_sb_printf(&b, "  %s: would have refused %llu (let pass; %llu shadow events)\n",
 					     c->shadow ? "shadow, enforce: false" : "was shadow",
-					     (unsigned long long)s->would_refuse,
+					     (unsigned long long)k.would_refuse,
 					     (unsigned long long)s->events[KT_REASON_SHADOW]);
 			kt_features_limit_status(&d->bpf.feat, c, &b, false);
 			strict_status(d->strict, &b, i, false, now);
