@@ -6,7 +6,7 @@
  * wrong verdicts, counters that do not add up) or the setup failed.
  *
  * Sections (one function each, registered in `sections[]` at the bottom;
- * add rows for later issues, e.g. the distributed pool, by adding one):
+ * add rows for later work, e.g. the distributed pool, by adding one):
  *   xdp      XDP tag decision (bpf/xdp.bpf.c, through xdp_tags.c in its own
  *            pin dir kt-bench-<pid>-xdp) next to an XDP_PASS program, paired
  *            run by run: a bucket that admits (deep burst) and one that
@@ -20,13 +20,13 @@
  *            pass with no socket holding a slot and with 10,000 holding one
  *   gcra     the GCRA decision in userspace on the mmapped bucket
  *   tick     controller tick cost per limit (ramp math alone; full tick)
- *   ramp     issue 3 end to end: build/kthrottled ramping 50 -> 200/s over
+ *   ramp     end to end: build/kthrottled ramping 50 -> 200/s over
  *            3 s under a saturating kt-load; per-second tracking error
- *   pool     issue 4: three build/kthrottled "nodes" (own pins, cgroups and
+ *   pool     three build/kthrottled "nodes" (own pins, cgroups and
  *            node names) on one redis-server: aggregate accuracy, Redis
  *            commands per node idle vs saturated, convergence after a kill -9
  *            and after a join
- *   sendto   issue 27: unconnected UDP sendto() to 127.0.0.1 from a test
+ *   sendto   unconnected UDP sendto() to 127.0.0.1 from a test
  *            cgroup: no filter, empty sendmsg4 + egress programs,
  *            build/kthrottled (admitted, refused, unmatched) and, when nft is
  *            installed, an nftables limit rule and a 1,000-cgroup verdict map
@@ -920,7 +920,7 @@ static int bench_skb(struct bench_env *e)
 			     cases[c].max_delta);
 	row_ns_delta("egress: clock read only (bpf_ktime_get_ns)", median(clk_val, rounds), b,
 		     median(clk_delta, rounds), NAN);
-	/* the issue's target for nesting: a sender below a member within
+	/* the target for nesting: a sender below a member within
 	 * 10 ns of the member itself, per round (g) or (h) minus (a) */
 	for (int c = 0; c < NC; c++) {
 		double nd[16];
@@ -1841,7 +1841,7 @@ static bool dsnap_take(const struct ktest_daemon *d, const char *name, struct ds
 
 #define RAMP_SECONDS 6 /* measured: seconds 2..6 (the first holds burst and attach) */
 
-/* The issue 3 scenario (ktest_ramp_config): min 50/s -> max 200/s over 3 s,
+/* The ramp scenario (ktest_ramp_config): min 50/s -> max 200/s over 3 s,
  * burst 5, saturated by kt-load from before the daemon starts. Polling
  * `status json` places the kernel's exact admitted counts on the daemon's
  * uptime clock; per second k after the first, error = |admitted - integral
@@ -2255,7 +2255,7 @@ out:
 
 /* ---- driver ---- */
 
-/* ---- section: UDP sendto() against nftables (issue 27) ---- */
+/* ---- section: UDP sendto() against nftables ---- */
 
 /* What a user comparing kthrottle with nftables sees: the cost of one
  * unconnected UDP sendto() to 127.0.0.1 from a process in a test cgroup,
@@ -2745,7 +2745,7 @@ static void row_stat(const char *what, double value, double base, double delta)
 	}
 }
 
-/* ---- sendto, second phase: the admitted cost at scale (issue 27) ----
+/* ---- sendto, second phase: the admitted cost at scale ----
  *
  * After the main rounds, with the first daemon stopped (one daemon on k at a
  * time), a second daemon runs, twice: with 1,000 and with 10,000 limits
@@ -2762,7 +2762,7 @@ static void row_stat(const char *what, double value, double base, double delta)
  *     limit's node bucket; the sender is in the last one);
  *   - a hierarchy of three limits h0 <- h1 <- h2 (parent:) on ST_PORT_HIER,
  *     all three on member k/h, the sender: each call is charged to all
- *     three levels (issue 29: at most about 2x one level).
+ *     three levels (the target: at most about 2x one level).
  * Each mode's chunk is paired with the baseline chunks around it as in the
  * main rounds, and n limits − 1 limit is the median of the paired
  * per-round differences. */
@@ -3511,7 +3511,7 @@ static int bench_sendto(struct bench_env *e)
 				 1 + ov[m] / base, ov[m], st_half_iqr(delta[m], rounds));
 		}
 		if (m == ST_KT_ADMIT && have_nft && g_nrows) {
-			/* issue 27: admitted ≤ ½ nftables' overhead; where empty
+			/* the target: admitted ≤ ½ nftables' overhead; where empty
 			 * programs alone cost more than that, ≤ empty + 60 ns and
 			 * below nftables */
 			struct row *row = &g_rows[g_nrows - 1];
@@ -3636,7 +3636,7 @@ struct section {
 	int (*run)(struct bench_env *e);
 };
 
-/* Later issues add their sections here. A section adds rows with
+/* Later work adds its sections here. A section adds rows with
  * row_ns_delta / row_ns_ratio / row_us_per_limit / row_text (or row_new for
  * another shape) and reports doubtful numbers with sanity(). */
 static const struct section sections[] = {
@@ -3646,7 +3646,7 @@ static const struct section sections[] = {
 	{ "audit", "the in-flight audit's pass", bench_audit },
 	{ "gcra", "GCRA in userspace on the mmapped bucket", bench_gcra_user },
 	{ "tick", "controller tick cost", bench_tick },
-	{ "ramp", "ramp tracking with the real daemon (issue 3 scenario)", bench_ramp },
+	{ "ramp", "ramp tracking with the real daemon", bench_ramp },
 	{ "pool", "distributed pool: 3 daemons, one redis-server", bench_pool },
 	{ "sendto", "UDP sendto() against nftables", bench_sendto },
 };

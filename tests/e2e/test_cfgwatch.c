@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* Config changes apply themselves (issue 25): a real kthrottled whose
+/* Config changes apply themselves: a real kthrottled whose
  * --config is a ConfigMap volume as a pod sees it (tests/lib/kvol.h), under
  * flat-out UDP load from a test cgroup to a loopback receiver
  * (tests/lib/arrivals.h), no SIGHUP anywhere:

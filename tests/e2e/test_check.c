@@ -188,7 +188,7 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* ---- the config ---- */
+/* ---- 1,024 limits on the default cidrs ---- */
 
 static const char nine_cgroups[] = "012345678";
 

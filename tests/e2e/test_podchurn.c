@@ -12,7 +12,7 @@
  *     heartbeat at most (docs/operations.md, "Failure semantics", and
  *     "Joins" in docs/ARCHITECTURE.md; here its 1-token burst), and
  *     what its process sends before the programs are attached to it (the
- *     issue allows a tick; measured: the sends within the slowest pod's
+ *     bound allows a tick; measured: the sends within the slowest pod's
  *     mkdir-to-first-EBUSY time, one per 2 ms);
  *   - afterwards, with every pod gone: no kt_members entry, no bucket in
  *     use, no link of a dead cgroup (the links are base's: attachRoot auto

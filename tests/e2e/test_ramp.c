@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* Ramp-up end-to-end (issue 3): the real daemon on a real cgroup, a UDP
+/* Ramp-up end-to-end: the real daemon on a real cgroup, a UDP
  * datagram limit min 50/s -> max 200/s over rampUpDuration 3 s, burst 5,
  * tickInterval 100 ms, epoch 1 s, and kt-load sending real datagrams.
  *

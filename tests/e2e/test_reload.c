@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* Live reload end-to-end (issue 3): SIGHUP and `kthrottlectl reload` change
+/* Live reload end-to-end: SIGHUP and `kthrottlectl reload` change
  * a limit under saturating load; the admitted rate follows within two ticks
  * (tickInterval 100 ms) with no burst above the new limit; a config with an
  * error is rejected and the old one kept; limits added and removed attach

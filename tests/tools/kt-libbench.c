@@ -5,7 +5,7 @@
  * clock.c) measured in the same run (the floor: every decision reads the
  * clock once). Plays the daemon: creates and pins a
  * kt_coop of its own under /sys/fs/bpf/kt-libbench-<pid> (removed at exit).
- * Root. Target (issue "Throttling that applications can see"): <= 25 ns/op
+ * Root. Target: <= 25 ns/op
  * single-thread.
  *
  * The baseline it must beat by >= 500x: the same GCRA decision as one Redis

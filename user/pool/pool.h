@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Pool membership and agreement for every limit (issue: distributed pool).
+/* Pool membership and agreement for every limit (the distributed pool).
  *
  * The daemon owns one struct kt_pool built from the config. Every controller
  * tick it calls kt_pool_tick(); when a heartbeat is due the pool hands one

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* One kt_store on a thread of its own, so that no store I/O ever runs on
- * the daemon's event loop (issue: the store never blocks the daemon).
+ * the daemon's event loop: the store never blocks the daemon.
  *
  * The owner (the pool, on the loop's thread) posts one job at a time: a
  * function run on the worker with the store, and the job's memory. When it
