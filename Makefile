@@ -27,12 +27,14 @@ ARCH      := $(shell uname -m | sed 's/x86_64/x86/;s/aarch64/arm64/')
 # user/ by subsystem: base (config, cgroups, logging), kube (the pods on this
 # node: selector, cgroup paths, API watch), members (the plan: member cgroups
 # resolved from paths, patterns and pod selectors, pending directories),
-# kernel (loader, apply, bucket writes, classifier, inspection), pool
-# (agreement, Redis store; policy.h is what kernel takes from it), control
+# kernel (loader, apply, bucket writes, classifier, inspection), store (the
+# Redis client: connections, transports, operations, Lua scripts, worker
+# threads), pool (agreement over the store; policy.h is what kernel takes
+# from it), control
 # (ramp, controller, daemon loop), tags (tag limits: query server, tag
 # buckets, XDP, exchange), bin (the two programs). Includes name their
 # layer ("kernel/apply.h"), from -Iuser.
-USER_DIRS := user/base user/kube user/members user/kernel user/pool user/control user/tags
+USER_DIRS := user/base user/kube user/members user/kernel user/store user/pool user/control user/tags
 
 CFLAGS    ?= -O2 -g
 CFLAGS    += -std=gnu11 -Wall -Wextra -Werror -Wno-missing-field-initializers -Wno-format-truncation \
@@ -112,17 +114,17 @@ $(BUILD)/skel/%.skel.h: $(BUILD)/bpf/%.bpf.o
 	@mkdir -p $(@D)
 	$(call msg,SKEL,$@)$(BPFTOOL) gen skeleton $< name kt_$(subst -,_,$*) > $@.tmp && mv $@.tmp $@
 
-# The store's Redis Lua scripts, user/pool/lua/*.lua, become the string
+# The store's Redis Lua scripts, user/store/lua/*.lua, become the string
 # macros of $(BUILD)/gen/kt_lua.h (comments dropped, common.lua included
 # where a script says so); the same texts go to $(BUILD)/lua/ for
 # redis-cli --eval. Only store_redis.c includes the header.
-LUA_SRCS  := $(wildcard user/pool/lua/*.lua)
+LUA_SRCS  := $(wildcard user/store/lua/*.lua)
 LUA_H     := $(BUILD)/gen/kt_lua.h
 
 $(LUA_H): scripts/lua-embed.sh $(LUA_SRCS)
 	$(call msg,GEN,$@)sh scripts/lua-embed.sh $@ $(BUILD)/lua $(LUA_SRCS)
 
-$(BUILD)/obj/pool/store_redis.o $(BUILD)/fuzz/obj/pool/store_redis.o: $(LUA_H)
+$(BUILD)/obj/store/store_redis.o $(BUILD)/fuzz/obj/store/store_redis.o: $(LUA_H)
 
 # the skeletons and generated headers exist before anything compiles; after
 # that each object's .d says which of them (and of the headers) it needs

@@ -23,7 +23,7 @@
  *
  * The maps are described in include/kthrottle.h ("XDP tag maps"). This
  * object does not include kthrottle.bpf.h: it shares no map with the cgroup
- * programs, and loads on its own (user/tags/xdp_tags.c). */
+ * programs, and loads on its own (user/tags/xdp_maps.c). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>

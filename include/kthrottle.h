@@ -997,7 +997,7 @@ _Static_assert(sizeof(struct kt_tag_bucket) == 64, "kt_tag_bucket layout");
 
 /*
  * The rest of the XDP tag maps (bpf/xdp.bpf.c, pinned by name in the pin
- * dir the daemon gives user/tags/xdp_tags.c):
+ * dir the daemon gives user/tags/xdp_maps.c):
  *
  * kt_xdp_ifaces (hash, KT_MAX_XDP_IFACES): ifindex -> struct kt_xdp_iface,
  *   the tag limit whose buckets an interface's ingress is charged to and the

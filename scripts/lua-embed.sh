@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-# Embeds Redis Lua scripts in C (the Makefile runs it for user/pool/lua/).
+# Embeds Redis Lua scripts in C (the Makefile runs it for user/store/lua/).
 #
 #   scripts/lua-embed.sh HEADER LUADIR FILE.lua...
 #

@@ -7,7 +7,7 @@
  *
  * Sections (one function each, registered in `sections[]` at the bottom;
  * add rows for later work, e.g. the distributed pool, by adding one):
- *   xdp      XDP tag decision (bpf/xdp.bpf.c, through xdp_tags.c in its own
+ *   xdp      XDP tag decision (bpf/xdp.bpf.c, through xdp_maps.c in its own
  *            pin dir kt-bench-<pid>-xdp) next to an XDP_PASS program, paired
  *            run by run: a bucket that admits (deep burst) and one that
  *            refuses
@@ -87,7 +87,7 @@
 #include "egress.skel.h"
 #include "sock.skel.h"
 #include "sockops.skel.h"
-#include "tags/xdp_tags.h"
+#include "tags/xdp_maps.h"
 
 static volatile sig_atomic_t g_stop;
 static int g_quick;

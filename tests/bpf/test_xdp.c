@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* The XDP tag buckets (bpf/xdp.bpf.c) through their wrapper (xdp_tags.c),
+/* The XDP tag buckets (bpf/xdp.bpf.c) through their wrapper (xdp_maps.c),
  * loaded into a private pin dir and never attached: kt_xdp_tags runs under
  * BPF_PROG_TEST_RUN on crafted frames (with no ctx the frame arrives on the
  * loopback device, so the tests configure its ifindex), kt_tag_run_ops
@@ -32,7 +32,7 @@
 #include "kthrottle.h"
 #include "kt_bpffx.h"
 #include "ktest.h"
-#include "tags/xdp_tags.h"
+#include "tags/xdp_maps.h"
 
 #define SLOW_RATE 0.001 /* no token refills while a test runs */
 #define LIM 3           /* the tag limit the tests use */

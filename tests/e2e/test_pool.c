@@ -40,7 +40,7 @@
 
 #include "kt_clusterfx.h"
 #include "ktest.h"
-#include "pool/store.h"
+#include "store/store.h"
 #include "redis_proc.h"
 
 #define HB_MS 200

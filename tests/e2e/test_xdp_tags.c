@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* The XDP tag buckets on a real interface: two network namespaces joined by
  * a veth pair (kt-x<pid>a in the server namespace, kt-x<pid>b in the
- * client's), the program attached to the server side through xdp_tags.c
+ * client's), the program attached to the server side through xdp_maps.c
  * with a pinned link. The client sends UDP from three addresses: a paced
  * one (admitted ~ burst + rate x elapsed), one in a burst (admitted ~
  * burst), and an allowlisted one (all of it). The server counts what it
@@ -31,7 +31,7 @@
 #include "kthrottle.h"
 #include "kt_bpffx.h"
 #include "ktest.h"
-#include "tags/xdp_tags.h"
+#include "tags/xdp_maps.h"
 
 #define LIM 0
 #define RATE 100.0 /* tokens/s */

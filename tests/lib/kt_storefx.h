@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "redis_proc.h"
-#include "pool/store.h"
+#include "store/store.h"
 
 /* The redis-server of a group of tests: kt_storefx_group_setup starts it,
  * kt_storefx_group_teardown stops it (cmocka group fixtures). */

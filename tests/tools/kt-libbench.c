@@ -35,7 +35,7 @@
 #include "kthrottle_client.h"
 #include "libkthrottle_int.h"
 #include "redis_proc.h"
-#include "pool/store.h"
+#include "store/store.h"
 
 /* GCRA on Redis: KEYS[1] the tat (us), ARGV[1] the interval, ARGV[2] the
  * tolerance (burst x interval), both us. 0: admitted; > 0: retry after us. */

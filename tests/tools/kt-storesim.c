@@ -50,7 +50,7 @@
 #include <sys/resource.h>
 #include <hiredis/hiredis.h>
 #include "redis_proc.h"
-#include "pool/store.h"
+#include "store/store.h"
 
 #define LIMIT_NAME "sim"
 #define ID_LEN 48

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* The heartbeat memo (user/pool/hbmemo.c): what the steady path may send as
+/* The heartbeat memo (user/store/hbmemo.c): what the steady path may send as
  * prev. Each field of the request the script's answer depends on changes
  * the digest; an answer with a reserve is never repeated; forget, growth
  * and the reset at the table's bound. */
@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "kthrottle.h"
-#include "pool/hbmemo.h"
+#include "store/hbmemo.h"
 
 static struct kt_pool_member two[2] = { { "node-a/pod1", KT_POOL_REPORT_LIVE, 0 },
 					{ "node-a/pod2", KT_POOL_REPORT_LIVE, 0 } };

@@ -23,7 +23,7 @@
 #include "base/log.h"
 #include "pool/pool.h"
 #include "redis_proc.h"
-#include "pool/store.h"
+#include "store/store.h"
 
 #define MS 1000000ULL
 #define SEC 1000000000ULL

@@ -21,7 +21,7 @@
 #include "kthrottle.h"
 #include "redis_proc.h"
 #include "redis_tls.h"
-#include "pool/rconn.h"
+#include "store/rconn.h"
 
 #define MS 1000000ULL
 #define HANDLE_MAX_NS (5 * MS) /* the loop is never blocked longer than this */

@@ -18,7 +18,7 @@
 #include <cmocka.h>
 #include "kt_storefx.h"
 #include "redis_proc.h"
-#include "pool/store.h"
+#include "store/store.h"
 
 #define PREFIX "kttest"
 #define N_NODES 6

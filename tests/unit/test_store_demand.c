@@ -14,7 +14,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include "redis_proc.h"
-#include "pool/store.h"
+#include "store/store.h"
 
 #define PREFIX "ktdem"
 #define LIVE KT_POOL_REPORT_LIVE

@@ -24,7 +24,7 @@
 #include "kt_storefx.h"
 #include "ktest.h"
 #include "redis_proc.h"
-#include "pool/store.h"
+#include "store/store.h"
 
 #define PREFIX "kttest"
 #define LIVE KT_POOL_REPORT_LIVE

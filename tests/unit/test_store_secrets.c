@@ -22,7 +22,7 @@
 #include "kvol.h"
 #include "redis_proc.h"
 #include "redis_tls.h"
-#include "pool/store.h"
+#include "store/store.h"
 #include "kt_storefx.h"
 
 #define PREFIX "ktsecret"

@@ -19,7 +19,7 @@
 #include <cmocka.h>
 #include "kt_storefx.h"
 #include "redis_proc.h"
-#include "pool/store.h"
+#include "store/store.h"
 
 #define PREFIX "ktslots"
 #define LIVE KT_POOL_REPORT_LIVE

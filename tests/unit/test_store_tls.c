@@ -19,7 +19,7 @@
 #include "redis_proc.h"
 #include "redis_tls.h"
 #include "base/config.h"
-#include "pool/store.h"
+#include "store/store.h"
 
 #define PREFIX "kttls"
 #define LIVE KT_POOL_REPORT_LIVE

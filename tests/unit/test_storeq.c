@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "kt_storefx.h"
-#include "pool/storeq.h"
+#include "store/storeq.h"
 
 static int freed, ran;
 

@@ -21,7 +21,7 @@
 #include "control/refresh.h"
 #include "control/report.h"
 #include "members/resolve.h"
-#include "pool/store.h"
+#include "store/store.h"
 
 /* ---- control socket: what its commands do (the server is ctlserver.c) ---- */
 

@@ -17,7 +17,7 @@
 #include "control/inflight_report.h"
 #include "control/report.h"
 #include "members/groups.h"
-#include "pool/store.h"
+#include "store/store.h"
 #include "base/strbuf.h"
 
 /* Seconds until `until` (kt clock): -1 for no deadline, 0 once passed. */

@@ -11,8 +11,8 @@
 #include <sys/timerfd.h>
 #include "kernel/bucket.h"
 #include "base/log.h"
-#include "pool/store.h"
-#include "pool/storeq.h"
+#include "store/store.h"
+#include "store/storeq.h"
 #include "control/strict.h"
 
 #define MS 1000000ULL

@@ -106,7 +106,7 @@ int kt_bpf_linked_cgroups(const struct kt_bpf *b, uint64_t **ids);
  * kt_bpf_open's checks or does not hold kthrottle's maps (-ENOTDIR, -EPERM),
  * and one whose lock a running daemon holds (-EBUSY). */
 int kt_bpf_cleanup(const char *pin_dir, char *err, size_t errlen);
-/* The XDP tag buckets' pins live in <pin_dir>/tags (user/tags/xdp_tags.c):
+/* The XDP tag buckets' pins live in <pin_dir>/tags (user/tags/xdp_maps.c):
  * detaches their XDP links and removes the directory. 0 if it is absent.
  * kt_bpf_cleanup does this too. */
 #define KT_TAGS_PIN_SUBDIR "tags"

@@ -3,7 +3,7 @@
  * the consensus script. This file builds the pool and its store groups,
  * decides when to talk to the store (kt_pool_tick) and reports status;
  * pool_hb.c runs the round trips and turns answers into phases and sizes,
- * pool_policy.c turns a view into bucket rates and applies validFor and
+ * pool_grant.c turns a view into bucket rates and applies validFor and
  * onStoreFailure; pool_int.h holds the state they share.
  *
  * Choices beyond pool.h:
@@ -51,7 +51,7 @@
 #include <sys/eventfd.h>
 #include "base/log.h"
 #include "pool/pool_int.h"
-#include "pool/storeq.h"
+#include "store/storeq.h"
 
 const char *kt_pool_phase_name(enum kt_pool_phase ph)
 {

@@ -22,7 +22,7 @@
 #include "base/config.h"
 #include "kthrottle.h"
 #include "pool/policy.h"
-#include "pool/store.h"
+#include "store/store.h"
 
 enum kt_pool_phase {
 	KT_POOL_AGREED = 0,   /* last answer AGREE (or local/static) */

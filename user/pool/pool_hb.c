@@ -11,7 +11,7 @@
 #include <string.h>
 #include "base/log.h"
 #include "pool/pool_int.h"
-#include "pool/storeq.h"
+#include "store/storeq.h"
 
 static uint64_t since(uint64_t now, uint64_t t)
 {

@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Private to user/pool: the pool's state, shared by pool.c (groups,
  * lifecycle, tick, status), pool_hb.c (heartbeat round trips and their
- * answers) and pool_policy.c (what one bucket may admit). Not an API. */
+ * answers) and pool_grant.c (what one bucket may admit). Not an API. */
 #ifndef KT_POOL_INT_H
 #define KT_POOL_INT_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include "pool/pool.h"
-#include "pool/store.h"
+#include "store/store.h"
 
 #define NS_PER_MS 1000000ULL
 #define KT_DEMAND_FLOOR_DIV 10 /* floor = an equal share / this */
@@ -133,7 +133,7 @@ void pool_free_job(void *arg);
 void pool_leave_group(struct kt_pool *p, struct group *g, const struct kt_pool_local *local,
 		      bool deregister);
 
-/* pool_policy.c */
+/* pool_grant.c */
 void pool_grant_lease(struct lim *l, uint64_t sent);
 double pool_member_fallback(const struct lim *l, double pool_rate);
 double pool_demand_floor(const struct lim *l, double pool_rate);

@@ -15,10 +15,10 @@
 #include "kernel/bpf_loader.h" /* kt_mkdir_p */
 #include "kthrottle.h"
 #include "base/log.h"
-#include "pool/store.h"
-#include "pool/storeq.h"
+#include "store/store.h"
+#include "store/storeq.h"
 #include "tags/tags.h"
-#include "tags/xdp_tags.h"
+#include "tags/xdp_maps.h"
 #include "tags/tags_int.h"
 
 

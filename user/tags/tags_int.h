@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* What tags.c (query servers, buckets, the hit exchange) and tags_xdp.c
+/* What tags.c (query servers, buckets, the hit exchange) and xdp_plan.c
  * (the XDP program's attachments and rules) share: the tag limits' state. */
 #ifndef KT_TAGS_INT_H
 #define KT_TAGS_INT_H
@@ -10,12 +10,12 @@
 #include <stdint.h>
 #include "kthrottle.h"
 #include "base/config.h"
-#include "pool/store.h"
-#include "pool/storeq.h"
+#include "store/store.h"
+#include "store/storeq.h"
 #include "tags/tags.h"
 #include "tags/tagtab.h"
 #include "tags/query.h"
-#include "tags/xdp_tags.h"
+#include "tags/xdp_maps.h"
 
 #define KEEP_MIN_MS 60000ULL /* stream retention: at least a minute, 10 reports */
 #define RETRY_NS (1000ULL * 1000000ULL) /* a failed exchange is retried after 1 s at most */
@@ -76,7 +76,7 @@ struct kt_tags {
 	char node[256];
 };
 
-/* tags_xdp.c */
+/* xdp_plan.c */
 /* XDP tag buckets the configuration wants (the sum of maxTags), 0: none */
 uint32_t kt_tags_xdp_total(const struct kt_config *cfg);
 /* every tag limit's interfaces to ifindexes; an unknown one is an error */

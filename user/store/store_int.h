@@ -26,15 +26,15 @@
 #include <hiredis/hiredis.h>
 #include "kthrottle.h"
 #include "base/config.h"
-#include "pool/hbmemo.h"
-#include "pool/rconn.h"
-#include "pool/store.h"
+#include "store/hbmemo.h"
+#include "store/rconn.h"
+#include "store/store.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
 enum { SCRIPT_HB, SCRIPT_LEAVE, SCRIPT_PERMIT, SCRIPT_TAGS, N_SCRIPTS };
-/* The scripts' texts (store_redis.c, from user/pool/lua/), by SCRIPT_*. */
+/* The scripts' texts (store_redis.c, from user/store/lua/), by SCRIPT_*. */
 extern const char *const rs_scripts[N_SCRIPTS];
 
 /* A redis_tls / sentinel_tls block: file paths as configured. */

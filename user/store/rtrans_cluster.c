@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "pool/store_int.h"
+#include "store/store_int.h"
 
 #define CL_SLOTS 16384
 #define CL_MAX_NODES 256

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <openssl/ssl.h>
 #include <hiredis/hiredis.h>
-#include "pool/rconn.h"
+#include "store/rconn.h"
 
 /* PEM files (a CA bundle, a chain, a key) are kilobytes */
 #define PEM_MAX_BYTES (1u << 20)

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include "pool/store_int.h"
+#include "store/store_int.h"
 
 struct rt_single {
 	struct kt_rconn *c;    /* the master, NULL when not connected */

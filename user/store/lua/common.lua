@@ -2,14 +2,14 @@
 -- `--#include common.lua` line where it goes). It only defines local
 -- functions; it reads no KEYS or ARGV of its own. keyset(k) names the
 -- N_KEYS (11) keys of one limit starting at KEYS[k], all under the limit's
--- hash tag {L} (user/pool/store.h): hb, size, ramp, fb, lapsed, counted,
+-- hash tag {L} (user/store/store.h): hb, size, ramp, fb, lapsed, counted,
 -- hist, sizes, meta, grant, dem; an in-flight limit's heartbeat has
 -- N_SLOT_KEYS (3) more, claim, seen and sdem (nil for the others).
 --
 -- How these files get into the programs: the build (Makefile, rule for
--- $(BUILD)/gen/kt_lua.h) runs scripts/lua-embed.sh over user/pool/lua/*.lua.
+-- $(BUILD)/gen/kt_lua.h) runs scripts/lua-embed.sh over user/store/lua/*.lua.
 -- Each file becomes a C string (KT_LUA_HEARTBEAT, ...) for
--- user/pool/store_redis.c, which SCRIPT LOADs them. On the way:
+-- user/store/store_redis.c, which SCRIPT LOADs them. On the way:
 --   - a `--#include common.lua` line is replaced by this file;
 --   - comment lines (first non-blank characters `--`) and empty lines are
 --     dropped, so these comments are never sent to Redis;

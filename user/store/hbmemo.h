@@ -3,7 +3,7 @@
  * heartbeat (a digest of its members, their reported sizes, stale, hold and
  * fallback rate) and the answer it got. A heartbeat whose request has the
  * same digest sends that answer as `prev`, and the script's steady path
- * (user/pool/lua/heartbeat.lua) may reply "prev still holds" after only
+ * (user/store/lua/heartbeat.lua) may reply "prev still holds" after only
  * renewing the members: about 4 Redis commands a limit instead of ~18.
  * The memo is only a hint: the script checks it against the pool (the
  * answer the last full call wrote, each member still live) and takes the
@@ -13,7 +13,7 @@
 #define KT_HBMEMO_H
 
 #include <stdint.h>
-#include "pool/store.h"
+#include "store/store.h"
 
 struct kt_hbmemo;
 

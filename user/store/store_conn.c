@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "pool/store_int.h"
+#include "store/store_int.h"
 
 /* ---- errors: every message goes through here so passwords are scrubbed ---- */
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "pool/store_int.h"
+#include "store/store_int.h"
 
 /* Per limit the scripts take these KEYS, all under the hash tag {L} (store.h):
  * hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem; and
@@ -19,7 +19,7 @@ static const char *const key_names[N_KEYS + N_SLOT_KEYS] = {
 	"claim", "seen", "sdem",
 };
 
-/* The scripts, one file each in user/pool/lua/ (what each does, its KEYS and
+/* The scripts, one file each in user/store/lua/ (what each does, its KEYS and
  * ARGV are in its header comment): heartbeat.lua and leave.lua include
  * common.lua, the counters they share. The build turns them into the
  * KT_LUA_* string macros of $(BUILD)/gen/kt_lua.h (scripts/lua-embed.sh:

@@ -1,4 +1,4 @@
--- tags.lua: the tag exchange (kt_store_tag_exchange in user/pool/store_redis.c).
+-- tags.lua: the tag exchange (kt_store_tag_exchange in user/store/store_redis.c).
 -- Standalone: redis-cli --eval works on this file.
 --
 -- KEYS[1]: the tag limit's stream.

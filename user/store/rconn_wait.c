@@ -8,8 +8,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include "kthrottle.h"
-#include "pool/rconn.h"
-#include "pool/rconn_int.h"
+#include "store/rconn.h"
+#include "store/rconn_int.h"
 
 /* ---- blocking use ---- */
 

@@ -1,5 +1,5 @@
 -- leave.lua: members leave one limit's pool (kt_store_leave in
--- user/pool/store_redis.c). Prefixed with common.lua at build time.
+-- user/store/store_redis.c). Prefixed with common.lua at build time.
 --
 -- KEYS: N_KEYS (11) of one limit, in keyset's order (common.lua).
 -- ARGV: the ids that leave.

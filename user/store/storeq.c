@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "kthrottle.h"
-#include "pool/storeq.h"
+#include "store/storeq.h"
 
 enum job_state { Q_IDLE = 0, Q_POSTED, Q_RUNNING, Q_DONE };
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kthrottle.h"
-#include "pool/hbmemo.h"
+#include "store/hbmemo.h"
 
 #define KT_HBMEMO_MIN_CAP 64
 #define KT_HBMEMO_MAX (2 * KT_MAX_LIMITS)

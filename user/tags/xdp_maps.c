@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
-/* The XDP tag buckets from the daemon's side: see xdp_tags.h. */
+/* The XDP tag buckets from the daemon's side: see xdp_maps.h. */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 
 #include "kernel/bpf_loader.h"
 #include "base/log.h"
-#include "tags/xdp_tags.h"
+#include "tags/xdp_maps.h"
 #include "xdp.skel.h"
 
 #define RING_MIN (64u * 1024)

@@ -1,5 +1,5 @@
 -- permit.lua: permits of a strict limit (kt_store_permits in
--- user/pool/store_redis.c). Standalone: redis-cli --eval works on this file.
+-- user/store/store_redis.c). Standalone: redis-cli --eval works on this file.
 --
 -- KEYS[1]: P:strict:{L}.
 -- ARGV: every_us, max_reserved, n.

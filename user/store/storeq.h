@@ -25,7 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "pool/store.h"
+#include "store/store.h"
 
 struct kt_storeq;
 

@@ -9,8 +9,8 @@
  * (kt_err, with strerror). Not thread safe: the daemon's one loop owns the
  * handle. Addresses are struct kt_tag_key's: family 4 or 6, addr in network
  * order (IPv4 in addr[0..3]). */
-#ifndef KT_XDP_TAGS_H
-#define KT_XDP_TAGS_H
+#ifndef KT_XDP_MAPS_H
+#define KT_XDP_MAPS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 -- heartbeat.lua: the heartbeat of one node for one or more limits (all in
--- one hash slot), kt_store_heartbeat_many in user/pool/store_redis.c.
+-- one hash slot), kt_store_heartbeat_many in user/store/store_redis.c.
 -- Prefixed with common.lua at build time.
 --
 -- KEYS: N_KEYS (11) per limit, in keyset's order (common.lua), and

@@ -20,8 +20,8 @@
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
 #include "kthrottle.h"
-#include "pool/rconn.h"
-#include "pool/rconn_int.h"
+#include "store/rconn.h"
+#include "store/rconn_int.h"
 #include "base/volfile.h"
 
 

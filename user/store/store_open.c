@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "pool/store_int.h"
+#include "store/store_int.h"
 
 static void tls_opt_free(struct tls_opt *t)
 {
