@@ -91,6 +91,8 @@ FUZZ_OBJS  := $(patsubst user/%.c,$(BUILD)/fuzz/obj/%.o,$(FUZZ_LIB_SRCS))
 FUZZ_LIB   := $(BUILD)/fuzz/libkt-fuzz.a
 
 .PHONY: all test unit bench clean deps deps-demo demo fuzz fuzz-build install uninstall install-python
+# a recipe that fails leaves no half-written target behind for the next make
+.DELETE_ON_ERROR:
 all: $(BUILD)/kthrottled $(BUILD)/kthrottlectl
 
 # the Debian packages (scripts/deps.txt): deps-demo what make all and make
@@ -179,9 +181,10 @@ KTLIB      := $(BUILD)/libkthrottle.so $(BUILD)/libkthrottle.a
 
 all: $(KTLIB) $(BUILD)/examples/libkthrottle_demo
 
-$(BUILD)/obj/libkthrottle/%.o: libkthrottle/%.c $(KTLIB_HDRS)
+# its headers as the compiler found them (-MMD), like every other object
+$(BUILD)/obj/libkthrottle/%.o: libkthrottle/%.c | $(GEN_HDRS)
 	@mkdir -p $(@D)
-	$(call msg,CC,$@)$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+	$(call msg,CC,$@)$(CC) $(CFLAGS) $(DEPFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
 
 $(BUILD)/libkthrottle.so: $(KTLIB_OBJS)
 	$(call msg,LD,$@)$(CC) $(LDFLAGS) -shared -Wl,-soname,libkthrottle.so.0 $^ -o $@ -lbpf
@@ -194,46 +197,29 @@ $(BUILD)/examples/libkthrottle_demo: examples/libkthrottle_demo.c $(BUILD)/libkt
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) $(LDFLAGS) $< -o $@ -L$(BUILD) -lkthrottle -Wl,-rpath,'$$ORIGIN/..'
 
-$(BUILD)/tests/unit/test_libkthrottle: tests/unit/test_libkthrottle.c $(BUILD)/libkthrottle.a $(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS)
+# The tests that link libkthrottle's archive, one rule: the library against
+# in-test servers (test_libkthrottle; test_tagquery, the tag query client and
+# the two things built on it, kthrottlectl check and the Python module's
+# TagQuery), cooperative limits end to end (test_coop), kthrottle_connect
+# against in-flight and connection limits (test_inflight,
+# test_connect_refusal), and a strict cooperative limit on two nodes through
+# the library and the Python module (test_strict_lib).
+KTLIB_TESTS := $(addprefix $(BUILD)/tests/,unit/test_libkthrottle unit/test_tagquery e2e/test_coop \
+	e2e/test_inflight e2e/test_connect_refusal e2e/test_strict_lib)
+$(KTLIB_TESTS): $(BUILD)/tests/%: tests/%.c $(BUILD)/libkthrottle.a $(LIB_OBJS) $(TEST_HELPERS) | $(GEN_HDRS)
 	@mkdir -p $(@D)
-	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib -Ilibkthrottle $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
-
-# the tag query client (kthrottle_tagq) against in-test servers, and the two
-# things built on it: kthrottlectl check and the Python module's TagQuery
-$(BUILD)/tests/unit/test_tagquery: tests/unit/test_tagquery.c $(BUILD)/libkthrottle.a $(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS) \
-		| $(BUILD)/kthrottlectl $(BUILD)/libkthrottle.so
-	@mkdir -p $(@D)
-	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
-
-# the cooperative limits end to end: a daemon publishes, the library charges
-$(BUILD)/tests/e2e/test_coop: tests/e2e/test_coop.c $(BUILD)/libkthrottle.a $(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS)
-	@mkdir -p $(@D)
-	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
-
-# in-flight limits, kthrottle_connect's answer to a refusal among them
-$(BUILD)/tests/e2e/test_inflight: tests/e2e/test_inflight.c $(BUILD)/libkthrottle.a $(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS)
-	@mkdir -p $(@D)
-	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
-
-# kthrottle_connect against a daemon's connection limits
-$(BUILD)/tests/e2e/test_connect_refusal: tests/e2e/test_connect_refusal.c $(BUILD)/libkthrottle.a $(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS)
-	@mkdir -p $(@D)
-	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
+	$(call msg,LD,$@)$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -MT $@ -Itests/lib -Ilibkthrottle $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
+$(BUILD)/tests/unit/test_tagquery: | $(BUILD)/kthrottlectl $(BUILD)/libkthrottle.so
+# the Python module loads libkthrottle.so.0 with ctypes
+$(BUILD)/tests/e2e/test_strict_lib: $(BUILD)/libkthrottle.so python/pyproject.toml \
+	$(wildcard python/kthrottle/*.py) | $(BUILD)/kthrottled
 
 # the Python module (python/) in a venv against a real daemon: it loads
 # libkthrottle.so.0 with ctypes, so it needs the shared library, not the archive
-$(BUILD)/tests/e2e/test_python: tests/e2e/test_python.c $(BUILD)/libkthrottle.so $(TEST_HELPERS) $(HDRS) \
-		$(KTLIB_HDRS) python/pyproject.toml $(wildcard python/kthrottle/*.py) | $(BUILD)/kthrottled
+$(BUILD)/tests/e2e/test_python: tests/e2e/test_python.c $(BUILD)/libkthrottle.so $(LIB_OBJS) $(TEST_HELPERS) \
+		python/pyproject.toml $(wildcard python/kthrottle/*.py) | $(GEN_HDRS) $(BUILD)/kthrottled
 	@mkdir -p $(@D)
-	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
-
-# a strict cooperative limit on two nodes through the library (the archive)
-# and the Python module (the shared library, loaded by ctypes)
-$(BUILD)/tests/e2e/test_strict_lib: tests/e2e/test_strict_lib.c $(BUILD)/libkthrottle.a $(BUILD)/libkthrottle.so \
-		$(TEST_HELPERS) $(HDRS) $(KTLIB_HDRS) $(wildcard tests/lib/*.h) python/pyproject.toml \
-		$(wildcard python/kthrottle/*.py) | $(BUILD)/kthrottled
-	@mkdir -p $(@D)
-	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
+	$(call msg,LD,$@)$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -MT $@ -Itests/lib $(LDFLAGS) $< $(TEST_HELPERS) $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
 
 # The Python module into $(PYTHON)'s environment (a venv's python: Debian's
 # system python refuses pip installs), offline: pip's isolated build takes
