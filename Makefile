@@ -108,7 +108,7 @@ $(BUILD)/vmlinux.h:
 	@test -r /sys/kernel/btf/vmlinux || { echo "error: /sys/kernel/btf/vmlinux missing: kernel built without BTF" >&2; exit 1; }
 	$(call msg,GEN,$@)$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.bpf.h) include/kthrottle.h $(BUILD)/vmlinux.h
+$(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.bpf.h bpf/lib/*.h) include/kthrottle.h $(BUILD)/vmlinux.h
 	@mkdir -p $(@D)
 	$(call msg,BPF,$@)$(CLANG) $(BPF_CFLAGS) -c $< -o $@
 

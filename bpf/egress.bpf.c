@@ -28,17 +28,9 @@
  * protocols) of the limits covering its destination. */
 #include "kthrottle.bpf.h"
 #include "pace.bpf.h"
+#include "lib/net.h"
 
-#define ETH_P_IP 0x0800
-#define ETH_P_IPV6 0x86DD
 
-#define NEXTHDR_HOP 0
-#define NEXTHDR_ROUTING 43
-#define NEXTHDR_FRAGMENT 44
-#define NEXTHDR_ESP 50
-#define NEXTHDR_AUTH 51
-#define NEXTHDR_NONE 59
-#define NEXTHDR_DEST 60
 #define KT_IPV6_EXT_MAX 8 /* extension headers walked; beyond: charged as unknown */
 
 /* cgroup_skb verdicts: bit 0 = pass, bit 1 = congestion notification. */
@@ -104,26 +96,26 @@ __noinline __u64 kt_parse_v6(struct __sk_buff *skb, __u32 nexthdr)
 			if (bpf_skb_load_bytes(skb, off, hdr, 2) < 0)
 				goto unknown;
 			nexthdr = hdr[0];
-			off += ((__u32)hdr[1] + 1) * 8;
+			off += kt_ipv6_opt_len(hdr[1]);
 			break;
 		case NEXTHDR_AUTH:
 			if (bpf_skb_load_bytes(skb, off, hdr, 2) < 0)
 				goto unknown;
 			nexthdr = hdr[0];
-			off += ((__u32)hdr[1] + 2) * 4;
+			off += kt_ah_hdr_len(hdr[1]);
 			break;
 		case NEXTHDR_FRAGMENT:
-			if (bpf_skb_load_bytes(skb, off, hdr, 8) < 0)
+			if (bpf_skb_load_bytes(skb, off, hdr, KT_IP6_FRAG_HDR_LEN) < 0)
 				goto unknown;
 			/* a later fragment carries no ports */
-			if (((hdr[2] << 8) | hdr[3]) & 0xfff8) {
+			if (((hdr[2] << 8) | hdr[3]) & KT_IP6_FRAG_OFFSET_MASK) {
 				p = kt_proto_of(hdr[0]);
 				if (!p && (hdr[0] == NEXTHDR_ESP || hdr[0] == NEXTHDR_AUTH))
 					p = KT_PROTO_ANY;
 				return KT_L4(p, KT_PORT_ANY);
 			}
 			nexthdr = hdr[0];
-			off += 8;
+			off += KT_IP6_FRAG_HDR_LEN;
 			break;
 		case NEXTHDR_ESP:
 			goto unknown; /* encrypted: the ports are not ours to read */
@@ -139,10 +131,10 @@ unknown:
  * walked; ESP is charged as unknown. */
 __noinline __u64 kt_parse_v4(struct __sk_buff *skb, __u32 ihl, __u32 proto, __u32 frag_off)
 {
-	__u32 off = ihl * 4;
+	__u32 off = kt_ipv4_hdr_len(ihl);
 	__u8 hdr[2], p;
 
-	if (frag_off & 0x1fff) {
+	if (frag_off & KT_IP_OFFSET_MASK) {
 		p = kt_proto_of(proto);
 		if (!p && (proto == NEXTHDR_ESP || proto == NEXTHDR_AUTH))
 			p = KT_PROTO_ANY;
@@ -152,7 +144,7 @@ __noinline __u64 kt_parse_v4(struct __sk_buff *skb, __u32 ihl, __u32 proto, __u3
 		if (bpf_skb_load_bytes(skb, off, hdr, 2) < 0)
 			return KT_L4(KT_PROTO_ANY, KT_PORT_ANY);
 		proto = hdr[0];
-		off += ((__u32)hdr[1] + 2) * 4;
+		off += kt_ah_hdr_len(hdr[1]);
 	}
 	if (proto == NEXTHDR_ESP)
 		return KT_L4(KT_PROTO_ANY, KT_PORT_ANY);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* sockops: TCP sockets of a `byte` limit pace themselves to its rate, and
  * a TCP socket holding an in-flight slot (unit concurrent) gives it back
- * when its state reaches CLOSE (inflight.bpf.h).
+ * when its state reaches CLOSE (bpf/lib/inflight.h).
  *
  * The egress program drops a TCP packet its byte bucket cannot take, and a
  * drop stalls the sender until its next ACK or a probe timer (200 ms or
@@ -34,6 +34,9 @@
 #define KT_HDR_ROOM 72   /* IPv6 + TCP with timestamps: what a segment adds to skb->len */
 #define KT_MIN_CWND 4    /* below this, delayed ACKs would stall the socket */
 #define KT_GSO_MAX 65536 /* largest TSO packet TCP builds */
+/* an MSS when the socket has none yet: Ethernet's 1500 less IPv4, TCP and
+ * the timestamp option */
+#define KT_MSS_DEFAULT 1448
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -139,7 +142,7 @@ static __always_inline __u32 kt_cwnd_clamp(struct bpf_sock_ops *skops, __u32 rat
 	__u64 srtt_us = skops->srtt_us >> 3;
 
 	if (!mss || mss > 65535)
-		mss = 1448;
+		mss = KT_MSS_DEFAULT;
 	seg = mss + KT_HDR_ROOM;
 	if (burst / nsocks / 2 >= KT_GSO_MAX + seg)
 		return 0; /* half the burst takes the largest TSO packet */

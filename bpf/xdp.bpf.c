@@ -28,13 +28,10 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "kthrottle.h"
+#include "lib/net.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-#define ETH_P_IP 0x0800
-#define ETH_P_IPV6 0x86DD
-#define ETH_P_8021Q 0x8100
-#define ETH_P_8021AD 0x88A8
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -252,7 +249,7 @@ int kt_xdp_tags(struct xdp_md *ctx)
 	/* the key in three 64-bit stores, the words the hash then reads */
 	if (proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = l3;
-		int bits = cfg.prefix_v4 > 32 ? 32 : cfg.prefix_v4;
+		int bits = cfg.prefix_v4 > KT_IPV4_BITS ? KT_IPV4_BITS : cfg.prefix_v4;
 
 		if ((void *)(ip + 1) > data_end)
 			goto malformed;
@@ -261,7 +258,7 @@ int kt_xdp_tags(struct xdp_md *ctx)
 		key.q[2] = 0;
 	} else {
 		struct ipv6hdr *ip6 = l3;
-		int bits = cfg.prefix_v6 > 128 ? 128 : cfg.prefix_v6;
+		int bits = cfg.prefix_v6 > KT_IPV6_BITS ? KT_IPV6_BITS : cfg.prefix_v6;
 		__u32 *s;
 
 		if ((void *)(ip6 + 1) > data_end)

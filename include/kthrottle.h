@@ -286,10 +286,14 @@ _Static_assert(sizeof(struct kt_anc) == 16 + sizeof(struct kt_member_val), "kt_a
  * one limit, whatever the number of limits on the same prefixes: a cgroup's
  * packet looks up only its own (at most KT_LIMITS_PER_CGROUP) limits. */
 struct kt_dest_key {
-	__u32 prefixlen; /* 32 + prefix length */
+	__u32 prefixlen; /* KT_DEST_ID_BITS + prefix length */
 	__u32 limit_id;
 	__u8 addr[16];
 };
+#define KT_DEST_ID_BITS 32u   /* the limit id ahead of the address in kt_dest_key */
+#define KT_DEST_ADDR_BITS 128u /* the address, v4-mapped for IPv4 */
+/* a lookup key's prefixlen: the limit and the whole address */
+#define KT_DEST_KEY_BITS (KT_DEST_ID_BITS + KT_DEST_ADDR_BITS)
 _Static_assert(sizeof(struct kt_dest_key) == 24, "kt_dest_key layout");
 
 /* Of the limits that cover a packet, the deepest in a hierarchy wins (a

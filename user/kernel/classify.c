@@ -35,7 +35,7 @@ static const struct kt_dest_entry *dest_match(const struct kt_classifier *c, uin
 		const struct kt_dest_entry *e = &c->dests[i];
 
 		if (e->key.limit_id == id &&
-		    prefix_covers(e->key.addr, e->key.prefixlen - 32, addr, 128) &&
+		    prefix_covers(e->key.addr, e->key.prefixlen - KT_DEST_ID_BITS, addr, KT_DEST_ADDR_BITS) &&
 		    (!best || e->key.prefixlen > best->key.prefixlen))
 			best = e;
 	}
@@ -84,7 +84,7 @@ int kt_classifier_build(const struct kt_rule_input *rules, int n, struct kt_clas
 			const struct kt_cidr *c = &rules[i].cidrs[j];
 
 			for (k = first; k < ne; k++)
-				if (e[k].key.prefixlen == 32u + c->prefixlen &&
+				if (e[k].key.prefixlen == KT_DEST_ID_BITS + c->prefixlen &&
 				    !memcmp(e[k].key.addr, c->addr, 16))
 					break;
 			if (k < ne)
@@ -108,12 +108,12 @@ int kt_classifier_build(const struct kt_rule_input *rules, int n, struct kt_clas
 				cap = grow;
 			}
 			memset(&e[ne], 0, sizeof(e[ne]));
-			e[ne].key.prefixlen = 32u + c->prefixlen;
+			e[ne].key.prefixlen = KT_DEST_ID_BITS + c->prefixlen;
 			e[ne].key.limit_id = rules[i].limit_id;
 			memcpy(e[ne].key.addr, c->addr, 16);
 			/* the kernel compares only prefixlen bits; zero the rest
 			 * so equal prefixes are equal keys here too */
-			for (unsigned bit = c->prefixlen; bit < 128; bit++)
+			for (unsigned bit = c->prefixlen; bit < KT_DEST_ADDR_BITS; bit++)
 				e[ne].key.addr[bit / 8] &= (uint8_t) ~(0x80 >> (bit % 8));
 			e[ne].val = (struct kt_dest_val){ .prefixlen = c->prefixlen,
 							  .order = (uint16_t)i,

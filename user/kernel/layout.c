@@ -84,7 +84,7 @@ static unsigned limit_hooks(const struct kt_limit_cfg *lc)
 	if (lc->unit == KT_UNIT_BYTE)
 		mask |= 1u << KT_ATTACH_SOCKOPS;
 	/* an in-flight slot is given back when the socket closes, or when
-	 * its TCP state reaches CLOSE first (inflight.bpf.h) */
+	 * its TCP state reaches CLOSE first (bpf/lib/inflight.h) */
 	if (lc->unit == KT_UNIT_CONCURRENT)
 		mask |= 1u << KT_ATTACH_SOCKOPS | 1u << KT_ATTACH_SOCK_RELEASE;
 	return mask;

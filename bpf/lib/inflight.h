@@ -2,10 +2,11 @@
 /* In-flight limits (unit concurrent): a connect takes a slot of its
  * member's bucket (and of the node bucket it is chained to) while fewer
  * than the share are open; the socket gives it back when it closes. See
- * struct kt_inflight and struct kt_sk_slot. Included by kthrottle.bpf.h,
- * after the maps. */
+ * struct kt_inflight and struct kt_sk_slot. */
 #ifndef KT_INFLIGHT_BPF_H
 #define KT_INFLIGHT_BPF_H
+
+#include "lib/charge.h"
 
 /* One slot of the bucket in `slot` taken, unless all `cap` are open;
  * returns its kt_inflight entry, or NULL (refused, or no entry). */
