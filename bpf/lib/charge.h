@@ -213,6 +213,9 @@ static __always_inline int kt_charge(const struct kt_cls *cls, __u64 now, __u64 
 	if (!b || !c)
 		return KT_PASS;
 	parent = kt_bucket_parent_of(b);
+	/* the same decision twice over: units == 1 is the hot case (one call,
+	 * one datagram), and a constant cost lets the inlined GCRA fold away
+	 * its multiply by the cost there */
 	if (cls->unit == KT_UNIT_BYTE)
 		verdict = kt_gcra_decide_chained(b, parent, now, bytes, wait_ns);
 	else if (units == 1)
