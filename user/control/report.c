@@ -413,9 +413,10 @@ char *kt_report_metrics(const struct kt_daemon *d)
 		}
 	}
 	/* the join bucket's counters: what cgroups below a pattern's
-	 * directory sent before the daemon classified them (limits with one) */
+	 * directory, or pod cgroups in the kubelet's directories, sent before
+	 * the daemon classified them (limits with one) */
 	for (int k = 0; k < 2; k++) {
-		kt_sb_printf(&b, "# HELP kthrottle_unclassified_%s_total Tokens the limit's join bucket %s: cgroups below a pattern's directory not classified yet.\n"
+		kt_sb_printf(&b, "# HELP kthrottle_unclassified_%s_total Tokens the limit's join bucket %s: cgroups not classified yet (below a pattern's directory, or pods a pods: selector may pick).\n"
 			      "# TYPE kthrottle_unclassified_%s_total counter\n",
 			  k ? "throttled" : "admitted", k ? "refused" : "admitted",
 			  k ? "throttled" : "admitted");
