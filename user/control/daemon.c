@@ -738,6 +738,16 @@ int kt_daemon_regroup(struct kt_daemon *d)
 	return 1;
 }
 
+/* Members found anew. New groups (or gone ones) change the limits first:
+ * applied as a reload, which finds every member anew. What
+ * kt_refresh_members returns, or 1 after a regroup. */
+static int rescan(struct kt_daemon *d)
+{
+	if (kt_daemon_regroup(d) > 0)
+		return 1;
+	return kt_refresh_members(d);
+}
+
 /* A reload and its outcome: the watcher's last tried content, and applied
  * or rejected (since the first rejection of this content) for status. */
 static int reload(struct kt_daemon *d, bool automatic, char *err, size_t errlen)
@@ -847,7 +857,7 @@ static void on_tick(struct kt_watch *w, uint32_t events)
 	/* the safety net under the watcher: every epoch, or every tick while
 	 * it cannot watch */
 	if (!d->cgwatch || d->cgwatch_err || now - d->last_prune_ns >= d->cfg.epoch_ns) {
-		kt_refresh_members(d);
+		rescan(d);
 		d->last_prune_ns = now;
 	} else if (now >= kt_groups_next_expiry(d->groups)) {
 		kt_daemon_regroup(d); /* a group unseen for its ttl goes */
@@ -876,13 +886,22 @@ static void on_cgwatch(struct kt_watch *w, uint32_t events)
 
 	(void)events;
 	if (kt_cgwatch_drain(d->cgwatch))
-		kt_refresh_members(d);
+		rescan(d);
 }
 
+/* The pods watcher published: members, and the pod directories to
+ * watch, may have changed. */
 static void on_kube(struct kt_watch *w, uint32_t events)
 {
+	struct kt_daemon *d = w->ctx;
+
 	(void)events;
-	kt_refresh_kube_changed(w->ctx);
+	if (!kt_refresh_take_pods(d))
+		return;
+	/* a change of members re-arms the watches itself; else the pods'
+	 * directories may still have changed */
+	if (rescan(d) <= 0)
+		kt_refresh_watch_members(d);
 }
 
 /* A store answer between ticks: act on it now. */

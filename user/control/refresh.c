@@ -93,18 +93,11 @@ int kt_refresh_start_kube(struct kt_daemon *d, const struct kt_config *cfg, char
 	return kt_kube_snapshot(d->kube, &d->pods, &changed);
 }
 
-/* The watcher published: take its set; pods selected or gone, or their
- * directories to watch, may have changed. */
-void kt_refresh_kube_changed(struct kt_daemon *d)
+bool kt_refresh_take_pods(struct kt_daemon *d)
 {
 	bool changed = false;
 
-	if (!d->kube || kt_kube_snapshot(d->kube, &d->pods, &changed) || !changed)
-		return;
-	/* a change of members re-arms the watches itself; else the selected
-	 * pods' directories may still have changed */
-	if (kt_refresh_members(d) <= 0)
-		kt_refresh_watch_members(d);
+	return d->kube && !kt_kube_snapshot(d->kube, &d->pods, &changed) && changed;
 }
 
 int kt_refresh_apply_plan(struct kt_daemon *d, struct kt_plan *plan, struct kt_limit_state *ls,
@@ -227,10 +220,6 @@ int kt_refresh_members(struct kt_daemon *d)
 	int moved = 0, ret;
 	uint64_t now = kt_clock_ns();
 
-	/* new groups (or gone ones) change the limits: applied as a reload,
-	 * which finds every member anew */
-	if (kt_daemon_regroup(d) > 0)
-		return 1;
 	ret = kt_plan_refresh(&d->plan, &d->cfg, d->cg_mount, &d->pods, &next, &changed, err,
 			      sizeof(err));
 	if (ret) {

@@ -7,6 +7,7 @@
 #ifndef KT_REFRESH_H
 #define KT_REFRESH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include "kernel/apply.h"
 #include "base/config.h"
@@ -20,7 +21,9 @@ struct kt_daemon;
  * and join the pool; removed ones (the pod ended) lose their links and
  * buckets and leave the pool at once. All or nothing, through the same
  * apply as a reload. Returns how many members joined or left, or a
- * negative errno (logged once; the members stay as they were). */
+ * negative errno (logged once; the members stay as they were). Groups of
+ * groupBy limits are the daemon's to look at first (kt_daemon_regroup):
+ * this layer never calls back into the daemon. */
 int kt_refresh_members(struct kt_daemon *d);
 /* What the cgroup watcher should watch: every limit's cgroups entries,
  * absolute, and the directories of the selected pods. */
@@ -41,8 +44,8 @@ int kt_refresh_start_kube(struct kt_daemon *d, const struct kt_config *cfg, char
 /* Makes the watcher follow o (a reload): started, restarted with new
  * options, or stopped (o->api_server ""). */
 int kt_refresh_kube_follow(struct kt_daemon *d, const struct kt_kube_opts *o);
-/* The watcher published (its fd is ready): take its pods; members or the
- * directories to watch may have changed. */
-void kt_refresh_kube_changed(struct kt_daemon *d);
+/* The watcher published (its fd is ready): d->pods := its set; true when
+ * the set changed (members or the directories to watch may have). */
+bool kt_refresh_take_pods(struct kt_daemon *d);
 
 #endif
