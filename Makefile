@@ -58,7 +58,7 @@ SKELS     := $(patsubst bpf/%.bpf.c,$(BUILD)/skel/%.skel.h,$(BPF_SRCS))
 MAINS     := user/bin/kthrottled.c user/bin/kthrottlectl.c
 LIB_SRCS  := $(wildcard $(addsuffix /*.c,$(USER_DIRS)))
 LIB_OBJS  := $(patsubst user/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
-HDRS      := $(wildcard include/*.h $(addsuffix /*.h,$(USER_DIRS)))
+HDRS      := $(wildcard include/*.h include/kthrottle/*.h $(addsuffix /*.h,$(USER_DIRS)))
 
 TEST_SRCS := $(wildcard tests/unit/test_*.c tests/bpf/test_*.c tests/e2e/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
@@ -108,7 +108,7 @@ $(BUILD)/vmlinux.h:
 	@test -r /sys/kernel/btf/vmlinux || { echo "error: /sys/kernel/btf/vmlinux missing: kernel built without BTF" >&2; exit 1; }
 	$(call msg,GEN,$@)$(BPFTOOL) btf dump file /sys/kernel/btf/vmlinux format c > $@.tmp && mv $@.tmp $@
 
-$(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.bpf.h bpf/lib/*.h) include/kthrottle.h $(BUILD)/vmlinux.h
+$(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c $(wildcard bpf/*.bpf.h bpf/lib/*.h include/kthrottle/*.h) include/kthrottle.h $(BUILD)/vmlinux.h
 	@mkdir -p $(@D)
 	$(call msg,BPF,$@)$(CLANG) $(BPF_CFLAGS) -c $< -o $@
 
@@ -176,7 +176,7 @@ $(BUILD)/tools/kt-querybench: tests/tools/kt-querybench.c $(LIB_OBJS) $(HDRS)
 # example link the static archive or the shared library.
 KTLIB_SRCS := $(wildcard libkthrottle/*.c)
 KTLIB_OBJS := $(patsubst libkthrottle/%.c,$(BUILD)/obj/libkthrottle/%.o,$(KTLIB_SRCS))
-KTLIB_HDRS := include/kthrottle.h include/kthrottle_client.h $(wildcard libkthrottle/*.h)
+KTLIB_HDRS := include/kthrottle.h $(wildcard include/kthrottle/*.h) include/kthrottle_client.h $(wildcard libkthrottle/*.h)
 KTLIB      := $(BUILD)/libkthrottle.so $(BUILD)/libkthrottle.a
 
 all: $(KTLIB) $(BUILD)/examples/libkthrottle_demo
