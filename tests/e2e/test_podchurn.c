@@ -411,7 +411,12 @@ static void test_pod_churn(void **state)
 	/* sendmsg4, sendmsg6, egress, sock_create */
 	assert_int_equal(links_base, 4);
 	assert_true(fds0 > 0 && fds1 == fds0);
+#ifdef __SANITIZE_ADDRESS__
+	/* ASan keeps freed memory in its quarantine: RSS says nothing here */
+	assert_true(rss0 > 0);
+#else
 	assert_true(rss0 > 0 && rss1 <= rss0 + 4096);
+#endif
 }
 
 /* A child that joins `cg` and sends `n` datagrams back to back at once;
