@@ -215,14 +215,18 @@ static void row_ns_delta(const char *what, double value, double base, double del
 }
 
 /* Long operations (µs): delta is the median of paired per-round deltas,
- * shown as a ratio to the baseline and in ns. */
+ * shown as a ratio to the baseline and in ns. With a baseline the value
+ * shown is baseline + delta, so value, baseline and ratio agree: the
+ * median of the raw values comes from the same rounds but not in pairs, and
+ * on a noisy machine can even sit below the baseline while every pair says
+ * more. */
 static void row_ns_ratio(const char *what, double value, double base, double delta)
 {
 	struct row *r = row_new(what);
 
 	if (!r)
 		return;
-	snprintf(r->value, sizeof(r->value), "%.0f ns", value);
+	snprintf(r->value, sizeof(r->value), "%.0f ns", isnan(base) ? value : base + delta);
 	if (!isnan(base)) {
 		snprintf(r->baseline, sizeof(r->baseline), "%.0f ns", base);
 		snprintf(r->delta, sizeof(r->delta), "×%.3f (%+.0f ns)", 1 + delta / base, delta);
