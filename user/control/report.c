@@ -317,6 +317,58 @@ static int template_groups(const struct kt_daemon *d, const struct kt_limit_cfg 
 	return n > 0 ? n : 0;
 }
 
+/* A metric family's HELP and TYPE lines (name without the kthrottle_
+ * prefix). */
+static void family_head(struct kt_sbuf *b, const char *name, const char *type, const char *help)
+{
+	kt_sb_printf(b, "# HELP kthrottle_%s %s\n# TYPE kthrottle_%s %s\n", name, help, name, type);
+}
+
+/* A bucket slot's admitted (which 0) or throttled (1) tokens, 0 if unread. */
+static uint64_t slot_count(const struct kt_daemon *d, uint32_t slot, int which)
+{
+	struct kt_counters c = { 0 };
+
+	kt_bpf_read_counters(&d->bpf, slot, &c);
+	return which ? c.throttled : c.admitted;
+}
+
+/* The per-limit families: one sample per limit, its value from value(). */
+struct limit_family {
+	const char *name, *type, *help;
+	double (*value)(const struct kt_daemon *d, int i);
+};
+
+static double fam_limit_max(const struct kt_daemon *d, int i) { return d->plan.limits[i].cfg->rl.max; }
+static double fam_pool_rate(const struct kt_daemon *d, int i) { return d->ls[i].pool_rate; }
+static double fam_share(const struct kt_daemon *d, int i) { return d->ls[i].bucket_rate; }
+static double fam_pool_size(const struct kt_daemon *d, int i) { return kt_pool_view(d->pool, i)->size; }
+static double fam_pool_agreed(const struct kt_daemon *d, int i)
+{
+	return kt_pool_view(d->pool, i)->phase == KT_POOL_AGREED;
+}
+static double fam_members(const struct kt_daemon *d, int i) { return d->plan.limits[i].n_members; }
+static double fam_admitted(const struct kt_daemon *d, int i) { return (double)d->ls[i].total_admitted; }
+static double fam_throttled(const struct kt_daemon *d, int i) { return (double)d->ls[i].total_throttled; }
+static double fam_throttled_s(const struct kt_daemon *d, int i) { return (double)d->ls[i].throttled_ns / 1e9; }
+static double fam_shadow(const struct kt_daemon *d, int i) { return (double)d->ls[i].total_would_refuse; }
+
+static const struct limit_family limit_families[] = {
+	{ "limit_max", "gauge", "The limit's max, tokens/s (pool, all nodes).", fam_limit_max },
+	{ "pool_rate", "gauge", "The pool's rate now (the ramp), tokens/s.", fam_pool_rate },
+	{ "share", "gauge", "What one bucket of this node may admit now, tokens/s.", fam_share },
+	{ "pool_size", "gauge", "Members sharing the pool (0: unknown).", fam_pool_size },
+	{ "pool_agreed", "gauge", "1 when the store's last answer agreed on the size.", fam_pool_agreed },
+	{ "members", "gauge", "This node's member cgroups.", fam_members },
+	{ "admitted_total", "counter", "Tokens admitted on this node.", fam_admitted },
+	{ "throttled_total", "counter", "Tokens refused on this node.", fam_throttled },
+	{ "throttled_seconds_total", "counter", "Ticks in which the limit refused anything, in seconds.",
+	  fam_throttled_s },
+	{ "shadow_refused_total", "counter",
+	  "Tokens a shadow limit (enforce: false) would have refused and let pass (within admitted_total).",
+	  fam_shadow },
+};
+
 char *kt_report_metrics(const struct kt_daemon *d)
 {
 	struct kt_sbuf b = { 0 };
@@ -335,43 +387,13 @@ char *kt_report_metrics(const struct kt_daemon *d)
 		  d->cfg_rejected ? 0 : 1, (unsigned long long)d->reload_failures);
 	health_metrics(d, &b);
 	/* one family at a time, as the text format wants */
-	static const struct {
-		const char *name, *type, *help;
-	} fam[] = {
-		{ "limit_max", "gauge", "The limit's max, tokens/s (pool, all nodes)." },
-		{ "pool_rate", "gauge", "The pool's rate now (the ramp), tokens/s." },
-		{ "share", "gauge", "What one bucket of this node may admit now, tokens/s." },
-		{ "pool_size", "gauge", "Members sharing the pool (0: unknown)." },
-		{ "pool_agreed", "gauge", "1 when the store's last answer agreed on the size." },
-		{ "members", "gauge", "This node's member cgroups." },
-		{ "admitted_total", "counter", "Tokens admitted on this node." },
-		{ "throttled_total", "counter", "Tokens refused on this node." },
-		{ "throttled_seconds_total", "counter", "Ticks in which the limit refused anything, in seconds." },
-		{ "shadow_refused_total", "counter", "Tokens a shadow limit (enforce: false) would have refused and let pass (within admitted_total)." },
-	};
-	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
-		kt_sb_printf(&b, "# HELP kthrottle_%s %s\n# TYPE kthrottle_%s %s\n", fam[f].name,
-			  fam[f].help, fam[f].name, fam[f].type);
-		for (int i = 0; i < d->plan.n_limits; i++) {
-			const struct kt_limit_rt *l = &d->plan.limits[i];
-			const struct kt_limit_state *s = &d->ls[i];
-			const struct kt_pool_view *v = kt_pool_view(d->pool, i);
-			double val;
+	for (size_t f = 0; f < sizeof(limit_families) / sizeof(limit_families[0]); f++) {
+		const struct limit_family *fam = &limit_families[f];
 
-			switch (f) {
-			case 0: val = l->cfg->rl.max; break;
-			case 1: val = s->pool_rate; break;
-			case 2: val = s->bucket_rate; break;
-			case 3: val = v->size; break;
-			case 4: val = v->phase == KT_POOL_AGREED; break;
-			case 5: val = l->n_members; break;
-			case 6: val = (double)s->total_admitted; break;
-			case 7: val = (double)s->total_throttled; break;
-			case 8: val = (double)s->throttled_ns / 1e9; break;
-			default: val = (double)s->total_would_refuse; break;
-			}
-			kt_sb_printf(&b, "kthrottle_%s{limit=\"%s\"} %.17g\n", fam[f].name, l->cfg->name, val);
-		}
+		family_head(&b, fam->name, fam->type, fam->help);
+		for (int i = 0; i < d->plan.n_limits; i++)
+			kt_sb_printf(&b, "kthrottle_%s{limit=\"%s\"} %.17g\n", fam->name,
+				     d->plan.limits[i].cfg->name, fam->value(d, i));
 	}
 	kt_sb_printf(&b, "# HELP kthrottle_throttle_events_total Throttle events (sampled: at most one per CPU per ms) by reason.\n"
 		      "# TYPE kthrottle_throttle_events_total counter\n");
@@ -394,42 +416,39 @@ char *kt_report_metrics(const struct kt_daemon *d)
 			  kt_pool_store_state(d->pool, i, &since, ep, sizeof(ep)));
 	}
 	store_error_metrics(&d->plan, d->pool, &b);
+	/* the kernel's counters of each member's bucket, and of each join
+	 * bucket: what cgroups below a pattern's directory, or pod cgroups in
+	 * the kubelet's directories, sent before the daemon classified them */
 	for (int k = 0; k < 2; k++) {
-		kt_sb_printf(&b, "# HELP kthrottle_member_%s_total Tokens %s for one member cgroup (its bucket's counters).\n"
-			      "# TYPE kthrottle_member_%s_total counter\n",
-			  k ? "throttled" : "admitted", k ? "refused" : "admitted",
-			  k ? "throttled" : "admitted");
+		const char *kind = k ? "throttled" : "admitted";
+		char name[64];
+
+		snprintf(name, sizeof(name), "member_%s_total", kind);
+		family_head(&b, name, "counter", k ? "Tokens refused for one member cgroup (its bucket's counters)."
+						   : "Tokens admitted for one member cgroup (its bucket's counters).");
 		for (int i = 0; i < d->plan.n_limits; i++) {
 			const struct kt_limit_rt *l = &d->plan.limits[i];
 
-			for (int j = 0; j < l->n_members; j++) {
-				struct kt_counters mc = { 0 };
-
-				kt_bpf_read_counters(&d->bpf, l->members[j].slot, &mc);
-				kt_sb_printf(&b, "kthrottle_member_%s_total{limit=\"%s\",member=\"%s\"} %llu\n",
-					  k ? "throttled" : "admitted", l->cfg->name, l->members[j].id,
-					  (unsigned long long)(k ? mc.throttled : mc.admitted));
-			}
+			for (int j = 0; j < l->n_members; j++)
+				kt_sb_printf(&b, "kthrottle_%s{limit=\"%s\",member=\"%s\"} %llu\n", name,
+					     l->cfg->name, l->members[j].id,
+					     (unsigned long long)slot_count(d, l->members[j].slot, k));
 		}
 	}
-	/* the join bucket's counters: what cgroups below a pattern's
-	 * directory, or pod cgroups in the kubelet's directories, sent before
-	 * the daemon classified them (limits with one) */
 	for (int k = 0; k < 2; k++) {
-		kt_sb_printf(&b, "# HELP kthrottle_unclassified_%s_total Tokens the limit's join bucket %s: cgroups not classified yet (below a pattern's directory, or pods a pods: selector may pick).\n"
-			      "# TYPE kthrottle_unclassified_%s_total counter\n",
-			  k ? "throttled" : "admitted", k ? "refused" : "admitted",
-			  k ? "throttled" : "admitted");
+		const char *kind = k ? "throttled" : "admitted";
+		char name[64];
+
+		snprintf(name, sizeof(name), "unclassified_%s_total", kind);
+		family_head(&b, name, "counter",
+			    k ? "Tokens the limit's join bucket refused: cgroups not classified yet (below a pattern's directory, or pods a pods: selector may pick)."
+			      : "Tokens the limit's join bucket admitted: cgroups not classified yet (below a pattern's directory, or pods a pods: selector may pick).");
 		for (int i = 0; i < d->plan.n_limits; i++) {
 			const struct kt_limit_rt *l = &d->plan.limits[i];
-			struct kt_counters jc = { 0 };
 
-			if (!l->has_join)
-				continue;
-			kt_bpf_read_counters(&d->bpf, l->join_slot, &jc);
-			kt_sb_printf(&b, "kthrottle_unclassified_%s_total{limit=\"%s\"} %llu\n",
-				  k ? "throttled" : "admitted", l->cfg->name,
-				  (unsigned long long)(k ? jc.throttled : jc.admitted));
+			if (l->has_join)
+				kt_sb_printf(&b, "kthrottle_%s{limit=\"%s\"} %llu\n", name, l->cfg->name,
+					     (unsigned long long)slot_count(d, l->join_slot, k));
 		}
 	}
 	/* groupBy: each limit's groups on this node, the bound of its series */
