@@ -1,0 +1,631 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* `status` (report.h), a table or JSON: the node, its config, attach
+ * point, kernel features and pods watcher, then each limit with its pool,
+ * store, node and join buckets and members. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "base/cgroup.h"
+#include "base/cgwatch.h"
+#include "control/daemon.h"
+#include "control/features_report.h"
+#include "control/health.h"
+#include "control/inflight_report.h"
+#include "control/report.h"
+#include "members/groups.h"
+#include "store/store.h"
+#include "base/strbuf.h"
+#include "control/report_int.h"
+
+/* Seconds until `until` (kt clock): -1 for no deadline, 0 once passed. */
+static double left_s(uint64_t until, uint64_t now)
+{
+	if (!until)
+		return -1;
+	return until > now ? (double)(until - now) / 1e9 : 0;
+}
+
+/* The store's last error (JSON members of "store", or a text line) and the
+ * maxMembers anomaly. */
+static void store_error_status(const struct kt_pool *pool, struct kt_sbuf *b, int i, bool json,
+			       uint64_t now)
+{
+	const struct kt_pool_view *v = kt_pool_view(pool, i);
+	uint64_t since = 0;
+	char ep[300];
+	const char *st = kt_pool_store_state(pool, i, &since, ep, sizeof(ep));
+	struct kt_store_errors e;
+	double age;
+
+	kt_pool_store_errors(pool, i, &e);
+	age = e.since_ns && now > e.since_ns ? (double)(now - e.since_ns) / 1e9 : 0;
+	if (json) {
+		if (e.kind == KT_SERR_NONE) {
+			kt_sb_printf(b, ",\"last_error\":null");
+		} else {
+			kt_sb_printf(b, ",\"last_error\":{\"kind\":\"%s\",\"text\":",
+				  kt_store_err_kind_name(e.kind));
+			kt_sb_json_str(b, e.text);
+			if (e.since_ns)
+				kt_sb_printf(b, ",\"since_s\":%.3f", age);
+			else
+				kt_sb_printf(b, ",\"since_s\":null"); /* the episode is over */
+			kt_sb_printf(b, ",\"count\":%llu}", (unsigned long long)e.count[e.kind]);
+		}
+		if (v && v->over_max)
+			kt_sb_printf(b, ",\"anomaly\":{\"kind\":\"over_max_members\",\"size\":%d,"
+				     "\"max_members\":%d}",
+				  v->over_max, v->max_members);
+		else
+			kt_sb_printf(b, ",\"anomaly\":null");
+		return;
+	}
+	if (e.kind != KT_SERR_NONE && e.since_ns)
+		kt_sb_printf(b, "  store %s (%s since %.1fs, %llu so far: %s)\n",
+			  strcmp(st, "up") ? st : "errors", kt_store_err_kind_name(e.kind), age,
+			  (unsigned long long)e.count[e.kind], e.text);
+	if (v && v->over_max)
+		kt_sb_printf(b, "  store anomaly: pool size %d above maxMembers %d (acted on: shares shrink)\n",
+			  v->over_max, v->max_members);
+}
+
+static double last_event_age_s(const struct kt_limit_state *s, uint64_t now)
+{
+	return now > s->last_event_ns ? (double)(now - s->last_event_ns) / 1e9 : 0.0;
+}
+
+/* "pattern", "path" or "pods": what found member m. */
+static const char *found_by(const struct kt_limit_cfg *c, const struct kt_member_rt *m)
+{
+	if (m->entry == KT_ENTRY_PODS)
+		return "pods";
+	if (m->entry == KT_ENTRY_COOP)
+		return "libkthrottle";
+	if (m->entry == KT_ENTRY_CHILD)
+		return "child";
+	return kt_path_is_pattern(c->cgroups[m->entry]) ? "pattern" : "path";
+}
+
+/* The entry that found m: the cgroups entry, or the pod "namespace/name". */
+static const char *found_entry(const struct kt_limit_cfg *c, const struct kt_member_rt *m)
+{
+	if (m->entry == KT_ENTRY_COOP)
+		return "kt_coop"; /* its entry: slot - KT_COOP_SLOT0 */
+	if (m->entry == KT_ENTRY_CHILD)
+		return "a limit below"; /* a member of a descendant (parent:) */
+	return m->entry == KT_ENTRY_PODS ? m->pod : c->cgroups[m->entry];
+}
+
+/* The pods watcher's state: one line of text, or a "kubernetes" member of
+ * the status object. */
+static void kube_status(struct kt_kube *kube, int n_pods, struct kt_sbuf *b, bool json, uint64_t now)
+{
+	struct kt_kube_status st;
+
+	if (!kube)
+		return;
+	kt_kube_status(kube, &st);
+	if (json) {
+		kt_sb_printf(b, ",\"kubernetes\":{\"api_server\":");
+		kt_sb_json_str(b, kt_kube_options(kube)->api_server);
+		kt_sb_printf(b, ",\"node\":");
+		kt_sb_json_str(b, kt_kube_options(kube)->node_name);
+		kt_sb_printf(b, ",\"state\":\"%s\",\"synced\":%s,\"since_s\":%.3f,\"pods\":%d,"
+			     "\"resource_version\":",
+			  kt_kube_state_name(st.state), st.synced ? "true" : "false",
+			  now > st.since_ns ? (double)(now - st.since_ns) / 1e9 : 0.0, n_pods);
+		kt_sb_json_str(b, st.resource_version);
+		kt_sb_printf(b, ",\"lists\":%lu,\"watches\":%lu,\"relists\":%lu,\"skipped\":%lu,"
+			     "\"http_status\":%ld,\"error\":",
+			  st.lists, st.watches, st.relists, st.skipped, st.http_status);
+		kt_sb_json_str(b, st.error);
+		kt_sb_printf(b, "}");
+		return;
+	}
+	kt_sb_printf(b, "kubernetes %s  node %s  %s for %.1fs  %d pod(s) on this node%s  (lists %lu, watches %lu, relists %lu)\n",
+		  kt_kube_options(kube)->api_server, kt_kube_options(kube)->node_name,
+		  kt_kube_state_name(st.state),
+		  now > st.since_ns ? (double)(now - st.since_ns) / 1e9 : 0.0, n_pods,
+		  st.state == KT_KUBE_UNREACHABLE ? ", the last known" : "", st.lists, st.watches,
+		  st.relists);
+	if (st.error[0])
+		kt_sb_printf(b, "  kubernetes error: %s\n", st.error);
+}
+
+/* The groupBy limits of the parsed config: how many groups each has on
+ * this node (a template with none yet shows too). JSON: a "groups" array
+ * after "limits"; text: a line each after the limits. */
+static void groups_status(const struct kt_daemon *d, struct kt_sbuf *b, bool json)
+{
+	bool first = true;
+
+	if (json)
+		kt_sb_printf(b, ",\"groups\":[");
+	for (int i = 0; i < d->src.n_limits; i++) {
+		const struct kt_limit_cfg *c = &d->src.limits[i];
+		bool other;
+		int n = kt_report_template_groups(d, c, &other);
+
+		if (n < 0)
+			continue;
+		if (json) {
+			kt_sb_printf(b, "%s{\"limit\":", first ? "" : ",");
+			kt_sb_json_str(b, c->name);
+			kt_sb_printf(b, ",\"by\":\"%s\",\"label\":", kt_group_by_name(c->group_by));
+			if (c->group_label)
+				kt_sb_json_str(b, c->group_label);
+			else
+				kt_sb_printf(b, "null");
+			kt_sb_printf(b, ",\"groups\":%d,\"max_groups\":%d,\"other\":%s}", n,
+				     c->max_groups, other ? "true" : "false");
+		} else {
+			char on[KT_NAME_LEN] = "";
+
+			if (other)
+				kt_group_instance_name(c->name, NULL, on);
+			kt_sb_printf(b, "groups of %s (groupBy %s%s%s): %d of maxGroups %d%s%s\n", c->name,
+				     kt_group_by_name(c->group_by), c->group_label ? ":" : "",
+				     c->group_label ? c->group_label : "", n, c->max_groups,
+				     other ? ", the values past it in " : "", on);
+		}
+		first = false;
+	}
+	if (json)
+		kt_sb_printf(b, "]");
+}
+
+/* The tag limits: their buckets, query servers and exchange.
+ * JSON: a "tags" array after "limits"; text: a table after the limits. */
+static void tags_status(const struct kt_tags *tags, struct kt_sbuf *b, bool json, uint64_t now)
+{
+	int n = kt_tags_count(tags);
+
+	if (json)
+		kt_sb_printf(b, ",\"tags\":[");
+	else if (n)
+		kt_sb_printf(b, "%-16s %10s %8s %10s %12s %12s %12s %9s %s\n", "TAG_LIMIT", "RATE/s", "BURST",
+			  "TAGS", "ADMITTED", "REFUSED", "REMOTE_HITS", "CLIENTS", "EXCHANGE");
+	for (int i = 0; i < n; i++) {
+		struct kt_tag_stat t;
+		double age = -1;
+
+		kt_tags_get(tags, i, &t);
+		if (t.last_ok_ns && now > t.last_ok_ns)
+			age = (double)(now - t.last_ok_ns) / 1e9;
+		if (json) {
+			kt_sb_printf(b, "%s{\"name\":", i ? "," : "");
+			kt_sb_json_str(b, t.name);
+			kt_sb_printf(b,
+				  ",\"rate\":%.6g,\"burst\":%llu,\"report_interval_ms\":%.3f,\"tags\":%llu,"
+				  "\"admitted\":%llu,\"refused\":%llu,\"remote_hits\":%llu,\"evicted\":%llu,"
+				  "\"expired\":%llu,\"query\":{\"ok\":%llu,\"no\":%llu,\"bad_lines\":%llu,"
+				  "\"clients\":%llu,\"accepted\":%llu,\"clients_refused\":%llu,\"peers\":%llu,"
+				  "\"evicted_idle\":%llu,\"evicted_peer_cap\":%llu,\"evicted_full\":%llu},"
+				  "\"exchange\":{\"store\":\"%s\",\"store_ok\":%s,\"reports\":%llu,"
+				  "\"errors\":%llu,\"tags_sent\":%llu,\"entries_read\":%llu,"
+				  "\"remote_tags\":%llu,\"bad_remote\":%llu,\"last_ok_age_s\":%.3f,"
+				  "\"last_error\":",
+				  t.rate, (unsigned long long)t.burst, (double)t.report_ns / 1e6,
+				  (unsigned long long)t.tab.tags, (unsigned long long)t.tab.admitted,
+				  (unsigned long long)t.tab.refused, (unsigned long long)t.tab.remote_hits,
+				  (unsigned long long)t.tab.evicted, (unsigned long long)t.tab.expired,
+				  (unsigned long long)t.query.ok, (unsigned long long)t.query.no,
+				  (unsigned long long)t.query.bad_lines, (unsigned long long)t.query.clients,
+				  (unsigned long long)t.query.accepted, (unsigned long long)t.query.refused,
+				  (unsigned long long)t.query.peers, (unsigned long long)t.query.evicted_idle,
+				  (unsigned long long)t.query.evicted_peer_cap,
+				  (unsigned long long)t.query.evicted_full,
+				  t.exchange ? "redis" : "none", t.exchange && t.store_ok ? "true" : "false",
+				  (unsigned long long)t.reports, (unsigned long long)t.report_errors,
+				  (unsigned long long)t.tags_sent, (unsigned long long)t.remote_entries,
+				  (unsigned long long)t.remote_tags, (unsigned long long)t.bad_remote, age);
+			kt_sb_json_str(b, t.last_error);
+			kt_sb_printf(b, "}");
+			if (t.xdp)
+				kt_sb_printf(b,
+					  ",\"xdp\":{\"interfaces\":%d,\"buckets\":%llu,\"passed\":%llu,"
+					  "\"dropped\":%llu,\"hits_sent\":%llu,\"remote_hits\":%llu}",
+					  t.ifaces, (unsigned long long)t.xdp_buckets,
+					  (unsigned long long)t.xdp_admitted, (unsigned long long)t.xdp_dropped,
+					  (unsigned long long)t.xdp_hits_sent,
+					  (unsigned long long)t.xdp_remote_hits);
+			kt_sb_printf(b, "}");
+		} else {
+			char ex[400];
+
+			if (!t.exchange)
+				snprintf(ex, sizeof(ex), "none (local to this node)");
+			else if (t.store_ok)
+				snprintf(ex, sizeof(ex), "ok, last %.1fs ago", age);
+			else if (t.report_errors)
+				snprintf(ex, sizeof(ex), "FAILING (local counts only): %s", t.last_error);
+			else
+				snprintf(ex, sizeof(ex), "starting");
+			kt_sb_printf(b, "%-16s %10.3f %8llu %10llu %12llu %12llu %12llu %9llu %s\n", t.name,
+				  t.rate, (unsigned long long)t.burst, (unsigned long long)t.tab.tags,
+				  (unsigned long long)t.tab.admitted, (unsigned long long)t.tab.refused,
+				  (unsigned long long)t.tab.remote_hits, (unsigned long long)t.query.clients,
+				  ex);
+			if (t.xdp)
+				kt_sb_printf(b, "  xdp on %d interface(s): %llu sources, passed %llu, dropped %llu, remote hits %llu\n",
+					  t.ifaces, (unsigned long long)t.xdp_buckets,
+					  (unsigned long long)t.xdp_admitted, (unsigned long long)t.xdp_dropped,
+					  (unsigned long long)t.xdp_remote_hits);
+		}
+	}
+	if (json)
+		kt_sb_printf(b, "]");
+}
+
+/* A strict limit's permits (nothing for other limits): the reserved
+ * permits, what was granted, used and wasted, who waits, and whether the
+ * store answers (if not, nothing is admitted). */
+static void strict_status(const struct kt_strict *strict, struct kt_sbuf *b, int i, bool json,
+			  uint64_t now)
+{
+	struct kt_strict_stat t;
+
+	kt_strict_get(strict, i, now, &t);
+	if (!t.strict)
+		return;
+	if (json) {
+		kt_sb_printf(b,
+			  "\"strict\":{\"every_ms\":%.3f,\"max_reserved\":%d,\"expire_after_ms\":%.3f,"
+			  "\"store_ok\":%s,\"reserved_permits\":%.3f,\"waiting\":%d,\"armed\":%d,"
+			  "\"next_due_ms\":%.3f,\"granted\":%llu,\"used\":%llu,\"wasted\":%llu,"
+			  "\"backoffs\":%llu,\"store_errors\":%llu,\"last_error\":",
+			  (double)t.every_ns / 1e6, t.max_reserved, (double)t.expire_ns / 1e6,
+			  t.store_down ? "false" : "true", t.reserved, t.waiting, t.armed,
+			  t.next_due_ns ? ((double)t.next_due_ns - (double)now) / 1e6 : 0.0,
+			  (unsigned long long)t.granted, (unsigned long long)t.used,
+			  (unsigned long long)t.wasted, (unsigned long long)t.backoffs,
+			  (unsigned long long)t.store_errors);
+		kt_sb_json_str(b, t.last_error);
+		kt_sb_printf(b, "},");
+		return;
+	}
+	kt_sb_printf(b,
+		  "  strict every %.1fms (maxReserved %d, expireAfter %.1fms)  reserved %.1f  waiting %d  "
+		  "permits granted %llu used %llu wasted %llu  back-offs %llu%s%s\n",
+		  (double)t.every_ns / 1e6, t.max_reserved, (double)t.expire_ns / 1e6, t.reserved, t.waiting,
+		  (unsigned long long)t.granted, (unsigned long long)t.used, (unsigned long long)t.wasted,
+		  (unsigned long long)t.backoffs,
+		  t.store_down ? "  STORE UNREACHABLE, admitting nothing: " : "", t.store_down ? t.last_error : "");
+}
+
+static void utc_time(int64_t t, char *out, size_t len)
+{
+	struct tm tm;
+	time_t tt = (time_t)t;
+
+	if (!gmtime_r(&tt, &tm) || !strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm))
+		snprintf(out, len, "%lld", (long long)t);
+}
+
+/* The config file: applied or rejected (since when, why), reload counts. */
+static void config_status(const struct kt_daemon *d, struct kt_sbuf *b, bool json)
+{
+	char at[32];
+
+	if (json) {
+		kt_sb_printf(b, ",\"config\":{\"path\":");
+		kt_sb_json_str(b, d->config_path);
+		kt_sb_printf(b, ",\"state\":\"%s\",\"error\":", d->cfg_rejected ? "rejected" : "applied");
+		kt_sb_json_str(b, d->cfg_rejected ? d->cfg_error : "");
+		if (d->cfg_rejected)
+			kt_sb_printf(b, ",\"rejected_since\":%lld", (long long)d->cfg_rejected_since);
+		else
+			kt_sb_printf(b, ",\"rejected_since\":null");
+		kt_sb_printf(b, ",\"applied_at\":%lld,\"reloads\":%llu,\"reload_failures\":%llu,\"auto\":%s}",
+			  (long long)d->cfg_applied_at, (unsigned long long)d->reloads,
+			  (unsigned long long)d->reload_failures, d->cfw ? "true" : "false");
+		return;
+	}
+	if (d->cfg_rejected) {
+		utc_time(d->cfg_rejected_since, at, sizeof(at));
+		kt_sb_printf(b, "config %s: rejected since %s: %s\n", d->config_path, at, d->cfg_error);
+		return;
+	}
+	utc_time(d->cfg_applied_at, at, sizeof(at));
+	kt_sb_printf(b, "config %s: applied %s (%llu reloads, %llu rejected; %s)\n", d->config_path, at,
+		  (unsigned long long)d->reloads, (unsigned long long)d->reload_failures,
+		  d->cfw ? "changes apply themselves" : "not watched: reload by hand");
+}
+
+/* A limit's node bucket (KT_BUCKET_POOL) and join bucket (KT_BUCKET_JOIN),
+ * as the kernel has them at `now`: the rate and burst in force (the
+ * lease's, the fallback's, or 0 when closed; kt_bucket_params) and the whole
+ * tokens left; the join bucket's counters are what cgroups not classified
+ * yet sent since it was made. Operators see whether the node as a whole, or
+ * pods the daemon has not found yet, are what refuses. */
+static void node_join_status(const struct kt_bpf *bpf, struct kt_sbuf *b, const struct kt_limit_rt *l,
+			     bool json, uint64_t now)
+{
+	const struct kt_bucket *bk;
+	struct kt_counters jc = { 0 };
+	__u64 burst, interval;
+
+	if (!bpf->buckets)
+		return;
+	if (l->has_pool && l->pool_slot < KT_MAX_BUCKETS) {
+		bk = &bpf->buckets[l->pool_slot];
+		interval = kt_bucket_params(bk, now, &burst);
+		if (json)
+			kt_sb_printf(b, "\"node_bucket\":{\"slot\":%u,\"rate\":%.6g,\"burst\":%llu,\"tokens\":%llu},",
+				  l->pool_slot, kt_rate_from_interval_fp(interval), (unsigned long long)burst,
+				  (unsigned long long)kt_gcra_tokens_left(bk, now));
+		else
+			kt_sb_printf(b, "  node bucket %u  rate %.3f/s  burst %llu  tokens %llu  (all members together)\n",
+				  l->pool_slot, kt_rate_from_interval_fp(interval), (unsigned long long)burst,
+				  (unsigned long long)kt_gcra_tokens_left(bk, now));
+	}
+	if (l->has_join && l->join_slot < KT_MAX_BUCKETS) {
+		bk = &bpf->buckets[l->join_slot];
+		interval = kt_bucket_params(bk, now, &burst);
+		kt_bpf_read_counters(bpf, l->join_slot, &jc);
+		if (json)
+			kt_sb_printf(b, "\"join_bucket\":{\"slot\":%u,\"rate\":%.6g,\"burst\":%llu,\"tokens\":%llu,"
+				     "\"admitted\":%llu,\"throttled\":%llu},",
+				  l->join_slot, kt_rate_from_interval_fp(interval), (unsigned long long)burst,
+				  (unsigned long long)kt_gcra_tokens_left(bk, now),
+				  (unsigned long long)jc.admitted, (unsigned long long)jc.throttled);
+		else
+			kt_sb_printf(b, "  join bucket %u  rate %.3f/s  tokens %llu  unclassified cgroups: admitted %llu  throttled %llu\n",
+				  l->join_slot, kt_rate_from_interval_fp(interval),
+				  (unsigned long long)kt_gcra_tokens_left(bk, now),
+				  (unsigned long long)jc.admitted, (unsigned long long)jc.throttled);
+	}
+}
+
+char *kt_report_status(const struct kt_daemon *d, bool json)
+{
+	struct kt_sbuf b = { 0 };
+	uint64_t now = kt_clock_ns();
+	int i, j, name_w = 16; /* the LIMIT column: a group's name is longer */
+
+	for (i = 0; i < d->plan.n_limits; i++)
+		if ((int)strlen(d->plan.limits[i].cfg->name) > name_w)
+			name_w = (int)strlen(d->plan.limits[i].cfg->name);
+
+	if (json) {
+		kt_sb_printf(&b, "{\"node\":");
+		kt_sb_json_str(&b, d->cfg.node_name);
+		kt_sb_printf(&b, ",\"pin_dir\":");
+		kt_sb_json_str(&b, d->bpf.pin_dir);
+		kt_sb_printf(&b, ",\"attach\":");
+		kt_sb_json_str(&b, d->attach_desc);
+		kt_sb_printf(&b, ",\"uptime_s\":%.3f,\"ticks\":%llu,\"tick_late_max_ms\":%.3f,"
+			     "\"ticks_missed\":%llu,\"reloads\":%llu",
+			  (double)(now - d->started_ns) / 1e9, (unsigned long long)d->ticks,
+			  (double)d->tick_late_max_ns / 1e6, (unsigned long long)d->ticks_missed,
+			  (unsigned long long)d->reloads);
+		config_status(d, &b, true);
+		kt_features_status(&d->bpf.feat, &b, true);
+		kube_status(d->kube, d->pods.n, &b, true, now);
+		kt_sb_printf(&b, ",\"limits\":[");
+	} else {
+		kt_sb_printf(&b, "node %s  pins %s  up %.0fs  latest tick %.1fms late\n", d->cfg.node_name,
+			  d->bpf.pin_dir, (double)(now - d->started_ns) / 1e9,
+			  (double)d->tick_late_max_ns / 1e6);
+		config_status(d, &b, false);
+		kt_sb_printf(&b, "attach %s\n", d->attach_desc);
+		kt_features_status(&d->bpf.feat, &b, false);
+		kube_status(d->kube, d->pods.n, &b, false, now);
+		if (d->plan.n_limits) /* a node may have tag limits only */
+			kt_sb_printf(&b, "%-*s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",
+			  name_w, "LIMIT", "UNIT", "SCOPE", "MODE", "POOL_RATE/s", "MAX/s", "RAMP%",
+			  "UTIL%", "BUCKET_RATE", "BURST", "ADMITTED", "THROTTLED", "ADMIT/s");
+	}
+	for (i = 0; i < d->plan.n_limits; i++) {
+		const struct kt_limit_rt *l = &d->plan.limits[i];
+		const struct kt_limit_state *s = &d->ls[i];
+		const struct kt_limit_cfg *c = l->cfg;
+		struct kt_limit_counts k;
+
+		/* a look, not a read: the demand windows are the tick's */
+		kt_ctl_peek_counters(&d->controller, i, &k);
+		if (json) {
+			kt_sb_printf(&b, "%s{\"name\":", i ? "," : "");
+			kt_sb_json_str(&b, c->name);
+			const struct kt_pool_view *v = kt_pool_view(d->pool, i);
+			uint64_t st_since = 0;
+			char ep[300] = "";
+			const char *st = kt_pool_store_state(d->pool, i, &st_since, ep, sizeof(ep));
+
+			kt_sb_printf(&b,
+				  ",\"id\":%u,\"unit\":\"%s\",\"scope\":\"%s\",\"mode\":\"%s\","
+				  "\"pool_rate\":%.6g,\"min\":%.6g,\"max\":%.6g,\"ramp_progress_pct\":%.2f,"
+				  "\"utilization_pct\":%.2f,\"bucket_rate\":%.6g,\"burst\":%.6g,"
+				  "\"fallback_rate\":%.6g,\"admitted\":%llu,\"throttled\":%llu,"
+				  "\"admitted_bytes\":%llu,\"throttled_bytes\":%llu,"
+				  "\"admitted_per_s\":%.3f,\"enforce\":%s,\"would_refuse\":%llu,"
+				  "\"would_refuse_bytes\":%llu,",
+				  l->id, kt_unit_name(c->unit), kt_scope_name(c->scope),
+				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.min, c->rl.max,
+				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
+				  s->bucket_rate, s->bucket_burst, s->fallback_rate,
+				  (unsigned long long)k.admitted, (unsigned long long)k.throttled,
+				  (unsigned long long)k.admitted_bytes,
+				  (unsigned long long)k.throttled_bytes, s->epoch_used_rate,
+				  c->shadow ? "false" : "true", (unsigned long long)k.would_refuse,
+				  (unsigned long long)k.would_refuse_bytes);
+			kt_sb_printf(&b, "\"parent\":");
+			if (kt_cfg_parent(c) >= 0)
+				kt_sb_json_str(&b, d->cfg.limits[kt_cfg_parent(c)].name);
+			else
+				kt_sb_printf(&b, "null");
+			kt_features_limit_status(&d->bpf.feat, c, &b, true);
+			/* a groupBy limit's group: its template and value (null:
+			 * the pool of the values past maxGroups) */
+			if (c->group_of) {
+				kt_sb_printf(&b, ",\"group\":{\"limit\":");
+				kt_sb_json_str(&b, d->src.limits[c->group_of - 1].name);
+				kt_sb_printf(&b, ",\"by\":\"%s\",\"value\":", kt_group_by_name(c->group_by));
+				if (c->group_other)
+					kt_sb_printf(&b, "null");
+				else
+					kt_sb_json_str(&b, c->group_value);
+				kt_sb_printf(&b, "}");
+			}
+			kt_sb_printf(&b, ",");
+			kt_sb_printf(&b, "\"store\":{\"kind\":\"%s\",\"state\":\"%s\",\"since_s\":%.3f,\"endpoint\":",
+				  kt_store_kind_name(c->store.kind), st,
+				  st_since && now > st_since ? (double)(now - st_since) / 1e9 : 0.0);
+			kt_sb_json_str(&b, ep);
+			store_error_status(d->pool, &b, i, true, now);
+			kt_sb_printf(&b,
+				  "},\"pool\":{\"phase\":\"%s\",\"size\":%d,\"live\":%d,\"agree\":%s,"
+				  "\"share\":%.6g,\"reserved\":%.6g,\"last_heartbeat_age_s\":%.3f,"
+				  "\"lease_left_s\":%.3f,\"fallback_left_s\":%.3f},",
+				  kt_pool_phase_name(v->phase), v->size, v->live, v->agree ? "true" : "false",
+				  kt_pool_bucket_rate(d->pool, i, s->pool_rate, 1), v->reserved,
+				  v->last_answer_ns && now > v->last_answer_ns
+					  ? (double)(now - v->last_answer_ns) / 1e9
+					  : -1.0,
+				  left_s(v->lease_until_ns, now), left_s(v->fallback_until_ns, now));
+			/* after "pool": readers that take the first "share" key of a
+			 * limit get the pool's */
+			kt_sb_printf(&b,
+				  "\"throttle_events\":{\"share\":%llu,\"fallback\":%llu,\"closed\":%llu,"
+				  "\"permit\":%llu,\"shadow\":%llu,\"inflight\":%llu},",
+				  (unsigned long long)s->events[KT_REASON_SHARE],
+				  (unsigned long long)s->events[KT_REASON_FALLBACK],
+				  (unsigned long long)s->events[KT_REASON_CLOSED],
+				  (unsigned long long)s->events[KT_REASON_PERMIT],
+				  (unsigned long long)s->events[KT_REASON_SHADOW],
+				  (unsigned long long)s->events[KT_REASON_INFLIGHT]);
+			strict_status(d->strict, &b, i, true, now);
+			if (s->last_event_ns)
+				kt_sb_printf(&b,
+					  "\"last_throttle\":{\"reason\":\"%s\",\"retry_after_ms\":%.3f,"
+					  "\"age_s\":%.3f},",
+					  kt_report_reason_names[s->last_event_reason],
+					  kt_report_retry_ms(s), last_event_age_s(s, now));
+			node_join_status(&d->bpf, &b, l, true, now);
+			kt_inflight_status(&d->bpf, l, &b, true, now);
+			kt_sb_printf(&b, "\"cgroups\":[");
+		} else {
+			kt_sb_printf(&b,
+				  "%-*s %-10s %-5s %-10s %12.3f %12.3f %6.1f %6.1f %12.3f %8.0f %12llu %12llu %10.1f\n",
+				  name_w, c->name, kt_unit_name(c->unit), kt_scope_name(c->scope),
+				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.max,
+				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
+				  s->bucket_rate, s->bucket_burst, (unsigned long long)k.admitted,
+				  (unsigned long long)k.throttled, s->epoch_used_rate);
+			const struct kt_pool_view *v = kt_pool_view(d->pool, i);
+			uint64_t st_since = 0;
+			char ep[300] = "";
+			const char *st = kt_pool_store_state(d->pool, i, &st_since, ep, sizeof(ep));
+			if (s->last_event_ns)
+				kt_sb_printf(&b,
+					  "  throttle events: share %llu  fallback %llu  closed %llu  permit %llu  (last: %s, retry after %.1f ms, %.1fs ago)\n",
+					  (unsigned long long)s->events[KT_REASON_SHARE],
+					  (unsigned long long)s->events[KT_REASON_FALLBACK],
+					  (unsigned long long)s->events[KT_REASON_CLOSED],
+					  (unsigned long long)s->events[KT_REASON_PERMIT],
+					  kt_report_reason_names[s->last_event_reason],
+					  kt_report_retry_ms(s), last_event_age_s(s, now));
+			if (c->group_of)
+				kt_sb_printf(&b, "  group %s of %s (groupBy %s)\n",
+					     c->group_other ? "(every value past maxGroups)" : c->group_value,
+					     d->src.limits[c->group_of - 1].name, kt_group_by_name(c->group_by));
+			if (kt_cfg_parent(c) >= 0)
+				kt_sb_printf(&b, "  parent %s: every call is charged to it too\n",
+					     d->cfg.limits[kt_cfg_parent(c)].name);
+			if (c->shadow || k.would_refuse)
+				kt_sb_printf(&b, "  %s: would have refused %llu (let pass; %llu shadow events)\n",
+					     c->shadow ? "shadow, enforce: false" : "was shadow",
+					     (unsigned long long)k.would_refuse,
+					     (unsigned long long)s->events[KT_REASON_SHADOW]);
+			kt_features_limit_status(&d->bpf.feat, c, &b, false);
+			strict_status(d->strict, &b, i, false, now);
+			if (c->rl.strict.on)
+				goto members; /* no pool: the strict line says it all */
+			kt_sb_printf(&b, "  store %s%s%s  pool %s size %d live %d  share %.3f/s",
+				  kt_store_kind_name(c->store.kind), ep[0] ? " " : "", ep,
+				  kt_pool_phase_name(v->phase), v->size, v->live,
+				  kt_pool_bucket_rate(d->pool, i, s->pool_rate, 1));
+			if (c->store.kind == KT_STORE_REDIS) {
+				if (st_since && now > st_since)
+					kt_sb_printf(&b, " (store %s for %.1fs", st, (double)(now - st_since) / 1e9);
+				else
+					kt_sb_printf(&b, " (store %s", st);
+				if (v->last_answer_ns && now > v->last_answer_ns)
+					kt_sb_printf(&b, ", last heartbeat %.1fs ago",
+						  (double)(now - v->last_answer_ns) / 1e9);
+				else
+					kt_sb_printf(&b, ", no answer yet");
+				if (v->lease_until_ns > now)
+					kt_sb_printf(&b, ", lease %.1fs left)", left_s(v->lease_until_ns, now));
+				else
+					kt_sb_printf(&b, ", lease expired)");
+				if (v->reserved > 0)
+					kt_sb_printf(&b, "  held for lapsed members %.3f/s", v->reserved);
+			}
+			kt_sb_printf(&b, "\n");
+			if (c->store.kind == KT_STORE_REDIS)
+				store_error_status(d->pool, &b, i, false, now);
+			node_join_status(&d->bpf, &b, l, false, now);
+			kt_inflight_status(&d->bpf, l, &b, false, now);
+		}
+members:
+		for (j = 0; j < l->n_members; j++) {
+			const struct kt_member_rt *m = &l->members[j];
+			struct kt_counters mc = { 0 };
+			double rate;
+
+			kt_bpf_read_counters(&d->bpf, m->slot, &mc);
+			/* the rate the kernel runs this member's bucket at now */
+			rate = d->bpf.buckets && m->slot < KT_MAX_SLOTS &&
+					       (d->bpf.coop || !kt_slot_is_coop(m->slot))
+				       ? kt_rate_from_interval_fp(KT_READ_ONCE(
+						 kt_bpf_bucket(&d->bpf, m->slot)->interval_fp))
+				       : 0;
+			if (json) {
+				kt_sb_printf(&b, "%s{\"member_id\":", j ? "," : "");
+				kt_sb_json_str(&b, m->id);
+				kt_sb_printf(&b, ",\"path\":");
+				kt_sb_json_str(&b, m->path);
+				/* how it was found: the config's entry */
+				kt_sb_printf(&b, ",\"found_by\":\"%s\",\"entry\":", found_by(c, m));
+				kt_sb_json_str(&b, found_entry(c, m));
+				kt_sb_printf(&b,
+					  ",\"cgroup_id\":%llu,\"slot\":%u,\"admitted\":%llu,\"throttled\":%llu,"
+					  "\"rate\":%.6g",
+					  (unsigned long long)m->cgid, m->slot,
+					  (unsigned long long)mc.admitted,
+					  (unsigned long long)mc.throttled, rate);
+				if (c->share == KT_SHARE_DEMAND)
+					kt_sb_printf(&b, ",\"demand\":%.6g", d->slot_base[m->slot].demand);
+				kt_sb_printf(&b, "}");
+			} else {
+				if (m->entry == KT_ENTRY_COOP)
+					kt_sb_printf(&b, "  member %s  (libkthrottle)  kt_coop entry %u  rate %.3f/s",
+						  m->id, m->slot - KT_COOP_SLOT0, rate);
+				else
+					kt_sb_printf(&b, "  member %s  cgroup %s  (%s %s)  bucket %u%s  rate %.3f/s",
+						  m->id, m->path, found_by(c, m), found_entry(c, m),
+						  m->slot, c->scope == KT_SCOPE_NODE ? " (shared)" : "",
+						  rate);
+				if (c->share == KT_SHARE_DEMAND)
+					kt_sb_printf(&b, "  demand %.3f/s", d->slot_base[m->slot].demand);
+				kt_sb_printf(&b, "  admitted %llu  throttled %llu\n",
+					  (unsigned long long)mc.admitted, (unsigned long long)mc.throttled);
+			}
+		}
+		if (json)
+			kt_sb_printf(&b, "]}");
+	}
+	if (json)
+		kt_sb_printf(&b, "]");
+	groups_status(d, &b, json);
+	tags_status(d->tags, &b, json, now);
+	if (json)
+		kt_sb_printf(&b, "}\n");
+	return kt_sb_take(&b);
+}
