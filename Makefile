@@ -288,9 +288,12 @@ bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test
 	KT_KUBECHURN_S=30 $(BUILD)/tests/e2e/test_kubechurn
 	KT_PODCHURN_S=$(SOAK_S) $(BUILD)/tests/e2e/test_podchurn
 
-$(BUILD)/tests/bench/bench: tests/bench/bench.c $(LIB_OBJS) $(TEST_HELPERS) $(HDRS)
+# the benchmark is tests/bench/*.c, one file per section or pair of sections
+# (bench.c: the table, the fixture and the driver), sharing bench.h
+BENCH_SRCS := $(wildcard tests/bench/*.c)
+$(BUILD)/tests/bench/bench: $(BENCH_SRCS) $(wildcard tests/bench/*.h) $(LIB_OBJS) $(TEST_HELPERS) $(HDRS)
 	@mkdir -p $(@D)
-	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $< $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS) -lcmocka
+	$(call msg,LD,$@)$(CC) $(CFLAGS) -Itests/lib $(LDFLAGS) $(BENCH_SRCS) $(LIB_OBJS) $(TEST_HELPERS) -o $@ $(LDLIBS) -lcmocka
 
 # only kt-load: the other tools link tests/lib (cmocka), not in deps-demo
 demo: deps-demo all $(BUILD)/tools/kt-load
