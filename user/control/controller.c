@@ -509,6 +509,45 @@ void kt_ctl_hist_rehome(struct kt_limit_state *s, struct kt_sample *ring, int ca
 	s->hist_head = keep % cap;
 }
 
+/* Kernel state verified, not believed: each of limit i's buckets (members,
+ * node and join buckets) holds the rate and burst the daemon wrote, or is
+ * put back (a hand edit, a stray write). Logged at most every
+ * KT_FIX_LOG_NS per limit; every fix counted. Strict buckets are the
+ * strict controller's, armed and closed by permits: not checked here. */
+#define KT_FIX_LOG_NS (10ULL * 1000000000ULL)
+static void verify_buckets(struct kt_ctl *c, int i, uint64_t now)
+{
+	const struct kt_limit_rt *l = &c->plan->limits[i];
+	struct kt_limit_state *s = &c->ls[i];
+	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT + 2];
+	struct kt_bucket_written found;
+	int n;
+
+	if (l->cfg->rl.strict.on)
+		return;
+	n = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
+	if (l->has_pool)
+		slots[n++] = l->pool_slot;
+	if (l->has_join)
+		slots[n++] = l->join_slot;
+	for (int k = 0; k < n; k++) {
+		if (!kt_bucket_verify(c->bpf, slots[k], &found))
+			continue;
+		s->kernel_fixes++;
+		if (s->kernel_fix_logged_ns && now - s->kernel_fix_logged_ns < KT_FIX_LOG_NS)
+			continue;
+		s->kernel_fix_logged_ns = now;
+		kt_warn("limit %s: %s %u held interval_fp %llu burst %llu, not the %llu and %llu the daemon "
+			"wrote: written back (%llu fixes so far)",
+			l->cfg->name, kt_slot_is_coop(slots[k]) ? "kt_coop entry" : "kt_buckets slot",
+			kt_slot_is_coop(slots[k]) ? slots[k] - KT_COOP_SLOT0 : slots[k],
+			(unsigned long long)found.interval_fp, (unsigned long long)found.burst,
+			(unsigned long long)c->bpf->written[slots[k]].interval_fp,
+			(unsigned long long)c->bpf->written[slots[k]].burst,
+			(unsigned long long)s->kernel_fixes);
+	}
+}
+
 void kt_ctl_tick(struct kt_ctl *c, uint64_t now)
 {
 	for (int i = 0; i < c->plan->n_limits; i++) {
@@ -522,6 +561,7 @@ void kt_ctl_tick(struct kt_ctl *c, uint64_t now)
 		int back;
 
 		kt_ctl_read_counters(c, i, now);
+		verify_buckets(c, i, now);
 		/* a shadow limit's ramp and agreement see what enforcing would
 		 * have done: what it let pass as refused, not as used */
 		cur.used = l->cfg->unit == KT_UNIT_BYTE

@@ -57,6 +57,9 @@ struct kt_limit_state {
 	 * shadow one in this run (shadow_watch) */
 	uint64_t total_would_refuse, total_would_refuse_bytes;
 	bool shadow_watch;
+	/* rate fields of this limit's buckets found changed in kt_buckets
+	 * and written back (kt_bucket_verify), and when that was last logged */
+	uint64_t kernel_fixes, kernel_fix_logged_ns;
 	/* throttle events from the kernel (sampled, see struct kt_event) */
 	uint64_t events[KT_REASON_COUNT];
 	uint64_t last_event_ns, last_retry_after_ns;

@@ -146,6 +146,7 @@ static double fam_admitted(const struct kt_daemon *d, int i) { return (double)d-
 static double fam_throttled(const struct kt_daemon *d, int i) { return (double)d->ls[i].total_throttled; }
 static double fam_throttled_s(const struct kt_daemon *d, int i) { return (double)d->ls[i].throttled_ns / 1e9; }
 static double fam_shadow(const struct kt_daemon *d, int i) { return (double)d->ls[i].total_would_refuse; }
+static double fam_fixes(const struct kt_daemon *d, int i) { return (double)d->ls[i].kernel_fixes; }
 
 static const struct limit_family limit_families[] = {
 	{ "limit_max", "gauge", "The limit's max, tokens/s (pool, all nodes).", fam_limit_max },
@@ -161,6 +162,9 @@ static const struct limit_family limit_families[] = {
 	{ "shadow_refused_total", "counter",
 	  "Tokens a shadow limit (enforce: false) would have refused and let pass (within admitted_total).",
 	  fam_shadow },
+	{ "kernel_state_fixes_total", "counter",
+	  "Rate fields of the limit's buckets found changed in kt_buckets (or kt_coop) and written back.",
+	  fam_fixes },
 };
 
 char *kt_report_metrics(const struct kt_daemon *d)

@@ -444,7 +444,7 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 				  "\"fallback_rate\":%.6g,\"admitted\":%llu,\"throttled\":%llu,"
 				  "\"admitted_bytes\":%llu,\"throttled_bytes\":%llu,"
 				  "\"admitted_per_s\":%.3f,\"enforce\":%s,\"would_refuse\":%llu,"
-				  "\"would_refuse_bytes\":%llu,",
+				  "\"would_refuse_bytes\":%llu,\"kernel_state_fixes\":%llu,",
 				  l->id, kt_unit_name(c->unit), kt_scope_name(c->scope),
 				  kt_mode_name(c->rl.mode), s->pool_rate, c->rl.min, c->rl.max,
 				  kt_ramp_progress_pct(&s->ramp), kt_ramp_last_utilization_pct(&s->ramp),
@@ -453,7 +453,8 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 				  (unsigned long long)k.admitted_bytes,
 				  (unsigned long long)k.throttled_bytes, s->epoch_used_rate,
 				  c->shadow ? "false" : "true", (unsigned long long)k.would_refuse,
-				  (unsigned long long)k.would_refuse_bytes);
+				  (unsigned long long)k.would_refuse_bytes,
+				  (unsigned long long)s->kernel_fixes);
 			kt_sb_printf(&b, "\"parent\":");
 			if (kt_cfg_parent(c) >= 0)
 				kt_sb_json_str(&b, d->cfg.limits[kt_cfg_parent(c)].name);
@@ -543,6 +544,9 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 					     (unsigned long long)k.would_refuse,
 					     (unsigned long long)s->events[KT_REASON_SHADOW]);
 			kt_features_limit_status(&d->bpf.feat, c, &b, false);
+			if (s->kernel_fixes)
+				kt_sb_printf(&b, "  kernel state: %llu bucket rate fields found changed and written back\n",
+					     (unsigned long long)s->kernel_fixes);
 			strict_status(d->strict, &b, i, false, now);
 			if (c->rl.strict.on)
 				goto members; /* no pool: the strict line says it all */

@@ -395,6 +395,7 @@ static int restore_slot(struct apply *a, const struct saved_slot *s, uint64_t no
 	}
 
 	kt_bucket_restore(kt_bpf_bucket(a->b, s->slot), &s->old, s->tat_after, now);
+	kt_bucket_note(a->b, s->slot); /* what verification holds it to now */
 	if (s->up_written && bpf_map_update_elem(a->b->up_fd, &s->slot, &s->old_up, BPF_ANY) < 0)
 		return 1;
 	if (s->fresh && bpf_map_update_elem(a->b->counters_fd, &s->slot, s->ctrs, BPF_ANY) < 0)

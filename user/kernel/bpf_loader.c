@@ -538,6 +538,8 @@ void kt_bpf_close(struct kt_bpf *b)
 	if (b->coop)
 		munmap(b->coop, (size_t)KT_MAX_COOP * sizeof(struct kt_coop));
 	b->coop = NULL;
+	free(b->written);
+	b->written = NULL;
 	close_fds(b);
 	kt_connect__destroy(b->connect);
 	kt_sendmsg__destroy(b->sendmsg);

@@ -23,6 +23,12 @@ struct kt_egress;
 struct kt_sock;
 struct kt_sockops;
 
+/* What the daemon last wrote into a slot's rate fields: what
+ * kt_bucket_verify holds the map to (burst 0: nothing recorded). */
+struct kt_bucket_written {
+	uint64_t interval_fp, burst;
+};
+
 struct kt_bpf {
 	char pin_dir[PATH_MAX];
 	struct kt_connect *connect;
@@ -40,6 +46,9 @@ struct kt_bpf {
 	struct kt_bucket *buckets; /* mmap of kt_buckets: rates change by one atomic store */
 	int coop_fd;               /* kt_coop, -1 in an older pin directory (kt_bpf_open_pinned) */
 	struct kt_coop *coop;      /* mmap of kt_coop (kt_bpf_open): KT_MAX_COOP entries */
+	/* KT_MAX_SLOTS records of the rates written (bucket.h), allocated at
+	 * the first write; NULL in a reader (the CLI) */
+	struct kt_bucket_written *written;
 	int ncpus;
 	bool adopted;              /* pinned maps existed before this open */
 	bool locked;               /* lock_fd holds the pin dir lock (kt_bpf_open_locked) */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Writes to one bucket: see bucket.h. */
 #include <math.h>
+#include <stdlib.h>
 #include "kernel/bucket.h"
 
 uint64_t kt_burst_tokens(double burst)
@@ -8,14 +9,52 @@ uint64_t kt_burst_tokens(double burst)
 	return burst < 1 ? 1 : burst > 4294967295.0 ? 4294967295ULL : (uint64_t)ceil(burst);
 }
 
+/* Records what slot's rate fields were set to (kt_bucket_verify). Out of
+ * memory, the slot goes unverified. */
+static void note(struct kt_bpf *b, uint32_t slot, uint64_t interval_fp, uint64_t burst)
+{
+	if (slot >= KT_MAX_SLOTS ||
+	    (!b->written && !(b->written = calloc(KT_MAX_SLOTS, sizeof(*b->written)))))
+		return;
+	b->written[slot] = (struct kt_bucket_written){ .interval_fp = interval_fp, .burst = burst };
+}
+
 void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double burst)
 {
 	struct kt_bucket *bk = kt_bpf_bucket(b, slot);
+	uint64_t tokens = kt_burst_tokens(burst), interval = kt_interval_fp_from_rate(rate);
 
 	/* burst first: a decision that sees the new burst with the old
 	 * interval errs by at most the burst difference, once */
-	__atomic_store_n(&bk->burst, kt_burst_tokens(burst), __ATOMIC_RELAXED);
-	kt_bucket_rescale(bk, kt_clock_ns(), kt_interval_fp_from_rate(rate));
+	__atomic_store_n(&bk->burst, tokens, __ATOMIC_RELAXED);
+	kt_bucket_rescale(bk, kt_clock_ns(), interval);
+	note(b, slot, interval, tokens);
+}
+
+void kt_bucket_note(struct kt_bpf *b, uint32_t slot)
+{
+	const struct kt_bucket *bk = kt_bpf_bucket(b, slot);
+
+	note(b, slot, __atomic_load_n(&bk->interval_fp, __ATOMIC_RELAXED),
+	     __atomic_load_n(&bk->burst, __ATOMIC_RELAXED));
+}
+
+int kt_bucket_verify(struct kt_bpf *b, uint32_t slot, struct kt_bucket_written *found)
+{
+	const struct kt_bucket_written *w;
+	struct kt_bucket *bk;
+
+	if (!b->written || slot >= KT_MAX_SLOTS || !(w = &b->written[slot])->burst)
+		return 0;
+	bk = kt_bpf_bucket(b, slot);
+	found->interval_fp = __atomic_load_n(&bk->interval_fp, __ATOMIC_RELAXED);
+	found->burst = __atomic_load_n(&bk->burst, __ATOMIC_RELAXED);
+	if (found->interval_fp == w->interval_fp && found->burst == w->burst)
+		return 0;
+	/* as a rate change: burst first, then the interval, tokens kept */
+	__atomic_store_n(&bk->burst, w->burst, __ATOMIC_RELAXED);
+	kt_bucket_rescale(bk, kt_clock_ns(), w->interval_fp);
+	return 1;
 }
 
 /* Each write must be safe with the others still old. A lease that moves

@@ -22,6 +22,14 @@ uint64_t kt_burst_tokens(double burst);
 /* One atomic store of the interval: the bucket's tokens are kept (the queued
  * debt is rescaled to the new rate). */
 void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double burst);
+/* Kernel state verified, not believed: kt_bucket_set_rate records what it
+ * wrote (and kt_bucket_note what a rollback put back); kt_bucket_verify
+ * compares the slot's interval and burst with that record and, when
+ * something else changed them (a hand edit with bpftool, a stray write),
+ * writes the record back (tokens kept, as a rate change) and returns 1
+ * with what it found in *found. 0: as written, or nothing recorded. */
+void kt_bucket_note(struct kt_bpf *b, uint32_t slot);
+int kt_bucket_verify(struct kt_bpf *b, uint32_t slot, struct kt_bucket_written *found);
 /* The lease part of `pol` (valid_until, fallback_rate, fallback_until). */
 void kt_bucket_set_lease(struct kt_bpf *b, uint32_t slot, const struct kt_bucket_policy *pol);
 
