@@ -484,11 +484,34 @@ int ktest_daemon_signal_wait(struct ktest_daemon *d, int sig)
 	return -1;
 }
 
+/* A sanitizer build's daemon writes its reports to its log, which the
+ * cleanup removes: they are printed here, and the test binary aborts, so
+ * `make SAN=1 test` counts them. */
+static void sanitizer_reports(const struct ktest_daemon *d)
+{
+	static const char *const marks[] = { "ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+					     ": runtime error: " };
+	char *log = d->log[0] ? ktest_slurp(d->log) : NULL;
+	const char *hit = NULL;
+
+	for (size_t i = 0; log && !hit && i < sizeof(marks) / sizeof(marks[0]); i++)
+		hit = strstr(log, marks[i]);
+	if (hit) {
+		const char *from = hit - log > 200 ? hit - 200 : log;
+
+		fprintf(stderr, "ktest: sanitizer report in %s:\n%.6000s\n", d->log, from);
+		free(log);
+		abort();
+	}
+	free(log);
+}
+
 void ktest_daemon_cleanup(struct ktest_daemon *d)
 {
 	char bin[PATH_MAX];
 
 	ktest_kill_wait(&d->pid);
+	sanitizer_reports(d);
 	if (d->pin_dir[0] && access(d->pin_dir, F_OK) == 0) {
 		char *argv[] = { bin, "--cleanup", "--pin-dir", d->pin_dir, NULL };
 		char *out = NULL;
