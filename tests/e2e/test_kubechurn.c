@@ -12,7 +12,8 @@
  * cannot know the pod when its first datagram leaves). Asserted:
  *   - the receiver's worst one-second window is within max + burst (a pod
  *     not yet classified is charged to the limit's join bucket, inside the
- *     node's share, from its first datagram);
+ *     node's share, from its first datagram), and 2 datagrams for the lag
+ *     of receive timestamps behind the decisions (TIMESTAMP_LAG_S);
  *   - every selected pod is refused at some point, and a pod the selector
  *     does not pick is refused only in its first moments (until the daemon
  *     has seen it), never after UNSELECTED_FREE_S;
@@ -72,6 +73,13 @@
  * API event: a tick, and room for a loaded 2-core machine */
 #define UNSELECTED_FREE_S 0.5
 #define MAX_LIVE 256 /* slots: about PODS_PER_S x LIFE_S pods alive at once */
+/* The receiver bins by the kernel's receive timestamp, which a datagram
+ * gets after the sendmsg hook admitted it: a sender preempted in between
+ * (50 of them on 2 cores) moves an admission later, so a 1 s window of
+ * arrivals can hold a little more than 1 s of admissions. Allowed: 20 ms of
+ * such lag at the limit's rate, 2 datagrams (seen once in ~15 runs: 111
+ * against 110, in the first second, when the burst is full). */
+#define TIMESTAMP_LAG_S 0.02
 #define N_TIERS 6
 #define OTHER_ADDR 0x7f000002 /* 127.0.0.2 */
 
@@ -519,7 +527,7 @@ static void churn(enum order order, const char *scope, double churn_s)
 	if (worst > RATE + BURST)
 		arrivals_print(&fx.a, "  ", t_load, t_end + LIFE_S);
 	assert_int_equal(fx.n_sel + fx.n_unsel, fx.n_pods);
-	assert_true(worst <= RATE + BURST);
+	assert_true(worst <= RATE + BURST + RATE * TIMESTAMP_LAG_S);
 	assert_int_equal(fx.sel_never, 0);
 	assert_int_equal(fx.unsel_late, 0);
 	/* what pods sent before the daemon knew them went to the join bucket,
