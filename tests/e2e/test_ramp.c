@@ -213,7 +213,9 @@ static void ramp_tracks(const char *modes, const char *mode_name)
 	/* status while ramping: mode, pool rate on the ideal ramp (at most one
 	 * tick behind), progress consistent with the rate */
 	for (int i = 0; i < n; i++) {
-		double lo = ramp_rate(s[i].up - 0.1 - 0.03), hi = ramp_rate(s[i].up) + 0.01;
+		/* uptime_s is printed to the ms: +-0.5 ms of ramp either side */
+		double lo = ramp_rate(s[i].up - 0.1 - 0.03 - 0.0005),
+		       hi = ramp_rate(s[i].up + 0.0005) + 0.01;
 
 		assert_string_equal(s[i].mode, mode_name);
 		if (s[i].pool_rate < lo - 0.01 || s[i].pool_rate > hi) {
