@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Units packet and byte, on every IP packet a cgroup's sockets send; and
+/* Units packet and byte, on every IP packet a cgroup's sockets send; unit
+ * call, on the turns of TCP conversations (lib/call.h); and
  * the datagrams the sendmsg hooks cannot see: those of connected UDP
  * sockets, and all but the first of a GSO send (UDP_SEGMENT).
  *
@@ -29,6 +30,7 @@
 #include "kthrottle.bpf.h"
 #include "pace.bpf.h"
 #include "lib/net.h"
+#include "lib/call.h"
 
 
 #define KT_IPV6_EXT_MAX 8 /* extension headers walked; beyond: charged as unknown */
@@ -433,7 +435,10 @@ int kt_egress(struct __sk_buff *skb)
 		}
 	}
 
-	if (want_pkt && pkt.slot != KT_SLOT_NONE) {
+	if (want_pkt && pkt.slot != KT_SLOT_NONE && pkt.unit == KT_UNIT_CALL) {
+		if (!kt_call_charge(skb, &pkt))
+			return SKB_DROP;
+	} else if (want_pkt && pkt.slot != KT_SLOT_NONE) {
 		now = bpf_ktime_get_boot_ns();
 		verdict = kt_charge(&pkt, now, skb->len, segs, &wait_ns, &by);
 		if (proto == KT_PROTO_TCP && verdict != KT_PASS) {

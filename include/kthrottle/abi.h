@@ -44,6 +44,9 @@ enum kt_unit {
 	/* in-flight: connects admitted while fewer than the share are open
 	 * (struct kt_inflight), the slot given back when the socket closes */
 	KT_UNIT_CONCURRENT = 5,
+	/* calls on TCP, counted by the egress hook as turns of the
+	 * conversation (struct kt_sk_call); a held call waits in the socket */
+	KT_UNIT_CALL = 6,
 	KT_UNIT_COUNT
 };
 
@@ -483,6 +486,30 @@ struct kt_sk_pace {
 #define KT_SK_PACE_COUNTED (1u << 0) /* counted in kt_pace_socks[counted_slot] */
 _Static_assert(sizeof(struct kt_sk_pace) == 32, "kt_sk_pace layout");
 
+/* kt_sk_call (socket storage, pinned): per TCP socket of a call limit, where
+ * its conversation stands. A call is a turn: the first payload the socket
+ * sends after the peer sent it payload (the ack_seq it sends has moved since
+ * its last payload), or its first payload. A segment wholly below next_seq
+ * is a retransmission; one with the same ack_seq is the rest of a turn. A
+ * refused turn start is dropped without touching this state, so TCP's retry
+ * of it (same seq, same ack_seq) is decided again. TCP transmits a socket's
+ * segments under its lock, so one writer at a time updates it in place.
+ * Written by the egress program only. */
+struct kt_sk_call {
+	__u32 next_seq;  /* seq after the last payload byte passed */
+	__u32 last_ack;  /* ack_seq of the turn last passed */
+	__u32 turns;     /* turns passed (calls and handshake flights) */
+	__u32 flags;     /* KT_SK_CALL_* */
+};
+#define KT_SK_CALL_SEEN (1u << 0) /* next_seq and last_ack hold a payload's */
+/* Turns whose first byte is a TLS handshake record (0x16) are no calls
+ * among a connection's first KT_CALL_HANDSHAKE_TURNS turns: TLS 1.2 sends
+ * two such flights, TLS 1.3 one. Later ones are calls, so a member cannot
+ * make its calls free by starting them with that byte. */
+#define KT_CALL_HANDSHAKE_TURNS 2
+#define KT_TLS_HANDSHAKE_RECORD 0x16
+_Static_assert(sizeof(struct kt_sk_call) == 16, "kt_sk_call layout");
+
 /* What classification decided for one destination: the bucket that takes
  * it, and what charging, pacing, refunds and events need of its limit. */
 struct kt_cls {
@@ -524,7 +551,7 @@ struct kt_sk_eg {
 	__u32 port;       /* host order, or KT_PORT_ANY (no readable port) */
 	__u8 proto;       /* KT_PROTO_* of the packet */
 	__u8 pad[3];
-	struct kt_cls pkt;   /* unit packet or byte (the egress hook's limits) */
+	struct kt_cls pkt;   /* unit packet, byte or call (the egress hook's limits) */
 	struct kt_cls dgram; /* unit datagram, for what the sendmsg hooks cannot see */
 	__u32 misses;     /* lookups since creation that did not match it */
 	__u32 pad2;

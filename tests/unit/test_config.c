@@ -1384,6 +1384,11 @@ static const struct bad bad_cases[] = {
 	  "is not one of: any, tcp, udp" },
 	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: datagram\n    match:\n      protocol: tcp\n"
 	  "    rateLimit: {max: 1}\n", "t.yaml:6: limits[0].match.protocol: ", "never matches unit datagram" },
+	/* unit call: TCP only, no errno, no strict permits yet */
+	{ "limits:\n  - name: a\n    cgroups: [x]\n    unit: call\n    match:\n      protocol: udp\n"
+	  "    rateLimit: {max: 1}\n", "t.yaml:6: limits[0].match.protocol: ", "udp never matches unit call" },
+	{ "limits:\n  - {name: a, cgroups: x, unit: call, errno: EAGAIN, rateLimit: {max: 1}}\n",
+	  "t.yaml:2: limits[0].errno: ", "a call over the rate waits in its connection" },
 
 	/* rateLimit.strict */
 	{ SLIM("connection", "{}"), "t.yaml:10: limits[0].rateLimit.strict.every: ", "required but missing" },
@@ -1430,6 +1435,8 @@ static const struct bad bad_cases[] = {
 	  "needs unit connection, datagram or request (this limit's unit is packet at line 8)" },
 	{ SLIM("byte", "{every: 1s}"), "t.yaml:10: limits[0].rateLimit.strict: ",
 	  "needs unit connection, datagram or request (this limit's unit is byte at line 8)" },
+	{ SLIM("call", "{every: 1s}"), "t.yaml:10: limits[0].rateLimit.strict: ",
+	  "not supported with unit call yet (unit call is at line 8" },
 	{ SLIM("connection", "{every: 1s}") "    burst: 2\n", "t.yaml:11: limits[0].burst: ",
 	  "2 must be 1 with rateLimit.strict at line 10 (a permit admits one)" },
 	{ SLIM("connection", "{every: 1s}") "    burst: 0.5\n", "t.yaml:11: limits[0].burst: ",
@@ -1712,6 +1719,7 @@ static void test_names(void **state)
 	assert_string_equal(kt_unit_name(KT_UNIT_DATAGRAM), "datagram");
 	assert_string_equal(kt_unit_name(KT_UNIT_PACKET), "packet");
 	assert_string_equal(kt_unit_name(KT_UNIT_BYTE), "byte");
+	assert_string_equal(kt_unit_name(KT_UNIT_CALL), "call");
 	assert_string_equal(kt_unit_name(KT_UNIT_COUNT), "?");
 	assert_string_equal(kt_mode_name(KT_MODE_RELAXED), "relaxed");
 	assert_string_equal(kt_mode_name(KT_MODE_SCHEDULED), "scheduled");

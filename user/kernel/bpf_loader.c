@@ -33,6 +33,7 @@ static const char *const map_names[] = {
 	"kt_shadow",                   /* shadow limits' refusals; absent in older pin dirs */
 	"kt_up",                       /* the bucket one level up (parent:); absent in older pin dirs */
 	"kt_inflight", "kt_sk_slot",   /* in-flight limits' open counts; absent in older pin dirs */
+	"kt_sk_call",                  /* where TCP conversations stand (unit call); absent in older pin dirs */
 };
 /* bpf/kthrottle.bpf.h's types, in map_names' order */
 static const __u32 map_types[] = {
@@ -47,6 +48,7 @@ static const __u32 map_types[] = {
 	BPF_MAP_TYPE_PERCPU_HASH,
 	BPF_MAP_TYPE_ARRAY,
 	BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_SK_STORAGE,
+	BPF_MAP_TYPE_SK_STORAGE,
 };
 #define N_MAPS (sizeof(map_names) / sizeof(map_names[0]))
 _Static_assert(sizeof(map_types) / sizeof(map_types[0]) == N_MAPS, "one type per map");

@@ -71,6 +71,7 @@ unsigned kt_unit_needs(unsigned unit)
 		return BIT(KT_FEAT_SENDMSG);
 	case KT_UNIT_PACKET:
 	case KT_UNIT_BYTE:
+	case KT_UNIT_CALL:
 		return BIT(KT_FEAT_EGRESS);
 	default: /* request: libkthrottle, no program */
 		return 0;
