@@ -110,7 +110,7 @@ static __always_inline int kt_call_turn(struct __sk_buff *skb, struct kt_tcp_seg
 	if (st->flags & KT_SK_CALL_SEEN) {
 		if (!kt_seq_after(end, st->next_seq))
 			return KT_CALL_NONE; /* sent before: a retransmission */
-		if (s->ack == st->last_ack) {
+		if (s->ack == st->last_ack && !(st->flags & KT_SK_CALL_HANDSHAKE)) {
 			st->next_seq = end; /* the peer said nothing since: same turn */
 			return KT_CALL_NONE;
 		}
@@ -118,11 +118,11 @@ static __always_inline int kt_call_turn(struct __sk_buff *skb, struct kt_tcp_seg
 	/* a new turn: a TLS handshake flight early in the connection is no call */
 	if (st->turns < KT_CALL_HANDSHAKE_TURNS &&
 	    bpf_skb_load_bytes(skb, s->payload_off, &first, 1) == 0 &&
-	    first == KT_TLS_HANDSHAKE_RECORD) {
+	    (first == KT_TLS_HANDSHAKE_RECORD || first == KT_TLS_CCS_RECORD)) {
 		st->next_seq = end;
 		st->last_ack = s->ack;
 		st->turns++;
-		st->flags |= KT_SK_CALL_SEEN;
+		st->flags |= KT_SK_CALL_SEEN | KT_SK_CALL_HANDSHAKE;
 		return KT_CALL_NONE;
 	}
 	return KT_CALL_TURN;
@@ -144,7 +144,7 @@ static __always_inline void kt_call_passed(struct __sk_buff *skb, const struct k
 	st->next_seq = s->seq + s->payload_len;
 	st->last_ack = s->ack;
 	st->turns++;
-	st->flags |= KT_SK_CALL_SEEN;
+	st->flags = (st->flags | KT_SK_CALL_SEEN) & ~KT_SK_CALL_HANDSHAKE;
 }
 
 /* A TCP packet of a call limit (the bucket `cls` names): charged one call

@@ -502,12 +502,20 @@ struct kt_sk_call {
 	__u32 flags;     /* KT_SK_CALL_* */
 };
 #define KT_SK_CALL_SEEN (1u << 0) /* next_seq and last_ack hold a payload's */
-/* Turns whose first byte is a TLS handshake record (0x16) are no calls
- * among a connection's first KT_CALL_HANDSHAKE_TURNS turns: TLS 1.2 sends
- * two such flights, TLS 1.3 one. Later ones are calls, so a member cannot
- * make its calls free by starting them with that byte. */
+/* The last turn was a TLS handshake flight: the next payload starts a
+ * turn even if the peer said nothing since (a TLS 1.3 client sends its
+ * first request right after its Finished, before the server's tickets) */
+#define KT_SK_CALL_HANDSHAKE (1u << 1)
+/* Turns whose first byte starts a TLS handshake (0x16) or change-cipher-
+ * spec (0x14) record are no calls among a connection's first
+ * KT_CALL_HANDSHAKE_TURNS turns: a TLS 1.2 client sends two such flights
+ * (ClientHello; key exchange and Finished), a TLS 1.3 client its
+ * ClientHello and, in middlebox-compatible mode as OpenSSL and Go send it,
+ * change-cipher-spec before its Finished. Later such turns are calls, so a
+ * member cannot make its calls free by starting them with those bytes. */
 #define KT_CALL_HANDSHAKE_TURNS 2
 #define KT_TLS_HANDSHAKE_RECORD 0x16
+#define KT_TLS_CCS_RECORD 0x14
 _Static_assert(sizeof(struct kt_sk_call) == 16, "kt_sk_call layout");
 
 /* What classification decided for one destination: the bucket that takes

@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* Unit call end to end: unmodified HTTP clients in the member cgroup send
+ * calls back to back over keep-alive connections (plain HTTP/1.1, TLS 1.2,
+ * TLS 1.3) to a real server on loopback, which counts every request it
+ * parses (tests/tools/kt-httpcall.py). The limit holds RATE calls/s, burst
+ * BURST; the clients want far more (CONNS connections flat out).
+ *
+ * Each run asserts, at the server: every 1 s window within max + burst
+ * (one call more for the server's timestamps, taken after the kernel
+ * admitted the call: a preempted server thread moves a call into the next
+ * window), at least 95% of the rate, each call the clients made arriving
+ * exactly once; at the client: no error (a held call waits, it is not
+ * refused); in the kernel: the calls counted equal the requests (within one
+ * a connection). The latency a held call adds is printed. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "kt_daemonfx.h"
+#include "ktest.h"
+
+#define RATE 40.0
+#define BURST 10
+#define CONNS 8
+#define RUN_S 3.0
+
+/* tests/tools/kt-httpcall.py beside the build directory */
+static const char *tool(void)
+{
+	static char path[PATH_MAX];
+
+	if (!path[0])
+		snprintf(path, sizeof(path), "%s/../tests/tools/kt-httpcall.py", ktest_build_dir());
+	return path;
+}
+
+static struct fixture {
+	struct ktest_daemon d;
+	char cg[PATH_MAX];
+	char tmp[PATH_MAX];
+	pid_t server;
+} fx;
+
+static int setup(void **state)
+{
+	(void)state;
+	if (kt_daemonfx_setup(&fx, sizeof(fx), &fx.d, "calls", fx.cg, sizeof(fx.cg)))
+		return -1;
+	fx.server = -1;
+	if (!fx.cg[0])
+		return 0; /* no root: the test skips itself */
+	return ktest_tmpdir(fx.tmp, sizeof(fx.tmp));
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	ktest_kill_wait(&fx.server);
+	kt_daemonfx_end(&fx.d, fx.cg);
+	if (fx.tmp[0])
+		ktest_rmtree(fx.tmp);
+	return 0;
+}
+
+static const char *why_not(void)
+{
+	const char *why = ktest_root_unavailable();
+
+	if (why)
+		return why;
+	if (access("/usr/bin/python3", X_OK) || access(tool(), R_OK))
+		return "needs /usr/bin/python3 and tests/tools/kt-httpcall.py";
+	if (system("/usr/bin/python3 -c 'import requests, httpx' 2>/dev/null") != 0)
+		return "needs python3-requests and python3-httpx";
+	if (!ktest_find_prog("curl") || !ktest_find_prog("openssl"))
+		return "needs curl and openssl";
+	return NULL;
+}
+
+#define SKIP_UNLESS_READY()                                   \
+	do {                                                  \
+		const char *why_ = why_not();                 \
+		if (why_) {                                   \
+			print_message("skipped: %s\n", why_); \
+			skip();                               \
+		}                                             \
+	} while (0)
+
+/* The limit: RATE calls/s to 127.0.0.1 over TCP, any port (each run's
+ * server takes a free one). */
+static void daemon_up(const char *extra)
+{
+	char body[2048];
+
+	snprintf(body, sizeof(body),
+		 "tickInterval: 100ms\n"
+		 "limits:\n"
+		 "  - {name: calls, cgroups: [%s], unit: call, burst: %d,%s\n"
+		 "     match: {cidrs: [127.0.0.1/32]}, rateLimit: {max: %g}}\n",
+		 fx.cg, BURST, extra, RATE);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+}
+
+/* A self-signed certificate for the TLS runs, made once. */
+static void make_cert(void)
+{
+	char cmd[3 * PATH_MAX];
+
+	snprintf(cmd, sizeof(cmd),
+		 "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -days 1 "
+		 "-keyout %s/key.pem -out %s/cert.pem >/dev/null 2>&1",
+		 fx.tmp, fx.tmp);
+	assert_int_equal(system(cmd), 0);
+}
+
+/* The counting server, outside the member cgroup; returns its port. */
+static int server_start(const char *tls)
+{
+	char port_file[PATH_MAX + 16], out[PATH_MAX + 16], cert[PATH_MAX + 16], key[PATH_MAX + 16];
+	int port = -1;
+
+	snprintf(port_file, sizeof(port_file), "%s/port", fx.tmp);
+	snprintf(out, sizeof(out), "%s/server.json", fx.tmp);
+	snprintf(cert, sizeof(cert), "%s/cert.pem", fx.tmp);
+	snprintf(key, sizeof(key), "%s/key.pem", fx.tmp);
+	unlink(port_file);
+	unlink(out);
+	fx.server = kt_daemonfx_fork_bounded();
+	assert_true(fx.server >= 0);
+	if (fx.server == 0) {
+		if (!strcmp(tls, "none"))
+			execl("/usr/bin/python3", "python3", tool(), "serve", "--port-file", port_file,
+			      "--out", out, "--duration", "60", (char *)NULL);
+		else
+			execl("/usr/bin/python3", "python3", tool(), "serve", "--port-file", port_file,
+			      "--out", out, "--duration", "60", "--tls", tls, "--cert", cert, "--key",
+			      key, (char *)NULL);
+		_exit(127);
+	}
+	for (int i = 0; i < 100 && port <= 0; i++) {
+		char *s = ktest_slurp(port_file);
+
+		if (s)
+			port = atoi(s);
+		free(s);
+		if (port <= 0)
+			ktest_sleep_ms(50);
+	}
+	assert_true(port > 0);
+	return port;
+}
+
+/* Stops the server; its summary (to be freed). */
+static char *server_stop(void)
+{
+	char out[PATH_MAX + 16];
+	int status;
+	pid_t pid = fx.server;
+
+	assert_true(pid > 0);
+	kill(pid, SIGTERM);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	fx.server = -1;
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	snprintf(out, sizeof(out), "%s/server.json", fx.tmp);
+	return ktest_slurp(out);
+}
+
+/* One client run in the member cgroup, to its end; its summary. */
+static char *client_run(const char *lib, const char *url)
+{
+	char out[PATH_MAX + 16], secs[16], conns[16];
+	int status;
+	pid_t pid;
+
+	snprintf(out, sizeof(out), "%s/client.json", fx.tmp);
+	snprintf(secs, sizeof(secs), "%.1f", RUN_S);
+	snprintf(conns, sizeof(conns), "%d", CONNS);
+	unlink(out);
+	pid = kt_daemonfx_fork_bounded();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (ktest_cgroup_join(fx.cg))
+			_exit(3);
+		execl("/usr/bin/python3", "python3", tool(), "client", "--lib", lib, "--url", url,
+		      "--conns", conns, "--duration", secs, "--timeout", "20", "--out", out,
+		      (char *)NULL);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	return ktest_slurp(out);
+}
+
+static double num(const char *json, const char *key)
+{
+	double v = -1;
+
+	if (!ktest_json_num(json, key, &v))
+		fail_msg("no number %s in %s", key, json);
+	return v;
+}
+
+/* One client library over one transport, against the limit. */
+static void one_run(const char *lib, const char *tls)
+{
+	char url[64], *srv, *cli;
+	double before, calls, requests, ok, span, window;
+	int port;
+
+	port = server_start(tls);
+	snprintf(url, sizeof(url), "%s://127.0.0.1:%d/call", strcmp(tls, "none") ? "https" : "http",
+		 port);
+	before = kt_status_num(&fx.d, "calls", "admitted");
+	cli = client_run(lib, url);
+	srv = server_stop();
+	assert_non_null(cli);
+	assert_non_null(srv);
+	calls = kt_status_num(&fx.d, "calls", "admitted") - before;
+	requests = num(srv, "requests");
+	ok = num(cli, "ok");
+	span = num(srv, "last") - num(srv, "first");
+	window = num(srv, "max_window");
+	print_message("%-11s tls %-4s: %4.0f calls at the server in %.2f s (%.1f/s), worst 1 s window "
+		      "%.0f (max + burst %d), kernel counted %.0f, client ok %.0f errors %.0f, "
+		      "connections %.0f, latency p50 %.1f ms p99 %.1f ms max %.1f ms\n",
+		      lib, tls, requests, span, requests / (span > 0 ? span : 1), window,
+		      (int)RATE + BURST, calls, ok, num(cli, "errors"), num(srv, "connections"),
+		      num(cli, "p50_ms"), num(cli, "p99_ms"), num(cli, "max_ms"));
+	/* waited, never refused; each call exactly once (a curl killed at the
+	 * end of the run may have sent a call it never saw answered) */
+	assert_true(num(cli, "errors") == 0);
+	if (!strcmp(lib, "curl"))
+		assert_true(requests >= ok && requests <= ok + num(cli, "curl_killed"));
+	else
+		assert_true(requests == ok);
+	/* the promise, with one call of timestamp lag */
+	assert_true(window <= RATE + BURST + 1);
+	/* the clients kept the limit busy: 95% of the rate */
+	assert_true(requests >= 0.95 * RATE * RUN_S);
+	/* counted by turns: one per call */
+	assert_true(fabs(calls - requests) <= CONNS);
+	free(srv);
+	free(cli);
+	/* the bucket refills before the next run */
+	ktest_sleep_ms((int)(1000 * BURST / RATE) + 100);
+}
+
+static void test_clients_plain(void **state)
+{
+	(void)state;
+	SKIP_UNLESS_READY();
+	daemon_up("");
+	one_run("http.client", "none");
+	one_run("requests", "none");
+	one_run("httpx", "none");
+	one_run("curl", "none");
+}
+
+static void test_clients_tls(void **state)
+{
+	(void)state;
+	SKIP_UNLESS_READY();
+	make_cert();
+	daemon_up("");
+	one_run("http.client", "1.2");
+	one_run("http.client", "1.3");
+	one_run("requests", "1.3");
+	one_run("httpx", "1.2");
+	one_run("curl", "1.3");
+}
+
+/* A client that writes each call one byte at a time (TCP_NODELAY: a
+ * segment per byte) still pays one call per call: the bytes of a turn
+ * are one turn. Sequential calls, read in full before the next. */
+static void byte_client(int port, double secs, int out_fd)
+{
+	static const char req[] = "GET /b HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n";
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	uint64_t t0 = ktest_now_ns();
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, n = 0;
+	char buf[4096];
+
+	if (fd < 0 || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		_exit(5);
+	while ((double)(ktest_now_ns() - t0) / 1e9 < secs && n < 100000) {
+		size_t got = 0;
+
+		for (size_t i = 0; i < sizeof(req) - 1; i++)
+			if (send(fd, req + i, 1, MSG_NOSIGNAL) != 1)
+				_exit(6);
+		/* the answer: headers and the body its Content-Length gives */
+		for (;;) {
+			ssize_t r = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+			char *end, *cl;
+
+			if (r <= 0)
+				_exit(7);
+			got += (size_t)r;
+			buf[got] = 0;
+			end = strstr(buf, "\r\n\r\n");
+			cl = strcasestr(buf, "Content-Length:");
+			if (end && cl && got >= (size_t)(end + 4 - buf) + (size_t)atoi(cl + 15))
+				break;
+			if (got >= sizeof(buf) - 1)
+				_exit(8);
+		}
+		n++;
+	}
+	_exit(write(out_fd, &n, sizeof(n)) == (ssize_t)sizeof(n) ? 0 : 4);
+}
+
+static void test_byte_at_a_time(void **state)
+{
+	double before, calls, requests, window, span;
+	char *srv;
+	int port, p[2], n = -1;
+	pid_t kid;
+
+	(void)state;
+	SKIP_UNLESS_READY();
+	daemon_up("");
+	port = server_start("none");
+	before = kt_status_num(&fx.d, "calls", "admitted");
+	assert_int_equal(pipe(p), 0);
+	kid = kt_daemonfx_fork_bounded();
+	assert_true(kid >= 0);
+	if (kid == 0) {
+		close(p[0]);
+		if (ktest_cgroup_join(fx.cg))
+			_exit(3);
+		byte_client(port, RUN_S, p[1]);
+	}
+	kt_child_result(p, &kid, &n, sizeof(n));
+	srv = server_stop();
+	assert_non_null(srv);
+	calls = kt_status_num(&fx.d, "calls", "admitted") - before;
+	requests = num(srv, "requests");
+	window = num(srv, "max_window");
+	span = num(srv, "last") - num(srv, "first");
+	print_message("one byte a segment: %d calls answered, %.0f at the server in %.2f s, worst 1 s "
+		      "window %.0f, kernel counted %.0f\n",
+		      n, requests, span, window, calls);
+	assert_true(requests == n);
+	assert_true(window <= RATE + BURST + 1);
+	assert_true(fabs(calls - requests) <= 1);
+	/* a sequential connection waits out TCP's retry: well below the rate,
+	 * but it makes progress */
+	assert_true(requests >= 5);
+	free(srv);
+}
+
+/* Shadow: a call limit with enforce: false holds nothing back and counts
+ * what it would have held. */
+static void test_shadow_counts_only(void **state)
+{
+	char *srv, *cli;
+	int port;
+
+	(void)state;
+	SKIP_UNLESS_READY();
+	daemon_up(" enforce: false,");
+	port = server_start("none");
+	{
+		char url[64];
+
+		snprintf(url, sizeof(url), "http://127.0.0.1:%d/s", port);
+		cli = client_run("http.client", url);
+	}
+	srv = server_stop();
+	assert_non_null(cli);
+	assert_non_null(srv);
+	print_message("shadow: %.0f calls at the server (%.0f/s), would have refused %.0f\n",
+		      num(srv, "requests"), num(srv, "requests") / RUN_S,
+		      kt_status_num(&fx.d, "calls", "would_refuse"));
+	assert_true(num(cli, "errors") == 0);
+	assert_true(num(srv, "requests") > 3 * (RATE * RUN_S + BURST));
+	assert_true(kt_status_num(&fx.d, "calls", "would_refuse") > 0);
+	free(srv);
+	free(cli);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_clients_plain, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_clients_tls, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_byte_at_a_time, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shadow_counts_only, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
