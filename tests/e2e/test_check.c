@@ -366,6 +366,7 @@ static char *example_body(const char *path)
 		{ "pods/collector", "@2" },
 		{ "pods/backup", "@3" },
 		{ "pods/uploader", "@2" },
+		{ "pods/summarizer", "@3" },
 		{ "pods/worker", "@0" },
 		{ "kthrottle-demo", "@0" },
 		{ ":6379", ":P0" },
