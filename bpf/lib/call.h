@@ -87,14 +87,19 @@ static __always_inline int kt_tcp_seg_read(struct __sk_buff *skb, struct kt_tcp_
 
 /* Is this TCP segment a call's start? Updates the socket's state for
  * everything but a turn start, which kt_call_passed records once admitted
- * (so a refused one stays a turn start when TCP sends it again). */
-static __always_inline int kt_call_turn(struct __sk_buff *skb, struct kt_tcp_seg *s)
+ * (so a refused one stays a turn start when TCP sends it again). A global
+ * function, like kt_call_passed: its header buffers stay off the stack of
+ * kt_call_charge, whose calls down to the levels above a limit would
+ * otherwise pass 6.1's 512 bytes for a chain of frames. */
+__noinline int kt_call_turn(struct __sk_buff *skb, struct kt_tcp_seg *s)
 {
 	struct bpf_sock *sk = skb->sk;
 	struct kt_sk_call *st;
 	__u32 end;
 	__u8 first;
 
+	if (!s)
+		return KT_CALL_TURN;
 	if (kt_tcp_seg_read(skb, s) < 0)
 		return KT_CALL_TURN;
 	if (!s->payload_len)
@@ -129,22 +134,25 @@ static __always_inline int kt_call_turn(struct __sk_buff *skb, struct kt_tcp_seg
 }
 
 /* A turn start admitted: the rest of it, and its retransmissions, pass. */
-static __always_inline void kt_call_passed(struct __sk_buff *skb, const struct kt_tcp_seg *s)
+__noinline int kt_call_passed(struct __sk_buff *skb, const struct kt_tcp_seg *s)
 {
 	struct bpf_sock *sk = skb->sk;
 	struct kt_sk_call *st;
 
+	if (!s)
+		return 0;
 	if (sk)
 		sk = bpf_sk_fullsock(sk);
 	if (!sk || !s->payload_len)
-		return;
+		return 0;
 	st = bpf_sk_storage_get(&kt_sk_call, sk, 0, 0);
 	if (!st)
-		return;
+		return 0;
 	st->next_seq = s->seq + s->payload_len;
 	st->last_ack = s->ack;
 	st->turns++;
 	st->flags = (st->flags | KT_SK_CALL_SEEN) & ~KT_SK_CALL_HANDSHAKE;
+	return 1;
 }
 
 /* A TCP packet of a call limit (the bucket `cls` names): charged one call
@@ -155,17 +163,15 @@ __noinline int kt_call_charge(struct __sk_buff *skb, const struct kt_cls *cls)
 {
 	struct kt_tcp_seg s = {};
 	__u64 wait_ns, now;
-	struct kt_cls c;
 	int verdict;
 	__u32 by;
 
 	if (!cls)
 		return 1;
-	c = *cls;
 	if (kt_call_turn(skb, &s) == KT_CALL_NONE)
 		return 1;
 	now = bpf_ktime_get_boot_ns();
-	verdict = kt_charge(&c, now, skb->len, 1, &wait_ns, &by);
+	verdict = kt_charge(cls, now, skb->len, 1, &wait_ns, &by);
 	if (verdict == KT_REFUSE) {
 		kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, KT_EV_BUCKET);
 		return 0;
