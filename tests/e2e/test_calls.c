@@ -34,6 +34,7 @@
 #include <cmocka.h>
 
 #include "kt_daemonfx.h"
+#include "kt_httpfx.h"
 #include "ktest.h"
 
 #define RATE 40.0
@@ -41,21 +42,11 @@
 #define CONNS 8
 #define RUN_S 3.0
 
-/* tests/tools/kt-httpcall.py beside the build directory */
-static const char *tool(void)
-{
-	static char path[PATH_MAX];
-
-	if (!path[0])
-		snprintf(path, sizeof(path), "%s/../tests/tools/kt-httpcall.py", ktest_build_dir());
-	return path;
-}
-
 static struct fixture {
 	struct ktest_daemon d;
 	char cg[PATH_MAX];
 	char tmp[PATH_MAX];
-	pid_t server;
+	struct kt_httpfx_server server;
 } fx;
 
 static int setup(void **state)
@@ -63,7 +54,7 @@ static int setup(void **state)
 	(void)state;
 	if (kt_daemonfx_setup(&fx, sizeof(fx), &fx.d, "calls", fx.cg, sizeof(fx.cg)))
 		return -1;
-	fx.server = -1;
+	fx.server.pid = -1;
 	if (!fx.cg[0])
 		return 0; /* no root: the test skips itself */
 	return ktest_tmpdir(fx.tmp, sizeof(fx.tmp));
@@ -72,31 +63,16 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	ktest_kill_wait(&fx.server);
+	kt_httpfx_kill(&fx.server);
 	kt_daemonfx_end(&fx.d, fx.cg);
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
 	return 0;
 }
 
-static const char *why_not(void)
-{
-	const char *why = ktest_root_unavailable();
-
-	if (why)
-		return why;
-	if (access("/usr/bin/python3", X_OK) || access(tool(), R_OK))
-		return "needs /usr/bin/python3 and tests/tools/kt-httpcall.py";
-	if (system("/usr/bin/python3 -c 'import requests, httpx' 2>/dev/null") != 0)
-		return "needs python3-requests and python3-httpx";
-	if (!ktest_find_prog("curl") || !ktest_find_prog("openssl"))
-		return "needs curl and openssl";
-	return NULL;
-}
-
 #define SKIP_UNLESS_READY()                                   \
 	do {                                                  \
-		const char *why_ = why_not();                 \
+		const char *why_ = kt_httpfx_why_not();                 \
 		if (why_) {                                   \
 			print_message("skipped: %s\n", why_); \
 			skip();                               \
@@ -118,104 +94,18 @@ static void daemon_up(const char *extra)
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 }
 
-/* A self-signed certificate for the TLS runs, made once. */
-static void make_cert(void)
-{
-	char cmd[3 * PATH_MAX];
-
-	snprintf(cmd, sizeof(cmd),
-		 "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost -days 1 "
-		 "-keyout %s/key.pem -out %s/cert.pem >/dev/null 2>&1",
-		 fx.tmp, fx.tmp);
-	assert_int_equal(system(cmd), 0);
-}
-
-/* The counting server, outside the member cgroup; returns its port. */
-static int server_start(const char *tls)
-{
-	char port_file[PATH_MAX + 16], out[PATH_MAX + 16], cert[PATH_MAX + 16], key[PATH_MAX + 16];
-	int port = -1;
-
-	snprintf(port_file, sizeof(port_file), "%s/port", fx.tmp);
-	snprintf(out, sizeof(out), "%s/server.json", fx.tmp);
-	snprintf(cert, sizeof(cert), "%s/cert.pem", fx.tmp);
-	snprintf(key, sizeof(key), "%s/key.pem", fx.tmp);
-	unlink(port_file);
-	unlink(out);
-	fx.server = kt_daemonfx_fork_bounded();
-	assert_true(fx.server >= 0);
-	if (fx.server == 0) {
-		if (!strcmp(tls, "none"))
-			execl("/usr/bin/python3", "python3", tool(), "serve", "--port-file", port_file,
-			      "--out", out, "--duration", "60", (char *)NULL);
-		else
-			execl("/usr/bin/python3", "python3", tool(), "serve", "--port-file", port_file,
-			      "--out", out, "--duration", "60", "--tls", tls, "--cert", cert, "--key",
-			      key, (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 100 && port <= 0; i++) {
-		char *s = ktest_slurp(port_file);
-
-		if (s)
-			port = atoi(s);
-		free(s);
-		if (port <= 0)
-			ktest_sleep_ms(50);
-	}
-	assert_true(port > 0);
-	return port;
-}
-
-/* Stops the server; its summary (to be freed). */
-static char *server_stop(void)
-{
-	char out[PATH_MAX + 16];
-	int status;
-	pid_t pid = fx.server;
-
-	assert_true(pid > 0);
-	kill(pid, SIGTERM);
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	fx.server = -1;
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	snprintf(out, sizeof(out), "%s/server.json", fx.tmp);
-	return ktest_slurp(out);
-}
-
-/* One client run in the member cgroup, to its end; its summary. */
-static char *client_run(const char *lib, const char *url)
-{
-	char out[PATH_MAX + 16], secs[16], conns[16];
-	int status;
-	pid_t pid;
-
-	snprintf(out, sizeof(out), "%s/client.json", fx.tmp);
-	snprintf(secs, sizeof(secs), "%.1f", RUN_S);
-	snprintf(conns, sizeof(conns), "%d", CONNS);
-	unlink(out);
-	pid = kt_daemonfx_fork_bounded();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		if (ktest_cgroup_join(fx.cg))
-			_exit(3);
-		execl("/usr/bin/python3", "python3", tool(), "client", "--lib", lib, "--url", url,
-		      "--conns", conns, "--duration", secs, "--timeout", "20", "--out", out,
-		      (char *)NULL);
-		_exit(127);
-	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	return ktest_slurp(out);
-}
-
 static double num(const char *json, const char *key)
 {
-	double v = -1;
+	return kt_httpfx_num(json, key);
+}
 
-	if (!ktest_json_num(json, key, &v))
-		fail_msg("no number %s in %s", key, json);
-	return v;
+static char *client_run(const char *lib, const char *url)
+{
+	char out[PATH_MAX + 16];
+
+	snprintf(out, sizeof(out), "%s/client.json", fx.tmp);
+	return kt_httpfx_client_wait(kt_httpfx_client_spawn(fx.cg, lib, url, CONNS, RUN_S, out),
+				     out);
 }
 
 /* One client library over one transport, against the limit. */
@@ -225,12 +115,12 @@ static void one_run(const char *lib, const char *tls)
 	double before, calls, requests, ok, span, window;
 	int port;
 
-	port = server_start(tls);
+	port = kt_httpfx_serve(&fx.server, fx.tmp, tls);
 	snprintf(url, sizeof(url), "%s://127.0.0.1:%d/call", strcmp(tls, "none") ? "https" : "http",
 		 port);
 	before = kt_status_num(&fx.d, "calls", "admitted");
 	cli = client_run(lib, url);
-	srv = server_stop();
+	srv = kt_httpfx_stop(&fx.server);
 	assert_non_null(cli);
 	assert_non_null(srv);
 	calls = kt_status_num(&fx.d, "calls", "admitted") - before;
@@ -278,7 +168,7 @@ static void test_clients_tls(void **state)
 {
 	(void)state;
 	SKIP_UNLESS_READY();
-	make_cert();
+	kt_httpfx_cert(fx.tmp);
 	daemon_up("");
 	one_run("http.client", "1.2");
 	one_run("http.client", "1.3");
@@ -339,7 +229,7 @@ static void test_byte_at_a_time(void **state)
 	(void)state;
 	SKIP_UNLESS_READY();
 	daemon_up("");
-	port = server_start("none");
+	port = kt_httpfx_serve(&fx.server, fx.tmp, "none");
 	before = kt_status_num(&fx.d, "calls", "admitted");
 	assert_int_equal(pipe(p), 0);
 	kid = kt_daemonfx_fork_bounded();
@@ -351,7 +241,7 @@ static void test_byte_at_a_time(void **state)
 		byte_client(port, RUN_S, p[1]);
 	}
 	kt_child_result(p, &kid, &n, sizeof(n));
-	srv = server_stop();
+	srv = kt_httpfx_stop(&fx.server);
 	assert_non_null(srv);
 	calls = kt_status_num(&fx.d, "calls", "admitted") - before;
 	requests = num(srv, "requests");
@@ -379,14 +269,14 @@ static void test_shadow_counts_only(void **state)
 	(void)state;
 	SKIP_UNLESS_READY();
 	daemon_up(" enforce: false,");
-	port = server_start("none");
+	port = kt_httpfx_serve(&fx.server, fx.tmp, "none");
 	{
 		char url[64];
 
 		snprintf(url, sizeof(url), "http://127.0.0.1:%d/s", port);
 		cli = client_run("http.client", url);
 	}
-	srv = server_stop();
+	srv = kt_httpfx_stop(&fx.server);
 	assert_non_null(cli);
 	assert_non_null(srv);
 	print_message("shadow: %.0f calls at the server (%.0f/s), would have refused %.0f\n",
