@@ -8,10 +8,11 @@
  * Each run asserts, at the server: every 1 s window within max + burst
  * (one call more for the server's timestamps, taken after the kernel
  * admitted the call: a preempted server thread moves a call into the next
- * window), at least 95% of the rate, each call the clients made arriving
- * exactly once; at the client: no error (a held call waits, it is not
- * refused); in the kernel: the calls counted equal the requests (within one
- * a connection). The latency a held call adds is printed. */
+ * window), at least 95% of the rate from the first call to the last, each
+ * call the clients made arriving exactly once; at the client: no error (a
+ * held call waits, it is not refused); in the kernel: the calls counted
+ * equal the requests (within one a connection). Redis's protocol on a real
+ * redis-server is counted by turns as well. The latency a held call adds is printed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -36,17 +37,20 @@
 #include "kt_daemonfx.h"
 #include "kt_httpfx.h"
 #include "ktest.h"
+#include "redis_proc.h"
 
 #define RATE 40.0
-#define BURST 10
+#define BURST 20
 #define CONNS 8
-#define RUN_S 3.0
+#define RUN_S 4.0
+#define STEADY_BINS 2 /* seconds 2 and 3 of the server's count */
 
 static struct fixture {
 	struct ktest_daemon d;
 	char cg[PATH_MAX];
 	char tmp[PATH_MAX];
 	struct kt_httpfx_server server;
+	struct rp_proc rp;
 } fx;
 
 static int setup(void **state)
@@ -64,6 +68,7 @@ static int teardown(void **state)
 {
 	(void)state;
 	kt_httpfx_kill(&fx.server);
+	rp_stop(&fx.rp);
 	kt_daemonfx_end(&fx.d, fx.cg);
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
@@ -112,7 +117,8 @@ static char *client_run(const char *lib, const char *url)
 static void one_run(const char *lib, const char *tls)
 {
 	char url[64], *srv, *cli;
-	double before, calls, requests, ok, span, window;
+	double before, calls, requests, ok, span, window, bins[8], steady = 0;
+	int nb;
 	int port;
 
 	port = kt_httpfx_serve(&fx.server, fx.tmp, tls);
@@ -143,8 +149,18 @@ static void one_run(const char *lib, const char *tls)
 		assert_true(requests == ok);
 	/* the promise, with one call of timestamp lag */
 	assert_true(window <= RATE + BURST + 1);
-	/* the clients kept the limit busy: 95% of the rate */
-	assert_true(requests >= 0.95 * RATE * RUN_S);
+	/* the clients kept the limit busy: 95% of the rate in the seconds
+	 * when they all called (the first holds the burst too; in the last a
+	 * client may have stopped, started late on a loaded machine) */
+	nb = kt_httpfx_bins(srv, bins, 8);
+	assert_true(nb >= STEADY_BINS + 1);
+	for (int k = 1; k <= STEADY_BINS; k++)
+		steady += bins[k];
+	print_message("  calls per second from the first: %.0f %.0f %.0f %.0f; seconds 2-%d: %.0f "
+		      "(%.0f%% of the rate)\n",
+		      bins[0], nb > 1 ? bins[1] : 0, nb > 2 ? bins[2] : 0, nb > 3 ? bins[3] : 0,
+		      STEADY_BINS + 1, steady, 100 * steady / (RATE * STEADY_BINS));
+	assert_true(steady >= 0.95 * RATE * STEADY_BINS);
 	/* counted by turns: one per call */
 	assert_true(fabs(calls - requests) <= CONNS);
 	free(srv);
@@ -259,6 +275,81 @@ static void test_byte_at_a_time(void **state)
 	free(srv);
 }
 
+/* Redis's PINGs, one at a time over one connection: PING in, PONG out,
+ * sequential; the reply count through out_fd. */
+static void ping_client(int port, double secs, int out_fd)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	uint64_t t0 = ktest_now_ns();
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), n = 0;
+	char buf[64];
+
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		_exit(5);
+	while ((double)(ktest_now_ns() - t0) / 1e9 < secs && n < 100000) {
+		ssize_t r;
+
+		if (send(fd, "PING\r\n", 6, MSG_NOSIGNAL) != 6)
+			_exit(6);
+		r = recv(fd, buf, sizeof(buf), 0);
+		if (r != 7 || memcmp(buf, "+PONG\r\n", 7))
+			_exit(7);
+		n++;
+	}
+	_exit(write(out_fd, &n, sizeof(n)) == (ssize_t)sizeof(n) ? 0 : 4);
+}
+
+/* Pings since the server started: INFO commandstats' cmdstat_ping calls. */
+static long server_pings(void)
+{
+	char v[256], *calls;
+
+	if (rp_info_field(&fx.rp, "commandstats", "cmdstat_ping", v, sizeof(v)))
+		return 0; /* no PING yet */
+	calls = strstr(v, "calls=");
+	assert_non_null(calls);
+	return atol(calls + 6);
+}
+
+/* Not HTTP: Redis's protocol on a real redis-server, counted by turns as
+ * well. The server's own count is the truth. */
+static void test_redis_peer(void **state)
+{
+	const struct rp_opts o = { 0 };
+	double before, calls, secs = 2.0;
+	long pings0, pings;
+	int p[2], n = -1;
+	pid_t kid;
+
+	(void)state;
+	SKIP_UNLESS_READY();
+	if (!ktest_find_prog("redis-server"))
+		skip();
+	assert_int_equal(rp_start_master(&fx.rp, &o), 0);
+	daemon_up("");
+	pings0 = server_pings();
+	before = kt_status_num(&fx.d, "calls", "admitted");
+	assert_int_equal(pipe(p), 0);
+	kid = kt_daemonfx_fork_bounded();
+	assert_true(kid >= 0);
+	if (kid == 0) {
+		close(p[0]);
+		if (ktest_cgroup_join(fx.cg))
+			_exit(3);
+		ping_client(fx.rp.port, secs, p[1]);
+	}
+	kt_child_result(p, &kid, &n, sizeof(n));
+	pings = server_pings() - pings0;
+	calls = kt_status_num(&fx.d, "calls", "admitted") - before;
+	print_message("redis PING: %d answered, %ld at the server, kernel counted %.0f, bound %.0f\n",
+		      n, pings, calls, RATE * secs + BURST + 1);
+	assert_true(pings == n);
+	assert_true(fabs(calls - pings) <= 1);
+	assert_true(pings <= RATE * (secs + 0.1) + BURST + 1);
+	assert_true(pings >= 5);
+}
+
 /* Shadow: a call limit with enforce: false holds nothing back and counts
  * what it would have held. */
 static void test_shadow_counts_only(void **state)
@@ -296,6 +387,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_clients_tls, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_byte_at_a_time, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shadow_counts_only, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_redis_peer, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+#include <ctype.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -137,6 +138,37 @@ char *kt_httpfx_client_wait(pid_t pid, const char *out)
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	return ktest_slurp(out);
+}
+
+int kt_httpfx_bins(const char *json, double *bins, int max)
+{
+	const char *p = json ? strstr(json, "\"per_second\"") : NULL;
+	int n = 0;
+
+	if (!p || !(p = strchr(p, '[')))
+		return -1;
+	for (p++;;) {
+		char *end;
+		double v;
+
+		while (isspace((unsigned char)*p))
+			p++;
+		if (*p == ']')
+			return n;
+		v = strtod(p, &end);
+		if (end == p)
+			return -1;
+		if (n < max)
+			bins[n] = v;
+		n++;
+		p = end;
+		while (isspace((unsigned char)*p))
+			p++;
+		if (*p == ',')
+			p++;
+		else if (*p != ']')
+			return -1;
+	}
 }
 
 double kt_httpfx_num(const char *json, const char *key)

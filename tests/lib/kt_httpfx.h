@@ -46,6 +46,11 @@ pid_t kt_httpfx_client_spawn(const char *cg, const char *lib, const char *url, i
  * ok, errors, connects, p50_ms, p99_ms, max_ms... */
 char *kt_httpfx_client_wait(pid_t pid, const char *out);
 
+/* The server's requests per consecutive 1 s bin from its first request
+ * (the summary's per_second) into bins[0..max); how many there are, or -1
+ * when the summary has no such list. */
+int kt_httpfx_bins(const char *json, double *bins, int max);
+
 /* cmocka: number `key` of a summary; fails the test when it is missing. */
 double kt_httpfx_num(const char *json, const char *key);
 
