@@ -630,6 +630,7 @@ static const struct section sections[] = {
 	{ "ramp", "ramp tracking with the real daemon", bench_ramp },
 	{ "pool", "distributed pool: 3 daemons, one redis-server", bench_pool },
 	{ "sendto", "UDP sendto() against nftables", bench_sendto },
+	{ "calls", "unit call: wrk through kthrottle vs an nginx limit_req proxy", bench_calls },
 };
 #define N_SECTIONS (int)(sizeof(sections) / sizeof(sections[0]))
 

@@ -173,5 +173,6 @@ int bench_tick(struct bench_env *e);      /* bench_ctl.c */
 int bench_ramp(struct bench_env *e);      /* bench_daemon.c */
 int bench_pool(struct bench_env *e);      /* bench_daemon.c */
 int bench_sendto(struct bench_env *e);    /* bench_sendto.c */
+int bench_calls(struct bench_env *e);     /* bench_calls.c */
 
 #endif
