@@ -4,18 +4,22 @@
 # load generators and libraries. A shadow limit (enforce: false, huge max,
 # so nothing is held back) on a private member cgroup counts turns on
 # 127.0.0.1; a private nginx (outside that cgroup) serves plain HTTP/1.1,
-# TLS 1.2 only, TLS 1.3 only and TLS + HTTP/2 and logs every request. Each
-# client runs inside the member cgroup, and one row compares the requests
-# nginx logged for the run with the calls the kernel counted (the limit's
-# `admitted`, before and after) and the connections nginx saw.
+# TLS 1.2 only, TLS 1.3 only and TLS + HTTP/2 and logs every request; a
+# private gRPC server (tests/tools/kt-grpccall.py, also outside) counts the
+# gRPC calls it handled. Each client runs inside the member cgroup, and one
+# row compares the requests the server logged for the run with the calls the
+# kernel counted (the limit's `admitted`, before and after) and the
+# connections the server saw.
 #
 #   sudo scripts/call-accuracy.sh        (from the repository root, after make)
 #
 # Needs root, bpffs, a cgroup v2 mount, nginx, openssl, curl, ab
 # (apache2-utils), wrk, h2load (nghttp2-client) and /usr/bin/python3 with
-# httpx (python3-httpx). Every load is bounded (counts, durations, timeout 30);
-# only 127.0.0.1 is used. Everything it creates (temp dir, cgroup, pin dir,
-# nginx, kthrottled) is removed on exit. Exit 0 when every client ran cleanly.
+# httpx (python3-httpx); the gRPC rows also need python3-grpcio, and are
+# skipped (with a line saying so) without it. Every load is bounded (counts,
+# durations, timeout 30); only 127.0.0.1 is used. Everything it creates (temp
+# dir, cgroup, pin dir, nginx, gRPC server, kthrottled) is removed on exit.
+# Exit 0 when every client ran cleanly.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -24,6 +28,7 @@ DAEMON=$ROOT/build/kthrottled
 CTL=$ROOT/build/kthrottlectl
 PY=/usr/bin/python3
 HTTPCALL=$ROOT/tests/tools/kt-httpcall.py
+GRPCCALL=$ROOT/tests/tools/kt-grpccall.py
 NGINX=/usr/sbin/nginx
 
 die() { echo "call-accuracy: $*" >&2; exit 1; }
@@ -34,6 +39,8 @@ for b in "$NGINX" openssl curl ab wrk h2load ss "$PY"; do
 	command -v "$b" >/dev/null || die "$b missing"
 done
 "$PY" -c 'import httpx' 2>/dev/null || die "$PY lacks httpx (apt-get install python3-httpx)"
+HAVE_GRPC=1
+"$PY" -c 'import grpc' 2>/dev/null || HAVE_GRPC=0
 CG2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
 [ -n "$CG2" ] || die "no cgroup2 mount in /proc/mounts"
 if ! awk '$2 == "/sys/fs/bpf" && $3 == "bpf" { f = 1 } END { exit !f }' /proc/mounts; then
@@ -45,7 +52,7 @@ ID=${TMP##*.}
 PIN=/sys/fs/bpf/kt-acc-$ID
 CG=$CG2/kt-acc-$ID
 SOCK=$TMP/kthrottled.sock
-NGINX_PID='' DAEMON_PID=''
+NGINX_PID='' DAEMON_PID='' GRPC_PID=''
 
 stop_pid() { # PID: TERM, wait up to 5 s, then KILL
 	local pid=$1 _
@@ -62,6 +69,7 @@ cleanup() {
 	local rc=$? p
 	set +e
 	trap - EXIT INT TERM
+	[ -n "$GRPC_PID" ] && stop_pid "$GRPC_PID"
 	[ -n "$NGINX_PID" ] && stop_pid "$NGINX_PID"
 	[ -n "$DAEMON_PID" ] && stop_pid "$DAEMON_PID"
 	if [ -d "$PIN" ]; then
@@ -87,8 +95,10 @@ trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- setup --
 
+# (gRPC checks the name: it wants 127.0.0.1 in subjectAltName, not just CN)
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 \
-	-keyout "$TMP/key.pem" -out "$TMP/cert.pem" >/dev/null 2>&1 || die "openssl req failed"
+	-addext subjectAltName=IP:127.0.0.1 -keyout "$TMP/key.pem" -out "$TMP/cert.pem" \
+	>/dev/null 2>&1 || die "openssl req failed"
 
 # four free ports: bound to 127.0.0.1:0 by the kernel, then released
 read -r P_PLAIN P_TLS12 P_TLS13 P_H2 < <("$PY" -c '
@@ -217,6 +227,50 @@ row() { # CLIENT PROTOCOL PORT CLIENT_CONNS CMD...
 	ROWS+=("$client|$proto|$reqs|$(( after - before ))|$conns|$cconns")
 }
 
+# a gRPC row: a fresh kt-grpccall.py server outside the cgroup for this row
+# only, CALLS unary calls over one channel from inside it, K in flight at once
+grpc_row() { # CLIENT PROTOCOL plain|tls K CALLS
+	local client=$1 proto=$2 tls=$3 k=$4 calls=$5 before after reqs conns rc=0 _
+	local sargs=() cargs=()
+	if [ "$tls" = tls ]; then
+		sargs=(--tls --cert "$TMP/cert.pem" --key "$TMP/key.pem")
+		cargs=(--tls --ca "$TMP/cert.pem")
+	fi
+	rm -f "$TMP/grpc.port" "$TMP/grpc.json" "$TMP/grpc.client.json"
+	"$PY" "$GRPCCALL" serve --port-file "$TMP/grpc.port" --out "$TMP/grpc.json" \
+		--duration 120 "${sargs[@]}" >"$TMP/grpc.serve.log" 2>&1 &
+	GRPC_PID=$!
+	for _ in $(seq 100); do
+		[ -s "$TMP/grpc.port" ] && break
+		kill -0 "$GRPC_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	[ -s "$TMP/grpc.port" ] || { cat "$TMP/grpc.serve.log" >&2; die "gRPC server not ready in 10 s"; }
+	before=$(settle)
+	in_cgroup "$PY" "$GRPCCALL" client --url "$H:$(cat "$TMP/grpc.port")" "${cargs[@]}" \
+		--calls "$calls" --concurrency "$k" --out "$TMP/grpc.client.json" || rc=$?
+	after=$(settle)
+	stop_pid "$GRPC_PID"
+	GRPC_PID=''
+	if [ -s "$TMP/grpc.json" ]; then
+		read -r reqs conns < <("$PY" -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(d["requests"], d["connections"])' "$TMP/grpc.json")
+	else
+		reqs=0 conns=0
+		echo "call-accuracy: $client $proto: the gRPC server wrote no summary:" >&2
+		tail -n 15 "$TMP/grpc.serve.log" >&2
+	fi
+	if [ "$rc" -ne 0 ] || [ "$reqs" -ne "$calls" ]; then
+		echo "call-accuracy: $client $proto failed (exit $rc, $reqs of $calls requests):" >&2
+		cat "$TMP/grpc.client.json" >&2 2>/dev/null
+		tail -n 15 "$TMP/out" >&2
+		FAILED=1
+	fi
+	ROWS+=("$client|$proto|$reqs|$(( after - before ))|$conns|-")
+}
+
 # connections as the client reports them, from $TMP/out
 client_conns() {
 	case $1 in
@@ -250,6 +304,18 @@ row "h2load -m 1" "HTTP/2 TLS" "$P_H2" 4 h2load -n 2000 -c 4 -m 1 "https://$H:$P
 row python-httpx "HTTP/1.1 TLS 1.3" "$P_TLS13" parse \
 	"$PY" "$HTTPCALL" client --lib httpx --url "https://$H:$P_TLS13/" --conns 4 --duration 2
 
+SKIPPED=()
+if [ "$HAVE_GRPC" -eq 1 ]; then
+	for k in 1 10; do
+		grpc_row "grpc (python3-grpcio), $k in flight" "HTTP/2 (gRPC), plain" plain "$k" 1000
+	done
+	for k in 1 10; do
+		grpc_row "grpc (python3-grpcio), $k in flight" "HTTP/2 (gRPC), TLS" tls "$k" 1000
+	done
+else
+	SKIPPED+=("grpc (python3-grpcio): skipped, $PY has no grpc module (apt-get install python3-grpcio)")
+fi
+
 # ---------------------------------------------------------------- table --
 
 echo
@@ -261,4 +327,5 @@ for r in "${ROWS[@]}"; do
 		"$(awk -v k="$k" -v n="$n" 'BEGIN { if (n > 0) printf "%.3f", k / n; else print "-" }')" "$cn" "$cc"
 done
 echo
+for s in ${SKIPPED[@]+"${SKIPPED[@]}"}; do echo "call-accuracy: $s"; done
 [ "$FAILED" -eq 0 ] || die "a client failed (see above)"
