@@ -436,8 +436,9 @@ int kt_egress(struct __sk_buff *skb)
 	}
 
 	if (want_pkt && pkt.slot != KT_SLOT_NONE && pkt.unit == KT_UNIT_CALL) {
-		if (!kt_call_charge(skb, &pkt))
-			return SKB_DROP;
+		verdict = kt_call_charge(skb, &pkt);
+		if (verdict != KT_CALL_PASS)
+			return verdict == KT_CALL_DROP_CN ? SKB_DROP_CN : SKB_DROP;
 	} else if (want_pkt && pkt.slot != KT_SLOT_NONE) {
 		now = bpf_ktime_get_boot_ns();
 		verdict = kt_charge(&pkt, now, skb->len, segs, &wait_ns, &by);

@@ -9,9 +9,8 @@
  * again by itself, from its probe timer (200 ms, then backing off) or at
  * the application's next write; this program then decides it again. The
  * application sees a call that waits, never an error, and nothing is sent
- * twice or out of order. A plain drop, not congestion notification: the
- * latter also shrinks the window and its probes, not backed off, would
- * give up on the connection after tcp_retries2 of them (7.5 s). Only the
+ * twice or out of order. The first probes are dropped with congestion
+ * notification, the later ones plainly (kt_call_quick_retry). Only the
  * egress object declares the map (pinned by name). */
 #ifndef KT_BPF_CALL_H
 #define KT_BPF_CALL_H
@@ -155,9 +154,34 @@ __noinline int kt_call_passed(struct __sk_buff *skb, const struct kt_tcp_seg *s)
 	return 1;
 }
 
+/* How a held turn start is dropped. With congestion notification TCP
+ * takes the failed send for local congestion: it tries again after
+ * TCP_RESOURCE_PROBE_INTERVAL (200 ms) without backing off, but it still
+ * counts the probe, and it ends the connection after tcp_retries2 (15)
+ * failed probes in a row. A plain drop backs off (400 ms, 800 ms, ...,
+ * 120 s), so reaching 15 takes minutes. So the first
+ * KT_CALL_QUICK_PROBES probes of a held call are quick, the rest back
+ * off: waits up to ~1 s cost no backoff, and no wait breaks the
+ * connection. */
+#define KT_CALL_QUICK_PROBES 4
+#define KT_CALL_PASS 1
+#define KT_CALL_DROP 0
+#define KT_CALL_DROP_CN 2
+
+static __always_inline int kt_call_quick_retry(struct __sk_buff *skb)
+{
+	struct bpf_sock *sk = skb->sk;
+	struct tcp_sock *tp;
+
+	if (!sk)
+		return 0;
+	tp = bpf_skc_to_tcp_sock(sk);
+	return tp && tp->inet_conn.icsk_probes_out < KT_CALL_QUICK_PROBES;
+}
+
 /* A TCP packet of a call limit (the bucket `cls` names): charged one call
- * when it starts a turn. 1 to pass it, 0 to drop it (held: TCP sends it
- * again). A global function: the verifier checks it, and the GCRA it
+ * when it starts a turn. KT_CALL_PASS, or KT_CALL_DROP or KT_CALL_DROP_CN
+ * to hold it (TCP sends it again). A global function: the verifier checks it, and the GCRA it
  * inlines, once, apart from the paths of packet and byte limits. */
 __noinline int kt_call_charge(struct __sk_buff *skb, const struct kt_cls *cls)
 {
@@ -167,19 +191,19 @@ __noinline int kt_call_charge(struct __sk_buff *skb, const struct kt_cls *cls)
 	__u32 by;
 
 	if (!cls)
-		return 1;
+		return KT_CALL_PASS;
 	if (kt_call_turn(skb, &s) == KT_CALL_NONE)
-		return 1;
+		return KT_CALL_PASS;
 	now = bpf_ktime_get_boot_ns();
 	verdict = kt_charge(cls, now, skb->len, 1, &wait_ns, &by);
 	if (verdict == KT_REFUSE) {
 		kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, KT_EV_BUCKET);
-		return 0;
+		return kt_call_quick_retry(skb) ? KT_CALL_DROP_CN : KT_CALL_DROP;
 	}
 	if (verdict == KT_ADMIT_SHADOW)
 		kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, KT_EV_SHADOW);
 	kt_call_passed(skb, &s);
-	return 1;
+	return KT_CALL_PASS;
 }
 
 #endif /* KT_BPF_CALL_H */
