@@ -6,9 +6,9 @@
  * BURST; the clients want far more (CONNS connections flat out).
  *
  * Each run asserts, at the server: every 1 s window within max + burst
- * (one call more for the server's timestamps, taken after the kernel
- * admitted the call: a preempted server thread moves a call into the next
- * window), at least 95% of the rate from the first call to the last, each
+ * (and the calls of 50 ms more, LAG_CALLS, for the server's timestamps,
+ * taken after the kernel admitted the call, once a Python thread has read
+ * and parsed it: a preempted server moves calls into the next window), at least 95% of the rate from the first call to the last, each
  * call the clients made arriving exactly once; at the client: no error (a
  * held call waits, it is not refused); in the kernel: the calls counted
  * equal the requests (within one a connection). Redis's protocol on a real
@@ -44,6 +44,7 @@
 #define CONNS 8
 #define RUN_S 4.0
 #define STEADY_BINS 2 /* seconds 2 and 3 of the server's count */
+#define LAG_CALLS 2   /* 50 ms at RATE */
 
 static struct fixture {
 	struct ktest_daemon d;
@@ -147,8 +148,8 @@ static void one_run(const char *lib, const char *tls)
 		assert_true(requests >= ok && requests <= ok + num(cli, "curl_killed"));
 	else
 		assert_true(requests == ok);
-	/* the promise, with one call of timestamp lag */
-	assert_true(window <= RATE + BURST + 1);
+	/* the promise, with the server's timestamp lag */
+	assert_true(window <= RATE + BURST + LAG_CALLS);
 	/* the clients kept the limit busy: 95% of the rate in the seconds
 	 * when they all called (the first holds the burst too; in the last a
 	 * client may have stopped, started late on a loaded machine) */
@@ -267,7 +268,7 @@ static void test_byte_at_a_time(void **state)
 		      "window %.0f, kernel counted %.0f\n",
 		      n, requests, span, window, calls);
 	assert_true(requests == n);
-	assert_true(window <= RATE + BURST + 1);
+	assert_true(window <= RATE + BURST + LAG_CALLS);
 	assert_true(fabs(calls - requests) <= 1);
 	/* a sequential connection waits out TCP's retry: well below the rate,
 	 * but it makes progress */

@@ -5,9 +5,9 @@
  * connections flat out) calling one counting server
  * (tests/tools/kt-httpcall.py, tests/lib/kt_httpfx).
  *
- * Asserted at the server: every 1 s window within max + burst (one call
- * more for the server's timestamps, taken after the kernel admitted the
- * call), each call the clients saw answered arriving there, and no client
+ * Asserted at the server: every 1 s window within max + burst (and the
+ * calls of 50 ms more, LAG_CALLS, for the server's timestamps, taken after
+ * the kernel admitted the call), each call the clients saw answered arriving there, and no client
  * error on a node whose daemon runs. test_kill9 kills n2's daemon 2 s in:
  * its pod keeps calling on what its kernel still holds (the lease, then
  * the conservative fallback the other nodes keep reserving), and the
@@ -38,6 +38,7 @@
 #define BURST 12
 #define CONNS 4
 #define RUN_S 6.0
+#define LAG_CALLS 3 /* 50 ms at MAX */
 #define PREFIX "ktcall"
 #define LIMIT "calls"
 
@@ -173,7 +174,7 @@ static void run(const char *name, double kill_at_s)
 		      name, requests, kt_httpfx_num(srv, "last") - kt_httpfx_num(srv, "first"),
 		      window, MAX + BURST, ok);
 	assert_true(requests >= ok);
-	assert_true(window <= MAX + BURST + 1);
+	assert_true(window <= MAX + BURST + LAG_CALLS);
 	/* the pool kept the limit busy */
 	assert_true(requests >= 0.8 * MAX * RUN_S);
 	for (int i = 0; i < NODES; i++)
