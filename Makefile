@@ -331,7 +331,8 @@ uninstall:
 # host's root, read-only) and runs them; docs/development.md "Kernel matrix"
 KERNEL_TESTS := $(filter $(BUILD)/tests/bpf/%,$(TEST_BINS)) \
 	$(BUILD)/tests/e2e/test_daemon $(BUILD)/tests/e2e/test_escapes $(BUILD)/tests/e2e/test_tcp_bytes \
-	$(BUILD)/tests/e2e/test_inflight $(BUILD)/tests/e2e/test_units $(BUILD)/tests/e2e/test_minimum
+	$(BUILD)/tests/e2e/test_inflight $(BUILD)/tests/e2e/test_units $(BUILD)/tests/e2e/test_minimum \
+	$(BUILD)/tests/e2e/test_calls_turns
 .PHONY: kernels
 kernels: all $(KERNEL_TESTS) $(TEST_TOOLS)
 	scripts/kernel-matrix.sh $(BUILD)

@@ -48,12 +48,14 @@
 # test_escapes (packet, datagram), test_tcp_bytes (byte) and test_inflight
 # (concurrent) when they are built and KM_E2E allows: auto (the default)
 # under KVM only, 1 always, 0 never; tests/e2e/test_units, one limit of each
-# unit with bounds that hold at any speed, unless KM_E2E=0). A binary listed by KM_TESTS but not
+# unit with bounds that hold at any speed, and tests/e2e/test_calls_turns,
+# calls counted by turns and the retry quantum, unless KM_E2E=0). A binary listed by KM_TESTS but not
 # built counts as failed.
 #
 # Output: each guest's console as it runs, when KM_VERBOSE=1 (else the
 # test lines that matter: uname, the verifier instruction counts, what
-# arrived per unit in test_units, cmocka failures), and at the end one table: kernel | test binary | passed |
+# arrived per unit in test_units, the calls and retry quantum of
+# test_calls_turns, cmocka failures), and at the end one table: kernel | test binary | passed |
 # failed | skipped | seconds, then each kernel's accelerator, boot time (to
 # the first line of the guest's init) and total wall time, then the
 # verifier's instruction count of each program on each kernel.
@@ -309,14 +311,17 @@ tcg_opts=${KM_TCG_OPTS-thread=single}
 # default) runs them under KVM only; KM_E2E=1 always, 0 never
 e2e=${KM_E2E:-auto}
 if [ -z "${KM_TESTS:-}" ]; then
-	# test_units (one limit of each unit, bounds that hold at any speed)
-	# runs whenever KM_E2E is not 0, emulated or not
+	# test_units (one limit of each unit) and test_calls_turns (calls
+	# counted by turns, the retry quantum): bounds that hold at any speed,
+	# run whenever KM_E2E is not 0, emulated or not
 	if [ "$e2e" != 0 ]; then
-		if [ -x "$build/tests/e2e/test_units" ]; then
-			tests+=("$build/tests/e2e/test_units")
-		else
-			echo "kernel-matrix: $build/tests/e2e/test_units not built: left out (make kernels builds it)" >&2
-		fi
+		for t in test_units test_calls_turns; do
+			if [ -x "$build/tests/e2e/$t" ]; then
+				tests+=("$build/tests/e2e/$t")
+			else
+				echo "kernel-matrix: $build/tests/e2e/$t not built: left out (make kernels builds it)" >&2
+			fi
+		done
 	fi
 	if [ "$e2e" = 1 ] || { [ "$e2e" = auto ] && [ "$accel_mode" = kvm ]; }; then
 		for t in test_daemon test_escapes test_tcp_bytes test_inflight; do
@@ -423,7 +428,7 @@ summarize_guest() { # summarize_guest VER: table rows from its log
 	local ver=$1 log=$cache/$1.log line bin rc p f s secs done_rc
 	tr -d '\r' <"$log" >"$tmp/log-$ver"
 	if [ "$verbose" != 1 ]; then
-		grep -aE '^KT-UNAME|verified +[0-9]+ instructions|^(connection|datagram|packet|byte|concurrent) +[0-9]+ arrived|\[  (FAILED|ERROR) +\]|^kt-(init|guest):|^--- |Kernel panic|^\[ *[0-9.]+\] (BUG|WARNING|Oops)|libbpf: prog .*(failed|load)|expected=|BPF program is too large|processed [0-9]+ insns' \
+		grep -aE '^KT-UNAME|verified +[0-9]+ instructions|^(connection|datagram|packet|byte|concurrent) +[0-9]+ arrived|^(retry quantum|one byte a segment|redis PING)|\[  (FAILED|ERROR) +\]|^kt-(init|guest):|^--- |Kernel panic|^\[ *[0-9.]+\] (BUG|WARNING|Oops)|libbpf: prog .*(failed|load)|expected=|BPF program is too large|processed [0-9]+ insns' \
 			"$tmp/log-$ver" | sed "s|^|  $ver: |"
 	fi
 	for bin in "${tests[@]}"; do

@@ -37,7 +37,6 @@
 #include "kt_daemonfx.h"
 #include "kt_httpfx.h"
 #include "ktest.h"
-#include "redis_proc.h"
 
 #define RATE 40.0
 #define BURST 20
@@ -51,7 +50,6 @@ static struct fixture {
 	char cg[PATH_MAX];
 	char tmp[PATH_MAX];
 	struct kt_httpfx_server server;
-	struct rp_proc rp;
 } fx;
 
 static int setup(void **state)
@@ -69,7 +67,6 @@ static int teardown(void **state)
 {
 	(void)state;
 	kt_httpfx_kill(&fx.server);
-	rp_stop(&fx.rp);
 	kt_daemonfx_end(&fx.d, fx.cg);
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
@@ -194,163 +191,6 @@ static void test_clients_tls(void **state)
 	one_run("curl", "1.3");
 }
 
-/* A client that writes each call one byte at a time (TCP_NODELAY: a
- * segment per byte) still pays one call per call: the bytes of a turn
- * are one turn. Sequential calls, read in full before the next. */
-static void byte_client(int port, double secs, int out_fd)
-{
-	static const char req[] = "GET /b HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n";
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	uint64_t t0 = ktest_now_ns();
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, n = 0;
-	char buf[4096];
-
-	if (fd < 0 || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) ||
-	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
-		_exit(5);
-	while ((double)(ktest_now_ns() - t0) / 1e9 < secs && n < 100000) {
-		size_t got = 0;
-
-		for (size_t i = 0; i < sizeof(req) - 1; i++)
-			if (send(fd, req + i, 1, MSG_NOSIGNAL) != 1)
-				_exit(6);
-		/* the answer: headers and the body its Content-Length gives */
-		for (;;) {
-			ssize_t r = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
-			char *end, *cl;
-
-			if (r <= 0)
-				_exit(7);
-			got += (size_t)r;
-			buf[got] = 0;
-			end = strstr(buf, "\r\n\r\n");
-			cl = strcasestr(buf, "Content-Length:");
-			if (end && cl && got >= (size_t)(end + 4 - buf) + (size_t)atoi(cl + 15))
-				break;
-			if (got >= sizeof(buf) - 1)
-				_exit(8);
-		}
-		n++;
-	}
-	_exit(write(out_fd, &n, sizeof(n)) == (ssize_t)sizeof(n) ? 0 : 4);
-}
-
-static void test_byte_at_a_time(void **state)
-{
-	double before, calls, requests, window, span;
-	char *srv;
-	int port, p[2], n = -1;
-	pid_t kid;
-
-	(void)state;
-	SKIP_UNLESS_READY();
-	daemon_up("");
-	port = kt_httpfx_serve(&fx.server, fx.tmp, "none");
-	before = kt_status_num(&fx.d, "calls", "admitted");
-	assert_int_equal(pipe(p), 0);
-	kid = kt_daemonfx_fork_bounded();
-	assert_true(kid >= 0);
-	if (kid == 0) {
-		close(p[0]);
-		if (ktest_cgroup_join(fx.cg))
-			_exit(3);
-		byte_client(port, RUN_S, p[1]);
-	}
-	kt_child_result(p, &kid, &n, sizeof(n));
-	srv = kt_httpfx_stop(&fx.server);
-	assert_non_null(srv);
-	calls = kt_status_num(&fx.d, "calls", "admitted") - before;
-	requests = num(srv, "requests");
-	window = num(srv, "max_window");
-	span = num(srv, "last") - num(srv, "first");
-	print_message("one byte a segment: %d calls answered, %.0f at the server in %.2f s, worst 1 s "
-		      "window %.0f, kernel counted %.0f\n",
-		      n, requests, span, window, calls);
-	assert_true(requests == n);
-	assert_true(window <= RATE + BURST + LAG_CALLS);
-	assert_true(fabs(calls - requests) <= 1);
-	/* a sequential connection waits out TCP's retry: well below the rate,
-	 * but it makes progress */
-	assert_true(requests >= 5);
-	free(srv);
-}
-
-/* Redis's PINGs, one at a time over one connection: PING in, PONG out,
- * sequential; the reply count through out_fd. */
-static void ping_client(int port, double secs, int out_fd)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	uint64_t t0 = ktest_now_ns();
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), n = 0;
-	char buf[64];
-
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
-		_exit(5);
-	while ((double)(ktest_now_ns() - t0) / 1e9 < secs && n < 100000) {
-		ssize_t r;
-
-		if (send(fd, "PING\r\n", 6, MSG_NOSIGNAL) != 6)
-			_exit(6);
-		r = recv(fd, buf, sizeof(buf), 0);
-		if (r != 7 || memcmp(buf, "+PONG\r\n", 7))
-			_exit(7);
-		n++;
-	}
-	_exit(write(out_fd, &n, sizeof(n)) == (ssize_t)sizeof(n) ? 0 : 4);
-}
-
-/* Pings since the server started: INFO commandstats' cmdstat_ping calls. */
-static long server_pings(void)
-{
-	char v[256], *calls;
-
-	if (rp_info_field(&fx.rp, "commandstats", "cmdstat_ping", v, sizeof(v)))
-		return 0; /* no PING yet */
-	calls = strstr(v, "calls=");
-	assert_non_null(calls);
-	return atol(calls + 6);
-}
-
-/* Not HTTP: Redis's protocol on a real redis-server, counted by turns as
- * well. The server's own count is the truth. */
-static void test_redis_peer(void **state)
-{
-	const struct rp_opts o = { 0 };
-	double before, calls, secs = 2.0;
-	long pings0, pings;
-	int p[2], n = -1;
-	pid_t kid;
-
-	(void)state;
-	SKIP_UNLESS_READY();
-	if (!ktest_find_prog("redis-server"))
-		skip();
-	assert_int_equal(rp_start_master(&fx.rp, &o), 0);
-	daemon_up("");
-	pings0 = server_pings();
-	before = kt_status_num(&fx.d, "calls", "admitted");
-	assert_int_equal(pipe(p), 0);
-	kid = kt_daemonfx_fork_bounded();
-	assert_true(kid >= 0);
-	if (kid == 0) {
-		close(p[0]);
-		if (ktest_cgroup_join(fx.cg))
-			_exit(3);
-		ping_client(fx.rp.port, secs, p[1]);
-	}
-	kt_child_result(p, &kid, &n, sizeof(n));
-	pings = server_pings() - pings0;
-	calls = kt_status_num(&fx.d, "calls", "admitted") - before;
-	print_message("redis PING: %d answered, %ld at the server, kernel counted %.0f, bound %.0f\n",
-		      n, pings, calls, RATE * secs + BURST + 1);
-	assert_true(pings == n);
-	assert_true(fabs(calls - pings) <= 1);
-	assert_true(pings <= RATE * (secs + 0.1) + BURST + 1);
-	assert_true(pings >= 5);
-}
-
 /* Shadow: a call limit with enforce: false holds nothing back and counts
  * what it would have held. */
 static void test_shadow_counts_only(void **state)
@@ -386,9 +226,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_clients_plain, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_clients_tls, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_byte_at_a_time, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shadow_counts_only, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_redis_peer, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* Unit call counted by turns, with bounds that hold at any speed (the
+ * kernel matrix runs it in every guest, emulated or not): sequential calls
+ * on one connection, so every call the clients saw answered is one the
+ * kernel admitted inside the client's run, and the limit bounds their
+ * number by rate x the run + burst.
+ *   test_byte_at_a_time  HTTP/1.1 requests written one byte a segment
+ *                        still count one call a call;
+ *   test_redis_peer      not HTTP: Redis PINGs on a real redis-server,
+ *                        the kernel's count equal to INFO commandstats';
+ *   test_retry_quantum   a sequential connection at 2/s, burst 1: how long
+ *                        a held call waits for TCP to send it again (the
+ *                        quantum of waiting without fq), printed.
+ * The server is tests/tools/kt-httpcall.py (tests/lib/kt_httpfx). */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "kt_daemonfx.h"
+#include "kt_httpfx.h"
+#include "ktest.h"
+#include "redis_proc.h"
+
+#define RATE 40.0
+#define BURST 20
+#define RUN_S 3.0
+#define MAX_LAT 256
+
+static struct fixture {
+	struct ktest_daemon d;
+	char cg[PATH_MAX];
+	char tmp[PATH_MAX];
+	struct kt_httpfx_server server;
+	struct rp_proc rp;
+} fx;
+
+static int setup(void **state)
+{
+	(void)state;
+	if (kt_daemonfx_setup(&fx, sizeof(fx), &fx.d, "callturns", fx.cg, sizeof(fx.cg)))
+		return -1;
+	fx.server.pid = -1;
+	if (!fx.cg[0])
+		return 0; /* no root: the test skips itself */
+	return ktest_tmpdir(fx.tmp, sizeof(fx.tmp));
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	kt_httpfx_kill(&fx.server);
+	rp_stop(&fx.rp);
+	kt_daemonfx_end(&fx.d, fx.cg);
+	if (fx.tmp[0])
+		ktest_rmtree(fx.tmp);
+	return 0;
+}
+
+#define SKIP_UNLESS_READY()                                   \
+	do {                                                  \
+		const char *why_ = kt_httpfx_why_not();       \
+		if (why_) {                                   \
+			print_message("skipped: %s\n", why_); \
+			skip();                               \
+		}                                             \
+	} while (0)
+
+/* The limit: rate calls/s to 127.0.0.1 over TCP, any port. */
+static void daemon_up(double rate, int burst)
+{
+	char body[1024];
+
+	snprintf(body, sizeof(body),
+		 "tickInterval: 100ms\n"
+		 "limits:\n"
+		 "  - {name: calls, cgroups: [%s], unit: call, burst: %d,\n"
+		 "     match: {cidrs: [127.0.0.1/32]}, rateLimit: {max: %g}}\n",
+		 fx.cg, burst, rate);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+}
+
+/* What a sequential client reports: its calls and their latencies. */
+struct seq_result {
+	int n;
+	double elapsed; /* s, from its first send to its last answer */
+	double lat_ms[MAX_LAT];
+};
+
+/* Sequential HTTP/1.1 calls on one connection, each read in full before
+ * the next, for secs; each request written `chunk` bytes a send
+ * (TCP_NODELAY: one byte a segment with chunk 1). The result through
+ * out_fd. */
+static void seq_client(int port, double secs, size_t chunk, int out_fd)
+{
+	static const char req[] = "GET /b HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n";
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	uint64_t t0 = ktest_now_ns();
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	static struct seq_result res;
+	char buf[4096];
+
+	if (fd < 0 || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		_exit(5);
+	while ((double)(ktest_now_ns() - t0) / 1e9 < secs && res.n < 100000) {
+		uint64_t c0 = ktest_now_ns();
+		size_t got = 0;
+
+		for (size_t i = 0; i < sizeof(req) - 1; i += chunk) {
+			size_t len = sizeof(req) - 1 - i < chunk ? sizeof(req) - 1 - i : chunk;
+
+			if (send(fd, req + i, len, MSG_NOSIGNAL) != (ssize_t)len)
+				_exit(6);
+		}
+		/* the answer: headers and the body its Content-Length gives */
+		for (;;) {
+			ssize_t r = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+			char *end, *cl;
+
+			if (r <= 0)
+				_exit(7);
+			got += (size_t)r;
+			buf[got] = 0;
+			end = strstr(buf, "\r\n\r\n");
+			cl = strcasestr(buf, "Content-Length:");
+			if (end && cl && got >= (size_t)(end + 4 - buf) + (size_t)atoi(cl + 15))
+				break;
+			if (got >= sizeof(buf) - 1)
+				_exit(8);
+		}
+		if (res.n < MAX_LAT)
+			res.lat_ms[res.n] = (double)(ktest_now_ns() - c0) / 1e6;
+		res.n++;
+	}
+	res.elapsed = (double)(ktest_now_ns() - t0) / 1e9;
+	_exit(write(out_fd, &res, sizeof(res)) == (ssize_t)sizeof(res) ? 0 : 4);
+}
+
+/* What the PING client reports. */
+struct ping_result {
+	int n;
+	double elapsed; /* s, from its first PING to its last PONG */
+};
+
+/* Redis's PINGs, one at a time over one connection: PING in, PONG out,
+ * sequential; the reply count through out_fd. */
+static void ping_client(int port, double secs, int out_fd)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	uint64_t t0 = ktest_now_ns();
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), n = 0;
+	char buf[64];
+	double elapsed;
+
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		_exit(5);
+	while ((double)(ktest_now_ns() - t0) / 1e9 < secs && n < 100000) {
+		ssize_t r;
+
+		if (send(fd, "PING\r\n", 6, MSG_NOSIGNAL) != 6)
+			_exit(6);
+		r = recv(fd, buf, sizeof(buf), 0);
+		if (r != 7 || memcmp(buf, "+PONG\r\n", 7))
+			_exit(7);
+		n++;
+	}
+	elapsed = (double)(ktest_now_ns() - t0) / 1e9;
+	{
+		struct ping_result r = { .n = n, .elapsed = elapsed };
+
+		_exit(write(out_fd, &r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 4);
+	}
+}
+
+/* Pings since the server started: INFO commandstats' cmdstat_ping calls. */
+static long server_pings(void)
+{
+	char v[256], *calls;
+
+	if (rp_info_field(&fx.rp, "commandstats", "cmdstat_ping", v, sizeof(v)))
+		return 0; /* no PING yet */
+	calls = strstr(v, "calls=");
+	assert_non_null(calls);
+	return atol(calls + 6);
+}
+
+/* Not HTTP: Redis's protocol on a real redis-server, counted by turns as
+ * well. The server's own count is the truth. */
+static void test_redis_peer(void **state)
+{
+	const struct rp_opts o = { 0 };
+	double before, calls, secs = 2.0, elapsed = 0;
+	long pings0, pings;
+	int p[2], n = -1;
+	struct ping_result r;
+	pid_t kid;
+
+	(void)state;
+	SKIP_UNLESS_READY();
+	if (!ktest_find_prog("redis-server"))
+		skip();
+	assert_int_equal(rp_start_master(&fx.rp, &o), 0);
+	daemon_up(RATE, BURST);
+	pings0 = server_pings();
+	before = kt_status_num(&fx.d, "calls", "admitted");
+	assert_int_equal(pipe(p), 0);
+	kid = kt_daemonfx_fork_bounded();
+	assert_true(kid >= 0);
+	if (kid == 0) {
+		close(p[0]);
+		if (ktest_cgroup_join(fx.cg))
+			_exit(3);
+		ping_client(fx.rp.port, secs, p[1]);
+	}
+	kt_child_result(p, &kid, &r, sizeof(r));
+	n = r.n;
+	elapsed = r.elapsed;
+	pings = server_pings() - pings0;
+	calls = kt_status_num(&fx.d, "calls", "admitted") - before;
+	print_message("redis PING: %d answered in %.2f s, %ld at the server, kernel counted %.0f, "
+		      "bound %.0f\n",
+		      n, elapsed, pings, calls, RATE * elapsed + BURST);
+	assert_true(pings == n);
+	assert_true(fabs(calls - pings) <= 1);
+	assert_true(pings <= RATE * elapsed + BURST);
+	assert_true(pings >= 5);
+}
+
+/* seq_client in the member cgroup against the counting server: its
+ * result, the server's count and the kernel's. */
+static void seq_run(size_t chunk, double secs, struct seq_result *r, double *requests,
+		    double *calls)
+{
+	double before;
+	char *srv;
+	int p[2];
+	pid_t kid;
+
+	kt_httpfx_serve(&fx.server, fx.tmp, "none");
+	before = kt_status_num(&fx.d, "calls", "admitted");
+	assert_int_equal(pipe(p), 0);
+	kid = kt_daemonfx_fork_bounded();
+	assert_true(kid >= 0);
+	if (kid == 0) {
+		close(p[0]);
+		if (ktest_cgroup_join(fx.cg))
+			_exit(3);
+		seq_client(fx.server.port, secs, chunk, p[1]);
+	}
+	kt_child_result(p, &kid, r, sizeof(*r));
+	srv = kt_httpfx_stop(&fx.server);
+	assert_non_null(srv);
+	*requests = kt_httpfx_num(srv, "requests");
+	*calls = kt_status_num(&fx.d, "calls", "admitted") - before;
+	free(srv);
+}
+
+static double elapsed_s(const struct seq_result *r)
+{
+	return r->elapsed;
+}
+
+static void test_byte_at_a_time(void **state)
+{
+	static struct seq_result r;
+	double requests, calls, busy;
+
+	(void)state;
+	SKIP_UNLESS_READY();
+	daemon_up(RATE, BURST);
+	seq_run(1, RUN_S, &r, &requests, &calls);
+	busy = elapsed_s(&r);
+	print_message("one byte a segment: %d calls answered, %.0f at the server, kernel counted "
+		      "%.0f, in %.2f s of calls (bound %.0f)\n",
+		      r.n, requests, calls, busy, RATE * busy + BURST);
+	assert_true(r.n <= MAX_LAT);
+	assert_true(requests == r.n);
+	assert_true(fabs(calls - requests) <= 1);
+	/* the calls ran back to back: the bucket bounds them by their time */
+	assert_true(requests <= RATE * busy + BURST);
+	assert_true(requests >= 5);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* 2/s, burst 1, one connection: after the first, each call is held until
+ * its token (500 ms after the last) and sent at TCP's next try. */
+static void test_retry_quantum(void **state)
+{
+	static struct seq_result r;
+	double requests, calls, busy, lat[MAX_LAT];
+	int n;
+
+	(void)state;
+	SKIP_UNLESS_READY();
+	daemon_up(2, 1);
+	seq_run(1 << 16, 5.0, &r, &requests, &calls);
+	busy = elapsed_s(&r);
+	n = r.n < MAX_LAT ? r.n : MAX_LAT;
+	memcpy(lat, r.lat_ms, sizeof(double) * (size_t)n);
+	qsort(lat, (size_t)n, sizeof(lat[0]), cmp_double);
+	print_message("retry quantum at 2/s, burst 1: %d calls in %.2f s (%.2f/s), wait per call "
+		      "min %.0f ms, median %.0f ms, max %.0f ms (the ideal: 500 ms); kernel counted "
+		      "%.0f, server %.0f\n",
+		      r.n, busy, r.n / (busy > 0 ? busy : 1), lat[0], lat[n / 2], lat[n - 1], calls,
+		      requests);
+	assert_true(requests == r.n);
+	assert_true(fabs(calls - requests) <= 1);
+	assert_true(requests <= 2 * busy + 1);
+	assert_true(requests >= 3);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_byte_at_a_time, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_redis_peer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_retry_quantum, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
