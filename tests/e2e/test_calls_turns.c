@@ -10,7 +10,9 @@
  *                        the kernel's count equal to INFO commandstats';
  *   test_retry_quantum   a sequential connection at 2/s, burst 1: how long
  *                        a held call waits for TCP to send it again (the
- *                        quantum of waiting without fq), printed.
+ *                        quantum of waiting without fq), printed;
+ *   test_parent          a call limit under a parent call limit of 4/s:
+ *                        the parent's bound holds for the child's calls.
  * The server is tests/tools/kt-httpcall.py (tests/lib/kt_httpfx). */
 #include <errno.h>
 #include <limits.h>
@@ -44,6 +46,7 @@
 static struct fixture {
 	struct ktest_daemon d;
 	char cg[PATH_MAX];
+	char cg_top[PATH_MAX]; /* test_parent: the parent limit's own member */
 	char tmp[PATH_MAX];
 	struct kt_httpfx_server server;
 	struct rp_proc rp;
@@ -66,6 +69,8 @@ static int teardown(void **state)
 	kt_httpfx_kill(&fx.server);
 	rp_stop(&fx.rp);
 	kt_daemonfx_end(&fx.d, fx.cg);
+	if (fx.cg_top[0])
+		ktest_cgroup_destroy(fx.cg_top);
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
 	return 0;
@@ -332,12 +337,45 @@ static void test_retry_quantum(void **state)
 	assert_true(requests >= 3);
 }
 
+/* parent: a call limit "kid" (100/s, burst 50) on the clients' cgroup,
+ * under "top" (4/s, burst 2): every call is charged to both, so top's
+ * bound holds for kid's calls. */
+static void test_parent(void **state)
+{
+	static struct seq_result r;
+	double requests, calls, busy;
+	char body[1024];
+
+	(void)state;
+	SKIP_UNLESS_READY();
+	assert_int_equal(ktest_cgroup_create("callturns-top", fx.cg_top, sizeof(fx.cg_top)), 0);
+	snprintf(body, sizeof(body),
+		 "tickInterval: 100ms\n"
+		 "limits:\n"
+		 "  - {name: top, cgroups: [%s], unit: call, burst: 2, rateLimit: {max: 4},\n"
+		 "     match: {cidrs: [127.0.0.1/32]}}\n"
+		 "  - {name: calls, parent: top, cgroups: [%s], unit: call, burst: 50,\n"
+		 "     rateLimit: {max: 100}, match: {cidrs: [127.0.0.1/32]}}\n",
+		 fx.cg_top, fx.cg);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	seq_run(1 << 16, RUN_S, &r, &requests, &calls);
+	busy = elapsed_s(&r);
+	print_message("under a parent of 4/s, burst 2: %d calls in %.2f s (bound %.0f), server %.0f, "
+		      "kernel counted %.0f\n",
+		      r.n, busy, 4 * busy + 2, requests, calls);
+	assert_true(requests == r.n);
+	assert_true(fabs(calls - requests) <= 1);
+	assert_true(requests <= 4 * busy + 2);
+	assert_true(requests >= 3);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_byte_at_a_time, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_redis_peer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_retry_quantum, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_parent, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
