@@ -73,15 +73,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-#define SKIP_UNLESS_READY()                                   \
-	do {                                                  \
-		const char *why_ = kt_httpfx_why_not();                 \
-		if (why_) {                                   \
-			print_message("skipped: %s\n", why_); \
-			skip();                               \
-		}                                             \
-	} while (0)
-
 /* The limit: RATE calls/s to 127.0.0.1 over TCP, any port (each run's
  * server takes a free one). */
 static void daemon_up(const char *extra)
@@ -170,7 +161,7 @@ static void one_run(const char *lib, const char *tls)
 static void test_clients_plain(void **state)
 {
 	(void)state;
-	SKIP_UNLESS_READY();
+	KT_HTTPFX_SKIP_UNLESS_READY();
 	daemon_up("");
 	one_run("http.client", "none");
 	one_run("requests", "none");
@@ -181,7 +172,7 @@ static void test_clients_plain(void **state)
 static void test_clients_tls(void **state)
 {
 	(void)state;
-	SKIP_UNLESS_READY();
+	KT_HTTPFX_SKIP_UNLESS_READY();
 	kt_httpfx_cert(fx.tmp);
 	daemon_up("");
 	one_run("http.client", "1.2");
@@ -199,7 +190,7 @@ static void test_shadow_counts_only(void **state)
 	int port;
 
 	(void)state;
-	SKIP_UNLESS_READY();
+	KT_HTTPFX_SKIP_UNLESS_READY();
 	daemon_up(" enforce: false,");
 	port = kt_httpfx_serve(&fx.server, fx.tmp, "none");
 	{

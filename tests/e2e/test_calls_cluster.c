@@ -184,26 +184,16 @@ static void run(const char *name, double kill_at_s)
 
 static void test_three_nodes(void **state)
 {
-	const char *why = kt_httpfx_why_not();
-
 	(void)state;
-	if (why) {
-		print_message("skipped: %s\n", why);
-		skip();
-	}
+	KT_HTTPFX_SKIP_UNLESS_READY();
 	start_pool();
 	run("three nodes", -1);
 }
 
 static void test_kill9(void **state)
 {
-	const char *why = kt_httpfx_why_not();
-
 	(void)state;
-	if (why) {
-		print_message("skipped: %s\n", why);
-		skip();
-	}
+	KT_HTTPFX_SKIP_UNLESS_READY();
 	start_pool();
 	run("kill9", 2.0);
 }

@@ -76,15 +76,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-#define SKIP_UNLESS_READY()                                   \
-	do {                                                  \
-		const char *why_ = kt_httpfx_why_not();       \
-		if (why_) {                                   \
-			print_message("skipped: %s\n", why_); \
-			skip();                               \
-		}                                             \
-	} while (0)
-
 /* The limit: rate calls/s to 127.0.0.1 over TCP, any port. */
 static void daemon_up(double rate, int burst)
 {
@@ -218,7 +209,7 @@ static void test_redis_peer(void **state)
 	pid_t kid;
 
 	(void)state;
-	SKIP_UNLESS_READY();
+	KT_HTTPFX_SKIP_UNLESS_READY();
 	if (!ktest_find_prog("redis-server"))
 		skip();
 	assert_int_equal(rp_start_master(&fx.rp, &o), 0);
@@ -288,7 +279,7 @@ static void test_byte_at_a_time(void **state)
 	double requests, calls, busy;
 
 	(void)state;
-	SKIP_UNLESS_READY();
+	KT_HTTPFX_SKIP_UNLESS_READY();
 	daemon_up(RATE, BURST);
 	seq_run(1, RUN_S, &r, &requests, &calls);
 	busy = elapsed_s(&r);
@@ -319,7 +310,7 @@ static void test_retry_quantum(void **state)
 	int n;
 
 	(void)state;
-	SKIP_UNLESS_READY();
+	KT_HTTPFX_SKIP_UNLESS_READY();
 	daemon_up(2, 1);
 	seq_run(1 << 16, 5.0, &r, &requests, &calls);
 	busy = elapsed_s(&r);
@@ -347,7 +338,7 @@ static void test_parent(void **state)
 	char body[1024];
 
 	(void)state;
-	SKIP_UNLESS_READY();
+	KT_HTTPFX_SKIP_UNLESS_READY();
 	assert_int_equal(ktest_cgroup_create("callturns-top", fx.cg_top, sizeof(fx.cg_top)), 0);
 	snprintf(body, sizeof(body),
 		 "tickInterval: 100ms\n"

@@ -18,6 +18,16 @@
  * requests and httpx, no curl or openssl), or NULL. */
 const char *kt_httpfx_why_not(void);
 
+/* cmocka: skips the test, saying why, when kt_httpfx_why_not says so. */
+#define KT_HTTPFX_SKIP_UNLESS_READY()                         \
+	do {                                                  \
+		const char *why_ = kt_httpfx_why_not();       \
+		if (why_) {                                   \
+			print_message("skipped: %s\n", why_); \
+			skip();                               \
+		}                                             \
+	} while (0)
+
 /* cmocka: a self-signed certificate and key in dir (cert.pem, key.pem). */
 void kt_httpfx_cert(const char *dir);
 
