@@ -252,6 +252,44 @@ static void print_env(void)
 	fflush(stdout);
 }
 
+/* ---- the programs a cgroup runs (sendto and calls sections) ---- */
+
+int cgroup_progs(const char *cgroup, enum bpf_attach_type at, int *fds, int max, int *n)
+{
+	__u32 ids[16], cnt = max < 16 ? (__u32)max : 16, flags = 0;
+	int cgfd = open(cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret = 0;
+
+	*n = 0;
+	if (cgfd < 0)
+		return -errno;
+	if (bpf_prog_query(cgfd, at, BPF_F_QUERY_EFFECTIVE, &flags, ids, &cnt) < 0)
+		ret = -errno;
+	for (__u32 i = 0; !ret && i < cnt; i++) {
+		int fd = bpf_prog_get_fd_by_id(ids[i]);
+
+		if (fd < 0)
+			ret = -errno;
+		else
+			fds[(*n)++] = fd;
+	}
+	close(cgfd);
+	return ret;
+}
+
+void progs_run_stats(const int *fds, int n, uint64_t *ns, uint64_t *cnt)
+{
+	*ns = *cnt = 0;
+	for (int i = 0; i < n; i++) {
+		struct bpf_prog_info info = { 0 };
+		__u32 len = sizeof(info);
+
+		if (bpf_obj_get_info_by_fd(fds[i], &info, &len) == 0) {
+			*ns += info.run_time_ns;
+			*cnt += info.run_cnt;
+		}
+	}
+}
+
 /* ---- shared fixture for the skb, connect and gcra sections ---- */
 
 static void v4_cidr(struct kt_cidr *c, const char *addr, int plen)

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <time.h>
 #include <sys/types.h>
+#include <linux/bpf.h>
 #include "base/config.h"
 #include "kernel/bpf_loader.h"
 #include "members/plan.h"
@@ -163,6 +164,13 @@ bool dsnap_take(const struct ktest_daemon *d, const char *name, struct dsnap *s)
 /* ---- the sections, in the order bench.c's sections[] runs them; each
  * returns 0 or -errno (a setup failure), adds rows and reports doubtful
  * numbers with sanity() ---- */
+
+/* The programs that run for a process in `cgroup` at hook `at` (its own
+ * and its ancestors'): at most max of them as fds into fds, their number
+ * in *n. 0 or -errno. */
+int cgroup_progs(const char *cgroup, enum bpf_attach_type at, int *fds, int max, int *n);
+/* Run time and run count (bpf_stats) summed over the programs fds[0..n). */
+void progs_run_stats(const int *fds, int n, uint64_t *ns, uint64_t *cnt);
 
 int bench_skb(struct bench_env *e);       /* bench_bpf.c */
 int bench_xdp(struct bench_env *e);       /* bench_bpf.c */

@@ -306,41 +306,14 @@ static bool cl_wrk_parse(const char *out, struct cl_run *r)
 	return r->rps > 0 && r->dur_s > 0 && !isnan(r->p50_us) && !isnan(r->p99_us);
 }
 
-/* The egress programs a socket of cgroup cg meets, as fds; 0 or -errno. */
-static int cl_egress_progs(const char *cg, int *fds, int *n)
-{
-	__u32 ids[CL_MAX_PROGS], cnt = CL_MAX_PROGS, flags = 0;
-	int cgfd = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret = 0;
-
-	*n = 0;
-	if (cgfd < 0)
-		return -errno;
-	if (bpf_prog_query(cgfd, BPF_CGROUP_INET_EGRESS, BPF_F_QUERY_EFFECTIVE, &flags, ids, &cnt) < 0)
-		ret = -errno;
-	for (__u32 i = 0; !ret && i < cnt; i++) {
-		int fd = bpf_prog_get_fd_by_id(ids[i]);
-
-		if (fd < 0)
-			ret = -errno;
-		else
-			fds[(*n)++] = fd;
-	}
-	close(cgfd);
-	return ret;
-}
-
+/* bpf_stats of the egress programs fds[0..n) as doubles */
 static void cl_prog_stats(const int *fds, int n, double *ns, double *cnt)
 {
-	*ns = *cnt = 0;
-	for (int i = 0; i < n; i++) {
-		struct bpf_prog_info info = { 0 };
-		__u32 len = sizeof(info);
+	uint64_t t, c;
 
-		if (bpf_obj_get_info_by_fd(fds[i], &info, &len) == 0) {
-			*ns += (double)info.run_time_ns;
-			*cnt += (double)info.run_cnt;
-		}
-	}
+	progs_run_stats(fds, n, &t, &c);
+	*ns = (double)t;
+	*cnt = (double)c;
 }
 
 /* The kernel's admitted and throttled for limit `name`, from status json. */
@@ -373,7 +346,7 @@ static int cl_wrk(struct cl_ctx *c, const char *label, const char *cg, int port,
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/", port);
 	snprintf(dur, sizeof(dur), "-d%ds", CL_RUN_S);
 	snprintf(conns, sizeof(conns), "-c%d", CL_CONNS);
-	if (stats && (ret = cl_egress_progs(cg, fds, &nfds)))
+	if (stats && (ret = cgroup_progs(cg, BPF_CGROUP_INET_EGRESS, fds, CL_MAX_PROGS, &nfds)))
 		goto out;
 	if (limit && !cl_counts(c, limit, &a0, &t0)) {
 		fprintf(stderr, "bench: calls: no status for limit %s\n", limit);

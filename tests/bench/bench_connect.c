@@ -165,15 +165,9 @@ static int run_connects(const char *cgroup, uint16_t port, long n, struct conn_r
 /* Run time, ns, summed over the programs (bpf_enable_stats must be on). */
 static uint64_t progs_run_ns(const int *fds, int n)
 {
-	uint64_t ns = 0;
+	uint64_t ns, cnt;
 
-	for (int i = 0; i < n; i++) {
-		struct bpf_prog_info info = { 0 };
-		__u32 len = sizeof(info);
-
-		if (bpf_obj_get_info_by_fd(fds[i], &info, &len) == 0)
-			ns += info.run_time_ns;
-	}
+	progs_run_stats(fds, n, &ns, &cnt);
 	return ns;
 }
 

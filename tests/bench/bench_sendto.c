@@ -450,38 +450,13 @@ struct st_progs {
  * its ancestors'), as fds in *p. 0 or -errno. */
 static int st_query(const char *cgroup, enum bpf_attach_type at, struct st_progs *p)
 {
-	__u32 ids[ST_MAX_PROGS], cnt = ST_MAX_PROGS, flags = 0;
-	int cgfd = open(cgroup, O_RDONLY | O_DIRECTORY | O_CLOEXEC), ret = 0;
-
-	if (cgfd < 0)
-		return -errno;
-	if (bpf_prog_query(cgfd, at, BPF_F_QUERY_EFFECTIVE, &flags, ids, &cnt) < 0)
-		ret = -errno;
-	for (__u32 i = 0; !ret && i < cnt; i++) {
-		int fd = bpf_prog_get_fd_by_id(ids[i]);
-
-		if (fd < 0)
-			ret = -errno;
-		else
-			p->fd[p->n++] = fd;
-	}
-	close(cgfd);
-	return ret;
+	return cgroup_progs(cgroup, at, p->fd, ST_MAX_PROGS, &p->n);
 }
 
 /* Run time and run count summed over the programs in p. */
 static void st_prog_stats(const struct st_progs *p, uint64_t *ns, uint64_t *cnt)
 {
-	*ns = *cnt = 0;
-	for (int i = 0; i < p->n; i++) {
-		struct bpf_prog_info info = { 0 };
-		__u32 len = sizeof(info);
-
-		if (bpf_obj_get_info_by_fd(p->fd[i], &info, &len) == 0) {
-			*ns += info.run_time_ns;
-			*cnt += info.run_cnt;
-		}
-	}
+	progs_run_stats(p->fd, p->n, ns, cnt);
 }
 
 /* One chunk of worker w with stats read around it: ns per run of the
