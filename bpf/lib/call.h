@@ -6,8 +6,8 @@
  * pure ACKs and a connection's TLS handshake flights pass uncharged. A
  * refused turn start is dropped: the transmit fails, TCP leaves the data
  * queued (snd_nxt does not move, nothing after it is sent) and sends it
- * again by itself, from its probe timer (200 ms, then backing off) or at
- * the application's next write; this program then decides it again. The
+ * again by itself, from its probe timer (200 ms first) or at the
+ * application's next write; this program then decides it again. The
  * application sees a call that waits, never an error, and nothing is sent
  * twice or out of order. The first probes are dropped with congestion
  * notification, the later ones plainly (kt_call_quick_retry). Only the
@@ -29,6 +29,7 @@ struct {
 
 #define KT_TCP_HDR_MIN 20
 #define KT_IPV4_HDR_MIN 20
+#define KT_IPV4_HDR_MAX 60 /* ihl 15 */
 #define KT_IPV6_HDR_LEN 40
 
 /* seq a comes after seq b, modulo 2^32 */
@@ -67,7 +68,7 @@ static __always_inline int kt_tcp_seg_read(struct __sk_buff *skb, struct kt_tcp_
 	} else {
 		return -1;
 	}
-	if (l4off < KT_IPV4_HDR_MIN || l4off > KT_IPV6_HDR_LEN + 20 ||
+	if (l4off < KT_IPV4_HDR_MIN || l4off > KT_IPV4_HDR_MAX ||
 	    bpf_skb_load_bytes(skb, l4off, th, sizeof(th)) < 0)
 		return -1;
 	s->seq = ((__u32)th[4] << 24) | ((__u32)th[5] << 16) | ((__u32)th[6] << 8) | th[7];
@@ -156,12 +157,12 @@ __noinline int kt_call_passed(struct __sk_buff *skb, const struct kt_tcp_seg *s)
 
 /* How a held turn start is dropped. With congestion notification TCP
  * takes the failed send for local congestion: it tries again after
- * TCP_RESOURCE_PROBE_INTERVAL (200 ms) without backing off, but it still
+ * TCP_RESOURCE_PROBE_INTERVAL (500 ms) without backing off, but it still
  * counts the probe, and it ends the connection after tcp_retries2 (15)
  * failed probes in a row. A plain drop backs off (400 ms, 800 ms, ...,
  * 120 s), so reaching 15 takes minutes. So the first
  * KT_CALL_QUICK_PROBES probes of a held call are quick, the rest back
- * off: waits up to ~1 s cost no backoff, and no wait breaks the
+ * off: waits up to ~1.7 s cost no backoff, and no wait breaks the
  * connection. */
 #define KT_CALL_QUICK_PROBES 4
 #define KT_CALL_PASS 1
@@ -181,8 +182,9 @@ static __always_inline int kt_call_quick_retry(struct __sk_buff *skb)
 
 /* A TCP packet of a call limit (the bucket `cls` names): charged one call
  * when it starts a turn. KT_CALL_PASS, or KT_CALL_DROP or KT_CALL_DROP_CN
- * to hold it (TCP sends it again). A global function: the verifier checks it, and the GCRA it
- * inlines, once, apart from the paths of packet and byte limits. */
+ * to hold it (TCP sends it again). A global function: the verifier checks
+ * it, and the GCRA it inlines, once, apart from the paths of packet and
+ * byte limits. */
 __noinline int kt_call_charge(struct __sk_buff *skb, const struct kt_cls *cls)
 {
 	struct kt_tcp_seg s = {};
