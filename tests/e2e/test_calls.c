@@ -52,17 +52,6 @@ static struct fixture {
 	struct kt_httpfx_server server;
 } fx;
 
-static int setup(void **state)
-{
-	(void)state;
-	if (kt_daemonfx_setup(&fx, sizeof(fx), &fx.d, "calls", fx.cg, sizeof(fx.cg)))
-		return -1;
-	fx.server.pid = -1;
-	if (!fx.cg[0])
-		return 0; /* no root: the test skips itself */
-	return ktest_tmpdir(fx.tmp, sizeof(fx.tmp));
-}
-
 static int teardown(void **state)
 {
 	(void)state;
@@ -215,10 +204,13 @@ static void test_shadow_counts_only(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_clients_plain, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_clients_tls, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_shadow_counts_only, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_clients_plain, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_clients_tls, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_shadow_counts_only, kt_dfx_setup, teardown),
 	};
 
+	kt_dfx = (struct kt_daemonfx_spec){ .fx = &fx, .len = sizeof(fx), .d = &fx.d,
+					    .kid = &fx.server.pid, .cgroup = "calls", .cg = fx.cg,
+					    .tmp = fx.tmp, .tmp_len = sizeof(fx.tmp) };
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

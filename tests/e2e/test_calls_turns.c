@@ -52,17 +52,6 @@ static struct fixture {
 	struct rp_proc rp;
 } fx;
 
-static int setup(void **state)
-{
-	(void)state;
-	if (kt_daemonfx_setup(&fx, sizeof(fx), &fx.d, "callturns", fx.cg, sizeof(fx.cg)))
-		return -1;
-	fx.server.pid = -1;
-	if (!fx.cg[0])
-		return 0; /* no root: the test skips itself */
-	return ktest_tmpdir(fx.tmp, sizeof(fx.tmp));
-}
-
 static int teardown(void **state)
 {
 	(void)state;
@@ -74,6 +63,23 @@ static int teardown(void **state)
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
 	return 0;
+}
+
+/* A child process in the member cgroup that reports through p[1]: 0 in
+ * the child (p[0] closed), its pid in the parent. */
+static pid_t member_child(int p[2])
+{
+	pid_t kid;
+
+	assert_int_equal(pipe(p), 0);
+	kid = kt_daemonfx_fork_bounded();
+	assert_true(kid >= 0);
+	if (kid == 0) {
+		close(p[0]);
+		if (ktest_cgroup_join(fx.cg))
+			_exit(3);
+	}
+	return kid;
 }
 
 /* The limit: rate calls/s to 127.0.0.1 over TCP, any port. */
@@ -216,15 +222,9 @@ static void test_redis_peer(void **state)
 	daemon_up(RATE, BURST);
 	pings0 = server_pings();
 	before = kt_status_num(&fx.d, "calls", "admitted");
-	assert_int_equal(pipe(p), 0);
-	kid = kt_daemonfx_fork_bounded();
-	assert_true(kid >= 0);
-	if (kid == 0) {
-		close(p[0]);
-		if (ktest_cgroup_join(fx.cg))
-			_exit(3);
+	kid = member_child(p);
+	if (kid == 0)
 		ping_client(fx.rp.port, secs, p[1]);
-	}
 	kt_child_result(p, &kid, &r, sizeof(r));
 	n = r.n;
 	elapsed = r.elapsed;
@@ -251,15 +251,9 @@ static void seq_run(size_t chunk, double secs, struct seq_result *r, double *req
 
 	kt_httpfx_serve(&fx.server, fx.tmp, "none");
 	before = kt_status_num(&fx.d, "calls", "admitted");
-	assert_int_equal(pipe(p), 0);
-	kid = kt_daemonfx_fork_bounded();
-	assert_true(kid >= 0);
-	if (kid == 0) {
-		close(p[0]);
-		if (ktest_cgroup_join(fx.cg))
-			_exit(3);
+	kid = member_child(p);
+	if (kid == 0)
 		seq_client(fx.server.port, secs, chunk, p[1]);
-	}
 	kt_child_result(p, &kid, r, sizeof(*r));
 	srv = kt_httpfx_stop(&fx.server);
 	assert_non_null(srv);
@@ -363,11 +357,14 @@ static void test_parent(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_setup_teardown(test_byte_at_a_time, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_redis_peer, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_retry_quantum, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_parent, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_byte_at_a_time, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_redis_peer, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_retry_quantum, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_parent, kt_dfx_setup, teardown),
 	};
 
+	kt_dfx = (struct kt_daemonfx_spec){ .fx = &fx, .len = sizeof(fx), .d = &fx.d,
+					    .kid = &fx.server.pid, .cgroup = "callturns", .cg = fx.cg,
+					    .tmp = fx.tmp, .tmp_len = sizeof(fx.tmp) };
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
