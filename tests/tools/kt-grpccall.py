@@ -7,13 +7,13 @@
 
 import argparse
 import json
-import math
 import os
 import signal
 import sys
 import threading
 import time
 from concurrent import futures
+from ktcall_common import Parser, bounded_float, bounded_int, write_atomic
 
 PROG = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "kt-grpccall.py"
 
@@ -31,38 +31,6 @@ REPLY = b"ok\n"
 
 # ---------------------------------------------------------------- options --
 
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit 2)."""
-
-    def error(self, message):
-        sys.stderr.write("%s: error: %s (see --help)\n" % (self.prog, message))
-        sys.exit(2)
-
-
-def bounded_float(lo, hi):
-    def conv(s):
-        try:
-            v = float(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError("not a number: %r" % s)
-        if not math.isfinite(v) or v <= lo or v > hi:
-            raise argparse.ArgumentTypeError("%s out of range (%g, %g]" % (s, lo, hi))
-        return v
-    return conv
-
-
-def bounded_int(lo, hi):
-    def conv(s):
-        try:
-            v = int(s, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError("not an integer: %r" % s)
-        if v < lo or v > hi:
-            raise argparse.ArgumentTypeError("%s out of range [%d, %d]" % (s, lo, hi))
-        return v
-    return conv
-
-
 def loopback_target(s):
     host, sep, port = s.rpartition(":")
     if not sep or host != "127.0.0.1":
@@ -74,16 +42,6 @@ def loopback_target(s):
     if not 1 <= p <= 65535:
         raise argparse.ArgumentTypeError("bad port in %r" % s)
     return "127.0.0.1:%d" % p
-
-
-def write_atomic(path, text):
-    """Write text to path via path.tmp + rename (readers never see a partial file)."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, path)
 
 
 def read_file(parser, path):

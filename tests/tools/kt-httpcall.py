@@ -5,7 +5,6 @@
 # each request line, sent by unmodified libraries over a few reused connections.
 # Run with Debian's /usr/bin/python3 (python3-requests, python3-httpx).
 
-import argparse
 import http.client
 import importlib.util
 import http.server
@@ -20,6 +19,7 @@ import sys
 import threading
 import time
 import urllib.parse
+from ktcall_common import Parser, bounded_float, bounded_int, finite_float, write_atomic
 
 PROG = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "kt-httpcall.py"
 
@@ -38,59 +38,6 @@ CURL_MARK = b"KTCALL"           # starts each curl -w line
 
 
 # ---------------------------------------------------------------- options --
-
-class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit 2)."""
-
-    def error(self, message):
-        sys.stderr.write("%s: error: %s (see --help)\n" % (self.prog, message))
-        sys.exit(2)
-
-
-def bounded_float(lo, hi, lo_open=True):
-    def conv(s):
-        try:
-            v = float(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError("not a number: %r" % s)
-        if not math.isfinite(v) or (v <= lo if lo_open else v < lo) or v > hi:
-            raise argparse.ArgumentTypeError(
-                "%s out of range %s%g, %g]" % (s, "(" if lo_open else "[", lo, hi))
-        return v
-    return conv
-
-
-def bounded_int(lo, hi):
-    def conv(s):
-        try:
-            v = int(s, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError("not an integer: %r" % s)
-        if v < lo or v > hi:
-            raise argparse.ArgumentTypeError("%s out of range [%d, %d]" % (s, lo, hi))
-        return v
-    return conv
-
-
-def finite_float(s):
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError("not a number: %r" % s)
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError("not a finite number: %r" % s)
-    return v
-
-
-def write_atomic(path, text):
-    """Write text to path via path.tmp + rename (readers never see a partial file)."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.rename(tmp, path)
-
 
 def emit_summary(path, summary):
     text = json.dumps(summary, indent=1, sort_keys=True) + "\n"
