@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 /* Commands on the control socket; the child answers each with RELAY_ACK. */
 #define RELAY_FREEZE 'F'
 #define RELAY_THAW 'T'
+#define RELAY_DELAY 'D' /* followed by the delay in ms, 4 bytes, host order */
 #define RELAY_STOP 'S'
 #define RELAY_ACK 'k'
 #define RELAY_ACK_MS 2000
@@ -23,6 +25,12 @@
 struct relay_pipe {
 	char buf[RELAY_BUF];
 	size_t len;
+	/* delayed: buf[0, mark[i].end) may go once mark[i].due_ns has passed */
+	struct {
+		size_t end;
+		uint64_t due_ns;
+	} mark[RELAY_MARKS];
+	int n_marks;
 };
 
 struct relay_conn {
@@ -34,6 +42,37 @@ struct relay_conn {
 /* Used only in the child: static, so the child never allocates after a fork
  * from a test that may run threads (malloc locks). */
 static struct relay_conn relay_conns[RELAY_MAX_CONNS];
+static uint64_t relay_delay_ns;
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* How many bytes of p may be forwarded now. */
+static size_t pipe_ready(const struct relay_pipe *p, uint64_t now)
+{
+	size_t r = 0;
+
+	if (!relay_delay_ns)
+		return p->len; /* a delay turned off releases what it held */
+	for (int i = 0; i < p->n_marks && p->mark[i].due_ns <= now; i++)
+		r = p->mark[i].end;
+	return r;
+}
+
+/* The earliest release still ahead in p, or UINT64_MAX. */
+static uint64_t pipe_next_due(const struct relay_pipe *p, uint64_t now)
+{
+	if (relay_delay_ns)
+		for (int i = 0; i < p->n_marks; i++)
+			if (p->mark[i].due_ns > now)
+				return p->mark[i].due_ns;
+	return UINT64_MAX;
+}
 
 static void conn_close(struct relay_conn *k)
 {
@@ -43,6 +82,7 @@ static void conn_close(struct relay_conn *k)
 		close(k->u);
 	k->c = k->u = -1;
 	k->up.len = k->down.len = 0;
+	k->up.n_marks = k->down.n_marks = 0;
 	k->connecting = false;
 }
 
@@ -72,6 +112,7 @@ static void conn_open(int lfd, int target_port)
 	k->c = c;
 	k->u = u;
 	k->up.len = k->down.len = 0;
+	k->up.n_marks = k->down.n_marks = 0;
 	k->connecting = false;
 	if (connect(u, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		if (errno != EINPROGRESS) {
@@ -89,6 +130,8 @@ static bool pipe_fill(int from, struct relay_pipe *p)
 
 	if (n > 0) {
 		p->len += (size_t)n;
+		if (relay_delay_ns)
+			p->mark[p->n_marks++] = (typeof(p->mark[0])){ p->len, mono_ns() + relay_delay_ns };
 		return true;
 	}
 	return n < 0 && (errno == EAGAIN || errno == EINTR);
@@ -96,11 +139,23 @@ static bool pipe_fill(int from, struct relay_pipe *p)
 
 static bool pipe_drain(int to, struct relay_pipe *p)
 {
-	ssize_t n = send(to, p->buf, p->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+	size_t ready = pipe_ready(p, mono_ns());
+	ssize_t n;
+	int i, j;
 
+	if (!ready)
+		return true;
+	n = send(to, p->buf, ready, MSG_DONTWAIT | MSG_NOSIGNAL);
 	if (n > 0) {
 		memmove(p->buf, p->buf + n, p->len - (size_t)n);
 		p->len -= (size_t)n;
+		for (i = j = 0; i < p->n_marks; i++)
+			if (p->mark[i].end > (size_t)n)
+				p->mark[j++] = (typeof(p->mark[0])){ p->mark[i].end - (size_t)n,
+								     p->mark[i].due_ns };
+		p->n_marks = j;
+		if (!relay_delay_ns && !p->len)
+			p->n_marks = 0;
 		return true;
 	}
 	return n < 0 && (errno == EAGAIN || errno == EINTR);
@@ -119,9 +174,9 @@ static short side_events(const struct relay_conn *k, bool client, bool frozen)
 		return POLLRDHUP;
 	/* a full buffer waits for the other side; asking for RDHUP then would
 	 * spin on a half-closed peer */
-	if (in->len < sizeof(in->buf) && !k->connecting)
+	if (in->len < sizeof(in->buf) && !k->connecting && in->n_marks < RELAY_MARKS)
 		ev |= POLLIN | POLLRDHUP;
-	if (out->len > 0)
+	if (pipe_ready(out, mono_ns()) > 0)
 		ev |= POLLOUT;
 	return ev;
 }
@@ -148,7 +203,8 @@ static bool side_ready(struct relay_conn *k, bool client, short rev, bool frozen
 	if ((rev & POLLERR) || ((rev & POLLHUP) && in->len == sizeof(in->buf)))
 		return false;
 	/* POLLIN also covers EOF, which pipe_fill reports */
-	if ((rev & (POLLIN | POLLRDHUP | POLLHUP)) && in->len < sizeof(in->buf) && !pipe_fill(fd, in))
+	if ((rev & (POLLIN | POLLRDHUP | POLLHUP)) && in->len < sizeof(in->buf) &&
+	    in->n_marks < RELAY_MARKS && !pipe_fill(fd, in))
 		return false;
 	if ((rev & POLLOUT) && out->len > 0 && !pipe_drain(fd, out))
 		return false;
@@ -164,7 +220,8 @@ static void relay_child(int lfd, int ctl, int target_port)
 	for (int i = 0; i < RELAY_MAX_CONNS; i++)
 		relay_conns[i].c = relay_conns[i].u = -1;
 	for (;;) {
-		int n = 2;
+		uint64_t now = mono_ns(), due = UINT64_MAX;
+		int n = 2, wait_ms = -1;
 
 		pfd[0] = (struct pollfd){ .fd = ctl, .events = POLLIN };
 		pfd[1] = (struct pollfd){ .fd = lfd, .events = POLLIN };
@@ -175,8 +232,16 @@ static void relay_child(int lfd, int ctl, int target_port)
 				continue;
 			pfd[n++] = (struct pollfd){ .fd = k->c, .events = side_events(k, true, frozen) };
 			pfd[n++] = (struct pollfd){ .fd = k->u, .events = side_events(k, false, frozen) };
+			if (!frozen) {
+				uint64_t a = pipe_next_due(&k->up, now), b = pipe_next_due(&k->down, now);
+
+				due = a < due ? a : due;
+				due = b < due ? b : due;
+			}
 		}
-		if (poll(pfd, (nfds_t)n, -1) < 0) {
+		if (due != UINT64_MAX)
+			wait_ms = (int)((due - now + 999999) / 1000000);
+		if (poll(pfd, (nfds_t)n, wait_ms) < 0) {
 			if (errno == EINTR)
 				continue;
 			_exit(3);
@@ -192,7 +257,15 @@ static void relay_child(int lfd, int ctl, int target_port)
 				(void)!write(ctl, &cmd, 1);
 				_exit(0);
 			}
-			frozen = cmd == RELAY_FREEZE;
+			if (cmd == RELAY_DELAY) {
+				uint32_t ms;
+
+				if (read(ctl, &ms, sizeof(ms)) != sizeof(ms))
+					_exit(5);
+				relay_delay_ns = (uint64_t)ms * 1000000ULL;
+			} else {
+				frozen = cmd == RELAY_FREEZE;
+			}
 			cmd = RELAY_ACK;
 			if (write(ctl, &cmd, 1) != 1)
 				_exit(4);
@@ -269,21 +342,37 @@ int relay_start(struct relay *r, int target_port)
 	return 0;
 }
 
-/* Sends one command and waits (bounded) for the acknowledgement. */
-static int relay_cmd(struct relay *r, char cmd)
+/* Sends one command (and its argument) and waits (bounded) for the
+ * acknowledgement. */
+static int relay_cmd_arg(struct relay *r, char cmd, uint32_t arg)
 {
 	struct pollfd p = { .fd = r->ctl, .events = POLLIN };
-	char ack = 0;
+	char ack = 0, msg[1 + sizeof(arg)];
+	size_t len = cmd == RELAY_DELAY ? sizeof(msg) : 1;
 
 	if (r->pid <= 0 || r->ctl < 0)
 		return -ESRCH;
-	if (write(r->ctl, &cmd, 1) != 1)
+	msg[0] = cmd;
+	memcpy(msg + 1, &arg, sizeof(arg));
+	if (write(r->ctl, msg, len) != (ssize_t)len)
 		return -errno;
 	if (poll(&p, 1, RELAY_ACK_MS) != 1)
 		return -ETIMEDOUT;
 	if (read(r->ctl, &ack, 1) != 1 || ack != RELAY_ACK)
 		return -EIO;
 	return 0;
+}
+
+static int relay_cmd(struct relay *r, char cmd)
+{
+	return relay_cmd_arg(r, cmd, 0);
+}
+
+int relay_set_delay(struct relay *r, unsigned ms)
+{
+	if (ms > RELAY_DELAY_MAX_MS)
+		return -EINVAL;
+	return relay_cmd_arg(r, RELAY_DELAY, ms);
 }
 
 int relay_freeze(struct relay *r)

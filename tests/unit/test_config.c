@@ -570,6 +570,16 @@ static void test_lease_options(void **state)
 	assert_int_equal(cfg.limits[1].store.fallback_for_ns, 0);
 	assert_int_equal(cfg.limits[1].store.max_members, 3);
 	kt_config_free(&cfg);
+	/* redisStore.timeout: absent follows the latency (0) */
+	assert_int_equal(parse("store:\n  redisStore: {mode: single, url: \"redis://h\", timeout: 750ms}\n"
+			       "limits:\n"
+			       "  - {name: a, cgroups: x, unit: packet, rateLimit: {max: 5}}\n"
+			       "  - {name: b, cgroups: x, unit: packet, rateLimit: {max: 5,\n"
+			       "     store: {redisStore: {mode: single, url: \"redis://h\"}}}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].store.timeout_ns, 750 * MS);
+	assert_int_equal(cfg.limits[1].store.timeout_ns, 0);
+	kt_config_free(&cfg);
 }
 
 /* attachRoot: a path kept as written (its cgroup is resolved with the
@@ -1578,6 +1588,9 @@ static const struct bad bad_cases[] = {
 	  "t.yaml:5: store.redisStore.redis_tls.insecure_skip_verify: ", "not true or false" },
 	{ REDIS("    url: redis://h\n    keyPrefix: a b\n"), "t.yaml:5: store.redisStore.keyPrefix: ",
 	  "may only hold letters" },
+	{ REDIS("    url: redis://h\n    timeout: 5ms\n"), "t.yaml:5: store.redisStore.timeout: ", "10ms" },
+	{ REDIS("    url: redis://h\n    timeout: 11s\n"), "t.yaml:5: store.redisStore.timeout: ", "10s" },
+	{ REDIS("    url: redis://h\n    timeout: soon\n"), "t.yaml:5: store.redisStore.timeout: ", "" },
 	{ SENT(""), "t.yaml:3: store.redisStore.sentinel: ", "required" },
 	{ SENT("    url: redis://h\n"), "t.yaml:4: store.redisStore.url: ", "not used with mode: sentinel" },
 	{ SENT("    sentinel: {master_name: m}\n"), "t.yaml:4: store.redisStore.sentinel.endpoints: ", "required" },

@@ -24,6 +24,7 @@
 #include "kt_storefx.h"
 #include "ktest.h"
 #include "redis_proc.h"
+#include "relay.h"
 #include "store/store.h"
 
 #define PREFIX "kttest"
@@ -1337,7 +1338,7 @@ static void test_sigstop_timeout_and_backoff(void **state)
 	el = rp_now_ms() - t0;
 	assert_int_equal(ret, -ETIMEDOUT);
 	assert_non_null(strstr(err, "timed out"));
-	assert_in_range(el, KT_STORE_TIMEOUT_MS - 20, KT_STORE_TIMEOUT_MS + 300);
+	assert_in_range(el, KT_STORE_TIMEOUT_FLOOR_MS - 20, KT_STORE_TIMEOUT_FLOOR_MS + 300);
 	assert_int_equal(kt_store_state(s, &since0, &next), KT_STORE_DOWN);
 	assert_false(kt_store_connected(s));
 	assert_true(next > since0);
@@ -1629,6 +1630,104 @@ static void test_sentinel_failover(void **state)
 	freeReplyObject(r);
 }
 
+/* ---- timeouts that follow the latency ---- */
+
+static struct relay g_relay;
+
+static int teardown_relay(void **state)
+{
+	relay_stop(&g_relay);
+	return teardown(state);
+}
+
+/* A store 300 ms away one way (600 ms a round trip, beyond the old fixed
+ * 200 ms): the automatic timeout waits for it, measures it and follows it;
+ * a fixed redisStore.timeout of 100 ms fails and says which timeout it was;
+ * a store that becomes slower is waited for again after one timed-out step. */
+static void test_latency_timeouts(void **state)
+{
+	struct kt_store_cfg c;
+	struct kt_store *s, *fixed;
+	struct kt_store_stats st;
+	struct kt_pool_member m = { "far", LIVE };
+	struct kt_pool_answer a;
+	uint64_t t0, el, since;
+	int ret;
+
+	(void)state;
+	assert_int_equal(relay_start(&g_relay, kfx_master.port), 0);
+	assert_int_equal(relay_set_delay(&g_relay, 300), 0);
+
+	s = open_single(g_relay.port, NULL, NULL, 0);
+	kt_store_get_stats(s, &st);
+	assert_int_equal(st.lat.samples, 0);
+	assert_int_equal(st.lat.timeout_ms, KT_STORE_TIMEOUT_FIRST_MS);
+	assert_false(st.lat.fixed);
+	t0 = rp_now_ms();
+	a = beat(s, "far", "far", LIVE, 10000); /* setup and heartbeat: 2 round trips */
+	el = rp_now_ms() - t0;
+	assert_int_equal(a.size, 1);
+	kt_store_get_stats(s, &st);
+	print_message("300 ms one way: first heartbeat %llu ms; p50 %.1f ms p99 %.1f ms over %u, "
+		      "timeout %u ms, budget %u ms\n", (unsigned long long)el, st.lat.p50_us / 1e3,
+		      st.lat.p99_us / 1e3, st.lat.samples, st.lat.timeout_ms, st.lat.budget_ms);
+	assert_true(el >= 1200);
+	assert_int_equal(st.lat.samples, 2);
+	assert_in_range(st.lat.p50_us, 600000, 1500000);
+	assert_in_range(st.lat.p99_us, 600000, 1500000);
+	/* 4 x p99 > the cap */
+	assert_int_equal(st.lat.timeout_ms, KT_STORE_TIMEOUT_CAP_MS);
+	assert_int_equal(st.lat.budget_ms, KT_STORE_CALL_STEPS * KT_STORE_TIMEOUT_CAP_MS);
+	a = beat(s, "far", "far", LIVE, 10000);
+	assert_int_equal(a.size, 1);
+	assert_int_equal(kt_store_state(s, &since, NULL), KT_STORE_UP);
+
+	/* the same store with a fixed timeout shorter than its round trip */
+	cfg_single(&c, g_relay.port);
+	c.timeout_ns = 100 * 1000000ULL;
+	fixed = open_cfg(&c);
+	t0 = rp_now_ms();
+	ret = kt_store_heartbeat(fixed, "far", &m, 1, 10000, &a, err, sizeof(err));
+	el = rp_now_ms() - t0;
+	print_message("timeout: 100ms: %s after %llu ms\n", err, (unsigned long long)el);
+	assert_int_equal(ret, -ETIMEDOUT);
+	assert_non_null(strstr(err, "timed out after 100 ms (redisStore.timeout)"));
+	assert_in_range(el, 90, 1000);
+	kt_store_get_stats(fixed, &st);
+	assert_true(st.lat.fixed);
+	assert_int_equal(st.lat.timeout_ms, 100);
+	assert_int_equal(st.lat.budget_ms, KT_STORE_CALL_BUDGET_MIN_MS);
+	assert_int_equal(st.timeouts, 1);
+
+	/* near, then 150 ms away: the first step times out at the floor, the
+	 * next waits twice as long and is answered */
+	assert_int_equal(relay_set_delay(&g_relay, 0), 0);
+	s = open_single(g_relay.port, NULL, NULL, 0);
+	for (int i = 0; i < 3; i++)
+		beat(s, "far", "far", LIVE, 10000);
+	kt_store_get_stats(s, &st);
+	assert_int_equal(st.lat.timeout_ms, KT_STORE_TIMEOUT_FLOOR_MS);
+	assert_int_equal(relay_set_delay(&g_relay, 150), 0);
+	ret = kt_store_heartbeat(s, "far", &m, 1, 10000, &a, err, sizeof(err));
+	print_message("near, then 150 ms away: %s\n", err);
+	assert_int_equal(ret, -ETIMEDOUT);
+	assert_non_null(strstr(err, "timed out after 200 ms (auto timeout"));
+	kt_store_get_stats(s, &st);
+	assert_int_equal(st.lat.timeout_ms, 2 * KT_STORE_TIMEOUT_FLOOR_MS);
+	for (int i = 0; i < 50 && kt_store_state(s, NULL, NULL) == KT_STORE_DOWN; i++) {
+		rp_sleep_ms(100);
+		ret = kt_store_heartbeat(s, "far", &m, 1, 10000, &a, err, sizeof(err));
+	}
+	ASSERT_OK(ret);
+	kt_store_get_stats(s, &st);
+	print_message("answered again: p99 %.1f ms, timeout %u ms\n", st.lat.p99_us / 1e3,
+		      st.lat.timeout_ms);
+	assert_int_equal(kt_store_state(s, NULL, NULL), KT_STORE_UP);
+	/* the window still holds the near samples: p99 is the far one */
+	assert_in_range(st.lat.p99_us, 300000, 1500000);
+	assert_in_range(st.lat.timeout_ms, 1200, KT_STORE_TIMEOUT_CAP_MS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1658,6 +1757,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_error_kinds, teardown),
 		cmocka_unit_test_teardown(test_error_kinds_transport, teardown),
 		cmocka_unit_test_teardown(test_sentinel_failover, teardown),
+		cmocka_unit_test_teardown(test_latency_timeouts, teardown_relay),
 	};
 
 	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);

@@ -181,7 +181,11 @@ struct kt_store_cfg {
 	int max_members;          /* pool size assumed before any answer; 0 = unknown: closed */
 	enum kt_store_failure on_failure;
 	char *key_prefix;         /* default "kthrottle" */
+	uint64_t timeout_ns;      /* redisStore.timeout: a fixed step timeout; 0: follow the latency */
 };
+/* redisStore.timeout: bounds (the store's step timeout, store.h) */
+#define KT_STORE_TIMEOUT_MIN_MS 10
+#define KT_STORE_TIMEOUT_MAX_MS 10000
 
 struct kt_limit_cfg {
 	char name[KT_NAME_LEN];   /* [A-Za-z0-9_.-], 1..31 chars, unique */

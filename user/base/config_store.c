@@ -429,7 +429,7 @@ static bool key_prefix_ok(const char *s)
 static int parse_redis(struct ctx *c, yaml_node_t *n, const char *field, struct kt_store_cfg *s)
 {
 	static const char *const keys[] = { "mode", "url", "redis_auth", "redis_tls", "sentinel",
-					    "addrs", "db", "keyPrefix", NULL };
+					    "addrs", "db", "keyPrefix", "timeout", NULL };
 	struct kt_auth_cfg block = { 0 };
 	char sub[FIELD_LEN];
 	yaml_node_t *v, *url, *auth, *tls, *sent, *addrs, *db;
@@ -527,6 +527,11 @@ static int parse_redis(struct ctx *c, yaml_node_t *n, const char *field, struct 
 			return fail(c, v, sub, "\"%s\" may only hold letters, digits and _.:-",
 				    show_str(s->key_prefix).s);
 	}
+	if ((v = map_get(c, n, "timeout")) &&
+	    (err = kt_cfg_get_duration(c, v, join(sub, field, "timeout"),
+				       KT_STORE_TIMEOUT_MIN_MS * NS_PER_MS,
+				       KT_STORE_TIMEOUT_MAX_MS * NS_PER_MS, &s->timeout_ns)))
+		return err;
 	return 0;
 }
 

@@ -103,7 +103,7 @@ static bool same_store(const struct kt_store_cfg *a, const struct kt_store_cfg *
 	    !tls_eq(&a->redis_tls, &b->redis_tls) || a->n_endpoints != b->n_endpoints ||
 	    !str_eq(a->master_name, b->master_name) || !auth_eq(&a->sentinel_auth, &b->sentinel_auth) ||
 	    !tls_eq(&a->sentinel_tls, &b->sentinel_tls) || a->heartbeat_ns != b->heartbeat_ns ||
-	    strcmp(prefix_of(a), prefix_of(b)) != 0)
+	    a->timeout_ns != b->timeout_ns || strcmp(prefix_of(a), prefix_of(b)) != 0)
 		return false;
 	for (i = 0; i < a->n_endpoints && i < KT_MAX_ENDPOINTS; i++)
 		if (!str_eq(a->endpoint_host[i], b->endpoint_host[i]) ||

@@ -176,7 +176,7 @@ void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
  * reconnects nor loses the steady path; a store with a slower round trip
  * in flight is left to finish with old (and the new pool connects anew).
  * An answer old had not taken yet is dropped. */
-#define KT_POOL_HANDOVER_WAIT_MS KT_STORE_TIMEOUT_MS
+#define KT_POOL_HANDOVER_WAIT_MS 200
 void kt_pool_take_stores(struct kt_pool *p, struct kt_pool *old);
 
 /* Redis round trips made so far by all stores (for the benchmark). */

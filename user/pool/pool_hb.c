@@ -496,12 +496,15 @@ void pool_leave_group(struct kt_pool *p, struct group *g, const struct kt_pool_l
 	struct kt_pool_req *reqs = NULL;
 	struct kt_pool_answer *ans = NULL;
 	struct kt_store *st;
+	struct kt_storeq_snap sn;
 	char e[KT_ERR_LEN];
 	const char **ids = NULL;
 	int k, j, n, nq = 0, ret;
 
-	/* the stop path may block, bounded: first the round trip in flight */
-	if (kt_storeq_wait(g->q, (KT_STORE_CALL_BUDGET_MS + 500) * NS_PER_MS) ||
+	/* the stop path may block, bounded: first the round trip in flight,
+	 * whose budget follows the store's latency */
+	kt_storeq_snapshot(g->q, &sn);
+	if (kt_storeq_wait(g->q, (sn.stats.lat.budget_ms + 500ULL) * NS_PER_MS) ||
 	    !(st = kt_storeq_store(g->q))) {
 		kt_warn("pool: %s: a heartbeat is still waiting for the store; not saving at exit",
 			g->label);

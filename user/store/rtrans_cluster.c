@@ -359,7 +359,7 @@ static int cl_run(struct kt_store *s, struct kt_rjob *jobs, int nj, const char *
 		ret = -EIO;
 		for (m = 0; m < C(s)->n_cn; m++) {
 			int n = 0;
-			char e[KT_ERR_LEN];
+			char e[KT_ERR_LEN], eb[KT_ERR_LEN];
 			uint64_t dl;
 
 			for (j = 0; j < nj; j++) {
@@ -391,18 +391,15 @@ static int cl_run(struct kt_store *s, struct kt_rjob *jobs, int nj, const char *
 				continue;
 			}
 			if (rs_step_deadline(s, &dl)) {
-				rs_seterr(s, err, errlen, "redis %s:%d: %s: call budget of %d ms exhausted",
-					  C(s)->cn[m].host, C(s)->cn[m].port, what, KT_STORE_CALL_BUDGET_MS);
+				rs_seterr(s, err, errlen, "redis %s:%d: %s: call budget of %u ms exhausted",
+					  C(s)->cn[m].host, C(s)->cn[m].port, what, rs_budget_ms(s));
 				ret = -ETIMEDOUT;
 				goto out;
 			}
-			s->st.round_trips++;
-			s->st.commands += (uint64_t)n;
-			ret = kt_rconn_call_many(C(s)->cn[m].c, rc, n, dl, rep, e, sizeof(e));
+			ret = rs_call_many(s, C(s)->cn[m].c, rc, n, dl, rep, e, sizeof(e));
 			if (ret) {
 				rs_seterr(s, err, errlen, "redis %s:%d: %s: %s", C(s)->cn[m].host,
-					  C(s)->cn[m].port, what,
-					  rs_conn_errstr(ret, e));
+					  C(s)->cn[m].port, what, rs_conn_errstr(s, ret, e, eb, sizeof(eb)));
 				fail = ret;
 				cl_drop(s, m);
 				stale = true;

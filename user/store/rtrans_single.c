@@ -240,23 +240,21 @@ static int roundtrip(struct kt_store *s, int argc, const char **argv, const size
 		     const char *what, redisReply **out, char *err, size_t errlen)
 {
 	struct kt_rconn_cmd cmd = { .argc = argc, .argv = argv, .argvlen = len };
-	char e[KT_ERR_LEN];
+	char e[KT_ERR_LEN], eb[KT_ERR_LEN];
 	uint64_t dl;
 	int ret;
 
 	*out = NULL;
 	if (rs_step_deadline(s, &dl)) {
-		rs_seterr(s, err, errlen, "redis %s:%d: %s: call budget of %d ms exhausted", s->cur_host,
-			  s->cur_port, what, KT_STORE_CALL_BUDGET_MS);
+		rs_seterr(s, err, errlen, "redis %s:%d: %s: call budget of %u ms exhausted", s->cur_host,
+			  s->cur_port, what, rs_budget_ms(s));
 		rs_conn_failed(s);
 		return -ETIMEDOUT;
 	}
-	s->st.round_trips++;
-	s->st.commands++;
-	ret = kt_rconn_call_many(P(s)->c, &cmd, 1, dl, out, e, sizeof(e));
+	ret = rs_call_many(s, P(s)->c, &cmd, 1, dl, out, e, sizeof(e));
 	if (ret) {
 		rs_seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cur_host, s->cur_port, what,
-			  rs_conn_errstr(ret, e));
+			  rs_conn_errstr(s, ret, e, eb, sizeof(eb)));
 		rs_conn_failed(s);
 		return ret;
 	}

@@ -121,9 +121,9 @@
  * no member shares by demand. Members heartbeating with pool_rate 0 leave
  * grant and dem (mixing both modes on one limit is not meant to happen).
  *
- * Connection: opened lazily by the first call. A call blocks at most
- * KT_STORE_CALL_BUDGET_MS (each connect or command step at most
- * KT_STORE_TIMEOUT_MS). On a connection-level error the connection is dropped,
+ * Connection: opened lazily by the first call. A call blocks at most its
+ * budget (each connect or command step at most the step timeout; both
+ * above). On a connection-level error the connection is dropped,
  * the store goes DOWN, and calls fail fast with -EAGAIN until the next retry
  * time (capped, jittered exponential back-off). Sentinel mode asks each
  * endpoint in turn (starting with the one that answered last) for the master,
@@ -145,7 +145,7 @@
  * slot (and the whole map is refreshed at the next call), ASK resends with
  * ASKING to the node named, NOSCRIPT resends the script text; a connection
  * failure, CLUSTERDOWN, TRYAGAIN, READONLY, LOADING or MASTERDOWN refreshes
- * the map; at most 3 passes per call, all within KT_STORE_CALL_BUDGET_MS,
+ * the map; at most 3 passes per call, all within the call's budget,
  * which is how a promoted replica is followed. A slot left unanswered fails
  * only its own limits (KT_STORE_PARTIAL); the store goes DOWN with the
  * usual back-off only when no slot was answered. A master whose connection
@@ -177,8 +177,25 @@
 #include <stdint.h>
 #include "base/config.h"
 
-#define KT_STORE_TIMEOUT_MS 200       /* connect timeout, and per-command timeout */
-#define KT_STORE_CALL_BUDGET_MS 1000  /* upper bound on one call, connection setup included */
+/* The step timeout (one connect, or one command's round trip) follows the
+ * store's latency unless redisStore.timeout fixes it: 4 x the p99 of the
+ * last KT_STORE_RTT_WINDOW answered round trips, at least
+ * KT_STORE_TIMEOUT_FLOOR_MS, at most KT_STORE_TIMEOUT_CAP_MS; before the
+ * first answer KT_STORE_TIMEOUT_FIRST_MS, so a store across zones answers
+ * the first connect. Each step that timed out in a row doubles it (up to
+ * the cap): a store that became slower is waited for at the next try. A
+ * call's budget (connect, setup and command together) is 3 steps, at least
+ * KT_STORE_CALL_BUDGET_MIN_MS. Leases count from the heartbeat's send time,
+ * so a slow answer shortens a lease but never stretches one. */
+#define KT_STORE_TIMEOUT_FLOOR_MS 200
+#define KT_STORE_TIMEOUT_FIRST_MS 1000
+#define KT_STORE_TIMEOUT_CAP_MS 2000
+#define KT_STORE_TIMEOUT_RTT_FACTOR 4
+#define KT_STORE_RTT_WINDOW 64
+#define KT_STORE_CALL_STEPS 3
+#define KT_STORE_CALL_BUDGET_MIN_MS 1000
+/* the longest a call can take under any timeout */
+#define KT_STORE_CALL_BUDGET_MAX_MS (KT_STORE_CALL_STEPS * KT_STORE_TIMEOUT_MAX_MS)
 #define KT_STORE_BACKOFF_MIN_MS 100   /* first retry after a failure... */
 #define KT_STORE_BACKOFF_MAX_MS 5000  /* ...doubling up to this; each delay jittered in [d/2, d] */
 #define KT_STORE_CLUSTER_BACKOFF_MAX_MS 1000 /* ...or this in cluster mode (failovers are routine) */
@@ -283,6 +300,15 @@ struct kt_pool_answer {
  * and some did not: each answer's status says which. */
 #define KT_STORE_PARTIAL 1
 
+/* Round-trip latency, and the timeouts it sets (kt_store_get_stats). */
+struct kt_store_latency {
+	unsigned samples;     /* answered round trips in the window, 0..KT_STORE_RTT_WINDOW */
+	uint64_t p50_us, p99_us; /* of those; 0 without samples */
+	unsigned timeout_ms;  /* the step timeout in force now */
+	unsigned budget_ms;   /* a call's budget now */
+	bool fixed;           /* redisStore.timeout set it */
+};
+
 struct kt_store_stats {
 	uint64_t round_trips; /* request/reply exchanges (a pipeline counts once) */
 	uint64_t commands;    /* Redis commands sent */
@@ -290,6 +316,8 @@ struct kt_store_stats {
 	uint64_t failures;    /* connection-level failures (each starts or extends DOWN) */
 	uint64_t hb_steady;   /* limits a heartbeat answered "unchanged" (the steady path) */
 	uint64_t hb_full;     /* limits a heartbeat answered in full */
+	uint64_t timeouts;    /* steps that ran out of time */
+	struct kt_store_latency lat;
 };
 
 /* Validates and copies cfg (kind must be KT_STORE_REDIS); does not connect.

@@ -145,22 +145,110 @@ int rs_backing_off(struct kt_store *s, uint64_t now, char *err, size_t errlen)
 	return -EAGAIN;
 }
 
-/* Deadline of the next step: the per-step timeout capped by the call budget. */
+uint64_t rs_rtt_pct_us(const struct kt_store *s, unsigned pct)
+{
+	uint32_t v[KT_STORE_RTT_WINDOW], x;
+	unsigned i, j, n = s->rtt_n;
+
+	if (!n)
+		return 0;
+	/* at most 64 samples, after a call: an insertion sort is cheap */
+	for (i = 0; i < n; i++) {
+		x = s->rtt_us[i];
+		for (j = i; j > 0 && v[j - 1] > x; j--)
+			v[j] = v[j - 1];
+		v[j] = x;
+	}
+	return v[(n * pct + 99) / 100 - 1]; /* the nearest rank */
+}
+
+unsigned rs_step_timeout_ms(const struct kt_store *s)
+{
+	uint64_t t;
+	unsigned i;
+
+	if (s->fixed_timeout_ms)
+		return s->fixed_timeout_ms;
+	if (!s->rtt_n) {
+		t = KT_STORE_TIMEOUT_FIRST_MS;
+	} else {
+		t = (rs_rtt_pct_us(s, 99) * KT_STORE_TIMEOUT_RTT_FACTOR + 999) / 1000;
+		if (t < KT_STORE_TIMEOUT_FLOOR_MS)
+			t = KT_STORE_TIMEOUT_FLOOR_MS;
+	}
+	for (i = 0; i < s->timeouts_in_row && t < KT_STORE_TIMEOUT_CAP_MS; i++)
+		t *= 2;
+	return t < KT_STORE_TIMEOUT_CAP_MS ? (unsigned)t : KT_STORE_TIMEOUT_CAP_MS;
+}
+
+unsigned rs_budget_ms(const struct kt_store *s)
+{
+	unsigned b = KT_STORE_CALL_STEPS * rs_step_timeout_ms(s);
+
+	return b > KT_STORE_CALL_BUDGET_MIN_MS ? b : KT_STORE_CALL_BUDGET_MIN_MS;
+}
+
+/* Deadline of the next step: the step timeout capped by the call budget. */
 int rs_step_deadline(struct kt_store *s, uint64_t *dl)
 {
-	uint64_t now = rs_mono_ns(), step = now + KT_STORE_TIMEOUT_MS * 1000000ULL;
+	uint64_t now = rs_mono_ns(), step;
 
+	s->step_ms = rs_step_timeout_ms(s);
+	step = now + s->step_ms * 1000000ULL;
 	if (now + 1000000ULL > s->deadline_ns)
 		return -ETIMEDOUT;
 	*dl = step < s->deadline_ns ? step : s->deadline_ns;
 	return 0;
 }
 
-/* The message for a failed step; rconn's text names the peer and the step. */
-const char *rs_conn_errstr(int ret, const char *rconn_err)
+/* A step's outcome, for the next step's timeout. */
+static void rs_step_done(struct kt_store *s, int ret, uint64_t t0)
 {
-	if (ret == -ETIMEDOUT && !strstr(rconn_err, "TLS"))
-		return "timed out after " STR(KT_STORE_TIMEOUT_MS) " ms";
+	uint64_t us;
+
+	if (ret == -ETIMEDOUT) {
+		s->st.timeouts++;
+		if (s->timeouts_in_row < 16)
+			s->timeouts_in_row++;
+		return;
+	}
+	if (ret)
+		return;
+	s->timeouts_in_row = 0;
+	us = (rs_mono_ns() - t0) / 1000;
+	s->rtt_us[s->rtt_next] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+	s->rtt_next = (s->rtt_next + 1) % KT_STORE_RTT_WINDOW;
+	if (s->rtt_n < KT_STORE_RTT_WINDOW)
+		s->rtt_n++;
+}
+
+int rs_call_many(struct kt_store *s, struct kt_rconn *c, const struct kt_rconn_cmd *cmds, int n,
+		 uint64_t dl, redisReply **rep, char *e, size_t elen)
+{
+	uint64_t t0 = rs_mono_ns();
+	int ret;
+
+	s->st.round_trips++;
+	s->st.commands += (uint64_t)n;
+	ret = kt_rconn_call_many(c, cmds, n, dl, rep, e, elen);
+	rs_step_done(s, ret, t0);
+	return ret;
+}
+
+/* How the timeout in force was set, for messages. */
+static const char *timeout_origin(const struct kt_store *s)
+{
+	return s->fixed_timeout_ms ? "redisStore.timeout" : "auto timeout, from the latency";
+}
+
+/* The message for a failed step; rconn's text names the peer and the step. */
+const char *rs_conn_errstr(const struct kt_store *s, int ret, const char *rconn_err, char *buf,
+			   size_t len)
+{
+	if (ret == -ETIMEDOUT && !strstr(rconn_err, "TLS")) {
+		snprintf(buf, len, "timed out after %u ms (%s)", s->step_ms, timeout_origin(s));
+		return buf;
+	}
 	if (ret == -ECONNRESET && !strstr(rconn_err, "TLS"))
 		return "server closed the connection";
 	return rconn_err[0] ? rconn_err : strerror(-ret);
@@ -195,23 +283,27 @@ int rs_dial(struct kt_store *s, const char *role, const char *host, int port,
 	};
 	char e[KT_ERR_LEN];
 	struct kt_rconn *c = NULL;
+	uint64_t t0;
 	int ret;
 
 	if (rs_step_deadline(s, &o.connect_deadline_ns)) {
-		rs_seterr(s, err, errlen, "%s %s:%d: connect: call budget of %d ms exhausted", role, host,
-			  port, KT_STORE_CALL_BUDGET_MS);
+		rs_seterr(s, err, errlen, "%s %s:%d: connect: call budget of %u ms exhausted", role, host,
+			  port, rs_budget_ms(s));
 		return -ETIMEDOUT;
 	}
 	refresh_secret(&s->pass, s->pass_file);
 	refresh_secret(&s->s_pass, s->s_pass_file);
+	t0 = rs_mono_ns();
 	ret = kt_rconn_open(&o, &c, e, sizeof(e));
 	if (!ret)
 		ret = kt_rconn_open_wait(c, o.connect_deadline_ns, e, sizeof(e));
+	if (ret == -ETIMEDOUT)
+		rs_step_done(s, ret, t0); /* a connect is no latency sample: TLS takes more trips */
 	if (ret) {
 		/* rconn's line already says "connect to h:p failed: ..." */
 		if (ret == -ETIMEDOUT && !strstr(e, "TLS"))
-			rs_seterr(s, err, errlen, "%s %s:%d: connect: timed out after %d ms", role, host, port,
-				  KT_STORE_TIMEOUT_MS);
+			rs_seterr(s, err, errlen, "%s %s:%d: connect: timed out after %u ms (%s)", role,
+				  host, port, s->step_ms, timeout_origin(s));
 		else
 			rs_seterr(s, err, errlen, "%s: %s", role, e);
 		kt_rconn_close(c);
@@ -246,24 +338,21 @@ int rs_pipeline(struct kt_store *s, struct kt_rconn *c, const char *where, struc
 		    int n, redisReply **rep, char *err, size_t errlen)
 {
 	struct kt_rconn_cmd rc[3 + N_SCRIPTS];
-	char e[KT_ERR_LEN];
+	char e[KT_ERR_LEN], eb[KT_ERR_LEN];
 	uint64_t dl;
 	int i, ret;
 
 	for (i = 0; i < n; i++)
 		rep[i] = NULL;
 	if (rs_step_deadline(s, &dl)) {
-		rs_seterr(s, err, errlen, "%s: call budget of %d ms exhausted", where,
-			  KT_STORE_CALL_BUDGET_MS);
+		rs_seterr(s, err, errlen, "%s: call budget of %u ms exhausted", where, rs_budget_ms(s));
 		return -ETIMEDOUT;
 	}
 	for (i = 0; i < n; i++)
 		rc[i] = (struct kt_rconn_cmd){ .argc = cmds[i].argc, .argv = cmds[i].argv };
-	s->st.round_trips++;
-	s->st.commands += (uint64_t)n;
-	ret = kt_rconn_call_many(c, rc, n, dl, rep, e, sizeof(e));
+	ret = rs_call_many(s, c, rc, n, dl, rep, e, sizeof(e));
 	if (ret)
-		rs_seterr(s, err, errlen, "%s: %s", where, rs_conn_errstr(ret, e));
+		rs_seterr(s, err, errlen, "%s: %s", where, rs_conn_errstr(s, ret, e, eb, sizeof(eb)));
 	return ret;
 }
 

@@ -80,6 +80,13 @@ struct kt_store {
 	enum kt_store_err_kind hint; /* set by the failure being reported, else from the errno */
 	struct kt_store_errors errs;
 	struct kt_hbmemo *memo;      /* last answered heartbeat per limit (made at the first one) */
+
+	/* latency (store.h: the step timeout) */
+	unsigned fixed_timeout_ms;   /* redisStore.timeout, 0: follow the latency */
+	uint32_t rtt_us[KT_STORE_RTT_WINDOW]; /* answered round trips, a ring */
+	unsigned rtt_n, rtt_next;
+	unsigned timeouts_in_row;    /* steps timed out since the last answer */
+	unsigned step_ms;            /* the timeout of the step in progress */
 };
 
 /* ---- argument vectors (binary-safe) ---- */
@@ -185,10 +192,21 @@ uint64_t rs_next_rand(struct kt_store *s);
 void rs_conn_failed(struct kt_store *s);
 /* The -EAGAIN of a store DOWN and backing off, err saying so. */
 int rs_backing_off(struct kt_store *s, uint64_t now, char *err, size_t errlen);
-/* Deadline of the next step: the per-step timeout capped by the call budget. */
+/* The pct-th percentile of the latency window (nearest rank), 0 if empty. */
+uint64_t rs_rtt_pct_us(const struct kt_store *s, unsigned pct);
+/* The step timeout and the call budget in force (store.h). */
+unsigned rs_step_timeout_ms(const struct kt_store *s);
+unsigned rs_budget_ms(const struct kt_store *s);
+/* Deadline of the next step: the step timeout capped by the call budget. */
 int rs_step_deadline(struct kt_store *s, uint64_t *dl);
-/* The message for a failed step; rconn's text names the peer and the step. */
-const char *rs_conn_errstr(int ret, const char *rconn_err);
+/* n commands in one round trip on c, timed: an answer is a latency sample,
+ * a timeout lengthens the next step's (store.h). kt_rconn_call_many's
+ * contract otherwise. */
+int rs_call_many(struct kt_store *s, struct kt_rconn *c, const struct kt_rconn_cmd *cmds, int n,
+		 uint64_t dl, redisReply **rep, char *e, size_t elen);
+/* The message for a failed step, in buf; rconn's text names the peer and the step. */
+const char *rs_conn_errstr(const struct kt_store *s, int ret, const char *rconn_err, char *buf,
+			   size_t len);
 /* Connects (TCP, then the TLS handshake under t) within one step. */
 int rs_dial(struct kt_store *s, const char *role, const char *host, int port, const struct tls_opt *t,
 	    struct kt_rconn **out, char *err, size_t errlen);

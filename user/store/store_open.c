@@ -137,6 +137,12 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 		snprintf(err, errlen, "store (line %d): db %d is negative", cfg->line, cfg->db);
 		return -EINVAL;
 	}
+	if (cfg->timeout_ns && (cfg->timeout_ns < KT_STORE_TIMEOUT_MIN_MS * 1000000ULL ||
+				cfg->timeout_ns > KT_STORE_TIMEOUT_MAX_MS * 1000000ULL)) {
+		snprintf(err, errlen, "store (line %d): timeout must be %d ms..%d s, or unset (auto)",
+			 cfg->line, KT_STORE_TIMEOUT_MIN_MS, KT_STORE_TIMEOUT_MAX_MS / 1000);
+		return -EINVAL;
+	}
 	ret = check_auth(&cfg->redis_auth, "redis_auth", cfg->line, err, errlen);
 	if (ret)
 		return ret;
@@ -228,6 +234,7 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 		    tls_opt_dup(&s->tls_sentinel, &cfg->sentinel_tls))
 			goto oom;
 	}
+	s->fixed_timeout_ms = (unsigned)(cfg->timeout_ns / 1000000ULL);
 	s->t = s->mode == KT_REDIS_CLUSTER ? &kt_rtrans_cluster : &kt_rtrans_single;
 	if (s->t->init(s))
 		goto oom;

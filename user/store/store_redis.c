@@ -71,7 +71,7 @@ static int begin(struct kt_store *s, char *err, size_t errlen)
 {
 	uint64_t now = rs_mono_ns();
 
-	s->deadline_ns = now + KT_STORE_CALL_BUDGET_MS * 1000000ULL;
+	s->deadline_ns = now + rs_budget_ms(s) * 1000000ULL;
 	return s->t->begin(s, now, err, errlen);
 }
 
@@ -868,6 +868,14 @@ const char *kt_store_last_error(const struct kt_store *s)
 void kt_store_get_stats(const struct kt_store *s, struct kt_store_stats *st)
 {
 	*st = s->st;
+	st->lat = (struct kt_store_latency){
+		.samples = s->rtt_n,
+		.p50_us = rs_rtt_pct_us(s, 50),
+		.p99_us = rs_rtt_pct_us(s, 99),
+		.timeout_ms = rs_step_timeout_ms(s),
+		.budget_ms = rs_budget_ms(s),
+		.fixed = s->fixed_timeout_ms != 0,
+	};
 }
 
 /* ---- errors by kind; the public calls ---- */

@@ -7,8 +7,8 @@
  * is done the worker writes 1 to the owner's eventfd; the owner takes the
  * finished job with kt_storeq_take. Connect, AUTH, SELECT, SCRIPT LOAD,
  * Sentinel lookups and the heartbeat all run inside jobs, each step bounded
- * by the store's own deadlines (store.h), so a job ends within
- * KT_STORE_CALL_BUDGET_MS or so whatever Redis does. A heartbeat that falls
+ * by the store's own deadlines (store.h), so a job ends within the call's
+ * budget or so whatever Redis does. A heartbeat that falls
  * due while a job is still in flight is skipped by the owner: the leases
  * that job would have renewed run out in the kernel as designed.
  *
