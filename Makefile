@@ -264,6 +264,8 @@ test: deps
 # SOAK_S: how long `make bench` churns pod cgroups (50/s) under load while
 # watching the daemon's fds and memory (tests/e2e/test_podchurn.c); pods
 # through the Kubernetes watcher churn for 30 s (tests/e2e/test_kubechurn.c).
+# A store far away: the delay climbs 50 -> 500 ms one way and back, 5 s a
+# step (tests/e2e/test_store_latency.c; make test runs 50 -> 300 -> 50).
 # kt-storesim: 1,000 nodes x 10 members on one redis-server; its exit 1 (a
 # missed target) is ignored so the tables after it still print. Then groupBy's
 # scale: 1,000 groups on one node, 10,000 groups over 100 nodes (100 each),
@@ -273,7 +275,7 @@ SOAK_S    ?= 600
 
 bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test_faults \
 	$(BUILD)/tests/e2e/test_podchurn $(BUILD)/tests/e2e/test_strict $(BUILD)/tests/e2e/test_inflight \
-	$(BUILD)/tests/e2e/test_kubechurn
+	$(BUILD)/tests/e2e/test_kubechurn $(BUILD)/tests/e2e/test_store_latency
 	$(BUILD)/tests/bench/bench
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10 --share demand
@@ -285,6 +287,7 @@ bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test
 	KT_STRICT_BENCH=1 $(BUILD)/tests/e2e/test_strict
 	KT_INFLIGHT_S=30 $(BUILD)/tests/e2e/test_inflight
 	scripts/fault-table.sh $(BUILD)/tests/e2e/test_faults
+	KT_LATENCY_STEPS=50,150,300,500,300,150,50 $(BUILD)/tests/e2e/test_store_latency
 	KT_KUBECHURN_S=30 $(BUILD)/tests/e2e/test_kubechurn
 	KT_PODCHURN_S=$(SOAK_S) $(BUILD)/tests/e2e/test_podchurn
 

@@ -26,6 +26,8 @@ static void tag_metrics(const struct kt_tags *tags, struct kt_sbuf *b);
 /* kthrottle_store_errors_total{limit,kind}: failed store calls by kind;
  * kthrottle_store_heartbeat_limits_total{path}: the script's steady path
  * against its full one, over all stores;
+ * kthrottle_store_rtt_seconds{limit,quantile}, kthrottle_store_timeout_seconds{limit}:
+ * the store's latency and the timeout it sets;
  * kthrottle_store_pool_over_max{limit}: the answered size above maxMembers. */
 static void store_error_metrics(const struct kt_plan *plan, const struct kt_pool *pool,
 				struct kt_sbuf *b)
@@ -52,6 +54,32 @@ static void store_error_metrics(const struct kt_plan *plan, const struct kt_pool
 		     "kthrottle_store_heartbeat_limits_total{path=\"steady\"} %llu\n"
 		     "kthrottle_store_heartbeat_limits_total{path=\"full\"} %llu\n",
 		     (unsigned long long)steady, (unsigned long long)full);
+	kt_sb_printf(b, "# HELP kthrottle_store_rtt_seconds Store round trips answered, over the last %d: p50 and p99.\n"
+		     "# TYPE kthrottle_store_rtt_seconds gauge\n", KT_STORE_RTT_WINDOW);
+	for (int i = 0; i < plan->n_limits; i++) {
+		struct kt_store_latency t;
+
+		if (plan->limits[i].cfg->store.kind != KT_STORE_REDIS)
+			continue;
+		kt_pool_store_latency(pool, i, &t);
+		if (!t.samples)
+			continue; /* no figure rather than a 0 that reads as fast */
+		kt_sb_printf(b, "kthrottle_store_rtt_seconds{limit=\"%s\",quantile=\"0.5\"} %.6f\n"
+			     "kthrottle_store_rtt_seconds{limit=\"%s\",quantile=\"0.99\"} %.6f\n",
+			     plan->limits[i].cfg->name, t.p50_us / 1e6, plan->limits[i].cfg->name,
+			     t.p99_us / 1e6);
+	}
+	kt_sb_printf(b, "# HELP kthrottle_store_timeout_seconds The store's step timeout in force (redisStore.timeout, or the automatic one).\n"
+		     "# TYPE kthrottle_store_timeout_seconds gauge\n");
+	for (int i = 0; i < plan->n_limits; i++) {
+		struct kt_store_latency t;
+
+		if (plan->limits[i].cfg->store.kind != KT_STORE_REDIS)
+			continue;
+		kt_pool_store_latency(pool, i, &t);
+		kt_sb_printf(b, "kthrottle_store_timeout_seconds{limit=\"%s\"} %.3f\n",
+			     plan->limits[i].cfg->name, t.timeout_ms / 1e3);
+	}
 	kt_sb_printf(b, "# HELP kthrottle_store_pool_over_max Pool size the store answered above maxMembers (0: none).\n"
 		     "# TYPE kthrottle_store_pool_over_max gauge\n");
 	for (int i = 0; i < plan->n_limits; i++) {

@@ -74,6 +74,39 @@ static void store_error_status(const struct kt_pool *pool, struct kt_sbuf *b, in
 			  v->over_max, v->max_members);
 }
 
+/* The store's round trips and the timeout they set: JSON members of
+ * "store", or a text line, and a warning once p99 passes half the timeout
+ * (a fixed timeout, or the automatic one at its cap): past it heartbeats
+ * fail and the pool falls back although the store answers. */
+static void store_latency_status(const struct kt_pool *pool, struct kt_sbuf *b, int i, bool json)
+{
+	struct kt_store_latency t;
+	bool near;
+
+	kt_pool_store_latency(pool, i, &t);
+	near = t.samples && t.p99_us * 2 > (uint64_t)t.timeout_ms * 1000;
+	if (json) {
+		kt_sb_printf(b, ",\"latency\":{\"samples\":%u,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
+			     "\"timeout_ms\":%u,\"timeout\":\"%s\",\"call_budget_ms\":%u,"
+			     "\"near_timeout\":%s}",
+			     t.samples, t.p50_us / 1e3, t.p99_us / 1e3, t.timeout_ms,
+			     t.fixed ? "fixed" : "auto", t.budget_ms, near ? "true" : "false");
+		return;
+	}
+	if (t.samples)
+		kt_sb_printf(b, "  store round trips p50 %.1f ms p99 %.1f ms (last %u); timeout %u ms (%s)\n",
+			     t.p50_us / 1e3, t.p99_us / 1e3, t.samples, t.timeout_ms,
+			     t.fixed ? "redisStore.timeout" : "auto");
+	else
+		kt_sb_printf(b, "  store round trips: none answered yet; timeout %u ms (%s)\n",
+			     t.timeout_ms, t.fixed ? "redisStore.timeout" : "auto");
+	if (near)
+		kt_sb_printf(b, "  store warning: p99 round trip %.0f ms is over half the %u ms timeout%s\n",
+			     t.p99_us / 1e3, t.timeout_ms,
+			     t.fixed ? ": raise redisStore.timeout, or remove it to follow the latency"
+				     : " (the automatic one's cap): move the store closer");
+}
+
 static double last_event_age_s(const struct kt_limit_state *s, uint64_t now)
 {
 	return now > s->last_event_ns ? (double)(now - s->last_event_ns) / 1e9 : 0.0;
@@ -479,6 +512,8 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 				  st_since && now > st_since ? (double)(now - st_since) / 1e9 : 0.0);
 			kt_sb_json_str(&b, ep);
 			store_error_status(d->pool, &b, i, true, now);
+			if (c->store.kind == KT_STORE_REDIS)
+				store_latency_status(d->pool, &b, i, true);
 			kt_sb_printf(&b,
 				  "},\"pool\":{\"phase\":\"%s\",\"size\":%d,\"live\":%d,\"agree\":%s,"
 				  "\"share\":%.6g,\"reserved\":%.6g,\"last_heartbeat_age_s\":%.3f,"
@@ -572,8 +607,10 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 					kt_sb_printf(&b, "  held for lapsed members %.3f/s", v->reserved);
 			}
 			kt_sb_printf(&b, "\n");
-			if (c->store.kind == KT_STORE_REDIS)
+			if (c->store.kind == KT_STORE_REDIS) {
 				store_error_status(d->pool, &b, i, false, now);
+				store_latency_status(d->pool, &b, i, false);
+			}
 			node_join_status(&d->bpf, &b, l, false, now);
 			kt_inflight_status(&d->bpf, l, &b, false, now);
 		}

@@ -542,6 +542,17 @@ void kt_pool_store_errors(const struct kt_pool *p, int i, struct kt_store_errors
 	*out = sn.errors;
 }
 
+void kt_pool_store_latency(const struct kt_pool *p, int i, struct kt_store_latency *out)
+{
+	struct kt_storeq_snap sn;
+
+	memset(out, 0, sizeof(*out));
+	if (!p || i < 0 || i >= p->n || p->l[i].group < 0)
+		return;
+	kt_storeq_snapshot(p->g[p->l[i].group].q, &sn);
+	*out = sn.stats.lat;
+}
+
 void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 {
 	struct lim *l, *o;

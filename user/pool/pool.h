@@ -162,6 +162,9 @@ const char *kt_pool_store_state(const struct kt_pool *p, int limit_idx, uint64_t
 struct kt_store_errors;
 /* The errors of limit i's store (kind NONE for local/static). */
 void kt_pool_store_errors(const struct kt_pool *p, int limit_idx, struct kt_store_errors *out);
+/* Limit i's store latency and the timeouts in force (zeroed without a
+ * Redis store). */
+void kt_pool_store_latency(const struct kt_pool *p, int i, struct kt_store_latency *out);
 /* Limits the stores' heartbeats answered by the script's steady path and in
  * full, summed over the pool's stores since each opened (a store handed
  * over by a reload keeps counting). */
