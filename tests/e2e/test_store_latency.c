@@ -11,8 +11,10 @@
  *     with its store up;
  *   - the round trips each node reports: p50 in the first step is the
  *     relay's round trip (2 x delay) plus at most 150 ms; in every step p99
- *     is at least this step's round trip and at most the longest so far
- *     plus 150 ms (the window holds the last 64 round trips);
+ *     is at least this step's round trip and at most 1.5 x the longest so
+ *     far plus 150 ms (the window holds the last 64 round trips; the first
+ *     heartbeat on a new connection through the relay takes 1.5 round
+ *     trips);
  *   - the nodes admit at least 80% of max over the run's last step (a pool
  *     that fell back would run at the fallback's third).
  *
@@ -232,7 +234,19 @@ static void test_far_store(void **state)
 				      "%u ms)\n", steps[k], i, p50, p99, 2 * steps[k]);
 			if (!k)
 				assert_true(p50 >= 2.0 * steps[k] && p50 <= 2.0 * steps[k] + RTT_SLACK_MS);
-			assert_true(p99 >= 2.0 * steps[k] && p99 <= 2.0 * top + RTT_SLACK_MS);
+			if (!(p99 >= 2.0 * steps[k] && p99 <= 3.0 * top + RTT_SLACK_MS)) {
+				dump_node(i);
+				fail_msg("n%d: p99 %.1f ms outside [%u, %.0f]", i, p99, 2 * steps[k],
+					 3.0 * top + RTT_SLACK_MS);
+			}
+			if (!k && !i) {
+				char *txt = ktest_daemon_cmd(&fx.d[i], "status");
+				const char *line = txt ? strstr(txt, "  store round trips") : NULL;
+
+				assert_non_null(line);
+				print_message("n0's status:\n%.*s", (int)(strcspn(line, "\n") + 1), line);
+				free(txt);
+			}
 			/* past half the automatic timeout's cap, status warns */
 			if (p99 > 1100) {
 				char *txt = ktest_daemon_cmd(&fx.d[i], "status");
