@@ -12,9 +12,10 @@
  *   - the round trips each node reports: p50 in the first step is the
  *     relay's round trip (2 x delay) plus at most 150 ms; in every step p99
  *     is at least this step's round trip and at most 1.5 x the longest so
- *     far plus 150 ms (the window holds the last 64 round trips; the first
- *     heartbeat on a new connection through the relay takes 1.5 round
- *     trips);
+ *     far plus 150 ms (the window holds the last 64 round trips; a new
+ *     connection's setup, 21 KB of SCRIPT LOAD, takes 1.5 round trips
+ *     through the relay's 16 KB buffer, as it would in TCP's initial
+ *     window of 10 segments on a real path);
  *   - the nodes admit at least 80% of max over the run's last step (a pool
  *     that fell back would run at the fallback's third).
  *
