@@ -21,6 +21,9 @@
  *
  *   - past half the automatic timeout's cap (a p99 over 1 s), status warns.
  *
+ * test_frozen_daemon_status: "store up for" in status counts to the last
+ * answered heartbeat, not through 3 s in which the daemon was stopped.
+ *
  * KT_LATENCY_STEPS="50,150,300,500,300,150,50" (ms one way) and
  * KT_LATENCY_STEP_S (seconds per step, default 5) change the run (make bench
  * runs the longer sequence). Config: heartbeat 1 s, staleAfter 3 (a 3 s
@@ -142,41 +145,34 @@ static bool node_rtt_ms(int i, double *p50, double *p99)
 	return ok;
 }
 
-/* Every node agreed at size 3, store up. */
-static bool all_agreed(void)
+/* Nodes 0..n-1 agreed at size n, store up. */
+static bool all_agreed(int n)
 {
-	for (int i = 0; i < NODES; i++) {
+	for (int i = 0; i < n; i++) {
 		struct kt_clusterfx_lst s;
 
-		if (!kt_clusterfx_lst_get(&fx.d[i], LIMIT, &s) || !kt_clusterfx_agreed(&s, NODES))
+		if (!kt_clusterfx_lst_get(&fx.d[i], LIMIT, &s) || !kt_clusterfx_agreed(&s, n))
 			return false;
 	}
 	return true;
 }
 
-static void test_far_store(void **state)
+/* Redis, the receiver, and nodes 0..n-1 each behind a relay delaying
+ * delay_ms one way, agreed at size n. */
+static void start_nodes(int n, unsigned delay_ms)
 {
 	const struct kt_clusterfx_limit l0 = { .name = LIMIT, .scope = "pod", .burst = BURST,
 					       .max = MAX, .min = MAX };
-	unsigned steps[MAX_STEPS], top = 0;
-	int n_steps, left_agreed = 0;
-	double step_s, t0, worst_at;
-	unsigned long long ok = 0;
-	unsigned long worst, last_step_n;
 	uint64_t t_start;
 
-	(void)state;
-	KTEST_SKIP_UNLESS_ROOT();
-	n_steps = parse_steps(steps);
-	step_s = step_seconds();
 	assert_int_equal(rp_start_master(&fx.rp, NULL), 0);
 	assert_int_equal(arrivals_start(&fx.arr), 0);
-	for (int i = 0; i < NODES; i++) {
+	for (int i = 0; i < n; i++) {
 		struct kt_clusterfx_limit l = l0;
 		char name[16], store[256], lim[PATH_MAX + 1024] = "";
 
 		assert_int_equal(relay_start(&fx.relay[i], fx.rp.port), 0);
-		assert_int_equal(relay_set_delay(&fx.relay[i], steps[0]), 0);
+		assert_int_equal(relay_set_delay(&fx.relay[i], delay_ms), 0);
 		snprintf(name, sizeof(name), "far%d", i);
 		assert_int_equal(ktest_cgroup_create(name, fx.cg[i], sizeof(fx.cg[i])), 0);
 		assert_int_equal(ktest_daemon_init(&fx.d[i]), 0);
@@ -189,16 +185,31 @@ static void test_far_store(void **state)
 		kt_clusterfx_node_config(&fx.d[i], i, &pool, store, lim);
 	}
 	t_start = ktest_now_ns();
-	kt_clusterfx_run_nodes(fx.d, NODES, dump_node);
-	for (int k = 0; k < 200 && !all_agreed(); k++)
+	kt_clusterfx_run_nodes(fx.d, n, dump_node);
+	for (int k = 0; k < 200 && !all_agreed(n); k++)
 		ktest_sleep_ms(50);
-	print_message("%u ms one way: nodes started to all agreed in %.0f ms\n", steps[0],
+	print_message("%u ms one way: nodes started to all agreed in %.0f ms\n", delay_ms,
 		      (ktest_now_ns() - t_start) / 1e6);
-	if (!all_agreed()) {
-		for (int i = 0; i < NODES; i++)
+	if (!all_agreed(n)) {
+		for (int i = 0; i < n; i++)
 			dump_node(i);
-		fail_msg("the nodes did not agree within 10 s at %u ms one way", steps[0]);
+		fail_msg("the nodes did not agree within 10 s at %u ms one way", delay_ms);
 	}
+}
+
+static void test_far_store(void **state)
+{
+	unsigned steps[MAX_STEPS], top = 0;
+	int n_steps, left_agreed = 0;
+	double step_s, t0, worst_at;
+	unsigned long long ok = 0;
+	unsigned long worst, last_step_n;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	n_steps = parse_steps(steps);
+	step_s = step_seconds();
+	start_nodes(NODES, steps[0]);
 
 	t0 = arrivals_now_s(&fx.arr);
 	for (int i = 0; i < NODES; i++)
@@ -257,7 +268,7 @@ static void test_far_store(void **state)
 				free(txt);
 			}
 		}
-		if (!all_agreed()) {
+		if (!all_agreed(NODES)) {
 			for (int i = 0; i < NODES; i++)
 				dump_node(i);
 			fail_msg("not every node agreed at size %d, store up, at the end of the %u ms step",
@@ -285,11 +296,53 @@ static void test_far_store(void **state)
 	assert_true(last_step_n / (step_s - 1) >= 0.8 * MAX);
 }
 
+/* "store up for" in status counts only as far as the last answered
+ * heartbeat vouches, to when it was sent: a daemon stopped for 3 s has not
+ * seen the store for those 3 s and does not claim it, even when the answer
+ * to the heartbeat it had sent before is read right after SIGCONT (its
+ * store is 300 ms away, so no heartbeat sent after SIGCONT is answered
+ * before the status read). */
+static void test_frozen_daemon_status(void **state)
+{
+	double up0 = -1, up1 = -1, hb1 = -1;
+	char *txt;
+	const char *p;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	start_nodes(1, 300);
+	ktest_sleep_ms(2000);
+	txt = ktest_daemon_cmd(&fx.d[0], "status");
+	assert_non_null(txt);
+	p = strstr(txt, "(store up for ");
+	assert_true(p && sscanf(p, "(store up for %lfs", &up0) == 1);
+	free(txt);
+	/* right after that read: at most one heartbeat is sent in between */
+	assert_int_equal(kill(fx.d[0].pid, SIGSTOP), 0);
+	ktest_sleep_ms(3000);
+	assert_int_equal(kill(fx.d[0].pid, SIGCONT), 0);
+	txt = ktest_daemon_cmd(&fx.d[0], "status");
+	assert_non_null(txt);
+	p = strstr(txt, "(store up for ");
+	assert_true(p && sscanf(p, "(store up for %lfs, last heartbeat %lfs ago", &up1, &hb1) == 2);
+	print_message("before SIGSTOP: store up for %.1fs; 3 s after: up for %.1fs, last heartbeat "
+		      "%.1fs ago\n", up0, up1, hb1);
+	free(txt);
+	/* at most a heartbeat sent between the read and SIGSTOP (1 s apart)
+	 * and the rounding of the figures; 3 s more when the stopped time
+	 * counts */
+	assert_true(up1 <= up0 + 1.2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_far_store, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_frozen_daemon_status, setup, teardown),
 	};
+
+	if (getenv("KT_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("KT_TEST_FILTER"));
 
 	return cmocka_run_group_tests_name("e2e_store_latency", tests, NULL, NULL);
 }

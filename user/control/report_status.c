@@ -107,6 +107,20 @@ static void store_latency_status(const struct kt_pool *pool, struct kt_sbuf *b, 
 				     : " (the automatic one's cap): move the store closer");
 }
 
+/* How long the store has been in state st: "up" only as far as the last
+ * answered heartbeat vouches for it, i.e. until it was sent (a daemon
+ * stopped for a while has not seen the store since, even if an answer it
+ * was waiting for came in meanwhile), any other state until now. */
+static double store_state_age_s(const char *st, uint64_t since, const struct kt_pool_view *v,
+				uint64_t now)
+{
+	uint64_t until = now;
+
+	if (!strcmp(st, "up") && v && v->last_answer_sent_ns && v->last_answer_sent_ns < now)
+		until = v->last_answer_sent_ns;
+	return since && until > since ? (double)(until - since) / 1e9 : 0.0;
+}
+
 static double last_event_age_s(const struct kt_limit_state *s, uint64_t now)
 {
 	return now > s->last_event_ns ? (double)(now - s->last_event_ns) / 1e9 : 0.0;
@@ -509,7 +523,7 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 			kt_sb_printf(&b, ",");
 			kt_sb_printf(&b, "\"store\":{\"kind\":\"%s\",\"state\":\"%s\",\"since_s\":%.3f,\"endpoint\":",
 				  kt_store_kind_name(c->store.kind), st,
-				  st_since && now > st_since ? (double)(now - st_since) / 1e9 : 0.0);
+				  store_state_age_s(st, st_since, v, now));
 			kt_sb_json_str(&b, ep);
 			store_error_status(d->pool, &b, i, true, now);
 			if (c->store.kind == KT_STORE_REDIS)
@@ -591,7 +605,8 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 				  kt_pool_bucket_rate(d->pool, i, s->pool_rate, 1));
 			if (c->store.kind == KT_STORE_REDIS) {
 				if (st_since && now > st_since)
-					kt_sb_printf(&b, " (store %s for %.1fs", st, (double)(now - st_since) / 1e9);
+					kt_sb_printf(&b, " (store %s for %.1fs", st,
+						     store_state_age_s(st, st_since, v, now));
 				else
 					kt_sb_printf(&b, " (store %s", st);
 				if (v->last_answer_ns && now > v->last_answer_ns)

@@ -53,6 +53,8 @@ struct kt_pool_view {
 	int live;                  /* live members seen by the store (redis), else size */
 	bool agree;                /* last answer */
 	uint64_t last_answer_ns;   /* kt clock of the last store answer, 0 never */
+	uint64_t last_answer_sent_ns; /* when the heartbeat it answered was sent: the store
+				       * was up then, whenever the answer came */
 	uint64_t phase_since_ns;
 	/* Redis only: the lease granted by the last answer, on the kt clock:
 	 * from when the heartbeat was sent plus min(staleAfter x heartbeat,

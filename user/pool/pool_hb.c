@@ -75,6 +75,7 @@ static void apply_answer(struct kt_pool *p, struct lim *l, const struct kt_pool_
 	l->v.size = size;
 	l->v.reserved = a->reserved;
 	l->v.last_answer_ns = now;
+	l->v.last_answer_sent_ns = sent;
 	/* a size above maxMembers is an anomaly (a misconfiguration, or a
 	 * writer to the store inflating the pool): acted on, since that only
 	 * shrinks shares, and named */
