@@ -1707,7 +1707,7 @@ static void test_latency_timeouts(void **state)
 	assert_int_equal(st.timeouts, 1);
 
 	/* near, then 150 ms away: the first step times out at the floor, the
-	 * next waits twice as long and is answered */
+	 * next waits 4 times as long and is answered */
 	assert_int_equal(relay_set_delay(&g_relay, 0), 0);
 	s = open_single(g_relay.port, NULL, NULL, 0);
 	for (int i = 0; i < 3; i++)
@@ -1720,7 +1720,7 @@ static void test_latency_timeouts(void **state)
 	assert_int_equal(ret, -ETIMEDOUT);
 	assert_non_null(strstr(err, "timed out after 200 ms (auto timeout"));
 	kt_store_get_stats(s, &st);
-	assert_int_equal(st.lat.timeout_ms, 2 * KT_STORE_TIMEOUT_FLOOR_MS);
+	assert_int_equal(st.lat.timeout_ms, KT_STORE_TIMEOUT_BACKOFF * KT_STORE_TIMEOUT_FLOOR_MS);
 	for (int i = 0; i < 50 && kt_store_state(s, NULL, NULL) == KT_STORE_DOWN; i++) {
 		rp_sleep_ms(100);
 		ret = kt_store_heartbeat(s, "far", &m, 1, 10000, &a, err, sizeof(err));

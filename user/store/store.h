@@ -182,8 +182,10 @@
  * last KT_STORE_RTT_WINDOW answered round trips, at least
  * KT_STORE_TIMEOUT_FLOOR_MS, at most KT_STORE_TIMEOUT_CAP_MS; before the
  * first answer KT_STORE_TIMEOUT_FIRST_MS, so a store across zones answers
- * the first connect. Each step that timed out in a row doubles it (up to
- * the cap): a store that became slower is waited for at the next try. A
+ * the first connect. Each step that timed out in a row multiplies it by
+ * KT_STORE_TIMEOUT_BACKOFF (up to the cap): a store that became much
+ * slower at once is waited for at the next try, and one answer puts it
+ * back to 4 x p99. A
  * call's budget (connect, setup and command together) is 3 steps, at least
  * KT_STORE_CALL_BUDGET_MIN_MS. Leases count from the heartbeat's send time,
  * so a slow answer shortens a lease but never stretches one. */
@@ -191,6 +193,7 @@
 #define KT_STORE_TIMEOUT_FIRST_MS 1000
 #define KT_STORE_TIMEOUT_CAP_MS 2000
 #define KT_STORE_TIMEOUT_RTT_FACTOR 4
+#define KT_STORE_TIMEOUT_BACKOFF 4
 #define KT_STORE_RTT_WINDOW 64
 #define KT_STORE_CALL_STEPS 3
 #define KT_STORE_CALL_BUDGET_MIN_MS 1000

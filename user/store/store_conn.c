@@ -177,7 +177,7 @@ unsigned rs_step_timeout_ms(const struct kt_store *s)
 			t = KT_STORE_TIMEOUT_FLOOR_MS;
 	}
 	for (i = 0; i < s->timeouts_in_row && t < KT_STORE_TIMEOUT_CAP_MS; i++)
-		t *= 2;
+		t *= KT_STORE_TIMEOUT_BACKOFF;
 	return t < KT_STORE_TIMEOUT_CAP_MS ? (unsigned)t : KT_STORE_TIMEOUT_CAP_MS;
 }
 
