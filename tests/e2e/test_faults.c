@@ -40,6 +40,12 @@
  *                              heartbeats (+ ticks), then two saturated
  *                              members equal within 2%
  *
+ *   n. test_restart_lease_{size,fallback,deadline}  n2 killed (-9), its
+ *                              pinned kt_leases entry rewritten (size 1 with
+ *                              a deadline an hour away, a fallback of the
+ *                              whole pool rate, the deadline alone),
+ *                              restarted with its store unreachable, 6 s
+ *
  * How it is measured: every node's cgroup has a paced sender (~1000
  * datagrams/s, far above its share) to one UDP port; what the limit admitted
  * is what arrives there (tests/lib/arrivals: 100 ms bins, kernel receive
@@ -683,6 +689,84 @@ static void test_restart_in_redis_outage(void **state)
 	assert_true(agreed_ms >= 0);
 }
 
+/* n. A restart that finds its pinned lease written wrong (by hand, an older
+ * version, a bit flip) while its store is unreachable: n2 is killed (-9,
+ * pins kept), one field of its kt_leases entry is rewritten, its relay to
+ * Redis frozen, and it is started again. The lease is not believed beyond
+ * what the pinned buckets vouch for, so every window holds: a size of 1
+ * would otherwise run n2 at the whole pool rate, a fallback of the whole
+ * pool rate would do so after the lease, and a far deadline is cut to
+ * what this config grants. */
+enum lease_field { LEASE_SIZE, LEASE_FALLBACK, LEASE_DEADLINE };
+
+static void corrupt_lease(int node, enum lease_field f)
+{
+	struct kt_lease_key key = { 0 };
+	struct kt_lease v;
+	char path[400];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/kt_leases", fx.d[node].pin_dir);
+	fd = bpf_obj_get(path);
+	assert_true(fd >= 0);
+	snprintf(key.name, sizeof(key.name), "%s", LIMIT);
+	assert_int_equal(bpf_map_lookup_elem(fd, &key, &v), 0);
+	print_message("n%d's pinned lease: size %u, fallback %.3f/s, lease %+.2fs\n", node, v.size,
+		      v.fallback_urate / 1e6, ((int64_t)v.lease_until - (int64_t)kt_clock_ns()) / 1e9);
+	if (f == LEASE_SIZE) {
+		/* and live: a lapsed pin is run on its fallback anyway */
+		v.size = 1;
+		v.lease_until = kt_clock_ns() + 3600 * 1000000000ULL;
+	} else if (f == LEASE_FALLBACK)
+		v.fallback_urate = (uint64_t)(MAX * 1e6);
+	else
+		v.lease_until = kt_clock_ns() + 3600 * 1000000000ULL;
+	assert_int_equal(bpf_map_update_elem(fd, &key, &v, BPF_EXIST), 0);
+	close(fd);
+}
+
+static void restart_on_corrupt_lease(enum lease_field f, const char *name, const char *label)
+{
+	const double pre = 1, post = 5;
+	double t0, t_kill;
+	unsigned long long ok;
+
+	KTEST_SKIP_UNLESS_ROOT();
+	start_pool(3, NULL);
+	t0 = senders_start(3, pre + post);
+	sleep_until(t0 + pre);
+	t_kill = arrivals_now_s(&fx.arr);
+	assert_int_equal(ktest_daemon_signal_wait(&fx.d[2], SIGKILL), 128 + SIGKILL);
+	corrupt_lease(2, f);
+	assert_int_equal(relay_freeze(&fx.relay[2]), 0);
+	run_node(2);
+	print_message("%s: n2 killed at t=%.2fs, answers again at t=%.2fs on the rewritten lease, "
+		      "its store unreachable\n", name, t_kill, arrivals_now_s(&fx.arr));
+	ok = senders_wait();
+	assert_int_equal(relay_thaw(&fx.relay[2]), 0);
+	check_windows(name, label, t0, t0 + pre + post, t_kill, ok, PROMISE);
+}
+
+static void test_restart_lease_size(void **state)
+{
+	(void)state;
+	restart_on_corrupt_lease(LEASE_SIZE, "leasesize", "restart on a pinned lease of size 1");
+}
+
+static void test_restart_lease_fallback(void **state)
+{
+	(void)state;
+	restart_on_corrupt_lease(LEASE_FALLBACK, "leasefallback",
+				 "restart on a pinned fallback of the whole pool rate");
+}
+
+static void test_restart_lease_deadline(void **state)
+{
+	(void)state;
+	restart_on_corrupt_lease(LEASE_DEADLINE, "leasedeadline",
+				 "restart on a pinned lease an hour long");
+}
+
 /* i. Sentinel: master + replica + one sentinel (quorum 1, down after 1 s);
  * the nodes find the master through the sentinel (no relays). The master
  * is killed one second in; the sentinel promotes the replica and every node
@@ -1093,6 +1177,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_reload_lowers_max, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_redis_sigstop, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_share_demand, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restart_lease_size, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restart_lease_fallback, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restart_lease_deadline, setup, teardown),
 	};
 
 	if (getenv("KT_TEST_FILTER"))

@@ -387,7 +387,7 @@ static void test_adopt_pinned_lease(void **state)
 	assert_false(kt_pool_lease(a.p, 0, &out)); /* nothing known yet */
 	pin.lease_until = T0 + 2 * SEC;
 	pin.fallback_until = T0 + 62 * SEC;
-	kt_pool_adopt(a.p, 0, &pin, T0);
+	kt_pool_adopt(a.p, 0, &pin, -1, T0);
 	expect(&a, 0, KT_POOL_AGREED, 3);
 	assert_near(rate1(&a, 0), MAX_RATE / 3);
 	kt_pool_bucket_policy(a.p, 0, MAX_RATE, 1, &pol);
@@ -412,23 +412,45 @@ static void test_adopt_pinned_lease(void **state)
 	/* a pinned lease longer than this config grants (staleAfter 3 x 1 s) */
 	node_new(&a, "a", st, LIMIT("api", RL_PLAIN), 1);
 	pin.lease_until = T0 + 100 * SEC;
-	kt_pool_adopt(a.p, 0, &pin, T0);
+	kt_pool_adopt(a.p, 0, &pin, -1, T0);
 	assert_int_equal(view(&a, 0)->lease_until_ns, T0 + 3 * SEC);
 	node_close(&a);
 
 	/* a lapsed one: the fallback on the pinned size, held by the others */
 	node_new(&a, "a", st, LIMIT("api", RL_PLAIN), 1);
 	pin.lease_until = T0 - SEC;
-	kt_pool_adopt(a.p, 0, &pin, T0);
+	kt_pool_adopt(a.p, 0, &pin, -1, T0);
 	expect(&a, 0, KT_POOL_STORE_LOST, 3);
 	assert_near(rate1(&a, 0), MIN_RATE / 3);
 	node_close(&a);
+
+	/* a pinned size written wrong (1 where the pool is 3): not believed
+	 * beyond the rate the pinned buckets ran at, share and fallback alike,
+	 * until the store answers */
+	node_new(&a, "a", st, LIMIT("api", RL_PLAIN), 1);
+	pin.size = 1;
+	pin.lease_until = T0 + 2 * SEC;
+	pin.fallback_urate = (uint64_t)(MAX_RATE * 1e6);
+	kt_pool_adopt(a.p, 0, &pin, MAX_RATE / 3, T0);
+	expect(&a, 0, KT_POOL_AGREED, 1);
+	assert_near(rate1(&a, 0), MAX_RATE / 3);
+	kt_pool_bucket_policy(a.p, 0, MAX_RATE, 1, &pol);
+	assert_near(pol.rate, MAX_RATE / 3);
+	assert_near(pol.fallback_rate, MAX_RATE / 3);
+	/* below the cap, the lease decides */
+	node_close(&a);
+	node_new(&a, "a", st, LIMIT("api", RL_PLAIN), 1);
+	pin.size = 4;
+	kt_pool_adopt(a.p, 0, &pin, MAX_RATE / 3, T0);
+	assert_near(rate1(&a, 0), MAX_RATE / 4);
+	node_close(&a);
+	pin.fallback_urate = 3000000;
 
 	/* garbage is ignored: unknown stays unknown */
 	node_new(&a, "a", st, LIMIT("api", RL_PLAIN), 1);
 	pin.size = 0;
 	pin.lease_until = T0 + SEC;
-	kt_pool_adopt(a.p, 0, &pin, T0);
+	kt_pool_adopt(a.p, 0, &pin, -1, T0);
 	expect(&a, 0, KT_POOL_JOINING, 0);
 	assert_true(rate1(&a, 0) == 0);
 	node_close(&a);

@@ -240,7 +240,9 @@ void kt_ctl_start_limit(struct kt_ctl *c, int i, uint64_t now)
 	snprintf(key.name, sizeof(key.name), "%s", l->cfg->name);
 	if (bpf_map_lookup_elem(c->bpf->leases_fd, &key, &val) < 0)
 		return;
-	kt_pool_adopt(c->pool, i, &val, now);
+	/* the lease is checked against the buckets the same daemon wrote */
+	kt_pool_adopt(c->pool, i, &val,
+		      kt_bpf_limit_member_rate(c->bpf, l->cfg->name, l->n_members), now);
 	if (l->cfg->unit == KT_UNIT_CONCURRENT)
 		kt_pool_adopt_slots(c->pool, i, kt_bpf_limit_slots(c->bpf, l->cfg->name, now));
 	level = (double)val.ramp_urate / 1e6;

@@ -671,24 +671,30 @@ int kt_bpf_read_inflight(const struct kt_bpf *b, uint32_t slot, struct kt_inflig
 	return bpf_map_lookup_elem(b->inflight_fd, &slot, out) < 0 ? -errno : 0;
 }
 
-int64_t kt_bpf_limit_slots(const struct kt_bpf *b, const char *name, uint64_t now)
+/* The pinned id of limit `name` (of `unit`, or any unit with -1), or
+ * KT_MAX_LIMITS when there is none or the table cannot be read. */
+static __u32 pinned_limit_id(const struct kt_bpf *b, const char *name, int unit)
 {
 	struct kt_limit_info *infos;
-	int64_t best = -1;
-	__u32 id;
+	__u32 id = KT_MAX_LIMITS;
 
-	if (!b->buckets || b->limits_fd < 0 ||
-	    !(infos = calloc(KT_MAX_LIMITS, sizeof(*infos))))
-		return -1;
+	if (!b->buckets || b->limits_fd < 0 || !(infos = calloc(KT_MAX_LIMITS, sizeof(*infos))))
+		return KT_MAX_LIMITS;
 	/* the whole table in one batch read, as apply reads it */
-	if (kt_bpf_read_limits(b, infos) < 0)
-		id = KT_MAX_LIMITS;
-	else
+	if (kt_bpf_read_limits(b, infos) >= 0)
 		for (id = 0; id < KT_MAX_LIMITS; id++)
-			if (infos[id].in_use && infos[id].unit == KT_UNIT_CONCURRENT &&
+			if (infos[id].in_use && (unit < 0 || infos[id].unit == (__u32)unit) &&
 			    !strncmp(infos[id].name, name, sizeof(infos[id].name)))
 				break;
 	free(infos);
+	return id;
+}
+
+int64_t kt_bpf_limit_slots(const struct kt_bpf *b, const char *name, uint64_t now)
+{
+	int64_t best = -1;
+	__u32 id = pinned_limit_id(b, name, KT_UNIT_CONCURRENT);
+
 	if (id == KT_MAX_LIMITS)
 		return -1;
 	/* one pass over the mmapped array, once per start */
@@ -702,6 +708,30 @@ int64_t kt_bpf_limit_slots(const struct kt_bpf *b, const char *name, uint64_t no
 
 			best = n > best ? n : best;
 		}
+	}
+	return best;
+}
+
+double kt_bpf_limit_member_rate(const struct kt_bpf *b, const char *name, int members)
+{
+	double best = -1;
+	__u32 id = pinned_limit_id(b, name, -1);
+
+	if (id == KT_MAX_LIMITS)
+		return -1;
+	for (uint32_t s = 0; s < KT_MAX_BUCKETS; s++) {
+		const struct kt_bucket *bk = &b->buckets[s];
+		__u32 flags = KT_READ_ONCE(bk->flags);
+		double r;
+
+		if (!(flags & KT_BUCKET_IN_USE) || (flags & (KT_BUCKET_POOL | KT_BUCKET_JOIN | KT_BUCKET_STRICT)) ||
+		    KT_READ_ONCE(bk->limit_id) != id)
+			continue;
+		r = kt_rate_from_interval_fp(KT_READ_ONCE(bk->interval_fp));
+		/* a node-scope bucket serves all of the node's members */
+		if (flags & KT_BUCKET_NODE)
+			r /= members > 0 ? members : 1;
+		best = r > best ? r : best;
 	}
 	return best;
 }

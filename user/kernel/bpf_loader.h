@@ -145,6 +145,11 @@ int kt_bpf_read_inflight(const struct kt_bpf *b, uint32_t slot, struct kt_inflig
  * are chained to): what a restarted daemon's kernel still runs on before
  * any store answer. -1 when there is none (or the maps cannot be read). */
 int64_t kt_bpf_limit_slots(const struct kt_bpf *b, const char *name, uint64_t now);
+/* The largest per-member rate (tokens/s) the pinned buckets of limit
+ * `name` run at (a node-scope bucket's divided by `members`, the node's
+ * members): the share the previous daemon wrote, for a restart to check
+ * the pinned lease against. -1 when there is none. */
+double kt_bpf_limit_member_rate(const struct kt_bpf *b, const char *name, int members);
 /* A slot given to a new bucket: no socket open, a new epoch (sockets of
  * the slot's previous owner give nothing back to this one). */
 void kt_bpf_reset_inflight(const struct kt_bpf *b, uint32_t slot);

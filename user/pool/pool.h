@@ -134,8 +134,13 @@ void kt_pool_members_policy(const struct kt_pool *p, int i, double pool_rate, co
 
 /* Handover: a daemon that starts before its first store answer continues
  * the lease the previous one left pinned (size, lease, reserve), instead of
- * guessing the size. Ignored once an answer came, or for local/static. */
-void kt_pool_adopt(struct kt_pool *p, int limit_idx, const struct kt_lease *pinned, uint64_t now);
+ * guessing the size. Not believed beyond what the pinned buckets vouch
+ * for: until the first answer no member runs above member_rate, the
+ * largest rate they ran at (kt_bpf_limit_member_rate; < 0: unknown, no
+ * cap). The lease never runs longer than this config grants from now.
+ * Ignored once an answer came, or for local/static. */
+void kt_pool_adopt(struct kt_pool *p, int limit_idx, const struct kt_lease *pinned,
+		   double member_rate, uint64_t now);
 /* In-flight limits on Redis: before the first store answer a restarted
  * daemon runs on the slots its node bucket still holds (kt_bpf_limit_slots;
  * < 0: none), as it continues a pinned lease; the size floor then caps the

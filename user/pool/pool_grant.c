@@ -67,6 +67,17 @@ static double slots_rate(const struct lim *l, enum kt_pool_phase ph, int served)
 	return (double)l->v.slots_grant * (served < nloc ? served : nloc) / nloc;
 }
 
+/* An adopted lease is checked against the buckets the previous daemon
+ * wrote: until the store answers, no member runs above the rate those ran
+ * at, so a pinned size or fallback written wrong (by hand, an older
+ * version, a bit flip) cannot raise a share. */
+static double adopt_capped(const struct lim *l, double rate, int served)
+{
+	if (l->adopted && l->adopt_cap >= 0 && rate > l->adopt_cap * served)
+		return l->adopt_cap * served;
+	return rate;
+}
+
 double kt_pool_bucket_rate(const struct kt_pool *p, int i, double pool_rate, int served)
 {
 	const struct lim *l;
@@ -89,11 +100,11 @@ double kt_pool_bucket_rate(const struct kt_pool *p, int i, double pool_rate, int
 	/* past the lease: exactly what the kernel does, the fallback the store
 	 * holds for us, then closed */
 	if (ph == KT_POOL_STORE_LOST)
-		return l->v.closed ? 0 : l->v.fallback_member * served;
+		return l->v.closed ? 0 : adopt_capped(l, l->v.fallback_member * served, served);
 	pool_rate = l->kind == KT_STORE_REDIS ? available(l, pool_rate) : pool_rate;
 	if (ph == KT_POOL_JOINING && l->rl.min < pool_rate)
 		pool_rate = l->rl.min > 0 ? l->rl.min : 0;
-	return pool_rate * served / size;
+	return adopt_capped(l, pool_rate * served / size, served);
 }
 
 /* The end of a leased policy, once rate, burst and fallback rate are set. */
@@ -135,7 +146,7 @@ void kt_pool_bucket_policy(const struct kt_pool *p, int i, double pool_rate, int
 	/* exactly what the store reserves for us (told with the heartbeat);
 	 * in-flight: the node's claim, kept for the fallback's length */
 	out->fallback_rate = l->slots ? (l->on_failure == KT_FAIL_CLOSED ? 0 : out->rate)
-				      : l->v.fallback_member * served;
+				      : adopt_capped(l, l->v.fallback_member * served, served);
 	lease_tail(out);
 }
 
@@ -179,7 +190,8 @@ void kt_pool_members_policy(const struct kt_pool *p, int i, double pool_rate, co
 	lease_tail(out);
 }
 
-void kt_pool_adopt(struct kt_pool *p, int i, const struct kt_lease *pin, uint64_t now)
+void kt_pool_adopt(struct kt_pool *p, int i, const struct kt_lease *pin, double member_rate,
+		   uint64_t now)
 {
 	struct lim *l;
 
@@ -190,6 +202,7 @@ void kt_pool_adopt(struct kt_pool *p, int i, const struct kt_lease *pin, uint64_
 	    pin->size > KT_STORE_MAX_POOL)
 		return;
 	l->adopted = true;
+	l->adopt_cap = isfinite(member_rate) ? member_rate : -1;
 	l->ever_agreed = pin->agreed != 0;
 	l->v.size = l->prev_size = (int)pin->size;
 	l->v.agree = pin->agreed != 0;
@@ -202,8 +215,9 @@ void kt_pool_adopt(struct kt_pool *p, int i, const struct kt_lease *pin, uint64_
 		l->v.fallback_member = 0;
 	pool_set_phase(l, now > l->v.lease_until_ns ? KT_POOL_STORE_LOST
 			: pin->agreed ? KT_POOL_AGREED : KT_POOL_DISAGREED, now);
-	kt_info("pool: limit %s: continuing the pinned lease: size %u, %.1f s left", l->name, pin->size,
-		now < l->v.lease_until_ns ? (double)(l->v.lease_until_ns - now) / 1e9 : 0.0);
+	kt_info("pool: limit %s: continuing the pinned lease: size %u, %.1f s left%s", l->name, pin->size,
+		now < l->v.lease_until_ns ? (double)(l->v.lease_until_ns - now) / 1e9 : 0.0,
+		l->adopt_cap >= 0 ? ", no member above the pinned buckets' rate" : "");
 }
 
 void kt_pool_adopt_slots(struct kt_pool *p, int i, int64_t slots)

@@ -37,6 +37,8 @@ struct lim {
 	bool unanswered;                /* cluster: its slot failed while others answered */
 	uint64_t unanswered_since_ns;
 	bool adopted;                   /* a pinned lease continued, no answer yet */
+	double adopt_cap;               /* while adopted: no member above this rate, the one
+					 * the pinned buckets ran at (< 0: none known) */
 	int prev_size;                  /* size of the previous answer (shrink damping) */
 	double sent_fallback;           /* per-member fallback in the heartbeat in flight */
 	double sent_pool_rate;          /* pool rate it was computed from */
