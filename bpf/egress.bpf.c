@@ -195,18 +195,6 @@ static __always_inline int kt_eg_hit(const struct kt_sk_eg *e, __u64 gen, const 
 	       e->addr[2] == addr[2] && e->addr[1] == addr[1] && e->addr[0] == addr[0];
 }
 
-/* What kt_classify needs of a packet, in one argument: global functions
- * take at most five. */
-struct kt_cls_req {
-	__u32 addr[4];
-	__u64 cgid;
-	__u64 gen;
-	__u32 hook;
-	__u32 proto;
-	__u32 port;
-	__u32 any_port;
-};
-
 /* kt_classify for a packet. A global function, so the verifier checks the
  * walk over the cgroup's limits once, not once per path through egress. */
 __noinline int kt_classify_pkt(struct __sk_buff *skb, const struct kt_cls_req *rq,
@@ -214,8 +202,7 @@ __noinline int kt_classify_pkt(struct __sk_buff *skb, const struct kt_cls_req *r
 {
 	if (!rq || !out)
 		return 0;
-	kt_classify(skb, 1, rq->hook, (__u8)rq->proto, rq->addr, (__u16)rq->port, rq->any_port,
-		    rq->cgid, rq->gen, out);
+	kt_classify(skb, 1, rq, out);
 	return out->slot != KT_SLOT_NONE;
 }
 

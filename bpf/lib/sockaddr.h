@@ -71,7 +71,11 @@ static __always_inline int kt_sock_addr_verdict(struct bpf_sock_addr *ctx, __u32
 	    sc->addr[2] == addr[2] && sc->addr[1] == addr[1] && sc->addr[0] == addr[0]) {
 		cls = sc->cls;
 	} else {
-		kt_classify(ctx, 0, hook, proto, addr, port, 0, cgid, gen, &cls);
+		struct kt_cls_req rq = { .cgid = cgid, .gen = gen, .hook = hook, .proto = proto,
+					 .port = port };
+
+		__builtin_memcpy(rq.addr, addr, sizeof(rq.addr));
+		kt_classify(ctx, 0, &rq, &cls);
 		/* an in-flight limit's socket connects once and keeps its own
 		 * mark (kt_sk_slot): no decision to remember, no second
 		 * storage to allocate */

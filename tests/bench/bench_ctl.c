@@ -251,6 +251,7 @@ out:
 	free_limit_cfgs(r->cfg.limits, r->cfg.n_limits);
 	r->cfg.limits = NULL;
 	r->cfg.n_limits = 0;
+	kt_ctl_free_states(r->ls, nlimits);
 	free(r->ls);
 	r->ls = NULL;
 	free(r->hist_pool);

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "kernel/apply.h"
+#include "kernel/bpf_loader.h"
 #include "base/config.h"
 #include "control/controller.h"
 #include "base/log.h"
@@ -1201,6 +1202,87 @@ static void test_join_held_until_others_shrink(void **state)
 	free(st);
 }
 
+/* What the writers put in a bucket (tat is the kernel's). */
+static void written(const struct kt_bpf *bpf, uint32_t slot, uint64_t out[6])
+{
+	const struct kt_bucket *bk = &bpf->buckets[slot];
+
+	out[0] = bk->interval_fp;
+	out[1] = bk->burst;
+	out[2] = bk->valid_until;
+	out[3] = bk->fallback_fp;
+	out[4] = bk->fallback_burst;
+	out[5] = bk->fallback_until;
+}
+
+/* The controller decides once: kt_ctl_write_rates and kt_ctl_write_lease
+ * write what kt_ctl_decide left in the limit's state, each member its own
+ * grant by demand and the node bucket its sum, and recompute nothing: the
+ * pool's grants and the ramp moving after the decide change no write
+ * until the next decide. */
+static void test_writers_write_the_decision(void **state)
+{
+	struct node a;
+	char *st = redis_store("1s", "10s", "conservative");
+	const double demand[2] = { 20, 60 }, moved[2] = { 60, 20 };
+	struct kt_member_rt members[2] = { { .slot = 0 }, { .slot = 1 } };
+	struct kt_limit_rt la = { .members = members, .n_members = 2, .has_pool = true, .pool_slot = 2 };
+	struct kt_plan plan = { .limits = &la, .n_limits = 1 };
+	struct kt_limit_state sa = { .pool_rate = MAX_RATE };
+	struct kt_bpf bpf = { .buckets = calloc(4, sizeof(struct kt_bucket)) };
+	struct kt_ctl c = { .plan = &plan, .ls = &sa, .bpf = &bpf };
+	uint64_t first[3][6], again[3][6], now = T0;
+
+	(void)state;
+	assert_non_null(bpf.buckets);
+	node_new(&a, "a", st,
+		 "  - name: api\n    cgroups: [x]\n    unit: connection\n    share: demand\n"
+		 "    rateLimit: {max: 90}\n",
+		 2);
+	a.loc[0].member_demand = demand;
+	for (int r = 0; r < 5; r++, now += SEC)
+		tick(&a, now);
+	la.cfg = &a.cfg.limits[0];
+	la.member_ids = a.ids[0];
+	c.pool = a.p;
+	kt_ctl_decide(a.p, 0, &la, &sa, now);
+	assert_int_equal(sa.n_slot_pol, 2);
+	kt_ctl_write_rates(&c, 0);
+	kt_ctl_write_lease(&c, 0);
+	for (uint32_t k = 0; k < 3; k++)
+		written(&bpf, k, first[k]);
+	/* the members' own grants, not one share: the test sees which is which */
+	assert_true(first[0][0] != first[1][0]);
+	assert_true(first[0][2] != 0); /* a lease from the store */
+
+	/* the grants swap and the ramp moves; the writers still write the decision */
+	a.loc[0].member_demand = moved;
+	for (int r = 0; r < 5; r++, now += SEC)
+		tick(&a, now);
+	sa.pool_rate = MAX_RATE / 2;
+	kt_ctl_write_rates(&c, 0);
+	kt_ctl_write_lease(&c, 0);
+	kt_ctl_write_rates(&c, 0);
+	for (uint32_t k = 0; k < 3; k++) {
+		written(&bpf, k, again[k]);
+		assert_memory_equal(first[k], again[k], sizeof(first[k]));
+		assert_int_equal(bpf.written[k].interval_fp, first[k][0]);
+	}
+
+	/* the next decide takes them in */
+	kt_ctl_decide(a.p, 0, &la, &sa, now);
+	kt_ctl_write_rates(&c, 0);
+	written(&bpf, 0, again[0]);
+	assert_true(again[0][0] != first[0][0]);
+
+	kt_ctl_free_states(&sa, 1);
+	assert_null(sa.slot_pol);
+	free(bpf.written);
+	free(bpf.buckets);
+	node_close(&a);
+	free(st);
+}
+
 #define T(f) cmocka_unit_test_setup(f, flush)
 
 int main(void)
@@ -1221,6 +1303,7 @@ int main(void)
 		T(test_adopt_pinned_lease),
 		T(test_sudden_shrink_damped),
 		T(test_join_held_until_others_shrink),
+		T(test_writers_write_the_decision),
 	};
 	return cmocka_run_group_tests_name("pool", tests, group_setup, group_teardown);
 }

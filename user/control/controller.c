@@ -93,6 +93,44 @@ static void hold_node_share(const struct kt_limit_rt *l, struct kt_limit_state *
 	s->node_burst_decided = node->burst;
 }
 
+/* share: demand: each bucket its own grant, into s->slot_pol. Out of
+ * memory, every bucket gets s->pol (the floor) until a later decide. */
+static void decide_slots(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
+			 struct kt_limit_state *s)
+{
+	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
+	int n = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
+	double rate_sum = 0, burst_sum = 0;
+
+	if (n < 1)
+		return;
+	if (n > s->slot_pol_cap) {
+		struct kt_bucket_policy *grown = realloc(s->slot_pol, (size_t)n * sizeof(*grown));
+
+		if (!grown)
+			return;
+		s->slot_pol = grown;
+		s->slot_pol_cap = n;
+	}
+	for (int k = 0; k < n; k++) {
+		slot_policy(pool, i, l, s, k, &s->slot_pol[k]);
+		rate_sum += s->slot_pol[k].rate;
+		burst_sum += s->slot_pol[k].burst;
+	}
+	s->n_slot_pol = n;
+	/* the mean, so bucket_rate x buckets is this node's total, as with
+	 * equal shares (utilization and status read it so); status shows
+	 * each member's own rate */
+	s->bucket_rate = rate_sum / n;
+	s->bucket_burst = burst_sum / n;
+}
+
+/* Bucket k's policy as decided: its own by demand, else the limit's. */
+static const struct kt_bucket_policy *decided(const struct kt_limit_state *s, int k)
+{
+	return k < s->n_slot_pol ? &s->slot_pol[k] : &s->pol;
+}
+
 void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 		   struct kt_limit_state *s, uint64_t now)
 {
@@ -137,46 +175,28 @@ void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 	s->bucket_rate = s->pol.rate;
 	s->bucket_burst = s->pol.burst;
 	s->fallback_rate = s->pol.fallback_rate;
+	kt_node_policy(&s->pol, l->n_members, &s->node_pol);
+	s->n_slot_pol = 0;
+	if (!st->on && by_demand(l))
+		decide_slots(pool, i, l, s);
 }
 
 void kt_ctl_write_rates(struct kt_ctl *c, int i)
 {
 	struct kt_limit_rt *l = &c->plan->limits[i];
-	struct kt_limit_state *s = &c->ls[i];
+	const struct kt_limit_state *s = &c->ls[i];
 	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
 	int n = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
-	struct kt_bucket_policy pol;
-	double rate_sum = 0, burst_sum = 0;
 
-	if (l->cfg->rl.strict.on) {
-		l->bucket_rate = s->bucket_rate;
-		l->bucket_burst = s->bucket_burst;
-		return; /* strict.c arms these buckets; a rate would open them */
-	}
-	for (int k = 0; k < n; k++) {
-		if (by_demand(l)) {
-			/* each member its own grant (idempotent when unchanged) */
-			slot_policy(c->pool, i, l, s, k, &pol);
-			kt_bucket_set_rate(c->bpf, slots[k], pol.rate, pol.burst);
-			rate_sum += pol.rate;
-			burst_sum += pol.burst;
-			continue;
-		}
-		kt_bucket_set_rate(c->bpf, slots[k], s->bucket_rate, s->bucket_burst);
-	}
-	if (by_demand(l) && n > 0) {
-		/* the mean, so bucket_rate x buckets is this node's total, as
-		 * with equal shares (utilization and status read it so);
-		 * status shows each member's own rate */
-		s->bucket_rate = rate_sum / n;
-		s->bucket_burst = burst_sum / n;
-	}
 	l->bucket_rate = s->bucket_rate;
 	l->bucket_burst = s->bucket_burst;
-	if (l->has_pool) {
-		kt_node_policy(&s->pol, l->n_members, &pol);
-		kt_bucket_set_rate(c->bpf, l->pool_slot, pol.rate, pol.burst);
-	}
+	if (l->cfg->rl.strict.on)
+		return; /* strict.c arms these buckets; a rate would open them */
+	/* by demand each member its own grant (idempotent when unchanged) */
+	for (int k = 0; k < n; k++)
+		kt_bucket_set_rate(c->bpf, slots[k], decided(s, k)->rate, decided(s, k)->burst);
+	if (l->has_pool)
+		kt_bucket_set_rate(c->bpf, l->pool_slot, s->node_pol.rate, s->node_pol.burst);
 }
 
 /* The lease follows the last store answer, never the tick: a daemon that
@@ -185,26 +205,17 @@ void kt_ctl_write_rates(struct kt_ctl *c, int i)
 void kt_ctl_write_lease(struct kt_ctl *c, int i)
 {
 	struct kt_limit_rt *l = &c->plan->limits[i];
+	const struct kt_limit_state *s = &c->ls[i];
 	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT];
 	int n = kt_limit_slots(l, slots, KT_MAX_MEMBERS_PER_LIMIT);
 
-	struct kt_bucket_policy pol;
-
 	if (l->cfg->rl.strict.on)
 		return; /* permits, not leases */
-	for (int k = 0; k < n; k++) {
-		if (by_demand(l)) {
-			/* the fallback burst follows each member's own rate */
-			slot_policy(c->pool, i, l, &c->ls[i], k, &pol);
-			kt_bucket_set_lease(c->bpf, slots[k], &pol);
-			continue;
-		}
-		kt_bucket_set_lease(c->bpf, slots[k], &c->ls[i].pol);
-	}
-	if (l->has_pool) {
-		kt_node_policy(&c->ls[i].pol, l->n_members, &pol);
-		kt_bucket_set_lease(c->bpf, l->pool_slot, &pol);
-	}
+	/* by demand the fallback burst follows each member's own rate */
+	for (int k = 0; k < n; k++)
+		kt_bucket_set_lease(c->bpf, slots[k], decided(s, k));
+	if (l->has_pool)
+		kt_bucket_set_lease(c->bpf, l->pool_slot, &s->node_pol);
 }
 
 /* Pins what a restarted daemon continues from: the pool's lease and size,
@@ -278,6 +289,15 @@ void kt_ctl_drop_stale_pins(struct kt_ctl *c)
 	for (i = 0; i < n; i++)
 		bpf_map_delete_elem(c->bpf->leases_fd, &gone[i]);
 	free(gone);
+}
+
+void kt_ctl_free_states(struct kt_limit_state *ls, int n)
+{
+	for (int i = 0; ls && i < n; i++) {
+		free(ls[i].slot_pol);
+		ls[i].slot_pol = NULL;
+		ls[i].n_slot_pol = ls[i].slot_pol_cap = 0;
+	}
 }
 
 void kt_ctl_init_state(struct kt_limit_state *s, const struct kt_limit_rt *l, uint64_t now)

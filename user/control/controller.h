@@ -34,6 +34,14 @@ struct kt_limit_state {
 	double bucket_burst;
 	double fallback_rate;      /* kernel's rate once the lease lapses */
 	struct kt_bucket_policy pol; /* last computed: share, burst, lease */
+	/* what kt_ctl_decide left for the writers, which only write it:
+	 * the node bucket's policy, and with share: demand each bucket's own
+	 * (slot k of kt_limit_slots; n_slot_pol of them, the array grown to
+	 * at most KT_MAX_MEMBERS_PER_LIMIT and released by
+	 * kt_ctl_free_states) */
+	struct kt_bucket_policy node_pol;
+	struct kt_bucket_policy *slot_pol;
+	int n_slot_pol, slot_pol_cap;
 	uint64_t pinned_lease;     /* lease_until last written to kt_leases */
 	uint64_t pinned_ns;        /* when */
 	/* ring of the last ticks, hist_cap samples (kt_ctl_hist_cap) in the
@@ -108,8 +116,11 @@ struct kt_ctl {
 	int demand_cap;
 };
 
-/* A limit's fresh state at `now`: the ramp at min. */
+/* A limit's fresh state at `now`: the ramp at min. s must hold nothing to
+ * release (zeroed, or released by kt_ctl_free_states). */
 void kt_ctl_init_state(struct kt_limit_state *s, const struct kt_limit_rt *l, uint64_t now);
+/* Releases what ls[0..n) own (their per-slot policies), not ls itself. */
+void kt_ctl_free_states(struct kt_limit_state *ls, int n);
 /* Samples a limit keeps: one epoch of ticks and a margin for ticks that
  * come late (at most KT_HISTORY). */
 int kt_ctl_hist_cap(uint64_t epoch_ns, uint64_t tick_ns);
@@ -120,10 +131,12 @@ void kt_ctl_hist_rehome(struct kt_limit_state *s, struct kt_sample *ring, int ca
  * pool lease (kt_pool_adopt) and, with resumedRampUp, its ramp level. */
 void kt_ctl_start_limit(struct kt_ctl *c, int i, uint64_t now);
 /* The bucket policy of limit i from the pool's view (kt_pool_bucket_policy),
- * at `now` (a join's hold on the node share runs out by it). */
+ * at `now` (a join's hold on the node share runs out by it): every bucket's,
+ * into s, once; the writers below only write what it left there. */
 void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 		   struct kt_limit_state *s, uint64_t now);
-/* Rate and burst, then the lease, into every bucket of limit i. */
+/* Rate and burst, then the lease, into every bucket of limit i, as the
+ * last kt_ctl_decide of c->ls[i] (for the same plan) decided them. */
 void kt_ctl_write_rates(struct kt_ctl *c, int i);
 void kt_ctl_write_lease(struct kt_ctl *c, int i);
 /* kt_leases: pin limit i's state; drop entries of limits no longer configured. */

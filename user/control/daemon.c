@@ -216,6 +216,7 @@ fail_bpf:
 		if (fresh)
 			kt_bpf_cleanup(d->cfg.pin_dir, err, sizeof(err));
 	}
+	kt_ctl_free_states(d->ls, d->plan.n_limits);
 	free(d->ls);
 	d->ls = NULL;
 	free(d->hist_pool);
@@ -318,6 +319,9 @@ static int switch_config(struct kt_daemon *d, struct kt_config *nsrc, struct kt_
 			/* keep the ramp level, history and agreed pool: no restart
 			 * from min, no rejoin */
 			nls[i] = d->ls[j];
+			/* the old state keeps its array until the reload commits */
+			nls[i].slot_pol = NULL;
+			nls[i].n_slot_pol = nls[i].slot_pol_cap = 0;
 			kt_ramp_reconfigure(&nls[i].ramp, &nl->cfg->rl, now);
 			nls[i].pool_rate = kt_ramp_rate(&nls[i].ramp);
 			kt_pool_inherit(npool, i, d->pool, j);
@@ -376,6 +380,7 @@ static int switch_config(struct kt_daemon *d, struct kt_config *nsrc, struct kt_
 	kt_daemon_unwatch(d, &d->w_pool, "the store's answers");
 	kt_pool_take_stores(npool, d->pool);
 	kt_pool_destroy(d->pool);
+	kt_ctl_free_states(d->ls, d->plan.n_limits);
 	kt_plan_free(&d->plan);
 	kt_config_free(&d->cfg);
 	if (nsrc) {
@@ -417,6 +422,7 @@ failed_plan:
 	free(old_by_name);
 	kt_strict_destroy(nstrict);
 	kt_pool_destroy(npool);
+	kt_ctl_free_states(nls, nplan.n_limits);
 	free(nls);
 	free(nhist);
 	free(nlocal);
@@ -557,6 +563,7 @@ void kt_daemon_stop(struct kt_daemon *d)
 	d->events = NULL;
 	kt_metrics_stop(d->metrics);
 	d->metrics = NULL;
+	kt_ctl_free_states(d->ls, d->plan.n_limits);
 	free(d->ls);
 	free(d->hist_pool);
 	d->hist_pool = NULL;
