@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include "kernel/apply.h"
 #include "kernel/bpf_loader.h"
+#include "kernel/verify.h"
 #include "control/cfgwatch.h"
 #include "base/config.h"
 #include "control/controller.h"
@@ -60,6 +61,8 @@ struct kt_daemon {
 	uint64_t reloads, reload_failures;
 	uint64_t last_prune_ns;    /* last periodic member rescan */
 	uint64_t member_changes;   /* members that joined or left since the start */
+	uint64_t last_verify_ns;   /* last check of kt_members and kt_limits (verify.h) */
+	struct kt_verify_fixes map_fixes; /* their entries written back since the start */
 	struct kt_cgwatch *cgwatch; /* inotify on the members' directories; NULL: none */
 	struct ring_buffer *events; /* kt_events consumer; NULL: an older pin directory */
 	struct kt_metrics *metrics; /* the Prometheus endpoint; NULL: off */

@@ -225,6 +225,12 @@ int kt_daemon_setup_loop(struct kt_daemon *d, char *err, size_t errlen)
 void kt_daemon_tick(struct kt_daemon *d, uint64_t now)
 {
 	kt_ctl_tick(&d->controller, now);
+	/* memberships and limits as committed: a second's cycle, a lookup per
+	 * entry, off the hot path */
+	if (now - d->last_verify_ns >= KT_VERIFY_EVERY_NS) {
+		d->last_verify_ns = now;
+		kt_verify_maps(&d->bpf, &d->map_fixes);
+	}
 	d->ticks++;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <bpf/bpf.h>
 #include "kernel/apply_int.h"
+#include "kernel/verify.h"
 #include "kernel/bucket.h"
 #include "base/log.h"
 
@@ -310,6 +311,46 @@ static int commit_slot(struct apply *a, uint32_t slot, int i, int j)
 
 /* Writes the plan, saving what each write replaces. Links last: once they
  * are in sync the new configuration is in force and nothing is undone. */
+/* A limit's kt_limits entry. */
+static struct kt_limit_info limit_info_of(const struct kt_limit_rt *l)
+{
+	const struct kt_limit_cfg *lc = l->cfg;
+	struct kt_limit_info li = { .in_use = 1,
+				    .unit = lc->unit,
+				    .scope = lc->scope,
+				    .proto_mask = lc->match.proto_mask,
+				    .port_lo = lc->match.port_lo,
+				    .port_hi = lc->match.port_hi };
+
+	snprintf(li.name, sizeof(li.name), "%s", lc->name);
+	return li;
+}
+
+/* After a commit: what verification holds kt_members and kt_limits to. */
+static void note_written(struct apply *a, const struct kt_plan *plan)
+{
+	uint64_t *ids = calloc(a->n_want ? a->n_want : 1, sizeof(*ids));
+	uint32_t *lids = calloc(plan->n_limits ? plan->n_limits : 1, sizeof(*lids));
+	struct kt_limit_info *lis = calloc(plan->n_limits ? plan->n_limits : 1, sizeof(*lis));
+	int ret = -ENOMEM;
+
+	if (ids && lids && lis) {
+		for (int i = 0; i < a->n_want; i++)
+			ids[i] = a->want[i].cgroup_id;
+		for (int i = 0; i < plan->n_limits; i++) {
+			lids[i] = plan->limits[i].id;
+			lis[i] = limit_info_of(&plan->limits[i]);
+		}
+		ret = kt_verify_note_commit(a->b, ids, a->want_vals, a->n_want, lids, lis,
+					    plan->n_limits);
+	}
+	if (ret)
+		kt_warn("out of memory: kt_members and kt_limits go unverified until the next change");
+	free(ids);
+	free(lids);
+	free(lis);
+}
+
 static int commit(struct apply *a, char *err, size_t errlen)
 {
 	struct kt_plan *plan = a->plan;
@@ -333,14 +374,8 @@ static int commit(struct apply *a, char *err, size_t errlen)
 				goto fail;
 		}
 	for (i = 0; i < plan->n_limits; i++, a->done_limits++) {
-		const struct kt_limit_cfg *lc = plan->limits[i].cfg;
-		struct kt_limit_info li = { .in_use = 1,
-					    .unit = lc->unit,
-					    .scope = lc->scope,
-					    .proto_mask = lc->match.proto_mask,
-					    .port_lo = lc->match.port_lo,
-					    .port_hi = lc->match.port_hi };
-		snprintf(li.name, sizeof(li.name), "%s", plan->limits[i].cfg->name);
+		struct kt_limit_info li = limit_info_of(&plan->limits[i]);
+
 		id = plan->limits[i].id;
 		if (commit_step(a) || bpf_map_update_elem(b->limits_fd, &id, &li, BPF_ANY) < 0)
 			goto map_err;
@@ -537,6 +572,7 @@ int kt_plan_apply(struct kt_bpf *b, struct kt_plan *plan, const struct kt_bucket
 	kt_bpf_bump_gen(b);
 	if (ret)
 		goto out;
+	note_written(a, plan);
 	for (i = 0; i < plan->n_limits; i++) {
 		plan->limits[i].bucket_rate = pol[i].rate;
 		plan->limits[i].bucket_burst = pol[i].burst;

@@ -15,6 +15,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "kernel/bpf_loader.h"
+#include "kernel/verify.h"
 #include "base/log.h"
 #include "connect.skel.h"
 #include "sendmsg.skel.h"
@@ -542,6 +543,7 @@ void kt_bpf_close(struct kt_bpf *b)
 	b->coop = NULL;
 	free(b->written);
 	b->written = NULL;
+	kt_verify_free(b);
 	close_fds(b);
 	kt_connect__destroy(b->connect);
 	kt_sendmsg__destroy(b->sendmsg);

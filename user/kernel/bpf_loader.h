@@ -22,6 +22,7 @@ struct kt_sendmsg;
 struct kt_egress;
 struct kt_sock;
 struct kt_sockops;
+struct kt_verify_record;
 
 /* What the daemon last wrote into a slot's rate fields: what
  * kt_bucket_verify holds the map to (burst 0: nothing recorded). */
@@ -49,6 +50,9 @@ struct kt_bpf {
 	/* KT_MAX_SLOTS records of the rates written (bucket.h), allocated at
 	 * the first write; NULL in a reader (the CLI) */
 	struct kt_bucket_written *written;
+	/* the kt_members and kt_limits entries of the last commit (verify.h);
+	 * NULL in a reader */
+	struct kt_verify_record *verify;
 	int ncpus;
 	bool adopted;              /* pinned maps existed before this open */
 	bool locked;               /* lock_fd holds the pin dir lock (kt_bpf_open_locked) */
