@@ -697,6 +697,41 @@ static void test_interrupted_start_not_enforcing(void **state)
 	free(out);
 }
 
+/* Under an RLIMIT_NOFILE (soft and hard) below what a start needs: one
+ * line naming the limit and what is needed, exit 1, and nothing pinned or
+ * attached behind it. */
+static void test_out_of_fds_says_so(void **state)
+{
+	char body[1024], bin[PATH_MAX], *out = NULL;
+	const char *prlimit = ktest_find_prog("prlimit");
+	int port;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	KTEST_SKIP_IF(prlimit ? NULL : "no prlimit (util-linux)");
+	const char *cg = new_cgroup(0, "nofile");
+	port = ktest_free_port(SOCK_DGRAM);
+	udp_body(body, sizeof(body), "e2e-nofile", cg, port);
+	struct ktest_daemon *d = new_daemon(0, body);
+	snprintf(bin, sizeof(bin), "%s/kthrottled", ktest_build_dir());
+	{
+		char *const argv[] = { (char *)prlimit, "--nofile=64:64", bin, "--config", d->config,
+				       NULL };
+
+		assert_int_equal(ktest_run_capture(argv, &out), 1);
+	}
+	assert_true(ktest_is_one_line(out));
+	assert_non_null(strstr(out, "out of file descriptors (RLIMIT_NOFILE 64)"));
+	assert_non_null(strstr(out, "1 limit(s) need about "));
+	assert_non_null(strstr(out, "LimitNOFILE="));
+	assert_null(strstr(out, "BTF"));
+	free(out);
+	assert_int_not_equal(access(d->pin_dir, F_OK), 0);
+	assert_int_equal(ktest_bpftool_cgroup_show(cg, &out), 0);
+	assert_false(ktest_lists_kthrottle_prog(out));
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -708,6 +743,7 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_interrupted_start_not_enforcing, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_out_of_fds_says_so, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("e2e_daemon", tests, group_setup, group_teardown);

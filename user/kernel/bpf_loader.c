@@ -416,6 +416,14 @@ static int load_objects(struct kt_bpf *b, const struct bpf_object_open_opts *opt
 		return -EINVAL;
 	}
 	for (int f = 0; f < KT_FEAT_N_OBJECTS; f++) {
+		/* out of fds is this process's limit, not a feature the kernel
+		 * lacks: no object is turned off for it, the start fails */
+		if (rets[f] == -EMFILE || rets[f] == -ENFILE) {
+			snprintf(err, errlen, "cannot load BPF programs: %s", strerror(-rets[f]));
+			return rets[f];
+		}
+	}
+	for (int f = 0; f < KT_FEAT_N_OBJECTS; f++) {
 		if (!rets[f]) {
 			loaded++;
 			kt_features_set(&b->feat, f, true, NULL);
