@@ -613,6 +613,125 @@ static void test_sigterm_keeps_enforcing_cleanup_removes(void **state)
 	assert_true(l2.ok > 10 * (UDP_MAX * l2.elapsed + UDP_BURST));
 }
 
+/* The state a start killed after pinning its maps but before attaching its
+ * programs leaves: the maps of a stopped daemon with its links' pins
+ * removed (unpinning a link nothing else holds detaches it). Without a
+ * daemon, status says nothing is enforced and exits 1, health fails, and
+ * datagrams indeed pass unthrottled; the next start completes over the
+ * leftovers and enforces. */
+static void test_interrupted_start_not_enforcing(void **state)
+{
+	struct ktest_load l1, l2;
+	char body[1024], links[PATH_MAX], *out = NULL, *dirlist = NULL;
+	int port, removed = 0;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	const char *cg = new_cgroup(0, "interrupted");
+	port = ktest_free_port(SOCK_DGRAM);
+	udp_body(body, sizeof(body), "e2e-half", cg, port);
+	struct ktest_daemon *d = new_daemon(0, body);
+	start_daemon(d);
+	assert_int_equal(ktest_daemon_signal_wait(d, SIGTERM), 0);
+
+	snprintf(links, sizeof(links), "%s/links", d->pin_dir);
+	{
+		char *const ls[] = { "/bin/ls", "-1", links, NULL };
+
+		assert_int_equal(ktest_run_capture(ls, &dirlist), 0);
+	}
+	for (char *save = NULL, *name = strtok_r(dirlist, "\n", &save); name;
+	     name = strtok_r(NULL, "\n", &save)) {
+		char p[PATH_MAX * 2];
+
+		snprintf(p, sizeof(p), "%s/%s", links, name);
+		assert_int_equal(unlink(p), 0);
+		removed++;
+	}
+	free(dirlist);
+	assert_true(removed > 0);
+	assert_int_equal(ktest_bpftool_cgroup_show(cg, &out), 0);
+	assert_false(ktest_lists_kthrottle_prog(out));
+	free(out);
+	assert_int_equal(access(d->pin_dir, F_OK), 0); /* the maps are still pinned */
+
+	/* truly not enforcing: far above the limit, nothing refused */
+	load(cg, "udp", port, 0.3, &l1);
+	assert_int_equal(l1.refused, 0);
+	assert_true(l1.ok > 10 * (UDP_MAX * l1.elapsed + UDP_BURST));
+
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", d->socket, "-p", d->pin_dir,
+				       "status", NULL), 1);
+	print_message("%s", out);
+	assert_non_null(strstr(out, "not enforcing: programs missing"));
+	assert_non_null(strstr(out, "interrupted start"));
+	assert_null(strstr(out, "still enforcing"));
+	assert_non_null(strstr(out, "no program attached: not enforced"));
+	free(out);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", d->socket, "-p", d->pin_dir,
+				       "status", "--json", NULL), 1);
+	assert_non_null(strstr(out, "\"enforcing\":false"));
+	assert_non_null(strstr(out, "\"attached\":false"));
+	free(out);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", d->socket, "health", NULL), 1);
+	print_message("health: %s", out);
+	free(out);
+
+	/* the next start completes over the leftovers and enforces */
+	start_daemon(d);
+	assert_int_equal(ktest_bpftool_cgroup_show(cg, &out), 0);
+	assert_true(ktest_lists_kthrottle_prog(out));
+	free(out);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", d->socket, "health", NULL), 0);
+	free(out);
+	load(cg, "udp", port, 1.0, &l2);
+	assert_true(l2.refused > 0);
+	assert_admitted("after the completed start", l2.ok, UDP_MAX, l2.elapsed, UDP_BURST);
+
+	/* and once it is gone again, status says the programs enforce */
+	assert_int_equal(ktest_daemon_signal_wait(d, SIGKILL), 128 + SIGKILL);
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", d->socket, "-p", d->pin_dir,
+				       "status", "--json", NULL), 0);
+	assert_non_null(strstr(out, "\"enforcing\":true"));
+	assert_non_null(strstr(out, "\"attached\":true"));
+	free(out);
+}
+
+/* Under an RLIMIT_NOFILE (soft and hard) below what a start needs: one
+ * line naming the limit and what is needed, exit 1, and nothing pinned or
+ * attached behind it. */
+static void test_out_of_fds_says_so(void **state)
+{
+	char body[1024], bin[PATH_MAX], *out = NULL;
+	const char *prlimit = ktest_find_prog("prlimit");
+	int port;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	KTEST_SKIP_IF(prlimit ? NULL : "no prlimit (util-linux)");
+	const char *cg = new_cgroup(0, "nofile");
+	port = ktest_free_port(SOCK_DGRAM);
+	udp_body(body, sizeof(body), "e2e-nofile", cg, port);
+	struct ktest_daemon *d = new_daemon(0, body);
+	snprintf(bin, sizeof(bin), "%s/kthrottled", ktest_build_dir());
+	{
+		char *const argv[] = { (char *)prlimit, "--nofile=64:64", bin, "--config", d->config,
+				       NULL };
+
+		assert_int_equal(ktest_run_capture(argv, &out), 1);
+	}
+	assert_true(ktest_is_one_line(out));
+	assert_non_null(strstr(out, "out of file descriptors (RLIMIT_NOFILE 64)"));
+	assert_non_null(strstr(out, "1 limit(s) need about "));
+	assert_non_null(strstr(out, "LimitNOFILE="));
+	assert_null(strstr(out, "BTF"));
+	free(out);
+	assert_int_not_equal(access(d->pin_dir, F_OK), 0);
+	assert_int_equal(ktest_bpftool_cgroup_show(cg, &out), 0);
+	assert_false(ktest_lists_kthrottle_prog(out));
+	free(out);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -622,6 +741,9 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_sigterm_keeps_enforcing_cleanup_removes, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_interrupted_start_not_enforcing, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_out_of_fds_says_so, setup, teardown),
 	};
 
 	return cmocka_run_group_tests_name("e2e_daemon", tests, group_setup, group_teardown);

@@ -27,7 +27,8 @@ static void usage(FILE *f)
 		"Commands:\n"
 		"  status [--json]   every limit: cgroups, rates, burst, ramp, admitted,\n"
 		"                    throttled (from the daemon; from the pinned maps when\n"
-		"                    the daemon is not running)\n"
+		"                    the daemon is not running: then exit 1 when no\n"
+		"                    program is attached, maps left by an interrupted start)\n"
 		"  watch             admitted/s and throttled/s per limit, read from the\n"
 		"                    pinned maps every --interval seconds\n"
 		"  top               the daemon's status redrawn every --interval seconds\n"
@@ -359,11 +360,36 @@ static int open_maps(const char *pin_dir, struct kt_bpf *b)
 	return ret;
 }
 
+static bool id_in(uint64_t id, const uint64_t *ids, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+/* Whether the pinned state enforces without a daemon: maps alone do not.
+ * A cgroup limit's members enforce only through links the kernel still has
+ * attached; none attached while some limit needs them (or with no limit
+ * written at all) is what a start killed between pinning its maps and
+ * attaching its programs leaves behind. Limits of unit request need no
+ * program (applications charge kt_coop themselves). */
+static bool pinned_enforcing(const struct kt_kstate *st, int n_attached)
+{
+	bool needs_progs = st->n_limits == 0;
+
+	for (int i = 0; i < st->n_limits; i++)
+		needs_progs |= st->limits[i].info.unit != KT_UNIT_REQUEST;
+	return n_attached > 0 || !needs_progs;
+}
+
 static int status_from_maps(const char *pin_dir, bool json)
 {
 	struct kt_bpf b;
 	struct kt_kstate *st = calloc(1, sizeof(*st));
-	int ret;
+	uint64_t *ids = NULL;
+	int ret, n_ids = 0;
+	bool enforcing = false;
 
 	if (!st)
 		return KT_EXIT_RUNTIME;
@@ -376,12 +402,25 @@ static int status_from_maps(const char *pin_dir, bool json)
 		kt_err("cannot read maps in %s: %s", pin_dir, strerror(-ret));
 		goto out;
 	}
+	n_ids = kt_bpf_attached_cgroups(pin_dir, &ids);
+	if (n_ids < 0) {
+		ret = n_ids;
+		kt_err("cannot read the links in %s/links: %s", pin_dir, strerror(-ret));
+		goto out;
+	}
+	enforcing = pinned_enforcing(st, n_ids);
 	if (json) {
-		printf("{\"daemon\":false,\"pin_dir\":");
+		printf("{\"daemon\":false,\"enforcing\":%s,\"attached_cgroups\":%d,\"pin_dir\":",
+		       enforcing ? "true" : "false", n_ids);
 		json_str(stdout, pin_dir);
 		printf(",\"limits\":[");
 	} else {
-		printf("daemon not running; kernel state pinned in %s (still enforcing)\n", pin_dir);
+		if (enforcing)
+			printf("daemon not running; kernel state pinned in %s (still enforcing)\n",
+			       pin_dir);
+		else
+			printf("daemon not running; not enforcing: programs missing, maps left in %s from an interrupted start (start kthrottled to complete it, or run kthrottlectl cleanup)\n",
+			       pin_dir);
 		printf("%-16s %-10s %-5s %12s %8s %12s %12s\n", "LIMIT", "UNIT", "SCOPE",
 		       "BUCKET_RATE", "BURST", "ADMITTED", "THROTTLED");
 	}
@@ -406,9 +445,10 @@ static int status_from_maps(const char *pin_dir, bool json)
 			       (unsigned long long)l->total.admitted,
 			       (unsigned long long)l->total.throttled);
 			for (int j = 0; j < l->n_members; j++)
-				printf("%s{\"cgroup_id\":%llu,\"slot\":%u,\"admitted\":%llu,\"throttled\":%llu}",
+				printf("%s{\"cgroup_id\":%llu,\"slot\":%u,\"attached\":%s,\"admitted\":%llu,\"throttled\":%llu}",
 				       j ? "," : "", (unsigned long long)l->members[j].cgroup_id,
 				       l->members[j].slot,
+				       id_in(l->members[j].cgroup_id, ids, n_ids) ? "true" : "false",
 				       (unsigned long long)l->members[j].counters.admitted,
 				       (unsigned long long)l->members[j].counters.throttled);
 			printf("]}");
@@ -417,19 +457,24 @@ static int status_from_maps(const char *pin_dir, bool json)
 			       scope, rate, burst, (unsigned long long)l->total.admitted,
 			       (unsigned long long)l->total.throttled);
 			for (int j = 0; j < l->n_members; j++)
-				printf("  cgroup id %llu (bucket %u)%s\n",
+				printf("  cgroup id %llu (bucket %u)%s%s\n",
 				       (unsigned long long)l->members[j].cgroup_id, l->members[j].slot,
 				       l->members[j].fallback_active
 					       ? "  validity lapsed: store-failure rate in force"
+					       : "",
+				       l->info.unit != KT_UNIT_REQUEST &&
+						       !id_in(l->members[j].cgroup_id, ids, n_ids)
+					       ? "  no program attached: not enforced"
 					       : "");
 		}
 	}
 	if (json)
 		printf("]}\n");
 out:
+	free(ids);
 	kt_bpf_close(&b);
 	kt_kstate_free(st);
-	return ret ? KT_EXIT_RUNTIME : KT_EXIT_OK;
+	return ret || !enforcing ? KT_EXIT_RUNTIME : KT_EXIT_OK;
 }
 
 static volatile sig_atomic_t stop_watch;

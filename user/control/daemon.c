@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <bpf/bpf.h>
@@ -41,6 +42,57 @@ void kt_daemon_bind_controller(struct kt_daemon *d)
 	c->pool_local = d->pool_local;
 	c->bpf = &d->bpf;
 	c->slot_base = d->slot_base;
+}
+
+/* File descriptors a start needs, measured (docs/operations.md,
+ * "Resources"): 142 held once started, whatever the number of cgroup
+ * limits and members (113 of them the five objects' maps: links are pinned
+ * and closed), the smallest RLIMIT_NOFILE that starts being 143; the rest
+ * is headroom for the 16 control clients, store connections and the
+ * Kubernetes watch. */
+#define KT_START_FDS 192
+
+/* The one-line error of a start out of fds (ret -EMFILE or -ENFILE): the
+ * limit hit and what the start needs. False for any other ret. */
+static bool out_of_fds(int ret, int n_limits)
+{
+	struct rlimit rl;
+
+	if (ret != -EMFILE && ret != -ENFILE)
+		return false;
+	if (ret == -ENFILE) {
+		kt_err("out of file descriptors system-wide (ENFILE: fs.file-max); %d limit(s) need about %d",
+		       n_limits, KT_START_FDS);
+		return true;
+	}
+	getrlimit(RLIMIT_NOFILE, &rl);
+	kt_err("out of file descriptors (RLIMIT_NOFILE %llu); %d limit(s) need about %d: raise it (ulimit -n / LimitNOFILE=)",
+	       (unsigned long long)rl.rlim_cur, n_limits, KT_START_FDS);
+	return true;
+}
+
+/* A start step's error: the fd message when it ran out of fds, else err. */
+static void start_err(const struct kt_daemon *d, int ret, const char *err)
+{
+	if (!out_of_fds(ret, d->plan.n_limits))
+		kt_err("%s", err);
+}
+
+/* The soft RLIMIT_NOFILE raised to the hard one (as systemd-era daemons
+ * do); -EMFILE when even the hard limit is below what a start needs, before
+ * anything is pinned or attached. */
+static int fds_enough(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return 0;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	return rl.rlim_cur < KT_START_FDS ? -EMFILE : 0;
 }
 
 int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on_exit)
@@ -118,15 +170,21 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		ret = ret == -ENOMEM ? KT_EXIT_RUNTIME : KT_EXIT_CONFIG;
 		goto fail_pool;
 	}
+	ret = fds_enough();
+	if (ret) {
+		out_of_fds(ret, d->plan.n_limits);
+		ret = KT_EXIT_RUNTIME;
+		goto fail_pool;
+	}
 	ret = kt_ctlserver_listen(&d->ctl, d->cfg.socket_path, err, sizeof(err));
 	if (ret) {
-		kt_err("%s", err);
+		start_err(d, ret, err);
 		ret = KT_EXIT_RUNTIME;
 		goto fail_pool;
 	}
 	ret = kt_bpf_open_locked(&d->bpf, d->cfg.pin_dir, err, sizeof(err));
 	if (ret) {
-		kt_err("%s", err);
+		start_err(d, ret, err);
 		ret = KT_EXIT_RUNTIME;
 		goto fail_sock;
 	}
@@ -159,13 +217,13 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 		kt_ctl_decide(d->pool, i, &d->plan.limits[i], &d->ls[i], now);
 	ret = kt_strict_create(&d->strict, &d->plan, &d->bpf, err, sizeof(err));
 	if (ret) {
-		kt_err("%s", err);
+		start_err(d, ret, err);
 		ret = ret == -EINVAL ? KT_EXIT_CONFIG : KT_EXIT_RUNTIME;
 		goto fail_bpf;
 	}
 	ret = kt_refresh_apply_plan(d, &d->plan, d->ls, err, sizeof(err));
 	if (ret) {
-		kt_err("%s", err);
+		start_err(d, ret, err);
 		ret = KT_EXIT_RUNTIME;
 		goto fail_bpf;
 	}
@@ -173,14 +231,14 @@ int kt_daemon_start(struct kt_daemon *d, const char *config_path, bool detach_on
 	kt_ctl_drop_stale_pins(&d->controller);
 	ret = kt_tags_create(&d->tags, &d->cfg, err, sizeof(err));
 	if (ret) {
-		kt_err("%s", err);
+		start_err(d, ret, err);
 		ret = ret == -EINVAL || ret == -EADDRINUSE || ret == -ENODEV ? KT_EXIT_CONFIG
 									   : KT_EXIT_RUNTIME;
 		goto fail_bpf;
 	}
 	ret = kt_daemon_setup_loop(d, err, sizeof(err));
 	if (ret) {
-		kt_err("%s", err);
+		start_err(d, ret, err);
 		ret = KT_EXIT_RUNTIME;
 		goto fail_bpf;
 	}

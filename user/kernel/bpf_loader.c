@@ -417,6 +417,14 @@ static int load_objects(struct kt_bpf *b, const struct bpf_object_open_opts *opt
 		return -EINVAL;
 	}
 	for (int f = 0; f < KT_FEAT_N_OBJECTS; f++) {
+		/* out of fds is this process's limit, not a feature the kernel
+		 * lacks: no object is turned off for it, the start fails */
+		if (rets[f] == -EMFILE || rets[f] == -ENFILE) {
+			snprintf(err, errlen, "cannot load BPF programs: %s", strerror(-rets[f]));
+			return rets[f];
+		}
+	}
+	for (int f = 0; f < KT_FEAT_N_OBJECTS; f++) {
 		if (!rets[f]) {
 			loaded++;
 			kt_features_set(&b->feat, f, true, NULL);
@@ -1035,7 +1043,29 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-int kt_bpf_linked_cgroups(const struct kt_bpf *b, uint64_t **ids)
+/* Whether the link pinned as `name` in directory `dir` is attached to
+ * its cgroup: the kernel reports cgroup id 0 for a cgroup link that was
+ * detached (its cgroup removed, or bpf_link_detach) though still pinned. */
+static bool link_attached(const char *dir, const char *name)
+{
+	struct bpf_link_info li = { 0 };
+	__u32 len = sizeof(li);
+	char path[PATH_MAX * 2];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = bpf_obj_get(path);
+	if (fd < 0)
+		return false;
+	if (bpf_obj_get_info_by_fd(fd, &li, &len) < 0)
+		li.prog_id = 0;
+	close(fd);
+	return li.prog_id && li.type == BPF_LINK_TYPE_CGROUP && li.cgroup.cgroup_id;
+}
+
+/* The cgroup ids named by the pins in <pin_dir>/links (only the links the
+ * kernel still has attached with `attached`), sorted, in *ids. */
+static int linked_ids(const char *pin_dir, bool attached, uint64_t **ids)
 {
 	char dir[PATH_MAX];
 	uint64_t *v = NULL;
@@ -1044,7 +1074,7 @@ int kt_bpf_linked_cgroups(const struct kt_bpf *b, uint64_t **ids)
 	DIR *d;
 
 	*ids = NULL;
-	snprintf(dir, sizeof(dir), "%s/links", b->pin_dir);
+	snprintf(dir, sizeof(dir), "%s/links", pin_dir);
 	d = opendir(dir);
 	if (!d)
 		return errno == ENOENT ? 0 : -errno;
@@ -1052,7 +1082,8 @@ int kt_bpf_linked_cgroups(const struct kt_bpf *b, uint64_t **ids)
 		unsigned long long cgid;
 		char name[64];
 
-		if (sscanf(de->d_name, "%llu-%63s", &cgid, name) != 2)
+		if (sscanf(de->d_name, "%llu-%63s", &cgid, name) != 2 ||
+		    (attached && !link_attached(dir, de->d_name)))
 			continue;
 		if (n == cap) {
 			uint64_t *nv = realloc(v, (cap = cap ? cap * 2 : 64) * sizeof(*v));
@@ -1071,6 +1102,16 @@ int kt_bpf_linked_cgroups(const struct kt_bpf *b, uint64_t **ids)
 		qsort(v, n, sizeof(*v), cmp_u64);
 	*ids = v;
 	return (int)n;
+}
+
+int kt_bpf_linked_cgroups(const struct kt_bpf *b, uint64_t **ids)
+{
+	return linked_ids(b->pin_dir, false, ids);
+}
+
+int kt_bpf_attached_cgroups(const char *pin_dir, uint64_t **ids)
+{
+	return linked_ids(pin_dir, true, ids);
 }
 
 /* Whether dfd's directory has no entries. */

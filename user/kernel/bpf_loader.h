@@ -114,6 +114,10 @@ int kt_bpf_sync_links(struct kt_bpf *b, const struct kt_attach *want, int n, cha
 /* The cgroup ids that have at least one pinned link, sorted ascending, in
  * *ids (malloc'd; NULL when none). Returns the count or -errno. */
 int kt_bpf_linked_cgroups(const struct kt_bpf *b, uint64_t **ids);
+/* The same for the pins under pin_dir/links whose link the kernel still
+ * has attached to a cgroup (a pin of a detached link, or one that is not a
+ * cgroup link, does not count): what enforces, with or without a daemon. */
+int kt_bpf_attached_cgroups(const char *pin_dir, uint64_t **ids);
 /* Detaches every pinned link and removes every pin under pin_dir; 0 when
  * pin_dir does not exist. Refuses, deleting nothing, a pin_dir that fails
  * kt_bpf_open's checks or does not hold kthrottle's maps (-ENOTDIR, -EPERM),
