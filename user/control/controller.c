@@ -553,6 +553,17 @@ static void verify_buckets(struct kt_ctl *c, int i, uint64_t now)
 	if (l->has_join)
 		slots[n++] = l->join_slot;
 	for (int k = 0; k < n; k++) {
+		uint32_t flags;
+
+		if (kt_bucket_verify_flags(c->bpf, slots[k], l->cfg->shadow, &flags) &&
+		    ++s->kernel_fixes &&
+		    (!s->kernel_fix_logged_ns || now - s->kernel_fix_logged_ns >= KT_FIX_LOG_NS)) {
+			s->kernel_fix_logged_ns = now;
+			kt_warn("limit %s: kt_buckets slot %u held flags %#x (%s): written back to in use%s",
+				l->cfg->name, slots[k], flags,
+				!(flags & KT_BUCKET_IN_USE) ? "not in use" : "shadow",
+				l->cfg->shadow ? "" : ", enforcing");
+		}
 		if (!kt_bucket_verify(c->bpf, slots[k], &found))
 			continue;
 		s->kernel_fixes++;

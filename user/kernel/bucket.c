@@ -57,6 +57,24 @@ int kt_bucket_verify(struct kt_bpf *b, uint32_t slot, struct kt_bucket_written *
 	return 1;
 }
 
+int kt_bucket_verify_flags(struct kt_bpf *b, uint32_t slot, bool shadow, uint32_t *found)
+{
+	struct kt_bucket *bk;
+	uint32_t want;
+
+	if (!b->buckets || slot >= KT_MAX_BUCKETS)
+		return 0;
+	bk = &b->buckets[slot];
+	*found = __atomic_load_n(&bk->flags, __ATOMIC_ACQUIRE);
+	want = *found | KT_BUCKET_IN_USE;
+	if (!shadow)
+		want &= ~KT_BUCKET_SHADOW;
+	if (want == *found)
+		return 0;
+	__atomic_store_n(&bk->flags, want, __ATOMIC_RELEASE);
+	return 1;
+}
+
 /* Each write must be safe with the others still old. A lease that moves
  * forward: fallback first, so the later deadline never arms a stale
  * fallback. A lease cut short: the deadline first, so the old, longer one

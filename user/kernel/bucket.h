@@ -30,6 +30,11 @@ void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double bur
  * with what it found in *found. 0: as written, or nothing recorded. */
 void kt_bucket_note(struct kt_bpf *b, uint32_t slot);
 int kt_bucket_verify(struct kt_bpf *b, uint32_t slot, struct kt_bucket_written *found);
+/* The flags that decide whether a bucket of the daemon's enforces: in use,
+ * and not shadow unless its limit is (a shadow bit set by hand would let
+ * everything pass). Put right and 1 (*found: what it held) when they were
+ * not; 0 otherwise, and for kt_coop entries. */
+int kt_bucket_verify_flags(struct kt_bpf *b, uint32_t slot, bool shadow, uint32_t *found);
 /* The lease part of `pol` (valid_until, fallback_rate, fallback_until). */
 void kt_bucket_set_lease(struct kt_bpf *b, uint32_t slot, const struct kt_bucket_policy *pol);
 
