@@ -8,6 +8,7 @@
  * so the only slack is scheduling jitter at both ends of kt-load's run and the
  * fork/exec skew between two concurrent senders. Kernel counters are exact, so
  * status output is compared with kt-load's own counts for equality. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -697,6 +698,91 @@ static void test_interrupted_start_not_enforcing(void **state)
 	free(out);
 }
 
+/* Whether dir holds an entry whose name starts with prefix. */
+static bool dir_has_prefix(const char *dir, const char *prefix)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool found = false;
+
+	if (!d)
+		return false;
+	while (!found && (e = readdir(d)))
+		found = !strncmp(e->d_name, prefix, strlen(prefix));
+	closedir(d);
+	return found;
+}
+
+/* kill -9 at each point of a start (as an out-of-memory kill would): at
+ * fractions of a measured whole start, from before anything is pinned to
+ * after the programs are attached. Each time, `kthrottlectl status` tells
+ * the truth: it says enforcing (exit 0) exactly when a program is attached
+ * to the cgroup, and "not enforcing: programs missing" when maps were left
+ * without one; then the next start completes over what was left and
+ * enforces at a real sender. */
+static void test_killed_at_each_point_of_start(void **state)
+{
+	static const double at[] = { 0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95, 1.1 };
+	struct ktest_load l;
+	char body[1024], *out = NULL;
+	int port, code, states[3] = { 0 };
+	uint64_t t0;
+	double whole_ms;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	const char *cg = new_cgroup(0, "killedstart");
+	port = ktest_free_port(SOCK_DGRAM);
+	udp_body(body, sizeof(body), "e2e-killed", cg, port);
+	struct ktest_daemon *d = new_daemon(0, body);
+	/* a whole start, measured, then undone */
+	t0 = ktest_now_ns();
+	start_daemon(d);
+	whole_ms = (ktest_now_ns() - t0) / 1e6;
+	assert_int_equal(ktest_daemon_signal_wait(d, SIGTERM), 0);
+	assert_int_equal(ktest_run_bin("kthrottled", &out, "--cleanup", "--pin-dir", d->pin_dir, NULL), 0);
+	free(out);
+	print_message("a whole start: %.0f ms\n", whole_ms);
+
+	for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++) {
+		bool attached, says_enforcing;
+
+		assert_int_equal(ktest_daemon_spawn_flag(d, NULL), 0);
+		ktest_sleep_ms((int)(at[k] * whole_ms));
+		assert_int_equal(ktest_daemon_signal_wait(d, SIGKILL), 128 + SIGKILL);
+		assert_int_equal(ktest_bpftool_cgroup_show(cg, &out), 0);
+		attached = ktest_lists_kthrottle_prog(out);
+		free(out);
+		code = ktest_run_bin("kthrottlectl", &out, "-s", d->socket, "-p", d->pin_dir, "status",
+				     NULL);
+		says_enforcing = code == 0;
+		print_message("killed %.0f ms in (%.0f%%): program attached %s; status exit %d: %.*s\n",
+			      at[k] * whole_ms, at[k] * 100, attached ? "yes" : "no", code,
+			      (int)strcspn(out, "\n"), out);
+		assert_true(says_enforcing == attached);
+		/* maps left, all or some: said, never "no state" */
+		if (!attached && access(d->pin_dir, F_OK) == 0 && dir_has_prefix(d->pin_dir, "kt_"))
+			assert_non_null(strstr(out, "not enforcing: programs missing"));
+		assert_null(strstr(out, attached ? "not enforcing" : "still enforcing"));
+		states[attached ? 2 : dir_has_prefix(d->pin_dir, "kt_") ? 1 : 0]++;
+		free(out);
+
+		/* the next start completes and enforces */
+		start_daemon(d);
+		load(cg, "udp", port, 0.5, &l);
+		assert_true(l.refused > 0);
+		assert_admitted("after a start killed half-way", l.ok, UDP_MAX, l.elapsed, UDP_BURST);
+		assert_int_equal(ktest_daemon_signal_wait(d, SIGTERM), 0);
+		assert_int_equal(ktest_run_bin("kthrottled", &out, "--cleanup", "--pin-dir", d->pin_dir,
+					       NULL), 0);
+		free(out);
+	}
+	print_message("kills that left: nothing pinned %d, pins without a program %d, a program "
+		      "attached %d\n", states[0], states[1], states[2]);
+	/* the points spanned the start: at least its end was reached */
+	assert_true(states[2] > 0);
+}
+
 /* Under an RLIMIT_NOFILE (soft and hard) below what a start needs: one
  * line naming the limit and what is needed, exit 1, and nothing pinned or
  * attached behind it. */
@@ -744,7 +830,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_interrupted_start_not_enforcing, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_out_of_fds_says_so, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_killed_at_each_point_of_start, setup, teardown),
 	};
+	if (getenv("KT_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("KT_TEST_FILTER"));
 
 	return cmocka_run_group_tests_name("e2e_daemon", tests, group_setup, group_teardown);
 }

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* kthrottlectl: inspect and steer kthrottled. */
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <poll.h>
@@ -383,8 +384,25 @@ static bool pinned_enforcing(const struct kt_kstate *st, int n_attached)
 	return n_attached > 0 || !needs_progs;
 }
 
+/* Whether pin_dir holds any of our pins: a start killed before it pinned
+ * every map leaves some. */
+static bool some_pins_left(const char *pin_dir)
+{
+	DIR *dir = opendir(pin_dir);
+	struct dirent *e;
+	bool found = false;
+
+	if (!dir)
+		return false;
+	while (!found && (e = readdir(dir)))
+		found = !strncmp(e->d_name, "kt_", 3);
+	closedir(dir);
+	return found;
+}
+
 static int status_from_maps(const char *pin_dir, bool json)
 {
+	char err[KT_ERR_LEN];
 	struct kt_bpf b;
 	struct kt_kstate *st = calloc(1, sizeof(*st));
 	uint64_t *ids = NULL;
@@ -393,8 +411,20 @@ static int status_from_maps(const char *pin_dir, bool json)
 
 	if (!st)
 		return KT_EXIT_RUNTIME;
-	if (open_maps(pin_dir, &b)) {
+	if (kt_bpf_open_pinned(&b, pin_dir, err, sizeof(err))) {
 		kt_kstate_free(st);
+		if (!some_pins_left(pin_dir)) {
+			kt_err("no kthrottle state pinned in %s (%s)", pin_dir, err);
+			return KT_EXIT_RUNTIME;
+		}
+		if (json) {
+			printf("{\"daemon\":false,\"enforcing\":false,\"partial\":true,\"pin_dir\":");
+			json_str(stdout, pin_dir);
+			printf("}\n");
+		} else {
+			printf("daemon not running; not enforcing: programs missing, some maps left in %s from an interrupted start (start kthrottled to complete it, or run kthrottlectl cleanup)\n",
+			       pin_dir);
+		}
 		return KT_EXIT_RUNTIME;
 	}
 	ret = kt_inspect_read(&b, st);
