@@ -23,6 +23,9 @@
  * query) could send the whole cluster's pods in one answer: past
  * LIST_PAGE_MAX_BYTES it is refused, and said so, rather than read. */
 #define LIST_PAGE_PODS 500
+/* a list of more pages than this (a million pods: several clusters' worth)
+ * is a server that does not end it */
+#define LIST_MAX_PAGES 2000
 #define LIST_PAGE_MAX_BYTES (16u << 20)
 #define EVENT_MAX_BYTES (4u << 20)
 /* the buffer a large page grew is given back after the list */
@@ -652,6 +655,11 @@ static enum step list_page(struct kt_kube *k, struct kt_pod_set *fresh, char *rv
 		json_object_put(list);
 		return STEP_FAILED;
 	}
+	if (next && *next && !strcmp(next, cont)) {
+		whyf(k, "listing pods: the server answered a continue token with the same token");
+		json_object_put(list);
+		return STEP_FAILED;
+	}
 	n = (int)json_object_array_length(items);
 	for (int i = 0; i < n; i++) {
 		char node[254], why[256];
@@ -686,10 +694,16 @@ static enum step do_list(struct kt_kube *k)
 	struct kt_pod_set fresh = { 0 };
 	char rv[sizeof(k->rv)] = "", cont[1024] = "";
 	enum step s;
+	int pages = 0;
 
 	count(k, &k->st.lists);
 	do {
 		s = list_page(k, &fresh, rv, sizeof(rv), cont, sizeof(cont));
+		if (s == STEP_OK && cont[0] && ++pages == LIST_MAX_PAGES) {
+			whyf(k, "listing pods: more than %d pages of %d", LIST_MAX_PAGES,
+			     LIST_PAGE_PODS);
+			s = STEP_FAILED;
+		}
 	} while (s == STEP_OK && cont[0] && !atomic_load(&k->stop));
 	if (k->cap > BUF_KEEP_BYTES) {
 		free(k->buf);
