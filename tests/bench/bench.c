@@ -18,6 +18,8 @@
  *                   nodes on one redis-server (bench_daemon.c)
  *   sendto          UDP sendto() against nftables, then at scale
  *                   (bench_sendto.c)
+ *   kube            a pod list's cost per pod in the Kubernetes watcher
+ *                   (bench_kube.c)
  * This file: the results table, the environment, the fixture the skb,
  * connect and gcra sections share (struct bench_env), and the driver;
  * bench.h is what the files share.
@@ -669,6 +671,7 @@ static const struct section sections[] = {
 	{ "pool", "distributed pool: 3 daemons, one redis-server", bench_pool },
 	{ "sendto", "UDP sendto() against nftables", bench_sendto },
 	{ "calls", "unit call: wrk through kthrottle vs an nginx limit_req proxy", bench_calls },
+	{ "kube", "a pod list's cost per pod (decode, keep, copy, memory)", bench_kube },
 };
 #define N_SECTIONS (int)(sizeof(sections) / sizeof(sections[0]))
 

@@ -182,5 +182,6 @@ int bench_ramp(struct bench_env *e);      /* bench_daemon.c */
 int bench_pool(struct bench_env *e);      /* bench_daemon.c */
 int bench_sendto(struct bench_env *e);    /* bench_sendto.c */
 int bench_calls(struct bench_env *e);     /* bench_calls.c */
+int bench_kube(struct bench_env *e);      /* bench_kube.c */
 
 #endif

@@ -254,17 +254,10 @@ static void kubelet_mkdir(const struct pod *p, char *path, size_t len)
 /* Whether status lists cgroup `path` as a member found by pods as ns/name. */
 static bool member(const struct pod *p)
 {
-	char path[PATH_MAX], want[PATH_MAX + 200], *st;
-	bool found;
+	char path[PATH_MAX];
 
 	pod_dir(p, path, sizeof(path));
-	st = ktest_daemon_cmd(&fx.d, "status json");
-	assert_non_null(st);
-	snprintf(want, sizeof(want), "\"path\":\"%s\",\"found_by\":\"pods\",\"entry\":\"%s/%s\"",
-		 path, p->ns, p->name);
-	found = strstr(st, want) != NULL;
-	free(st);
-	return found;
+	return ktest_kube_member(&fx.d, path, p->ns, p->name);
 }
 
 /* Polls until member(p) == want or the bound; the time it took (ms). */

@@ -126,6 +126,21 @@ void ktest_fakekube_stop(struct ktest_fakekube *k)
 	k->out = NULL;
 }
 
+bool ktest_kube_member(const struct ktest_daemon *d, const char *path, const char *ns,
+		       const char *name)
+{
+	char want[PATH_MAX + 600], *st = ktest_daemon_cmd(d, "status json");
+	bool found;
+
+	if (!st)
+		return false;
+	snprintf(want, sizeof(want), "\"path\":\"%s\",\"found_by\":\"pods\",\"entry\":\"%s/%s\"",
+		 path, ns, name);
+	found = strstr(st, want) != NULL;
+	free(st);
+	return found;
+}
+
 int ktest_kubelet_pod_cgroup(const char *root, const char *uid, const char *qos, int mk, char *out,
 			     size_t len)
 {

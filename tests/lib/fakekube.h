@@ -7,6 +7,7 @@
 #define KTEST_FAKEKUBE_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -32,6 +33,13 @@ int ktest_fakekube_cmd(struct ktest_fakekube *k, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* EOF on stdin, then SIGKILL if it has not exited within 2 s. */
 void ktest_fakekube_stop(struct ktest_fakekube *k);
+
+struct ktest_daemon;
+
+/* Whether d's status json lists cgroup `path` as a member found by pods as
+ * ns/name (false if the daemon did not answer). */
+bool ktest_kube_member(const struct ktest_daemon *d, const char *path, const char *ns,
+		       const char *name);
 
 /* The cgroup directory the kubelet's systemd driver makes for a pod of QoS
  * class qos ("Guaranteed", "Burstable", "BestEffort") and uid, under root:

@@ -15,8 +15,16 @@
  *                                              with watch=1|true
  *   anything else                              404 NotFound
  *   fieldSelector: comma-separated spec.nodeName=V (or ==V) terms; other
- *     fields are a 400 like the real server's. labelSelector is IGNORED:
- *     the client filters labels itself.
+ *     fields are a 400 like the real server's (or parsed and then ignored
+ *     after "ignore fieldsel on", as by a proxy that drops it).
+ *     labelSelector is IGNORED: the client filters labels itself.
+ *   list paging: limit=N gives at most N items and, when more remain,
+ *     metadata.continue (opaque to the client; here "RV:INDEX") and
+ *     remainingItemCount; continue=TOKEN gives the next page, at the list's
+ *     resourceVersion. Pages are cut from the current pods, not a snapshot.
+ *     A token older than the compaction floor (or one of the next N after
+ *     "expire-continue N") is an HTTP 410 Expired, as the real server's.
+ *     "ignore limit on" sends everything in one answer.
  *   watch: resourceVersion absent/"0" starts with ADDED for every matching
  *     pod; otherwise the history after it is replayed (a version newer than
  *     the current one is accepted and gets only the changes after it). A
@@ -61,6 +69,14 @@
  *   times                     "times T1 T2 ..." then "ok": the arrival times
  *                             (CLOCK_MONOTONIC ms) of the last up to 16
  *                             requests of any kind, oldest first
+ *   filler N                  N more pods of other nodes (node-f0..node-f99),
+ *                             namespace filler, app=filler, made when served:
+ *                             in lists and watches from version 0, never
+ *                             changed, not in the history
+ *   ignore fieldsel|limit on|off   serve as if the parameter were absent
+ *   expire-continue N         the next N list requests with a continue
+ *                             token get HTTP 410 Expired
+ *   (stats also counts "pages=P": list requests with a continue token)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -137,6 +153,9 @@ static struct {
 	unsigned long fail_n;
 	unsigned long long times[16]; /* arrival ms, a ring: ntimes in all */
 	unsigned long ntimes;
+	size_t filler;                /* pods made when served, after pods[] */
+	bool ignore_fieldsel, ignore_limit;
+	unsigned long expire_continue, pages;
 } g = { .mu = PTHREAD_MUTEX_INITIALIZER, .rv = 1 };
 
 static void *xmalloc(size_t n)
@@ -506,23 +525,99 @@ static bool parse_fieldsel(const char *sel, struct filter *f, char *err, size_t 
 	return true;
 }
 
+/* The i-th filler pod (a node of its own, not this test's). */
+static void filler_pod(size_t i, struct pod *p)
+{
+	memset(p, 0, sizeof(*p));
+	snprintf(p->ns, sizeof(p->ns), "filler");
+	snprintf(p->name, sizeof(p->name), "filler-%zu", i);
+	snprintf(p->uid, sizeof(p->uid), "fff00000-0000-4000-8000-%012zx", i);
+	snprintf(p->node, sizeof(p->node), "node-f%zu", i % 100);
+	snprintf(p->qos, sizeof(p->qos), "Burstable");
+	snprintf(p->phase, sizeof(p->phase), "Running");
+	snprintf(p->labels, sizeof(p->labels), "app=filler,tier=batch");
+	p->rv = 1;
+}
+
+/* Pod number i of what lists serve: pods[], then the fillers. Caller holds mu. */
+static const struct pod *served_pod(size_t i, struct pod *tmp)
+{
+	if (i < g.npods)
+		return &g.pods[i];
+	filler_pod(i - g.npods, tmp);
+	return tmp;
+}
+
 static enum MHD_Result do_list(struct MHD_Connection *conn, const struct filter *f)
 {
-	json_object *o = json_object_new_object(), *md = json_object_new_object();
-	json_object *items = json_object_new_array();
-	char rv[32];
-	size_t i;
+	const char *lim = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "limit");
+	const char *cont = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "continue");
+	json_object *o, *md, *items;
+	unsigned long long limit = 0, list_rv, from = 0, remaining = 0;
+	size_t i, n = 0, total;
+	char rv[32], next[64] = "";
+	struct pod tmp;
 
+	if (lim && *lim && !parse_ull(lim, &limit))
+		return send_status(conn, MHD_HTTP_BAD_REQUEST, "BadRequest", "invalid limit");
 	pthread_mutex_lock(&g.mu);
 	g.lists++;
-	snprintf(rv, sizeof(rv), "%llu", g.rv);
-	for (i = 0; i < g.npods; i++)
-		if (matches(f, &g.pods[i]))
-			json_object_array_add(items, pod_obj(&g.pods[i], false));
+	list_rv = g.rv;
+	if (cont && *cont) {
+		char *colon = strchr(cont, ':'), buf[64];
+
+		g.pages++;
+		if (!colon || strlen(cont) >= sizeof(buf)) {
+			pthread_mutex_unlock(&g.mu);
+			return send_status(conn, MHD_HTTP_BAD_REQUEST, "BadRequest",
+					   "invalid continue token");
+		}
+		snprintf(buf, sizeof(buf), "%s", cont);
+		buf[colon - cont] = 0;
+		if (!parse_ull(buf, &list_rv) || !parse_ull(colon + 1, &from)) {
+			pthread_mutex_unlock(&g.mu);
+			return send_status(conn, MHD_HTTP_BAD_REQUEST, "BadRequest",
+					   "invalid continue token");
+		}
+		if (g.expire_continue || list_rv < g.floor) {
+			if (g.expire_continue)
+				g.expire_continue--;
+			pthread_mutex_unlock(&g.mu);
+			return send_status(conn, MHD_HTTP_GONE, "Expired",
+					   "The provided continue parameter is too old to display a "
+					   "consistent list result. You can start a new list without "
+					   "the continue parameter.");
+		}
+	}
+	if (g.ignore_limit)
+		limit = 0;
+	o = json_object_new_object();
+	md = json_object_new_object();
+	items = json_object_new_array();
+	total = g.npods + g.filler;
+	for (i = from; i < total; i++) {
+		const struct pod *p = served_pod(i, &tmp);
+
+		if (!matches(f, p))
+			continue;
+		if (limit && n == limit) {
+			snprintf(next, sizeof(next), "%llu:%zu", list_rv, i);
+			for (; i < total; i++)
+				remaining += matches(f, served_pod(i, &tmp));
+			break;
+		}
+		json_object_array_add(items, pod_obj(p, false));
+		n++;
+	}
 	pthread_mutex_unlock(&g.mu);
+	snprintf(rv, sizeof(rv), "%llu", list_rv);
 	add_str(o, "kind", "PodList");
 	add_str(o, "apiVersion", "v1");
 	add_str(md, "resourceVersion", rv);
+	if (next[0]) {
+		add_str(md, "continue", next);
+		json_object_object_add(md, "remainingItemCount", json_object_new_int64((int64_t)remaining));
+	}
 	json_object_object_add(o, "metadata", md);
 	json_object_object_add(o, "items", items);
 	return send_json(conn, MHD_HTTP_OK, o);
@@ -567,9 +662,11 @@ static enum MHD_Result do_watch(struct MHD_Connection *conn, const struct filter
 	if (rv && rv < g.floor) {
 		push_expired(w, rv);
 	} else if (!rv) {
-		for (i = 0; i < g.npods; i++)
-			if (matches(f, &g.pods[i]))
-				push_pod(w, "ADDED", &g.pods[i]);
+		struct pod tmp;
+
+		for (i = 0; i < g.npods + g.filler; i++)
+			if (matches(f, served_pod(i, &tmp)))
+				push_pod(w, "ADDED", served_pod(i, &tmp));
 		w->last_rv = g.rv;
 	} else {
 		struct event *e;
@@ -654,6 +751,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	if (!parse_fieldsel(sel, &f, err, sizeof(err)))
 		return send_status(conn, MHD_HTTP_BAD_REQUEST, "BadRequest", err);
 	pthread_mutex_lock(&g.mu);
+	if (g.ignore_fieldsel)
+		f.any_node = true;
 	if (g.fail_n) {
 		int code = g.fail_code, secs = g.fail_secs;
 
@@ -881,6 +980,30 @@ static const char *command(int argc, char **argv)
 		g.fail_n = (unsigned long)n;
 		return NULL;
 	}
+	if (!strcmp(cmd, "filler") || !strcmp(cmd, "expire-continue")) {
+		unsigned long long n;
+
+		if (argc != 2 || !parse_ull(argv[1], &n) || n > 10000000)
+			return "usage: filler|expire-continue N";
+		if (!strcmp(cmd, "filler"))
+			g.filler += (size_t)n;
+		else
+			g.expire_continue = (unsigned long)n;
+		return NULL;
+	}
+	if (!strcmp(cmd, "ignore")) {
+		bool on;
+
+		if (argc != 3 || (strcmp(argv[2], "on") && strcmp(argv[2], "off")) ||
+		    (strcmp(argv[1], "fieldsel") && strcmp(argv[1], "limit")))
+			return "usage: ignore fieldsel|limit on|off";
+		on = !strcmp(argv[2], "on");
+		if (!strcmp(argv[1], "fieldsel"))
+			g.ignore_fieldsel = on;
+		else
+			g.ignore_limit = on;
+		return NULL;
+	}
 	if (argc != 1 && strcmp(cmd, "gone-http"))
 		return "unexpected arguments";
 	if (!strcmp(cmd, "bookmark")) {
@@ -929,8 +1052,8 @@ static const char *command(int argc, char **argv)
 		return NULL;
 	}
 	if (!strcmp(cmd, "stats")) {
-		printf("lists=%lu watches=%lu open=%lu unauthorized=%lu failed=%lu\n", g.lists,
-		       g.nwatches, g.open, g.unauthorized, g.failed);
+		printf("lists=%lu watches=%lu open=%lu unauthorized=%lu failed=%lu pages=%lu\n",
+		       g.lists, g.nwatches, g.open, g.unauthorized, g.failed, g.pages);
 		return NULL;
 	}
 	if (!strcmp(cmd, "times")) {

@@ -16,10 +16,20 @@
 #include "base/log.h"
 #include "base/volfile.h"
 
-/* Bounds on what the API may send: a node's pod list is small (the kubelet
- * caps pods per node at a few hundred), one event one pod. */
-#define LIST_MAX_BYTES (64u << 20)
+/* Bounds on what the API may send. The list is asked for in pages of
+ * LIST_PAGE_PODS; a page is small (a pod's object is a few kB, tens with
+ * many containers and managed fields), and so is one watch event. A server
+ * that ignores both the field selector and limit (a proxy dropping the
+ * query) could send the whole cluster's pods in one answer: past
+ * LIST_PAGE_MAX_BYTES it is refused, and said so, rather than read. */
+#define LIST_PAGE_PODS 500
+/* a list of more pages than this (a million pods: several clusters' worth)
+ * is a server that does not end it */
+#define LIST_MAX_PAGES 2000
+#define LIST_PAGE_MAX_BYTES (16u << 20)
 #define EVENT_MAX_BYTES (4u << 20)
+/* the buffer a large page grew is given back after the list */
+#define BUF_KEEP_BYTES (1u << 20)
 #define TOKEN_MAX_BYTES 65536
 #define CA_MAX_BYTES (1u << 20) /* a bundle of a few hundred certificates */
 #define CONNECT_TIMEOUT_MS 5000L
@@ -351,15 +361,16 @@ static bool on_event(struct kt_kube *k, json_object *ev)
 static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud)
 {
 	struct kt_kube *k = ud;
-	size_t n = size * nmemb, limit = k->watch ? EVENT_MAX_BYTES : LIST_MAX_BYTES;
+	size_t n = size * nmemb, limit = k->watch ? EVENT_MAX_BYTES : LIST_PAGE_MAX_BYTES;
 	bool ok = true;
 
 	if (atomic_load(&k->stop))
 		return 0;
 	if (k->len + n + 1 > limit) {
 		k->too_big = true;
-		whyf(k, "%s larger than %zu MiB", k->watch ? "a watch event" : "the pod list",
-		     limit >> 20);
+		whyf(k, "%s larger than %zu MiB%s", k->watch ? "a watch event" : "a page of the pod list",
+		     limit >> 20,
+		     k->watch ? "" : " (does the server or a proxy ignore fieldSelector and limit?)");
 		return 0;
 	}
 	if (k->len + n + 1 > k->cap) {
@@ -583,19 +594,35 @@ static void http_error(struct kt_kube *k, const char *what, long status)
 
 enum step { STEP_OK, STEP_ENDED_EARLY, STEP_RELIST, STEP_FAILED };
 
-static enum step do_list(struct kt_kube *k)
+/* One page of the list into fresh: its pods of this node kept, the others
+ * dropped as they are decoded; the list's resourceVersion into rv (from
+ * the first page) and the next page's continue token into cont ("" on the
+ * last page). */
+static enum step list_page(struct kt_kube *k, struct kt_pod_set *fresh, char *rv, size_t rvlen,
+			   char *cont, size_t contlen)
 {
-	char url[1024];
-	struct kt_pod_set fresh = { 0 };
-	json_object *list, *items;
-	const char *rv;
+	char url[2048];
+	json_object *list, *items, *md;
+	const char *prv, *next;
 	bool answered;
 	long status;
 	int n;
 
-	snprintf(url, sizeof(url), "%s/api/v1/pods?fieldSelector=spec.nodeName%%3D%s",
-		 k->o.api_server, k->o.node_name);
-	count(k, &k->st.lists);
+	if (cont[0]) {
+		char *esc = curl_easy_escape(NULL, cont, 0);
+
+		if (!esc) {
+			whyf(k, "listing pods: out of memory");
+			return STEP_FAILED;
+		}
+		snprintf(url, sizeof(url),
+			 "%s/api/v1/pods?fieldSelector=spec.nodeName%%3D%s&limit=%d&continue=%s",
+			 k->o.api_server, k->o.node_name, LIST_PAGE_PODS, esc);
+		curl_free(esc);
+	} else {
+		snprintf(url, sizeof(url), "%s/api/v1/pods?fieldSelector=spec.nodeName%%3D%s&limit=%d",
+			 k->o.api_server, k->o.node_name, LIST_PAGE_PODS);
+	}
 	status = get(k, url, false, &answered);
 	if (status < 0) {
 		char why[sizeof(k->why)];
@@ -604,16 +631,32 @@ static enum step do_list(struct kt_kube *k)
 		whyf(k, "listing pods: %s", why);
 		return STEP_FAILED;
 	}
+	/* the continue token expired (the list took longer than the API keeps
+	 * its snapshot): the list starts again from the first page */
+	if (status == 410 && cont[0])
+		return STEP_RELIST;
 	if (status != 200) {
 		http_error(k, "listing pods", status);
 		return STEP_FAILED;
 	}
 	list = json_tokener_parse(k->buf ? k->buf : "");
 	items = jget(list, "items");
-	rv = jstr(jget(list, "metadata"), "resourceVersion");
-	if (!items || !json_object_is_type(items, json_type_array) || !rv || !*rv ||
-	    strlen(rv) >= sizeof(k->rv)) {
+	md = jget(list, "metadata");
+	prv = jstr(md, "resourceVersion");
+	next = jstr(md, "continue");
+	if (!items || !json_object_is_type(items, json_type_array) ||
+	    ((!prv || !*prv || strlen(prv) >= rvlen) && !rv[0])) {
 		whyf(k, "listing pods: the answer is not a PodList");
+		json_object_put(list);
+		return STEP_FAILED;
+	}
+	if (next && strlen(next) >= contlen) {
+		whyf(k, "listing pods: a continue token longer than %zu bytes", contlen - 1);
+		json_object_put(list);
+		return STEP_FAILED;
+	}
+	if (next && *next && !strcmp(next, cont)) {
+		whyf(k, "listing pods: the server answered a continue token with the same token");
 		json_object_put(list);
 		return STEP_FAILED;
 	}
@@ -627,17 +670,55 @@ static enum step do_list(struct kt_kube *k)
 			count(k, &k->st.skipped);
 			continue;
 		}
-		if (!strcmp(node, k->o.node_name) && kt_pod_set_put(&fresh, &p)) {
+		if (!strcmp(node, k->o.node_name) && kt_pod_set_put(fresh, &p)) {
 			kt_pod_free_labels(&p);
-			kt_pod_set_clear(&fresh);
 			json_object_put(list);
 			whyf(k, "listing pods: out of memory");
 			return STEP_FAILED;
 		}
 		kt_pod_free_labels(&p);
 	}
-	snprintf(k->rv, sizeof(k->rv), "%s", rv);
+	/* every page is at the first page's version */
+	if (!rv[0])
+		snprintf(rv, rvlen, "%s", prv);
+	snprintf(cont, contlen, "%s", next ? next : "");
 	json_object_put(list);
+	return STEP_OK;
+}
+
+/* Lists this node's pods page by page, LIST_PAGE_PODS at a time (the field
+ * selector asks for this node's; pods of other nodes, from a server that
+ * ignores it, are dropped as decoded), then replaces the working set. */
+static enum step do_list(struct kt_kube *k)
+{
+	struct kt_pod_set fresh = { 0 };
+	char rv[sizeof(k->rv)] = "", cont[1024] = "";
+	enum step s;
+	int pages = 0;
+
+	count(k, &k->st.lists);
+	do {
+		s = list_page(k, &fresh, rv, sizeof(rv), cont, sizeof(cont));
+		if (s == STEP_OK && cont[0] && ++pages == LIST_MAX_PAGES) {
+			whyf(k, "listing pods: more than %d pages of %d", LIST_MAX_PAGES,
+			     LIST_PAGE_PODS);
+			s = STEP_FAILED;
+		}
+	} while (s == STEP_OK && cont[0] && !atomic_load(&k->stop));
+	if (k->cap > BUF_KEEP_BYTES) {
+		free(k->buf);
+		k->buf = NULL;
+		k->len = k->cap = 0;
+	}
+	if (s != STEP_OK || atomic_load(&k->stop)) {
+		kt_pod_set_clear(&fresh);
+		if (s == STEP_RELIST) {
+			count(k, &k->st.relists);
+			kt_info("kubernetes: the pod list's continue token expired (410 Gone): listing again");
+		}
+		return s;
+	}
+	snprintf(k->rv, sizeof(k->rv), "%s", rv);
 	kt_pod_set_clear(&k->work);
 	fresh.synced = true;
 	k->work = fresh;
@@ -734,8 +815,13 @@ static void *run(void *arg)
 			delay = 0;
 			break;
 		case STEP_RELIST:
+			/* a watch expired: list at once; a list whose continue
+			 * token expired: again after a back-off, so that a
+			 * server expiring every token is not asked in a loop */
+			delay = !need_list ? 0
+				: delay ? (delay * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : delay * 2)
+					: BACKOFF_FIRST_MS;
 			need_list = true;
-			delay = 0;
 			break;
 		case STEP_ENDED_EARLY:
 			delay = BACKOFF_FIRST_MS;

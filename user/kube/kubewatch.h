@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Follows the pods of one node in the Kubernetes API: list, then watch from
+/* Follows the pods of one node in the Kubernetes API: list (in pages of
+ * 500; a pod of another node, from a server ignoring the field selector, is
+ * dropped as it is decoded; one answer is read up to 16 MiB), then watch from
  * the list's resourceVersion (bookmarks kept, 410 Gone answered by a relist,
  * dropped streams resumed with jittered back-off, or after the server's
  * Retry-After on a 429/503, capped at 8 s), over HTTPS with a bearer token

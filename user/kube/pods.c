@@ -126,11 +126,19 @@ void kt_pod_set_clear(struct kt_pod_set *s)
 int kt_pod_set_copy(struct kt_pod_set *dst, const struct kt_pod_set *src)
 {
 	kt_pod_set_clear(dst);
-	for (int i = 0; i < src->n; i++)
-		if (kt_pod_set_put(dst, &src->pods[i])) {
-			kt_pod_set_clear(dst);
+	/* src's uids are distinct (put keeps them so): copied in one pass,
+	 * not put one by one (a search each) */
+	if (src->n) {
+		dst->pods = malloc((size_t)src->n * sizeof(*dst->pods));
+		if (!dst->pods)
 			return -ENOMEM;
-		}
+		dst->cap = src->n;
+		for (; dst->n < src->n; dst->n++)
+			if (pod_copy(&dst->pods[dst->n], &src->pods[dst->n])) {
+				kt_pod_set_clear(dst);
+				return -ENOMEM;
+			}
+	}
 	dst->synced = src->synced;
 	return 0;
 }
