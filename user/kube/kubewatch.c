@@ -306,20 +306,27 @@ static void count(struct kt_kube *k, unsigned long *field)
 /* ---- events --------------------------------------------------------------- */
 
 /* Applies one pod as the API now has it: on this node it is put, elsewhere
- * (moved, or a defensive check of the field selector) removed. */
+ * (moved, or the field selector ignored) removed, by its uid alone. */
 static void upsert(struct kt_kube *k, json_object *obj)
 {
+	const char *nn = jstr(jget(obj, "spec"), "nodeName");
 	char node[254], why[256];
 	struct kt_pod p;
 
+	/* another node's: only its uid matters (one that moved away) */
+	if (!nn || strcmp(nn, k->o.node_name)) {
+		const char *uid = jstr(jget(obj, "metadata"), "uid");
+
+		if (uid)
+			k->changed |= kt_pod_set_remove(&k->work, uid);
+		return;
+	}
 	if (parse_pod_obj(obj, &p, node, sizeof(node), why, sizeof(why))) {
 		count(k, &k->st.skipped);
 		kt_debug("kubernetes: skipped a pod: %s", why);
 		return;
 	}
-	if (strcmp(node, k->o.node_name))
-		k->changed |= kt_pod_set_remove(&k->work, p.uid);
-	else if (!kt_pod_set_put(&k->work, &p))
+	if (!kt_pod_set_put(&k->work, &p))
 		k->changed = true;
 	kt_pod_free_labels(&p);
 }
@@ -662,15 +669,19 @@ static enum step list_page(struct kt_kube *k, struct kt_pod_set *fresh, char *rv
 	}
 	n = (int)json_object_array_length(items);
 	for (int i = 0; i < n; i++) {
+		json_object *item = json_object_array_get_idx(items, i);
+		const char *nn = jstr(jget(item, "spec"), "nodeName");
 		char node[254], why[256];
 		struct kt_pod p;
 
-		if (parse_pod_obj(json_object_array_get_idx(items, i), &p, node, sizeof(node), why,
-				  sizeof(why))) {
+		/* another node's (the field selector ignored): not decoded */
+		if (!nn || strcmp(nn, k->o.node_name))
+			continue;
+		if (parse_pod_obj(item, &p, node, sizeof(node), why, sizeof(why))) {
 			count(k, &k->st.skipped);
 			continue;
 		}
-		if (!strcmp(node, k->o.node_name) && kt_pod_set_put(fresh, &p)) {
+		if (kt_pod_set_put(fresh, &p)) {
 			kt_pod_free_labels(&p);
 			json_object_put(list);
 			whyf(k, "listing pods: out of memory");
