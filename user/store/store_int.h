@@ -30,9 +30,6 @@
 #include "store/rconn.h"
 #include "store/store.h"
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
-
 enum { SCRIPT_HB, SCRIPT_LEAVE, SCRIPT_PERMIT, SCRIPT_TAGS, N_SCRIPTS };
 /* The scripts' texts (store_redis.c, from user/store/lua/), by SCRIPT_*. */
 extern const char *const rs_scripts[N_SCRIPTS];
