@@ -532,8 +532,8 @@ void kt_ctl_hist_rehome(struct kt_limit_state *s, struct kt_sample *ring, int ca
 }
 
 /* Kernel state verified, not believed: each of limit i's buckets (members,
- * node and join buckets) holds the rate and burst the daemon wrote, or is
- * put back (a hand edit, a stray write). Logged at most every
+ * node and join buckets) holds the rate, burst and lease the daemon wrote,
+ * or is put back (a hand edit, a stray write). Logged at most every
  * KT_FIX_LOG_NS per limit; every fix counted. Strict buckets are the
  * strict controller's, armed and closed by permits: not checked here. */
 #define KT_FIX_LOG_NS (10ULL * 1000000000ULL)
@@ -542,7 +542,8 @@ static void verify_buckets(struct kt_ctl *c, int i, uint64_t now)
 	const struct kt_limit_rt *l = &c->plan->limits[i];
 	struct kt_limit_state *s = &c->ls[i];
 	uint32_t slots[KT_MAX_MEMBERS_PER_LIMIT + 2];
-	struct kt_bucket_written found;
+	const struct kt_bucket_written *w;
+	struct kt_bucket found;
 	int n;
 
 	if (l->cfg->rl.strict.on)
@@ -553,7 +554,9 @@ static void verify_buckets(struct kt_ctl *c, int i, uint64_t now)
 	if (l->has_join)
 		slots[n++] = l->join_slot;
 	for (int k = 0; k < n; k++) {
-		uint32_t flags;
+		const char *kind = kt_slot_is_coop(slots[k]) ? "kt_coop entry" : "kt_buckets slot";
+		uint32_t flags, idx = kt_slot_is_coop(slots[k]) ? slots[k] - KT_COOP_SLOT0 : slots[k];
+		int what;
 
 		if (kt_bucket_verify_flags(c->bpf, slots[k], l->cfg->shadow, &flags) &&
 		    ++s->kernel_fixes &&
@@ -564,20 +567,28 @@ static void verify_buckets(struct kt_ctl *c, int i, uint64_t now)
 				!(flags & KT_BUCKET_IN_USE) ? "not in use" : "shadow",
 				l->cfg->shadow ? "" : ", enforcing");
 		}
-		if (!kt_bucket_verify(c->bpf, slots[k], &found))
+		if (!(what = kt_bucket_verify(c->bpf, slots[k], &found)))
 			continue;
 		s->kernel_fixes++;
 		if (s->kernel_fix_logged_ns && now - s->kernel_fix_logged_ns < KT_FIX_LOG_NS)
 			continue;
 		s->kernel_fix_logged_ns = now;
-		kt_warn("limit %s: %s %u held interval_fp %llu burst %llu, not the %llu and %llu the daemon "
-			"wrote: written back (%llu fixes so far)",
-			l->cfg->name, kt_slot_is_coop(slots[k]) ? "kt_coop entry" : "kt_buckets slot",
-			kt_slot_is_coop(slots[k]) ? slots[k] - KT_COOP_SLOT0 : slots[k],
-			(unsigned long long)found.interval_fp, (unsigned long long)found.burst,
-			(unsigned long long)c->bpf->written[slots[k]].interval_fp,
-			(unsigned long long)c->bpf->written[slots[k]].burst,
-			(unsigned long long)s->kernel_fixes);
+		w = &c->bpf->written[slots[k]];
+		if (what & KT_BUCKET_FIX_RATE)
+			kt_warn("limit %s: %s %u held interval_fp %llu burst %llu, not the %llu and %llu "
+				"the daemon wrote: written back (%llu fixes so far)",
+				l->cfg->name, kind, idx, (unsigned long long)found.interval_fp,
+				(unsigned long long)found.burst, (unsigned long long)w->interval_fp,
+				(unsigned long long)w->burst, (unsigned long long)s->kernel_fixes);
+		if (what & KT_BUCKET_FIX_LEASE)
+			kt_warn("limit %s: %s %u held the lease valid_until %llu fallback_fp %llu "
+				"fallback_burst %llu fallback_until %llu, not the %llu, %llu, %llu and %llu "
+				"the daemon wrote: written back (%llu fixes so far)",
+				l->cfg->name, kind, idx, (unsigned long long)found.valid_until,
+				(unsigned long long)found.fallback_fp, (unsigned long long)found.fallback_burst,
+				(unsigned long long)found.fallback_until, (unsigned long long)w->valid_until,
+				(unsigned long long)w->fallback_fp, (unsigned long long)w->fallback_burst,
+				(unsigned long long)w->fallback_until, (unsigned long long)s->kernel_fixes);
 	}
 }
 

@@ -211,11 +211,11 @@ char *kt_report_metrics(const struct kt_daemon *d)
 		      "kthrottle_config_reload_failures_total %llu\n",
 		  (unsigned long long)d->reloads, (double)(now - d->started_ns) / 1e9,
 		  d->cfg_rejected ? 0 : 1, (unsigned long long)d->reload_failures);
-	kt_sb_printf(&b, "# HELP kthrottle_kernel_map_fixes_total Entries of kt_members and kt_limits found changed or missing and written back.\n"
-		      "# TYPE kthrottle_kernel_map_fixes_total counter\n"
-		      "kthrottle_kernel_map_fixes_total{map=\"kt_members\"} %llu\n"
-		      "kthrottle_kernel_map_fixes_total{map=\"kt_limits\"} %llu\n",
-		      (unsigned long long)d->map_fixes.members, (unsigned long long)d->map_fixes.limits);
+	kt_sb_printf(&b, "# HELP kthrottle_kernel_map_fixes_total Entries of the maps that decide who is limited and by what, found changed, missing or added and written back.\n"
+		      "# TYPE kthrottle_kernel_map_fixes_total counter\n");
+	for (int m = 0; m < KT_VERIFY_MAPS; m++)
+		kt_sb_printf(&b, "kthrottle_kernel_map_fixes_total{map=\"%s\"} %llu\n",
+			     kt_verify_map_name(m), (unsigned long long)d->map_fixes.n[m]);
 	kt_report_health_metrics(d, &b);
 	/* one family at a time, as the text format wants */
 	for (size_t f = 0; f < sizeof(limit_families) / sizeof(limit_families[0]); f++) {

@@ -451,9 +451,11 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 			  (double)(now - d->started_ns) / 1e9, (unsigned long long)d->ticks,
 			  (double)d->tick_late_max_ns / 1e6, (unsigned long long)d->ticks_missed,
 			  (unsigned long long)d->reloads);
-		kt_sb_printf(&b, ",\"kernel_map_fixes\":{\"kt_members\":%llu,\"kt_limits\":%llu}",
-			     (unsigned long long)d->map_fixes.members,
-			     (unsigned long long)d->map_fixes.limits);
+		kt_sb_printf(&b, ",\"kernel_map_fixes\":{");
+		for (int m = 0; m < KT_VERIFY_MAPS; m++)
+			kt_sb_printf(&b, "%s\"%s\":%llu", m ? "," : "", kt_verify_map_name(m),
+				     (unsigned long long)d->map_fixes.n[m]);
+		kt_sb_printf(&b, "}");
 		config_status(d, &b, true);
 		kt_features_status(&d->bpf.feat, &b, true);
 		kube_status(d->kube, d->pods.n, &b, true, now);
@@ -465,11 +467,16 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 		config_status(d, &b, false);
 		kt_sb_printf(&b, "attach %s\n", d->attach_desc);
 		kt_features_status(&d->bpf.feat, &b, false);
-		if (d->map_fixes.members || d->map_fixes.limits)
-			kt_sb_printf(&b, "kernel state: %llu kt_members and %llu kt_limits entries found "
-				     "changed and written back\n",
-				     (unsigned long long)d->map_fixes.members,
-				     (unsigned long long)d->map_fixes.limits);
+		if (kt_verify_fixes_total(&d->map_fixes)) {
+			const char *sep = "";
+
+			kt_sb_printf(&b, "kernel state: entries found changed and written back:");
+			for (int m = 0; m < KT_VERIFY_MAPS; m++, sep = ",")
+				if (d->map_fixes.n[m])
+					kt_sb_printf(&b, "%s %s %llu", sep, kt_verify_map_name(m),
+						     (unsigned long long)d->map_fixes.n[m]);
+			kt_sb_printf(&b, "\n");
+		}
 		kube_status(d->kube, d->pods.n, &b, false, now);
 		if (d->plan.n_limits) /* a node may have tag limits only */
 			kt_sb_printf(&b, "%-*s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",

@@ -326,29 +326,49 @@ static struct kt_limit_info limit_info_of(const struct kt_limit_rt *l)
 	return li;
 }
 
-/* After a commit: what verification holds kt_members and kt_limits to. */
+/* After a commit: what verification holds the maps to (verify.h). */
 static void note_written(struct apply *a, const struct kt_plan *plan)
 {
 	uint64_t *ids = calloc(a->n_want ? a->n_want : 1, sizeof(*ids));
 	uint32_t *lids = calloc(plan->n_limits ? plan->n_limits : 1, sizeof(*lids));
 	struct kt_limit_info *lis = calloc(plan->n_limits ? plan->n_limits : 1, sizeof(*lis));
-	int ret = -ENOMEM;
+	/* every member slot (kt_buckets or kt_coop), and a node and a join
+	 * bucket per limit */
+	const int cap = KT_MAX_SLOTS + 2 * plan->n_limits;
+	uint32_t *slots = calloc((size_t)cap, sizeof(*slots));
+	int ret = -ENOMEM, ns = 0;
 
-	if (ids && lids && lis) {
+	if (ids && lids && lis && slots) {
+		struct kt_verify_commit c = {
+			.cgroup_ids = ids, .vals = a->want_vals, .n = a->n_want,
+			.limit_ids = lids, .limits = lis, .nl = plan->n_limits,
+			.dests = a->cls.dests, .nd = a->cls.n_dests, .ports = a->cls.ports,
+			.has_idle = a->done_idle, .idle = kt_idle_hooks_of(a->cls.ports, KT_HOOK_COUNT),
+		};
+
 		for (int i = 0; i < a->n_want; i++)
 			ids[i] = a->want[i].cgroup_id;
 		for (int i = 0; i < plan->n_limits; i++) {
-			lids[i] = plan->limits[i].id;
-			lis[i] = limit_info_of(&plan->limits[i]);
+			const struct kt_limit_rt *l = &plan->limits[i];
+
+			lids[i] = l->id;
+			lis[i] = limit_info_of(l);
+			ns += kt_limit_slots(l, slots + ns, cap - 2 - ns);
+			if (l->has_pool)
+				slots[ns++] = l->pool_slot;
+			if (l->has_join)
+				slots[ns++] = l->join_slot;
 		}
-		ret = kt_verify_note_commit(a->b, ids, a->want_vals, a->n_want, lids, lis,
-					    plan->n_limits);
+		c.slots = slots;
+		c.ns = ns;
+		ret = kt_verify_note_commit(a->b, &c);
 	}
 	if (ret)
-		kt_warn("out of memory: kt_members and kt_limits go unverified until the next change");
+		kt_warn("out of memory: the maps go unverified until the next change");
 	free(ids);
 	free(lids);
 	free(lis);
+	free(slots);
 }
 
 static int commit(struct apply *a, char *err, size_t errlen)

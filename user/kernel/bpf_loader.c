@@ -254,7 +254,8 @@ void kt_bpf_bump_gen(struct kt_bpf *b)
 
 	if (b->gen_fd < 0 || bpf_map_lookup_elem(b->gen_fd, &zero, &gen) < 0)
 		return;
-	gen++;
+	gen = (gen > b->gen_written ? gen : b->gen_written) + 1;
+	b->gen_written = gen;
 	if (bpf_map_update_elem(b->gen_fd, &zero, &gen, BPF_ANY) < 0)
 		kt_err("cannot update kt_gen: %s (sub-cgroups may be charged under their old member until the next change)",
 		       strerror(errno));

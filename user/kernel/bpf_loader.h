@@ -24,10 +24,13 @@ struct kt_sock;
 struct kt_sockops;
 struct kt_verify_record;
 
-/* What the daemon last wrote into a slot's rate fields: what
- * kt_bucket_verify holds the map to (burst 0: nothing recorded). */
+/* What the daemon last wrote into a slot's rate and lease fields: what
+ * kt_bucket_verify holds the map to (burst 0: no rate recorded; lease
+ * false: no lease recorded). */
 struct kt_bucket_written {
 	uint64_t interval_fp, burst;
+	uint64_t valid_until, fallback_fp, fallback_until, fallback_burst;
+	bool lease;
 };
 
 struct kt_bpf {
@@ -50,9 +53,11 @@ struct kt_bpf {
 	/* KT_MAX_SLOTS records of the rates written (bucket.h), allocated at
 	 * the first write; NULL in a reader (the CLI) */
 	struct kt_bucket_written *written;
-	/* the kt_members and kt_limits entries of the last commit (verify.h);
-	 * NULL in a reader */
+	/* what the last commit wrote (verify.h); NULL in a reader */
 	struct kt_verify_record *verify;
+	/* the last kt_gen the daemon wrote: generations only move on, so a
+	 * value set back by hand never revives a stale kt_anc_cache entry */
+	uint64_t gen_written;
 	int ncpus;
 	bool adopted;              /* pinned maps existed before this open */
 	bool locked;               /* lock_fd holds the pin dir lock (kt_bpf_open_locked) */

@@ -9,14 +9,38 @@ uint64_t kt_burst_tokens(double burst)
 	return burst < 1 ? 1 : burst > 4294967295.0 ? 4294967295ULL : (uint64_t)ceil(burst);
 }
 
-/* Records what slot's rate fields were set to (kt_bucket_verify). Out of
- * memory, the slot goes unverified. */
-static void note(struct kt_bpf *b, uint32_t slot, uint64_t interval_fp, uint64_t burst)
+/* The record of slot (kt_bucket_verify), allocated at the first write;
+ * NULL out of memory: the slot goes unverified. */
+static struct kt_bucket_written *record(struct kt_bpf *b, uint32_t slot)
 {
 	if (slot >= KT_MAX_SLOTS ||
 	    (!b->written && !(b->written = calloc(KT_MAX_SLOTS, sizeof(*b->written)))))
-		return;
-	b->written[slot] = (struct kt_bucket_written){ .interval_fp = interval_fp, .burst = burst };
+		return NULL;
+	return &b->written[slot];
+}
+
+static void note_rate(struct kt_bpf *b, uint32_t slot, uint64_t interval_fp, uint64_t burst)
+{
+	struct kt_bucket_written *w = record(b, slot);
+
+	if (w) {
+		w->interval_fp = interval_fp;
+		w->burst = burst;
+	}
+}
+
+static void note_lease(struct kt_bpf *b, uint32_t slot, uint64_t valid_until, uint64_t fb_fp,
+		       uint64_t fb_burst, uint64_t fb_until)
+{
+	struct kt_bucket_written *w = record(b, slot);
+
+	if (w) {
+		w->valid_until = valid_until;
+		w->fallback_fp = fb_fp;
+		w->fallback_burst = fb_burst;
+		w->fallback_until = fb_until;
+		w->lease = true;
+	}
 }
 
 void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double burst)
@@ -28,33 +52,54 @@ void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double bur
 	 * interval errs by at most the burst difference, once */
 	__atomic_store_n(&bk->burst, tokens, __ATOMIC_RELAXED);
 	kt_bucket_rescale(bk, kt_clock_ns(), interval);
-	note(b, slot, interval, tokens);
+	note_rate(b, slot, interval, tokens);
 }
 
 void kt_bucket_note(struct kt_bpf *b, uint32_t slot)
 {
 	const struct kt_bucket *bk = kt_bpf_bucket(b, slot);
 
-	note(b, slot, __atomic_load_n(&bk->interval_fp, __ATOMIC_RELAXED),
-	     __atomic_load_n(&bk->burst, __ATOMIC_RELAXED));
+	note_rate(b, slot, __atomic_load_n(&bk->interval_fp, __ATOMIC_RELAXED),
+		  __atomic_load_n(&bk->burst, __ATOMIC_RELAXED));
+	note_lease(b, slot, __atomic_load_n(&bk->valid_until, __ATOMIC_RELAXED),
+		   __atomic_load_n(&bk->fallback_fp, __ATOMIC_RELAXED),
+		   __atomic_load_n(&bk->fallback_burst, __ATOMIC_RELAXED),
+		   __atomic_load_n(&bk->fallback_until, __ATOMIC_RELAXED));
 }
 
-int kt_bucket_verify(struct kt_bpf *b, uint32_t slot, struct kt_bucket_written *found)
+static void store_lease(struct kt_bucket *bk, uint64_t valid_until, uint64_t fb_fp,
+			uint64_t fb_burst, uint64_t fb_until);
+
+int kt_bucket_verify(struct kt_bpf *b, uint32_t slot, struct kt_bucket *found)
 {
 	const struct kt_bucket_written *w;
 	struct kt_bucket *bk;
+	int what = 0;
 
-	if (!b->written || slot >= KT_MAX_SLOTS || !(w = &b->written[slot])->burst)
+	if (!b->written || slot >= KT_MAX_SLOTS)
 		return 0;
+	w = &b->written[slot];
 	bk = kt_bpf_bucket(b, slot);
 	found->interval_fp = __atomic_load_n(&bk->interval_fp, __ATOMIC_RELAXED);
 	found->burst = __atomic_load_n(&bk->burst, __ATOMIC_RELAXED);
-	if (found->interval_fp == w->interval_fp && found->burst == w->burst)
-		return 0;
-	/* as a rate change: burst first, then the interval, tokens kept */
-	__atomic_store_n(&bk->burst, w->burst, __ATOMIC_RELAXED);
-	kt_bucket_rescale(bk, kt_clock_ns(), w->interval_fp);
-	return 1;
+	found->valid_until = __atomic_load_n(&bk->valid_until, __ATOMIC_RELAXED);
+	found->fallback_fp = __atomic_load_n(&bk->fallback_fp, __ATOMIC_RELAXED);
+	found->fallback_burst = __atomic_load_n(&bk->fallback_burst, __ATOMIC_RELAXED);
+	found->fallback_until = __atomic_load_n(&bk->fallback_until, __ATOMIC_RELAXED);
+	if (w->burst && (found->interval_fp != w->interval_fp || found->burst != w->burst)) {
+		/* as a rate change: burst first, then the interval, tokens kept */
+		__atomic_store_n(&bk->burst, w->burst, __ATOMIC_RELAXED);
+		kt_bucket_rescale(bk, kt_clock_ns(), w->interval_fp);
+		what |= KT_BUCKET_FIX_RATE;
+	}
+	if (w->lease && (found->valid_until != w->valid_until || found->fallback_fp != w->fallback_fp ||
+			 found->fallback_burst != w->fallback_burst ||
+			 found->fallback_until != w->fallback_until)) {
+		/* a deadline moved out: the fallback first; moved in: itself first */
+		store_lease(bk, w->valid_until, w->fallback_fp, w->fallback_burst, w->fallback_until);
+		what |= KT_BUCKET_FIX_LEASE;
+	}
+	return what;
 }
 
 int kt_bucket_verify_flags(struct kt_bpf *b, uint32_t slot, bool shadow, uint32_t *found)
@@ -99,8 +144,11 @@ static void store_lease(struct kt_bucket *bk, uint64_t valid_until, uint64_t fb_
 
 void kt_bucket_set_lease(struct kt_bpf *b, uint32_t slot, const struct kt_bucket_policy *pol)
 {
-	store_lease(kt_bpf_bucket(b, slot), pol->valid_until, kt_interval_fp_from_rate(pol->fallback_rate),
-		    kt_burst_tokens(pol->fallback_burst), pol->fallback_until);
+	uint64_t fb_fp = kt_interval_fp_from_rate(pol->fallback_rate),
+		 fb_burst = kt_burst_tokens(pol->fallback_burst);
+
+	store_lease(kt_bpf_bucket(b, slot), pol->valid_until, fb_fp, fb_burst, pol->fallback_until);
+	note_lease(b, slot, pol->valid_until, fb_fp, fb_burst, pol->fallback_until);
 }
 
 void kt_bucket_strict_close(struct kt_bucket *bk, uint64_t hold_ns, bool store_down)

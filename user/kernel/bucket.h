@@ -22,14 +22,19 @@ uint64_t kt_burst_tokens(double burst);
 /* One atomic store of the interval: the bucket's tokens are kept (the queued
  * debt is rescaled to the new rate). */
 void kt_bucket_set_rate(struct kt_bpf *b, uint32_t slot, double rate, double burst);
-/* Kernel state verified, not believed: kt_bucket_set_rate records what it
- * wrote (and kt_bucket_note what a rollback put back); kt_bucket_verify
- * compares the slot's interval and burst with that record and, when
- * something else changed them (a hand edit with bpftool, a stray write),
- * writes the record back (tokens kept, as a rate change) and returns 1
- * with what it found in *found. 0: as written, or nothing recorded. */
+/* Kernel state verified, not believed: kt_bucket_set_rate and
+ * kt_bucket_set_lease record what they wrote (and kt_bucket_note what a
+ * rollback put back); kt_bucket_verify compares the slot's rate (interval,
+ * burst) and lease (valid_until, fallback interval, burst and deadline)
+ * with that record and, when something else changed them (a hand edit
+ * with bpftool, a stray write), writes the record back (the rate as a rate
+ * change, tokens kept; the lease in the order of a lease write). Returns
+ * the KT_BUCKET_FIX_* of what was put right, with what the bucket held in
+ * *found (those fields only); 0: as written, or nothing recorded. */
+#define KT_BUCKET_FIX_RATE 1
+#define KT_BUCKET_FIX_LEASE 2
 void kt_bucket_note(struct kt_bpf *b, uint32_t slot);
-int kt_bucket_verify(struct kt_bpf *b, uint32_t slot, struct kt_bucket_written *found);
+int kt_bucket_verify(struct kt_bpf *b, uint32_t slot, struct kt_bucket *found);
 /* The flags that decide whether a bucket of the daemon's enforces: in use,
  * and not shadow unless its limit is (a shadow bit set by hand would let
  * everything pass). Put right and 1 (*found: what it held) when they were
