@@ -55,11 +55,15 @@ enum {
 	F_STRICT = 1 << 3, /* limit "strict": rateLimit.strict on redis A */
 	F_TAGS = 1 << 4,   /* top-level store redis A + a tag limit, query socket */
 	F_KUBE = 1 << 5,   /* kubernetes: + limit "crawl" on pods app=crawler */
+	F_SENTINEL = 1 << 6, /* limit "pool-s": through a sentinel to redis A */
+	F_CLUSTER = 1 << 7,  /* limits "c0".."c5" on a 3-master Redis Cluster */
 };
+#define N_CL 3
 
 static struct {
 	struct ktest_daemon d;
 	struct rp_proc rp, rp2;
+	struct rp_proc sent, cl[N_CL]; /* the table's only */
 	struct ktest_fakekube api;
 	char dir[PATH_MAX];  /* certificates, token, query socket */
 	char base[PATH_MAX]; /* the test cgroup: plain cgroups and cgroupRoot */
@@ -210,6 +214,11 @@ static void fd_kinds(pid_t pid, char *out, size_t len)
 				kinds_add(&k, "redis B");
 			else if (port && port == fx.api.port)
 				kinds_add(&k, "kube API");
+			else if (port && port == fx.sent.port)
+				kinds_add(&k, "sentinel");
+			else if (port && (port == fx.cl[0].port || port == fx.cl[1].port ||
+					  port == fx.cl[2].port))
+				kinds_add(&k, "cluster node");
 			else if (port)
 				kinds_add(&k, "tcp other");
 			else
@@ -225,6 +234,8 @@ static void fd_kinds(pid_t pid, char *out, size_t len)
 		} else {
 			kinds_add(&k, "file");
 		}
+		if (getenv("KT_RESOURCES_LIST"))
+			print_message("  fd %s -> %s\n", de->d_name, target);
 	}
 	closedir(d);
 	for (int i = 0; i < k.len && off < len; i++)
@@ -290,6 +301,9 @@ static int teardown(void **state)
 	}
 	rp_stop(&fx.rp);
 	rp_stop(&fx.rp2);
+	rp_stop(&fx.sent);
+	for (int i = 0; i < N_CL; i++)
+		rp_stop(&fx.cl[i]);
 	if (fx.dir[0])
 		ktest_rmtree(fx.dir);
 	return 0;
@@ -359,6 +373,18 @@ static void body_of(char *b, size_t len, unsigned f)
 			       "    match: {cidrs: [127.0.0.1/32], ports: 13, protocol: tcp}\n"
 			       "    unit: connection\n    rateLimit: {strict: {every: 100ms}, store: %s}\n",
 		       fx.plain[3], sa);
+	if (f & F_SENTINEL)
+		kt_cat(b, len, "  - name: pool-s\n    cgroups: [%s]\n"
+			       "    match: {cidrs: [127.0.0.1/32], ports: 15, protocol: udp}\n"
+			       "    unit: datagram\n    rateLimit: {max: 200, store: {redisStore: {mode: sentinel, "
+			       "sentinel: {endpoints: [\"127.0.0.1:%d\"], master_name: ktres}, keyPrefix: " PREFIX
+			       "}}}\n", fx.plain[1], fx.sent.port);
+	for (int i = 0; (f & F_CLUSTER) && i < 6; i++)
+		kt_cat(b, len, "  - name: c%d\n    cgroups: [%s]\n"
+			       "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+			       "    unit: datagram\n    rateLimit: {max: 200, store: {redisStore: {mode: cluster, "
+			       "addrs: [\"127.0.0.1:%d\"], keyPrefix: " PREFIX "}}}\n",
+		       i, fx.plain[1], 20 + i, fx.cl[0].port);
 	if (f & F_KUBE)
 		kt_cat(b, len, "  - name: crawl\n    pods: {namespace: workers, labels: {app: crawler}}\n"
 			       "    match: {cidrs: [127.0.0.1/32], ports: 14, protocol: udp}\n"
@@ -417,6 +443,14 @@ static int daemon_up(unsigned f, int pods, rlim_t nofile)
 	if (nofile)
 		assert_int_equal(prlimit(fx.d.pid, RLIMIT_NOFILE, &rl, NULL), 0);
 	wait_settled(f, (f & F_KUBE) ? pods : 0);
+	if (f & F_STRICT) {
+		/* connects the strict limit asks permits for: its store
+		 * connection is made at the first one */
+		struct ktest_load r;
+
+		assert_int_equal(ktest_load(fx.plain[3], "tcp", "127.0.0.1", 13, 0.3, &r), 0);
+		wait_settled(f, (f & F_KUBE) ? pods : 0);
+	}
 	return fds_settled(fx.d.pid);
 }
 
@@ -555,6 +589,8 @@ static void test_table(void **state)
 		{ "+ pool and strict on redis A", F_POOL | F_STRICT },
 		{ "+ tag limit (store redis A, query socket)", F_TAGS },
 		{ "+ kube watch, 0 pods", F_KUBE },
+		{ "+ 1 limit through a sentinel", F_SENTINEL },
+		{ "+ 6 limits on a 3-master cluster", F_CLUSTER },
 	};
 	const char *env = getenv("KT_RESOURCES_PODS");
 	char kinds[1024], list[128];
@@ -565,6 +601,8 @@ static void test_table(void **state)
 		print_message("skipped: KT_RESOURCES_TABLE=1 prints the table\n");
 		skip();
 	}
+	assert_int_equal(rp_start_sentinel(&fx.sent, &fx.rp, "ktres", 1, 5000, NULL), 0);
+	assert_int_equal(rp_start_cluster(fx.cl, N_CL, 0), 0);
 	printf("| daemon | fds | VmRSS kB | VmHWM kB | fds by kind |\n|---|---:|---:|---:|---|\n");
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
 		int n = daemon_up(rows[i].f, 0, 0);
