@@ -3,19 +3,22 @@
  * (KT_START_FDS, docs/operations.md "Resources"). One kthrottled with
  * everything that holds a connection: a limit pooled through a real
  * redis-server, a strict limit on its own store, a tag limit exchanging
- * through Redis with a query socket, and `pods:` limits watching
- * tests/tools/kt-fakekube, started with RLIMIT_NOFILE at exactly that
- * budget. What is asserted: it starts and settles (stores up, the watch
- * open, the pods members); its fds plus the 16 control clients it may
- * hold fit the budget; 16 clients connected at once are each an fd, a
- * 17th takes the oldest one's place (never a 17th fd), and once they are
+ * through Redis with a query socket, and a `pods:` limit watching
+ * tests/tools/kt-fakekube, held to RLIMIT_NOFILE at exactly that budget once
+ * it is up. What is asserted: it settles (stores up, the watch open with
+ * its pods), and the strict limit's connection is made; its fds plus the
+ * 16 control clients it may hold fit the budget; 16 clients connected at
+ * once are each an fd, a 17th takes the oldest one's place (never a 17th fd), and once they are
  * gone the count is back where it was; every one of 16 clients then gets
  * its answer at that limit.
  *
  * With KT_RESOURCES_TABLE=1 it also prints the table of docs/operations.md:
  * fds (by kind) and memory of a daemon per configuration, one daemon each
- * (KT_RESOURCES_PODS=100,1000 sets the pod counts; default 100). Nothing
- * here waits on a rate or a window: every wait is for a state, bounded. */
+ * (KT_RESOURCES_PODS=100,1000 sets the pod counts; default 100), and
+ * KT_RESOURCES_LIST=1 prints every fd. The counts include fds the test
+ * itself inherited and passed down (run it with none above 2 for the
+ * docs' numbers). Nothing here waits on a rate or a window: every wait is
+ * for a state, bounded. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -240,6 +243,32 @@ static void fd_kinds(pid_t pid, char *out, size_t len)
 	closedir(d);
 	for (int i = 0; i < k.len && off < len; i++)
 		off += (size_t)snprintf(out + off, len - off, "%s%s %d", i ? ", " : "", k.name[i], k.n[i]);
+}
+
+/* The daemon's TCP connections to 127.0.0.1:port (any local address). */
+static int conns_to(pid_t pid, int port)
+{
+	char path[64], fdp[128], target[64];
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	if (!(d = opendir(path)))
+		return -1;
+	while ((de = readdir(d))) {
+		unsigned long ino;
+		ssize_t len;
+
+		snprintf(fdp, sizeof(fdp), "%s/%s", path, de->d_name);
+		len = readlink(fdp, target, sizeof(target) - 1);
+		if (len <= 0)
+			continue;
+		target[len] = '\0';
+		n += sscanf(target, "socket:[%lu]", &ino) == 1 && tcp_rport(ino) == port;
+	}
+	closedir(d);
+	return n;
 }
 
 /* ---- the fixture --------------------------------------------------------- */
@@ -566,6 +595,10 @@ static void test_fds_within_start_budget(void **state)
 	base = daemon_up(all, 3, KT_START_FDS);
 	fd_kinds(fx.d.pid, kinds, sizeof(kinds));
 	print_message("%d fds at RLIMIT_NOFILE %d: %s\n", base, KT_START_FDS, kinds);
+	/* what the budget is to cover is there: the pool's store, the strict
+	 * limit's and the tag exchange's connections, and the watch */
+	assert_int_equal(conns_to(fx.d.pid, fx.rp.port), 3);
+	assert_int_equal(conns_to(fx.d.pid, fx.api.port), 1);
 	assert_true(base + N_CLIENTS <= KT_START_FDS);
 	clients_round_trip(base);
 	clients_answered(base);
