@@ -29,12 +29,13 @@
 #define KT_DEFAULT_SOCKET "/run/kthrottle/kthrottled.sock"
 
 /* File descriptors a start needs, measured (docs/operations.md,
- * "Resources"): 142 held once started, whatever the number of cgroup
- * limits and members (113 of them the five objects' maps: links are pinned
- * and closed), the smallest RLIMIT_NOFILE that starts being 143; the rest
- * is headroom for the 16 control clients, store connections and the
- * Kubernetes watch (tests/e2e/test_resources.c holds them all at this
- * limit). */
+ * "Resources"): 140 of the daemon's own once started, whatever the number
+ * of cgroup limits, members and pods (113 of them the five objects' maps:
+ * links are pinned and closed), the smallest RLIMIT_NOFILE that starts
+ * being about that; the rest is headroom for the 16 control clients, the
+ * stores' connections, strict and tag limits and the Kubernetes watch: 177
+ * with one of each and 16 clients (tests/e2e/test_resources.c holds them
+ * all at this limit). */
 #define KT_START_FDS 192
 struct ring_buffer;
 
