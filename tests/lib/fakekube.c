@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,7 +46,8 @@ int ktest_fakekube_start(struct ktest_fakekube *k, const char *dir, const char *
 	k->pid = -1;
 	snprintf(k->dir, sizeof(k->dir), "%s", dir);
 	snprintf(cert, sizeof(cert), "%s/srv.pem", dir);
-	if ((access(cert, R_OK) && ktest_fakekube_certs(dir)) || pipe(in) || pipe(out))
+	if ((access(cert, R_OK) && ktest_fakekube_certs(dir)) || pipe2(in, O_CLOEXEC) ||
+	    pipe2(out, O_CLOEXEC)) /* not inherited by the daemons the test starts */
 		return -1;
 	snprintf(bin, sizeof(bin), "%s/tools/kt-fakekube", ktest_build_dir());
 	snprintf(cert, sizeof(cert), "%s/srv.pem", dir);

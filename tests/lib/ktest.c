@@ -393,6 +393,10 @@ int ktest_daemon_spawn_flag(struct ktest_daemon *d, const char *flag)
 		if (fd >= 0) {
 			dup2(fd, 1);
 			dup2(fd, 2);
+			/* the daemon gets 0-2 as from systemd, no fd of the log
+			 * more (test_resources counts its fds) */
+			if (fd > 2)
+				close(fd);
 		}
 		execl(bin, bin, "--config", d->config, flag, (char *)NULL); /* flag NULL: none */
 		_exit(127);

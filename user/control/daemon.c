@@ -44,14 +44,6 @@ void kt_daemon_bind_controller(struct kt_daemon *d)
 	c->slot_base = d->slot_base;
 }
 
-/* File descriptors a start needs, measured (docs/operations.md,
- * "Resources"): 142 held once started, whatever the number of cgroup
- * limits and members (113 of them the five objects' maps: links are pinned
- * and closed), the smallest RLIMIT_NOFILE that starts being 143; the rest
- * is headroom for the 16 control clients, store connections and the
- * Kubernetes watch. */
-#define KT_START_FDS 192
-
 /* The one-line error of a start out of fds (ret -EMFILE or -ENFILE): the
  * limit hit and what the start needs. False for any other ret. */
 static bool out_of_fds(int ret, int n_limits)

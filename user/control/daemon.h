@@ -27,6 +27,16 @@
 #include "tags/tags.h"
 
 #define KT_DEFAULT_SOCKET "/run/kthrottle/kthrottled.sock"
+
+/* File descriptors a start needs, measured (docs/operations.md,
+ * "Resources"): 140 of the daemon's own once started, whatever the number
+ * of cgroup limits, members and pods (113 of them the five objects' maps:
+ * links are pinned and closed), the smallest RLIMIT_NOFILE that starts
+ * being about that; the rest is headroom for the 16 control clients, the
+ * stores' connections, strict and tag limits and the Kubernetes watch: 177
+ * with one of each and 16 clients (tests/e2e/test_resources.c holds them
+ * all at this limit). */
+#define KT_START_FDS 192
 struct ring_buffer;
 
 struct kt_groups;
