@@ -12,7 +12,9 @@
  *                        a held call waits for TCP to send it again (the
  *                        quantum of waiting without fq), printed;
  *   test_parent          a call limit under a parent call limit of 4/s:
- *                        the parent's bound holds for the child's calls.
+ *                        the parent's bound holds for the child's calls;
+ *   test_app_timeout     a client's own TCP_USER_TIMEOUT ends a held call
+ *                        with ETIMEDOUT, and the call is never sent.
  * The server is tests/tools/kt-httpcall.py (tests/lib/kt_httpfx). */
 #include <errno.h>
 #include <limits.h>
@@ -30,6 +32,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <cmocka.h>
 
@@ -354,6 +357,84 @@ static void test_parent(void **state)
 	assert_true(requests >= 3);
 }
 
+/* What the user-timeout client reports. */
+struct ut_result {
+	int first_ok;      /* the first call was answered */
+	int err;           /* errno of the held call's wait (0: answered) */
+	double waited_ms;  /* from its send to the error */
+};
+
+/* One connection with TCP_USER_TIMEOUT ut_ms: a call (answered), then a
+ * second the limit holds; how the wait for its answer ends. */
+static void ut_client(int port, unsigned ut_ms, int out_fd)
+{
+	static const char req[] = "GET /u HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n";
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct ut_result res = { 0 };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	struct timeval tv = { .tv_sec = 20 }; /* a bound, far past the user timeout */
+	char buf[4096];
+	uint64_t t0;
+	ssize_t r;
+
+	if (fd < 0 || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut_ms, sizeof(ut_ms)) ||
+	    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		_exit(5);
+	if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)sizeof(req) - 1)
+		_exit(6);
+	r = recv(fd, buf, sizeof(buf), 0); /* the answer is one small segment */
+	res.first_ok = r > 0 && !memcmp(buf, "HTTP/1.1 200", 12);
+	t0 = ktest_now_ns();
+	if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)sizeof(req) - 1)
+		_exit(6);
+	r = recv(fd, buf, sizeof(buf), 0);
+	res.err = r < 0 ? errno : r == 0 ? ECONNRESET : 0;
+	res.waited_ms = (double)(ktest_now_ns() - t0) / 1e6;
+	_exit(write(out_fd, &res, sizeof(res)) == (ssize_t)sizeof(res) ? 0 : 4);
+}
+
+/* Past the application's own bound: a client that set TCP_USER_TIMEOUT
+ * (1.5 s) on a connection whose second call the limit holds for 10 s
+ * (0.1/s, burst 1) gets ETIMEDOUT about then, and the held call never
+ * reaches the server: refused as the application asked, not sent late. */
+static void test_app_timeout(void **state)
+{
+	const unsigned ut_ms = 1500;
+	struct ut_result r;
+	double requests, calls, before;
+	char *srv;
+	int p[2];
+	pid_t kid;
+
+	(void)state;
+	KT_HTTPFX_SKIP_UNLESS_READY();
+	daemon_up(0.1, 1);
+	kt_httpfx_serve(&fx.server, fx.tmp, "none");
+	before = kt_status_num(&fx.d, "calls", "admitted");
+	kid = member_child(p);
+	if (kid == 0)
+		ut_client(fx.server.port, ut_ms, p[1]);
+	kt_child_result(p, &kid, &r, sizeof(r));
+	srv = kt_httpfx_stop(&fx.server);
+	assert_non_null(srv);
+	requests = kt_httpfx_num(srv, "requests");
+	calls = kt_status_num(&fx.d, "calls", "admitted") - before;
+	free(srv);
+	print_message("TCP_USER_TIMEOUT %u ms, a call held for 10 s: first answered %d, the held "
+		      "one ended after %.0f ms with %s; server saw %.0f, kernel admitted %.0f\n",
+		      ut_ms, r.first_ok, r.waited_ms, strerror(r.err), requests, calls);
+	assert_true(r.first_ok);
+	assert_int_equal(r.err, ETIMEDOUT);
+	/* aborted at the first probe past the timeout: probes come every
+	 * 500 ms while a call is held (4 s bounds a loaded machine) */
+	assert_true(r.waited_ms >= ut_ms - 50 && r.waited_ms <= ut_ms + 4000);
+	assert_true(requests == 1);
+	assert_true(calls == 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -361,6 +442,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_redis_peer, kt_dfx_setup, teardown),
 		cmocka_unit_test_setup_teardown(test_retry_quantum, kt_dfx_setup, teardown),
 		cmocka_unit_test_setup_teardown(test_parent, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_app_timeout, kt_dfx_setup, teardown),
 	};
 
 	kt_dfx = (struct kt_daemonfx_spec){ .fx = &fx, .len = sizeof(fx), .d = &fx.d,
