@@ -11,7 +11,8 @@
  * error on a node whose daemon runs. test_kill9 kills n2's daemon 2 s in:
  * its pod keeps calling on what its kernel still holds (the lease, then
  * the conservative fallback the other nodes keep reserving), and the
- * windows still hold. */
+ * windows still hold. test_groups: groupBy with calls on one node, a pool
+ * per tenant directory, each tenant's server within its own pool's bound. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <cmocka.h>
 
@@ -56,6 +58,9 @@ static struct fixture {
 	struct rp_proc rp;
 	struct kt_httpfx_server server;
 	pid_t client[NODES];
+	/* test_groups: BASE, BASE/acme, BASE/acme/w, BASE/beta, BASE/beta/w */
+	char grp[5][PATH_MAX];
+	struct kt_httpfx_server server2;
 } fx;
 
 static void dump_node(int i)
@@ -71,6 +76,7 @@ static int setup(void **state)
 	(void)state;
 	kt_clusterfx_begin(&fx, sizeof(fx), fx.d, NODES, NULL, NULL);
 	fx.server.pid = -1;
+	fx.server2.pid = -1;
 	for (int i = 0; i < NODES; i++)
 		fx.client[i] = -1;
 	if (ktest_root_unavailable())
@@ -84,7 +90,11 @@ static int teardown(void **state)
 	for (int i = 0; i < NODES; i++)
 		ktest_kill_wait(&fx.client[i]);
 	kt_httpfx_kill(&fx.server);
+	kt_httpfx_kill(&fx.server2);
 	kt_clusterfx_nodes_end(fx.d, NODES, NULL, NULL);
+	for (int i = 5; i-- > 0;) /* the workers, their tenants, then BASE */
+		if (fx.grp[i][0])
+			ktest_cgroup_destroy(fx.grp[i]);
 	rp_stop(&fx.rp);
 	kt_clusterfx_cgroups_end(fx.cg, NODES);
 	if (fx.tmp[0])
@@ -198,11 +208,67 @@ static void test_kill9(void **state)
 	run("kill9", 2.0);
 }
 
+/* groupBy with calls, on one node: "tenant" covers BASE/STAR/STAR grouped by
+ * the parent directory, so tenants acme and beta are a pool each. Each
+ * tenant's worker calls a counting server of its own flat out: each
+ * server's every 1 s window stays within max + burst, and each gets its
+ * pool's max (the two together twice max: one pool each, not one shared). */
+static void test_groups(void **state)
+{
+	static const char *const rel[5] = { NULL, "acme", "acme/w", "beta", "beta/w" };
+	struct kt_httpfx_server *srv[2] = { &fx.server, &fx.server2 };
+	char body[1024], url[64], out[2][PATH_MAX + 32], *cli[2], *sum[2];
+	pid_t kid[2];
+
+	(void)state;
+	KT_HTTPFX_SKIP_UNLESS_READY();
+	assert_int_equal(ktest_cgroup_create("callgrp", fx.grp[0], sizeof(fx.grp[0])), 0);
+	for (int i = 1; i < 5; i++) {
+		snprintf(fx.grp[i], sizeof(fx.grp[i]), "%s/%s", fx.grp[0], rel[i]);
+		assert_int_equal(mkdir(fx.grp[i], 0755), 0);
+	}
+	snprintf(body, sizeof(body),
+		 "tickInterval: %dms\n"
+		 "limits:\n"
+		 "  - {name: tenant, cgroups: [\"%s/*/*\"], groupBy: parent, unit: call,\n"
+		 "     burst: %d, match: {cidrs: [127.0.0.1/32]}, rateLimit: {max: %g}}\n",
+		 TICK_MS, fx.grp[0], BURST, MAX / NODES);
+	assert_int_equal(ktest_daemon_up(&fx.d[0], body), 0);
+	kt_cmd_has(&fx.d[0], "status", "groups of tenant (groupBy parent): 2 of maxGroups 1000\n");
+	for (int t = 0; t < 2; t++) {
+		kt_httpfx_serve(srv[t], fx.tmp, "none");
+		snprintf(url, sizeof(url), "http://127.0.0.1:%d/call", srv[t]->port);
+		snprintf(out[t], sizeof(out[t]), "%s/tenant%d.json", fx.tmp, t);
+		kid[t] = kt_httpfx_client_spawn(fx.grp[2 + 2 * t], "http.client", url, CONNS, RUN_S,
+						out[t]);
+	}
+	for (int t = 0; t < 2; t++) {
+		double requests, window;
+
+		cli[t] = kt_httpfx_client_wait(kid[t], out[t]);
+		sum[t] = kt_httpfx_stop(srv[t]);
+		requests = kt_httpfx_num(sum[t], "requests");
+		window = kt_httpfx_num(sum[t], "max_window");
+		print_message("tenant %s: %.0f calls at its server, worst 1 s window %.0f (max + burst "
+			      "%.0f), client ok %.0f errors %.0f p99 %.1f ms\n",
+			      rel[1 + 2 * t], requests, window, MAX / NODES + BURST,
+			      kt_httpfx_num(cli[t], "ok"), kt_httpfx_num(cli[t], "errors"),
+			      kt_httpfx_num(cli[t], "p99_ms"));
+		assert_true(kt_httpfx_num(cli[t], "errors") == 0);
+		assert_true(window <= MAX / NODES + BURST + LAG_CALLS);
+		/* its own pool, kept busy */
+		assert_true(requests >= 0.8 * MAX / NODES * RUN_S);
+		free(cli[t]);
+		free(sum[t]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_three_nodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kill9, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_groups, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
