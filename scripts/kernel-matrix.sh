@@ -54,7 +54,7 @@
 #
 # Output: each guest's console as it runs, when KM_VERBOSE=1 (else the
 # test lines that matter: uname, the verifier instruction counts, what
-# arrived per unit in test_units, the calls and retry quantum of
+# arrived per unit in test_units, the calls, retry quantum and user timeout of
 # test_calls_turns, cmocka failures), and at the end one table: kernel | test binary | passed |
 # failed | skipped | seconds, then each kernel's accelerator, boot time (to
 # the first line of the guest's init) and total wall time, then the
