@@ -239,23 +239,6 @@ static long proc_rss_kb(pid_t pid)
 	return kb;
 }
 
-static int proc_fds(pid_t pid)
-{
-	char path[64];
-	struct dirent *de;
-	int n = 0;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	if (!d)
-		return -1;
-	while ((de = readdir(d)))
-		n += de->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
 /* The fewest fds of 5 looks 5 ms apart: a look can land while the daemon
  * has a directory open for a rescan, which is no leak. */
 static int proc_fds_settled(pid_t pid)
@@ -263,7 +246,7 @@ static int proc_fds_settled(pid_t pid)
 	int best = -1;
 
 	for (int i = 0; i < 5; i++) {
-		int n = proc_fds(pid);
+		int n = ktest_proc_fds(pid);
 
 		if (n >= 0 && (best < 0 || n < best))
 			best = n;

@@ -77,23 +77,6 @@ static struct {
 
 /* ---- the daemon's fds and memory ----------------------------------------- */
 
-static int proc_fds(pid_t pid)
-{
-	char path[64];
-	struct dirent *de;
-	int n = 0;
-	DIR *d;
-
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	d = opendir(path);
-	if (!d)
-		return -1;
-	while ((de = readdir(d)))
-		n += de->d_name[0] != '.';
-	closedir(d);
-	return n;
-}
-
 /* The count once it has read the same 3 times 100 ms apart (a rescan may
  * hold a directory open for a moment, a store may be reconnecting): bounded
  * by SETTLE_MS, then the last count. */
@@ -102,7 +85,7 @@ static int fds_settled(pid_t pid)
 	int last = -1, same = 0;
 
 	for (int i = 0; i < SETTLE_MS / 100 && same < 3; i++) {
-		int n = proc_fds(pid);
+		int n = ktest_proc_fds(pid);
 
 		same = n == last ? same + 1 : 1;
 		last = n;
@@ -497,7 +480,7 @@ static int wait_fds(int want, int bound_ms)
 	uint64_t t0 = ktest_now_ns();
 	int n;
 
-	while ((n = proc_fds(fx.d.pid)) != want && ktest_now_ns() - t0 < (uint64_t)bound_ms * 1000000ull)
+	while ((n = ktest_proc_fds(fx.d.pid)) != want && ktest_now_ns() - t0 < (uint64_t)bound_ms * 1000000ull)
 		ktest_sleep_ms(5);
 	return n;
 }

@@ -211,6 +211,23 @@ int ktest_cgroup_join(const char *path)
 	return ktest_write_file(p, pid);
 }
 
+int ktest_proc_fds(pid_t pid)
+{
+	char path[64];
+	struct dirent *de;
+	int n = 0;
+	DIR *d;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return -1;
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
 uint64_t ktest_cgroup_id(const char *path)
 {
 	uint64_t id = 0;

@@ -22,6 +22,8 @@ void ktest_cgroup_destroy(const char *path);
 /* Moves the calling process into cgroup `path`. */
 int ktest_cgroup_join(const char *path);
 uint64_t ktest_cgroup_id(const char *path);
+/* The fds process pid holds (/proc/PID/fd), or -1. */
+int ktest_proc_fds(pid_t pid);
 
 /* mkdtemp under /tmp; path out. */
 int ktest_tmpdir(char *path, size_t len);
