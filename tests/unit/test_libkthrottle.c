@@ -264,6 +264,10 @@ static void test_four_processes(void **state)
 	assert_int_equal(e->refused, sum.refused);
 }
 
+/* How late a sleep may wake on a loaded machine, in these bounds: they
+ * catch a wait that is early (a refusal not honoured) or far too long. */
+#define LATE_MAX (500 * MS)
+
 static void test_acquire(void **state)
 {
 	struct kthrottle *h;
@@ -281,7 +285,9 @@ static void test_acquire(void **state)
 	assert_int_equal(kthrottle_acquire(h, 1, 200 * MS), 0);
 	dt = kt_clock_ns() - t0;
 	print_message("acquire timed out after %.1f ms (timeout 200)\n", dt / 1e6);
-	assert_true(dt >= 200 * MS && dt < 260 * MS);
+	/* never early; late by a loaded machine's wake-ups at most (the host
+	 * tests run three at a time, and CI's machine is shared) */
+	assert_true(dt >= 200 * MS && dt < 200 * MS + LATE_MAX);
 	kthrottle_close(h);
 
 	/* rate: 100/s burst 5, 60 acquires: 5 at once, then 55 x 10 ms */
@@ -292,7 +298,7 @@ static void test_acquire(void **state)
 		assert_int_equal(kthrottle_acquire(h, 1, SEC), 1);
 	dt = kt_clock_ns() - t0;
 	print_message("60 acquires at 100/s burst 5: %.1f ms (ideal 550)\n", dt / 1e6);
-	assert_true(dt >= 540 * MS && dt < 640 * MS);
+	assert_true(dt >= 540 * MS && dt < 550 * MS + LATE_MAX);
 	kthrottle_close(h);
 }
 
