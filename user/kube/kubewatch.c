@@ -736,6 +736,56 @@ static void http_error(struct kt_kube *k, const char *what, long status)
 	json_object_put(st);
 }
 
+/* The items of a list page into fresh: the pods of o's node that a
+ * selector picks decoded, that node's others by uid and QoS alone, other
+ * nodes' not decoded at all. *skipped counts the malformed. -ENOMEM. */
+static int keep_items(const struct kt_kube_opts *o, json_object *items, struct kt_pod_set *fresh,
+		      unsigned long *skipped)
+{
+	int n = (int)json_object_array_length(items);
+
+	for (int i = 0; i < n; i++) {
+		json_object *item = json_object_array_get_idx(items, i);
+		const char *nn = jstr(jget(item, "spec"), "nodeName");
+		char node[254], why[256];
+		struct kt_pod p;
+		int ret;
+
+		/* another node's (the field selector ignored): not decoded */
+		if (!nn || strcmp(nn, o->node_name))
+			continue;
+		if (!pod_wanted(o, item)) {
+			ret = put_other(fresh, item, true);
+			if (ret == -ENOMEM)
+				return ret;
+			*skipped += ret == -EINVAL;
+			continue;
+		}
+		if (parse_pod_obj(item, &p, node, sizeof(node), why, sizeof(why))) {
+			(*skipped)++;
+			continue;
+		}
+		ret = kt_pod_set_put(fresh, &p);
+		kt_pod_free_labels(&p);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+int kt_kube_decode_list(const struct kt_kube_opts *o, const char *json, struct kt_pod_set *set,
+			unsigned long *skipped)
+{
+	json_object *list = json_tokener_parse(json);
+	json_object *items = jget(list, "items");
+	int ret = -EINVAL;
+
+	if (items && json_object_is_type(items, json_type_array))
+		ret = keep_items(o, items, set, skipped);
+	json_object_put(list);
+	return ret;
+}
+
 enum step { STEP_OK, STEP_ENDED_EARLY, STEP_RELIST, STEP_FAILED };
 
 /* One page of the list into fresh: its pods of this node that a selector
@@ -749,9 +799,9 @@ static enum step list_page(struct kt_kube *k, struct kt_pod_set *fresh, char *rv
 	char url[2048];
 	json_object *list, *items, *md;
 	const char *prv, *next;
+	unsigned long skipped = 0;
 	bool answered;
 	long status;
-	int n;
 
 	if (cont[0]) {
 		char *esc = curl_easy_escape(NULL, cont, 0);
@@ -805,39 +855,15 @@ static enum step list_page(struct kt_kube *k, struct kt_pod_set *fresh, char *rv
 		json_object_put(list);
 		return STEP_FAILED;
 	}
-	n = (int)json_object_array_length(items);
-	for (int i = 0; i < n; i++) {
-		json_object *item = json_object_array_get_idx(items, i);
-		const char *nn = jstr(jget(item, "spec"), "nodeName");
-		char node[254], why[256];
-		struct kt_pod p;
-
-		/* another node's (the field selector ignored): not decoded */
-		if (!nn || strcmp(nn, k->o.node_name))
-			continue;
-		if (!pod_wanted(&k->o, item)) {
-			int ret = put_other(fresh, item, true);
-
-			if (ret == -EINVAL)
-				count(k, &k->st.skipped);
-			if (ret == -ENOMEM) {
-				json_object_put(list);
-				whyf(k, "listing pods: out of memory");
-				return STEP_FAILED;
-			}
-			continue;
-		}
-		if (parse_pod_obj(item, &p, node, sizeof(node), why, sizeof(why))) {
-			count(k, &k->st.skipped);
-			continue;
-		}
-		if (kt_pod_set_put(fresh, &p)) {
-			kt_pod_free_labels(&p);
-			json_object_put(list);
-			whyf(k, "listing pods: out of memory");
-			return STEP_FAILED;
-		}
-		kt_pod_free_labels(&p);
+	if (keep_items(&k->o, items, fresh, &skipped)) {
+		json_object_put(list);
+		whyf(k, "listing pods: out of memory");
+		return STEP_FAILED;
+	}
+	if (skipped) {
+		pthread_mutex_lock(&k->mu);
+		k->st.skipped += skipped;
+		pthread_mutex_unlock(&k->mu);
 	}
 	/* every page is at the first page's version */
 	if (!rv[0])

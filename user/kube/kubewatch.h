@@ -97,6 +97,13 @@ void kt_kube_stop(struct kt_kube *k);
  * not JSON. */
 int kt_kube_pod_kept(const struct kt_kube_opts *o, const char *json);
 
+/* Exposed for tests and the bench: the items of one PodList page (json
+ * text) into set as the watcher keeps them (kt_pod_set_dedup_others after
+ * the last page); *skipped counts the malformed. 0, -EINVAL (not a
+ * PodList), -ENOMEM. */
+int kt_kube_decode_list(const struct kt_kube_opts *o, const char *json, struct kt_pod_set *set,
+			unsigned long *skipped);
+
 /* Exposed for tests: decode one Pod object (json text) the way the watcher
  * does; 0, or -EINVAL with why (a missing or malformed field). */
 int kt_kube_parse_pod(const char *json, struct kt_pod *p, char *node, size_t nodelen, char *why,
