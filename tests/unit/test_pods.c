@@ -388,6 +388,15 @@ static void test_pod_set_others(void **state)
 	assert_int_equal(kt_pod_set_append_other(&s, a.uid, "Guaranteed"), 0);
 	kt_pod_set_dedup_others(&s);
 	assert_int_equal(s.n_others, 2);
+	/* a uid a list served selected and unselected (it was relabelled
+	 * between two pages): the selected one stays */
+	assert_int_equal(kt_pod_set_put(&s, &a), 0);
+	kt_pod_set_dedup_others(&s);
+	assert_int_equal(s.n_others, 1);
+	assert_string_equal(s.others[0].uid, u2);
+	assert_true(kt_pod_set_remove(&s, a.uid));
+	assert_int_equal(kt_pod_set_append_other(&s, a.uid, "Guaranteed"), 0);
+	assert_int_equal(s.n_others, 2);
 	assert_int_equal(kt_pod_set_copy(&c, &s), 0);
 	assert_int_equal(c.n_others, 2);
 	/* deleted or moved away: removed from either list */

@@ -182,10 +182,23 @@ void kt_pod_set_dedup_others(struct kt_pod_set *s)
 {
 	int n = 0;
 
+	if (!s->n_others)
+		return;
 	qsort(s->others, (size_t)s->n_others, sizeof(*s->others), by_uid);
+	/* a selected pod's uid marked, found by bisection: not a search of
+	 * the selected set for each of the others */
+	for (int i = 0; i < s->n; i++) {
+		struct kt_pod_ref key, *r;
+
+		memcpy(key.uid, s->pods[i].uid, sizeof(key.uid));
+		r = bsearch(&key, s->others, (size_t)s->n_others, sizeof(*s->others), by_uid);
+		for (; r && r > s->others && !strcmp(r[-1].uid, key.uid); r--)
+			;
+		for (; r && r < s->others + s->n_others && !strcmp(r->uid, key.uid); r++)
+			r->uid[0] = '\0';
+	}
 	for (int i = 0; i < s->n_others; i++)
-		if ((!n || strcmp(s->others[n - 1].uid, s->others[i].uid)) &&
-		    find(s, s->others[i].uid) < 0)
+		if (s->others[i].uid[0] && (!n || strcmp(s->others[n - 1].uid, s->others[i].uid)))
 			s->others[n++] = s->others[i];
 	s->n_others = n;
 }
