@@ -15,7 +15,15 @@
  * restarts the list from its first page. Pods of other nodes in watch
  * events are dropped too. A server that ignores limit too sends all its
  * pods in one answer: refused past the page bound, said in one line of
- * status, and the pods kept from the last list stay. */
+ * status, and the pods kept from the last list stay.
+ *
+ * A node with NODE_FILLER pods no limit selects (besides the three): only
+ * the selected are kept (status counts them, and the others apart), the
+ * daemon's peak RSS stays under RSS_SELECTED_MAX_KB, and the unselected
+ * pods' cgroups run free. A watch event relabelling a pod into the
+ * selector adds it (enforced), and one relabelling it out removes it
+ * (free again). A reload widening the selector lists again: the newly
+ * selected pods appear and are enforced. */
 #include <errno.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -63,6 +71,19 @@ static const struct pod PODS[] = {
 };
 #define N_PODS 3
 
+/* pods of NODE that the first config's selector does not pick (app=idle);
+ * the widened one does */
+static const struct pod IDLE[] = {
+	{ "workers", "idle-1", "77777777-aaaa-4bbb-8ccc-000000000001", "Burstable" },
+	{ "workers", "idle-2", "77777777-aaaa-4bbb-8ccc-000000000002", "BestEffort" },
+};
+#define N_IDLE 2
+/* pods of NODE in namespace filler (app=filler): no selector picks them */
+#define NODE_FILLER 20000
+/* measured: 43 MB with the 20,002 unselected kept by uid and QoS alone;
+ * 132 MB when every pod was kept whole (labels and all, in three copies) */
+#define RSS_SELECTED_MAX_KB (80L * 1024)
+
 #define MAX_DIRS 16
 
 static struct fixture {
@@ -92,36 +113,40 @@ static void api_lists(int *lists, int *pages)
 			 6);
 }
 
-/* The three pods of NODE (app=crawler) added to the API, after whatever
- * it has; their directories made as the kubelet's systemd driver does. */
+/* A pod of NODE with labels added to the API, after whatever it has; its
+ * directory made as the kubelet's systemd driver does. */
+static void add_pod(const struct pod *p, const char *labels)
+{
+	char path[PATH_MAX], parent[PATH_MAX];
+
+	api("add %s %s %s %s %s %s", p->ns, p->name, p->uid, NODE, p->qos, labels);
+	assert_int_equal(ktest_kubelet_pod_cgroup(fx.base, p->uid, p->qos, 0, path,
+						  sizeof(path)),
+			 0);
+	snprintf(parent, sizeof(parent), "%s", path);
+	for (char *s = parent + strlen(fx.base) + 1; (s = strchr(s, '/')); s++) {
+		bool seen = false;
+
+		*s = '\0';
+		for (int j = 0; j < fx.n_dirs; j++)
+			seen |= !strcmp(fx.dirs[j], parent);
+		if (!seen) {
+			assert_true(fx.n_dirs < MAX_DIRS);
+			assert_int_equal(mkdir(parent, 0755), 0);
+			snprintf(fx.dirs[fx.n_dirs++], PATH_MAX, "%s", parent);
+		}
+		*s = '/';
+	}
+	assert_true(fx.n_dirs < MAX_DIRS);
+	assert_int_equal(mkdir(path, 0755), 0);
+	snprintf(fx.dirs[fx.n_dirs++], PATH_MAX, "%s", path);
+}
+
+/* The three pods of NODE (app=crawler). */
 static void add_pods(void)
 {
-	for (int i = 0; i < N_PODS; i++) {
-		char path[PATH_MAX], parent[PATH_MAX];
-
-		api("add %s %s %s %s %s app=crawler", PODS[i].ns, PODS[i].name, PODS[i].uid, NODE,
-		    PODS[i].qos);
-		assert_int_equal(ktest_kubelet_pod_cgroup(fx.base, PODS[i].uid, PODS[i].qos, 0, path,
-							  sizeof(path)),
-				 0);
-		snprintf(parent, sizeof(parent), "%s", path);
-		for (char *s = parent + strlen(fx.base) + 1; (s = strchr(s, '/')); s++) {
-			bool seen = false;
-
-			*s = '\0';
-			for (int j = 0; j < fx.n_dirs; j++)
-				seen |= !strcmp(fx.dirs[j], parent);
-			if (!seen) {
-				assert_true(fx.n_dirs < MAX_DIRS);
-				assert_int_equal(mkdir(parent, 0755), 0);
-				snprintf(fx.dirs[fx.n_dirs++], PATH_MAX, "%s", parent);
-			}
-			*s = '/';
-		}
-		assert_true(fx.n_dirs < MAX_DIRS);
-		assert_int_equal(mkdir(path, 0755), 0);
-		snprintf(fx.dirs[fx.n_dirs++], PATH_MAX, "%s", path);
-	}
+	for (int i = 0; i < N_PODS; i++)
+		add_pod(&PODS[i], "app=crawler");
 }
 
 /* The server with `filler` pods of other nodes, then the three of NODE,
@@ -136,14 +161,15 @@ static void api_start_cluster(int filler)
 
 /* ---- what the daemon shows and does ------------------------------------------ */
 
-static void start_daemon(void)
+/* The config, its limit's pods: selector `labels` (a YAML line below pods:). */
+static void write_config(const char *labels, char *body, size_t len)
 {
-	char body[4096], token[PATH_MAX + 16], ca[PATH_MAX + 16];
+	char token[PATH_MAX + 16], ca[PATH_MAX + 16];
 	const char *root = strrchr(fx.base, '/') + 1; /* ktest cgroups sit at the mount's top */
 
 	snprintf(token, sizeof(token), "%s/token", fx.dir);
 	snprintf(ca, sizeof(ca), "%s/ca.pem", fx.dir);
-	snprintf(body, sizeof(body),
+	snprintf(body, len,
 		 "kubernetes:\n"
 		 "  apiServer: https://127.0.0.1:%d\n"
 		 "  tokenFile: %s\n"
@@ -154,13 +180,27 @@ static void start_daemon(void)
 		 "  - name: crawl\n"
 		 "    pods:\n"
 		 "      namespace: workers\n"
-		 "      labels: {app: crawler}\n"
+		 "      %s\n"
 		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
 		 "    unit: datagram\n"
 		 "    burst: %.0f\n"
 		 "    rateLimit: {max: %.0f}\n",
-		 fx.api.port, token, ca, root, fx.udp_port, BURST, RATE);
+		 fx.api.port, token, ca, root, labels, fx.udp_port, BURST, RATE);
+}
+
+#define SEL_CRAWLER "labels: {app: crawler}"
+
+static void start_daemon_sel(const char *labels)
+{
+	char body[4096];
+
+	write_config(labels, body, sizeof(body));
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+}
+
+static void start_daemon(void)
+{
+	start_daemon_sel(SEL_CRAWLER);
 }
 
 /* A number of the "kubernetes" status object. */
@@ -238,6 +278,42 @@ static void assert_limited(const struct pod *p)
 		      r.elapsed);
 	assert_true(r.refused > 0);
 	assert_true(r.ok <= RATE * r.elapsed + BURST + 1);
+}
+
+/* Sends from the pod's cgroup for 0.3 s: nothing refused, and far more
+ * than the limit would admit. */
+static void assert_free(const struct pod *p)
+{
+	char path[PATH_MAX];
+	struct ktest_load r;
+
+	assert_int_equal(ktest_kubelet_pod_cgroup(fx.base, p->uid, p->qos, 0, path, sizeof(path)), 0);
+	assert_int_equal(ktest_load(path, "udp", "127.0.0.1", fx.udp_port, 0.3, &r), 0);
+	print_message("%s/%s (free): ok %llu refused %llu in %.2f s\n", p->ns, p->name, r.ok,
+		      r.refused, r.elapsed);
+	assert_int_equal(r.refused, 0);
+	assert_true(r.ok > 10 * (RATE * r.elapsed + BURST));
+}
+
+/* Waits until status counts `want` selected pods; false if not within 5 s. */
+static bool wait_kube_pods(int want, int bound_ms)
+{
+	uint64_t t0 = ktest_now_ns();
+
+	while ((int)kube_num("pods") != want &&
+	       ktest_now_ns() - t0 < (uint64_t)bound_ms * 1000000ull)
+		ktest_sleep_ms(20);
+	return (int)kube_num("pods") == want;
+}
+
+/* Waits until p is (or is not) a member. */
+static bool wait_member(const struct pod *p, bool want, int bound_ms)
+{
+	uint64_t t0 = ktest_now_ns();
+
+	while (member(p) != want && ktest_now_ns() - t0 < (uint64_t)bound_ms * 1000000ull)
+		ktest_sleep_ms(20);
+	return member(p) == want;
 }
 
 /* The daemon's VmRSS and VmHWM (kB). */
@@ -477,6 +553,81 @@ static void test_answer_too_large(void **state)
 	assert_true(hwm < RSS_MAX_KB);
 }
 
+/* NODE_FILLER + 2 pods of this node no limit selects, three it does: the
+ * three kept (whole), the others by uid and QoS only, and free; relabels
+ * and a widening reload add pods to the selection. */
+static void test_unselected_dropped(void **state)
+{
+	char body[4096], *out = NULL, *st;
+	long rss, hwm;
+	int ms, lists, pages;
+	uint64_t t0;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_int_equal(ktest_fakekube_start(&fx.api, fx.dir, TOKEN), 0);
+	api("filler %d " NODE, NODE_FILLER);
+	add_pods();
+	for (int i = 0; i < N_IDLE; i++)
+		add_pod(&IDLE[i], "app=idle");
+	t0 = ktest_now_ns();
+	start_daemon();
+	wait_all_members(LIST_BOUND_MS);
+	ms = (int)((ktest_now_ns() - t0) / 1000000ull);
+	api_lists(&lists, &pages);
+	daemon_rss(&rss, &hwm);
+	print_message("%d pods of this node listed in %d requests, %d selected: members %d ms "
+		      "after the start; daemon VmRSS %ld kB, VmHWM %ld kB (bound %ld)\n",
+		      NODE_FILLER + N_PODS + N_IDLE, lists, N_PODS, ms, rss, hwm,
+		      RSS_SELECTED_MAX_KB);
+	assert_int_equal((int)kube_num("pods"), N_PODS);
+	assert_int_equal((int)kube_num("unselected"), NODE_FILLER + N_IDLE);
+	assert_int_equal((int)kube_num("skipped"), 0);
+	assert_true(hwm < RSS_SELECTED_MAX_KB);
+	st = ktest_daemon_cmd(&fx.d, "status");
+	assert_non_null(st);
+	assert_non_null(strstr(st, "3 selected pod(s) on this node, 20002 unselected"));
+	free(st);
+	/* a known pod no selector picks: free, not charged as unclassified */
+	for (int i = 0; i < N_IDLE; i++) {
+		assert_false(member(&IDLE[i]));
+		assert_free(&IDLE[i]);
+	}
+
+	/* relabelled into the selector: added by the watch event, enforced */
+	api("labels %s app=crawler", IDLE[0].uid);
+	assert_true(wait_kube_pods(N_PODS + 1, 5000));
+	assert_true(wait_member(&IDLE[0], true, 5000));
+	assert_int_equal((int)kube_num("unselected"), NODE_FILLER + N_IDLE - 1);
+	assert_limited(&IDLE[0]);
+	/* and out again: removed, free */
+	api("labels %s app=idle", IDLE[0].uid);
+	assert_true(wait_kube_pods(N_PODS, 5000));
+	assert_true(wait_member(&IDLE[0], false, 5000));
+	assert_int_equal((int)kube_num("unselected"), NODE_FILLER + N_IDLE);
+	assert_free(&IDLE[0]);
+	assert_int_equal((int)kube_num("lists"), 1);
+
+	/* a reload widening the selector: the watcher lists again, and the
+	 * idle pods are members and enforced */
+	write_config("matchExpressions: [{key: app, operator: In, values: [crawler, idle]}]", body,
+		     sizeof(body));
+	assert_int_equal(ktest_daemon_config(&fx.d, body), 0);
+	t0 = ktest_now_ns();
+	assert_int_equal(ktest_run_bin("kthrottlectl", &out, "-s", fx.d.socket, "reload", NULL), 0);
+	free(out);
+	assert_true(wait_kube_pods(N_PODS + N_IDLE, LIST_BOUND_MS));
+	for (int i = 0; i < N_IDLE; i++)
+		assert_true(wait_member(&IDLE[i], true, 5000));
+	print_message("widened: the idle pods members %d ms after the reload\n",
+		      (int)((ktest_now_ns() - t0) / 1000000ull));
+	assert_int_equal((int)kube_num("unselected"), NODE_FILLER);
+	for (int i = 0; i < N_PODS; i++)
+		assert_true(member(&PODS[i]));
+	for (int i = 0; i < N_IDLE; i++)
+		assert_limited(&IDLE[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -484,6 +635,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_continue_expired, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_watch_other_nodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_answer_too_large, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unselected_dropped, setup, teardown),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -69,10 +69,11 @@
  *   times                     "times T1 T2 ..." then "ok": the arrival times
  *                             (CLOCK_MONOTONIC ms) of the last up to 16
  *                             requests of any kind, oldest first
- *   filler N                  N more pods of other nodes (node-f0..node-f99),
+ *   filler N [NODE]           N more pods of other nodes (node-f0..node-f99),
  *                             namespace filler, app=filler, made when served:
  *                             in lists and watches from version 0, never
- *                             changed, not in the history
+ *                             changed, not in the history; with NODE every
+ *                             filler pod is on NODE instead
  *   ignore fieldsel|limit on|off   serve as if the parameter were absent
  *   expire-continue N         the next N list requests with a continue
  *                             token get HTTP 410 Expired
@@ -154,6 +155,7 @@ static struct {
 	unsigned long long times[16]; /* arrival ms, a ring: ntimes in all */
 	unsigned long ntimes;
 	size_t filler;                /* pods made when served, after pods[] */
+	char filler_node[254];        /* their node; "" for node-f0..node-f99 */
 	bool ignore_fieldsel, ignore_limit;
 	unsigned long expire_continue, pages;
 } g = { .mu = PTHREAD_MUTEX_INITIALIZER, .rv = 1 };
@@ -525,14 +527,17 @@ static bool parse_fieldsel(const char *sel, struct filter *f, char *err, size_t 
 	return true;
 }
 
-/* The i-th filler pod (a node of its own, not this test's). */
+/* The i-th filler pod (on node-f0..node-f99, or on "filler N NODE"'s NODE). */
 static void filler_pod(size_t i, struct pod *p)
 {
 	memset(p, 0, sizeof(*p));
 	snprintf(p->ns, sizeof(p->ns), "filler");
 	snprintf(p->name, sizeof(p->name), "filler-%zu", i);
 	snprintf(p->uid, sizeof(p->uid), "fff00000-0000-4000-8000-%012zx", i);
-	snprintf(p->node, sizeof(p->node), "node-f%zu", i % 100);
+	if (g.filler_node[0])
+		snprintf(p->node, sizeof(p->node), "%s", g.filler_node);
+	else
+		snprintf(p->node, sizeof(p->node), "node-f%zu", i % 100);
 	snprintf(p->qos, sizeof(p->qos), "Burstable");
 	snprintf(p->phase, sizeof(p->phase), "Running");
 	snprintf(p->labels, sizeof(p->labels), "app=filler,tier=batch");
@@ -983,11 +988,14 @@ static const char *command(int argc, char **argv)
 	if (!strcmp(cmd, "filler") || !strcmp(cmd, "expire-continue")) {
 		unsigned long long n;
 
-		if (argc != 2 || !parse_ull(argv[1], &n) || n > 10000000)
-			return "usage: filler|expire-continue N";
-		if (!strcmp(cmd, "filler"))
+		if (argc < 2 || argc > (strcmp(cmd, "filler") ? 2 : 3) || !parse_ull(argv[1], &n) ||
+		    n > 10000000 || (argc == 3 && strlen(argv[2]) >= sizeof(g.filler_node)))
+			return "usage: filler N [NODE] | expire-continue N";
+		if (!strcmp(cmd, "filler")) {
 			g.filler += (size_t)n;
-		else
+			if (argc == 3)
+				snprintf(g.filler_node, sizeof(g.filler_node), "%s", argv[2]);
+		} else
 			g.expire_continue = (unsigned long)n;
 		return NULL;
 	}

@@ -2,8 +2,8 @@
 /* The pure parts of pod selection: the pods: and kubernetes: config blocks
  * (with their one-line errors), label selector semantics as Kubernetes
  * defines them, the kubelet's cgroup directory names under both drivers,
- * decoding a Pod object as the API sends it, and the watcher's options
- * from the in-cluster environment. */
+ * decoding a Pod object as the API sends it, the watcher's selectors (which
+ * pods it keeps) and its options from the in-cluster environment. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -284,6 +284,137 @@ static void test_pod_set(void **state)
 	kt_pod_free_labels(&b);
 }
 
+/* A Pod object as the API sends it, on node-a. */
+static const char *pod_json(char *buf, size_t len, const char *ns, const char *labels_json)
+{
+	snprintf(buf, len,
+		 "{\"metadata\":{\"name\":\"n\",\"namespace\":\"%s\","
+		 "\"uid\":\"0123abcd-0000-4000-8000-00000000beef\",\"labels\":%s},"
+		 "\"spec\":{\"nodeName\":\"node-a\"},\"status\":{\"qosClass\":\"Burstable\"}}",
+		 ns, labels_json);
+	return buf;
+}
+
+/* The watcher's predicate: a pod is kept when some limit's selector picks
+ * it, decided on the object before it is decoded; the options carry the
+ * selectors, so a change of them is a change of the options. */
+static void test_watcher_selectors(void **state)
+{
+	struct kt_config cfg, wide;
+	struct kt_kube_opts o = { 0 }, w = { 0 }, c = { 0 }, none = { 0 };
+	char err[KT_ERR_LEN], j[512];
+
+	(void)state;
+	assert_int_equal(parse("limits:\n"
+			       "  - {name: a, unit: connection, rateLimit: {max: 10},\n"
+			       "     pods: {namespace: workers, labels: {app: crawler},\n"
+			       "            matchExpressions: [{key: canary, operator: DoesNotExist}]}}\n"
+			       "  - {name: b, unit: datagram, rateLimit: {max: 10},\n"
+			       "     pods: {namespace: workers, labels: {app: crawler},\n"
+			       "            matchExpressions: [{key: canary, operator: DoesNotExist}]}}\n"
+			       "  - {name: c, unit: connection, rateLimit: {max: 10}, cgroups: [x]}\n",
+			       &cfg, err),
+			 0);
+	assert_int_equal(kt_kube_opts_selectors(&o, &cfg), 0);
+	assert_int_equal(o.n_sels, 1); /* the same selector twice, once */
+	kt_config_free(&cfg);          /* the options own their copies */
+	assert_int_equal(kt_kube_pod_kept(&o, pod_json(j, sizeof(j), "workers", "{\"app\":\"crawler\"}")), 1);
+	assert_int_equal(kt_kube_pod_kept(&o, pod_json(j, sizeof(j), "workers", "{\"app\":\"idle\"}")), 0);
+	assert_int_equal(kt_kube_pod_kept(&o, pod_json(j, sizeof(j), "other", "{\"app\":\"crawler\"}")), 0);
+	assert_int_equal(kt_kube_pod_kept(&o, pod_json(j, sizeof(j), "workers",
+						       "{\"app\":\"crawler\",\"canary\":\"1\"}")), 0);
+	assert_int_equal(kt_kube_pod_kept(&o, pod_json(j, sizeof(j), "workers", "null")), 0);
+	/* a label that is not a string is absent to the predicate (a selected
+	 * pod with one is refused when decoded) */
+	assert_int_equal(kt_kube_pod_kept(&o, pod_json(j, sizeof(j), "workers", "{\"app\":1}")), 0);
+	assert_int_equal(kt_kube_pod_kept(&o, "not json"), -EINVAL);
+	/* no selectors (options made by hand): every pod */
+	assert_int_equal(kt_kube_pod_kept(&none, pod_json(j, sizeof(j), "x", "{}")), 1);
+
+	/* a wider selector: other options, and the pod is kept */
+	assert_int_equal(parse("limits:\n"
+			       "  - {name: a, unit: connection, rateLimit: {max: 10},\n"
+			       "     pods: {namespace: workers, labels: {app: crawler},\n"
+			       "            matchExpressions: [{key: canary, operator: DoesNotExist}]}}\n"
+			       "  - {name: d, unit: connection, rateLimit: {max: 10},\n"
+			       "     pods: {matchExpressions: [{key: app, operator: In, values: [idle, x]}]}}\n",
+			       &wide, err),
+			 0);
+	assert_int_equal(kt_kube_opts_selectors(&w, &wide), 0);
+	kt_config_free(&wide);
+	assert_int_equal(w.n_sels, 2);
+	assert_false(kt_kube_opts_equal(&o, &w));
+	assert_int_equal(kt_kube_pod_kept(&w, pod_json(j, sizeof(j), "other", "{\"app\":\"idle\"}")), 1);
+	assert_int_equal(kt_kube_pod_kept(&w, pod_json(j, sizeof(j), "other", "{\"app\":\"y\"}")), 0);
+	/* a copy is equal, and deep */
+	assert_int_equal(kt_kube_opts_copy(&c, &w), 0);
+	assert_true(kt_kube_opts_equal(&c, &w));
+	assert_ptr_not_equal(c.sels[1].reqs[0].values[0], w.sels[1].reqs[0].values[0]);
+	kt_kube_opts_free(&w);
+	assert_int_equal(kt_kube_pod_kept(&c, pod_json(j, sizeof(j), "other", "{\"app\":\"x\"}")), 1);
+	/* only the node differs: not equal either */
+	snprintf(w.node_name, sizeof(w.node_name), "other");
+	assert_int_equal(kt_kube_opts_copy(&w, &c), 0);
+	assert_true(kt_kube_opts_equal(&w, &c));
+	snprintf(w.node_name, sizeof(w.node_name), "other");
+	assert_false(kt_kube_opts_equal(&w, &c));
+	kt_kube_opts_free(&w);
+	kt_kube_opts_free(&c);
+	kt_kube_opts_free(&o);
+}
+
+/* The unselected pods: uid and QoS only; a uid is selected or not, never
+ * both; each has its cgroup directories. */
+static void test_pod_set_others(void **state)
+{
+	struct kt_pod_set s = { 0 }, c = { 0 };
+	struct kt_pod a = pod("w", "k=1");
+	struct kt_pod_ref r = { "0123abcd-0000-4000-8000-00000000beef", "Guaranteed" };
+	const char *u2 = "0123abcd-0000-4000-8000-000000000002";
+	char paths[6][PATH_MAX];
+
+	(void)state;
+	assert_int_equal(kt_pod_set_put(&s, &a), 0);
+	/* relabelled out: moved to the others */
+	assert_int_equal(kt_pod_set_put_other(&s, a.uid, "Burstable"), 1);
+	assert_int_equal(s.n, 0);
+	assert_int_equal(s.n_others, 1);
+	assert_int_equal(kt_pod_set_put_other(&s, a.uid, "Burstable"), 0); /* no change */
+	assert_int_equal(kt_pod_set_put_other(&s, a.uid, "Guaranteed"), 1);
+	assert_string_equal(s.others[0].qos, "Guaranteed");
+	/* a list's: appended as served, duplicates dropped after */
+	assert_int_equal(kt_pod_set_append_other(&s, u2, ""), 0);
+	assert_int_equal(kt_pod_set_append_other(&s, u2, ""), 0);
+	assert_int_equal(kt_pod_set_append_other(&s, a.uid, "Guaranteed"), 0);
+	kt_pod_set_dedup_others(&s);
+	assert_int_equal(s.n_others, 2);
+	/* a uid a list served selected and unselected (it was relabelled
+	 * between two pages): the selected one stays */
+	assert_int_equal(kt_pod_set_put(&s, &a), 0);
+	kt_pod_set_dedup_others(&s);
+	assert_int_equal(s.n_others, 1);
+	assert_string_equal(s.others[0].uid, u2);
+	assert_true(kt_pod_set_remove(&s, a.uid));
+	assert_int_equal(kt_pod_set_append_other(&s, a.uid, "Guaranteed"), 0);
+	assert_int_equal(s.n_others, 2);
+	assert_int_equal(kt_pod_set_copy(&c, &s), 0);
+	assert_int_equal(c.n_others, 2);
+	/* deleted or moved away: removed from either list */
+	assert_true(kt_pod_set_remove(&s, u2));
+	assert_false(kt_pod_set_remove(&s, u2));
+	assert_int_equal(s.n_others, 1);
+	/* relabelled in: the watcher removes it from the others, then puts it */
+	assert_true(kt_pod_set_remove_other(&s, a.uid));
+	assert_int_equal(s.n_others, 0);
+	/* an unselected pod's directories are a selected one's */
+	assert_int_equal(kt_pod_ref_cgroup_paths("", &r, paths, 6), 2);
+	assert_string_equal(paths[0], "kubepods.slice/kubepods-pod0123abcd_0000_4000_8000_00000000beef.slice");
+	assert_string_equal(paths[1], "kubepods/pod0123abcd-0000-4000-8000-00000000beef");
+	kt_pod_set_clear(&s);
+	kt_pod_set_clear(&c);
+	kt_pod_free_labels(&a);
+}
+
 static void test_in_cluster_options(void **state)
 {
 	struct kt_kube_cfg k = { 0 };
@@ -327,6 +458,8 @@ int main(void)
 		cmocka_unit_test(test_cgroup_paths),
 		cmocka_unit_test(test_parse_pod),
 		cmocka_unit_test(test_pod_set),
+		cmocka_unit_test(test_watcher_selectors),
+		cmocka_unit_test(test_pod_set_others),
 		cmocka_unit_test(test_in_cluster_options),
 	};
 

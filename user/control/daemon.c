@@ -321,7 +321,7 @@ static int switch_config(struct kt_daemon *d, struct kt_config *nsrc, struct kt_
 	struct kt_pool_local *nlocal = NULL;
 	struct kt_pool *npool = NULL;
 	struct kt_strict *nstrict = NULL;
-	struct kt_kube_opts kopts;
+	struct kt_kube_opts kopts = { 0 };
 	uint64_t now = kt_clock_ns();
 	int ret, i, j, hist_cap;
 
@@ -458,6 +458,7 @@ static int switch_config(struct kt_daemon *d, struct kt_config *nsrc, struct kt_
 	kt_daemon_watch_strict(d);
 	kt_ctl_drop_stale_pins(&d->controller);
 	kt_refresh_kube_follow(d, &kopts);
+	kt_kube_opts_free(&kopts);
 	kt_refresh_watch_members(d);
 	if (nsrc) {
 		d->reloads++;
@@ -478,6 +479,7 @@ failed_plan:
 	free(nlocal);
 	kt_plan_free(&nplan);
 failed:
+	kt_kube_opts_free(&kopts);
 	kt_config_free(&ncfg);
 	kt_config_free(nsrc);
 	return ret;

@@ -14,26 +14,34 @@
 #include "control/refresh.h"
 #include "members/resolve.h"
 
-/* The watcher options cfg asks for; o->api_server "" when no limit selects
- * pods. -EINVAL (err one line) when they cannot be found. */
+/* The watcher options cfg asks for, with its limits' pods: selectors;
+ * o->api_server "" when no limit selects pods. -EINVAL (err one line) when
+ * they cannot be found, -ENOMEM. kt_kube_opts_free(o) after. */
 int kt_refresh_kube_opts(const struct kt_config *cfg, struct kt_kube_opts *o, char *err,
 			 size_t errlen)
 {
+	int ret;
+
 	memset(o, 0, sizeof(*o));
 	if (!kt_config_uses_pods(cfg))
 		return 0;
-	return kt_kube_resolve_opts(&cfg->kube, o, err, errlen);
+	ret = kt_kube_resolve_opts(&cfg->kube, o, err, errlen);
+	if (!ret && (ret = kt_kube_opts_selectors(o, cfg)))
+		snprintf(err, errlen, "kubernetes: out of memory");
+	return ret;
 }
 
-/* Makes the watcher follow o: started, restarted with new options, or
- * stopped (o->api_server ""). The last known pods stay until the new
- * watcher lists; with no watcher there are none. */
+/* Makes the watcher follow o: started, restarted with new options (a
+ * change of the selectors too: the new watcher lists again, so pods a
+ * widened selector picks appear), or stopped (o->api_server ""). The last
+ * known pods stay until the new watcher lists; with no watcher there are
+ * none. */
 int kt_refresh_kube_follow(struct kt_daemon *d, const struct kt_kube_opts *o)
 {
 	char err[KT_ERR_LEN];
 	int ret;
 
-	if (d->kube && !memcmp(kt_kube_options(d->kube), o, sizeof(*o)))
+	if (d->kube && kt_kube_opts_equal(kt_kube_options(d->kube), o))
 		return 0;
 	if (d->kube) {
 		int wret = kt_watch_del(d->epfd, &d->w_kube);
@@ -76,10 +84,10 @@ int kt_refresh_start_kube(struct kt_daemon *d, const struct kt_config *cfg, char
 	uint64_t until = kt_clock_ns() + 2000000000ull;
 	int ret = kt_refresh_kube_opts(cfg, &o, err, errlen);
 
-	if (ret || !o.api_server[0])
-		return ret;
-	ret = kt_kube_start(&o, &d->kube, err, errlen);
-	if (ret)
+	if (!ret && o.api_server[0])
+		ret = kt_kube_start(&o, &d->kube, err, errlen);
+	kt_kube_opts_free(&o);
+	if (ret || !d->kube)
 		return ret;
 	do {
 		struct pollfd p = { .fd = kt_kube_fd(d->kube), .events = POLLIN };
@@ -89,7 +97,7 @@ int kt_refresh_start_kube(struct kt_daemon *d, const struct kt_config *cfg, char
 	} while (!st.synced && st.state != KT_KUBE_UNREACHABLE && kt_clock_ns() < until);
 	if (!st.synced)
 		kt_warn("kubernetes: no pod list from %s yet%s%s: pods join when it answers",
-			o.api_server, st.error[0] ? ": " : "", st.error);
+			kt_kube_options(d->kube)->api_server, st.error[0] ? ": " : "", st.error);
 	return kt_kube_snapshot(d->kube, &d->pods, &changed);
 }
 
@@ -132,7 +140,7 @@ int kt_refresh_apply_plan(struct kt_daemon *d, struct kt_plan *plan, struct kt_l
 }
 
 /* What the watcher should watch: every limit's cgroups entries, absolute,
- * and the directories of the selected pods (the kubelet makes them after
+ * and the directories of the known pods (the kubelet makes them after
  * the API lists the pod). */
 void kt_refresh_watch_members(struct kt_daemon *d)
 {

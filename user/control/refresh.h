@@ -33,8 +33,10 @@ void kt_refresh_watch_members(struct kt_daemon *d);
 int kt_refresh_apply_plan(struct kt_daemon *d, struct kt_plan *plan, struct kt_limit_state *ls,
 			  char *err, size_t errlen);
 
-/* The pods watcher options cfg asks for; o->api_server "" when no limit
- * selects pods. -EINVAL (err one line) when they cannot be found. */
+/* The pods watcher options cfg asks for, with copies of its limits' pods:
+ * selectors (the watcher keeps only the pods they pick); o->api_server ""
+ * when no limit selects pods. -EINVAL (err one line) when they cannot be
+ * found, -ENOMEM. The caller frees o (kt_kube_opts_free). */
 int kt_refresh_kube_opts(const struct kt_config *cfg, struct kt_kube_opts *o, char *err,
 			 size_t errlen);
 /* At the start: the watcher, and up to 2 s for its first list, so the pods
@@ -42,7 +44,8 @@ int kt_refresh_kube_opts(const struct kt_config *cfg, struct kt_kube_opts *o, ch
 int kt_refresh_start_kube(struct kt_daemon *d, const struct kt_config *cfg, char *err,
 			  size_t errlen);
 /* Makes the watcher follow o (a reload): started, restarted with new
- * options, or stopped (o->api_server ""). */
+ * options (or selectors: it lists again), or stopped (o->api_server "").
+ * o stays the caller's. */
 int kt_refresh_kube_follow(struct kt_daemon *d, const struct kt_kube_opts *o);
 /* The watcher published (its fd is ready): d->pods := its set; true when
  * the set changed (members or the directories to watch may have). */

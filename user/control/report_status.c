@@ -150,7 +150,8 @@ static const char *found_entry(const struct kt_limit_cfg *c, const struct kt_mem
 
 /* The pods watcher's state: one line of text, or a "kubernetes" member of
  * the status object. */
-static void kube_status(struct kt_kube *kube, int n_pods, struct kt_sbuf *b, bool json, uint64_t now)
+static void kube_status(struct kt_kube *kube, const struct kt_pod_set *pods, struct kt_sbuf *b,
+			bool json, uint64_t now)
 {
 	struct kt_kube_status st;
 
@@ -165,21 +166,22 @@ static void kube_status(struct kt_kube *kube, int n_pods, struct kt_sbuf *b, boo
 		kt_sb_printf(b, ",\"state\":\"%s\",\"synced\":%s,\"since_s\":%.3f,\"pods\":%d,"
 			     "\"resource_version\":",
 			  kt_kube_state_name(st.state), st.synced ? "true" : "false",
-			  now > st.since_ns ? (double)(now - st.since_ns) / 1e9 : 0.0, n_pods);
+			  now > st.since_ns ? (double)(now - st.since_ns) / 1e9 : 0.0, pods->n);
 		kt_sb_json_str(b, st.resource_version);
 		kt_sb_printf(b, ",\"lists\":%lu,\"watches\":%lu,\"relists\":%lu,\"skipped\":%lu,"
-			     "\"http_status\":%ld,\"error\":",
-			  st.lists, st.watches, st.relists, st.skipped, st.http_status);
+			     "\"unselected\":%d,\"http_status\":%ld,\"error\":",
+			  st.lists, st.watches, st.relists, st.skipped, pods->n_others,
+			  st.http_status);
 		kt_sb_json_str(b, st.error);
 		kt_sb_printf(b, "}");
 		return;
 	}
-	kt_sb_printf(b, "kubernetes %s  node %s  %s for %.1fs  %d pod(s) on this node%s  (lists %lu, watches %lu, relists %lu)\n",
+	kt_sb_printf(b, "kubernetes %s  node %s  %s for %.1fs  %d selected pod(s) on this node%s, %d unselected  (lists %lu, watches %lu, relists %lu)\n",
 		  kt_kube_options(kube)->api_server, kt_kube_options(kube)->node_name,
 		  kt_kube_state_name(st.state),
-		  now > st.since_ns ? (double)(now - st.since_ns) / 1e9 : 0.0, n_pods,
-		  st.state == KT_KUBE_UNREACHABLE ? ", the last known" : "", st.lists, st.watches,
-		  st.relists);
+		  now > st.since_ns ? (double)(now - st.since_ns) / 1e9 : 0.0, pods->n,
+		  st.state == KT_KUBE_UNREACHABLE ? " (the last known)" : "", pods->n_others,
+		  st.lists, st.watches, st.relists);
 	if (st.error[0])
 		kt_sb_printf(b, "  kubernetes error: %s\n", st.error);
 }
@@ -458,7 +460,7 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 		kt_sb_printf(&b, "}");
 		config_status(d, &b, true);
 		kt_features_status(&d->bpf.feat, &b, true);
-		kube_status(d->kube, d->pods.n, &b, true, now);
+		kube_status(d->kube, &d->pods, &b, true, now);
 		kt_sb_printf(&b, ",\"limits\":[");
 	} else {
 		kt_sb_printf(&b, "node %s  pins %s  up %.0fs  latest tick %.1fms late\n", d->cfg.node_name,
@@ -477,7 +479,7 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 						     (unsigned long long)d->map_fixes.n[m]);
 			kt_sb_printf(&b, "\n");
 		}
-		kube_status(d->kube, d->pods.n, &b, false, now);
+		kube_status(d->kube, &d->pods, &b, false, now);
 		if (d->plan.n_limits) /* a node may have tag limits only */
 			kt_sb_printf(&b, "%-*s %-10s %-5s %-10s %12s %12s %6s %6s %12s %8s %12s %12s %10s\n",
 			  name_w, "LIMIT", "UNIT", "SCOPE", "MODE", "POOL_RATE/s", "MAX/s", "RAMP%",

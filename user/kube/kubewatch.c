@@ -141,6 +141,77 @@ int kt_kube_resolve_opts(const struct kt_kube_cfg *k, struct kt_kube_opts *o, ch
 	return 0;
 }
 
+void kt_kube_opts_free(struct kt_kube_opts *o)
+{
+	for (int i = 0; i < o->n_sels; i++)
+		kt_pod_selector_free(&o->sels[i]);
+	free(o->sels);
+	o->sels = NULL;
+	o->n_sels = 0;
+}
+
+/* Appends a copy of sel unless an equal one is there. */
+static int add_selector(struct kt_kube_opts *o, const struct kt_pod_selector *sel, int cap)
+{
+	for (int i = 0; i < o->n_sels; i++)
+		if (kt_pod_selector_equal(&o->sels[i], sel))
+			return 0;
+	if (o->n_sels >= cap || kt_pod_selector_copy(&o->sels[o->n_sels], sel))
+		return -ENOMEM;
+	o->n_sels++;
+	return 0;
+}
+
+int kt_kube_opts_selectors(struct kt_kube_opts *o, const struct kt_config *cfg)
+{
+	kt_kube_opts_free(o);
+	if (cfg->source)
+		cfg = cfg->source;
+	if (!cfg->n_limits)
+		return 0;
+	o->sels = calloc((size_t)cfg->n_limits, sizeof(*o->sels));
+	if (!o->sels)
+		return -ENOMEM;
+	for (int i = 0; i < cfg->n_limits; i++)
+		if (cfg->limits[i].pods.set && add_selector(o, &cfg->limits[i].pods, cfg->n_limits)) {
+			kt_kube_opts_free(o);
+			return -ENOMEM;
+		}
+	return 0;
+}
+
+bool kt_kube_opts_equal(const struct kt_kube_opts *a, const struct kt_kube_opts *b)
+{
+	if (strcmp(a->api_server, b->api_server) || strcmp(a->token_file, b->token_file) ||
+	    strcmp(a->ca_file, b->ca_file) || strcmp(a->node_name, b->node_name) ||
+	    a->n_sels != b->n_sels)
+		return false;
+	for (int i = 0; i < a->n_sels; i++)
+		if (!kt_pod_selector_equal(&a->sels[i], &b->sels[i]))
+			return false;
+	return true;
+}
+
+int kt_kube_opts_copy(struct kt_kube_opts *dst, const struct kt_kube_opts *src)
+{
+	*dst = *src;
+	dst->sels = NULL;
+	dst->n_sels = 0;
+	if (!src->n_sels)
+		return 0;
+	dst->sels = calloc((size_t)src->n_sels, sizeof(*dst->sels));
+	if (!dst->sels)
+		return -ENOMEM;
+	for (int i = 0; i < src->n_sels; i++) {
+		if (kt_pod_selector_copy(&dst->sels[i], &src->sels[i])) {
+			kt_kube_opts_free(dst);
+			return -ENOMEM;
+		}
+		dst->n_sels++;
+	}
+	return 0;
+}
+
 /* ---- decoding ----------------------------------------------------------- */
 
 static json_object *jget(json_object *o, const char *key)
@@ -161,6 +232,42 @@ static const char *jstr(json_object *o, const char *key)
 	return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
 }
 
+/* A label of the pod's metadata.labels (ctx), NULL if absent or not a
+ * string: a selected pod with a malformed label is refused by
+ * parse_pod_obj after. */
+static const char *json_label(void *ctx, const char *key)
+{
+	return jstr(ctx, key);
+}
+
+/* Whether some selector of o picks the pod object, read in place (nothing
+ * copied): a pod none picks is not decoded. */
+static bool pod_wanted(const struct kt_kube_opts *o, json_object *obj)
+{
+	json_object *meta = jget(obj, "metadata");
+	json_object *labels = jget(meta, "labels");
+	const char *ns = jstr(meta, "namespace");
+
+	if (!o->n_sels)
+		return true;
+	for (int i = 0; i < o->n_sels; i++)
+		if (kt_pod_selected_by(&o->sels[i], ns, json_label, labels))
+			return true;
+	return false;
+}
+
+int kt_kube_pod_kept(const struct kt_kube_opts *o, const char *json)
+{
+	json_object *obj = json_tokener_parse(json);
+	int ret;
+
+	if (!obj)
+		return -EINVAL;
+	ret = pod_wanted(o, obj);
+	json_object_put(obj);
+	return ret;
+}
+
 /* Copies s into a fixed field, refusing what does not fit. */
 static bool fit(char *dst, size_t n, const char *s)
 {
@@ -170,11 +277,20 @@ static bool fit(char *dst, size_t n, const char *s)
 	return true;
 }
 
+/* The QoS class of a pod object, "" if not (yet) one of the three. */
+static const char *pod_qos(json_object *obj)
+{
+	const char *qos = jstr(jget(obj, "status"), "qosClass");
+
+	return qos && (!strcmp(qos, "Guaranteed") || !strcmp(qos, "Burstable") ||
+		       !strcmp(qos, "BestEffort")) ? qos : "";
+}
+
 static int parse_pod_obj(json_object *obj, struct kt_pod *p, char *node, size_t nodelen,
 			 char *why, size_t whylen)
 {
 	json_object *meta = jget(obj, "metadata"), *labels;
-	const char *qos, *nn;
+	const char *nn;
 
 	memset(p, 0, sizeof(*p));
 	if (!meta || !json_object_is_type(meta, json_type_object)) {
@@ -215,10 +331,7 @@ static int parse_pod_obj(json_object *obj, struct kt_pod *p, char *node, size_t 
 		}
 	}
 	/* not yet set on a pod the scheduler just bound: every class is tried */
-	qos = jstr(jget(obj, "status"), "qosClass");
-	if (qos && (!strcmp(qos, "Guaranteed") || !strcmp(qos, "Burstable") ||
-		    !strcmp(qos, "BestEffort")))
-		snprintf(p->qos, sizeof(p->qos), "%s", qos);
+	snprintf(p->qos, sizeof(p->qos), "%s", pod_qos(obj));
 	nn = jstr(jget(obj, "spec"), "nodeName");
 	snprintf(node, nodelen, "%s", nn ? nn : "");
 	return 0;
@@ -305,13 +418,28 @@ static void count(struct kt_kube *k, unsigned long *field)
 
 /* ---- events --------------------------------------------------------------- */
 
-/* Applies one pod as the API now has it: on this node it is put, elsewhere
- * (moved, or the field selector ignored) removed, by its uid alone. */
+/* An unselected pod of this node into set by its uid and QoS alone (its
+ * labels are not copied); 1 changed, 0 not, -ENOMEM, -EINVAL (no UID). */
+static int put_other(struct kt_pod_set *set, json_object *obj, bool append)
+{
+	const char *uid = jstr(jget(obj, "metadata"), "uid");
+
+	if (!uid || !kt_pod_uid_ok(uid))
+		return -EINVAL;
+	return append ? (kt_pod_set_append_other(set, uid, pod_qos(obj)) ? -ENOMEM : 1)
+		      : kt_pod_set_put_other(set, uid, pod_qos(obj));
+}
+
+/* Applies one pod as the API now has it: on this node and selected it is
+ * put; unselected (its labels left every selector) it is kept by uid and
+ * QoS only; elsewhere (moved, or the field selector ignored) it is removed,
+ * by its uid alone. */
 static void upsert(struct kt_kube *k, json_object *obj)
 {
 	const char *nn = jstr(jget(obj, "spec"), "nodeName");
 	char node[254], why[256];
 	struct kt_pod p;
+	int ret;
 
 	/* another node's: only its uid matters (one that moved away) */
 	if (!nn || strcmp(nn, k->o.node_name)) {
@@ -321,11 +449,20 @@ static void upsert(struct kt_kube *k, json_object *obj)
 			k->changed |= kt_pod_set_remove(&k->work, uid);
 		return;
 	}
+	if (!pod_wanted(&k->o, obj)) {
+		ret = put_other(&k->work, obj, false);
+		if (ret < 0)
+			count(k, &k->st.skipped);
+		else
+			k->changed |= ret > 0;
+		return;
+	}
 	if (parse_pod_obj(obj, &p, node, sizeof(node), why, sizeof(why))) {
 		count(k, &k->st.skipped);
 		kt_debug("kubernetes: skipped a pod: %s", why);
 		return;
 	}
+	k->changed |= kt_pod_set_remove_other(&k->work, p.uid);
 	if (!kt_pod_set_put(&k->work, &p))
 		k->changed = true;
 	kt_pod_free_labels(&p);
@@ -599,10 +736,61 @@ static void http_error(struct kt_kube *k, const char *what, long status)
 	json_object_put(st);
 }
 
+/* The items of a list page into fresh: the pods of o's node that a
+ * selector picks decoded, that node's others by uid and QoS alone, other
+ * nodes' not decoded at all. *skipped counts the malformed. -ENOMEM. */
+static int keep_items(const struct kt_kube_opts *o, json_object *items, struct kt_pod_set *fresh,
+		      unsigned long *skipped)
+{
+	int n = (int)json_object_array_length(items);
+
+	for (int i = 0; i < n; i++) {
+		json_object *item = json_object_array_get_idx(items, i);
+		const char *nn = jstr(jget(item, "spec"), "nodeName");
+		char node[254], why[256];
+		struct kt_pod p;
+		int ret;
+
+		/* another node's (the field selector ignored): not decoded */
+		if (!nn || strcmp(nn, o->node_name))
+			continue;
+		if (!pod_wanted(o, item)) {
+			ret = put_other(fresh, item, true);
+			if (ret == -ENOMEM)
+				return ret;
+			*skipped += ret == -EINVAL;
+			continue;
+		}
+		if (parse_pod_obj(item, &p, node, sizeof(node), why, sizeof(why))) {
+			(*skipped)++;
+			continue;
+		}
+		ret = kt_pod_set_put(fresh, &p);
+		kt_pod_free_labels(&p);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+int kt_kube_decode_list(const struct kt_kube_opts *o, const char *json, struct kt_pod_set *set,
+			unsigned long *skipped)
+{
+	json_object *list = json_tokener_parse(json);
+	json_object *items = jget(list, "items");
+	int ret = -EINVAL;
+
+	if (items && json_object_is_type(items, json_type_array))
+		ret = keep_items(o, items, set, skipped);
+	json_object_put(list);
+	return ret;
+}
+
 enum step { STEP_OK, STEP_ENDED_EARLY, STEP_RELIST, STEP_FAILED };
 
-/* One page of the list into fresh: its pods of this node kept, the others
- * dropped as they are decoded; the list's resourceVersion into rv (from
+/* One page of the list into fresh: its pods of this node that a selector
+ * picks kept, this node's others by uid and QoS alone, other nodes'
+ * dropped before they are decoded; the list's resourceVersion into rv (from
  * the first page) and the next page's continue token into cont ("" on the
  * last page). */
 static enum step list_page(struct kt_kube *k, struct kt_pod_set *fresh, char *rv, size_t rvlen,
@@ -611,9 +799,9 @@ static enum step list_page(struct kt_kube *k, struct kt_pod_set *fresh, char *rv
 	char url[2048];
 	json_object *list, *items, *md;
 	const char *prv, *next;
+	unsigned long skipped = 0;
 	bool answered;
 	long status;
-	int n;
 
 	if (cont[0]) {
 		char *esc = curl_easy_escape(NULL, cont, 0);
@@ -667,27 +855,15 @@ static enum step list_page(struct kt_kube *k, struct kt_pod_set *fresh, char *rv
 		json_object_put(list);
 		return STEP_FAILED;
 	}
-	n = (int)json_object_array_length(items);
-	for (int i = 0; i < n; i++) {
-		json_object *item = json_object_array_get_idx(items, i);
-		const char *nn = jstr(jget(item, "spec"), "nodeName");
-		char node[254], why[256];
-		struct kt_pod p;
-
-		/* another node's (the field selector ignored): not decoded */
-		if (!nn || strcmp(nn, k->o.node_name))
-			continue;
-		if (parse_pod_obj(item, &p, node, sizeof(node), why, sizeof(why))) {
-			count(k, &k->st.skipped);
-			continue;
-		}
-		if (kt_pod_set_put(fresh, &p)) {
-			kt_pod_free_labels(&p);
-			json_object_put(list);
-			whyf(k, "listing pods: out of memory");
-			return STEP_FAILED;
-		}
-		kt_pod_free_labels(&p);
+	if (keep_items(&k->o, items, fresh, &skipped)) {
+		json_object_put(list);
+		whyf(k, "listing pods: out of memory");
+		return STEP_FAILED;
+	}
+	if (skipped) {
+		pthread_mutex_lock(&k->mu);
+		k->st.skipped += skipped;
+		pthread_mutex_unlock(&k->mu);
 	}
 	/* every page is at the first page's version */
 	if (!rv[0])
@@ -699,7 +875,8 @@ static enum step list_page(struct kt_kube *k, struct kt_pod_set *fresh, char *rv
 
 /* Lists this node's pods page by page, LIST_PAGE_PODS at a time (the field
  * selector asks for this node's; pods of other nodes, from a server that
- * ignores it, are dropped as decoded), then replaces the working set. */
+ * ignores it, and those no selector picks are dropped before decoding),
+ * then replaces the working set. */
 static enum step do_list(struct kt_kube *k)
 {
 	struct kt_pod_set fresh = { 0 };
@@ -730,6 +907,7 @@ static enum step do_list(struct kt_kube *k)
 		return s;
 	}
 	snprintf(k->rv, sizeof(k->rv), "%s", rv);
+	kt_pod_set_dedup_others(&fresh);
 	kt_pod_set_clear(&k->work);
 	fresh.synced = true;
 	k->work = fresh;
@@ -875,7 +1053,11 @@ int kt_kube_start(const struct kt_kube_opts *o, struct kt_kube **out, char *err,
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	k->o = *o;
+	if (kt_kube_opts_copy(&k->o, o)) {
+		free(k);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
 	k->seed = (unsigned)kt_clock_ns() ^ (unsigned)getpid();
 	k->st.since_ns = kt_clock_ns();
 	pthread_mutex_init(&k->mu, NULL);
@@ -965,6 +1147,7 @@ void kt_kube_stop(struct kt_kube *k)
 		close(k->efd);
 	kt_pod_set_clear(&k->work);
 	kt_pod_set_clear(&k->pub);
+	kt_kube_opts_free(&k->o);
 	free(k->buf);
 	pthread_mutex_destroy(&k->mu);
 	free(k);

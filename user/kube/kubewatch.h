@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* Follows the pods of one node in the Kubernetes API: list (in pages of
- * 500; a pod of another node, from a server ignoring the field selector, is
- * dropped as it is decoded; one answer is read up to 16 MiB), then watch from
+/* Follows the pods of one node in the Kubernetes API that some limit's
+ * pods: selector picks: list (in pages of 500; a pod of another node, from
+ * a server ignoring the field selector, or one no selector picks, is dropped
+ * before its labels are copied; one answer is read up to 16 MiB), then watch from
  * the list's resourceVersion (bookmarks kept, 410 Gone answered by a relist,
  * dropped streams resumed with jittered back-off, or after the server's
  * Retry-After on a 429/503, capped at 8 s), over HTTPS with a bearer token
@@ -31,6 +32,13 @@ struct kt_kube_opts {
 	char token_file[PATH_MAX];
 	char ca_file[PATH_MAX];
 	char node_name[254];
+	/* The pods: selectors of the config's limits (deep copies, owned,
+	 * duplicates once): a pod of this node that none selects is dropped as
+	 * it is decoded, so the watcher's memory follows the selected pods. A
+	 * change of them changes the options, and a restarted watcher lists
+	 * again. None (options made by hand): every pod is kept. */
+	struct kt_pod_selector *sels;
+	int n_sels;
 };
 
 /* The options from the kubernetes: block, each missing one from the pod's
@@ -38,6 +46,17 @@ struct kt_kube_opts {
  * and ca.crt, NODE_NAME. -EINVAL with one line naming what is missing. */
 int kt_kube_resolve_opts(const struct kt_kube_cfg *k, struct kt_kube_opts *o, char *err,
 			 size_t errlen);
+
+/* o->sels = copies of the pods: selectors of cfg's limits (of the parsed
+ * config an expanded one came from: a groupBy template with no group yet
+ * selects pods too). -ENOMEM leaves none. */
+int kt_kube_opts_selectors(struct kt_kube_opts *o, const struct kt_config *cfg);
+/* Same server, files, node and selectors. */
+bool kt_kube_opts_equal(const struct kt_kube_opts *a, const struct kt_kube_opts *b);
+/* dst = a deep copy of src; -ENOMEM leaves dst without selectors. */
+int kt_kube_opts_copy(struct kt_kube_opts *dst, const struct kt_kube_opts *src);
+/* Frees the selectors (o stays usable, with none). */
+void kt_kube_opts_free(struct kt_kube_opts *o);
 
 enum kt_kube_state {
 	KT_KUBE_LISTING = 0,      /* no answer yet since the start */
@@ -72,6 +91,18 @@ void kt_kube_status(struct kt_kube *k, struct kt_kube_status *st);
 const struct kt_kube_opts *kt_kube_options(const struct kt_kube *k);
 /* Stops the thread (an open request is aborted at once) and frees k. */
 void kt_kube_stop(struct kt_kube *k);
+
+/* Exposed for tests: whether the watcher with options o keeps one Pod
+ * object (json text) of its node: 1 kept, 0 dropped as unselected, -EINVAL
+ * not JSON. */
+int kt_kube_pod_kept(const struct kt_kube_opts *o, const char *json);
+
+/* Exposed for tests and the bench: the items of one PodList page (json
+ * text) into set as the watcher keeps them (kt_pod_set_dedup_others after
+ * the last page); *skipped counts the malformed. 0, -EINVAL (not a
+ * PodList), -ENOMEM. */
+int kt_kube_decode_list(const struct kt_kube_opts *o, const char *json, struct kt_pod_set *set,
+			unsigned long *skipped);
 
 /* Exposed for tests: decode one Pod object (json text) the way the watcher
  * does; 0, or -EINVAL with why (a missing or malformed field). */

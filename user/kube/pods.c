@@ -104,15 +104,103 @@ int kt_pod_set_put(struct kt_pod_set *s, const struct kt_pod *p)
 	return 0;
 }
 
-bool kt_pod_set_remove(struct kt_pod_set *s, const char *uid)
+static int find_other(const struct kt_pod_set *s, const char *uid)
 {
-	int i = find(s, uid);
+	for (int i = 0; i < s->n_others; i++)
+		if (!strcmp(s->others[i].uid, uid))
+			return i;
+	return -1;
+}
+
+bool kt_pod_set_remove_other(struct kt_pod_set *s, const char *uid)
+{
+	int i = find_other(s, uid);
 
 	if (i < 0)
 		return false;
+	s->others[i] = s->others[--s->n_others];
+	return true;
+}
+
+bool kt_pod_set_remove(struct kt_pod_set *s, const char *uid)
+{
+	int i = find(s, uid);
+	bool other = kt_pod_set_remove_other(s, uid);
+
+	if (i < 0)
+		return other;
 	kt_pod_free_labels(&s->pods[i]);
 	s->pods[i] = s->pods[--s->n];
 	return true;
+}
+
+int kt_pod_set_append_other(struct kt_pod_set *s, const char *uid, const char *qos)
+{
+	struct kt_pod_ref *r;
+
+	if (s->n_others == s->cap_others) {
+		int cap = s->cap_others ? 2 * s->cap_others : 64;
+		struct kt_pod_ref *g = realloc(s->others, (size_t)cap * sizeof(*g));
+
+		if (!g)
+			return -ENOMEM;
+		s->others = g;
+		s->cap_others = cap;
+	}
+	r = &s->others[s->n_others++];
+	memset(r, 0, sizeof(*r));
+	snprintf(r->uid, sizeof(r->uid), "%s", uid);
+	snprintf(r->qos, sizeof(r->qos), "%s", qos ? qos : "");
+	return 0;
+}
+
+int kt_pod_set_put_other(struct kt_pod_set *s, const char *uid, const char *qos)
+{
+	int i = find(s, uid), o = find_other(s, uid);
+	bool changed = false;
+
+	if (i >= 0) {
+		kt_pod_free_labels(&s->pods[i]);
+		s->pods[i] = s->pods[--s->n];
+		changed = true;
+	}
+	if (o >= 0) {
+		if (!strcmp(s->others[o].qos, qos ? qos : ""))
+			return changed;
+		snprintf(s->others[o].qos, sizeof(s->others[o].qos), "%s", qos ? qos : "");
+		return 1;
+	}
+	return kt_pod_set_append_other(s, uid, qos) ? -ENOMEM : 1;
+}
+
+static int by_uid(const void *x, const void *y)
+{
+	return strcmp(((const struct kt_pod_ref *)x)->uid, ((const struct kt_pod_ref *)y)->uid);
+}
+
+void kt_pod_set_dedup_others(struct kt_pod_set *s)
+{
+	int n = 0;
+
+	if (!s->n_others)
+		return;
+	qsort(s->others, (size_t)s->n_others, sizeof(*s->others), by_uid);
+	/* a selected pod's uid marked, found by bisection: not a search of
+	 * the selected set for each of the others */
+	for (int i = 0; i < s->n; i++) {
+		struct kt_pod_ref key, *r;
+
+		memcpy(key.uid, s->pods[i].uid, sizeof(key.uid));
+		r = bsearch(&key, s->others, (size_t)s->n_others, sizeof(*s->others), by_uid);
+		for (; r && r > s->others && !strcmp(r[-1].uid, key.uid); r--)
+			;
+		for (; r && r < s->others + s->n_others && !strcmp(r->uid, key.uid); r++)
+			r->uid[0] = '\0';
+	}
+	for (int i = 0; i < s->n_others; i++)
+		if (s->others[i].uid[0] && (!n || strcmp(s->others[n - 1].uid, s->others[i].uid)))
+			s->others[n++] = s->others[i];
+	s->n_others = n;
 }
 
 void kt_pod_set_clear(struct kt_pod_set *s)
@@ -120,6 +208,7 @@ void kt_pod_set_clear(struct kt_pod_set *s)
 	for (int i = 0; i < s->n; i++)
 		kt_pod_free_labels(&s->pods[i]);
 	free(s->pods);
+	free(s->others);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -139,6 +228,15 @@ int kt_pod_set_copy(struct kt_pod_set *dst, const struct kt_pod_set *src)
 				return -ENOMEM;
 			}
 	}
+	if (src->n_others) {
+		dst->others = malloc((size_t)src->n_others * sizeof(*dst->others));
+		if (!dst->others) {
+			kt_pod_set_clear(dst);
+			return -ENOMEM;
+		}
+		memcpy(dst->others, src->others, (size_t)src->n_others * sizeof(*dst->others));
+		dst->n_others = dst->cap_others = src->n_others;
+	}
 	dst->synced = src->synced;
 	return 0;
 }
@@ -151,15 +249,16 @@ static bool in_values(const struct kt_label_req *r, const char *v)
 	return false;
 }
 
-bool kt_pod_selected(const struct kt_pod_selector *sel, const struct kt_pod *p)
+bool kt_pod_selected_by(const struct kt_pod_selector *sel, const char *ns,
+			const char *(*label)(void *ctx, const char *key), void *ctx)
 {
 	if (!sel->set)
 		return false;
-	if (sel->namespace && strcmp(sel->namespace, p->ns))
+	if (sel->namespace && (!ns || strcmp(sel->namespace, ns)))
 		return false;
 	for (int i = 0; i < sel->n_reqs; i++) {
 		const struct kt_label_req *r = &sel->reqs[i];
-		const char *v = kt_pod_label(p, r->key);
+		const char *v = label(ctx, r->key);
 		bool ok;
 
 		switch (r->op) {
@@ -172,6 +271,82 @@ bool kt_pod_selected(const struct kt_pod_selector *sel, const struct kt_pod *p)
 			return false;
 	}
 	return true;
+}
+
+static const char *pod_label(void *ctx, const char *key)
+{
+	return kt_pod_label(ctx, key);
+}
+
+bool kt_pod_selected(const struct kt_pod_selector *sel, const struct kt_pod *p)
+{
+	return kt_pod_selected_by(sel, p->ns, pod_label, (void *)p);
+}
+
+static bool str_eq(const char *a, const char *b)
+{
+	return a == b || (a && b && !strcmp(a, b));
+}
+
+bool kt_pod_selector_equal(const struct kt_pod_selector *a, const struct kt_pod_selector *b)
+{
+	if (a->set != b->set || !str_eq(a->namespace, b->namespace) || a->n_reqs != b->n_reqs)
+		return false;
+	for (int i = 0; i < a->n_reqs; i++) {
+		const struct kt_label_req *x = &a->reqs[i], *y = &b->reqs[i];
+
+		if (x->op != y->op || !str_eq(x->key, y->key) || x->n_values != y->n_values)
+			return false;
+		for (int j = 0; j < x->n_values; j++)
+			if (!str_eq(x->values[j], y->values[j]))
+				return false;
+	}
+	return true;
+}
+
+void kt_pod_selector_free(struct kt_pod_selector *s)
+{
+	free(s->namespace);
+	for (int i = 0; i < s->n_reqs; i++) {
+		free(s->reqs[i].key);
+		for (int j = 0; j < s->reqs[i].n_values; j++)
+			free(s->reqs[i].values[j]);
+	}
+	memset(s, 0, sizeof(*s));
+}
+
+/* strdup of NULL is NULL, not a failure */
+static bool dup_opt(char **dst, const char *src)
+{
+	*dst = src ? strdup(src) : NULL;
+	return !src || *dst;
+}
+
+int kt_pod_selector_copy(struct kt_pod_selector *dst, const struct kt_pod_selector *src)
+{
+	memset(dst, 0, sizeof(*dst));
+	dst->set = src->set;
+	dst->line = src->line;
+	if (!dup_opt(&dst->namespace, src->namespace))
+		return -ENOMEM;
+	for (int i = 0; i < src->n_reqs && i < KT_MAX_LABEL_REQS; i++) {
+		const struct kt_label_req *r = &src->reqs[i];
+		struct kt_label_req *c = &dst->reqs[i];
+
+		dst->n_reqs++;
+		c->op = r->op;
+		if (!dup_opt(&c->key, r->key))
+			goto nomem;
+		for (int j = 0; j < r->n_values && j < KT_MAX_LABEL_VALUES; j++) {
+			c->n_values++;
+			if (!dup_opt(&c->values[j], r->values[j]))
+				goto nomem;
+		}
+	}
+	return 0;
+nomem:
+	kt_pod_selector_free(dst);
+	return -ENOMEM;
 }
 
 bool kt_pod_uid_ok(const char *uid)
@@ -220,6 +395,16 @@ int kt_pod_tier_dirs(const char *root, char (*paths)[PATH_MAX])
 }
 
 int kt_pod_cgroup_paths(const char *root, const struct kt_pod *p, char (*paths)[PATH_MAX], int max)
+{
+	struct kt_pod_ref r;
+
+	memcpy(r.uid, p->uid, sizeof(r.uid));
+	memcpy(r.qos, p->qos, sizeof(r.qos));
+	return kt_pod_ref_cgroup_paths(root, &r, paths, max);
+}
+
+int kt_pod_ref_cgroup_paths(const char *root, const struct kt_pod_ref *p, char (*paths)[PATH_MAX],
+			    int max)
 {
 	/* qos class -> the kubelet's directory word; "" = Guaranteed (no tier) */
 	static const struct { const char *cls, *word; } tiers[] = {

@@ -24,10 +24,22 @@ struct kt_pod {
 	int n_labels;
 };
 
+/* A pod of this node that no limit's selector picks, kept by what finds
+ * its cgroup alone (56 bytes, not a kt_pod's 1.4 kB and labels): the
+ * daemon then knows its cgroup is a pod's no selector picks (free), not one
+ * the API has not told of yet (charged as unclassified, pending.c). */
+struct kt_pod_ref {
+	char uid[40];
+	char qos[16];
+};
+
 struct kt_pod_set {
-	struct kt_pod *pods;
+	struct kt_pod *pods;      /* the pods some selector picks */
 	int n;
 	int cap;
+	struct kt_pod_ref *others; /* the node's other pods (the watcher's selectors) */
+	int n_others;
+	int cap_others;
 	/* The API has listed this node's pods: a pod cgroup the set does not
 	 * know is one the API has not told of yet, not one it never will. */
 	bool synced;
@@ -35,8 +47,19 @@ struct kt_pod_set {
 
 /* Adds or replaces (same uid) a copy of p; -ENOMEM. */
 int kt_pod_set_put(struct kt_pod_set *s, const struct kt_pod *p);
-/* Removes the pod with that uid; true if it was there. */
+/* Removes the pod with that uid, selected or not; true if it was there. */
 bool kt_pod_set_remove(struct kt_pod_set *s, const char *uid);
+/* Adds or replaces (same uid) an unselected pod, and removes a selected
+ * one of that uid: 1 when the set changed, 0 when it had it so, -ENOMEM. */
+int kt_pod_set_put_other(struct kt_pod_set *s, const char *uid, const char *qos);
+/* Appends an unselected pod without looking for its uid (a list's, built
+ * fresh), -ENOMEM; kt_pod_set_dedup_others after the list. */
+int kt_pod_set_append_other(struct kt_pod_set *s, const char *uid, const char *qos);
+/* Drops the unselected pods whose uid comes twice (a pod a list served
+ * twice, or also selected), keeping one. */
+void kt_pod_set_dedup_others(struct kt_pod_set *s);
+/* Removes the unselected pod of that uid; true if it was there. */
+bool kt_pod_set_remove_other(struct kt_pod_set *s, const char *uid);
 const struct kt_pod *kt_pod_set_find(const struct kt_pod_set *s, const char *uid);
 /* dst = a deep copy of src (dst's old contents freed); -ENOMEM leaves dst
  * empty. */
@@ -53,6 +76,17 @@ const char *kt_pod_label(const struct kt_pod *p, const char *key); /* NULL: abse
  * with one of the values), NotIn (absent, or present with none of them),
  * Exists, DoesNotExist. No requirement: every pod of the namespace. */
 bool kt_pod_selected(const struct kt_pod_selector *sel, const struct kt_pod *p);
+/* The same question of a pod not decoded yet (the watcher asks it before
+ * copying anything): its namespace, and its labels through label(ctx, key),
+ * NULL for an absent one. */
+bool kt_pod_selected_by(const struct kt_pod_selector *sel, const char *ns,
+			const char *(*label)(void *ctx, const char *key), void *ctx);
+/* Same namespace and requirements, in the same order. */
+bool kt_pod_selector_equal(const struct kt_pod_selector *a, const struct kt_pod_selector *b);
+/* dst = a deep copy of src; -ENOMEM leaves dst empty. */
+int kt_pod_selector_copy(struct kt_pod_selector *dst, const struct kt_pod_selector *src);
+/* Frees what kt_pod_selector_copy made (not a config's, which the config frees). */
+void kt_pod_selector_free(struct kt_pod_selector *s);
 
 /* The directories where the kubelet puts the pod's cgroup, relative to the
  * cgroup v2 mount, below `root` ("" or NULL: the mount itself), for both
@@ -65,6 +99,9 @@ bool kt_pod_selected(const struct kt_pod_selector *sel, const struct kt_pod *p);
  * most max paths; returns how many (-ENAMETOOLONG past PATH_MAX), or -EINVAL for a uid
  * that is not a Kubernetes UID (the cgroup name is built from it). */
 int kt_pod_cgroup_paths(const char *root, const struct kt_pod *p, char (*paths)[PATH_MAX], int max);
+/* The same for an unselected pod. */
+int kt_pod_ref_cgroup_paths(const char *root, const struct kt_pod_ref *r, char (*paths)[PATH_MAX],
+			    int max);
 
 /* The directories where the kubelet makes pod cgroups, relative to the
  * cgroup v2 mount, below `root` as for kt_pod_cgroup_paths: the QoS tiers

@@ -255,43 +255,62 @@ static int scan_pod_tiers(struct scan *sc, int li, const struct kt_config *cfg,
 	return ret;
 }
 
+/* The cgroup of one known pod (its candidate paths cands[0..n)), if it is
+ * in a tier directory: an outsider. */
+static int add_pod_outsider(const struct scan *sc, const char *cg_mount, char (*cands)[PATH_MAX],
+			    int n, struct kt_plan *plan)
+{
+	char full[PATH_MAX];
+
+	for (int k = 0; k < n; k++) {
+		char *slash;
+		uint64_t cgid;
+		bool tier;
+
+		if (snprintf(full, sizeof(full), "%s/%s", cg_mount ? cg_mount : "", cands[k]) >=
+		    (int)sizeof(full) || !(slash = strrchr(full, '/')))
+			continue;
+		*slash = '\0';
+		tier = is_pod_tier(sc, full);
+		*slash = '/';
+		if (!tier || kt_cgroup_id(full, &cgid))
+			continue;
+		if (plan->n_pending + plan->n_outsiders >= KT_MAX_PENDING_ENTRIES)
+			return -E2BIG;
+		struct kt_outsider *o = &plan->outsiders[plan->n_outsiders];
+
+		if (!(o->path = strdup(full)))
+			return -ENOMEM;
+		o->cgid = cgid;
+		plan->n_outsiders++;
+	}
+	return 0;
+}
+
 /* The cgroups of the pods the API has told of, in a tier directory: each
  * has an entry of its own, a member's, or else an outsider's (a pod no
- * selector there picks is free from the rescan its mkdir wakes). An unknown
- * child stays unclassified, charged, until the API tells of its pod. */
+ * selector there picks is free from the rescan its mkdir wakes; the
+ * watcher keeps the pods no selector picks by uid and QoS, in others). An
+ * unknown child stays unclassified, charged, until the API tells of its
+ * pod. */
 static int add_pod_outsiders(const struct scan *sc, const struct kt_config *cfg,
 			     const char *cg_mount, const struct kt_pod_set *pods,
 			     struct kt_plan *plan)
 {
-	char cands[6][PATH_MAX], full[PATH_MAX];
+	char cands[6][PATH_MAX];
+	int ret = 0;
 
-	for (int p = 0; p < pods->n; p++) {
-		int n = kt_pod_cgroup_paths(cfg->kube.cgroup_root, &pods->pods[p], cands, 6);
-
-		for (int k = 0; k < n; k++) {
-			char *slash;
-			uint64_t cgid;
-			bool tier;
-
-			if (snprintf(full, sizeof(full), "%s/%s", cg_mount ? cg_mount : "", cands[k]) >=
-			    (int)sizeof(full) || !(slash = strrchr(full, '/')))
-				continue;
-			*slash = '\0';
-			tier = is_pod_tier(sc, full);
-			*slash = '/';
-			if (!tier || kt_cgroup_id(full, &cgid))
-				continue;
-			if (plan->n_pending + plan->n_outsiders >= KT_MAX_PENDING_ENTRIES)
-				return -E2BIG;
-			struct kt_outsider *o = &plan->outsiders[plan->n_outsiders];
-
-			if (!(o->path = strdup(full)))
-				return -ENOMEM;
-			o->cgid = cgid;
-			plan->n_outsiders++;
-		}
-	}
-	return 0;
+	for (int p = 0; p < pods->n && !ret; p++)
+		ret = add_pod_outsider(sc, cg_mount, cands,
+				       kt_pod_cgroup_paths(cfg->kube.cgroup_root, &pods->pods[p],
+							   cands, 6),
+				       plan);
+	for (int p = 0; p < pods->n_others && !ret; p++)
+		ret = add_pod_outsider(sc, cg_mount, cands,
+				       kt_pod_ref_cgroup_paths(cfg->kube.cgroup_root,
+							       &pods->others[p], cands, 6),
+				       plan);
+	return ret;
 }
 
 int kt_pending_scan(const struct kt_config *cfg, const char *cg_mount,

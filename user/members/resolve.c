@@ -170,45 +170,59 @@ static int pod_members(const struct kt_config *cfg, int i, const char *cg_mount,
 	return 0;
 }
 
+/* Appends the directories of one pod (cands[0..c)) to v; -ENOMEM. */
+static int push_pod_dirs(char ***v, int *n, int *cap, const char *cg_mount,
+			 char (*cands)[PATH_MAX], int c)
+{
+	for (int k = 0; k < c; k++) {
+		if (*n == *cap) {
+			int ncap = *cap ? 2 * *cap : 16;
+			char **g = realloc(*v, (size_t)ncap * sizeof(*g));
+
+			if (!g)
+				return -ENOMEM;
+			*v = g;
+			*cap = ncap;
+		}
+		if (asprintf(&(*v)[*n], "%s/%s", cg_mount, cands[k]) < 0)
+			return -ENOMEM;
+		(*n)++;
+	}
+	return 0;
+}
+
 int kt_plan_pod_dirs(const struct kt_config *cfg, const char *cg_mount,
 		     const struct kt_pod_set *pods, char ***out)
 {
 	char cands[6][PATH_MAX];
 	char **v = NULL;
-	int n = 0, cap = 0;
+	int n = 0, cap = 0, ret = 0;
+	bool wanted = false;
 
 	*out = NULL;
 	if (cfg->source) /* the pods of groups still to come too */
 		cfg = cfg->source;
-	for (int p = 0; pods && p < pods->n; p++) {
-		bool wanted = false;
-		int c;
-
-		for (int i = 0; i < cfg->n_limits && !wanted; i++)
-			wanted = cfg->limits[i].pods.set;
-		if (!wanted)
-			continue;
-		c = kt_pod_cgroup_paths(cfg->kube.cgroup_root, &pods->pods[p], cands, 6);
-		for (int k = 0; k < c; k++) {
-			if (n == cap) {
-				char **g = realloc(v, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(*g));
-
-				if (!g)
-					goto oom;
-				v = g;
-			}
-			if (asprintf(&v[n], "%s/%s", cg_mount, cands[k]) < 0)
-				goto oom;
-			n++;
-		}
+	for (int i = 0; i < cfg->n_limits && !wanted; i++)
+		wanted = cfg->limits[i].pods.set;
+	if (!wanted || !pods)
+		return 0;
+	/* the unselected pods' too: their mkdir wakes the rescan that frees
+	 * them from a join bucket (pending.h) */
+	for (int p = 0; p < pods->n && !ret; p++)
+		ret = push_pod_dirs(&v, &n, &cap, cg_mount, cands,
+				    kt_pod_cgroup_paths(cfg->kube.cgroup_root, &pods->pods[p], cands, 6));
+	for (int p = 0; p < pods->n_others && !ret; p++)
+		ret = push_pod_dirs(&v, &n, &cap, cg_mount, cands,
+				    kt_pod_ref_cgroup_paths(cfg->kube.cgroup_root, &pods->others[p],
+							    cands, 6));
+	if (ret) {
+		while (n)
+			free(v[--n]);
+		free(v);
+		return -ENOMEM;
 	}
 	*out = v;
 	return n;
-oom:
-	while (n)
-		free(v[--n]);
-	free(v);
-	return -ENOMEM;
 }
 
 /* The members limit i's cgroups entries name now: each plain path that
