@@ -19,7 +19,9 @@
  * laid out by tests/lib/kvol as the kubelet does (symlinks through ..data,
  * a read-only view), rotated mid-run; one test keeps plain files, as on a
  * host. Also: the API's refusals (401 after a rotation, 429/503 with
- * Retry-After, a Status message spanning lines) as status shows them. */
+ * Retry-After, a Status message spanning lines) as status shows them; and
+ * a `call` limit on a selected pod, its HTTP calls bounded at a real
+ * server (test_pod_calls). */
 #include <errno.h>
 #include <limits.h>
 #include <setjmp.h>
@@ -39,6 +41,7 @@
 #include <curl/curl.h>
 
 #include "fakekube.h"
+#include "kt_httpfx.h"
 #include "ktest.h"
 #include "kvol.h"
 
@@ -81,6 +84,8 @@ static struct fixture {
 	int n_dirs;
 	struct ktest_fakekube api;
 	int udp_port;          /* nothing listens: kt-load counts sends */
+	struct kt_httpfx_server server; /* test_pod_calls */
+	pid_t client;
 } fx;
 
 /* ---- the fake API server ------------------------------------------------- */
@@ -404,6 +409,7 @@ static int setup(void **state)
 	memset(&fx, 0, sizeof(fx));
 	fx.d.pid = -1;
 	fx.api.pid = -1;
+	fx.server.pid = fx.client = -1;
 	if (ktest_root_unavailable())
 		return 0;
 	if (ktest_tmpdir(fx.dir, sizeof(fx.dir)) || make_certs())
@@ -422,6 +428,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
+	ktest_kill_wait(&fx.client);
+	kt_httpfx_kill(&fx.server);
 	if (fx.d.dir[0])
 		ktest_daemon_cleanup(&fx.d);
 	ktest_fakekube_stop(&fx.api);
@@ -895,6 +903,62 @@ static void test_token_unreadable(void **state)
 	wait_state("watching", 2000);
 }
 
+/* Unit call on pods the watcher selects: an unmodified HTTP client
+ * (http.client, 4 keep-alive connections flat out) in crawler-1's pod
+ * cgroup calls a counting server; every 1 s window at the server stays
+ * within max + burst, the limit is kept busy, and no call fails. */
+static void test_pod_calls(void **state)
+{
+	const double max = 20, burst = 5, run_s = 4;
+	char body[4096], path[PATH_MAX], url[64], out[PATH_MAX + 16], *cli, *srv;
+	const char *root;
+	double requests, window;
+
+	(void)state;
+	KT_HTTPFX_SKIP_UNLESS_READY();
+	root = strrchr(fx.base, '/') + 1;
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	snprintf(body, sizeof(body),
+		 "kubernetes:\n"
+		 "  apiServer: https://127.0.0.1:%d\n"
+		 "  tokenFile: %s\n"
+		 "  caFile: %s\n"
+		 "  nodeName: " NODE "\n"
+		 "  cgroupRoot: %s\n"
+		 "limits:\n"
+		 "  - name: llm\n"
+		 "    pods: {namespace: workers, labels: {app: crawler}}\n"
+		 "    match: {cidrs: [127.0.0.1/32]}\n"
+		 "    unit: call\n"
+		 "    burst: %.0f\n"
+		 "    rateLimit: {max: %.0f}\n",
+		 fx.api.port, fx.token_path, fx.ca_path, root, burst, max);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	assert_true(member(&CRAWLER1));
+	kt_httpfx_serve(&fx.server, fx.dir, "none");
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/call", fx.server.port);
+	snprintf(out, sizeof(out), "%s/client.json", fx.dir);
+	fx.client = kt_httpfx_client_spawn(path, "http.client", url, 4, run_s, out);
+	cli = kt_httpfx_client_wait(fx.client, out);
+	fx.client = -1;
+	srv = kt_httpfx_stop(&fx.server);
+	requests = kt_httpfx_num(srv, "requests");
+	window = kt_httpfx_num(srv, "max_window");
+	print_message("pod workers/crawler-1: %.0f calls at the server in %.1f s, worst 1 s window "
+		      "%.0f (max + burst %.0f), client ok %.0f errors %.0f p99 %.1f ms\n",
+		      requests, run_s, window, max + burst, kt_httpfx_num(cli, "ok"),
+		      kt_httpfx_num(cli, "errors"), kt_httpfx_num(cli, "p99_ms"));
+	assert_true(kt_httpfx_num(cli, "errors") == 0);
+	/* the server timestamps a call after the kernel admitted it: 50 ms
+	 * of calls may fall into the next window */
+	assert_true(window <= max + burst + 1);
+	assert_true(requests >= 0.8 * max * run_s);
+	free(cli);
+	free(srv);
+}
+
 /* a test with the per-test setup and teardown */
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
@@ -910,6 +974,7 @@ int main(void)
 		T(test_retry_after),
 		T(test_watch_error_one_line),
 		T(test_token_unreadable),
+		T(test_pod_calls),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
