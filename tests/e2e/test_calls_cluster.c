@@ -11,7 +11,8 @@
  * error on a node whose daemon runs. test_kill9 kills n2's daemon 2 s in:
  * its pod keeps calling on what its kernel still holds (the lease, then
  * the conservative fallback the other nodes keep reserving), and the
- * windows still hold. test_store_killed kills the redis-server 2 s in:
+ * windows still hold. test_restart stops n2's daemon (SIGTERM) 2 s in and
+ * starts it again, as a rolling update does. test_store_killed kills the redis-server 2 s in:
  * every node runs on its lease, then its fallback, within the same
  * bound, with no client error. test_groups: groupBy with calls on one node, a pool
  * per tenant directory, each tenant's server within its own pool's bound. */
@@ -145,8 +146,9 @@ static void start_pool(void)
 	}
 }
 
-/* What happens kill_at_s into a run: n2's daemon, or the store, killed. */
-enum fault { KILL_NODE, KILL_STORE };
+/* What happens kill_at_s into a run: n2's daemon killed, or stopped
+ * (SIGTERM) and started again at once, or the store killed. */
+enum fault { KILL_NODE, RESTART_NODE, KILL_STORE };
 
 /* Clients on every node for RUN_S; kill_at_s >= 0: the fault strikes that
  * long after they start. */
@@ -166,6 +168,11 @@ static void run_fault(const char *name, double kill_at_s, enum fault fault)
 		ktest_sleep_ms((int)(kill_at_s * 1000));
 		print_message("%s: kill -9 n2's daemon %.1f s in\n", name, kill_at_s);
 		assert_int_equal(ktest_daemon_signal_wait(&fx.d[2], SIGKILL), 128 + SIGKILL);
+	} else if (kill_at_s >= 0 && fault == RESTART_NODE) {
+		ktest_sleep_ms((int)(kill_at_s * 1000));
+		print_message("%s: n2's daemon stopped and started again %.1f s in\n", name, kill_at_s);
+		assert_int_equal(ktest_daemon_signal_wait(&fx.d[2], SIGTERM), 0);
+		assert_int_equal(ktest_daemon_start_logged(&fx.d[2]), 0);
 	} else if (kill_at_s >= 0) {
 		ktest_sleep_ms((int)(kill_at_s * 1000));
 		print_message("%s: kill -9 of redis-server %.1f s in\n", name, kill_at_s);
@@ -222,6 +229,17 @@ static void test_kill9(void **state)
 	KT_HTTPFX_SKIP_UNLESS_READY();
 	start_pool();
 	run("kill9", 2.0);
+}
+
+/* n2's daemon stopped (SIGTERM) and started again mid-run, as a rolling
+ * update does: the pins keep its calls limited meanwhile, the new daemon
+ * adopts them, no window passes max + burst and no call fails. */
+static void test_restart(void **state)
+{
+	(void)state;
+	KT_HTTPFX_SKIP_UNLESS_READY();
+	start_pool();
+	run_fault("restart", 2.0, RESTART_NODE);
 }
 
 /* The store killed mid-run: each node keeps its share for the lease, then
@@ -295,6 +313,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_three_nodes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kill9, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_killed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_groups, setup, teardown),
 	};
