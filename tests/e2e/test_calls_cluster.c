@@ -12,7 +12,8 @@
  * its pod keeps calling on what its kernel still holds (the lease, then
  * the conservative fallback the other nodes keep reserving), and the
  * windows still hold. test_restart stops n2's daemon (SIGTERM) 2 s in and
- * starts it again, as a rolling update does. test_store_killed kills the redis-server 2 s in:
+ * starts it again, as a rolling update does; in test_join n2 joins a pool
+ * of two 2 s in, its clients calling at once. test_store_killed kills the redis-server 2 s in:
  * every node runs on its lease, then its fallback, within the same
  * bound, with no client error. test_groups: groupBy with calls on one node, a pool
  * per tenant directory, each tenant's server within its own pool's bound. */
@@ -105,8 +106,9 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* Redis and the three nodes, agreed on a pool of three. */
-static void start_pool(void)
+/* Redis and the first n of the three nodes (all configured), agreed on a
+ * pool of n. */
+static void start_pool_of(int n)
 {
 	const struct rp_opts o = { 0 };
 	char store[256], limits[1024], name[16];
@@ -125,30 +127,36 @@ static void start_pool(void)
 		assert_int_equal(ktest_daemon_init(&fx.d[i]), 0);
 		kt_clusterfx_node_config(&fx.d[i], i, &pool, store, limits);
 	}
-	kt_clusterfx_run_nodes(fx.d, NODES, dump_node);
+	kt_clusterfx_run_nodes(fx.d, n, dump_node);
 	for (int t = 0;; t++) {
 		int good = 0;
 
-		for (int i = 0; i < NODES; i++) {
+		for (int i = 0; i < n; i++) {
 			struct kt_clusterfx_lst s;
 
-			if (kt_clusterfx_lst_get(&fx.d[i], LIMIT, &s) && kt_clusterfx_agreed(&s, NODES))
+			if (kt_clusterfx_lst_get(&fx.d[i], LIMIT, &s) && kt_clusterfx_agreed(&s, n))
 				good++;
 		}
-		if (good == NODES)
+		if (good == n)
 			break;
 		if (t > 250) {
-			for (int i = 0; i < NODES; i++)
+			for (int i = 0; i < n; i++)
 				dump_node(i);
-			fail_msg("no agreement on a pool of %d within 5 s", NODES);
+			fail_msg("no agreement on a pool of %d within 5 s", n);
 		}
 		ktest_sleep_ms(20);
 	}
 }
 
+static void start_pool(void)
+{
+	start_pool_of(NODES);
+}
+
 /* What happens kill_at_s into a run: n2's daemon killed, or stopped
- * (SIGTERM) and started again at once, or the store killed. */
-enum fault { KILL_NODE, RESTART_NODE, KILL_STORE };
+ * (SIGTERM) and started again at once, or the store killed; or n2 joins
+ * then (its daemon started, then its clients). */
+enum fault { KILL_NODE, RESTART_NODE, KILL_STORE, JOIN_NODE };
 
 /* Clients on every node for RUN_S; kill_at_s >= 0: the fault strikes that
  * long after they start. */
@@ -161,8 +169,9 @@ static void run_fault(const char *name, double kill_at_s, enum fault fault)
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/call", fx.server.port);
 	for (int i = 0; i < NODES; i++) {
 		snprintf(out[i], sizeof(out[i]), "%s/client%d.json", fx.tmp, i);
-		fx.client[i] = kt_httpfx_client_spawn(fx.cg[i], "http.client", url, CONNS, RUN_S,
-						      out[i]);
+		if (i < 2 || fault != JOIN_NODE)
+			fx.client[i] = kt_httpfx_client_spawn(fx.cg[i], "http.client", url, CONNS,
+							      RUN_S, out[i]);
 	}
 	if (kill_at_s >= 0 && fault == KILL_NODE) {
 		ktest_sleep_ms((int)(kill_at_s * 1000));
@@ -173,6 +182,12 @@ static void run_fault(const char *name, double kill_at_s, enum fault fault)
 		print_message("%s: n2's daemon stopped and started again %.1f s in\n", name, kill_at_s);
 		assert_int_equal(ktest_daemon_signal_wait(&fx.d[2], SIGTERM), 0);
 		assert_int_equal(ktest_daemon_start_logged(&fx.d[2]), 0);
+	} else if (kill_at_s >= 0 && fault == JOIN_NODE) {
+		ktest_sleep_ms((int)(kill_at_s * 1000));
+		print_message("%s: n2 joins %.1f s in\n", name, kill_at_s);
+		kt_clusterfx_run_node(&fx.d[2], 2, dump_node);
+		fx.client[2] = kt_httpfx_client_spawn(fx.cg[2], "http.client", url, CONNS,
+						      RUN_S - kill_at_s, out[2]);
 	} else if (kill_at_s >= 0) {
 		ktest_sleep_ms((int)(kill_at_s * 1000));
 		print_message("%s: kill -9 of redis-server %.1f s in\n", name, kill_at_s);
@@ -240,6 +255,17 @@ static void test_restart(void **state)
 	KT_HTTPFX_SKIP_UNLESS_READY();
 	start_pool();
 	run_fault("restart", 2.0, RESTART_NODE);
+}
+
+/* n2 joins a pool of two mid-run, its clients calling at once: it runs
+ * within what the pool leaves until the pool agrees on three, and no
+ * window passes max + burst. */
+static void test_join(void **state)
+{
+	(void)state;
+	KT_HTTPFX_SKIP_UNLESS_READY();
+	start_pool_of(2);
+	run_fault("join", 2.0, JOIN_NODE);
 }
 
 /* The store killed mid-run: each node keeps its share for the lease, then
@@ -315,6 +341,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_kill9, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_killed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_groups, setup, teardown),
 	};
 
