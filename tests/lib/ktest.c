@@ -531,6 +531,15 @@ void ktest_daemon_cleanup(struct ktest_daemon *d)
 {
 	char bin[PATH_MAX];
 
+#ifdef __SANITIZE_ADDRESS__
+	/* a sanitizer build's daemon stops as in production (SIGTERM; SIGCONT
+	 * for one a test stopped), so LeakSanitizer checks it at exit; one
+	 * that does not exit in 5 s is killed */
+	if (d->pid > 0) {
+		kill(d->pid, SIGCONT);
+		ktest_daemon_signal_wait(d, SIGTERM);
+	}
+#endif
 	ktest_kill_wait(&d->pid);
 	sanitizer_reports(d);
 	if (d->pin_dir[0] && access(d->pin_dir, F_OK) == 0) {
