@@ -83,6 +83,14 @@ static const struct pod IDLE[] = {
 /* measured: 43 MB with the 20,002 unselected kept by uid and QoS alone;
  * 132 MB when every pod was kept whole (labels and all, in three copies) */
 #define RSS_SELECTED_MAX_KB (80L * 1024)
+/* An ASan build's shadow memory and quarantine multiply the daemon's RSS
+ * (about 400 MB here) whatever it keeps: the bounds are asserted in
+ * ordinary builds, printed only under sanitizers. */
+#ifdef __SANITIZE_ADDRESS__
+#define RSS_BELOW(hwm, bound) ((void)(hwm), (void)(bound), true)
+#else
+#define RSS_BELOW(hwm, bound) ((hwm) < (bound))
+#endif
 
 #define MAX_DIRS 16
 
@@ -456,7 +464,7 @@ static void test_cluster_wide_list(void **state)
 	print_message("daemon VmRSS %ld kB, VmHWM %ld kB (bound %ld); tick_late_max_ms %.1f, "
 		      "ticks_missed %.0f\n",
 		      rss, hwm, RSS_MAX_KB, late, status_num("ticks_missed"));
-	assert_true(hwm < RSS_MAX_KB);
+	assert_true(RSS_BELOW(hwm, RSS_MAX_KB));
 	assert_true(late < TICK_LATE_MAX_MS);
 	for (int i = 0; i < N_PODS; i++)
 		assert_limited(&PODS[i]);
@@ -550,7 +558,7 @@ static void test_answer_too_large(void **state)
 	assert_int_equal((int)kube_num("pods"), N_PODS);
 	daemon_rss(&rss, &hwm);
 	print_message("daemon VmRSS %ld kB, VmHWM %ld kB (bound %ld)\n", rss, hwm, RSS_MAX_KB);
-	assert_true(hwm < RSS_MAX_KB);
+	assert_true(RSS_BELOW(hwm, RSS_MAX_KB));
 }
 
 /* NODE_FILLER + 2 pods of this node no limit selects, three it does: the
@@ -583,7 +591,7 @@ static void test_unselected_dropped(void **state)
 	assert_int_equal((int)kube_num("pods"), N_PODS);
 	assert_int_equal((int)kube_num("unselected"), NODE_FILLER + N_IDLE);
 	assert_int_equal((int)kube_num("skipped"), 0);
-	assert_true(hwm < RSS_SELECTED_MAX_KB);
+	assert_true(RSS_BELOW(hwm, RSS_SELECTED_MAX_KB));
 	st = ktest_daemon_cmd(&fx.d, "status");
 	assert_non_null(st);
 	assert_non_null(strstr(st, "3 selected pod(s) on this node, 20002 unselected"));
