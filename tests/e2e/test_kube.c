@@ -443,8 +443,9 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* The daemon: one datagram limit on the crawler pods of namespace workers. */
-static void start_daemon(void)
+/* The daemon on the fake API (the kubernetes: block) with `limits`, a
+ * config's limits: section. */
+static void start_daemon_with(const char *limits)
 {
 	char body[4096];
 	const char *root = strrchr(fx.base, '/') + 1; /* ktest cgroups sit at the mount's top */
@@ -456,6 +457,17 @@ static void start_daemon(void)
 		 "  caFile: %s\n"
 		 "  nodeName: " NODE "\n"
 		 "  cgroupRoot: %s\n"
+		 "%s",
+		 fx.api.port, fx.token_path, fx.ca_path, root, limits);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+}
+
+/* The daemon: one datagram limit on the crawler pods of namespace workers. */
+static void start_daemon(void)
+{
+	char limits[1024];
+
+	snprintf(limits, sizeof(limits),
 		 "limits:\n"
 		 "  - name: crawl\n"
 		 "    pods:\n"
@@ -467,8 +479,8 @@ static void start_daemon(void)
 		 "    unit: datagram\n"
 		 "    burst: %.0f\n"
 		 "    rateLimit: {max: %.0f}\n",
-		 fx.api.port, fx.token_path, fx.ca_path, root, fx.udp_port, BURST, RATE);
-	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+		 fx.udp_port, BURST, RATE);
+	start_daemon_with(limits);
 }
 
 /* The start most tests share: the API lists CRAWLER1 (app=crawler) on NODE,
@@ -910,23 +922,15 @@ static void test_token_unreadable(void **state)
 static void test_pod_calls(void **state)
 {
 	const double max = 20, burst = 5, run_s = 4;
-	char body[4096], path[PATH_MAX], url[64], out[PATH_MAX + 16], *cli, *srv;
-	const char *root;
+	char body[1024], path[PATH_MAX], url[64], out[PATH_MAX + 16], *cli, *srv;
 	double requests, window;
 
 	(void)state;
 	KT_HTTPFX_SKIP_UNLESS_READY();
-	root = strrchr(fx.base, '/') + 1;
 	api_start();
 	api_add(&CRAWLER1, NODE, "app=crawler");
 	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
 	snprintf(body, sizeof(body),
-		 "kubernetes:\n"
-		 "  apiServer: https://127.0.0.1:%d\n"
-		 "  tokenFile: %s\n"
-		 "  caFile: %s\n"
-		 "  nodeName: " NODE "\n"
-		 "  cgroupRoot: %s\n"
 		 "limits:\n"
 		 "  - name: llm\n"
 		 "    pods: {namespace: workers, labels: {app: crawler}}\n"
@@ -934,8 +938,8 @@ static void test_pod_calls(void **state)
 		 "    unit: call\n"
 		 "    burst: %.0f\n"
 		 "    rateLimit: {max: %.0f}\n",
-		 fx.api.port, fx.token_path, fx.ca_path, root, burst, max);
-	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+		 burst, max);
+	start_daemon_with(body);
 	assert_true(member(&CRAWLER1));
 	kt_httpfx_serve(&fx.server, fx.dir, "none");
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/call", fx.server.port);
