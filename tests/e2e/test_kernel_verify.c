@@ -65,15 +65,15 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* The member's bucket slot, from status json. */
-static uint32_t member_slot(void)
+/* The slot of limit's first member, from status json. */
+static uint32_t slot_of(const char *limit)
 {
 	char *st = ktest_daemon_cmd(&fx.d, "status json");
 	const char *cgs;
 	double slot = -1;
 
 	assert_non_null(st);
-	cgs = ktest_json_limit_field(st, "v", "cgroups");
+	cgs = ktest_json_limit_field(st, limit, "cgroups");
 	assert_non_null(cgs);
 	assert_true(ktest_json_num(cgs, "slot", &slot));
 	free(st);
@@ -81,16 +81,62 @@ static uint32_t member_slot(void)
 	return (uint32_t)slot;
 }
 
-/* Times "written back" appears in the daemon's log. */
-static int fixes_logged(void)
+/* Times `what` appears in the daemon's log. */
+static int logged(const char *what)
 {
 	char *log = ktest_slurp(fx.d.log);
 	int n = 0;
 
-	for (const char *p = log; p && (p = strstr(p, "written back")); p++)
+	for (const char *p = log; p && (p = strstr(p, what)); p++)
 		n++;
 	free(log);
 	return n;
+}
+
+/* Waits until the len bytes at off of fd's value at key (vsize bytes) are
+ * want again: the wait in ms (fails past FIX_BOUND_MS). */
+static int wait_field(int fd, const void *key, size_t vsize, size_t off, const void *want,
+		      size_t len)
+{
+	char cur[sizeof(struct kt_port_filter)];
+	uint64_t t0 = ktest_now_ns();
+
+	assert_true(vsize <= sizeof(cur) && off + len <= vsize);
+	for (;;) {
+		if (bpf_map_lookup_elem(fd, key, cur) == 0 && !memcmp(cur + off, want, len))
+			return (int)((ktest_now_ns() - t0) / 1000000ull);
+		assert_true(ktest_now_ns() - t0 < FIX_BOUND_MS * 1000000ull);
+		ktest_sleep_ms(20);
+	}
+}
+
+/* The limit holds at a real sender. */
+static void limit_holds(void)
+{
+	struct ktest_load r;
+
+	assert_int_equal(ktest_load(fx.cg, "udp", "127.0.0.1", fx.port, 0.5, &r), 0);
+	print_message("v: ok %llu refused %llu in %.2f s (bound %.0f)\n", r.ok, r.refused, r.elapsed,
+		      RATE * r.elapsed + BURST + 1);
+	assert_true(r.refused > 0);
+	assert_true(r.ok <= RATE * r.elapsed + BURST + 1);
+}
+
+/* "v": RATE/s, burst BURST, datagrams from the member cgroup to fx.port. */
+static void single_up(void)
+{
+	char body[1024];
+
+	snprintf(body, sizeof(body),
+		 "limits:\n"
+		 "  - name: v\n"
+		 "    cgroups: [\"%s\"]\n"
+		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
+		 "    unit: datagram\n"
+		 "    burst: %.0f\n"
+		 "    rateLimit: {max: %.0f}\n",
+		 fx.cg, fx.port, BURST, RATE);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
 }
 
 /* Writes interval_fp 1 and burst 1,000,000 into slot; returns the wait (ms)
@@ -117,7 +163,7 @@ static int hand_edit_and_wait(int fd, uint32_t slot, const struct kt_bucket *wan
 
 static void test_hand_written_rate_is_put_back(void **state)
 {
-	char body[1024], err[KT_ERR_LEN], *st;
+	char err[KT_ERR_LEN], *st;
 	struct kt_bucket before;
 	struct ktest_load r;
 	struct kt_bpf kb;
@@ -127,17 +173,8 @@ static void test_hand_written_rate_is_put_back(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	snprintf(body, sizeof(body),
-		 "limits:\n"
-		 "  - name: v\n"
-		 "    cgroups: [\"%s\"]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    burst: %.0f\n"
-		 "    rateLimit: {max: %.0f}\n",
-		 fx.cg, fx.port, BURST, RATE);
-	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
-	slot = member_slot();
+	single_up();
+	slot = slot_of("v");
 	assert_int_equal(kt_bpf_open_pinned(&kb, fx.d.pin_dir, err, sizeof(err)), 0);
 	assert_int_equal(bpf_map_lookup_elem(kb.buckets_fd, &slot, &before), 0);
 	assert_true(before.interval_fp > 1 && before.burst == (uint64_t)BURST);
@@ -146,7 +183,7 @@ static void test_hand_written_rate_is_put_back(void **state)
 	print_message("slot %u: interval_fp 1, burst 1000000 written by hand; put back to %llu, %llu "
 		      "within %d ms\n",
 		      slot, (unsigned long long)before.interval_fp, (unsigned long long)before.burst, ms);
-	assert_int_equal(fixes_logged(), 1);
+	assert_int_equal(logged("written back"), 1);
 	st = ktest_daemon_cmd(&fx.d, "status json");
 	assert_non_null(st);
 	assert_true(ktest_json_limit_num(st, "v", "kernel_state_fixes", &fixes));
@@ -157,11 +194,7 @@ static void test_hand_written_rate_is_put_back(void **state)
 	assert_non_null(strstr(st, "kernel state: "));
 	free(st);
 
-	/* the limit holds again */
-	assert_int_equal(ktest_load(fx.cg, "udp", "127.0.0.1", fx.port, 0.5, &r), 0);
-	print_message("after: ok %llu refused %llu in %.2f s\n", r.ok, r.refused, r.elapsed);
-	assert_true(r.refused > 0);
-	assert_true(r.ok <= RATE * r.elapsed + BURST + 1);
+	limit_holds(); /* again */
 
 	/* the shadow bit set by hand on an enforcing limit's bucket: cleared */
 	{
@@ -186,7 +219,7 @@ static void test_hand_written_rate_is_put_back(void **state)
 	/* again at once: put back and counted, the log quiet for a while */
 	ms = hand_edit_and_wait(kb.buckets_fd, slot, &before);
 	print_message("second edit put back within %d ms\n", ms);
-	assert_int_equal(fixes_logged(), 1);
+	assert_int_equal(logged("written back"), 1);
 	st = ktest_daemon_cmd(&fx.d, "status json");
 	assert_non_null(st);
 	assert_true(ktest_json_limit_num(st, "v", "kernel_state_fixes", &fixes));
@@ -195,40 +228,12 @@ static void test_hand_written_rate_is_put_back(void **state)
 	kt_bpf_close(&kb);
 }
 
-/* Times `what` appears in the daemon's log. */
-static int logged(const char *what)
-{
-	char *log = ktest_slurp(fx.d.log);
-	int n = 0;
-
-	for (const char *p = log; p && (p = strstr(p, what)); p++)
-		n++;
-	free(log);
-	return n;
-}
-
-/* Waits until fd's value at key equals want (size len); the wait in ms. */
-static int wait_entry(int fd, const void *key, const void *want, size_t len)
-{
-	char cur[256];
-	uint64_t t0 = ktest_now_ns();
-
-	assert_true(len <= sizeof(cur));
-	for (;;) {
-		if (bpf_map_lookup_elem(fd, key, cur) == 0 && !memcmp(cur, want, len))
-			return (int)((ktest_now_ns() - t0) / 1000000ull);
-		assert_true(ktest_now_ns() - t0 < FIX_BOUND_MS * 1000000ull);
-		ktest_sleep_ms(20);
-	}
-}
-
 static void test_hand_edited_entries_are_put_back(void **state)
 {
-	char body[1024], err[KT_ERR_LEN], *st;
+	char err[KT_ERR_LEN], *st;
 	struct kt_member_key key;
 	struct kt_member_val mv, bad;
 	struct kt_limit_info li, lbad;
-	struct ktest_load r;
 	struct kt_bpf kb;
 	struct stat sb;
 	double lid = -1, members = -1, limits = -1;
@@ -238,16 +243,7 @@ static void test_hand_edited_entries_are_put_back(void **state)
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
-	snprintf(body, sizeof(body),
-		 "limits:\n"
-		 "  - name: v\n"
-		 "    cgroups: [\"%s\"]\n"
-		 "    match: {cidrs: [127.0.0.1/32], ports: %d, protocol: udp}\n"
-		 "    unit: datagram\n"
-		 "    burst: %.0f\n"
-		 "    rateLimit: {max: %.0f}\n",
-		 fx.cg, fx.port, BURST, RATE);
-	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	single_up();
 	assert_int_equal(stat(fx.cg, &sb), 0);
 	key = (struct kt_member_key){ .cgroup_id = sb.st_ino };
 	assert_int_equal(kt_bpf_open_pinned(&kb, fx.d.pin_dir, err, sizeof(err)), 0);
@@ -259,14 +255,14 @@ static void test_hand_edited_entries_are_put_back(void **state)
 	assert_int_equal(bpf_map_lookup_elem(kb.gen_fd, &zero, &gen), 0);
 	gen++;
 	assert_int_equal(bpf_map_update_elem(kb.gen_fd, &zero, &gen, BPF_ANY), 0);
-	ms = wait_entry(kb.members_fd, &key, &mv, sizeof(mv));
+	ms = wait_field(kb.members_fd, &key, sizeof(mv), 0, &mv, sizeof(mv));
 	print_message("kt_members entry of cgroup %llu deleted: put back within %d ms\n",
 		      (unsigned long long)key.cgroup_id, ms);
 	/* rewritten empty */
 	bad = mv;
 	bad.count = 0;
 	assert_int_equal(bpf_map_update_elem(kb.members_fd, &key, &bad, BPF_EXIST), 0);
-	ms = wait_entry(kb.members_fd, &key, &mv, sizeof(mv));
+	ms = wait_field(kb.members_fd, &key, sizeof(mv), 0, &mv, sizeof(mv));
 	print_message("kt_members entry rewritten with count 0: put back within %d ms\n", ms);
 
 	/* the limit's ports changed: its rule would match nothing */
@@ -279,7 +275,7 @@ static void test_hand_edited_entries_are_put_back(void **state)
 	lbad = li;
 	lbad.port_lo = lbad.port_hi = 1;
 	assert_int_equal(bpf_map_update_elem(kb.limits_fd, &id, &lbad, BPF_EXIST), 0);
-	ms = wait_entry(kb.limits_fd, &id, &li, sizeof(li));
+	ms = wait_field(kb.limits_fd, &id, sizeof(li), 0, &li, sizeof(li));
 	print_message("kt_limits id %u with ports 1-1: put back within %d ms\n", id, ms);
 
 	assert_int_equal(logged("kernel state: kt_members cgroup"), 2);
@@ -292,47 +288,12 @@ static void test_hand_edited_entries_are_put_back(void **state)
 	assert_true(members == 2 && limits == 1);
 	st = ktest_daemon_cmd(&fx.d, "status");
 	assert_non_null(st);
-	assert_non_null(strstr(st, "kernel state: entries found changed and written back: kt_members 2, kt_limits 1"));
+	assert_non_null(strstr(st, "kernel state: entries found changed and written back: "
+				   "kt_members 2, kt_limits 1"));
 	free(st);
 
-	/* the limit holds again */
-	assert_int_equal(ktest_load(fx.cg, "udp", "127.0.0.1", fx.port, 0.5, &r), 0);
-	print_message("after: ok %llu refused %llu in %.2f s\n", r.ok, r.refused, r.elapsed);
-	assert_true(r.refused > 0);
-	assert_true(r.ok <= RATE * r.elapsed + BURST + 1);
+	limit_holds(); /* again */
 	kt_bpf_close(&kb);
-}
-
-/* The slot of limit's first member, from status json. */
-static uint32_t slot_of(const char *limit)
-{
-	char *st = ktest_daemon_cmd(&fx.d, "status json");
-	const char *cgs;
-	double slot = -1;
-
-	assert_non_null(st);
-	cgs = ktest_json_limit_field(st, limit, "cgroups");
-	assert_non_null(cgs);
-	assert_true(ktest_json_num(cgs, "slot", &slot));
-	free(st);
-	assert_true(slot >= 0 && slot < KT_MAX_BUCKETS);
-	return (uint32_t)slot;
-}
-
-/* Waits until the len bytes at off of fd's value at key (vsize bytes) are
- * want again: the wait in ms (fails past FIX_BOUND_MS). */
-static int wait_field(int fd, const void *key, size_t vsize, size_t off, const void *want, size_t len)
-{
-	char cur[sizeof(struct kt_port_filter)];
-	uint64_t t0 = ktest_now_ns();
-
-	assert_true(vsize <= sizeof(cur) && off + len <= vsize);
-	for (;;) {
-		if (bpf_map_lookup_elem(fd, key, cur) == 0 && !memcmp(cur + off, want, len))
-			return (int)((ktest_now_ns() - t0) / 1000000ull);
-		assert_true(ktest_now_ns() - t0 < FIX_BOUND_MS * 1000000ull);
-		ktest_sleep_ms(20);
-	}
 }
 
 /* "v" under a parent "top", both on the member cgroup: a datagram of v's
@@ -370,18 +331,6 @@ static void dest_of(int fd, uint32_t id, struct kt_dest_key *out)
 		have = bpf_map_get_next_key(fd, &k, &next) == 0;
 	}
 	fail_msg("no kt_dests entry for limit %u", id);
-}
-
-/* The limit holds at a real sender. */
-static void limit_holds(void)
-{
-	struct ktest_load r;
-
-	assert_int_equal(ktest_load(fx.cg, "udp", "127.0.0.1", fx.port, 0.5, &r), 0);
-	print_message("v: ok %llu refused %llu in %.2f s (bound %.0f)\n", r.ok, r.refused, r.elapsed,
-		      RATE * r.elapsed + BURST + 1);
-	assert_true(r.refused > 0);
-	assert_true(r.ok <= RATE * r.elapsed + BURST + 1);
 }
 
 /* Every field of every map that decides whether and how v's datagrams are
@@ -540,7 +489,8 @@ static void test_every_field_is_put_back(void **state)
 	free(st);
 	st = ktest_daemon_cmd(&fx.d, "status");
 	assert_non_null(st);
-	assert_non_null(strstr(st, "kt_dests 3, kt_ports 1, kt_idle_hooks 1, kt_buckets 2, kt_up 1, kt_gen 1"));
+	assert_non_null(
+		strstr(st, "kt_dests 3, kt_ports 1, kt_idle_hooks 1, kt_buckets 2, kt_up 1, kt_gen 1"));
 	free(st);
 	limit_holds();
 	kt_bpf_close(&kb);

@@ -327,18 +327,8 @@ static bool wait_member(const struct pod *p, bool want, int bound_ms)
 /* The daemon's VmRSS and VmHWM (kB). */
 static void daemon_rss(long *rss, long *hwm)
 {
-	char path[64], line[256];
-	FILE *f;
-
-	*rss = *hwm = -1;
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)fx.d.pid);
-	f = fopen(path, "r");
-	assert_non_null(f);
-	while (fgets(line, sizeof(line), f)) {
-		sscanf(line, "VmRSS: %ld kB", rss);
-		sscanf(line, "VmHWM: %ld kB", hwm);
-	}
-	fclose(f);
+	*rss = ktest_proc_status_kb(fx.d.pid, "VmRSS");
+	*hwm = ktest_proc_status_kb(fx.d.pid, "VmHWM");
 	assert_true(*rss > 0 && *hwm > 0);
 }
 

@@ -222,23 +222,6 @@ static bool all_reaped(void)
 	return true;
 }
 
-static long proc_rss_kb(pid_t pid)
-{
-	char path[64], line[256];
-	long kb = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
-
 /* The fewest fds of 5 looks 5 ms apart: a look can land while the daemon
  * has a directory open for a rescan, which is no leak. */
 static int proc_fds_settled(pid_t pid)
@@ -294,13 +277,13 @@ static void test_pod_churn(void **state)
 		/* after warm-up: about LIFE_S x PODS_PER_S pods alive */
 		if (fds0 < 0 && ktest_now_ns() - t_start > 2000000000ull) {
 			fds0 = proc_fds_settled(fx.d.pid);
-			rss0 = proc_rss_kb(fx.d.pid);
+			rss0 = ktest_proc_status_kb(fx.d.pid, "VmRSS");
 		}
 		/* a soak's record: the daemon's fds and memory every minute */
 		if (ktest_now_ns() >= next_sample) {
 			print_message("%.0f s: %d pods so far; daemon fds %d, RSS %ld kB\n",
 				      (ktest_now_ns() - t_start) / 1e9, fx.n_pods,
-				      proc_fds_settled(fx.d.pid), proc_rss_kb(fx.d.pid));
+				      proc_fds_settled(fx.d.pid), ktest_proc_status_kb(fx.d.pid, "VmRSS"));
 			next_sample += 60000000000ull;
 		}
 	}
@@ -384,7 +367,7 @@ static void test_pod_churn(void **state)
 	if (d)
 		closedir(d);
 	fds1 = proc_fds_settled(fx.d.pid);
-	rss1 = proc_rss_kb(fx.d.pid);
+	rss1 = ktest_proc_status_kb(fx.d.pid, "VmRSS");
 	print_message("after: %d kt_members entries (but base's), %d buckets in use (but the node and join buckets), %d links of base, %d of "
 		      "other cgroups; daemon fds %d -> %d, RSS %ld -> %ld kB\n",
 		      members, in_use, links_base, links_left, fds0, fds1, rss0, rss1);

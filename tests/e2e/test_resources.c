@@ -94,26 +94,6 @@ static int fds_settled(pid_t pid)
 	return last;
 }
 
-static long proc_status_kb(pid_t pid, const char *field)
-{
-	char path[64], line[256];
-	size_t flen = strlen(field);
-	long kb = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, field, flen) && line[flen] == ':') {
-			kb = strtol(line + flen + 1, NULL, 10);
-			break;
-		}
-	fclose(f);
-	return kb;
-}
-
 /* The remote port of a TCP socket by inode (0: not TCP), from one of
  * /proc/net/tcp{,6}; for a listener, -1. */
 static int tcp_rport(unsigned long inode)
@@ -635,8 +615,9 @@ static void test_table(void **state)
 		int n = daemon_up(rows[i].f, 0, 0);
 
 		fd_kinds(fx.d.pid, kinds, sizeof(kinds));
-		printf("| %s | %d | %ld | %ld | %s |\n", rows[i].what, n, proc_status_kb(fx.d.pid, "VmRSS"),
-		       proc_status_kb(fx.d.pid, "VmHWM"), kinds);
+		printf("| %s | %d | %ld | %ld | %s |\n", rows[i].what, n,
+		       ktest_proc_status_kb(fx.d.pid, "VmRSS"), ktest_proc_status_kb(fx.d.pid, "VmHWM"),
+		       kinds);
 		fflush(stdout);
 		daemon_down();
 	}
@@ -648,7 +629,8 @@ static void test_table(void **state)
 		n = daemon_up(F_KUBE, pods, 0);
 		fd_kinds(fx.d.pid, kinds, sizeof(kinds));
 		printf("| + kube watch, %d pods selected | %d | %ld | %ld | %s |\n", pods, n,
-		       proc_status_kb(fx.d.pid, "VmRSS"), proc_status_kb(fx.d.pid, "VmHWM"), kinds);
+		       ktest_proc_status_kb(fx.d.pid, "VmRSS"), ktest_proc_status_kb(fx.d.pid, "VmHWM"),
+		       kinds);
 		fflush(stdout);
 		daemon_down();
 	}

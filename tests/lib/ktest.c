@@ -211,6 +211,26 @@ int ktest_cgroup_join(const char *path)
 	return ktest_write_file(p, pid);
 }
 
+long ktest_proc_status_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	size_t flen = strlen(field);
+	long kb = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, flen) && line[flen] == ':') {
+			kb = strtol(line + flen + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return kb;
+}
+
 int ktest_proc_fds(pid_t pid)
 {
 	char path[64];

@@ -24,6 +24,8 @@ int ktest_cgroup_join(const char *path);
 uint64_t ktest_cgroup_id(const char *path);
 /* The fds process pid holds (/proc/PID/fd), or -1. */
 int ktest_proc_fds(pid_t pid);
+/* A kB field of /proc/PID/status ("VmRSS", "VmHWM"), or -1. */
+long ktest_proc_status_kb(pid_t pid, const char *field);
 
 /* mkdtemp under /tmp; path out. */
 int ktest_tmpdir(char *path, size_t len);
