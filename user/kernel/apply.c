@@ -343,7 +343,7 @@ static void note_written(struct apply *a, const struct kt_plan *plan)
 			.cgroup_ids = ids, .vals = a->want_vals, .n = a->n_want,
 			.limit_ids = lids, .limits = lis, .nl = plan->n_limits,
 			.dests = a->cls.dests, .nd = a->cls.n_dests, .ports = a->cls.ports,
-			.has_idle = a->done_idle, .idle = kt_idle_hooks_of(a->cls.ports, KT_HOOK_COUNT),
+			.has_idle = a->done_idle, .idle = a->idle,
 		};
 
 		for (int i = 0; i < a->n_want; i++)
@@ -415,9 +415,8 @@ static int commit(struct apply *a, char *err, size_t errlen)
 		if (commit_step(a) || bpf_map_update_elem(b->ports_fd, &id, &a->cls.ports[id], BPF_ANY) < 0)
 			goto map_err;
 	if (b->idle_fd >= 0) {
-		__u32 idle = kt_idle_hooks_of(a->cls.ports, KT_HOOK_COUNT);
-
-		if (commit_step(a) || bpf_map_update_elem(b->idle_fd, &zero_key, &idle, BPF_ANY) < 0)
+		a->idle = kt_idle_hooks_of(a->cls.ports, KT_HOOK_COUNT);
+		if (commit_step(a) || bpf_map_update_elem(b->idle_fd, &zero_key, &a->idle, BPF_ANY) < 0)
 			goto map_err;
 		a->done_idle = true;
 	}

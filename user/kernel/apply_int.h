@@ -79,6 +79,7 @@ struct apply {
 	struct kt_counters *ctrs;
 	int done_limits, done_members, done_dests, done_ports;
 	bool done_idle;
+	__u32 idle; /* the kt_idle_hooks mask written, with done_idle */
 };
 
 /* Plan: limit ids, what the maps hold now, bucket slots (kept or new), and

@@ -67,41 +67,6 @@ void kt_bucket_note(struct kt_bpf *b, uint32_t slot)
 		   __atomic_load_n(&bk->fallback_until, __ATOMIC_RELAXED));
 }
 
-static void store_lease(struct kt_bucket *bk, uint64_t valid_until, uint64_t fb_fp,
-			uint64_t fb_burst, uint64_t fb_until);
-
-int kt_bucket_verify(struct kt_bpf *b, uint32_t slot, struct kt_bucket *found)
-{
-	const struct kt_bucket_written *w;
-	struct kt_bucket *bk;
-	int what = 0;
-
-	if (!b->written || slot >= KT_MAX_SLOTS)
-		return 0;
-	w = &b->written[slot];
-	bk = kt_bpf_bucket(b, slot);
-	found->interval_fp = __atomic_load_n(&bk->interval_fp, __ATOMIC_RELAXED);
-	found->burst = __atomic_load_n(&bk->burst, __ATOMIC_RELAXED);
-	found->valid_until = __atomic_load_n(&bk->valid_until, __ATOMIC_RELAXED);
-	found->fallback_fp = __atomic_load_n(&bk->fallback_fp, __ATOMIC_RELAXED);
-	found->fallback_burst = __atomic_load_n(&bk->fallback_burst, __ATOMIC_RELAXED);
-	found->fallback_until = __atomic_load_n(&bk->fallback_until, __ATOMIC_RELAXED);
-	if (w->burst && (found->interval_fp != w->interval_fp || found->burst != w->burst)) {
-		/* as a rate change: burst first, then the interval, tokens kept */
-		__atomic_store_n(&bk->burst, w->burst, __ATOMIC_RELAXED);
-		kt_bucket_rescale(bk, kt_clock_ns(), w->interval_fp);
-		what |= KT_BUCKET_FIX_RATE;
-	}
-	if (w->lease && (found->valid_until != w->valid_until || found->fallback_fp != w->fallback_fp ||
-			 found->fallback_burst != w->fallback_burst ||
-			 found->fallback_until != w->fallback_until)) {
-		/* a deadline moved out: the fallback first; moved in: itself first */
-		store_lease(bk, w->valid_until, w->fallback_fp, w->fallback_burst, w->fallback_until);
-		what |= KT_BUCKET_FIX_LEASE;
-	}
-	return what;
-}
-
 int kt_bucket_verify_flags(struct kt_bpf *b, uint32_t slot, bool shadow, uint32_t *found)
 {
 	struct kt_bucket *bk;
@@ -140,6 +105,38 @@ static void store_lease(struct kt_bucket *bk, uint64_t valid_until, uint64_t fb_
 		__atomic_store_n(&bk->fallback_burst, fb_burst, __ATOMIC_RELAXED);
 		__atomic_store_n(&bk->fallback_fp, fb_fp, __ATOMIC_RELAXED);
 	}
+}
+
+int kt_bucket_verify(struct kt_bpf *b, uint32_t slot, struct kt_bucket *found)
+{
+	const struct kt_bucket_written *w;
+	struct kt_bucket *bk;
+	int what = 0;
+
+	if (!b->written || slot >= KT_MAX_SLOTS)
+		return 0;
+	w = &b->written[slot];
+	bk = kt_bpf_bucket(b, slot);
+	found->interval_fp = __atomic_load_n(&bk->interval_fp, __ATOMIC_RELAXED);
+	found->burst = __atomic_load_n(&bk->burst, __ATOMIC_RELAXED);
+	found->valid_until = __atomic_load_n(&bk->valid_until, __ATOMIC_RELAXED);
+	found->fallback_fp = __atomic_load_n(&bk->fallback_fp, __ATOMIC_RELAXED);
+	found->fallback_burst = __atomic_load_n(&bk->fallback_burst, __ATOMIC_RELAXED);
+	found->fallback_until = __atomic_load_n(&bk->fallback_until, __ATOMIC_RELAXED);
+	if (w->burst && (found->interval_fp != w->interval_fp || found->burst != w->burst)) {
+		/* as a rate change: burst first, then the interval, tokens kept */
+		__atomic_store_n(&bk->burst, w->burst, __ATOMIC_RELAXED);
+		kt_bucket_rescale(bk, kt_clock_ns(), w->interval_fp);
+		what |= KT_BUCKET_FIX_RATE;
+	}
+	if (w->lease && (found->valid_until != w->valid_until || found->fallback_fp != w->fallback_fp ||
+			 found->fallback_burst != w->fallback_burst ||
+			 found->fallback_until != w->fallback_until)) {
+		/* a deadline moved out: the fallback first; moved in: itself first */
+		store_lease(bk, w->valid_until, w->fallback_fp, w->fallback_burst, w->fallback_until);
+		what |= KT_BUCKET_FIX_LEASE;
+	}
+	return what;
 }
 
 void kt_bucket_set_lease(struct kt_bpf *b, uint32_t slot, const struct kt_bucket_policy *pol)

@@ -97,10 +97,10 @@ int kt_verify_note_commit(struct kt_bpf *b, const struct kt_verify_commit *c)
 	r->limit_ids = dup_of(c->limit_ids, c->nl, sizeof(*r->limit_ids));
 	r->limits = dup_of(c->limits, c->nl, sizeof(*r->limits));
 	r->dests = dup_of(c->dests, c->nd, sizeof(*r->dests));
-	r->ports = dup_of(c->ports, c->ports ? KT_HOOK_COUNT : 0, sizeof(*r->ports));
+	r->ports = c->ports ? dup_of(c->ports, KT_HOOK_COUNT, sizeof(*r->ports)) : NULL;
 	r->slots = calloc(c->ns > 0 ? (size_t)c->ns : 1, sizeof(*r->slots));
-	if (!r->ids || !r->vals || !r->limit_ids || !r->limits || !r->dests || !r->ports ||
-	    !r->slots) {
+	if (!r->ids || !r->vals || !r->limit_ids || !r->limits || !r->dests ||
+	    (c->ports && !r->ports) || !r->slots) {
 		kt_verify_free(b);
 		return -ENOMEM;
 	}
@@ -108,10 +108,6 @@ int kt_verify_note_commit(struct kt_bpf *b, const struct kt_verify_commit *c)
 	r->nl = c->nl;
 	r->nd = c->nd;
 	qsort(r->dests, (size_t)r->nd, sizeof(*r->dests), dest_cmp);
-	if (!c->ports) { /* nothing to hold kt_ports to */
-		free(r->ports);
-		r->ports = NULL;
-	}
 	r->has_idle = c->has_idle && b->idle_fd >= 0;
 	r->idle = c->idle;
 	/* read back what the commit published: the flags carry the chain
@@ -300,12 +296,10 @@ static void verify_dests(struct kt_bpf *b, const struct kt_verify_record *r, str
 
 static void verify_ports(struct kt_bpf *b, const struct kt_verify_record *r, struct pass *p)
 {
-	struct kt_port_filter *cur = malloc(sizeof(*cur));
+	struct kt_port_filter *cur;
 
-	if (!cur || !r->ports) {
-		free(cur);
+	if (!r->ports || !(cur = malloc(sizeof(*cur))))
 		return;
-	}
 	for (uint32_t h = 0; h < KT_HOOK_COUNT; h++) {
 		bool present = bpf_map_lookup_elem(b->ports_fd, &h, cur) == 0;
 
@@ -331,7 +325,8 @@ static void verify_idle(struct kt_bpf *b, const struct kt_verify_record *r, stru
 		kt_warn("kernel state: cannot write back kt_idle_hooks: %s", strerror(errno));
 		return;
 	}
-	fixed(p, KT_VERIFY_IDLE_HOOKS, "written back", "held %#x, not the %#x the daemon wrote", v, r->idle);
+	fixed(p, KT_VERIFY_IDLE_HOOKS, "written back", "held %#x, not the %#x the daemon wrote", v,
+	      r->idle);
 }
 
 /* Flags and limit id of each bucket the commit published (the flags hold
@@ -361,7 +356,8 @@ static void verify_slots(struct kt_bpf *b, const struct kt_verify_record *r, str
 			kt_warn("kernel state: cannot write back kt_up slot %u: %s", s->slot, strerror(errno));
 			continue;
 		}
-		fixed(p, KT_VERIFY_UP, "written back", "slot %u held %u, not the %u the daemon wrote", s->slot, up, s->up);
+		fixed(p, KT_VERIFY_UP, "written back", "slot %u held %u, not the %u the daemon wrote",
+		      s->slot, up, s->up);
 	}
 }
 
