@@ -21,13 +21,19 @@
  * split evenly between the paced sockets charging the same bucket
  * (kt_pace_socks, counted here and uncounted when the socket closes).
  * The egress program still enforces the limit: pacing only keeps TCP from
- * running into it. */
+ * running into it.
+ *
+ * A connection of a call limit with maxDelay gets it as TCP_USER_TIMEOUT
+ * when it is established (kt_call_bound): a call the egress program holds
+ * that long ends the connection with ETIMEDOUT, an error the application
+ * sees, instead of waiting on. */
 #include "kthrottle.bpf.h"
 #include "pace.bpf.h"
 
 #define SOL_SOCKET 1
 #define SO_MAX_PACING_RATE 47
 #define SOL_TCP 6
+#define TCP_USER_TIMEOUT 18
 #define TCP_BPF_IW 1001            /* initial cwnd, before any data is sent */
 #define TCP_BPF_SNDCWND_CLAMP 1002 /* cwnd clamp (and ssthresh) */
 #define KT_TCP_INFINITE_SSTHRESH 0x7fffffff
@@ -213,6 +219,40 @@ static __always_inline void kt_refresh(struct bpf_sock_ops *skops, int force)
 	kt_set_clamp(skops, ps, kt_cwnd_clamp(skops, rate, burst, nsocks), force);
 }
 
+/* An established connection of a call limit with maxDelay: that is its
+ * TCP_USER_TIMEOUT, unless the application has set a shorter one. The
+ * egress program classified the SYN already (kt_sk_eg): its limit is
+ * known here without classifying again. A connection established before
+ * the limit had maxDelay keeps what it has. */
+static __always_inline void kt_call_bound(struct bpf_sock_ops *skops)
+{
+	struct bpf_sock *sk = skops->sk;
+	struct kt_limit_ext *ext;
+	struct kt_sk_eg *ec;
+	struct kt_bucket *b;
+	int cur = 0, want;
+	__u32 slot, id;
+
+	if (!sk)
+		return;
+	ec = bpf_sk_storage_get(&kt_sk_eg, sk, 0, 0);
+	if (!ec || ec->pkt.unit != KT_UNIT_CALL)
+		return;
+	slot = ec->pkt.slot;
+	b = bpf_map_lookup_elem(&kt_buckets, &slot);
+	if (!b || !(b->flags & KT_BUCKET_IN_USE))
+		return;
+	id = b->limit_id;
+	ext = bpf_map_lookup_elem(&kt_limit_ext, &id);
+	if (!ext || !ext->max_delay_ms || ext->max_delay_ms > KT_MAX_DELAY_MS_MAX)
+		return;
+	want = (int)ext->max_delay_ms;
+	if (bpf_getsockopt(skops, SOL_TCP, TCP_USER_TIMEOUT, &cur, sizeof(cur)) == 0 && cur > 0 &&
+	    cur <= want)
+		return;
+	bpf_setsockopt(skops, SOL_TCP, TCP_USER_TIMEOUT, &want, sizeof(want));
+}
+
 SEC("sockops")
 int kt_sockops(struct bpf_sock_ops *skops)
 {
@@ -221,6 +261,8 @@ int kt_sockops(struct bpf_sock_ops *skops)
 
 	switch (skops->op) {
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+		kt_call_bound(skops);
+		/* fall through */
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
 		/* RTT samples to refresh the rate on (and to start pacing a
 		 * socket egress charges only from now on: an accepted one),

@@ -91,6 +91,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_limits SEC(".maps");
 
+/* See struct kt_limit_ext. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, KT_MAX_LIMITS);
+	__type(key, __u32);
+	__type(value, struct kt_limit_ext);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_limit_ext SEC(".maps");
+
 /* Throttle events: see struct kt_event. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

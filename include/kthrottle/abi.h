@@ -339,6 +339,23 @@ struct kt_limit_info {
 };
 _Static_assert(sizeof(struct kt_limit_info) == 40, "kt_limit_info layout");
 
+/* kt_limit_ext (array, KT_MAX_LIMITS, pinned): what a limit sets that
+ * kt_limit_info, a fixed pinned layout, has no room for. Written by the
+ * daemon beside kt_limits; read by the sockops program. A zero entry is a
+ * limit with none of it. */
+struct kt_limit_ext {
+	/* unit call: how long a held call may wait, ms; 0 = until admitted.
+	 * The sockops program makes it the TCP_USER_TIMEOUT of the limit's
+	 * connections (unless the application set a shorter one), so TCP
+	 * ends a connection whose call waited that long (ETIMEDOUT) */
+	__u32 max_delay_ms;
+	__u32 reserved[3]; /* zero */
+};
+_Static_assert(sizeof(struct kt_limit_ext) == 16, "kt_limit_ext layout");
+/* maxDelay's range: 1 s (TCP probes a held call every 500 ms) to 24 h */
+#define KT_MAX_DELAY_MS_MIN 1000u
+#define KT_MAX_DELAY_MS_MAX (24u * 3600u * 1000u)
+
 /* kt_leases (hash, limit name -> state): what a limit's pool last agreed,
  * kept by the kernel so a daemon that restarts (a rolling update, a crash)
  * continues the same lease instead of guessing. Written by the daemon after

@@ -14,7 +14,10 @@
  *   test_parent          a call limit under a parent call limit of 4/s:
  *                        the parent's bound holds for the child's calls;
  *   test_app_timeout     a client's own TCP_USER_TIMEOUT ends a held call
- *                        with ETIMEDOUT, and the call is never sent.
+ *                        with ETIMEDOUT, and the call is never sent;
+ *   test_max_delay       the limit's maxDelay does the same for a client
+ *                        that set nothing, and keeps a shorter bound a
+ *                        client set itself.
  * The server is tests/tools/kt-httpcall.py (tests/lib/kt_httpfx). */
 #include <errno.h>
 #include <limits.h>
@@ -22,6 +25,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -85,18 +89,24 @@ static pid_t member_child(int p[2])
 	return kid;
 }
 
-/* The limit: rate calls/s to 127.0.0.1 over TCP, any port. */
-static void daemon_up(double rate, int burst)
+/* The limit: rate calls/s to 127.0.0.1 over TCP, any port; `extra`:
+ * more keys of the limit ("" or ", key: value"). */
+static void daemon_up_with(double rate, int burst, const char *extra)
 {
 	char body[1024];
 
 	snprintf(body, sizeof(body),
 		 "tickInterval: 100ms\n"
 		 "limits:\n"
-		 "  - {name: calls, cgroups: [%s], unit: call, burst: %d,\n"
+		 "  - {name: calls, cgroups: [%s], unit: call, burst: %d%s,\n"
 		 "     match: {cidrs: [127.0.0.1/32]}, rateLimit: {max: %g}}\n",
-		 fx.cg, burst, rate);
+		 fx.cg, burst, extra, rate);
 	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+}
+
+static void daemon_up(double rate, int burst)
+{
+	daemon_up_with(rate, burst, "");
 }
 
 /* What a sequential client reports: its calls and their latencies. */
@@ -359,14 +369,16 @@ static void test_parent(void **state)
 
 /* What the user-timeout client reports. */
 struct ut_result {
+	unsigned seen_ms;  /* TCP_USER_TIMEOUT once connected */
 	int first_ok;      /* the first call was answered */
 	int err;           /* errno of the held call's wait (0: answered) */
 	double waited_ms;  /* from its send to the error */
 };
 
-/* One connection with TCP_USER_TIMEOUT ut_ms: a call (answered), then a
- * second the limit holds; how the wait for its answer ends. */
-static void ut_client(int port, unsigned ut_ms, int out_fd)
+/* One connection with TCP_USER_TIMEOUT ut_ms (0: left alone, as an
+ * unmodified client does); with `calls`, a call (answered), then a second
+ * the limit holds, and how the wait for its answer ends. */
+static void ut_client(int port, unsigned ut_ms, bool calls, int out_fd)
 {
 	static const char req[] = "GET /u HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n";
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
@@ -374,15 +386,19 @@ static void ut_client(int port, unsigned ut_ms, int out_fd)
 	struct ut_result res = { 0 };
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 	struct timeval tv = { .tv_sec = 20 }; /* a bound, far past the user timeout */
+	socklen_t len = sizeof(res.seen_ms);
 	char buf[4096];
 	uint64_t t0;
 	ssize_t r;
 
 	if (fd < 0 || setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) ||
-	    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut_ms, sizeof(ut_ms)) ||
+	    (ut_ms && setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut_ms, sizeof(ut_ms))) ||
 	    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
-	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
+	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &res.seen_ms, &len))
 		_exit(5);
+	if (!calls)
+		_exit(write(out_fd, &res, sizeof(res)) == (ssize_t)sizeof(res) ? 0 : 4);
 	if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)sizeof(req) - 1)
 		_exit(6);
 	r = recv(fd, buf, sizeof(buf), 0); /* the answer is one small segment */
@@ -416,7 +432,7 @@ static void test_app_timeout(void **state)
 	before = kt_status_num(&fx.d, "calls", "admitted");
 	kid = member_child(p);
 	if (kid == 0)
-		ut_client(fx.server.port, ut_ms, p[1]);
+		ut_client(fx.server.port, ut_ms, true, p[1]);
 	kt_child_result(p, &kid, &r, sizeof(r));
 	srv = kt_httpfx_stop(&fx.server);
 	assert_non_null(srv);
@@ -426,6 +442,7 @@ static void test_app_timeout(void **state)
 	print_message("TCP_USER_TIMEOUT %u ms, a call held for 10 s: first answered %d, the held "
 		      "one ended after %.0f ms with %s; server saw %.0f, kernel admitted %.0f\n",
 		      ut_ms, r.first_ok, r.waited_ms, strerror(r.err), requests, calls);
+	assert_int_equal(r.seen_ms, ut_ms);
 	assert_true(r.first_ok);
 	assert_int_equal(r.err, ETIMEDOUT);
 	/* aborted at the first probe past the timeout: probes come every
@@ -433,6 +450,59 @@ static void test_app_timeout(void **state)
 	assert_true(r.waited_ms >= ut_ms - 50 && r.waited_ms <= ut_ms + 4000);
 	assert_true(requests == 1);
 	assert_true(calls == 1);
+}
+
+/* ut_client's report, run in the member cgroup. */
+static struct ut_result ut_run(unsigned ut_ms, bool calls)
+{
+	struct ut_result r;
+	int p[2];
+	pid_t kid = member_child(p);
+
+	if (kid == 0)
+		ut_client(fx.server.port, ut_ms, calls, p[1]);
+	kt_child_result(p, &kid, &r, sizeof(r));
+	return r;
+}
+
+/* The limit's own bound: with maxDelay 1.5 s, a client that set nothing
+ * finds TCP_USER_TIMEOUT 1500 on its connection, and a call held for 10 s
+ * (0.1/s, burst 1) ends with ETIMEDOUT about then, never sent. A client
+ * that set a shorter bound keeps it; a longer one is brought down. */
+static void test_max_delay(void **state)
+{
+	const unsigned max_ms = 1500;
+	struct ut_result r, shorter, longer;
+	double requests, calls, before;
+	char *srv;
+
+	(void)state;
+	KT_HTTPFX_SKIP_UNLESS_READY();
+	daemon_up_with(0.1, 1, ", maxDelay: 1500ms");
+	kt_httpfx_serve(&fx.server, fx.tmp, "none");
+	assert_true(kt_status_num(&fx.d, "calls", "max_delay_ms") == max_ms);
+	before = kt_status_num(&fx.d, "calls", "admitted");
+	r = ut_run(0, true);
+	shorter = ut_run(800, false);
+	longer = ut_run(60000, false);
+	srv = kt_httpfx_stop(&fx.server);
+	assert_non_null(srv);
+	requests = kt_httpfx_num(srv, "requests");
+	calls = kt_status_num(&fx.d, "calls", "admitted") - before;
+	free(srv);
+	print_message("maxDelay %u ms: an unmodified client's TCP_USER_TIMEOUT %u, first answered %d, "
+		      "the held call ended after %.0f ms with %s; server saw %.0f, kernel admitted %.0f; "
+		      "a client's own 800 stays %u, its own 60000 becomes %u\n",
+		      max_ms, r.seen_ms, r.first_ok, r.waited_ms, strerror(r.err), requests, calls,
+		      shorter.seen_ms, longer.seen_ms);
+	assert_int_equal(r.seen_ms, max_ms);
+	assert_true(r.first_ok);
+	assert_int_equal(r.err, ETIMEDOUT);
+	assert_true(r.waited_ms >= max_ms - 50 && r.waited_ms <= max_ms + 4000);
+	assert_true(requests == 1);
+	assert_true(calls == 1);
+	assert_int_equal(shorter.seen_ms, 800);
+	assert_int_equal(longer.seen_ms, max_ms);
 }
 
 int main(void)
@@ -443,6 +513,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_retry_quantum, kt_dfx_setup, teardown),
 		cmocka_unit_test_setup_teardown(test_parent, kt_dfx_setup, teardown),
 		cmocka_unit_test_setup_teardown(test_app_timeout, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_max_delay, kt_dfx_setup, teardown),
 	};
 
 	kt_dfx = (struct kt_daemonfx_spec){ .fx = &fx, .len = sizeof(fx), .d = &fx.d,

@@ -365,6 +365,7 @@ static void test_every_field_is_put_back(void **state)
 	static const char *const per_map[][2] = {
 		{ "kt_buckets", "2" }, { "kt_up", "1" }, { "kt_dests", "3" },
 		{ "kt_ports", "1" }, { "kt_idle_hooks", "1" }, { "kt_gen", "1" },
+		{ "kt_limit_ext", "1" },
 	};
 
 	(void)state;
@@ -413,6 +414,18 @@ static void test_every_field_is_put_back(void **state)
 	assert_int_equal(bpf_map_update_elem(kb.up_fd, &slot, &upbad, BPF_ANY), 0);
 	ms = wait_field(kb.up_fd, &slot, sizeof(up), 0, &up, sizeof(up));
 	print_message("kt_up slot %u %u -> %u: put back within %d ms\n", slot, up, upbad, ms);
+
+	/* the limit's settings beyond kt_limits: a maxDelay it does not have */
+	{
+		struct kt_limit_ext ext, extbad = { .max_delay_ms = 1 };
+
+		assert_true(kb.limit_ext_fd >= 0);
+		assert_int_equal(bpf_map_lookup_elem(kb.limit_ext_fd, &id, &ext), 0);
+		assert_int_equal(ext.max_delay_ms, 0);
+		assert_int_equal(bpf_map_update_elem(kb.limit_ext_fd, &id, &extbad, BPF_ANY), 0);
+		ms = wait_field(kb.limit_ext_fd, &id, sizeof(ext), 0, &ext, sizeof(ext));
+		print_message("kt_limit_ext id %u max_delay_ms 0 -> 1: put back within %d ms\n", id, ms);
+	}
 
 	/* v's prefix: deleted, changed, and one added that it does not have */
 	dest_of(kb.dests_fd, id, &dk);
@@ -490,7 +503,7 @@ static void test_every_field_is_put_back(void **state)
 	st = ktest_daemon_cmd(&fx.d, "status");
 	assert_non_null(st);
 	assert_non_null(
-		strstr(st, "kt_dests 3, kt_ports 1, kt_idle_hooks 1, kt_buckets 2, kt_up 1, kt_gen 1"));
+		strstr(st, "kt_limit_ext 1, kt_dests 3, kt_ports 1, kt_idle_hooks 1, kt_buckets 2, kt_up 1, kt_gen 1"));
 	free(st);
 	limit_holds();
 	kt_bpf_close(&kb);
@@ -508,6 +521,7 @@ static void test_adoption_believes_none_of_it(void **state)
 	struct kt_port_filter zero_pf;
 	double lid = -1;
 	uint32_t slot, id, zero = 0, idlebad = ~0u, upbad = 0;
+	struct kt_limit_ext ext, extbad = { .max_delay_ms = 1 };
 	uint64_t gen = 0;
 
 	(void)state;
@@ -536,10 +550,15 @@ static void test_adoption_believes_none_of_it(void **state)
 		assert_int_equal(bpf_map_update_elem(kb.ports_fd, &h, &zero_pf, BPF_ANY), 0);
 	assert_int_equal(bpf_map_update_elem(kb.idle_fd, &zero, &idlebad, BPF_ANY), 0);
 	assert_int_equal(bpf_map_update_elem(kb.gen_fd, &zero, &gen, BPF_ANY), 0);
+	assert_int_equal(bpf_map_update_elem(kb.limit_ext_fd, &id, &extbad, BPF_ANY), 0);
 	kt_bpf_close(&kb);
 
 	assert_int_equal(ktest_daemon_start_logged(&fx.d), 0);
 	limit_holds();
+	assert_int_equal(kt_bpf_open_pinned(&kb, fx.d.pin_dir, err, sizeof(err)), 0);
+	assert_int_equal(bpf_map_lookup_elem(kb.limit_ext_fd, &id, &ext), 0);
+	assert_int_equal(ext.max_delay_ms, 0);
+	kt_bpf_close(&kb);
 }
 
 int main(void)

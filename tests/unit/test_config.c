@@ -411,6 +411,24 @@ static void test_refuse_errno(void **state)
 	kt_config_free(&cfg);
 }
 
+/* maxDelay: unit call's bound on a held call, none by default. */
+static void test_max_delay(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse("limits:\n"
+			       "  - {name: a, cgroups: x, unit: call, maxDelay: 1500ms, rateLimit: {max: 1}}\n"
+			       "  - {name: b, cgroups: x, unit: call, maxDelay: 24h, rateLimit: {max: 1}}\n"
+			       "  - {name: c, cgroups: x, unit: call, rateLimit: {max: 1}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].max_delay_ms, 1500);
+	assert_int_equal(cfg.limits[1].max_delay_ms, 24u * 3600 * 1000);
+	assert_int_equal(cfg.limits[2].max_delay_ms, 0);
+	kt_config_free(&cfg);
+}
+
 /* enforce: true by default; false makes a shadow limit. */
 static void test_enforce(void **state)
 {
@@ -1399,6 +1417,16 @@ static const struct bad bad_cases[] = {
 	  "    rateLimit: {max: 1}\n", "t.yaml:6: limits[0].match.protocol: ", "udp never matches unit call" },
 	{ "limits:\n  - {name: a, cgroups: x, unit: call, errno: EAGAIN, rateLimit: {max: 1}}\n",
 	  "t.yaml:2: limits[0].errno: ", "a call over the rate waits in its connection" },
+	{ "limits:\n  - {name: a, cgroups: x, unit: packet, maxDelay: 5s, rateLimit: {max: 1}}\n",
+	  "t.yaml:2: limits[0].maxDelay: ", "applies to unit call only (how long a held call may wait; this limit's unit is packet)" },
+	{ "limits:\n  - {name: a, cgroups: x, unit: call, maxDelay: 500ms, rateLimit: {max: 1}}\n",
+	  "t.yaml:2: limits[0].maxDelay: ", "500ms is shorter than the minimum 1s" },
+	{ "limits:\n  - {name: a, cgroups: x, unit: call, maxDelay: 25h, rateLimit: {max: 1}}\n",
+	  "t.yaml:2: limits[0].maxDelay: ", "25h is longer than the maximum 24h" },
+	{ "limits:\n  - {name: a, cgroups: x, unit: call, maxDelay: soon, rateLimit: {max: 1}}\n",
+	  "t.yaml:2: limits[0].maxDelay: ", "\"soon\" is not a duration" },
+	{ "limits:\n  - {name: a, cgroups: x, unit: call, maxDelay: [1s], rateLimit: {max: 1}}\n",
+	  "t.yaml:2: limits[0].maxDelay: ", "got a list" },
 
 	/* rateLimit.strict */
 	{ SLIM("connection", "{}"), "t.yaml:10: limits[0].rateLimit.strict.every: ", "required but missing" },
@@ -1849,6 +1877,7 @@ int main(void)
 		cmocka_unit_test(test_tag_counts),
 		cmocka_unit_test(test_burst_defaults),
 		cmocka_unit_test(test_refuse_errno),
+		cmocka_unit_test(test_max_delay),
 		cmocka_unit_test(test_enforce),
 		cmocka_unit_test(test_parent),
 		cmocka_unit_test(test_group_by),

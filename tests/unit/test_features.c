@@ -27,12 +27,15 @@ static void test_units(void **state)
 	assert_int_equal(kt_unit_needs(KT_UNIT_PACKET), BIT(KT_FEAT_EGRESS));
 	assert_int_equal(kt_unit_needs(KT_UNIT_BYTE), BIT(KT_FEAT_EGRESS));
 	assert_int_equal(kt_unit_needs(KT_UNIT_REQUEST), 0);
-	assert_int_equal(kt_unit_uses(KT_UNIT_REQUEST, false), 0);
-	assert_true(kt_unit_uses(KT_UNIT_CONNECTION, false) & BIT(KT_FEAT_SOCK));
-	assert_false(kt_unit_uses(KT_UNIT_CONNECTION, true) & BIT(KT_FEAT_SOCK));
-	assert_true(kt_unit_uses(KT_UNIT_DATAGRAM, true) & BIT(KT_FEAT_EGRESS));
-	assert_true(kt_unit_uses(KT_UNIT_BYTE, true) & BIT(KT_FEAT_FQ));
-	assert_true(kt_unit_uses(KT_UNIT_CONCURRENT, true) & BIT(KT_FEAT_AUDIT));
+	assert_int_equal(kt_unit_uses(KT_UNIT_REQUEST, false, false), 0);
+	assert_true(kt_unit_uses(KT_UNIT_CONNECTION, false, false) & BIT(KT_FEAT_SOCK));
+	assert_false(kt_unit_uses(KT_UNIT_CONNECTION, true, false) & BIT(KT_FEAT_SOCK));
+	assert_true(kt_unit_uses(KT_UNIT_DATAGRAM, true, false) & BIT(KT_FEAT_EGRESS));
+	assert_true(kt_unit_uses(KT_UNIT_BYTE, true, false) & BIT(KT_FEAT_FQ));
+	assert_true(kt_unit_uses(KT_UNIT_CONCURRENT, true, false) & BIT(KT_FEAT_AUDIT));
+	/* a call limit's maxDelay is set by sockops */
+	assert_false(kt_unit_uses(KT_UNIT_CALL, true, false) & BIT(KT_FEAT_SOCKOPS));
+	assert_true(kt_unit_uses(KT_UNIT_CALL, true, true) & BIT(KT_FEAT_SOCKOPS));
 	/* every feature has a name and an effect */
 	for (int f = 0; f < KT_FEAT_COUNT; f++) {
 		assert_true(strlen(kt_feature_name(f)) > 0);
@@ -142,7 +145,7 @@ static void test_health_warnings(void **state)
 	kt_health_eval(&in, &h);
 	kt_health_format(&in, &h, false, out, sizeof(out));
 	assert_string_equal(out, "ready\nkernel ok\n");
-	in.feat_used = kt_unit_uses(KT_UNIT_BYTE, false);
+	in.feat_used = kt_unit_uses(KT_UNIT_BYTE, false, false);
 	kt_health_format(&in, &h, false, out, sizeof(out));
 	assert_non_null(strstr(out, "ready\nkernel ok\nwarning kernel feature fq off: no sch_fq; "));
 

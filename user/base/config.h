@@ -223,6 +223,9 @@ struct kt_limit_cfg {
 	const char *const *group_known;
 	int n_group_known;
 	int refuse_errno;         /* a refused connect()/sendmsg() fails with it; default EBUSY */
+	/* maxDelay (unit call): a held call's connection ends (ETIMEDOUT)
+	 * after waiting this long, ms; 0 = it waits until admitted */
+	uint32_t max_delay_ms;
 	double burst;             /* pool tokens, default max(1, rateLimit.max) */
 	enum kt_share_policy share;
 	struct kt_rate_limit_cfg rl;

@@ -511,6 +511,19 @@ int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 				    "applies to units connection, datagram and concurrent only (a refused request is the application's to answer)");
 		l->refuse_errno = errno_values[e];
 	}
+	if ((v = map_get(c, n, "maxDelay"))) {
+		uint64_t ns;
+
+		join(sub, field, "maxDelay");
+		if (l->unit != KT_UNIT_CALL)
+			return fail(c, v, sub,
+				    "applies to unit call only (how long a held call may wait; this limit's unit is %s)",
+				    kt_unit_name(l->unit));
+		if ((err = kt_cfg_get_duration(c, v, sub, KT_MAX_DELAY_MS_MIN * NS_PER_MS,
+					       KT_MAX_DELAY_MS_MAX * NS_PER_MS, &ns)))
+			return err;
+		l->max_delay_ms = (uint32_t)(ns / NS_PER_MS);
+	}
 	if ((share_node = map_get(c, n, "share"))) {
 		if ((err = kt_cfg_get_enum(c, share_node, join(sub, field, "share"), share_names, 2, &e)))
 			return err;

@@ -92,7 +92,8 @@ static void health_snap(const struct kt_daemon *d, struct health_snap *s)
 		if (l->cfg->unit == KT_UNIT_REQUEST)
 			continue; /* no cgroup, no link */
 		in->feat_used |= kt_unit_needs(l->cfg->unit) |
-				 kt_unit_uses(l->cfg->unit, l->cfg->allow_raw_sockets);
+				 kt_unit_uses(l->cfg->unit, l->cfg->allow_raw_sockets,
+					      l->cfg->max_delay_ms != 0);
 		if (!kt_features_limit_enforced(&d->bpf.feat, l->cfg)) {
 			/* no program to link: counted here, not as unlinked */
 			if (!in->unenforced++)

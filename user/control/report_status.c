@@ -524,6 +524,8 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 				kt_sb_json_str(&b, d->cfg.limits[kt_cfg_parent(c)].name);
 			else
 				kt_sb_printf(&b, "null");
+			if (c->unit == KT_UNIT_CALL)
+				kt_sb_printf(&b, ",\"max_delay_ms\":%u", c->max_delay_ms);
 			kt_features_limit_status(&d->bpf.feat, c, &b, true);
 			/* a groupBy limit's group: its template and value (null:
 			 * the pool of the values past maxGroups) */
@@ -604,6 +606,9 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 			if (kt_cfg_parent(c) >= 0)
 				kt_sb_printf(&b, "  parent %s: every call is charged to it too\n",
 					     d->cfg.limits[kt_cfg_parent(c)].name);
+			if (c->max_delay_ms)
+				kt_sb_printf(&b, "  maxDelay %u ms: a call held longer ends its connection (ETIMEDOUT)\n",
+					     c->max_delay_ms);
 			if (c->shadow || k.would_refuse)
 				kt_sb_printf(&b, "  %s: would have refused %llu (let pass; %llu shadow events)\n",
 					     c->shadow ? "shadow, enforce: false" : "was shadow",

@@ -326,22 +326,29 @@ static struct kt_limit_info limit_info_of(const struct kt_limit_rt *l)
 	return li;
 }
 
+/* A limit's kt_limit_ext entry. */
+static struct kt_limit_ext limit_ext_of(const struct kt_limit_rt *l)
+{
+	return (struct kt_limit_ext){ .max_delay_ms = l->cfg->max_delay_ms };
+}
+
 /* After a commit: what verification holds the maps to (verify.h). */
 static void note_written(struct apply *a, const struct kt_plan *plan)
 {
 	uint64_t *ids = calloc(a->n_want ? a->n_want : 1, sizeof(*ids));
 	uint32_t *lids = calloc(plan->n_limits ? plan->n_limits : 1, sizeof(*lids));
 	struct kt_limit_info *lis = calloc(plan->n_limits ? plan->n_limits : 1, sizeof(*lis));
+	struct kt_limit_ext *exts = calloc(plan->n_limits ? plan->n_limits : 1, sizeof(*exts));
 	/* every member slot (kt_buckets or kt_coop), and a node and a join
 	 * bucket per limit */
 	const int cap = KT_MAX_SLOTS + 2 * plan->n_limits;
 	uint32_t *slots = calloc((size_t)cap, sizeof(*slots));
 	int ret = -ENOMEM, ns = 0;
 
-	if (ids && lids && lis && slots) {
+	if (ids && lids && lis && exts && slots) {
 		struct kt_verify_commit c = {
 			.cgroup_ids = ids, .vals = a->want_vals, .n = a->n_want,
-			.limit_ids = lids, .limits = lis, .nl = plan->n_limits,
+			.limit_ids = lids, .limits = lis, .exts = exts, .nl = plan->n_limits,
 			.dests = a->cls.dests, .nd = a->cls.n_dests, .ports = a->cls.ports,
 			.has_idle = a->done_idle, .idle = a->idle,
 		};
@@ -353,6 +360,7 @@ static void note_written(struct apply *a, const struct kt_plan *plan)
 
 			lids[i] = l->id;
 			lis[i] = limit_info_of(l);
+			exts[i] = limit_ext_of(l);
 			ns += kt_limit_slots(l, slots + ns, cap - 2 - ns);
 			if (l->has_pool)
 				slots[ns++] = l->pool_slot;
@@ -368,6 +376,7 @@ static void note_written(struct apply *a, const struct kt_plan *plan)
 	free(ids);
 	free(lids);
 	free(lis);
+	free(exts);
 	free(slots);
 }
 
@@ -398,6 +407,13 @@ static int commit(struct apply *a, char *err, size_t errlen)
 
 		id = plan->limits[i].id;
 		if (commit_step(a) || bpf_map_update_elem(b->limits_fd, &id, &li, BPF_ANY) < 0)
+			goto map_err;
+	}
+	for (i = 0; b->limit_ext_fd >= 0 && i < plan->n_limits; i++, a->done_exts++) {
+		struct kt_limit_ext ext = limit_ext_of(&plan->limits[i]);
+
+		id = plan->limits[i].id;
+		if (commit_step(a) || bpf_map_update_elem(b->limit_ext_fd, &id, &ext, BPF_ANY) < 0)
 			goto map_err;
 	}
 	/* one update per cgroup replaces its whole list at once */
@@ -487,6 +503,11 @@ static void rollback(struct apply *a)
 		else
 			failed += bpf_map_delete_elem(b->members_fd, &key) < 0;
 	}
+	for (i = a->done_exts; i-- > 0;) {
+		uint32_t id = a->plan->limits[i].id;
+
+		failed += bpf_map_update_elem(b->limit_ext_fd, &id, &a->exts[id], BPF_ANY) < 0;
+	}
 	for (i = a->done_limits; i-- > 0;) {
 		uint32_t id = a->plan->limits[i].id;
 
@@ -524,7 +545,11 @@ static void drop_stale(struct apply *a)
 	for (uint32_t id = 0; id < KT_MAX_LIMITS; id++) {
 		if (a->infos[id].in_use && !a->id_used[id]) {
 			struct kt_limit_info none = { 0 };
+			struct kt_limit_ext no_ext = { 0 };
+
 			bpf_map_update_elem(b->limits_fd, &id, &none, BPF_ANY);
+			if (b->limit_ext_fd >= 0)
+				bpf_map_update_elem(b->limit_ext_fd, &id, &no_ext, BPF_ANY);
 		}
 	}
 }

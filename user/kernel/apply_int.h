@@ -45,6 +45,7 @@ struct apply {
 	const struct kt_bucket_policy *pol;
 	/* before */
 	struct kt_limit_info infos[KT_MAX_LIMITS];
+	struct kt_limit_ext exts[KT_MAX_LIMITS];
 	struct kt_member_key *old_keys;
 	struct kt_member_val *old_vals;
 	int n_old_keys;
@@ -77,7 +78,7 @@ struct apply {
 	struct saved_slot *saved;
 	int n_saved, n_fresh;
 	struct kt_counters *ctrs;
-	int done_limits, done_members, done_dests, done_ports;
+	int done_limits, done_exts, done_members, done_dests, done_ports;
 	bool done_idle;
 	__u32 idle; /* the kt_idle_hooks mask written, with done_idle */
 };

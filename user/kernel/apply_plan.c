@@ -101,6 +101,10 @@ static int plan_ids(struct apply *a, char *err, size_t errlen)
 		snprintf(err, errlen, "cannot read kt_limits: %s", strerror(-ret));
 		return ret;
 	}
+	if ((ret = kt_bpf_read_limit_exts(a->b, a->exts))) {
+		snprintf(err, errlen, "cannot read kt_limit_ext: %s", strerror(-ret));
+		return ret;
+	}
 	/* the pinned names, sorted: a plan of n limits finds its ids in
 	 * n log(ids) compares, not n x KT_MAX_LIMITS */
 	pinned = calloc(KT_MAX_LIMITS, sizeof(*pinned));

@@ -35,6 +35,7 @@ static const char *const map_names[] = {
 	"kt_up",                       /* the bucket one level up (parent:); absent in older pin dirs */
 	"kt_inflight", "kt_sk_slot",   /* in-flight limits' open counts; absent in older pin dirs */
 	"kt_sk_call",                  /* where TCP conversations stand (unit call); absent in older pin dirs */
+	"kt_limit_ext",                /* per-limit settings beyond kt_limits; absent in older pin dirs */
 };
 /* bpf/kthrottle.bpf.h's types, in map_names' order */
 static const __u32 map_types[] = {
@@ -50,6 +51,7 @@ static const __u32 map_types[] = {
 	BPF_MAP_TYPE_ARRAY,
 	BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_SK_STORAGE,
 	BPF_MAP_TYPE_SK_STORAGE,
+	BPF_MAP_TYPE_ARRAY,
 };
 #define N_MAPS (sizeof(map_names) / sizeof(map_names[0]))
 _Static_assert(sizeof(map_types) / sizeof(map_types[0]) == N_MAPS, "one type per map");
@@ -210,7 +212,7 @@ static void zero_fds(struct kt_bpf *b)
 	b->buckets_fd = b->counters_fd = b->members_fd = -1;
 	b->dests_fd = b->ports_fd = b->limits_fd = b->leases_fd = -1;
 	b->gen_fd = b->events_fd = b->coop_fd = b->idle_fd = b->shadow_fd = b->up_fd = -1;
-	b->inflight_fd = -1;
+	b->inflight_fd = b->limit_ext_fd = -1;
 }
 
 static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
@@ -244,6 +246,8 @@ static int open_pinned_maps(struct kt_bpf *b, char *err, size_t errlen)
 	b->up_fd = bpf_obj_get(p);
 	snprintf(p, sizeof(p), "%s/kt_inflight", b->pin_dir);
 	b->inflight_fd = bpf_obj_get(p);
+	snprintf(p, sizeof(p), "%s/kt_limit_ext", b->pin_dir);
+	b->limit_ext_fd = bpf_obj_get(p);
 	return 0;
 }
 
@@ -265,7 +269,7 @@ static void close_fds(struct kt_bpf *b)
 {
 	int fds[] = { b->buckets_fd, b->counters_fd, b->members_fd, b->dests_fd, b->ports_fd,
 		      b->limits_fd,  b->leases_fd,   b->gen_fd,     b->events_fd, b->coop_fd,
-		      b->idle_fd,    b->shadow_fd,  b->up_fd,	    b->inflight_fd };
+		      b->idle_fd,    b->shadow_fd,  b->up_fd,	    b->inflight_fd, b->limit_ext_fd };
 
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
@@ -600,6 +604,15 @@ static int read_array(int fd, uint32_t n, void *vals, size_t vsize)
 int kt_bpf_read_limits(const struct kt_bpf *b, struct kt_limit_info *infos)
 {
 	return read_array(b->limits_fd, KT_MAX_LIMITS, infos, sizeof(*infos));
+}
+
+int kt_bpf_read_limit_exts(const struct kt_bpf *b, struct kt_limit_ext *exts)
+{
+	if (b->limit_ext_fd < 0) {
+		memset(exts, 0, KT_MAX_LIMITS * sizeof(*exts));
+		return 0;
+	}
+	return read_array(b->limit_ext_fd, KT_MAX_LIMITS, exts, sizeof(*exts));
 }
 
 int kt_bpf_read_counters(const struct kt_bpf *b, uint32_t slot, struct kt_counters *sum)

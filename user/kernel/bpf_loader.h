@@ -47,6 +47,7 @@ struct kt_bpf {
 	int shadow_fd; /* kt_shadow, -1 in an older pin directory */
 	int up_fd;     /* kt_up, -1 in an older pin directory */
 	int inflight_fd; /* kt_inflight, -1 in an older pin directory */
+	int limit_ext_fd; /* kt_limit_ext, -1 in an older pin directory */
 	struct kt_bucket *buckets; /* mmap of kt_buckets: rates change by one atomic store */
 	int coop_fd;               /* kt_coop, -1 in an older pin directory (kt_bpf_open_pinned) */
 	struct kt_coop *coop;      /* mmap of kt_coop (kt_bpf_open): KT_MAX_COOP entries */
@@ -170,6 +171,9 @@ void kt_bpf_reset_inflight(const struct kt_bpf *b, uint32_t slot);
  * where the kernel has it (the table is large; one lookup each would cost
  * a syscall per id on every apply). 0 or negative errno. */
 int kt_bpf_read_limits(const struct kt_bpf *b, struct kt_limit_info *infos);
+/* Every kt_limit_ext entry into exts[KT_MAX_LIMITS] likewise; all zero
+ * in an older pin directory, which has none. */
+int kt_bpf_read_limit_exts(const struct kt_bpf *b, struct kt_limit_ext *exts);
 
 /* mkdir -p: creates path and its missing parents; 0 or negative errno. */
 int kt_mkdir_p(const char *path, mode_t mode);

@@ -22,7 +22,7 @@ static const struct {
 	[KT_FEAT_SOCK] = { "sock",
 			   "raw sockets are not refused, in-flight limits are not enforced (no slot would come back)" },
 	[KT_FEAT_SOCKOPS] = { "sockops",
-			      "TCP under byte limits is held by drops instead of paced; in-flight slots come back only at close" },
+			      "TCP under byte limits is held by drops instead of paced; in-flight slots come back only at close; a call limit's maxDelay is not applied (held calls wait until admitted)" },
 	[KT_FEAT_AUDIT] = { "inflight_audit", "in-flight open counts are not audited" },
 	[KT_FEAT_RINGBUF] = { "ringbuf", "no throttle events (counters still count)" },
 	[KT_FEAT_FQ] = { "fq", "TCP under byte limits is held by drops instead of paced at exact departure times" },
@@ -78,7 +78,7 @@ unsigned kt_unit_needs(unsigned unit)
 	}
 }
 
-unsigned kt_unit_uses(unsigned unit, bool allow_raw_sockets)
+unsigned kt_unit_uses(unsigned unit, bool allow_raw_sockets, bool max_delay)
 {
 	unsigned m = 0;
 
@@ -92,6 +92,8 @@ unsigned kt_unit_uses(unsigned unit, bool allow_raw_sockets)
 		m |= BIT(KT_FEAT_SOCKOPS) | BIT(KT_FEAT_FQ);
 	if (unit == KT_UNIT_CONCURRENT)
 		m |= BIT(KT_FEAT_SOCKOPS) | BIT(KT_FEAT_AUDIT);
+	if (unit == KT_UNIT_CALL && max_delay)
+		m |= BIT(KT_FEAT_SOCKOPS);
 	return m;
 }
 

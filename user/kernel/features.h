@@ -57,8 +57,8 @@ bool kt_feature_on(const struct kt_features *fs, enum kt_feature f);
  * or (in-flight without sock_release) its slots would never come back. */
 unsigned kt_unit_needs(unsigned unit);
 /* The features it uses beyond those, each of which closes one gap
- * (raw sockets, connected UDP, pacing, the audit). */
-unsigned kt_unit_uses(unsigned unit, bool allow_raw_sockets);
+ * (raw sockets, connected UDP, pacing, the audit, a call's maxDelay). */
+unsigned kt_unit_uses(unsigned unit, bool allow_raw_sockets, bool max_delay);
 /* The first feature of mask that is off (KT_FEAT_COUNT: none). */
 enum kt_feature kt_features_first_off(const struct kt_features *fs, unsigned mask);
 /* How many features are off. */

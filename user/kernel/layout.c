@@ -83,6 +83,9 @@ static unsigned limit_hooks(const struct kt_limit_cfg *lc)
 	/* TCP under a byte limit paces itself (sockops.bpf.c) */
 	if (lc->unit == KT_UNIT_BYTE)
 		mask |= 1u << KT_ATTACH_SOCKOPS;
+	/* a call limit's maxDelay becomes its connections' TCP_USER_TIMEOUT */
+	if (lc->unit == KT_UNIT_CALL && lc->max_delay_ms)
+		mask |= 1u << KT_ATTACH_SOCKOPS;
 	/* an in-flight slot is given back when the socket closes, or when
 	 * its TCP state reaches CLOSE first (bpf/lib/inflight.h) */
 	if (lc->unit == KT_UNIT_CONCURRENT)

@@ -20,6 +20,7 @@ struct kt_verify_record {
 	int n;
 	uint32_t *limit_ids;
 	struct kt_limit_info *limits;
+	struct kt_limit_ext *exts; /* NULL: no kt_limit_ext (an older pin directory) */
 	int nl;
 	struct kt_dest_entry *dests; /* sorted by key, for the search of extras */
 	int nd;
@@ -32,6 +33,7 @@ struct kt_verify_record {
 
 static const char *const map_names[KT_VERIFY_MAPS] = {
 	[KT_VERIFY_MEMBERS] = "kt_members", [KT_VERIFY_LIMITS] = "kt_limits",
+	[KT_VERIFY_LIMIT_EXT] = "kt_limit_ext",
 	[KT_VERIFY_DESTS] = "kt_dests",     [KT_VERIFY_PORTS] = "kt_ports",
 	[KT_VERIFY_IDLE_HOOKS] = "kt_idle_hooks", [KT_VERIFY_BUCKETS] = "kt_buckets",
 	[KT_VERIFY_UP] = "kt_up",           [KT_VERIFY_GEN] = "kt_gen",
@@ -61,6 +63,7 @@ void kt_verify_free(struct kt_bpf *b)
 	free(r->vals);
 	free(r->limit_ids);
 	free(r->limits);
+	free(r->exts);
 	free(r->dests);
 	free(r->ports);
 	free(r->slots);
@@ -96,10 +99,12 @@ int kt_verify_note_commit(struct kt_bpf *b, const struct kt_verify_commit *c)
 	r->vals = dup_of(c->vals, c->n, sizeof(*r->vals));
 	r->limit_ids = dup_of(c->limit_ids, c->nl, sizeof(*r->limit_ids));
 	r->limits = dup_of(c->limits, c->nl, sizeof(*r->limits));
+	r->exts = b->limit_ext_fd >= 0 ? dup_of(c->exts, c->nl, sizeof(*r->exts)) : NULL;
 	r->dests = dup_of(c->dests, c->nd, sizeof(*r->dests));
 	r->ports = c->ports ? dup_of(c->ports, KT_HOOK_COUNT, sizeof(*r->ports)) : NULL;
 	r->slots = calloc(c->ns > 0 ? (size_t)c->ns : 1, sizeof(*r->slots));
-	if (!r->ids || !r->vals || !r->limit_ids || !r->limits || !r->dests ||
+	if (!r->ids || !r->vals || !r->limit_ids || !r->limits ||
+	    (b->limit_ext_fd >= 0 && !r->exts) || !r->dests ||
 	    (c->ports && !r->ports) || !r->slots) {
 		kt_verify_free(b);
 		return -ENOMEM;
@@ -255,6 +260,26 @@ static void verify_limits(struct kt_bpf *b, const struct kt_verify_record *r, st
 	}
 }
 
+static void verify_limit_exts(struct kt_bpf *b, const struct kt_verify_record *r, struct pass *p)
+{
+	for (int i = 0; r->exts && i < r->nl; i++) {
+		uint32_t id = r->limit_ids[i];
+		struct kt_limit_ext v;
+		bool present = bpf_map_lookup_elem(b->limit_ext_fd, &id, &v) == 0;
+
+		if (present && !memcmp(&v, &r->exts[i], sizeof(v)))
+			continue;
+		if (bpf_map_update_elem(b->limit_ext_fd, &id, &r->exts[i], BPF_ANY) < 0) {
+			kt_warn("kernel state: cannot write back kt_limit_ext id %u: %s", id, strerror(errno));
+			continue;
+		}
+		fixed(p, KT_VERIFY_LIMIT_EXT, "written back",
+		      "id %u held max_delay_ms %u reserved %u %u %u, not the max_delay_ms %u the daemon wrote", id,
+		      present ? v.max_delay_ms : 0, present ? v.reserved[0] : 0,
+		      present ? v.reserved[1] : 0, present ? v.reserved[2] : 0, r->exts[i].max_delay_ms);
+	}
+}
+
 /* Every recorded prefix present with its value, and no other: a prefix
  * added by hand would charge a limit for traffic it does not cover. */
 static void verify_dests(struct kt_bpf *b, const struct kt_verify_record *r, struct pass *p)
@@ -389,6 +414,7 @@ int kt_verify_maps(struct kt_bpf *b, struct kt_verify_fixes *fixes)
 	verify_members(b, r, &p);
 	lists = p.fixed - lists;
 	verify_limits(b, r, &p);
+	verify_limit_exts(b, r, &p);
 	verify_dests(b, r, &p);
 	verify_ports(b, r, &p);
 	verify_idle(b, r, &p);

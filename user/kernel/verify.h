@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Kernel state verified, not believed: what the daemon committed last to
  * the maps that decide who is limited and by what (kt_members, kt_limits,
- * kt_dests, kt_ports, kt_idle_hooks, each bucket's flags, limit and kt_up
+ * kt_limit_ext, kt_dests, kt_ports, kt_idle_hooks, each bucket's flags, limit and kt_up
  * link, and kt_gen) is compared with the maps on a short cycle. An entry
  * that differs (a hand edit, a stray writer, a deleted key, a key added)
  * is written back, logged with the map, the key and both values, and
@@ -25,6 +25,7 @@
 enum kt_verify_map {
 	KT_VERIFY_MEMBERS,
 	KT_VERIFY_LIMITS,
+	KT_VERIFY_LIMIT_EXT,
 	KT_VERIFY_DESTS,
 	KT_VERIFY_PORTS,
 	KT_VERIFY_IDLE_HOOKS,
@@ -48,6 +49,7 @@ struct kt_verify_commit {
 	int n;
 	const uint32_t *limit_ids; /* kt_limits: nl ids and their values */
 	const struct kt_limit_info *limits;
+	const struct kt_limit_ext *exts; /* kt_limit_ext: the same nl ids' */
 	int nl;
 	const struct kt_dest_entry *dests; /* the whole of kt_dests */
 	int nd;
