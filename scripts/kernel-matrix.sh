@@ -54,7 +54,7 @@
 #
 # Output: each guest's console as it runs, when KM_VERBOSE=1 (else the
 # test lines that matter: uname, the verifier instruction counts, what
-# arrived per unit in test_units, the calls, retry quantum and user timeout of
+# arrived per unit in test_units, the calls, retry quantum and user timeout and maxDelay of
 # test_calls_turns, cmocka failures), and at the end one table: kernel | test binary | passed |
 # failed | skipped | seconds, then each kernel's accelerator, boot time (to
 # the first line of the guest's init) and total wall time, then the
@@ -428,7 +428,7 @@ summarize_guest() { # summarize_guest VER: table rows from its log
 	local ver=$1 log=$cache/$1.log line bin rc p f s secs done_rc
 	tr -d '\r' <"$log" >"$tmp/log-$ver"
 	if [ "$verbose" != 1 ]; then
-		grep -aE '^KT-UNAME|verified +[0-9]+ instructions|^(connection|datagram|packet|byte|concurrent) +[0-9]+ arrived|^(retry quantum|one byte a segment|redis PING|TCP_USER_TIMEOUT)|\[  (FAILED|ERROR) +\]|^kt-(init|guest):|^--- |Kernel panic|^\[ *[0-9.]+\] (BUG|WARNING|Oops)|libbpf: prog .*(failed|load)|expected=|BPF program is too large|processed [0-9]+ insns' \
+		grep -aE '^KT-UNAME|verified +[0-9]+ instructions|^(connection|datagram|packet|byte|concurrent) +[0-9]+ arrived|^(retry quantum|one byte a segment|redis PING|TCP_USER_TIMEOUT|maxDelay)|\[  (FAILED|ERROR) +\]|^kt-(init|guest):|^--- |Kernel panic|^\[ *[0-9.]+\] (BUG|WARNING|Oops)|libbpf: prog .*(failed|load)|expected=|BPF program is too large|processed [0-9]+ insns' \
 			"$tmp/log-$ver" | sed "s|^|  $ver: |"
 	fi
 	for bin in "${tests[@]}"; do
