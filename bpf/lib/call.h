@@ -10,12 +10,16 @@
  * application's next write; this program then decides it again. The
  * application sees a call that waits, never an error, and nothing is sent
  * twice or out of order. The first probes are dropped with congestion
- * notification, the later ones plainly (kt_call_quick_retry). Only the
- * egress object declares the map (pinned by name). */
+ * notification, the later ones plainly (kt_call_quick_retry). Where the
+ * fq qdisc schedules the socket, a refused turn start is sent instead at
+ * the time it conforms (EDT, lib/edt.h), and the socket's later segments
+ * no earlier (kt_sk_depart). Only the egress object declares the maps
+ * (pinned by name). */
 #ifndef KT_BPF_CALL_H
 #define KT_BPF_CALL_H
 
 #include "lib/charge.h"
+#include "lib/edt.h"
 #include "lib/events.h"
 #include "lib/net.h"
 
@@ -26,6 +30,14 @@ struct {
 	__type(value, struct kt_sk_call);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } kt_sk_call SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct kt_sk_depart);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} kt_sk_depart SEC(".maps");
 
 #define KT_TCP_HDR_MIN 20
 #define KT_IPV4_HDR_MIN 20
@@ -180,6 +192,43 @@ static __always_inline int kt_call_quick_retry(struct __sk_buff *skb)
 	return tp && tp->inet_conn.icsk_probes_out < KT_CALL_QUICK_PROBES;
 }
 
+/* A payload segment of a socket the fq qdisc schedules: never before the
+ * socket's last turn start sent late; with `sent_late`, this one is such
+ * a start, and its departure becomes the socket's floor. A global
+ * function, so its lookups stay off kt_call_charge's stack. */
+__noinline int kt_call_depart(struct __sk_buff *skb, int sent_late)
+{
+	struct bpf_sock *sk = skb->sk;
+	struct kt_sk_depart *d;
+
+	if (!kt_fq_paces(skb))
+		return 0;
+	if (sk)
+		sk = bpf_sk_fullsock(sk);
+	if (!sk)
+		return 0;
+	d = bpf_sk_storage_get(&kt_sk_depart, sk, 0, sent_late ? BPF_SK_STORAGE_GET_F_CREATE : 0);
+	if (!d)
+		return 0;
+	kt_depart_at(skb, d->not_before_ns);
+	if (sent_late)
+		d->not_before_ns = skb->tstamp;
+	return 1;
+}
+
+/* A refused turn start of a socket fq schedules: sent at the time it
+ * conforms (EDT) instead of held, when that is within the horizon, and
+ * the socket's later segments no earlier. 1 if so. A global function,
+ * like kt_call_depart: kt_egress's deepest chain of frames runs through
+ * kt_call_charge, and 6.1 allows that chain 512 bytes of stack. */
+__noinline int kt_call_send_late(struct __sk_buff *skb, const struct kt_cls *cls)
+{
+	if (!cls || !kt_fq_paces(skb) || !kt_pace(skb, cls, 1, bpf_ktime_get_boot_ns()))
+		return 0;
+	kt_call_depart(skb, 1);
+	return 1;
+}
+
 /* A TCP packet of a call limit (the bucket `cls` names): charged one call
  * when it starts a turn. KT_CALL_PASS, or KT_CALL_DROP or KT_CALL_DROP_CN
  * to hold it (TCP sends it again). A global function: the verifier checks
@@ -194,16 +243,29 @@ __noinline int kt_call_charge(struct __sk_buff *skb, const struct kt_cls *cls)
 
 	if (!cls)
 		return KT_CALL_PASS;
-	if (kt_call_turn(skb, &s) == KT_CALL_NONE)
+	if (kt_call_turn(skb, &s) == KT_CALL_NONE) {
+		/* the rest of a turn, a retransmission: not before its start */
+		if (s.payload_len)
+			kt_call_depart(skb, 0);
 		return KT_CALL_PASS;
+	}
 	now = bpf_ktime_get_boot_ns();
 	verdict = kt_charge(cls, now, skb->len, 1, &wait_ns, &by);
+	/* No value in a register lives across the global calls below, each
+	 * of which would add a spill slot to this frame, which has none to
+	 * spare on 6.1: the clock is read again where it is needed after. */
 	if (verdict == KT_REFUSE) {
-		kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, KT_EV_BUCKET);
+		if (kt_call_send_late(skb, cls)) {
+			kt_call_passed(skb, &s);
+			return KT_CALL_PASS;
+		}
+		kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns,
+			      bpf_ktime_get_boot_ns(), KT_EV_BUCKET);
 		return kt_call_quick_retry(skb) ? KT_CALL_DROP_CN : KT_CALL_DROP;
 	}
 	if (verdict == KT_ADMIT_SHADOW)
 		kt_emit_event(by, bpf_skb_cgroup_id(skb), KT_HOOK_EGRESS, wait_ns, now, KT_EV_SHADOW);
+	kt_call_depart(skb, 0);
 	kt_call_passed(skb, &s);
 	return KT_CALL_PASS;
 }

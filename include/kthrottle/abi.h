@@ -535,6 +535,17 @@ struct kt_sk_call {
 #define KT_TLS_CCS_RECORD 0x14
 _Static_assert(sizeof(struct kt_sk_call) == 16, "kt_sk_call layout");
 
+/* kt_sk_depart (socket storage, pinned): per TCP socket of a call limit
+ * that the fq qdisc schedules, the departure time given to its last turn
+ * start sent late (EDT) instead of held. No later payload segment of the
+ * socket departs before it, so neither the rest of that turn nor a
+ * retransmission of it overtakes the turn's start. Written by the egress
+ * program only. */
+struct kt_sk_depart {
+	__u64 not_before_ns; /* CLOCK_MONOTONIC, the clock of skb->tstamp */
+};
+_Static_assert(sizeof(struct kt_sk_depart) == 8, "kt_sk_depart layout");
+
 /* What classification decided for one destination: the bucket that takes
  * it, and what charging, pacing, refunds and events need of its limit. */
 struct kt_cls {

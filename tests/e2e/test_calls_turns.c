@@ -17,9 +17,16 @@
  *                        with ETIMEDOUT, and the call is never sent;
  *   test_max_delay       the limit's maxDelay does the same for a client
  *                        that set nothing, and keeps a shorter bound a
- *                        client set itself.
+ *                        client set itself;
+ *   test_fq_departures   where fq schedules the socket (a network namespace
+ *                        made here, fq on its loopback), a call over the
+ *                        rate is sent at the time it conforms instead of
+ *                        held: none dropped, the bound kept (skips on a
+ *                        kernel without fq).
  * The server is tests/tools/kt-httpcall.py (tests/lib/kt_httpfx). */
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <limits.h>
 #include <math.h>
 #include <setjmp.h>
@@ -505,6 +512,153 @@ static void test_max_delay(void **state)
 	assert_int_equal(longer.seen_ms, max_ms);
 }
 
+/* What the fq run reports. */
+struct fq_result {
+	int skip;      /* 1: no fq qdisc on this kernel */
+	int served;    /* requests the server answered */
+	struct seq_result seq;
+};
+
+/* Runs `argv` with its output discarded; its exit status, -1 if none. */
+static int run_quiet(char *const argv[])
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		int nul = open("/dev/null", O_WRONLY);
+
+		if (nul >= 0) {
+			dup2(nul, 1);
+			dup2(nul, 2);
+		}
+		execvp(argv[0], argv);
+		_exit(127);
+	}
+	if (waitpid(pid, &st, 0) < 0)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* An HTTP/1.1 server for one connection on lfd: answers each request
+ * (its end: an empty line) at once; how many through out_fd at EOF. */
+static void fq_server(int lfd, int out_fd)
+{
+	static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+	static const char eoh[] = "\r\n\r\n";
+	struct timeval tv = { .tv_sec = 30 };
+	int c = accept(lfd, NULL, NULL), served = 0;
+	size_t matched = 0;
+	char buf[4096];
+	ssize_t r;
+
+	if (c < 0 || setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)))
+		_exit(5);
+	while ((r = recv(c, buf, sizeof(buf), 0)) > 0) {
+		for (ssize_t i = 0; i < r; i++) {
+			matched = buf[i] == eoh[matched] ? matched + 1 : buf[i] == eoh[0];
+			if (matched < sizeof(eoh) - 1)
+				continue;
+			matched = 0;
+			served++;
+			if (send(c, ok, sizeof(ok) - 1, MSG_NOSIGNAL) != (ssize_t)sizeof(ok) - 1)
+				_exit(6);
+		}
+	}
+	_exit(write(out_fd, &served, sizeof(served)) == (ssize_t)sizeof(served) ? 0 : 4);
+}
+
+/* In a network namespace of its own with fq on its loopback: a server
+ * (outside the member cgroup) and seq_client in it for secs. */
+static void fq_run_main(double secs, int out_fd)
+{
+	char *lo_up[] = { "ip", "link", "set", "lo", "up", NULL };
+	char *fq[] = { "tc", "qdisc", "add", "dev", "lo", "root", "fq", NULL };
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(8080),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	static struct fq_result res;
+	int lfd, one = 1, sp[2], cp[2];
+	pid_t srv, cli;
+
+	if (unshare(CLONE_NEWNET) || run_quiet(lo_up))
+		_exit(9);
+	if (run_quiet(fq)) {
+		res.skip = 1;
+		_exit(write(out_fd, &res, sizeof(res)) == (ssize_t)sizeof(res) ? 0 : 4);
+	}
+	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (lfd < 0 || setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+	    bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) || listen(lfd, 4) || pipe(sp) || pipe(cp))
+		_exit(10);
+	srv = fork();
+	if (srv == 0)
+		fq_server(lfd, sp[1]);
+	cli = fork();
+	if (cli == 0) {
+		if (ktest_cgroup_join(fx.cg))
+			_exit(3);
+		seq_client(8080, secs, 1 << 16, cp[1]);
+	}
+	if (srv < 0 || cli < 0)
+		_exit(11);
+	close(sp[1]);
+	close(cp[1]);
+	if (read(cp[0], &res.seq, sizeof(res.seq)) != (ssize_t)sizeof(res.seq) ||
+	    read(sp[0], &res.served, sizeof(res.served)) != (ssize_t)sizeof(res.served))
+		_exit(12);
+	waitpid(cli, NULL, 0);
+	waitpid(srv, NULL, 0);
+	_exit(write(out_fd, &res, sizeof(res)) == (ssize_t)sizeof(res) ? 0 : 4);
+}
+
+/* 2/s, burst 1, one connection, where fq schedules it: each call after
+ * the first is sent at the time it conforms (EDT) instead of held, so no
+ * call is dropped and each waits its 500 ms, not TCP's next try. */
+static void test_fq_departures(void **state)
+{
+	static struct fq_result r;
+	double admitted, throttled, lat[MAX_LAT];
+	int p[2], n;
+	pid_t kid;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	daemon_up(2, 1);
+	admitted = kt_status_num(&fx.d, "calls", "admitted");
+	throttled = kt_status_num(&fx.d, "calls", "throttled");
+	assert_int_equal(pipe(p), 0);
+	kid = kt_daemonfx_fork_bounded();
+	assert_true(kid >= 0);
+	if (kid == 0) {
+		close(p[0]);
+		fq_run_main(5.0, p[1]);
+	}
+	kt_child_result(p, &kid, &r, sizeof(r));
+	if (r.skip) {
+		print_message("skipped: no fq qdisc on this kernel (tc qdisc add dev lo root fq failed)\n");
+		skip();
+	}
+	admitted = kt_status_num(&fx.d, "calls", "admitted") - admitted;
+	throttled = kt_status_num(&fx.d, "calls", "throttled") - throttled;
+	n = r.seq.n < MAX_LAT ? r.seq.n : MAX_LAT;
+	assert_true(n >= 1);
+	memcpy(lat, r.seq.lat_ms, sizeof(double) * (size_t)n);
+	qsort(lat, (size_t)n, sizeof(lat[0]), cmp_double);
+	print_message("fq departures at 2/s, burst 1: %d calls in %.2f s (%.2f/s), wait per call "
+		      "min %.0f ms, median %.0f ms, max %.0f ms (the ideal: 500 ms); server %d, "
+		      "kernel admitted %.0f, held %.0f\n",
+		      r.seq.n, r.seq.elapsed, r.seq.n / (r.seq.elapsed > 0 ? r.seq.elapsed : 1), lat[0],
+		      lat[n / 2], lat[n - 1], r.served, admitted, throttled);
+	assert_int_equal(r.served, r.seq.n);
+	assert_true(fabs(admitted - r.served) <= 1);
+	assert_true(r.served <= 2 * r.seq.elapsed + 1);
+	assert_true(r.served >= 3);
+	/* every late call was given its departure: none dropped */
+	assert_true(throttled == 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -514,6 +668,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_parent, kt_dfx_setup, teardown),
 		cmocka_unit_test_setup_teardown(test_app_timeout, kt_dfx_setup, teardown),
 		cmocka_unit_test_setup_teardown(test_max_delay, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fq_departures, kt_dfx_setup, teardown),
 	};
 
 	kt_dfx = (struct kt_daemonfx_spec){ .fx = &fx, .len = sizeof(fx), .d = &fx.d,

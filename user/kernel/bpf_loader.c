@@ -36,6 +36,7 @@ static const char *const map_names[] = {
 	"kt_inflight", "kt_sk_slot",   /* in-flight limits' open counts; absent in older pin dirs */
 	"kt_sk_call",                  /* where TCP conversations stand (unit call); absent in older pin dirs */
 	"kt_limit_ext",                /* per-limit settings beyond kt_limits; absent in older pin dirs */
+	"kt_sk_depart",                /* call turns sent late under fq (EDT); absent in older pin dirs */
 };
 /* bpf/kthrottle.bpf.h's types, in map_names' order */
 static const __u32 map_types[] = {
@@ -52,6 +53,7 @@ static const __u32 map_types[] = {
 	BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_SK_STORAGE,
 	BPF_MAP_TYPE_SK_STORAGE,
 	BPF_MAP_TYPE_ARRAY,
+	BPF_MAP_TYPE_SK_STORAGE,
 };
 #define N_MAPS (sizeof(map_names) / sizeof(map_names[0]))
 _Static_assert(sizeof(map_types) / sizeof(map_types[0]) == N_MAPS, "one type per map");
