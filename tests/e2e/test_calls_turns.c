@@ -18,6 +18,10 @@
  *   test_max_delay       the limit's maxDelay does the same for a client
  *                        that set nothing, and keeps a shorter bound a
  *                        client set itself;
+ *   test_strict_calls    rateLimit.strict on calls (a permit from a real
+ *                        redis-server per call, every 1 s): the held
+ *                        calls go out at TCP's next try inside the
+ *                        permit's window, at most one a second;
  *   test_fq_departures   where fq schedules the socket (a network namespace
  *                        made here, fq on its loopback), a call over the
  *                        rate is sent at the time it conforms instead of
@@ -512,6 +516,51 @@ static void test_max_delay(void **state)
 	assert_int_equal(longer.seen_ms, max_ms);
 }
 
+/* Strict spacing for calls: one call a second through permits from a
+ * real redis-server, for a sequential connection that wants far more.
+ * Each held call is sent at TCP's first try inside its permit's window
+ * (500 ms long, TCP tries every 500 ms), so calls come about a second
+ * apart and never more than one a second. */
+static void test_strict_calls(void **state)
+{
+	const struct rp_opts o = { 0 };
+	static struct seq_result r;
+	double requests, calls, busy, lat[MAX_LAT];
+	char body[1024];
+	int n;
+
+	(void)state;
+	KT_HTTPFX_SKIP_UNLESS_READY();
+	if (!ktest_find_prog("redis-server")) {
+		print_message("skipped: no redis-server\n");
+		skip();
+	}
+	assert_int_equal(rp_start_master(&fx.rp, &o), 0);
+	snprintf(body, sizeof(body),
+		 "tickInterval: 100ms\n"
+		 "store:\n"
+		 "  redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\"}\n"
+		 "limits:\n"
+		 "  - {name: calls, cgroups: [%s], unit: call,\n"
+		 "     match: {cidrs: [127.0.0.1/32]}, rateLimit: {strict: {every: 1s}}}\n",
+		 fx.rp.port, fx.cg);
+	assert_int_equal(ktest_daemon_up(&fx.d, body), 0);
+	seq_run(1 << 16, 6.0, &r, &requests, &calls);
+	busy = elapsed_s(&r);
+	n = r.n < MAX_LAT ? r.n : MAX_LAT;
+	assert_true(n >= 1);
+	memcpy(lat, r.lat_ms, sizeof(double) * (size_t)n);
+	qsort(lat, (size_t)n, sizeof(lat[0]), cmp_double);
+	print_message("strict calls, every 1 s: %d calls in %.2f s, wait per call min %.0f ms, "
+		      "median %.0f ms, max %.0f ms; kernel counted %.0f, server %.0f\n",
+		      r.n, busy, lat[0], lat[n / 2], lat[n - 1], calls, requests);
+	assert_true(requests == r.n);
+	assert_true(fabs(calls - requests) <= 1);
+	/* a permit a second: the first at once, then one per second */
+	assert_true(requests <= busy / 1.0 + 1);
+	assert_true(requests >= 3);
+}
+
 /* What the fq run reports. */
 struct fq_result {
 	int skip;      /* 1: no fq qdisc on this kernel */
@@ -668,6 +717,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_parent, kt_dfx_setup, teardown),
 		cmocka_unit_test_setup_teardown(test_app_timeout, kt_dfx_setup, teardown),
 		cmocka_unit_test_setup_teardown(test_max_delay, kt_dfx_setup, teardown),
+		cmocka_unit_test_setup_teardown(test_strict_calls, kt_dfx_setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fq_departures, kt_dfx_setup, teardown),
 	};
 

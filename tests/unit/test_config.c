@@ -1007,6 +1007,14 @@ static void test_strict(void **state)
 	assert_int_equal(l->store.kind, KT_STORE_REDIS);
 	kt_config_free(&cfg);
 
+	/* unit call: the permit's window is at least TCP's 500 ms between tries */
+	assert_int_equal(parse(SLIM("call", "{every: 600ms}"), &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].rl.strict.expire_ns, 500 * MS);
+	kt_config_free(&cfg);
+	assert_int_equal(parse(SLIM("call", "{every: 2s}"), &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].rl.strict.expire_ns, 1 * SEC);
+	kt_config_free(&cfg);
+
 	/* explicit values, block form (the line is the block's), burst 1 given */
 	assert_int_equal(parse(SREDIS "limits:\n  - name: s\n    cgroups: [x]\n    unit: datagram\n"
 			       "    burst: 1\n    share: equal\n    rateLimit:\n      strict:\n"
@@ -1473,8 +1481,10 @@ static const struct bad bad_cases[] = {
 	  "needs unit connection, datagram or request (this limit's unit is packet at line 8)" },
 	{ SLIM("byte", "{every: 1s}"), "t.yaml:10: limits[0].rateLimit.strict: ",
 	  "needs unit connection, datagram or request (this limit's unit is byte at line 8)" },
-	{ SLIM("call", "{every: 1s}"), "t.yaml:10: limits[0].rateLimit.strict: ",
-	  "not supported with unit call yet (unit call is at line 8" },
+	{ SLIM("call", "{every: 200ms}"), "t.yaml:10: limits[0].rateLimit.strict.every: ",
+	  "200ms is shorter than 500ms, how long TCP waits before it tries a held call again (unit call at line 8)" },
+	{ SLIM("call", "{every: 2s, expireAfter: 100ms}"), "t.yaml:10: limits[0].rateLimit.strict.expireAfter: ",
+	  "100ms is shorter than 500ms, how long TCP waits before it tries a held call again: a permit could expire between two tries (unit call at line 8)" },
 	{ SLIM("connection", "{every: 1s}") "    burst: 2\n", "t.yaml:11: limits[0].burst: ",
 	  "2 must be 1 with rateLimit.strict at line 10 (a permit admits one)" },
 	{ SLIM("connection", "{every: 1s}") "    burst: 0.5\n", "t.yaml:11: limits[0].burst: ",

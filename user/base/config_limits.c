@@ -28,6 +28,9 @@ _Static_assert(sizeof(errno_names) / sizeof(errno_names[0]) ==
 		       sizeof(errno_values) / sizeof(errno_values[0]),
 	       "one value per errno name");
 static const char *const proto_names[] = { "any", "tcp", "udp" };
+/* How long TCP waits before it tries a call the egress program held
+ * (TCP_RESOURCE_PROBE_INTERVAL, for its first tries: see bpf/lib/call.h) */
+#define KT_CALL_RETRY_NS (500 * NS_PER_MS)
 
 
 const char *kt_unit_name(enum kt_unit u) { return NAME_OF(unit_names, u); }
@@ -540,12 +543,26 @@ int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 		return fail(c, strict, join(sub, field, "rateLimit.strict"),
 			    "needs unit connection, datagram or request (this limit's unit is %s at line %d)",
 			    kt_unit_name(l->unit), line_of(map_get(c, n, "unit")));
-	/* permits for calls are not there yet: the permit's hold would be
-	 * spent by TCP's retry timer, not by the call's own wait */
-	if (strict && l->unit == KT_UNIT_CALL)
-		return fail(c, strict, join(sub, field, "rateLimit.strict"),
-			    "not supported with unit call yet (unit call is at line %d; use unit request for strict spacing)",
-			    line_of(map_get(c, n, "unit")));
+	/* a held call is sent again when TCP next tries it, every 500 ms at
+	 * first: a permit's window shorter than that could fall between two
+	 * tries and expire unused. So the window is at least that long. */
+	if (strict && l->unit == KT_UNIT_CALL) {
+		struct kt_strict_cfg *st = &l->rl.strict;
+		yaml_node_t *ea = map_get(c, strict, "expireAfter");
+
+		if (st->every_ns < KT_CALL_RETRY_NS)
+			return fail(c, map_get(c, strict, "every"), join(sub, field, "rateLimit.strict.every"),
+				    "%s is shorter than %s, how long TCP waits before it tries a held call again (unit call at line %d)",
+				    kt_cfg_fmt_dur(st->every_ns).s, kt_cfg_fmt_dur(KT_CALL_RETRY_NS).s,
+				    line_of(map_get(c, n, "unit")));
+		if (ea && st->expire_ns < KT_CALL_RETRY_NS)
+			return fail(c, ea, join(sub, field, "rateLimit.strict.expireAfter"),
+				    "%s is shorter than %s, how long TCP waits before it tries a held call again: a permit could expire between two tries (unit call at line %d)",
+				    kt_cfg_fmt_dur(st->expire_ns).s, kt_cfg_fmt_dur(KT_CALL_RETRY_NS).s,
+				    line_of(map_get(c, n, "unit")));
+		if (st->expire_ns < KT_CALL_RETRY_NS)
+			st->expire_ns = KT_CALL_RETRY_NS;
+	}
 	/* a permit is taken from the store for each admission: a shadow
 	 * limit would spend the permits of the limits sharing its keys */
 	if (strict && l->shadow)
