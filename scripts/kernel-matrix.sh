@@ -428,7 +428,7 @@ summarize_guest() { # summarize_guest VER: table rows from its log
 	local ver=$1 log=$cache/$1.log line bin rc p f s secs done_rc
 	tr -d '\r' <"$log" >"$tmp/log-$ver"
 	if [ "$verbose" != 1 ]; then
-		grep -aE '^KT-UNAME|verified +[0-9]+ instructions|^(connection|datagram|packet|byte|concurrent) +[0-9]+ arrived|^(retry quantum|one byte a segment|redis PING|TCP_USER_TIMEOUT|maxDelay|fq departures|skipped: )|\[  (FAILED|ERROR) +\]|^kt-(init|guest):|^--- |Kernel panic|^\[ *[0-9.]+\] (BUG|WARNING|Oops)|libbpf: prog .*(failed|load)|expected=|BPF program is too large|processed [0-9]+ insns' \
+		grep -aE '^KT-UNAME|verified +[0-9]+ instructions|^(connection|datagram|packet|byte|concurrent) +[0-9]+ arrived|^(retry quantum|one byte a segment|redis PING|TCP_USER_TIMEOUT|maxDelay|fq departures|strict calls|skipped: )|\[  (FAILED|ERROR) +\]|^kt-(init|guest):|^--- |Kernel panic|^\[ *[0-9.]+\] (BUG|WARNING|Oops)|libbpf: prog .*(failed|load)|expected=|BPF program is too large|processed [0-9]+ insns' \
 			"$tmp/log-$ver" | sed "s|^|  $ver: |"
 	fi
 	for bin in "${tests[@]}"; do
