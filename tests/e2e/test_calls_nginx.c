@@ -321,9 +321,10 @@ static void one_run(const char *name, int port, char *const argv[],
 	steady = s.bins[1] + s.bins[2];
 	print_message("%-12s: %4d calls at nginx in %.2f s, worst 1 s window %.0f (max + burst %d), "
 		      "seconds 2-3 %.0f (%.0f%% of the rate), kernel counted %.0f, client ok %.0f "
-		      "failed %.0f, %s\n",
+		      "failed %.0f, %s (ideal wait %.0f ms: %d connections sharing %g/s)\n",
 		      name, s.n, s.last - s.first, s.window, (int)RATE + BURST, steady,
-		      100 * steady / (2 * RATE), calls, ok, failed, lat);
+		      100 * steady / (2 * RATE), calls, ok, failed, lat, 1000 * CONNS / RATE, CONNS,
+		      RATE);
 	if (failed != 0 || s.not_ok)
 		fail_msg("%s: %.0f failed, %d not 200 at nginx:\n%s", name, failed, s.not_ok, out);
 	free(out);
