@@ -48,6 +48,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <bpf/bpf.h>
+#include "kt_nginx.h"
 #include "ktest.h"
 #include "bench.h"
 
@@ -150,20 +151,6 @@ static void cl_sweep(const char *cg)
 	fclose(f);
 }
 
-static bool cl_port_open(int port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool ok;
-
-	if (fd < 0)
-		return false;
-	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-	close(fd);
-	return ok;
-}
-
 /* A private nginx: conf (the part after the common head) in dir/<name>,
  * started `daemon off;` in cg_ngx (pinned as pin_cpu(cpu); < 0: not);
  * waits until every port in ports[] (0 ends it) accepts. 0 or -errno;
@@ -172,36 +159,18 @@ static int cl_nginx(struct cl_ctx *c, const char *name, const char *http, const 
 		    int cpu, pid_t *pid)
 {
 	char dir[PATH_MAX], conf[PATH_MAX + 32], out[PATH_MAX + 32], elog[PATH_MAX + 32];
-	char *text = NULL;
+	char *all = NULL;
 	int ret;
 
 	snprintf(dir, sizeof(dir), "%s/%s", c->tmp, name);
 	if (mkdir(dir, 0755) < 0)
 		return -errno;
-	snprintf(conf, sizeof(conf), "%s/nginx.conf", dir);
 	snprintf(out, sizeof(out), "%s/nginx.out", dir);
 	snprintf(elog, sizeof(elog), "%s/error.log", dir);
-	if (asprintf(&text,
-		     "worker_processes 1;\n"
-		     "pid %s/nginx.pid;\n"
-		     "error_log %s warn;\n"
-		     "events { worker_connections 1024; }\n"
-		     "http {\n"
-		     "    access_log off;\n"
-		     "    default_type text/plain;\n"
-		     "    keepalive_requests 1000000;\n"
-		     "    keepalive_timeout 60s;\n"
-		     "    client_body_temp_path %s/body;\n"
-		     "    proxy_temp_path %s/proxy;\n"
-		     "    fastcgi_temp_path %s/fastcgi;\n"
-		     "    uwsgi_temp_path %s/uwsgi;\n"
-		     "    scgi_temp_path %s/scgi;\n"
-		     "%s"
-		     "}\n",
-		     dir, elog, dir, dir, dir, dir, dir, http) < 0)
+	if (asprintf(&all, "    access_log off;\n%s", http) < 0)
 		return -ENOMEM;
-	ret = ktest_write_file(conf, text);
-	free(text);
+	ret = kt_nginx_conf(dir, all, conf, sizeof(conf));
+	free(all);
 	if (ret)
 		return ret;
 	char *argv[] = { CL_NGINX, "-p", dir, "-c", conf, "-e", elog, "-g", "daemon off;", NULL };
@@ -224,7 +193,7 @@ static int cl_nginx(struct cl_ctx *c, const char *name, const char *http, const 
 			return -EIO;
 		}
 		for (n = 0; ports[n]; n++)
-			up += cl_port_open(ports[n]);
+			up += ktest_port_open(ports[n]);
 		if (up == n)
 			return 0;
 		ktest_sleep_ms(10);

@@ -35,6 +35,7 @@
 #include <cmocka.h>
 
 #include "kt_daemonfx.h"
+#include "kt_nginx.h"
 #include "ktest.h"
 
 #define RATE 40.0
@@ -73,15 +74,6 @@ static const char *why_not(void)
 	return NULL;
 }
 
-#define SKIP_UNLESS_READY()                                   \
-	do {                                                  \
-		const char *why_ = why_not();                 \
-		if (why_) {                                   \
-			print_message("skipped: %s\n", why_); \
-			skip();                               \
-		}                                             \
-	} while (0)
-
 static int teardown(void **state)
 {
 	(void)state;
@@ -94,18 +86,6 @@ static int teardown(void **state)
 	if (fx.tmp[0])
 		ktest_rmtree(fx.tmp);
 	return 0;
-}
-
-static bool port_open(int port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
-
-	if (fd >= 0)
-		close(fd);
-	return ok;
 }
 
 /* nginx in the test's own cgroup (not the member one), its files in tmp,
@@ -123,33 +103,17 @@ static void nginx_up(void)
 	for (int i = 0; i < N_PORTS; i++)
 		fx.port[i] = ktest_free_port(SOCK_STREAM);
 	assert_true(asprintf(&text,
-			     "worker_processes 1;\n"
-			     "pid %s/nginx.pid;\n"
-			     "error_log %s/error.log warn;\n"
-			     "events { worker_connections 64; }\n"
-			     "http {\n"
 			     "  log_format kt '$msec $server_port $status';\n"
 			     "  access_log %s/access.log kt;\n"
-			     "  default_type text/plain;\n"
-			     "  keepalive_requests 100000;\n"
-			     "  keepalive_timeout 60s;\n"
-			     "  client_body_temp_path %s/body;\n"
-			     "  proxy_temp_path %s/proxy;\n"
-			     "  fastcgi_temp_path %s/fastcgi;\n"
-			     "  uwsgi_temp_path %s/uwsgi;\n"
-			     "  scgi_temp_path %s/scgi;\n"
 			     "  ssl_certificate %s/cert.pem;\n"
 			     "  ssl_certificate_key %s/key.pem;\n"
 			     "  server { listen 127.0.0.1:%d; location / { return 200 \"ok\"; } }\n"
 			     "  server { listen 127.0.0.1:%d ssl; ssl_protocols TLSv1.2; location / { return 200 \"ok\"; } }\n"
 			     "  server { listen 127.0.0.1:%d ssl; ssl_protocols TLSv1.3; location / { return 200 \"ok\"; } }\n"
-			     "  server { listen 127.0.0.1:%d ssl http2; location / { return 200 \"ok\"; } }\n"
-			     "}\n",
-			     fx.tmp, fx.tmp, fx.tmp, fx.tmp, fx.tmp, fx.tmp, fx.tmp, fx.tmp, fx.tmp, fx.tmp,
-			     fx.port[PORT_PLAIN], fx.port[PORT_TLS12], fx.port[PORT_TLS13],
-			     fx.port[PORT_H2]) > 0);
-	snprintf(conf, sizeof(conf), "%s/nginx.conf", fx.tmp);
-	assert_int_equal(ktest_write_file(conf, text), 0);
+			     "  server { listen 127.0.0.1:%d ssl http2; location / { return 200 \"ok\"; } }\n",
+			     fx.tmp, fx.tmp, fx.tmp, fx.port[PORT_PLAIN], fx.port[PORT_TLS12],
+			     fx.port[PORT_TLS13], fx.port[PORT_H2]) > 0);
+	assert_int_equal(kt_nginx_conf(fx.tmp, text, conf, sizeof(conf)), 0);
 	free(text);
 	fx.nginx = kt_daemonfx_fork_bounded();
 	assert_true(fx.nginx >= 0);
@@ -163,7 +127,7 @@ static void nginx_up(void)
 	}
 	t0 = ktest_now_ns();
 	for (int i = 0; i < N_PORTS; i++)
-		while (!port_open(fx.port[i])) {
+		while (!ktest_port_open(fx.port[i])) {
 			assert_true(ktest_now_ns() - t0 < 10000000000ull);
 			assert_int_equal(waitpid(fx.nginx, NULL, WNOHANG), 0); /* still up */
 			ktest_sleep_ms(20);
@@ -405,7 +369,7 @@ static void test_ab_wrk_plain(void **state)
 	char url[64], conns[8], secs[8];
 
 	(void)state;
-	SKIP_UNLESS_READY();
+	KTEST_SKIP_IF(why_not());
 	nginx_up();
 	daemon_up();
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/", fx.port[PORT_PLAIN]);
@@ -432,7 +396,7 @@ static void test_tls_h2_curl(void **state)
 	char url[64], conns[8], dur[8], urls[8][64];
 
 	(void)state;
-	SKIP_UNLESS_READY();
+	KTEST_SKIP_IF(why_not());
 	nginx_up();
 	daemon_up();
 	snprintf(conns, sizeof(conns), "%d", CONNS);

@@ -37,6 +37,8 @@ int ktest_teardown_tmpdir(void **state);
 void ktest_rmtree(const char *path);
 /* A TCP (or UDP) port on 127.0.0.1 that is free right now. */
 int ktest_free_port(int sock_type);
+/* Whether a TCP connect to 127.0.0.1:port succeeds now. */
+bool ktest_port_open(int port);
 int ktest_write_file(const char *path, const char *content);
 
 /* Directory of the built binaries (build/ next to the test binary's tree),
