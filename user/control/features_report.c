@@ -62,7 +62,8 @@ bool kt_features_limit_enforced(const struct kt_features *fs, const struct kt_li
 void kt_features_limit_status(const struct kt_features *fs, const struct kt_limit_cfg *c,
 			      struct kt_sbuf *b, bool json)
 {
-	unsigned needs = kt_unit_needs(c->unit), uses = kt_unit_uses(c->unit, c->allow_raw_sockets, c->max_delay_ms != 0);
+	unsigned needs = kt_unit_needs(c->unit),
+		 uses = kt_unit_uses(c->unit, c->allow_raw_sockets, c->max_delay_ms != 0);
 	bool enforced = kt_features_limit_enforced(fs, c), first = true;
 
 	if (json) {
