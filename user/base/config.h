@@ -356,6 +356,9 @@ int kt_config_parse_env(const char *name, const char *yaml, size_t len,
 			const struct kt_config_env *env, struct kt_config *cfg, char *err,
 			size_t errlen);
 void kt_config_free(struct kt_config *cfg);
+/* Frees what a pods: selector holds (a config's, or a copy of one), and
+ * empties it. */
+void kt_pod_selector_free(struct kt_pod_selector *s);
 
 /* "1s", "100ms", "1m30s", "250us", "5ns", "2h"; a bare number means seconds. */
 int kt_parse_duration(const char *s, uint64_t *out_ns);

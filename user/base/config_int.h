@@ -242,7 +242,6 @@ void kt_cfg_limit_free(struct kt_limit_cfg *l);
 /* config_pods.c: a limit's pods: selector. */
 int kt_cfg_parse_pods(struct ctx *c, yaml_node_t *n, const char *field,
 		      struct kt_pod_selector *ps);
-void kt_cfg_pods_free(struct kt_pod_selector *ps);
 /* groupBy: "namespace", "label:KEY" or "parent" into l (group_by, group_label, group_line). */
 int kt_cfg_parse_group_by(struct ctx *c, yaml_node_t *v, const char *field, struct kt_limit_cfg *l);
 

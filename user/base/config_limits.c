@@ -630,7 +630,7 @@ void kt_cfg_limit_free(struct kt_limit_cfg *l)
 	free(l->cgroups);
 	free(l->cgroup_lines);
 	kt_cfg_store_free(&l->store);
-	kt_cfg_pods_free(&l->pods);
+	kt_pod_selector_free(&l->pods);
 	free(l->group_label);
 }
 

@@ -217,7 +217,7 @@ int kt_cfg_parse_pods(struct ctx *c, yaml_node_t *n, const char *field, struct k
 	return 0;
 }
 
-void kt_cfg_pods_free(struct kt_pod_selector *ps)
+void kt_pod_selector_free(struct kt_pod_selector *ps)
 {
 	free(ps->namespace);
 	for (int i = 0; i < ps->n_reqs; i++) {

@@ -304,17 +304,6 @@ bool kt_pod_selector_equal(const struct kt_pod_selector *a, const struct kt_pod_
 	return true;
 }
 
-void kt_pod_selector_free(struct kt_pod_selector *s)
-{
-	free(s->namespace);
-	for (int i = 0; i < s->n_reqs; i++) {
-		free(s->reqs[i].key);
-		for (int j = 0; j < s->reqs[i].n_values; j++)
-			free(s->reqs[i].values[j]);
-	}
-	memset(s, 0, sizeof(*s));
-}
-
 /* strdup of NULL is NULL, not a failure */
 static bool dup_opt(char **dst, const char *src)
 {

@@ -85,8 +85,7 @@ bool kt_pod_selected_by(const struct kt_pod_selector *sel, const char *ns,
 bool kt_pod_selector_equal(const struct kt_pod_selector *a, const struct kt_pod_selector *b);
 /* dst = a deep copy of src; -ENOMEM leaves dst empty. */
 int kt_pod_selector_copy(struct kt_pod_selector *dst, const struct kt_pod_selector *src);
-/* Frees what kt_pod_selector_copy made (not a config's, which the config frees). */
-void kt_pod_selector_free(struct kt_pod_selector *s);
+/* A copy is freed with kt_pod_selector_free (base/config.h). */
 
 /* The directories where the kubelet puts the pod's cgroup, relative to the
  * cgroup v2 mount, below `root` ("" or NULL: the mount itself), for both
