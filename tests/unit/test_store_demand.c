@@ -7,6 +7,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -113,17 +114,18 @@ struct dreq {
 
 static const struct dreq D300 = { 300, 1, 60000, 0, 500, 0 };
 
-/* One node heartbeats one member with a demand; returns its grant and
- * checks the invariant against the rate the script divided. */
-static double beat(const char *limit, const struct dreq *d, const char *id, double demand,
-		   struct kt_pool_answer *ans)
+/* One node heartbeats one member with a demand and, on a weighted limit,
+ * a weight (0: unset, 1); returns its grant and checks the invariant
+ * against the rate the script divided. */
+static double beat_as(const char *limit, const struct dreq *d, const char *id, double demand,
+		      bool weighted, double weight, struct kt_pool_answer *ans)
 {
-	struct kt_pool_member m = { .id = id, .reported_size = LIVE, .demand = demand };
+	struct kt_pool_member m = { .id = id, .reported_size = LIVE, .demand = demand, .weight = weight };
 	double g = -1;
 	struct kt_pool_req q = { .limit = limit, .members = &m, .n_members = 1, .stale_ms = d->stale,
 				 .save_ramp = -1, .hold_ms = d->hold, .fallback_rate = d->fallback,
 				 .pool_rate = d->pool, .floor_rate = d->floor,
-				 .recompute_ms = d->recompute, .grants = &g };
+				 .recompute_ms = d->recompute, .grants = &g, .weighted = weighted };
 	struct kt_pool_answer a;
 
 	ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)));
@@ -133,6 +135,19 @@ static double beat(const char *limit, const struct dreq *d, const char *id, doub
 	if (ans)
 		*ans = a;
 	return g;
+}
+
+static double beat(const char *limit, const struct dreq *d, const char *id, double demand,
+		   struct kt_pool_answer *ans)
+{
+	return beat_as(limit, d, id, demand, false, 0, ans);
+}
+
+/* a member of a weighted limit */
+static double beat_w(const char *limit, const struct dreq *d, const char *id, double demand,
+		     double weight, struct kt_pool_answer *ans)
+{
+	return beat_as(limit, d, id, demand, true, weight, ans);
 }
 
 #define NEAR(x, want, tol)                                                         \
@@ -454,6 +469,146 @@ static double water_level(const char *limit, double P)
 	return lvl;
 }
 
+/* Weights 3:1, both saturated: 300/100 of 400 (75/25); the heavy one
+ * wanting less than its share keeps what it wants and the light one takes
+ * the rest; a changed weight moves the shares at the next heartbeats; with
+ * room for all the leftover (less a floor) goes by weight. */
+static void test_weighted(void **state)
+{
+	const struct dreq d = { 400, 1, 60000, 0, 500, 0 };
+	struct kt_pool_answer a;
+	double gp = 0, gb = 0;
+
+	(void)state;
+	for (int r = 0; r < 4; r++) {
+		gp = beat_w("wt", &d, "prod", 5000, 3, NULL);
+		gb = beat_w("wt", &d, "batch", 5000, 1, &a);
+	}
+	NEAR(gp, 300, 1e-6);
+	NEAR(gb, 100, 1e-6);
+	NEAR(a.level, 100, 1e-6); /* per unit of weight */
+	NEAR(meta("wt", "sw"), 4, 1e-9);
+	NEAR(meta("wt", "sd"), 10000, 1e-6);
+	assert_int_equal((int)grant_of("wt", "prod"), 300);
+
+	/* production wants 120: batch borrows the rest */
+	for (int r = 0; r < 3; r++) {
+		gp = beat_w("wt", &d, "prod", 120, 3, NULL);
+		gb = beat_w("wt", &d, "batch", 5000, 1, NULL);
+	}
+	NEAR(gp, 120, 1e-6);
+	NEAR(gb, 280, 1e-6);
+
+	/* production busy again: back to 300/100 within two heartbeats each */
+	beat_w("wt", &d, "prod", 5000, 3, NULL);
+	beat_w("wt", &d, "batch", 5000, 1, NULL);
+	gp = beat_w("wt", &d, "prod", 5000, 3, NULL);
+	gb = beat_w("wt", &d, "batch", 5000, 1, NULL);
+	NEAR(gp, 300, 1e-6);
+	NEAR(gb, 100, 1e-6);
+
+	/* batch's weight becomes 3 too (a label edited): 200/200, and back to
+	 * 1 (unset): its wt entry goes */
+	for (int r = 0; r < 3; r++) {
+		gp = beat_w("wt", &d, "prod", 5000, 3, NULL);
+		gb = beat_w("wt", &d, "batch", 5000, 3, NULL);
+	}
+	NEAR(gp, 200, 1e-6);
+	NEAR(gb, 200, 1e-6);
+	for (int r = 0; r < 3; r++) {
+		gp = beat_w("wt", &d, "prod", 5000, 3, NULL);
+		gb = beat_w("wt", &d, "batch", 5000, 0, NULL);
+	}
+	NEAR(gp, 300, 1e-6);
+	NEAR(gb, 100, 1e-6);
+	assert_int_equal(rp_command_int(&g_master, -1, "HLEN " PREFIX ":pool:{wt}:wt"), 1);
+	NEAR(meta("wt", "sw"), 4, 1e-9);
+
+	/* everyone fits: 10 each, and the leftover less a floor (379) 3:1 */
+	for (int r = 0; r < 3; r++) {
+		gp = beat_w("wtleft", &d, "prod", 10, 3, NULL);
+		gb = beat_w("wtleft", &d, "batch", 10, 1, &a);
+	}
+	assert_true(isinf(a.level));
+	NEAR(gp, 10 + 379 * 0.75, 1e-6);
+	NEAR(gb, 10 + 379 * 0.25, 1e-6);
+
+	/* leave drops the weight with the member */
+	leave1("wt", "prod");
+	assert_int_equal(rp_command_int(&g_master, -1, "EXISTS " PREFIX ":pool:{wt}:wt"), 0);
+	NEAR(beat_w("wt", &d, "batch", 5000, 0, NULL), 400, 1e-6);
+	NEAR(meta("wt", "sw"), 1, 1e-9);
+}
+
+/* Weighted water-filling against brute force: 80 members (the level is
+ * walked, not recounted), weights 0.5..8, demands 0..200 on 1,500; every
+ * member's converged grant is min(e, w x level) for the level found by
+ * bisection. A hand-edited weight that is no number weighs 1 (rebuilt). */
+static void test_weighted_brute(void **state)
+{
+	enum { N = 80 };
+	const struct dreq d = { 1500, 1, 60000, 0, 0, 0 };
+	char id[N][16];
+	double w[N], e[N], g[N], lo = 0, hi = 1e6;
+	unsigned seed = 7;
+
+	(void)state;
+	for (int i = 0; i < N; i++) {
+		snprintf(id[i], sizeof(id[i]), "m%d", i);
+		seed = seed * 1103515245u + 12345u;
+		w[i] = 0.5 * (double)(1 + (seed >> 16) % 16);
+		seed = seed * 1103515245u + 12345u;
+		e[i] = (double)((seed >> 16) % 201);
+		if (e[i] < d.floor)
+			e[i] = d.floor;
+	}
+	for (int r = 0; r < 4; r++)
+		for (int i = 0; i < N; i++)
+			g[i] = beat_w("wtb", &d, id[i], e[i], w[i], NULL);
+	for (int k = 0; k < 200; k++) {
+		double mid = (lo + hi) / 2, sum = 0;
+
+		for (int i = 0; i < N; i++)
+			sum += fmin(e[i], w[i] * mid);
+		if (sum > d.pool)
+			hi = mid;
+		else
+			lo = mid;
+	}
+	for (int i = 0; i < N; i++)
+		NEAR(g[i], fmin(e[i], w[i] * lo), 1e-6 * d.pool);
+	NEAR(check_sum("wtb", d.pool), d.pool, 1e-6);
+
+	/* a weight that is no number: the counters no longer match (rebuild),
+	 * and it weighs 1 from then on */
+	rp_command_int(&g_master, -1, "HSET " PREFIX ":pool:{wtb}:wt m0 abc");
+	rp_command_int(&g_master, -1, "HSET " PREFIX ":pool:{wtb}:wt m1 -3");
+	assert_int_equal(rp_command_int(&g_master, -1, "HDEL " PREFIX ":pool:{wtb}:meta sw"), 1);
+	beat_w("wtb", &d, id[2], e[2], w[2], NULL);
+	assert_true(meta("wtb", "sw") > 0);
+	check_sum("wtb", d.pool);
+}
+
+/* A weight the store must not send: negative, NaN, past the bound. */
+static void test_weight_refused(void **state)
+{
+	struct kt_pool_member m = { .id = "a", .demand = 1, .weight = -1 };
+	double g;
+	struct kt_pool_req q = { .limit = "wbad", .members = &m, .n_members = 1, .stale_ms = 1000,
+				 .save_ramp = -1, .pool_rate = 10, .floor_rate = 1, .grants = &g,
+				 .weighted = true };
+	struct kt_pool_answer a;
+
+	(void)state;
+	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "weight"));
+	m.weight = NAN;
+	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+	m.weight = KT_STORE_MAX_WEIGHT * 2.0;
+	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+	assert_int_equal(rp_command_int(&g_master, -1, "EXISTS " PREFIX ":pool:{wbad}:hb"), 0);
+}
+
 /* usec_per_call of evalsha while nodes of `nodes` x 10 members heartbeat
  * with demand sharing on: 1 in 7 members saturated, the rest small, demands
  * jittering by 1% from call to call. */
@@ -523,6 +678,9 @@ int main(void)
 		cmocka_unit_test(test_multi_member_node),
 		cmocka_unit_test(test_rebuild_guard),
 		cmocka_unit_test(test_equal_mode_untouched),
+		cmocka_unit_test(test_weighted),
+		cmocka_unit_test(test_weighted_brute),
+		cmocka_unit_test(test_weight_refused),
 		cmocka_unit_test(test_demand_cost),
 	};
 

@@ -24,7 +24,10 @@
  * and, for limits that share by demand (pool_rate > 0, see below):
  *   P:pool:{L}:grant   hash        live member id -> rate it was granted ("%.17g")
  *   P:pool:{L}:dem     sorted set  live member id -> effective demand max(demand, floor)
- *   meta also holds gs (grants summed), sd (effective demands summed), and
+ *                                  per unit of its weight, e / w
+ *   P:pool:{L}:wt      hash        live member id -> its weight, when not 1
+ *   meta also holds gs (grants summed), sd (effective demands summed), sw
+ *   (the weights of dem's members summed), and
  *   the cached water level: lvl ("-1" none), lt (TIME ms it was computed),
  *   lp (the divided rate it was computed for)
  * and, for in-flight limits (unit concurrent, slots_node set, below):
@@ -83,11 +86,14 @@
  * Demand sharing (share: demand; pool_rate > 0 in the request). The size
  * agreement above is unchanged; only the division of the agreed rate
  * differs. The script divides P = max(0, pool_rate - reserved) (reserved as
- * answered by the same call) max-min fairly: with e_i = max(demand_i,
- * floor_rate), the water level lvl is the largest value with
- * sum_i min(e_i, lvl) <= P, and member i's target is min(e_i, lvl). When
- * sum e_i <= P there is no level (lvl = +inf, answered as INFINITY) and the
- * leftover minus one floor_rate is added equally to every target (measured
+ * answered by the same call) weighted max-min fairly: with e_i =
+ * max(demand_i, floor_rate) and w_i the member's weight (1 unless set), the
+ * water level lvl is the largest value with sum_i min(e_i, w_i lvl) <= P,
+ * and member i's target is min(e_i, w_i lvl): a member that wants less than
+ * its weighted share keeps what it wants, and the rest goes to the others
+ * in proportion to their weights. When sum e_i <= P there is no level (lvl =
+ * +inf, answered as INFINITY) and the leftover minus one floor_rate is
+ * added to every target in proportion to its weight (measured
  * demand tends to lag real appetite; the floor kept back lets a newcomer
  * start at once). Safety: the sum of the grants stored in Redis never
  * exceeds P: a member's grant shrinks to its target at once, but grows only
@@ -204,6 +210,7 @@
 #define KT_STORE_CLUSTER_BACKOFF_MAX_MS 1000 /* ...or this in cluster mode (failovers are routine) */
 #define KT_STORE_EXPIRE_FACTOR 3      /* pool keys expire after this many (stale + hold) windows */
 #define KT_STORE_MAX_POOL 1000000     /* reported sizes are 1..this */
+#define KT_STORE_MAX_WEIGHT 1000000   /* a member's weight is in (0, this] */
 #define KT_STORE_ID_MAX 255           /* member id: 1..this bytes of '!'..'~' */
 #define KT_STORE_PREFIX_MAX 64        /* keyPrefix: 1..this bytes of '!'..'~' */
 #define KT_STORE_STALE_MAX_MS (24ULL * 3600 * 1000)
@@ -250,6 +257,8 @@ struct kt_pool_member {
 	int reported_size; /* KT_POOL_REPORT_LIVE, or an explicit size 1..KT_STORE_MAX_POOL */
 	double demand;     /* tokens/s admitted + refused over the last epoch, 0..1e15; read only
 			    * when the request's pool_rate > 0 */
+	double weight;     /* share: demand: its weight, (0, KT_STORE_MAX_WEIGHT]; 0 (unset)
+			    * weighs 1 */
 };
 
 struct kt_pool_req {
@@ -266,6 +275,9 @@ struct kt_pool_req {
 	double floor_rate;                     /* 0..1e15: each member's effective demand is at least this */
 	uint64_t recompute_ms;                 /* 0..KT_STORE_STALE_MAX_MS: water level cached this long
 						* (e.g. half the heartbeat period; 0: every call) */
+	bool weighted;                         /* the limit shares by weight: members' weights are
+						* sent and kept (the wt key); else every member
+						* weighs 1 and wt is never named */
 	double *grants;                        /* out, n_members entries when pool_rate > 0: the rate
 						* members[i] may run at until its next heartbeat */
 	/* In-flight limits (unit concurrent; slots_node NULL: not one). The

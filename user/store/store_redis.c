@@ -8,14 +8,17 @@
 #include "store/store_int.h"
 
 /* Per limit the scripts take these KEYS, all under the hash tag {L} (store.h):
- * hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem; and
- * for an in-flight limit's heartbeat N_SLOT_KEYS more, claim, seen and
- * sdem. Only then: in a slot that migrates, a script whose keys are not
- * all on one side is answered TRYAGAIN, and other limits never make these. */
+ * hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem; then
+ * wt for a weighted limit (and always for leave), and N_SLOT_KEYS more,
+ * claim, seen and sdem, for an in-flight limit's heartbeat. Only then: in a
+ * slot that migrates, a script whose keys are not all on one side is
+ * answered TRYAGAIN, and other limits never make these. */
 #define N_KEYS 11
+#define N_WEIGHT_KEYS 1
 #define N_SLOT_KEYS 3
-static const char *const key_names[N_KEYS + N_SLOT_KEYS] = {
+static const char *const key_names[N_KEYS + N_WEIGHT_KEYS + N_SLOT_KEYS] = {
 	"hb", "size", "ramp", "fb", "lapsed", "counted", "hist", "sizes", "meta", "grant", "dem",
+	"wt",
 	"claim", "seen", "sdem",
 };
 
@@ -35,12 +38,21 @@ static const char tags_script[] = KT_LUA_TAGS;
 
 const char *const rs_scripts[N_SCRIPTS] = { hb_script, leave_script, permit_script, tags_script };
 
-/* The n keys of one limit (N_KEYS, or N_KEYS + N_SLOT_KEYS), in the
- * scripts' order. */
-static void arg_keys(struct args *a, const char *prefix, const char *limit, int n)
+/* The keys of one limit in the scripts' order: N_KEYS, wt if weighted, the
+ * slot keys if slots. Returns how many. */
+static int arg_keys(struct args *a, const char *prefix, const char *limit, bool weighted, bool slots)
 {
-	for (int k = 0; k < n; k++)
-		rs_arg_fmt(a, "%s:pool:{%s}:%s", prefix, limit, key_names[k]);
+	int n = 0;
+
+	for (int k = 0; k < N_KEYS + N_WEIGHT_KEYS + N_SLOT_KEYS; k++) {
+		if ((k >= N_KEYS && k < N_KEYS + N_WEIGHT_KEYS && !weighted) ||
+		    (k >= N_KEYS + N_WEIGHT_KEYS && !slots))
+			continue;
+		if (a)
+			rs_arg_fmt(a, "%s:pool:{%s}:%s", prefix, limit, key_names[k]);
+		n++;
+	}
+	return n;
 }
 
 /* ---- validation ---- */
@@ -176,6 +188,11 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 		if (q->pool_rate > 0 && (!isfinite(m->demand) || m->demand < 0 || m->demand > 1e15)) {
 			rs_seterr(s, err, errlen, "heartbeat: limit %s: member %s: demand %g out of 0..1e15",
 				  q->limit, m->id, m->demand);
+			return -EINVAL;
+		}
+		if (q->pool_rate > 0 && !(m->weight >= 0 && m->weight <= KT_STORE_MAX_WEIGHT)) {
+			rs_seterr(s, err, errlen, "heartbeat: limit %s: member %s: weight %g out of (0, %d]",
+				  q->limit, m->id, m->weight, KT_STORE_MAX_WEIGHT);
 			return -EINVAL;
 		}
 	}
@@ -323,15 +340,15 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 	int i, j, cap = 3;
 
 	for (i = 0; i < n; i++)
-		cap += N_KEYS + N_SLOT_KEYS + 11 + 3 * reqs[i].n_members;
+		cap += N_KEYS + N_WEIGHT_KEYS + N_SLOT_KEYS + 12 + 3 * reqs[i].n_members;
 	if (rs_args_init(a, cap))
 		return -ENOMEM;
 	a->n = 2; /* EVALSHA sha */
 	for (i = 0, j = 0; i < n; i++)
-		j += N_KEYS + (reqs[i].slots_node ? N_SLOT_KEYS : 0);
+		j += arg_keys(NULL, s->prefix, reqs[i].limit, reqs[i].weighted, reqs[i].slots_node);
 	rs_arg_fmt(a, "%d", j);
 	for (i = 0; i < n; i++)
-		arg_keys(a, s->prefix, reqs[i].limit, N_KEYS + (reqs[i].slots_node ? N_SLOT_KEYS : 0));
+		arg_keys(a, s->prefix, reqs[i].limit, reqs[i].weighted, reqs[i].slots_node);
 	for (i = 0; i < n; i++) {
 		const struct kt_pool_req *q = &reqs[i];
 
@@ -370,10 +387,15 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 				   (long long)q->slots_demand);
 		else
 			rs_arg_ref(a, "-");
+		rs_arg_ref(a, q->weighted ? "1" : "0");
 		for (j = 0; j < q->n_members; j++) {
 			rs_arg_ref(a, q->members[j].id);
 			rs_arg_fmt(a, "%d", q->members[j].reported_size);
-			if (q->pool_rate > 0)
+			/* "D", or "D W" for a weight other than 1 (heartbeat.lua) */
+			if (q->pool_rate > 0 && q->weighted && q->members[j].weight > 0 &&
+			    q->members[j].weight != 1)
+				rs_arg_fmt(a, "%.17g %.17g", q->members[j].demand, q->members[j].weight);
+			else if (q->pool_rate > 0)
 				rs_arg_fmt(a, "%.17g", q->members[j].demand);
 		}
 	}
@@ -532,12 +554,12 @@ static int do_leave(struct kt_store *s, const char *limit, const char *const *id
 	if (ret)
 		return ret;
 	kt_hbmemo_forget(s->memo, limit);
-	ret = rs_args_init(&a, 3 + N_KEYS + n);
+	ret = rs_args_init(&a, 3 + N_KEYS + N_WEIGHT_KEYS + n);
 	if (ret)
 		goto oom;
 	a.n = 2;
-	rs_arg_fmt(&a, "%d", N_KEYS);
-	arg_keys(&a, s->prefix, limit, N_KEYS);
+	rs_arg_fmt(&a, "%d", N_KEYS + N_WEIGHT_KEYS);
+	arg_keys(&a, s->prefix, limit, true, false);
 	for (i = 0; i < n; i++)
 		rs_arg_ref(&a, ids[i]);
 	if (a.oom)

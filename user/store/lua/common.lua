@@ -3,8 +3,11 @@
 -- functions; it reads no KEYS or ARGV of its own. keyset(k) names the
 -- N_KEYS (11) keys of one limit starting at KEYS[k], all under the limit's
 -- hash tag {L} (user/store/store.h): hb, size, ramp, fb, lapsed, counted,
--- hist, sizes, meta, grant, dem; an in-flight limit's heartbeat has
--- N_SLOT_KEYS (3) more, claim, seen and sdem (nil for the others).
+-- hist, sizes, meta, grant, dem; then a weighted limit's wt (nil for the
+-- others, so a limit without weights never names a key it does not make:
+-- Redis Cluster runs a script during a slot's migration only when all its
+-- keys are on one side), and an in-flight limit's heartbeat's N_SLOT_KEYS
+-- (3), claim, seen and sdem (nil for the others).
 --
 -- How these files get into the programs: the build (Makefile, rule for
 -- $(BUILD)/gen/kt_lua.h) runs scripts/lua-embed.sh over user/store/lua/*.lua.
@@ -18,7 +21,7 @@
 -- The same text, ready for redis-cli --eval, is written to $(BUILD)/lua/:
 --   K='P:pool:{L}'; redis-cli --eval build/lua/leave.lua $K:hb $K:size \
 --     $K:ramp $K:fb $K:lapsed $K:counted $K:hist $K:sizes $K:meta $K:grant \
---     $K:dem , id1 id2
+--     $K:dem $K:wt , id1 id2
 --
 -- The answer comes from counters kept as members join, lapse, return, die
 -- and leave, so a call costs O(this node's members + members that just
@@ -37,7 +40,11 @@
 --            for demand sharing gs (grants summed), sd (dem scores summed)
 --            and the cached level lvl/lt/lp
 --   grant, dem  demand sharing: live id -> grant, live id -> effective
---            demand
+--            demand per unit of weight, e / w (weighted max-min fairness
+--            is plain max-min fairness over e / w)
+--   wt       demand sharing with weights: live id -> its weight, for
+--            weights other than 1 only; meta's sw sums the weights of
+--            dem's members (a count when none has a weight)
 --   claim, seen, sdem  in-flight limits (heartbeat.lua's slots): node ->
 --            the slots it may hold until its next heartbeat, node -> its
 --            last heartbeat (TIME ms), node -> its demand (share: demand)
@@ -50,13 +57,21 @@
 -- error; a stored fallback rate that is not a finite number >= 0 is reserved
 -- as 0. each() is chunked: unpack runs on Lua's C stack, which is limited.
 
-local function keyset(k, slots)
+-- redis.call, named once: the scripts must fit in 16 KiB (lua-embed.sh)
+local call = redis.call
+local function keyset(k, slots, weighted)
   local K = {hb = KEYS[k], size = KEYS[k + 1], ramp = KEYS[k + 2], fb = KEYS[k + 3],
              lapsed = KEYS[k + 4], counted = KEYS[k + 5], hist = KEYS[k + 6],
              sizes = KEYS[k + 7], meta = KEYS[k + 8], grant = KEYS[k + 9], dem = KEYS[k + 10]}
-  if slots then K.claim, K.seen, K.sdem = KEYS[k + 11], KEYS[k + 12], KEYS[k + 13] end
+  k = k + 11 --[[N_KEYS]]
+  if weighted then K.wt, k = KEYS[k], k + 1 end
+  if slots then K.claim, K.seen, K.sdem = KEYS[k], KEYS[k + 1], KEYS[k + 2] end
   return K
 end
+-- a rate or weight as written: every digit a double has
+local function f17(x) return string.format('%.17g', x) end
+-- a TIME in ms, or a bound of one
+local function f0(x) return string.format('%.0f', x) end
 local function bucket(v)
   local x = tonumber(v)
   if x == nil or x < 1 or x > 1000000 --[[KT_STORE_MAX_POOL]] or x ~= math.floor(x) then return 'x' end
@@ -67,31 +82,48 @@ local function rate(v)
   if x ~= nil and x >= 0 and x < 1e15 then return x end
   return 0
 end
+-- A weight as stored or sent: a number in (0, KT_STORE_MAX_WEIGHT]; anything
+-- else (a hand edit) weighs 1.
+local function weight(v)
+  local x = tonumber(v)
+  if x ~= nil and x > 0 and x <= 1000000 --[[KT_STORE_MAX_WEIGHT]] then return x end
+  return 1
+end
+-- The weights of the ids of a ZRANGE ... WITHSCORES reply r, by pair (nil:
+-- every weight is 1, wt is empty).
+local function wts(K, c, r)
+  if c.nw == 0 or #r == 0 then return nil end
+  local ids = {}
+  for j = 1, #r, 2 do ids[#ids + 1] = r[j] end
+  return call('HMGET', K.wt, unpack(ids))
+end
 local function each(cmd, key, list, step)
   for i = 1, #list, step do
-    redis.call(cmd, key, unpack(list, i, math.min(i + step - 1, #list)))
+    call(cmd, key, unpack(list, i, math.min(i + step - 1, #list)))
   end
 end
 local function load(K)
-  local m = redis.call('HMGET', K.meta, 'n', 'ns', 'bad', 'nl', 'res', 'gs', 'sd', 'lvl', 'lt', 'lp',
-                      'exp', 'due')
+  local m = call('HMGET', K.meta, 'n', 'ns', 'bad', 'nl', 'res', 'gs', 'sd', 'lvl', 'lt', 'lp',
+                      'exp', 'due', 'sw')
   local c = {n = tonumber(m[1]) or 0, ns = tonumber(m[2]) or 0, bad = tonumber(m[3]) or 0,
              nl = tonumber(m[4]) or 0, res = tonumber(m[5]) or 0,
              gs = tonumber(m[6]), sd = tonumber(m[7]), lvl = tonumber(m[8]) or -1,
              lt = tonumber(m[9]) or 0, lp = tonumber(m[10]) or -1, exp = tonumber(m[11]),
-             shared = m[6] ~= false, steady = m[12] ~= false, nd = redis.call('ZCARD', K.dem)}
-  local nv = redis.call('HLEN', K.hist)
-  local ok = redis.call('ZCARD', K.hb) == c.n and redis.call('HLEN', K.counted) == c.n
-    and redis.call('HLEN', K.size) == c.ns and c.ns <= c.n
-    and redis.call('ZCARD', K.lapsed) == c.nl and redis.call('ZCARD', K.sizes) == nv
+             shared = m[6] ~= false, steady = m[12] ~= false, nd = call('ZCARD', K.dem),
+             sw = tonumber(m[13]), nw = 0}
+  if K.wt then c.nw = call('HLEN', K.wt) end
+  local nv = call('HLEN', K.hist)
+  local ok = call('ZCARD', K.hb) == c.n and call('HLEN', K.counted) == c.n
+    and call('HLEN', K.size) == c.ns and c.ns <= c.n
+    and call('ZCARD', K.lapsed) == c.nl and call('ZCARD', K.sizes) == nv
     and c.bad >= 0 and c.bad + nv <= c.n and c.res >= 0 and c.res < 1e30
-    and redis.call('HLEN', K.grant) == c.nd and c.nd <= c.n
+    and call('HLEN', K.grant) == c.nd and c.nd <= c.n and c.nw <= c.nd
     and (c.nd == 0 or (c.gs ~= nil and c.sd ~= nil and c.gs >= 0 and c.gs < 1e30
-                       and c.sd >= 0 and c.sd < 1e30))
-  if c.nd == 0 then c.gs, c.sd = 0, 0 end
+                       and c.sd >= 0 and c.sd < 1e30 and c.sw ~= nil and c.sw > 0 and c.sw < 1e30))
+  if c.nd == 0 then c.gs, c.sd, c.sw = 0, 0, 0 end
   if ok and nv <= 32 then
     local sum = 0
-    for _, v in ipairs(redis.call('HVALS', K.hist)) do sum = sum + (tonumber(v) or -1e9) end
+    for _, v in ipairs(call('HVALS', K.hist)) do sum = sum + (tonumber(v) or -1e9) end
     ok = sum == c.n - c.bad
   end
   return c, ok
@@ -103,24 +135,29 @@ local function count(K, c, b, d)
     if c.bad < 0 then c.dirty = true end
     return
   end
-  local v = redis.call('HINCRBY', K.hist, b, d)
+  local v = call('HINCRBY', K.hist, b, d)
   if v <= 0 then
-    redis.call('HDEL', K.hist, b)
-    redis.call('ZREM', K.sizes, b)
+    call('HDEL', K.hist, b)
+    call('ZREM', K.sizes, b)
     if v < 0 then c.dirty = true end
   elseif v == d then
-    redis.call('ZADD', K.sizes, b, b)
+    call('ZADD', K.sizes, b, b)
     c.grew = true
   end
 end
 -- a live member stops sharing by demand (lapse, leave, equal mode)
 local function undem(K, c, id)
-  local e = redis.call('ZSCORE', K.dem, id)
-  if e then
-    redis.call('ZREM', K.dem, id)
-    c.nd, c.sd, c.inval = c.nd - 1, c.sd - rate(e), true
-    c.gs = c.gs - rate(redis.call('HGET', K.grant, id))
-    redis.call('HDEL', K.grant, id)
+  local x = call('ZSCORE', K.dem, id)
+  if x then
+    local w = 1
+    if c.nw > 0 then
+      w = weight(call('HGET', K.wt, id))
+      c.nw = c.nw - call('HDEL', K.wt, id)
+    end
+    call('ZREM', K.dem, id)
+    c.nd, c.sd, c.sw, c.inval = c.nd - 1, c.sd - rate(x) * w, c.sw - w, true
+    c.gs = c.gs - rate(call('HGET', K.grant, id))
+    call('HDEL', K.grant, id)
   end
 end
 -- c.ans and c.due (heartbeat.lua's steady path): written when set, else
@@ -130,24 +167,26 @@ local function save(K, c)
   if c.nl == 0 or c.res < 0 then c.res = 0 end
   if c.nd <= 0 or c.gs < 0 then c.gs = 0 end
   if c.nd <= 0 or c.sd < 0 then c.sd = 0 end
+  if c.nd <= 0 or c.sw < 0 then c.sw = 0 end
   if c.inval then c.lt = 0 end
   if c.n + c.nl > 0 then
-    local f = {'n', c.n, 'ns', c.ns, 'bad', c.bad, 'nl', c.nl, 'res', string.format('%.17g', c.res),
-               'exp', string.format('%.0f', c.exp or 0)}
+    local f = {'n', c.n, 'ns', c.ns, 'bad', c.bad, 'nl', c.nl, 'res', f17(c.res),
+               'exp', f0(c.exp or 0)}
     if c.ans then
-      f[#f + 1], f[#f + 2], f[#f + 3], f[#f + 4] = 'ans', c.ans, 'due', string.format('%.0f', c.due)
+      f[#f + 1], f[#f + 2], f[#f + 3], f[#f + 4] = 'ans', c.ans, 'due', f0(c.due)
     elseif c.steady then
-      redis.call('HDEL', K.meta, 'ans', 'due')
+      call('HDEL', K.meta, 'ans', 'due')
     end
-    redis.call('HMSET', K.meta, unpack(f))
+    call('HMSET', K.meta, unpack(f))
     if c.nd > 0 then
-      redis.call('HMSET', K.meta, 'gs', string.format('%.17g', c.gs), 'sd', string.format('%.17g', c.sd),
-                 'lvl', string.format('%.17g', c.lvl), 'lt', string.format('%.0f', c.lt),
-                 'lp', string.format('%.17g', c.lp))
+      call('HMSET', K.meta, 'gs', f17(c.gs), 'sd', f17(c.sd),
+                 'sw', f17(c.sw),
+                 'lvl', f17(c.lvl), 'lt', f0(c.lt),
+                 'lp', f17(c.lp))
     elseif c.shared then -- written together: gs tells
-      redis.call('HDEL', K.meta, 'gs', 'sd', 'lvl', 'lt', 'lp')
+      call('HDEL', K.meta, 'gs', 'sd', 'sw', 'lvl', 'lt', 'lp')
     end
   else
-    redis.call('DEL', K.meta)
+    call('DEL', K.meta)
   end
 end

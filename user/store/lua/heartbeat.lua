@@ -2,17 +2,20 @@
 -- one hash slot), kt_store_heartbeat_many in user/store/store_redis.c.
 -- Prefixed with common.lua at build time.
 --
--- KEYS: N_KEYS (11) per limit, in keyset's order (common.lua), and
--- N_SLOT_KEYS (3) more (claim, seen, sdem) for an in-flight limit.
+-- KEYS: N_KEYS (11) per limit, in keyset's order (common.lua), then wt for
+-- a weighted limit, and N_SLOT_KEYS (3) more (claim, seen, sdem) for an
+-- in-flight limit.
 -- ARGV per limit: stale_ms, n, ramp ("" = none), ramp_ttl_ms, hold_ms, fb
 -- (this node's fallback rate per member, "%.17g"), pool_rate ("0": equal
 -- share), floor_rate, recompute_ms, prev ("agree size live": the answer
 -- this node's last answered call for the limit returned, sent only when its
 -- members, sizes and fb are the same as in that call and it reserved 0;
 -- else "-"), slots ("node held pool cap demand" for an in-flight limit, see slots();
--- else "-"), then n (id, size) pairs,
+-- else "-"), weighted ("1": the limit has weights and wt is among its
+-- KEYS; else "0"), then n (id, size) pairs,
 -- size "0" meaning "the live count computed here", or with pool_rate > 0 n
--- (id, size, demand) triples.
+-- (id, size, demand) triples, the demand "D" (weight 1) or "D W" (weight
+-- W, weighted max-min fairness).
 -- Returns {agree, size, live, reserved} per limit, plus {granted, level
 -- ("-1": none), {grant...}} with pool_rate > 0, or {grant, claimed} (whole
 -- slots) for an in-flight limit; rates as strings (Lua numbers become
@@ -48,30 +51,32 @@
 if redis.replicate_commands then redis.replicate_commands() end
 --#include common.lua
 local RECOUNT = 64
-local t = redis.call('TIME')
+local t = call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- O(pool): every counter from hb, lapsed, size and fb
 local function rebuild(K, stale, hold)
   local seen = {}
   for _, z in ipairs({K.hb, K.lapsed}) do
-    local r = redis.call('ZRANGE', z, 0, -1, 'WITHSCORES')
+    local r = call('ZRANGE', z, 0, -1, 'WITHSCORES')
     for i = 1, #r, 2 do
       local s = tonumber(r[i + 1])
       if s ~= nil and (seen[r[i]] == nil or s > seen[r[i]][1]) then seen[r[i]] = {s, r[i + 1]} end
     end
   end
   local function map(key)
-    local m, r = {}, redis.call('HGETALL', key)
+    local m, r = {}, call('HGETALL', key)
     for i = 1, #r, 2 do m[r[i]] = r[i + 1] end
     return m
   end
-  local sz, fbm, gm = map(K.size), map(K.fb), map(K.grant)
+  local sz, fbm, gm, wm = map(K.size), map(K.fb), map(K.grant), {}
+  if K.wt then wm = map(K.wt); call('DEL', K.wt) end
   local dm = {}
-  local r = redis.call('ZRANGE', K.dem, 0, -1, 'WITHSCORES')
+  local r = call('ZRANGE', K.dem, 0, -1, 'WITHSCORES')
   for i = 1, #r, 2 do dm[r[i]] = rate(r[i + 1]) end
-  redis.call('DEL', K.hb, K.lapsed, K.size, K.fb, K.counted, K.hist, K.sizes, K.meta, K.grant, K.dem)
-  local c = {n = 0, ns = 0, bad = 0, nl = 0, res = 0, nd = 0, gs = 0, sd = 0, lvl = -1, lt = 0, lp = -1}
-  local hb, lp, szl, fbl, cl, hist, gl, dl = {}, {}, {}, {}, {}, {}, {}, {}
+  call('DEL', K.hb, K.lapsed, K.size, K.fb, K.counted, K.hist, K.sizes, K.meta, K.grant, K.dem)
+  local c = {n = 0, ns = 0, bad = 0, nl = 0, res = 0, nd = 0, gs = 0, sd = 0, sw = 0, nw = 0,
+             lvl = -1, lt = 0, lp = -1}
+  local hb, lp, szl, fbl, cl, hist, gl, dl, wl = {}, {}, {}, {}, {}, {}, {}, {}, {}
   local function push(l, x, y) l[#l + 1] = x; l[#l + 1] = y end
   for id, s in pairs(seen) do
     if s[1] >= now - stale then
@@ -79,10 +84,11 @@ local function rebuild(K, stale, hold)
       c.n = c.n + 1
       -- a grant without a demand may still be in force: keep it counted
       if gm[id] or dm[id] then
-        local g = rate(gm[id])
-        local e = dm[id] or g
-        push(gl, id, string.format('%.17g', g)); push(dl, e, id)
-        c.nd, c.gs, c.sd = c.nd + 1, c.gs + g, c.sd + e
+        local g, w = rate(gm[id]), weight(wm[id])
+        local x = dm[id] or g / w
+        push(gl, id, f17(g)); push(dl, x, id)
+        if w ~= 1 then push(wl, id, f17(w)); c.nw = c.nw + 1 end
+        c.nd, c.gs, c.sd, c.sw = c.nd + 1, c.gs + g, c.sd + x * w, c.sw + w
       end
       local b = bucket(sz[id])
       push(cl, id, b)
@@ -103,34 +109,42 @@ local function rebuild(K, stale, hold)
   each('HMSET', K.counted, cl, 1000); each('HMSET', K.hist, hl, 1000)
   each('ZADD', K.sizes, sl, 1000)
   each('HMSET', K.grant, gl, 1000); each('ZADD', K.dem, dl, 1000)
+  if K.wt then each('HMSET', K.wt, wl, 1000) end
   return c
 end
--- The water level for P over dem (-1: none, everyone fits). Walks from
--- both ends at once, CHUNK entries per step, and stops as soon as either
--- side finds it, so it reads O(min(below, above)) entries. Bottom: the
--- level is rem / cnt once the next demand is at least that. Top: with
--- the k largest capped, the level is (P - (sd - A)) / k, valid once the
--- next demand is at most that.
+-- The water level for P over dem (-1: none, everyone fits): the largest
+-- lvl with sum min(e, w lvl) <= P, a member's weighted share being w lvl.
+-- dem is sorted by x = e / w. Walks from both ends at once, CHUNK entries
+-- per step, and stops as soon as either side finds it, so it reads
+-- O(min(below, above)) entries. Bottom: the level is rem / W (the weights
+-- left) once the next x is at least that. Top: with the k largest capped,
+-- the level is (P - (sd - A)) / Wk (A their demands, Wk their weights),
+-- valid once the next x is at most that. With all weights 1, W and Wk are
+-- counts.
 local CHUNK = 32
 local function level(K, c, P)
   if c.nd == 0 or c.sd <= P then return -1 end
-  local lo, rem, cnt, hi, A = 0, P, c.nd, 0, 0
+  local lo, rem, cnt, W, hi, A, Wk = 0, P, c.nd, c.sw, 0, 0, 0
   while true do
-    local r = redis.call('ZRANGE', K.dem, lo, lo + CHUNK - 1, 'WITHSCORES')
+    local r = call('ZRANGE', K.dem, lo, lo + CHUNK - 1, 'WITHSCORES')
+    local ws = wts(K, c, r)
     for j = 2, #r, 2 do
-      local e = tonumber(r[j])
-      if e * cnt >= rem then return rem / cnt end
-      rem, cnt, lo = rem - e, cnt - 1, lo + 1
-      if cnt == 0 then return -1 end
+      local x, w = tonumber(r[j]), 1
+      if ws then w = weight(ws[j / 2]) end
+      if x * W >= rem then return rem / W end
+      rem, cnt, W, lo = rem - x * w, cnt - 1, W - w, lo + 1
+      if cnt == 0 or W <= 0 then return -1 end
     end
-    local t = redis.call('ZREVRANGE', K.dem, hi, hi + CHUNK - 1, 'WITHSCORES')
+    local t = call('ZREVRANGE', K.dem, hi, hi + CHUNK - 1, 'WITHSCORES')
+    ws = wts(K, c, t)
     for j = 2, #t, 2 do
-      local e = tonumber(t[j])
+      local x, w = tonumber(t[j]), 1
+      if ws then w = weight(ws[j / 2]) end
       if hi > 0 then
-        local l = (P - (c.sd - A)) / hi
-        if l >= e then return math.max(l, 0) end
+        local l = (P - (c.sd - A)) / Wk
+        if l >= x then return math.max(l, 0) end
       end
-      A, hi = A + e, hi + 1
+      A, Wk, hi = A + x * w, Wk + w, hi + 1
     end
     if #r == 0 and #t == 0 then return -1 end
   end
@@ -140,42 +154,60 @@ end
 -- Returns the grants in ARGV order.
 local function share(K, c, P, flo, rms, i0, i1)
   if c.nd > 0 and c.nd <= RECOUNT then
-    c.gs, c.sd = 0, 0
-    for _, v in ipairs(redis.call('HVALS', K.grant)) do c.gs = c.gs + rate(v) end
-    local z = redis.call('ZRANGE', K.dem, 0, -1, 'WITHSCORES')
-    for j = 2, #z, 2 do c.sd = c.sd + rate(z[j]) end
+    c.gs, c.sd, c.sw = 0, 0, 0
+    for _, v in ipairs(call('HVALS', K.grant)) do c.gs = c.gs + rate(v) end
+    local z = call('ZRANGE', K.dem, 0, -1, 'WITHSCORES')
+    local ws = wts(K, c, z)
+    for j = 2, #z, 2 do
+      local w = 1
+      if ws then w = weight(ws[j / 2]) end
+      c.sd, c.sw = c.sd + rate(z[j]) * w, c.sw + w
+    end
   end
   local own, tenth = {}, 0.1 * P / math.max(c.nd, 1)
   for i = i0, i1, 3 do
     local id = ARGV[i]
-    local e = math.max(rate(ARGV[i + 2]), flo)
-    local old = redis.call('ZSCORE', K.dem, id)
-    local cur = nil
+    local dv, wv = string.match(ARGV[i + 2], '^(%S+) (%S+)$')
+    local w = 1
+    if not dv then dv = ARGV[i + 2] elseif K.wt then w = weight(wv) end
+    local e = math.max(rate(dv), flo)
+    local x = e / w
+    local old = call('ZSCORE', K.dem, id)
+    local cur, ow = nil, 1
     if old then
-      old = rate(old)
-      cur = rate(redis.call('HGET', K.grant, id))
-      c.sd = c.sd + e - old
-      if c.lvl >= 0 and math.abs(math.min(e, c.lvl) - math.min(old, c.lvl)) > tenth then c.inval = true end
+      if c.nw > 0 then ow = weight(call('HGET', K.wt, id)) end
+      local oe = rate(old) * ow
+      cur = rate(call('HGET', K.grant, id))
+      c.sd, c.sw = c.sd + e - oe, c.sw + w - ow
+      if ow ~= w or (c.lvl >= 0 and math.abs(math.min(e, w * c.lvl) - math.min(oe, ow * c.lvl)) > tenth) then
+        c.inval = true
+      end
     else
-      c.nd, c.sd, c.inval = c.nd + 1, c.sd + e, true
+      c.nd, c.sd, c.sw, c.inval = c.nd + 1, c.sd + e, c.sw + w, true
     end
-    if old ~= e and redis.call('ZADD', K.dem, e, id) == 1 then c.grew = true end
-    own[#own + 1] = {id = id, e = e, cur = cur}
+    if w ~= 1 then
+      if (w ~= ow or not old) and call('HSET', K.wt, id, f17(w)) == 1 then c.nw, c.grew = c.nw + 1, true end
+    elseif c.nw > 0 and (ow ~= 1 or not old) then
+      c.nw = c.nw - call('HDEL', K.wt, id)
+    end
+    if (not old or rate(old) ~= x) and call('ZADD', K.dem, x, id) == 1 then c.grew = true end
+    own[#own + 1] = {id = id, e = e, w = w, cur = cur}
   end
   if c.sd <= P then
     c.lvl = -1
   elseif c.inval or c.lvl < 0 or math.abs(P - c.lp) > 0.01 * c.lp or now - c.lt >= rms then
     c.lvl, c.lt, c.lp, c.inval = level(K, c, P), now, P, false
   end
+  -- everyone fits: the leftover, less a floor, by weight
   local bonus = 0
-  if c.lvl < 0 and c.nd > 0 then bonus = math.max(0, P - c.sd - flo) / c.nd end
+  if c.lvl < 0 and c.nd > 0 and c.sw > 0 then bonus = math.max(0, P - c.sd - flo) / c.sw end
   for _, m in ipairs(own) do
-    if c.lvl < 0 then m.t = m.e + bonus else m.t = math.min(m.e, c.lvl) end
+    if c.lvl < 0 then m.t = m.e + bonus * m.w else m.t = math.min(m.e, m.w * c.lvl) end
   end
   local function set(m, g)
     c.gs = c.gs + g - (m.cur or 0)
     m.g = g
-    if g ~= m.cur and redis.call('HSET', K.grant, m.id, string.format('%.17g', g)) == 1 then
+    if g ~= m.cur and call('HSET', K.grant, m.id, f17(g)) == 1 then
       c.grew = true
     end
   end
@@ -188,7 +220,7 @@ local function share(K, c, P, flo, rms, i0, i1)
       local free = math.max(0, P - c.gs)
       if m.cur then set(m, math.min(m.t, m.cur + free)) else set(m, math.min(flo, m.t, free)) end
     end
-    out[k] = string.format('%.17g', m.g)
+    out[k] = f17(m.g)
   end
   if c.gs < 0 then c.gs = 0 end
   return out
@@ -197,7 +229,7 @@ end
 -- sdem (the node's own among them): every demand or the water level, and
 -- what all leave of P shared equally.
 local function fill(K, P, d)
-  local r, ds, sum = redis.call('HVALS', K.sdem), {}, 0
+  local r, ds, sum = call('HVALS', K.sdem), {}, 0
   for i = 1, #r do
     local v = tonumber(r[i])
     if v == nil or v < 0 then v = 0 end
@@ -234,14 +266,14 @@ local function slots(K, c, sl, n, stale, hold)
   local node, held, P, cap, d = string.match(sl, '^(%S+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
   held, P, cap, d = tonumber(held), tonumber(P), tonumber(cap), tonumber(d)
   if not node then return 0, 0 end
-  local dead = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. string.format('%.0f', now - stale - hold))
+  local dead = call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. f0(now - stale - hold))
   if #dead > 0 then
     each('ZREM', K.seen, dead, 500)
     each('HDEL', K.claim, dead, 500)
     each('HDEL', K.sdem, dead, 500)
   end
-  if redis.call('ZADD', K.seen, now, node) == 1 then c.grew = true end
-  local others, r = 0, redis.call('HGETALL', K.claim)
+  if call('ZADD', K.seen, now, node) == 1 then c.grew = true end
+  local others, r = 0, call('HGETALL', K.claim)
   for i = 1, #r, 2 do
     if r[i] ~= node then
       local v = tonumber(r[i + 1])
@@ -251,14 +283,14 @@ local function slots(K, c, sl, n, stale, hold)
   end
   local part = math.ceil(P * n / math.max(c.n, n, 1))
   if d >= 0 then
-    if redis.call('HSET', K.sdem, node, string.format('%d', d)) == 1 then c.grew = true end
+    if call('HSET', K.sdem, node, string.format('%d', d)) == 1 then c.grew = true end
     part = math.max(1, math.ceil(fill(K, P, d) - 1e-9))
   else
-    redis.call('HDEL', K.sdem, node)
+    call('HDEL', K.sdem, node)
   end
   local g = math.max(0, math.min(part, P - others))
   if cap >= 0 and g > cap then g = cap end
-  if redis.call('HSET', K.claim, node, string.format('%d', math.max(held, g))) == 1 then c.grew = true end
+  if call('HSET', K.claim, node, string.format('%d', math.max(held, g))) == 1 then c.grew = true end
   return g, others
 end
 -- The full path for one limit: ARGV[first..] are its members.
@@ -269,52 +301,52 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl)
   -- 1. this node's members heartbeat; one back from lapse leaves the reserve
   for i = 1, n do
     local id = ARGV[a]
-    if redis.call('ZADD', K.hb, now, id) == 1 then
+    if call('ZADD', K.hb, now, id) == 1 then
       c.n = c.n + 1
       c.grew = true
       fresh[id] = true
-      if redis.call('ZREM', K.lapsed, id) == 1 then
+      if call('ZREM', K.lapsed, id) == 1 then
         c.nl = c.nl - 1
-        c.res = c.res - rate(redis.call('HGET', K.fb, id))
+        c.res = c.res - rate(call('HGET', K.fb, id))
       end
     end
     if fb ~= '0' then
-      if redis.call('HSET', K.fb, id, fb) == 1 then c.grew = true end
+      if call('HSET', K.fb, id, fb) == 1 then c.grew = true end
     else
-      redis.call('HDEL', K.fb, id)
+      call('HDEL', K.fb, id)
     end
     a = a + st
   end
   -- 2. live members silent for stale_ms lapse (or die, if silent for hold_ms more too)
   local lapse, forget = now - stale, now - stale - hold
-  local gone = redis.call('ZRANGEBYSCORE', K.hb, '-inf', '(' .. string.format('%.0f', lapse), 'WITHSCORES')
+  local gone = call('ZRANGEBYSCORE', K.hb, '-inf', '(' .. f0(lapse), 'WITHSCORES')
   for i = 1, #gone, 2 do
     local id, s = gone[i], gone[i + 1]
-    redis.call('ZREM', K.hb, id)
+    call('ZREM', K.hb, id)
     if c.nd > 0 then undem(K, c, id) end
     c.n = c.n - 1
-    count(K, c, redis.call('HGET', K.counted, id) or 'x', -1)
-    redis.call('HDEL', K.counted, id)
-    c.ns = c.ns - redis.call('HDEL', K.size, id)
+    count(K, c, call('HGET', K.counted, id) or 'x', -1)
+    call('HDEL', K.counted, id)
+    c.ns = c.ns - call('HDEL', K.size, id)
     if tonumber(s) >= forget then
-      redis.call('ZADD', K.lapsed, s, id)
+      call('ZADD', K.lapsed, s, id)
       c.nl = c.nl + 1
       c.grew = true
-      c.res = c.res + rate(redis.call('HGET', K.fb, id))
+      c.res = c.res + rate(call('HGET', K.fb, id))
     else
-      redis.call('HDEL', K.fb, id)
+      call('HDEL', K.fb, id)
     end
   end
   -- 3. lapsed members held for hold_ms are forgotten (none lapsed: no read)
   local dead = {}
   if c.nl > 0 then
-    dead = redis.call('ZRANGEBYSCORE', K.lapsed, '-inf', '(' .. string.format('%.0f', forget))
+    dead = call('ZRANGEBYSCORE', K.lapsed, '-inf', '(' .. f0(forget))
   end
   if #dead > 0 then
     c.nl = c.nl - #dead
     if c.nl > RECOUNT then
       for i = 1, #dead, 500 do
-        local v = redis.call('HMGET', K.fb, unpack(dead, i, math.min(i + 499, #dead)))
+        local v = call('HMGET', K.fb, unpack(dead, i, math.min(i + 499, #dead)))
         for j = 1, #v do c.res = c.res - rate(v[j]) end
       end
     end
@@ -324,8 +356,8 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl)
   if c.nl <= RECOUNT then
     c.res = 0
     if c.nl > 0 then
-      local ids = redis.call('ZRANGE', K.lapsed, 0, -1)
-      local v = redis.call('HMGET', K.fb, unpack(ids))
+      local ids = call('ZRANGE', K.lapsed, 0, -1)
+      local v = call('HMGET', K.fb, unpack(ids))
       for j = 1, #v do c.res = c.res + rate(v[j]) end
     end
   end
@@ -334,13 +366,13 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl)
     local id, r = ARGV[i], ARGV[i + 1]
     if r == '0' then r = string.format('%d', c.n) end
     local b, old = bucket(r), false
-    if not fresh[id] then old = redis.call('HGET', K.counted, id) end
+    if not fresh[id] then old = call('HGET', K.counted, id) end
     if old ~= b then
       if old then count(K, c, old, -1) end
       count(K, c, b, 1)
-      if redis.call('HSET', K.counted, id, b) == 1 then c.grew = true end
+      if call('HSET', K.counted, id, b) == 1 then c.grew = true end
     end
-    local added = redis.call('HSET', K.size, id, r)
+    local added = call('HSET', K.size, id, r)
     c.ns = c.ns + added
     if added == 1 then c.grew = true end
   end
@@ -365,11 +397,11 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl)
     if expire then c.exp = now + ttl end
   end
   -- the largest size and whether it is the only one, in one read
-  local top = redis.call('ZREVRANGE', K.sizes, 0, 1)
+  local top = call('ZREVRANGE', K.sizes, 0, 1)
   local hi = tonumber(top[1]) or 0
   local agree = 0
   if c.bad == 0 and #top == 1 and hi == c.n then agree = 1 end
-  local o = {agree, math.max(hi, c.n), c.n, string.format('%.17g', c.res)}
+  local o = {agree, math.max(hi, c.n), c.n, f17(c.res)}
   -- the steady path may answer the same until the next check of the
   -- counters (stale_ms) or the TTLs' refresh, whichever comes first
   if prate <= 0 and c.n > 0 and c.nl == 0 then
@@ -380,16 +412,17 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl)
   if expire then
     for _, key in ipairs({K.hb, K.size, K.fb, K.lapsed, K.counted, K.hist, K.sizes, K.meta,
                           K.grant, K.dem}) do
-      redis.call('PEXPIRE', key, ttl)
+      call('PEXPIRE', key, ttl)
     end
+    if K.wt then call('PEXPIRE', K.wt, ttl) end
     if sl ~= '-' then
-      redis.call('PEXPIRE', K.claim, ttl)
-      redis.call('PEXPIRE', K.seen, ttl)
-      redis.call('PEXPIRE', K.sdem, ttl)
+      call('PEXPIRE', K.claim, ttl)
+      call('PEXPIRE', K.seen, ttl)
+      call('PEXPIRE', K.sdem, ttl)
     end
   end
   if dem then
-    o[5], o[6], o[7] = string.format('%.17g', c.gs), string.format('%.17g', c.lvl), dem
+    o[5], o[6], o[7] = f17(c.gs), f17(c.lvl), dem
   elseif grant then
     o[5], o[6] = grant, claimed
   end
@@ -401,48 +434,50 @@ end
 -- after it changes nothing. It reads the limit's KEYS (hb k, meta k + 8)
 -- and ARGV (from a) in place: it runs for every limit of every node at
 -- every heartbeat, and each table, number and field costs.
-local nows, lapses = string.format('%.0f', now), {}
+local nows, lapses = f0(now), {}
 local function steady(k, a, n, prev)
-  local m = redis.call('HMGET', KEYS[k + 8], 'due', 'ans')
+  local m = call('HMGET', KEYS[k + 8], 'due', 'ans')
   local due, stale = tonumber(m[1]), ARGV[a]
   -- due is at most stale_ms ahead when written: further means the clock went back
   if m[2] ~= prev or due == nil or due <= now or due - now > tonumber(stale) then return nil end
   local lapse = lapses[stale]
   if not lapse then
-    lapse = '(' .. string.format('%.0f', now - tonumber(stale))
+    lapse = '(' .. f0(now - tonumber(stale))
     lapses[stale] = lapse
   end
-  if #redis.call('ZRANGEBYSCORE', KEYS[k], '-inf', lapse, 'LIMIT', 0, 1) > 0 then return nil end
+  if #call('ZRANGEBYSCORE', KEYS[k], '-inf', lapse, 'LIMIT', 0, 1) > 0 then return nil end
   -- members added or removed by anyone but this script's full path (a hand
   -- edit, a node still running an older script) change the live count
-  if redis.call('ZCARD', KEYS[k]) ~= tonumber(string.match(prev, '%d+$')) then return nil end
-  for i = a + 11, a + 9 + 2 * n, 2 do
+  if call('ZCARD', KEYS[k]) ~= tonumber(string.match(prev, '%d+$')) then return nil end
+  for i = a + 12, a + 10 + 2 * n, 2 do
     -- 0: not live, or renewed already in this millisecond (ZSCORE tells)
-    if redis.call('ZADD', KEYS[k], 'XX', 'CH', nows, ARGV[i]) ~= 1
-       and redis.call('ZSCORE', KEYS[k], ARGV[i]) ~= nows then
+    if call('ZADD', KEYS[k], 'XX', 'CH', nows, ARGV[i]) ~= 1
+       and call('ZSCORE', KEYS[k], ARGV[i]) ~= nows then
       return nil
     end
   end
   return 1
 end
--- one pass per limit: N_KEYS KEYS (+ N_SLOT_KEYS for an in-flight
--- limit) and 11 + n x (2 or 3) ARGV each
+-- one pass per limit: N_KEYS KEYS (+ wt for a weighted limit, + N_SLOT_KEYS
+-- for an in-flight limit) and 12 + n x (2 or 3) ARGV each
 local out, a, k = {}, 1, 1
 while k <= #KEYS do
   local n, prate, prev, sl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 6]), ARGV[a + 9], ARGV[a + 10]
+  local wk = ARGV[a + 11] == '1'
   local st = 2
   if prate > 0 then st = 3 end
-  if ARGV[a + 2] ~= '' then redis.call('SET', KEYS[k + 2], ARGV[a + 2], 'PX', ARGV[a + 3]) end
+  if ARGV[a + 2] ~= '' then call('SET', KEYS[k + 2], ARGV[a + 2], 'PX', ARGV[a + 3]) end
   local o = nil
   if st == 2 and prev ~= '-' and sl == '-' then o = steady(k, a, n, prev) end
   if not o then
     local stale, hold, fb = tonumber(ARGV[a]), tonumber(ARGV[a + 4]), ARGV[a + 5]
     local flo, rms = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
-    o = full(keyset(k, sl ~= '-'), a + 11, stale, n, hold, fb, prate, flo, rms, st, sl)
+    o = full(keyset(k, sl ~= '-', wk), a + 12, stale, n, hold, fb, prate, flo, rms, st, sl)
   end
   out[#out + 1] = o
-  a = a + 11 + st * n
+  a = a + 12 + st * n
   k = k + 11 --[[N_KEYS]]
+  if wk then k = k + 1 end
   if sl ~= '-' then k = k + 3 --[[N_SLOT_KEYS]] end
 end
 return out

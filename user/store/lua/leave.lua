@@ -1,35 +1,37 @@
 -- leave.lua: members leave one limit's pool (kt_store_leave in
 -- user/store/store_redis.c). Prefixed with common.lua at build time.
 --
--- KEYS: N_KEYS (11) of one limit, in keyset's order (common.lua).
+-- KEYS: N_KEYS (11) of one limit, in keyset's order (common.lua), and its
+-- wt (kt_store_leave always names it: a weighted limit may have one).
 -- ARGV: the ids that leave.
 -- Returns how many of them were live or lapsed. With consistent counters it
 -- keeps them exact; otherwise it only removes the ids and drops meta, so the
 -- next heartbeat rebuilds.
 
 --#include common.lua
-local K = keyset(1)
+local K = keyset(1, false, #KEYS > 11 --[[N_KEYS]])
 local c, ok = load(K)
 local n = 0
 for i = 1, #ARGV do
   local id = ARGV[i]
-  if redis.call('ZREM', K.hb, id) == 1 then
+  if call('ZREM', K.hb, id) == 1 then
     n = n + 1
     c.n = c.n - 1
     if ok then
-      count(K, c, redis.call('HGET', K.counted, id) or 'x', -1)
+      count(K, c, call('HGET', K.counted, id) or 'x', -1)
       undem(K, c, id)
     end
-  elseif redis.call('ZREM', K.lapsed, id) == 1 then
+  elseif call('ZREM', K.lapsed, id) == 1 then
     n = n + 1
     c.nl = c.nl - 1
-    c.res = c.res - rate(redis.call('HGET', K.fb, id))
+    c.res = c.res - rate(call('HGET', K.fb, id))
   end
-  redis.call('HDEL', K.counted, id)
-  c.ns = c.ns - redis.call('HDEL', K.size, id)
-  redis.call('HDEL', K.fb, id)
-  redis.call('ZREM', K.dem, id)
-  redis.call('HDEL', K.grant, id)
+  call('HDEL', K.counted, id)
+  c.ns = c.ns - call('HDEL', K.size, id)
+  call('HDEL', K.fb, id)
+  call('ZREM', K.dem, id)
+  call('HDEL', K.grant, id)
+  if K.wt then call('HDEL', K.wt, id) end
 end
-if ok and not c.dirty then save(K, c) else redis.call('DEL', K.meta) end
+if ok and not c.dirty then save(K, c) else call('DEL', K.meta) end
 return n
