@@ -508,6 +508,43 @@ static void test_group_by(void **state)
 	kt_config_free(&cfg);
 }
 
+/* weightBy: a label or a capture; weights sorted for lookup; the capture
+ * becomes a * like groupBy's, each its own depth. */
+static void test_weights(void **state)
+{
+	struct kt_config cfg;
+	char err[KT_ERR_LEN];
+
+	(void)state;
+	assert_int_equal(parse(SREDIS "limits:\n"
+			       "  - {name: l, pods: {}, share: demand, weightBy: \"label:kthrottle.io/weight\",\n"
+			       "     unit: call, rateLimit: {max: 9}}\n"
+			       "  - {name: c, cgroups: [\"/t/{tenant}/{tier}/*\"], groupBy: \"capture:tenant\",\n"
+			       "     share: demand, weightBy: \"capture:tier\", weights: {prod: 3, batch: 1, canary: 0.5},\n"
+			       "     defaultWeight: 2, unit: datagram, rateLimit: {max: 9}}\n"
+			       "  - {name: e, cgroups: x, share: demand, unit: datagram, rateLimit: {max: 9}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].weight_by, KT_WEIGHT_LABEL);
+	assert_string_equal(cfg.limits[0].weight_key, "kthrottle.io/weight");
+	assert_int_equal(cfg.limits[0].n_weights, 0);
+	assert_true(cfg.limits[0].default_weight == 1);
+	assert_int_equal(cfg.limits[0].weight_line, 6);
+	assert_int_equal(cfg.limits[1].weight_by, KT_WEIGHT_CAPTURE);
+	assert_string_equal(cfg.limits[1].cgroups[0], "/t/*/*/*");
+	assert_int_equal(cfg.limits[1].group_up, 2);
+	assert_int_equal(cfg.limits[1].weight_up, 1);
+	assert_int_equal(cfg.limits[1].n_weights, 3);
+	assert_string_equal(cfg.limits[1].weights[0].value, "batch");
+	assert_string_equal(cfg.limits[1].weights[1].value, "canary");
+	assert_true(cfg.limits[1].weights[1].weight == 0.5);
+	assert_string_equal(cfg.limits[1].weights[2].value, "prod");
+	assert_true(cfg.limits[1].weights[2].weight == 3);
+	assert_true(cfg.limits[1].default_weight == 2);
+	assert_int_equal(cfg.limits[2].weight_by, KT_WEIGHT_NONE);
+	assert_true(cfg.limits[2].default_weight == 1);
+	kt_config_free(&cfg);
+}
+
 /* unit request: a cooperative limit, no cgroups, always node scope. */
 static void test_unit_request(void **state)
 {
@@ -1283,6 +1320,43 @@ static const struct bad bad_cases[] = {
 	  "not allowed with rateLimit.strict at line 10" },
 #undef PL
 #undef RL_
+	/* weightBy: a weight is a number in range, from something members have,
+	 * for a pool divided by demand */
+#define WP(extra) SREDIS "limits:\n  - {name: w, pods: {}, unit: datagram, share: demand, rateLimit: {max: 1}" extra "}\n"
+#define WC(extra) SREDIS "limits:\n  - {name: w, cgroups: [\"/t/{tier}/*\"], unit: datagram, share: demand, rateLimit: {max: 1}" extra "}\n"
+	{ WP(", weightBy: \"label:w\", weights: {a: 0}"), "t.yaml:6: limits[0].weights.a: ",
+	  "0 must be at least 0.001" },
+	{ WP(", weightBy: \"label:w\", weights: {a: -2}"), "t.yaml:6: limits[0].weights.a: ",
+	  "-2 must be at least 0.001" },
+	{ WP(", weightBy: \"label:w\", weights: {a: .nan}"), "t.yaml:6: limits[0].weights.a: ", "" },
+	{ WP(", weightBy: \"label:w\", weights: {a: three}"), "t.yaml:6: limits[0].weights.a: ", "" },
+	{ WP(", weightBy: \"label:w\", weights: {a: 2000000}"), "t.yaml:6: limits[0].weights.a: ",
+	  "2e+06 is greater than the maximum 1e+06" },
+	{ WP(", weightBy: \"label:w\", weights: {a: 1, a: 2}"), "t.yaml:6: limits[0].weights", "" },
+	{ WP(", weightBy: \"label:w\", weights: [a]"), "t.yaml:6: limits[0].weights: ",
+	  "expected a mapping of values to weights" },
+	{ WP(", weightBy: \"label:w\", defaultWeight: 0"), "t.yaml:6: limits[0].defaultWeight: ",
+	  "0 must be at least 0.001" },
+	{ WP(", weights: {a: 1}"), "t.yaml:6: limits[0].weights: ", "needs weightBy" },
+	{ WP(", defaultWeight: 2"), "t.yaml:6: limits[0].defaultWeight: ", "needs weightBy" },
+	{ WP(", weightBy: tier"), "t.yaml:6: limits[0].weightBy: ",
+	  "\"tier\" is not one of label:KEY (pods:) or capture:NAME (cgroups: patterns)" },
+	{ WP(", weightBy: \"label:-x\""), "t.yaml:6: limits[0].weightBy: ", "\"-x\" is no label key" },
+	{ WC(", weightBy: \"label:w\""), "t.yaml:6: limits[0].weightBy: ",
+	  "label:w weighs pods: needs pods: and no cgroups:" },
+	{ WP(", weightBy: \"capture:tier\""), "t.yaml:6: limits[0].weightBy: ",
+	  "capture:tier weighs the cgroups a pattern matches: needs cgroups: patterns and no pods:" },
+	{ WC(", weightBy: \"capture:tenant\""), "t.yaml:6: limits[0].weightBy: ",
+	  "capture:tenant needs {tenant} once, as a whole path component" },
+	{ SREDIS "limits:\n  - {name: w, pods: {}, unit: datagram, weightBy: \"label:w\", rateLimit: {max: 1}}\n",
+	  "t.yaml:6: limits[0].weightBy: ", "needs share: demand" },
+	{ SREDIS "limits:\n  - {name: w, cgroups: [\"/t/{tier}/*\"], groupBy: \"capture:tier\", unit: datagram,"
+	  " share: demand, weightBy: \"capture:tier\", rateLimit: {max: 1}}\n",
+	  "t.yaml:6: limits[0].weightBy: ", "capture:tier is groupBy's too" },
+	{ SREDIS "limits:\n  - {name: w, pods: {}, unit: concurrent, share: demand, weightBy: \"label:w\", rateLimit: {max: 1}}\n",
+	  "t.yaml:6: limits[0].weightBy: ", "not supported with unit concurrent yet" },
+#undef WP
+#undef WC
 	/* groupBy: something every member has; a template is no parent */
 #define GP(extra) "limits:\n  - {name: g, pods: {namespace: a}, unit: datagram, rateLimit: {max: 1}" extra "}\n"
 #define GC(cg, extra) "limits:\n  - {name: g, cgroups: " cg ", unit: datagram, rateLimit: {max: 1}" extra "}\n"
@@ -1891,6 +1965,7 @@ int main(void)
 		cmocka_unit_test(test_enforce),
 		cmocka_unit_test(test_parent),
 		cmocka_unit_test(test_group_by),
+		cmocka_unit_test(test_weights),
 		cmocka_unit_test(test_unit_request),
 		cmocka_unit_test(test_unit_concurrent),
 		cmocka_unit_test(test_metrics_addr),

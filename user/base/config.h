@@ -117,6 +117,24 @@ static inline bool kt_group_by_path(enum kt_group_by g)
 {
 	return g == KT_GROUP_PARENT || g == KT_GROUP_CAPTURE;
 }
+/* weightBy (share: demand): where a member's weight comes from. */
+enum kt_weight_by {
+	KT_WEIGHT_NONE = 0,       /* every member weighs 1 */
+	KT_WEIGHT_LABEL,          /* a pods: limit: the value of label weight_key */
+	KT_WEIGHT_CAPTURE,        /* a cgroups: pattern limit: the component {weight_key} matched */
+};
+/* weights, defaultWeight: a weight is a number in this range */
+#define KT_WEIGHT_MIN 0.001
+#define KT_WEIGHT_MAX 1000000.0
+/* weights: the most values one limit maps, and their longest (a path
+ * component's) */
+#define KT_WEIGHTS_MAX 256
+#define KT_WEIGHT_VALUE_MAX 255
+/* weights: one value and what it weighs */
+struct kt_weight_value {
+	char *value;
+	double weight;
+};
 /* maxGroups: default and ceiling of the groups one groupBy limit has on a
  * node; past it, the other values share one pool (members/groups.h). */
 #define KT_GROUPS_DEFAULT 1000
@@ -222,6 +240,18 @@ struct kt_limit_cfg {
 	bool group_other;
 	const char *const *group_known;
 	int n_group_known;
+	/* weightBy, weights, defaultWeight (share: demand): each member's
+	 * weight in the weighted max-min division of the pool. With weights
+	 * the member's value names its weight; without, the value is the
+	 * weight. A member with no value, or one that names none, weighs
+	 * default_weight. */
+	enum kt_weight_by weight_by;
+	char *weight_key;         /* the label key, or the capture's name */
+	int weight_up;            /* KT_WEIGHT_CAPTURE: levels above a match */
+	int weight_line;          /* where weightBy: is written, 0 = absent */
+	struct kt_weight_value *weights; /* sorted by value (strcmp), unique */
+	int n_weights;
+	double default_weight;    /* KT_WEIGHT_MIN..KT_WEIGHT_MAX, default 1 */
 	int refuse_errno;         /* a refused connect()/sendmsg() fails with it; default EBUSY */
 	/* maxDelay (unit call): a held call's connection ends (ETIMEDOUT)
 	 * after waiting this long, ms; 0 = it waits until admitted */

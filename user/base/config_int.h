@@ -244,6 +244,20 @@ int kt_cfg_parse_pods(struct ctx *c, yaml_node_t *n, const char *field,
 		      struct kt_pod_selector *ps);
 /* groupBy: "namespace", "label:KEY" or "parent" into l (group_by, group_label, group_line). */
 int kt_cfg_parse_group_by(struct ctx *c, yaml_node_t *v, const char *field, struct kt_limit_cfg *l);
+/* A label key ([prefix/]name), a capture name (1..63 of A-Z a-z 0-9 _). */
+bool kt_cfg_label_key_ok(const char *k);
+bool kt_cfg_capture_name_ok(const char *s);
+/* {name} in cgroups[j] of l, once, as a whole component, `*up` components
+ * from the end (*up < 0: any, then set; else it must be that many): it
+ * becomes *. v and field are what a failure names. */
+int kt_cfg_take_capture(struct ctx *c, yaml_node_t *v, const char *field, struct kt_limit_cfg *l,
+			int j, const char *name, int *up);
+
+/* config_weights.c: weightBy, weights and defaultWeight of a limit whose
+ * cgroups:, pods:, unit, share and groupBy are parsed; l->default_weight
+ * is 1 without them. */
+int kt_cfg_parse_weights(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l);
+void kt_cfg_weights_free(struct kt_limit_cfg *l);
 
 /* config_tags.c: tags[idx] (after the top level: socket and metrics are set). */
 int kt_cfg_parse_tag(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,

@@ -8,7 +8,8 @@ const char *const kt_cfg_keys_root[] = { "node",	 "pinDir",  "socket", "tickInte
 const char *const kt_cfg_keys_limit[] = { "name",  "cgroups", "match",	     "unit",
 					  "scope", "burst",   "share",	     "rateLimit",
 					  "allowRawSockets", "errno", "pods", "enforce", "parent",
-					  "groupBy", "maxGroups", "maxDelay", NULL };
+					  "groupBy", "maxGroups", "maxDelay", "weightBy", "weights",
+					  "defaultWeight", NULL };
 const char *const kt_cfg_keys_match[] = { "cidrs", "ports", "protocol", NULL };
 const char *const kt_cfg_keys_rate_limit[] = { "max", "min", "rampUpDuration", "modes",
 					       "resumedRampUp", "ttl", "store", "strict", NULL };

@@ -269,30 +269,31 @@ static int parse_cgroups(struct ctx *c, yaml_node_t *v, const char *field, struc
 	return 0;
 }
 
-/* groupBy capture:NAME: cgroups[j] holds {NAME} as one whole component,
- * once, at the same depth from the end as in every other entry; it is
- * replaced by * (so the rest of the daemon sees a plain pattern) and the
- * group is the name that many levels above a match (group_up). */
-static int take_capture(struct ctx *c, yaml_node_t *v, const char *sub, struct kt_limit_cfg *l, int j)
+/* capture:NAME (groupBy, weightBy): cgroups[j] holds {NAME} as one whole
+ * component, once, at the same depth from the end as in every other entry;
+ * it is replaced by * (so the rest of the daemon sees a plain pattern) and
+ * the value is the name that many levels above a match. */
+int kt_cfg_take_capture(struct ctx *c, yaml_node_t *v, const char *sub, struct kt_limit_cfg *l,
+			int j, const char *name, int *up_out)
 {
 	char want[80], *e = l->cgroups[j], *at, *end;
 	int up = 0;
 
-	snprintf(want, sizeof(want), "{%s}", l->group_label);
+	snprintf(want, sizeof(want), "{%s}", name);
 	at = strstr(e, want);
 	end = at ? at + strlen(want) : NULL;
 	if (!at || (at > e && at[-1] != '/') || (*end && *end != '/') || strstr(end, want))
 		return fail(c, v, sub,
 			    "capture:%s needs %s once, as a whole path component, in every cgroups: entry (%s at line %d)",
-			    l->group_label, want, show_str(e).s, l->cgroup_lines[j]);
+			    name, want, show_str(e).s, l->cgroup_lines[j]);
 	for (const char *p = end; *p; p++)
 		up += *p == '/' && p[1] && p[1] != '/';
-	if (up > KT_GROUP_UP_MAX || (j > 0 && up != l->group_up))
+	if (up > KT_GROUP_UP_MAX || (*up_out >= 0 && up != *up_out))
 		return fail(c, v, sub,
 			    "%s at line %d: {%s} must be at most %d components from the end, and as far from it in every entry (%d, not %d)",
-			    show_str(e).s, l->cgroup_lines[j], l->group_label, KT_GROUP_UP_MAX,
-			    j > 0 ? l->group_up : up, up);
-	l->group_up = up;
+			    show_str(e).s, l->cgroup_lines[j], name, KT_GROUP_UP_MAX,
+			    *up_out >= 0 ? *up_out : up, up);
+	*up_out = up;
 	at[0] = '*';
 	memmove(at + 1, end, strlen(end) + 1);
 	return 0;
@@ -326,9 +327,10 @@ static int parse_group_by(struct ctx *c, yaml_node_t *n, const char *field, stru
 			return fail(c, v, sub,
 				    "%s groups the cgroups a pattern matches: needs cgroups: patterns and no pods: (group pods by namespace or label:KEY)",
 				    how);
-		l->group_up = 1;
+		l->group_up = l->group_by == KT_GROUP_CAPTURE ? -1 : 1;
 		for (int j = 0; j < l->n_cgroups; j++) {
-			if (l->group_by == KT_GROUP_CAPTURE && (err = take_capture(c, v, sub, l, j)))
+			if (l->group_by == KT_GROUP_CAPTURE &&
+			    (err = kt_cfg_take_capture(c, v, sub, l, j, l->group_label, &l->group_up)))
 				return err;
 			if (!kt_path_is_pattern(l->cgroups[j]))
 				return fail(c, v, sub,
@@ -609,6 +611,8 @@ int kt_cfg_parse_limit(struct ctx *c, yaml_node_t *n, const char *field, struct 
 	}
 	if (l->unit == KT_UNIT_CONCURRENT && (err = check_concurrent(c, n, rl, field, l)))
 		return err;
+	if ((err = kt_cfg_parse_weights(c, n, field, l)))
+		return err;
 	if (strict && l->store.kind != KT_STORE_REDIS)
 		return fail(c, strict, join(sub, field, "rateLimit.strict"),
 			    "needs a redis store (permits are issued on the Redis clock)");
@@ -632,6 +636,7 @@ void kt_cfg_limit_free(struct kt_limit_cfg *l)
 	kt_cfg_store_free(&l->store);
 	kt_pod_selector_free(&l->pods);
 	free(l->group_label);
+	kt_cfg_weights_free(l);
 }
 
 /* The `parent:` of limit i as written, for its errors. */

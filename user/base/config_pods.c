@@ -54,7 +54,7 @@ bool kt_dns_name_ok(const char *s, size_t n, bool label)
 	return true;
 }
 
-static bool label_key_ok(const char *k)
+bool kt_cfg_label_key_ok(const char *k)
 {
 	const char *slash = strchr(k, '/');
 
@@ -68,7 +68,7 @@ static int get_label_key(struct ctx *c, yaml_node_t *v, const char *field, char 
 {
 	int err = kt_cfg_get_str(c, v, field, 317, out);
 
-	if (!err && !label_key_ok(*out))
+	if (!err && !kt_cfg_label_key_ok(*out))
 		return fail(c, v, field,
 			    "\"%s\" is not a label key ([prefix/]name: name 1..63 of A-Z a-z 0-9 . _ -, starting and ending alphanumeric)",
 			    show_str(*out).s);
@@ -232,7 +232,7 @@ static const char *const group_by_names[] = { "", "namespace", "label", "parent"
 
 const char *kt_group_by_name(enum kt_group_by g) { return NAME_OF(group_by_names, g); }
 
-static bool capture_name_ok(const char *s)
+bool kt_cfg_capture_name_ok(const char *s)
 {
 	size_t n = strlen(s);
 
@@ -257,7 +257,7 @@ int kt_cfg_parse_group_by(struct ctx *c, yaml_node_t *v, const char *field, stru
 	} else if (!strcmp(s, "parent")) {
 		l->group_by = KT_GROUP_PARENT;
 	} else if (!strncmp(s, "label:", 6)) {
-		if (!label_key_ok(s + 6))
+		if (!kt_cfg_label_key_ok(s + 6))
 			return fail(c, v, field,
 				    "\"%s\" is no label key ([prefix/]name: name 1..63 of A-Z a-z 0-9 . _ -, starting and ending alphanumeric)",
 				    show_str(s + 6).s);
@@ -265,7 +265,7 @@ int kt_cfg_parse_group_by(struct ctx *c, yaml_node_t *v, const char *field, stru
 		if (!(l->group_label = strdup(s + 6)))
 			return oom(c, v, field);
 	} else if (!strncmp(s, "capture:", 8)) {
-		if (!capture_name_ok(s + 8))
+		if (!kt_cfg_capture_name_ok(s + 8))
 			return fail(c, v, field,
 				    "\"%s\" is no capture name (1..63 of A-Z a-z 0-9 _, written {NAME} in the patterns)",
 				    show_str(s + 8).s);

@@ -167,6 +167,14 @@ void kt_report_health_metrics(const struct kt_daemon *d, struct kt_sbuf *b)
 	kt_features_metrics(&d->bpf.feat, b);
 }
 
+double kt_report_member_rate(const struct kt_daemon *d, const struct kt_member_rt *m)
+{
+	return d->bpf.buckets && m->slot < KT_MAX_SLOTS && (d->bpf.coop || !kt_slot_is_coop(m->slot))
+		       ? kt_rate_from_interval_fp(
+				 KT_READ_ONCE(kt_bpf_bucket(&d->bpf, m->slot)->interval_fp))
+		       : 0;
+}
+
 /* A groupBy template's groups on this node (*other: and the other pool),
  * or -1 for a limit that is no template. */
 int kt_report_template_groups(const struct kt_daemon *d, const struct kt_limit_cfg *c, bool *other)

@@ -20,5 +20,10 @@ void kt_report_health_metrics(const struct kt_daemon *d, struct kt_sbuf *b);
 /* How many groups groupBy template c has on this node (*other: the
  * @@other pool too), or -1 if c is no template. */
 int kt_report_template_groups(const struct kt_daemon *d, const struct kt_limit_cfg *c, bool *other);
+struct kt_member_rt;
+/* The rate the kernel runs member m's bucket at now (node scope: the
+ * node's one bucket), 0 when it cannot be read. A look, not a read of
+ * anything the controller keeps. */
+double kt_report_member_rate(const struct kt_daemon *d, const struct kt_member_rt *m);
 
 #endif

@@ -22,6 +22,55 @@
 #include "control/report_int.h"
 
 static void tag_metrics(const struct kt_tags *tags, struct kt_sbuf *b);
+static void family_head(struct kt_sbuf *b, const char *name, const char *type, const char *help);
+
+/* share: demand limits on Redis, per member: kthrottle_share (the rate its
+ * bucket runs at: node scope, the node's one bucket), kthrottle_demand,
+ * kthrottle_weight (weightBy only) and kthrottle_borrowed: its share above
+ * its guaranteed part, the divided rate x weight / the weights summed
+ * (the store's last answer), which members that want less leave to it. */
+static void share_metrics(const struct kt_daemon *d, struct kt_sbuf *b)
+{
+	static const char *const fam[4][2] = {
+		{ "share", "Rate a member of a share: demand limit runs at now (tokens/s; node scope: the node's one bucket)." },
+		{ "demand", "Demand a member of a share: demand limit reports (admitted + refused per second, with headroom)." },
+		{ "weight", "A member's weight in its limit's weighted max-min share (weightBy)." },
+		{ "borrowed", "Rate a member runs at above its guaranteed part of the pool (the divided rate x its weight / the weights summed): what members wanting less leave to it." },
+	};
+
+	for (int f = 0; f < 4; f++) {
+		bool head = false;
+
+		for (int i = 0; i < d->plan.n_limits; i++) {
+			const struct kt_limit_rt *l = &d->plan.limits[i];
+			const struct kt_pool_view *v = kt_pool_view(d->pool, i);
+
+			if (l->cfg->share != KT_SHARE_DEMAND || l->cfg->unit == KT_UNIT_CONCURRENT ||
+			    (f == 2 && l->cfg->weight_by == KT_WEIGHT_NONE))
+				continue;
+			if (!head)
+				family_head(b, fam[f][0], "gauge", fam[f][1]);
+			head = true;
+			for (int j = 0; j < l->n_members; j++) {
+				const struct kt_member_rt *m = &l->members[j];
+				double rate = kt_report_member_rate(d, m), x;
+
+				if (f == 0)
+					x = rate;
+				else if (f == 1)
+					x = m->slot < KT_MAX_SLOTS ? d->slot_base[m->slot].demand : 0;
+				else if (f == 2)
+					x = m->weight;
+				else if (v && v->share_weights > 0 && v->share_divided > 0)
+					x = rate - v->share_divided * m->weight / v->share_weights;
+				else
+					x = 0;
+				kt_sb_printf(b, "kthrottle_%s{limit=\"%s\",member=\"%s\"} %.6g\n", fam[f][0],
+					     l->cfg->name, m->id, x > 0 ? x : 0);
+			}
+		}
+	}
+}
 
 /* kthrottle_store_errors_total{limit,kind}: failed store calls by kind;
  * kthrottle_store_heartbeat_limits_total{path}: the script's steady path
@@ -282,6 +331,7 @@ char *kt_report_metrics(const struct kt_daemon *d)
 					     (unsigned long long)slot_count(d, l->join_slot, k));
 		}
 	}
+	share_metrics(d, &b);
 	/* groupBy: each limit's groups on this node, the bound of its series */
 	bool any_group = false;
 

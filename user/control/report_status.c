@@ -18,6 +18,7 @@
 #include "control/inflight_report.h"
 #include "control/report.h"
 #include "members/groups.h"
+#include "members/weights.h"
 #include "store/store.h"
 #include "base/strbuf.h"
 #include "control/report_int.h"
@@ -127,6 +128,14 @@ static double last_event_age_s(const struct kt_limit_state *s, uint64_t now)
 }
 
 /* "pattern", "path" or "pods": what found member m. */
+/* weightBy as written: "label:KEY" or "capture:NAME" */
+static const char *weight_by_text(const struct kt_limit_cfg *c, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s:%s", c->weight_by == KT_WEIGHT_LABEL ? "label" : "capture",
+		 c->weight_key ? c->weight_key : "");
+	return buf;
+}
+
 static const char *found_by(const struct kt_limit_cfg *c, const struct kt_member_rt *m)
 {
 	if (m->entry == KT_ENTRY_PODS)
@@ -436,6 +445,7 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 	struct kt_sbuf b = { 0 };
 	uint64_t now = kt_clock_ns();
 	int i, j, name_w = 16; /* the LIMIT column: a group's name is longer */
+	char wb[340];          /* weightBy: "capture:" or "label:" and a label key */
 
 	for (i = 0; i < d->plan.n_limits; i++)
 		if ((int)strlen(d->plan.limits[i].cfg->name) > name_w)
@@ -526,6 +536,11 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 				kt_sb_printf(&b, "null");
 			if (c->unit == KT_UNIT_CALL)
 				kt_sb_printf(&b, ",\"max_delay_ms\":%u", c->max_delay_ms);
+			if (c->weight_by != KT_WEIGHT_NONE) {
+				kt_sb_printf(&b, ",\"weight_by\":");
+				kt_sb_json_str(&b, weight_by_text(c, wb, sizeof(wb)));
+				kt_sb_printf(&b, ",\"default_weight\":%.6g", c->default_weight);
+			}
 			kt_features_limit_status(&d->bpf.feat, c, &b, true);
 			/* a groupBy limit's group: its template and value (null:
 			 * the pool of the values past maxGroups) */
@@ -609,6 +624,9 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 			if (c->max_delay_ms)
 				kt_sb_printf(&b, "  maxDelay %u ms: a call held longer ends its connection (ETIMEDOUT)\n",
 					     c->max_delay_ms);
+			if (c->weight_by != KT_WEIGHT_NONE)
+				kt_sb_printf(&b, "  weightBy %s: shares weighted max-min fair (defaultWeight %g)\n",
+					     weight_by_text(c, wb, sizeof(wb)), c->default_weight);
 			if (c->shadow || k.would_refuse)
 				kt_sb_printf(&b, "  %s: would have refused %llu (let pass; %llu shadow events)\n",
 					     c->shadow ? "shadow, enforce: false" : "was shadow",
@@ -658,12 +676,7 @@ members:
 			double rate;
 
 			kt_bpf_read_counters(&d->bpf, m->slot, &mc);
-			/* the rate the kernel runs this member's bucket at now */
-			rate = d->bpf.buckets && m->slot < KT_MAX_SLOTS &&
-					       (d->bpf.coop || !kt_slot_is_coop(m->slot))
-				       ? kt_rate_from_interval_fp(KT_READ_ONCE(
-						 kt_bpf_bucket(&d->bpf, m->slot)->interval_fp))
-				       : 0;
+			rate = kt_report_member_rate(d, m);
 			if (json) {
 				kt_sb_printf(&b, "%s{\"member_id\":", j ? "," : "");
 				kt_sb_json_str(&b, m->id);
@@ -680,6 +693,9 @@ members:
 					  (unsigned long long)mc.throttled, rate);
 				if (c->share == KT_SHARE_DEMAND)
 					kt_sb_printf(&b, ",\"demand\":%.6g", d->slot_base[m->slot].demand);
+				if (c->weight_by != KT_WEIGHT_NONE)
+					kt_sb_printf(&b, ",\"weight\":%.6g,\"weight_from\":\"%s\"", m->weight,
+						     kt_weight_src_name(m->weight_src));
 				kt_sb_printf(&b, "}");
 			} else {
 				if (m->entry == KT_ENTRY_COOP)
@@ -692,6 +708,9 @@ members:
 						  rate);
 				if (c->share == KT_SHARE_DEMAND)
 					kt_sb_printf(&b, "  demand %.3f/s", d->slot_base[m->slot].demand);
+				if (c->weight_by != KT_WEIGHT_NONE)
+					kt_sb_printf(&b, "  weight %g (%s)", m->weight,
+						     kt_weight_src_name(m->weight_src));
 				kt_sb_printf(&b, "  admitted %llu  throttled %llu\n",
 					  (unsigned long long)mc.admitted, (unsigned long long)mc.throttled);
 			}

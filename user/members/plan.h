@@ -22,6 +22,8 @@ struct kt_member_rt {
 	int entry;         /* the limit's cgroups[] entry (path or pattern) that found it,
 			    * or KT_ENTRY_PODS */
 	char *pod;         /* found by pods: "namespace/name"; else NULL */
+	double weight;     /* its weight in a share: demand pool (weightBy), else 1 */
+	uint8_t weight_src; /* enum kt_weight_src (weights.h): where the weight came from */
 };
 
 #define KT_ENTRY_PODS (-1)
@@ -43,6 +45,7 @@ struct kt_limit_rt {
 	struct kt_member_rt *members;
 	int n_members;
 	const char **member_ids; /* members[j].id, as the pool wants them */
+	double *member_weights;  /* members[j].weight, with weightBy; else NULL (all 1) */
 	/* bucket rate and burst last written (tokens/s, tokens) */
 	double bucket_rate;
 	double bucket_burst;

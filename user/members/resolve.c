@@ -13,13 +13,18 @@
 #include "members/groups.h"
 #include "members/pending.h"
 #include "members/resolve.h"
+#include "members/weights.h"
 
-/* Adds cgroup `real` (id cgid), found by entry j of limit i, to `l`'s
- * members unless it is there already (two entries or spellings of one
- * cgroup are one member). Its bucket slot is kt_plan_apply's to find. */
+/* Adds cgroup `real` (id cgid), found by entry j of limit i (as pod, or
+ * as the path `matched` a pattern matched), to `l`'s members unless it is
+ * there already (two entries or spellings of one cgroup are one member).
+ * Its bucket slot is kt_plan_apply's to find. */
 static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *cap,
-		      const char *real, uint64_t cgid, int j, const struct kt_pod *pod)
+		      const char *real, uint64_t cgid, int j, const struct kt_pod *pod,
+		      const char *matched)
 {
+	enum kt_weight_src src;
+
 	struct kt_member_rt *m;
 
 	for (int k = 0; k < l->n_members; k++)
@@ -50,6 +55,8 @@ static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *c
 	}
 	m->cgid = cgid;
 	m->entry = j;
+	m->weight = kt_member_weight(l->cfg, pod, matched, &src, NULL, 0);
+	m->weight_src = (uint8_t)src;
 	m->slot = UINT32_MAX;
 	/* the cgroup id is stable for the cgroup's life, which is the
 	 * member's life: a recreated pod is a new member */
@@ -162,7 +169,7 @@ static int pod_members(const struct kt_config *cfg, int i, const char *cg_mount,
 			if (kt_cgroup_resolve(cands[k], cg_mount, real, sizeof(real), why, sizeof(why)) ||
 			    kt_cgroup_id(real, &cgid))
 				continue;
-			if ((ret = add_member(cfg, l, cap, real, cgid, KT_ENTRY_PODS, pod)))
+			if ((ret = add_member(cfg, l, cap, real, cgid, KT_ENTRY_PODS, pod, NULL)))
 				return ret;
 			break;
 		}
@@ -292,7 +299,7 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 						      sizeof(why)) ||
 				    kt_cgroup_id(real, &cgid))
 					continue;
-				if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL)))
+				if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL, paths[k])))
 					return ret;
 			}
 			continue;
@@ -317,7 +324,7 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 				 lc->cgroup_lines[j], i, j, why);
 			return ret;
 		}
-		if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL)))
+		if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL, NULL)))
 			return ret;
 	}
 	return pod_members(cfg, i, cg_mount, pods, ps, l, &cap);
@@ -393,7 +400,7 @@ static int inherit_members(const struct kt_config *cfg, struct kt_plan *plan)
 			for (int a = kt_cfg_parent(l->cfg); a >= 0 && !ret;
 			     a = kt_cfg_parent(&cfg->limits[a]))
 				ret = add_member(cfg, &plan->limits[a], &cap[a], m->path, m->cgid,
-						 KT_ENTRY_CHILD, NULL);
+						 KT_ENTRY_CHILD, NULL, NULL);
 		}
 	}
 	free(cap);
@@ -406,11 +413,19 @@ static int member_ids(struct kt_plan *plan)
 		struct kt_limit_rt *l = &plan->limits[i];
 
 		free(l->member_ids);
+		free(l->member_weights);
+		l->member_weights = NULL;
 		l->member_ids = calloc(l->n_members + 1, sizeof(*l->member_ids));
 		if (!l->member_ids)
 			return -ENOMEM;
 		for (int j = 0; j < l->n_members; j++)
 			l->member_ids[j] = l->members[j].id;
+		if (l->cfg->weight_by == KT_WEIGHT_NONE)
+			continue;
+		if (!(l->member_weights = calloc(l->n_members + 1, sizeof(*l->member_weights))))
+			return -ENOMEM;
+		for (int j = 0; j < l->n_members; j++)
+			l->member_weights[j] = l->members[j].weight;
 	}
 	return 0;
 }
@@ -628,6 +643,7 @@ void kt_plan_free(struct kt_plan *plan)
 		}
 		free(plan->limits[i].members);
 		free(plan->limits[i].member_ids);
+		free(plan->limits[i].member_weights);
 	}
 	kt_pending_free(plan);
 	free(plan->limits);

@@ -36,6 +36,7 @@ struct kt_pool_local {
 	const struct kt_limit_cfg *cfg;
 	const char *const *member_ids; /* stable ids of this node's members */
 	const double *member_demand;   /* share: demand: admitted + refused per second, each; NULL: 0 */
+	const double *member_weight;   /* share: demand with weightBy: each one's weight; NULL: 1 */
 	int n_members;
 	double pool_rate;              /* current ramp level, saved for resumedRampUp */
 	/* in-flight limits (unit concurrent) on Redis: what this node may
@@ -72,6 +73,15 @@ struct kt_pool_view {
 	 * the last answer (-1: none yet) and the other nodes' claims then. */
 	int64_t slots_grant;
 	int64_t slots_claimed;
+	/* share: demand on Redis, from the last answer (0s before one): the
+	 * rate divided (the pool rate less what lapsed members hold), the
+	 * water level per unit of weight (INFINITY: every demand fits) and
+	 * the weights of the members sharing summed: a member's guaranteed
+	 * part is share_divided x weight / share_weights, and what it runs at
+	 * above that it borrows from members that want less. */
+	double share_divided;
+	double share_level;
+	double share_weights;
 };
 
 struct kt_pool;

@@ -303,7 +303,14 @@ static double demand_of(const struct kt_pool_local *lo, int j)
 	return isfinite(d) && d > 0 ? (d < 1e15 ? d : 1e15) : 0;
 }
 
-/* Builds the round trip from this tick's view and hands it to the worker. */
+/* a weight the store takes, else 1 (resolve.c computed it in range) */
+static double weight_of(const struct kt_pool_local *lo, int j)
+{
+	double w = lo->member_weight ? lo->member_weight[j] : 1;
+
+	return w >= KT_WEIGHT_MIN && w <= KT_WEIGHT_MAX ? w : 1;
+}
+
 /* An in-flight limit's part of the request (heartbeat.lua's slots): the
  * node, what it holds, the pool's slots, the cap while the store may have
  * lost the claims, and its demand. */
@@ -332,6 +339,7 @@ static void slots_request(const struct group *g, struct lim *l, const struct kt_
 								: lo->slots_demand;
 }
 
+/* Builds the round trip from this tick's view and hands it to the worker. */
 void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const struct kt_pool_local *local)
 {
 	struct hb_job *job;
@@ -378,6 +386,7 @@ void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const stru
 			job->mbuf[off + j].id = job->ids[job->n_ids++];
 			job->mbuf[off + j].reported_size = KT_POOL_REPORT_LIVE;
 			job->mbuf[off + j].demand = demand_of(lo, j);
+			job->mbuf[off + j].weight = weight_of(lo, j);
 		}
 		jl->off = off;
 		jl->n = n;
@@ -387,6 +396,7 @@ void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const stru
 			q->floor_rate = pool_demand_floor(l, lo->pool_rate);
 			q->recompute_ms = g->heartbeat_ns / NS_PER_MS / 2;
 			q->grants = &job->grants[off];
+			q->weighted = l->weighted;
 		}
 		q->limit = jl->name;
 		q->members = n ? &job->mbuf[off] : NULL;
@@ -487,6 +497,11 @@ bool pool_finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, uin
 		/* ids are what this job sent: sync_ids runs only when one is posted */
 		if (l->demand && l->grants && job->reqs[k].grants && job->jl[k].n == l->n_ids)
 			take_grants(l, &job->grants[job->jl[k].off]);
+		if (job->reqs[k].pool_rate > 0) {
+			l->v.share_level = job->ans[k].level;
+			l->v.share_weights = job->ans[k].weights;
+			l->v.share_divided = job->reqs[k].pool_rate - job->ans[k].reserved;
+		}
 	}
 	return true;
 }

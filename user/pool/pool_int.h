@@ -51,6 +51,7 @@ struct lim {
 	char **ids;                     /* ids sent at the last heartbeat */
 	int n_ids;
 	bool demand;                    /* share: demand */
+	bool weighted;                  /* ... by weight (weightBy): the store keeps weights */
 	double *grants;                 /* demand: ids[k]'s grant from the last answer, NAN none */
 	double *held;                   /* demand: ids[k]'s grant when the size floor began, its
 					 * ceiling until the floor ends (take_grants); NAN none */

@@ -302,7 +302,10 @@ struct kt_pool_answer {
 	double reserved; /* sum of the fallback rates of lapsed, still-held members */
 	/* Filled only when the request's pool_rate > 0 (left alone otherwise). */
 	double granted;  /* sum of all live members' grants after this call */
-	double level;    /* water level lvl, INFINITY when every member gets its demand */
+	double level;    /* water level lvl, INFINITY when every member gets its demand; per
+			  * unit of weight (a member's share is at most weight x level) */
+	double weights;  /* the weights of the members sharing by demand, summed (their
+			  * count when none has a weight) */
 	/* Filled only for an in-flight request (slots_node set). */
 	int64_t slots_grant;   /* whole slots this node may fill until its next heartbeat */
 	int64_t slots_claimed; /* the other nodes' claims summed */

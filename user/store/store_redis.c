@@ -215,8 +215,8 @@ static bool parse_rate(const redisReply *r, double *out)
 	return true;
 }
 
-/* The demand part of an answer: granted, level, one grant per member. The
- * grants are written only once all of them parsed. */
+/* The demand part of an answer: granted, level, one grant per member, the
+ * weights summed. The grants are written only once all of them parsed. */
 static const char *parse_share(const redisReply *e, const struct kt_pool_req *q, struct kt_pool_answer *a)
 {
 	const redisReply *g = e->element[6];
@@ -233,6 +233,8 @@ static const char *parse_share(const redisReply *e, const struct kt_pool_req *q,
 	    (lvl < 0 && lvl != -1) || lvl > 1e15)
 		return "level not a number";
 	a->level = lvl < 0 ? INFINITY : lvl;
+	if (!parse_rate(e->element[7], &a->weights))
+		return "weights not a finite number >= 0";
 	if (g->type != REDIS_REPLY_ARRAY || g->elements != (size_t)q->n_members)
 		return "grants not an array of one per member";
 	for (size_t j = 0; j < g->elements; j++) {
@@ -272,7 +274,7 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 	for (i = 0; i < n && !why; i++) {
 		const redisReply *e = r->element[i];
 		const struct kt_pool_req *q = &reqs[i];
-		size_t want = q->pool_rate > 0 ? 7 : q->slots_node ? 6 : 4;
+		size_t want = q->pool_rate > 0 ? 8 : q->slots_node ? 6 : 4;
 		struct kt_pool_answer a = ans[i];
 
 		if (e->type == REDIS_REPLY_INTEGER && e->integer == 1 && q->pool_rate <= 0 && !q->slots_node) {
@@ -289,7 +291,7 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				s->st.hb_steady++;
 			}
 		} else if (e->type != REDIS_REPLY_ARRAY || e->elements != want) {
-			why = want == 4 ? "not an array of 4" : want == 6 ? "not an array of 6" : "not an array of 7";
+			why = want == 4 ? "not an array of 4" : want == 6 ? "not an array of 6" : "not an array of 8";
 			if (e->type != REDIS_REPLY_ARRAY)
 				s->hint = KT_SERR_WRONGTYPE;
 		} else if (!rs_int_in(e->element[0], 0, 1) || !rs_int_in(e->element[1], 0, KT_STORE_MAX_POOL) ||

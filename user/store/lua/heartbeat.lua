@@ -17,7 +17,8 @@
 -- (id, size, demand) triples, the demand "D" (weight 1) or "D W" (weight
 -- W, weighted max-min fairness).
 -- Returns {agree, size, live, reserved} per limit, plus {granted, level
--- ("-1": none), {grant...}} with pool_rate > 0, or {grant, claimed} (whole
+-- ("-1": none), {grant...}, weights (summed over the members sharing by
+-- demand)} with pool_rate > 0, or {grant, claimed} (whole
 -- slots) for an in-flight limit; rates as strings (Lua numbers become
 -- integers in replies); or the integer 1: "prev still holds" (the steady
 -- path).
@@ -422,7 +423,7 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl)
     end
   end
   if dem then
-    o[5], o[6], o[7] = f17(c.gs), f17(c.lvl), dem
+    o[5], o[6], o[7], o[8] = f17(c.gs), f17(c.lvl), dem, f17(c.sw)
   elseif grant then
     o[5], o[6] = grant, claimed
   end

@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* A member's weight: see weights.h. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "members/groups.h"
+#include "members/weights.h"
+
+static const char *const src_names[] = { "none", "value", "default", "invalid" };
+
+const char *kt_weight_src_name(enum kt_weight_src s)
+{
+	return (unsigned)s < sizeof(src_names) / sizeof(src_names[0]) ? src_names[s] : "?";
+}
+
+static int cmp_value(const void *key, const void *e)
+{
+	return strcmp((const char *)key, ((const struct kt_weight_value *)e)->value);
+}
+
+/* A value that is itself the weight: a plain decimal number in range. */
+static bool number_weight(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	if (!*s || strspn(s, "0123456789.") != strlen(s))
+		return false;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || !(v >= KT_WEIGHT_MIN && v <= KT_WEIGHT_MAX))
+		return false;
+	*out = v;
+	return true;
+}
+
+double kt_member_weight(const struct kt_limit_cfg *lc, const struct kt_pod *pod, const char *matched,
+			enum kt_weight_src *src, char *value, size_t len)
+{
+	/* a config built by hand (tests) may leave it 0 */
+	double dflt = lc->default_weight > 0 ? lc->default_weight : 1, w;
+	char buf[KT_WEIGHT_VALUE_MAX + 1];
+	const char *v = NULL;
+	const struct kt_weight_value *hit;
+
+	if (value && len)
+		value[0] = '\0';
+	*src = KT_WEIGHT_SRC_NONE;
+	if (lc->weight_by == KT_WEIGHT_NONE)
+		return 1;
+	if (lc->weight_by == KT_WEIGHT_LABEL && pod)
+		v = kt_pod_label(pod, lc->weight_key);
+	else if (lc->weight_by == KT_WEIGHT_CAPTURE && matched &&
+		 kt_group_path_value(matched, lc->weight_up, buf, sizeof(buf)))
+		v = buf;
+	if (!v) {
+		*src = KT_WEIGHT_SRC_DEFAULT;
+		return dflt;
+	}
+	if (value && len)
+		snprintf(value, len, "%s", v);
+	*src = KT_WEIGHT_SRC_VALUE;
+	if (lc->n_weights) {
+		hit = bsearch(v, lc->weights, (size_t)lc->n_weights, sizeof(*lc->weights), cmp_value);
+		if (hit)
+			return hit->weight;
+	} else if (number_weight(v, &w)) {
+		return w;
+	}
+	*src = KT_WEIGHT_SRC_INVALID;
+	return dflt;
+}

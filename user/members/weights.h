@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* weightBy: a member's weight in its limit's weighted max-min share, from
+ * its pod's label or the component of its cgroup a pattern captured
+ * (config.h, struct kt_limit_cfg). Reads only what it is given. */
+#ifndef KT_WEIGHTS_H
+#define KT_WEIGHTS_H
+
+#include "base/config.h"
+#include "kube/pods.h"
+
+/* Where a member's weight came from, for status. */
+enum kt_weight_src {
+	KT_WEIGHT_SRC_NONE = 0, /* the limit has no weightBy: 1 */
+	KT_WEIGHT_SRC_VALUE,    /* its value: named in weights, or a number */
+	KT_WEIGHT_SRC_DEFAULT,  /* no value: defaultWeight */
+	KT_WEIGHT_SRC_INVALID,  /* a value weights does not name, or no number in range: defaultWeight */
+};
+
+/* The weight of a member of lc found as `pod` (pods:) or by a pattern
+ * matching `matched` (cgroups:), either NULL. *src says which rule gave it;
+ * value (>= KT_WEIGHT_VALUE_MAX + 1 bytes, may be NULL) gets the value
+ * read, "" without one. */
+double kt_member_weight(const struct kt_limit_cfg *lc, const struct kt_pod *pod, const char *matched,
+			enum kt_weight_src *src, char *value, size_t len);
+const char *kt_weight_src_name(enum kt_weight_src s);
+
+#endif
