@@ -215,6 +215,11 @@ static bool parse_rate(const redisReply *r, double *out)
 	return true;
 }
 
+/* A limit's answer (heartbeat.lua): agree, size, live, reserved; an
+ * in-flight limit's adds its grant and the others' claims; a share: demand
+ * limit's adds granted, level, the grants and the weights summed. */
+enum { ANSWER_EQUAL = 4, ANSWER_SLOTS = 6, ANSWER_SHARE = 8 };
+
 /* The demand part of an answer: granted, level, one grant per member, the
  * weights summed. The grants are written only once all of them parsed. */
 static const char *parse_share(const redisReply *e, const struct kt_pool_req *q, struct kt_pool_answer *a)
@@ -274,7 +279,7 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 	for (i = 0; i < n && !why; i++) {
 		const redisReply *e = r->element[i];
 		const struct kt_pool_req *q = &reqs[i];
-		size_t want = q->pool_rate > 0 ? 8 : q->slots_node ? 6 : 4;
+		size_t want = q->pool_rate > 0 ? ANSWER_SHARE : q->slots_node ? ANSWER_SLOTS : ANSWER_EQUAL;
 		struct kt_pool_answer a = ans[i];
 
 		if (e->type == REDIS_REPLY_INTEGER && e->integer == 1 && q->pool_rate <= 0 && !q->slots_node) {
@@ -291,7 +296,9 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				s->st.hb_steady++;
 			}
 		} else if (e->type != REDIS_REPLY_ARRAY || e->elements != want) {
-			why = want == 4 ? "not an array of 4" : want == 6 ? "not an array of 6" : "not an array of 8";
+			why = want == ANSWER_EQUAL ? "not an array of 4"
+			      : want == ANSWER_SLOTS ? "not an array of 6"
+						     : "not an array of 8";
 			if (e->type != REDIS_REPLY_ARRAY)
 				s->hint = KT_SERR_WRONGTYPE;
 		} else if (!rs_int_in(e->element[0], 0, 1) || !rs_int_in(e->element[1], 0, KT_STORE_MAX_POOL) ||
@@ -309,14 +316,14 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				why = "no live member right after a heartbeat";
 			else if (!parse_rate(e->element[3], &a.reserved))
 				why = "reserved rate not a finite number >= 0";
-			else if (want == 7)
+			else if (want == ANSWER_SHARE)
 				why = parse_share(e, q, &a);
-			else if (want == 6 && (!rs_int_in(e->element[4], 0, KT_STORE_MAX_SLOTS) ||
+			else if (want == ANSWER_SLOTS && (!rs_int_in(e->element[4], 0, KT_STORE_MAX_SLOTS) ||
 					       !rs_int_in(e->element[5], 0, KT_STORE_MAX_SLOTS)))
 				why = "slots not whole numbers in range";
-			else if (want == 6 && e->element[4]->integer > q->slots_pool)
+			else if (want == ANSWER_SLOTS && e->element[4]->integer > q->slots_pool)
 				why = "slots granted past the pool";
-			if (!why && want == 6) {
+			if (!why && want == ANSWER_SLOTS) {
 				a.slots_grant = e->element[4]->integer;
 				a.slots_claimed = e->element[5]->integer;
 			}
