@@ -44,6 +44,7 @@
 #include "kt_httpfx.h"
 #include "ktest.h"
 #include "kvol.h"
+#include "redis_proc.h"
 
 #define RATE 20.0
 #define BURST 5.0
@@ -86,6 +87,7 @@ static struct fixture {
 	int udp_port;          /* nothing listens: kt-load counts sends */
 	struct kt_httpfx_server server; /* test_pod_calls */
 	pid_t client;
+	struct rp_proc redis;  /* test_pod_weights */
 } fx;
 
 /* ---- the fake API server ------------------------------------------------- */
@@ -430,6 +432,8 @@ static int teardown(void **state)
 	(void)state;
 	ktest_kill_wait(&fx.client);
 	kt_httpfx_kill(&fx.server);
+	if (fx.redis.pid > 0)
+		rp_stop(&fx.redis);
 	if (fx.d.dir[0])
 		ktest_daemon_cleanup(&fx.d);
 	ktest_fakekube_stop(&fx.api);
@@ -963,6 +967,110 @@ static void test_pod_calls(void **state)
 	free(srv);
 }
 
+/* A pod's weight in its member's status: *w and where it came from into
+ * from (weight_from); false when status does not list the pod. */
+static bool pod_weight(const struct pod *p, double *w, char *from, size_t len)
+{
+	char *st = ktest_daemon_cmd(&fx.d, "status json"), key[300], *m, *f;
+	bool ok = false;
+
+	assert_non_null(st);
+	snprintf(key, sizeof(key), "kubepods");
+	/* the member's object: from its pod's uid in the path to its end */
+	{
+		char uid_[40];
+
+		snprintf(uid_, sizeof(uid_), "%s", p->uid);
+		for (char *c = uid_; *c; c++)
+			if (*c == '-')
+				*c = '_';
+		m = strstr(st, uid_);
+	}
+	if (m && ktest_json_num(m, "weight", w) && (f = strstr(m, "\"weight_from\":\""))) {
+		f += strlen("\"weight_from\":\"");
+		snprintf(from, len, "%.*s", (int)strcspn(f, "\""), f);
+		ok = true;
+	}
+	free(st);
+	return ok;
+}
+
+/* cmocka: polls until the pod weighs `want` from `from`, within the bound. */
+static void wait_weight(const struct pod *p, double want, const char *from)
+{
+	uint64_t t0 = ktest_now_ns();
+	char got_from[32] = "";
+	double w = -1;
+
+	while (!(pod_weight(p, &w, got_from, sizeof(got_from)) && w == want && !strcmp(got_from, from)) &&
+	       ktest_now_ns() - t0 < (uint64_t)CHANGE_BOUND_MS * 1000000ull)
+		ktest_sleep_ms(20);
+	if (!(w == want && !strcmp(got_from, from)))
+		fail_msg("%s: weight %g from %s, wanted %g from %s", p->name, w, got_from, want, from);
+}
+
+/* weightBy label: a pod's weight is its label's value, read from the API
+ * through the watch: a number, absent (defaultWeight), not a number
+ * (defaultWeight, said), changed by a relabel; the store keeps what the
+ * pods weigh (read back from Redis). */
+static void test_pod_weights(void **state)
+{
+	char body[1024], path[PATH_MAX];
+	redisReply *r;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_int_equal(rp_start_master(&fx.redis, NULL), 0);
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler,kthrottle.io/weight=3");
+	api_add(&CRAWLER2, NODE, "app=crawler");
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	kubelet_mkdir(&CRAWLER2, path, sizeof(path));
+	snprintf(body, sizeof(body),
+		 "store:\n"
+		 "  redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: ktkw}\n"
+		 "  heartbeat: 200ms\n"
+		 "limits:\n"
+		 "  - name: crawl\n"
+		 "    pods: {namespace: workers, labels: {app: crawler}}\n"
+		 "    unit: datagram\n"
+		 "    share: demand\n"
+		 "    weightBy: label:kthrottle.io/weight\n"
+		 "    defaultWeight: 1\n"
+		 "    rateLimit: {max: %.0f}\n",
+		 fx.redis.port, RATE);
+	start_daemon_with(body);
+	wait_state("watching", 2000);
+	wait_weight(&CRAWLER1, 3, "value");
+	wait_weight(&CRAWLER2, 1, "default");
+	/* the store divides by what the pods weigh: crawler-1's 3 is kept
+	 * beside its demand, crawler-2 weighs 1 (no entry) */
+	{
+		uint64_t t0 = ktest_now_ns();
+
+		for (;;) {
+			r = rp_command(&fx.redis, "HVALS ktkw:pool:{crawl}:wt");
+			assert_non_null(r);
+			if ((r->type == REDIS_REPLY_ARRAY && r->elements == 1) ||
+			    ktest_now_ns() - t0 > 2000000000ULL)
+				break;
+			freeReplyObject(r);
+			ktest_sleep_ms(50);
+		}
+		assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+		assert_int_equal(r->elements, 1);
+		assert_string_equal(r->element[0]->str, "3");
+		freeReplyObject(r);
+	}
+	/* relabelled: a weight that is no number weighs the default, and says so */
+	api("labels %s app=crawler,kthrottle.io/weight=heavy", CRAWLER2.uid);
+	wait_weight(&CRAWLER2, 1, "invalid");
+	api("labels %s app=crawler,kthrottle.io/weight=0.5", CRAWLER2.uid);
+	wait_weight(&CRAWLER2, 0.5, "value");
+	api("labels %s app=crawler", CRAWLER1.uid);
+	wait_weight(&CRAWLER1, 1, "default");
+}
+
 /* a test with the per-test setup and teardown */
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
@@ -979,6 +1087,7 @@ int main(void)
 		T(test_watch_error_one_line),
 		T(test_token_unreadable),
 		T(test_pod_calls),
+		T(test_pod_weights),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

@@ -623,8 +623,11 @@ int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, cons
 		const struct kt_limit_rt *a = &cur->limits[i], *b = &next->limits[i];
 
 		*changed = a->n_members != b->n_members;
+		/* a relabelled pod may weigh something else (weightBy) */
 		for (int j = 0; j < a->n_members && !*changed; j++)
-			*changed = a->members[j].cgid != b->members[j].cgid;
+			*changed = a->members[j].cgid != b->members[j].cgid ||
+				   a->members[j].weight != b->members[j].weight ||
+				   a->members[j].weight_src != b->members[j].weight_src;
 	}
 	/* a pending directory or an outsider came or went */
 	if (!*changed)
