@@ -990,10 +990,10 @@ static void print_table(const struct results *r)
 		row("answers' weights (steady), smallest..largest", m, t, "");
 		snprintf(m, sizeof(m), "%.3g / %.3g /s", r->mean_heavy, r->mean_light);
 		row("mean grant, saturated capped: weight 3 / 1", m, "", "");
-		snprintf(m, sizeof(m), "%.4f (%llu / %llu samples)", r->ratio, (unsigned long long)r->n_heavy,
+		snprintf(m, sizeof(m), "%.4f (%llu / %llu)", r->ratio, (unsigned long long)r->n_heavy,
 			 (unsigned long long)r->n_light);
 		snprintf(t, sizeof(t), "%.0f +- %.0f %%", WEIGHT_HEAVY, RATIO_TOL * 100);
-		row("  their ratio", m, t, verdict(r->ok_ratio));
+		row("  their ratio (samples: weight 3 / 1)", m, t, verdict(r->ok_ratio));
 		snprintf(m, sizeof(m), "%llu", (unsigned long long)r->n_uncapped);
 		row("  saturated answers the level did not cap", m, "", "");
 	}
