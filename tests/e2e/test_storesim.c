@@ -9,7 +9,10 @@
  * could have lapsed). The same again with --share demand, plus: no answer's
  * `granted` above the pool rate, the grants stored in Redis summing to at
  * most the pool rate (and close to it: the pool is oversubscribed), and
- * saturated members granted more than the others. With --groups (groupBy
+ * saturated members granted more than the others. With --share weighted
+ * (member k weighing 3 when k % 4 == 0, else 1) the same, plus every answer's
+ * weights summing to the pool's (1,500) and the saturated members' grants
+ * 3:1 by weight. With --groups (groupBy
  * at the store level): 10 nodes x 20 groups of 50 in all, a 300 ms
  * heartbeat, still one round trip per node per heartbeat and every group
  * AGREE at its own size (its live nodes x M), at the start and after 2
@@ -166,6 +169,31 @@ static void test_small_fleet_demand_meets_targets(void **state)
 	(void)rc;
 }
 
+static void test_small_fleet_weighted_meets_targets(void **state)
+{
+	const char *out;
+	double ratio;
+	int rc;
+
+	(void)state;
+	if (!ktest_find_prog("redis-server"))
+		skip();
+	out = run_fleet("weighted", &rc);
+	assert_true(num(out, "pool_rate") == POOL_RATE);
+	assert_int_equal(num(out, "grant_violations"), 0);
+	assert_int_equal(num(out, "grants_stored"), NODES * MEMBERS);
+	assert_int_equal(num(out, "ok_grants"), 1);
+	/* 250 members of weight 3, 750 of weight 1 */
+	assert_true(num(out, "pool_weight") == 1500);
+	assert_true(num(out, "weights_min") == 1500 && num(out, "weights_max") == 1500);
+	/* saturated members capped by the level: 3:1 by weight */
+	assert_true(num(out, "samples_w3") > 0 && num(out, "samples_w1") > 0);
+	ratio = num(out, "grant_ratio_w3_w1");
+	assert_true(ratio >= 2.85 && ratio <= 3.15);
+	assert_int_equal(num(out, "ok_ratio"), 1);
+	(void)rc;
+}
+
 /* 10 nodes x 20 groups of 50: node i has groups 5i..5i+19 (mod 50), so each
  * group is on 4 nodes; all 20 in one heartbeat call */
 static void test_groups_one_round_trip_every_group_agrees(void **state)
@@ -253,6 +281,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_bad_input_exits_2_naming_it, teardown),
 		cmocka_unit_test_teardown(test_small_fleet_meets_targets, teardown),
 		cmocka_unit_test_teardown(test_small_fleet_demand_meets_targets, teardown),
+		cmocka_unit_test_teardown(test_small_fleet_weighted_meets_targets, teardown),
 		cmocka_unit_test_teardown(test_groups_one_round_trip_every_group_agrees, teardown),
 	};
 

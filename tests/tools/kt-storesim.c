@@ -21,6 +21,14 @@
  * pool_rate - reserved (+ 1e-6) and every grant finite and >= 0; the grants
  * stored in Redis are summed at the end of the steady state and once the
  * survivors agree after the kill.
+ * --share weighted: --share demand on a weighted limit (every request
+ * `weighted`, issue 43): the same demands, pool rate and checks, and member
+ * k of the pool weighs 3 when k % 4 == 0, else 1 (pool weight 1.5 x N x M).
+ * Saturated members are capped at weight x level (20 equal shares is more
+ * than 3 x level), so at the end of the steady state the mean grant of the
+ * saturated members of weight 3 must be 3x that of those of weight 1, within
+ * 5%; only answers whose level caps the member (3 or 1 x level < demand)
+ * count, and neither mean may be empty.
  * --groups G [--groups-total T]: groupBy at the store level. Each node
  * heartbeats G limits "sim@gNNNNN" instead of one, every one with the same M
  * members, all in ONE kt_store_heartbeat_many call per heartbeat (the
@@ -31,7 +39,7 @@
  * size: the live nodes having the group x M. The script's server time is
  * per call, i.e. for G limits; its 1 ms target is applied per limit (the
  * per-call p99 / G) and the per-call figure is printed beside it. Not with
- * --share demand (refused). */
+ * --share demand or weighted (refused). */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -59,6 +67,8 @@
 #define NS_PER_MS 1000000ULL
 #define POOL_RATE 10000.0 /* --share demand: tokens/s shared by the whole pool */
 #define GRANT_EPS 1e-6
+#define WEIGHT_HEAVY 3.0  /* --share weighted: member k's weight when k % 4 == 0, else 1 */
+#define RATIO_TOL 0.05    /* --share weighted: saturated heavy / light mean grants, 3 +- 5% */
 
 /* GAP: between the measured window and the kill, while the slow log is read */
 enum phase { PH_START, PH_STEADY, PH_GAP, PH_KILL, PH_STOP, PH_COUNT };
@@ -68,7 +78,8 @@ struct opts {
 	char redis_host[256];
 	int redis_port; /* 0: start our own redis-server */
 	bool json;
-	bool demand;    /* --share demand */
+	bool demand;    /* --share demand or weighted */
+	bool weighted;  /* --share weighted */
 	int groups, groups_total; /* --groups, --groups-total (1, 1: one limit "sim") */
 	bool grouped;   /* either given: limits "sim@gNNNNN" */
 };
@@ -106,6 +117,13 @@ struct worker {
 	 * members and the others */
 	double grant_sat, grant_small;
 	uint64_t n_sat, n_small;
+	/* --share weighted, steady state: saturated members capped by the
+	 * answer's level, by weight (3, 1), summed and counted; saturated ones
+	 * the level did not cap; the answers' weights, smallest and largest */
+	double grant_heavy, grant_light;
+	uint64_t n_heavy, n_light, n_uncapped;
+	double weights_min, weights_max;
+	bool weights_seen;
 	char first_error[KT_ERR_LEN];
 	char first_violation[160];
 };
@@ -222,6 +240,20 @@ static bool saturated(int node, int j)
 	return ((long long)node * g_o.members + j) % 7 == 0;
 }
 
+/* --share weighted: member k of the pool weighs 3 when k % 4 == 0, else 1 */
+static double weight_of(int node, int j)
+{
+	return ((long long)node * g_o.members + j) % 4 == 0 ? WEIGHT_HEAVY : 1.0;
+}
+
+/* --share weighted: the weights of the whole pool, summed */
+static double pool_weight(void)
+{
+	long long n = (long long)g_o.nodes * g_o.members, heavy = (n + 3) / 4;
+
+	return (double)heavy * WEIGHT_HEAVY + (double)(n - heavy);
+}
+
 /* member j of node i at round r: 20 equal shares when saturated, else
  * 0.1..0.68 of one; +-1% from call to call */
 static double demand_of(int i, int j, uint64_t r)
@@ -327,6 +359,28 @@ static void *worker_main(void *arg)
 							w->n_small++;
 						}
 					}
+				if (ph == PH_STEADY && g_o.weighted) {
+					if (!w->weights_seen || a0->weights < w->weights_min)
+						w->weights_min = a0->weights;
+					if (!w->weights_seen || a0->weights > w->weights_max)
+						w->weights_max = a0->weights;
+					w->weights_seen = true;
+					for (int j = 0; j < g_o.members; j++) {
+						double wt = nd->members[j].weight;
+
+						if (!saturated(i, j))
+							continue;
+						if (!(isfinite(a0->level) && wt * a0->level < nd->members[j].demand)) {
+							w->n_uncapped++;
+						} else if (wt == WEIGHT_HEAVY) {
+							w->grant_heavy += nd->grants[j];
+							w->n_heavy++;
+						} else {
+							w->grant_light += nd->grants[j];
+							w->n_light++;
+						}
+					}
+				}
 			}
 			if (ph == PH_STEADY) {
 				w->steady_hb++;
@@ -346,7 +400,8 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: kt-storesim [--nodes N] [--members M] [--heartbeat-ms H] [--stale-after K]\n"
 		"                   [--duration S] [--kill K] [--threads T] [--redis HOST:PORT]\n"
-		"                   [--share equal|demand] [--groups G [--groups-total T]] [--json]\n"
+		"                   [--share equal|demand|weighted] [--groups G [--groups-total T]]\n"
+		"                   [--json]\n"
 		"  --nodes N         simulated nodes, one store connection each (default 1000)\n"
 		"  --members M       members per node (default 10)\n"
 		"  --heartbeat-ms H  heartbeat period (default 1000)\n"
@@ -357,9 +412,13 @@ static void usage(FILE *f)
 		"  --redis HOST:PORT use this server (default: start a redis-server of our own);\n"
 		"                    its slow log settings are restored, its slow log emptied\n"
 		"  --share S         equal (default): the pool size only; demand: every heartbeat\n"
-		"                    also shares 10000/s by demand (1 member in 7 saturated)\n"
+		"                    also shares 10000/s by demand (1 member in 7 saturated);\n"
+		"                    weighted: demand on a weighted limit, member k of the pool\n"
+		"                    weighing 3 when k %% 4 == 0, else 1; the saturated members'\n"
+		"                    mean grants must be 3:1 by weight (within 5%%)\n"
 		"  --groups G        limits per node, \"sim@gNNNNN\", all in one heartbeat call\n"
 		"                    (default 1: the one limit \"sim\"); not with --share demand\n"
+		"                    or weighted\n"
 		"  --groups-total T  distinct groups across the nodes (default G); node i has\n"
 		"                    groups (i x T / N + k) mod T, k < G; needs G >= T / N\n"
 		"  --json            one JSON object instead of the table\n"
@@ -431,10 +490,12 @@ static int parse_args(int argc, char **argv)
 		case 't': r = parse_int("threads", optarg, 1, MAX_THREADS, &g_o.threads); threads_given = 1; break;
 		case 'r': r = parse_redis(optarg); break;
 		case 'S':
-			if (!strcmp(optarg, "demand") || !strcmp(optarg, "equal")) {
-				g_o.demand = optarg[0] == 'd';
+			if (!strcmp(optarg, "demand") || !strcmp(optarg, "equal") || !strcmp(optarg, "weighted")) {
+				g_o.demand = optarg[0] == 'd' || optarg[0] == 'w';
+				g_o.weighted = optarg[0] == 'w';
 			} else {
-				fprintf(stderr, "kt-storesim: --share: '%s' is not equal or demand\n", optarg);
+				fprintf(stderr, "kt-storesim: --share: '%s' is not equal, demand or weighted\n",
+					optarg);
 				r = -1;
 			}
 			break;
@@ -493,8 +554,8 @@ static int parse_args(int argc, char **argv)
 		return -1;
 	}
 	if (g_o.grouped && g_o.demand) {
-		fprintf(stderr, "kt-storesim: --share demand: one limit per node only, "
-				"not with --groups/--groups-total\n");
+		fprintf(stderr, "kt-storesim: --share %s: one limit per node only, "
+				"not with --groups/--groups-total\n", g_o.weighted ? "weighted" : "demand");
 		return -1;
 	}
 	if (g_o.threads > g_o.nodes) {
@@ -736,6 +797,7 @@ static int open_nodes(const char *prefix)
 				.save_ramp = -1,
 				.hold_ms = 0,
 				.fallback_rate = 0,
+				.weighted = g_o.weighted,
 			};
 		}
 		for (int j = 0; j < g_o.members; j++) {
@@ -743,6 +805,8 @@ static int open_nodes(const char *prefix)
 
 			snprintf(id, ID_LEN, "node%04d/m%d", i, j);
 			nd->members[j] = (struct kt_pool_member){ .id = id, .reported_size = KT_POOL_REPORT_LIVE };
+			if (g_o.weighted)
+				nd->members[j].weight = weight_of(i, j);
 		}
 		ret = kt_store_open(&nd->st, &cfg, err, sizeof(err));
 		/* connect now: connection setup is not part of what is measured */
@@ -810,6 +874,12 @@ struct results {
 	double granted_max, mean_sat, mean_small;
 	double stored_sum, stored_sum_kill; /* end of steady state; survivors agreed after the kill */
 	size_t stored_n, stored_n_kill;
+	/* --share weighted: saturated members' mean grants by weight (capped by
+	 * the level), their ratio, the samples, saturated answers not capped,
+	 * the answers' weights summed (smallest, largest) */
+	double mean_heavy, mean_light, ratio, weights_min, weights_max;
+	uint64_t n_heavy, n_light, n_uncapped;
+	bool ok_ratio;
 	char first_error[KT_ERR_LEN];
 	char first_violation[160];
 	bool ok_script, ok_rt, ok_kill, ok_start, ok_steady, ok_grants;
@@ -845,10 +915,14 @@ static void print_table(const struct results *r)
 		       g_o.nodes, g_o.members, g_o.nodes * g_o.members, g_o.heartbeat_ms, g_o.stale_after,
 		       g_o.duration_s, g_o.kill, g_o.threads);
 	if (g_o.demand)
-		printf("share: demand (pool_rate %.0f/s, floor_rate %.3g/s, recompute %d ms; equal share "
+		printf("share: %s (pool_rate %.0f/s, floor_rate %.3g/s, recompute %d ms; equal share "
 		       "%.3g/s, 1 member in 7 asks 20 of them, the others 0.1..0.68 of one)\n",
-		       POOL_RATE, floor_rate(), g_o.heartbeat_ms / 2, equal_share());
-	else
+		       g_o.weighted ? "weighted" : "demand", POOL_RATE, floor_rate(), g_o.heartbeat_ms / 2,
+		       equal_share());
+	if (g_o.weighted)
+		printf("weights: member k of the pool weighs %.0f when k %% 4 == 0, else 1 (%.0f in all)\n",
+		       WEIGHT_HEAVY, pool_weight());
+	if (!g_o.demand)
 		printf("share: equal\n");
 	row("figure", "measured", "target", "");
 	printf("|%.50s|%.29s|%.22s|%.8s|\n", "--------------------------------------------------",
@@ -910,6 +984,19 @@ static void print_table(const struct results *r)
 		snprintf(t, sizeof(t), "equal share %.3g /s", equal_share());
 		row("mean grant (steady): saturated / the others", m, t, "");
 	}
+	if (g_o.weighted) {
+		snprintf(m, sizeof(m), "%.0f..%.0f", r->weights_min, r->weights_max);
+		snprintf(t, sizeof(t), "%.0f", pool_weight());
+		row("answers' weights (steady), smallest..largest", m, t, "");
+		snprintf(m, sizeof(m), "%.3g / %.3g /s", r->mean_heavy, r->mean_light);
+		row("mean grant, saturated capped: weight 3 / 1", m, "", "");
+		snprintf(m, sizeof(m), "%.4f (%llu / %llu)", r->ratio, (unsigned long long)r->n_heavy,
+			 (unsigned long long)r->n_light);
+		snprintf(t, sizeof(t), "%.0f +- %.0f %%", WEIGHT_HEAVY, RATIO_TOL * 100);
+		row("  their ratio (samples: weight 3 / 1)", m, t, verdict(r->ok_ratio));
+		snprintf(m, sizeof(m), "%llu", (unsigned long long)r->n_uncapped);
+		row("  saturated answers the level did not cap", m, "", "");
+	}
 	printf("(%llu steady heartbeats over %.1f s: script timings from the first half (%zu), CPU and\n"
 	       " client round trips from the second; lateness over all %zu heartbeats of the run)\n",
 	       (unsigned long long)r->heartbeats, r->window_s, r->script_us.n, r->lateness_us.n);
@@ -951,13 +1038,22 @@ static void print_json(const struct results *r, bool pass)
 		       "\"script_per_limit_p50_us\":%.2f,\"script_per_limit_p99_us\":%.2f,",
 		       g_o.groups, g_o.groups_total, r->grp_min, r->grp_max,
 		       (double)pct(&r->script_us, .5) / g_o.groups, (double)pct(&r->script_us, .99) / g_o.groups);
+	if (g_o.weighted)
+		printf("\"weights_min\":%.17g,\"weights_max\":%.17g,\"pool_weight\":%.17g,"
+		       "\"grant_mean_saturated_w3\":%.6g,\"grant_mean_saturated_w1\":%.6g,"
+		       "\"grant_ratio_w3_w1\":%.6g,\"samples_w3\":%llu,\"samples_w1\":%llu,"
+		       "\"saturated_uncapped\":%llu,\"ok_ratio\":%d,",
+		       r->weights_min, r->weights_max, pool_weight(), r->mean_heavy, r->mean_light, r->ratio,
+		       (unsigned long long)r->n_heavy, (unsigned long long)r->n_light,
+		       (unsigned long long)r->n_uncapped, r->ok_ratio);
 	if (g_o.demand)
-		printf("\"share\":\"demand\",\"pool_rate\":%.1f,\"floor_rate\":%.17g,\"recompute_ms\":%d,"
+		printf("\"share\":\"%s\",\"pool_rate\":%.1f,\"floor_rate\":%.17g,\"recompute_ms\":%d,"
 		       "\"answers\":%llu,\"grant_violations\":%llu,\"granted_max\":%.6f,"
 		       "\"grant_sum_stored\":%.6f,\"grants_stored\":%zu,"
 		       "\"grant_sum_stored_after_kill\":%.6f,\"grants_stored_after_kill\":%zu,"
 		       "\"grant_mean_saturated\":%.6g,\"grant_mean_other\":%.6g,\"ok_grants\":%d}\n",
-		       POOL_RATE, floor_rate(), g_o.heartbeat_ms / 2, (unsigned long long)r->answers,
+		       g_o.weighted ? "weighted" : "demand", POOL_RATE, floor_rate(), g_o.heartbeat_ms / 2,
+		       (unsigned long long)r->answers,
 		       (unsigned long long)r->grant_violations, r->granted_max, r->stored_sum, r->stored_n,
 		       r->stored_sum_kill, r->stored_n_kill, r->mean_sat, r->mean_small, r->ok_grants);
 	else
@@ -974,7 +1070,7 @@ int main(int argc, char **argv)
 	double cpu0 = 0, cpu1 = 0, self0 = 0, self1 = 0;
 	uint64_t t_steady, t_cpu, t_end, t_kill = 0, t_agree, half_ns, n_sat = 0, n_small = 0;
 	int started = 0, rc = 2;
-	bool pass;
+	bool pass, weights_seen = false;
 
 	if (parse_args(argc, argv))
 		return 2;
@@ -1101,6 +1197,16 @@ join:
 		r.mean_small += w->grant_small;
 		n_sat += w->n_sat;
 		n_small += w->n_small;
+		r.mean_heavy += w->grant_heavy;
+		r.mean_light += w->grant_light;
+		r.n_heavy += w->n_heavy;
+		r.n_light += w->n_light;
+		r.n_uncapped += w->n_uncapped;
+		if (w->weights_seen && (!weights_seen || w->weights_min < r.weights_min))
+			r.weights_min = w->weights_min;
+		if (w->weights_seen && (!weights_seen || w->weights_max > r.weights_max))
+			r.weights_max = w->weights_max;
+		weights_seen |= w->weights_seen;
 		if (!r.first_violation[0] && w->first_violation[0])
 			snprintf(r.first_violation, sizeof(r.first_violation), "%s", w->first_violation);
 		if (merge(&r.rtt_us, &w->rtt_us) || merge(&r.lateness_us, &w->lateness_us) ||
@@ -1121,6 +1227,11 @@ join:
 		      (!r.grant_violations && r.granted_max <= POOL_RATE + GRANT_EPS &&
 		       r.stored_sum <= POOL_RATE + GRANT_EPS && r.stored_sum_kill <= POOL_RATE + GRANT_EPS &&
 		       r.stored_n == (size_t)g_o.nodes * (size_t)g_o.members);
+	/* --share weighted: 3:1 within 5%, from capped samples of both weights */
+	r.mean_heavy = r.n_heavy ? r.mean_heavy / (double)r.n_heavy : 0;
+	r.mean_light = r.n_light ? r.mean_light / (double)r.n_light : 0;
+	r.ratio = r.mean_light > 0 ? r.mean_heavy / r.mean_light : 0;
+	r.ok_ratio = !g_o.weighted || (r.n_heavy && r.n_light && fabs(r.ratio / WEIGHT_HEAVY - 1) <= RATIO_TOL);
 	/* per limit: one call carries --groups of them (1: per call, as before) */
 	r.ok_script = r.script_us.n && (double)pct(&r.script_us, .99) / g_o.groups < SCRIPT_P99_TARGET_US;
 	r.grp_min = INT32_MAX;
@@ -1134,7 +1245,7 @@ join:
 	r.ok_start = r.agree_start_ms >= 0;
 	r.ok_kill = r.agree_kill_ms >= 0 && r.agree_kill_ms <= r.bound_ms;
 	r.ok_steady = !r.not_agree && !r.errors;
-	pass = r.ok_script && r.ok_rt && r.ok_start && r.ok_kill && r.ok_steady && r.ok_grants;
+	pass = r.ok_script && r.ok_rt && r.ok_start && r.ok_kill && r.ok_steady && r.ok_grants && r.ok_ratio;
 	if (g_o.json)
 		print_json(&r, pass);
 	else
@@ -1161,8 +1272,9 @@ out:
 		admin_cmd(admin, NULL, 0, "SLOWLOG RESET");
 		static const char *const keys[] = { "hb",   "size",  "ramp", "fb",    "lapsed",
 						    "counted", "hist", "sizes", "meta", "grant",
-						    "dem",  "claim", "seen" };
-		size_t nk = sizeof(keys) / sizeof(keys[0]);
+						    "dem",  "claim", "seen", "wt" };
+		/* wt: a weighted limit's only (the others never name it) */
+		size_t nk = sizeof(keys) / sizeof(keys[0]) - !g_o.weighted;
 
 		/* every group's keys, pipelined a group at a time */
 		for (int g = 0; g_grp_name && g < g_o.groups_total && !admin->err; g++) {
