@@ -77,6 +77,9 @@ struct fixture {
 	int kid_fd[NODES + 1];
 	struct rp_proc rp; /* test_redis_pool_faults */
 	int demand;        /* test_demand_parts: max with share: demand; 0: equal */
+	/* test_weighted_parts: node i's member cgroup cg[i]/<tier>/w (leaf
+	 * first) */
+	char wdir[NODES][2][PATH_MAX];
 };
 
 static int setup(void **state)
@@ -108,6 +111,10 @@ static int teardown(void **state)
 	struct fixture *f = *state;
 
 	kt_clusterfx_nodes_end(f->d, NODES, f->kid, f->kid_fd);
+	for (int i = 0; i < NODES; i++)
+		for (int k = 0; k < 2; k++)
+			if (f->wdir[i][k][0])
+				ktest_cgroup_destroy(f->wdir[i][k]);
 	if (f->kid[NODES] > 0) {
 		kill(f->kid[NODES], SIGKILL);
 		waitpid(f->kid[NODES], NULL, 0);
@@ -645,6 +652,69 @@ static void test_demand_parts(void **state)
 	assert_true(ok > 100);
 }
 
+/* weightBy on slots: two nodes on Redis, max 20, share: demand, weighed
+ * by the pattern's capture {tier} (prod 3, batch 1); each node's worker
+ * wants more than the pool. The nodes' parts are 15 and 5 (a node weighs
+ * its members' weights), and the server never sees more than 20 open. */
+static void test_weighted_parts(void **state)
+{
+	static const char *const tier[2] = { "prod", "batch" };
+	struct fixture *f = *state;
+	struct kt_inflight_seen seen;
+	struct kt_inflight_work w;
+	double open[2], slots[2];
+	int port = ktest_free_port(SOCK_STREAM), status;
+
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_int_equal(rp_start_master(&f->rp, NULL), 0);
+	for (int i = 0; i < 2; i++) {
+		char store[160], lim[640];
+
+		snprintf(f->wdir[i][1], sizeof(f->wdir[i][1]), "%s/%s", f->cg[i], tier[i]);
+		snprintf(f->wdir[i][0], sizeof(f->wdir[i][0]), "%s/w", f->wdir[i][1]);
+		assert_int_equal(mkdir(f->wdir[i][1], 0755), 0);
+		assert_int_equal(mkdir(f->wdir[i][0], 0755), 0);
+		snprintf(store, sizeof(store),
+			 "{mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: ktinfw}", f->rp.port);
+		snprintf(lim, sizeof(lim),
+			 "  - name: llm\n"
+			 "    cgroups: [\"%s/{tier}/*\"]\n"
+			 "    unit: concurrent\n"
+			 "    match: {cidrs: [127.0.0.1/32], protocol: tcp}\n"
+			 "    share: demand\n"
+			 "    weightBy: capture:tier\n"
+			 "    weights: {prod: 3, batch: 1}\n"
+			 "    rateLimit: {max: 20}\n",
+			 f->cg[i]);
+		assert_int_equal(ktest_daemon_init(&f->d[i]), 0);
+		kt_clusterfx_node_config(&f->d[i], i, &redis_pool, store, lim);
+		node_up(f, i);
+	}
+	f->kid[NODES] = kt_inflight_server_start(port, 6.0, 0, 6.0, &f->kid_fd[NODES]);
+	for (int i = 0; i < 2; i++)
+		f->kid[i] = kt_inflight_worker_start(f->wdir[i][0], port, 5.0, 100, 300, &f->kid_fd[i]);
+	ktest_sleep_ms(4000);
+	for (int i = 0; i < 2; i++) {
+		inflight_status(&f->d[i], &open[i], &slots[i]);
+		print_message("  weighted: n%d (%s) %.0f open of %.0f slots\n", i, tier[i], open[i],
+			      slots[i]);
+	}
+	/* 15/5 +- 1: equal parts would be 10 and 10 */
+	assert_true(slots[0] >= 14 && slots[0] <= 16);
+	assert_true(slots[1] >= 4 && slots[1] <= 6);
+	for (int i = 0; i < 2; i++) {
+		assert_true(kt_clusterfx_reap(f->kid[i], f->kid_fd[i], &w, sizeof(w), &status));
+		f->kid[i] = -1;
+		f->kid_fd[i] = -1;
+	}
+	assert_true(kt_clusterfx_reap(f->kid[NODES], f->kid_fd[NODES], &seen, sizeof(seen), &status));
+	f->kid[NODES] = -1;
+	f->kid_fd[NODES] = -1;
+	print_message("server: at most %d open at once (max 20), mean %.1f\n", seen.max_open,
+		      seen.mean_open);
+	assert_true(seen.max_open <= 20);
+}
+
 /* A child in cgroup cg that opens `n` connections to port, reports how
  * many it got, then holds them until killed. */
 static pid_t holder_start(const char *cg, int port, int n, int *fd)
@@ -974,6 +1044,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_redis_pool_faults, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_demand_parts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_weighted_parts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_adopts_and_kill_frees, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pod_removed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ramp_counts_slots, setup, teardown),

@@ -1353,8 +1353,8 @@ static const struct bad bad_cases[] = {
 	{ SREDIS "limits:\n  - {name: w, cgroups: [\"/t/{tier}/*\"], groupBy: \"capture:tier\", unit: datagram,"
 	  " share: demand, weightBy: \"capture:tier\", rateLimit: {max: 1}}\n",
 	  "t.yaml:6: limits[0].weightBy: ", "capture:tier is groupBy's too" },
-	{ SREDIS "limits:\n  - {name: w, pods: {}, unit: concurrent, share: demand, weightBy: \"label:w\", rateLimit: {max: 1}}\n",
-	  "t.yaml:6: limits[0].weightBy: ", "not supported with unit concurrent yet" },
+	{ SREDIS "limits:\n  - {name: w, unit: request, share: demand, weightBy: \"label:w\", rateLimit: {max: 1}}\n",
+	  "t.yaml:6: limits[0].weightBy: ", "not allowed with unit request" },
 #undef WP
 #undef WC
 	/* groupBy: something every member has; a template is no parent */

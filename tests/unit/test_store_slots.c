@@ -8,6 +8,7 @@
  * lapse and hold, then goes; a hand-edited claim blocks rather than frees;
  * bad requests are refused before anything is sent. */
 #include <errno.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -52,6 +53,8 @@ static int group_teardown(void **state)
 
 /* node `node` (members node:m0..node:m<n-1>) heartbeats limit `limit`
  * holding `held`, pool P; its grant, the others' claims in *claimed. */
+static double g_weight; /* the next beat's slots_weight (0: none) */
+
 static int64_t beat_full(const char *limit, const char *node, int n, int64_t held, int64_t P,
 			 int64_t cap, int64_t demand, uint64_t stale, uint64_t hold, int64_t *claimed)
 {
@@ -61,7 +64,7 @@ static int64_t beat_full(const char *limit, const char *node, int n, int64_t hel
 	struct kt_pool_req q = { .limit = limit, .members = m, .n_members = n, .stale_ms = stale,
 				 .save_ramp = -1, .hold_ms = hold, .slots_node = node,
 				 .slots_held = held, .slots_pool = P, .slots_cap = cap,
-				 .slots_demand = demand };
+				 .slots_demand = demand, .slots_weight = g_weight };
 
 	assert_true(n <= 8);
 	for (int i = 0; i < n; i++) {
@@ -289,6 +292,47 @@ static void test_demand_parts(void **state)
 	assert_int_equal(claims(L, 30), 30);
 }
 
+/* Weighted parts (weightBy: a node weighs its members' weights summed):
+ * 3:1 of 20 when both want more than the pool: 15 and 5; the light one
+ * wanting 2 keeps 2 and the heavy one has the rest; with room for all, the
+ * leftover by weight. A node that sends no weight weighs 1. */
+static void test_weighted_parts(void **state)
+{
+	const char *L = "wparts";
+
+	(void)state;
+	g_weight = 3;
+	assert_int_equal(beat_dem(L, "prod", 0, 20, 100), 20); /* alone */
+	g_weight = 1;
+	assert_int_equal(beat_dem(L, "batch", 0, 20, 100), 0); /* prod claims 20 */
+	g_weight = 3;
+	assert_int_equal(beat_dem(L, "prod", 15, 20, 100), 15);
+	g_weight = 1;
+	assert_int_equal(beat_dem(L, "batch", 0, 20, 100), 5);
+	assert_int_equal(claims(L, 20), 20);
+	/* batch wants 2: it keeps 2, prod may have 18 */
+	assert_int_equal(beat_dem(L, "batch", 2, 20, 2), 2);
+	g_weight = 3;
+	assert_int_equal(beat_dem(L, "prod", 15, 20, 100), 18);
+	claims(L, 20);
+	/* both fit (4 and 2 of 20): 14 left, 3:1: 4 + 10.5 and 2 + 3.5,
+	 * rounded up, and batch's within what prod's claim leaves */
+	assert_int_equal(beat_dem(L, "prod", 4, 20, 4), 15);
+	g_weight = 0; /* weighs 1, as one that sends none */
+	assert_int_equal(beat_dem(L, "batch", 2, 20, 2), 5);
+	claims(L, 20);
+	/* the store keeps "demand weight", and the demand alone for weight 1 */
+	{
+		redisReply *r = redisCommand(g_rc, "HGET " PREFIX ":pool:{%s}:sdem prod", L);
+
+		assert_string_equal(r->str, "4 3");
+		freeReplyObject(r);
+		r = redisCommand(g_rc, "HGET " PREFIX ":pool:{%s}:sdem batch", L);
+		assert_string_equal(r->str, "2");
+		freeReplyObject(r);
+	}
+}
+
 /* Bad requests fail before anything is sent. */
 static void test_bad_requests(void **state)
 {
@@ -314,6 +358,12 @@ static void test_bad_requests(void **state)
 	q.slots_cap = -1;
 	q.slots_demand = -2;
 	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+	q.slots_demand = 1;
+	q.slots_weight = -1;
+	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+	q.slots_weight = NAN;
+	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+	q.slots_weight = 0;
 	q.slots_demand = -1;
 	q.pool_rate = 5; /* rate demand sharing and slots are exclusive */
 	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
@@ -326,6 +376,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_join_gets_only_free_slots),
+		cmocka_unit_test(test_weighted_parts),
 		cmocka_unit_test(test_members_and_ramp),
 		cmocka_unit_test(test_silent_node_claim_held_then_freed),
 		cmocka_unit_test(test_hand_edited_claim),

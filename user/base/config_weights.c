@@ -102,8 +102,9 @@ int kt_cfg_parse_weights(struct ctx *c, yaml_node_t *n, const char *field, struc
 	if (l->share != KT_SHARE_DEMAND)
 		return fail(c, by, sub,
 			    "needs share: demand (weights divide the pool among the members that want it; this limit shares equally)");
-	if (l->unit == KT_UNIT_REQUEST || l->unit == KT_UNIT_CONCURRENT)
-		return fail(c, by, sub, "not supported with unit %s yet", kt_unit_name(l->unit));
+	if (l->unit == KT_UNIT_REQUEST)
+		return fail(c, by, sub,
+			    "not allowed with unit request (a cooperative limit has one member per node: the node)");
 	if (l->weight_by == KT_WEIGHT_LABEL && (!l->pods.set || l->n_cgroups))
 		return fail(c, by, sub, "label:%s weighs pods: needs pods: and no cgroups: (weigh cgroups: patterns by capture:NAME)",
 			    l->weight_key);

@@ -337,6 +337,14 @@ static void slots_request(const struct group *g, struct lim *l, const struct kt_
 			  : lo->slots_demand < 0 ? 0
 			  : lo->slots_demand > KT_STORE_MAX_SLOTS ? KT_STORE_MAX_SLOTS
 								: lo->slots_demand;
+	/* weightBy: the node weighs what its members weigh together */
+	q->slots_weight = 0;
+	if (l->slots_demand && l->weighted && lo->member_weight) {
+		for (int j = 0; j < lo->n_members; j++)
+			q->slots_weight += weight_of(lo, j);
+		if (q->slots_weight > KT_STORE_MAX_NODE_WEIGHT)
+			q->slots_weight = KT_STORE_MAX_NODE_WEIGHT;
+	}
 }
 
 /* Builds the round trip from this tick's view and hands it to the worker. */

@@ -51,7 +51,8 @@ struct lim {
 	char **ids;                     /* ids sent at the last heartbeat */
 	int n_ids;
 	bool demand;                    /* share: demand */
-	bool weighted;                  /* ... by weight (weightBy): the store keeps weights */
+	bool weighted;                  /* ... by weight (weightBy): the store keeps the
+					 * members' weights (a rate), or the node's (slots) */
 	double *grants;                 /* demand: ids[k]'s grant from the last answer, NAN none */
 	double *held;                   /* demand: ids[k]'s grant when the size floor began, its
 					 * ceiling until the floor ends (take_grants); NAN none */

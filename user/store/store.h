@@ -211,6 +211,7 @@
 #define KT_STORE_EXPIRE_FACTOR 3      /* pool keys expire after this many (stale + hold) windows */
 #define KT_STORE_MAX_POOL 1000000     /* reported sizes are 1..this */
 #define KT_STORE_MAX_WEIGHT 1000000   /* a member's weight is in (0, this] */
+#define KT_STORE_MAX_NODE_WEIGHT 1e12 /* a node's (its members' summed) */
 #define KT_STORE_ID_MAX 255           /* member id: 1..this bytes of '!'..'~' */
 #define KT_STORE_PREFIX_MAX 64        /* keyPrefix: 1..this bytes of '!'..'~' */
 #define KT_STORE_STALE_MAX_MS (24ULL * 3600 * 1000)
@@ -292,6 +293,11 @@ struct kt_pool_req {
 	int64_t slots_demand;                  /* -1: equal parts; else 0..KT_STORE_MAX_SLOTS, this node's
 						* demand (share: demand): the nodes' parts are
 						* max-min fair over their demands */
+	double slots_weight;                   /* with slots_demand: 0, or this node's weight (its
+						* members' summed, weightBy), up to
+						* KT_STORE_MAX_NODE_WEIGHT: the parts are then
+						* weighted max-min fair (a node that sends none
+						* weighs 1) */
 };
 #define KT_STORE_MAX_SLOTS 1000000000LL
 

@@ -160,7 +160,8 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 	    (!rs_valid_token(q->slots_node, KT_STORE_ID_MAX) || q->slots_held < 0 ||
 	     q->slots_held > KT_STORE_MAX_SLOTS || q->slots_pool < 0 || q->slots_pool > KT_STORE_MAX_SLOTS ||
 	     q->slots_cap < -1 || q->slots_cap > KT_STORE_MAX_SLOTS || q->slots_demand < -1 ||
-	     q->slots_demand > KT_STORE_MAX_SLOTS || q->pool_rate > 0)) {
+	     q->slots_demand > KT_STORE_MAX_SLOTS || q->pool_rate > 0 ||
+	     !(q->slots_weight >= 0 && q->slots_weight <= KT_STORE_MAX_NODE_WEIGHT))) {
 		rs_seterr(s, err, errlen, "heartbeat: limit %s: in-flight node name, held %lld or pool %lld out of range",
 			  q->limit, (long long)q->slots_held, (long long)q->slots_pool);
 		return -EINVAL;
@@ -390,7 +391,11 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 		else
 			rs_arg_ref(a, "-");
 		/* slots: an in-flight limit's claim (always the full path) */
-		if (q->slots_node)
+		if (q->slots_node && q->slots_weight > 0 && q->slots_demand >= 0)
+			rs_arg_fmt(a, "%s %lld %lld %lld %lld %.17g", q->slots_node, (long long)q->slots_held,
+				   (long long)q->slots_pool, (long long)q->slots_cap,
+				   (long long)q->slots_demand, q->slots_weight);
+		else if (q->slots_node)
 			rs_arg_fmt(a, "%s %lld %lld %lld %lld", q->slots_node, (long long)q->slots_held,
 				   (long long)q->slots_pool, (long long)q->slots_cap,
 				   (long long)q->slots_demand);

@@ -75,7 +75,7 @@ local function f0(x) return string.format('%.0f', x) end
 local function bucket(v)
   local x = tonumber(v)
   if x == nil or x < 1 or x > 1000000 --[[KT_STORE_MAX_POOL]] or x ~= math.floor(x) then return 'x' end
-  return string.format('%d', x)
+  return f0(x)
 end
 local function rate(v)
   local x = tonumber(v)

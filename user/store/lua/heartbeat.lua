@@ -226,33 +226,37 @@ local function share(K, c, P, flo, rms, i0, i1)
   if c.gs < 0 then c.gs = 0 end
   return out
 end
--- The part of P for a node of demand d, max-min fair over the demands in
--- sdem (the node's own among them): every demand or the water level, and
--- what all leave of P shared equally.
-local function fill(K, P, d)
-  local r, ds, sum = call('HVALS', K.sdem), {}, 0
+-- The part of P for a node of demand d and weight w, weighted max-min
+-- fair over the demands in sdem ("D", or "D W": the node's own among
+-- them): every demand or its weight x the water level, and what all leave
+-- of P shared by weight.
+local function fill(K, P, d, w)
+  local r, ds, sum, W = call('HVALS', K.sdem), {}, 0, 0
   for i = 1, #r do
-    local v = tonumber(r[i])
+    local a, b = string.match(r[i], '^(%S+) ?(%S*)$')
+    local v, x = tonumber(a), tonumber(b)
     if v == nil or v < 0 then v = 0 end
-    ds[#ds + 1], sum = v, sum + v
+    if x == nil or x <= 0 or x > 1e12 then x = 1 end
+    ds[#ds + 1], sum, W = {v / x, x}, sum + v, W + x
   end
   if #ds == 0 then return P end
-  if sum <= P then return d + (P - sum) / #ds end
-  table.sort(ds)
-  local rem, cnt = P, #ds
-  for _, v in ipairs(ds) do
-    if v * cnt >= rem then return math.min(d, rem / cnt) end
-    rem, cnt = rem - v, cnt - 1
+  if sum <= P then return d + (P - sum) * w / W end
+  table.sort(ds, function(p, q) return p[1] < q[1] end)
+  local rem = P
+  for _, e in ipairs(ds) do
+    if e[1] * W >= rem then return math.min(d, w * rem / W) end
+    rem, W = rem - e[1] * e[2], W - e[2]
   end
   return d
 end
 -- In-flight limits: the slots this node may fill. sl is "node held pool
--- cap demand": the node's name, what it may hold now (its open connections
+-- cap demand [weight]": the node's name, what it may hold now (its open connections
 -- or the slots in force in its kernel, the larger), the pool's slots, the
 -- most it will take now (-1: no cap; a node that may have lost the store
 -- runs on what its kernel holds until every node has claimed again), and
 -- its demand (-1: equal parts; else share: demand, its part max-min fair
--- over the nodes' demands, at least one slot). Each
+-- over the nodes' demands, weighted by the nodes' weights (weightBy: its
+-- members' summed; 1 when absent), at least one slot). Each
 -- node's claim bounds what it can hold until its next heartbeat: the
 -- larger of what it holds and what it is granted now. A grant is at most
 -- the node's part of the pool (its live members' share, rounded up) and
@@ -264,8 +268,8 @@ end
 -- counts as the whole pool until its node rewrites it. Returns the grant
 -- and the others' claims summed.
 local function slots(K, c, sl, n, stale, hold)
-  local node, held, P, cap, d = string.match(sl, '^(%S+) (%d+) (%d+) (%-?%d+) (%-?%d+)$')
-  held, P, cap, d = tonumber(held), tonumber(P), tonumber(cap), tonumber(d)
+  local node, held, P, cap, d, w = string.match(sl, '^(%S+) (%d+) (%d+) (%-?%d+) (%-?%d+) ?(%S*)$')
+  held, P, cap, d, w = tonumber(held), tonumber(P), tonumber(cap), tonumber(d), tonumber(w)
   if not node then return 0, 0 end
   local dead = call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. f0(now - stale - hold))
   if #dead > 0 then
@@ -284,14 +288,16 @@ local function slots(K, c, sl, n, stale, hold)
   end
   local part = math.ceil(P * n / math.max(c.n, n, 1))
   if d >= 0 then
-    if call('HSET', K.sdem, node, string.format('%d', d)) == 1 then c.grew = true end
-    part = math.max(1, math.ceil(fill(K, P, d) - 1e-9))
+    local dv = f0(d)
+    if w then dv = dv .. ' ' .. f17(w) else w = 1 end
+    if call('HSET', K.sdem, node, dv) == 1 then c.grew = true end
+    part = math.max(1, math.ceil(fill(K, P, d, w) - 1e-9))
   else
     call('HDEL', K.sdem, node)
   end
   local g = math.max(0, math.min(part, P - others))
   if cap >= 0 and g > cap then g = cap end
-  if call('HSET', K.claim, node, string.format('%d', math.max(held, g))) == 1 then c.grew = true end
+  if call('HSET', K.claim, node, f0(math.max(held, g))) == 1 then c.grew = true end
   return g, others
 end
 -- The full path for one limit: ARGV[first..] are its members.
@@ -365,7 +371,7 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl)
   -- 4. sizes of this node's members, 0 = the live count now
   for i = first, a - 1, st do
     local id, r = ARGV[i], ARGV[i + 1]
-    if r == '0' then r = string.format('%d', c.n) end
+    if r == '0' then r = f0(c.n) end
     local b, old = bucket(r), false
     if not fresh[id] then old = call('HGET', K.counted, id) end
     if old ~= b then
