@@ -12,10 +12,10 @@
 #   - comment lines (first non-blank characters `--`) and empty lines are
 #     dropped, and every line's indentation; do not use long strings or
 #     comments ([[ ]]) across lines;
-#   - HEADER asserts each text is at most 16 KiB: SCRIPT LOAD goes out
-#     before AUTH is answered, and Redis closes a connection that is not
-#     authenticated yet on a longer bulk string (so a wrong password would
-#     read as a reset instead of "authentication failed");
+#   - HEADER asserts each text is at most 64 KiB (a bound on what every
+#     connection sends; SCRIPT LOAD waits for AUTH's answer, since Redis
+#     closes a connection that is not authenticated yet on a bulk string
+#     over 16 KiB: store_conn.c rs_setup_master);
 #   - `NUMBER --[[NAME]]` becomes NUMBER, and HEADER asserts that the C
 #     constant NAME equals NUMBER (include HEADER after NAME is defined).
 # Only sh, awk and sed: no xxd.
@@ -81,7 +81,7 @@ for f in "$@"; do
 		echo "#define $macro \\"
 		sed 's/\\/\\\\/g; s/"/\\"/g; s/^/\t"/; s/$/\\n" \\/' "$tmp.lua"
 		printf '\t""\n'
-		echo "_Static_assert(sizeof($macro) <= 16384 + 1, \"$f: over 16 KiB, what Redis reads from a client before AUTH\");"
+		echo "_Static_assert(sizeof($macro) <= 65536 + 1, \"$f: over 64 KiB\");"
 	} >> "$tmp"
 done
 

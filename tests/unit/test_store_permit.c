@@ -355,7 +355,7 @@ static void test_invalid_args(void **state)
 	take(s, "edge2", 86400 * SEC, 100000, 1, p);
 	assert_int_equal(p[0].granted, 1);
 	kt_store_get_stats(s, &st);
-	assert_int_equal(st.round_trips, 4); /* connection setup + 3 EVALSHA */
+	assert_int_equal(st.round_trips, 5); /* connection setup (2) + 3 EVALSHA */
 }
 
 /* The server dies: connection errors, then back-off, never a crash; and it

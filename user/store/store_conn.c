@@ -337,7 +337,7 @@ void rs_free_replies(redisReply **rep, int n)
 int rs_pipeline(struct kt_store *s, struct kt_rconn *c, const char *where, struct rs_cmd *cmds,
 		    int n, redisReply **rep, char *err, size_t errlen)
 {
-	struct kt_rconn_cmd rc[3 + N_SCRIPTS];
+	struct kt_rconn_cmd rc[4 + N_SCRIPTS];
 	char e[KT_ERR_LEN], eb[KT_ERR_LEN];
 	uint64_t dl;
 	int i, ret;
@@ -389,13 +389,18 @@ static bool rs_is_sha(const redisReply *r)
 	return true;
 }
 
-/* AUTH, SELECT, ROLE (sentinel mode) and SCRIPT LOAD, in one round trip. */
+/* AUTH, SELECT, ROLE (sentinel mode) and PING in one round trip; then,
+ * authenticated, SCRIPT LOAD in a second. Redis closes a connection that
+ * is not authenticated yet on a bulk string over 16 KiB, so a script sent
+ * with a wrong or missing password would read as a reset instead of what
+ * the server said; PING says NOAUTH when the server wants a password and
+ * none was configured. */
 int rs_setup_master(struct kt_store *s, struct kt_rconn *c, const char *where, char *err,
 			size_t errlen)
 {
-	struct rs_cmd cmds[3 + N_SCRIPTS];
-	redisReply *rep[3 + N_SCRIPTS], *r;
-	int n = 0, i_auth = -1, i_sel = -1, i_role = -1, i_scr, i, ret;
+	struct rs_cmd cmds[4 + N_SCRIPTS];
+	redisReply *rep[4 + N_SCRIPTS], *r;
+	int n = 0, i_auth = -1, i_sel = -1, i_role = -1, i_ping, i, ret;
 	char db[16], t[200];
 
 	if (s->pass) {
@@ -411,9 +416,8 @@ int rs_setup_master(struct kt_store *s, struct kt_rconn *c, const char *where, c
 		i_role = n;
 		rs_cmd_set(&cmds[n++], 1, "ROLE");
 	}
-	i_scr = n;
-	for (i = 0; i < N_SCRIPTS; i++)
-		rs_cmd_set(&cmds[n++], 3, "SCRIPT", "LOAD", rs_scripts[i]);
+	i_ping = n;
+	rs_cmd_set(&cmds[n++], 1, "PING");
 	ret = rs_pipeline(s, c, where, cmds, n, rep, err, errlen);
 	if (ret)
 		return ret;
@@ -443,8 +447,22 @@ int rs_setup_master(struct kt_store *s, struct kt_rconn *c, const char *where, c
 			goto out;
 		}
 	}
+	r = rep[i_ping];
+	if (r->type == REDIS_REPLY_ERROR) {
+		rs_seterr(s, err, errlen, "%s: PING: %s%s", where, rs_reply_text(r, t, sizeof(t)),
+			  rs_starts_with(r, "NOAUTH") ? " (configure a password)" : "");
+		ret = rs_starts_with(r, "NOAUTH") ? -EACCES : -EIO;
+		goto out;
+	}
+	rs_free_replies(rep, n);
+	n = 0;
+	for (i = 0; i < N_SCRIPTS; i++)
+		rs_cmd_set(&cmds[n++], 3, "SCRIPT", "LOAD", rs_scripts[i]);
+	ret = rs_pipeline(s, c, where, cmds, n, rep, err, errlen);
+	if (ret)
+		return ret;
 	for (i = 0; i < N_SCRIPTS; i++) {
-		r = rep[i_scr + i];
+		r = rep[i];
 		if (r->type == REDIS_REPLY_ERROR) {
 			rs_seterr(s, err, errlen, "%s: SCRIPT LOAD: %s%s", where, rs_reply_text(r, t, sizeof(t)),
 				  rs_starts_with(r, "NOAUTH") ? " (configure a password)" : "");

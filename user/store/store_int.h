@@ -214,7 +214,7 @@ struct rs_cmd {
 };
 void rs_cmd_set(struct rs_cmd *k, int argc, ...);
 void rs_free_replies(redisReply **rep, int n);
-/* n commands (at most 3 + N_SCRIPTS) in one write, n replies. 0, or a
+/* n commands (at most 4 + N_SCRIPTS) in one write, n replies. 0, or a
  * negative errno for an I/O failure (the caller drops c). */
 int rs_pipeline(struct kt_store *s, struct kt_rconn *c, const char *where, struct rs_cmd *cmds, int n,
 		redisReply **rep, char *err, size_t errlen);

@@ -57,7 +57,7 @@
 -- error; a stored fallback rate that is not a finite number >= 0 is reserved
 -- as 0. each() is chunked: unpack runs on Lua's C stack, which is limited.
 
--- redis.call, named once: the scripts must fit in 16 KiB (lua-embed.sh)
+-- redis.call, named once (shorter scripts: each connection loads them)
 local call = redis.call
 local function keyset(k, slots, weighted)
   local K = {hb = KEYS[k], size = KEYS[k + 1], ramp = KEYS[k + 2], fb = KEYS[k + 3],
