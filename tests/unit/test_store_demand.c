@@ -117,15 +117,24 @@ static const struct dreq D300 = { 300, 1, 60000, 0, 500, 0 };
 /* One node heartbeats one member with a demand and, on a weighted limit,
  * a weight (0: unset, 1); returns its grant and checks the invariant
  * against the rate the script divided. */
+/* the next beats' priority classes (g_classes 0: none) and a member's */
+static int g_classes, g_class;
+static double g_floor[KT_STORE_MAX_CLASSES], g_ceiling[KT_STORE_MAX_CLASSES];
+
 static double beat_as(const char *limit, const struct dreq *d, const char *id, double demand,
 		      bool weighted, double weight, struct kt_pool_answer *ans)
 {
-	struct kt_pool_member m = { .id = id, .reported_size = LIVE, .demand = demand, .weight = weight };
+	struct kt_pool_member m = { .id = id, .reported_size = LIVE, .demand = demand, .weight = weight,
+				    .klass = g_class };
 	double g = -1;
 	struct kt_pool_req q = { .limit = limit, .members = &m, .n_members = 1, .stale_ms = d->stale,
 				 .save_ramp = -1, .hold_ms = d->hold, .fallback_rate = d->fallback,
 				 .pool_rate = d->pool, .floor_rate = d->floor,
-				 .recompute_ms = d->recompute, .grants = &g, .weighted = weighted };
+				 .recompute_ms = d->recompute, .grants = &g, .weighted = weighted,
+				 .n_classes = g_classes };
+
+	memcpy(q.class_floor, g_floor, sizeof(g_floor));
+	memcpy(q.class_ceiling, g_ceiling, sizeof(g_ceiling));
 	struct kt_pool_answer a;
 
 	ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)));
@@ -589,6 +598,90 @@ static void test_weighted_brute(void **state)
 	check_sum("wtb", d.pool);
 }
 
+/* Priority classes, critical then batch with a floor of 10 of 100:
+ * critical takes what it wants before batch, up to the pool less batch's
+ * floor; batch keeps its floor; with room for both, the leftover by
+ * weight. A class change moves a member at once. */
+static double beat_cls(const char *limit, const struct dreq *d, const char *id, double demand,
+		       int klass)
+{
+	g_classes = 2;
+	g_floor[0] = 0;
+	g_ceiling[0] = 100;
+	g_floor[1] = 10;
+	g_ceiling[1] = 100;
+	g_class = klass;
+	double g = beat_w(limit, d, id, demand, 1, NULL);
+
+	g_classes = g_class = 0;
+	return g;
+}
+
+static void test_priority_classes(void **state)
+{
+	/* recompute 0: every call divides anew (the cache, within a tenth of
+	 * an equal share, is test_idle_becomes_busy's) */
+	const struct dreq d = { 100, 1, 60000, 0, 0, 0 };
+	double gc = 0, gb = 0;
+
+	(void)state;
+	/* critical wants 80% of max: it gets 80, batch the rest */
+	for (int r = 0; r < 4; r++) {
+		gc = beat_cls("cls", &d, "crit", 80, 0);
+		gb = beat_cls("cls", &d, "batch", 1000, 1);
+	}
+	NEAR(gc, 80, 1e-6);
+	NEAR(gb, 20, 1e-6);
+	/* critical wants 150%: max - floor, batch its floor */
+	for (int r = 0; r < 4; r++) {
+		gc = beat_cls("cls", &d, "crit", 150, 0);
+		gb = beat_cls("cls", &d, "batch", 1000, 1);
+	}
+	NEAR(gc, 90, 1e-6);
+	NEAR(gb, 10, 1e-6);
+	check_sum("cls", 100);
+	/* batch wants less than its floor: critical may use the rest */
+	for (int r = 0; r < 4; r++) {
+		gc = beat_cls("cls", &d, "crit", 150, 0);
+		gb = beat_cls("cls", &d, "batch", 4, 1);
+	}
+	NEAR(gb, 4, 1e-6);
+	NEAR(gc, 96, 1e-6);
+	/* both fit (10 and 5): 84 left (one floor kept), by weight */
+	for (int r = 0; r < 4; r++) {
+		gc = beat_cls("cls", &d, "crit", 10, 0);
+		gb = beat_cls("cls", &d, "batch", 5, 1);
+	}
+	NEAR(gc, 10 + 42, 1e-6);
+	NEAR(gb, 5 + 42, 1e-6);
+	/* batch's member moved to critical: both critical, 50/50 */
+	for (int r = 0; r < 4; r++) {
+		gc = beat_cls("cls", &d, "crit", 1000, 0);
+		gb = beat_cls("cls", &d, "batch", 1000, 0);
+	}
+	NEAR(gc, 50, 1e-6);
+	NEAR(gb, 50, 1e-6);
+	NEAR(check_sum("cls", 100), 100, 1e-6);
+	/* a class out of range is refused before anything is sent */
+	{
+		struct kt_pool_member m = { .id = "x", .demand = 1, .klass = 2 };
+		double g;
+		struct kt_pool_req q = { .limit = "cls", .members = &m, .n_members = 1, .stale_ms = 1000,
+					 .save_ramp = -1, .pool_rate = 10, .floor_rate = 1, .grants = &g,
+					 .weighted = true, .n_classes = 2,
+					 .class_floor = { 0, 1 }, .class_ceiling = { 10, 10 } };
+		struct kt_pool_answer a;
+
+		assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+		m.klass = 0;
+		q.class_floor[1] = 20; /* floor above the ceiling */
+		assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+		q.class_floor[1] = 1;
+		q.weighted = false;
+		assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+	}
+}
+
 /* A weight the store must not send: negative, NaN, past the bound. */
 static void test_weight_refused(void **state)
 {
@@ -681,6 +774,7 @@ int main(void)
 		cmocka_unit_test(test_weighted),
 		cmocka_unit_test(test_weighted_brute),
 		cmocka_unit_test(test_weight_refused),
+		cmocka_unit_test(test_priority_classes),
 		cmocka_unit_test(test_demand_cost),
 	};
 

@@ -212,6 +212,7 @@
 #define KT_STORE_MAX_POOL 1000000     /* reported sizes are 1..this */
 #define KT_STORE_MAX_WEIGHT 1000000   /* a member's weight is in (0, this] */
 #define KT_STORE_MAX_NODE_WEIGHT 1e12 /* a node's (its members' summed) */
+#define KT_STORE_MAX_CLASSES 8        /* priority classes of one limit */
 #define KT_STORE_ID_MAX 255           /* member id: 1..this bytes of '!'..'~' */
 #define KT_STORE_PREFIX_MAX 64        /* keyPrefix: 1..this bytes of '!'..'~' */
 #define KT_STORE_STALE_MAX_MS (24ULL * 3600 * 1000)
@@ -260,6 +261,8 @@ struct kt_pool_member {
 			    * when the request's pool_rate > 0 */
 	double weight;     /* share: demand: its weight, (0, KT_STORE_MAX_WEIGHT]; 0 (unset)
 			    * weighs 1 */
+	int klass;         /* with the request's n_classes: its priority class,
+			    * 0 (the first) .. n_classes - 1 */
 };
 
 struct kt_pool_req {
@@ -279,6 +282,14 @@ struct kt_pool_req {
 	bool weighted;                         /* the limit shares by weight: members' weights are
 						* sent and kept (the wt key); else every member
 						* weighs 1 and wt is never named */
+	/* Priority classes (weighted only; 0: none): the divided rate goes
+	 * to the classes in order, each taking its demand up to its ceiling
+	 * while the floors owed to the classes after it (each its floor or
+	 * its demand, the smaller) stay free; within a class, weighted
+	 * max-min. Rates in tokens/s, floor <= ceiling. */
+	int n_classes;                         /* 0, or 2..KT_STORE_MAX_CLASSES */
+	double class_floor[KT_STORE_MAX_CLASSES];
+	double class_ceiling[KT_STORE_MAX_CLASSES];
 	double *grants;                        /* out, n_members entries when pool_rate > 0: the rate
 						* members[i] may run at until its next heartbeat */
 	/* In-flight limits (unit concurrent; slots_node NULL: not one). The

@@ -156,6 +156,20 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 			  (unsigned long long)q->recompute_ms);
 		return -EINVAL;
 	}
+	if (q->n_classes != 0 &&
+	    (!q->weighted || q->n_classes < 2 || q->n_classes > KT_STORE_MAX_CLASSES)) {
+		rs_seterr(s, err, errlen, "heartbeat: limit %s: %d classes: give 2..%d on a weighted limit",
+			  q->limit, q->n_classes, KT_STORE_MAX_CLASSES);
+		return -EINVAL;
+	}
+	for (int k = 0; k < q->n_classes; k++) {
+		if (!(q->class_floor[k] >= 0 && q->class_floor[k] <= q->class_ceiling[k] &&
+		      q->class_ceiling[k] <= 1e15)) {
+			rs_seterr(s, err, errlen, "heartbeat: limit %s: class %d: floor %g, ceiling %g out of range",
+				  q->limit, k, q->class_floor[k], q->class_ceiling[k]);
+			return -EINVAL;
+		}
+	}
 	if (q->slots_node &&
 	    (!rs_valid_token(q->slots_node, KT_STORE_ID_MAX) || q->slots_held < 0 ||
 	     q->slots_held > KT_STORE_MAX_SLOTS || q->slots_pool < 0 || q->slots_pool > KT_STORE_MAX_SLOTS ||
@@ -189,6 +203,11 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 		if (q->pool_rate > 0 && (!isfinite(m->demand) || m->demand < 0 || m->demand > 1e15)) {
 			rs_seterr(s, err, errlen, "heartbeat: limit %s: member %s: demand %g out of 0..1e15",
 				  q->limit, m->id, m->demand);
+			return -EINVAL;
+		}
+		if (q->n_classes > 0 && (m->klass < 0 || m->klass >= q->n_classes)) {
+			rs_seterr(s, err, errlen, "heartbeat: limit %s: member %s: class %d out of 0..%d",
+				  q->limit, m->id, m->klass, q->n_classes - 1);
 			return -EINVAL;
 		}
 		if (q->pool_rate > 0 && !(m->weight >= 0 && m->weight <= KT_STORE_MAX_WEIGHT)) {
@@ -401,13 +420,28 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 				   (long long)q->slots_demand);
 		else
 			rs_arg_ref(a, "-");
-		rs_arg_ref(a, q->weighted ? "1" : "0");
+		if (q->weighted && q->n_classes > 0) {
+			char ct[KT_STORE_MAX_CLASSES * 52 + 2];
+			int at = snprintf(ct, sizeof(ct), "1");
+
+			for (int k = 0; k < q->n_classes; k++)
+				at += snprintf(ct + at, sizeof(ct) - (size_t)at, " %.17g %.17g",
+					       q->class_floor[k], q->class_ceiling[k]);
+			rs_arg_fmt(a, "%s", ct);
+		} else {
+			rs_arg_ref(a, q->weighted ? "1" : "0");
+		}
 		for (j = 0; j < q->n_members; j++) {
 			rs_arg_ref(a, q->members[j].id);
 			rs_arg_fmt(a, "%d", q->members[j].reported_size);
-			/* "D", or "D W" for a weight other than 1 (heartbeat.lua) */
-			if (q->pool_rate > 0 && q->weighted && q->members[j].weight > 0 &&
-			    q->members[j].weight != 1)
+			/* "D", "D W" for a weight other than 1, "D W K" with
+			 * classes (heartbeat.lua) */
+			if (q->pool_rate > 0 && q->weighted && q->n_classes > 0)
+				rs_arg_fmt(a, "%.17g %.17g %d", q->members[j].demand,
+					   q->members[j].weight > 0 ? q->members[j].weight : 1,
+					   q->members[j].klass);
+			else if (q->pool_rate > 0 && q->weighted && q->members[j].weight > 0 &&
+				 q->members[j].weight != 1)
 				rs_arg_fmt(a, "%.17g %.17g", q->members[j].demand, q->members[j].weight);
 			else if (q->pool_rate > 0)
 				rs_arg_fmt(a, "%.17g", q->members[j].demand);

@@ -42,9 +42,11 @@
 --   grant, dem  demand sharing: live id -> grant, live id -> effective
 --            demand per unit of weight, e / w (weighted max-min fairness
 --            is plain max-min fairness over e / w)
---   wt       demand sharing with weights: live id -> its weight, for
---            weights other than 1 only; meta's sw sums the weights of
---            dem's members (a count when none has a weight)
+--   wt       demand sharing with weights: live id -> its weight ("W"),
+--            and its priority class after it ("W K") when the limit has
+--            classes, for members other than weight 1 of class 0 only;
+--            meta's sw sums the weights of dem's members (a count when
+--            none has a weight)
 --   claim, seen, sdem  in-flight limits (heartbeat.lua's slots): node ->
 --            the slots it may hold until its next heartbeat, node -> its
 --            last heartbeat (TIME ms), node -> its demand (share: demand)
@@ -82,12 +84,18 @@ local function rate(v)
   if x ~= nil and x >= 0 and x < 1e15 then return x end
   return 0
 end
--- A weight as stored or sent: a number in (0, KT_STORE_MAX_WEIGHT]; anything
--- else (a hand edit) weighs 1.
+-- A weight as stored or sent ("W", or "W K" with a priority class K): a
+-- number in (0, KT_STORE_MAX_WEIGHT]; anything else (a hand edit) weighs 1.
 local function weight(v)
-  local x = tonumber(v)
+  local x = tonumber(string.match(v or '', '^%S+'))
   if x ~= nil and x > 0 and x <= 1000000 --[[KT_STORE_MAX_WEIGHT]] then return x end
   return 1
+end
+-- The priority class of "W K" (0, the first, without one or when invalid).
+local function klass(v)
+  local k = tonumber(string.match(v or '', '^%S+ (%S+)$'))
+  if k ~= nil and k >= 0 and k < 8 --[[KT_STORE_MAX_CLASSES]] and k == math.floor(k) then return k end
+  return 0
 end
 -- The weights of the ids of a ZRANGE ... WITHSCORES reply r, by pair (nil:
 -- every weight is 1, wt is empty).
@@ -104,13 +112,13 @@ local function each(cmd, key, list, step)
 end
 local function load(K)
   local m = call('HMGET', K.meta, 'n', 'ns', 'bad', 'nl', 'res', 'gs', 'sd', 'lvl', 'lt', 'lp',
-                      'exp', 'due', 'sw')
+                      'exp', 'due', 'sw', 'cls')
   local c = {n = tonumber(m[1]) or 0, ns = tonumber(m[2]) or 0, bad = tonumber(m[3]) or 0,
              nl = tonumber(m[4]) or 0, res = tonumber(m[5]) or 0,
              gs = tonumber(m[6]), sd = tonumber(m[7]), lvl = tonumber(m[8]) or -1,
              lt = tonumber(m[9]) or 0, lp = tonumber(m[10]) or -1, exp = tonumber(m[11]),
              shared = m[6] ~= false, steady = m[12] ~= false, nd = call('ZCARD', K.dem),
-             sw = tonumber(m[13]), nw = 0}
+             sw = tonumber(m[13]), nw = 0, cls = m[14] ~= '' and m[14] or nil}
   if K.wt then c.nw = call('HLEN', K.wt) end
   local nv = call('HLEN', K.hist)
   local ok = call('ZCARD', K.hb) == c.n and call('HLEN', K.counted) == c.n
@@ -180,11 +188,11 @@ local function save(K, c)
     call('HMSET', K.meta, unpack(f))
     if c.nd > 0 then
       call('HMSET', K.meta, 'gs', f17(c.gs), 'sd', f17(c.sd),
-                 'sw', f17(c.sw),
+                 'sw', f17(c.sw), 'cls', c.cls or '',
                  'lvl', f17(c.lvl), 'lt', f0(c.lt),
                  'lp', f17(c.lp))
     elseif c.shared then -- written together: gs tells
-      call('HDEL', K.meta, 'gs', 'sd', 'sw', 'lvl', 'lt', 'lp')
+      call('HDEL', K.meta, 'gs', 'sd', 'sw', 'cls', 'lvl', 'lt', 'lp')
     end
   else
     call('DEL', K.meta)

@@ -12,10 +12,12 @@
 -- members, sizes and fb are the same as in that call and it reserved 0;
 -- else "-"), slots ("node held pool cap demand" for an in-flight limit, see slots();
 -- else "-"), weighted ("1": the limit has weights and wt is among its
--- KEYS; else "0"), then n (id, size) pairs,
+-- KEYS; "1 F0 C0 F1 C1 ...": and priority classes, each its floor and
+-- ceiling, the most important first; else "0"), then n (id, size) pairs,
 -- size "0" meaning "the live count computed here", or with pool_rate > 0 n
--- (id, size, demand) triples, the demand "D" (weight 1) or "D W" (weight
--- W, weighted max-min fairness).
+-- (id, size, demand) triples, the demand "D" (weight 1), "D W" (weight
+-- W, weighted max-min fairness) or "D W K" (and priority class K, 0 the
+-- first).
 -- Returns {agree, size, live, reserved} per limit, plus {granted, level
 -- ("-1": none), {grant...}, weights (summed over the members sharing by
 -- demand)} with pool_rate > 0, or {grant, claimed} (whole
@@ -150,10 +152,55 @@ local function level(K, c, P)
     if #r == 0 and #t == 0 then return -1 end
   end
 end
+-- Priority classes (ct: {floor, ceiling} per class, the first the most
+-- important): P goes to the classes in order, each taking its demand up
+-- to its ceiling while what the classes below are owed of their floors
+-- (min(floor, demand)) stays free; what is left when all fit, less a
+-- floor, goes to the classes by weight up to their ceilings. Within a
+-- class, weighted max-min as without classes. Reads all of dem and wt
+-- (O(pool)), so the answer is cached in meta (cls) like the level.
+-- Returns "level bonus" per class, comma-separated: level -1 (its
+-- demand fits: each member its demand + bonus x weight) or the class's
+-- water level per unit of weight.
+local function classes(K, c, P, flo, ct)
+  local nk, r = #ct, call('ZRANGE', K.dem, 0, -1, 'WITHSCORES')
+  local ws, m, D, W, A, Wt = wts(K, c, r), {}, {}, {}, {}, 0
+  for k = 1, nk do m[k], D[k], W[k] = {}, 0, 0 end
+  for j = 2, #r, 2 do
+    local v = ws and ws[j / 2]
+    local w, k, x = weight(v), math.min(klass(v), nk - 1) + 1, tonumber(r[j])
+    m[k][#m[k] + 1] = {x, w}
+    D[k], W[k], Wt = D[k] + x * w, W[k] + w, Wt + w
+  end
+  local rem = P
+  for k = 1, nk do
+    local owed = 0
+    for j = k + 1, nk do owed = owed + math.min(ct[j][1], D[j]) end
+    A[k] = math.max(0, math.min(D[k], ct[k][2], rem - owed))
+    rem = rem - A[k]
+  end
+  rem = math.max(0, rem - flo)
+  local out = {}
+  for k = 1, nk do
+    local lv, b = -1, 0
+    if A[k] < D[k] then
+      local rm, Wr = A[k], W[k]
+      lv = 0
+      for _, e in ipairs(m[k]) do
+        if e[1] * Wr >= rm then lv = rm / Wr; break end
+        rm, Wr = rm - e[1] * e[2], Wr - e[2]
+      end
+    elseif W[k] > 0 and Wt > 0 then
+      b = math.max(0, math.min(rem * W[k] / Wt, ct[k][2] - A[k])) / W[k]
+    end
+    out[k] = f17(lv) .. ' ' .. f17(b)
+  end
+  return table.concat(out, ',')
+end
 -- Updates dem for this node's members (ARGV i..j, stride 3), the level,
 -- and their grants: shrinks first, then growth into free headroom only.
--- Returns the grants in ARGV order.
-local function share(K, c, P, flo, rms, i0, i1)
+-- ct: the limit's classes (nil: none). Returns the grants in ARGV order.
+local function share(K, c, P, flo, rms, i0, i1, ct)
   if c.nd > 0 and c.nd <= RECOUNT then
     c.gs, c.sd, c.sw = 0, 0, 0
     for _, v in ipairs(call('HVALS', K.grant)) do c.gs = c.gs + rate(v) end
@@ -168,42 +215,67 @@ local function share(K, c, P, flo, rms, i0, i1)
   local own, tenth = {}, 0.1 * P / math.max(c.nd, 1)
   for i = i0, i1, 3 do
     local id = ARGV[i]
-    local dv, wv = string.match(ARGV[i + 2], '^(%S+) (%S+)$')
-    local w = 1
-    if not dv then dv = ARGV[i + 2] elseif K.wt then w = weight(wv) end
+    -- "D", "D W" or "D W K"
+    local dv, wv = string.match(ARGV[i + 2], '^(%S+) (.+)$')
+    local w, k = 1, 0
+    if not dv then dv = ARGV[i + 2] elseif K.wt then w, k = weight(wv), klass(wv) end
     local e = math.max(rate(dv), flo)
     local x = e / w
     local old = call('ZSCORE', K.dem, id)
-    local cur, ow = nil, 1
+    local cur, ow, ok = nil, 1, 0
     if old then
-      if c.nw > 0 then ow = weight(call('HGET', K.wt, id)) end
+      if c.nw > 0 then
+        local v = call('HGET', K.wt, id)
+        ow, ok = weight(v), klass(v)
+      end
       local oe = rate(old) * ow
       cur = rate(call('HGET', K.grant, id))
       c.sd, c.sw = c.sd + e - oe, c.sw + w - ow
-      if ow ~= w or (c.lvl >= 0 and math.abs(math.min(e, w * c.lvl) - math.min(oe, ow * c.lvl)) > tenth) then
+      if ow ~= w or ok ~= k or (ct and math.abs(e - oe) > tenth) or
+         (c.lvl >= 0 and math.abs(math.min(e, w * c.lvl) - math.min(oe, ow * c.lvl)) > tenth) then
         c.inval = true
       end
     else
       c.nd, c.sd, c.sw, c.inval = c.nd + 1, c.sd + e, c.sw + w, true
     end
-    if w ~= 1 then
-      if (w ~= ow or not old) and call('HSET', K.wt, id, f17(w)) == 1 then c.nw, c.grew = c.nw + 1, true end
-    elseif c.nw > 0 and (ow ~= 1 or not old) then
+    if w ~= 1 or k ~= 0 then
+      local v = f17(w)
+      if k ~= 0 then v = v .. ' ' .. k end
+      if (w ~= ow or k ~= ok or not old) and call('HSET', K.wt, id, v) == 1 then c.nw, c.grew = c.nw + 1, true end
+    elseif c.nw > 0 and (ow ~= 1 or ok ~= 0 or not old) then
       c.nw = c.nw - call('HDEL', K.wt, id)
     end
     if (not old or rate(old) ~= x) and call('ZADD', K.dem, x, id) == 1 then c.grew = true end
-    own[#own + 1] = {id = id, e = e, w = w, cur = cur}
+    own[#own + 1] = {id = id, e = e, w = w, k = k, cur = cur}
   end
-  if c.sd <= P then
-    c.lvl = -1
-  elseif c.inval or c.lvl < 0 or math.abs(P - c.lp) > 0.01 * c.lp or now - c.lt >= rms then
-    c.lvl, c.lt, c.lp, c.inval = level(K, c, P), now, P, false
-  end
-  -- everyone fits: the leftover, less a floor, by weight
-  local bonus = 0
-  if c.lvl < 0 and c.nd > 0 and c.sw > 0 then bonus = math.max(0, P - c.sd - flo) / c.sw end
-  for _, m in ipairs(own) do
-    if c.lvl < 0 then m.t = m.e + bonus * m.w else m.t = math.min(m.e, m.w * c.lvl) end
+  local recompute = c.inval or math.abs(P - c.lp) > 0.01 * c.lp or now - c.lt >= rms
+  if ct then
+    -- per class: "level bonus" (classes())
+    if recompute or not c.cls then
+      c.cls, c.lt, c.lp, c.inval = classes(K, c, P, flo, ct), now, P, false
+    end
+    local cl, k = {}, 0
+    for lv, b in string.gmatch(c.cls, '([^ ,]+) ([^,]+)') do
+      cl[k] = {tonumber(lv), tonumber(b)}
+      k = k + 1
+    end
+    for _, m in ipairs(own) do
+      local p = cl[math.min(m.k, k - 1)] or {-1, 0}
+      if p[1] < 0 then m.t = m.e + p[2] * m.w else m.t = math.min(m.e, m.w * p[1]) end
+    end
+  else
+    c.cls = nil
+    if c.sd <= P then
+      c.lvl = -1
+    elseif recompute or c.lvl < 0 then
+      c.lvl, c.lt, c.lp, c.inval = level(K, c, P), now, P, false
+    end
+    -- everyone fits: the leftover, less a floor, by weight
+    local bonus = 0
+    if c.lvl < 0 and c.nd > 0 and c.sw > 0 then bonus = math.max(0, P - c.sd - flo) / c.sw end
+    for _, m in ipairs(own) do
+      if c.lvl < 0 then m.t = m.e + bonus * m.w else m.t = math.min(m.e, m.w * c.lvl) end
+    end
   end
   local function set(m, g)
     c.gs = c.gs + g - (m.cur or 0)
@@ -301,7 +373,7 @@ local function slots(K, c, sl, n, stale, hold)
   return g, others
 end
 -- The full path for one limit: ARGV[first..] are its members.
-local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl)
+local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   local a, fresh = first, {}
   local c, ok = load(K)
   if not ok then c = rebuild(K, stale, hold) end
@@ -388,7 +460,7 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl)
   local dem, grant, claimed = nil, nil, 0
   if sl ~= '-' then grant, claimed = slots(K, c, sl, n, stale, hold) end
   if prate > 0 then
-    dem = share(K, c, math.max(0, prate - c.res), flo, rms, first, a - 1)
+    dem = share(K, c, math.max(0, prate - c.res), flo, rms, first, a - 1, ct)
   elseif c.nd > 0 then
     for i = first, a - 1, st do undem(K, c, ARGV[i]) end
   end
@@ -470,7 +542,12 @@ end
 local out, a, k = {}, 1, 1
 while k <= #KEYS do
   local n, prate, prev, sl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 6]), ARGV[a + 9], ARGV[a + 10]
-  local wk = ARGV[a + 11] == '1'
+  -- "0", "1" (weighted), or "1 F0 C0 F1 C1 ..." (weighted, with classes)
+  local wk, ct = string.sub(ARGV[a + 11], 1, 1) == '1', nil
+  for f, cc in string.gmatch(ARGV[a + 11], ' (%S+) (%S+)') do
+    ct = ct or {}
+    ct[#ct + 1] = {rate(f), rate(cc)}
+  end
   local st = 2
   if prate > 0 then st = 3 end
   if ARGV[a + 2] ~= '' then call('SET', KEYS[k + 2], ARGV[a + 2], 'PX', ARGV[a + 3]) end
@@ -479,7 +556,7 @@ while k <= #KEYS do
   if not o then
     local stale, hold, fb = tonumber(ARGV[a]), tonumber(ARGV[a + 4]), ARGV[a + 5]
     local flo, rms = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
-    o = full(keyset(k, sl ~= '-', wk), a + 12, stale, n, hold, fb, prate, flo, rms, st, sl)
+    o = full(keyset(k, sl ~= '-', wk), a + 12, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   end
   out[#out + 1] = o
   a = a + 12 + st * n
