@@ -59,6 +59,8 @@
 _Static_assert(MEMBERS == NODES, "a sender per node: the cluster fixture's teardown reaps them");
 static const int node_of[MEMBERS] = { 0, 1, 2 };
 static const char *const tier_of[MEMBERS] = { "prod", "batch", "batch" };
+/* test_priority_classes: the same layout, production's class "critical" */
+static const char *const class_of[MEMBERS] = { "critical", "batch", "batch" };
 static const int side_of[MEMBERS] = { PROD, BATCH, BATCH };
 
 static struct fixture {
@@ -71,6 +73,7 @@ static struct fixture {
 	unsigned long long sent[2];     /* per side: what the senders were told was sent */
 	struct arrivals arr[2];         /* per side */
 	int test;                       /* which test of the run: its key prefix */
+	bool classes;                   /* classBy instead of weightBy */
 } fx;
 
 static const struct kt_clusterfx_pool pool = { TICK_MS, HB_MS, STALE, 2000 };
@@ -120,16 +123,20 @@ static void node_up(int i)
 	for (int m = 0; m < MEMBERS; m++) {
 		if (node_of[m] != i)
 			continue;
-		snprintf(fx.tierdir[m], sizeof(fx.tierdir[m]), "%s/%s", fx.base[i], tier_of[m]);
+		snprintf(fx.tierdir[m], sizeof(fx.tierdir[m]), "%s/%s", fx.base[i],
+			 fx.classes ? class_of[m] : tier_of[m]);
 		assert_true(mkdir(fx.tierdir[m], 0755) == 0 || errno == EEXIST);
 		snprintf(fx.cg[m], sizeof(fx.cg[m]), "%s/m", fx.tierdir[m]);
 		assert_int_equal(mkdir(fx.cg[m], 0755), 0);
 	}
 	snprintf(limits, sizeof(limits),
 		 "  - {name: " LIMIT ", cgroups: [\"%s/{tier}/*\"], unit: datagram, scope: pod,\n"
-		 "     share: demand, weightBy: \"capture:tier\", weights: {prod: 3, batch: 0.5},\n"
+		 "     share: demand, %s,\n"
 		 "     burst: %g, rateLimit: {max: %g}}\n",
-		 fx.base[i], BURST, MAX);
+		 fx.base[i],
+		 fx.classes ? "classBy: \"capture:tier\", classes: [{name: critical}, {name: batch, floor: 10%}]"
+			    : "weightBy: \"capture:tier\", weights: {prod: 3, batch: 0.5}",
+		 BURST, MAX);
 	/* each test its own keys */
 	snprintf(store, sizeof(store),
 		 "{mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: ktwt%dt%d}", kfx_master.port,
@@ -254,7 +261,7 @@ static void start_all(void)
 		node_up(i);
 	kt_clusterfx_run_nodes(fx.d, NODES, dump_node);
 	wait_agreed();
-	for (int m = 0; m < MEMBERS; m++)
+	for (int m = 0; m < MEMBERS && !fx.classes; m++)
 		assert_true(status_weight(m) == (side_of[m] == PROD ? 3 : 0.5));
 }
 
@@ -370,11 +377,80 @@ static void test_kill9(void **state)
 		    t_batch <= STALE * HB_MS / 1000.0 + 2 * HB_MS / 1000.0 + 0.1 + 2 * TICK_MS / 1000.0 + 0.2);
 }
 
+/* A paced sender at per_s from member m for secs. */
+static void sender_at(int m, double secs, int per_s)
+{
+	assert_true(fx.sender[m] <= 0);
+	fx.sender[m] = kt_clusterfx_sender_start(fx.cg[m], &fx.arr[side_of[m]].port, 1, secs, per_s,
+						 &fx.sender_fd[m]);
+}
+
+/* Priority classes: critical (node 0) before batch (nodes 1 and 2, a floor
+ * of 10% of max between them). Critical at 80% of max gets it, batch the
+ * rest (less critical's demand headroom, 10% + 1/s: a member is granted a
+ * little more than it sends); critical at 150% gets max less batch's
+ * floor, batch its floor; critical idle, batch takes the pool. Every
+ * window within max + burst throughout. */
+static void test_priority_classes(void **state)
+{
+	const double settle = 2, measure = 2.5, phase = settle + measure;
+	double t0, crit, batch, t1, t2;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	fx.classes = true;
+	start_all();
+	for (int m = 0; m < MEMBERS; m++) {
+		char *js = ktest_daemon_cmd(&fx.d[node_of[m]], "status json"), want[64];
+
+		assert_non_null(js);
+		snprintf(want, sizeof(want), "\"class\":\"%s\",\"class_from\":\"value\"", class_of[m]);
+		assert_non_null(strstr(js, want));
+		free(js);
+	}
+	t0 = arrivals_now_s(&fx.arr[0]);
+	sender_at(0, phase, (int)(0.8 * MAX));
+	sender_at(1, 3 * phase, PER_S);
+	sender_at(2, 3 * phase, PER_S);
+
+	/* 1. critical wants 80% */
+	sleep_until(t0 + phase);
+	crit = got(PROD, t0 + settle, t0 + phase) / measure;
+	batch = got(BATCH, t0 + settle, t0 + phase) / measure;
+	print_message("critical at 80%%: critical %.1f/s, batch %.1f/s (max %g)\n", crit, batch, MAX);
+	assert_true(crit >= 0.95 * 0.8 * MAX);
+	assert_true(batch >= 0.9 * (MAX - (1.1 * 0.8 * MAX + 1)));
+
+	/* 2. critical wants 150%: max less batch's floor */
+	sender_wait(0);
+	t1 = arrivals_now_s(&fx.arr[0]);
+	sender_at(0, phase, (int)(1.5 * MAX));
+	sleep_until(t1 + phase);
+	crit = got(PROD, t1 + settle, t1 + phase) / measure;
+	batch = got(BATCH, t1 + settle, t1 + phase) / measure;
+	print_message("critical at 150%%: critical %.1f/s, batch %.1f/s (floor %g)\n", crit, batch,
+		      0.1 * MAX);
+	assert_true(crit >= 0.95 * 0.9 * MAX && crit <= 0.9 * MAX + BURST);
+	assert_true(batch >= 0.8 * 0.1 * MAX && batch <= 0.1 * MAX + BURST);
+
+	/* 3. critical idle: batch takes the pool */
+	sender_wait(0);
+	t2 = arrivals_now_s(&fx.arr[0]);
+	sleep_until(t2 + phase);
+	batch = got(BATCH, t2 + 2.2, t2 + phase) / (phase - 2.2);
+	print_message("critical idle: batch %.1f/s\n", batch);
+	assert_true(batch >= 0.9 * MAX);
+	for (int m = 1; m < MEMBERS; m++)
+		sender_wait(m);
+	check_all("classes", t0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_weights_3_to_1, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kill9, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_priority_classes, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);

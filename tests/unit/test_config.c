@@ -542,6 +542,30 @@ static void test_weights(void **state)
 	assert_true(cfg.limits[1].default_weight == 2);
 	assert_int_equal(cfg.limits[2].weight_by, KT_WEIGHT_NONE);
 	assert_true(cfg.limits[2].default_weight == 1);
+	assert_int_equal(cfg.limits[2].n_classes, 0);
+	kt_config_free(&cfg);
+
+	/* classes: percentages of max, the default the last unless named; a
+	 * class may come from the weight's own capture */
+	assert_int_equal(parse(SREDIS "limits:\n"
+			       "  - {name: p, pods: {}, share: demand, classBy: \"label:kthrottle.io/class\",\n"
+			       "     classes: [{name: critical}, {name: batch, floor: 10%, ceiling: 50}],\n"
+			       "     unit: call, rateLimit: {max: 200}}\n"
+			       "  - {name: q, cgroups: [\"/t/{tier}/*\"], share: demand, weightBy: \"capture:tier\",\n"
+			       "     weights: {prod: 3}, classBy: \"capture:tier\", classes: [{name: prod}, {name: batch}],\n"
+			       "     defaultClass: prod, unit: datagram, rateLimit: {max: 9}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].class_by, KT_WEIGHT_LABEL);
+	assert_string_equal(cfg.limits[0].class_key, "kthrottle.io/class");
+	assert_int_equal(cfg.limits[0].n_classes, 2);
+	assert_string_equal(cfg.limits[0].classes[0].name, "critical");
+	assert_true(cfg.limits[0].classes[0].floor == 0 && cfg.limits[0].classes[0].ceiling == 200);
+	assert_true(cfg.limits[0].classes[1].floor == 20 && cfg.limits[0].classes[1].ceiling == 50);
+	assert_int_equal(cfg.limits[0].default_class, 1);
+	assert_int_equal(cfg.limits[1].class_by, KT_WEIGHT_CAPTURE);
+	assert_int_equal(cfg.limits[1].class_up, cfg.limits[1].weight_up);
+	assert_string_equal(cfg.limits[1].cgroups[0], "/t/*/*");
+	assert_int_equal(cfg.limits[1].default_class, 0);
 	kt_config_free(&cfg);
 }
 
@@ -1343,9 +1367,9 @@ static const struct bad bad_cases[] = {
 	  "\"tier\" is not one of label:KEY (pods:) or capture:NAME (cgroups: patterns)" },
 	{ WP(", weightBy: \"label:-x\""), "t.yaml:6: limits[0].weightBy: ", "\"-x\" is no label key" },
 	{ WC(", weightBy: \"label:w\""), "t.yaml:6: limits[0].weightBy: ",
-	  "label:w weighs pods: needs pods: and no cgroups:" },
+	  "label:w needs pods: and no cgroups:" },
 	{ WP(", weightBy: \"capture:tier\""), "t.yaml:6: limits[0].weightBy: ",
-	  "capture:tier weighs the cgroups a pattern matches: needs cgroups: patterns and no pods:" },
+	  "capture:tier reads the cgroups a pattern matches: needs cgroups: patterns and no pods:" },
 	{ WC(", weightBy: \"capture:tenant\""), "t.yaml:6: limits[0].weightBy: ",
 	  "capture:tenant needs {tenant} once, as a whole path component" },
 	{ SREDIS "limits:\n  - {name: w, pods: {}, unit: datagram, weightBy: \"label:w\", rateLimit: {max: 1}}\n",
@@ -1355,6 +1379,25 @@ static const struct bad bad_cases[] = {
 	  "t.yaml:6: limits[0].weightBy: ", "capture:tier is groupBy's too" },
 	{ SREDIS "limits:\n  - {name: w, unit: request, share: demand, weightBy: \"label:w\", rateLimit: {max: 1}}\n",
 	  "t.yaml:6: limits[0].weightBy: ", "not allowed with unit request" },
+	/* classes: 2..8, named once, floors within max, a known default */
+#define CL(classes, extra) WP(", classBy: \"label:c\", classes: " classes extra)
+	{ CL("[{name: a}]", ""), "t.yaml:6: limits[0].classes: ", "1 classes: give 2..8" },
+	{ CL("[{name: a}, {name: a}]", ""), "t.yaml:6: limits[0].classes[1].name: ", "\"a\" is listed twice" },
+	{ CL("[{name: a, floor: 60%}, {name: b, floor: 50%}]", ""), "t.yaml:6: limits[0].classes[1]: ",
+	  "the floors sum to 1.1, above rateLimit.max 1" },
+	{ CL("[{name: a, floor: 0.5, ceiling: 0.2}, {name: b}]", ""), "t.yaml:6: limits[0].classes[0]",
+	  "ceiling 0.2 is below the floor 0.5" },
+	{ CL("[{name: a, floor: 150%}, {name: b}]", ""), "t.yaml:6: limits[0].classes[0].floor: ",
+	  "\"150%\" is no percentage of max" },
+	{ CL("[{name: a, floor: -1}, {name: b}]", ""), "t.yaml:6: limits[0].classes[0].floor: ", "" },
+	{ CL("[{name: a}, {name: b, weight: 2}]", ""), "t.yaml:6: limits[0].classes[1].weight: ", "unknown key" },
+	{ CL("[{name: a}, {name: b}]", ", defaultClass: c"), "t.yaml:6: limits[0].defaultClass: ",
+	  "\"c\" is no class of this limit" },
+	{ WP(", classes: [{name: a}, {name: b}]"), "t.yaml:6: limits[0].classes: ", "needs classBy" },
+	{ WP(", classBy: \"label:c\""), "t.yaml:6: limits[0]", "classes" },
+	{ SREDIS "limits:\n  - {name: w, pods: {}, unit: datagram, classBy: \"label:c\", classes: [{name: a}, {name: b}], rateLimit: {max: 1}}\n",
+	  "t.yaml:6: limits[0].classBy: ", "needs share: demand" },
+#undef CL
 #undef WP
 #undef WC
 	/* groupBy: something every member has; a template is no parent */

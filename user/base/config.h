@@ -135,6 +135,14 @@ struct kt_weight_value {
 	char *value;
 	double weight;
 };
+/* classes (share: demand): a priority class, the most important first */
+#define KT_CLASSES_MAX 8
+struct kt_share_class {
+	char *name;       /* 1..63 printable, unique in the limit */
+	double floor;     /* tokens/s it can always use (its demand permitting) */
+	double ceiling;   /* tokens/s it takes at most; default rateLimit.max */
+	int line;
+};
 /* maxGroups: default and ceiling of the groups one groupBy limit has on a
  * node; past it, the other values share one pool (members/groups.h). */
 #define KT_GROUPS_DEFAULT 1000
@@ -252,6 +260,16 @@ struct kt_limit_cfg {
 	struct kt_weight_value *weights; /* sorted by value (strcmp), unique */
 	int n_weights;
 	double default_weight;    /* KT_WEIGHT_MIN..KT_WEIGHT_MAX, default 1 */
+	/* classBy, classes, defaultClass (share: demand): priority classes.
+	 * A member's value names its class; without one, or naming none, it
+	 * is of default_class (by default the last). */
+	enum kt_weight_by class_by;
+	char *class_key;          /* the label key, or the capture's name */
+	int class_up;             /* KT_WEIGHT_CAPTURE: levels above a match */
+	int class_line;           /* where classBy: is written, 0 = absent */
+	struct kt_share_class classes[KT_CLASSES_MAX];
+	int n_classes;            /* 0, or 2..KT_CLASSES_MAX */
+	int default_class;
 	int refuse_errno;         /* a refused connect()/sendmsg() fails with it; default EBUSY */
 	/* maxDelay (unit call): a held call's connection ends (ETIMEDOUT)
 	 * after waiting this long, ms; 0 = it waits until admitted */

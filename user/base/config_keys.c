@@ -9,11 +9,12 @@ const char *const kt_cfg_keys_limit[] = { "name",  "cgroups", "match",	     "uni
 					  "scope", "burst",   "share",	     "rateLimit",
 					  "allowRawSockets", "errno", "pods", "enforce", "parent",
 					  "groupBy", "maxGroups", "maxDelay", "weightBy", "weights",
-					  "defaultWeight", NULL };
+					  "defaultWeight", "classBy", "classes", "defaultClass", NULL };
 const char *const kt_cfg_keys_match[] = { "cidrs", "ports", "protocol", NULL };
 const char *const kt_cfg_keys_rate_limit[] = { "max", "min", "rampUpDuration", "modes",
 					       "resumedRampUp", "ttl", "store", "strict", NULL };
 const char *const kt_cfg_keys_strict[] = { "every", "maxReserved", "expireAfter", NULL };
+const char *const kt_cfg_keys_class[] = { "name", "floor", "ceiling", NULL };
 const char *const kt_cfg_keys_tag[] = { "name",	"rate",	 "burst",     "idleExpiry",
 					"maxTags", "reportInterval", "allow", "overrides",
 					"xdp",	"query", NULL };
@@ -26,6 +27,7 @@ const struct kt_cfg_section kt_cfg_sections[] = {
 	{ 1, "match.", kt_cfg_keys_match },
 	{ 1, "rateLimit.", kt_cfg_keys_rate_limit },
 	{ 1, "rateLimit.strict.", kt_cfg_keys_strict },
+	{ 1, "classes[].", kt_cfg_keys_class },
 	{ 2, "", kt_cfg_keys_tag },
 	{ 2, "xdp.", kt_cfg_keys_xdp },
 	{ 2, "query.", kt_cfg_keys_query },

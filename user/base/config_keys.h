@@ -12,6 +12,7 @@ extern const char *const kt_cfg_keys_limit[];
 extern const char *const kt_cfg_keys_match[];
 extern const char *const kt_cfg_keys_rate_limit[];
 extern const char *const kt_cfg_keys_strict[];
+extern const char *const kt_cfg_keys_class[];
 extern const char *const kt_cfg_keys_tag[];
 extern const char *const kt_cfg_keys_xdp[];
 extern const char *const kt_cfg_keys_query[];

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "base/config_int.h"
+#include "base/config_keys.h"
 
 static int cmp_value(const void *a, const void *b)
 {
@@ -61,12 +62,192 @@ static int parse_values(struct ctx *c, yaml_node_t *v, const char *field, struct
 	return 0;
 }
 
+static int parse_weight_by(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l);
+
+/* label:KEY or capture:NAME (weightBy, classBy) into *by and *key; a
+ * capture's {NAME} taken out of the patterns (*up), unless `same_up` >= 0:
+ * the other key's capture of the same name, already taken. */
+static int parse_by(struct ctx *c, yaml_node_t *v, const char *sub, const char *what,
+		    struct kt_limit_cfg *l, enum kt_weight_by *by, char **key, int *up, int same_up)
+{
+	const char *s;
+	int err;
+
+	if ((err = kt_cfg_get_scalar(c, v, sub, "label:KEY or capture:NAME", &s)))
+		return err;
+	if (!strncmp(s, "label:", 6)) {
+		if (!kt_cfg_label_key_ok(s + 6))
+			return fail(c, v, sub,
+				    "\"%s\" is no label key ([prefix/]name: name 1..63 of A-Z a-z 0-9 . _ -, starting and ending alphanumeric)",
+				    show_str(s + 6).s);
+		*by = KT_WEIGHT_LABEL;
+	} else if (!strncmp(s, "capture:", 8)) {
+		if (!kt_cfg_capture_name_ok(s + 8))
+			return fail(c, v, sub,
+				    "\"%s\" is no capture name (1..63 of A-Z a-z 0-9 _, written {NAME} in the patterns)",
+				    show_str(s + 8).s);
+		*by = KT_WEIGHT_CAPTURE;
+	} else {
+		return fail(c, v, sub, "\"%s\" is not one of label:KEY (pods:) or capture:NAME (cgroups: patterns)",
+			    show_str(s).s);
+	}
+	if (!(*key = strdup(strchr(s, ':') + 1)))
+		return oom(c, v, sub);
+	/* weights and classes divide a pool by demand: equal shares have nothing to divide */
+	if (l->share != KT_SHARE_DEMAND)
+		return fail(c, v, sub,
+			    "needs share: demand (%s divide the pool among the members that want it; this limit shares equally)",
+			    what);
+	if (l->unit == KT_UNIT_REQUEST)
+		return fail(c, v, sub,
+			    "not allowed with unit request (a cooperative limit has one member per node: the node)");
+	if (*by == KT_WEIGHT_LABEL && (!l->pods.set || l->n_cgroups))
+		return fail(c, v, sub, "label:%s needs pods: and no cgroups: (cgroups: patterns by capture:NAME)",
+			    *key);
+	if (*by == KT_WEIGHT_CAPTURE) {
+		if (l->pods.set || !l->n_cgroups)
+			return fail(c, v, sub,
+				    "capture:%s reads the cgroups a pattern matches: needs cgroups: patterns and no pods: (pods by label:KEY)",
+				    *key);
+		if (l->group_by == KT_GROUP_CAPTURE && !strcmp(l->group_label, *key))
+			return fail(c, v, sub, "capture:%s is groupBy's too: each group would have one value",
+				    *key);
+		if (same_up >= 0) {
+			*up = same_up;
+			return 0;
+		}
+		*up = -1;
+		for (int j = 0; j < l->n_cgroups; j++)
+			if ((err = kt_cfg_take_capture(c, v, sub, l, j, *key, up)))
+				return err;
+	}
+	return 0;
+}
+
+/* A class's floor or ceiling: tokens/s, or "N%" of rateLimit.max. */
+static int get_class_rate(struct ctx *c, yaml_node_t *v, const char *field, double max, double *out)
+{
+	const char *s;
+	char *end;
+	double pct;
+	int err;
+
+	if (v->type == YAML_SCALAR_NODE && (s = sval(v)) && *s && s[strlen(s) - 1] == '%') {
+		pct = strtod(s, &end);
+		if (end != s + strlen(s) - 1 || !(pct >= 0 && pct <= 100))
+			return fail(c, v, field, "\"%s\" is no percentage of max (0%%..100%%)", show_str(s).s);
+		*out = max * pct / 100;
+		return 0;
+	}
+	if ((err = kt_cfg_get_number_in(c, v, field, 0, false, max, out)))
+		return err;
+	return 0;
+}
+
+/* classes: [{name, floor, ceiling}, ...], the most important first. */
+static int parse_classes(struct ctx *c, yaml_node_t *v, const char *field, struct kt_limit_cfg *l)
+{
+	char item[FIELD_LEN], sub[FIELD_LEN];
+	struct kt_cfg_list it;
+	yaml_node_t *e, *x;
+	double floors = 0;
+	const char *s;
+	int err;
+
+	if ((err = kt_cfg_list_open(c, v, field, "a list of classes", false, "give 2..8 classes", &it)))
+		return err;
+	if (it.n < 2 || it.n > KT_CLASSES_MAX)
+		return fail(c, v, field, "%d classes: give 2..%d, the most important first", it.n, KT_CLASSES_MAX);
+	while ((e = kt_cfg_list_next(c, &it, item))) {
+		struct kt_share_class *k = &l->classes[l->n_classes];
+
+		if (e->type != YAML_MAPPING_NODE)
+			return fail(c, e, item, "expected a mapping {name, floor, ceiling}, got %s", kind_of(e));
+		if ((err = kt_cfg_check_map(c, e, item, kt_cfg_keys_class)))
+			return err;
+		if (!(x = map_get(c, e, "name")))
+			return kt_cfg_missing(c, e, item, "name");
+		if ((err = kt_cfg_get_scalar(c, x, join(sub, item, "name"), "a class name", &s)))
+			return err;
+		if (!*s || strlen(s) > 63 || kt_cfg_has_control(s) || strchr(s, ' '))
+			return fail(c, x, sub, "\"%s\" is no class name (1..63 printable, no spaces)", show_str(s).s);
+		for (int q = 0; q < l->n_classes; q++)
+			if (!strcmp(l->classes[q].name, s))
+				return fail(c, x, sub, "\"%s\" is listed twice (first at line %d)", show_str(s).s,
+					    l->classes[q].line);
+		if (!(k->name = strdup(s)))
+			return oom(c, x, sub);
+		k->line = line_of(e);
+		l->n_classes++;
+		k->ceiling = l->rl.max;
+		if ((x = map_get(c, e, "floor")) &&
+		    (err = get_class_rate(c, x, join(sub, item, "floor"), l->rl.max, &k->floor)))
+			return err;
+		if ((x = map_get(c, e, "ceiling")) &&
+		    (err = get_class_rate(c, x, join(sub, item, "ceiling"), l->rl.max, &k->ceiling)))
+			return err;
+		if (k->ceiling < k->floor)
+			return fail(c, x ? x : e, item, "ceiling %g is below the floor %g", k->ceiling, k->floor);
+		floors += k->floor;
+		if (floors > l->rl.max * (1 + 1e-12))
+			return fail(c, e, item, "the floors sum to %g, above rateLimit.max %g", floors, l->rl.max);
+	}
+	return 0;
+}
+
 int kt_cfg_parse_weights(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l)
+{
+	yaml_node_t *cb = map_get(c, n, "classBy"), *cs = map_get(c, n, "classes"),
+		    *dc = map_get(c, n, "defaultClass");
+	char sub[FIELD_LEN];
+	int err;
+
+	l->default_class = -1;
+	if ((err = parse_weight_by(c, n, field, l)))
+		return err;
+	if (!cb) {
+		if (cs || dc)
+			return fail(c, cs ? cs : dc, join(sub, field, cs ? "classes" : "defaultClass"),
+				    "needs classBy (where a member's class comes from)");
+		return 0;
+	}
+	join(sub, field, "classBy");
+	l->class_line = line_of(cb);
+	if ((err = parse_by(c, cb, sub, "classes", l, &l->class_by, &l->class_key, &l->class_up,
+			    l->weight_by == KT_WEIGHT_CAPTURE && l->weight_key &&
+					    !strncmp(sval(cb), "capture:", 8) &&
+					    !strcmp(sval(cb) + 8, l->weight_key)
+				    ? l->weight_up
+				    : -1)))
+		return err;
+	if (l->unit == KT_UNIT_CONCURRENT)
+		return fail(c, cb, sub, "not supported with unit concurrent yet (slots are shared by weight only)");
+	if (!cs)
+		return kt_cfg_missing(c, n, field, "classes");
+	if ((err = parse_classes(c, cs, join(sub, field, "classes"), l)))
+		return err;
+	l->default_class = l->n_classes - 1;
+	if (dc) {
+		const char *s;
+
+		join(sub, field, "defaultClass");
+		if ((err = kt_cfg_get_scalar(c, dc, sub, "a class name", &s)))
+			return err;
+		l->default_class = -1;
+		for (int k = 0; k < l->n_classes; k++)
+			if (!strcmp(l->classes[k].name, s))
+				l->default_class = k;
+		if (l->default_class < 0)
+			return fail(c, dc, sub, "\"%s\" is no class of this limit", show_str(s).s);
+	}
+	return 0;
+}
+
+static int parse_weight_by(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l)
 {
 	yaml_node_t *by = map_get(c, n, "weightBy"), *ws = map_get(c, n, "weights"),
 		    *dw = map_get(c, n, "defaultWeight");
 	char sub[FIELD_LEN];
-	const char *s;
 	int err;
 
 	l->default_weight = 1;
@@ -77,50 +258,9 @@ int kt_cfg_parse_weights(struct ctx *c, yaml_node_t *n, const char *field, struc
 		return 0;
 	}
 	join(sub, field, "weightBy");
-	if ((err = kt_cfg_get_scalar(c, by, sub, "label:KEY or capture:NAME", &s)))
-		return err;
 	l->weight_line = line_of(by);
-	if (!strncmp(s, "label:", 6)) {
-		if (!kt_cfg_label_key_ok(s + 6))
-			return fail(c, by, sub,
-				    "\"%s\" is no label key ([prefix/]name: name 1..63 of A-Z a-z 0-9 . _ -, starting and ending alphanumeric)",
-				    show_str(s + 6).s);
-		l->weight_by = KT_WEIGHT_LABEL;
-	} else if (!strncmp(s, "capture:", 8)) {
-		if (!kt_cfg_capture_name_ok(s + 8))
-			return fail(c, by, sub,
-				    "\"%s\" is no capture name (1..63 of A-Z a-z 0-9 _, written {NAME} in the patterns)",
-				    show_str(s + 8).s);
-		l->weight_by = KT_WEIGHT_CAPTURE;
-	} else {
-		return fail(c, by, sub, "\"%s\" is not one of label:KEY (pods:) or capture:NAME (cgroups: patterns)",
-			    show_str(s).s);
-	}
-	if (!(l->weight_key = strdup(strchr(s, ':') + 1)))
-		return oom(c, by, sub);
-	/* weights divide a pool by demand: equal shares have nothing to weigh */
-	if (l->share != KT_SHARE_DEMAND)
-		return fail(c, by, sub,
-			    "needs share: demand (weights divide the pool among the members that want it; this limit shares equally)");
-	if (l->unit == KT_UNIT_REQUEST)
-		return fail(c, by, sub,
-			    "not allowed with unit request (a cooperative limit has one member per node: the node)");
-	if (l->weight_by == KT_WEIGHT_LABEL && (!l->pods.set || l->n_cgroups))
-		return fail(c, by, sub, "label:%s weighs pods: needs pods: and no cgroups: (weigh cgroups: patterns by capture:NAME)",
-			    l->weight_key);
-	if (l->weight_by == KT_WEIGHT_CAPTURE) {
-		if (l->pods.set || !l->n_cgroups)
-			return fail(c, by, sub,
-				    "capture:%s weighs the cgroups a pattern matches: needs cgroups: patterns and no pods: (weigh pods by label:KEY)",
-				    l->weight_key);
-		if (l->group_by == KT_GROUP_CAPTURE && !strcmp(l->group_label, l->weight_key))
-			return fail(c, by, sub, "capture:%s is groupBy's too: each group would be one weight",
-				    l->weight_key);
-		l->weight_up = -1;
-		for (int j = 0; j < l->n_cgroups; j++)
-			if ((err = kt_cfg_take_capture(c, by, sub, l, j, l->weight_key, &l->weight_up)))
-				return err;
-	}
+	if ((err = parse_by(c, by, sub, "weights", l, &l->weight_by, &l->weight_key, &l->weight_up, -1)))
+		return err;
 	if (ws && (err = parse_values(c, ws, join(sub, field, "weights"), l)))
 		return err;
 	if (dw && (err = get_weight(c, dw, join(sub, field, "defaultWeight"), &l->default_weight)))
@@ -130,6 +270,11 @@ int kt_cfg_parse_weights(struct ctx *c, yaml_node_t *n, const char *field, struc
 
 void kt_cfg_weights_free(struct kt_limit_cfg *l)
 {
+	for (int k = 0; k < l->n_classes; k++)
+		free(l->classes[k].name);
+	free(l->class_key);
+	l->class_key = NULL;
+	l->n_classes = 0;
 	for (int i = 0; i < l->n_weights; i++)
 		free(l->weights[i].value);
 	free(l->weights);

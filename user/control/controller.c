@@ -393,6 +393,7 @@ void kt_ctl_fill_pool_local(const struct kt_plan *plan, const struct kt_limit_st
 			.cfg = plan->limits[i].cfg,
 			.member_ids = plan->limits[i].member_ids,
 			.member_weight = plan->limits[i].member_weights,
+			.member_class = plan->limits[i].member_classes,
 			.n_members = plan->limits[i].n_members,
 			.pool_rate = ls[i].pool_rate,
 			.slots_held = -1,

@@ -128,11 +128,10 @@ static double last_event_age_s(const struct kt_limit_state *s, uint64_t now)
 }
 
 /* "pattern", "path" or "pods": what found member m. */
-/* weightBy as written: "label:KEY" or "capture:NAME" */
-static const char *weight_by_text(const struct kt_limit_cfg *c, char *buf, size_t len)
+/* weightBy or classBy as written: "label:KEY" or "capture:NAME" */
+static const char *weight_by_text(enum kt_weight_by by, const char *key, char *buf, size_t len)
 {
-	snprintf(buf, len, "%s:%s", c->weight_by == KT_WEIGHT_LABEL ? "label" : "capture",
-		 c->weight_key ? c->weight_key : "");
+	snprintf(buf, len, "%s:%s", by == KT_WEIGHT_LABEL ? "label" : "capture", key ? key : "");
 	return buf;
 }
 
@@ -538,8 +537,21 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 				kt_sb_printf(&b, ",\"max_delay_ms\":%u", c->max_delay_ms);
 			if (c->weight_by != KT_WEIGHT_NONE) {
 				kt_sb_printf(&b, ",\"weight_by\":");
-				kt_sb_json_str(&b, weight_by_text(c, wb, sizeof(wb)));
+				kt_sb_json_str(&b, weight_by_text(c->weight_by, c->weight_key, wb, sizeof(wb)));
 				kt_sb_printf(&b, ",\"default_weight\":%.6g", c->default_weight);
+			}
+			if (c->class_by != KT_WEIGHT_NONE) {
+				kt_sb_printf(&b, ",\"class_by\":");
+				kt_sb_json_str(&b, weight_by_text(c->class_by, c->class_key, wb, sizeof(wb)));
+				kt_sb_printf(&b, ",\"classes\":[");
+				for (int k = 0; k < c->n_classes; k++) {
+					kt_sb_printf(&b, "%s{\"name\":", k ? "," : "");
+					kt_sb_json_str(&b, c->classes[k].name);
+					kt_sb_printf(&b, ",\"floor\":%.6g,\"ceiling\":%.6g,\"default\":%s}",
+						     c->classes[k].floor, c->classes[k].ceiling,
+						     k == c->default_class ? "true" : "false");
+				}
+				kt_sb_printf(&b, "]");
 			}
 			kt_features_limit_status(&d->bpf.feat, c, &b, true);
 			/* a groupBy limit's group: its template and value (null:
@@ -626,7 +638,17 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 					     c->max_delay_ms);
 			if (c->weight_by != KT_WEIGHT_NONE)
 				kt_sb_printf(&b, "  weightBy %s: shares weighted max-min fair (defaultWeight %g)\n",
-					     weight_by_text(c, wb, sizeof(wb)), c->default_weight);
+					     weight_by_text(c->weight_by, c->weight_key, wb, sizeof(wb)),
+					     c->default_weight);
+			if (c->class_by != KT_WEIGHT_NONE) {
+				kt_sb_printf(&b, "  classBy %s, first served first:",
+					     weight_by_text(c->class_by, c->class_key, wb, sizeof(wb)));
+				for (int k = 0; k < c->n_classes; k++)
+					kt_sb_printf(&b, " %s (floor %g/s, ceiling %g/s%s)", c->classes[k].name,
+						     c->classes[k].floor, c->classes[k].ceiling,
+						     k == c->default_class ? ", default" : "");
+				kt_sb_printf(&b, "\n");
+			}
 			if (c->shadow || k.would_refuse)
 				kt_sb_printf(&b, "  %s: would have refused %llu (let pass; %llu shadow events)\n",
 					     c->shadow ? "shadow, enforce: false" : "was shadow",
@@ -696,6 +718,12 @@ members:
 				if (c->weight_by != KT_WEIGHT_NONE)
 					kt_sb_printf(&b, ",\"weight\":%.6g,\"weight_from\":\"%s\"", m->weight,
 						     kt_weight_src_name(m->weight_src));
+				if (c->class_by != KT_WEIGHT_NONE && m->klass < c->n_classes) {
+					kt_sb_printf(&b, ",\"class\":");
+					kt_sb_json_str(&b, c->classes[m->klass].name);
+					kt_sb_printf(&b, ",\"class_from\":\"%s\"",
+						     kt_weight_src_name(m->class_src));
+				}
 				kt_sb_printf(&b, "}");
 			} else {
 				if (m->entry == KT_ENTRY_COOP)
@@ -711,6 +739,9 @@ members:
 				if (c->weight_by != KT_WEIGHT_NONE)
 					kt_sb_printf(&b, "  weight %g (%s)", m->weight,
 						     kt_weight_src_name(m->weight_src));
+				if (c->class_by != KT_WEIGHT_NONE && m->klass < c->n_classes)
+					kt_sb_printf(&b, "  class %s (%s)", c->classes[m->klass].name,
+						     kt_weight_src_name(m->class_src));
 				kt_sb_printf(&b, "  admitted %llu  throttled %llu\n",
 					  (unsigned long long)mc.admitted, (unsigned long long)mc.throttled);
 			}

@@ -24,6 +24,8 @@ struct kt_member_rt {
 	char *pod;         /* found by pods: "namespace/name"; else NULL */
 	double weight;     /* its weight in a share: demand pool (weightBy), else 1 */
 	uint8_t weight_src; /* enum kt_weight_src (weights.h): where the weight came from */
+	uint8_t klass;     /* its priority class (classBy), an index into the limit's classes */
+	uint8_t class_src; /* enum kt_weight_src: where the class came from */
 };
 
 #define KT_ENTRY_PODS (-1)
@@ -45,7 +47,8 @@ struct kt_limit_rt {
 	struct kt_member_rt *members;
 	int n_members;
 	const char **member_ids; /* members[j].id, as the pool wants them */
-	double *member_weights;  /* members[j].weight, with weightBy; else NULL (all 1) */
+	double *member_weights;  /* members[j].weight, with weightBy or classBy; else NULL (all 1) */
+	int *member_classes;     /* members[j].klass, with classBy; else NULL (all 0) */
 	/* bucket rate and burst last written (tokens/s, tokens) */
 	double bucket_rate;
 	double bucket_burst;

@@ -57,6 +57,8 @@ static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *c
 	m->entry = j;
 	m->weight = kt_member_weight(l->cfg, pod, matched, &src, NULL, 0);
 	m->weight_src = (uint8_t)src;
+	m->klass = (uint8_t)kt_member_class(l->cfg, pod, matched, &src);
+	m->class_src = (uint8_t)src;
 	m->slot = UINT32_MAX;
 	/* the cgroup id is stable for the cgroup's life, which is the
 	 * member's life: a recreated pod is a new member */
@@ -414,13 +416,21 @@ static int member_ids(struct kt_plan *plan)
 
 		free(l->member_ids);
 		free(l->member_weights);
+		free(l->member_classes);
 		l->member_weights = NULL;
+		l->member_classes = NULL;
 		l->member_ids = calloc(l->n_members + 1, sizeof(*l->member_ids));
 		if (!l->member_ids)
 			return -ENOMEM;
 		for (int j = 0; j < l->n_members; j++)
 			l->member_ids[j] = l->members[j].id;
-		if (l->cfg->weight_by == KT_WEIGHT_NONE)
+		if (l->cfg->class_by != KT_WEIGHT_NONE) {
+			if (!(l->member_classes = calloc(l->n_members + 1, sizeof(*l->member_classes))))
+				return -ENOMEM;
+			for (int j = 0; j < l->n_members; j++)
+				l->member_classes[j] = l->members[j].klass;
+		}
+		if (l->cfg->weight_by == KT_WEIGHT_NONE && l->cfg->class_by == KT_WEIGHT_NONE)
 			continue;
 		if (!(l->member_weights = calloc(l->n_members + 1, sizeof(*l->member_weights))))
 			return -ENOMEM;
@@ -627,7 +637,9 @@ int kt_plan_refresh(const struct kt_plan *cur, const struct kt_config *cfg, cons
 		for (int j = 0; j < a->n_members && !*changed; j++)
 			*changed = a->members[j].cgid != b->members[j].cgid ||
 				   a->members[j].weight != b->members[j].weight ||
-				   a->members[j].weight_src != b->members[j].weight_src;
+				   a->members[j].weight_src != b->members[j].weight_src ||
+				   a->members[j].klass != b->members[j].klass ||
+				   a->members[j].class_src != b->members[j].class_src;
 	}
 	/* a pending directory or an outsider came or went */
 	if (!*changed)
@@ -647,6 +659,7 @@ void kt_plan_free(struct kt_plan *plan)
 		free(plan->limits[i].members);
 		free(plan->limits[i].member_ids);
 		free(plan->limits[i].member_weights);
+		free(plan->limits[i].member_classes);
 	}
 	kt_pending_free(plan);
 	free(plan->limits);

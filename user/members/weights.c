@@ -36,6 +36,39 @@ static bool number_weight(const char *s, double *out)
 	return true;
 }
 
+/* The value weightBy/classBy (by, key, up) reads for a member: its pod's
+ * label, or the component its pattern captured (into buf); NULL: none. */
+static const char *member_value(enum kt_weight_by by, const char *key, int up, const struct kt_pod *pod,
+				const char *matched, char *buf, size_t len)
+{
+	if (by == KT_WEIGHT_LABEL && pod)
+		return kt_pod_label(pod, key);
+	if (by == KT_WEIGHT_CAPTURE && matched && kt_group_path_value(matched, up, buf, len))
+		return buf;
+	return NULL;
+}
+
+int kt_member_class(const struct kt_limit_cfg *lc, const struct kt_pod *pod, const char *matched,
+		    enum kt_weight_src *src)
+{
+	char buf[KT_WEIGHT_VALUE_MAX + 1];
+	const char *v;
+
+	*src = KT_WEIGHT_SRC_NONE;
+	if (lc->class_by == KT_WEIGHT_NONE || lc->n_classes < 1)
+		return 0;
+	v = member_value(lc->class_by, lc->class_key, lc->class_up, pod, matched, buf, sizeof(buf));
+	*src = v ? KT_WEIGHT_SRC_INVALID : KT_WEIGHT_SRC_DEFAULT;
+	for (int k = 0; v && k < lc->n_classes; k++) {
+		if (!strcmp(lc->classes[k].name, v)) {
+			*src = KT_WEIGHT_SRC_VALUE;
+			return k;
+		}
+	}
+	return lc->default_class >= 0 && lc->default_class < lc->n_classes ? lc->default_class
+									     : lc->n_classes - 1;
+}
+
 double kt_member_weight(const struct kt_limit_cfg *lc, const struct kt_pod *pod, const char *matched,
 			enum kt_weight_src *src, char *value, size_t len)
 {
@@ -50,11 +83,7 @@ double kt_member_weight(const struct kt_limit_cfg *lc, const struct kt_pod *pod,
 	*src = KT_WEIGHT_SRC_NONE;
 	if (lc->weight_by == KT_WEIGHT_NONE)
 		return 1;
-	if (lc->weight_by == KT_WEIGHT_LABEL && pod)
-		v = kt_pod_label(pod, lc->weight_key);
-	else if (lc->weight_by == KT_WEIGHT_CAPTURE && matched &&
-		 kt_group_path_value(matched, lc->weight_up, buf, sizeof(buf)))
-		v = buf;
+	v = member_value(lc->weight_by, lc->weight_key, lc->weight_up, pod, matched, buf, sizeof(buf));
 	if (!v) {
 		*src = KT_WEIGHT_SRC_DEFAULT;
 		return dflt;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* weightBy: a member's weight in its limit's weighted max-min share, from
- * its pod's label or the component of its cgroup a pattern captured
- * (config.h, struct kt_limit_cfg). Reads only what it is given. */
+/* weightBy, classBy: a member's weight in its limit's weighted max-min
+ * share and its priority class, from its pod's label or the component of
+ * its cgroup a pattern captured (config.h, struct kt_limit_cfg). Reads
+ * only what it is given. */
 #ifndef KT_WEIGHTS_H
 #define KT_WEIGHTS_H
 
@@ -23,5 +24,11 @@ enum kt_weight_src {
 double kt_member_weight(const struct kt_limit_cfg *lc, const struct kt_pod *pod, const char *matched,
 			enum kt_weight_src *src, char *value, size_t len);
 const char *kt_weight_src_name(enum kt_weight_src s);
+/* The class (index into lc->classes) of a member found as for
+ * kt_member_weight: the one its value names, else lc->default_class (*src
+ * KT_WEIGHT_SRC_DEFAULT without a value, _INVALID with one naming none);
+ * 0 when the limit has no classes. */
+int kt_member_class(const struct kt_limit_cfg *lc, const struct kt_pod *pod, const char *matched,
+		    enum kt_weight_src *src);
 
 #endif

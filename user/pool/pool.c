@@ -240,7 +240,8 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 		 * the rate grants per member (demand) are for rates */
 		l->demand = lc->share == KT_SHARE_DEMAND && s->kind == KT_STORE_REDIS && !l->slots;
 		l->slots_demand = lc->share == KT_SHARE_DEMAND && l->slots;
-		l->weighted = (l->demand || l->slots_demand) && lc->weight_by != KT_WEIGHT_NONE;
+		l->weighted = (l->demand || l->slots_demand) &&
+			      (lc->weight_by != KT_WEIGHT_NONE || lc->class_by != KT_WEIGHT_NONE);
 		l->v.slots_grant = -1;
 		l->sent_slots_in_force = -1;
 		l->v.size = 1;

@@ -37,6 +37,7 @@ struct kt_pool_local {
 	const char *const *member_ids; /* stable ids of this node's members */
 	const double *member_demand;   /* share: demand: admitted + refused per second, each; NULL: 0 */
 	const double *member_weight;   /* share: demand with weightBy: each one's weight; NULL: 1 */
+	const int *member_class;       /* ... with classBy: each one's class; NULL: 0 */
 	int n_members;
 	double pool_rate;              /* current ramp level, saved for resumedRampUp */
 	/* in-flight limits (unit concurrent) on Redis: what this node may

@@ -311,6 +311,16 @@ static double weight_of(const struct kt_pool_local *lo, int j)
 	return w >= KT_WEIGHT_MIN && w <= KT_WEIGHT_MAX ? w : 1;
 }
 
+_Static_assert(KT_CLASSES_MAX <= KT_STORE_MAX_CLASSES, "every class a config allows fits a request");
+
+/* a class the request names (resolve.c computed it in range), else 0 */
+static int class_of(const struct kt_pool_local *lo, int j)
+{
+	int k = lo->member_class ? lo->member_class[j] : 0;
+
+	return lo->cfg && k >= 0 && k < lo->cfg->n_classes ? k : 0;
+}
+
 /* An in-flight limit's part of the request (heartbeat.lua's slots): the
  * node, what it holds, the pool's slots, the cap while the store may have
  * lost the claims, and its demand. */
@@ -395,6 +405,7 @@ void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const stru
 			job->mbuf[off + j].reported_size = KT_POOL_REPORT_LIVE;
 			job->mbuf[off + j].demand = demand_of(lo, j);
 			job->mbuf[off + j].weight = weight_of(lo, j);
+			job->mbuf[off + j].klass = class_of(lo, j);
 		}
 		jl->off = off;
 		jl->n = n;
@@ -405,6 +416,15 @@ void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const stru
 			q->recompute_ms = g->heartbeat_ns / NS_PER_MS / 2;
 			q->grants = &job->grants[off];
 			q->weighted = l->weighted;
+			/* priority classes: their floors and ceilings, tokens/s */
+			if (l->weighted && lo->cfg && lo->cfg->class_by != KT_WEIGHT_NONE &&
+			    lo->cfg->n_classes >= 2 && lo->cfg->n_classes <= KT_STORE_MAX_CLASSES) {
+				q->n_classes = lo->cfg->n_classes;
+				for (int k = 0; k < q->n_classes; k++) {
+					q->class_floor[k] = lo->cfg->classes[k].floor;
+					q->class_ceiling[k] = lo->cfg->classes[k].ceiling;
+				}
+			}
 		}
 		q->limit = jl->name;
 		q->members = n ? &job->mbuf[off] : NULL;
