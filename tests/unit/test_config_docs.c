@@ -89,6 +89,16 @@ static bool row_in_section(const char *key, const char *prefix, char *name, size
 	return true;
 }
 
+/* A row's key as the parser's sections name it: every "[]" (a list's
+ * items, "classes[].name") dropped. */
+static void drop_brackets(char *key)
+{
+	char *br;
+
+	while ((br = strstr(key, "[]")))
+		memmove(br, br + 2, strlen(br + 2) + 1);
+}
+
 static bool listed(const char *const *keys, const char *name)
 {
 	for (int k = 0; keys[k]; k++)
@@ -117,9 +127,7 @@ static void test_reference_lists_the_parsers_keys(void **state)
 				char key[64], name[64];
 
 				snprintf(key, sizeof(key), "%s", tb->key[r]);
-				char *br = strstr(key, "[]");
-				if (br)
-					*br = 0;
+				drop_brackets(key);
 				found = row_in_section(key, sec->prefix, name, sizeof(name)) &&
 					!strcmp(name, sec->keys[k]);
 			}
@@ -134,9 +142,7 @@ static void test_reference_lists_the_parsers_keys(void **state)
 			char key[64], name[64];
 
 			snprintf(key, sizeof(key), "%s", tb->key[r]);
-			char *br = strstr(key, "[]");
-			if (br)
-				*br = 0;
+			drop_brackets(key);
 			if (!row_in_section(key, sec->prefix, name, sizeof(name)))
 				continue;
 			/* a deeper section's rows belong to it too */

@@ -27,7 +27,7 @@ const struct kt_cfg_section kt_cfg_sections[] = {
 	{ 1, "match.", kt_cfg_keys_match },
 	{ 1, "rateLimit.", kt_cfg_keys_rate_limit },
 	{ 1, "rateLimit.strict.", kt_cfg_keys_strict },
-	{ 1, "classes[].", kt_cfg_keys_class },
+	{ 1, "classes.", kt_cfg_keys_class }, /* rows classes[].KEY */
 	{ 2, "", kt_cfg_keys_tag },
 	{ 2, "xdp.", kt_cfg_keys_xdp },
 	{ 2, "query.", kt_cfg_keys_query },
