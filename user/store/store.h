@@ -107,6 +107,13 @@
  * lowered pool rate (or a grown reserve) is honoured within one heartbeat of
  * every member (a drop of at most 1% within recompute_ms more, see Cost;
  * ans.granted > P until then: the caller may report it).
+ * With priority classes (n_classes) the division is per class first: the
+ * classes in order, each its demand up to its ceiling while what the
+ * classes after it are owed of their floors stays free, what is left when
+ * all fit by weight up to the ceilings; then weighted max-min within each
+ * class. It reads dem and wt whole, so it is cached in meta (cls) under
+ * the level's rules (a demand moving by more than a tenth of an equal
+ * share, P by 1%, recompute_ms).
  * Provided each node runs each member at exactly its last grant until its
  * next heartbeat (and at most stale_ms), the members' rates sum to <= P.
  * Lapse, death and leave drop the member's grant from the sum.
