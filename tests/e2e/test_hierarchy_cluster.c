@@ -53,6 +53,8 @@ static struct fixture {
 	int test;                   /* which test of the run: its key prefix */
 	const char *share;          /* the parent's share: policy */
 	bool late;                  /* node 1 and its sender start at JOIN_S (the fault) */
+	bool weights;               /* test_child_weights: a weighs 3, b 1 in the parent */
+	double t_send;              /* when run()'s senders started (the receivers' clock) */
 } fx;
 
 static const struct kt_clusterfx_pool pool = { 50, 200, 3, 2000 };
@@ -125,7 +127,8 @@ static void node_up(int i, bool start)
 		assert_non_null(at);
 		at += strlen(key);
 		snprintf(rest, sizeof(rest), "%s", at);
-		snprintf(at, sizeof(limits) - (size_t)(at - limits), "    parent: all\n%s", rest);
+		snprintf(at, sizeof(limits) - (size_t)(at - limits), "    parent: all\n%s%s",
+			 fx.weights ? (c == 0 ? "    weight: 3\n" : "    weight: 1\n") : "", rest);
 	}
 	/* each test its own keys: the last test's members are not this one's */
 	snprintf(store, sizeof(store),
@@ -235,7 +238,7 @@ static void run(const char *name, const char *share, fault_fn fault, double faul
 	for (int i = 0; i < NODES; i++)
 		if (!(fx.late && i == 1))
 			wait_parent_agreed(&fx.d[i], fx.late ? 1 : NODES);
-	t_send = arrivals_now_s(&fx.arr[0]);
+	t_send = fx.t_send = arrivals_now_s(&fx.arr[0]);
 	for (int i = 0; i < NODES; i++)
 		if (!(fx.late && i == 1))
 			fx.sender[i] = kt_clusterfx_sender_start(fx.cg[i], &fx.arr[i].port, 1, SEND_S,
@@ -315,6 +318,32 @@ static void test_join_of_a_node(void **state)
 	run("join", "demand", join_node1, STEADY_S);
 }
 
+/* The children weighted 3:1 in the parent (40/s, share: demand), both
+ * flooding: a gets 30 (75%, its own max too), b 10, within every bound of
+ * run(); the parent used in the steady part. */
+static void test_child_weights(void **state)
+{
+	unsigned long a, b;
+	int b0, b1;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	fx.weights = true;
+	run("weights", "demand", NULL, 0);
+	/* the steady part, as run() counts it */
+	b0 = (int)ceil((fx.t_send + STEADY_S) * 1000 / ARRIVALS_BIN_MS);
+	b1 = (int)((fx.t_send + SEND_S - 0.3) * 1000 / ARRIVALS_BIN_MS);
+	a = b = 0;
+	for (int k = b0; k < b1; k++) {
+		a += fx.arr[0].bins[k];
+		b += fx.arr[1].bins[k];
+	}
+	print_message("weights: a %lu, b %lu in the steady part: a %.1f%% (want 75%%)\n", a, b,
+		      100.0 * (double)a / (double)(a + b));
+	assert_true(a + b > 0);
+	assert_true(fabs((double)a / (double)(a + b) - 0.75) <= 0.05);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -322,6 +351,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_restart_during_redis_outage, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_during_redis_outage_equal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_of_a_node, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_child_weights, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);

@@ -567,6 +567,17 @@ static void test_weights(void **state)
 	assert_string_equal(cfg.limits[1].cgroups[0], "/t/*/*");
 	assert_int_equal(cfg.limits[1].default_class, 0);
 	kt_config_free(&cfg);
+
+	/* a child's weight in its parent's pool marks the parent weighted */
+	assert_int_equal(parse(SREDIS "limits:\n"
+			       "  - {name: all, cgroups: x, share: demand, unit: datagram, rateLimit: {max: 9}}\n"
+			       "  - {name: a, cgroups: y, parent: all, weight: 3, unit: datagram, rateLimit: {max: 9}}\n"
+			       "  - {name: b, cgroups: z, parent: all, unit: datagram, rateLimit: {max: 9}}\n",
+			       &cfg, err), 0);
+	assert_true(cfg.limits[0].child_weights);
+	assert_true(cfg.limits[1].weight == 3 && cfg.limits[2].weight == 0);
+	assert_false(cfg.limits[1].child_weights);
+	kt_config_free(&cfg);
 }
 
 /* unit request: a cooperative limit, no cgroups, always node scope. */
@@ -1398,6 +1409,14 @@ static const struct bad bad_cases[] = {
 	{ SREDIS "limits:\n  - {name: w, pods: {}, unit: datagram, classBy: \"label:c\", classes: [{name: a}, {name: b}], rateLimit: {max: 1}}\n",
 	  "t.yaml:6: limits[0].classBy: ", "needs share: demand" },
 #undef CL
+	/* weight: a child's in its parent's pool, one divided by demand */
+	{ WP(", weight: 2"), "t.yaml:6: limits[0].weight: ", "needs parent:" },
+	{ SREDIS "limits:\n  - {name: p, cgroups: x, unit: datagram, rateLimit: {max: 1}}\n"
+	  "  - {name: w, cgroups: y, unit: datagram, parent: p, weight: 2, rateLimit: {max: 1}}\n",
+	  "t.yaml:7: limits[1].weight: ", "its parent p (line 6) shares equally" },
+	{ SREDIS "limits:\n  - {name: p, cgroups: x, unit: datagram, share: demand, rateLimit: {max: 1}}\n"
+	  "  - {name: w, cgroups: y, unit: datagram, parent: p, weight: 0, rateLimit: {max: 1}}\n",
+	  "t.yaml:7: limits[1].weight: ", "0 must be at least 0.001" },
 #undef WP
 #undef WC
 	/* groupBy: something every member has; a template is no parent */

@@ -270,6 +270,13 @@ struct kt_limit_cfg {
 	struct kt_share_class classes[KT_CLASSES_MAX];
 	int n_classes;            /* 0, or 2..KT_CLASSES_MAX */
 	int default_class;
+	/* weight (a limit with a parent whose share is demand): what this
+	 * limit weighs in its parent's pool, all of its members together
+	 * (KT_WEIGHT_MIN..KT_WEIGHT_MAX; 0: not set). child_weights: some
+	 * child of this limit has one, so its pool is weighted. */
+	double weight;
+	int weight_at_line;       /* where weight: is written, 0 = absent */
+	bool child_weights;
 	int refuse_errno;         /* a refused connect()/sendmsg() fails with it; default EBUSY */
 	/* maxDelay (unit call): a held call's connection ends (ETIMEDOUT)
 	 * after waiting this long, ms; 0 = it waits until admitted */

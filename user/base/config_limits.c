@@ -698,6 +698,15 @@ int kt_cfg_link_parents(struct ctx *c, yaml_node_t *limits, struct kt_config *cf
 			return fail(c, parent_node(c, limits, i), sub,
 				    "%s (line %d) is scope pod, this limit is scope node: a node-scope limit's parent must be node scope too",
 				    p->name, p->line);
+		/* weight: a share of the parent's pool, which only a parent
+		 * divided by demand has */
+		if (l->weight > 0 && p->share != KT_SHARE_DEMAND)
+			return fail(c, map_get(c, node_at(c, limits->data.sequence.items.start[i]), "weight"),
+				    (snprintf(sub, sizeof(sub), "limits[%d].weight", i), sub),
+				    "its parent %s (line %d) shares equally: give it share: demand for its children to share it by weight",
+				    p->name, p->line);
+		if (l->weight > 0)
+			cfg->limits[j].child_weights = true;
 		l->parent = j + 1;
 	}
 	/* Each chain ends at a root within KT_MAX_LEVELS and never loops. One

@@ -197,14 +197,24 @@ static int parse_classes(struct ctx *c, yaml_node_t *v, const char *field, struc
 
 int kt_cfg_parse_weights(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l)
 {
-	yaml_node_t *cb = map_get(c, n, "classBy"), *cs = map_get(c, n, "classes"),
-		    *dc = map_get(c, n, "defaultClass");
+	yaml_node_t *cb, *cs = map_get(c, n, "classes"), *dc = map_get(c, n, "defaultClass");
 	char sub[FIELD_LEN];
 	int err;
 
 	l->default_class = -1;
 	if ((err = parse_weight_by(c, n, field, l)))
 		return err;
+	/* weight: this limit's in its parent's pool (the parent is checked
+	 * once all limits are parsed, kt_cfg_link_parents) */
+	if ((cb = map_get(c, n, "weight"))) {
+		join(sub, field, "weight");
+		if (!l->parent_name[0])
+			return fail(c, cb, sub, "needs parent: (what this limit weighs in its parent's pool)");
+		if ((err = get_weight(c, cb, sub, &l->weight)))
+			return err;
+		l->weight_at_line = line_of(cb);
+	}
+	cb = map_get(c, n, "classBy");
 	if (!cb) {
 		if (cs || dc)
 			return fail(c, cs ? cs : dc, join(sub, field, cs ? "classes" : "defaultClass"),

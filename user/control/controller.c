@@ -363,6 +363,46 @@ void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local, uint64_t 
 	}
 }
 
+void kt_ctl_fill_child_weights(struct kt_ctl *c, struct kt_pool_local *local)
+{
+	int total = 0, off = 0;
+
+	for (int i = 0; i < c->plan->n_limits; i++)
+		if (c->plan->limits[i].cfg->child_weights)
+			total += c->plan->limits[i].n_members;
+	if (!total)
+		return;
+	if (total > c->weight_cap) {
+		double *nb = realloc(c->weight_buf, (size_t)total * sizeof(*nb));
+
+		if (!nb)
+			return; /* the plan's own weights this heartbeat */
+		c->weight_buf = nb;
+		c->weight_cap = total;
+	}
+	for (int i = 0; i < c->plan->n_limits; i++) {
+		const struct kt_limit_rt *l = &c->plan->limits[i];
+
+		if (!l->cfg->child_weights)
+			continue;
+		for (int j = 0; j < l->n_members; j++) {
+			const struct kt_member_rt *m = &l->members[j];
+			double w = m->weight > 0 ? m->weight : 1;
+
+			if (m->entry == KT_ENTRY_CHILD && m->via >= 0 && m->via < c->plan->n_limits &&
+			    c->plan->limits[m->via].cfg->weight > 0) {
+				const struct kt_pool_view *v = kt_pool_view(c->pool, m->via);
+				int size = v && v->size > 0 ? v->size : 1;
+
+				w = c->plan->limits[m->via].cfg->weight / size;
+			}
+			c->weight_buf[off + j] = w;
+		}
+		local[i].member_weight = &c->weight_buf[off];
+		off += l->n_members;
+	}
+}
+
 void kt_ctl_fill_slots(struct kt_ctl *c, struct kt_pool_local *local, uint64_t now)
 {
 	for (int i = 0; i < c->plan->n_limits; i++) {
@@ -671,6 +711,7 @@ void kt_ctl_tick(struct kt_ctl *c, uint64_t now)
 	 * handed to the store's worker when due (never waited for here) */
 	kt_ctl_fill_pool_local(c->plan, c->ls, c->pool_local);
 	kt_ctl_fill_demand(c, c->pool_local, now);
+	kt_ctl_fill_child_weights(c, c->pool_local);
 	kt_ctl_fill_slots(c, c->pool_local, now);
 	kt_pool_tick(c->pool, now, c->pool_local, c->plan->n_limits);
 	kt_ctl_apply_pool(c, now);
@@ -723,4 +764,7 @@ void kt_ctl_free(struct kt_ctl *c)
 	free(c->demand_buf);
 	c->demand_buf = NULL;
 	c->demand_cap = 0;
+	free(c->weight_buf);
+	c->weight_buf = NULL;
+	c->weight_cap = 0;
 }

@@ -114,6 +114,10 @@ struct kt_ctl {
 	 * (kt_ctl_free releases it) */
 	double *demand_buf;
 	int demand_cap;
+	/* ... and with children that have a `weight`: every member's weight in
+	 * the parent's pool, scratch (kt_ctl_fill_child_weights) */
+	double *weight_buf;
+	int weight_cap;
 };
 
 /* A limit's fresh state at `now`: the ramp at min. s must hold nothing to
@@ -147,6 +151,13 @@ void kt_ctl_drop_stale_pins(struct kt_ctl *c);
  * larger of the last whole epoch's and the running one's, so a member that
  * turns busy is reported at once) into local[i].member_demand. */
 void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local, uint64_t now);
+/* A parent whose children have a `weight`: each member it has through
+ * such a child weighs that weight over the child's pool size (so the
+ * child's members weigh its weight together, on all nodes), the others
+ * what they weigh by the parent's own weightBy (or 1). Sets
+ * local[i].member_weight for those parents; weights kept while the
+ * buffer cannot grow. */
+void kt_ctl_fill_child_weights(struct kt_ctl *c, struct kt_pool_local *local);
 /* In-flight limits: each one's open count and slots in force on this node,
  * as this tick read them from the kernel, and its demand, into local (what
  * its heartbeat claims). */

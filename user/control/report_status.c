@@ -535,6 +535,8 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 				kt_sb_printf(&b, "null");
 			if (c->unit == KT_UNIT_CALL)
 				kt_sb_printf(&b, ",\"max_delay_ms\":%u", c->max_delay_ms);
+			if (c->weight > 0)
+				kt_sb_printf(&b, ",\"weight\":%.6g", c->weight);
 			if (c->weight_by != KT_WEIGHT_NONE) {
 				kt_sb_printf(&b, ",\"weight_by\":");
 				kt_sb_json_str(&b, weight_by_text(c->weight_by, c->weight_key, wb, sizeof(wb)));
@@ -631,8 +633,12 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 					     c->group_other ? "(every value past maxGroups)" : c->group_value,
 					     d->src.limits[c->group_of - 1].name, kt_group_by_name(c->group_by));
 			if (kt_cfg_parent(c) >= 0)
-				kt_sb_printf(&b, "  parent %s: every call is charged to it too\n",
-					     d->cfg.limits[kt_cfg_parent(c)].name);
+				kt_sb_printf(&b, "  parent %s: every call is charged to it too%s\n",
+					     d->cfg.limits[kt_cfg_parent(c)].name,
+					     c->weight > 0 ? "; its members weigh this limit's weight together there"
+							   : "");
+			if (c->weight > 0)
+				kt_sb_printf(&b, "  weight %g in the parent's pool\n", c->weight);
 			if (c->max_delay_ms)
 				kt_sb_printf(&b, "  maxDelay %u ms: a call held longer ends its connection (ETIMEDOUT)\n",
 					     c->max_delay_ms);

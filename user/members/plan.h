@@ -25,6 +25,8 @@ struct kt_member_rt {
 	double weight;     /* its weight in a share: demand pool (weightBy), else 1 */
 	uint8_t weight_src; /* enum kt_weight_src (weights.h): where the weight came from */
 	uint8_t klass;     /* its priority class (classBy), an index into the limit's classes */
+	int16_t via;       /* KT_ENTRY_CHILD: the limit's child (an index into the plan's
+			    * limits) it came through, whose `weight` it shares; else -1 */
 	uint8_t class_src; /* enum kt_weight_src: where the class came from */
 };
 

@@ -21,7 +21,7 @@
  * Its bucket slot is kt_plan_apply's to find. */
 static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *cap,
 		      const char *real, uint64_t cgid, int j, const struct kt_pod *pod,
-		      const char *matched)
+		      const char *matched, int via)
 {
 	enum kt_weight_src src;
 
@@ -59,6 +59,7 @@ static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *c
 	m->weight_src = (uint8_t)src;
 	m->klass = (uint8_t)kt_member_class(l->cfg, pod, matched, &src);
 	m->class_src = (uint8_t)src;
+	m->via = (int16_t)via;
 	m->slot = UINT32_MAX;
 	/* the cgroup id is stable for the cgroup's life, which is the
 	 * member's life: a recreated pod is a new member */
@@ -171,7 +172,7 @@ static int pod_members(const struct kt_config *cfg, int i, const char *cg_mount,
 			if (kt_cgroup_resolve(cands[k], cg_mount, real, sizeof(real), why, sizeof(why)) ||
 			    kt_cgroup_id(real, &cgid))
 				continue;
-			if ((ret = add_member(cfg, l, cap, real, cgid, KT_ENTRY_PODS, pod, NULL)))
+			if ((ret = add_member(cfg, l, cap, real, cgid, KT_ENTRY_PODS, pod, NULL, -1)))
 				return ret;
 			break;
 		}
@@ -301,7 +302,7 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 						      sizeof(why)) ||
 				    kt_cgroup_id(real, &cgid))
 					continue;
-				if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL, paths[k])))
+				if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL, paths[k], -1)))
 					return ret;
 			}
 			continue;
@@ -326,7 +327,7 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 				 lc->cgroup_lines[j], i, j, why);
 			return ret;
 		}
-		if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL, NULL)))
+		if ((ret = add_member(cfg, l, &cap, real, cgid, j, NULL, NULL, -1)))
 			return ret;
 	}
 	return pod_members(cfg, i, cg_mount, pods, ps, l, &cap);
@@ -399,10 +400,11 @@ static int inherit_members(const struct kt_config *cfg, struct kt_plan *plan)
 				continue;
 			/* add_member keeps an ancestor's own member as it is; l
 			 * is never an ancestor of itself (no cycles), so m stays */
-			for (int a = kt_cfg_parent(l->cfg); a >= 0 && !ret;
-			     a = kt_cfg_parent(&cfg->limits[a]))
+			/* via: the child of each ancestor it comes through */
+			for (int a = kt_cfg_parent(l->cfg), via = i; a >= 0 && !ret;
+			     via = a, a = kt_cfg_parent(&cfg->limits[a]))
 				ret = add_member(cfg, &plan->limits[a], &cap[a], m->path, m->cgid,
-						 KT_ENTRY_CHILD, NULL, NULL);
+						 KT_ENTRY_CHILD, NULL, NULL, via);
 		}
 	}
 	free(cap);

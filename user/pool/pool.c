@@ -241,7 +241,8 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 		l->demand = lc->share == KT_SHARE_DEMAND && s->kind == KT_STORE_REDIS && !l->slots;
 		l->slots_demand = lc->share == KT_SHARE_DEMAND && l->slots;
 		l->weighted = (l->demand || l->slots_demand) &&
-			      (lc->weight_by != KT_WEIGHT_NONE || lc->class_by != KT_WEIGHT_NONE);
+			      (lc->weight_by != KT_WEIGHT_NONE || lc->class_by != KT_WEIGHT_NONE ||
+			       lc->child_weights);
 		l->v.slots_grant = -1;
 		l->sent_slots_in_force = -1;
 		l->v.size = 1;

@@ -303,12 +303,14 @@ static double demand_of(const struct kt_pool_local *lo, int j)
 	return isfinite(d) && d > 0 ? (d < 1e15 ? d : 1e15) : 0;
 }
 
-/* a weight the store takes, else 1 (resolve.c computed it in range) */
+/* a weight the store takes, else 1 (resolve.c and the controller computed
+ * it in range; a child's weight over its pool size may be below
+ * KT_WEIGHT_MIN) */
 static double weight_of(const struct kt_pool_local *lo, int j)
 {
 	double w = lo->member_weight ? lo->member_weight[j] : 1;
 
-	return w >= KT_WEIGHT_MIN && w <= KT_WEIGHT_MAX ? w : 1;
+	return w > 0 && w <= KT_WEIGHT_MAX ? w : 1;
 }
 
 _Static_assert(KT_CLASSES_MAX <= KT_STORE_MAX_CLASSES, "every class a config allows fits a request");
