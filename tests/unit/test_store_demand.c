@@ -682,6 +682,30 @@ static void test_priority_classes(void **state)
 	}
 }
 
+/* A limit whose weights a reload dropped: its calls no longer name wt,
+ * the stored sum of weights is rebuilt as the count, and the next
+ * heartbeats share equally. */
+static void test_weights_dropped(void **state)
+{
+	const struct dreq d = { 400, 1, 60000, 0, 0, 0 };
+	double gp = 0, gb = 0;
+
+	(void)state;
+	for (int r = 0; r < 3; r++) {
+		gp = beat_w("wdrop", &d, "prod", 5000, 3, NULL);
+		gb = beat_w("wdrop", &d, "batch", 5000, 1, NULL);
+	}
+	NEAR(gp, 300, 1e-6);
+	NEAR(meta("wdrop", "sw"), 4, 1e-9);
+	for (int r = 0; r < 3; r++) {
+		gp = beat("wdrop", &d, "prod", 5000, NULL);
+		gb = beat("wdrop", &d, "batch", 5000, NULL);
+	}
+	NEAR(meta("wdrop", "sw"), 2, 1e-9);
+	NEAR(gp, 200, 1e-6);
+	NEAR(gb, 200, 1e-6);
+}
+
 /* A weight the store must not send: negative, NaN, past the bound. */
 static void test_weight_refused(void **state)
 {
@@ -775,6 +799,7 @@ int main(void)
 		cmocka_unit_test(test_weighted_brute),
 		cmocka_unit_test(test_weight_refused),
 		cmocka_unit_test(test_priority_classes),
+		cmocka_unit_test(test_weights_dropped),
 		cmocka_unit_test(test_demand_cost),
 	};
 

@@ -126,6 +126,10 @@ local function load(K)
     and call('ZCARD', K.lapsed) == c.nl and call('ZCARD', K.sizes) == nv
     and c.bad >= 0 and c.bad + nv <= c.n and c.res >= 0 and c.res < 1e30
     and call('HLEN', K.grant) == c.nd and c.nd <= c.n and c.nw <= c.nd
+    -- a limit that no longer names wt (its weights dropped by a reload)
+    -- weighs every member 1: a sum of weights that is not the count is
+    -- from before, and is rebuilt
+    and (K.wt ~= nil or c.nd == 0 or c.sw == c.nd)
     and (c.nd == 0 or (c.gs ~= nil and c.sd ~= nil and c.gs >= 0 and c.gs < 1e30
                        and c.sd >= 0 and c.sd < 1e30 and c.sw ~= nil and c.sw > 0 and c.sw < 1e30))
   if c.nd == 0 then c.gs, c.sd, c.sw = 0, 0, 0 end
