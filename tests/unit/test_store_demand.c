@@ -662,6 +662,26 @@ static void test_priority_classes(void **state)
 	NEAR(gc, 50, 1e-6);
 	NEAR(gb, 50, 1e-6);
 	NEAR(check_sum("cls", 100), 100, 1e-6);
+	/* a rebuild (meta lost) keeps each member's class: batch back in its
+	 * class, critical at 150 again: 90 / 10 */
+	for (int r = 0; r < 2; r++) {
+		gc = beat_cls("cls", &d, "crit", 150, 0);
+		gb = beat_cls("cls", &d, "batch", 1000, 1);
+	}
+	assert_int_equal(rp_command_int(&g_master, -1, "DEL " PREFIX ":pool:{cls}:meta"), 1);
+	for (int r = 0; r < 3; r++) {
+		gc = beat_cls("cls", &d, "crit", 150, 0);
+		gb = beat_cls("cls", &d, "batch", 1000, 1);
+	}
+	{
+		redisReply *r = cmd("HGET " PREFIX ":pool:{cls}:wt batch");
+
+		assert_int_equal(r->type, REDIS_REPLY_STRING);
+		assert_string_equal(r->str, "1 1");
+		freeReplyObject(r);
+	}
+	NEAR(gc, 90, 1e-6);
+	NEAR(gb, 10, 1e-6);
 	/* a class out of range is refused before anything is sent */
 	{
 		struct kt_pool_member m = { .id = "x", .demand = 1, .klass = 2 };

@@ -90,7 +90,12 @@ local function rebuild(K, stale, hold)
         local g, w = rate(gm[id]), weight(wm[id])
         local x = dm[id] or g / w
         push(gl, id, f17(g)); push(dl, x, id)
-        if w ~= 1 then push(wl, id, f17(w)); c.nw = c.nw + 1 end
+        local k = klass(wm[id])
+        if w ~= 1 or k ~= 0 then
+          local v = f17(w)
+          if k ~= 0 then v = v .. ' ' .. k end
+          push(wl, id, v); c.nw = c.nw + 1
+        end
         c.nd, c.gs, c.sd, c.sw = c.nd + 1, c.gs + g, c.sd + x * w, c.sw + w
       end
       local b = bucket(sz[id])
