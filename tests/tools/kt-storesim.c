@@ -43,6 +43,8 @@
  * to call while the pool is all granted, and a rise can only take headroom
  * that others have freed); otherwise (b) does not apply and is said so;
  * (c) batch's grants summed are at least min(its floor, its demand) x 0.99.
+ * A member with no grant or demand stored (not joined, or lapsed) is in no
+ * sum and is counted; a saturated critical one counts as short.
  * Both classes' demand and grant totals are printed.
  * --groups G [--groups-total T]: groupBy at the store level. Each node
  * heartbeats G limits "sim@gNNNNN" instead of one, every one with the same M
@@ -913,6 +915,7 @@ static int merge(struct samples *dst, const struct samples *src)
 struct class_sums {
 	double crit_granted, batch_granted, crit_demand, batch_demand, sat_min_ratio;
 	size_t n_crit, n_batch, n_sat_crit, n_sat_short, n_unknown;
+	size_t n_missing; /* members with no grant or no demand stored (not joined, or lapsed) */
 };
 
 /* --share classes: member k of the pool from its id "nodeIIII/mJ"; -1 if not ours */
@@ -973,6 +976,14 @@ static int class_sums_stored(redisContext *c, const char *prefix, struct class_s
 		int i = (int)(k / (size_t)g_o.members), j = (int)(k % (size_t)g_o.members);
 		double d = dem[k] * wt[k];
 
+		if (!isfinite(grant[k]) || !isfinite(d)) { /* short, and in no sum */
+			o->n_missing++;
+			if (critical(i, j) && saturated(i, j)) {
+				o->n_sat_crit++;
+				o->n_sat_short++;
+			}
+			continue;
+		}
 		if (critical(i, j)) {
 			o->crit_granted += grant[k];
 			o->crit_demand += d;
@@ -1159,6 +1170,8 @@ static void print_table(const struct results *r)
 		row("demand stored (steady end): critical / batch", m, "", "");
 		snprintf(m, sizeof(m), "%.1f / %.1f /s", r->cs.crit_granted, r->cs.batch_granted);
 		row("granted stored (steady end): critical / batch", m, "", "");
+		snprintf(m, sizeof(m), "%zu", r->cs.n_missing);
+		row("  members with no grant or demand stored", m, "", "");
 		snprintf(m, sizeof(m), "%zu short of %zu, min %.4f", r->cs.n_sat_short, r->cs.n_sat_crit,
 			 r->cs.sat_min_ratio);
 		snprintf(t, sizeof(t), "0 (>= %.2f x demand)", 1 - CLASS_TOL);
@@ -1227,10 +1240,10 @@ static void print_json(const struct results *r, bool pass)
 		       "\"crit_demand_stored\":%.6f,\"batch_demand_stored\":%.6f,"
 		       "\"crit_granted_stored\":%.6f,\"batch_granted_stored\":%.6f,"
 		       "\"sat_crit\":%zu,\"sat_crit_short\":%zu,\"sat_crit_min_ratio\":%.6f,"
-		       "\"ok_crit\":%d,\"ok_batch\":%d,",
+		       "\"class_members_missing\":%zu,\"ok_crit\":%d,\"ok_batch\":%d,",
 		       CLASS_BATCH_FLOOR, r->crit_sent_max, r->crit_fits, r->cs.crit_demand, r->cs.batch_demand,
 		       r->cs.crit_granted, r->cs.batch_granted, r->cs.n_sat_crit, r->cs.n_sat_short,
-		       r->cs.sat_min_ratio, r->ok_crit, r->ok_batch);
+		       r->cs.sat_min_ratio, r->cs.n_missing, r->ok_crit, r->ok_batch);
 	if (g_o.weighted && !g_o.classes)
 		printf("\"weights_min\":%.17g,\"weights_max\":%.17g,\"pool_weight\":%.17g,"
 		       "\"grant_mean_saturated_w3\":%.6g,\"grant_mean_saturated_w1\":%.6g,"
@@ -1433,6 +1446,8 @@ join:
 	r.crit_sent_max = g_o.classes ? crit_demand_sent_max() : 0;
 	r.crit_fits = r.crit_sent_max < POOL_RATE - CLASS_BATCH_FLOOR;
 	r.ok_crit = !g_o.classes || !r.crit_fits || (r.cs.n_sat_crit && !r.cs.n_sat_short);
+	if (!isfinite(r.cs.sat_min_ratio)) /* none stored: JSON has no inf */
+		r.cs.sat_min_ratio = -1;
 	r.ok_batch = !g_o.classes ||
 		     r.cs.batch_granted >= fmin(CLASS_BATCH_FLOOR, r.cs.batch_demand) * 0.99;
 	/* per limit: one call carries --groups of them (1: per call, as before) */
