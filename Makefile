@@ -267,7 +267,7 @@ test: deps
 # A store far away: the delay climbs 50 -> 500 ms one way and back, 5 s a
 # step (tests/e2e/test_store_latency.c; make test runs 50 -> 300 -> 50).
 # kt-storesim: 1,000 nodes x 10 members on one redis-server, equal, by
-# demand and by weight (issue 43); its exit 1 (a
+# demand, by weight (issue 43) and by weight with priority classes; its exit 1 (a
 # missed target) is ignored so the tables after it still print. Then groupBy's
 # scale: 1,000 groups on one node, 10,000 groups over 100 nodes (100 each),
 # and the stress case of every node holding 1,000 of them (docs/benchmarks.md:
@@ -281,6 +281,7 @@ bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10 --share demand
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10 --share weighted
+	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 10 --share classes
 	-$(BUILD)/tools/kt-storesim --nodes 1 --members 1 --groups 1000
 	-$(BUILD)/tools/kt-storesim --nodes 100 --members 1 --groups 100 --groups-total 10000
 	-$(BUILD)/tools/kt-storesim --nodes 100 --members 1 --groups 1000 --groups-total 10000

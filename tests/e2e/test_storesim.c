@@ -12,7 +12,11 @@
  * saturated members granted more than the others. With --share weighted
  * (member k weighing 3 when k % 4 == 0, else 1) the same, plus every answer's
  * weights summing to the pool's (1,500) and the saturated members' grants
- * 3:1 by weight. With --groups (groupBy
+ * 3:1 by weight. With --share classes (weighted, plus critical members
+ * k % 5 == 0 and batch the others, batch's floor 10% of the pool) no grant
+ * violation, critical's demand fitting beside batch's floor, every
+ * saturated critical member holding its demand and batch at least its
+ * floor. With --groups (groupBy
  * at the store level): 10 nodes x 20 groups of 50 in all, a 300 ms
  * heartbeat, still one round trip per node per heartbeat and every group
  * AGREE at its own size (its live nodes x M), at the start and after 2
@@ -194,6 +198,31 @@ static void test_small_fleet_weighted_meets_targets(void **state)
 	(void)rc;
 }
 
+static void test_small_fleet_classes_meets_targets(void **state)
+{
+	const char *out;
+	int rc;
+
+	(void)state;
+	if (!ktest_find_prog("redis-server"))
+		skip();
+	out = run_fleet("classes", &rc);
+	assert_true(num(out, "pool_rate") == POOL_RATE);
+	assert_int_equal(num(out, "grant_violations"), 0);
+	assert_int_equal(num(out, "grants_stored"), NODES * MEMBERS);
+	assert_int_equal(num(out, "ok_grants"), 1);
+	/* critical's demand (about 64% of the pool) fits beside batch's floor:
+	 * its saturated members (k % 35 == 0: 29) hold their demand */
+	assert_int_equal(num(out, "crit_fits"), 1);
+	assert_int_equal(num(out, "sat_crit"), 29);
+	assert_int_equal(num(out, "sat_crit_short"), 0);
+	assert_int_equal(num(out, "ok_crit"), 1);
+	/* batch wants far more than its floor and gets at least that */
+	assert_true(num(out, "batch_granted_stored") >= 0.99 * 0.1 * POOL_RATE);
+	assert_int_equal(num(out, "ok_batch"), 1);
+	(void)rc;
+}
+
 /* 10 nodes x 20 groups of 50: node i has groups 5i..5i+19 (mod 50), so each
  * group is on 4 nodes; all 20 in one heartbeat call */
 static void test_groups_one_round_trip_every_group_agrees(void **state)
@@ -282,6 +311,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_small_fleet_meets_targets, teardown),
 		cmocka_unit_test_teardown(test_small_fleet_demand_meets_targets, teardown),
 		cmocka_unit_test_teardown(test_small_fleet_weighted_meets_targets, teardown),
+		cmocka_unit_test_teardown(test_small_fleet_classes_meets_targets, teardown),
 		cmocka_unit_test_teardown(test_groups_one_round_trip_every_group_agrees, teardown),
 	};
 

@@ -29,6 +29,23 @@
  * saturated members of weight 3 must be 3x that of those of weight 1, within
  * 5%; only answers whose level caps the member (3 or 1 x level < demand)
  * count, and neither mean may be empty.
+ * --share classes: --share weighted (the same weights, demands, pool rate
+ * and grant checks) plus 2 priority classes on every request: class 0
+ * ("critical") the members k with k % 5 == 0, class 1 ("batch") the others;
+ * floors 0 and 10% of POOL_RATE, both ceilings POOL_RATE. The 3:1 ratio is
+ * not checked (the level answered is not a class's). At the end of the
+ * steady state the grants, demands and weights stored in Redis are read
+ * and it must hold that: (a) the grants stored sum to at most POOL_RATE (as
+ * in the other modes); (b) when the critical class's total demand (the
+ * simulator's, at its +1% jitter peak) is below POOL_RATE - batch's floor,
+ * every saturated critical member (k % 7 == 0 and k % 5 == 0) holds its
+ * full demand as stored, within CLASS_TOL (a demand moves by 1% from call
+ * to call while the pool is all granted, and a rise can only take headroom
+ * that others have freed); otherwise (b) does not apply and is said so;
+ * (c) batch's grants summed are at least min(its floor, its demand) x 0.99.
+ * A member with no grant or demand stored (not joined, or lapsed) is in no
+ * sum and is counted; a saturated critical one counts as short.
+ * Both classes' demand and grant totals are printed.
  * --groups G [--groups-total T]: groupBy at the store level. Each node
  * heartbeats G limits "sim@gNNNNN" instead of one, every one with the same M
  * members, all in ONE kt_store_heartbeat_many call per heartbeat (the
@@ -69,6 +86,8 @@
 #define GRANT_EPS 1e-6
 #define WEIGHT_HEAVY 3.0  /* --share weighted: member k's weight when k % 4 == 0, else 1 */
 #define RATIO_TOL 0.05    /* --share weighted: saturated heavy / light mean grants, 3 +- 5% */
+#define CLASS_BATCH_FLOOR (0.1 * POOL_RATE) /* --share classes: class 1's floor */
+#define CLASS_TOL 0.03    /* --share classes: a saturated critical grant >= its demand x (1 - this) */
 
 /* GAP: between the measured window and the kill, while the slow log is read */
 enum phase { PH_START, PH_STEADY, PH_GAP, PH_KILL, PH_STOP, PH_COUNT };
@@ -79,7 +98,8 @@ struct opts {
 	int redis_port; /* 0: start our own redis-server */
 	bool json;
 	bool demand;    /* --share demand or weighted */
-	bool weighted;  /* --share weighted */
+	bool weighted;  /* --share weighted or classes */
+	bool classes;   /* --share classes */
 	int groups, groups_total; /* --groups, --groups-total (1, 1: one limit "sim") */
 	bool grouped;   /* either given: limits "sim@gNNNNN" */
 };
@@ -254,6 +274,17 @@ static double pool_weight(void)
 	return (double)heavy * WEIGHT_HEAVY + (double)(n - heavy);
 }
 
+static const char *share_name(void)
+{
+	return g_o.classes ? "classes" : g_o.weighted ? "weighted" : g_o.demand ? "demand" : "equal";
+}
+
+/* --share classes: member k of the pool is critical (class 0) when k % 5 == 0 */
+static bool critical(int node, int j)
+{
+	return ((long long)node * g_o.members + j) % 5 == 0;
+}
+
 /* member j of node i at round r: 20 equal shares when saturated, else
  * 0.1..0.68 of one; +-1% from call to call */
 static double demand_of(int i, int j, uint64_t r)
@@ -359,7 +390,7 @@ static void *worker_main(void *arg)
 							w->n_small++;
 						}
 					}
-				if (ph == PH_STEADY && g_o.weighted) {
+				if (ph == PH_STEADY && g_o.weighted && !g_o.classes) {
 					if (!w->weights_seen || a0->weights < w->weights_min)
 						w->weights_min = a0->weights;
 					if (!w->weights_seen || a0->weights > w->weights_max)
@@ -400,7 +431,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: kt-storesim [--nodes N] [--members M] [--heartbeat-ms H] [--stale-after K]\n"
 		"                   [--duration S] [--kill K] [--threads T] [--redis HOST:PORT]\n"
-		"                   [--share equal|demand|weighted] [--groups G [--groups-total T]]\n"
+		"                   [--share equal|demand|weighted|classes] [--groups G [--groups-total T]]\n"
 		"                   [--json]\n"
 		"  --nodes N         simulated nodes, one store connection each (default 1000)\n"
 		"  --members M       members per node (default 10)\n"
@@ -415,10 +446,16 @@ static void usage(FILE *f)
 		"                    also shares 10000/s by demand (1 member in 7 saturated);\n"
 		"                    weighted: demand on a weighted limit, member k of the pool\n"
 		"                    weighing 3 when k %% 4 == 0, else 1; the saturated members'\n"
-		"                    mean grants must be 3:1 by weight (within 5%%)\n"
+		"                    mean grants must be 3:1 by weight (within 5%%); classes:\n"
+		"                    weighted plus 2 priority classes, critical (k %% 5 == 0) and\n"
+		"                    batch (floor 10%% of the pool, ceilings the pool); at the end\n"
+		"                    of the steady state the grants stored sum to <= the pool,\n"
+		"                    every saturated critical member holds its demand (within\n"
+		"                    3%%) when critical's demand is below the pool less batch's\n"
+		"                    floor, and batch holds >= min(floor, its demand) x 0.99\n"
 		"  --groups G        limits per node, \"sim@gNNNNN\", all in one heartbeat call\n"
-		"                    (default 1: the one limit \"sim\"); not with --share demand\n"
-		"                    or weighted\n"
+		"                    (default 1: the one limit \"sim\"); not with --share demand,\n"
+		"                    weighted or classes\n"
 		"  --groups-total T  distinct groups across the nodes (default G); node i has\n"
 		"                    groups (i x T / N + k) mod T, k < G; needs G >= T / N\n"
 		"  --json            one JSON object instead of the table\n"
@@ -490,11 +527,13 @@ static int parse_args(int argc, char **argv)
 		case 't': r = parse_int("threads", optarg, 1, MAX_THREADS, &g_o.threads); threads_given = 1; break;
 		case 'r': r = parse_redis(optarg); break;
 		case 'S':
-			if (!strcmp(optarg, "demand") || !strcmp(optarg, "equal") || !strcmp(optarg, "weighted")) {
-				g_o.demand = optarg[0] == 'd' || optarg[0] == 'w';
-				g_o.weighted = optarg[0] == 'w';
+			if (!strcmp(optarg, "demand") || !strcmp(optarg, "equal") || !strcmp(optarg, "weighted") ||
+			    !strcmp(optarg, "classes")) {
+				g_o.demand = optarg[0] == 'd' || optarg[0] == 'w' || optarg[0] == 'c';
+				g_o.weighted = optarg[0] == 'w' || optarg[0] == 'c';
+				g_o.classes = optarg[0] == 'c';
 			} else {
-				fprintf(stderr, "kt-storesim: --share: '%s' is not equal, demand or weighted\n",
+				fprintf(stderr, "kt-storesim: --share: '%s' is not equal, demand, weighted or classes\n",
 					optarg);
 				r = -1;
 			}
@@ -555,7 +594,7 @@ static int parse_args(int argc, char **argv)
 	}
 	if (g_o.grouped && g_o.demand) {
 		fprintf(stderr, "kt-storesim: --share %s: one limit per node only, "
-				"not with --groups/--groups-total\n", g_o.weighted ? "weighted" : "demand");
+				"not with --groups/--groups-total\n", share_name());
 		return -1;
 	}
 	if (g_o.threads > g_o.nodes) {
@@ -799,6 +838,13 @@ static int open_nodes(const char *prefix)
 				.fallback_rate = 0,
 				.weighted = g_o.weighted,
 			};
+			if (g_o.classes) {
+				nd->reqs[k].n_classes = 2;
+				nd->reqs[k].class_floor[0] = 0;
+				nd->reqs[k].class_ceiling[0] = POOL_RATE;
+				nd->reqs[k].class_floor[1] = CLASS_BATCH_FLOOR;
+				nd->reqs[k].class_ceiling[1] = POOL_RATE;
+			}
 		}
 		for (int j = 0; j < g_o.members; j++) {
 			char *id = nd->ids + (size_t)j * ID_LEN;
@@ -807,6 +853,8 @@ static int open_nodes(const char *prefix)
 			nd->members[j] = (struct kt_pool_member){ .id = id, .reported_size = KT_POOL_REPORT_LIVE };
 			if (g_o.weighted)
 				nd->members[j].weight = weight_of(i, j);
+			if (g_o.classes)
+				nd->members[j].klass = critical(i, j) ? 0 : 1;
 		}
 		ret = kt_store_open(&nd->st, &cfg, err, sizeof(err));
 		/* connect now: connection setup is not part of what is measured */
@@ -864,6 +912,125 @@ static int merge(struct samples *dst, const struct samples *src)
 	return 0;
 }
 
+struct class_sums {
+	double crit_granted, batch_granted, crit_demand, batch_demand, sat_min_ratio;
+	size_t n_crit, n_batch, n_sat_crit, n_sat_short, n_unknown;
+	size_t n_missing; /* members with no grant or no demand stored (not joined, or lapsed) */
+};
+
+/* --share classes: member k of the pool from its id "nodeIIII/mJ"; -1 if not ours */
+static long long member_index(const char *id)
+{
+	int i, j;
+
+	if (sscanf(id, "node%d/m%d", &i, &j) != 2 || i < 0 || i >= g_o.nodes || j < 0 || j >= g_o.members)
+		return -1;
+	return (long long)i * g_o.members + j;
+}
+
+/* --share classes: grant, dem and wt as stored, per class. A member's
+ * demand is its dem score x its weight (wt: "W" or "W K"; none: 1). */
+static int class_sums_stored(redisContext *c, const char *prefix, struct class_sums *o)
+{
+	size_t n = (size_t)g_o.nodes * (size_t)g_o.members;
+	double *grant = malloc(n * sizeof(*grant)), *dem = malloc(n * sizeof(*dem)), *wt = malloc(n * sizeof(*wt));
+	redisReply *r[3] = { NULL, NULL, NULL };
+	int ret = -EIO;
+
+	*o = (struct class_sums){ .sat_min_ratio = INFINITY };
+	if (!grant || !dem || !wt) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t k = 0; k < n; k++) {
+		grant[k] = dem[k] = NAN;
+		wt[k] = 1;
+	}
+	r[0] = redisCommand(c, "HGETALL %s:pool:{%s}:grant", prefix, LIMIT_NAME);
+	r[1] = redisCommand(c, "ZRANGE %s:pool:{%s}:dem 0 -1 WITHSCORES", prefix, LIMIT_NAME);
+	r[2] = redisCommand(c, "HGETALL %s:pool:{%s}:wt", prefix, LIMIT_NAME);
+	for (int t = 0; t < 3; t++) {
+		if (!r[t] || r[t]->type != REDIS_REPLY_ARRAY || r[t]->elements % 2) {
+			fprintf(stderr, "kt-storesim: redis: reading grant, dem and wt failed%s%s\n",
+				r[t] ? "" : ": ", r[t] ? "" : c->errstr);
+			goto out;
+		}
+		for (size_t e = 0; e + 1 < r[t]->elements; e += 2) {
+			const redisReply *id = r[t]->element[e], *v = r[t]->element[e + 1];
+			long long k = id->type == REDIS_REPLY_STRING ? member_index(id->str) : -1;
+			double x = v->type == REDIS_REPLY_STRING ? strtod(v->str, NULL) : NAN;
+
+			if (k < 0) {
+				o->n_unknown++;
+				continue;
+			}
+			if (t == 0)
+				grant[k] = x;
+			else if (t == 1)
+				dem[k] = x;
+			else
+				wt[k] = x; /* "W K": strtod stops at the space */
+		}
+	}
+	for (size_t k = 0; k < n; k++) {
+		int i = (int)(k / (size_t)g_o.members), j = (int)(k % (size_t)g_o.members);
+		double d = dem[k] * wt[k];
+
+		if (!isfinite(grant[k]) || !isfinite(d)) { /* short, and in no sum */
+			o->n_missing++;
+			if (critical(i, j) && saturated(i, j)) {
+				o->n_sat_crit++;
+				o->n_sat_short++;
+			}
+			continue;
+		}
+		if (critical(i, j)) {
+			o->crit_granted += grant[k];
+			o->crit_demand += d;
+			o->n_crit++;
+			if (saturated(i, j)) {
+				double ratio = grant[k] / d;
+
+				o->n_sat_crit++;
+				if (!(ratio >= 1 - CLASS_TOL))
+					o->n_sat_short++;
+				if (!(ratio >= o->sat_min_ratio))
+					o->sat_min_ratio = ratio;
+			}
+		} else {
+			o->batch_granted += grant[k];
+			o->batch_demand += d;
+			o->n_batch++;
+		}
+	}
+	ret = 0;
+out:
+	for (int t = 0; t < 3; t++)
+		if (r[t])
+			freeReplyObject(r[t]);
+	free(grant);
+	free(dem);
+	free(wt);
+	return ret;
+}
+
+/* --share classes: the most the critical class's demands sent sum to (each
+ * at its +1% jitter peak, floor_rate at least, as the script counts them) */
+static double crit_demand_sent_max(void)
+{
+	double sum = 0;
+
+	for (int i = 0; i < g_o.nodes; i++)
+		for (int j = 0; j < g_o.members; j++) {
+			long long k = (long long)i * g_o.members + j;
+			double d = saturated(i, j) ? 20 : (5 + k % 30) / 50.0;
+
+			if (critical(i, j))
+				sum += fmax(d * equal_share() * 1.01, floor_rate());
+		}
+	return sum;
+}
+
 struct results {
 	uint64_t heartbeats, round_trips, not_agree, errors;
 	struct samples script_us, rtt_us, lateness_us, steady_late_us;
@@ -880,6 +1047,14 @@ struct results {
 	double mean_heavy, mean_light, ratio, weights_min, weights_max;
 	uint64_t n_heavy, n_light, n_uncapped;
 	bool ok_ratio;
+	/* --share classes, from Redis at the end of the steady state: each
+	 * class's grants and demands (as stored: max(demand, floor_rate))
+	 * summed; the critical demand the simulator sends at most (+1%);
+	 * saturated critical members: counted, short of demand x (1 - CLASS_TOL),
+	 * their smallest grant / demand */
+	struct class_sums cs;
+	double crit_sent_max;
+	bool crit_fits, ok_crit, ok_batch;
 	char first_error[KT_ERR_LEN];
 	char first_violation[160];
 	bool ok_script, ok_rt, ok_kill, ok_start, ok_steady, ok_grants;
@@ -917,11 +1092,14 @@ static void print_table(const struct results *r)
 	if (g_o.demand)
 		printf("share: %s (pool_rate %.0f/s, floor_rate %.3g/s, recompute %d ms; equal share "
 		       "%.3g/s, 1 member in 7 asks 20 of them, the others 0.1..0.68 of one)\n",
-		       g_o.weighted ? "weighted" : "demand", POOL_RATE, floor_rate(), g_o.heartbeat_ms / 2,
+		       share_name(), POOL_RATE, floor_rate(), g_o.heartbeat_ms / 2,
 		       equal_share());
 	if (g_o.weighted)
 		printf("weights: member k of the pool weighs %.0f when k %% 4 == 0, else 1 (%.0f in all)\n",
 		       WEIGHT_HEAVY, pool_weight());
+	if (g_o.classes)
+		printf("classes: critical (k %% 5 == 0) floor 0, batch floor %.0f/s, ceilings %.0f/s\n",
+		       CLASS_BATCH_FLOOR, POOL_RATE);
 	if (!g_o.demand)
 		printf("share: equal\n");
 	row("figure", "measured", "target", "");
@@ -984,7 +1162,26 @@ static void print_table(const struct results *r)
 		snprintf(t, sizeof(t), "equal share %.3g /s", equal_share());
 		row("mean grant (steady): saturated / the others", m, t, "");
 	}
-	if (g_o.weighted) {
+	if (g_o.classes) {
+		snprintf(m, sizeof(m), "%.1f /s", r->crit_sent_max);
+		snprintf(t, sizeof(t), "pool - floor %.0f", POOL_RATE - CLASS_BATCH_FLOOR);
+		row("critical demand sent, at most (+1%)", m, t, r->crit_fits ? "fits" : "over");
+		snprintf(m, sizeof(m), "%.1f / %.1f /s", r->cs.crit_demand, r->cs.batch_demand);
+		row("demand stored (steady end): critical / batch", m, "", "");
+		snprintf(m, sizeof(m), "%.1f / %.1f /s", r->cs.crit_granted, r->cs.batch_granted);
+		row("granted stored (steady end): critical / batch", m, "", "");
+		snprintf(m, sizeof(m), "%zu", r->cs.n_missing);
+		row("  members with no grant or demand stored", m, "", "");
+		snprintf(m, sizeof(m), "%zu short of %zu, min %.4f", r->cs.n_sat_short, r->cs.n_sat_crit,
+			 r->cs.sat_min_ratio);
+		snprintf(t, sizeof(t), "0 (>= %.2f x demand)", 1 - CLASS_TOL);
+		row("saturated critical: grant / demand", m, r->crit_fits ? t : "n/a (over)",
+		    r->crit_fits ? verdict(r->ok_crit) : "n/a");
+		snprintf(m, sizeof(m), "%.1f /s", r->cs.batch_granted);
+		snprintf(t, sizeof(t), ">= %.1f /s", fmin(CLASS_BATCH_FLOOR, r->cs.batch_demand) * 0.99);
+		row("batch granted, summed (steady end)", m, t, verdict(r->ok_batch));
+	}
+	if (g_o.weighted && !g_o.classes) {
 		snprintf(m, sizeof(m), "%.0f..%.0f", r->weights_min, r->weights_max);
 		snprintf(t, sizeof(t), "%.0f", pool_weight());
 		row("answers' weights (steady), smallest..largest", m, t, "");
@@ -1038,7 +1235,16 @@ static void print_json(const struct results *r, bool pass)
 		       "\"script_per_limit_p50_us\":%.2f,\"script_per_limit_p99_us\":%.2f,",
 		       g_o.groups, g_o.groups_total, r->grp_min, r->grp_max,
 		       (double)pct(&r->script_us, .5) / g_o.groups, (double)pct(&r->script_us, .99) / g_o.groups);
-	if (g_o.weighted)
+	if (g_o.classes)
+		printf("\"batch_floor\":%.1f,\"crit_demand_sent_max\":%.6f,\"crit_fits\":%d,"
+		       "\"crit_demand_stored\":%.6f,\"batch_demand_stored\":%.6f,"
+		       "\"crit_granted_stored\":%.6f,\"batch_granted_stored\":%.6f,"
+		       "\"sat_crit\":%zu,\"sat_crit_short\":%zu,\"sat_crit_min_ratio\":%.6f,"
+		       "\"class_members_missing\":%zu,\"ok_crit\":%d,\"ok_batch\":%d,",
+		       CLASS_BATCH_FLOOR, r->crit_sent_max, r->crit_fits, r->cs.crit_demand, r->cs.batch_demand,
+		       r->cs.crit_granted, r->cs.batch_granted, r->cs.n_sat_crit, r->cs.n_sat_short,
+		       r->cs.sat_min_ratio, r->cs.n_missing, r->ok_crit, r->ok_batch);
+	if (g_o.weighted && !g_o.classes)
 		printf("\"weights_min\":%.17g,\"weights_max\":%.17g,\"pool_weight\":%.17g,"
 		       "\"grant_mean_saturated_w3\":%.6g,\"grant_mean_saturated_w1\":%.6g,"
 		       "\"grant_ratio_w3_w1\":%.6g,\"samples_w3\":%llu,\"samples_w1\":%llu,"
@@ -1052,7 +1258,7 @@ static void print_json(const struct results *r, bool pass)
 		       "\"grant_sum_stored\":%.6f,\"grants_stored\":%zu,"
 		       "\"grant_sum_stored_after_kill\":%.6f,\"grants_stored_after_kill\":%zu,"
 		       "\"grant_mean_saturated\":%.6g,\"grant_mean_other\":%.6g,\"ok_grants\":%d}\n",
-		       g_o.weighted ? "weighted" : "demand", POOL_RATE, floor_rate(), g_o.heartbeat_ms / 2,
+		       share_name(), POOL_RATE, floor_rate(), g_o.heartbeat_ms / 2,
 		       (unsigned long long)r->answers,
 		       (unsigned long long)r->grant_violations, r->granted_max, r->stored_sum, r->stored_n,
 		       r->stored_sum_kill, r->stored_n_kill, r->mean_sat, r->mean_small, r->ok_grants);
@@ -1151,6 +1357,8 @@ int main(int argc, char **argv)
 	t_end = mono_ns();
 	if (g_o.demand && grant_sum_stored(admin, prefix, &r.stored_sum, &r.stored_n))
 		goto stop;
+	if (g_o.classes && class_sums_stored(admin, prefix, &r.cs))
+		goto stop;
 	atomic_store(&g_time_rtt, false);
 	atomic_store(&g_phase, PH_GAP);
 	/* the mass death: victims stop at their next due time, without leaving */
@@ -1231,7 +1439,17 @@ join:
 	r.mean_heavy = r.n_heavy ? r.mean_heavy / (double)r.n_heavy : 0;
 	r.mean_light = r.n_light ? r.mean_light / (double)r.n_light : 0;
 	r.ratio = r.mean_light > 0 ? r.mean_heavy / r.mean_light : 0;
-	r.ok_ratio = !g_o.weighted || (r.n_heavy && r.n_light && fabs(r.ratio / WEIGHT_HEAVY - 1) <= RATIO_TOL);
+	r.ok_ratio = !g_o.weighted || g_o.classes || (r.n_heavy && r.n_light && fabs(r.ratio / WEIGHT_HEAVY - 1) <= RATIO_TOL);
+	/* --share classes: (b) when critical's demand fits beside batch's
+	 * floor, every saturated critical member holds its demand; (c) batch
+	 * holds min(its floor, its demand) x 0.99 */
+	r.crit_sent_max = g_o.classes ? crit_demand_sent_max() : 0;
+	r.crit_fits = r.crit_sent_max < POOL_RATE - CLASS_BATCH_FLOOR;
+	r.ok_crit = !g_o.classes || !r.crit_fits || (r.cs.n_sat_crit && !r.cs.n_sat_short);
+	if (!isfinite(r.cs.sat_min_ratio)) /* none stored: JSON has no inf */
+		r.cs.sat_min_ratio = -1;
+	r.ok_batch = !g_o.classes ||
+		     r.cs.batch_granted >= fmin(CLASS_BATCH_FLOOR, r.cs.batch_demand) * 0.99;
 	/* per limit: one call carries --groups of them (1: per call, as before) */
 	r.ok_script = r.script_us.n && (double)pct(&r.script_us, .99) / g_o.groups < SCRIPT_P99_TARGET_US;
 	r.grp_min = INT32_MAX;
@@ -1245,7 +1463,8 @@ join:
 	r.ok_start = r.agree_start_ms >= 0;
 	r.ok_kill = r.agree_kill_ms >= 0 && r.agree_kill_ms <= r.bound_ms;
 	r.ok_steady = !r.not_agree && !r.errors;
-	pass = r.ok_script && r.ok_rt && r.ok_start && r.ok_kill && r.ok_steady && r.ok_grants && r.ok_ratio;
+	pass = r.ok_script && r.ok_rt && r.ok_start && r.ok_kill && r.ok_steady && r.ok_grants && r.ok_ratio &&
+	       r.ok_crit && r.ok_batch;
 	if (g_o.json)
 		print_json(&r, pass);
 	else
