@@ -682,6 +682,30 @@ static void test_priority_classes(void **state)
 	}
 	NEAR(gc, 90, 1e-6);
 	NEAR(gb, 10, 1e-6);
+	/* the same with the levels cached (recompute 500 ms; the class sums
+	 * are kept as members change, so each call divides between classes
+	 * anew): within a tenth of an equal share */
+	{
+		const struct dreq dc = { 100, 1, 60000, 0, 500, 0 };
+
+		/* a class's level is walked at most every recompute / 4: rounds
+		 * 130 ms apart, as heartbeats are */
+		for (int r = 0; r < 4; r++) {
+			gc = beat_cls("clsc", &dc, "crit", 80, 0);
+			gb = beat_cls("clsc", &dc, "batch", 1000, 1);
+			rp_sleep_ms(130);
+		}
+		NEAR(gc, 80, 5);
+		NEAR(gb, 20, 5);
+		for (int r = 0; r < 4; r++) {
+			gc = beat_cls("clsc", &dc, "crit", 150, 0);
+			gb = beat_cls("clsc", &dc, "batch", 1000, 1);
+			rp_sleep_ms(130);
+		}
+		NEAR(gc, 90, 5);
+		NEAR(gb, 10, 5);
+		check_sum("clsc", 100);
+	}
 	/* a class out of range is refused before anything is sent */
 	{
 		struct kt_pool_member m = { .id = "x", .demand = 1, .klass = 2 };

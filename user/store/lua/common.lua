@@ -112,7 +112,7 @@ local function each(cmd, key, list, step)
 end
 local function load(K)
   local m = call('HMGET', K.meta, 'n', 'ns', 'bad', 'nl', 'res', 'gs', 'sd', 'lvl', 'lt', 'lp',
-                      'exp', 'due', 'sw', 'cls')
+                      'exp', 'due', 'sw', 'cls', 'cd')
   local c = {n = tonumber(m[1]) or 0, ns = tonumber(m[2]) or 0, bad = tonumber(m[3]) or 0,
              nl = tonumber(m[4]) or 0, res = tonumber(m[5]) or 0,
              gs = tonumber(m[6]), sd = tonumber(m[7]), lvl = tonumber(m[8]) or -1,
@@ -120,6 +120,15 @@ local function load(K)
              shared = m[6] ~= false, steady = m[12] ~= false, nd = call('ZCARD', K.dem),
              sw = tonumber(m[13]), nw = 0, cls = m[14] ~= '' and m[14] or nil}
   if K.wt then c.nw = call('HLEN', K.wt) end
+  -- classes: "D W" per class (heartbeat.lua's csum), unless malformed
+  if m[15] and m[15] ~= '' then
+    c.cd = {}
+    for d, w in string.gmatch(m[15], '([^ ,]+) ([^,]+)') do
+      d, w = tonumber(d), tonumber(w)
+      if not d or not w then c.cd = nil; break end
+      c.cd[#c.cd + 1] = {d, w}
+    end
+  end
   local nv = call('HLEN', K.hist)
   local ok = call('ZCARD', K.hb) == c.n and call('HLEN', K.counted) == c.n
     and call('HLEN', K.size) == c.ns and c.ns <= c.n
@@ -161,16 +170,25 @@ end
 local function undem(K, c, id)
   local x = call('ZSCORE', K.dem, id)
   if x then
-    local w = 1
+    local w, k = 1, 0
     if c.nw > 0 then
-      w = weight(call('HGET', K.wt, id))
+      local v = call('HGET', K.wt, id)
+      w, k = weight(v), klass(v)
       c.nw = c.nw - call('HDEL', K.wt, id)
     end
+    local q = c.cd and c.cd[math.min(k, #c.cd - 1) + 1]
+    if q then q[1], q[2] = q[1] - rate(x) * w, q[2] - w end
     call('ZREM', K.dem, id)
     c.nd, c.sd, c.sw, c.inval = c.nd - 1, c.sd - rate(x) * w, c.sw - w, true
     c.gs = c.gs - rate(call('HGET', K.grant, id))
     call('HDEL', K.grant, id)
   end
+end
+local function cdtext(cd)
+  if not cd then return '' end
+  local t = {}
+  for k, q in ipairs(cd) do t[k] = f17(q[1]) .. ' ' .. f17(q[2]) end
+  return table.concat(t, ',')
 end
 -- c.ans and c.due (heartbeat.lua's steady path): written when set, else
 -- removed if load saw them, so a caller that sets neither (leave.lua) ends
@@ -192,11 +210,11 @@ local function save(K, c)
     call('HMSET', K.meta, unpack(f))
     if c.nd > 0 then
       call('HMSET', K.meta, 'gs', f17(c.gs), 'sd', f17(c.sd),
-                 'sw', f17(c.sw), 'cls', c.cls or '',
+                 'sw', f17(c.sw), 'cls', c.cls or '', 'cd', cdtext(c.cd),
                  'lvl', f17(c.lvl), 'lt', f0(c.lt),
                  'lp', f17(c.lp))
     elseif c.shared then -- written together: gs tells
-      call('HDEL', K.meta, 'gs', 'sd', 'sw', 'cls', 'lvl', 'lt', 'lp')
+      call('HDEL', K.meta, 'gs', 'sd', 'sw', 'cls', 'cd', 'lvl', 'lt', 'lp')
     end
   else
     call('DEL', K.meta)

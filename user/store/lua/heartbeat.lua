@@ -158,49 +158,49 @@ local function level(K, c, P)
   end
 end
 -- Priority classes (ct: {floor, ceiling} per class, the first the most
--- important): P goes to the classes in order, each taking its demand up
--- to its ceiling while what the classes below are owed of their floors
--- (min(floor, demand)) stays free; what is left when all fit, less a
--- floor, goes to the classes by weight up to their ceilings. Within a
--- class, weighted max-min as without classes. Reads all of dem and wt
--- (O(pool)), so the answer is cached in meta (cls) like the level.
--- Returns "level bonus" per class, comma-separated: level -1 (its
--- demand fits: each member its demand + bonus x weight) or the class's
--- water level per unit of weight.
-local function classes(K, c, P, flo, ct)
-  local nk, r = #ct, call('ZRANGE', K.dem, 0, -1, 'WITHSCORES')
-  local ws, m, D, W, A, Wt = wts(K, c, r), {}, {}, {}, {}, 0
-  for k = 1, nk do m[k], D[k], W[k] = {}, 0, 0 end
+-- important). cd: each class's demand and weight summed, kept as members
+-- change (meta's cd; csum counts them anew, O(pool)). From them, every
+-- call: P goes to the classes in order, each its demand up to its ceiling
+-- while what the classes after it are owed of their floors (min(floor,
+-- demand)) stays free, and what is left when all fit, less a floor, goes
+-- to the classes by weight up to their ceilings. Within a class whose
+-- part is short of its demand, weighted max-min at the class's own level,
+-- which only a walk of the pool finds (clv, O(pool)): cached in meta
+-- (cls, "level part" per class) while that part moves by at most 1% or a
+-- tenth of an equal share, nothing invalidates it and rms has not passed,
+-- and walked at most every rms / 4.
+local function csum(K, c, nk)
+  local r, cd = call('ZRANGE', K.dem, 0, -1, 'WITHSCORES'), {}
+  local ws = wts(K, c, r)
+  for k = 1, nk do cd[k] = {0, 0} end
   for j = 2, #r, 2 do
     local v = ws and ws[j / 2]
-    local w, k, x = weight(v), math.min(klass(v), nk - 1) + 1, tonumber(r[j])
-    m[k][#m[k] + 1] = {x, w}
-    D[k], W[k], Wt = D[k] + x * w, W[k] + w, Wt + w
+    local w, k = weight(v), math.min(klass(v), nk - 1) + 1
+    cd[k][1], cd[k][2] = cd[k][1] + tonumber(r[j]) * w, cd[k][2] + w
   end
-  local rem = P
+  return cd
+end
+local function clv(K, c, nk, A, D, W)
+  local r, cl, rm, Wr = call('ZRANGE', K.dem, 0, -1, 'WITHSCORES'), {}, {}, {}
+  local ws = wts(K, c, r)
   for k = 1, nk do
-    local owed = 0
-    for j = k + 1, nk do owed = owed + math.min(ct[j][1], D[j]) end
-    A[k] = math.max(0, math.min(D[k], ct[k][2], rem - owed))
-    rem = rem - A[k]
+    cl[k], rm[k], Wr[k] = {-1, A[k]}, A[k], W[k]
+    if A[k] < D[k] then cl[k][1] = 0 end
   end
-  rem = math.max(0, rem - flo)
-  local out = {}
-  for k = 1, nk do
-    local lv, b = -1, 0
-    if A[k] < D[k] then
-      local rm, Wr = A[k], W[k]
-      lv = 0
-      for _, e in ipairs(m[k]) do
-        if e[1] * Wr >= rm then lv = rm / Wr; break end
-        rm, Wr = rm - e[1] * e[2], Wr - e[2]
+  -- dem is in x order: each short class's bottom walk, all in one pass
+  for j = 2, #r, 2 do
+    local v = ws and ws[j / 2]
+    local k = math.min(klass(v), nk - 1) + 1
+    if cl[k][1] == 0 and Wr[k] > 0 then
+      local w, x = weight(v), tonumber(r[j])
+      if x * Wr[k] >= rm[k] then
+        cl[k][1], Wr[k] = rm[k] / Wr[k], 0
+      else
+        rm[k], Wr[k] = rm[k] - x * w, Wr[k] - w
       end
-    elseif W[k] > 0 and Wt > 0 then
-      b = math.max(0, math.min(rem * W[k] / Wt, ct[k][2] - A[k])) / W[k]
     end
-    out[k] = f17(lv) .. ' ' .. f17(b)
   end
-  return table.concat(out, ',')
+  return cl
 end
 -- Updates dem for this node's members (ARGV i..j, stride 3), the level,
 -- and their grants: shrinks first, then growth into free headroom only.
@@ -218,6 +218,21 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
     end
   end
   local own, tenth = {}, 0.1 * P / math.max(c.nd, 1)
+  -- classes: their sums (counted anew when missing, or for a small pool),
+  -- and the cached levels
+  local nk, cl = ct and #ct, nil
+  local function cadd(k, e, w, sg)
+    local q = c.cd[math.min(k, nk - 1) + 1]
+    q[1], q[2] = q[1] + sg * e, q[2] + sg * w
+  end
+  if ct then
+    if not c.cd or #c.cd ~= nk or c.nd <= RECOUNT then c.cd = csum(K, c, nk) end
+    if c.cls then
+      cl = {}
+      for lv, a in string.gmatch(c.cls, '([^ ,]+) ([^,]+)') do cl[#cl + 1] = {tonumber(lv), tonumber(a)} end
+      if #cl ~= nk then cl = nil end
+    end
+  end
   for i = i0, i1, 3 do
     local id = ARGV[i]
     -- "D", "D W" or "D W K"
@@ -236,13 +251,18 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
       local oe = rate(old) * ow
       cur = rate(call('HGET', K.grant, id))
       c.sd, c.sw = c.sd + e - oe, c.sw + w - ow
-      if ow ~= w or ok ~= k or (ct and math.abs(e - oe) > tenth) or
-         (c.lvl >= 0 and math.abs(math.min(e, w * c.lvl) - math.min(oe, ow * c.lvl)) > tenth) then
+      -- with classes: the level of the member's class, if it is short
+      local lv = c.lvl
+      if ct then lv = cl and cl[math.min(k, nk - 1) + 1] and cl[math.min(k, nk - 1) + 1][1] or -1 end
+      if ow ~= w or ok ~= k or
+         (lv >= 0 and math.abs(math.min(e, w * lv) - math.min(oe, ow * lv)) > tenth) then
         c.inval = true
       end
+      if ct then cadd(ok, oe, ow, -1) end
     else
       c.nd, c.sd, c.sw, c.inval = c.nd + 1, c.sd + e, c.sw + w, true
     end
+    if ct then cadd(k, e, w, 1) end
     if w ~= 1 or k ~= 0 then
       local v = f17(w)
       if k ~= 0 then v = v .. ' ' .. k end
@@ -253,26 +273,52 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
     if (not old or rate(old) ~= x) and call('ZADD', K.dem, x, id) == 1 then c.grew = true end
     own[#own + 1] = {id = id, e = e, w = w, k = k, cur = cur}
   end
-  local recompute = c.inval or math.abs(P - c.lp) > 0.01 * c.lp or now - c.lt >= rms
   if ct then
-    -- per class: "level bonus" (classes())
-    if recompute or not c.cls then
-      c.cls, c.lt, c.lp, c.inval = classes(K, c, P, flo, ct), now, P, false
+    local D, W, A, Wt, rem = {}, {}, {}, 0, P
+    for k = 1, nk do
+      D[k], W[k] = math.max(0, c.cd[k][1]), math.max(0, c.cd[k][2])
+      Wt = Wt + W[k]
     end
-    local cl, k = {}, 0
-    for lv, b in string.gmatch(c.cls, '([^ ,]+) ([^,]+)') do
-      cl[k] = {tonumber(lv), tonumber(b)}
-      k = k + 1
+    for k = 1, nk do
+      local owed = 0
+      for j = k + 1, nk do owed = owed + math.min(ct[j][1], D[j]) end
+      A[k] = math.max(0, math.min(D[k], ct[k][2], rem - owed))
+      rem = rem - A[k]
     end
+    rem = math.max(0, rem - flo)
+    -- a walk of the pool at most every rms / 4, whatever changed (a fleet
+    -- joining changes something every call): a class's level may be that
+    -- old, and no grant grows past free headroom meanwhile
+    local stale = not cl or now - c.lt >= rms
+    for k = 1, nk do
+      if not stale and A[k] < D[k] and
+         (c.inval or cl[k][1] < 0 or math.abs(A[k] - cl[k][2]) > math.max(0.01 * cl[k][2], tenth)) then
+        stale = true
+      end
+    end
+    stale = stale and (not cl or now - c.lt >= rms / 4)
+    if stale then cl, c.lt, c.lp = clv(K, c, nk, A, D, W), now, P end
+    -- what invalidated the levels was honoured, or waits for the part to
+    -- move or rms to pass (save would otherwise date them back to 0)
+    c.inval = false
+    local out = {}
+    for k = 1, nk do out[k] = f17(cl[k][1]) .. ' ' .. f17(cl[k][2]) end
+    c.cls = table.concat(out, ',')
     for _, m in ipairs(own) do
-      local p = cl[math.min(m.k, k - 1)] or {-1, 0}
-      if p[1] < 0 then m.t = m.e + p[2] * m.w else m.t = math.min(m.e, m.w * p[1]) end
+      local k = math.min(m.k, nk - 1) + 1
+      if A[k] < D[k] then
+        m.t = math.min(m.e, m.w * math.max(cl[k][1], 0))
+      else
+        local b = 0
+        if W[k] > 0 and Wt > 0 then b = math.max(0, math.min(rem * W[k] / Wt, ct[k][2] - A[k])) / W[k] end
+        m.t = m.e + b * m.w
+      end
     end
   else
-    c.cls = nil
+    c.cls, c.cd = nil, nil
     if c.sd <= P then
       c.lvl = -1
-    elseif recompute or c.lvl < 0 then
+    elseif c.inval or c.lvl < 0 or math.abs(P - c.lp) > 0.01 * c.lp or now - c.lt >= rms then
       c.lvl, c.lt, c.lp, c.inval = level(K, c, P), now, P, false
     end
     -- everyone fits: the leftover, less a floor, by weight
