@@ -83,10 +83,7 @@ static int teardown(void **state)
 
 static void dump_node(int i)
 {
-	char tag[16];
-
-	snprintf(tag, sizeof(tag), "n%d", i);
-	ktest_daemon_dump(&fx.d[i], tag, 30);
+	kt_clusterfx_dump_node(&fx.d[i], i, 30);
 }
 
 /* Node i: the three limits; only its own child has a member here (the

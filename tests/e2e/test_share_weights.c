@@ -107,10 +107,7 @@ static int teardown(void **state)
 
 static void dump_node(int i)
 {
-	char tag[16];
-
-	snprintf(tag, sizeof(tag), "n%d", i);
-	ktest_daemon_dump(&fx.d[i], tag, 40);
+	kt_clusterfx_dump_node(&fx.d[i], i, 40);
 }
 
 /* Node i's cgroups (base/{tier}/m for its members) and config, started. */

@@ -174,6 +174,14 @@ char *kt_clusterfx_node_yaml(int i, const struct kt_clusterfx_pool *p, const cha
 	return body;
 }
 
+void kt_clusterfx_dump_node(const struct ktest_daemon *d, int i, int lines)
+{
+	char tag[16];
+
+	snprintf(tag, sizeof(tag), "n%d", i);
+	ktest_daemon_dump(d, tag, lines);
+}
+
 void kt_clusterfx_node_config(struct ktest_daemon *d, int i, const struct kt_clusterfx_pool *p,
 			      const char *store, const char *limits)
 {

@@ -138,6 +138,8 @@ unsigned kt_clusterfx_lst_get(const struct ktest_daemon *d, const char *limit,
  * `size`. */
 bool kt_clusterfx_agreed(const struct kt_clusterfx_lst *s, int size);
 
+/* Node i's (d) log tail and status, as "n<i>", its last `lines` lines. */
+void kt_clusterfx_dump_node(const struct ktest_daemon *d, int i, int lines);
 /* cmocka: starts node i (d configured) with a 5 s timeout; else says so,
  * calls dump(i) and fails the test. */
 void kt_clusterfx_run_node(struct ktest_daemon *d, int i, void (*dump)(int i));
