@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
-/* A limit's weightBy, weights and defaultWeight (config.h): where each
- * member's weight in the weighted max-min division of a share: demand pool
- * comes from. */
+/* Shares by importance, a limit's keys for them (config.h): weightBy,
+ * weights and defaultWeight (where each member's weight in the weighted
+ * max-min division of a share: demand pool comes from), classBy, classes
+ * and defaultClass (its priority class), and weight (what a child weighs
+ * in its parent's pool; the parent is checked in kt_cfg_link_parents). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
