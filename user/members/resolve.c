@@ -55,7 +55,7 @@ static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *c
 	}
 	m->cgid = cgid;
 	m->entry = j;
-	m->weight = kt_member_weight(l->cfg, pod, matched, &src, NULL, 0);
+	m->weight = kt_member_weight(l->cfg, pod, matched, &src);
 	m->weight_src = (uint8_t)src;
 	m->klass = (uint8_t)kt_member_class(l->cfg, pod, matched, &src);
 	m->class_src = (uint8_t)src;

@@ -2,7 +2,6 @@
 /* A member's weight: see weights.h. */
 #include <errno.h>
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "members/groups.h"
@@ -70,7 +69,7 @@ int kt_member_class(const struct kt_limit_cfg *lc, const struct kt_pod *pod, con
 }
 
 double kt_member_weight(const struct kt_limit_cfg *lc, const struct kt_pod *pod, const char *matched,
-			enum kt_weight_src *src, char *value, size_t len)
+			enum kt_weight_src *src)
 {
 	/* a config built by hand (tests) may leave it 0 */
 	double dflt = lc->default_weight > 0 ? lc->default_weight : 1, w;
@@ -78,8 +77,6 @@ double kt_member_weight(const struct kt_limit_cfg *lc, const struct kt_pod *pod,
 	const char *v = NULL;
 	const struct kt_weight_value *hit;
 
-	if (value && len)
-		value[0] = '\0';
 	*src = KT_WEIGHT_SRC_NONE;
 	if (lc->weight_by == KT_WEIGHT_NONE)
 		return 1;
@@ -88,8 +85,6 @@ double kt_member_weight(const struct kt_limit_cfg *lc, const struct kt_pod *pod,
 		*src = KT_WEIGHT_SRC_DEFAULT;
 		return dflt;
 	}
-	if (value && len)
-		snprintf(value, len, "%s", v);
 	*src = KT_WEIGHT_SRC_VALUE;
 	if (lc->n_weights) {
 		hit = bsearch(v, lc->weights, (size_t)lc->n_weights, sizeof(*lc->weights), cmp_value);

@@ -18,11 +18,9 @@ enum kt_weight_src {
 };
 
 /* The weight of a member of lc found as `pod` (pods:) or by a pattern
- * matching `matched` (cgroups:), either NULL. *src says which rule gave it;
- * value (>= KT_WEIGHT_VALUE_MAX + 1 bytes, may be NULL) gets the value
- * read, "" without one. */
+ * matching `matched` (cgroups:), either NULL. *src says which rule gave it. */
 double kt_member_weight(const struct kt_limit_cfg *lc, const struct kt_pod *pod, const char *matched,
-			enum kt_weight_src *src, char *value, size_t len);
+			enum kt_weight_src *src);
 const char *kt_weight_src_name(enum kt_weight_src s);
 /* The class (index into lc->classes) of a member found as for
  * kt_member_weight: the one its value names, else lc->default_class (*src

@@ -75,13 +75,11 @@ struct kt_pool_view {
 	int64_t slots_grant;
 	int64_t slots_claimed;
 	/* share: demand on Redis, from the last answer (0s before one): the
-	 * rate divided (the pool rate less what lapsed members hold), the
-	 * water level per unit of weight (INFINITY: every demand fits) and
-	 * the weights of the members sharing summed: a member's guaranteed
-	 * part is share_divided x weight / share_weights, and what it runs at
+	 * rate divided (the pool rate less what lapsed members hold) and the
+	 * weights of the members sharing summed: a member's guaranteed part
+	 * is share_divided x weight / share_weights, and what it runs at
 	 * above that it borrows from members that want less. */
 	double share_divided;
-	double share_level;
 	double share_weights;
 };
 

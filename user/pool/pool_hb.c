@@ -528,7 +528,6 @@ bool pool_finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, uin
 		if (l->demand && l->grants && job->reqs[k].grants && job->jl[k].n == l->n_ids)
 			take_grants(l, &job->grants[job->jl[k].off]);
 		if (job->reqs[k].pool_rate > 0) {
-			l->v.share_level = job->ans[k].level;
 			l->v.share_weights = job->ans[k].weights;
 			l->v.share_divided = job->reqs[k].pool_rate - job->ans[k].reserved;
 		}
