@@ -149,24 +149,6 @@ static void wait_parent_agreed(const struct ktest_daemon *d, int size)
 	}
 }
 
-/* The worst one-second window (sliding by a bin) of a + b from bin b0 on. */
-static unsigned long worst_sum(int b0, int b1, int *at)
-{
-	unsigned long worst = 0;
-
-	for (int b = b0; b + ARRIVALS_WINDOW_BINS <= b1; b++) {
-		unsigned long s = 0;
-
-		for (int k = 0; k < ARRIVALS_WINDOW_BINS; k++)
-			s += fx.arr[0].bins[b + k] + fx.arr[1].bins[b + k];
-		if (s > worst) {
-			worst = s;
-			*at = b;
-		}
-	}
-	return worst;
-}
-
 /* What happens to the cluster while the senders run, from t_send (the
  * receivers' clock); NULL: nothing. */
 typedef void (*fault_fn)(double t_send);
@@ -222,7 +204,8 @@ static void run(const char *name, const char *share, fault_fn fault, double faul
 	unsigned long long sent[NODES] = { 0 };
 	unsigned long worst, steady = 0;
 	double end, t_send, steady_s = (fault ? fault_at : SEND_S - 0.5) - STEADY_S;
-	int at = -1, b_end, b_steady;
+	double at = -1;
+	int b_steady;
 
 	fx.share = share;
 	for (int i = 0; i < NODES; i++)
@@ -262,16 +245,14 @@ static void run(const char *name, const char *share, fault_fn fault, double faul
 		/* each child within its own max + burst */
 		assert_true(arrivals_worst_window(&fx.arr[i], 0, end, NULL) <= C_MAX + C_BURST);
 	}
-	b_end = (int)(end * 1000 / ARRIVALS_BIN_MS);
-	if (b_end > ARRIVALS_MAX_BINS)
-		b_end = ARRIVALS_MAX_BINS;
-	worst = worst_sum(0, b_end, &at);
+	worst = arrivals_worst_window_of((const struct arrivals *[]){ &fx.arr[0], &fx.arr[1] }, 2, 0,
+					 end, &at);
 	/* the steady part: from STEADY_S after the senders started, whole bins */
 	b_steady = (int)ceil((t_send + STEADY_S) * 1000 / ARRIVALS_BIN_MS);
 	for (int b = b_steady; b < b_steady + (int)(steady_s * 1000 / ARRIVALS_BIN_MS); b++)
 		steady += fx.arr[0].bins[b] + fx.arr[1].bins[b];
 	print_message("%s: a + b: worst window %lu at %.1f s (parent %g + %g); steady %.1f/s\n", name,
-		      worst, at * ARRIVALS_BIN_MS / 1000.0 - t_send, P_MAX, P_BURST,
+		      worst, at - t_send, P_MAX, P_BURST,
 		      steady_s > 0 ? (double)steady / steady_s : 0.0);
 	assert_true(worst <= P_MAX + P_BURST);
 	if (steady_s >= 1)

@@ -195,27 +195,6 @@ static double got(int side, double from, double to)
 	return (double)arrivals_sum(&fx.arr[side], from, to);
 }
 
-/* The worst one-second window (sliding by a bin) of both sides together. */
-static unsigned long worst_both(double end, double *at)
-{
-	int b_end = (int)(end * 1000 / ARRIVALS_BIN_MS);
-	unsigned long worst = 0;
-
-	if (b_end > ARRIVALS_MAX_BINS)
-		b_end = ARRIVALS_MAX_BINS;
-	for (int b = 0; b + ARRIVALS_WINDOW_BINS <= b_end; b++) {
-		unsigned long s = 0;
-
-		for (int k = 0; k < ARRIVALS_WINDOW_BINS; k++)
-			s += fx.arr[0].bins[b + k] + fx.arr[1].bins[b + k];
-		if (s > worst) {
-			worst = s;
-			*at = b * ARRIVALS_BIN_MS / 1000.0;
-		}
-	}
-	return worst;
-}
-
 /* The whole measurement, both sides; then the promise over all of it. */
 static void check_all(const char *name, double t0)
 {
@@ -231,7 +210,8 @@ static void check_all(const char *name, double t0)
 		kt_clusterfx_check_measurement(&fx.arr[s], tag, fx.sent[s]);
 		arrivals_print(&fx.arr[s], tag, t0, end);
 	}
-	worst = worst_both(end, &at);
+	worst = arrivals_worst_window_of((const struct arrivals *[]){ &fx.arr[0], &fx.arr[1] }, 2, 0,
+					 end, &at);
 	print_message("%s: prod + batch: worst window %lu at %.1f s (max %g + burst %g)\n", name, worst,
 		      at - t0, MAX, BURST);
 	assert_true(worst <= MAX + BURST);

@@ -193,8 +193,24 @@ unsigned long arrivals_sum(const struct arrivals *a, double from_s, double to_s)
 	return s;
 }
 
+/* bin i summed over the n receivers a[] */
+static unsigned long bins_at(const struct arrivals *const *a, int n, long i)
+{
+	unsigned long s = 0;
+
+	for (int k = 0; k < n; k++)
+		s += bin_at(a[k], i);
+	return s;
+}
+
 unsigned long arrivals_worst_window(const struct arrivals *a, double from_s, double to_s,
 				    double *start_s)
+{
+	return arrivals_worst_window_of(&a, 1, from_s, to_s, start_s);
+}
+
+unsigned long arrivals_worst_window_of(const struct arrivals *const *a, int n, double from_s,
+				       double to_s, double *start_s)
 {
 	unsigned long s = 0, worst;
 	long b0, b1, w = ARRIVALS_WINDOW_BINS, at;
@@ -203,12 +219,12 @@ unsigned long arrivals_worst_window(const struct arrivals *a, double from_s, dou
 	if (b1 - b0 < w)
 		w = b1 - b0;
 	for (long i = b0; i < b0 + w; i++)
-		s += bin_at(a, i);
+		s += bins_at(a, n, i);
 	worst = s;
 	at = b0;
 	for (long i = b0 + w; i < b1; i++) { /* slide by one bin */
-		s += bin_at(a, i);
-		s -= bin_at(a, i - w);
+		s += bins_at(a, n, i);
+		s -= bins_at(a, n, i - w);
 		if (s > worst) {
 			worst = s;
 			at = i - w + 1;

@@ -44,6 +44,10 @@ unsigned long arrivals_sum(const struct arrivals *a, double from_s, double to_s)
  * where that window starts. */
 unsigned long arrivals_worst_window(const struct arrivals *a, double from_s, double to_s,
 				    double *start_s);
+/* The same over n receivers' datagrams together (their bins summed: one
+ * limit observed on several ports). */
+unsigned long arrivals_worst_window_of(const struct arrivals *const *a, int n, double from_s,
+				       double to_s, double *start_s);
 /* One line per whole second of [from_s, to_s): the count in that second and
  * its bins; `tag` prefixes each line. To stdout. */
 void arrivals_print(const struct arrivals *a, const char *tag, double from_s, double to_s);
