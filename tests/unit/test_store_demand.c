@@ -726,6 +726,116 @@ static void test_priority_classes(void **state)
 	}
 }
 
+/* What the store must grant with classes: P to the classes in order, each
+ * its demand up to its ceiling while the floors owed to the classes after
+ * it stay free; weighted max-min within a class short of its demand; the
+ * leftover (less the floor) by weight when it fits. */
+static void classes_want(int n, const double *e, const double *w, const int *k, int nk,
+			 const double *fl, const double *ce, double P, double flo, double *want)
+{
+	double D[KT_STORE_MAX_CLASSES] = { 0 }, W[KT_STORE_MAX_CLASSES] = { 0 };
+	double A[KT_STORE_MAX_CLASSES], lvl[KT_STORE_MAX_CLASSES], rem = P, Wt = 0;
+
+	for (int i = 0; i < n; i++)
+		D[k[i]] += e[i], W[k[i]] += w[i], Wt += w[i];
+	for (int c = 0; c < nk; c++) {
+		double owed = 0;
+
+		for (int j = c + 1; j < nk; j++)
+			owed += fmin(fl[j], D[j]);
+		A[c] = fmax(0, fmin(fmin(D[c], ce[c]), rem - owed));
+		rem -= A[c];
+		double lo = 0, hi = 1e9;
+
+		for (int it = 0; it < 200; it++) {
+			double mid = (lo + hi) / 2, sum = 0;
+
+			for (int i = 0; i < n; i++)
+				if (k[i] == c)
+					sum += fmin(e[i], w[i] * mid);
+			if (sum > A[c])
+				hi = mid;
+			else
+				lo = mid;
+		}
+		lvl[c] = lo;
+	}
+	rem = fmax(0, rem - flo);
+	for (int i = 0; i < n; i++) {
+		int c = k[i];
+
+		if (A[c] < D[c])
+			want[i] = fmin(e[i], w[i] * lvl[c]);
+		else
+			want[i] = e[i] + fmax(0, fmin(rem * W[c] / Wt, ce[c] - A[c])) / W[c] * w[i];
+	}
+}
+
+static long long zcard(const char *limit, const char *key)
+{
+	return rp_command_int(&g_master, -1, "ZCARD " PREFIX ":pool:{%s}:%s", limit, key);
+}
+
+/* Three classes, each short of its demand, 60 members of random demands
+ * and weights: every grant is the reference's; each class's members are in
+ * its own dc set; a class change moves a member between sets; a lost set
+ * (hand edit) is built anew and the grants stay right. */
+static void test_classes_brute(void **state)
+{
+	enum { N = 60, NK = 3 };
+	const struct dreq d = { 1500, 1, 60000, 0, 0, 0 };
+	const double fl[NK] = { 0, 50, 100 }, ce[NK] = { 600, 800, 1500 };
+	char id[N][16];
+	double w[N], e[N], g[N], want[N];
+	int k[N];
+	unsigned seed = 11;
+
+	(void)state;
+	g_classes = NK;
+	for (int c = 0; c < NK; c++)
+		g_floor[c] = fl[c], g_ceiling[c] = ce[c];
+	for (int i = 0; i < N; i++) {
+		snprintf(id[i], sizeof(id[i]), "m%d", i);
+		seed = seed * 1103515245u + 12345u;
+		w[i] = 0.5 * (double)(1 + (seed >> 16) % 8);
+		seed = seed * 1103515245u + 12345u;
+		e[i] = fmax(d.floor, (double)((seed >> 16) % 201));
+		k[i] = i % NK;
+	}
+	for (int phase = 0; phase < 3; phase++) {
+		if (phase == 1) /* ten members move from the first class to the last */
+			for (int i = 0; i < 30; i += NK)
+				k[i] = NK - 1;
+		if (phase == 2) /* a class's set lost behind the script's back */
+			assert_int_equal(rp_command_int(&g_master, -1, "DEL " PREFIX ":pool:{clb}:dc1"), 1);
+		for (int r = 0; r < 4; r++)
+			for (int i = 0; i < N; i++) {
+				g_class = k[i];
+				g[i] = beat_w("clb", &d, id[i], e[i], w[i], NULL);
+			}
+		classes_want(N, e, w, k, NK, fl, ce, d.pool, d.floor, want);
+		for (int i = 0; i < N; i++)
+			if (fabs(g[i] - want[i]) > 1e-6 * d.pool)
+				fail_msg("phase %d: %s (class %d, e %g, w %g): granted %.9g, want %.9g", phase,
+					 id[i], k[i], e[i], w[i], g[i], want[i]);
+		for (int c = 0; c < NK; c++) {
+			int n = 0;
+			char key[8];
+
+			for (int i = 0; i < N; i++)
+				n += k[i] == c;
+			snprintf(key, sizeof(key), "dc%d", c);
+			assert_int_equal(zcard("clb", key), n);
+		}
+		assert_int_equal(zcard("clb", "dc3"), 0);
+		NEAR(check_sum("clb", d.pool), d.pool, 1e-6);
+	}
+	/* a member that leaves leaves its class's set */
+	leave1("clb", "m1");
+	assert_int_equal(zcard("clb", "dc1"), N / NK - 1);
+	g_classes = g_class = 0;
+}
+
 /* A limit whose weights a reload dropped: its calls no longer name wt,
  * the stored sum of weights is rebuilt as the count, and the next
  * heartbeats share equally. */
@@ -843,6 +953,7 @@ int main(void)
 		cmocka_unit_test(test_weighted_brute),
 		cmocka_unit_test(test_weight_refused),
 		cmocka_unit_test(test_priority_classes),
+		cmocka_unit_test(test_classes_brute),
 		cmocka_unit_test(test_weights_dropped),
 		cmocka_unit_test(test_demand_cost),
 	};

@@ -26,8 +26,12 @@
  *   P:pool:{L}:dem     sorted set  live member id -> effective demand max(demand, floor)
  *                                  per unit of its weight, e / w
  *   P:pool:{L}:wt      hash        live member id -> its weight, when not 1
+ *                                  ("W", or "W K" with its priority class K)
+ *   P:pool:{L}:dc0..dc7 sorted sets with priority classes: dem by class
  *   meta also holds gs (grants summed), sd (effective demands summed), sw
- *   (the weights of dem's members summed), and
+ *   (the weights of dem's members summed), with classes cd (each class's
+ *   demand and weight summed), cls (each class's cached level) and ck (the
+ *   class count dc was built for), and
  *   the cached water level: lvl ("-1" none), lt (TIME ms it was computed),
  *   lp (the divided rate it was computed for)
  * and, for in-flight limits (unit concurrent, slots_node set, below):

@@ -9,17 +9,28 @@
 
 /* Per limit the scripts take these KEYS, all under the hash tag {L} (store.h):
  * hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem; then
- * wt for a weighted limit (and always for leave), and N_SLOT_KEYS more,
- * claim, seen and sdem, for an in-flight limit's heartbeat. Only then: in a
- * slot that migrates, a script whose keys are not all on one side is
- * answered TRYAGAIN, and other limits never make these. */
+ * wt for a weighted limit, dc0..dc7 for one with priority classes (both
+ * always for leave), and N_SLOT_KEYS more, claim, seen and sdem, for an
+ * in-flight limit's heartbeat. Only then: in a slot that migrates, a script
+ * whose keys are not all on one side is answered TRYAGAIN, and other limits
+ * never make these. */
 #define N_KEYS 11
 #define N_WEIGHT_KEYS 1
+#define N_CLASS_KEYS KT_STORE_MAX_CLASSES
 #define N_SLOT_KEYS 3
-static const char *const key_names[N_KEYS + N_WEIGHT_KEYS + N_SLOT_KEYS] = {
+#define N_ALL_KEYS (N_KEYS + N_WEIGHT_KEYS + N_CLASS_KEYS + N_SLOT_KEYS)
+static const char *const key_names[N_ALL_KEYS] = {
 	"hb", "size", "ramp", "fb", "lapsed", "counted", "hist", "sizes", "meta", "grant", "dem",
 	"wt",
+	"dc0", "dc1", "dc2", "dc3", "dc4", "dc5", "dc6", "dc7",
 	"claim", "seen", "sdem",
+};
+_Static_assert(KT_STORE_MAX_CLASSES == 8, "a dc key per class in key_names");
+
+enum key_set {
+	KEYS_WEIGHT = 1 << 0,
+	KEYS_CLASSES = 1 << 1,
+	KEYS_SLOTS = 1 << 2,
 };
 
 /* The scripts, one file each in user/store/lua/ (what each does, its KEYS and
@@ -38,21 +49,30 @@ static const char tags_script[] = KT_LUA_TAGS;
 
 const char *const rs_scripts[N_SCRIPTS] = { hb_script, leave_script, permit_script, tags_script };
 
-/* The keys of one limit in the scripts' order: N_KEYS, wt if weighted, the
- * slot keys if slots. Returns how many. */
-static int arg_keys(struct args *a, const char *prefix, const char *limit, bool weighted, bool slots)
+/* The keys of one limit in the scripts' order: N_KEYS, then wt, the dc keys
+ * and the slot keys as `set` asks. Returns how many. */
+static int arg_keys(struct args *a, const char *prefix, const char *limit, unsigned set)
 {
 	int n = 0;
 
-	for (int k = 0; k < N_KEYS + N_WEIGHT_KEYS + N_SLOT_KEYS; k++) {
-		if ((k >= N_KEYS && k < N_KEYS + N_WEIGHT_KEYS && !weighted) ||
-		    (k >= N_KEYS + N_WEIGHT_KEYS && !slots))
+	for (int k = 0; k < N_ALL_KEYS; k++) {
+		if ((k >= N_KEYS && k < N_KEYS + N_WEIGHT_KEYS && !(set & KEYS_WEIGHT)) ||
+		    (k >= N_KEYS + N_WEIGHT_KEYS && k < N_KEYS + N_WEIGHT_KEYS + N_CLASS_KEYS &&
+		     !(set & KEYS_CLASSES)) ||
+		    (k >= N_KEYS + N_WEIGHT_KEYS + N_CLASS_KEYS && !(set & KEYS_SLOTS)))
 			continue;
 		if (a)
 			rs_arg_fmt(a, "%s:pool:{%s}:%s", prefix, limit, key_names[k]);
 		n++;
 	}
 	return n;
+}
+
+/* The keys a heartbeat of q names. */
+static unsigned req_keys(const struct kt_pool_req *q)
+{
+	return (q->weighted ? KEYS_WEIGHT : 0) | (q->weighted && q->n_classes > 0 ? KEYS_CLASSES : 0) |
+	       (q->slots_node ? KEYS_SLOTS : 0);
 }
 
 /* ---- validation ---- */
@@ -369,15 +389,15 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 	int i, j, cap = 3;
 
 	for (i = 0; i < n; i++)
-		cap += N_KEYS + N_WEIGHT_KEYS + N_SLOT_KEYS + 12 + 3 * reqs[i].n_members;
+		cap += N_ALL_KEYS + 12 + 3 * reqs[i].n_members;
 	if (rs_args_init(a, cap))
 		return -ENOMEM;
 	a->n = 2; /* EVALSHA sha */
 	for (i = 0, j = 0; i < n; i++)
-		j += arg_keys(NULL, s->prefix, reqs[i].limit, reqs[i].weighted, reqs[i].slots_node);
+		j += arg_keys(NULL, s->prefix, reqs[i].limit, req_keys(&reqs[i]));
 	rs_arg_fmt(a, "%d", j);
 	for (i = 0; i < n; i++)
-		arg_keys(a, s->prefix, reqs[i].limit, reqs[i].weighted, reqs[i].slots_node);
+		arg_keys(a, s->prefix, reqs[i].limit, req_keys(&reqs[i]));
 	for (i = 0; i < n; i++) {
 		const struct kt_pool_req *q = &reqs[i];
 
@@ -602,12 +622,12 @@ static int do_leave(struct kt_store *s, const char *limit, const char *const *id
 	if (ret)
 		return ret;
 	kt_hbmemo_forget(s->memo, limit);
-	ret = rs_args_init(&a, 3 + N_KEYS + N_WEIGHT_KEYS + n);
+	ret = rs_args_init(&a, 3 + N_KEYS + N_WEIGHT_KEYS + N_CLASS_KEYS + n);
 	if (ret)
 		goto oom;
 	a.n = 2;
-	rs_arg_fmt(&a, "%d", N_KEYS + N_WEIGHT_KEYS);
-	arg_keys(&a, s->prefix, limit, true, false);
+	rs_arg_fmt(&a, "%d", N_KEYS + N_WEIGHT_KEYS + N_CLASS_KEYS);
+	arg_keys(&a, s->prefix, limit, KEYS_WEIGHT | KEYS_CLASSES);
 	for (i = 0; i < n; i++)
 		rs_arg_ref(&a, ids[i]);
 	if (a.oom)

@@ -3,8 +3,9 @@
 -- functions; it reads no KEYS or ARGV of its own. keyset(k) names the
 -- N_KEYS (11) keys of one limit starting at KEYS[k], all under the limit's
 -- hash tag {L} (user/store/store.h): hb, size, ramp, fb, lapsed, counted,
--- hist, sizes, meta, grant, dem; then a weighted limit's wt (nil for the
--- others, so a limit without weights never names a key it does not make:
+-- hist, sizes, meta, grant, dem; then a weighted limit's wt and, with
+-- classes, its dc0..dc7 (nil for the others, so a limit without weights
+-- never names a key it does not make:
 -- Redis Cluster runs a script during a slot's migration only when all its
 -- keys are on one side), and an in-flight limit's heartbeat's N_SLOT_KEYS
 -- (3), claim, seen and sdem (nil for the others).
@@ -47,6 +48,12 @@
 --            classes, for members other than weight 1 of class 0 only;
 --            meta's sw sums the weights of dem's members (a count when
 --            none has a weight)
+--   dc0..dc7 priority classes (a limit with classes names all
+--            KT_STORE_MAX_CLASSES, and leave always does): dem split by
+--            class, so a class's own level is a walk of its own members
+--            only; meta's ck is the class count they were built for, and
+--            they are built anew from dem and wt when it differs or their
+--            cardinalities do not sum to dem's
 --   claim, seen, sdem  in-flight limits (heartbeat.lua's slots): node ->
 --            the slots it may hold until its next heartbeat, node -> its
 --            last heartbeat (TIME ms), node -> its demand (share: demand)
@@ -61,12 +68,18 @@
 
 -- redis.call, named once (shorter scripts: each connection loads them)
 local call = redis.call
-local function keyset(k, slots, weighted)
+local NK = 8 --[[KT_STORE_MAX_CLASSES]]
+local function keyset(k, slots, weighted, classed)
   local K = {hb = KEYS[k], size = KEYS[k + 1], ramp = KEYS[k + 2], fb = KEYS[k + 3],
              lapsed = KEYS[k + 4], counted = KEYS[k + 5], hist = KEYS[k + 6],
              sizes = KEYS[k + 7], meta = KEYS[k + 8], grant = KEYS[k + 9], dem = KEYS[k + 10]}
   k = k + 11 --[[N_KEYS]]
   if weighted then K.wt, k = KEYS[k], k + 1 end
+  if classed then
+    K.dc = {}
+    for j = 1, NK do K.dc[j] = KEYS[k + j - 1] end
+    k = k + NK
+  end
   if slots then K.claim, K.seen, K.sdem = KEYS[k], KEYS[k + 1], KEYS[k + 2] end
   return K
 end
@@ -94,7 +107,7 @@ end
 -- The priority class of "W K" (0, the first, without one or when invalid).
 local function klass(v)
   local k = tonumber(string.match(v or '', '^%S+ (%S+)$'))
-  if k ~= nil and k >= 0 and k < 8 --[[KT_STORE_MAX_CLASSES]] and k == math.floor(k) then return k end
+  if k ~= nil and k >= 0 and k < NK and k == math.floor(k) then return k end
   return 0
 end
 -- The weights of the ids of a ZRANGE ... WITHSCORES reply r, by pair (nil:
@@ -112,13 +125,15 @@ local function each(cmd, key, list, step)
 end
 local function load(K)
   local m = call('HMGET', K.meta, 'n', 'ns', 'bad', 'nl', 'res', 'gs', 'sd', 'lvl', 'lt', 'lp',
-                      'exp', 'due', 'sw', 'cls', 'cd')
+                      'exp', 'due', 'sw', 'cls', 'cd', 'ck')
   local c = {n = tonumber(m[1]) or 0, ns = tonumber(m[2]) or 0, bad = tonumber(m[3]) or 0,
              nl = tonumber(m[4]) or 0, res = tonumber(m[5]) or 0,
              gs = tonumber(m[6]), sd = tonumber(m[7]), lvl = tonumber(m[8]) or -1,
              lt = tonumber(m[9]) or 0, lp = tonumber(m[10]) or -1, exp = tonumber(m[11]),
              shared = m[6] ~= false, steady = m[12] ~= false, nd = call('ZCARD', K.dem),
-             sw = tonumber(m[13]), nw = 0, cls = m[14] ~= '' and m[14] or nil}
+             sw = tonumber(m[13]), nw = 0, cls = m[14] ~= '' and m[14] or nil,
+             ck = tonumber(m[16])}
+  if c.ck and (c.ck < 2 or c.ck > NK or c.ck ~= math.floor(c.ck)) then c.ck = nil end
   if K.wt then c.nw = call('HLEN', K.wt) end
   -- classes: "D W" per class (heartbeat.lua's csum), unless malformed
   if m[15] and m[15] ~= '' then
@@ -179,6 +194,7 @@ local function undem(K, c, id)
     local q = c.cd and c.cd[math.min(k, #c.cd - 1) + 1]
     if q then q[1], q[2] = q[1] - rate(x) * w, q[2] - w end
     call('ZREM', K.dem, id)
+    if K.dc and c.ck then call('ZREM', K.dc[math.min(k, c.ck - 1) + 1], id) end
     c.nd, c.sd, c.sw, c.inval = c.nd - 1, c.sd - rate(x) * w, c.sw - w, true
     c.gs = c.gs - rate(call('HGET', K.grant, id))
     call('HDEL', K.grant, id)
@@ -210,11 +226,11 @@ local function save(K, c)
     call('HMSET', K.meta, unpack(f))
     if c.nd > 0 then
       call('HMSET', K.meta, 'gs', f17(c.gs), 'sd', f17(c.sd),
-                 'sw', f17(c.sw), 'cls', c.cls or '', 'cd', cdtext(c.cd),
+                 'sw', f17(c.sw), 'cls', c.cls or '', 'cd', cdtext(c.cd), 'ck', c.ck or '',
                  'lvl', f17(c.lvl), 'lt', f0(c.lt),
                  'lp', f17(c.lp))
     elseif c.shared then -- written together: gs tells
-      call('HDEL', K.meta, 'gs', 'sd', 'sw', 'cls', 'cd', 'lvl', 'lt', 'lp')
+      call('HDEL', K.meta, 'gs', 'sd', 'sw', 'cls', 'cd', 'ck', 'lvl', 'lt', 'lp')
     end
   else
     call('DEL', K.meta)

@@ -3,8 +3,8 @@
 -- Prefixed with common.lua at build time.
 --
 -- KEYS: N_KEYS (11) per limit, in keyset's order (common.lua), then wt for
--- a weighted limit, and N_SLOT_KEYS (3) more (claim, seen, sdem) for an
--- in-flight limit.
+-- a weighted limit, dc0..dc7 for a limit with classes, and N_SLOT_KEYS (3)
+-- more (claim, seen, sdem) for an in-flight limit.
 -- ARGV per limit: stale_ms, n, ramp ("" = none), ramp_ttl_ms, hold_ms, fb
 -- (this node's fallback rate per member, "%.17g"), pool_rate ("0": equal
 -- share), floor_rate, recompute_ms, prev ("agree size live": the answer
@@ -120,21 +120,22 @@ local function rebuild(K, stale, hold)
   if K.wt then each('HMSET', K.wt, wl, 1000) end
   return c
 end
--- The water level for P over dem (-1: none, everyone fits): the largest
--- lvl with sum min(e, w lvl) <= P, a member's weighted share being w lvl.
--- dem is sorted by x = e / w. Walks from both ends at once, CHUNK entries
--- per step, and stops as soon as either side finds it, so it reads
--- O(min(below, above)) entries. Bottom: the level is rem / W (the weights
--- left) once the next x is at least that. Top: with the k largest capped,
--- the level is (P - (sd - A)) / Wk (A their demands, Wk their weights),
--- valid once the next x is at most that. With all weights 1, W and Wk are
--- counts.
+-- The water level for P over the zset z (dem, or a class's dc) of cnt
+-- members whose demands sum to sd and weights to sw (-1: none, everyone
+-- fits): the largest lvl with sum min(e, w lvl) <= P, a member's weighted
+-- share being w lvl. z is sorted by x = e / w. Walks from both ends at
+-- once, CHUNK entries per step, and stops as soon as either side finds
+-- it, so it reads O(min(below, above)) entries. Bottom: the level is rem /
+-- W (the weights left) once the next x is at least that. Top: with the k
+-- largest capped, the level is (P - (sd - A)) / Wk (A their demands, Wk
+-- their weights), valid once the next x is at most that. With all
+-- weights 1, W and Wk are counts.
 local CHUNK = 32
-local function level(K, c, P)
-  if c.nd == 0 or c.sd <= P then return -1 end
-  local lo, rem, cnt, W, hi, A, Wk = 0, P, c.nd, c.sw, 0, 0, 0
+local function walk(K, c, z, cnt, sd, sw, P)
+  if cnt == 0 or sd <= P then return -1 end
+  local lo, rem, W, hi, A, Wk = 0, P, sw, 0, 0, 0
   while true do
-    local r = call('ZRANGE', K.dem, lo, lo + CHUNK - 1, 'WITHSCORES')
+    local r = call('ZRANGE', z, lo, lo + CHUNK - 1, 'WITHSCORES')
     local ws = wts(K, c, r)
     for j = 2, #r, 2 do
       local x, w = tonumber(r[j]), 1
@@ -143,13 +144,13 @@ local function level(K, c, P)
       rem, cnt, W, lo = rem - x * w, cnt - 1, W - w, lo + 1
       if cnt == 0 or W <= 0 then return -1 end
     end
-    local t = call('ZREVRANGE', K.dem, hi, hi + CHUNK - 1, 'WITHSCORES')
+    local t = call('ZREVRANGE', z, hi, hi + CHUNK - 1, 'WITHSCORES')
     ws = wts(K, c, t)
     for j = 2, #t, 2 do
       local x, w = tonumber(t[j]), 1
       if ws then w = weight(ws[j / 2]) end
       if hi > 0 then
-        local l = (P - (c.sd - A)) / Wk
+        local l = (P - (sd - A)) / Wk
         if l >= x then return math.max(l, 0) end
       end
       A, Wk, hi = A + x * w, Wk + w, hi + 1
@@ -157,6 +158,7 @@ local function level(K, c, P)
     if #r == 0 and #t == 0 then return -1 end
   end
 end
+local function level(K, c, P) return walk(K, c, K.dem, c.nd, c.sd, c.sw, P) end
 -- Priority classes (ct: {floor, ceiling} per class, the first the most
 -- important). cd: each class's demand and weight summed, kept as members
 -- change (meta's cd; csum counts them anew, O(pool)). From them, every
@@ -164,11 +166,11 @@ end
 -- while what the classes after it are owed of their floors (min(floor,
 -- demand)) stays free, and what is left when all fit, less a floor, goes
 -- to the classes by weight up to their ceilings. Within a class whose
--- part is short of its demand, weighted max-min at the class's own level,
--- which only a walk of the pool finds (clv, O(pool)): cached in meta
--- (cls, "level part" per class) while that part moves by at most 1% or a
--- tenth of an equal share, nothing invalidates it and rms has not passed,
--- and walked at most every rms / 4.
+-- part is short of its demand, weighted max-min at the class's own level:
+-- a walk of that class's dc (clv), cached in meta (cls, "level part" per
+-- class) while that part moves by at most 1% or a tenth of an equal
+-- share, nothing invalidates it and rms has not passed, and walked at
+-- most every rms / 4.
 local function csum(K, c, nk)
   local r, cd = call('ZRANGE', K.dem, 0, -1, 'WITHSCORES'), {}
   local ws = wts(K, c, r)
@@ -180,24 +182,28 @@ local function csum(K, c, nk)
   end
   return cd
 end
-local function clv(K, c, nk, A, D, W)
-  local r, cl, rm, Wr = call('ZRANGE', K.dem, 0, -1, 'WITHSCORES'), {}, {}, {}
+-- dc built anew from dem and wt, O(pool): once, when missing or changed
+-- behind the script's back
+local function cindex(K, c, nk)
+  call('DEL', unpack(K.dc))
+  local r, by = call('ZRANGE', K.dem, 0, -1, 'WITHSCORES'), {}
   local ws = wts(K, c, r)
-  for k = 1, nk do
-    cl[k], rm[k], Wr[k] = {-1, A[k]}, A[k], W[k]
-    if A[k] < D[k] then cl[k][1] = 0 end
-  end
-  -- dem is in x order: each short class's bottom walk, all in one pass
+  for k = 1, nk do by[k] = {} end
   for j = 2, #r, 2 do
-    local v = ws and ws[j / 2]
-    local k = math.min(klass(v), nk - 1) + 1
-    if cl[k][1] == 0 and Wr[k] > 0 then
-      local w, x = weight(v), tonumber(r[j])
-      if x * Wr[k] >= rm[k] then
-        cl[k][1], Wr[k] = rm[k] / Wr[k], 0
-      else
-        rm[k], Wr[k] = rm[k] - x * w, Wr[k] - w
-      end
+    local l = by[math.min(klass(ws and ws[j / 2]), nk - 1) + 1]
+    l[#l + 1], l[#l + 2] = r[j], r[j - 1]
+  end
+  for k = 1, nk do each('ZADD', K.dc[k], by[k], 1000) end
+  c.ck, c.grew = nk, true
+end
+local function clv(K, c, nk, A, D, W)
+  local cl = {}
+  for k = 1, nk do
+    cl[k] = {-1, A[k]}
+    if A[k] < D[k] then
+      cl[k][1] = walk(K, c, K.dc[k], call('ZCARD', K.dc[k]), D[k], W[k], A[k])
+      -- the sums drifted past the members: every one of them fits
+      if cl[k][1] < 0 then cl[k][1] = 1e15 end
     end
   end
   return cl
@@ -227,6 +233,9 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
   end
   if ct then
     if not c.cd or #c.cd ~= nk or c.nd <= RECOUNT then c.cd = csum(K, c, nk) end
+    local n = 0
+    for k = 1, NK do n = n + call('ZCARD', K.dc[k]) end
+    if c.ck ~= nk or n ~= c.nd then cindex(K, c, nk) end
     if c.cls then
       cl = {}
       for lv, a in string.gmatch(c.cls, '([^ ,]+) ([^,]+)') do cl[#cl + 1] = {tonumber(lv), tonumber(a)} end
@@ -271,6 +280,11 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
       c.nw = c.nw - call('HDEL', K.wt, id)
     end
     if (not old or rate(old) ~= x) and call('ZADD', K.dem, x, id) == 1 then c.grew = true end
+    if ct then
+      local a, b = math.min(ok, nk - 1) + 1, math.min(k, nk - 1) + 1
+      if old and a ~= b then call('ZREM', K.dc[a], id) end
+      if not old or a ~= b or rate(old) ~= x then call('ZADD', K.dc[b], x, id) end
+    end
     own[#own + 1] = {id = id, e = e, w = w, k = k, cur = cur}
   end
   if ct then
@@ -315,7 +329,7 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
       end
     end
   else
-    c.cls, c.cd = nil, nil
+    c.cls, c.cd, c.ck = nil, nil, nil
     if c.sd <= P then
       c.lvl = -1
     elseif c.inval or c.lvl < 0 or math.abs(P - c.lp) > 0.01 * c.lp or now - c.lt >= rms then
@@ -545,6 +559,7 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
       call('PEXPIRE', key, ttl)
     end
     if K.wt then call('PEXPIRE', K.wt, ttl) end
+    for _, key in ipairs(K.dc or {}) do call('PEXPIRE', key, ttl) end
     if sl ~= '-' then
       call('PEXPIRE', K.claim, ttl)
       call('PEXPIRE', K.seen, ttl)
@@ -588,8 +603,8 @@ local function steady(k, a, n, prev)
   end
   return 1
 end
--- one pass per limit: N_KEYS KEYS (+ wt for a weighted limit, + N_SLOT_KEYS
--- for an in-flight limit) and 12 + n x (2 or 3) ARGV each
+-- one pass per limit: N_KEYS KEYS (+ wt for a weighted limit, + 8 dc with
+-- classes, + N_SLOT_KEYS for an in-flight limit) and 12 + n x (2 or 3) ARGV each
 local out, a, k = {}, 1, 1
 while k <= #KEYS do
   local n, prate, prev, sl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 6]), ARGV[a + 9], ARGV[a + 10]
@@ -607,12 +622,13 @@ while k <= #KEYS do
   if not o then
     local stale, hold, fb = tonumber(ARGV[a]), tonumber(ARGV[a + 4]), ARGV[a + 5]
     local flo, rms = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
-    o = full(keyset(k, sl ~= '-', wk), a + 12, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
+    o = full(keyset(k, sl ~= '-', wk, ct ~= nil), a + 12, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   end
   out[#out + 1] = o
   a = a + 12 + st * n
   k = k + 11 --[[N_KEYS]]
   if wk then k = k + 1 end
+  if ct then k = k + NK end
   if sl ~= '-' then k = k + 3 --[[N_SLOT_KEYS]] end
 end
 return out

@@ -1,15 +1,16 @@
 -- leave.lua: members leave one limit's pool (kt_store_leave in
 -- user/store/store_redis.c). Prefixed with common.lua at build time.
 --
--- KEYS: N_KEYS (11) of one limit, in keyset's order (common.lua), and its
--- wt (kt_store_leave always names it: a weighted limit may have one).
+-- KEYS: N_KEYS (11) of one limit, in keyset's order (common.lua), its wt
+-- and its dc0..dc7 (kt_store_leave always names them: a limit may have
+-- weights and classes).
 -- ARGV: the ids that leave.
 -- Returns how many of them were live or lapsed. With consistent counters it
 -- keeps them exact; otherwise it only removes the ids and drops meta, so the
 -- next heartbeat rebuilds.
 
 --#include common.lua
-local K = keyset(1, false, #KEYS > 11 --[[N_KEYS]])
+local K = keyset(1, false, #KEYS > 11 --[[N_KEYS]], #KEYS > 12)
 local c, ok = load(K)
 local n = 0
 for i = 1, #ARGV do
