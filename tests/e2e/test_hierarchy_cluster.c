@@ -54,6 +54,8 @@ static struct fixture {
 	const char *share;          /* the parent's share: policy */
 	bool late;                  /* node 1 and its sender start at JOIN_S (the fault) */
 	bool weights;               /* test_child_weights: a weighs 3, b 1 in the parent */
+	bool floors;                /* test_child_floors: a weighs 1 with a floor of half the
+				     * parent, b weighs 3 */
 	double t_send;              /* when run()'s senders started (the receivers' clock) */
 } fx;
 
@@ -125,7 +127,10 @@ static void node_up(int i, bool start)
 		at += strlen(key);
 		snprintf(rest, sizeof(rest), "%s", at);
 		snprintf(at, sizeof(limits) - (size_t)(at - limits), "    parent: all\n%s%s",
-			 fx.weights ? (c == 0 ? "    weight: 3\n" : "    weight: 1\n") : "", rest);
+			 fx.weights  ? (c == 0 ? "    weight: 3\n" : "    weight: 1\n")
+			 : fx.floors ? (c == 0 ? "    weight: 1\n    floor: 50%\n" : "    weight: 3\n")
+				     : "",
+			 rest);
 	}
 	/* each test its own keys: the last test's members are not this one's */
 	snprintf(store, sizeof(store),
@@ -322,6 +327,31 @@ static void test_child_weights(void **state)
 	assert_true(fabs((double)a / (double)(a + b) - 0.75) <= 0.05);
 }
 
+/* The children weighted 1:3 in the parent (40/s, share: demand), a with
+ * a floor of 50% of it, both flooding: a keeps its 20 (by weight alone
+ * it would get 10), b the other 20, within every bound of run(). */
+static void test_child_floors(void **state)
+{
+	unsigned long a, b;
+	int b0, b1;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	fx.floors = true;
+	run("floors", "demand", NULL, 0);
+	b0 = (int)ceil((fx.t_send + STEADY_S) * 1000 / ARRIVALS_BIN_MS);
+	b1 = (int)((fx.t_send + SEND_S - 0.3) * 1000 / ARRIVALS_BIN_MS);
+	a = b = 0;
+	for (int k = b0; k < b1; k++) {
+		a += fx.arr[0].bins[k];
+		b += fx.arr[1].bins[k];
+	}
+	print_message("floors: a %lu, b %lu in the steady part: a %.1f%% (want 50%%; 25%% by weight alone)\n",
+		      a, b, 100.0 * (double)a / (double)(a + b));
+	assert_true(a + b > 0);
+	assert_true(fabs((double)a / (double)(a + b) - 0.5) <= 0.05);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -330,6 +360,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_restart_during_redis_outage_equal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_of_a_node, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_child_weights, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_child_floors, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);

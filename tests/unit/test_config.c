@@ -578,6 +578,27 @@ static void test_weights(void **state)
 	assert_true(cfg.limits[1].weight == 3 && cfg.limits[2].weight == 0);
 	assert_false(cfg.limits[1].child_weights);
 	kt_config_free(&cfg);
+
+	/* floors on children: the parent's classes are its children, in
+	 * order, then its own members; a child's ceiling is its max */
+	assert_int_equal(parse(SREDIS "limits:\n"
+			       "  - {name: all, cgroups: x, share: demand, unit: datagram, rateLimit: {max: 200}}\n"
+			       "  - {name: a, cgroups: y, parent: all, floor: 25%, unit: datagram, rateLimit: {max: 300}}\n"
+			       "  - {name: b, cgroups: z, parent: all, weight: 2, unit: datagram, rateLimit: {max: 80}}\n"
+			       "  - {name: c, cgroups: w, parent: all, floor: 20, unit: datagram, rateLimit: {max: 90}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].class_by, KT_WEIGHT_CHILD);
+	assert_true(cfg.limits[0].classes_siblings);
+	assert_int_equal(cfg.limits[0].n_classes, 4);
+	assert_string_equal(cfg.limits[0].classes[0].name, "a");
+	assert_true(cfg.limits[0].classes[0].floor == 50 && cfg.limits[0].classes[0].ceiling == 200);
+	assert_true(cfg.limits[0].classes[1].floor == 0 && cfg.limits[0].classes[1].ceiling == 80);
+	assert_true(cfg.limits[0].classes[2].floor == 20 && cfg.limits[0].classes[2].ceiling == 90);
+	assert_string_equal(cfg.limits[0].classes[3].name, "all");
+	assert_int_equal(cfg.limits[0].default_class, 3);
+	assert_int_equal(cfg.limits[1].child_class, 0);
+	assert_int_equal(cfg.limits[3].child_class, 2);
+	kt_config_free(&cfg);
 }
 
 /* unit request: a cooperative limit, no cgroups, always node scope. */
@@ -1417,6 +1438,26 @@ static const struct bad bad_cases[] = {
 	{ SREDIS "limits:\n  - {name: p, cgroups: x, unit: datagram, share: demand, rateLimit: {max: 1}}\n"
 	  "  - {name: w, cgroups: y, unit: datagram, parent: p, weight: 0, rateLimit: {max: 1}}\n",
 	  "t.yaml:7: limits[1].weight: ", "0 must be at least 0.001" },
+	/* floor: what a child keeps of a parent divided by demand */
+	{ WP(", floor: 2"), "t.yaml:6: limits[0].floor: ", "needs parent:" },
+#define FP(pextra, a, b) SREDIS "limits:\n  - {name: p, cgroups: x, unit: datagram, rateLimit: {max: 100}" pextra "}\n" \
+	"  - {name: a, cgroups: y, unit: datagram, parent: p, rateLimit: {max: 50}" a "}\n" \
+	"  - {name: b, cgroups: z, unit: datagram, parent: p, rateLimit: {max: 80}" b "}\n"
+	{ FP("", ", floor: 10", ""), "t.yaml:7: limits[1].floor: ", "its parent p (line 6) shares equally" },
+	{ FP(", share: demand", ", floor: 60", ""), "t.yaml:7: limits[1].floor: ", "60 is greater than the maximum 50" },
+	{ FP(", share: demand", ", floor: 60%", ""), "t.yaml:7: limits[1].floor: ",
+	  "60 is above this limit's rateLimit.max 50, its ceiling in p" },
+	{ FP(", share: demand", ", floor: 40", ", floor: 70%"), "t.yaml:8: limits[2].floor: ",
+	  "the floors of p's children sum to 110, above its rateLimit.max 100" },
+	{ FP(", share: demand", ", floor: 101%", ""), "t.yaml:7: limits[1].floor: ",
+	  "\"101%\" is no percentage of the parent's max" },
+	{ FP(", share: demand", ", floor: -1", ""), "t.yaml:7: limits[1].floor: ", "" },
+	{ FP(", share: demand", ", floor: x", ""), "t.yaml:7: limits[1].floor: ", "" },
+	{ SREDIS "limits:\n  - {name: p, pods: {}, unit: datagram, share: demand, classBy: \"label:c\","
+	  " classes: [{name: a}, {name: b}], rateLimit: {max: 100}}\n"
+	  "  - {name: a, cgroups: y, unit: datagram, parent: p, floor: 1, rateLimit: {max: 50}}\n",
+	  "t.yaml:7: limits[1].floor: ", "its parent p (line 6) has classBy" },
+#undef FP
 #undef WP
 #undef WC
 	/* groupBy: something every member has; a template is no parent */

@@ -119,6 +119,7 @@ static const struct dreq D300 = { 300, 1, 60000, 0, 500, 0 };
  * against the rate the script divided. */
 /* the next beats' priority classes (g_classes 0: none) and a member's */
 static int g_classes, g_class;
+static bool g_peers; /* the next beats' classes are peers (classes_siblings) */
 static double g_floor[KT_STORE_MAX_CLASSES], g_ceiling[KT_STORE_MAX_CLASSES];
 
 static double beat_as(const char *limit, const struct dreq *d, const char *id, double demand,
@@ -131,7 +132,7 @@ static double beat_as(const char *limit, const struct dreq *d, const char *id, d
 				 .save_ramp = -1, .hold_ms = d->hold, .fallback_rate = d->fallback,
 				 .pool_rate = d->pool, .floor_rate = d->floor,
 				 .recompute_ms = d->recompute, .grants = &g, .weighted = weighted,
-				 .n_classes = g_classes };
+				 .n_classes = g_classes, .classes_siblings = g_peers };
 
 	memcpy(q.class_floor, g_floor, sizeof(g_floor));
 	memcpy(q.class_ceiling, g_ceiling, sizeof(g_ceiling));
@@ -738,13 +739,33 @@ static void classes_want(int n, const double *e, const double *w, const int *k, 
 
 	for (int i = 0; i < n; i++)
 		D[k[i]] += e[i], W[k[i]] += w[i], Wt += w[i];
-	for (int c = 0; c < nk; c++) {
-		double owed = 0;
+	if (g_peers) { /* clamp(W l, min(floor, D), min(D, ceiling)) summing to P */
+		double lo = 0, hi = 1e9;
 
-		for (int j = c + 1; j < nk; j++)
-			owed += fmin(fl[j], D[j]);
-		A[c] = fmax(0, fmin(fmin(D[c], ce[c]), rem - owed));
-		rem -= A[c];
+		for (int it = 0; it < 200; it++) {
+			double mid = (lo + hi) / 2, sum = 0;
+
+			for (int c = 0; c < nk; c++)
+				sum += fmin(fmin(D[c], ce[c]), fmax(fmin(fl[c], D[c]), W[c] * mid));
+			if (sum > P)
+				hi = mid;
+			else
+				lo = mid;
+		}
+		for (int c = 0; c < nk; c++) {
+			A[c] = fmin(fmin(D[c], ce[c]), fmax(fmin(fl[c], D[c]), W[c] * lo));
+			rem -= A[c];
+		}
+	}
+	for (int c = 0; c < nk; c++) {
+		if (!g_peers) {
+			double owed = 0;
+
+			for (int j = c + 1; j < nk; j++)
+				owed += fmin(fl[j], D[j]);
+			A[c] = fmax(0, fmin(fmin(D[c], ce[c]), rem - owed));
+			rem -= A[c];
+		}
 		double lo = 0, hi = 1e9;
 
 		for (int it = 0; it < 200; it++) {
@@ -834,6 +855,63 @@ static void test_classes_brute(void **state)
 	leave1("clb", "m1");
 	assert_int_equal(zcard("clb", "dc1"), N / NK - 1);
 	g_classes = g_class = 0;
+}
+
+/* Peer classes (a parent's children with floors): the first class wants
+ * little and keeps it, the second keeps its floor of 300 though its
+ * weight alone would give it less, the third takes the rest; each grant
+ * is the reference's. Then the third goes idle: the others share its part
+ * up to their ceilings. */
+static void test_classes_peers(void **state)
+{
+	enum { N = 30, NK = 3 };
+	const struct dreq d = { 1000, 1, 60000, 0, 0, 0 };
+	const double fl[NK] = { 100, 300, 0 }, ce[NK] = { 1000, 500, 1000 };
+	char id[N][16];
+	double w[N], e[N], g[N], want[N], by[NK];
+	int k[N];
+
+	(void)state;
+	g_classes = NK;
+	g_peers = true;
+	for (int c = 0; c < NK; c++)
+		g_floor[c] = fl[c], g_ceiling[c] = ce[c];
+	for (int i = 0; i < N; i++) {
+		snprintf(id[i], sizeof(id[i]), "p%d", i);
+		k[i] = i < 5 ? 0 : i < 10 ? 1 : 2;
+		w[i] = k[i] == 2 ? 2 : 1;
+		e[i] = k[i] == 0 ? 10 : 200;
+	}
+	for (int phase = 0; phase < 2; phase++) {
+		if (phase == 1)
+			for (int i = 10; i < N; i++)
+				e[i] = d.floor;
+		for (int r = 0; r < 4; r++)
+			for (int i = 0; i < N; i++) {
+				g_class = k[i];
+				g[i] = beat_w("clp", &d, id[i], e[i], w[i], NULL);
+			}
+		classes_want(N, e, w, k, NK, fl, ce, d.pool, d.floor, want);
+		memset(by, 0, sizeof(by));
+		for (int i = 0; i < N; i++) {
+			if (fabs(g[i] - want[i]) > 1e-6 * d.pool)
+				fail_msg("phase %d: %s (class %d, e %g, w %g): granted %.9g, want %.9g", phase,
+					 id[i], k[i], e[i], w[i], g[i], want[i]);
+			by[k[i]] += g[i];
+		}
+		print_message("phase %d: classes granted %.1f / %.1f / %.1f of %g\n", phase, by[0], by[1], by[2],
+			      d.pool);
+		if (phase == 0) {
+			NEAR(by[0], 50, 1e-6);  /* its demand, below its floor */
+			NEAR(by[1], 300, 1e-6); /* its floor: by weight (5 of 45) it would get about 100 */
+			NEAR(by[2], 650, 1e-6);
+		} else {
+			NEAR(by[1], 500, 1e-6); /* its ceiling */
+		}
+		check_sum("clp", d.pool);
+	}
+	g_classes = g_class = 0;
+	g_peers = false;
 }
 
 /* A limit whose weights a reload dropped: its calls no longer name wt,
@@ -954,6 +1032,7 @@ int main(void)
 		cmocka_unit_test(test_weight_refused),
 		cmocka_unit_test(test_priority_classes),
 		cmocka_unit_test(test_classes_brute),
+		cmocka_unit_test(test_classes_peers),
 		cmocka_unit_test(test_weights_dropped),
 		cmocka_unit_test(test_demand_cost),
 	};

@@ -238,7 +238,7 @@ static int parse_root(struct ctx *c, yaml_node_t *root, struct kt_config *cfg)
 		     it < limits->data.sequence.items.top; it++, i++)
 			if ((err = kt_cfg_parse_limit(c, node_at(c, *it), index_of(sub, "limits", i), cfg, i)))
 				return err;
-		if ((err = kt_cfg_link_parents(c, limits, cfg)))
+		if ((err = kt_cfg_link_parents(c, limits, cfg)) || (err = kt_cfg_link_floors(c, limits, cfg)))
 			return err;
 	}
 

@@ -122,6 +122,8 @@ enum kt_weight_by {
 	KT_WEIGHT_NONE = 0,       /* every member weighs 1 */
 	KT_WEIGHT_LABEL,          /* a pods: limit: the value of label weight_key */
 	KT_WEIGHT_CAPTURE,        /* a cgroups: pattern limit: the component {weight_key} matched */
+	KT_WEIGHT_CHILD,          /* classes only, a parent whose children have floor: the child
+				   * a member comes through (kt_cfg_link_floors) */
 };
 /* weights, defaultWeight: a weight is a number in this range */
 #define KT_WEIGHT_MIN 0.001
@@ -277,6 +279,18 @@ struct kt_limit_cfg {
 	double weight;
 	int weight_at_line;       /* where weight: is written, 0 = absent */
 	bool child_weights;
+	/* floor (a child of a parent whose share is demand): the tokens/s of
+	 * the parent's rate this limit's members can always use together,
+	 * their demand permitting; its rateLimit.max is its ceiling there.
+	 * As written floor_pct >= 0 is "N%" of the parent's max, resolved
+	 * by kt_cfg_link_floors. Its parent's classes are then its children
+	 * (class_by KT_WEIGHT_CHILD, classes_siblings), child_class this
+	 * limit's among them (-1: none). */
+	double floor;
+	double floor_pct;
+	int floor_at_line;        /* where floor: is written, 0 = absent */
+	int child_class;
+	bool classes_siblings;    /* classes share by weight above their floors, not in order */
 	int refuse_errno;         /* a refused connect()/sendmsg() fails with it; default EBUSY */
 	/* maxDelay (unit call): a held call's connection ends (ETIMEDOUT)
 	 * after waiting this long, ms; 0 = it waits until admitted */

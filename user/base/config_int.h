@@ -258,6 +258,8 @@ int kt_cfg_take_capture(struct ctx *c, yaml_node_t *v, const char *field, struct
  * is 1 without them. */
 int kt_cfg_parse_weights(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l);
 void kt_cfg_weights_free(struct kt_limit_cfg *l);
+/* floor on children: their parents' classes (after kt_cfg_link_parents) */
+int kt_cfg_link_floors(struct ctx *c, yaml_node_t *limits, struct kt_config *cfg);
 
 /* config_tags.c: tags[idx] (after the top level: socket and metrics are set). */
 int kt_cfg_parse_tag(struct ctx *c, yaml_node_t *n, const char *field, struct kt_config *cfg,

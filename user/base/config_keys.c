@@ -9,7 +9,7 @@ const char *const kt_cfg_keys_limit[] = { "name",  "cgroups", "match",	     "uni
 					  "scope", "burst",   "share",	     "rateLimit",
 					  "allowRawSockets", "errno", "pods", "enforce", "parent",
 					  "groupBy", "maxGroups", "maxDelay", "weightBy", "weights",
-					  "defaultWeight", "classBy", "classes", "defaultClass", "weight", NULL };
+					  "defaultWeight", "classBy", "classes", "defaultClass", "weight", "floor", NULL };
 const char *const kt_cfg_keys_match[] = { "cidrs", "ports", "protocol", NULL };
 const char *const kt_cfg_keys_rate_limit[] = { "max", "min", "rampUpDuration", "modes",
 					       "resumedRampUp", "ttl", "store", "strict", NULL };

@@ -2,8 +2,9 @@
 /* Shares by importance, a limit's keys for them (config.h): weightBy,
  * weights and defaultWeight (where each member's weight in the weighted
  * max-min division of a share: demand pool comes from), classBy, classes
- * and defaultClass (its priority class), and weight (what a child weighs
- * in its parent's pool; the parent is checked in kt_cfg_link_parents). */
+ * and defaultClass (its priority class), weight (what a child weighs in
+ * its parent's pool; the parent is checked in kt_cfg_link_parents) and
+ * floor (what a child can always use of it: kt_cfg_link_floors). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -204,8 +205,30 @@ int kt_cfg_parse_weights(struct ctx *c, yaml_node_t *n, const char *field, struc
 	int err;
 
 	l->default_class = -1;
+	l->child_class = -1;
+	l->floor_pct = -1;
 	if ((err = parse_weight_by(c, n, field, l)))
 		return err;
+	if ((cb = map_get(c, n, "floor"))) {
+		const char *s = cb->type == YAML_SCALAR_NODE ? sval(cb) : NULL;
+
+		join(sub, field, "floor");
+		if (!l->parent_name[0])
+			return fail(c, cb, sub, "needs parent: (what this limit can always use of its parent's rate)");
+		if (l->group_by)
+			return fail(c, cb, sub, "not on a groupBy limit: each group is a pool of its own");
+		if (s && *s && s[strlen(s) - 1] == '%') {
+			char *end;
+
+			l->floor_pct = strtod(s, &end);
+			if (end != s + strlen(s) - 1 || !(l->floor_pct >= 0 && l->floor_pct <= 100))
+				return fail(c, cb, sub, "\"%s\" is no percentage of the parent's max (0%%..100%%)",
+					    show_str(s).s);
+		} else if ((err = kt_cfg_get_number_in(c, cb, sub, 0, false, l->rl.max, &l->floor))) {
+			return err;
+		}
+		l->floor_at_line = line_of(cb);
+	}
 	/* weight: this limit's in its parent's pool (the parent is checked
 	 * once all limits are parsed, kt_cfg_link_parents) */
 	if ((cb = map_get(c, n, "weight"))) {
@@ -277,6 +300,89 @@ static int parse_weight_by(struct ctx *c, yaml_node_t *n, const char *field, str
 		return err;
 	if (dw && (err = get_weight(c, dw, join(sub, field, "defaultWeight"), &l->default_weight)))
 		return err;
+	return 0;
+}
+
+/* A parent some of whose children have floor: its classes are its
+ * children in order, each its floor and its rateLimit.max (the ceiling),
+ * then one for the parent's own members (floor 0); they share the divided
+ * rate by weight above their floors (classes_siblings), not in order. */
+int kt_cfg_link_floors(struct ctx *c, yaml_node_t *limits, struct kt_config *cfg)
+{
+	char sub[FIELD_LEN];
+
+	for (int i = 0; i < cfg->n_limits; i++) {
+		struct kt_limit_cfg *l = &cfg->limits[i], *p;
+		yaml_node_t *at;
+
+		if (!l->floor_at_line)
+			continue;
+		p = &cfg->limits[kt_cfg_parent(l)];
+		at = map_get(c, node_at(c, limits->data.sequence.items.start[i]), "floor");
+		snprintf(sub, sizeof(sub), "limits[%d].floor", i);
+		if (p->share != KT_SHARE_DEMAND)
+			return fail(c, at, sub,
+				    "its parent %s (line %d) shares equally: give it share: demand for its children to keep floors in it",
+				    p->name, p->line);
+		if (p->class_by != KT_WEIGHT_NONE && p->class_by != KT_WEIGHT_CHILD)
+			return fail(c, at, sub,
+				    "its parent %s (line %d) has classBy: a parent's classes are either its own or its children",
+				    p->name, p->line);
+		if (p->unit == KT_UNIT_CONCURRENT)
+			return fail(c, at, sub, "not supported with unit concurrent yet (slots are shared by weight only)");
+		if (l->floor_pct >= 0)
+			l->floor = p->rl.max * l->floor_pct / 100;
+		if (l->floor > l->rl.max * (1 + 1e-12))
+			return fail(c, at, sub, "%g is above this limit's rateLimit.max %g, its ceiling in %s", l->floor,
+				    l->rl.max, p->name);
+		if (p->class_by == KT_WEIGHT_CHILD)
+			continue; /* its classes are made already */
+		/* the parent's classes: every child, then its own members */
+		p->class_by = KT_WEIGHT_CHILD;
+		p->classes_siblings = true;
+		p->class_line = l->floor_at_line;
+		for (int j = 0; j < cfg->n_limits; j++) {
+			struct kt_limit_cfg *k = &cfg->limits[j];
+
+			if (kt_cfg_parent(k) != kt_cfg_parent(l))
+				continue;
+			if (p->n_classes >= KT_CLASSES_MAX - 1)
+				return fail(c, at, sub,
+					    "%s has more than %d children: a parent whose children keep floors has at most %d",
+					    p->name, KT_CLASSES_MAX - 1, KT_CLASSES_MAX - 1);
+			k->child_class = p->n_classes;
+			p->classes[p->n_classes] = (struct kt_share_class){
+				.name = strdup(k->name),
+				.ceiling = k->rl.max < p->rl.max ? k->rl.max : p->rl.max,
+				.line = k->line,
+			};
+			if (!p->classes[p->n_classes++].name)
+				return oom(c, at, sub);
+		}
+		p->classes[p->n_classes] = (struct kt_share_class){
+			.name = strdup(p->name), .ceiling = p->rl.max, .line = p->line };
+		if (!p->classes[p->n_classes++].name)
+			return oom(c, at, sub);
+		p->default_class = p->n_classes - 1;
+	}
+	/* the floors, now that every child's is known */
+	for (int i = 0; i < cfg->n_limits; i++) {
+		struct kt_limit_cfg *l = &cfg->limits[i], *p;
+		double floors = 0;
+
+		if (!l->floor_at_line)
+			continue;
+		p = &cfg->limits[kt_cfg_parent(l)];
+		p->classes[l->child_class].floor = l->floor;
+		for (int k = 0; k < p->n_classes; k++)
+			floors += p->classes[k].floor;
+		if (floors > p->rl.max * (1 + 1e-12)) {
+			snprintf(sub, sizeof(sub), "limits[%d].floor", i);
+			return fail(c, map_get(c, node_at(c, limits->data.sequence.items.start[i]), "floor"), sub,
+				    "the floors of %s's children sum to %g, above its rateLimit.max %g", p->name,
+				    floors, p->rl.max);
+		}
+	}
 	return 0;
 }
 

@@ -57,7 +57,8 @@ static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *c
 	m->entry = j;
 	m->weight = kt_member_weight(l->cfg, pod, matched, &src);
 	m->weight_src = (uint8_t)src;
-	m->klass = (uint8_t)kt_member_class(l->cfg, pod, matched, &src);
+	m->klass = (uint8_t)kt_member_class(l->cfg, pod, matched,
+					    via >= 0 && via < cfg->n_limits ? &cfg->limits[via] : NULL, &src);
 	m->class_src = (uint8_t)src;
 	m->via = (int16_t)via;
 	m->slot = UINT32_MAX;

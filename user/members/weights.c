@@ -48,7 +48,7 @@ static const char *member_value(enum kt_weight_by by, const char *key, int up, c
 }
 
 int kt_member_class(const struct kt_limit_cfg *lc, const struct kt_pod *pod, const char *matched,
-		    enum kt_weight_src *src)
+		    const struct kt_limit_cfg *via, enum kt_weight_src *src)
 {
 	char buf[KT_WEIGHT_VALUE_MAX + 1];
 	const char *v;
@@ -56,6 +56,13 @@ int kt_member_class(const struct kt_limit_cfg *lc, const struct kt_pod *pod, con
 	*src = KT_WEIGHT_SRC_NONE;
 	if (lc->class_by == KT_WEIGHT_NONE || lc->n_classes < 1)
 		return 0;
+	if (lc->class_by == KT_WEIGHT_CHILD) {
+		*src = KT_WEIGHT_SRC_VALUE;
+		if (via && via->child_class >= 0 && via->child_class < lc->n_classes)
+			return via->child_class;
+		*src = KT_WEIGHT_SRC_DEFAULT; /* the parent's own member */
+		return lc->n_classes - 1;
+	}
 	v = member_value(lc->class_by, lc->class_key, lc->class_up, pod, matched, buf, sizeof(buf));
 	*src = v ? KT_WEIGHT_SRC_INVALID : KT_WEIGHT_SRC_DEFAULT;
 	for (int k = 0; v && k < lc->n_classes; k++) {

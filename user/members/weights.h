@@ -25,8 +25,10 @@ const char *kt_weight_src_name(enum kt_weight_src s);
 /* The class (index into lc->classes) of a member found as for
  * kt_member_weight: the one its value names, else lc->default_class (*src
  * KT_WEIGHT_SRC_DEFAULT without a value, _INVALID with one naming none);
- * 0 when the limit has no classes. */
+ * 0 when the limit has no classes. For a parent whose classes are its
+ * children (KT_WEIGHT_CHILD), the class of `via`, the child the member
+ * comes through (NULL: the parent's own member, the last class). */
 int kt_member_class(const struct kt_limit_cfg *lc, const struct kt_pod *pod, const char *matched,
-		    enum kt_weight_src *src);
+		    const struct kt_limit_cfg *via, enum kt_weight_src *src);
 
 #endif

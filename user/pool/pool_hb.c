@@ -422,6 +422,7 @@ void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const stru
 			if (l->weighted && lo->cfg && lo->cfg->class_by != KT_WEIGHT_NONE &&
 			    lo->cfg->n_classes >= 2 && lo->cfg->n_classes <= KT_STORE_MAX_CLASSES) {
 				q->n_classes = lo->cfg->n_classes;
+				q->classes_siblings = lo->cfg->classes_siblings;
 				for (int k = 0; k < q->n_classes; k++) {
 					q->class_floor[k] = lo->cfg->classes[k].floor;
 					q->class_ceiling[k] = lo->cfg->classes[k].ceiling;

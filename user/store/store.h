@@ -115,9 +115,12 @@
  * classes in order, each its demand up to its ceiling while what the
  * classes after it are owed of their floors stays free, what is left when
  * all fit by weight up to the ceilings; then weighted max-min within each
- * class. It reads dem and wt whole, so it is cached in meta (cls) under
- * the level's rules (a demand moving by more than a tenth of an equal
- * share, P by 1%, recompute_ms).
+ * class. With classes_siblings the classes are peers instead: class k gets
+ * clamp(W_k x lambda, min(floor_k, D_k), min(D_k, ceiling_k)) (W_k, D_k
+ * its weights and demands summed), lambda such that they sum to P. A
+ * class's level within it is walked over its own sorted set (dc0..dc7),
+ * cached in meta (cls) under the level's rules (a demand moving by more
+ * than a tenth of an equal share, P by 1%, recompute_ms).
  * Provided each node runs each member at exactly its last grant until its
  * next heartbeat (and at most stale_ms), the members' rates sum to <= P.
  * Lapse, death and leave drop the member's grant from the sum.
@@ -299,6 +302,10 @@ struct kt_pool_req {
 	 * its demand, the smaller) stay free; within a class, weighted
 	 * max-min. Rates in tokens/s, floor <= ceiling. */
 	int n_classes;                         /* 0, or 2..KT_STORE_MAX_CLASSES */
+	bool classes_siblings;                 /* instead the classes are peers (a parent's
+						* children): each gets min(its floor, its demand),
+						* and above that they share weighted max-min up to
+						* their ceilings */
 	double class_floor[KT_STORE_MAX_CLASSES];
 	double class_ceiling[KT_STORE_MAX_CLASSES];
 	double *grants;                        /* out, n_members entries when pool_rate > 0: the rate

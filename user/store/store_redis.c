@@ -442,7 +442,8 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 			rs_arg_ref(a, "-");
 		if (q->weighted && q->n_classes > 0) {
 			char ct[KT_STORE_MAX_CLASSES * 52 + 2];
-			int at = snprintf(ct, sizeof(ct), "1");
+			/* "1": in order of importance; "2": peers */
+			int at = snprintf(ct, sizeof(ct), "%s", q->classes_siblings ? "2" : "1");
 
 			for (int k = 0; k < q->n_classes; k++)
 				at += snprintf(ct + at, sizeof(ct) - (size_t)at, " %.17g %.17g",

@@ -13,7 +13,8 @@
 -- else "-"), slots ("node held pool cap demand" for an in-flight limit, see slots();
 -- else "-"), weighted ("1": the limit has weights and wt is among its
 -- KEYS; "1 F0 C0 F1 C1 ...": and priority classes, each its floor and
--- ceiling, the most important first; else "0"), then n (id, size) pairs,
+-- ceiling, the most important first; "2 F0 C0 ...": peer classes, see
+-- peers(); else "0"), then n (id, size) pairs,
 -- size "0" meaning "the live count computed here", or with pool_rate > 0 n
 -- (id, size, demand) triples, the demand "D" (weight 1), "D W" (weight
 -- W, weighted max-min fairness) or "D W K" (and priority class K, 0 the
@@ -208,6 +209,36 @@ local function clv(K, c, nk, A, D, W)
   end
   return cl
 end
+-- Peer classes (ct.sib: a parent's children): class k's part is
+-- clamp(W_k l, min(floor, D_k), min(D_k, ceiling)), l found by bisection
+-- from below so the parts never sum past P; floors scaled down when P
+-- cannot hold them all.
+local function peers(ct, nk, D, W, P)
+  local A, lo, cap, sb, hi = {}, {}, {}, 0, 0
+  for k = 1, nk do
+    cap[k] = math.min(D[k], ct[k][2])
+    lo[k] = math.min(ct[k][1], cap[k])
+    sb = sb + lo[k]
+    if W[k] > 0 then hi = math.max(hi, cap[k] / W[k]) end
+  end
+  local function at(l)
+    local s = 0
+    for k = 1, nk do A[k] = math.min(cap[k], math.max(lo[k], W[k] * l)); s = s + A[k] end
+    return s
+  end
+  if sb >= P then
+    for k = 1, nk do A[k] = sb > 0 and lo[k] * P / sb or 0 end
+    return A
+  end
+  if at(hi) <= P then return A end
+  local l = 0
+  for _ = 1, 60 do
+    local m = (l + hi) / 2
+    if at(m) <= P then l = m else hi = m end
+  end
+  at(l)
+  return A
+end
 -- Updates dem for this node's members (ARGV i..j, stride 3), the level,
 -- and their grants: shrinks first, then growth into free headroom only.
 -- ct: the limit's classes (nil: none). Returns the grants in ARGV order.
@@ -293,11 +324,16 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
       D[k], W[k] = math.max(0, c.cd[k][1]), math.max(0, c.cd[k][2])
       Wt = Wt + W[k]
     end
-    for k = 1, nk do
-      local owed = 0
-      for j = k + 1, nk do owed = owed + math.min(ct[j][1], D[j]) end
-      A[k] = math.max(0, math.min(D[k], ct[k][2], rem - owed))
-      rem = rem - A[k]
+    if ct.sib then
+      A = peers(ct, nk, D, W, P)
+      for k = 1, nk do rem = rem - A[k] end
+    else
+      for k = 1, nk do
+        local owed = 0
+        for j = k + 1, nk do owed = owed + math.min(ct[j][1], D[j]) end
+        A[k] = math.max(0, math.min(D[k], ct[k][2], rem - owed))
+        rem = rem - A[k]
+      end
     end
     rem = math.max(0, rem - flo)
     -- a walk of the pool at most every rms / 4, whatever changed (a fleet
@@ -608,10 +644,12 @@ end
 local out, a, k = {}, 1, 1
 while k <= #KEYS do
   local n, prate, prev, sl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 6]), ARGV[a + 9], ARGV[a + 10]
-  -- "0", "1" (weighted), or "1 F0 C0 F1 C1 ..." (weighted, with classes)
-  local wk, ct = string.sub(ARGV[a + 11], 1, 1) == '1', nil
+  -- "0", "1" (weighted), or "1 F0 C0 F1 C1 ..." (weighted, with classes
+  -- in order), "2 F0 C0 ..." (peer classes)
+  local w1 = string.sub(ARGV[a + 11], 1, 1)
+  local wk, ct = w1 == '1' or w1 == '2', nil
   for f, cc in string.gmatch(ARGV[a + 11], ' (%S+) (%S+)') do
-    ct = ct or {}
+    ct = ct or {sib = w1 == '2'}
     ct[#ct + 1] = {rate(f), rate(cc)}
   end
   local st = 2
