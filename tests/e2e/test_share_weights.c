@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <cmocka.h>
 
@@ -74,6 +75,7 @@ static struct fixture {
 	struct arrivals arr[2];         /* per side */
 	int test;                       /* which test of the run: its key prefix */
 	bool classes;                   /* classBy instead of weightBy */
+	int metrics_port[NODES];
 } fx;
 
 static const struct kt_clusterfx_pool pool = { TICK_MS, HB_MS, STALE, 2000 };
@@ -134,6 +136,9 @@ static void node_up(int i)
 		 fx.classes ? "classBy: \"capture:tier\", classes: [{name: critical}, {name: batch, floor: 10%}]"
 			    : "weightBy: \"capture:tier\", weights: {prod: 3, batch: 0.5}",
 		 BURST, MAX);
+	fx.metrics_port[i] = ktest_free_port(SOCK_STREAM);
+	snprintf(limits + strlen(limits), sizeof(limits) - strlen(limits), "metrics: 127.0.0.1:%d\n",
+		 fx.metrics_port[i]);
 	/* each test its own keys */
 	snprintf(store, sizeof(store),
 		 "{mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: ktwt%dt%d}", kfx_master.port,
@@ -242,6 +247,21 @@ static void start_all(void)
 		assert_true(status_weight(m) == (side_of[m] == PROD ? 3 : 0.5));
 }
 
+/* Node i's kthrottle_borrowed for its one member (-1: none). */
+static double borrowed_on(int i)
+{
+	char *page = NULL;
+	const char *p;
+	double x = -1;
+
+	assert_int_equal(ktest_http_get(fx.metrics_port[i], "/metrics", &page), 200);
+	p = strstr(page, "\nkthrottle_borrowed{limit=\"" LIMIT "\"");
+	if (p && (p = strchr(p + 1, '}')))
+		x = strtod(p + 1, NULL);
+	free(page);
+	return x;
+}
+
 /* Node 0's production bucket: seconds from `from` (arrivals clock) until
  * its rate reaches 90% of `want`, polled; -1 if not within `limit_s`. */
 static double prod_reaches(double from, double want, double limit_s)
@@ -291,6 +311,14 @@ static void test_weights_3_to_1(void **state)
 		      batch / (idle - 2.2), 100 * batch / (idle - 2.2) / MAX, MAX,
 		      got(PROD, t_idle + 2.2, t_idle + idle) / (idle - 2.2));
 	assert_true(batch / (idle - 2.2) >= 0.95 * MAX);
+	/* a batch member's guaranteed part is 200 x 0.5 / 4 = 25/s; it runs
+	 * near 100/s: the rest it borrows from idle production */
+	{
+		double bb = borrowed_on(1);
+
+		print_message("production idle: batch member on n1 borrows %.1f/s\n", bb);
+		assert_true(bb >= 0.25 * MAX);
+	}
 
 	/* 3. production busy again: its weighted share (150/s) within two
 	 * heartbeats, plus the 100 ms demand window, a tick to see it and a
@@ -362,6 +390,21 @@ static void sender_at(int m, double secs, int per_s)
 						 &fx.sender_fd[m]);
 }
 
+/* The part of the divided rate class `name` was given at node 0's last
+ * heartbeat, as its status shows it (-1: absent). */
+static double class_part(const char *name)
+{
+	char *js = ktest_daemon_cmd(&fx.d[0], "status json"), want[64];
+	const char *p = NULL;
+	double x = -1;
+
+	snprintf(want, sizeof(want), "{\"name\":\"%s\",", name);
+	if (js && (p = strstr(js, want)) && (p = strstr(p, "\"part\":")))
+		x = strtod(p + strlen("\"part\":"), NULL);
+	free(js);
+	return x;
+}
+
 /* Priority classes: critical (node 0) before batch (nodes 1 and 2, a floor
  * of 10% of max between them). Critical at 80% of max gets it, batch the
  * rest (less critical's demand headroom, 10% + 1/s: a member is granted a
@@ -409,6 +452,17 @@ static void test_priority_classes(void **state)
 		      0.1 * MAX);
 	assert_true(crit >= 0.95 * 0.9 * MAX && crit <= 0.9 * MAX + BURST);
 	assert_true(batch >= 0.8 * 0.1 * MAX && batch <= 0.1 * MAX + BURST);
+	/* what the store gave each class, in status; batch at its floor
+	 * borrows nothing */
+	{
+		double pc = class_part("critical"), pb = class_part("batch"), bb = borrowed_on(1);
+
+		print_message("critical at 150%%: parts critical %.1f/s, batch %.1f/s; batch member borrows %.2f/s\n",
+			      pc, pb, bb);
+		assert_true(fabs(pc - 0.9 * MAX) <= 0.02 * MAX);
+		assert_true(fabs(pb - 0.1 * MAX) <= 0.02 * MAX);
+		assert_true(bb >= 0 && bb <= 0.02 * MAX);
+	}
 
 	/* 3. critical idle: batch takes the pool */
 	sender_wait(0);
@@ -417,6 +471,14 @@ static void test_priority_classes(void **state)
 	batch = got(BATCH, t2 + 2.2, t2 + phase) / (phase - 2.2);
 	print_message("critical idle: batch %.1f/s\n", batch);
 	assert_true(batch >= 0.9 * MAX);
+	/* each batch member runs near half the pool, its guaranteed part is
+	 * half of batch's floor: the rest is borrowed from critical */
+	{
+		double bb = borrowed_on(1);
+
+		print_message("critical idle: batch member on n1 borrows %.1f/s\n", bb);
+		assert_true(bb >= 0.35 * MAX);
+	}
 	for (int m = 1; m < MEMBERS; m++)
 		sender_wait(m);
 	check_all("classes", t0);

@@ -886,11 +886,22 @@ static void test_classes_peers(void **state)
 		if (phase == 1)
 			for (int i = 10; i < N; i++)
 				e[i] = d.floor;
+		struct kt_pool_answer a;
+
 		for (int r = 0; r < 4; r++)
 			for (int i = 0; i < N; i++) {
 				g_class = k[i];
-				g[i] = beat_w("clp", &d, id[i], e[i], w[i], NULL);
+				g[i] = beat_w("clp", &d, id[i], e[i], w[i], &a);
 			}
+		/* the answer's parts and weights per class */
+		if (phase == 0) {
+			NEAR(a.class_part[0], 50, 1e-6);
+			NEAR(a.class_part[1], 300, 1e-6);
+			NEAR(a.class_part[2], 650, 1e-6);
+			NEAR(a.class_weights[0], 5, 1e-9);
+			NEAR(a.class_weights[1], 5, 1e-9);
+			NEAR(a.class_weights[2], 40, 1e-9);
+		}
 		classes_want(N, e, w, k, NK, fl, ce, d.pool, d.floor, want);
 		memset(by, 0, sizeof(by));
 		for (int i = 0; i < N; i++) {

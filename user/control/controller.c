@@ -363,6 +363,19 @@ void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local, uint64_t 
 	}
 }
 
+double kt_ctl_member_weight(const struct kt_plan *plan, const struct kt_pool *pool, int i, int j)
+{
+	const struct kt_member_rt *m = &plan->limits[i].members[j];
+
+	if (m->entry == KT_ENTRY_CHILD && m->via >= 0 && m->via < plan->n_limits &&
+	    plan->limits[m->via].cfg->weight > 0) {
+		const struct kt_pool_view *v = kt_pool_view(pool, m->via);
+
+		return plan->limits[m->via].cfg->weight / (v && v->size > 0 ? v->size : 1);
+	}
+	return m->weight > 0 ? m->weight : 1;
+}
+
 void kt_ctl_fill_child_weights(struct kt_ctl *c, struct kt_pool_local *local)
 {
 	int total = 0, off = 0;
@@ -385,19 +398,8 @@ void kt_ctl_fill_child_weights(struct kt_ctl *c, struct kt_pool_local *local)
 
 		if (!l->cfg->child_weights)
 			continue;
-		for (int j = 0; j < l->n_members; j++) {
-			const struct kt_member_rt *m = &l->members[j];
-			double w = m->weight > 0 ? m->weight : 1;
-
-			if (m->entry == KT_ENTRY_CHILD && m->via >= 0 && m->via < c->plan->n_limits &&
-			    c->plan->limits[m->via].cfg->weight > 0) {
-				const struct kt_pool_view *v = kt_pool_view(c->pool, m->via);
-				int size = v && v->size > 0 ? v->size : 1;
-
-				w = c->plan->limits[m->via].cfg->weight / size;
-			}
-			c->weight_buf[off + j] = w;
-		}
+		for (int j = 0; j < l->n_members; j++)
+			c->weight_buf[off + j] = kt_ctl_member_weight(c->plan, c->pool, i, j);
 		local[i].member_weight = &c->weight_buf[off];
 		off += l->n_members;
 	}

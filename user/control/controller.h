@@ -158,6 +158,10 @@ void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local, uint64_t 
  * local[i].member_weight for those parents; weights kept while the
  * buffer cannot grow. */
 void kt_ctl_fill_child_weights(struct kt_ctl *c, struct kt_pool_local *local);
+/* The weight member j of limit i has in its pool: a child's weight: over
+ * its pool size when it comes through such a child, else its own (1 when
+ * unset). Reads only. */
+double kt_ctl_member_weight(const struct kt_plan *plan, const struct kt_pool *pool, int i, int j);
 /* In-flight limits: each one's open count and slots in force on this node,
  * as this tick read them from the kernel, and its demand, into local (what
  * its heartbeat claims). */

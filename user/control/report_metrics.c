@@ -3,6 +3,7 @@
  * as the text format wants, and the metrics endpoint's routes. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,14 +29,62 @@ static void family_head(struct kt_sbuf *b, const char *name, const char *type, c
  * bucket runs at: node scope, the node's one bucket), kthrottle_demand,
  * kthrottle_weight (weightBy only) and kthrottle_borrowed: its share above
  * its guaranteed part, the divided rate x weight / the weights summed
- * (the store's last answer), which members that want less leave to it. */
+ * (the store's last answer), which members that want less leave to it;
+ * with classes, what its class would get were every member busy
+ * (class_entitled) x weight / the class's weights. */
+
+/* Each class's part of `divided` were every member of every class busy:
+ * in order, each up to its ceiling while the floors of the classes after
+ * it stay free; or, peers, clamp(W_k l, floor, ceiling) filling divided.
+ * Classes without members (no weights) get nothing. */
+static void class_entitled(const struct kt_limit_cfg *c, const struct kt_pool_view *v, double *e)
+{
+	int n = v->share_classes;
+	double rem = v->share_divided, lo = 0, hi = 0, sum = 0;
+
+	if (!c->classes_siblings) {
+		for (int k = 0; k < n; k++) {
+			double owed = 0;
+
+			for (int j = k + 1; j < n; j++)
+				owed += v->share_class_weights[j] > 0 ? c->classes[j].floor : 0;
+			e[k] = v->share_class_weights[k] > 0 ? fmax(0, fmin(c->classes[k].ceiling, rem - owed)) : 0;
+			rem -= e[k];
+		}
+		return;
+	}
+	for (int k = 0; k < n; k++) {
+		if (v->share_class_weights[k] > 0) {
+			sum += c->classes[k].floor;
+			hi = fmax(hi, c->classes[k].ceiling / v->share_class_weights[k]);
+		}
+	}
+	for (int it = 0; it < 60; it++) {
+		double mid = (lo + hi) / 2, s = 0;
+
+		for (int k = 0; k < n; k++)
+			if (v->share_class_weights[k] > 0)
+				s += fmin(c->classes[k].ceiling,
+					  fmax(c->classes[k].floor, v->share_class_weights[k] * mid));
+		if (s <= rem)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	for (int k = 0; k < n; k++)
+		e[k] = v->share_class_weights[k] <= 0 ? 0
+		       : sum >= rem && sum > 0 ? c->classes[k].floor * rem / sum
+					       : fmin(c->classes[k].ceiling,
+						      fmax(c->classes[k].floor, v->share_class_weights[k] * lo));
+}
+
 static void share_metrics(const struct kt_daemon *d, struct kt_sbuf *b)
 {
 	static const char *const fam[4][2] = {
 		{ "share", "Rate a member of a share: demand limit runs at now (tokens/s; node scope: the node's one bucket)." },
 		{ "demand", "Demand a member of a share: demand limit reports (admitted + refused per second, with headroom)." },
 		{ "weight", "A member's weight in its limit's weighted max-min share (weightBy)." },
-		{ "borrowed", "Rate a member runs at above its guaranteed part of the pool (the divided rate x its weight / the weights summed): what members wanting less leave to it." },
+		{ "borrowed", "Rate a member runs at above its guaranteed part of the pool (what it would get were every member busy: the divided rate x its weight / the weights summed; with classes, its class's part of it x its weight / the class's weights): what members wanting less leave to it." },
 	};
 
 	for (int f = 0; f < 4; f++) {
@@ -44,6 +93,8 @@ static void share_metrics(const struct kt_daemon *d, struct kt_sbuf *b)
 		for (int i = 0; i < d->plan.n_limits; i++) {
 			const struct kt_limit_rt *l = &d->plan.limits[i];
 			const struct kt_pool_view *v = kt_pool_view(d->pool, i);
+			double entitled[KT_STORE_MAX_CLASSES] = { 0 };
+			bool classes = v && v->share_classes > 0 && v->share_classes == l->cfg->n_classes;
 
 			if (l->cfg->share != KT_SHARE_DEMAND || l->cfg->unit == KT_UNIT_CONCURRENT ||
 			    (f == 2 && l->cfg->weight_by == KT_WEIGHT_NONE))
@@ -51,6 +102,8 @@ static void share_metrics(const struct kt_daemon *d, struct kt_sbuf *b)
 			if (!head)
 				family_head(b, fam[f][0], "gauge", fam[f][1]);
 			head = true;
+			if (f == 3 && classes)
+				class_entitled(l->cfg, v, entitled);
 			for (int j = 0; j < l->n_members; j++) {
 				const struct kt_member_rt *m = &l->members[j];
 				double rate = kt_report_member_rate(d, m), x;
@@ -61,8 +114,13 @@ static void share_metrics(const struct kt_daemon *d, struct kt_sbuf *b)
 					x = m->slot < KT_MAX_SLOTS ? d->slot_base[m->slot].demand : 0;
 				else if (f == 2)
 					x = m->weight;
+				else if (classes && m->klass < v->share_classes)
+					x = v->share_class_weights[m->klass] > 0
+						    ? rate - entitled[m->klass] * kt_ctl_member_weight(&d->plan, d->pool, i, j) /
+								     v->share_class_weights[m->klass]
+						    : 0;
 				else if (v && v->share_weights > 0 && v->share_divided > 0)
-					x = rate - v->share_divided * m->weight / v->share_weights;
+					x = rate - v->share_divided * kt_ctl_member_weight(&d->plan, d->pool, i, j) / v->share_weights;
 				else
 					x = 0;
 				kt_sb_printf(b, "kthrottle_%s{limit=\"%s\",member=\"%s\"} %.6g\n", fam[f][0],

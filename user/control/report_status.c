@@ -548,13 +548,19 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 			if (c->class_by != KT_WEIGHT_NONE) {
 				kt_sb_printf(&b, ",\"class_by\":");
 				kt_sb_json_str(&b, weight_by_text(c->class_by, c->class_key, wb, sizeof(wb)));
-				kt_sb_printf(&b, ",\"classes\":[");
+				kt_sb_printf(&b, ",\"classes_peers\":%s,\"classes\":[",
+					     c->classes_siblings ? "true" : "false");
 				for (int k = 0; k < c->n_classes; k++) {
 					kt_sb_printf(&b, "%s{\"name\":", k ? "," : "");
 					kt_sb_json_str(&b, c->classes[k].name);
-					kt_sb_printf(&b, ",\"floor\":%.6g,\"ceiling\":%.6g,\"default\":%s}",
+					kt_sb_printf(&b, ",\"floor\":%.6g,\"ceiling\":%.6g,\"default\":%s",
 						     c->classes[k].floor, c->classes[k].ceiling,
 						     k == c->default_class ? "true" : "false");
+					/* the store's last division: the class's part, its weights */
+					if (v && v->share_classes == c->n_classes)
+						kt_sb_printf(&b, ",\"part\":%.6g,\"weights\":%.6g",
+							     v->share_class_part[k], v->share_class_weights[k]);
+					kt_sb_printf(&b, "}");
 				}
 				kt_sb_printf(&b, "]");
 			}
@@ -650,12 +656,19 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 					     weight_by_text(c->weight_by, c->weight_key, wb, sizeof(wb)),
 					     c->default_weight);
 			if (c->class_by != KT_WEIGHT_NONE) {
-				kt_sb_printf(&b, "  classBy %s, first served first:",
-					     weight_by_text(c->class_by, c->class_key, wb, sizeof(wb)));
-				for (int k = 0; k < c->n_classes; k++)
-					kt_sb_printf(&b, " %s (floor %g/s, ceiling %g/s%s)", c->classes[k].name,
+				if (c->classes_siblings)
+					kt_sb_printf(&b, "  children keep their floors, share by weight above them:");
+				else
+					kt_sb_printf(&b, "  classBy %s, first served first:",
+						     weight_by_text(c->class_by, c->class_key, wb, sizeof(wb)));
+				for (int k = 0; k < c->n_classes; k++) {
+					kt_sb_printf(&b, " %s (floor %g/s, ceiling %g/s%s", c->classes[k].name,
 						     c->classes[k].floor, c->classes[k].ceiling,
 						     k == c->default_class ? ", default" : "");
+					if (v && v->share_classes == c->n_classes)
+						kt_sb_printf(&b, ", given %.6g/s", v->share_class_part[k]);
+					kt_sb_printf(&b, ")");
+				}
 				kt_sb_printf(&b, "\n");
 			}
 			if (c->shadow || k.would_refuse)

@@ -81,6 +81,13 @@ struct kt_pool_view {
 	 * above that it borrows from members that want less. */
 	double share_divided;
 	double share_weights;
+	/* with priority classes (or a parent's children as peers), per class:
+	 * the part of share_divided it was given and its members' weights
+	 * summed, so a member's guaranteed part is its class's part x weight /
+	 * the class's weights (share_classes 0: none) */
+	int share_classes;
+	double share_class_part[KT_STORE_MAX_CLASSES];
+	double share_class_weights[KT_STORE_MAX_CLASSES];
 };
 
 struct kt_pool;

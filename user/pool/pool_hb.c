@@ -531,6 +531,11 @@ bool pool_finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, uin
 		if (job->reqs[k].pool_rate > 0) {
 			l->v.share_weights = job->ans[k].weights;
 			l->v.share_divided = job->reqs[k].pool_rate - job->ans[k].reserved;
+			l->v.share_classes = job->reqs[k].n_classes;
+			for (int c = 0; c < job->reqs[k].n_classes; c++) {
+				l->v.share_class_part[c] = job->ans[k].class_part[c];
+				l->v.share_class_weights[c] = job->ans[k].class_weights[c];
+			}
 		}
 	}
 	return true;

@@ -341,6 +341,10 @@ struct kt_pool_answer {
 			  * unit of weight (a member's share is at most weight x level) */
 	double weights;  /* the weights of the members sharing by demand, summed (their
 			  * count when none has a weight) */
+	/* with the request's n_classes: each class's part of the divided
+	 * rate, and its members' weights summed */
+	double class_part[KT_STORE_MAX_CLASSES];
+	double class_weights[KT_STORE_MAX_CLASSES];
 	/* Filled only for an in-flight request (slots_node set). */
 	int64_t slots_grant;   /* whole slots this node may fill until its next heartbeat */
 	int64_t slots_claimed; /* the other nodes' claims summed */

@@ -257,8 +257,9 @@ static bool parse_rate(const redisReply *r, double *out)
 
 /* A limit's answer (heartbeat.lua): agree, size, live, reserved; an
  * in-flight limit's adds its grant and the others' claims; a share: demand
- * limit's adds granted, level, the grants and the weights summed. */
-enum { ANSWER_EQUAL = 4, ANSWER_SLOTS = 6, ANSWER_SHARE = 8 };
+ * limit's adds granted, level, the grants and the weights summed, and with
+ * classes each class's part and weights. */
+enum { ANSWER_EQUAL = 4, ANSWER_SLOTS = 6, ANSWER_SHARE = 8, ANSWER_CLASSES = 9 };
 
 /* The demand part of an answer: granted, level, one grant per member, the
  * weights summed. The grants are written only once all of them parsed. */
@@ -282,6 +283,22 @@ static const char *parse_share(const redisReply *e, const struct kt_pool_req *q,
 		return "weights not a finite number >= 0";
 	if (g->type != REDIS_REPLY_ARRAY || g->elements != (size_t)q->n_members)
 		return "grants not an array of one per member";
+	if (q->n_classes > 0) {
+		const redisReply *c = e->element[8];
+
+		if (c->type != REDIS_REPLY_ARRAY || c->elements != 2 * (size_t)q->n_classes)
+			return "class parts not an array of two per class";
+		for (size_t j = 0; j < c->elements; j++) {
+			double v;
+
+			if (!parse_rate(c->element[j], &v))
+				return "class part not a finite number >= 0";
+		}
+		for (int k = 0; k < q->n_classes; k++) {
+			parse_rate(c->element[2 * k], &a->class_part[k]);
+			parse_rate(c->element[2 * k + 1], &a->class_weights[k]);
+		}
+	}
 	for (size_t j = 0; j < g->elements; j++) {
 		double v;
 
@@ -319,7 +336,9 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 	for (i = 0; i < n && !why; i++) {
 		const redisReply *e = r->element[i];
 		const struct kt_pool_req *q = &reqs[i];
-		size_t want = q->pool_rate > 0 ? ANSWER_SHARE : q->slots_node ? ANSWER_SLOTS : ANSWER_EQUAL;
+		size_t want = q->pool_rate > 0 ? (q->n_classes > 0 ? ANSWER_CLASSES : ANSWER_SHARE)
+				: q->slots_node ? ANSWER_SLOTS
+						: ANSWER_EQUAL;
 		struct kt_pool_answer a = ans[i];
 
 		if (e->type == REDIS_REPLY_INTEGER && e->integer == 1 && q->pool_rate <= 0 && !q->slots_node) {
@@ -336,9 +355,10 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				s->st.hb_steady++;
 			}
 		} else if (e->type != REDIS_REPLY_ARRAY || e->elements != want) {
-			why = want == ANSWER_EQUAL ? "not an array of 4"
-			      : want == ANSWER_SLOTS ? "not an array of 6"
-						     : "not an array of 8";
+			why = want == ANSWER_EQUAL   ? "not an array of 4"
+			      : want == ANSWER_SLOTS   ? "not an array of 6"
+			      : want == ANSWER_SHARE   ? "not an array of 8"
+						       : "not an array of 9";
 			if (e->type != REDIS_REPLY_ARRAY)
 				s->hint = KT_SERR_WRONGTYPE;
 		} else if (!rs_int_in(e->element[0], 0, 1) || !rs_int_in(e->element[1], 0, KT_STORE_MAX_POOL) ||
@@ -356,7 +376,7 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				why = "no live member right after a heartbeat";
 			else if (!parse_rate(e->element[3], &a.reserved))
 				why = "reserved rate not a finite number >= 0";
-			else if (want == ANSWER_SHARE)
+			else if (want == ANSWER_SHARE || want == ANSWER_CLASSES)
 				why = parse_share(e, q, &a);
 			else if (want == ANSWER_SLOTS && (!rs_int_in(e->element[4], 0, KT_STORE_MAX_SLOTS) ||
 					       !rs_int_in(e->element[5], 0, KT_STORE_MAX_SLOTS)))

@@ -21,7 +21,8 @@
 -- first).
 -- Returns {agree, size, live, reserved} per limit, plus {granted, level
 -- ("-1": none), {grant...}, weights (summed over the members sharing by
--- demand)} with pool_rate > 0, or {grant, claimed} (whole
+-- demand)} with pool_rate > 0, and with classes {part, weights} per class
+-- (the rate the class was given, its members' weights summed), or {grant, claimed} (whole
 -- slots) for an in-flight limit; rates as strings (Lua numbers become
 -- integers in replies); or the integer 1: "prev still holds" (the steady
 -- path).
@@ -352,7 +353,11 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
     -- move or rms to pass (save would otherwise date them back to 0)
     c.inval = false
     local out = {}
-    for k = 1, nk do out[k] = f17(cl[k][1]) .. ' ' .. f17(cl[k][2]) end
+    c.parts = {}
+    for k = 1, nk do
+      out[k] = f17(cl[k][1]) .. ' ' .. f17(cl[k][2])
+      c.parts[2 * k - 1], c.parts[2 * k] = f17(A[k]), f17(W[k])
+    end
     c.cls = table.concat(out, ',')
     for _, m in ipairs(own) do
       local k = math.min(m.k, nk - 1) + 1
@@ -604,6 +609,7 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   end
   if dem then
     o[5], o[6], o[7], o[8] = f17(c.gs), f17(c.lvl), dem, f17(c.sw)
+    if ct then o[9] = c.parts end
   elseif grant then
     o[5], o[6] = grant, claimed
   end
