@@ -1071,6 +1071,103 @@ static void test_pod_weights(void **state)
 	wait_weight(&CRAWLER1, 1, "default");
 }
 
+/* A pod's class in its member's status, and where it came from: "name
+ * from", "" when status does not list the pod. */
+static void pod_class(const struct pod *p, char *out, size_t len)
+{
+	char *st = ktest_daemon_cmd(&fx.d, "status json"), uid_[40], *m, *c, *f;
+
+	assert_non_null(st);
+	snprintf(uid_, sizeof(uid_), "%s", p->uid);
+	for (char *x = uid_; *x; x++)
+		if (*x == '-')
+			*x = '_';
+	out[0] = 0;
+	if ((m = strstr(st, uid_)) && (c = strstr(m, "\"class\":\"")) && (f = strstr(m, "\"class_from\":\""))) {
+		c += strlen("\"class\":\"");
+		f += strlen("\"class_from\":\"");
+		snprintf(out, len, "%.*s %.*s", (int)strcspn(c, "\""), c, (int)strcspn(f, "\""), f);
+	}
+	free(st);
+}
+
+static void wait_class(const struct pod *p, const char *want)
+{
+	uint64_t t0 = ktest_now_ns();
+	char got[96] = "";
+
+	while ((pod_class(p, got, sizeof(got)), strcmp(got, want)) &&
+	       ktest_now_ns() - t0 < (uint64_t)CHANGE_BOUND_MS * 1000000ull)
+		ktest_sleep_ms(20);
+	if (strcmp(got, want))
+		fail_msg("%s: class \"%s\", wanted \"%s\"", p->name, got, want);
+}
+
+/* weightBy and classBy from annotations (kthrottle.io/ ones, the only
+ * ones the watcher keeps): read through the watch, absent ones default,
+ * changed by an annotation edit; the store keeps "W K" per pod (read back
+ * from Redis). */
+static void test_pod_annotations(void **state)
+{
+	char body[1024], path[PATH_MAX];
+	uint64_t t0;
+	redisReply *r;
+
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_int_equal(rp_start_master(&fx.redis, NULL), 0);
+	api_start();
+	api_add(&CRAWLER1, NODE, "app=crawler");
+	api_add(&CRAWLER2, NODE, "app=crawler,kthrottle.io/class=critical");
+	api("annotations %s kthrottle.io/weight=2,kthrottle.io/class=critical,example.com/note=x",
+	    CRAWLER1.uid);
+	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
+	kubelet_mkdir(&CRAWLER2, path, sizeof(path));
+	snprintf(body, sizeof(body),
+		 "store:\n"
+		 "  redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: ktka}\n"
+		 "  heartbeat: 200ms\n"
+		 "limits:\n"
+		 "  - name: crawl\n"
+		 "    pods: {namespace: workers, labels: {app: crawler}}\n"
+		 "    unit: datagram\n"
+		 "    share: demand\n"
+		 "    weightBy: annotation:kthrottle.io/weight\n"
+		 "    classBy: annotation:kthrottle.io/class\n"
+		 "    classes: [{name: critical}, {name: batch, floor: 10%%}]\n"
+		 "    rateLimit: {max: %.0f}\n",
+		 fx.redis.port, RATE);
+	start_daemon_with(body);
+	wait_state("watching", 2000);
+	wait_weight(&CRAWLER1, 2, "value");
+	wait_class(&CRAWLER1, "critical value");
+	/* a label of the same key is not the annotation */
+	wait_weight(&CRAWLER2, 1, "default");
+	wait_class(&CRAWLER2, "batch default");
+	/* the store: crawler-1 "2" (class 0), crawler-2 "1 1" (class 1) */
+	t0 = ktest_now_ns();
+	for (;;) {
+		r = rp_command(&fx.redis, "HVALS ktka:pool:{crawl}:wt");
+		assert_non_null(r);
+		if ((r->type == REDIS_REPLY_ARRAY && r->elements == 2) || ktest_now_ns() - t0 > 2000000000ULL)
+			break;
+		freeReplyObject(r);
+		ktest_sleep_ms(50);
+	}
+	assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+	assert_int_equal(r->elements, 2);
+	assert_true((!strcmp(r->element[0]->str, "2") && !strcmp(r->element[1]->str, "1 1")) ||
+		    (!strcmp(r->element[0]->str, "1 1") && !strcmp(r->element[1]->str, "2")));
+	freeReplyObject(r);
+	/* annotated: it moves at once */
+	api("annotations %s kthrottle.io/weight=0.5,kthrottle.io/class=critical", CRAWLER2.uid);
+	wait_weight(&CRAWLER2, 0.5, "value");
+	wait_class(&CRAWLER2, "critical value");
+	api("annotations %s kthrottle.io/class=nosuch", CRAWLER1.uid);
+	wait_weight(&CRAWLER1, 1, "default");
+	wait_class(&CRAWLER1, "batch invalid");
+}
+
 /* a test with the per-test setup and teardown */
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
@@ -1088,6 +1185,7 @@ int main(void)
 		T(test_token_unreadable),
 		T(test_pod_calls),
 		T(test_pod_weights),
+		T(test_pod_annotations),
 	};
 
 	signal(SIGPIPE, SIG_IGN);

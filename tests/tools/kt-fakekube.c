@@ -43,6 +43,7 @@
  *   add NS NAME UID NODE QOS [k=v,...|-]   new pod (QOS Guaranteed|Burstable|
  *                                          BestEffort), phase Running
  *   labels UID [k=v,...|-]    replace labels             MODIFIED
+ *   annotations UID [k=v,...|-]  replace annotations     MODIFIED
  *   move UID NODE             change spec.nodeName       per field selector
  *   phase UID PHASE           change status.phase        MODIFIED
  *   delete UID                                           DELETED
@@ -101,6 +102,7 @@
 struct pod {
 	char ns[64], name[254], uid[128], node[254], qos[16], phase[32];
 	char labels[1024]; /* "k=v,k=v", validated on input */
+	char annots[1024]; /* the same, metadata.annotations */
 	unsigned long long rv;
 };
 
@@ -226,16 +228,20 @@ static json_object *pod_obj(const struct pod *p, bool kind)
 	add_str(md, "uid", p->uid);
 	add_str(md, "resourceVersion", rv);
 	add_str(md, "creationTimestamp", "2026-11-25T00:00:00Z");
-	if (p->labels[0]) { /* the real server omits empty maps */
-		json_object *l = json_object_new_object();
-		char buf[sizeof(p->labels)], *save, *kv;
-		memcpy(buf, p->labels, sizeof(buf));
-		for (kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-			char *eq = strchr(kv, '=');
-			*eq = 0;
-			add_str(l, kv, eq + 1);
+	for (int m = 0; m < 2; m++) {
+		const char *pairs = m ? p->annots : p->labels;
+
+		if (pairs[0]) { /* the real server omits empty maps */
+			json_object *l = json_object_new_object();
+			char buf[sizeof(p->labels)], *save, *kv;
+			snprintf(buf, sizeof(buf), "%s", pairs);
+			for (kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+				char *eq = strchr(kv, '=');
+				*eq = 0;
+				add_str(l, kv, eq + 1);
+			}
+			json_object_object_add(md, m ? "annotations" : "labels", l);
 		}
-		json_object_object_add(md, "labels", l);
 	}
 	json_object_object_add(o, "metadata", md);
 	if (p->node[0])
@@ -859,17 +865,23 @@ static bool valid_labels(const char *s)
 	return true;
 }
 
-/* Copies a label argument (absent or "-": none) after checking it. */
-static bool set_labels(struct pod *p, const char *arg)
+/* Copies a label (or annotation) argument (absent or "-": none) into dst
+ * after checking it. */
+static bool set_pairs(char *dst, size_t len, const char *arg)
 {
 	if (!arg || !strcmp(arg, "-")) {
-		p->labels[0] = 0;
+		dst[0] = 0;
 		return true;
 	}
 	if (!valid_labels(arg))
 		return false;
-	snprintf(p->labels, sizeof(p->labels), "%s", arg);
+	snprintf(dst, len, "%s", arg);
 	return true;
+}
+
+static bool set_labels(struct pod *p, const char *arg)
+{
+	return set_pairs(p->labels, sizeof(p->labels), arg);
 }
 
 static bool set_field(char *dst, size_t len, const char *src)
@@ -925,10 +937,13 @@ static const char *command(int argc, char **argv)
 		record(NULL, &np);
 		return NULL;
 	}
-	if (!strcmp(cmd, "labels") || !strcmp(cmd, "move") || !strcmp(cmd, "phase")) {
-		bool lab = !strcmp(cmd, "labels");
-		if (lab ? (argc != 2 && argc != 3) : argc != 3)
-			return lab ? "usage: labels UID [k=v,...]" : "usage: move|phase UID VALUE";
+	if (!strcmp(cmd, "labels") || !strcmp(cmd, "annotations") || !strcmp(cmd, "move") ||
+	    !strcmp(cmd, "phase")) {
+		bool lab = !strcmp(cmd, "labels"), ann = !strcmp(cmd, "annotations");
+		if (lab || ann ? (argc != 2 && argc != 3) : argc != 3)
+			return lab ? "usage: labels UID [k=v,...]"
+			       : ann ? "usage: annotations UID [k=v,...]"
+				     : "usage: move|phase UID VALUE";
 		p = find_pod(argv[1]);
 		if (!p)
 			return "no such pod";
@@ -936,6 +951,9 @@ static const char *command(int argc, char **argv)
 		if (lab) {
 			if (!set_labels(p, argc == 3 ? argv[2] : NULL))
 				return "bad labels";
+		} else if (ann) {
+			if (!set_pairs(p->annots, sizeof(p->annots), argc == 3 ? argv[2] : NULL))
+				return "bad annotations";
 		} else if (!strcmp(cmd, "move")) {
 			if (!set_field(p->node, sizeof(p->node), node_arg(argv[2])))
 				return "field too long";

@@ -579,6 +579,18 @@ static void test_weights(void **state)
 	assert_false(cfg.limits[1].child_weights);
 	kt_config_free(&cfg);
 
+	/* annotations: kthrottle.io/ ones */
+	assert_int_equal(parse(SREDIS "limits:\n"
+			       "  - {name: l, pods: {}, share: demand, weightBy: \"annotation:kthrottle.io/weight\",\n"
+			       "     classBy: \"annotation:kthrottle.io/tier\", classes: [{name: a}, {name: b}],\n"
+			       "     unit: datagram, rateLimit: {max: 9}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].weight_by, KT_WEIGHT_ANNOTATION);
+	assert_string_equal(cfg.limits[0].weight_key, "kthrottle.io/weight");
+	assert_int_equal(cfg.limits[0].class_by, KT_WEIGHT_ANNOTATION);
+	assert_string_equal(cfg.limits[0].class_key, "kthrottle.io/tier");
+	kt_config_free(&cfg);
+
 	/* floors on children: the parent's classes are its children, in
 	 * order, then its own members; a child's ceiling is its max */
 	assert_int_equal(parse(SREDIS "limits:\n"
@@ -1396,8 +1408,14 @@ static const struct bad bad_cases[] = {
 	{ WP(", weights: {a: 1}"), "t.yaml:6: limits[0].weights: ", "needs weightBy" },
 	{ WP(", defaultWeight: 2"), "t.yaml:6: limits[0].defaultWeight: ", "needs weightBy" },
 	{ WP(", weightBy: tier"), "t.yaml:6: limits[0].weightBy: ",
-	  "\"tier\" is not one of label:KEY (pods:) or capture:NAME (cgroups: patterns)" },
+	  "\"tier\" is not one of label:KEY or annotation:KEY (pods:) or capture:NAME (cgroups: patterns)" },
 	{ WP(", weightBy: \"label:-x\""), "t.yaml:6: limits[0].weightBy: ", "\"-x\" is no label key" },
+	{ WP(", weightBy: \"annotation:example.com/weight\""), "t.yaml:6: limits[0].weightBy: ",
+	  "\"example.com/weight\" is no annotation key this reads (kthrottle.io/NAME" },
+	{ WP(", weightBy: \"annotation:kthrottle.io/-w\""), "t.yaml:6: limits[0].weightBy: ",
+	  "is no annotation key this reads" },
+	{ WC(", weightBy: \"annotation:kthrottle.io/w\""), "t.yaml:6: limits[0].weightBy: ",
+	  "annotation:kthrottle.io/w needs pods: and no cgroups:" },
 	{ WC(", weightBy: \"label:w\""), "t.yaml:6: limits[0].weightBy: ",
 	  "label:w needs pods: and no cgroups:" },
 	{ WP(", weightBy: \"capture:tier\""), "t.yaml:6: limits[0].weightBy: ",

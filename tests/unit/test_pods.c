@@ -221,7 +221,9 @@ static void test_parse_pod(void **state)
 	assert_int_equal(kt_kube_parse_pod(
 				 "{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"c-1\","
 				 "\"namespace\":\"w\",\"uid\":\"0123abcd-0000-4000-8000-00000000beef\","
-				 "\"resourceVersion\":\"7\",\"labels\":{\"app\":\"c\",\"x/y\":\"\"}},"
+				 "\"resourceVersion\":\"7\",\"labels\":{\"app\":\"c\",\"x/y\":\"\"},"
+				 "\"annotations\":{\"kthrottle.io/weight\":\"3\",\"kthrottle.io/n\":7,"
+				 "\"kubectl.kubernetes.io/last-applied-configuration\":\"{...}\"}},"
 				 "\"spec\":{\"nodeName\":\"node-a\",\"containers\":[]},"
 				 "\"status\":{\"phase\":\"Running\",\"qosClass\":\"Guaranteed\"}}",
 				 &p, node, sizeof(node), why, sizeof(why)),
@@ -233,6 +235,12 @@ static void test_parse_pod(void **state)
 	assert_string_equal(kt_pod_label(&p, "app"), "c");
 	assert_string_equal(kt_pod_label(&p, "x/y"), "");
 	assert_null(kt_pod_label(&p, "none"));
+	/* annotations: only kthrottle.io/ ones that are strings are kept */
+	assert_int_equal(p.n_annots, 1);
+	assert_string_equal(kt_pod_annotation(&p, "kthrottle.io/weight"), "3");
+	assert_null(kt_pod_annotation(&p, "kthrottle.io/n"));
+	assert_null(kt_pod_annotation(&p, "kubectl.kubernetes.io/last-applied-configuration"));
+	assert_null(kt_pod_label(&p, "kthrottle.io/weight"));
 	kt_pod_free_labels(&p);
 
 	/* unscheduled, no class yet, no labels: fine */
@@ -266,6 +274,7 @@ static void test_pod_set(void **state)
 
 	(void)state;
 	strcpy(b.uid, "0123abcd-0000-4000-8000-00000000ffff");
+	assert_int_equal(kt_pod_add_annotation(&a, "kthrottle.io/weight", "2"), 0);
 	assert_int_equal(kt_pod_set_put(&s, &a), 0);
 	assert_int_equal(kt_pod_set_put(&s, &b), 0);
 	assert_int_equal(kt_pod_set_put(&s, &b), 0); /* same uid: replaced */
@@ -278,6 +287,15 @@ static void test_pod_set(void **state)
 	assert_int_equal(s.n, 1);
 	/* the copy is deep */
 	assert_string_equal(kt_pod_label(kt_pod_set_find(&c, a.uid), "k"), "1");
+	assert_string_equal(kt_pod_annotation(kt_pod_set_find(&c, a.uid), "kthrottle.io/weight"), "2");
+	for (int i = 0; i < KT_POD_MAX_ANNOTATIONS - 1; i++) {
+		char k[32];
+
+		snprintf(k, sizeof(k), "kthrottle.io/a%d", i);
+		assert_int_equal(kt_pod_add_annotation(&b, k, "v"), 0);
+	}
+	assert_int_equal(kt_pod_add_annotation(&b, "kthrottle.io/one-more", "v"), 0);
+	assert_int_equal(kt_pod_add_annotation(&b, "kthrottle.io/too-many", "v"), -E2BIG);
 	kt_pod_set_clear(&s);
 	kt_pod_set_clear(&c);
 	kt_pod_free_labels(&a);

@@ -121,10 +121,16 @@ static inline bool kt_group_by_path(enum kt_group_by g)
 enum kt_weight_by {
 	KT_WEIGHT_NONE = 0,       /* every member weighs 1 */
 	KT_WEIGHT_LABEL,          /* a pods: limit: the value of label weight_key */
+	KT_WEIGHT_ANNOTATION,     /* a pods: limit: the value of annotation weight_key (one of
+				   * KT_ANNOTATION_PREFIX: the only ones the watcher keeps) */
 	KT_WEIGHT_CAPTURE,        /* a cgroups: pattern limit: the component {weight_key} matched */
 	KT_WEIGHT_CHILD,          /* classes only, a parent whose children have floor: the child
 				   * a member comes through (kt_cfg_link_floors) */
 };
+/* weightBy/classBy annotation:KEY: the watcher keeps a pod's annotations
+ * under this prefix only (others, such as last-applied-configuration, can
+ * be large), at most KT_POD_MAX_ANNOTATIONS of them */
+#define KT_ANNOTATION_PREFIX "kthrottle.io/"
 /* weights, defaultWeight: a weight is a number in this range */
 #define KT_WEIGHT_MIN 0.001
 #define KT_WEIGHT_MAX 1000000.0

@@ -76,9 +76,17 @@ static int parse_by(struct ctx *c, yaml_node_t *v, const char *sub, const char *
 	const char *s;
 	int err;
 
-	if ((err = kt_cfg_get_scalar(c, v, sub, "label:KEY or capture:NAME", &s)))
+	if ((err = kt_cfg_get_scalar(c, v, sub, "label:KEY, annotation:KEY or capture:NAME", &s)))
 		return err;
-	if (!strncmp(s, "label:", 6)) {
+	if (!strncmp(s, "annotation:", 11)) {
+		size_t np = strlen(KT_ANNOTATION_PREFIX);
+
+		if (strncmp(s + 11, KT_ANNOTATION_PREFIX, np) || !kt_cfg_label_key_ok(s + 11))
+			return fail(c, v, sub,
+				    "\"%s\" is no annotation key this reads (" KT_ANNOTATION_PREFIX "NAME: NAME 1..63 of A-Z a-z 0-9 . _ -, starting and ending alphanumeric; only these are kept)",
+				    show_str(s + 11).s);
+		*by = KT_WEIGHT_ANNOTATION;
+	} else if (!strncmp(s, "label:", 6)) {
 		if (!kt_cfg_label_key_ok(s + 6))
 			return fail(c, v, sub,
 				    "\"%s\" is no label key ([prefix/]name: name 1..63 of A-Z a-z 0-9 . _ -, starting and ending alphanumeric)",
@@ -91,7 +99,8 @@ static int parse_by(struct ctx *c, yaml_node_t *v, const char *sub, const char *
 				    show_str(s + 8).s);
 		*by = KT_WEIGHT_CAPTURE;
 	} else {
-		return fail(c, v, sub, "\"%s\" is not one of label:KEY (pods:) or capture:NAME (cgroups: patterns)",
+		return fail(c, v, sub,
+			    "\"%s\" is not one of label:KEY or annotation:KEY (pods:) or capture:NAME (cgroups: patterns)",
 			    show_str(s).s);
 	}
 	if (!(*key = strdup(strchr(s, ':') + 1)))
@@ -104,9 +113,9 @@ static int parse_by(struct ctx *c, yaml_node_t *v, const char *sub, const char *
 	if (l->unit == KT_UNIT_REQUEST)
 		return fail(c, v, sub,
 			    "not allowed with unit request (a cooperative limit has one member per node: the node)");
-	if (*by == KT_WEIGHT_LABEL && (!l->pods.set || l->n_cgroups))
-		return fail(c, v, sub, "label:%s needs pods: and no cgroups: (cgroups: patterns by capture:NAME)",
-			    *key);
+	if ((*by == KT_WEIGHT_LABEL || *by == KT_WEIGHT_ANNOTATION) && (!l->pods.set || l->n_cgroups))
+		return fail(c, v, sub, "%s:%s needs pods: and no cgroups: (cgroups: patterns by capture:NAME)",
+			    *by == KT_WEIGHT_LABEL ? "label" : "annotation", *key);
 	if (*by == KT_WEIGHT_CAPTURE) {
 		if (l->pods.set || !l->n_cgroups)
 			return fail(c, v, sub,

@@ -134,7 +134,9 @@ static const char *weight_by_text(enum kt_weight_by by, const char *key, char *b
 	if (by == KT_WEIGHT_CHILD)
 		snprintf(buf, len, "child");
 	else
-		snprintf(buf, len, "%s:%s", by == KT_WEIGHT_LABEL ? "label" : "capture", key ? key : "");
+		snprintf(buf, len, "%s:%s",
+			 by == KT_WEIGHT_LABEL ? "label" : by == KT_WEIGHT_ANNOTATION ? "annotation" : "capture",
+			 key ? key : "");
 	return buf;
 }
 

@@ -289,7 +289,7 @@ static const char *pod_qos(json_object *obj)
 static int parse_pod_obj(json_object *obj, struct kt_pod *p, char *node, size_t nodelen,
 			 char *why, size_t whylen)
 {
-	json_object *meta = jget(obj, "metadata"), *labels;
+	json_object *meta = jget(obj, "metadata"), *labels, *annots;
 	const char *nn;
 
 	memset(p, 0, sizeof(*p));
@@ -325,6 +325,25 @@ static int parse_pod_obj(json_object *obj, struct kt_pod *p, char *node, size_t 
 			if (ret) {
 				snprintf(why, whylen, "pod %s/%s: %s", p->ns, p->name,
 					 ret == -E2BIG ? "more than 64 labels" : "out of memory");
+				kt_pod_free_labels(p);
+				return ret;
+			}
+		}
+	}
+	/* the annotations weightBy/classBy may read, under KT_ANNOTATION_PREFIX:
+	 * the only ones kept, the others can be large; past the most kept, or
+	 * not a string, one is left out (it reads as absent) */
+	annots = jget(meta, "annotations");
+	if (annots && json_object_is_type(annots, json_type_object)) {
+		json_object_object_foreach(annots, key, val) {
+			int ret;
+
+			if (strncmp(key, KT_ANNOTATION_PREFIX, strlen(KT_ANNOTATION_PREFIX)) ||
+			    !json_object_is_type(val, json_type_string))
+				continue;
+			ret = kt_pod_add_annotation(p, key, json_object_get_string(val));
+			if (ret == -ENOMEM) {
+				snprintf(why, whylen, "pod %s/%s: out of memory", p->ns, p->name);
 				kt_pod_free_labels(p);
 				return ret;
 			}

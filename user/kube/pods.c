@@ -12,21 +12,27 @@ void kt_pod_free_labels(struct kt_pod *p)
 		free(p->label_values[i]);
 	}
 	p->n_labels = 0;
+	for (int i = 0; i < p->n_annots; i++) {
+		free(p->annot_keys[i]);
+		free(p->annot_values[i]);
+	}
+	p->n_annots = 0;
 }
 
-int kt_pod_add_label(struct kt_pod *p, const char *key, const char *value)
+/* key = value in the pairs keys/values (*n of at most max), copied. */
+static int pair_set(char **keys, char **values, int *n, int max, const char *key, const char *value)
 {
 	char *k, *v;
 
-	for (int i = 0; i < p->n_labels; i++)
-		if (!strcmp(p->label_keys[i], key)) {
+	for (int i = 0; i < *n; i++)
+		if (!strcmp(keys[i], key)) {
 			if (!(v = strdup(value)))
 				return -ENOMEM;
-			free(p->label_values[i]);
-			p->label_values[i] = v;
+			free(values[i]);
+			values[i] = v;
 			return 0;
 		}
-	if (p->n_labels == KT_POD_MAX_LABELS)
+	if (*n == max)
 		return -E2BIG;
 	k = strdup(key);
 	v = strdup(value);
@@ -35,31 +41,55 @@ int kt_pod_add_label(struct kt_pod *p, const char *key, const char *value)
 		free(v);
 		return -ENOMEM;
 	}
-	p->label_keys[p->n_labels] = k;
-	p->label_values[p->n_labels] = v;
-	p->n_labels++;
+	keys[*n] = k;
+	values[*n] = v;
+	(*n)++;
 	return 0;
+}
+
+static const char *pair_get(char *const *keys, char *const *values, int n, const char *key)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(keys[i], key))
+			return values[i];
+	return NULL;
+}
+
+int kt_pod_add_label(struct kt_pod *p, const char *key, const char *value)
+{
+	return pair_set(p->label_keys, p->label_values, &p->n_labels, KT_POD_MAX_LABELS, key, value);
 }
 
 const char *kt_pod_label(const struct kt_pod *p, const char *key)
 {
-	for (int i = 0; i < p->n_labels; i++)
-		if (!strcmp(p->label_keys[i], key))
-			return p->label_values[i];
-	return NULL;
+	return pair_get(p->label_keys, p->label_values, p->n_labels, key);
 }
 
-/* dst = p with its own copies of the labels. */
+int kt_pod_add_annotation(struct kt_pod *p, const char *key, const char *value)
+{
+	return pair_set(p->annot_keys, p->annot_values, &p->n_annots, KT_POD_MAX_ANNOTATIONS, key, value);
+}
+
+const char *kt_pod_annotation(const struct kt_pod *p, const char *key)
+{
+	return pair_get(p->annot_keys, p->annot_values, p->n_annots, key);
+}
+
+/* dst = p with its own copies of the labels and annotations. */
 static int pod_copy(struct kt_pod *dst, const struct kt_pod *p)
 {
 	*dst = *p;
-	dst->n_labels = 0;
+	dst->n_labels = dst->n_annots = 0;
 	for (int i = 0; i < p->n_labels; i++)
-		if (kt_pod_add_label(dst, p->label_keys[i], p->label_values[i])) {
-			kt_pod_free_labels(dst);
-			return -ENOMEM;
-		}
+		if (kt_pod_add_label(dst, p->label_keys[i], p->label_values[i]))
+			goto oom;
+	for (int i = 0; i < p->n_annots; i++)
+		if (kt_pod_add_annotation(dst, p->annot_keys[i], p->annot_values[i]))
+			goto oom;
 	return 0;
+oom:
+	kt_pod_free_labels(dst);
+	return -ENOMEM;
 }
 
 static int find(const struct kt_pod_set *s, const char *uid)

@@ -13,6 +13,7 @@
 #include "base/config.h"
 
 #define KT_POD_MAX_LABELS 64
+#define KT_POD_MAX_ANNOTATIONS 16 /* of KT_ANNOTATION_PREFIX, the only ones kept */
 
 struct kt_pod {
 	char uid[40];             /* 8-4-4-4-12 hex */
@@ -22,6 +23,10 @@ struct kt_pod {
 	char *label_keys[KT_POD_MAX_LABELS];
 	char *label_values[KT_POD_MAX_LABELS];
 	int n_labels;
+	/* its annotations under KT_ANNOTATION_PREFIX (weightBy/classBy) */
+	char *annot_keys[KT_POD_MAX_ANNOTATIONS];
+	char *annot_values[KT_POD_MAX_ANNOTATIONS];
+	int n_annots;
 };
 
 /* A pod of this node that no limit's selector picks, kept by what finds
@@ -65,11 +70,14 @@ const struct kt_pod *kt_pod_set_find(const struct kt_pod_set *s, const char *uid
  * empty. */
 int kt_pod_set_copy(struct kt_pod_set *dst, const struct kt_pod_set *src);
 void kt_pod_set_clear(struct kt_pod_set *s);
-/* The labels of p are freed; p itself is the caller's. */
+/* The labels and annotations of p are freed; p itself is the caller's. */
 void kt_pod_free_labels(struct kt_pod *p);
 /* Sets a label (copies both strings); -ENOMEM, -E2BIG past KT_POD_MAX_LABELS. */
 int kt_pod_add_label(struct kt_pod *p, const char *key, const char *value);
 const char *kt_pod_label(const struct kt_pod *p, const char *key); /* NULL: absent */
+/* The same for an annotation (-E2BIG past KT_POD_MAX_ANNOTATIONS). */
+int kt_pod_add_annotation(struct kt_pod *p, const char *key, const char *value);
+const char *kt_pod_annotation(const struct kt_pod *p, const char *key);
 
 /* True when the pod is in the selector's namespace (if one is set) and every
  * requirement holds, as a Kubernetes label selector: In (the label is present

@@ -42,6 +42,8 @@ static const char *member_value(enum kt_weight_by by, const char *key, int up, c
 {
 	if (by == KT_WEIGHT_LABEL && pod)
 		return kt_pod_label(pod, key);
+	if (by == KT_WEIGHT_ANNOTATION && pod)
+		return kt_pod_annotation(pod, key);
 	if (by == KT_WEIGHT_CAPTURE && matched && kt_group_path_value(matched, up, buf, len))
 		return buf;
 	return NULL;
