@@ -343,14 +343,13 @@ static void test_weights_3_to_1(void **state)
  * the bound throughout; once production's member lapses (staleAfter
  * heartbeats) the store holds back only its kernel's fallback (conservative:
  * min / size, 66.7/s, for fallbackFor), and the batch members share the
- * rest: (200 - 66.7) / 2 each, at their next heartbeat. */
-static void test_kill9(void **state)
+ * rest: (200 - 66.7) / 2 each, at their next heartbeat. The same with
+ * classes (critical on node 0: before the kill batch is at its floor). */
+static void kill9_run(const char *name)
 {
 	const double before = 2.5, after = 5;
 	double t0, t_kill, t_batch = -1;
 
-	(void)state;
-	KTEST_SKIP_UNLESS_ROOT();
 	start_all();
 	t0 = arrivals_now_s(&fx.arr[0]);
 	for (int m = 0; m < MEMBERS; m++)
@@ -371,15 +370,31 @@ static void test_kill9(void **state)
 		}
 		ktest_sleep_ms(20);
 	}
-	print_message("kill9: n1's batch bucket at 90%% of %.1f/s %.2f s after the kill\n",
+	print_message("%s: n1's batch bucket at 90%% of %.1f/s %.2f s after the kill\n", name,
 		      (MAX - MAX / MEMBERS) / 2, t_batch);
 	for (int m = 0; m < MEMBERS; m++)
 		sender_wait(m);
-	check_all("kill9", t0);
+	check_all(name, t0);
 	/* staleAfter heartbeats (the lapse), two heartbeats, the demand
 	 * window, ticks and the poll */
 	assert_true(t_batch >= 0 &&
 		    t_batch <= STALE * HB_MS / 1000.0 + 2 * HB_MS / 1000.0 + 0.1 + 2 * TICK_MS / 1000.0 + 0.2);
+}
+
+static void test_kill9(void **state)
+{
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	kill9_run("kill9");
+}
+
+/* kill -9 of the node holding the critical pod while everything floods */
+static void test_kill9_classes(void **state)
+{
+	(void)state;
+	KTEST_SKIP_UNLESS_ROOT();
+	fx.classes = true;
+	kill9_run("kill9-classes");
 }
 
 /* A paced sender at per_s from member m for secs. */
@@ -490,6 +505,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_weights_3_to_1, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kill9, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_priority_classes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kill9_classes, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);
