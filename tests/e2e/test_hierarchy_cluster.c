@@ -301,26 +301,31 @@ static void test_join_of_a_node(void **state)
 	run("join", "demand", join_node1, STEADY_S);
 }
 
+/* What a and b got in the steady part of run(), as it counts it. */
+static void steady_split(unsigned long *a, unsigned long *b)
+{
+	int b0 = (int)ceil((fx.t_send + STEADY_S) * 1000 / ARRIVALS_BIN_MS);
+	int b1 = (int)((fx.t_send + SEND_S - 0.3) * 1000 / ARRIVALS_BIN_MS);
+
+	*a = *b = 0;
+	for (int k = b0; k < b1; k++) {
+		*a += fx.arr[0].bins[k];
+		*b += fx.arr[1].bins[k];
+	}
+}
+
 /* The children weighted 3:1 in the parent (40/s, share: demand), both
  * flooding: a gets 30 (75%, its own max too), b 10, within every bound of
  * run(); the parent used in the steady part. */
 static void test_child_weights(void **state)
 {
 	unsigned long a, b;
-	int b0, b1;
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	fx.weights = true;
 	run("weights", "demand", NULL, 0);
-	/* the steady part, as run() counts it */
-	b0 = (int)ceil((fx.t_send + STEADY_S) * 1000 / ARRIVALS_BIN_MS);
-	b1 = (int)((fx.t_send + SEND_S - 0.3) * 1000 / ARRIVALS_BIN_MS);
-	a = b = 0;
-	for (int k = b0; k < b1; k++) {
-		a += fx.arr[0].bins[k];
-		b += fx.arr[1].bins[k];
-	}
+	steady_split(&a, &b);
 	print_message("weights: a %lu, b %lu in the steady part: a %.1f%% (want 75%%)\n", a, b,
 		      100.0 * (double)a / (double)(a + b));
 	assert_true(a + b > 0);
@@ -333,19 +338,12 @@ static void test_child_weights(void **state)
 static void test_child_floors(void **state)
 {
 	unsigned long a, b;
-	int b0, b1;
 
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	fx.floors = true;
 	run("floors", "demand", NULL, 0);
-	b0 = (int)ceil((fx.t_send + STEADY_S) * 1000 / ARRIVALS_BIN_MS);
-	b1 = (int)((fx.t_send + SEND_S - 0.3) * 1000 / ARRIVALS_BIN_MS);
-	a = b = 0;
-	for (int k = b0; k < b1; k++) {
-		a += fx.arr[0].bins[k];
-		b += fx.arr[1].bins[k];
-	}
+	steady_split(&a, &b);
 	print_message("floors: a %lu, b %lu in the steady part: a %.1f%% (want 50%%; 25%% by weight alone)\n",
 		      a, b, 100.0 * (double)a / (double)(a + b));
 	assert_true(a + b > 0);

@@ -1009,6 +1009,25 @@ static void wait_weight(const struct pod *p, double want, const char *from)
 		fail_msg("%s: weight %g from %s, wanted %g from %s", p->name, w, got_from, want, from);
 }
 
+/* cmocka: HVALS of key once it has n values (within 2 s); the caller frees it. */
+static redisReply *wait_hvals(const char *key, size_t n)
+{
+	uint64_t t0 = ktest_now_ns();
+	redisReply *r;
+
+	for (;;) {
+		r = rp_command(&fx.redis, "HVALS %s", key);
+		assert_non_null(r);
+		if ((r->type == REDIS_REPLY_ARRAY && r->elements == n) || ktest_now_ns() - t0 > 2000000000ULL)
+			break;
+		freeReplyObject(r);
+		ktest_sleep_ms(50);
+	}
+	assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+	assert_int_equal(r->elements, n);
+	return r;
+}
+
 /* weightBy label: a pod's weight is its label's value, read from the API
  * through the watch: a number, absent (defaultWeight), not a number
  * (defaultWeight, said), changed by a relabel; the store keeps what the
@@ -1045,23 +1064,9 @@ static void test_pod_weights(void **state)
 	wait_weight(&CRAWLER2, 1, "default");
 	/* the store divides by what the pods weigh: crawler-1's 3 is kept
 	 * beside its demand, crawler-2 weighs 1 (no entry) */
-	{
-		uint64_t t0 = ktest_now_ns();
-
-		for (;;) {
-			r = rp_command(&fx.redis, "HVALS ktkw:pool:{crawl}:wt");
-			assert_non_null(r);
-			if ((r->type == REDIS_REPLY_ARRAY && r->elements == 1) ||
-			    ktest_now_ns() - t0 > 2000000000ULL)
-				break;
-			freeReplyObject(r);
-			ktest_sleep_ms(50);
-		}
-		assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-		assert_int_equal(r->elements, 1);
-		assert_string_equal(r->element[0]->str, "3");
-		freeReplyObject(r);
-	}
+	r = wait_hvals("ktkw:pool:{crawl}:wt", 1);
+	assert_string_equal(r->element[0]->str, "3");
+	freeReplyObject(r);
 	/* relabelled: a weight that is no number weighs the default, and says so */
 	api("labels %s app=crawler,kthrottle.io/weight=heavy", CRAWLER2.uid);
 	wait_weight(&CRAWLER2, 1, "invalid");
@@ -1110,7 +1115,6 @@ static void wait_class(const struct pod *p, const char *want)
 static void test_pod_annotations(void **state)
 {
 	char body[1024], path[PATH_MAX];
-	uint64_t t0;
 	redisReply *r;
 
 	(void)state;
@@ -1145,17 +1149,7 @@ static void test_pod_annotations(void **state)
 	wait_weight(&CRAWLER2, 1, "default");
 	wait_class(&CRAWLER2, "batch default");
 	/* the store: crawler-1 "2" (class 0), crawler-2 "1 1" (class 1) */
-	t0 = ktest_now_ns();
-	for (;;) {
-		r = rp_command(&fx.redis, "HVALS ktka:pool:{crawl}:wt");
-		assert_non_null(r);
-		if ((r->type == REDIS_REPLY_ARRAY && r->elements == 2) || ktest_now_ns() - t0 > 2000000000ULL)
-			break;
-		freeReplyObject(r);
-		ktest_sleep_ms(50);
-	}
-	assert_int_equal(r->type, REDIS_REPLY_ARRAY);
-	assert_int_equal(r->elements, 2);
+	r = wait_hvals("ktka:pool:{crawl}:wt", 2);
 	assert_true((!strcmp(r->element[0]->str, "2") && !strcmp(r->element[1]->str, "1 1")) ||
 		    (!strcmp(r->element[0]->str, "1 1") && !strcmp(r->element[1]->str, "2")));
 	freeReplyObject(r);
