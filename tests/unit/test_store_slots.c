@@ -55,6 +55,20 @@ static int group_teardown(void **state)
  * holding `held`, pool P; its grant, the others' claims in *claimed. */
 static double g_weight; /* the next beat's slots_weight (0: none) */
 
+#define NEAR(x, want, tol)                                                         \
+	do {                                                                       \
+		double x_ = (x), w_ = (want);                                      \
+		if (fabs(x_ - w_) > (tol))                                         \
+			fail_msg("%s = %.6g, want %.6g +- %g", #x, x_, w_, (double)(tol)); \
+	} while (0)
+/* the next beats' classes (g_nk 0: none), this node's demand and weight in
+ * each; the last answer's parts */
+static int g_nk;
+static bool g_peers;
+static double g_floor[KT_STORE_MAX_CLASSES], g_ceiling[KT_STORE_MAX_CLASSES];
+static int64_t g_cdem[KT_STORE_MAX_CLASSES];
+static double g_cw[KT_STORE_MAX_CLASSES], g_parts[KT_STORE_MAX_CLASSES];
+
 static int64_t beat_full(const char *limit, const char *node, int n, int64_t held, int64_t P,
 			 int64_t cap, int64_t demand, uint64_t stale, uint64_t hold, int64_t *claimed)
 {
@@ -71,7 +85,16 @@ static int64_t beat_full(const char *limit, const char *node, int n, int64_t hel
 		snprintf(ids[i], sizeof(ids[i]), "%s:m%d", node, i);
 		m[i] = (struct kt_pool_member){ .id = ids[i], .reported_size = LIVE };
 	}
+	q.n_classes = g_nk;
+	q.classes_siblings = g_peers;
+	for (int k = 0; k < g_nk; k++) {
+		q.class_floor[k] = g_floor[k];
+		q.class_ceiling[k] = g_ceiling[k];
+		q.slots_class_demand[k] = g_cdem[k];
+		q.slots_class_weight[k] = g_cw[k];
+	}
 	ASSERT_OK(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)));
+	memcpy(g_parts, a.slots_class_part, sizeof(g_parts));
 	if (claimed)
 		*claimed = a.slots_claimed;
 	return a.slots_grant;
@@ -333,6 +356,78 @@ static void test_weighted_parts(void **state)
 	}
 }
 
+/* One node's beat with classes: its demand and weight in each of the two
+ * (critical, batch), their sum its demand. */
+static int64_t beat_cls(const char *limit, const char *node, int64_t held, int64_t P, int64_t dc,
+			double wc, int64_t db, double wb)
+{
+	g_cdem[0] = dc, g_cw[0] = wc, g_cdem[1] = db, g_cw[1] = wb;
+	return beat_full(limit, node, 1, held, P, -1, dc + db, 3000, 5000, NULL);
+}
+
+/* In-flight slots by class: critical first, batch keeping a floor of 5 of
+ * 20. Critical wanting 30 gets 15, batch its 5; critical wanting 8 keeps
+ * 8 and batch has the other 12; a node with members of both classes gets
+ * each class's part; as peers (floors kept, then by weight) the split
+ * changes accordingly. The claims never pass 20. */
+static void test_class_parts(void **state)
+{
+	const char *L = "cparts";
+
+	(void)state;
+	g_nk = 2;
+	g_floor[0] = 0, g_ceiling[0] = 20, g_floor[1] = 5, g_ceiling[1] = 20;
+	beat_cls(L, "crit", 0, 20, 30, 1, 0, 0);
+	beat_cls(L, "bat", 0, 20, 0, 0, 30, 1);
+	assert_int_equal(beat_cls(L, "crit", 15, 20, 30, 1, 0, 0), 15);
+	NEAR(g_parts[0], 15, 1e-9);
+	NEAR(g_parts[1], 0, 1e-9);
+	assert_int_equal(beat_cls(L, "bat", 0, 20, 0, 0, 30, 1), 5);
+	NEAR(g_parts[1], 5, 1e-9);
+	assert_int_equal(claims(L, 20), 20);
+	/* critical wants 8: batch gets the rest */
+	assert_int_equal(beat_cls(L, "crit", 8, 20, 8, 1, 0, 0), 8);
+	assert_int_equal(beat_cls(L, "bat", 5, 20, 0, 0, 30, 1), 12);
+	claims(L, 20);
+	/* a node of both classes: critical 4 of its own, batch shares 16 with
+	 * bat by weight (1:1 between the nodes' batch members): parts 4 + 8;
+	 * granted within what the others' claims leave (crit keeps its one
+	 * slot, bat its 8) */
+	{
+		int64_t gb = 0, gm = 0;
+
+		for (int r = 0; r < 4; r++) {
+			beat_cls(L, "crit", 0, 20, 0, 0, 0, 0);
+			gb = beat_cls(L, "bat", gb, 20, 0, 0, 30, 1);
+			gm = beat_cls(L, "mix", gm, 20, 4, 1, 30, 1);
+			claims(L, 20);
+		}
+		NEAR(g_parts[0], 4, 1e-9);
+		NEAR(g_parts[1], 8, 1e-9);
+		assert_int_equal(gb, 8);
+		assert_int_equal(gm, 11);
+	}
+	/* the store keeps "D W D0:W0,D1:W1" */
+	{
+		redisReply *r = redisCommand(g_rc, "HGET " PREFIX ":pool:{%s}:sdem mix", L);
+
+		assert_string_equal(r->str, "34 1 4:1,30:1");
+		freeReplyObject(r);
+	}
+	/* peers, floors 12 and 5: critical (1 node) keeps 12 though by weight
+	 * (1 of 3 members) it would get less */
+	g_peers = true;
+	g_floor[0] = 12;
+	beat_cls("cpeers", "crit", 0, 20, 30, 1, 0, 0);
+	beat_cls("cpeers", "bat", 0, 20, 0, 0, 30, 2);
+	beat_cls("cpeers", "crit", 0, 20, 30, 1, 0, 0);
+	NEAR(g_parts[0], 12, 1e-9);
+	beat_cls("cpeers", "bat", 0, 20, 0, 0, 30, 2);
+	NEAR(g_parts[1], 8, 1e-9);
+	g_nk = 0;
+	g_peers = false;
+}
+
 /* Bad requests fail before anything is sent. */
 static void test_bad_requests(void **state)
 {
@@ -377,6 +472,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_join_gets_only_free_slots),
 		cmocka_unit_test(test_weighted_parts),
+		cmocka_unit_test(test_class_parts),
 		cmocka_unit_test(test_members_and_ramp),
 		cmocka_unit_test(test_silent_node_claim_held_then_freed),
 		cmocka_unit_test(test_hand_edited_claim),

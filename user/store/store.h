@@ -296,7 +296,7 @@ struct kt_pool_req {
 	bool weighted;                         /* the limit shares by weight: members' weights are
 						* sent and kept (the wt key); else every member
 						* weighs 1 and wt is never named */
-	/* Priority classes (weighted only; 0: none): the divided rate goes
+	/* Priority classes (weighted, or an in-flight limit's; 0: none): the divided rate goes
 	 * to the classes in order, each taking its demand up to its ceiling
 	 * while the floors owed to the classes after it (each its floor or
 	 * its demand, the smaller) stay free; within a class, weighted
@@ -327,6 +327,12 @@ struct kt_pool_req {
 						* KT_STORE_MAX_NODE_WEIGHT: the parts are then
 						* weighted max-min fair (a node that sends none
 						* weighs 1) */
+	/* with n_classes (share: demand): this node's demand and weight per
+	 * class (its members of that class); the slots go to the classes as
+	 * rates do (in order, or peers), then weighted max-min over the
+	 * nodes within each class. slots_demand is their sum. */
+	int64_t slots_class_demand[KT_STORE_MAX_CLASSES];
+	double slots_class_weight[KT_STORE_MAX_CLASSES];
 };
 #define KT_STORE_MAX_SLOTS 1000000000LL
 
@@ -348,6 +354,9 @@ struct kt_pool_answer {
 	/* Filled only for an in-flight request (slots_node set). */
 	int64_t slots_grant;   /* whole slots this node may fill until its next heartbeat */
 	int64_t slots_claimed; /* the other nodes' claims summed */
+	/* with n_classes: this node's part of the slots per class (before
+	 * rounding and the others' claims), to split slots_grant by */
+	double slots_class_part[KT_STORE_MAX_CLASSES];
 	/* 0: answered. Only after KT_STORE_PARTIAL (cluster mode): -errno, this
 	 * limit's slot went unanswered and nothing above was written. */
 	int status;

@@ -71,7 +71,7 @@ static int arg_keys(struct args *a, const char *prefix, const char *limit, unsig
 /* The keys a heartbeat of q names. */
 static unsigned req_keys(const struct kt_pool_req *q)
 {
-	return (q->weighted ? KEYS_WEIGHT : 0) | (q->weighted && q->n_classes > 0 ? KEYS_CLASSES : 0) |
+	return (q->weighted ? KEYS_WEIGHT : 0) | (q->pool_rate > 0 && q->n_classes > 0 ? KEYS_CLASSES : 0) |
 	       (q->slots_node ? KEYS_SLOTS : 0);
 }
 
@@ -177,10 +177,19 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 		return -EINVAL;
 	}
 	if (q->n_classes != 0 &&
-	    (!q->weighted || q->n_classes < 2 || q->n_classes > KT_STORE_MAX_CLASSES)) {
-		rs_seterr(s, err, errlen, "heartbeat: limit %s: %d classes: give 2..%d on a weighted limit",
+	    ((!q->weighted && !q->slots_node) || q->n_classes < 2 || q->n_classes > KT_STORE_MAX_CLASSES)) {
+		rs_seterr(s, err, errlen,
+			  "heartbeat: limit %s: %d classes: give 2..%d on a weighted or in-flight limit",
 			  q->limit, q->n_classes, KT_STORE_MAX_CLASSES);
 		return -EINVAL;
+	}
+	for (int k = 0; q->slots_node && k < q->n_classes; k++) {
+		if (q->slots_class_demand[k] < 0 || q->slots_class_demand[k] > KT_STORE_MAX_SLOTS ||
+		    !(q->slots_class_weight[k] >= 0 && q->slots_class_weight[k] <= KT_STORE_MAX_NODE_WEIGHT)) {
+			rs_seterr(s, err, errlen, "heartbeat: limit %s: class %d: demand %lld or weight %g out of range",
+				  q->limit, k, (long long)q->slots_class_demand[k], q->slots_class_weight[k]);
+			return -EINVAL;
+		}
 	}
 	for (int k = 0; k < q->n_classes; k++) {
 		if (!(q->class_floor[k] >= 0 && q->class_floor[k] <= q->class_ceiling[k] &&
@@ -259,7 +268,7 @@ static bool parse_rate(const redisReply *r, double *out)
  * in-flight limit's adds its grant and the others' claims; a share: demand
  * limit's adds granted, level, the grants and the weights summed, and with
  * classes each class's part and weights. */
-enum { ANSWER_EQUAL = 4, ANSWER_SLOTS = 6, ANSWER_SHARE = 8, ANSWER_CLASSES = 9 };
+enum { ANSWER_EQUAL = 4, ANSWER_SLOTS = 6, ANSWER_SLOTS_CLASSES = 7, ANSWER_SHARE = 8, ANSWER_CLASSES = 9 };
 
 /* The demand part of an answer: granted, level, one grant per member, the
  * weights summed. The grants are written only once all of them parsed. */
@@ -310,6 +319,20 @@ static const char *parse_share(const redisReply *e, const struct kt_pool_req *q,
 	return NULL;
 }
 
+/* An in-flight answer's parts per class (element 7). */
+static const char *parse_slot_parts(const redisReply *c, const struct kt_pool_req *q, struct kt_pool_answer *a)
+{
+	double v[KT_STORE_MAX_CLASSES];
+
+	if (c->type != REDIS_REPLY_ARRAY || c->elements != (size_t)q->n_classes)
+		return "slot parts not an array of one per class";
+	for (int k = 0; k < q->n_classes; k++)
+		if (!parse_rate(c->element[k], &v[k]) || v[k] > (double)KT_STORE_MAX_SLOTS)
+			return "slot part not a number in range";
+	memcpy(a->slots_class_part, v, sizeof(double) * (size_t)q->n_classes);
+	return NULL;
+}
+
 /* What the memo says of one request: its digest, and the answer its last
  * heartbeat got (has: one the steady path may repeat). Found once per
  * heartbeat: build_hb sends it as prev, parse_answers takes it for a 1. */
@@ -337,8 +360,9 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 		const redisReply *e = r->element[i];
 		const struct kt_pool_req *q = &reqs[i];
 		size_t want = q->pool_rate > 0 ? (q->n_classes > 0 ? ANSWER_CLASSES : ANSWER_SHARE)
-				: q->slots_node ? ANSWER_SLOTS
-						: ANSWER_EQUAL;
+			      : q->slots_node ? (q->n_classes > 0 && q->slots_demand >= 0 ? ANSWER_SLOTS_CLASSES
+											: ANSWER_SLOTS)
+					      : ANSWER_EQUAL;
 		struct kt_pool_answer a = ans[i];
 
 		if (e->type == REDIS_REPLY_INTEGER && e->integer == 1 && q->pool_rate <= 0 && !q->slots_node) {
@@ -355,10 +379,11 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				s->st.hb_steady++;
 			}
 		} else if (e->type != REDIS_REPLY_ARRAY || e->elements != want) {
-			why = want == ANSWER_EQUAL   ? "not an array of 4"
-			      : want == ANSWER_SLOTS   ? "not an array of 6"
-			      : want == ANSWER_SHARE   ? "not an array of 8"
-						       : "not an array of 9";
+			why = want == ANSWER_EQUAL	   ? "not an array of 4"
+			      : want == ANSWER_SLOTS	   ? "not an array of 6"
+			      : want == ANSWER_SLOTS_CLASSES ? "not an array of 7"
+			      : want == ANSWER_SHARE	   ? "not an array of 8"
+							   : "not an array of 9";
 			if (e->type != REDIS_REPLY_ARRAY)
 				s->hint = KT_SERR_WRONGTYPE;
 		} else if (!rs_int_in(e->element[0], 0, 1) || !rs_int_in(e->element[1], 0, KT_STORE_MAX_POOL) ||
@@ -378,12 +403,16 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				why = "reserved rate not a finite number >= 0";
 			else if (want == ANSWER_SHARE || want == ANSWER_CLASSES)
 				why = parse_share(e, q, &a);
-			else if (want == ANSWER_SLOTS && (!rs_int_in(e->element[4], 0, KT_STORE_MAX_SLOTS) ||
-					       !rs_int_in(e->element[5], 0, KT_STORE_MAX_SLOTS)))
+			else if ((want == ANSWER_SLOTS || want == ANSWER_SLOTS_CLASSES) &&
+				 (!rs_int_in(e->element[4], 0, KT_STORE_MAX_SLOTS) ||
+				  !rs_int_in(e->element[5], 0, KT_STORE_MAX_SLOTS)))
 				why = "slots not whole numbers in range";
-			else if (want == ANSWER_SLOTS && e->element[4]->integer > q->slots_pool)
+			else if ((want == ANSWER_SLOTS || want == ANSWER_SLOTS_CLASSES) &&
+				 e->element[4]->integer > q->slots_pool)
 				why = "slots granted past the pool";
-			if (!why && want == ANSWER_SLOTS) {
+			else if (want == ANSWER_SLOTS_CLASSES)
+				why = parse_slot_parts(e->element[6], q, &a);
+			if (!why && (want == ANSWER_SLOTS || want == ANSWER_SLOTS_CLASSES)) {
 				a.slots_grant = e->element[4]->integer;
 				a.slots_claimed = e->element[5]->integer;
 			}
@@ -450,7 +479,18 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 		else
 			rs_arg_ref(a, "-");
 		/* slots: an in-flight limit's claim (always the full path) */
-		if (q->slots_node && q->slots_weight > 0 && q->slots_demand >= 0)
+		if (q->slots_node && q->n_classes > 0 && q->slots_demand >= 0) {
+			/* and its demand and weight per class, "D0:W0,D1:W1,..." */
+			char cl[KT_STORE_MAX_CLASSES * 48 + 1];
+			int at = 0;
+
+			for (int k = 0; k < q->n_classes; k++)
+				at += snprintf(cl + at, sizeof(cl) - (size_t)at, "%s%lld:%.17g", k ? "," : "",
+					       (long long)q->slots_class_demand[k], q->slots_class_weight[k]);
+			rs_arg_fmt(a, "%s %lld %lld %lld %lld %.17g %s", q->slots_node, (long long)q->slots_held,
+				   (long long)q->slots_pool, (long long)q->slots_cap,
+				   (long long)q->slots_demand, q->slots_weight > 0 ? q->slots_weight : 1, cl);
+		} else if (q->slots_node && q->slots_weight > 0 && q->slots_demand >= 0)
 			rs_arg_fmt(a, "%s %lld %lld %lld %lld %.17g", q->slots_node, (long long)q->slots_held,
 				   (long long)q->slots_pool, (long long)q->slots_cap,
 				   (long long)q->slots_demand, q->slots_weight);
@@ -460,10 +500,10 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 				   (long long)q->slots_demand);
 		else
 			rs_arg_ref(a, "-");
-		if (q->weighted && q->n_classes > 0) {
+		if (q->n_classes > 0) {
 			char ct[KT_STORE_MAX_CLASSES * 52 + 2];
-			/* "1": in order of importance; "2": peers */
-			int at = snprintf(ct, sizeof(ct), "%s", q->classes_siblings ? "2" : "1");
+			/* weighted (names wt) 1, peers 2 (heartbeat.lua) */
+			int at = snprintf(ct, sizeof(ct), "%d", (q->weighted ? 1 : 0) | (q->classes_siblings ? 2 : 0));
 
 			for (int k = 0; k < q->n_classes; k++)
 				at += snprintf(ct + at, sizeof(ct) - (size_t)at, " %.17g %.17g",

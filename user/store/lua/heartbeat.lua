@@ -13,8 +13,9 @@
 -- else "-"), slots ("node held pool cap demand" for an in-flight limit, see slots();
 -- else "-"), weighted ("1": the limit has weights and wt is among its
 -- KEYS; "1 F0 C0 F1 C1 ...": and priority classes, each its floor and
--- ceiling, the most important first; "2 F0 C0 ...": peer classes, see
--- peers(); else "0"), then n (id, size) pairs,
+-- ceiling, the most important first; "3 F0 C0 ...": peer classes, see
+-- peers(); "0 F0 C0 ..." or "2 ...": an in-flight limit's classes, in
+-- order or peers; else "0"), then n (id, size) pairs,
 -- size "0" meaning "the live count computed here", or with pool_rate > 0 n
 -- (id, size, demand) triples, the demand "D" (weight 1), "D W" (weight
 -- W, weighted max-min fairness) or "D W K" (and priority class K, 0 the
@@ -22,8 +23,9 @@
 -- Returns {agree, size, live, reserved} per limit, plus {granted, level
 -- ("-1": none), {grant...}, weights (summed over the members sharing by
 -- demand)} with pool_rate > 0, and with classes {part, weights} per class
--- (the rate the class was given, its members' weights summed), or {grant, claimed} (whole
--- slots) for an in-flight limit; rates as strings (Lua numbers become
+-- (the rate the class was given, its members' weights summed), or {grant,
+-- claimed} (whole slots) for an in-flight limit, and with classes {part...}
+-- (this node's part of the slots per class); rates as strings (Lua numbers become
 -- integers in replies); or the integer 1: "prev still holds" (the steady
 -- path).
 --
@@ -240,6 +242,24 @@ local function peers(ct, nk, D, W, P)
   at(l)
   return A
 end
+-- Each class's part of P (their demands D, weights W): peers, or in order,
+-- each its demand up to its ceiling while what the classes after it are
+-- owed of their floors stays free; and what is left.
+local function split(ct, nk, D, W, P)
+  local A, rem = {}, P
+  if ct.sib then
+    A = peers(ct, nk, D, W, P)
+    for k = 1, nk do rem = rem - A[k] end
+    return A, rem
+  end
+  for k = 1, nk do
+    local owed = 0
+    for j = k + 1, nk do owed = owed + math.min(ct[j][1], D[j]) end
+    A[k] = math.max(0, math.min(D[k], ct[k][2], rem - owed))
+    rem = rem - A[k]
+  end
+  return A, rem
+end
 -- Updates dem for this node's members (ARGV i..j, stride 3), the level,
 -- and their grants: shrinks first, then growth into free headroom only.
 -- ct: the limit's classes (nil: none). Returns the grants in ARGV order.
@@ -325,17 +345,7 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
       D[k], W[k] = math.max(0, c.cd[k][1]), math.max(0, c.cd[k][2])
       Wt = Wt + W[k]
     end
-    if ct.sib then
-      A = peers(ct, nk, D, W, P)
-      for k = 1, nk do rem = rem - A[k] end
-    else
-      for k = 1, nk do
-        local owed = 0
-        for j = k + 1, nk do owed = owed + math.min(ct[j][1], D[j]) end
-        A[k] = math.max(0, math.min(D[k], ct[k][2], rem - owed))
-        rem = rem - A[k]
-      end
-    end
+    A, rem = split(ct, nk, D, W, P)
     rem = math.max(0, rem - flo)
     -- a walk of the pool at most every rms / 4, whatever changed (a fleet
     -- joining changes something every call): a class's level may be that
@@ -427,8 +437,58 @@ local function fill(K, P, d, w)
   end
   return d
 end
+-- With classes (ct, nk of them): this node's part of P per class, mine[k]
+-- its {demand, weight} in class k. sdem holds every node's "D W
+-- D0:W0,D1:W1,..." (one without the list counts in the last class): the
+-- classes' parts as split() gives them, then within a class short of its
+-- demand weighted max-min over the nodes' demands in it; a class that
+-- fits gets its demand and, by weight, what all leave (up to its ceiling).
+-- Returns the parts summed, and the parts.
+local function fillc(K, P, ct, nk, mine)
+  local r, ent, D, W, Wt = call('HVALS', K.sdem), {}, {}, {}, 0
+  for k = 1, nk do ent[k], D[k], W[k] = {}, 0, 0 end
+  for i = 1, #r do
+    local a, b, l = string.match(r[i], '^(%S+) ?(%S*) ?(%S*)$')
+    local per = {}
+    for dd, ww in string.gmatch(l or '', '([^:,]+):([^,]+)') do per[#per + 1] = {tonumber(dd), tonumber(ww)} end
+    if #per ~= nk then
+      per = {}
+      for k = 1, nk do per[k] = {0, 0} end
+      per[nk] = {tonumber(a), tonumber(b) or 1}
+    end
+    for k = 1, nk do
+      local dd, ww = per[k][1], per[k][2]
+      if dd == nil or dd < 0 or dd > 1e12 then dd = 0 end
+      if ww ~= nil and ww > 0 and ww <= 1e12 then
+        ent[k][#ent[k] + 1] = {dd / ww, ww}
+        D[k], W[k], Wt = D[k] + dd, W[k] + ww, Wt + ww
+      end
+    end
+  end
+  local A, rem = split(ct, nk, D, W, P)
+  local parts, total = {}, 0
+  rem = math.max(0, rem)
+  for k = 1, nk do
+    local d, w, p = mine[k][1], mine[k][2], 0
+    if w > 0 and W[k] > 0 then
+      if D[k] <= A[k] then
+        p = d + math.max(0, math.min(rem * W[k] / Wt, ct[k][2] - A[k])) / W[k] * w
+      else
+        table.sort(ent[k], function(x, y) return x[1] < y[1] end)
+        local R, WW, lv = A[k], W[k], nil
+        for _, e in ipairs(ent[k]) do
+          if e[1] * WW >= R then lv = R / WW; break end
+          R, WW = R - e[1] * e[2], WW - e[2]
+        end
+        p = lv and math.min(d, w * lv) or d
+      end
+    end
+    parts[k], total = p, total + p
+  end
+  return total, parts
+end
 -- In-flight limits: the slots this node may fill. sl is "node held pool
--- cap demand [weight]": the node's name, what it may hold now (its open connections
+-- cap demand [weight [D0:W0,D1:W1,...]]": the node's name, what it may hold now (its open connections
 -- or the slots in force in its kernel, the larger), the pool's slots, the
 -- most it will take now (-1: no cap; a node that may have lost the store
 -- runs on what its kernel holds until every node has claimed again), and
@@ -445,8 +505,8 @@ end
 -- with its claim. A claim that is no whole number >= 0 (a hand edit)
 -- counts as the whole pool until its node rewrites it. Returns the grant
 -- and the others' claims summed.
-local function slots(K, c, sl, n, stale, hold)
-  local node, held, P, cap, d, w = string.match(sl, '^(%S+) (%d+) (%d+) (%-?%d+) (%-?%d+) ?(%S*)$')
+local function slots(K, c, sl, n, stale, hold, ct)
+  local node, held, P, cap, d, w, cls = string.match(sl, '^(%S+) (%d+) (%d+) (%-?%d+) (%-?%d+) ?(%S*) ?(%S*)$')
   held, P, cap, d, w = tonumber(held), tonumber(P), tonumber(cap), tonumber(d), tonumber(w)
   if not node then return 0, 0 end
   local dead = call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. f0(now - stale - hold))
@@ -465,18 +525,36 @@ local function slots(K, c, sl, n, stale, hold)
     end
   end
   local part = math.ceil(P * n / math.max(c.n, n, 1))
+  local parts = nil
   if d >= 0 then
-    local dv = f0(d)
+    local dv, mine = f0(d), {}
     if w then dv = dv .. ' ' .. f17(w) else w = 1 end
+    if ct and cls and cls ~= '' then
+      for dd, ww in string.gmatch(cls, '([^:,]+):([^,]+)') do
+        mine[#mine + 1] = {math.max(0, tonumber(dd) or 0), math.max(0, tonumber(ww) or 0)}
+      end
+      if #mine == #ct then dv = dv .. ' ' .. cls else mine = nil end
+    else
+      mine = nil
+    end
     if call('HSET', K.sdem, node, dv) == 1 then c.grew = true end
-    part = math.max(1, math.ceil(fill(K, P, d, w) - 1e-9))
+    local f = 0
+    if mine then
+      local p
+      f, p = fillc(K, P, ct, #ct, mine)
+      parts = {}
+      for k = 1, #ct do parts[k] = f17(p[k]) end
+    else
+      f = fill(K, P, d, w)
+    end
+    part = math.max(1, math.ceil(f - 1e-9))
   else
     call('HDEL', K.sdem, node)
   end
   local g = math.max(0, math.min(part, P - others))
   if cap >= 0 and g > cap then g = cap end
   if call('HSET', K.claim, node, f0(math.max(held, g))) == 1 then c.grew = true end
-  return g, others
+  return g, others, parts
 end
 -- The full path for one limit: ARGV[first..] are its members.
 local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
@@ -563,8 +641,8 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   end
   if c.dirty then c = rebuild(K, stale, hold) end
   -- 5. demand sharing, or an in-flight limit's slots
-  local dem, grant, claimed = nil, nil, 0
-  if sl ~= '-' then grant, claimed = slots(K, c, sl, n, stale, hold) end
+  local dem, grant, claimed, parts = nil, nil, 0, nil
+  if sl ~= '-' then grant, claimed, parts = slots(K, c, sl, n, stale, hold, ct) end
   if prate > 0 then
     dem = share(K, c, math.max(0, prate - c.res), flo, rms, first, a - 1, ct)
   elseif c.nd > 0 then
@@ -612,6 +690,8 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
     if ct then o[9] = c.parts end
   elseif grant then
     o[5], o[6] = grant, claimed
+    -- with classes, this node's part per class
+    if parts then o[7] = parts end
   end
   return o
 end
@@ -650,12 +730,12 @@ end
 local out, a, k = {}, 1, 1
 while k <= #KEYS do
   local n, prate, prev, sl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 6]), ARGV[a + 9], ARGV[a + 10]
-  -- "0", "1" (weighted), or "1 F0 C0 F1 C1 ..." (weighted, with classes
-  -- in order), "2 F0 C0 ..." (peer classes)
-  local w1 = string.sub(ARGV[a + 11], 1, 1)
-  local wk, ct = w1 == '1' or w1 == '2', nil
+  -- "T" or "T F0 C0 F1 C1 ...": T's bit 1 weighted (wt among the KEYS),
+  -- bit 2 the classes are peers; the classes' floors and ceilings
+  local t1 = tonumber(string.match(ARGV[a + 11], '^%d')) or 0
+  local wk, ct = t1 % 2 == 1, nil
   for f, cc in string.gmatch(ARGV[a + 11], ' (%S+) (%S+)') do
-    ct = ct or {sib = w1 == '2'}
+    ct = ct or {sib = t1 >= 2}
     ct[#ct + 1] = {rate(f), rate(cc)}
   end
   local st = 2
@@ -666,13 +746,14 @@ while k <= #KEYS do
   if not o then
     local stale, hold, fb = tonumber(ARGV[a]), tonumber(ARGV[a + 4]), ARGV[a + 5]
     local flo, rms = tonumber(ARGV[a + 7]), tonumber(ARGV[a + 8])
-    o = full(keyset(k, sl ~= '-', wk, ct ~= nil), a + 12, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
+    o = full(keyset(k, sl ~= '-', wk, ct ~= nil and prate > 0), a + 12, stale, n, hold, fb, prate, flo,
+             rms, st, sl, ct)
   end
   out[#out + 1] = o
   a = a + 12 + st * n
   k = k + 11 --[[N_KEYS]]
   if wk then k = k + 1 end
-  if ct then k = k + NK end
+  if ct and prate > 0 then k = k + NK end
   if sl ~= '-' then k = k + 3 --[[N_SLOT_KEYS]] end
 end
 return out
