@@ -37,6 +37,7 @@
  *    the kernel refuses the audit's programs).
  */
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 #include <poll.h>
 #include <setjmp.h>
@@ -715,6 +716,115 @@ static void test_weighted_parts(void **state)
 	assert_true(seen.max_open <= 20);
 }
 
+/* The slots in force for member `cg` (a cgroup) of node i's in-flight
+ * limit, as its status shows them. */
+static double member_slots(const struct ktest_daemon *d, int i, const char *cg)
+{
+	char *js = ktest_daemon_cmd(d, "status json"), id[64];
+	const char *in, *m;
+	double v = -1;
+
+	assert_non_null(js);
+	snprintf(id, sizeof(id), "\"member_id\":\"n%d:%llu\"", i, (unsigned long long)ktest_cgroup_id(cg));
+	in = strstr(js, "\"inflight\":{");
+	assert_non_null(in);
+	m = strstr(in, id);
+	assert_non_null(m);
+	assert_true(ktest_json_num(m, "slots", &v));
+	free(js);
+	return v;
+}
+
+/* classBy on slots: two nodes on Redis, max 20, share: demand, critical
+ * first and batch keeping a floor of 25% (5 slots). Node 0 has a critical
+ * and a batch member, node 1 a batch member; every worker wants more than
+ * the pool. Critical gets max - batch's floor, 15; batch's 5 go half to
+ * each batch member; node 0 splits its grant between its members by
+ * class. The server never sees more than 20 open. */
+static void test_class_parts(void **state)
+{
+	struct fixture *f = *state;
+	struct kt_inflight_seen seen;
+	struct kt_inflight_work w;
+	/* member m: its node, tier and wdir slot (node 0's batch member uses
+	 * the unused third node's) */
+	static const int node_of[3] = { 0, 0, 1 }, dir_of[3] = { 0, 2, 1 };
+	static const char *const tier[3] = { "critical", "batch", "batch" };
+	double open[2], slots[2], crit, bat0, bat1;
+	int port = ktest_free_port(SOCK_STREAM), status;
+
+	KTEST_SKIP_UNLESS_ROOT();
+	assert_int_equal(rp_start_master(&f->rp, NULL), 0);
+	for (int m = 0; m < 3; m++) {
+		int i = node_of[m], d = dir_of[m];
+		char dir[PATH_MAX];
+
+		snprintf(dir, sizeof(dir), "%s/%s", f->cg[i], tier[m]);
+		snprintf(f->wdir[d][1], sizeof(f->wdir[d][1]), "%s", dir);
+		snprintf(f->wdir[d][0], sizeof(f->wdir[d][0]), "%s/w", dir);
+		assert_int_equal(mkdir(f->wdir[d][1], 0755), 0);
+		assert_int_equal(mkdir(f->wdir[d][0], 0755), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		char store[160], lim[640];
+
+		snprintf(store, sizeof(store),
+			 "{mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: ktinfc}", f->rp.port);
+		snprintf(lim, sizeof(lim),
+			 "  - name: llm\n"
+			 "    cgroups: [\"%s/{tier}/*\"]\n"
+			 "    unit: concurrent\n"
+			 "    match: {cidrs: [127.0.0.1/32], protocol: tcp}\n"
+			 "    share: demand\n"
+			 "    classBy: capture:tier\n"
+			 "    classes: [{name: critical}, {name: batch, floor: 25%%}]\n"
+			 "    rateLimit: {max: 20}\n",
+			 f->cg[i]);
+		assert_int_equal(ktest_daemon_init(&f->d[i]), 0);
+		kt_clusterfx_node_config(&f->d[i], i, &redis_pool, store, lim);
+		node_up(f, i);
+	}
+	f->kid[NODES] = kt_inflight_server_start(port, 6.0, 0, 6.0, &f->kid_fd[NODES]);
+	for (int m = 0; m < 3; m++)
+		f->kid[m] = kt_inflight_worker_start(f->wdir[dir_of[m]][0], port, 5.0, 100, 300, &f->kid_fd[m]);
+	ktest_sleep_ms(4000);
+	for (int i = 0; i < 2; i++)
+		inflight_status(&f->d[i], &open[i], &slots[i]);
+	crit = member_slots(&f->d[0], 0, f->wdir[0][0]);
+	bat0 = member_slots(&f->d[0], 0, f->wdir[2][0]);
+	bat1 = member_slots(&f->d[1], 1, f->wdir[1][0]);
+	print_message("  classes: n0 %.0f open of %.0f slots (critical %.0f, batch %.0f); n1 %.0f open of %.0f (batch %.0f)\n",
+		      open[0], slots[0], crit, bat0, open[1], slots[1], bat1);
+	/* critical 15 +- 1, each batch member 2.5 rounded: equal parts would
+	 * be 10 and 10 between the nodes */
+	assert_true(crit >= 14 && crit <= 16);
+	assert_true(bat0 >= 2 && bat0 <= 4);
+	assert_true(bat1 >= 2 && bat1 <= 4);
+	assert_true(slots[0] + slots[1] <= 20);
+	/* status shows node 0's part of each class: 15 and 2.5 */
+	{
+		char *js = ktest_daemon_cmd(&f->d[0], "status json");
+		const char *p = js ? strstr(js, "{\"name\":\"critical\",") : NULL;
+		double part = -1;
+
+		assert_true(p && ktest_json_num(p, "node_part", &part));
+		print_message("  n0's part of critical: %.2f\n", part);
+		assert_true(fabs(part - 15) <= 0.5);
+		free(js);
+	}
+	for (int m = 0; m < 3; m++) {
+		assert_true(kt_clusterfx_reap(f->kid[m], f->kid_fd[m], &w, sizeof(w), &status));
+		f->kid[m] = -1;
+		f->kid_fd[m] = -1;
+	}
+	assert_true(kt_clusterfx_reap(f->kid[NODES], f->kid_fd[NODES], &seen, sizeof(seen), &status));
+	f->kid[NODES] = -1;
+	f->kid_fd[NODES] = -1;
+	print_message("server: at most %d open at once (max 20), mean %.1f\n", seen.max_open,
+		      seen.mean_open);
+	assert_true(seen.max_open <= 20);
+}
+
 /* A child in cgroup cg that opens `n` connections to port, reports how
  * many it got, then holds them until killed. */
 static pid_t holder_start(const char *cg, int port, int n, int *fd)
@@ -1045,6 +1155,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_redis_pool_faults, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_demand_parts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_weighted_parts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_class_parts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restart_adopts_and_kill_frees, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pod_removed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ramp_counts_slots, setup, teardown),
@@ -1054,5 +1165,8 @@ int main(void)
 	 * case measures the same from outside, under faults, in 13 s) */
 	if (getenv("KT_INFLIGHT_S"))
 		return cmocka_run_group_tests_name("e2e_inflight_bench", bench, NULL, NULL);
+	/* one test by name while developing (cmocka's pattern) */
+	if (getenv("KT_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("KT_TEST_FILTER"));
 	return cmocka_run_group_tests_name("e2e_inflight", tests, NULL, NULL);
 }

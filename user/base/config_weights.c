@@ -264,8 +264,6 @@ int kt_cfg_parse_weights(struct ctx *c, yaml_node_t *n, const char *field, struc
 				    ? l->weight_up
 				    : -1)))
 		return err;
-	if (l->unit == KT_UNIT_CONCURRENT)
-		return fail(c, cb, sub, "not supported with unit concurrent yet (slots are shared by weight only)");
 	if (!cs)
 		return kt_cfg_missing(c, n, field, "classes");
 	if ((err = parse_classes(c, cs, join(sub, field, "classes"), l)))
@@ -337,8 +335,6 @@ int kt_cfg_link_floors(struct ctx *c, yaml_node_t *limits, struct kt_config *cfg
 			return fail(c, at, sub,
 				    "its parent %s (line %d) has classBy: a parent's classes are either its own or its children",
 				    p->name, p->line);
-		if (p->unit == KT_UNIT_CONCURRENT)
-			return fail(c, at, sub, "not supported with unit concurrent yet (slots are shared by weight only)");
 		if (l->floor_pct >= 0)
 			l->floor = p->rl.max * l->floor_pct / 100;
 		if (l->floor > l->rl.max * (1 + 1e-12))

@@ -35,6 +35,14 @@ static bool by_demand(const struct kt_limit_rt *l)
 	return l->cfg->share == KT_SHARE_DEMAND && l->cfg->unit != KT_UNIT_CONCURRENT;
 }
 
+/* ... unless it has classes: the node's slots are split between its
+ * members by class (kt_pool_members_policy), each bucket its own */
+static bool slots_by_class(const struct kt_limit_rt *l)
+{
+	return l->cfg->share == KT_SHARE_DEMAND && l->cfg->unit == KT_UNIT_CONCURRENT &&
+	       l->cfg->class_by != KT_WEIGHT_NONE && l->cfg->scope == KT_SCOPE_POD;
+}
+
 /* The members bucket k of limit l serves: pod scope its own, node scope all. */
 static const char *const *slot_ids(const struct kt_limit_rt *l, int k, int *n)
 {
@@ -61,6 +69,8 @@ static void slot_policy(struct kt_pool *pool, int i, const struct kt_limit_rt *l
 		n = 1;
 	}
 	kt_pool_members_policy(pool, i, s->pool_rate, ids, n, pol);
+	if (l->cfg->unit == KT_UNIT_CONCURRENT)
+		kt_slots_policy(pol, true); /* the rate above is a slot count */
 }
 
 /* A member joining on this node raises the node's share at once, while the
@@ -177,7 +187,7 @@ void kt_ctl_decide(struct kt_pool *pool, int i, const struct kt_limit_rt *l,
 	s->fallback_rate = s->pol.fallback_rate;
 	kt_node_policy(&s->pol, l->n_members, &s->node_pol);
 	s->n_slot_pol = 0;
-	if (!st->on && by_demand(l))
+	if (!st->on && (by_demand(l) || slots_by_class(l)))
 		decide_slots(pool, i, l, s);
 }
 
@@ -405,6 +415,39 @@ void kt_ctl_fill_child_weights(struct kt_ctl *c, struct kt_pool_local *local)
 	}
 }
 
+/* An in-flight limit with classes: each class's demand on this node, what
+ * its members hold open plus what their slots refused in the last whole
+ * second (at `mark` the second turns). */
+static void fill_slot_classes(struct kt_ctl *c, int i, struct kt_pool_local *lo, bool mark, uint64_t now)
+{
+	const struct kt_limit_rt *l = &c->plan->limits[i];
+	struct kt_limit_state *s = &c->ls[i];
+	uint64_t open[KT_STORE_MAX_CLASSES] = { 0 }, thr[KT_STORE_MAX_CLASSES] = { 0 };
+	int n = l->cfg->n_classes;
+
+	for (int j = 0; j < l->n_members; j++) {
+		int k = l->member_classes[j];
+		struct kt_inflight_view v;
+
+		if (k < 0 || k >= n || l->members[j].slot >= KT_MAX_SLOTS)
+			continue;
+		thr[k] += c->slot_base[l->members[j].slot].last.throttled;
+		kt_inflight_member(c->bpf, l, j, now, &v);
+		open[k] += v.open;
+	}
+	for (int k = 0; k < n; k++) {
+		if (mark) {
+			/* a member gone takes its counts along: never below 0 */
+			s->cls_refused_last[k] = s->slots_refused_ns && thr[k] >= s->cls_refused_at[k]
+							 ? thr[k] - s->cls_refused_at[k]
+							 : 0;
+			s->cls_refused_at[k] = thr[k];
+		}
+		lo->slots_class_demand[k] = (int64_t)(open[k] + s->cls_refused_last[k]);
+	}
+	lo->n_slot_classes = n;
+}
+
 void kt_ctl_fill_slots(struct kt_ctl *c, struct kt_pool_local *local, uint64_t now)
 {
 	for (int i = 0; i < c->plan->n_limits; i++) {
@@ -418,7 +461,12 @@ void kt_ctl_fill_slots(struct kt_ctl *c, struct kt_pool_local *local, uint64_t n
 		local[i].slots_held = (int64_t)(s->inflight_open > s->inflight_slots ? s->inflight_open
 										   : s->inflight_slots);
 		/* demand: what is open plus what was refused in the last second */
-		if (!s->slots_refused_ns || now - s->slots_refused_ns >= 1000000000ULL) {
+		bool mark = !s->slots_refused_ns || now - s->slots_refused_ns >= 1000000000ULL;
+
+		if (l->cfg->share == KT_SHARE_DEMAND && l->member_classes && l->cfg->n_classes >= 2 &&
+		    l->cfg->n_classes <= KT_STORE_MAX_CLASSES)
+			fill_slot_classes(c, i, &local[i], mark, now);
+		if (mark) {
 			s->slots_refused_last = s->slots_refused_ns ? s->total_throttled - s->slots_refused_at : 0;
 			s->slots_refused_at = s->total_throttled;
 			s->slots_refused_ns = now;
@@ -747,7 +795,7 @@ void kt_ctl_apply_pool(struct kt_ctl *c, uint64_t now)
 		/* rate before lease: either order of the two is safe alone, and
 		 * this one never pairs a new lease with the old, larger rate;
 		 * by demand every member's grant may move: write them all */
-		if (by_demand(l) || fabs(s->bucket_rate - before) > 1e-9 * before ||
+		if (by_demand(l) || slots_by_class(l) || fabs(s->bucket_rate - before) > 1e-9 * before ||
 		    s->bucket_burst != burst_before || s->pol.node_burst != node_before)
 			kt_ctl_write_rates(c, i);
 		if (by_demand(l) || s->pol.valid_until != lease_before ||

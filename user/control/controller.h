@@ -56,6 +56,9 @@ struct kt_limit_state {
 	/* in-flight, share: demand: refusals in the last whole second
 	 * (total_throttled at slots_refused_ns was slots_refused_at) */
 	uint64_t slots_refused_at, slots_refused_ns, slots_refused_last;
+	/* the same per priority class (classBy): its members' slots' refusals
+	 * summed at slots_refused_ns, and in the last whole second */
+	uint64_t cls_refused_at[KT_STORE_MAX_CLASSES], cls_refused_last[KT_STORE_MAX_CLASSES];
 	/* in-flight: the node's open connections and slots in force, read
 	 * from the kernel once a tick (kt_ctl_tick) for the ramp and the
 	 * heartbeat's claim */

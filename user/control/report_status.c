@@ -558,10 +558,13 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 					kt_sb_printf(&b, ",\"floor\":%.6g,\"ceiling\":%.6g,\"default\":%s",
 						     c->classes[k].floor, c->classes[k].ceiling,
 						     k == c->default_class ? "true" : "false");
-					/* the store's last division: the class's part, its weights */
+					/* the store's last division: the class's part, its weights;
+					 * in-flight: this node's part of the slots */
 					if (v && v->share_classes == c->n_classes)
 						kt_sb_printf(&b, ",\"part\":%.6g,\"weights\":%.6g",
 							     v->share_class_part[k], v->share_class_weights[k]);
+					else if (v && v->slots_classes == c->n_classes)
+						kt_sb_printf(&b, ",\"node_part\":%.6g", v->slots_class_part[k]);
 					kt_sb_printf(&b, "}");
 				}
 				kt_sb_printf(&b, "]");

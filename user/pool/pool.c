@@ -121,6 +121,8 @@ void pool_free_ids(struct lim *l)
 	free(l->ids);
 	free(l->grants);
 	free(l->held);
+	free(l->id_class);
+	l->id_class = NULL;
 	l->ids = NULL;
 	l->grants = NULL;
 	l->held = NULL;

@@ -46,6 +46,9 @@ struct kt_pool_local {
 	int64_t slots_held;
 	int64_t slots_in_force;
 	int64_t slots_demand;          /* share: demand: open plus refusals of the last second */
+	/* ... per priority class (classBy: n_slot_classes of them, else 0) */
+	int n_slot_classes;
+	int64_t slots_class_demand[KT_STORE_MAX_CLASSES];
 };
 
 /* The pool's view of one limit. */
@@ -74,6 +77,10 @@ struct kt_pool_view {
 	 * the last answer (-1: none yet) and the other nodes' claims then. */
 	int64_t slots_grant;
 	int64_t slots_claimed;
+	/* ... with classes: this node's part of the slots per class, to split
+	 * slots_grant between its members by class (slots_classes 0: none) */
+	int slots_classes;
+	double slots_class_part[KT_STORE_MAX_CLASSES];
 	/* share: demand on Redis, from the last answer (0s before one): the
 	 * rate divided (the pool rate less what lapsed members hold) and the
 	 * weights of the members sharing summed: a member's guaranteed part

@@ -169,6 +169,39 @@ static double member_rate(const struct lim *l, const char *id, double pool_rate)
 	return l->v.phase == KT_POOL_JOINING && joining < floor_rate ? joining : floor_rate;
 }
 
+/* In-flight slots with classes: a bucket serving ids gets, for each, its
+ * class's part of what the node may hold (the grant, as the phase has it)
+ * over that class's members here. Without parts (no answer with classes
+ * yet, or all 0) the equal split stands. */
+static void slots_by_class(const struct kt_pool *p, int i, double pool_rate, const char *const *ids, int n,
+			   struct kt_bucket_policy *out)
+{
+	const struct lim *l = &p->l[i];
+	int cnt[KT_STORE_MAX_CLASSES] = { 0 }, nc = l->v.slots_classes;
+	double whole, sum = 0, rate = 0;
+
+	if (nc <= 0 || nc > KT_STORE_MAX_CLASSES || !l->id_class || l->n_ids < 1)
+		return;
+	for (int k = 0; k < nc; k++)
+		sum += l->v.slots_class_part[k];
+	if (!(sum > 0))
+		return;
+	for (int j = 0; j < l->n_ids; j++)
+		if (l->id_class[j] >= 0 && l->id_class[j] < nc)
+			cnt[l->id_class[j]]++;
+	whole = kt_pool_bucket_rate(p, i, pool_rate, l->n_ids);
+	for (int m = 0; m < n; m++)
+		for (int j = 0; ids[m] && j < l->n_ids; j++)
+			if (l->ids[j] && !strcmp(l->ids[j], ids[m])) {
+				int c = l->id_class[j];
+
+				if (c >= 0 && c < nc && cnt[c] > 0)
+					rate += whole * l->v.slots_class_part[c] / sum / cnt[c];
+				break;
+			}
+	out->rate = rate;
+}
+
 void kt_pool_members_policy(const struct kt_pool *p, int i, double pool_rate, const char *const *ids,
 			    int n, struct kt_bucket_policy *out)
 {
@@ -176,7 +209,13 @@ void kt_pool_members_policy(const struct kt_pool *p, int i, double pool_rate, co
 	double rate = 0, avail;
 
 	kt_pool_bucket_policy(p, i, pool_rate, n, out);
-	if (!p || i < 0 || i >= p->n || n < 1 || !p->l[i].demand || !ids)
+	if (!p || i < 0 || i >= p->n || n < 1 || !ids)
+		return;
+	if (p->l[i].slots) {
+		slots_by_class(p, i, pool_rate, ids, n, out);
+		return;
+	}
+	if (!p->l[i].demand)
 		return;
 	l = &p->l[i];
 	for (int k = 0; k < n; k++)

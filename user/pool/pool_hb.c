@@ -357,6 +357,30 @@ static void slots_request(const struct group *g, struct lim *l, const struct kt_
 		if (q->slots_weight > KT_STORE_MAX_NODE_WEIGHT)
 			q->slots_weight = KT_STORE_MAX_NODE_WEIGHT;
 	}
+	/* classBy: the slots go to the classes first; the node tells its
+	 * demand and weight in each */
+	if (l->slots_demand && lo->cfg && lo->cfg->class_by != KT_WEIGHT_NONE && lo->member_class &&
+	    lo->n_slot_classes == lo->cfg->n_classes && lo->cfg->n_classes >= 2 &&
+	    lo->cfg->n_classes <= KT_STORE_MAX_CLASSES) {
+		q->n_classes = lo->cfg->n_classes;
+		q->classes_siblings = lo->cfg->classes_siblings;
+		for (int k = 0; k < q->n_classes; k++) {
+			q->class_floor[k] = lo->cfg->classes[k].floor;
+			q->class_ceiling[k] = lo->cfg->classes[k].ceiling;
+			q->slots_class_weight[k] = 0;
+			q->slots_class_demand[k] = lo->slots_class_demand[k] < 0 ? 0
+						   : lo->slots_class_demand[k] > KT_STORE_MAX_SLOTS
+							   ? KT_STORE_MAX_SLOTS
+							   : lo->slots_class_demand[k];
+		}
+		for (int j = 0; j < lo->n_members; j++) {
+			double *w = &q->slots_class_weight[class_of(lo, j)];
+
+			*w += weight_of(lo, j);
+			if (*w > KT_STORE_MAX_NODE_WEIGHT)
+				*w = KT_STORE_MAX_NODE_WEIGHT;
+		}
+	}
 }
 
 /* Builds the round trip from this tick's view and hands it to the worker. */
@@ -411,6 +435,20 @@ void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const stru
 		}
 		jl->off = off;
 		jl->n = n;
+		/* an in-flight limit's members' classes, to split its grant by */
+		if (l->slots && lo->member_class && lo->cfg && lo->cfg->class_by != KT_WEIGHT_NONE &&
+		    n == l->n_ids) {
+			int *ic = realloc(l->id_class, (size_t)(n ? n : 1) * sizeof(*ic));
+
+			if (ic) {
+				l->id_class = ic;
+				for (j = 0; j < n; j++)
+					ic[j] = class_of(lo, j);
+			}
+		} else if (l->id_class) {
+			free(l->id_class);
+			l->id_class = NULL;
+		}
 		if (l->demand && isfinite(lo->pool_rate) && lo->pool_rate > 0) {
 			/* the script divides the pool rate less what lapsed members hold */
 			q->pool_rate = lo->pool_rate;
@@ -528,6 +566,11 @@ bool pool_finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, uin
 		/* ids are what this job sent: sync_ids runs only when one is posted */
 		if (l->demand && l->grants && job->reqs[k].grants && job->jl[k].n == l->n_ids)
 			take_grants(l, &job->grants[job->jl[k].off]);
+		if (job->reqs[k].slots_node) {
+			l->v.slots_classes = job->reqs[k].n_classes;
+			for (int c = 0; c < job->reqs[k].n_classes; c++)
+				l->v.slots_class_part[c] = job->ans[k].slots_class_part[c];
+		}
 		if (job->reqs[k].pool_rate > 0) {
 			l->v.share_weights = job->ans[k].weights;
 			l->v.share_divided = job->reqs[k].pool_rate - job->ans[k].reserved;

@@ -59,6 +59,7 @@ struct lim {
 	bool slots;                     /* unit concurrent on Redis: claims and grants of slots */
 	bool slots_demand;              /* ... and share: demand (parts by the nodes' demands) */
 	int64_t sent_slots_in_force;    /* the kernel's slots when the heartbeat in flight was built */
+	int *id_class;                  /* slots with classes: ids[k]'s class at the last heartbeat */
 };
 
 /* One heartbeat round trip, built on the loop and run on the store's
