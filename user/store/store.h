@@ -39,7 +39,8 @@
  *                                  next heartbeat: max(what it holds, its grant)
  *   P:pool:{L}:seen    sorted set  node name -> its last heartbeat (TIME ms);
  *                                  silent for stale + hold: forgotten, claim too
- *   P:pool:{L}:sdem    hash        node name -> its demand (share: demand)
+ *   P:pool:{L}:sdem    hash        node name -> its demand (share: demand): "D",
+ *                                  "D W" (its weight), "D W D0:W0,..." (per class)
  * All but ramp get PEXPIRE KT_STORE_EXPIRE_FACTOR x (stale + hold) on a
  * heartbeat that may have made one of them (a new member, field or
  * element), whose TTL is shorter, or once a third of the TTL set has run
