@@ -94,6 +94,19 @@ static void test_wrongtype_and_over_max(void **state)
 	assert_true(ktest_metric_sample(page, "kthrottle_store_heartbeat_limits_total{path=\"steady\"}", &v));
 	print_message("steady heartbeats after 1 s: %.0f\n", v);
 	assert_true(v >= 1);
+	/* the store's work: the scripts' commands as Redis ran them, round
+	 * trips, bytes both ways */
+	{
+		double cmds, rts, sent, recv;
+
+		assert_true(ktest_metric_sample(page, "kthrottle_store_script_commands_total", &cmds));
+		assert_true(ktest_metric_sample(page, "kthrottle_store_round_trips_total", &rts));
+		assert_true(ktest_metric_sample(page, "kthrottle_store_bytes_total{direction=\"sent\"}", &sent));
+		assert_true(ktest_metric_sample(page, "kthrottle_store_bytes_total{direction=\"received\"}", &recv));
+		print_message("store work after 1 s: %.0f script commands, %.0f round trips, %.0f B sent, %.0f B read\n",
+			      cmds, rts, sent, recv);
+		assert_true(cmds >= 4 * v && rts >= v && sent > 100 * v && recv > 0);
+	}
 	free(page);
 
 	/* ghosts: live far into the future, each reporting size 8 */

@@ -129,6 +129,7 @@ struct worker {
 	struct samples steady_late_us; /* the same, steady-state heartbeats only */
 	struct samples rtt_us;       /* steady-state heartbeats: the call's duration */
 	uint64_t steady_hb, steady_rt, steady_not_agree, errors;
+	uint64_t steady_cmds, steady_bytes; /* the scripts' commands, bytes both ways */
 	/* --share demand, every answer: granted > pool_rate - reserved + eps,
 	 * or a grant not finite or < 0; the largest `granted` answered */
 	uint64_t grant_violations;
@@ -416,6 +417,9 @@ static void *worker_main(void *arg)
 			if (ph == PH_STEADY) {
 				w->steady_hb++;
 				w->steady_rt += after.round_trips - before.round_trips;
+				w->steady_cmds += after.script_commands - before.script_commands;
+				w->steady_bytes += after.bytes_sent - before.bytes_sent + after.bytes_received -
+						   before.bytes_received;
 				w->steady_not_agree += not_agree;
 				if (atomic_load(&g_time_rtt) && push(&w->rtt_us, (end - start) / 1000))
 					return NULL;
@@ -1032,7 +1036,7 @@ static double crit_demand_sent_max(void)
 }
 
 struct results {
-	uint64_t heartbeats, round_trips, not_agree, errors;
+	uint64_t heartbeats, round_trips, not_agree, errors, cmds, bytes;
 	struct samples script_us, rtt_us, lateness_us, steady_late_us;
 	double rt_per_hb, cpu_pct, self_cpu_pct, window_s;
 	double agree_start_ms, agree_kill_ms, bound_ms;
@@ -1130,6 +1134,12 @@ static void print_table(const struct results *r)
 	row("kt-storesim's own CPU (all threads)", m, "", "");
 	snprintf(m, sizeof(m), "%.3f", r->rt_per_hb);
 	row("round trips per node per heartbeat", m, "<= 1", verdict(r->ok_rt));
+	/* the store's work (issue: it should follow the nodes, not nodes x
+	 * groups): what the scripts ran and the bytes, per node heartbeat */
+	snprintf(m, sizeof(m), "%.1f / %.0f B",
+		 r->heartbeats ? (double)r->cmds / (double)r->heartbeats : 0,
+		 r->heartbeats ? (double)r->bytes / (double)r->heartbeats : 0);
+	row("Redis commands / bytes per node heartbeat", m, "", "");
 	snprintf(m, sizeof(m), "%llu / %llu", (unsigned long long)r->not_agree, (unsigned long long)r->errors);
 	row(g_o.grouped ? "steady group answers not AGREE at size / errors"
 			: "steady answers not AGREE at N x M / errors",
@@ -1213,6 +1223,7 @@ static void print_json(const struct results *r, bool pass)
 	       "\"script_p50_us\":%llu,\"script_p99_us\":%llu,\"script_p999_us\":%llu,\"script_max_us\":%llu,"
 	       "\"rtt_p50_us\":%llu,\"rtt_p99_us\":%llu,"
 	       "\"redis_cpu_pct\":%.2f,\"self_cpu_pct\":%.2f,\"round_trips_per_heartbeat\":%.4f,"
+	       "\"commands_per_heartbeat\":%.2f,\"bytes_per_heartbeat\":%.1f,"
 	       "\"steady_not_agree\":%llu,\"errors\":%llu,"
 	       "\"agree_start_ms\":%.1f,\"agree_after_kill_ms\":%.1f,\"agree_after_kill_hb\":%.3f,"
 	       "\"agree_bound_ms\":%.0f,\"agree_bound_hb\":%d,"
@@ -1226,6 +1237,8 @@ static void print_json(const struct results *r, bool pass)
 	       (unsigned long long)pct(&r->script_us, .99), (unsigned long long)pct(&r->script_us, .999),
 	       (unsigned long long)pct(&r->script_us, 1), (unsigned long long)pct(&r->rtt_us, .5),
 	       (unsigned long long)pct(&r->rtt_us, .99), r->cpu_pct, r->self_cpu_pct, r->rt_per_hb,
+	       r->heartbeats ? (double)r->cmds / (double)r->heartbeats : 0.0,
+	       r->heartbeats ? (double)r->bytes / (double)r->heartbeats : 0.0,
 	       (unsigned long long)r->not_agree, (unsigned long long)r->errors, r->agree_start_ms,
 	       r->agree_kill_ms, r->agree_kill_ms >= 0 ? r->agree_kill_ms / g_o.heartbeat_ms : -1.0,
 	       r->bound_ms, g_o.stale_after + 2, r->ok_script, r->ok_rt, r->ok_kill, r->ok_start,
@@ -1393,6 +1406,8 @@ join:
 
 		r.heartbeats += w->steady_hb;
 		r.round_trips += w->steady_rt;
+		r.cmds += w->steady_cmds;
+		r.bytes += w->steady_bytes;
 		r.not_agree += w->steady_not_agree;
 		r.errors += w->errors;
 		if (!r.first_error[0] && w->first_error[0])

@@ -722,7 +722,7 @@ static void test_error_kinds(void **state)
 	assert_int_equal(e.count[KT_SERR_NOSCRIPT], 1);
 	assert_string_equal(kt_store_err_kind_name(KT_SERR_NOSCRIPT), "noscript");
 	/* an answered heartbeat ends the episode */
-	ktest_fakeredis_set(&g_fake, "*1\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n");
+	ktest_fakeredis_set(&g_fake, "*2\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n:7\r\n");
 	uint64_t t0 = rp_now_ms();
 	int ret;
 	while ((ret = kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err))) == -EAGAIN &&
@@ -1028,6 +1028,9 @@ static void test_steady_path(void **state)
 		a = beat_fb(nb, "steady", "B", LIVE, stale, hold, 2);
 	}
 	ASSERT_ANS(a, 1, 2, 2);
+	struct kt_store_stats st, st0;
+
+	kt_store_get_stats(na, &st0);
 	r = rp_command(&kfx_master, "CONFIG RESETSTAT");
 	freeReplyObject(r);
 	for (int i = 0; i < 4; i++) {
@@ -1038,9 +1041,22 @@ static void test_steady_path(void **state)
 	assert_int_equal(cmd_calls(&kfx_master, "evalsha"), 4);
 	assert_int_equal(cmd_calls(&kfx_master, "hlen"), 0); /* no full path */
 	assert_int_equal(cmd_calls(&kfx_master, "zadd"), 4);  /* A renewed each time */
-	struct kt_store_stats st;
-
+	/* the script's own count of its commands is Redis's: TIME, HMGET,
+	 * ZRANGEBYSCORE, ZCARD and ZADD a steady call */
 	kt_store_get_stats(na, &st);
+	{
+		long long redis = 0;
+
+		for (const char *const *c = (const char *const[]){ "time", "hmget", "zrangebyscore", "zcard", "zadd",
+								    "zscore", NULL };
+		     *c; c++)
+			redis += cmd_calls(&kfx_master, *c);
+		assert_int_equal((long long)(st.script_commands - st0.script_commands), redis);
+		assert_int_equal(redis, 20);
+	}
+	assert_true(st.bytes_sent - st0.bytes_sent > 4 * 100); /* keys and ARGV of 4 calls */
+	assert_true(st.bytes_received - st0.bytes_received >= 4 * 4); /* ":1\r\n" at least */
+
 	/* A's join and its second round were full (B joined between), its
 	 * third already steady, then the four above */
 	assert_int_equal(st.hb_full, 2);
@@ -1411,23 +1427,27 @@ static void test_malformed_replies(void **state)
 		{ ":1\r\n", "expected 1 answers" },
 		{ "*-1\r\n", "expected 1 answers" },
 		{ "*2\r\n*4\r\n:1\r\n:1\r\n:1\r\n" R "*4\r\n:1\r\n:1\r\n:1\r\n" R, "expected 1 answers" },
-		{ "*1\r\n:1\r\n", "\"unchanged\" without a previous answer" },
-		{ "*1\r\n:2\r\n", "not an array of 4" },
-		{ "*1\r\n*3\r\n:0\r\n:1\r\n:1\r\n", "not an array of 4" },
-		{ "*1\r\n*5\r\n:0\r\n:1\r\n:1\r\n" R ":1\r\n", "not an array of 4" },
-		{ "*1\r\n*4\r\n$1\r\n1\r\n:1\r\n:1\r\n" R, "not an integer" },
-		{ "*1\r\n*4\r\n:2\r\n:1\r\n:1\r\n" R, "not an integer" },
-		{ "*1\r\n*4\r\n:0\r\n:99999999999\r\n:1\r\n" R, "not an integer" },
-		{ "*1\r\n*4\r\n:0\r\n:-1\r\n:1\r\n" R, "not an integer" },
-		{ "*1\r\n*4\r\n:0\r\n:1\r\n:2\r\n" R, "size below live" },
-		{ "*1\r\n*4\r\n:1\r\n:5\r\n:3\r\n" R, "AGREE on a size" },
-		{ "*1\r\n*4\r\n:0\r\n:0\r\n:0\r\n" R, "no live member" },
-		{ "*1\r\n*4\r\n*0\r\n:1\r\n:1\r\n" R, "not an integer" },
-		{ "*1\r\n*4\r\n:0\r\n:1\r\n:1\r\n:0\r\n", "reserved rate" },
-		{ "*1\r\n*4\r\n:0\r\n:1\r\n:1\r\n$3\r\nnan\r\n", "reserved rate" },
-		{ "*1\r\n*4\r\n:0\r\n:1\r\n:1\r\n$2\r\n-1\r\n", "reserved rate" },
-		{ "*1\r\n*4\r\n:0\r\n:1\r\n:1\r\n$3\r\n1x5\r\n", "reserved rate" },
+		{ "*2\r\n:1\r\n:3\r\n", "\"unchanged\" without a previous answer" },
+		{ "*2\r\n:2\r\n:3\r\n", "not an array of 4" },
+		{ "*2\r\n*3\r\n:0\r\n:1\r\n:1\r\n:3\r\n", "not an array of 4" },
+		{ "*2\r\n*5\r\n:0\r\n:1\r\n:1\r\n" R ":1\r\n:3\r\n", "not an array of 4" },
+		{ "*2\r\n*4\r\n$1\r\n1\r\n:1\r\n:1\r\n" R ":3\r\n", "not an integer" },
+		{ "*2\r\n*4\r\n:2\r\n:1\r\n:1\r\n" R ":3\r\n", "not an integer" },
+		{ "*2\r\n*4\r\n:0\r\n:99999999999\r\n:1\r\n" R ":3\r\n", "not an integer" },
+		{ "*2\r\n*4\r\n:0\r\n:-1\r\n:1\r\n" R ":3\r\n", "not an integer" },
+		{ "*2\r\n*4\r\n:0\r\n:1\r\n:2\r\n" R ":3\r\n", "size below live" },
+		{ "*2\r\n*4\r\n:1\r\n:5\r\n:3\r\n" R ":3\r\n", "AGREE on a size" },
+		{ "*2\r\n*4\r\n:0\r\n:0\r\n:0\r\n" R ":3\r\n", "no live member" },
+		{ "*2\r\n*4\r\n*0\r\n:1\r\n:1\r\n" R ":3\r\n", "not an integer" },
+		{ "*2\r\n*4\r\n:0\r\n:1\r\n:1\r\n:0\r\n:3\r\n", "reserved rate" },
+		{ "*2\r\n*4\r\n:0\r\n:1\r\n:1\r\n$3\r\nnan\r\n:3\r\n", "reserved rate" },
+		{ "*2\r\n*4\r\n:0\r\n:1\r\n:1\r\n$2\r\n-1\r\n:3\r\n", "reserved rate" },
+		{ "*2\r\n*4\r\n:0\r\n:1\r\n:1\r\n$3\r\n1x5\r\n:3\r\n", "reserved rate" },
 		{ "+OK\r\n", "expected 1 answers" },
+		/* after the answers, the count of commands the script ran */
+		{ "*1\r\n*4\r\n:0\r\n:1\r\n:1\r\n" R, "expected 1 answers and a count" },
+		{ "*2\r\n*4\r\n:0\r\n:1\r\n:1\r\n" R ":-1\r\n", "expected 1 answers and a count" },
+		{ "*2\r\n*4\r\n:0\r\n:1\r\n:1\r\n" R "$1\r\n3\r\n", "expected 1 answers and a count" },
 	};
 #undef R
 	static const char *const ramp[] = { "$3\r\nabc\r\n", "$3\r\nnan\r\n", "$4\r\n-1.5\r\n",
@@ -1484,7 +1504,7 @@ static void test_malformed_replies(void **state)
 
 	s = open_single(g_fake.port, NULL, NULL, 0);
 	/* the fake itself works: a well-formed answer is accepted */
-	ktest_fakeredis_set(&g_fake, "*1\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n");
+	ktest_fakeredis_set(&g_fake, "*2\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n:7\r\n");
 	ASSERT_OK(kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err)));
 	ASSERT_ANS(a, 0, 4, 2);
 	ktest_fakeredis_last(&g_fake, last, sizeof(last));

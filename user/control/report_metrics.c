@@ -152,15 +152,28 @@ static void store_error_metrics(const struct kt_plan *plan, const struct kt_pool
 				  plan->limits[i].cfg->name, kt_store_err_kind_name(k),
 				  (unsigned long long)e.count[k]);
 	}
-	uint64_t steady, full;
+	struct kt_pool_work w;
 
-	kt_pool_heartbeat_paths(pool, &steady, &full);
+	kt_pool_store_work(pool, &w);
 	kt_sb_printf(b, "# HELP kthrottle_store_heartbeat_limits_total Limits the store's heartbeats answered, by the script's path: "
 		     "steady (unchanged since the node's last heartbeat: a few commands) or full.\n"
 		     "# TYPE kthrottle_store_heartbeat_limits_total counter\n"
 		     "kthrottle_store_heartbeat_limits_total{path=\"steady\"} %llu\n"
 		     "kthrottle_store_heartbeat_limits_total{path=\"full\"} %llu\n",
-		     (unsigned long long)steady, (unsigned long long)full);
+		     (unsigned long long)w.steady, (unsigned long long)w.full);
+	kt_sb_printf(b, "# HELP kthrottle_store_round_trips_total Round trips to the stores (a pipeline counts once).\n"
+		     "# TYPE kthrottle_store_round_trips_total counter\n"
+		     "kthrottle_store_round_trips_total %llu\n"
+		     "# HELP kthrottle_store_script_commands_total Redis commands the heartbeat scripts ran, as they count them: "
+		     "the store's work for this node.\n"
+		     "# TYPE kthrottle_store_script_commands_total counter\n"
+		     "kthrottle_store_script_commands_total %llu\n"
+		     "# HELP kthrottle_store_bytes_total Bytes of commands sent to and replies read from the stores.\n"
+		     "# TYPE kthrottle_store_bytes_total counter\n"
+		     "kthrottle_store_bytes_total{direction=\"sent\"} %llu\n"
+		     "kthrottle_store_bytes_total{direction=\"received\"} %llu\n",
+		     (unsigned long long)w.round_trips, (unsigned long long)w.script_commands,
+		     (unsigned long long)w.bytes_sent, (unsigned long long)w.bytes_received);
 	kt_sb_printf(b, "# HELP kthrottle_store_rtt_seconds Store round trips answered, over the last %d: p50 and p99.\n"
 		     "# TYPE kthrottle_store_rtt_seconds gauge\n", KT_STORE_RTT_WINDOW);
 	for (int i = 0; i < plan->n_limits; i++) {

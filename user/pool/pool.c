@@ -596,6 +596,17 @@ void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 		l->res = RES_DONE;
 }
 
+/* a store's counts into w */
+static void work_add(struct kt_pool_work *w, const struct kt_store_stats *st)
+{
+	w->steady += st->hb_steady;
+	w->full += st->hb_full;
+	w->round_trips += st->round_trips;
+	w->script_commands += st->script_commands;
+	w->bytes_sent += st->bytes_sent;
+	w->bytes_received += st->bytes_received;
+}
+
 void kt_pool_take_stores(struct kt_pool *p, struct kt_pool *old)
 {
 	struct kt_storeq_snap sn;
@@ -603,8 +614,7 @@ void kt_pool_take_stores(struct kt_pool *p, struct kt_pool *old)
 
 	if (!p || !old)
 		return;
-	p->hb_steady_closed = old->hb_steady_closed;
-	p->hb_full_closed = old->hb_full_closed;
+	p->closed = old->closed;
 	if (!old->n_groups || !(taken = calloc((size_t)old->n_groups, sizeof(*taken))))
 		return;
 	for (int i = 0; i < p->n_groups; i++) {
@@ -638,22 +648,19 @@ void kt_pool_take_stores(struct kt_pool *p, struct kt_pool *old)
 		if (taken[j])
 			continue;
 		kt_storeq_snapshot(old->g[j].q, &sn);
-		p->hb_steady_closed += sn.stats.hb_steady;
-		p->hb_full_closed += sn.stats.hb_full;
+		work_add(&p->closed, &sn.stats);
 	}
 	free(taken);
 }
 
-void kt_pool_heartbeat_paths(const struct kt_pool *p, uint64_t *steady, uint64_t *full)
+void kt_pool_store_work(const struct kt_pool *p, struct kt_pool_work *w)
 {
 	struct kt_storeq_snap sn;
 
-	*steady = p ? p->hb_steady_closed : 0;
-	*full = p ? p->hb_full_closed : 0;
+	*w = p ? p->closed : (struct kt_pool_work){ 0 };
 	for (int k = 0; p && k < p->n_groups; k++) {
 		kt_storeq_snapshot(p->g[k].q, &sn);
-		*steady += sn.stats.hb_steady;
-		*full += sn.stats.hb_full;
+		work_add(w, &sn.stats);
 	}
 }
 

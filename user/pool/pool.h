@@ -195,10 +195,17 @@ void kt_pool_store_errors(const struct kt_pool *p, int limit_idx, struct kt_stor
 /* Limit i's store latency and the timeouts in force (zeroed without a
  * Redis store). */
 void kt_pool_store_latency(const struct kt_pool *p, int i, struct kt_store_latency *out);
-/* Limits the stores' heartbeats answered by the script's steady path and in
- * full, summed over the pool's stores since each opened (a store handed
- * over by a reload keeps counting). */
-void kt_pool_heartbeat_paths(const struct kt_pool *p, uint64_t *steady, uint64_t *full);
+/* The stores' work, summed over the pool's stores since the daemon started
+ * (a store handed over by a reload keeps counting, one closed by it is
+ * kept): limits their heartbeats answered by the script's steady path and
+ * in full, round trips, the Redis commands the heartbeat scripts ran, and
+ * the bytes of commands and replies. */
+struct kt_pool_work {
+	uint64_t steady, full;
+	uint64_t round_trips, script_commands;
+	uint64_t bytes_sent, bytes_received;
+};
+void kt_pool_store_work(const struct kt_pool *p, struct kt_pool_work *w);
 /* Reload: limit i of the new pool continues limit j of the old one (same
  * name, both on Redis): it keeps the agreed view instead of rejoining. */
 void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j);

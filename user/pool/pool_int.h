@@ -121,9 +121,9 @@ struct kt_pool {
 	bool started, left, bad_input_logged;
 	uint64_t start_ns;
 	int evfd;                       /* readable when a store worker finished a round trip */
-	/* kt_pool_heartbeat_paths of the stores earlier pools closed, so the
-	 * sums never go back across reloads */
-	uint64_t hb_steady_closed, hb_full_closed;
+	/* kt_pool_store_work of the stores earlier pools closed, so the sums
+	 * never go back across reloads */
+	struct kt_pool_work closed;
 };
 
 /* pool.c */

@@ -192,6 +192,7 @@ static bool bulk_oversized(struct kt_rconn *c)
  * replies. Stops as soon as the conn fails or a callback closes it. */
 static void dispatch(struct kt_rconn *c, const char *data, size_t len)
 {
+	c->bytes_in += len;
 	if (redisReaderFeed(c->reader, data, len) != REDIS_OK) {
 		kt_rconn_fail(c, -ENOMEM, "reading from %s failed: %s", c->where, c->reader->errstr);
 		return;
@@ -846,6 +847,7 @@ int kt_rconn_handle(struct kt_rconn *c, uint32_t revents, uint64_t now_ns)
 
 static int out_append(struct kt_rconn *c, const char *data, size_t len)
 {
+	c->bytes_out += len;
 	if (c->out_off && c->out_off == c->out_len)
 		c->out_off = c->out_len = 0;
 	if (c->out_len + len > c->out_cap) {
@@ -920,6 +922,12 @@ int kt_rconn_command_argv(struct kt_rconn *c, int argc, const char **argv, const
 	};
 	c->q_len++;
 	return 0;
+}
+
+void kt_rconn_bytes(const struct kt_rconn *c, uint64_t *out, uint64_t *in)
+{
+	*out = c ? c->bytes_out : 0;
+	*in = c ? c->bytes_in : 0;
 }
 
 enum kt_rconn_state kt_rconn_state(const struct kt_rconn *c)

@@ -129,6 +129,8 @@ int kt_rconn_command_argv(struct kt_rconn *c, int argc, const char **argv, const
 			  kt_rconn_cb cb, void *cbdata, uint64_t deadline_ns);
 
 enum kt_rconn_state kt_rconn_state(const struct kt_rconn *c);
+/* Bytes of commands queued and of replies read on c since it was made. */
+void kt_rconn_bytes(const struct kt_rconn *c, uint64_t *out, uint64_t *in);
 const char *kt_rconn_state_name(enum kt_rconn_state st);
 /* Why it FAILED, one line naming host:port and the step, e.g. "TLS handshake
  * with 127.0.0.1:6390 failed: certificate verify failed (unable to get local

@@ -42,6 +42,7 @@ struct kt_rconn {
 	/* output: formatted commands not yet written, [out_off, out_len) */
 	char *out;
 	size_t out_off, out_len, out_cap;
+	uint64_t bytes_out, bytes_in; /* commands formatted, replies read: the store's work */
 	/* FIFO of commands awaiting replies (ring) */
 	struct pend *q;
 	size_t q_head, q_len, q_cap;

@@ -383,6 +383,8 @@ struct kt_store_stats {
 	uint64_t failures;    /* connection-level failures (each starts or extends DOWN) */
 	uint64_t hb_steady;   /* limits a heartbeat answered "unchanged" (the steady path) */
 	uint64_t hb_full;     /* limits a heartbeat answered in full */
+	uint64_t script_commands; /* Redis commands the heartbeat scripts ran, as they answer */
+	uint64_t bytes_sent, bytes_received; /* of commands and replies */
 	uint64_t timeouts;    /* steps that ran out of time */
 	struct kt_store_latency lat;
 };

@@ -225,12 +225,16 @@ static void rs_step_done(struct kt_store *s, int ret, uint64_t t0)
 int rs_call_many(struct kt_store *s, struct kt_rconn *c, const struct kt_rconn_cmd *cmds, int n,
 		 uint64_t dl, redisReply **rep, char *e, size_t elen)
 {
-	uint64_t t0 = rs_mono_ns();
+	uint64_t t0 = rs_mono_ns(), out0, in0, out1, in1;
 	int ret;
 
 	s->st.round_trips++;
 	s->st.commands += (uint64_t)n;
+	kt_rconn_bytes(c, &out0, &in0);
 	ret = kt_rconn_call_many(c, cmds, n, dl, rep, e, elen);
+	kt_rconn_bytes(c, &out1, &in1);
+	s->st.bytes_sent += out1 - out0;
+	s->st.bytes_received += in1 - in0;
 	rs_step_done(s, ret, t0);
 	return ret;
 }

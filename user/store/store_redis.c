@@ -349,13 +349,17 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 	const char *why = NULL;
 	int i;
 
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n) {
-		rs_seterr(s, err, errlen, "redis %s:%d: heartbeat: malformed reply: expected %d answers",
+	/* the answers, then the number of commands the script ran */
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n + 1 ||
+	    !rs_int_in(r->element[n], 0, INT32_MAX)) {
+		rs_seterr(s, err, errlen,
+			  "redis %s:%d: heartbeat: malformed reply: expected %d answers and a count",
 			  s->cur_host, s->cur_port, n);
 		if (r->type != REDIS_REPLY_ARRAY)
 			s->hint = KT_SERR_WRONGTYPE;
 		return -EPROTO;
 	}
+	s->st.script_commands += (uint64_t)r->element[n]->integer;
 	for (i = 0; i < n && !why; i++) {
 		const redisReply *e = r->element[i];
 		const struct kt_pool_req *q = &reqs[i];

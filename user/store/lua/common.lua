@@ -66,8 +66,13 @@
 -- error; a stored fallback rate that is not a finite number >= 0 is reserved
 -- as 0. each() is chunked: unpack runs on Lua's C stack, which is limited.
 
--- redis.call, named once (shorter scripts: each connection loads them)
-local call = redis.call
+-- redis.call, named once (shorter scripts: each connection loads them),
+-- and counted: heartbeat.lua answers how many commands it ran
+local ncall, rcall = 0, redis.call
+local function call(...)
+  ncall = ncall + 1
+  return rcall(...)
+end
 local NK = 8 --[[KT_STORE_MAX_CLASSES]]
 local function keyset(k, slots, weighted, classed)
   local K = {hb = KEYS[k], size = KEYS[k + 1], ramp = KEYS[k + 2], fb = KEYS[k + 3],

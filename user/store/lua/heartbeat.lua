@@ -27,7 +27,8 @@
 -- claimed} (whole slots) for an in-flight limit, and with classes {part...}
 -- (this node's part of the slots per class); rates as strings (Lua numbers become
 -- integers in replies); or the integer 1: "prev still holds" (the steady
--- path).
+-- path). After the limits' answers, one more element: the number of Redis
+-- commands the call ran.
 --
 -- A member is live while its heartbeat is at most stale_ms old (its lease);
 -- then it lapses: it moves from hb to lapsed and leaves the live count and
@@ -756,4 +757,6 @@ while k <= #KEYS do
   if ct and prate > 0 then k = k + NK end
   if sl ~= '-' then k = k + 3 --[[N_SLOT_KEYS]] end
 end
+-- last: the commands this call ran (the store's work, for metrics)
+out[#out + 1] = ncall
 return out
