@@ -653,6 +653,52 @@ static void test_demand_parts(void **state)
 	assert_true(ok > 100);
 }
 
+/* Nodes 0 and 1 on f->rp (keyPrefix `prefix`), each with one in-flight
+ * limit llm of max 20 shared by demand over its cgroup's pattern of one
+ * {tier} level; `by`: the limit's weightBy or classBy lines. */
+static void tier_nodes_up(struct fixture *f, const char *prefix, const char *by)
+{
+	for (int i = 0; i < 2; i++) {
+		char store[160], lim[640];
+
+		snprintf(store, sizeof(store), "{mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: %s}",
+			 f->rp.port, prefix);
+		snprintf(lim, sizeof(lim),
+			 "  - name: llm\n"
+			 "    cgroups: [\"%s/{tier}/*\"]\n"
+			 "    unit: concurrent\n"
+			 "    match: {cidrs: [127.0.0.1/32], protocol: tcp}\n"
+			 "    share: demand\n"
+			 "%s"
+			 "    rateLimit: {max: 20}\n",
+			 f->cg[i], by);
+		assert_int_equal(ktest_daemon_init(&f->d[i]), 0);
+		kt_clusterfx_node_config(&f->d[i], i, &redis_pool, store, lim);
+		node_up(f, i);
+	}
+}
+
+/* The n workers (kid[0..n-1]) and then the server reaped: the server never
+ * saw more than 20 open. */
+static void reap_parts(struct fixture *f, int n)
+{
+	struct kt_inflight_seen seen;
+	struct kt_inflight_work w;
+	int status;
+
+	for (int m = 0; m < n; m++) {
+		assert_true(kt_clusterfx_reap(f->kid[m], f->kid_fd[m], &w, sizeof(w), &status));
+		f->kid[m] = -1;
+		f->kid_fd[m] = -1;
+	}
+	assert_true(kt_clusterfx_reap(f->kid[NODES], f->kid_fd[NODES], &seen, sizeof(seen), &status));
+	f->kid[NODES] = -1;
+	f->kid_fd[NODES] = -1;
+	print_message("server: at most %d open at once (max 20), mean %.1f\n", seen.max_open,
+		      seen.mean_open);
+	assert_true(seen.max_open <= 20);
+}
+
 /* weightBy on slots: two nodes on Redis, max 20, share: demand, weighed
  * by the pattern's capture {tier} (prod 3, batch 1); each node's worker
  * wants more than the pool. The nodes' parts are 15 and 5 (a node weighs
@@ -661,36 +707,18 @@ static void test_weighted_parts(void **state)
 {
 	static const char *const tier[2] = { "prod", "batch" };
 	struct fixture *f = *state;
-	struct kt_inflight_seen seen;
-	struct kt_inflight_work w;
 	double open[2], slots[2];
-	int port = ktest_free_port(SOCK_STREAM), status;
+	int port = ktest_free_port(SOCK_STREAM);
 
 	KTEST_SKIP_UNLESS_ROOT();
 	assert_int_equal(rp_start_master(&f->rp, NULL), 0);
 	for (int i = 0; i < 2; i++) {
-		char store[160], lim[640];
-
 		snprintf(f->wdir[i][1], sizeof(f->wdir[i][1]), "%s/%s", f->cg[i], tier[i]);
 		snprintf(f->wdir[i][0], sizeof(f->wdir[i][0]), "%s/w", f->wdir[i][1]);
 		assert_int_equal(mkdir(f->wdir[i][1], 0755), 0);
 		assert_int_equal(mkdir(f->wdir[i][0], 0755), 0);
-		snprintf(store, sizeof(store),
-			 "{mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: ktinfw}", f->rp.port);
-		snprintf(lim, sizeof(lim),
-			 "  - name: llm\n"
-			 "    cgroups: [\"%s/{tier}/*\"]\n"
-			 "    unit: concurrent\n"
-			 "    match: {cidrs: [127.0.0.1/32], protocol: tcp}\n"
-			 "    share: demand\n"
-			 "    weightBy: capture:tier\n"
-			 "    weights: {prod: 3, batch: 1}\n"
-			 "    rateLimit: {max: 20}\n",
-			 f->cg[i]);
-		assert_int_equal(ktest_daemon_init(&f->d[i]), 0);
-		kt_clusterfx_node_config(&f->d[i], i, &redis_pool, store, lim);
-		node_up(f, i);
 	}
+	tier_nodes_up(f, "ktinfw", "    weightBy: capture:tier\n    weights: {prod: 3, batch: 1}\n");
 	f->kid[NODES] = kt_inflight_server_start(port, 6.0, 0, 6.0, &f->kid_fd[NODES]);
 	for (int i = 0; i < 2; i++)
 		f->kid[i] = kt_inflight_worker_start(f->wdir[i][0], port, 5.0, 100, 300, &f->kid_fd[i]);
@@ -703,17 +731,7 @@ static void test_weighted_parts(void **state)
 	/* 15/5 +- 1: equal parts would be 10 and 10 */
 	assert_true(slots[0] >= 14 && slots[0] <= 16);
 	assert_true(slots[1] >= 4 && slots[1] <= 6);
-	for (int i = 0; i < 2; i++) {
-		assert_true(kt_clusterfx_reap(f->kid[i], f->kid_fd[i], &w, sizeof(w), &status));
-		f->kid[i] = -1;
-		f->kid_fd[i] = -1;
-	}
-	assert_true(kt_clusterfx_reap(f->kid[NODES], f->kid_fd[NODES], &seen, sizeof(seen), &status));
-	f->kid[NODES] = -1;
-	f->kid_fd[NODES] = -1;
-	print_message("server: at most %d open at once (max 20), mean %.1f\n", seen.max_open,
-		      seen.mean_open);
-	assert_true(seen.max_open <= 20);
+	reap_parts(f, 2);
 }
 
 /* The slots in force for member `cg` (a cgroup) of node i's in-flight
@@ -744,14 +762,12 @@ static double member_slots(const struct ktest_daemon *d, int i, const char *cg)
 static void test_class_parts(void **state)
 {
 	struct fixture *f = *state;
-	struct kt_inflight_seen seen;
-	struct kt_inflight_work w;
 	/* member m: its node, tier and wdir slot (node 0's batch member uses
 	 * the unused third node's) */
 	static const int node_of[3] = { 0, 0, 1 }, dir_of[3] = { 0, 2, 1 };
 	static const char *const tier[3] = { "critical", "batch", "batch" };
 	double open[2], slots[2], crit, bat0, bat1;
-	int port = ktest_free_port(SOCK_STREAM), status;
+	int port = ktest_free_port(SOCK_STREAM);
 
 	KTEST_SKIP_UNLESS_ROOT();
 	assert_int_equal(rp_start_master(&f->rp, NULL), 0);
@@ -765,25 +781,8 @@ static void test_class_parts(void **state)
 		assert_int_equal(mkdir(f->wdir[d][1], 0755), 0);
 		assert_int_equal(mkdir(f->wdir[d][0], 0755), 0);
 	}
-	for (int i = 0; i < 2; i++) {
-		char store[160], lim[640];
-
-		snprintf(store, sizeof(store),
-			 "{mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: ktinfc}", f->rp.port);
-		snprintf(lim, sizeof(lim),
-			 "  - name: llm\n"
-			 "    cgroups: [\"%s/{tier}/*\"]\n"
-			 "    unit: concurrent\n"
-			 "    match: {cidrs: [127.0.0.1/32], protocol: tcp}\n"
-			 "    share: demand\n"
-			 "    classBy: capture:tier\n"
-			 "    classes: [{name: critical}, {name: batch, floor: 25%%}]\n"
-			 "    rateLimit: {max: 20}\n",
-			 f->cg[i]);
-		assert_int_equal(ktest_daemon_init(&f->d[i]), 0);
-		kt_clusterfx_node_config(&f->d[i], i, &redis_pool, store, lim);
-		node_up(f, i);
-	}
+	tier_nodes_up(f, "ktinfc",
+		      "    classBy: capture:tier\n    classes: [{name: critical}, {name: batch, floor: 25%}]\n");
 	f->kid[NODES] = kt_inflight_server_start(port, 6.0, 0, 6.0, &f->kid_fd[NODES]);
 	for (int m = 0; m < 3; m++)
 		f->kid[m] = kt_inflight_worker_start(f->wdir[dir_of[m]][0], port, 5.0, 100, 300, &f->kid_fd[m]);
@@ -812,17 +811,7 @@ static void test_class_parts(void **state)
 		assert_true(fabs(part - 15) <= 0.5);
 		free(js);
 	}
-	for (int m = 0; m < 3; m++) {
-		assert_true(kt_clusterfx_reap(f->kid[m], f->kid_fd[m], &w, sizeof(w), &status));
-		f->kid[m] = -1;
-		f->kid_fd[m] = -1;
-	}
-	assert_true(kt_clusterfx_reap(f->kid[NODES], f->kid_fd[NODES], &seen, sizeof(seen), &status));
-	f->kid[NODES] = -1;
-	f->kid_fd[NODES] = -1;
-	print_message("server: at most %d open at once (max 20), mean %.1f\n", seen.max_open,
-		      seen.mean_open);
-	assert_true(seen.max_open <= 20);
+	reap_parts(f, 3);
 }
 
 /* A child in cgroup cg that opens `n` connections to port, reports how

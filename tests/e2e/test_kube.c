@@ -1028,13 +1028,36 @@ static redisReply *wait_hvals(const char *key, size_t n)
 	return r;
 }
 
+/* The daemon with one limit `crawl` over the crawler pods on fx.redis
+ * (keyPrefix `prefix`), shared by demand, `by` its weightBy/classBy
+ * lines; its kube watch running. */
+static void crawl_daemon_up(const char *prefix, const char *by)
+{
+	char body[1024];
+
+	snprintf(body, sizeof(body),
+		 "store:\n"
+		 "  redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: %s}\n"
+		 "  heartbeat: 200ms\n"
+		 "limits:\n"
+		 "  - name: crawl\n"
+		 "    pods: {namespace: workers, labels: {app: crawler}}\n"
+		 "    unit: datagram\n"
+		 "    share: demand\n"
+		 "%s"
+		 "    rateLimit: {max: %.0f}\n",
+		 fx.redis.port, prefix, by, RATE);
+	start_daemon_with(body);
+	wait_state("watching", 2000);
+}
+
 /* weightBy label: a pod's weight is its label's value, read from the API
  * through the watch: a number, absent (defaultWeight), not a number
  * (defaultWeight, said), changed by a relabel; the store keeps what the
  * pods weigh (read back from Redis). */
 static void test_pod_weights(void **state)
 {
-	char body[1024], path[PATH_MAX];
+	char path[PATH_MAX];
 	redisReply *r;
 
 	(void)state;
@@ -1045,21 +1068,7 @@ static void test_pod_weights(void **state)
 	api_add(&CRAWLER2, NODE, "app=crawler");
 	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
 	kubelet_mkdir(&CRAWLER2, path, sizeof(path));
-	snprintf(body, sizeof(body),
-		 "store:\n"
-		 "  redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: ktkw}\n"
-		 "  heartbeat: 200ms\n"
-		 "limits:\n"
-		 "  - name: crawl\n"
-		 "    pods: {namespace: workers, labels: {app: crawler}}\n"
-		 "    unit: datagram\n"
-		 "    share: demand\n"
-		 "    weightBy: label:kthrottle.io/weight\n"
-		 "    defaultWeight: 1\n"
-		 "    rateLimit: {max: %.0f}\n",
-		 fx.redis.port, RATE);
-	start_daemon_with(body);
-	wait_state("watching", 2000);
+	crawl_daemon_up("ktkw", "    weightBy: label:kthrottle.io/weight\n    defaultWeight: 1\n");
 	wait_weight(&CRAWLER1, 3, "value");
 	wait_weight(&CRAWLER2, 1, "default");
 	/* the store divides by what the pods weigh: crawler-1's 3 is kept
@@ -1114,7 +1123,7 @@ static void wait_class(const struct pod *p, const char *want)
  * from Redis). */
 static void test_pod_annotations(void **state)
 {
-	char body[1024], path[PATH_MAX];
+	char path[PATH_MAX];
 	redisReply *r;
 
 	(void)state;
@@ -1127,22 +1136,9 @@ static void test_pod_annotations(void **state)
 	    CRAWLER1.uid);
 	kubelet_mkdir(&CRAWLER1, path, sizeof(path));
 	kubelet_mkdir(&CRAWLER2, path, sizeof(path));
-	snprintf(body, sizeof(body),
-		 "store:\n"
-		 "  redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: ktka}\n"
-		 "  heartbeat: 200ms\n"
-		 "limits:\n"
-		 "  - name: crawl\n"
-		 "    pods: {namespace: workers, labels: {app: crawler}}\n"
-		 "    unit: datagram\n"
-		 "    share: demand\n"
-		 "    weightBy: annotation:kthrottle.io/weight\n"
-		 "    classBy: annotation:kthrottle.io/class\n"
-		 "    classes: [{name: critical}, {name: batch, floor: 10%%}]\n"
-		 "    rateLimit: {max: %.0f}\n",
-		 fx.redis.port, RATE);
-	start_daemon_with(body);
-	wait_state("watching", 2000);
+	crawl_daemon_up("ktka", "    weightBy: annotation:kthrottle.io/weight\n"
+				"    classBy: annotation:kthrottle.io/class\n"
+				"    classes: [{name: critical}, {name: batch, floor: 10%}]\n");
 	wait_weight(&CRAWLER1, 2, "value");
 	wait_class(&CRAWLER1, "critical value");
 	/* a label of the same key is not the annotation */

@@ -6,6 +6,7 @@
 #ifndef KT_STOREFX_H
 #define KT_STOREFX_H
 
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -21,6 +22,14 @@
 extern struct rp_proc kfx_master;
 int kt_storefx_group_setup(void **state);
 int kt_storefx_group_teardown(void **state);
+
+/* cmocka: x within tol of want, else fails naming x. */
+#define KT_NEAR(x, want, tol)                                                        \
+	do {                                                                         \
+		double x_ = (x), w_ = (want);                                        \
+		if (fabs(x_ - w_) > (tol))                                           \
+			fail_msg("%s = %.6g, want %.6g +- %g", #x, x_, w_, (double)(tol)); \
+	} while (0)
 
 /* c: a single Redis at 127.0.0.1:port, config line 7, key prefix `prefix`. */
 void kt_storefx_cfg_single(struct kt_store_cfg *c, int port, const char *prefix);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "kt_storefx.h"
 #include "redis_proc.h"
 #include "store/store.h"
 
@@ -160,12 +161,7 @@ static double beat_w(const char *limit, const struct dreq *d, const char *id, do
 	return beat_as(limit, d, id, demand, true, weight, ans);
 }
 
-#define NEAR(x, want, tol)                                                         \
-	do {                                                                       \
-		double x_ = (x), w_ = (want);                                      \
-		if (fabs(x_ - w_) > (tol))                                         \
-			fail_msg("%s = %.6g, want %.6g +- %g", #x, x_, w_, (double)(tol)); \
-	} while (0)
+#define NEAR KT_NEAR
 
 /* 1000, 20 and 0 tokens/s on 300: the 20/s member gets its 20, the idle one
  * its floor, the busy one the rest; the sum never passes 300 on the way. */

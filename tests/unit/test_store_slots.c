@@ -55,12 +55,7 @@ static int group_teardown(void **state)
  * holding `held`, pool P; its grant, the others' claims in *claimed. */
 static double g_weight; /* the next beat's slots_weight (0: none) */
 
-#define NEAR(x, want, tol)                                                         \
-	do {                                                                       \
-		double x_ = (x), w_ = (want);                                      \
-		if (fabs(x_ - w_) > (tol))                                         \
-			fail_msg("%s = %.6g, want %.6g +- %g", #x, x_, w_, (double)(tol)); \
-	} while (0)
+#define NEAR KT_NEAR
 /* the next beats' classes (g_nk 0: none), this node's demand and weight in
  * each; the last answer's parts */
 static int g_nk;
