@@ -190,15 +190,19 @@ static void slots_by_class(const struct kt_pool *p, int i, double pool_rate, con
 		if (l->id_class[j] >= 0 && l->id_class[j] < nc)
 			cnt[l->id_class[j]]++;
 	whole = kt_pool_bucket_rate(p, i, pool_rate, l->n_ids);
-	for (int m = 0; m < n; m++)
-		for (int j = 0; ids[m] && j < l->n_ids; j++)
-			if (l->ids[j] && !strcmp(l->ids[j], ids[m])) {
-				int c = l->id_class[j];
+	for (int m = 0; m < n; m++) {
+		int j = 0;
 
-				if (c >= 0 && c < nc && cnt[c] > 0)
-					rate += whole * l->v.slots_class_part[c] / sum / cnt[c];
-				break;
-			}
+		while (j < l->n_ids && !(ids[m] && l->ids[j] && !strcmp(l->ids[j], ids[m])))
+			j++;
+		if (j == l->n_ids) {
+			/* joined since the last heartbeat: an equal part until the
+			 * next one names it (the node bucket bounds it) */
+			rate += whole / l->n_ids;
+		} else if (l->id_class[j] >= 0 && l->id_class[j] < nc && cnt[l->id_class[j]] > 0) {
+			rate += whole * l->v.slots_class_part[l->id_class[j]] / sum / cnt[l->id_class[j]];
+		}
+	}
 	out->rate = rate;
 }
 
