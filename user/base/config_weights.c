@@ -136,18 +136,30 @@ static int parse_by(struct ctx *c, yaml_node_t *v, const char *sub, const char *
 	return 0;
 }
 
+/* Whether v is written "N%": then *pct is N, or -1 when N is no number in
+ * 0..100. */
+static bool percent_of(yaml_node_t *v, double *pct)
+{
+	const char *s = v->type == YAML_SCALAR_NODE ? sval(v) : NULL;
+	char *end;
+
+	if (!s || !*s || s[strlen(s) - 1] != '%')
+		return false;
+	*pct = strtod(s, &end);
+	if (end != s + strlen(s) - 1 || !(*pct >= 0 && *pct <= 100))
+		*pct = -1;
+	return true;
+}
+
 /* A class's floor or ceiling: tokens/s, or "N%" of rateLimit.max. */
 static int get_class_rate(struct ctx *c, yaml_node_t *v, const char *field, double max, double *out)
 {
-	const char *s;
-	char *end;
 	double pct;
 	int err;
 
-	if (v->type == YAML_SCALAR_NODE && (s = sval(v)) && *s && s[strlen(s) - 1] == '%') {
-		pct = strtod(s, &end);
-		if (end != s + strlen(s) - 1 || !(pct >= 0 && pct <= 100))
-			return fail(c, v, field, "\"%s\" is no percentage of max (0%%..100%%)", show_str(s).s);
+	if (percent_of(v, &pct)) {
+		if (pct < 0)
+			return fail(c, v, field, "\"%s\" is no percentage of max (0%%..100%%)", show_str(sval(v)).s);
 		*out = max * pct / 100;
 		return 0;
 	}
@@ -219,20 +231,16 @@ int kt_cfg_parse_weights(struct ctx *c, yaml_node_t *n, const char *field, struc
 	if ((err = parse_weight_by(c, n, field, l)))
 		return err;
 	if ((cb = map_get(c, n, "floor"))) {
-		const char *s = cb->type == YAML_SCALAR_NODE ? sval(cb) : NULL;
-
 		join(sub, field, "floor");
 		if (!l->parent_name[0])
 			return fail(c, cb, sub, "needs parent: (what this limit can always use of its parent's rate)");
 		if (l->group_by)
 			return fail(c, cb, sub, "not on a groupBy limit: each group is a pool of its own");
-		if (s && *s && s[strlen(s) - 1] == '%') {
-			char *end;
-
-			l->floor_pct = strtod(s, &end);
-			if (end != s + strlen(s) - 1 || !(l->floor_pct >= 0 && l->floor_pct <= 100))
+		/* N% of the parent's max, known once all limits are parsed */
+		if (percent_of(cb, &l->floor_pct)) {
+			if (l->floor_pct < 0)
 				return fail(c, cb, sub, "\"%s\" is no percentage of the parent's max (0%%..100%%)",
-					    show_str(s).s);
+					    show_str(sval(cb)).s);
 		} else if ((err = kt_cfg_get_number_in(c, cb, sub, 0, false, l->rl.max, &l->floor))) {
 			return err;
 		}

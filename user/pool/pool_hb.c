@@ -323,6 +323,22 @@ static int class_of(const struct kt_pool_local *lo, int j)
 	return lo->cfg && k >= 0 && k < lo->cfg->n_classes ? k : 0;
 }
 
+/* The limit's priority classes into q (their floors and ceilings, tokens/s
+ * or slots, and whether they are peers); false when it has none. */
+static bool request_classes(const struct kt_pool_local *lo, struct kt_pool_req *q)
+{
+	if (!lo->cfg || lo->cfg->class_by == KT_WEIGHT_NONE || lo->cfg->n_classes < 2 ||
+	    lo->cfg->n_classes > KT_STORE_MAX_CLASSES)
+		return false;
+	q->n_classes = lo->cfg->n_classes;
+	q->classes_siblings = lo->cfg->classes_siblings;
+	for (int k = 0; k < q->n_classes; k++) {
+		q->class_floor[k] = lo->cfg->classes[k].floor;
+		q->class_ceiling[k] = lo->cfg->classes[k].ceiling;
+	}
+	return true;
+}
+
 /* An in-flight limit's part of the request (heartbeat.lua's slots): the
  * node, what it holds, the pool's slots, the cap while the store may have
  * lost the claims, and its demand. */
@@ -359,14 +375,9 @@ static void slots_request(const struct group *g, struct lim *l, const struct kt_
 	}
 	/* classBy: the slots go to the classes first; the node tells its
 	 * demand and weight in each */
-	if (l->slots_demand && lo->cfg && lo->cfg->class_by != KT_WEIGHT_NONE && lo->member_class &&
-	    lo->n_slot_classes == lo->cfg->n_classes && lo->cfg->n_classes >= 2 &&
-	    lo->cfg->n_classes <= KT_STORE_MAX_CLASSES) {
-		q->n_classes = lo->cfg->n_classes;
-		q->classes_siblings = lo->cfg->classes_siblings;
+	if (l->slots_demand && lo->cfg && lo->member_class && lo->n_slot_classes == lo->cfg->n_classes &&
+	    request_classes(lo, q)) {
 		for (int k = 0; k < q->n_classes; k++) {
-			q->class_floor[k] = lo->cfg->classes[k].floor;
-			q->class_ceiling[k] = lo->cfg->classes[k].ceiling;
 			q->slots_class_weight[k] = 0;
 			q->slots_class_demand[k] = lo->slots_class_demand[k] < 0 ? 0
 						   : lo->slots_class_demand[k] > KT_STORE_MAX_SLOTS
@@ -456,16 +467,8 @@ void pool_heartbeat(struct kt_pool *p, struct group *g, uint64_t now, const stru
 			q->recompute_ms = g->heartbeat_ns / NS_PER_MS / 2;
 			q->grants = &job->grants[off];
 			q->weighted = l->weighted;
-			/* priority classes: their floors and ceilings, tokens/s */
-			if (l->weighted && lo->cfg && lo->cfg->class_by != KT_WEIGHT_NONE &&
-			    lo->cfg->n_classes >= 2 && lo->cfg->n_classes <= KT_STORE_MAX_CLASSES) {
-				q->n_classes = lo->cfg->n_classes;
-				q->classes_siblings = lo->cfg->classes_siblings;
-				for (int k = 0; k < q->n_classes; k++) {
-					q->class_floor[k] = lo->cfg->classes[k].floor;
-					q->class_ceiling[k] = lo->cfg->classes[k].ceiling;
-				}
-			}
+			if (l->weighted)
+				request_classes(lo, q);
 		}
 		q->limit = jl->name;
 		q->members = n ? &job->mbuf[off] : NULL;
