@@ -121,6 +121,33 @@ static void api_stats(int *lists, int *unauthorized)
 			 5);
 }
 
+/* Watch streams the server holds open right now. */
+static int api_open_watches(void)
+{
+	char line[256];
+	int lists, watches, open, unauthorized, failed;
+
+	assert_int_equal(ktest_fakekube_query(&fx.api, "stats", line, sizeof(line)), 0);
+	assert_int_equal(sscanf(line, "lists=%d watches=%d open=%d unauthorized=%d failed=%d", &lists,
+				&watches, &open, &unauthorized, &failed),
+			 5);
+	return open;
+}
+
+/* The daemon reports "watching" once its list is in, a moment before its
+ * watch request reaches the server: a test that times the next request
+ * waits for the stream first. */
+static void wait_watch_open(int bound_ms)
+{
+	uint64_t t0 = ktest_now_ns();
+
+	while (api_open_watches() < 1) {
+		if (ktest_now_ns() - t0 >= (uint64_t)bound_ms * 1000000ull)
+			fail_msg("no watch stream open at the server after %d ms", bound_ms);
+		ktest_sleep_ms(20);
+	}
+}
+
 static int api_lists(void)
 {
 	int lists, unauthorized;
@@ -847,6 +874,7 @@ static void test_retry_after(void **state)
 	KTEST_SKIP_UNLESS_ROOT();
 	start_crawler1_only(path, sizeof(path));
 	wait_state("watching", 2000);
+	wait_watch_open(2000);
 
 	t0 = mono_ms();
 	api("fail 503 2 1");
@@ -858,6 +886,7 @@ static void test_retry_after(void **state)
 	assert_true(gap >= 1900);
 	assert_true(gap <= 2000 * 11 / 10 + 500);
 
+	wait_watch_open(2000);
 	t0 = mono_ms();
 	api("fail 429 30 1");
 	api("compact"); /* the watch ends with 410: the relist is refused */
