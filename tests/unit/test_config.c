@@ -568,6 +568,29 @@ static void test_weights(void **state)
 	assert_int_equal(cfg.limits[1].default_class, 0);
 	kt_config_free(&cfg);
 
+	/* callers (unit request): the weights' values and the classes' names,
+	 * once each, sorted; each caller is a member of its own */
+	assert_int_equal(parse(SREDIS "limits:\n"
+			       "  - {name: api, unit: request, share: demand, weightBy: caller,\n"
+			       "     weights: {prod: 3, batch: 1}, classBy: caller,\n"
+			       "     classes: [{name: prod}, {name: ops}, {name: batch, floor: 10%}], rateLimit: {max: 100}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].weight_by, KT_WEIGHT_CALLER);
+	assert_int_equal(cfg.limits[0].class_by, KT_WEIGHT_CALLER);
+	assert_int_equal(cfg.limits[0].n_callers, 3);
+	assert_string_equal(cfg.limits[0].callers[0], "batch");
+	assert_string_equal(cfg.limits[0].callers[1], "ops");
+	assert_string_equal(cfg.limits[0].callers[2], "prod");
+	assert_int_equal(cfg.limits[0].scope, KT_SCOPE_POD);
+	assert_int_equal(cfg.limits[0].default_class, 2);
+	kt_config_free(&cfg);
+	assert_int_equal(parse(SREDIS "limits:\n"
+			       "  - {name: api, unit: request, share: demand, rateLimit: {max: 100}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].n_callers, 0);
+	assert_int_equal(cfg.limits[0].scope, KT_SCOPE_NODE);
+	kt_config_free(&cfg);
+
 	/* a child's weight in its parent's pool marks the parent weighted */
 	assert_int_equal(parse(SREDIS "limits:\n"
 			       "  - {name: all, cgroups: x, share: demand, unit: datagram, rateLimit: {max: 9}}\n"
@@ -1408,7 +1431,7 @@ static const struct bad bad_cases[] = {
 	{ WP(", weights: {a: 1}"), "t.yaml:6: limits[0].weights: ", "needs weightBy" },
 	{ WP(", defaultWeight: 2"), "t.yaml:6: limits[0].defaultWeight: ", "needs weightBy" },
 	{ WP(", weightBy: tier"), "t.yaml:6: limits[0].weightBy: ",
-	  "\"tier\" is not one of label:KEY or annotation:KEY (pods:) or capture:NAME (cgroups: patterns)" },
+	  "\"tier\" is not one of label:KEY or annotation:KEY (pods:), capture:NAME (cgroups: patterns) or caller (unit request)" },
 	{ WP(", weightBy: \"label:-x\""), "t.yaml:6: limits[0].weightBy: ", "\"-x\" is no label key" },
 	{ WP(", weightBy: \"annotation:example.com/weight\""), "t.yaml:6: limits[0].weightBy: ",
 	  "\"example.com/weight\" is no annotation key this reads (kthrottle.io/NAME" },
@@ -1427,8 +1450,32 @@ static const struct bad bad_cases[] = {
 	{ SREDIS "limits:\n  - {name: w, cgroups: [\"/t/{tier}/*\"], groupBy: \"capture:tier\", unit: datagram,"
 	  " share: demand, weightBy: \"capture:tier\", rateLimit: {max: 1}}\n",
 	  "t.yaml:6: limits[0].weightBy: ", "capture:tier is groupBy's too" },
-	{ SREDIS "limits:\n  - {name: w, unit: request, share: demand, weightBy: \"label:w\", rateLimit: {max: 1}}\n",
-	  "t.yaml:6: limits[0].weightBy: ", "not allowed with unit request" },
+	/* caller: unit request's callers name themselves, LIMIT/CALLER */
+#define WR(extra) SREDIS "limits:\n  - {name: w, unit: request, share: demand, rateLimit: {max: 1}" extra "}\n"
+	{ WR(", weightBy: \"label:w\""), "t.yaml:6: limits[0].weightBy: ",
+	  "\"label:w\": unit request has no pod or cgroup to read; its callers name their weights themselves: caller" },
+	{ WR(", classBy: \"capture:c\", classes: [{name: a}, {name: b}]"), "t.yaml:6: limits[0].classBy: ",
+	  "unit request has no pod or cgroup to read; its callers name their classes themselves" },
+	{ WP(", weightBy: caller, weights: {a: 1}"), "t.yaml:6: limits[0].weightBy: ",
+	  "caller applies to unit request only (the name an application opens the limit by; this limit's unit is datagram" },
+	{ WR(", weightBy: caller"), "t.yaml:6: limits[0].weightBy: ", "caller needs weights: {CALLER: WEIGHT, ...}" },
+	{ SREDIS "limits:\n  - {name: w, unit: request, weightBy: caller, weights: {a: 1}, rateLimit: {max: 1}}\n",
+	  "t.yaml:6: limits[0].weightBy: ", "needs share: demand" },
+	{ WR(", weightBy: caller, weights: {a: 1, \"b c\": 2}"), "t.yaml:6: limits[0].weights.b c: ",
+	  "\"b c\" is no caller name" },
+	{ WR(", weightBy: caller, weights: {a: 1, aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa: 2}"),
+	  "t.yaml:6: limits[0].weights.aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa: ",
+	  "\"w/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\" is longer than 31 characters, the most a cooperative limit's name may be" },
+	{ WR(", classBy: caller, classes: [{name: a}, {name: \"x/y\"}]"), "t.yaml:6: limits[0].classes[1].name: ",
+	  "\"x/y\" is no caller name" },
+	{ WR(", weightBy: caller, weights: {c0: 1, c1: 1, c2: 1, c3: 1, c4: 1, c5: 1, c6: 1, c7: 1, c8: 1, c9: 1,"
+	     " c10: 1, c11: 1, c12: 1, c13: 1, c14: 1, c15: 1, c16: 1, c17: 1, c18: 1, c19: 1, c20: 1, c21: 1,"
+	     " c22: 1, c23: 1, c24: 1, c25: 1, c26: 1, c27: 1, c28: 1, c29: 1, c30: 1, c31: 1}, classBy: caller,"
+	     " classes: [{name: c0}, {name: extra}]"),
+	  "t.yaml:6: limits[0].classBy: ", "33 callers: at most 32 a limit" },
+	{ WR(", weightBy: caller, weights: {a: 1}, scope: pod"), "t.yaml:6: limits[0].scope: ",
+	  "unit request is node scope only" },
+#undef WR
 	/* classes: 2..8, named once, floors within max, a known default */
 #define CL(classes, extra) WP(", classBy: \"label:c\", classes: " classes extra)
 	{ CL("[{name: a}]", ""), "t.yaml:6: limits[0].classes: ", "1 classes: give 2..8" },

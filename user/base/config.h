@@ -126,6 +126,8 @@ enum kt_weight_by {
 	KT_WEIGHT_CAPTURE,        /* a cgroups: pattern limit: the component {weight_key} matched */
 	KT_WEIGHT_CHILD,          /* classes only, a parent whose children have floor: the child
 				   * a member comes through (kt_cfg_link_floors) */
+	KT_WEIGHT_CALLER,         /* unit request: the name the application opens the limit
+				   * by, "LIMIT/CALLER" (kt_limit_cfg.callers) */
 };
 /* weightBy/classBy annotation:KEY: the watcher keeps a pod's annotations
  * under this prefix only (others, such as last-applied-configuration, can
@@ -145,6 +147,9 @@ struct kt_weight_value {
 };
 /* classes (share: demand): a priority class, the most important first */
 #define KT_CLASSES_MAX 8
+/* weightBy/classBy caller: at most this many callers a limit (each a
+ * kt_coop entry and a pool member on every node) */
+#define KT_CALLERS_MAX 32
 struct kt_share_class {
 	char *name;       /* 1..63 printable, unique in the limit */
 	double floor;     /* tokens/s it can always use (its demand permitting) */
@@ -297,6 +302,13 @@ struct kt_limit_cfg {
 	int floor_at_line;        /* where floor: is written, 0 = absent */
 	int child_class;
 	bool classes_siblings;    /* classes share by weight above their floors, not in order */
+	/* weightBy/classBy caller (unit request): the callers an application
+	 * may name, kthrottle_open("LIMIT/CALLER"): the weights' values and
+	 * the classes' names, once each, sorted (pointers into those). Each
+	 * is a pool member of its own on every node, with its own kt_coop
+	 * entry, as is the plain "LIMIT" (default weight and class). */
+	const char **callers;
+	int n_callers;
 	int refuse_errno;         /* a refused connect()/sendmsg() fails with it; default EBUSY */
 	/* maxDelay (unit call): a held call's connection ends (ETIMEDOUT)
 	 * after waiting this long, ms; 0 = it waits until admitted */

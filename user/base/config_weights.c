@@ -76,9 +76,21 @@ static int parse_by(struct ctx *c, yaml_node_t *v, const char *sub, const char *
 	const char *s;
 	int err;
 
-	if ((err = kt_cfg_get_scalar(c, v, sub, "label:KEY, annotation:KEY or capture:NAME", &s)))
+	if ((err = kt_cfg_get_scalar(c, v, sub, "label:KEY, annotation:KEY, capture:NAME or caller", &s)))
 		return err;
-	if (!strncmp(s, "annotation:", 11)) {
+	/* a cooperative limit has no pod or cgroup to read: its callers name
+	 * themselves when they open it */
+	if (!strcmp(s, "caller")) {
+		if (l->unit != KT_UNIT_REQUEST)
+			return fail(c, v, sub,
+				    "caller applies to unit request only (the name an application opens the limit by; this limit's unit is %s: label:KEY, annotation:KEY or capture:NAME)",
+				    kt_unit_name(l->unit));
+		*by = KT_WEIGHT_CALLER;
+	} else if (l->unit == KT_UNIT_REQUEST) {
+		return fail(c, v, sub,
+			    "\"%s\": unit request has no pod or cgroup to read; its callers name their %s themselves: caller (kthrottle_open(\"LIMIT/CALLER\"))",
+			    show_str(s).s, what);
+	} else if (!strncmp(s, "annotation:", 11)) {
 		size_t np = strlen(KT_ANNOTATION_PREFIX);
 
 		if (strncmp(s + 11, KT_ANNOTATION_PREFIX, np) || !kt_cfg_label_key_ok(s + 11))
@@ -100,19 +112,18 @@ static int parse_by(struct ctx *c, yaml_node_t *v, const char *sub, const char *
 		*by = KT_WEIGHT_CAPTURE;
 	} else {
 		return fail(c, v, sub,
-			    "\"%s\" is not one of label:KEY or annotation:KEY (pods:) or capture:NAME (cgroups: patterns)",
+			    "\"%s\" is not one of label:KEY or annotation:KEY (pods:), capture:NAME (cgroups: patterns) or caller (unit request)",
 			    show_str(s).s);
 	}
-	if (!(*key = strdup(strchr(s, ':') + 1)))
+	if (!(*key = strdup(*by == KT_WEIGHT_CALLER ? s : strchr(s, ':') + 1)))
 		return oom(c, v, sub);
 	/* weights and classes divide a pool by demand: equal shares have nothing to divide */
 	if (l->share != KT_SHARE_DEMAND)
 		return fail(c, v, sub,
 			    "needs share: demand (%s divide the pool among the members that want it; this limit shares equally)",
 			    what);
-	if (l->unit == KT_UNIT_REQUEST)
-		return fail(c, v, sub,
-			    "not allowed with unit request (a cooperative limit has one member per node: the node)");
+	if (*by == KT_WEIGHT_CALLER)
+		return 0;
 	if ((*by == KT_WEIGHT_LABEL || *by == KT_WEIGHT_ANNOTATION) && (!l->pods.set || l->n_cgroups))
 		return fail(c, v, sub, "%s:%s needs pods: and no cgroups: (cgroups: patterns by capture:NAME)",
 			    *by == KT_WEIGHT_LABEL ? "label" : "annotation", *key);
@@ -219,6 +230,73 @@ static int parse_classes(struct ctx *c, yaml_node_t *v, const char *field, struc
 	return 0;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A caller is opened as "LIMIT/CALLER", a kt_coop entry's name. */
+static int check_caller(struct ctx *c, yaml_node_t *v, const char *field, const struct kt_limit_cfg *l,
+			const char *caller)
+{
+	if (strspn(caller, NAME_CHARS) != strlen(caller))
+		return fail(c, v, field, "\"%s\" is no caller name (1..%zu of A-Z a-z 0-9 _ . -)",
+			    show_str(caller).s, KT_NAME_LEN - 2 - strlen(l->name));
+	if (strlen(l->name) + 1 + strlen(caller) >= KT_NAME_LEN)
+		return fail(c, v, field,
+			    "\"%s/%s\" is longer than %d characters, the most a cooperative limit's name may be (a shorter limit or caller name)",
+			    l->name, caller, KT_NAME_LEN - 1);
+	return 0;
+}
+
+/* weightBy/classBy caller: the names callers may use, the weights'
+ * values and the classes' names, each checked where it is written. */
+static int collect_callers(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l)
+{
+	yaml_node_t *ws = map_get(c, n, "weights"), *cs = map_get(c, n, "classes");
+	char sub[FIELD_LEN], item[FIELD_LEN], list[FIELD_LEN];
+	int err, k = 0;
+
+	if (l->weight_by != KT_WEIGHT_CALLER && l->class_by != KT_WEIGHT_CALLER)
+		return 0;
+	if (!(l->callers = calloc((size_t)(l->n_weights + l->n_classes), sizeof(*l->callers))))
+		return oom(c, n, field);
+	if (l->weight_by == KT_WEIGHT_CALLER)
+		for (yaml_node_pair_t *p = ws->data.mapping.pairs.start; p < ws->data.mapping.pairs.top; p++) {
+			yaml_node_t *key = node_at(c, p->key);
+
+			join(sub, join(item, field, "weights"), sval(key));
+			if ((err = check_caller(c, key, sub, l, sval(key))))
+				return err;
+		}
+	for (int q = 0; q < l->n_weights && l->weight_by == KT_WEIGHT_CALLER; q++)
+		l->callers[l->n_callers++] = l->weights[q].value;
+	if (l->class_by == KT_WEIGHT_CALLER) {
+		for (yaml_node_item_t *e = cs->data.sequence.items.start; e < cs->data.sequence.items.top;
+		     e++, k++) {
+			yaml_node_t *name = map_get(c, node_at(c, *e), "name");
+			bool seen = false;
+
+			join(sub, index_of(item, join(list, field, "classes"), k), "name");
+			if ((err = check_caller(c, name, sub, l, sval(name))))
+				return err;
+			for (int q = 0; q < l->n_callers; q++)
+				seen |= !strcmp(l->callers[q], sval(name));
+			if (!seen)
+				l->callers[l->n_callers++] = l->classes[k].name;
+		}
+	}
+	if (l->n_callers > KT_CALLERS_MAX)
+		return fail(c, n, join(sub, field, l->class_by == KT_WEIGHT_CALLER ? "classBy" : "weightBy"),
+			    "%d callers: at most %d a limit (each is a pool member on every node)", l->n_callers,
+			    KT_CALLERS_MAX);
+	qsort(l->callers, (size_t)l->n_callers, sizeof(*l->callers), cmp_str);
+	/* each caller on each node its own bucket, as each pod of a pod-scope
+	 * limit: the pool is divided between them */
+	l->scope = KT_SCOPE_POD;
+	return 0;
+}
+
 int kt_cfg_parse_weights(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l)
 {
 	yaml_node_t *cb, *cs = map_get(c, n, "classes"), *dc = map_get(c, n, "defaultClass");
@@ -261,7 +339,7 @@ int kt_cfg_parse_weights(struct ctx *c, yaml_node_t *n, const char *field, struc
 		if (cs || dc)
 			return fail(c, cs ? cs : dc, join(sub, field, cs ? "classes" : "defaultClass"),
 				    "needs classBy (where a member's class comes from)");
-		return 0;
+		return collect_callers(c, n, field, l);
 	}
 	join(sub, field, "classBy");
 	l->class_line = line_of(cb);
@@ -290,7 +368,7 @@ int kt_cfg_parse_weights(struct ctx *c, yaml_node_t *n, const char *field, struc
 		if (l->default_class < 0)
 			return fail(c, dc, sub, "\"%s\" is no class of this limit", show_str(s).s);
 	}
-	return 0;
+	return collect_callers(c, n, field, l);
 }
 
 static int parse_weight_by(struct ctx *c, yaml_node_t *n, const char *field, struct kt_limit_cfg *l)
@@ -313,6 +391,9 @@ static int parse_weight_by(struct ctx *c, yaml_node_t *n, const char *field, str
 		return err;
 	if (ws && (err = parse_values(c, ws, join(sub, field, "weights"), l)))
 		return err;
+	if (l->weight_by == KT_WEIGHT_CALLER && !ws)
+		return fail(c, by, sub,
+			    "caller needs weights: {CALLER: WEIGHT, ...} (the names callers may open the limit by, LIMIT/CALLER)");
 	if (dw && (err = get_weight(c, dw, join(sub, field, "defaultWeight"), &l->default_weight)))
 		return err;
 	return 0;
@@ -401,6 +482,9 @@ int kt_cfg_link_floors(struct ctx *c, yaml_node_t *limits, struct kt_config *cfg
 
 void kt_cfg_weights_free(struct kt_limit_cfg *l)
 {
+	free(l->callers);
+	l->callers = NULL;
+	l->n_callers = 0;
 	for (int k = 0; k < l->n_classes; k++)
 		free(l->classes[k].name);
 	free(l->class_key);

@@ -70,15 +70,22 @@ static void coop_event(struct kt_daemon *d, int i, uint64_t now)
 	const struct kt_limit_rt *l = &d->plan.limits[i];
 	struct kt_limit_state *s = &d->ls[i];
 	const struct kt_bucket *b;
+	uint32_t slot;
 	__u64 wait = 0;
+	int j;
 
 	if (l->cfg->unit != KT_UNIT_REQUEST || !l->n_members ||
-	    s->total_throttled == s->throttled_seen || !d->bpf.coop ||
-	    !kt_slot_is_coop(l->members[0].slot))
+	    s->total_throttled == s->throttled_seen || !d->bpf.coop)
 		return;
-	b = kt_bpf_bucket(&d->bpf, l->members[0].slot);
-	wait = __atomic_load_n(&d->bpf.coop[l->members[0].slot - KT_COOP_SLOT0].last_wait,
-			       __ATOMIC_RELAXED);
+	/* with callers, one whose entry refuses now (else the plain one) */
+	for (j = l->n_members - 1; j > 0; j--)
+		if (kt_slot_is_coop(l->members[j].slot) &&
+		    kt_gcra_peek(kt_bpf_bucket(&d->bpf, l->members[j].slot), now, 1, &wait) == KT_REFUSE)
+			break;
+	if (!kt_slot_is_coop(slot = l->members[j].slot))
+		return;
+	b = kt_bpf_bucket(&d->bpf, slot);
+	wait = __atomic_load_n(&d->bpf.coop[slot - KT_COOP_SLOT0].last_wait, __ATOMIC_RELAXED);
 	s->last_event_reason = kt_bucket_reason(b, now);
 	s->last_retry_after_ns = s->last_event_reason == KT_REASON_CLOSED ? ~0ULL : wait;
 	s->last_event_ns = now;

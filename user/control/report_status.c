@@ -754,8 +754,8 @@ members:
 				kt_sb_printf(&b, "}");
 			} else {
 				if (m->entry == KT_ENTRY_COOP)
-					kt_sb_printf(&b, "  member %s  (libkthrottle)  kt_coop entry %u  rate %.3f/s",
-						  m->id, m->slot - KT_COOP_SLOT0, rate);
+					kt_sb_printf(&b, "  member %s  (libkthrottle \"%s\")  kt_coop entry %u  rate %.3f/s",
+						  m->id, m->path, m->slot - KT_COOP_SLOT0, rate);
 				else
 					kt_sb_printf(&b, "  member %s  cgroup %s  (%s %s)  bucket %u%s  rate %.3f/s",
 						  m->id, m->path, found_by(c, m), found_entry(c, m),

@@ -230,7 +230,7 @@ static int commit_slot(struct apply *a, uint32_t slot, int i, int j)
 			return -errno;
 		if (pol->strict_hold_ns) {
 			if (fresh) {
-				kt_coop_publish_as(&a->b->coop[slot - KT_COOP_SLOT0], l->cfg->name,
+				kt_coop_publish_as(&a->b->coop[slot - KT_COOP_SLOT0], l->members[j].path,
 						   pol->strict_hold_ns << KT_FP_SHIFT, 1, 1);
 			} else {
 				kt_bucket_make_strict(bk, pol, false);
@@ -239,7 +239,7 @@ static int commit_slot(struct apply *a, uint32_t slot, int i, int j)
 			return 0;
 		}
 		if (fresh) {
-			kt_coop_publish(&a->b->coop[slot - KT_COOP_SLOT0], l->cfg->name,
+			kt_coop_publish(&a->b->coop[slot - KT_COOP_SLOT0], l->members[j].path,
 					kt_interval_fp_from_rate(pol->rate), kt_burst_tokens(pol->burst));
 		} else {
 			kt_bucket_unstrict(bk);

@@ -330,20 +330,23 @@ static int plan_slots(struct apply *a, char *err, size_t errlen)
 		bool node = l->cfg->scope == KT_SCOPE_NODE;
 		int shared = -1, j;
 
-		if (l->cfg->unit == KT_UNIT_REQUEST) {
-			int s = plan_coop(a, l->cfg->name);
+		/* a cooperative member's entry is found by its name (path) */
+		for (j = 0; l->cfg->unit == KT_UNIT_REQUEST && j < l->n_members; j++) {
+			int s = plan_coop(a, l->members[j].path);
 
 			if (s < 0) {
 				if (s == -ENODEV)
 					snprintf(err, errlen, "no kt_coop map");
 				else
-					snprintf(err, errlen, "more than %d limits of unit request",
+					snprintf(err, errlen,
+						 "more than %d kt_coop entries (limits of unit request and their callers)",
 						 KT_MAX_COOP);
 				return s;
 			}
-			l->members[0].slot = (uint32_t)s;
-			continue;
+			l->members[j].slot = (uint32_t)s;
 		}
+		if (l->cfg->unit == KT_UNIT_REQUEST)
+			continue;
 		for (j = 0; j < l->n_members; j++) {
 			int s = find_existing(a->old, a->n_old, l->members[j].cgid, l->id);
 			if (s >= 0 && (b->buckets[s].flags & KT_BUCKET_NODE) == (node ? KT_BUCKET_NODE : 0) &&

@@ -352,9 +352,10 @@ int kt_plan_layout(const struct kt_plan *plan, struct kt_rule_input *rules,
 		const struct kt_limit_rt *l = &plan->limits[i];
 
 		if (l->cfg->unit == KT_UNIT_REQUEST) {
-			if (++coop > KT_MAX_COOP)
+			if ((coop += l->n_members) > KT_MAX_COOP)
 				return limit_err(plan, i, -E2BIG, err, errlen,
-						 "more than %d limits of unit request", KT_MAX_COOP);
+						 "more than %d kt_coop entries (limits of unit request and their callers)",
+						 KT_MAX_COOP);
 			continue;
 		}
 		slots += l->cfg->scope == KT_SCOPE_NODE ? l->n_members > 0 : l->n_members;

@@ -15,7 +15,7 @@ struct kt_pending_dir; /* pending.h */
 struct kt_outsider;
 
 struct kt_member_rt {
-	char *path;        /* canonical cgroup directory */
+	char *path;        /* canonical cgroup directory (KT_ENTRY_COOP: the kt_coop name) */
 	char id[96];       /* stable member id in the store: "<node>:<cgroup id>" */
 	uint64_t cgid;
 	uint32_t slot;     /* bucket this member's traffic is charged to */
@@ -34,9 +34,11 @@ struct kt_member_rt {
 /* Member cgroups (pods) of one limit on the node; past it a cgroup found
  * is left out with a warning. */
 #define KT_MAX_MEMBERS_PER_LIMIT 1024
-/* A cooperative limit's (unit request) one member: the node itself, no
- * cgroup (path "", cgid 0), id "<node>/request"; its slot is
- * KT_COOP_SLOT0 + its kt_coop entry. */
+/* A cooperative limit's (unit request) member: the node itself, no
+ * cgroup (cgid 0), id "<node>/request", path the limit's name; with
+ * weightBy/classBy caller one more per caller, "<node>/request/CALLER",
+ * path "LIMIT/CALLER". The path is its kt_coop entry's name, its slot
+ * KT_COOP_SLOT0 + that entry. */
 #define KT_ENTRY_COOP (-2)
 /* A member of a descendant limit (parent:), counted in this limit's pool
  * and given a bucket here, which the descendant's bucket for the same

@@ -69,6 +69,41 @@ static int add_member(const struct kt_config *cfg, struct kt_limit_rt *l, int *c
 	return 0;
 }
 
+/* A cooperative limit's members: the node, whatever the processes using
+ * it, as one member (the plain name), and with weightBy/classBy caller
+ * one more per caller, "LIMIT/CALLER" ("<node>/request/CALLER" in the
+ * pool). Their path is the kt_coop entry's name. */
+static int coop_members(const struct kt_config *cfg, const struct kt_limit_cfg *lc, struct kt_limit_rt *l)
+{
+	int n = 1 + lc->n_callers;
+
+	if (!(l->members = calloc((size_t)n, sizeof(*l->members))))
+		return -ENOMEM;
+	for (int j = 0; j < n; j++) {
+		struct kt_member_rt *m = &l->members[j];
+		const char *caller = j ? lc->callers[j - 1] : NULL;
+		enum kt_weight_src src;
+
+		l->n_members++; /* freed with the plan, path or not */
+		if (!caller)
+			m->path = strdup(lc->name);
+		else if (asprintf(&m->path, "%s/%s", lc->name, caller) < 0)
+			m->path = NULL;
+		if (!m->path)
+			return -ENOMEM;
+		m->entry = KT_ENTRY_COOP;
+		m->slot = UINT32_MAX;
+		m->via = -1;
+		m->weight = kt_member_weight(lc, NULL, caller, &src);
+		m->weight_src = (uint8_t)src;
+		m->klass = (uint8_t)kt_member_class(lc, NULL, caller, NULL, &src);
+		m->class_src = (uint8_t)src;
+		snprintf(m->id, sizeof(m->id), "%s/request%s%s", cfg->node_name, caller ? "/" : "",
+			 caller ? caller : "");
+	}
+	return 0;
+}
+
 /* The pods a groupBy template selects, by group value: built once per
  * resolution for each template, so each of its 1,000 groups finds its pods
  * in a bsearch instead of asking every pod. */
@@ -251,17 +286,8 @@ static int limit_members(const struct kt_config *cfg, int i, const char *cg_moun
 	int cap = 0, ret;
 	uint64_t cgid;
 
-	if (lc->unit == KT_UNIT_REQUEST) {
-		/* one pool member per node, whatever the processes using it */
-		l->members = calloc(1, sizeof(*l->members));
-		if (!l->members || !(l->members[0].path = strdup("")))
-			return -ENOMEM;
-		l->members[0].entry = KT_ENTRY_COOP;
-		l->members[0].slot = UINT32_MAX;
-		snprintf(l->members[0].id, sizeof(l->members[0].id), "%s/request", cfg->node_name);
-		l->n_members = 1;
-		return 0;
-	}
+	if (lc->unit == KT_UNIT_REQUEST)
+		return coop_members(cfg, lc, l);
 
 	for (int j = 0; j < lc->n_cgroups; j++) {
 		const char *entry = lc->cgroups[j];

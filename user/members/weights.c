@@ -46,6 +46,8 @@ static const char *member_value(enum kt_weight_by by, const char *key, int up, c
 		return kt_pod_annotation(pod, key);
 	if (by == KT_WEIGHT_CAPTURE && matched && kt_group_path_value(matched, up, buf, len))
 		return buf;
+	if (by == KT_WEIGHT_CALLER)
+		return matched; /* the caller's name; NULL for the plain limit */
 	return NULL;
 }
 
@@ -73,6 +75,9 @@ int kt_member_class(const struct kt_limit_cfg *lc, const struct kt_pod *pod, con
 			return k;
 		}
 	}
+	/* a caller named for its weight only is of the default class */
+	if (lc->class_by == KT_WEIGHT_CALLER)
+		*src = KT_WEIGHT_SRC_DEFAULT;
 	return lc->default_class >= 0 && lc->default_class < lc->n_classes ? lc->default_class
 									     : lc->n_classes - 1;
 }
@@ -102,6 +107,7 @@ double kt_member_weight(const struct kt_limit_cfg *lc, const struct kt_pod *pod,
 	} else if (number_weight(v, &w)) {
 		return w;
 	}
-	*src = KT_WEIGHT_SRC_INVALID;
+	/* a caller named for its class only weighs the default */
+	*src = lc->weight_by == KT_WEIGHT_CALLER ? KT_WEIGHT_SRC_DEFAULT : KT_WEIGHT_SRC_INVALID;
 	return dflt;
 }

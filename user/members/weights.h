@@ -18,7 +18,9 @@ enum kt_weight_src {
 };
 
 /* The weight of a member of lc found as `pod` (pods:) or by a pattern
- * matching `matched` (cgroups:), either NULL. *src says which rule gave it. */
+ * matching `matched` (cgroups:), either NULL; for weightBy caller (unit
+ * request), `matched` is the caller's name (NULL: the plain limit). *src
+ * says which rule gave it. */
 double kt_member_weight(const struct kt_limit_cfg *lc, const struct kt_pod *pod, const char *matched,
 			enum kt_weight_src *src);
 const char *kt_weight_src_name(enum kt_weight_src s);
