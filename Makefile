@@ -203,9 +203,10 @@ $(BUILD)/examples/libkthrottle_demo: examples/libkthrottle_demo.c $(BUILD)/libkt
 # TagQuery), cooperative limits end to end (test_coop), kthrottle_connect
 # against in-flight and connection limits (test_inflight,
 # test_connect_refusal), and a strict cooperative limit on two nodes through
-# the library and the Python module (test_strict_lib).
+# the library and the Python module (test_strict_lib), and the callers of a
+# cooperative limit, weighted and classed, on two nodes (test_coop_callers).
 KTLIB_TESTS := $(addprefix $(BUILD)/tests/,unit/test_libkthrottle unit/test_tagquery e2e/test_coop \
-	e2e/test_inflight e2e/test_connect_refusal e2e/test_strict_lib)
+	e2e/test_inflight e2e/test_connect_refusal e2e/test_strict_lib e2e/test_coop_callers)
 $(KTLIB_TESTS): $(BUILD)/tests/%: tests/%.c $(BUILD)/libkthrottle.a $(LIB_OBJS) $(TEST_HELPERS) | $(GEN_HDRS)
 	@mkdir -p $(@D)
 	$(call msg,LD,$@)$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -MT $@ -Itests/lib -Ilibkthrottle $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka

@@ -131,8 +131,8 @@ static double last_event_age_s(const struct kt_limit_state *s, uint64_t now)
 /* weightBy or classBy as written: "label:KEY" or "capture:NAME" */
 static const char *weight_by_text(enum kt_weight_by by, const char *key, char *buf, size_t len)
 {
-	if (by == KT_WEIGHT_CHILD)
-		snprintf(buf, len, "child");
+	if (by == KT_WEIGHT_CHILD || by == KT_WEIGHT_CALLER)
+		snprintf(buf, len, by == KT_WEIGHT_CHILD ? "child" : "caller");
 	else
 		snprintf(buf, len, "%s:%s",
 			 by == KT_WEIGHT_LABEL ? "label" : by == KT_WEIGHT_ANNOTATION ? "annotation" : "capture",

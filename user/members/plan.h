@@ -16,7 +16,7 @@ struct kt_outsider;
 
 struct kt_member_rt {
 	char *path;        /* canonical cgroup directory (KT_ENTRY_COOP: the kt_coop name) */
-	char id[96];       /* stable member id in the store: "<node>:<cgroup id>" */
+	char id[112];      /* stable member id in the store: "<node>:<cgroup id>", "<node>/request[/<caller>]" */
 	uint64_t cgid;
 	uint32_t slot;     /* bucket this member's traffic is charged to */
 	int entry;         /* the limit's cgroups[] entry (path or pattern) that found it,

@@ -1,0 +1,424 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* Callers of a cooperative limit (unit request, weightBy/classBy caller):
+ * two kthrottled nodes on one Redis (each its own pin dir on this test's
+ * private bpffs, as in test_strict_lib) share limit "api", max 100/s,
+ * burst 10, divided by demand. A worker process on each node opens the
+ * limit as "api/CALLER" through libkthrottle and calls kthrottle_acquire
+ * as fast as it is admitted. What it proves:
+ *   - every caller the config names, and the plain "api", is a member on
+ *     each node from the start (6 here), busy or not, as every pod of a
+ *     pod limit is: one with no demand keeps the floor, a tenth of an
+ *     equal share (max / 6 / 10), and the busy ones share the rest;
+ *   - weights {prod: 3, batch: 1}: with both flooding, prod on node 0 gets
+ *     3/4 and batch on node 1 1/4 of what the 4 idle members leave (within
+ *     6/s each, over the last 2 s of 5); once prod stops, batch gets all
+ *     that the 5 others leave (>= 95% of it over its last 2 s); every 1 s
+ *     window of the two together stays within max + burst; status shows
+ *     the callers as members with their weights;
+ *   - classes [critical, batch floor 10%]: with both flooding, the batch
+ *     class keeps its floor, of which its 3 idle members hold their floors
+ *     and the busy batch caller the rest; critical gets what is left but
+ *     the floor of its idle member on node 1 (within 6/s each), every 1 s
+ *     window within max + burst;
+ *   - a caller the config does not name is no limit: -ENOENT, as an
+ *     unknown limit; the plain "api" is a member of its own.
+ * Skipped without root or redis-server. */
+#include <errno.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "kt_clusterfx.h"
+#include "kt_daemonfx.h"
+#include "ktest.h"
+#include "kthrottle_client.h"
+#include "redis_proc.h"
+
+#define NODES 2
+#define LIMIT "api"
+#define PREFIX "ktcallers"
+#define MAX_RATE 100
+#define BURST 10
+#define TOL 6.0           /* per second, on a measured rate */
+#define MEMBERS 6         /* each node: "api", and its two callers */
+#define IDLE_FLOOR (MAX_RATE / (double)MEMBERS / 10) /* what a member with no demand keeps */
+#define MAX_TIMES 4096    /* admissions a worker reports, at most */
+
+static struct fixture {
+	char mnt[64]; /* our bpffs */
+	struct rp_proc rp;
+	struct ktest_daemon d[NODES];
+	bool up[NODES];
+	pid_t kids[NODES];
+	int kfd[NODES];
+} fx;
+
+static const char *skip_why;
+
+static uint64_t boot_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_until(uint64_t t)
+{
+	struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull) };
+
+	while (clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+static int group_setup(void **state)
+{
+	(void)state;
+	memset(&fx, 0, sizeof(fx));
+	for (int w = 0; w < NODES; w++)
+		fx.kfd[w] = -1;
+	skip_why = ktest_root_unavailable();
+	if (!skip_why && !ktest_find_prog("redis-server"))
+		skip_why = "no redis-server";
+	if (!skip_why)
+		skip_why = ktest_private_bpffs("kt-callers", fx.mnt, sizeof(fx.mnt));
+	if (skip_why)
+		return 0;
+	return rp_start_master(&fx.rp, NULL) == 0 ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	if (fx.rp.pid)
+		rp_stop(&fx.rp);
+	rp_remove_tree(fx.rp.dir);
+	ktest_private_bpffs_remove(fx.mnt);
+	return 0;
+}
+
+/* After each test: the workers it started, the nodes, the pool's keys
+ * (the next test starts from an empty store). */
+static int teardown(void **state)
+{
+	(void)state;
+	for (int w = 0; w < NODES; w++) {
+		if (fx.kids[w] > 0)
+			ktest_kill_wait(&fx.kids[w]);
+		fx.kids[w] = 0;
+		if (fx.kfd[w] >= 0)
+			close(fx.kfd[w]);
+		fx.kfd[w] = -1;
+	}
+	for (int i = 0; i < NODES; i++) {
+		if (fx.up[i])
+			ktest_daemon_cleanup(&fx.d[i]);
+		fx.up[i] = false;
+	}
+	if (fx.rp.pid) {
+		redisReply *r = rp_command(&fx.rp, "FLUSHALL");
+
+		if (r)
+			freeReplyObject(r);
+	}
+	return 0;
+}
+
+#define NEED_ENV() KTEST_SKIP_IF(skip_why)
+
+/* The two nodes on limit "api", its callers from `callers` (YAML put in
+ * the limit's mapping), started. */
+static void nodes_up(const char *callers)
+{
+	for (int i = 0; i < NODES; i++) {
+		char body[1024];
+
+		assert_int_equal(ktest_daemon_init(&fx.d[i]), 0);
+		fx.up[i] = true;
+		snprintf(fx.d[i].pin_dir, sizeof(fx.d[i].pin_dir), "%s/kt%d", fx.mnt, i);
+		snprintf(body, sizeof(body),
+			 "node: callers%d\n"
+			 "tickInterval: 50ms\n"
+			 "store:\n"
+			 "  heartbeat: 200ms\n"
+			 "  redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: " PREFIX "}\n"
+			 "limits:\n"
+			 "  - name: " LIMIT "\n"
+			 "    unit: request\n"
+			 "    share: demand\n"
+			 "    burst: %d\n"
+			 "%s"
+			 "    rateLimit: {max: %d}\n",
+			 i, fx.rp.port, BURST, callers, MAX_RATE);
+		assert_int_equal(ktest_daemon_config(&fx.d[i], body), 0);
+		assert_int_equal(ktest_daemon_start_logged(&fx.d[i]), 0);
+		/* searchable by the workers, still writable only by root */
+		assert_int_equal(chmod(fx.d[i].pin_dir, 0711), 0);
+	}
+}
+
+/* A worker process: opens `name` on `node`'s pin dir, waits for start,
+ * then calls kthrottle_acquire (timeout 100 ms, never past end) until end,
+ * writing the CLOCK_BOOTTIME time of each admission to fd. Exit 0, or
+ * which step failed. */
+static void worker(int node, const char *name, uint64_t start, uint64_t end, int fd)
+{
+	struct kthrottle *h = NULL;
+	int r, n = 0;
+
+	setenv(KTHROTTLE_PIN_DIR_ENV, fx.d[node].pin_dir, 1);
+	if (kthrottle_open(name, &h)) {
+		fprintf(stderr, "worker %s on node %d: open: %s\n", name, node, kthrottle_last_error());
+		_exit(10);
+	}
+	sleep_until(start);
+	while (n < MAX_TIMES) {
+		uint64_t now = boot_ns(), left;
+
+		if (now >= end)
+			break;
+		left = end - now;
+		r = kthrottle_acquire(h, 1, left < 100000000ull ? left : 100000000ull);
+		if (r < 0) {
+			fprintf(stderr, "worker %s: acquire %d: %s\n", name, r, kthrottle_last_error());
+			_exit(11);
+		}
+		if (r == 1) {
+			uint64_t t = boot_ns();
+
+			if (write(fd, &t, sizeof(t)) != sizeof(t))
+				_exit(12);
+			n++;
+		}
+	}
+	kthrottle_close(h);
+	_exit(0);
+}
+
+struct run {
+	uint64_t t[MAX_TIMES];
+	int n;
+};
+
+/* Workers w = 0..NODES-1 as names[w] on node w, from start for secs[w]
+ * seconds; their admission times into runs[w]. A worker's pipe holds
+ * ~1,000 records, so the parent reads as they come. */
+static void run_workers(const char *const names[NODES], const double secs[NODES], uint64_t start,
+			struct run runs[NODES])
+{
+	uint64_t last_end = 0;
+
+	for (int w = 0; w < NODES; w++) {
+		uint64_t end = start + (uint64_t)(secs[w] * 1e9);
+
+		runs[w].n = 0;
+		if (end > last_end)
+			last_end = end;
+		fx.kids[w] = kt_clusterfx_fork(&fx.kfd[w]);
+		if (fx.kids[w] == 0)
+			worker(w, names[w], start, end, fx.kfd[w]);
+		assert_int_equal(fcntl(fx.kfd[w], F_SETFL, O_NONBLOCK), 0);
+	}
+	for (int open = NODES; open > 0 && boot_ns() < last_end + 3000000000ull;) {
+		open = 0;
+		for (int w = 0; w < NODES; w++) {
+			uint64_t buf[64];
+			ssize_t k;
+
+			if (fx.kfd[w] < 0)
+				continue;
+			k = read(fx.kfd[w], buf, sizeof(buf));
+			if (k == 0) {
+				close(fx.kfd[w]);
+				fx.kfd[w] = -1;
+				continue;
+			}
+			open++;
+			if (k < 0)
+				continue; /* EAGAIN: nothing yet */
+			assert_int_equal(k % (ssize_t)sizeof(uint64_t), 0);
+			for (ssize_t i = 0; i < k / (ssize_t)sizeof(uint64_t) && runs[w].n < MAX_TIMES; i++)
+				runs[w].t[runs[w].n++] = buf[i];
+		}
+		ktest_sleep_ms(10);
+	}
+	for (int w = 0; w < NODES; w++) {
+		int status = -1;
+
+		assert_true(fx.kfd[w] < 0); /* it ended within its bound */
+		assert_int_equal(waitpid(fx.kids[w], &status, 0), fx.kids[w]);
+		fx.kids[w] = 0;
+		if (!WIFEXITED(status) || WEXITSTATUS(status))
+			print_message("worker %s: status 0x%x\n", names[w], status);
+		assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+}
+
+/* Admissions of r in [from, to) seconds after start, per second. */
+static double rate_in(const struct run *r, uint64_t start, double from, double to)
+{
+	uint64_t a = start + (uint64_t)(from * 1e9), b = start + (uint64_t)(to * 1e9);
+	int n = 0;
+
+	for (int i = 0; i < r->n; i++)
+		n += r->t[i] >= a && r->t[i] < b;
+	return n / (to - from);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The most admissions of all runs together in any 1 s window. */
+static int worst_window(const struct run runs[NODES])
+{
+	static uint64_t all[NODES * MAX_TIMES];
+	int n = 0, most = 0;
+
+	for (int w = 0; w < NODES; w++)
+		for (int i = 0; i < runs[w].n; i++)
+			all[n++] = runs[w].t[i];
+	qsort(all, (size_t)n, sizeof(*all), cmp_u64);
+	for (int i = 0, j = 0; i < n; i++) {
+		while (all[i] - all[j] >= 1000000000ull)
+			j++;
+		if (i - j + 1 > most)
+			most = i - j + 1;
+	}
+	return most;
+}
+
+/* Prints the member lines of node i's text status. */
+static void print_members(int i)
+{
+	char *out = ktest_daemon_cmd(&fx.d[i], "status");
+
+	for (char *line = out ? strtok(out, "\n") : NULL; line; line = strtok(NULL, "\n"))
+		if (strstr(line, "member ") || strstr(line, "class"))
+			print_message("node %d: %s\n", i, line);
+	free(out);
+}
+
+/* Opens name on node 0's pin dir: its return. */
+static int try_open(const char *name)
+{
+	struct kthrottle *h = NULL;
+	int r;
+
+	setenv(KTHROTTLE_PIN_DIR_ENV, fx.d[0].pin_dir, 1);
+	r = kthrottle_open(name, &h);
+	if (!r)
+		kthrottle_close(h);
+	return r;
+}
+
+static void test_weights(void **state)
+{
+	static struct run runs[NODES];
+	const char *const names[NODES] = { LIMIT "/prod", LIMIT "/batch" };
+	const double secs[NODES] = { 5, 9 };
+	uint64_t start;
+	char *out;
+
+	(void)state;
+	NEED_ENV();
+	nodes_up("    weightBy: caller\n"
+		 "    weights: {prod: 3, batch: 1}\n");
+	/* the config's callers and the plain name open; others do not */
+	assert_int_equal(try_open(LIMIT "/prod"), 0);
+	assert_int_equal(try_open(LIMIT), 0);
+	assert_int_equal(try_open(LIMIT "/nobody"), -ENOENT);
+	print_message("open(\"" LIMIT "/nobody\"): -ENOENT: %s\n", kthrottle_last_error());
+
+	start = boot_ns() + 300000000ull; /* both handles open by then */
+	run_workers(names, secs, start, runs);
+	double prod = rate_in(&runs[0], start, 3, 5), batch = rate_in(&runs[1], start, 3, 5);
+	double alone = rate_in(&runs[1], start, 7, 9);
+	int most = worst_window(runs);
+	const double busy = MAX_RATE - 4 * IDLE_FLOOR, lone = MAX_RATE - 5 * IDLE_FLOOR;
+
+	for (int i = 0; i < NODES; i++)
+		print_members(i);
+	print_message("both flooding, s 3..5: prod (weight 3) %.1f/s, batch (weight 1) %.1f/s "
+		      "(want %.1f and %.1f +- %.0f)\n",
+		      prod, batch, busy * 0.75, busy * 0.25, TOL);
+	print_message("batch alone, s 7..9: %.1f/s (want >= %.1f); worst 1 s window of both: %d "
+		      "(max + burst %d)\n",
+		      alone, lone * 0.95, most, MAX_RATE + BURST);
+	/* status names the callers while the pool remembers them */
+	out = ktest_daemon_cmd(&fx.d[0], "status json");
+	assert_non_null(out);
+	assert_non_null(strstr(out, "\"weight_by\":\"caller\""));
+	assert_non_null(strstr(out, "\"member_id\":\"callers0/request/prod\",\"path\":\"" LIMIT "/prod\""));
+	assert_non_null(strstr(out, "\"member_id\":\"callers0/request\",\"path\":\"" LIMIT "\""));
+	free(out);
+	out = ktest_daemon_cmd(&fx.d[1], "status");
+	assert_non_null(out);
+	assert_non_null(strstr(out, "(libkthrottle \"" LIMIT "/batch\")"));
+	assert_non_null(strstr(out, "weight 1 (value)"));
+	free(out);
+
+	assert_true(prod >= busy * 0.75 - TOL && prod <= busy * 0.75 + TOL);
+	assert_true(batch >= busy * 0.25 - TOL && batch <= busy * 0.25 + TOL);
+	assert_true(alone >= lone * 0.95);
+	assert_true(most <= MAX_RATE + BURST);
+}
+
+static void test_classes(void **state)
+{
+	static struct run runs[NODES];
+	const char *const names[NODES] = { LIMIT "/critical", LIMIT "/batch" };
+	const double secs[NODES] = { 6, 6 };
+	uint64_t start;
+
+	(void)state;
+	NEED_ENV();
+	nodes_up("    classBy: caller\n"
+		 "    classes: [{name: critical}, {name: batch, floor: 10%}]\n");
+	assert_int_equal(try_open(LIMIT "/critical"), 0);
+	assert_int_equal(try_open(LIMIT "/prod"), -ENOENT);
+
+	start = boot_ns() + 300000000ull;
+	run_workers(names, secs, start, runs);
+	double crit = rate_in(&runs[0], start, 4, 6), batch = rate_in(&runs[1], start, 4, 6);
+	int most = worst_window(runs);
+	/* the batch class: its floor, less the floors of "api" on both nodes
+	 * (the default class) and of batch on node 0 */
+	const double floor = MAX_RATE * 0.1, want_batch = floor - 3 * IDLE_FLOOR,
+		     want_crit = MAX_RATE - floor - IDLE_FLOOR;
+
+	for (int i = 0; i < NODES; i++)
+		print_members(i);
+	print_message("both flooding, s 4..6: critical %.1f/s, batch (class floor %.0f) %.1f/s (want %.1f "
+		      "and %.1f +- %.0f); worst 1 s window of both: %d (max + burst %d)\n",
+		      crit, floor, batch, want_crit, want_batch, TOL, most, MAX_RATE + BURST);
+	assert_true(crit >= want_crit - TOL && crit <= want_crit + TOL);
+	assert_true(batch >= want_batch - TOL / 2 && batch <= want_batch + TOL / 2);
+	assert_true(most <= MAX_RATE + BURST);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_weights, teardown),
+		cmocka_unit_test_teardown(test_classes, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
