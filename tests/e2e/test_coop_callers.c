@@ -25,6 +25,7 @@
  * Skipped without root or redis-server. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -356,8 +357,8 @@ static void test_weights(void **state)
 	for (int i = 0; i < NODES; i++)
 		print_members(i);
 	print_message("both flooding, s 3..5: prod (weight 3) %.1f/s, batch (weight 1) %.1f/s "
-		      "(want %.1f and %.1f +- %.0f)\n",
-		      prod, batch, busy * 0.75, busy * 0.25, TOL);
+		      "(want %.1f and %.1f +- %.0f), prod's part %.1f%% (want 75 +- 3)\n",
+		      prod, batch, busy * 0.75, busy * 0.25, TOL, prod + batch > 0 ? 100 * prod / (prod + batch) : 0);
 	print_message("batch alone, s 7..9: %.1f/s (want >= %.1f); worst 1 s window of both: %d "
 		      "(max + burst %d)\n",
 		      alone, lone * 0.95, most, MAX_RATE + BURST);
@@ -374,6 +375,8 @@ static void test_weights(void **state)
 	assert_non_null(strstr(out, "weight 1 (value)"));
 	free(out);
 
+	/* the busy ones' split: 3:1 within 3% */
+	assert_true(prod + batch > 0 && fabs(prod / (prod + batch) - 0.75) <= 0.03);
 	assert_true(prod >= busy * 0.75 - TOL && prod <= busy * 0.75 + TOL);
 	assert_true(batch >= busy * 0.25 - TOL && batch <= busy * 0.25 + TOL);
 	assert_true(alone >= lone * 0.95);
