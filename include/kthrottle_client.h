@@ -65,8 +65,11 @@ struct kthrottle; /* opaque */
 #define KTHROTTLE_PIN_DIR_ENV "KTHROTTLE_PIN_DIR"
 #define KTHROTTLE_PIN_DIR_DEFAULT "/sys/fs/bpf/kthrottle"
 
-/* Opens the cooperative limit `limit` (its name in the config). 0 and *out,
- * or -ENOENT (no pinned kt_coop in the pin dir, or no limit of that name),
+/* Opens the cooperative limit `limit` (its name in the config). For a limit
+ * with weightBy: caller or classBy: caller the name may be "LIMIT/CALLER"
+ * ("api/prod"): caller CALLER's own bucket, with its weight and class; the
+ * plain "LIMIT" is the callers' default. 0 and *out, or -ENOENT (no pinned
+ * kt_coop in the pin dir, or no limit or caller of that name),
  * -ENAMETOOLONG, -EACCES/-EPERM (not allowed to open the map), ... */
 int kthrottle_open(const char *limit, struct kthrottle **out);
 

@@ -231,6 +231,11 @@ def _seconds(ns):
 class Limit:
     """An open cooperative limit.
 
+    name: the limit's name in the config, or "LIMIT/CALLER" ("api/prod")
+    for a caller of a limit with weightBy/classBy caller (its own bucket,
+    weight and class); a caller the config does not name is an unknown
+    limit (Error, ENOENT).
+
     Any number of threads may use one Limit at once; close() must be the
     last call on it. A limit that a daemon reload removed or replaced is
     reopened once by name (the library's -ESTALE); if that fails, Error.
@@ -488,6 +493,9 @@ def throttle(limit, **config):
     function runs holding N of its slots instead, waiting up to max_delay
     (default 0) for them; None, and nothing held, when they do not all
     free in time.
+
+    limit may be "LIMIT/CALLER" ("api/prod"), a caller of a limit with
+    weightBy/classBy caller, as for Limit.
 
     The config is checked here, the limit opened on the first call (so
     decorating needs no daemon). Coroutine functions are refused: waiting

@@ -6,19 +6,21 @@
  * limit as "api/CALLER" through libkthrottle and calls kthrottle_acquire
  * as fast as it is admitted. What it proves:
  *   - every caller the config names, and the plain "api", is a member on
- *     each node from the start (6 here), busy or not, as every pod of a
- *     pod limit is: one with no demand keeps the floor, a tenth of an
- *     equal share (max / 6 / 10), and the busy ones share the rest;
+ *     each node (6 here); one not called on its node yet is dormant and
+ *     holds nothing, one called and then idle keeps the floor, a tenth of
+ *     an equal share (max / 6 / 10);
  *   - weights {prod: 3, batch: 1}: with both flooding, prod on node 0 gets
- *     3/4 and batch on node 1 1/4 of what the 4 idle members leave (within
- *     6/s each, over the last 2 s of 5); once prod stops, batch gets all
- *     that the 5 others leave (>= 95% of it over its last 2 s); every 1 s
- *     window of the two together stays within max + burst; status shows
- *     the callers as members with their weights;
- *   - classes [critical, batch floor 10%]: with both flooding, the batch
- *     class keeps its floor, of which its 3 idle members hold their floors
- *     and the busy batch caller the rest; critical gets what is left but
- *     the floor of its idle member on node 1 (within 6/s each), every 1 s
+ *     75/s and batch on node 1 25/s (within 6/s each, and prod's part 75%
+ *     +- 3, over the last 2 s of 5); once prod stops, batch gets all but
+ *     prod's floor (>= 95% of max over its last 2 s); every 1 s window of
+ *     the two together stays within max + burst; status shows the callers
+ *     as members with their weights;
+ *   - waking: then the same callers on the other nodes, dormant there, are
+ *     first admitted within 2 s (printed: the first call of a caller on a
+ *     node waits for its node's heartbeat to ask for it), split 75/25
+ *     again in their second second, every window within max + burst;
+ *   - classes [critical, batch floor 10%]: with both flooding, critical
+ *     gets max - floor and batch its floor (within 6/s each), every 1 s
  *     window within max + burst;
  *   - a caller the config does not name is no limit: -ENOENT, as an
  *     unknown limit; the plain "api" is a member of its own.
@@ -55,7 +57,7 @@
 #define BURST 10
 #define TOL 6.0           /* per second, on a measured rate */
 #define MEMBERS 6         /* each node: "api", and its two callers */
-#define IDLE_FLOOR (MAX_RATE / (double)MEMBERS / 10) /* what a member with no demand keeps */
+#define IDLE_FLOOR (MAX_RATE / (double)MEMBERS / 10) /* what a called, idle member keeps */
 #define MAX_TIMES 4096    /* admissions a worker reports, at most */
 
 static struct fixture {
@@ -286,11 +288,13 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The most admissions of all runs together in any 1 s window. */
-static int worst_window(const struct run runs[NODES])
+/* The most admissions of all runs together in any 1 s window (printed
+ * with where it ends, from start). */
+static int worst_window(const struct run runs[NODES], uint64_t start)
 {
 	static uint64_t all[NODES * MAX_TIMES];
 	int n = 0, most = 0;
+	uint64_t at = start;
 
 	for (int w = 0; w < NODES; w++)
 		for (int i = 0; i < runs[w].n; i++)
@@ -299,9 +303,12 @@ static int worst_window(const struct run runs[NODES])
 	for (int i = 0, j = 0; i < n; i++) {
 		while (all[i] - all[j] >= 1000000000ull)
 			j++;
-		if (i - j + 1 > most)
+		if (i - j + 1 > most) {
 			most = i - j + 1;
+			at = all[i];
+		}
 	}
+	print_message("worst 1 s window: %d, ending %.3f s after start\n", most, (at - start) / 1e9);
 	return most;
 }
 
@@ -314,6 +321,21 @@ static void print_members(int i)
 		if (strstr(line, "member ") || strstr(line, "class"))
 			print_message("node %d: %s\n", i, line);
 	free(out);
+}
+
+/* The member `path` of node i's status json: 1 dormant, 0 not, -1 not found. */
+static int member_dormant(int i, const char *path)
+{
+	char *out = ktest_daemon_cmd(&fx.d[i], "status json"), key[96], *at, *end;
+	int r = -1;
+
+	snprintf(key, sizeof(key), "\"path\":\"%s\"", path);
+	if (out && (at = strstr(out, key)) && (end = strchr(at, '}'))) {
+		*end = 0;
+		r = strstr(at, "\"dormant\":true") ? 1 : strstr(at, "\"dormant\":false") ? 0 : -1;
+	}
+	free(out);
+	return r;
 }
 
 /* Opens name on node 0's pin dir: its return. */
@@ -351,8 +373,19 @@ static void test_weights(void **state)
 	run_workers(names, secs, start, runs);
 	double prod = rate_in(&runs[0], start, 3, 5), batch = rate_in(&runs[1], start, 3, 5);
 	double alone = rate_in(&runs[1], start, 7, 9);
-	int most = worst_window(runs);
-	const double busy = MAX_RATE - 4 * IDLE_FLOOR, lone = MAX_RATE - 5 * IDLE_FLOOR;
+	int most = worst_window(runs, start);
+
+	for (int w = 0; w < NODES; w++) {
+		char line[512];
+		int at = 0;
+
+		for (int k = 0; k < 30 && at < (int)sizeof(line) - 8; k++)
+			at += snprintf(line + at, sizeof(line) - (size_t)at, " %d",
+				       (int)(rate_in(&runs[w], start, k / 10.0, (k + 1) / 10.0) / 10 + 0.5));
+		print_message("%s: per 100 ms from start:%s\n", names[w], line);
+	}
+	/* the 4 others are dormant while both flood; prod keeps its floor after */
+	const double busy = MAX_RATE, lone = MAX_RATE - IDLE_FLOOR;
 
 	for (int i = 0; i < NODES; i++)
 		print_members(i);
@@ -369,8 +402,13 @@ static void test_weights(void **state)
 	assert_non_null(strstr(out, "\"member_id\":\"callers0/request/prod\",\"path\":\"" LIMIT "/prod\""));
 	assert_non_null(strstr(out, "\"member_id\":\"callers0/request\",\"path\":\"" LIMIT "\""));
 	free(out);
+	/* batch on node 0 was never called there: dormant; prod was */
+	assert_true(member_dormant(0, LIMIT "/batch") == 1);
+	assert_true(member_dormant(0, LIMIT "/prod") == 0);
 	out = ktest_daemon_cmd(&fx.d[1], "status");
 	assert_non_null(out);
+	assert_non_null(strstr(out, "(libkthrottle \"" LIMIT "/prod\")"));
+	assert_non_null(strstr(strstr(out, "(libkthrottle \"" LIMIT "/prod\")"), "dormant (not called on this node yet"));
 	assert_non_null(strstr(out, "(libkthrottle \"" LIMIT "/batch\")"));
 	assert_non_null(strstr(out, "weight 1 (value)"));
 	free(out);
@@ -380,6 +418,29 @@ static void test_weights(void **state)
 	assert_true(prod >= busy * 0.75 - TOL && prod <= busy * 0.75 + TOL);
 	assert_true(batch >= busy * 0.25 - TOL && batch <= busy * 0.25 + TOL);
 	assert_true(alone >= lone * 0.95);
+	assert_true(most <= MAX_RATE + BURST);
+
+	/* waking: batch on node 0 and prod on node 1, dormant there */
+	const char *const woken[NODES] = { LIMIT "/batch", LIMIT "/prod" };
+	const double secs2[NODES] = { 3, 3 };
+	double first[NODES];
+
+	start = boot_ns() + 100000000ull;
+	run_workers(woken, secs2, start, runs);
+	for (int w = 0; w < NODES; w++) {
+		first[w] = runs[w].n ? (double)(runs[w].t[0] - start) / 1e6 : 1e9;
+		print_message("%s on node %d (dormant there): first admitted %.0f ms after its first call\n",
+			      woken[w], w, first[w]);
+	}
+	batch = rate_in(&runs[0], start, 2, 3);
+	prod = rate_in(&runs[1], start, 2, 3);
+	most = worst_window(runs, start);
+	print_message("woken, s 2..3: prod %.1f/s, batch %.1f/s; worst 1 s window: %d\n", prod, batch, most);
+	for (int w = 0; w < NODES; w++)
+		assert_true(first[w] <= 2000);
+	/* both nodes' earlier callers keep their floors now */
+	assert_true(prod + batch > 0 && fabs(prod / (prod + batch) - 0.75) <= 0.05);
+	assert_true(prod + batch >= (MAX_RATE - 2 * IDLE_FLOOR) * 0.9);
 	assert_true(most <= MAX_RATE + BURST);
 }
 
@@ -400,12 +461,19 @@ static void test_classes(void **state)
 	start = boot_ns() + 300000000ull;
 	run_workers(names, secs, start, runs);
 	double crit = rate_in(&runs[0], start, 4, 6), batch = rate_in(&runs[1], start, 4, 6);
-	int most = worst_window(runs);
-	/* the batch class: its floor, less the floors of "api" on both nodes
-	 * (the default class) and of batch on node 0 */
-	const double floor = MAX_RATE * 0.1, want_batch = floor - 3 * IDLE_FLOOR,
-		     want_crit = MAX_RATE - floor - IDLE_FLOOR;
+	int most = worst_window(runs, start);
+	/* the other members are dormant: they hold nothing */
+	const double floor = MAX_RATE * 0.1, want_batch = floor, want_crit = MAX_RATE - floor;
 
+	for (int w = 0; w < NODES; w++) {
+		char line[512];
+		int at = 0;
+
+		for (int k = 0; k < 30 && at < (int)sizeof(line) - 8; k++)
+			at += snprintf(line + at, sizeof(line) - (size_t)at, " %d",
+				       (int)(rate_in(&runs[w], start, k / 10.0, (k + 1) / 10.0) / 10 + 0.5));
+		print_message("%s: per 100 ms from start:%s\n", names[w], line);
+	}
 	for (int i = 0; i < NODES; i++)
 		print_members(i);
 	print_message("both flooding, s 4..6: critical %.1f/s, batch (class floor %.0f) %.1f/s (want %.1f "

@@ -257,6 +257,75 @@ static void test_newcomer(void **state)
 	NEAR(beat("new", &D300, "b", 1000, NULL), 150, 1e-6);
 }
 
+/* A dormant member (a caller not called on its node yet, demand -1)
+ * holds nothing, neither the floor nor a part of the leftover; called, it
+ * grows like a member that turns busy; a dormant member of a class with a
+ * floor keeps none of that floor back. */
+static void test_dormant(void **state)
+{
+	const struct dreq d = { 300, 1, 60000, 0, 0, 0 };
+	double ga = 0, gb = 0, gc = 0;
+	struct kt_pool_answer a;
+
+	(void)state;
+	for (int r = 0; r < 3; r++) {
+		ga = beat("dorm", &d, "a", 1000, NULL);
+		gb = beat("dorm", &d, "b", KT_POOL_DEMAND_DORMANT, NULL);
+		gc = beat("dorm", &d, "c", 0, &a);
+	}
+	assert_int_equal(a.live, 3);
+	NEAR(ga, 299, 1e-6); /* all but c's floor */
+	NEAR(gb, 0, 1e-9);
+	NEAR(gc, 1, 1e-6);
+	/* everyone fits: a and c their demand and a third of the leftover
+	 * less a floor each, b's third stays free */
+	for (int r = 0; r < 3; r++) {
+		ga = beat("dorm", &d, "a", 100, NULL);
+		gb = beat("dorm", &d, "b", KT_POOL_DEMAND_DORMANT, NULL);
+		gc = beat("dorm", &d, "c", 0, NULL);
+	}
+	NEAR(ga, 100 + (300 - 101 - 1) / 3.0, 1e-6);
+	NEAR(gb, 0, 1e-9);
+	NEAR(gc, 1 + (300 - 101 - 1) / 3.0, 1e-6);
+	/* b is called: it takes what is free (its third and the floor kept
+	 * back) at once, its fair share after a gives way */
+	gb = beat("dorm", &d, "b", 1000, NULL);
+	NEAR(gb, 300 - ga - gc, 1e-6);
+	for (int r = 0; r < 3; r++) {
+		ga = beat("dorm", &d, "a", 1000, NULL);
+		gb = beat("dorm", &d, "b", 1000, NULL);
+		gc = beat("dorm", &d, "c", 0, NULL);
+	}
+	NEAR(ga, 149.5, 1e-6);
+	NEAR(gb, 149.5, 1e-6);
+	NEAR(check_sum("dorm", 300), 300, 1e-6);
+
+	/* weighted: a dormant weight 3 leaves everything to a weight 1 */
+	const struct dreq d100 = { 100, 1, 60000, 0, 0, 0 };
+	for (int r = 0; r < 3; r++) {
+		gb = beat_w("dormw", &d100, "prod", KT_POOL_DEMAND_DORMANT, 3, NULL);
+		ga = beat_w("dormw", &d100, "batch", 1000, 1, NULL);
+	}
+	NEAR(ga, 100, 1e-6);
+	NEAR(gb, 0, 1e-9);
+
+	/* classes (critical; batch floor 10): a dormant batch keeps no floor */
+	g_classes = 2;
+	g_floor[0] = 0;
+	g_ceiling[0] = 100;
+	g_floor[1] = 10;
+	g_ceiling[1] = 100;
+	for (int r = 0; r < 3; r++) {
+		g_class = 0;
+		ga = beat_w("dormc", &d100, "crit", 1000, 1, NULL);
+		g_class = 1;
+		gb = beat_w("dormc", &d100, "batch", KT_POOL_DEMAND_DORMANT, 1, NULL);
+	}
+	g_classes = g_class = 0;
+	NEAR(ga, 100, 1e-6);
+	NEAR(gb, 0, 1e-9);
+}
+
 static void leave1(const char *limit, const char *id)
 {
 	ASSERT_OK(kt_store_leave(g_s, limit, &id, 1, err, sizeof(err)));
@@ -441,7 +510,7 @@ static void test_equal_mode_untouched(void **state)
 	check_sum("eq", 300);
 
 	/* bad demand arguments are refused before any I/O */
-	m.demand = -1;
+	m.demand = -2; /* -1 is KT_POOL_DEMAND_DORMANT */
 	q.pool_rate = 10;
 	assert_int_equal(kt_store_heartbeat_many(g_s, &q, 1, &a, err, sizeof(err)), -EINVAL);
 	m.demand = NAN;
@@ -1029,6 +1098,7 @@ int main(void)
 		cmocka_unit_test(test_saturated_and_leftover),
 		cmocka_unit_test(test_idle_becomes_busy),
 		cmocka_unit_test(test_newcomer),
+		cmocka_unit_test(test_dormant),
 		cmocka_unit_test(test_lapse_leave_free),
 		cmocka_unit_test(test_pool_rate_lowered),
 		cmocka_unit_test(test_multi_member_node),

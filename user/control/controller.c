@@ -339,6 +339,17 @@ static double slot_demand(const struct kt_ctl *c, uint32_t slot, uint64_t now)
 	return running > 0 ? running * KT_DEMAND_HEADROOM + 1 : 0;
 }
 
+bool kt_ctl_member_dormant(const struct kt_ctl *c, const struct kt_limit_rt *l, int j)
+{
+	const struct kt_member_rt *m = &l->members[j];
+	const struct kt_slot_base *b;
+
+	if (l->cfg->n_callers < 1 || m->entry != KT_ENTRY_COOP || m->slot >= KT_MAX_SLOTS)
+		return false;
+	b = &c->slot_base[m->slot];
+	return b->last.admitted + b->last.throttled == 0;
+}
+
 void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local, uint64_t now)
 {
 	int i, j, total = 0, off = 0;
@@ -367,6 +378,8 @@ void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local, uint64_t 
 				l->cfg->scope == KT_SCOPE_NODE
 					? slot_demand(c, slots[0], now) / l->n_members
 					: (j < nb ? slot_demand(c, slots[j], now) : 0);
+			if (l->cfg->n_callers > 0 && j < nb && kt_ctl_member_dormant(c, l, j))
+				c->demand_buf[off + j] = KT_POOL_DEMAND_DORMANT;
 		}
 		local[i].member_demand = &c->demand_buf[off];
 		off += l->n_members;

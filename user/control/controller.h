@@ -152,8 +152,13 @@ void kt_ctl_drop_stale_pins(struct kt_ctl *c);
 /* What the pool is told about each limit of `plan` (members, ramp level). */
 /* share: demand: each member's demand (admitted + refused per second: the
  * larger of the last whole epoch's and the running one's, so a member that
- * turns busy is reported at once) into local[i].member_demand. */
+ * turns busy is reported at once) into local[i].member_demand; a dormant
+ * caller's is KT_POOL_DEMAND_DORMANT. */
 void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local, uint64_t now);
+/* Member j of limit l (weightBy/classBy caller) is dormant: its kt_coop
+ * entry has admitted and refused nothing since it was published, so the
+ * pool keeps no floor for it. */
+bool kt_ctl_member_dormant(const struct kt_ctl *c, const struct kt_limit_rt *l, int j);
 /* A parent whose children have a `weight`: each member it has through
  * such a child weighs that weight over the child's pool size (so the
  * child's members weigh its weight together, on all nodes), the others

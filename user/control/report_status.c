@@ -742,6 +742,9 @@ members:
 					  (unsigned long long)mc.throttled, rate);
 				if (c->share == KT_SHARE_DEMAND)
 					kt_sb_printf(&b, ",\"demand\":%.6g", d->slot_base[m->slot].demand);
+				if (c->n_callers > 0)
+					kt_sb_printf(&b, ",\"dormant\":%s",
+						     kt_ctl_member_dormant(&d->controller, l, j) ? "true" : "false");
 				if (c->weight_by != KT_WEIGHT_NONE)
 					kt_sb_printf(&b, ",\"weight\":%.6g,\"weight_from\":\"%s\"", m->weight,
 						     kt_weight_src_name(m->weight_src));
@@ -763,6 +766,8 @@ members:
 						  rate);
 				if (c->share == KT_SHARE_DEMAND)
 					kt_sb_printf(&b, "  demand %.3f/s", d->slot_base[m->slot].demand);
+				if (kt_ctl_member_dormant(&d->controller, l, j))
+					kt_sb_printf(&b, "  dormant (not called on this node yet: holds no share)");
 				if (c->weight_by != KT_WEIGHT_NONE)
 					kt_sb_printf(&b, "  weight %g (%s)", m->weight,
 						     kt_weight_src_name(m->weight_src));

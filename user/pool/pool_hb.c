@@ -300,6 +300,8 @@ static double demand_of(const struct kt_pool_local *lo, int j)
 {
 	double d = lo->member_demand ? lo->member_demand[j] : 0;
 
+	if (d == KT_POOL_DEMAND_DORMANT)
+		return d;
 	return isfinite(d) && d > 0 ? (d < 1e15 ? d : 1e15) : 0;
 }
 

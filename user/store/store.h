@@ -268,12 +268,17 @@ struct kt_store_errors {
 };
 
 #define KT_POOL_REPORT_LIVE 0
+/* A member's demand: dormant, a cooperative limit's caller not called on
+ * its node since it was published. It holds no floor (a member with demand
+ * 0 keeps a tenth of an equal share): callers named in the config but not
+ * run on a node leave the pool to those that run. */
+#define KT_POOL_DEMAND_DORMANT (-1.0)
 
 struct kt_pool_member {
 	const char *id;    /* stable: node name + cgroup identity; unique within a request */
 	int reported_size; /* KT_POOL_REPORT_LIVE, or an explicit size 1..KT_STORE_MAX_POOL */
-	double demand;     /* tokens/s admitted + refused over the last epoch, 0..1e15; read only
-			    * when the request's pool_rate > 0 */
+	double demand;     /* tokens/s admitted + refused over the last epoch, 0..1e15, or
+			    * KT_POOL_DEMAND_DORMANT; read only when the request's pool_rate > 0 */
 	double weight;     /* share: demand: its weight, (0, KT_STORE_MAX_WEIGHT]; 0 (unset)
 			    * weighs 1 */
 	int klass;         /* with the request's n_classes: its priority class,

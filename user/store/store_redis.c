@@ -229,8 +229,9 @@ static int check_req(struct kt_store *s, const struct kt_pool_req *q, int idx, c
 				  q->limit, m->id, m->reported_size, KT_STORE_MAX_POOL);
 			return -EINVAL;
 		}
-		if (q->pool_rate > 0 && (!isfinite(m->demand) || m->demand < 0 || m->demand > 1e15)) {
-			rs_seterr(s, err, errlen, "heartbeat: limit %s: member %s: demand %g out of 0..1e15",
+		if (q->pool_rate > 0 && m->demand != KT_POOL_DEMAND_DORMANT &&
+		    (!isfinite(m->demand) || m->demand < 0 || m->demand > 1e15)) {
+			rs_seterr(s, err, errlen, "heartbeat: limit %s: member %s: demand %g out of 0..1e15 (or -1, dormant)",
 				  q->limit, m->id, m->demand);
 			return -EINVAL;
 		}

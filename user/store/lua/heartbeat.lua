@@ -19,7 +19,8 @@
 -- size "0" meaning "the live count computed here", or with pool_rate > 0 n
 -- (id, size, demand) triples, the demand "D" (weight 1), "D W" (weight
 -- W, weighted max-min fairness) or "D W K" (and priority class K, 0 the
--- first).
+-- first); D "-1": a dormant member (a cooperative limit's caller not
+-- called on its node yet), no demand and no floor.
 -- Returns {agree, size, live, reserved} per limit, plus {granted, level
 -- ("-1": none), {grant...}, weights (summed over the members sharing by
 -- demand)} with pool_rate > 0, and with classes {part, weights} per class
@@ -301,7 +302,10 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
     local dv, wv = string.match(ARGV[i + 2], '^(%S+) (.+)$')
     local w, k = 1, 0
     if not dv then dv = ARGV[i + 2] elseif K.wt then w, k = weight(wv), klass(wv) end
-    local e = math.max(rate(dv), flo)
+    -- a dormant member holds no floor: it asks once it is called
+    local dorm = dv == '-1'
+    local e = 0
+    if not dorm then e = math.max(rate(dv), flo) end
     local x = e / w
     local old = call('ZSCORE', K.dem, id)
     local cur, ow, ok = nil, 1, 0
@@ -338,7 +342,7 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
       if old and a ~= b then call('ZREM', K.dc[a], id) end
       if not old or a ~= b or rate(old) ~= x then call('ZADD', K.dc[b], x, id) end
     end
-    own[#own + 1] = {id = id, e = e, w = w, k = k, cur = cur}
+    own[#own + 1] = {id = id, e = e, w = w, k = k, cur = cur, dorm = dorm}
   end
   if ct then
     local D, W, A, Wt, rem = {}, {}, {}, 0, P
@@ -379,6 +383,7 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
         if W[k] > 0 and Wt > 0 then b = math.max(0, math.min(rem * W[k] / Wt, ct[k][2] - A[k])) / W[k] end
         m.t = m.e + b * m.w
       end
+      if m.dorm then m.t = 0 end -- dormant: no part of the leftover either
     end
   else
     c.cls, c.cd, c.ck = nil, nil, nil
@@ -392,6 +397,8 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
     if c.lvl < 0 and c.nd > 0 and c.sw > 0 then bonus = math.max(0, P - c.sd - flo) / c.sw end
     for _, m in ipairs(own) do
       if c.lvl < 0 then m.t = m.e + bonus * m.w else m.t = math.min(m.e, m.w * c.lvl) end
+      -- dormant: no part of the leftover either (it stays free for callers that wake)
+      if m.dorm then m.t = 0 end
     end
   end
   local function set(m, g)
