@@ -40,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <cmocka.h>
@@ -62,6 +63,7 @@
 
 static struct fixture {
 	char mnt[64]; /* our bpffs */
+	int metrics_port[NODES];
 	struct rp_proc rp;
 	struct ktest_daemon d[NODES];
 	bool up[NODES];
@@ -152,8 +154,11 @@ static void nodes_up(const char *callers)
 		assert_int_equal(ktest_daemon_init(&fx.d[i]), 0);
 		fx.up[i] = true;
 		snprintf(fx.d[i].pin_dir, sizeof(fx.d[i].pin_dir), "%s/kt%d", fx.mnt, i);
+		fx.metrics_port[i] = ktest_free_port(SOCK_STREAM);
+		assert_true(fx.metrics_port[i] > 0);
 		snprintf(body, sizeof(body),
 			 "node: callers%d\n"
+			 "metrics: 127.0.0.1:%d\n"
 			 "tickInterval: 50ms\n"
 			 "store:\n"
 			 "  heartbeat: 200ms\n"
@@ -165,7 +170,7 @@ static void nodes_up(const char *callers)
 			 "    burst: %d\n"
 			 "%s"
 			 "    rateLimit: {max: %d}\n",
-			 i, fx.rp.port, BURST, callers, MAX_RATE);
+			 i, fx.metrics_port[i], fx.rp.port, BURST, callers, MAX_RATE);
 		assert_int_equal(ktest_daemon_config(&fx.d[i], body), 0);
 		assert_int_equal(ktest_daemon_start_logged(&fx.d[i]), 0);
 		/* searchable by the workers, still writable only by root */
@@ -402,6 +407,13 @@ static void test_weights(void **state)
 	assert_non_null(strstr(out, "\"member_id\":\"callers0/request/prod\",\"path\":\"" LIMIT "/prod\""));
 	assert_non_null(strstr(out, "\"member_id\":\"callers0/request\",\"path\":\"" LIMIT "\""));
 	free(out);
+	/* metrics: each caller a member, with its weight */
+	char *page = NULL;
+	assert_int_equal(ktest_http_get(fx.metrics_port[0], "/metrics", &page), 200);
+	assert_non_null(strstr(page, "kthrottle_share{limit=\"" LIMIT "\",member=\"callers0/request/prod\"}"));
+	assert_non_null(strstr(page, "kthrottle_weight{limit=\"" LIMIT "\",member=\"callers0/request/prod\"} 3\n"));
+	assert_non_null(strstr(page, "kthrottle_demand{limit=\"" LIMIT "\",member=\"callers0/request/batch\"} 0\n"));
+	free(page);
 	/* batch on node 0 was never called there: dormant; prod was */
 	assert_true(member_dormant(0, LIMIT "/batch") == 1);
 	assert_true(member_dormant(0, LIMIT "/prod") == 0);
