@@ -444,6 +444,15 @@ static void test_weights(void **state)
 		print_message("%s on node %d (dormant there): first admitted %.0f ms after its first call\n",
 			      woken[w], w, first[w]);
 	}
+	for (int w = 0; w < NODES; w++) {
+		char line[512];
+		int at = 0;
+
+		for (int k = 0; k < 15 && at < (int)sizeof(line) - 8; k++)
+			at += snprintf(line + at, sizeof(line) - (size_t)at, " %d",
+				       (int)(rate_in(&runs[w], start, k / 5.0, (k + 1) / 5.0) / 5 + 0.5));
+		print_message("%s: per 200 ms from its first call:%s\n", woken[w], line);
+	}
 	batch = rate_in(&runs[0], start, 2, 3);
 	prod = rate_in(&runs[1], start, 2, 3);
 	most = worst_window(runs, start);
