@@ -23,7 +23,10 @@
  *     gets max - floor and batch its floor (within 6/s each), every 1 s
  *     window within max + burst;
  *   - a caller the config does not name is no limit: -ENOENT, as an
- *     unknown limit; the plain "api" is a member of its own.
+ *     unknown limit; the plain "api" is a member of its own;
+ *   - a reload adds a caller (it opens; an open caller keeps its entry),
+ *     removes one (its handles answer -ESTALE, it no longer opens), and a
+ *     bad caller name is refused in one line, changing nothing.
  * Skipped without root or redis-server. */
 #include <errno.h>
 #include <limits.h>
@@ -144,38 +147,53 @@ static int teardown(void **state)
 
 #define NEED_ENV() KTEST_SKIP_IF(skip_why)
 
-/* The two nodes on limit "api", its callers from `callers` (YAML put in
- * the limit's mapping), started. */
+/* Node i's config: limit "api" with its callers from `callers` (YAML put
+ * in the limit's mapping), written (not started, not reloaded). */
+static void node_config(int i, const char *callers)
+{
+	char body[1024];
+
+	snprintf(body, sizeof(body),
+		 "node: callers%d\n"
+		 "metrics: 127.0.0.1:%d\n"
+		 "tickInterval: 50ms\n"
+		 "store:\n"
+		 "  heartbeat: 200ms\n"
+		 "  redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: " PREFIX "}\n"
+		 "limits:\n"
+		 "  - name: " LIMIT "\n"
+		 "    unit: request\n"
+		 "    share: demand\n"
+		 "    burst: %d\n"
+		 "%s"
+		 "    rateLimit: {max: %d}\n",
+		 i, fx.metrics_port[i], fx.rp.port, BURST, callers, MAX_RATE);
+	assert_int_equal(ktest_daemon_config(&fx.d[i], body), 0);
+}
+
+/* The two nodes on limit "api" (node_config), started. */
 static void nodes_up(const char *callers)
 {
 	for (int i = 0; i < NODES; i++) {
-		char body[1024];
-
 		assert_int_equal(ktest_daemon_init(&fx.d[i]), 0);
 		fx.up[i] = true;
 		snprintf(fx.d[i].pin_dir, sizeof(fx.d[i].pin_dir), "%s/kt%d", fx.mnt, i);
 		fx.metrics_port[i] = ktest_free_port(SOCK_STREAM);
 		assert_true(fx.metrics_port[i] > 0);
-		snprintf(body, sizeof(body),
-			 "node: callers%d\n"
-			 "metrics: 127.0.0.1:%d\n"
-			 "tickInterval: 50ms\n"
-			 "store:\n"
-			 "  heartbeat: 200ms\n"
-			 "  redisStore: {mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: " PREFIX "}\n"
-			 "limits:\n"
-			 "  - name: " LIMIT "\n"
-			 "    unit: request\n"
-			 "    share: demand\n"
-			 "    burst: %d\n"
-			 "%s"
-			 "    rateLimit: {max: %d}\n",
-			 i, fx.metrics_port[i], fx.rp.port, BURST, callers, MAX_RATE);
-		assert_int_equal(ktest_daemon_config(&fx.d[i], body), 0);
+		node_config(i, callers);
 		assert_int_equal(ktest_daemon_start_logged(&fx.d[i]), 0);
 		/* searchable by the workers, still writable only by root */
 		assert_int_equal(chmod(fx.d[i].pin_dir, 0711), 0);
 	}
+}
+
+/* Node 0 told to reload: its answer (malloc'd). */
+static char *reload0(void)
+{
+	char *out = ktest_daemon_cmd(&fx.d[0], "reload");
+
+	assert_non_null(out);
+	return out;
 }
 
 /* A worker process: opens `name` on `node`'s pin dir, waits for start,
@@ -505,11 +523,72 @@ static void test_classes(void **state)
 	assert_true(most <= MAX_RATE + BURST);
 }
 
+/* A reload adds a caller (it opens; an open one keeps its entry), removes
+ * one (its handles answer -ESTALE, it no longer opens), and a bad caller
+ * name is refused with one line and changes nothing. */
+static void test_reload(void **state)
+{
+	struct kthrottle *prod = NULL, *batch = NULL;
+	uint64_t wait;
+	char *out;
+	int r;
+
+	(void)state;
+	NEED_ENV();
+	nodes_up("    weightBy: caller\n"
+		 "    weights: {prod: 3}\n");
+	setenv(KTHROTTLE_PIN_DIR_ENV, fx.d[0].pin_dir, 1);
+	assert_int_equal(kthrottle_open(LIMIT "/prod", &prod), 0);
+	assert_int_equal(kthrottle_open(LIMIT "/batch", &batch), -ENOENT);
+
+	node_config(0, "    weightBy: caller\n"
+		       "    weights: {prod: 3, batch: 1}\n");
+	out = reload0();
+	print_message("reload adding batch: %s", out);
+	assert_non_null(strstr(out, "ok"));
+	free(out);
+	assert_int_equal(kthrottle_open(LIMIT "/batch", &batch), 0);
+	r = kthrottle_try_acquire(prod, 1, &wait);
+	assert_true(r == 0 || r == 1); /* the same entry, not -ESTALE */
+	assert_true(member_dormant(0, LIMIT "/batch") == 1);
+
+	/* a bad caller name: refused, nothing changed */
+	node_config(0, "    weightBy: caller\n"
+		       "    weights: {prod: 3, \"b c\": 1}\n");
+	out = reload0();
+	print_message("reload with a bad caller: %s", out);
+	assert_null(strstr(out, "ok"));
+	assert_non_null(strstr(out, "is no caller name"));
+	assert_true(!strchr(out, '\n') || !strchr(out, '\n')[1]); /* one line */
+	free(out);
+	r = kthrottle_try_acquire(batch, 1, &wait);
+	assert_true(r == 0 || r == 1);
+	r = kthrottle_try_acquire(prod, 1, &wait);
+	assert_true(r == 0 || r == 1);
+
+	/* prod removed: its handle is stale, it no longer opens */
+	node_config(0, "    weightBy: caller\n"
+		       "    weights: {batch: 1}\n");
+	out = reload0();
+	print_message("reload removing prod: %s", out);
+	assert_non_null(strstr(out, "ok"));
+	free(out);
+	assert_int_equal(kthrottle_try_acquire(prod, 1, &wait), -ESTALE);
+	kthrottle_close(prod);
+	prod = NULL;
+	assert_int_equal(kthrottle_open(LIMIT "/prod", &prod), -ENOENT);
+	r = kthrottle_try_acquire(batch, 1, &wait);
+	assert_true(r == 0 || r == 1);
+	kthrottle_close(batch);
+	assert_true(member_dormant(0, LIMIT "/prod") == -1); /* no longer a member */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_weights, teardown),
 		cmocka_unit_test_teardown(test_classes, teardown),
+		cmocka_unit_test_teardown(test_reload, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
