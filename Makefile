@@ -212,7 +212,7 @@ $(KTLIB_TESTS): $(BUILD)/tests/%: tests/%.c $(BUILD)/libkthrottle.a $(LIB_OBJS) 
 	$(call msg,LD,$@)$(CC) $(CFLAGS) $(DEPFLAGS) -MF $@.d -MT $@ -Itests/lib -Ilibkthrottle $(LDFLAGS) $< $(TEST_HELPERS) $(BUILD)/libkthrottle.a $(LIB_OBJS) -o $@ $(LDLIBS) -lcmocka
 $(BUILD)/tests/unit/test_tagquery: | $(BUILD)/kthrottlectl $(BUILD)/libkthrottle.so
 # the Python module loads libkthrottle.so.0 with ctypes
-$(BUILD)/tests/e2e/test_strict_lib: $(BUILD)/libkthrottle.so python/pyproject.toml \
+$(BUILD)/tests/e2e/test_strict_lib $(BUILD)/tests/e2e/test_coop_callers: $(BUILD)/libkthrottle.so python/pyproject.toml \
 	$(wildcard python/kthrottle/*.py) | $(BUILD)/kthrottled
 
 # the Python module (python/) in a venv against a real daemon: it loads

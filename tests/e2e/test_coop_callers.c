@@ -26,11 +26,15 @@
  *     unknown limit; the plain "api" is a member of its own;
  *   - a reload adds a caller (it opens; an open caller keeps its entry),
  *     removes one (its handles answer -ESTALE, it no longer opens), and a
- *     bad caller name is refused in one line, changing nothing.
- * Skipped without root or redis-server. */
+ *     bad caller name is refused in one line, changing nothing;
+ *   - the Python decorator, @kthrottle.throttle("api/prod") on node 0 and
+ *     "api/batch" on node 1: 3:1 again, prod's part 75% +- 3.
+ * Skipped without root or redis-server (the Python test: without python3
+ * -m venv and Debian's wheels). */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -583,12 +587,163 @@ static void test_reload(void **state)
 	assert_true(member_dormant(0, LIMIT "/prod") == -1); /* no longer a member */
 }
 
+#define PYTHON "/usr/bin/python3"
+#define WHEELS "/usr/share/python-wheels" /* Debian's pip, setuptools, wheel */
+
+/* argv: limit start_boottime_s secs. Waits for start, then calls the
+ * decorated function until start + secs (at most 2,000 calls), printing
+ * "RUN <CLOCK_BOOTTIME s>" for each run, "DONE calls=.." last. */
+static const char py_script[] =
+	"import sys, time\n"
+	"import kthrottle\n"
+	"LIMIT, START, SECS = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])\n"
+	"BOOT = time.CLOCK_BOOTTIME\n"
+	"\n"
+	"@kthrottle.throttle(LIMIT, max_delay=1.0)\n"
+	"def work():\n"
+	"    return time.clock_gettime(BOOT)\n"
+	"\n"
+	"kthrottle.Limit(LIMIT).close()  # the library, the daemon and the caller are there\n"
+	"while time.clock_gettime(BOOT) < START:\n"
+	"    time.sleep(0.001)\n"
+	"calls = 0\n"
+	"while calls < 2000 and time.clock_gettime(BOOT) < START + SECS:\n"
+	"    calls += 1\n"
+	"    t = work()\n"
+	"    if t is not None:\n"
+	"        print('RUN %.9f' % t, flush=True)\n"
+	"print('DONE calls=%d' % calls, flush=True)\n";
+
+/* Runs argv, its output captured; the exit status (printed with the
+ * output when it is not 0). */
+static int run(char *const argv[])
+{
+	char *o = NULL;
+	int rc = ktest_run_capture(argv, &o);
+
+	if (rc)
+		print_message("$ %s ... -> %d\n%s", argv[0], rc, o ? o : "");
+	free(o);
+	return rc;
+}
+
+/* The Python decorator, @kthrottle.throttle("api/prod") in a process on
+ * node 0 and "api/batch" on node 1, both calling as fast as admitted for
+ * 5 s: 3:1 (prod's part 75% +- 3) over the last 2 s. */
+static void test_python_callers(void **state)
+{
+	const char *const names[NODES] = { LIMIT "/prod", LIMIT "/batch" };
+	const double secs = 5.0;
+	char tmp[PATH_MAX], venv[PATH_MAX], pkg[PATH_MAX], py[PATH_MAX], pip[PATH_MAX], path[PATH_MAX],
+		script[PATH_MAX], lib[PATH_MAX], start_s[32], secs_s[16];
+	static char out[NODES][65536];
+	static struct run runs[NODES];
+	size_t len[NODES] = { 0 };
+	uint64_t start;
+
+	(void)state;
+	NEED_ENV();
+	if (access(PYTHON, X_OK) || access(WHEELS, R_OK)) {
+		print_message("skipped: no %s or %s\n", PYTHON, WHEELS);
+		skip();
+	}
+	assert_int_equal(ktest_tmpdir(tmp, sizeof(tmp)), 0);
+	snprintf(lib, sizeof(lib), "%s/libkthrottle.so.0", ktest_build_dir());
+	assert_int_equal(access(lib, R_OK), 0);
+	/* a copy: pip builds in the source tree */
+	snprintf(path, sizeof(path), "%s/../python", ktest_build_dir());
+	snprintf(pkg, sizeof(pkg), "%s/python", tmp);
+	snprintf(venv, sizeof(venv), "%s/venv", tmp);
+	snprintf(py, sizeof(py), "%s/bin/python", venv);
+	snprintf(pip, sizeof(pip), "%s/bin/pip", venv);
+	snprintf(script, sizeof(script), "%s/callers.py", tmp);
+	if (run((char *[]){ "/bin/cp", "-r", path, pkg, NULL }) || run((char *[]){ PYTHON, "-m", "venv", venv, NULL })) {
+		ktest_rmtree(tmp);
+		print_message("skipped: %s -m venv failed\n", PYTHON);
+		skip();
+	}
+	int pip_rc = run((char *[]){ pip, "install", "--no-index", "--find-links", WHEELS, pkg, NULL });
+	int w_rc = ktest_write_file(script, py_script);
+
+	nodes_up("    weightBy: caller\n"
+		 "    weights: {prod: 3, batch: 1}\n");
+	setenv("KTHROTTLE_LIB", lib, 1);
+	ktest_asan_preload(); /* for the python processes: after venv and pip */
+	start = boot_ns() + 2000000000ull; /* interpreters and module loaded by then */
+	snprintf(start_s, sizeof(start_s), "%.9f", start / 1e9);
+	snprintf(secs_s, sizeof(secs_s), "%g", secs);
+	for (int i = 0; i < NODES && !pip_rc && !w_rc; i++) {
+		fx.kids[i] = kt_clusterfx_fork(&fx.kfd[i]);
+		if (fx.kids[i] == 0) {
+			dup2(fx.kfd[i], 1);
+			dup2(fx.kfd[i], 2);
+			setenv(KTHROTTLE_PIN_DIR_ENV, fx.d[i].pin_dir, 1);
+			/* -I: the installed module, not one from the cwd or PYTHONPATH */
+			execl(py, py, "-I", script, names[i], start_s, secs_s, (char *)NULL);
+			_exit(127);
+		}
+	}
+	/* read both until EOF, bounded: the window, the last max_delay, slack */
+	uint64_t deadline = start + (uint64_t)(secs * 1e9) + 20000000000ull;
+	int open_fds = pip_rc || w_rc ? 0 : NODES;
+	while (open_fds && boot_ns() < deadline) {
+		struct pollfd pf[NODES];
+
+		for (int i = 0; i < NODES; i++)
+			pf[i] = (struct pollfd){ .fd = fx.kfd[i], .events = POLLIN };
+		if (poll(pf, NODES, 100) <= 0)
+			continue;
+		for (int i = 0; i < NODES; i++) {
+			ssize_t k;
+
+			if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			k = read(fx.kfd[i], out[i] + len[i], sizeof(out[i]) - 1 - len[i]);
+			if (k > 0) {
+				len[i] += (size_t)k;
+				continue;
+			}
+			close(fx.kfd[i]);
+			fx.kfd[i] = -1;
+			open_fds--;
+		}
+	}
+	ktest_rmtree(tmp);
+	assert_int_equal(pip_rc, 0);
+	assert_int_equal(w_rc, 0);
+	assert_int_equal(open_fds, 0);
+	for (int i = 0; i < NODES; i++) {
+		int status = -1;
+
+		out[i][len[i]] = 0;
+		assert_int_equal(waitpid(fx.kids[i], &status, 0), fx.kids[i]);
+		fx.kids[i] = 0;
+		if (!WIFEXITED(status) || WEXITSTATUS(status) || !strstr(out[i], "DONE calls="))
+			print_message("python %s: status 0x%x\n%s", names[i], status, out[i]);
+		assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		assert_non_null(strstr(out[i], "DONE calls="));
+		runs[i].n = 0;
+		for (char *l = out[i]; (l = strstr(l, "RUN ")) && runs[i].n < MAX_TIMES; l += 4)
+			runs[i].t[runs[i].n++] = (uint64_t)(strtod(l + 4, NULL) * 1e9 + 0.5);
+	}
+	double prod = rate_in(&runs[0], start, 3, 5), batch = rate_in(&runs[1], start, 3, 5);
+	int most = worst_window(runs, start);
+
+	print_message("python, both flooding, s 3..5: prod %.1f/s, batch %.1f/s, prod's part %.1f%% (want 75 "
+		      "+- 3); worst 1 s window %d (max + burst %d)\n",
+		      prod, batch, prod + batch > 0 ? 100 * prod / (prod + batch) : 0, most, MAX_RATE + BURST);
+	assert_true(prod + batch > 0 && fabs(prod / (prod + batch) - 0.75) <= 0.03);
+	assert_true(prod + batch >= MAX_RATE * 0.9);
+	assert_true(most <= MAX_RATE + BURST);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_weights, teardown),
 		cmocka_unit_test_teardown(test_classes, teardown),
 		cmocka_unit_test_teardown(test_reload, teardown),
+		cmocka_unit_test_teardown(test_python_callers, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
