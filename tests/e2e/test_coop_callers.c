@@ -34,7 +34,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -54,6 +53,7 @@
 
 #include "kt_clusterfx.h"
 #include "kt_daemonfx.h"
+#include "kt_libfx.h"
 #include "ktest.h"
 #include "kthrottle_client.h"
 #include "redis_proc.h"
@@ -80,45 +80,19 @@ static struct fixture {
 
 static const char *skip_why;
 
-static uint64_t boot_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_until(uint64_t t)
-{
-	struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull) };
-
-	while (clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, NULL) == EINTR)
-		;
-}
-
 static int group_setup(void **state)
 {
 	(void)state;
 	memset(&fx, 0, sizeof(fx));
 	for (int w = 0; w < NODES; w++)
 		fx.kfd[w] = -1;
-	skip_why = ktest_root_unavailable();
-	if (!skip_why && !ktest_find_prog("redis-server"))
-		skip_why = "no redis-server";
-	if (!skip_why)
-		skip_why = ktest_private_bpffs("kt-callers", fx.mnt, sizeof(fx.mnt));
-	if (skip_why)
-		return 0;
-	return rp_start_master(&fx.rp, NULL) == 0 ? 0 : -1;
+	return kt_libfx_setup("kt-callers", fx.mnt, sizeof(fx.mnt), &fx.rp, &skip_why);
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
-	if (fx.rp.pid)
-		rp_stop(&fx.rp);
-	rp_remove_tree(fx.rp.dir);
-	ktest_private_bpffs_remove(fx.mnt);
+	kt_libfx_teardown(fx.mnt, &fx.rp);
 	return 0;
 }
 
@@ -191,13 +165,20 @@ static void nodes_up(const char *callers)
 	}
 }
 
-/* Node 0 told to reload: its answer (malloc'd). */
-static char *reload0(void)
+/* Node 0's config with weightBy caller and `weights` (a flow mapping),
+ * reloaded: its answer must hold `want`, and be one line. */
+static void reload_weights(const char *weights, const char *want)
 {
-	char *out = ktest_daemon_cmd(&fx.d[0], "reload");
+	char callers[256], *out;
 
+	snprintf(callers, sizeof(callers), "    weightBy: caller\n    weights: %s\n", weights);
+	node_config(0, callers);
+	out = ktest_daemon_cmd(&fx.d[0], "reload");
 	assert_non_null(out);
-	return out;
+	print_message("reload to weights %s: %s", weights, out);
+	assert_non_null(strstr(out, want));
+	assert_true(!strchr(out, '\n') || !strchr(out, '\n')[1]);
+	free(out);
 }
 
 /* A worker process: opens `name` on `node`'s pin dir, waits for start,
@@ -214,9 +195,9 @@ static void worker(int node, const char *name, uint64_t start, uint64_t end, int
 		fprintf(stderr, "worker %s on node %d: open: %s\n", name, node, kthrottle_last_error());
 		_exit(10);
 	}
-	sleep_until(start);
+	kt_libfx_sleep_until(start);
 	while (n < MAX_TIMES) {
-		uint64_t now = boot_ns(), left;
+		uint64_t now = kt_libfx_boot_ns(), left;
 
 		if (now >= end)
 			break;
@@ -227,7 +208,7 @@ static void worker(int node, const char *name, uint64_t start, uint64_t end, int
 			_exit(11);
 		}
 		if (r == 1) {
-			uint64_t t = boot_ns();
+			uint64_t t = kt_libfx_boot_ns();
 
 			if (write(fd, &t, sizeof(t)) != sizeof(t))
 				_exit(12);
@@ -262,7 +243,7 @@ static void run_workers(const char *const names[NODES], const double secs[NODES]
 			worker(w, names[w], start, end, fx.kfd[w]);
 		assert_int_equal(fcntl(fx.kfd[w], F_SETFL, O_NONBLOCK), 0);
 	}
-	for (int open = NODES; open > 0 && boot_ns() < last_end + 3000000000ull;) {
+	for (int open = NODES; open > 0 && kt_libfx_boot_ns() < last_end + 3000000000ull;) {
 		open = 0;
 		for (int w = 0; w < NODES; w++) {
 			uint64_t buf[64];
@@ -396,21 +377,14 @@ static void test_weights(void **state)
 	assert_int_equal(try_open(LIMIT "/nobody"), -ENOENT);
 	print_message("open(\"" LIMIT "/nobody\"): -ENOENT: %s\n", kthrottle_last_error());
 
-	start = boot_ns() + 300000000ull; /* both handles open by then */
+	start = kt_libfx_boot_ns() + 300000000ull; /* both handles open by then */
 	run_workers(names, secs, start, runs);
 	double prod = rate_in(&runs[0], start, 3, 5), batch = rate_in(&runs[1], start, 3, 5);
 	double alone = rate_in(&runs[1], start, 7, 9);
 	int most = worst_window(runs, start);
 
-	for (int w = 0; w < NODES; w++) {
-		char line[512];
-		int at = 0;
-
-		for (int k = 0; k < 30 && at < (int)sizeof(line) - 8; k++)
-			at += snprintf(line + at, sizeof(line) - (size_t)at, " %d",
-				       (int)(rate_in(&runs[w], start, k / 10.0, (k + 1) / 10.0) / 10 + 0.5));
-		print_message("%s: per 100 ms from start:%s\n", names[w], line);
-	}
+	for (int w = 0; w < NODES; w++)
+		kt_libfx_print_bins(names[w], runs[w].t, runs[w].n, start, 0.1, 30);
 	/* the 4 others are dormant while both flood; prod keeps its floor after */
 	const double busy = MAX_RATE, lone = MAX_RATE - IDLE_FLOOR;
 
@@ -459,22 +433,15 @@ static void test_weights(void **state)
 	const double secs2[NODES] = { 3, 3 };
 	double first[NODES];
 
-	start = boot_ns() + 100000000ull;
+	start = kt_libfx_boot_ns() + 100000000ull;
 	run_workers(woken, secs2, start, runs);
 	for (int w = 0; w < NODES; w++) {
 		first[w] = runs[w].n ? (double)(runs[w].t[0] - start) / 1e6 : 1e9;
 		print_message("%s on node %d (dormant there): first admitted %.0f ms after its first call\n",
 			      woken[w], w, first[w]);
 	}
-	for (int w = 0; w < NODES; w++) {
-		char line[512];
-		int at = 0;
-
-		for (int k = 0; k < 15 && at < (int)sizeof(line) - 8; k++)
-			at += snprintf(line + at, sizeof(line) - (size_t)at, " %d",
-				       (int)(rate_in(&runs[w], start, k / 5.0, (k + 1) / 5.0) / 5 + 0.5));
-		print_message("%s: per 200 ms from its first call:%s\n", woken[w], line);
-	}
+	for (int w = 0; w < NODES; w++)
+		kt_libfx_print_bins(woken[w], runs[w].t, runs[w].n, start, 0.2, 15);
 	batch = rate_in(&runs[0], start, 2, 3);
 	prod = rate_in(&runs[1], start, 2, 3);
 	most = worst_window(runs, start);
@@ -501,22 +468,15 @@ static void test_classes(void **state)
 	assert_int_equal(try_open(LIMIT "/critical"), 0);
 	assert_int_equal(try_open(LIMIT "/prod"), -ENOENT);
 
-	start = boot_ns() + 300000000ull;
+	start = kt_libfx_boot_ns() + 300000000ull;
 	run_workers(names, secs, start, runs);
 	double crit = rate_in(&runs[0], start, 4, 6), batch = rate_in(&runs[1], start, 4, 6);
 	int most = worst_window(runs, start);
 	/* the other members are dormant: they hold nothing */
 	const double floor = MAX_RATE * 0.1, want_batch = floor, want_crit = MAX_RATE - floor;
 
-	for (int w = 0; w < NODES; w++) {
-		char line[512];
-		int at = 0;
-
-		for (int k = 0; k < 30 && at < (int)sizeof(line) - 8; k++)
-			at += snprintf(line + at, sizeof(line) - (size_t)at, " %d",
-				       (int)(rate_in(&runs[w], start, k / 10.0, (k + 1) / 10.0) / 10 + 0.5));
-		print_message("%s: per 100 ms from start:%s\n", names[w], line);
-	}
+	for (int w = 0; w < NODES; w++)
+		kt_libfx_print_bins(names[w], runs[w].t, runs[w].n, start, 0.1, 30);
 	for (int i = 0; i < NODES; i++)
 		print_members(i);
 	print_message("both flooding, s 4..6: critical %.1f/s, batch (class floor %.0f) %.1f/s (want %.1f "
@@ -534,7 +494,6 @@ static void test_reload(void **state)
 {
 	struct kthrottle *prod = NULL, *batch = NULL;
 	uint64_t wait;
-	char *out;
 	int r;
 
 	(void)state;
@@ -545,38 +504,21 @@ static void test_reload(void **state)
 	assert_int_equal(kthrottle_open(LIMIT "/prod", &prod), 0);
 	assert_int_equal(kthrottle_open(LIMIT "/batch", &batch), -ENOENT);
 
-	node_config(0, "    weightBy: caller\n"
-		       "    weights: {prod: 3, batch: 1}\n");
-	out = reload0();
-	print_message("reload adding batch: %s", out);
-	assert_non_null(strstr(out, "ok"));
-	free(out);
+	reload_weights("{prod: 3, batch: 1}", "ok: reloaded");
 	assert_int_equal(kthrottle_open(LIMIT "/batch", &batch), 0);
 	r = kthrottle_try_acquire(prod, 1, &wait);
 	assert_true(r == 0 || r == 1); /* the same entry, not -ESTALE */
 	assert_true(member_dormant(0, LIMIT "/batch") == 1);
 
 	/* a bad caller name: refused, nothing changed */
-	node_config(0, "    weightBy: caller\n"
-		       "    weights: {prod: 3, \"b c\": 1}\n");
-	out = reload0();
-	print_message("reload with a bad caller: %s", out);
-	assert_null(strstr(out, "ok"));
-	assert_non_null(strstr(out, "is no caller name"));
-	assert_true(!strchr(out, '\n') || !strchr(out, '\n')[1]); /* one line */
-	free(out);
+	reload_weights("{prod: 3, \"b c\": 1}", "is no caller name");
 	r = kthrottle_try_acquire(batch, 1, &wait);
 	assert_true(r == 0 || r == 1);
 	r = kthrottle_try_acquire(prod, 1, &wait);
 	assert_true(r == 0 || r == 1);
 
 	/* prod removed: its handle is stale, it no longer opens */
-	node_config(0, "    weightBy: caller\n"
-		       "    weights: {batch: 1}\n");
-	out = reload0();
-	print_message("reload removing prod: %s", out);
-	assert_non_null(strstr(out, "ok"));
-	free(out);
+	reload_weights("{batch: 1}", "ok: reloaded");
 	assert_int_equal(kthrottle_try_acquire(prod, 1, &wait), -ESTALE);
 	kthrottle_close(prod);
 	prod = NULL;
@@ -586,9 +528,6 @@ static void test_reload(void **state)
 	kthrottle_close(batch);
 	assert_true(member_dormant(0, LIMIT "/prod") == -1); /* no longer a member */
 }
-
-#define PYTHON "/usr/bin/python3"
-#define WHEELS "/usr/share/python-wheels" /* Debian's pip, setuptools, wheel */
 
 /* argv: limit start_boottime_s secs. Waits for start, then calls the
  * decorated function until start + secs (at most 2,000 calls), printing
@@ -614,19 +553,6 @@ static const char py_script[] =
 	"        print('RUN %.9f' % t, flush=True)\n"
 	"print('DONE calls=%d' % calls, flush=True)\n";
 
-/* Runs argv, its output captured; the exit status (printed with the
- * output when it is not 0). */
-static int run(char *const argv[])
-{
-	char *o = NULL;
-	int rc = ktest_run_capture(argv, &o);
-
-	if (rc)
-		print_message("$ %s ... -> %d\n%s", argv[0], rc, o ? o : "");
-	free(o);
-	return rc;
-}
-
 /* The Python decorator, @kthrottle.throttle("api/prod") in a process on
  * node 0 and "api/batch" on node 1, both calling as fast as admitted for
  * 5 s: 3:1 (prod's part 75% +- 3) over the last 2 s. */
@@ -634,88 +560,46 @@ static void test_python_callers(void **state)
 {
 	const char *const names[NODES] = { LIMIT "/prod", LIMIT "/batch" };
 	const double secs = 5.0;
-	char tmp[PATH_MAX], venv[PATH_MAX], pkg[PATH_MAX], py[PATH_MAX], pip[PATH_MAX], path[PATH_MAX],
-		script[PATH_MAX], lib[PATH_MAX], start_s[32], secs_s[16];
+	char tmp[PATH_MAX], py[PATH_MAX], script[PATH_MAX], start_s[32], secs_s[16];
 	static char out[NODES][65536];
 	static struct run runs[NODES];
+	char *outs[NODES];
 	size_t len[NODES] = { 0 };
 	uint64_t start;
+	const char *why;
 
 	(void)state;
 	NEED_ENV();
-	if (access(PYTHON, X_OK) || access(WHEELS, R_OK)) {
-		print_message("skipped: no %s or %s\n", PYTHON, WHEELS);
-		skip();
-	}
 	assert_int_equal(ktest_tmpdir(tmp, sizeof(tmp)), 0);
-	snprintf(lib, sizeof(lib), "%s/libkthrottle.so.0", ktest_build_dir());
-	assert_int_equal(access(lib, R_OK), 0);
-	/* a copy: pip builds in the source tree */
-	snprintf(path, sizeof(path), "%s/../python", ktest_build_dir());
-	snprintf(pkg, sizeof(pkg), "%s/python", tmp);
-	snprintf(venv, sizeof(venv), "%s/venv", tmp);
-	snprintf(py, sizeof(py), "%s/bin/python", venv);
-	snprintf(pip, sizeof(pip), "%s/bin/pip", venv);
+	why = kt_libfx_pyenv(tmp, py, sizeof(py));
 	snprintf(script, sizeof(script), "%s/callers.py", tmp);
-	if (run((char *[]){ "/bin/cp", "-r", path, pkg, NULL }) || run((char *[]){ PYTHON, "-m", "venv", venv, NULL })) {
+	if (!why)
+		assert_int_equal(ktest_write_file(script, py_script), 0);
+	if (why) {
 		ktest_rmtree(tmp);
-		print_message("skipped: %s -m venv failed\n", PYTHON);
+		print_message("skipped: %s\n", why);
 		skip();
 	}
-	int pip_rc = run((char *[]){ pip, "install", "--no-index", "--find-links", WHEELS, pkg, NULL });
-	int w_rc = ktest_write_file(script, py_script);
 
 	nodes_up("    weightBy: caller\n"
 		 "    weights: {prod: 3, batch: 1}\n");
-	setenv("KTHROTTLE_LIB", lib, 1);
 	ktest_asan_preload(); /* for the python processes: after venv and pip */
-	start = boot_ns() + 2000000000ull; /* interpreters and module loaded by then */
+	start = kt_libfx_boot_ns() + 2000000000ull; /* interpreters and module loaded by then */
 	snprintf(start_s, sizeof(start_s), "%.9f", start / 1e9);
 	snprintf(secs_s, sizeof(secs_s), "%g", secs);
-	for (int i = 0; i < NODES && !pip_rc && !w_rc; i++) {
-		fx.kids[i] = kt_clusterfx_fork(&fx.kfd[i]);
-		if (fx.kids[i] == 0) {
-			dup2(fx.kfd[i], 1);
-			dup2(fx.kfd[i], 2);
-			setenv(KTHROTTLE_PIN_DIR_ENV, fx.d[i].pin_dir, 1);
-			/* -I: the installed module, not one from the cwd or PYTHONPATH */
-			execl(py, py, "-I", script, names[i], start_s, secs_s, (char *)NULL);
-			_exit(127);
-		}
+	for (int i = 0; i < NODES; i++) {
+		fx.kids[i] = kt_libfx_python(py, script, (const char *[]){ names[i], start_s, secs_s, NULL },
+					     fx.d[i].pin_dir, &fx.kfd[i]);
+		outs[i] = out[i];
 	}
-	/* read both until EOF, bounded: the window, the last max_delay, slack */
-	uint64_t deadline = start + (uint64_t)(secs * 1e9) + 20000000000ull;
-	int open_fds = pip_rc || w_rc ? 0 : NODES;
-	while (open_fds && boot_ns() < deadline) {
-		struct pollfd pf[NODES];
-
-		for (int i = 0; i < NODES; i++)
-			pf[i] = (struct pollfd){ .fd = fx.kfd[i], .events = POLLIN };
-		if (poll(pf, NODES, 100) <= 0)
-			continue;
-		for (int i = 0; i < NODES; i++) {
-			ssize_t k;
-
-			if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
-				continue;
-			k = read(fx.kfd[i], out[i] + len[i], sizeof(out[i]) - 1 - len[i]);
-			if (k > 0) {
-				len[i] += (size_t)k;
-				continue;
-			}
-			close(fx.kfd[i]);
-			fx.kfd[i] = -1;
-			open_fds--;
-		}
-	}
+	/* read both until EOF, bounded: the window, max_delay, slack */
+	int open_fds = kt_libfx_read_all(fx.kfd, NODES, outs, len, sizeof(out[0]),
+					 start + (uint64_t)(secs * 1e9) + 20000000000ull);
 	ktest_rmtree(tmp);
-	assert_int_equal(pip_rc, 0);
-	assert_int_equal(w_rc, 0);
 	assert_int_equal(open_fds, 0);
 	for (int i = 0; i < NODES; i++) {
 		int status = -1;
 
-		out[i][len[i]] = 0;
 		assert_int_equal(waitpid(fx.kids[i], &status, 0), fx.kids[i]);
 		fx.kids[i] = 0;
 		if (!WIFEXITED(status) || WEXITSTATUS(status) || !strstr(out[i], "DONE calls="))

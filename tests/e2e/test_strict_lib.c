@@ -21,7 +21,6 @@
  * and Debian's wheels. */
 #include <errno.h>
 #include <limits.h>
-#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -39,6 +38,7 @@
 
 #include "kt_clusterfx.h"
 #include "kt_daemonfx.h"
+#include "kt_libfx.h"
 #include "ktest.h"
 #include "kthrottle_client.h"
 #include "redis_proc.h"
@@ -54,8 +54,6 @@
 #define TOL_EXTRA_MS 5.0 /* the store round trip and wakeups, on top of expireAfter */
 #define MAX_CALLS 1000   /* per worker */
 #define MAX_TIMES 4096
-#define PYTHON "/usr/bin/python3"
-#define WHEELS "/usr/share/python-wheels" /* Debian's pip, setuptools, wheel */
 #define PY_PROCS NODES
 
 static struct fixture {
@@ -70,45 +68,19 @@ static struct fixture {
 
 static const char *skip_why;
 
-static uint64_t boot_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_until(uint64_t t)
-{
-	struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull) };
-
-	while (clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &ts, NULL) == EINTR)
-		;
-}
-
 static int group_setup(void **state)
 {
 	(void)state;
 	memset(&fx, 0, sizeof(fx));
 	for (int w = 0; w < WORKERS; w++)
 		fx.kfd[w] = -1;
-	skip_why = ktest_root_unavailable();
-	if (!skip_why && !ktest_find_prog("redis-server"))
-		skip_why = "no redis-server";
-	if (!skip_why)
-		skip_why = ktest_private_bpffs("kt-strictlib", fx.mnt, sizeof(fx.mnt));
-	if (skip_why)
-		return 0;
-	return rp_start_master(&fx.rp, NULL) == 0 ? 0 : -1;
+	return kt_libfx_setup("kt-strictlib", fx.mnt, sizeof(fx.mnt), &fx.rp, &skip_why);
 }
 
 static int group_teardown(void **state)
 {
 	(void)state;
-	if (fx.rp.pid)
-		rp_stop(&fx.rp);
-	rp_remove_tree(fx.rp.dir);
-	ktest_private_bpffs_remove(fx.mnt);
+	kt_libfx_teardown(fx.mnt, &fx.rp);
 	return 0;
 }
 
@@ -223,9 +195,9 @@ static void lib_worker(int node, uint64_t start, uint64_t end, int fd)
 		fprintf(stderr, "worker on node %d: open: %s\n", node, kthrottle_last_error());
 		_exit(10);
 	}
-	sleep_until(start);
+	kt_libfx_sleep_until(start);
 	for (int calls = 0; calls < MAX_CALLS; calls++) {
-		uint64_t now = boot_ns(), left;
+		uint64_t now = kt_libfx_boot_ns(), left;
 
 		if (now >= end)
 			break;
@@ -236,7 +208,7 @@ static void lib_worker(int node, uint64_t start, uint64_t end, int fd)
 			_exit(11);
 		}
 		if (r == 1) {
-			uint64_t t = boot_ns();
+			uint64_t t = kt_libfx_boot_ns();
 
 			if (write(fd, &t, sizeof(t)) != sizeof(t))
 				_exit(12);
@@ -257,7 +229,7 @@ static void test_lib_acquire_two_nodes(void **state)
 	(void)state;
 	NEED_ENV();
 	nodes_up();
-	start = boot_ns() + 300000000ull; /* every worker has its handle open by then */
+	start = kt_libfx_boot_ns() + 300000000ull; /* every worker has its handle open by then */
 	end = start + (uint64_t)(secs * 1e9);
 	for (int w = 0; w < WORKERS; w++) {
 		fx.kids[w] = kt_clusterfx_fork(&fx.kfd[w]);
@@ -270,7 +242,7 @@ static void test_lib_acquire_two_nodes(void **state)
 		int status = -1;
 		pid_t r = 0;
 
-		while (boot_ns() < end + 5000000000ull && (r = waitpid(fx.kids[w], &status, WNOHANG)) == 0)
+		while (kt_libfx_boot_ns() < end + 5000000000ull && (r = waitpid(fx.kids[w], &status, WNOHANG)) == 0)
 			ktest_sleep_ms(20);
 		assert_int_equal(r, fx.kids[w]);
 		fx.kids[w] = 0;
@@ -341,11 +313,11 @@ static void test_lib_try_acquire(void **state)
 
 	/* every 1 ms for up to 3 s: two admissions. Each refusal says > 0; one
 	 * while the second permit is armed points at it */
-	uint64_t end = boot_ns() + 3000000000ull;
-	while (k < 2 && boot_ns() < end) {
+	uint64_t end = kt_libfx_boot_ns() + 3000000000ull;
+	while (k < 2 && kt_libfx_boot_ns() < end) {
 		wait = 0;
 		r = kthrottle_try_acquire(h, 1, &wait);
-		t = boot_ns();
+		t = kt_libfx_boot_ns();
 		assert_true(r == 0 || r == 1);
 		if (r == 1) {
 			adm[k++] = t;
@@ -388,19 +360,6 @@ static void test_lib_try_acquire(void **state)
 	assert_true(off_ms >= -1.0 && off_ms <= 10.0);
 }
 
-/* Runs argv, its output captured; the exit status (printed with the
- * output when it is not 0). */
-static int run(char *const argv[])
-{
-	char *o = NULL;
-	int rc = ktest_run_capture(argv, &o);
-
-	if (rc)
-		print_message("$ %s ... -> %d\n%s", argv[0], rc, o ? o : "");
-	free(o);
-	return rc;
-}
-
 /* argv: limit start_boottime_s secs max_delay. Waits for start, then calls
  * the decorated function until start + secs (at most 1000 calls), printing
  * "RUN <CLOCK_BOOTTIME s>" for each run, "DONE calls=.. none=.." last. */
@@ -430,87 +389,43 @@ static const char py_script[] =
 static void test_python_decorator_two_nodes(void **state)
 {
 	const double secs = 3.0, max_delay = 0.5;
-	char venv[PATH_MAX], pkg[PATH_MAX], py[PATH_MAX], pip[PATH_MAX], path[PATH_MAX],
-		script[PATH_MAX], lib[PATH_MAX], start_s[32], secs_s[16], delay_s[16];
+	char py[PATH_MAX], script[PATH_MAX], start_s[32], secs_s[16], delay_s[16];
 	static char out[PY_PROCS][65536];
+	char *outs[PY_PROCS];
 	size_t len[PY_PROCS] = { 0 };
 	static uint64_t all[MAX_TIMES];
 	int n = 0, in_window = 0, runs[PY_PROCS] = { 0 };
 	uint64_t start, end;
+	const char *why;
 
 	(void)state;
 	NEED_ENV();
-	if (access(PYTHON, X_OK) || access(WHEELS, R_OK)) {
-		print_message("skipped: no %s or %s\n", PYTHON, WHEELS);
-		skip();
-	}
 	assert_int_equal(ktest_tmpdir(fx.tmp, sizeof(fx.tmp)), 0);
-	snprintf(lib, sizeof(lib), "%s/libkthrottle.so.0", ktest_build_dir());
-	assert_int_equal(access(lib, R_OK), 0);
-	/* a copy: pip builds in the source tree */
-	snprintf(path, sizeof(path), "%s/../python", ktest_build_dir());
-	snprintf(pkg, sizeof(pkg), "%s/python", fx.tmp);
-	assert_int_equal(run((char *[]){ "/bin/cp", "-r", path, pkg, NULL }), 0);
-	snprintf(venv, sizeof(venv), "%s/venv", fx.tmp);
-	snprintf(py, sizeof(py), "%s/bin/python", venv);
-	snprintf(pip, sizeof(pip), "%s/bin/pip", venv);
-	if (run((char *[]){ PYTHON, "-m", "venv", venv, NULL })) {
-		print_message("skipped: %s -m venv failed\n", PYTHON);
+	if ((why = kt_libfx_pyenv(fx.tmp, py, sizeof(py)))) {
+		print_message("skipped: %s\n", why);
 		skip();
 	}
-	assert_int_equal(run((char *[]){ pip, "install", "--no-index", "--find-links", WHEELS, pkg, NULL }), 0);
 	snprintf(script, sizeof(script), "%s/strict.py", fx.tmp);
 	assert_int_equal(ktest_write_file(script, py_script), 0);
 
 	nodes_up();
-	setenv("KTHROTTLE_LIB", lib, 1);
 	ktest_asan_preload(); /* for the python processes: after venv and pip */
-	start = boot_ns() + 2000000000ull; /* interpreter and module loaded by then */
+	start = kt_libfx_boot_ns() + 2000000000ull; /* interpreter and module loaded by then */
 	end = start + (uint64_t)(secs * 1e9);
 	snprintf(start_s, sizeof(start_s), "%.9f", start / 1e9);
 	snprintf(secs_s, sizeof(secs_s), "%g", secs);
 	snprintf(delay_s, sizeof(delay_s), "%g", max_delay);
 	for (int i = 0; i < PY_PROCS; i++) {
-		fx.kids[i] = kt_clusterfx_fork(&fx.kfd[i]);
-		if (fx.kids[i] == 0) {
-			dup2(fx.kfd[i], 1);
-			dup2(fx.kfd[i], 2);
-			setenv(KTHROTTLE_PIN_DIR_ENV, fx.d[i % NODES].pin_dir, 1);
-			/* -I: the installed module, not one from the cwd or PYTHONPATH */
-			execl(py, py, "-I", script, LIMIT, start_s, secs_s, delay_s, (char *)NULL);
-			_exit(127);
-		}
+		fx.kids[i] = kt_libfx_python(py, script, (const char *[]){ LIMIT, start_s, secs_s, delay_s, NULL },
+					     fx.d[i % NODES].pin_dir, &fx.kfd[i]);
+		outs[i] = out[i];
 	}
 	/* read both until EOF, bounded: the window, the last max_delay, slack */
-	uint64_t deadline = end + 20000000000ull;
-	int open_fds = PY_PROCS;
-	while (open_fds && boot_ns() < deadline) {
-		struct pollfd pf[PY_PROCS];
-
-		for (int i = 0; i < PY_PROCS; i++)
-			pf[i] = (struct pollfd){ .fd = fx.kfd[i], .events = POLLIN };
-		if (poll(pf, PY_PROCS, 100) <= 0)
-			continue;
-		for (int i = 0; i < PY_PROCS; i++) {
-			ssize_t k;
-
-			if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
-				continue;
-			k = read(fx.kfd[i], out[i] + len[i], sizeof(out[i]) - 1 - len[i]);
-			if (k > 0) {
-				len[i] += (size_t)k;
-				continue;
-			}
-			close(fx.kfd[i]);
-			fx.kfd[i] = -1;
-			open_fds--;
-		}
-	}
+	int open_fds = kt_libfx_read_all(fx.kfd, PY_PROCS, outs, len, sizeof(out[0]), end + 20000000000ull);
 	assert_int_equal(open_fds, 0);
 	for (int i = 0; i < PY_PROCS; i++) {
 		int status = -1;
 
-		out[i][len[i]] = 0;
 		assert_int_equal(waitpid(fx.kids[i], &status, 0), fx.kids[i]);
 		fx.kids[i] = 0;
 		if (!WIFEXITED(status) || WEXITSTATUS(status) || !strstr(out[i], "DONE calls="))
