@@ -24,6 +24,9 @@
  *     window within max + burst;
  *   - a caller the config does not name is no limit: -ENOENT, as an
  *     unknown limit; the plain "api" is a member of its own;
+ *   - kill -9 of prod's node while both flood: prod's process keeps
+ *     charging its pinned bucket, at its fallback once the lease ends;
+ *     batch takes the rest; every window within max + burst;
  *   - a reload adds a caller (it opens; an open caller keeps its entry),
  *     removes one (its handles answer -ESTALE, it no longer opens), and a
  *     bad caller name is refused in one line, changing nothing;
@@ -487,6 +490,63 @@ static void test_classes(void **state)
 	assert_true(most <= MAX_RATE + BURST);
 }
 
+/* kill -9 of node 0's daemon while prod (there) and batch (node 1) flood:
+ * the prod process keeps charging its pinned bucket, which runs at its
+ * share until the lease ends, then at its fallback; once its members
+ * lapse (staleAfter heartbeats) the store holds their fallbacks back (an
+ * equal share each, onStoreFailure's default) and batch takes the rest at
+ * node 1's next heartbeats. Every 1 s window of
+ * the two stays within max + burst throughout. */
+static void test_kill9(void **state)
+{
+	static struct run runs[NODES];
+	const char *const names[NODES] = { LIMIT "/prod", LIMIT "/batch" };
+	const double secs[NODES] = { 7, 7 }, kill_at = 2.5;
+	uint64_t start;
+	pid_t killer;
+	int kfd = -1;
+
+	(void)state;
+	NEED_ENV();
+	nodes_up("    weightBy: caller\n"
+		 "    weights: {prod: 3, batch: 1}\n");
+	start = kt_libfx_boot_ns() + 300000000ull;
+	/* the kill from a child, at its time, while this process reads */
+	killer = kt_clusterfx_fork(&kfd);
+	if (killer == 0) {
+		kt_libfx_sleep_until(start + (uint64_t)(kill_at * 1e9));
+		_exit(kill(fx.d[0].pid, SIGKILL) ? 1 : 0);
+	}
+	run_workers(names, secs, start, runs);
+	int status = -1;
+	assert_int_equal(waitpid(killer, &status, 0), killer);
+	close(kfd);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(ktest_daemon_signal_wait(&fx.d[0], SIGKILL), 128 + SIGKILL);
+
+	for (int w = 0; w < NODES; w++)
+		kt_libfx_print_bins(names[w], runs[w].t, runs[w].n, start, 0.5, 14);
+	double before_p = rate_in(&runs[0], start, 1.5, 2.5), before_b = rate_in(&runs[1], start, 1.5, 2.5);
+	double after_p = rate_in(&runs[0], start, 5, 7), after_b = rate_in(&runs[1], start, 5, 7);
+	int most = worst_window(runs, start);
+
+	print_message("before the kill (s 1.5..2.5): prod %.1f/s, batch %.1f/s; after (s 5..7): prod "
+		      "(node 0 dead) %.1f/s, batch %.1f/s; worst 1 s window %d (max + burst %d)\n",
+		      before_p, before_b, after_p, after_b, most, MAX_RATE + BURST);
+	assert_true(fabs(before_p / (before_p + before_b) - 0.75) <= 0.05);
+	assert_true(most <= MAX_RATE + BURST);
+	/* the dead node's caller at its fallback (an equal share, max / 6);
+	 * the store holds back the fallbacks of node 0's three members (its
+	 * dormant ones' too: their buckets would admit that much once their
+	 * lease ends) and batch has the rest */
+	const double fallback = MAX_RATE / (double)MEMBERS, rest = MAX_RATE - 3 * fallback;
+
+	print_message("want: prod at most its fallback %.1f/s, batch at least 90%% of %.1f/s\n", fallback, rest);
+	assert_true(after_p <= fallback + 1);
+	assert_true(after_b >= 0.9 * rest);
+	assert_true(after_p + after_b <= MAX_RATE + 1);
+}
+
 /* A reload adds a caller (it opens; an open one keeps its entry), removes
  * one (its handles answer -ESTALE, it no longer opens), and a bad caller
  * name is refused with one line and changes nothing. */
@@ -626,6 +686,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_weights, teardown),
 		cmocka_unit_test_teardown(test_classes, teardown),
+		cmocka_unit_test_teardown(test_kill9, teardown),
 		cmocka_unit_test_teardown(test_reload, teardown),
 		cmocka_unit_test_teardown(test_python_callers, teardown),
 	};
