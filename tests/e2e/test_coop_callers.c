@@ -29,7 +29,8 @@
  *     batch takes the rest; every window within max + burst;
  *   - a reload adds a caller (it opens; an open caller keeps its entry),
  *     removes one (its handles answer -ESTALE, it no longer opens), and a
- *     bad caller name is refused in one line, changing nothing;
+ *     bad caller name is refused in one line, changing nothing; a
+ *     restart keeps a called caller's entry, so it is not dormant again;
  *   - the Python decorator, @kthrottle.throttle("api/prod") on node 0 and
  *     "api/batch" on node 1: 3:1 again, prod's part 75% +- 3.
  * Skipped without root or redis-server (the Python test: without python3
@@ -549,7 +550,8 @@ static void test_kill9(void **state)
 
 /* A reload adds a caller (it opens; an open one keeps its entry), removes
  * one (its handles answer -ESTALE, it no longer opens), and a bad caller
- * name is refused with one line and changes nothing. */
+ * name is refused with one line and changes nothing. A restart keeps a
+ * called caller's entry and counters: it is not dormant again. */
 static void test_reload(void **state)
 {
 	struct kthrottle *prod = NULL, *batch = NULL;
@@ -585,8 +587,16 @@ static void test_reload(void **state)
 	assert_int_equal(kthrottle_open(LIMIT "/prod", &prod), -ENOENT);
 	r = kthrottle_try_acquire(batch, 1, &wait);
 	assert_true(r == 0 || r == 1);
-	kthrottle_close(batch);
 	assert_true(member_dormant(0, LIMIT "/prod") == -1); /* no longer a member */
+
+	/* a restart keeps the entry and its counters: batch, called, is
+	 * not dormant again; its open handle stays valid */
+	assert_int_equal(ktest_daemon_signal_wait(&fx.d[0], SIGTERM), 0);
+	assert_int_equal(ktest_daemon_start_logged(&fx.d[0]), 0);
+	r = kthrottle_try_acquire(batch, 1, &wait);
+	assert_true(r == 0 || r == 1);
+	kthrottle_close(batch);
+	assert_true(member_dormant(0, LIMIT "/batch") == 0);
 }
 
 /* argv: limit start_boottime_s secs. Waits for start, then calls the
