@@ -26,7 +26,8 @@
  *     unknown limit; the plain "api" is a member of its own;
  *   - kill -9 of prod's node while both flood: prod's process keeps
  *     charging its pinned bucket, at its fallback once the lease ends;
- *     batch takes the rest; every window within max + burst;
+ *     batch takes the rest (the node's dormant members hold no fallback);
+ *     every window within max + burst;
  *   - a reload adds a caller (it opens; an open caller keeps its entry),
  *     removes one (its handles answer -ESTALE, it no longer opens), and a
  *     bad caller name is refused in one line, changing nothing; a
@@ -494,9 +495,9 @@ static void test_classes(void **state)
 /* kill -9 of node 0's daemon while prod (there) and batch (node 1) flood:
  * the prod process keeps charging its pinned bucket, which runs at its
  * share until the lease ends, then at its fallback; once its members
- * lapse (staleAfter heartbeats) the store holds their fallbacks back (an
- * equal share each, onStoreFailure's default) and batch takes the rest at
- * node 1's next heartbeats. Every 1 s window of
+ * lapse (staleAfter heartbeats) the store holds its fallback back (an
+ * equal share, onStoreFailure's default; node 0's dormant members have
+ * none) and batch takes the rest at node 1's next heartbeats. Every 1 s window of
  * the two stays within max + burst throughout. */
 static void test_kill9(void **state)
 {
@@ -537,15 +538,32 @@ static void test_kill9(void **state)
 	assert_true(fabs(before_p / (before_p + before_b) - 0.75) <= 0.05);
 	assert_true(most <= MAX_RATE + BURST);
 	/* the dead node's caller at its fallback (an equal share, max / 6);
-	 * the store holds back the fallbacks of node 0's three members (its
-	 * dormant ones' too: their buckets would admit that much once their
-	 * lease ends) and batch has the rest */
-	const double fallback = MAX_RATE / (double)MEMBERS, rest = MAX_RATE - 3 * fallback;
+	 * the store holds back that fallback only (node 0's dormant members'
+	 * buckets have none), and batch has the rest */
+	const double fallback = MAX_RATE / (double)MEMBERS, rest = MAX_RATE - fallback;
 
 	print_message("want: prod at most its fallback %.1f/s, batch at least 90%% of %.1f/s\n", fallback, rest);
 	assert_true(after_p <= fallback + 1);
 	assert_true(after_b >= 0.9 * rest);
 	assert_true(after_p + after_b <= MAX_RATE + 1);
+
+	/* node 0's dormant batch, past the lease: closed, nothing held for it */
+	struct kthrottle *h = NULL;
+	uint64_t wait = 0;
+	int admitted = 0;
+
+	setenv(KTHROTTLE_PIN_DIR_ENV, fx.d[0].pin_dir, 1);
+	assert_int_equal(kthrottle_open(LIMIT "/batch", &h), 0);
+	for (int k = 0; k < 20; k++) {
+		int r = kthrottle_try_acquire(h, 1, &wait);
+
+		assert_true(r == 0 || r == 1);
+		admitted += r;
+		ktest_sleep_ms(10);
+	}
+	kthrottle_close(h);
+	print_message("node 0's dormant batch after the kill: %d of 20 admitted over 200 ms\n", admitted);
+	assert_int_equal(admitted, 0);
 }
 
 /* A reload adds a caller (it opens; an open one keeps its entry), removes

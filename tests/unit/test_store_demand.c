@@ -258,12 +258,13 @@ static void test_newcomer(void **state)
 }
 
 /* A dormant member (a caller not called on its node yet, demand -1)
- * holds nothing, neither the floor nor a part of the leftover; called, it
+ * holds nothing, neither the floor nor a part of the leftover, and no
+ * fallback is kept for it; called, it
  * grows like a member that turns busy; a dormant member of a class with a
  * floor keeps none of that floor back. */
 static void test_dormant(void **state)
 {
-	const struct dreq d = { 300, 1, 60000, 0, 0, 0 };
+	const struct dreq d = { 300, 1, 60000, 0, 0, 5 }; /* each member's fallback 5/s */
 	double ga = 0, gb = 0, gc = 0;
 	struct kt_pool_answer a;
 
@@ -277,6 +278,10 @@ static void test_dormant(void **state)
 	NEAR(ga, 299, 1e-6); /* all but c's floor */
 	NEAR(gb, 0, 1e-9);
 	NEAR(gc, 1, 1e-6);
+	/* no fallback is held for b: its bucket has none */
+	assert_int_equal(rp_command_int(&g_master, -1, "HEXISTS " PREFIX ":pool:{dorm}:fb b"), 0);
+	assert_int_equal(rp_command_int(&g_master, -1, "HEXISTS " PREFIX ":pool:{dorm}:fb a"), 1);
+	assert_int_equal(rp_command_int(&g_master, -1, "HEXISTS " PREFIX ":pool:{dorm}:fb c"), 1);
 	/* everyone fits: a and c their demand and a third of the leftover
 	 * less a floor each, b's third stays free */
 	for (int r = 0; r < 3; r++) {
@@ -291,6 +296,7 @@ static void test_dormant(void **state)
 	 * back) at once, its fair share after a gives way */
 	gb = beat("dorm", &d, "b", 1000, NULL);
 	NEAR(gb, 300 - ga - gc, 1e-6);
+	assert_int_equal(rp_command_int(&g_master, -1, "HEXISTS " PREFIX ":pool:{dorm}:fb b"), 1);
 	for (int r = 0; r < 3; r++) {
 		ga = beat("dorm", &d, "a", 1000, NULL);
 		gb = beat("dorm", &d, "b", 1000, NULL);

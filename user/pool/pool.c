@@ -122,7 +122,9 @@ void pool_free_ids(struct lim *l)
 	free(l->grants);
 	free(l->held);
 	free(l->id_class);
+	free(l->fb_held);
 	l->id_class = NULL;
+	l->fb_held = NULL;
 	l->ids = NULL;
 	l->grants = NULL;
 	l->held = NULL;
@@ -241,6 +243,7 @@ int kt_pool_create(struct kt_pool **out, const struct kt_config *cfg, char *err,
 		/* in-flight: the store divides slots by the nodes' demands (slots_demand);
 		 * the rate grants per member (demand) are for rates */
 		l->demand = lc->share == KT_SHARE_DEMAND && s->kind == KT_STORE_REDIS && !l->slots;
+		l->dormancy = l->demand && lc->n_callers > 0;
 		l->slots_demand = lc->share == KT_SHARE_DEMAND && l->slots;
 		l->weighted = (l->demand || l->slots_demand) &&
 			      (lc->weight_by != KT_WEIGHT_NONE || lc->class_by != KT_WEIGHT_NONE ||
@@ -581,14 +584,17 @@ void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 		l->ids = calloc((size_t)o->n_ids, sizeof(*l->ids));
 		l->grants = calloc((size_t)o->n_ids, sizeof(*l->grants));
 		l->held = calloc((size_t)o->n_ids, sizeof(*l->held));
+		l->fb_held = l->dormancy ? calloc((size_t)o->n_ids, sizeof(*l->fb_held)) : NULL;
 		for (int k = 0; l->ids && l->grants && l->held && k < o->n_ids; k++) {
 			if (!(l->ids[k] = strdup(o->ids[k])))
 				break;
 			l->grants[k] = o->grants ? o->grants[k] : NAN;
 			l->held[k] = o->held ? o->held[k] : NAN;
+			if (l->fb_held)
+				l->fb_held[k] = o->fb_held && o->fb_held[k];
 			l->n_ids = k + 1;
 		}
-		if (!l->ids || !l->grants || !l->held || l->n_ids != o->n_ids)
+		if (!l->ids || !l->grants || !l->held || l->n_ids != o->n_ids || (l->dormancy && !l->fb_held))
 			pool_free_ids(l); /* out of memory: floors until the next answer */
 	}
 	/* resumedRampUp happens once per process, not per reload */

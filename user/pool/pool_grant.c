@@ -150,6 +150,18 @@ void kt_pool_bucket_policy(const struct kt_pool *p, int i, double pool_rate, int
 	lease_tail(out);
 }
 
+/* share: demand: one member's fallback rate, what the store holds for it:
+ * with callers, none for one not yet answered for as called (dormant). */
+static double member_fallback(const struct lim *l, const char *id)
+{
+	if (!l->dormancy)
+		return l->v.fallback_member;
+	for (int k = 0; l->fb_held && k < l->n_ids; k++)
+		if (!strcmp(l->ids[k], id))
+			return l->fb_held[k] ? l->v.fallback_member : 0;
+	return 0;
+}
+
 /* share: demand: one member's rate (see kt_pool_members_policy). */
 static double member_rate(const struct lim *l, const char *id, double pool_rate)
 {
@@ -158,7 +170,7 @@ static double member_rate(const struct lim *l, const char *id, double pool_rate)
 	if (l->v.size < 1 || !isfinite(pool_rate) || pool_rate <= 0)
 		return 0;
 	if (l->v.phase == KT_POOL_STORE_LOST)
-		return l->v.closed ? 0 : l->v.fallback_member;
+		return l->v.closed ? 0 : member_fallback(l, id);
 	for (int k = 0; l->grants && k < l->n_ids; k++)
 		if (!strcmp(l->ids[k], id) && isfinite(l->grants[k]))
 			return l->grants[k];
@@ -224,6 +236,14 @@ void kt_pool_members_policy(const struct kt_pool *p, int i, double pool_rate, co
 	l = &p->l[i];
 	for (int k = 0; k < n; k++)
 		rate += ids[k] ? member_rate(l, ids[k], pool_rate) : 0;
+	if (l->dormancy) {
+		double fb = 0;
+
+		for (int k = 0; k < n; k++)
+			fb += ids[k] ? member_fallback(l, ids[k]) : 0;
+		if (fb < out->fallback_rate)
+			out->fallback_rate = fb;
+	}
 	avail = available(l, pool_rate);
 	out->rate = rate;
 	/* the burst follows the share, as an equal share's does */

@@ -134,6 +134,7 @@ static bool has_id(const char *const *ids, int n, const char *id)
 static void sync_ids(struct lim *l, struct job_lim *jl, const char *const *ids, int n)
 {
 	double *grants = NULL, *held = NULL;
+	bool *fb_held = NULL;
 	char **keep = NULL;
 	int i;
 	bool same = n == l->n_ids;
@@ -163,7 +164,10 @@ static void sync_ids(struct lim *l, struct job_lim *jl, const char *const *ids, 
 		if (l->demand && (!(grants = calloc((size_t)n, sizeof(*grants))) ||
 				  !(held = calloc((size_t)n, sizeof(*held)))))
 			goto oom;
-		/* a member keeps its grant; a new one has none until answered */
+		if (l->dormancy && !(fb_held = calloc((size_t)n, sizeof(*fb_held))))
+			goto oom;
+		/* a member keeps its grant (and the fallback the store holds for
+		 * it); a new one has none until answered */
 		for (i = 0; grants && i < n; i++) {
 			int k;
 
@@ -172,6 +176,8 @@ static void sync_ids(struct lim *l, struct job_lim *jl, const char *const *ids, 
 				if (l->ids[k] && !strcmp(l->ids[k], ids[i])) {
 					grants[i] = l->grants[k];
 					held[i] = l->held ? l->held[k] : NAN;
+					if (fb_held)
+						fb_held[i] = l->fb_held && l->fb_held[k];
 					break;
 				}
 		}
@@ -180,6 +186,7 @@ static void sync_ids(struct lim *l, struct job_lim *jl, const char *const *ids, 
 	l->ids = keep;
 	l->grants = grants;
 	l->held = held;
+	l->fb_held = fb_held;
 	l->n_ids = n;
 	return;
 oom:
@@ -190,6 +197,7 @@ oom:
 	free(keep);
 	free(grants);
 	free(held);
+	free(fb_held);
 	pool_free_ids(l);
 	kt_err("pool: limit %s: out of memory tracking member ids", l->name);
 }
@@ -569,8 +577,12 @@ bool pool_finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, uin
 		l->unanswered = false;
 		apply_answer(p, l, &job->ans[k], now, job->sent_ns, reconnected);
 		/* ids are what this job sent: sync_ids runs only when one is posted */
-		if (l->demand && l->grants && job->reqs[k].grants && job->jl[k].n == l->n_ids)
+		if (l->demand && l->grants && job->reqs[k].grants && job->jl[k].n == l->n_ids) {
 			take_grants(l, &job->grants[job->jl[k].off]);
+			/* the store now holds a fallback for each member sent called */
+			for (int j = 0; l->fb_held && j < l->n_ids; j++)
+				l->fb_held[j] = job->mbuf[job->jl[k].off + j].demand != KT_POOL_DEMAND_DORMANT;
+		}
 		if (job->reqs[k].slots_node) {
 			l->v.slots_classes = job->reqs[k].n_classes;
 			for (int c = 0; c < job->reqs[k].n_classes; c++)

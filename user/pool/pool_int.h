@@ -60,6 +60,12 @@ struct lim {
 	bool slots_demand;              /* ... and share: demand (parts by the nodes' demands) */
 	int64_t sent_slots_in_force;    /* the kernel's slots when the heartbeat in flight was built */
 	int *id_class;                  /* slots with classes: ids[k]'s class at the last heartbeat */
+	/* demand with callers (weightBy/classBy caller), whose dormant members
+	 * the store keeps no fallback for: ids[k]'s fallback is held, i.e. it
+	 * was sent called (not dormant) in an answered heartbeat. Until then
+	 * its bucket has no fallback either. */
+	bool dormancy;
+	bool *fb_held;
 };
 
 /* One heartbeat round trip, built on the loop and run on the store's

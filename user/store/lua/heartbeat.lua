@@ -20,7 +20,7 @@
 -- (id, size, demand) triples, the demand "D" (weight 1), "D W" (weight
 -- W, weighted max-min fairness) or "D W K" (and priority class K, 0 the
 -- first); D "-1": a dormant member (a cooperative limit's caller not
--- called on its node yet), no demand and no floor.
+-- called on its node yet), no demand, no floor and no fallback held.
 -- Returns {agree, size, live, reserved} per limit, plus {granted, level
 -- ("-1": none), {grant...}, weights (summed over the members sharing by
 -- demand)} with pool_rate > 0, and with classes {part, weights} per class
@@ -581,7 +581,8 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
         c.res = c.res - rate(call('HGET', K.fb, id))
       end
     end
-    if fb ~= '0' then
+    -- a dormant member's bucket has no fallback: none is held for it
+    if fb ~= '0' and not (st == 3 and ARGV[a + 2] == '-1') then
       if call('HSET', K.fb, id, fb) == 1 then c.grew = true end
     else
       call('HDEL', K.fb, id)
