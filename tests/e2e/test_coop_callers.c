@@ -11,7 +11,7 @@
  *     an equal share (max / 6 / 10);
  *   - weights {prod: 3, batch: 1}: with both flooding, prod on node 0 gets
  *     75/s and batch on node 1 25/s (within 6/s each, and prod's part 75%
- *     +- 3, over the last 2 s of 5); once prod stops, batch gets all but
+ *     +- 3, over the last 2 s of 4); once prod stops, batch gets all but
  *     prod's floor (>= 95% of max over its last 2 s); every 1 s window of
  *     the two together stays within max + burst; status shows the callers
  *     as members with their weights;
@@ -368,7 +368,7 @@ static void test_weights(void **state)
 {
 	static struct run runs[NODES];
 	const char *const names[NODES] = { LIMIT "/prod", LIMIT "/batch" };
-	const double secs[NODES] = { 5, 9 };
+	const double secs[NODES] = { 4, 8 };
 	uint64_t start;
 	char *out;
 
@@ -384,8 +384,8 @@ static void test_weights(void **state)
 
 	start = kt_libfx_boot_ns() + 300000000ull; /* both handles open by then */
 	run_workers(names, secs, start, runs);
-	double prod = rate_in(&runs[0], start, 3, 5), batch = rate_in(&runs[1], start, 3, 5);
-	double alone = rate_in(&runs[1], start, 7, 9);
+	double prod = rate_in(&runs[0], start, 2, 4), batch = rate_in(&runs[1], start, 2, 4);
+	double alone = rate_in(&runs[1], start, 6, 8);
 	int most = worst_window(runs, start);
 
 	for (int w = 0; w < NODES; w++)
@@ -395,10 +395,10 @@ static void test_weights(void **state)
 
 	for (int i = 0; i < NODES; i++)
 		print_members(i);
-	print_message("both flooding, s 3..5: prod (weight 3) %.1f/s, batch (weight 1) %.1f/s "
+	print_message("both flooding, s 2..4: prod (weight 3) %.1f/s, batch (weight 1) %.1f/s "
 		      "(want %.1f and %.1f +- %.0f), prod's part %.1f%% (want 75 +- 3)\n",
 		      prod, batch, busy * 0.75, busy * 0.25, TOL, prod + batch > 0 ? 100 * prod / (prod + batch) : 0);
-	print_message("batch alone, s 7..9: %.1f/s (want >= %.1f); worst 1 s window of both: %d "
+	print_message("batch alone, s 6..8: %.1f/s (want >= %.1f); worst 1 s window of both: %d "
 		      "(max + burst %d)\n",
 		      alone, lone * 0.95, most, MAX_RATE + BURST);
 	/* status names the callers while the pool remembers them */
@@ -463,7 +463,7 @@ static void test_classes(void **state)
 {
 	static struct run runs[NODES];
 	const char *const names[NODES] = { LIMIT "/critical", LIMIT "/batch" };
-	const double secs[NODES] = { 6, 6 };
+	const double secs[NODES] = { 5, 5 };
 	uint64_t start;
 
 	(void)state;
@@ -475,7 +475,7 @@ static void test_classes(void **state)
 
 	start = kt_libfx_boot_ns() + 300000000ull;
 	run_workers(names, secs, start, runs);
-	double crit = rate_in(&runs[0], start, 4, 6), batch = rate_in(&runs[1], start, 4, 6);
+	double crit = rate_in(&runs[0], start, 3, 5), batch = rate_in(&runs[1], start, 3, 5);
 	int most = worst_window(runs, start);
 	/* the other members are dormant: they hold nothing */
 	const double floor = MAX_RATE * 0.1, want_batch = floor, want_crit = MAX_RATE - floor;
@@ -484,7 +484,7 @@ static void test_classes(void **state)
 		kt_libfx_print_bins(names[w], runs[w].t, runs[w].n, start, 0.1, 30);
 	for (int i = 0; i < NODES; i++)
 		print_members(i);
-	print_message("both flooding, s 4..6: critical %.1f/s, batch (class floor %.0f) %.1f/s (want %.1f "
+	print_message("both flooding, s 3..5: critical %.1f/s, batch (class floor %.0f) %.1f/s (want %.1f "
 		      "and %.1f +- %.0f); worst 1 s window of both: %d (max + burst %d)\n",
 		      crit, floor, batch, want_crit, want_batch, TOL, most, MAX_RATE + BURST);
 	assert_true(crit >= want_crit - TOL && crit <= want_crit + TOL);
@@ -503,7 +503,7 @@ static void test_kill9(void **state)
 {
 	static struct run runs[NODES];
 	const char *const names[NODES] = { LIMIT "/prod", LIMIT "/batch" };
-	const double secs[NODES] = { 7, 7 }, kill_at = 2.5;
+	const double secs[NODES] = { 6, 6 }, kill_at = 2.5;
 	uint64_t start;
 	pid_t killer;
 	int kfd = -1;
@@ -527,12 +527,12 @@ static void test_kill9(void **state)
 	assert_int_equal(ktest_daemon_signal_wait(&fx.d[0], SIGKILL), 128 + SIGKILL);
 
 	for (int w = 0; w < NODES; w++)
-		kt_libfx_print_bins(names[w], runs[w].t, runs[w].n, start, 0.5, 14);
+		kt_libfx_print_bins(names[w], runs[w].t, runs[w].n, start, 0.5, 12);
 	double before_p = rate_in(&runs[0], start, 1.5, 2.5), before_b = rate_in(&runs[1], start, 1.5, 2.5);
-	double after_p = rate_in(&runs[0], start, 5, 7), after_b = rate_in(&runs[1], start, 5, 7);
+	double after_p = rate_in(&runs[0], start, 4.5, 6), after_b = rate_in(&runs[1], start, 4.5, 6);
 	int most = worst_window(runs, start);
 
-	print_message("before the kill (s 1.5..2.5): prod %.1f/s, batch %.1f/s; after (s 5..7): prod "
+	print_message("before the kill (s 1.5..2.5): prod %.1f/s, batch %.1f/s; after (s 4.5..6): prod "
 		      "(node 0 dead) %.1f/s, batch %.1f/s; worst 1 s window %d (max + burst %d)\n",
 		      before_p, before_b, after_p, after_b, most, MAX_RATE + BURST);
 	assert_true(fabs(before_p / (before_p + before_b) - 0.75) <= 0.05);
@@ -643,11 +643,11 @@ static const char py_script[] =
 
 /* The Python decorator, @kthrottle.throttle("api/prod") in a process on
  * node 0 and "api/batch" on node 1, both calling as fast as admitted for
- * 5 s: 3:1 (prod's part 75% +- 3) over the last 2 s. */
+ * 4 s: 3:1 (prod's part 75% +- 3) over the last 2 s. */
 static void test_python_callers(void **state)
 {
 	const char *const names[NODES] = { LIMIT "/prod", LIMIT "/batch" };
-	const double secs = 5.0;
+	const double secs = 4.0;
 	char tmp[PATH_MAX], py[PATH_MAX], script[PATH_MAX], start_s[32], secs_s[16];
 	static char out[NODES][65536];
 	static struct run runs[NODES];
@@ -698,10 +698,10 @@ static void test_python_callers(void **state)
 		for (char *l = out[i]; (l = strstr(l, "RUN ")) && runs[i].n < MAX_TIMES; l += 4)
 			runs[i].t[runs[i].n++] = (uint64_t)(strtod(l + 4, NULL) * 1e9 + 0.5);
 	}
-	double prod = rate_in(&runs[0], start, 3, 5), batch = rate_in(&runs[1], start, 3, 5);
+	double prod = rate_in(&runs[0], start, 2, 4), batch = rate_in(&runs[1], start, 2, 4);
 	int most = worst_window(runs, start);
 
-	print_message("python, both flooding, s 3..5: prod %.1f/s, batch %.1f/s, prod's part %.1f%% (want 75 "
+	print_message("python, both flooding, s 2..4: prod %.1f/s, batch %.1f/s, prod's part %.1f%% (want 75 "
 		      "+- 3); worst 1 s window %d (max + burst %d)\n",
 		      prod, batch, prod + batch > 0 ? 100 * prod / (prod + batch) : 0, most, MAX_RATE + BURST);
 	assert_true(prod + batch > 0 && fabs(prod / (prod + batch) - 0.75) <= 0.03);
