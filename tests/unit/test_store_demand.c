@@ -307,13 +307,16 @@ static void test_dormant(void **state)
 	NEAR(check_sum("dorm", 300), 300, 1e-6);
 
 	/* weighted: a dormant weight 3 leaves everything to a weight 1 */
-	const struct dreq d100 = { 100, 1, 60000, 0, 0, 0 };
+	const struct dreq d100 = { 100, 1, 60000, 0, 0, 5 };
 	for (int r = 0; r < 3; r++) {
 		gb = beat_w("dormw", &d100, "prod", KT_POOL_DEMAND_DORMANT, 3, NULL);
 		ga = beat_w("dormw", &d100, "batch", 1000, 1, NULL);
 	}
 	NEAR(ga, 100, 1e-6);
 	NEAR(gb, 0, 1e-9);
+	/* sent "-1 3": no fallback held for it either */
+	assert_int_equal(rp_command_int(&g_master, -1, "HEXISTS " PREFIX ":pool:{dormw}:fb prod"), 0);
+	assert_int_equal(rp_command_int(&g_master, -1, "HEXISTS " PREFIX ":pool:{dormw}:fb batch"), 1);
 
 	/* classes (critical; batch floor 10): a dormant batch keeps no floor */
 	g_classes = 2;
@@ -330,6 +333,9 @@ static void test_dormant(void **state)
 	g_classes = g_class = 0;
 	NEAR(ga, 100, 1e-6);
 	NEAR(gb, 0, 1e-9);
+	/* sent "-1 1 1" */
+	assert_int_equal(rp_command_int(&g_master, -1, "HEXISTS " PREFIX ":pool:{dormc}:fb batch"), 0);
+	assert_int_equal(rp_command_int(&g_master, -1, "HEXISTS " PREFIX ":pool:{dormc}:fb crit"), 1);
 }
 
 static void leave1(const char *limit, const char *id)

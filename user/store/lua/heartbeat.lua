@@ -262,6 +262,9 @@ local function split(ct, nk, D, W, P)
   end
   return A, rem
 end
+-- A member's demand argument ("D", "D W" or "D W K") says it is dormant:
+-- D "-1", a cooperative limit's caller not called on its node yet.
+local function dormant(v) return string.match(v, '^%S+') == '-1' end
 -- Updates dem for this node's members (ARGV i..j, stride 3), the level,
 -- and their grants: shrinks first, then growth into free headroom only.
 -- ct: the limit's classes (nil: none). Returns the grants in ARGV order.
@@ -303,7 +306,7 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
     local w, k = 1, 0
     if not dv then dv = ARGV[i + 2] elseif K.wt then w, k = weight(wv), klass(wv) end
     -- a dormant member holds no floor: it asks once it is called
-    local dorm = dv == '-1'
+    local dorm = dormant(ARGV[i + 2])
     local e = 0
     if not dorm then e = math.max(rate(dv), flo) end
     local x = e / w
@@ -383,7 +386,6 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
         if W[k] > 0 and Wt > 0 then b = math.max(0, math.min(rem * W[k] / Wt, ct[k][2] - A[k])) / W[k] end
         m.t = m.e + b * m.w
       end
-      if m.dorm then m.t = 0 end -- dormant: no part of the leftover either
     end
   else
     c.cls, c.cd, c.ck = nil, nil, nil
@@ -397,9 +399,11 @@ local function share(K, c, P, flo, rms, i0, i1, ct)
     if c.lvl < 0 and c.nd > 0 and c.sw > 0 then bonus = math.max(0, P - c.sd - flo) / c.sw end
     for _, m in ipairs(own) do
       if c.lvl < 0 then m.t = m.e + bonus * m.w else m.t = math.min(m.e, m.w * c.lvl) end
-      -- dormant: no part of the leftover either (it stays free for callers that wake)
-      if m.dorm then m.t = 0 end
     end
+  end
+  -- dormant: no part of the leftover either (it stays free for callers that wake)
+  for _, m in ipairs(own) do
+    if m.dorm then m.t = 0 end
   end
   local function set(m, g)
     c.gs = c.gs + g - (m.cur or 0)
@@ -582,7 +586,7 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
       end
     end
     -- a dormant member's bucket has no fallback: none is held for it
-    if fb ~= '0' and not (st == 3 and ARGV[a + 2] == '-1') then
+    if fb ~= '0' and not (st == 3 and dormant(ARGV[a + 2])) then
       if call('HSET', K.fb, id, fb) == 1 then c.grew = true end
     else
       call('HDEL', K.fb, id)
