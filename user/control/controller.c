@@ -378,7 +378,7 @@ void kt_ctl_fill_demand(struct kt_ctl *c, struct kt_pool_local *local, uint64_t 
 				l->cfg->scope == KT_SCOPE_NODE
 					? slot_demand(c, slots[0], now) / l->n_members
 					: (j < nb ? slot_demand(c, slots[j], now) : 0);
-			if (l->cfg->n_callers > 0 && j < nb && kt_ctl_member_dormant(c, l, j))
+			if (kt_ctl_member_dormant(c, l, j))
 				c->demand_buf[off + j] = KT_POOL_DEMAND_DORMANT;
 		}
 		local[i].member_demand = &c->demand_buf[off];

@@ -150,30 +150,39 @@ void kt_pool_bucket_policy(const struct kt_pool *p, int i, double pool_rate, int
 	lease_tail(out);
 }
 
+/* share: demand: where id is among the ids sent, -1 nowhere. */
+static int id_at(const struct lim *l, const char *id)
+{
+	for (int k = 0; k < l->n_ids; k++)
+		if (l->ids[k] && !strcmp(l->ids[k], id))
+			return k;
+	return -1;
+}
+
 /* share: demand: one member's fallback rate, what the store holds for it:
  * with callers, none for one not yet answered for as called (dormant). */
 static double member_fallback(const struct lim *l, const char *id)
 {
+	int k;
+
 	if (!l->dormancy)
 		return l->v.fallback_member;
-	for (int k = 0; l->fb_held && k < l->n_ids; k++)
-		if (!strcmp(l->ids[k], id))
-			return l->fb_held[k] ? l->v.fallback_member : 0;
-	return 0;
+	k = id_at(l, id);
+	return l->fb_held && k >= 0 && l->fb_held[k] ? l->v.fallback_member : 0;
 }
 
 /* share: demand: one member's rate (see kt_pool_members_policy). */
 static double member_rate(const struct lim *l, const char *id, double pool_rate)
 {
 	double floor_rate, joining;
+	int k;
 
 	if (l->v.size < 1 || !isfinite(pool_rate) || pool_rate <= 0)
 		return 0;
 	if (l->v.phase == KT_POOL_STORE_LOST)
 		return l->v.closed ? 0 : member_fallback(l, id);
-	for (int k = 0; l->grants && k < l->n_ids; k++)
-		if (!strcmp(l->ids[k], id) && isfinite(l->grants[k]))
-			return l->grants[k];
+	if (l->grants && (k = id_at(l, id)) >= 0 && isfinite(l->grants[k]))
+		return l->grants[k];
 	/* not answered for yet: the floor, no more than an equal joiner */
 	floor_rate = pool_demand_floor(l, pool_rate);
 	joining = (l->rl.min < available(l, pool_rate) ? l->rl.min : available(l, pool_rate)) /
