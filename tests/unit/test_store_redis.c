@@ -545,6 +545,76 @@ static void test_many_one_round_trip(void **state)
 	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":pool:{many-3}:hb"), 0);
 }
 
+/* A node with many limits sends them in scripts of at most 128 units (a
+ * limit 1, a member 1; a limit alone may be more), so no script holds
+ * Redis for long, still in one round trip; the steady path works across
+ * them. */
+static void test_many_bounded_scripts(void **state)
+{
+	enum { SMALL = 300, BIG = 200 };
+	struct kt_store *s = open_single(kfx_master.port, NULL, NULL, 0);
+	static struct kt_pool_member one[SMALL], big[BIG];
+	static char names[SMALL + 1][32], ids[SMALL + BIG][32];
+	static struct kt_pool_req q[SMALL + 1];
+	static struct kt_pool_answer a[SMALL + 1];
+	struct kt_store_stats st0, st1;
+	long long calls0;
+	int i;
+
+	(void)state;
+	for (i = 0; i <= SMALL; i++) {
+		snprintf(names[i], sizeof(names[i]), "chunk%03d", i);
+		q[i] = (struct kt_pool_req){ .limit = names[i], .n_members = 1, .stale_ms = 3000, .save_ramp = -1 };
+		if (i < SMALL) {
+			snprintf(ids[i], sizeof(ids[i]), "n1:%d", i);
+			one[i] = (struct kt_pool_member){ ids[i], LIVE };
+			q[i].members = &one[i];
+		}
+	}
+	for (i = 0; i < BIG; i++) {
+		snprintf(ids[SMALL + i], sizeof(ids[0]), "n1:big%d", i);
+		big[i] = (struct kt_pool_member){ ids[SMALL + i], LIVE };
+	}
+	/* 150 small limits (2 units each: scripts of 64, 64, 22), the big one
+	 * alone (201 units), 150 small again */
+	memmove(&q[151], &q[150], 150 * sizeof(q[0]));
+	q[150] = (struct kt_pool_req){ .limit = names[SMALL], .members = big, .n_members = BIG, .stale_ms = 3000,
+				       .save_ramp = -1 };
+	ASSERT_OK(kt_store_ping(s, err, sizeof(err)));
+	for (int round = 0; round < 2; round++) {
+		kt_store_get_stats(s, &st0);
+		calls0 = cmd_calls(&kfx_master, "evalsha");
+		ASSERT_OK(kt_store_heartbeat_many(s, q, SMALL + 1, a, err, sizeof(err)));
+		kt_store_get_stats(s, &st1);
+		for (i = 0; i <= SMALL; i++) {
+			if (i == 150)
+				ASSERT_ANS(a[i], 1, BIG, BIG);
+			else
+				ASSERT_ANS(a[i], 1, 1, 1);
+		}
+		assert_int_equal(cmd_calls(&kfx_master, "evalsha") - calls0, 7);
+		assert_int_equal(st1.hb_scripts - st0.hb_scripts, 7);
+		assert_int_equal(st1.round_trips - st0.round_trips, 1);
+		/* the second heartbeat changes nothing: all steady */
+		assert_int_equal(st1.hb_steady - st0.hb_steady, round ? SMALL + 1 : 0);
+		assert_int_equal(st1.hb_full - st0.hb_full, round ? 0 : SMALL + 1);
+	}
+	/* the server lost the script: all 7 sent again as EVAL, in one more
+	 * round trip */
+	redisReply *r = rp_command(&kfx_master, "SCRIPT FLUSH");
+
+	assert_non_null(r);
+	freeReplyObject(r);
+	kt_store_get_stats(s, &st0);
+	calls0 = cmd_calls(&kfx_master, "eval");
+	ASSERT_OK(kt_store_heartbeat_many(s, q, SMALL + 1, a, err, sizeof(err)));
+	kt_store_get_stats(s, &st1);
+	ASSERT_ANS(a[SMALL], 1, 1, 1);
+	assert_int_equal(cmd_calls(&kfx_master, "eval") - calls0, 7);
+	assert_int_equal(st1.round_trips - st0.round_trips, 2);
+	assert_int_equal(st1.hb_steady - st0.hb_steady, SMALL + 1);
+}
+
 /* After SCRIPT FLUSH (or a restart) the script is sent again with EVAL. */
 static void test_noscript_fallback(void **state)
 {
@@ -1787,6 +1857,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_error_kinds_transport, teardown),
 		cmocka_unit_test_teardown(test_sentinel_failover, teardown),
 		cmocka_unit_test_teardown(test_latency_timeouts, teardown_relay),
+		cmocka_unit_test_teardown(test_many_bounded_scripts, teardown),
 	};
 
 	if (getenv("KT_TEST_FILTER"))

@@ -164,6 +164,10 @@ static void store_error_metrics(const struct kt_plan *plan, const struct kt_pool
 	kt_sb_printf(b, "# HELP kthrottle_store_round_trips_total Round trips to the stores (a pipeline counts once).\n"
 		     "# TYPE kthrottle_store_round_trips_total counter\n"
 		     "kthrottle_store_round_trips_total %llu\n"
+		     "# HELP kthrottle_store_scripts_total Heartbeat scripts sent (EVALSHA): at most 128 units each, "
+		     "a limit counting 1 plus its members, pipelined.\n"
+		     "# TYPE kthrottle_store_scripts_total counter\n"
+		     "kthrottle_store_scripts_total %llu\n"
 		     "# HELP kthrottle_store_script_commands_total Redis commands the heartbeat scripts ran, as they count them: "
 		     "the store's work for this node.\n"
 		     "# TYPE kthrottle_store_script_commands_total counter\n"
@@ -172,7 +176,8 @@ static void store_error_metrics(const struct kt_plan *plan, const struct kt_pool
 		     "# TYPE kthrottle_store_bytes_total counter\n"
 		     "kthrottle_store_bytes_total{direction=\"sent\"} %llu\n"
 		     "kthrottle_store_bytes_total{direction=\"received\"} %llu\n",
-		     (unsigned long long)w.round_trips, (unsigned long long)w.script_commands,
+		     (unsigned long long)w.round_trips, (unsigned long long)w.scripts,
+		     (unsigned long long)w.script_commands,
 		     (unsigned long long)w.bytes_sent, (unsigned long long)w.bytes_received);
 	kt_sb_printf(b, "# HELP kthrottle_store_rtt_seconds Store round trips answered, over the last %d: p50 and p99.\n"
 		     "# TYPE kthrottle_store_rtt_seconds gauge\n", KT_STORE_RTT_WINDOW);

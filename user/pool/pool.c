@@ -609,6 +609,7 @@ static void work_add(struct kt_pool_work *w, const struct kt_store_stats *st)
 	w->full += st->hb_full;
 	w->round_trips += st->round_trips;
 	w->script_commands += st->script_commands;
+	w->scripts += st->hb_scripts;
 	w->bytes_sent += st->bytes_sent;
 	w->bytes_received += st->bytes_received;
 }

@@ -198,11 +198,11 @@ void kt_pool_store_latency(const struct kt_pool *p, int i, struct kt_store_laten
 /* The stores' work, summed over the pool's stores since the daemon started
  * (a store handed over by a reload keeps counting, one closed by it is
  * kept): limits their heartbeats answered by the script's steady path and
- * in full, round trips, the Redis commands the heartbeat scripts ran, and
- * the bytes of commands and replies. */
+ * in full, round trips, the heartbeat scripts sent and the Redis commands
+ * they ran, and the bytes of commands and replies. */
 struct kt_pool_work {
 	uint64_t steady, full;
-	uint64_t round_trips, script_commands;
+	uint64_t round_trips, scripts, script_commands;
 	uint64_t bytes_sent, bytes_received;
 };
 void kt_pool_store_work(const struct kt_pool *p, struct kt_pool_work *w);

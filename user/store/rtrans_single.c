@@ -234,33 +234,6 @@ static bool master_switched(struct kt_store *s)
 }
 
 
-/* One command on the connection. I/O failures drop it. Error replies are
- * returned to the caller in *out (with 0) for classification. */
-static int roundtrip(struct kt_store *s, int argc, const char **argv, const size_t *len,
-		     const char *what, redisReply **out, char *err, size_t errlen)
-{
-	struct kt_rconn_cmd cmd = { .argc = argc, .argv = argv, .argvlen = len };
-	char e[KT_ERR_LEN], eb[KT_ERR_LEN];
-	uint64_t dl;
-	int ret;
-
-	*out = NULL;
-	if (rs_step_deadline(s, &dl)) {
-		rs_seterr(s, err, errlen, "redis %s:%d: %s: call budget of %u ms exhausted", s->cur_host,
-			  s->cur_port, what, rs_budget_ms(s));
-		rs_conn_failed(s);
-		return -ETIMEDOUT;
-	}
-	ret = rs_call_many(s, P(s)->c, &cmd, 1, dl, out, e, sizeof(e));
-	if (ret) {
-		rs_seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cur_host, s->cur_port, what,
-			  rs_conn_errstr(s, ret, e, eb, sizeof(eb)));
-		rs_conn_failed(s);
-		return ret;
-	}
-	return 0;
-}
-
 /* Classifies an error reply. Replies that mean "wrong server now" (failover,
  * restart, lost auth) drop the connection so the next call re-resolves. */
 static int error_reply(struct kt_store *s, const redisReply *r, const char *what, char *err,
@@ -319,38 +292,76 @@ static int single_begin(struct kt_store *s, uint64_t now, char *err, size_t errl
 	return 0;
 }
 
-/* One job after the other on the one connection: a script as EVALSHA,
- * sent again as EVAL when the server lost it (restart, SCRIPT FLUSH). An
- * I/O failure drops the connection and ends the run. */
+/* The jobs in one pipeline on the one connection: scripts as EVALSHA; those
+ * the server lost (restart, SCRIPT FLUSH) sent again as EVAL in a second
+ * one. An I/O failure drops the connection and ends the run. */
 static int single_run(struct kt_store *s, struct kt_rjob *jobs, int nj, const char *what, char *err,
 		      size_t errlen)
 {
+	struct kt_rconn_cmd *rc = calloc((size_t)nj, sizeof(*rc));
+	redisReply **rep = calloc((size_t)nj, sizeof(*rep));
+	int *who = calloc((size_t)nj, sizeof(*who));
+	char e[KT_ERR_LEN], eb[KT_ERR_LEN];
 	int ret = 0;
 
-	for (int j = 0; j < nj && !ret; j++) {
-		struct kt_rjob *jb = &jobs[j];
-		struct args *a = jb->a;
-		redisReply *r;
-
-		if (jb->script >= 0) {
-			a->v[0] = "EVALSHA";
-			a->len[0] = 7;
-			a->v[1] = s->sha[jb->script];
-			a->len[1] = 40;
-		}
-		ret = roundtrip(s, a->n, a->v, a->len, what, &r, err, errlen);
-		if (!ret && jb->script >= 0 && r->type == REDIS_REPLY_ERROR && rs_starts_with(r, "NOSCRIPT")) {
-			freeReplyObject(r);
-			jb->eval = true;
-			a->v[0] = "EVAL";
-			a->len[0] = 4;
-			a->v[1] = rs_scripts[jb->script];
-			a->len[1] = strlen(rs_scripts[jb->script]);
-			ret = roundtrip(s, a->n, a->v, a->len, what, &r, err, errlen);
-		}
-		if (!ret)
-			jb->rep = r;
+	if (!rc || !rep || !who) {
+		ret = -ENOMEM;
+		goto out;
 	}
+	for (int pass = 0; pass < 2 && !ret; pass++) {
+		uint64_t dl;
+		int n = 0;
+
+		for (int j = 0; j < nj; j++) {
+			struct kt_rjob *jb = &jobs[j];
+			struct args *a = jb->a;
+
+			if (jb->rep || (pass && !jb->eval))
+				continue;
+			if (jb->script >= 0) {
+				a->v[0] = jb->eval ? "EVAL" : "EVALSHA";
+				a->len[0] = strlen(a->v[0]);
+				a->v[1] = jb->eval ? rs_scripts[jb->script] : s->sha[jb->script];
+				a->len[1] = strlen(a->v[1]);
+			}
+			rc[n] = (struct kt_rconn_cmd){ .argc = a->n, .argv = a->v, .argvlen = a->len };
+			who[n++] = j;
+		}
+		if (!n)
+			break;
+		if (rs_step_deadline(s, &dl)) {
+			rs_seterr(s, err, errlen, "redis %s:%d: %s: call budget of %u ms exhausted", s->cur_host,
+				  s->cur_port, what, rs_budget_ms(s));
+			rs_conn_failed(s);
+			ret = -ETIMEDOUT;
+			break;
+		}
+		ret = rs_call_many(s, P(s)->c, rc, n, dl, rep, e, sizeof(e));
+		if (ret) {
+			rs_seterr(s, err, errlen, "redis %s:%d: %s: %s", s->cur_host, s->cur_port, what,
+				  rs_conn_errstr(s, ret, e, eb, sizeof(eb)));
+			rs_conn_failed(s);
+			break;
+		}
+		for (int k = 0; k < n; k++) {
+			struct kt_rjob *jb = &jobs[who[k]];
+
+			if (!pass && jb->script >= 0 && rep[k]->type == REDIS_REPLY_ERROR &&
+			    rs_starts_with(rep[k], "NOSCRIPT")) {
+				freeReplyObject(rep[k]);
+				jb->eval = true;
+			} else {
+				jb->rep = rep[k];
+			}
+			rep[k] = NULL;
+		}
+	}
+out:
+	if (ret == -ENOMEM)
+		rs_seterr(s, err, errlen, "%s: out of memory", what);
+	free(rc);
+	free(rep);
+	free(who);
 	return ret;
 }
 

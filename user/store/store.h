@@ -66,9 +66,10 @@
  * the pool's last change; hand edits of the counters are found by the next
  * full call, within stale_ms.
  *
- * Consensus: each heartbeat is
- * ONE EVALSHA per node covering all of its limits (kt_store_heartbeat_many;
- * one per slot in cluster mode).
+ * Consensus: each heartbeat is one round trip per node covering all of its
+ * limits (kt_store_heartbeat_many; one per master in cluster mode): EVALSHAs
+ * of at most 128 units each (a limit counts 1 plus its members), so no
+ * script holds Redis for long, pipelined (cluster: also one per slot).
  * Per limit the script, with redis.call('TIME') as its only clock:
  *   1. ZADD hb now id for every local member (a lapsed one returns to live);
  *   2. a member whose heartbeat is older than stale_ms has lapsed (its
@@ -157,8 +158,8 @@
  * must be 0): the slot map comes from CLUSTER SLOTS asked of a connected
  * master or else of each seed in turn; one connection per master in use,
  * each set up with AUTH and SCRIPT LOAD. A heartbeat groups its limits by
- * slot and sends one EVALSHA per slot (limits in one slot share it; limits
- * in different slots never do: CROSSSLOT); the EVALSHAs for one master go
+ * slot and sends one EVALSHA per slot and 128 units (limits in one slot may
+ * share one; limits in different slots never do: CROSSSLOT); the EVALSHAs for one master go
  * in one pipeline, masters are asked one after another. round_trips thus
  * grows by the number of masters involved (at most the number of slots).
  * leave, save_ramp and load_ramp go to their limit's master; ping
@@ -389,6 +390,7 @@ struct kt_store_stats {
 	uint64_t hb_steady;   /* limits a heartbeat answered "unchanged" (the steady path) */
 	uint64_t hb_full;     /* limits a heartbeat answered in full */
 	uint64_t script_commands; /* Redis commands the heartbeat scripts ran, as they answer */
+	uint64_t hb_scripts;  /* heartbeat scripts sent (EVALSHA), HB_SCRIPT_UNITS at most each */
 	uint64_t bytes_sent, bytes_received; /* of commands and replies */
 	uint64_t timeouts;    /* steps that ran out of time */
 	struct kt_store_latency lat;

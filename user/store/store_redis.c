@@ -536,9 +536,17 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 	return a->oom ? -ENOMEM : 0;
 }
 
+/* A script runs alone on its Redis: every other client waits until it ends.
+ * So a heartbeat's limits go in scripts of at most this many units, a limit
+ * counting 1 plus its members (a limit alone may be more): the full path
+ * costs about 60-100 us of Redis time a limit and 20 us a member, so a
+ * script holds Redis a few milliseconds at most. They still go in one
+ * pipeline: one round trip, whatever their number. */
+#define HB_SCRIPT_UNITS 128
+
 /* The limits grouped by the transport's route (cluster: by slot, a script
- * may only touch one; single: one group), one EVALSHA per group, the groups
- * for one server pipelined. A group left unanswered, or answered with an
+ * may only touch one; single: one group), then cut into scripts of at most
+ * HB_SCRIPT_UNITS, one EVALSHA each, those for one server pipelined. A group left unanswered, or answered with an
  * error or a bad reply, fails only its own limits (their status; the call
  * returns KT_STORE_PARTIAL while some group was answered). */
 static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, int n,
@@ -551,7 +559,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	int *ord = calloc((size_t)n, sizeof(*ord)), *slot = calloc((size_t)n, sizeof(*slot));
 	int *first = calloc((size_t)n + 1, sizeof(*first));
 	struct hb_prev *pv = calloc((size_t)n, sizeof(*pv));
-	int i, k, g, nj = 0, ret = 0, failed = 0, first_fail = 0;
+	int i, k, g, nj = 0, ret = 0, failed = 0, first_fail = 0, units;
 	char e[KT_ERR_LEN];
 
 	if (!sub || !sa || !jobs || !as || !ord || !slot || !first || !pv) {
@@ -567,20 +575,27 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 			ord[k] = ord[k - 1];
 		ord[k] = i;
 	}
-	for (i = 0; i < n; i++) {
+	for (i = 0, units = 0; i < n; i++) {
+		int u = 1 + reqs[ord[i]].n_members;
+
 		sub[i] = reqs[ord[i]];
 		sa[i] = ans[ord[i]];
 		pv[i].digest = kt_hbmemo_digest(&sub[i]);
 		pv[i].has = sub[i].pool_rate <= 0 && !sub[i].slots_node &&
 			    kt_hbmemo_get(s->memo, sub[i].limit, pv[i].digest, &pv[i].prev);
-		if (i == 0 || slot[ord[i]] != slot[ord[i - 1]]) {
+		/* a new script per route, and within one once it holds
+		 * HB_SCRIPT_UNITS (at least one limit) */
+		if (i == 0 || slot[ord[i]] != slot[ord[i - 1]] || units + u > HB_SCRIPT_UNITS) {
+			units = 0;
 			first[nj] = i;
 			jobs[nj] = (struct kt_rjob){ .slot = slot[ord[i]], .script = SCRIPT_HB, .a = &as[nj],
 						    .ask = -1 };
 			nj++;
 		}
+		units += u;
 	}
 	first[nj] = n;
+	s->st.hb_scripts += (uint64_t)nj;
 	for (g = 0; g < nj; g++)
 		if ((ret = build_hb(s, sub + first[g], pv + first[g], first[g + 1] - first[g], &as[g])))
 			goto out;
