@@ -726,6 +726,16 @@ static void test_lease_options(void **state)
 	assert_int_equal(cfg.limits[0].store.timeout_ns, 750 * MS);
 	assert_int_equal(cfg.limits[1].store.timeout_ns, 0);
 	kt_config_free(&cfg);
+	/* redisStore.leases: member unless node is asked for */
+	assert_int_equal(parse("store:\n  redisStore: {mode: single, url: \"redis://h\", leases: node}\n"
+			       "limits:\n"
+			       "  - {name: a, cgroups: x, unit: packet, rateLimit: {max: 5}}\n"
+			       "  - {name: b, cgroups: x, unit: packet, rateLimit: {max: 5,\n"
+			       "     store: {redisStore: {mode: single, url: \"redis://h\"}}}}\n",
+			       &cfg, err), 0);
+	assert_int_equal(cfg.limits[0].store.leases, KT_LEASES_NODE);
+	assert_int_equal(cfg.limits[1].store.leases, KT_LEASES_MEMBER);
+	kt_config_free(&cfg);
 }
 
 /* attachRoot: a path kept as written (its cgroup is resolved with the
@@ -1871,6 +1881,9 @@ static const struct bad bad_cases[] = {
 	{ REDIS("    url: redis://h\n    timeout: 5ms\n"), "t.yaml:5: store.redisStore.timeout: ", "10ms" },
 	{ REDIS("    url: redis://h\n    timeout: 11s\n"), "t.yaml:5: store.redisStore.timeout: ", "10s" },
 	{ REDIS("    url: redis://h\n    timeout: soon\n"), "t.yaml:5: store.redisStore.timeout: ", "" },
+	{ REDIS("    url: redis://h\n    leases: pod\n"), "t.yaml:5: store.redisStore.leases: ", "member" },
+	{ "store:\n  redisStore:\n    mode: cluster\n    addrs: [\"h:7000\"]\n    leases: node\n" LIM,
+	  "t.yaml:5: store.redisStore.leases: ", "node is not available with mode: cluster" },
 	{ SENT(""), "t.yaml:3: store.redisStore.sentinel: ", "required" },
 	{ SENT("    url: redis://h\n"), "t.yaml:4: store.redisStore.url: ", "not used with mode: sentinel" },
 	{ SENT("    sentinel: {master_name: m}\n"), "t.yaml:4: store.redisStore.sentinel.endpoints: ", "required" },

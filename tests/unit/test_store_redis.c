@@ -1581,9 +1581,10 @@ static void test_malformed_replies(void **state)
 	assert_true(a.reserved == 1.5);
 	/* EVALSHA sha 11 (hb, size, ramp, fb, lapsed, counted, hist, sizes, meta, grant, dem
 	 * keys; a weighted limit has wt, an in-flight limit claim, seen and sdem too) +
-	 * stale, n, ramp, ttl, hold, fb, pool rate, floor, recompute, prev, slots, weighted
+	 * the call's 4 (feed, index, horizon, least TTL: leases: node's) + stale, n,
+	 * ramp, ttl, hold, fb, pool rate, floor, recompute, prev, slots, weighted
 	 * + one (id, size) */
-	assert_string_equal(last, "EVALSHA 11 28");
+	assert_string_equal(last, "EVALSHA 11 32");
 	for (size_t i = 0; i < sizeof(hb) / sizeof(hb[0]); i++) {
 		ktest_fakeredis_set(&g_fake, hb[i].reply);
 		a.agree = 7;

@@ -91,6 +91,13 @@ enum kt_store_kind {
  * name the first seed (labels), db is always 0. */
 enum kt_redis_mode { KT_REDIS_SINGLE = 0, KT_REDIS_SENTINEL, KT_REDIS_CLUSTER };
 
+/* redisStore.leases: what a lease is held by. member: each member of each
+ * limit renews its own at every heartbeat (the node sends every limit).
+ * node: the node renews one lease for all its members, and sends a limit
+ * only when it or its pool changed (the change feed) or once per
+ * KT_STORE_QUIET_REFRESH_MS (store.h "Node leases"). */
+enum kt_store_leases { KT_LEASES_MEMBER = 0, KT_LEASES_NODE };
+
 enum kt_store_failure {
 	KT_FAIL_CONSERVATIVE = 0, /* min / last known pool size */
 	KT_FAIL_OPEN,             /* keep the last share */
@@ -220,6 +227,7 @@ struct kt_store_cfg {
 	int max_members;          /* pool size assumed before any answer; 0 = unknown: closed */
 	enum kt_store_failure on_failure;
 	char *key_prefix;         /* default "kthrottle" */
+	enum kt_store_leases leases; /* redisStore.leases, default member */
 	uint64_t timeout_ns;      /* redisStore.timeout: a fixed step timeout; 0: follow the latency */
 };
 /* redisStore.timeout: bounds (the store's step timeout, store.h) */

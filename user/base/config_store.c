@@ -429,7 +429,8 @@ static bool key_prefix_ok(const char *s)
 static int parse_redis(struct ctx *c, yaml_node_t *n, const char *field, struct kt_store_cfg *s)
 {
 	static const char *const keys[] = { "mode", "url", "redis_auth", "redis_tls", "sentinel",
-					    "addrs", "db", "keyPrefix", "timeout", NULL };
+					    "addrs", "db", "keyPrefix", "timeout", "leases", NULL };
+	static const char *const leases_names[] = { "member", "node" };
 	struct kt_auth_cfg block = { 0 };
 	char sub[FIELD_LEN];
 	yaml_node_t *v, *url, *auth, *tls, *sent, *addrs, *db;
@@ -526,6 +527,17 @@ static int parse_redis(struct ctx *c, yaml_node_t *n, const char *field, struct 
 		if (!key_prefix_ok(s->key_prefix))
 			return fail(c, v, sub, "\"%s\" may only hold letters, digits and _.:-",
 				    show_str(s->key_prefix).s);
+	}
+	if ((v = map_get(c, n, "leases"))) {
+		int l;
+
+		if ((err = kt_cfg_get_enum(c, v, join(sub, field, "leases"), leases_names, 2, &l)))
+			return err;
+		if (l == KT_LEASES_NODE && s->redis_mode == KT_REDIS_CLUSTER)
+			return fail(c, v, sub,
+				    "node is not available with mode: cluster (a node's lease and the change "
+				    "feed are one key each, and a cluster spreads the limits over slots)");
+		s->leases = (enum kt_store_leases)l;
 	}
 	if ((v = map_get(c, n, "timeout")) &&
 	    (err = kt_cfg_get_duration(c, v, join(sub, field, "timeout"),

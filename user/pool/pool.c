@@ -103,7 +103,7 @@ static bool same_store(const struct kt_store_cfg *a, const struct kt_store_cfg *
 	    !tls_eq(&a->redis_tls, &b->redis_tls) || a->n_endpoints != b->n_endpoints ||
 	    !str_eq(a->master_name, b->master_name) || !auth_eq(&a->sentinel_auth, &b->sentinel_auth) ||
 	    !tls_eq(&a->sentinel_tls, &b->sentinel_tls) || a->heartbeat_ns != b->heartbeat_ns ||
-	    a->timeout_ns != b->timeout_ns || strcmp(prefix_of(a), prefix_of(b)) != 0)
+	    a->timeout_ns != b->timeout_ns || a->leases != b->leases || strcmp(prefix_of(a), prefix_of(b)) != 0)
 		return false;
 	for (i = 0; i < a->n_endpoints && i < KT_MAX_ENDPOINTS; i++)
 		if (!str_eq(a->endpoint_host[i], b->endpoint_host[i]) ||
@@ -176,6 +176,12 @@ static int new_group(struct kt_pool *p, const struct kt_store_cfg *s, const char
 		}
 	}
 	ret = kt_store_open(&st, s, e, sizeof(e));
+	/* leases: node: the lease is the node's, under its name */
+	if (!ret && s->leases == KT_LEASES_NODE && (ret = kt_store_set_node(st, p->node))) {
+		snprintf(e, sizeof(e), "leases: node needs a node name of 1..%d printable characters, not \"%s\"",
+			 KT_STORE_ID_MAX, p->node);
+		kt_store_close(st);
+	}
 	if (!ret)
 		ret = kt_storeq_open(&g->q, st, p->evfd, e, sizeof(e));
 	if (ret) {

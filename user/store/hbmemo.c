@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kthrottle.h"
+#include "kthrottle/gcra.h"
 #include "store/hbmemo.h"
 
 #define KT_HBMEMO_MIN_CAP 64
@@ -18,6 +19,7 @@ struct memo_entry {
 	char limit[KT_NAME_LEN]; /* "" = free slot */
 	uint64_t digest;         /* 0 = forgotten */
 	int agree, size, live;
+	uint64_t at_ns;          /* kt_clock_ns() when it was set */
 };
 
 struct kt_hbmemo {
@@ -91,6 +93,12 @@ static struct memo_entry *slot_of(const struct kt_hbmemo *m, const char *limit)
 int kt_hbmemo_get(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
 		  struct kt_pool_answer *ans)
 {
+	return kt_hbmemo_get_at(m, limit, digest, ans, NULL);
+}
+
+int kt_hbmemo_get_at(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
+		     struct kt_pool_answer *ans, uint64_t *at_ns)
+{
 	const struct memo_entry *e;
 
 	if (!m || strlen(limit) >= KT_NAME_LEN)
@@ -99,6 +107,8 @@ int kt_hbmemo_get(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
 	if (!e->limit[0] || e->digest != digest)
 		return 0;
 	*ans = (struct kt_pool_answer){ .agree = e->agree, .size = e->size, .live = e->live };
+	if (at_ns)
+		*at_ns = e->at_ns;
 	return 1;
 }
 
@@ -154,5 +164,6 @@ int kt_hbmemo_set(struct kt_hbmemo *m, const char *limit, uint64_t digest,
 	e->agree = ans->agree;
 	e->size = ans->size;
 	e->live = ans->live;
+	e->at_ns = kt_clock_ns();
 	return 0;
 }

@@ -26,6 +26,9 @@ uint64_t kt_hbmemo_digest(const struct kt_pool_req *q);
  * heartbeat had this digest and reserved nothing, else 0. */
 int kt_hbmemo_get(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
 		  struct kt_pool_answer *ans);
+/* The same, and *at_ns (when not NULL): kt_clock_ns() when it was recorded. */
+int kt_hbmemo_get_at(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
+		     struct kt_pool_answer *ans, uint64_t *at_ns);
 /* Records an answered heartbeat; 0, or -ENOMEM (the limit is then forgotten). */
 int kt_hbmemo_set(struct kt_hbmemo *m, const char *limit, uint64_t digest,
 		  const struct kt_pool_answer *ans);

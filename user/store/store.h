@@ -229,6 +229,18 @@
 #define KT_STORE_MAX_WEIGHT 1000000   /* a member's weight is in (0, this] */
 #define KT_STORE_MAX_NODE_WEIGHT 1e12 /* a node's (its members' summed) */
 #define KT_STORE_MAX_CLASSES 8        /* priority classes of one limit */
+/* leases: node (see "Node leases" above): a limit unchanged is still sent
+ * once per KT_STORE_QUIET_REFRESH_MS (less up to a quarter, by its name,
+ * so a node's limits do not all come due at once); its members'
+ * heartbeats are stamped KT_STORE_QUIET_HORIZON_MS ahead, so they outlive
+ * the quiet time with room; its keys live at least KT_STORE_QUIET_TTL_MS; the feed keeps a
+ * change KT_STORE_FEED_KEEP_MS and names at most KT_STORE_FEED_MAX limits
+ * (more: every limit is sent). */
+#define KT_STORE_QUIET_REFRESH_MS 600000ULL
+#define KT_STORE_QUIET_HORIZON_MS (2 * KT_STORE_QUIET_REFRESH_MS)
+#define KT_STORE_QUIET_TTL_MS (3 * KT_STORE_QUIET_REFRESH_MS)
+#define KT_STORE_FEED_KEEP_MS 60000ULL
+#define KT_STORE_FEED_MAX 1000
 #define KT_STORE_ID_MAX 255           /* member id: 1..this bytes of '!'..'~' */
 #define KT_STORE_PREFIX_MAX 64        /* keyPrefix: 1..this bytes of '!'..'~' */
 #define KT_STORE_STALE_MAX_MS (24ULL * 3600 * 1000)
@@ -391,6 +403,9 @@ struct kt_store_stats {
 	uint64_t hb_full;     /* limits a heartbeat answered in full */
 	uint64_t script_commands; /* Redis commands the heartbeat scripts ran, as they answer */
 	uint64_t hb_scripts;  /* heartbeat scripts sent (EVALSHA), HB_SCRIPT_UNITS at most each */
+	uint64_t hb_quiet;    /* leases: node: limits not sent, answered from the last answer */
+	uint64_t feed_changes; /* leases: node: limits the change feed named */
+	uint64_t feed_resyncs; /* leases: node: heartbeats that sent every limit (lease lapsed, feed lost) */
 	uint64_t bytes_sent, bytes_received; /* of commands and replies */
 	uint64_t timeouts;    /* steps that ran out of time */
 	struct kt_store_latency lat;
@@ -401,6 +416,10 @@ struct kt_store_stats {
  * certificate) and read again at every connect. */
 int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *err, size_t errlen);
 void kt_store_close(struct kt_store *s);
+/* The node's name for its lease (leases: node; 1..KT_STORE_ID_MAX
+ * characters, printable, no space). 0 or -EINVAL. Before the first
+ * heartbeat: with leases: node a heartbeat without one fails -EINVAL. */
+int kt_store_set_node(struct kt_store *s, const char *node);
 
 /* One round trip for all limits of this node (cluster: one per master
  * involved). ans[i] answers reqs[i]. Returns 0 (every ans[i].status 0),

@@ -30,7 +30,7 @@
 #include "store/rconn.h"
 #include "store/store.h"
 
-enum { SCRIPT_HB, SCRIPT_LEAVE, SCRIPT_PERMIT, SCRIPT_TAGS, N_SCRIPTS };
+enum { SCRIPT_HB, SCRIPT_LEAVE, SCRIPT_PERMIT, SCRIPT_TAGS, SCRIPT_NODE, N_SCRIPTS };
 /* The scripts' texts (store_redis.c, from user/store/lua/), by SCRIPT_*. */
 extern const char *const rs_scripts[N_SCRIPTS];
 
@@ -77,6 +77,10 @@ struct kt_store {
 	enum kt_store_err_kind hint; /* set by the failure being reported, else from the errno */
 	struct kt_store_errors errs;
 	struct kt_hbmemo *memo;      /* last answered heartbeat per limit (made at the first one) */
+	/* leases: node (store.h "Node leases") */
+	enum kt_store_leases leases;
+	char *node;                  /* kt_store_set_node */
+	uint64_t feed_since;         /* node.lua's last `now` (Redis ms); 0: send every limit */
 
 	/* latency (store.h: the step timeout) */
 	unsigned fixed_timeout_ms;   /* redisStore.timeout, 0: follow the latency */

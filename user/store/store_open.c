@@ -36,7 +36,20 @@ void kt_store_close(struct kt_store *s)
 	tls_opt_free(&s->tls_redis);
 	tls_opt_free(&s->tls_sentinel);
 	kt_hbmemo_free(s->memo);
+	free(s->node);
 	free(s);
+}
+
+int kt_store_set_node(struct kt_store *s, const char *node)
+{
+	char *dup;
+
+	if (!s || !node || !rs_valid_token(node, KT_STORE_ID_MAX) || !(dup = strdup(node)))
+		return -EINVAL;
+	free(s->node);
+	s->node = dup;
+	s->feed_since = 0; /* a new name holds no lease yet */
+	return 0;
 }
 
 static int dup_str(char **dst, const char *src)
@@ -234,6 +247,13 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 		    tls_opt_dup(&s->tls_sentinel, &cfg->sentinel_tls))
 			goto oom;
 	}
+	if (cfg->leases == KT_LEASES_NODE && cfg->redis_mode == KT_REDIS_CLUSTER) {
+		snprintf(err, errlen, "store (line %d): leases: node is not available with mode: cluster",
+			 cfg->line);
+		kt_store_close(s);
+		return -EINVAL;
+	}
+	s->leases = cfg->leases;
 	s->fixed_timeout_ms = (unsigned)(cfg->timeout_ns / 1000000ULL);
 	s->t = s->mode == KT_REDIS_CLUSTER ? &kt_rtrans_cluster : &kt_rtrans_single;
 	if (s->t->init(s))

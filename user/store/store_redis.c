@@ -46,8 +46,9 @@ static const char hb_script[] = KT_LUA_HEARTBEAT;
 static const char leave_script[] = KT_LUA_LEAVE;
 static const char permit_script[] = KT_LUA_PERMIT;
 static const char tags_script[] = KT_LUA_TAGS;
+static const char node_script[] = KT_LUA_NODE;
 
-const char *const rs_scripts[N_SCRIPTS] = { hb_script, leave_script, permit_script, tags_script };
+const char *const rs_scripts[N_SCRIPTS] = { hb_script, leave_script, permit_script, tags_script, node_script };
 
 /* The keys of one limit in the scripts' order: N_KEYS, then wt, the dc keys
  * and the slot keys as `set` asks. Returns how many. */
@@ -444,7 +445,7 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 
 	for (i = 0; i < n; i++)
 		cap += N_ALL_KEYS + 12 + 3 * reqs[i].n_members;
-	if (rs_args_init(a, cap))
+	if (rs_args_init(a, cap + 4))
 		return -ENOMEM;
 	a->n = 2; /* EVALSHA sha */
 	for (i = 0, j = 0; i < n; i++)
@@ -452,6 +453,19 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 	rs_arg_fmt(a, "%d", j);
 	for (i = 0; i < n; i++)
 		arg_keys(a, s->prefix, reqs[i].limit, req_keys(&reqs[i]));
+	/* the call's own: the feed, this node's index, the horizon and the
+	 * keys' least TTL (leases: node), or none */
+	if (s->leases == KT_LEASES_NODE) {
+		rs_arg_fmt(a, "%s:feed", s->prefix);
+		rs_arg_fmt(a, "%s:node:{%s}:limits", s->prefix, s->node);
+		rs_arg_fmt(a, "%llu", (unsigned long long)KT_STORE_QUIET_HORIZON_MS);
+		rs_arg_fmt(a, "%llu", (unsigned long long)KT_STORE_QUIET_TTL_MS);
+	} else {
+		rs_arg_ref(a, "-");
+		rs_arg_ref(a, "-");
+		rs_arg_ref(a, "0");
+		rs_arg_ref(a, "0");
+	}
 	for (i = 0; i < n; i++) {
 		const struct kt_pool_req *q = &reqs[i];
 
@@ -544,108 +558,339 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
  * pipeline: one round trip, whatever their number. */
 #define HB_SCRIPT_UNITS 128
 
-/* The limits grouped by the transport's route (cluster: by slot, a script
- * may only touch one; single: one group), then cut into scripts of at most
- * HB_SCRIPT_UNITS, one EVALSHA each, those for one server pipelined. A group left unanswered, or answered with an
- * error or a bad reply, fails only its own limits (their status; the call
- * returns KT_STORE_PARTIAL while some group was answered). */
-static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, int n,
-			struct kt_pool_answer *ans, char *err, size_t errlen)
+/* One heartbeat's work: the requests in route order (sub), their memo
+ * (pv), their answers (sa), each one's route (slot), and the scripts of
+ * one round trip (jobs, as, first: job g serves sub[first[g]..first[g+1])). */
+struct hb_batch {
+	struct kt_pool_req *sub;
+	struct kt_pool_answer *sa;
+	struct hb_prev *pv;
+	int *slot;
+	struct kt_rjob *jobs;
+	struct args *as;
+	int *first;
+	int *idx;      /* sub[i] is reqs[idx[i]] */
+	int failed, first_fail;
+};
+
+static int cmp_str(const void *a, const void *b)
 {
-	struct kt_pool_req *sub = calloc((size_t)n, sizeof(*sub));
-	struct kt_pool_answer *sa = calloc((size_t)n, sizeof(*sa));
-	struct kt_rjob *jobs = calloc((size_t)n, sizeof(*jobs));
-	struct args *as = calloc((size_t)n, sizeof(*as));
-	int *ord = calloc((size_t)n, sizeof(*ord)), *slot = calloc((size_t)n, sizeof(*slot));
-	int *first = calloc((size_t)n + 1, sizeof(*first));
-	struct hb_prev *pv = calloc((size_t)n, sizeof(*pv));
-	int i, k, g, nj = 0, ret = 0, failed = 0, first_fail = 0, units;
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Cluster hash slots: a route is below this (quiet limits sort after). */
+#define ROUTES 16384
+
+/* leases: node: node.lua's arguments (node.lua's header). */
+static int build_node(struct kt_store *s, uint64_t stale_ms, struct args *a)
+{
+	if (rs_args_init(a, 12))
+		return -ENOMEM;
+	a->n = 2;
+	rs_arg_ref(a, "2");
+	rs_arg_fmt(a, "%s:nodes", s->prefix);
+	rs_arg_fmt(a, "%s:feed", s->prefix);
+	rs_arg_ref(a, s->prefix);
+	rs_arg_ref(a, s->node);
+	rs_arg_fmt(a, "%llu", (unsigned long long)stale_ms);
+	rs_arg_fmt(a, "%llu", (unsigned long long)s->feed_since);
+	rs_arg_fmt(a, "%llu", (unsigned long long)KT_STORE_FEED_KEEP_MS);
+	rs_arg_fmt(a, "%llu", (unsigned long long)KT_STORE_QUIET_TTL_MS);
+	return a->oom ? -ENOMEM : 0;
+}
+
+/* Sends sub[lo..hi) in scripts of at most HB_SCRIPT_UNITS, one pipeline
+ * per server, after node.lua when node is not NULL (its reply in *node_rep,
+ * or its failure: then every limit of the round trip fails with it).
+ * Each limit's status says how it went; -ENOMEM, else 0. */
+static int hb_send(struct kt_store *s, struct hb_batch *b, int lo, int hi, struct args *node,
+		   redisReply **node_rep, char *err, size_t errlen)
+{
+	int i, g, nj = 0, units = 0, ret;
 	char e[KT_ERR_LEN];
 
-	if (!sub || !sa || !jobs || !as || !ord || !slot || !first || !pv) {
-		ret = -ENOMEM;
-		goto out;
+	if (node) {
+		b->jobs[nj] = (struct kt_rjob){ .slot = b->slot[lo < hi ? lo : 0], .script = SCRIPT_NODE,
+						.a = node, .ask = -1 };
+		b->first[nj++] = lo;
 	}
-	if (!s->memo)
-		s->memo = kt_hbmemo_new(); /* NULL: every call takes the full path */
-	for (i = 0; i < n; i++) {
-		slot[i] = limit_route(s, reqs[i].limit);
-		/* insertion sort by route, stable: n <= KT_MAX_LIMITS */
-		for (k = i; k > 0 && slot[ord[k - 1]] > slot[i]; k--)
-			ord[k] = ord[k - 1];
-		ord[k] = i;
-	}
-	for (i = 0, units = 0; i < n; i++) {
-		int u = 1 + reqs[ord[i]].n_members;
+	for (i = lo; i < hi; i++) {
+		int u = 1 + b->sub[i].n_members;
 
-		sub[i] = reqs[ord[i]];
-		sa[i] = ans[ord[i]];
-		pv[i].digest = kt_hbmemo_digest(&sub[i]);
-		pv[i].has = sub[i].pool_rate <= 0 && !sub[i].slots_node &&
-			    kt_hbmemo_get(s->memo, sub[i].limit, pv[i].digest, &pv[i].prev);
 		/* a new script per route, and within one once it holds
 		 * HB_SCRIPT_UNITS (at least one limit) */
-		if (i == 0 || slot[ord[i]] != slot[ord[i - 1]] || units + u > HB_SCRIPT_UNITS) {
+		if (i == lo || b->slot[i] != b->slot[i - 1] || units + u > HB_SCRIPT_UNITS) {
 			units = 0;
-			first[nj] = i;
-			jobs[nj] = (struct kt_rjob){ .slot = slot[ord[i]], .script = SCRIPT_HB, .a = &as[nj],
-						    .ask = -1 };
+			b->first[nj] = i;
+			b->jobs[nj] = (struct kt_rjob){ .slot = b->slot[i], .script = SCRIPT_HB, .a = &b->as[nj],
+							.ask = -1 };
 			nj++;
 		}
 		units += u;
 	}
-	first[nj] = n;
-	s->st.hb_scripts += (uint64_t)nj;
-	for (g = 0; g < nj; g++)
-		if ((ret = build_hb(s, sub + first[g], pv + first[g], first[g + 1] - first[g], &as[g])))
+	b->first[nj] = hi;
+	for (g = node ? 1 : 0; g < nj; g++)
+		if ((ret = build_hb(s, b->sub + b->first[g], b->pv + b->first[g], b->first[g + 1] - b->first[g],
+				    &b->as[g])))
 			goto out;
-	ret = s->t->run(s, jobs, nj, "heartbeat", err, errlen);
+	s->st.hb_scripts += (uint64_t)(nj - (node ? 1 : 0));
+	ret = s->t->run(s, b->jobs, nj, "heartbeat", err, errlen);
 	if (ret == -ENOMEM)
 		goto out;
-	/* each group stands alone: a master down (or a bad reply from one)
-	 * fails only the limits it serves */
-	for (g = 0; g < nj; g++) {
-		int r = jobs[g].rep ? s->t->check(s, &jobs[g], "heartbeat", e, sizeof(e)) : (ret ? ret : -EIO);
+	/* each script stands alone: a master down (or a bad reply from one)
+	 * fails only the limits it serves; node.lua's failure fails them all */
+	int node_fail = 0;
 
-		if (jobs[g].rep && !r)
-			r = parse_answers(s, jobs[g].rep, sub + first[g], pv + first[g], first[g + 1] - first[g],
-					  sa + first[g], e, sizeof(e));
-		if (r) {
-			if (!jobs[g].rep)
-				snprintf(e, sizeof(e), "%s", s->last_err);
-			if (!failed++)
-				snprintf(err, errlen, "%s", e);
-			first_fail = first_fail ? first_fail : r;
+	for (g = 0; g < nj; g++) {
+		int r = b->jobs[g].rep ? s->t->check(s, &b->jobs[g], "heartbeat", e, sizeof(e)) : (ret ? ret : -EIO);
+
+		if (g == 0 && node) {
+			if (!r) {
+				*node_rep = b->jobs[g].rep;
+				b->jobs[g].rep = NULL;
+				continue;
+			}
+		} else if (b->jobs[g].rep && !r) {
+			r = parse_answers(s, b->jobs[g].rep, b->sub + b->first[g], b->pv + b->first[g],
+					  b->first[g + 1] - b->first[g], b->sa + b->first[g], e, sizeof(e));
 		}
-		for (i = first[g]; i < first[g + 1]; i++)
-			sa[i].status = r;
+		if (r && !b->jobs[g].rep)
+			snprintf(e, sizeof(e), "%s", s->last_err);
+		if (g == 0 && node)
+			node_fail = r;
+		else if (node_fail && !r)
+			r = node_fail;
+		if (r) {
+			if (!b->failed++)
+				snprintf(err, errlen, "%s", e);
+			b->first_fail = b->first_fail ? b->first_fail : r;
+		}
+		if (g == 0 && node)
+			continue;
+		for (i = b->first[g]; i < b->first[g + 1]; i++)
+			b->sa[i].status = r;
+	}
+	ret = 0;
+out:
+	rs_jobs_free(b->jobs, nj);
+	for (g = 0; g < nj; g++)
+		if (b->jobs[g].a != node)
+			rs_args_free(&b->as[g]);
+	memset(b->jobs, 0, sizeof(*b->jobs) * (size_t)nj);
+	return ret;
+}
+
+/* node.lua's answer {now, held, changed (array, or -1: every limit),
+ * commands}: 0 and *every (send every limit), the names in *changed (the
+ * reply's own strings, sorted), else -EPROTO. */
+static int parse_node(struct kt_store *s, const redisReply *r, uint64_t *now, bool *every,
+		      const char ***changed, int *n_changed, char *err, size_t errlen)
+{
+	const redisReply *c;
+
+	*changed = NULL;
+	*n_changed = 0;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || !rs_int_in(r->element[0], 1, INT64_MAX) ||
+	    !rs_int_in(r->element[1], 0, 1) || !rs_int_in(r->element[3], 0, INT32_MAX))
+		goto bad;
+	c = r->element[2];
+	*now = (uint64_t)r->element[0]->integer;
+	*every = r->element[1]->integer == 0;
+	s->st.script_commands += (uint64_t)r->element[3]->integer;
+	if (c->type == REDIS_REPLY_INTEGER && c->integer == -1) {
+		*every = true;
+		return 0;
+	}
+	if (c->type != REDIS_REPLY_ARRAY || c->elements > KT_STORE_FEED_MAX)
+		goto bad;
+	if (c->elements) {
+		*changed = calloc(c->elements, sizeof(**changed));
+		if (!*changed) {
+			rs_seterr(s, err, errlen, "heartbeat: out of memory");
+			return -ENOMEM;
+		}
+	}
+	for (size_t i = 0; i < c->elements; i++) {
+		if (c->element[i]->type != REDIS_REPLY_STRING)
+			goto bad;
+		(*changed)[(*n_changed)++] = c->element[i]->str;
+	}
+	qsort(*changed, (size_t)*n_changed, sizeof(**changed), cmp_str);
+	s->st.feed_changes += (uint64_t)*n_changed;
+	return 0;
+bad:
+	free(*changed);
+	*changed = NULL;
+	rs_seterr(s, err, errlen, "redis %s:%d: heartbeat: malformed reply of node.lua", s->cur_host, s->cur_port);
+	s->hint = KT_SERR_PROTOCOL;
+	return -EPROTO;
+}
+
+/* leases: node: how long a limit may stay quiet, a quarter of it less by
+ * its name, so a node's limits do not all come due in one heartbeat. */
+static uint64_t quiet_for_ns(const char *limit)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (const char *p = limit; *p; p++)
+		h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+	return (KT_STORE_QUIET_REFRESH_MS - h % (KT_STORE_QUIET_REFRESH_MS / 4)) * 1000000ULL;
+}
+
+/* The limits grouped by the transport's route (cluster: by slot, a script
+ * may only touch one; single: one group), then cut into scripts of at most
+ * HB_SCRIPT_UNITS, one EVALSHA each, those for one server pipelined. A
+ * group left unanswered, or answered with an error or a bad reply, fails
+ * only its own limits (their status; the call returns KT_STORE_PARTIAL
+ * while some group was answered).
+ *
+ * leases: node (store.h "Node leases"): node.lua goes first in the
+ * pipeline; a limit whose request is what its last answer was sent for,
+ * answered without a reserve less than its quiet time ago, is not sent
+ * ("quiet": that answer again) unless node.lua says the node's lease had
+ * lapsed or the feed names it: then it goes in a second round trip. */
+static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, int n,
+			    struct kt_pool_answer *ans, char *err, size_t errlen)
+{
+	struct hb_batch b = { 0 };
+	int *ord = calloc((size_t)n, sizeof(*ord)), *slot = calloc((size_t)n, sizeof(*slot));
+	bool lease = s->leases == KT_LEASES_NODE, every = true;
+	const char **changed = NULL;
+	int i, k, nq = 0, n_changed = 0, ret = 0, nsend;
+	uint64_t now_ns = kt_clock_ns(), stale_ms = UINT64_MAX, since = 0;
+	struct args node = { 0 };
+	redisReply *node_rep = NULL;
+
+	b.sub = calloc((size_t)n, sizeof(*b.sub));
+	b.sa = calloc((size_t)n, sizeof(*b.sa));
+	b.pv = calloc((size_t)n, sizeof(*b.pv));
+	b.slot = calloc((size_t)n, sizeof(*b.slot));
+	b.jobs = calloc((size_t)n + 1, sizeof(*b.jobs));
+	b.as = calloc((size_t)n + 1, sizeof(*b.as));
+	b.first = calloc((size_t)n + 2, sizeof(*b.first));
+	b.idx = calloc((size_t)n, sizeof(*b.idx));
+	if (!b.sub || !b.sa || !b.pv || !b.slot || !b.jobs || !b.as || !b.first || !b.idx || !ord || !slot) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	if (lease && !s->node) {
+		rs_seterr(s, err, errlen, "heartbeat: leases: node needs this node's name");
+		ret = -EINVAL;
+		goto out;
+	}
+	if (!s->memo)
+		s->memo = kt_hbmemo_new(); /* NULL: every call takes the full path */
+	/* by route, stable; with leases: node the quiet ones last */
+	for (i = 0; i < n; i++) {
+		struct hb_prev pv = { .digest = kt_hbmemo_digest(&reqs[i]) };
+		uint64_t at = 0;
+
+		pv.has = reqs[i].pool_rate <= 0 && !reqs[i].slots_node &&
+			 kt_hbmemo_get_at(s->memo, reqs[i].limit, pv.digest, &pv.prev, &at);
+		slot[i] = limit_route(s, reqs[i].limit);
+		if (lease && s->feed_since && pv.has && reqs[i].save_ramp < 0 &&
+		    now_ns - at < quiet_for_ns(reqs[i].limit)) {
+			slot[i] += ROUTES;
+			nq++;
+		}
+		if (reqs[i].stale_ms < stale_ms)
+			stale_ms = reqs[i].stale_ms;
+		/* insertion sort: n <= KT_MAX_LIMITS */
+		for (k = i; k > 0 && slot[ord[k - 1]] > slot[i]; k--)
+			ord[k] = ord[k - 1];
+		ord[k] = i;
 	}
 	for (i = 0; i < n; i++) {
-		if (!sa[i].status) {
-			ans[ord[i]] = sa[i];
-			if (sub[i].pool_rate <= 0 && !sub[i].slots_node)
-				kt_hbmemo_set(s->memo, sub[i].limit, pv[i].digest, &sa[i]);
+		b.sub[i] = reqs[ord[i]];
+		b.sa[i] = ans[ord[i]];
+		b.idx[i] = ord[i];
+		b.slot[i] = slot[ord[i]] % ROUTES;
+		b.pv[i].digest = kt_hbmemo_digest(&b.sub[i]);
+		b.pv[i].has = b.sub[i].pool_rate <= 0 && !b.sub[i].slots_node &&
+			      kt_hbmemo_get(s->memo, b.sub[i].limit, b.pv[i].digest, &b.pv[i].prev);
+	}
+	nsend = n - nq;
+	if (lease && (ret = build_node(s, stale_ms, &node)))
+		goto out;
+	if ((ret = hb_send(s, &b, 0, nsend, lease ? &node : NULL, &node_rep, err, errlen)))
+		goto out;
+	if (lease) {
+		int m = nsend;
+
+		ret = node_rep ? parse_node(s, node_rep, &since, &every, &changed, &n_changed, err, errlen)
+			       : b.first_fail ? b.first_fail : -EIO;
+		if (ret == -ENOMEM)
+			goto out;
+		s->feed_since = ret ? 0 : since;
+		if (ret) {
+			/* no lease renewed: the quiet limits have no answer either */
+			for (i = nsend; i < n; i++)
+				b.sa[i].status = ret;
+			b.first_fail = b.first_fail ? b.first_fail : ret;
+			m = n;
 		} else {
-			ans[ord[i]].status = sa[i].status;
-			kt_hbmemo_forget(s->memo, sub[i].limit);
+			if (every)
+				s->st.feed_resyncs++;
+			/* the quiet limits to send after all go first */
+			for (i = nsend; i < n; i++) {
+				if (every || bsearch(&b.sub[i].limit, changed, (size_t)n_changed, sizeof(*changed),
+						     cmp_str)) {
+					struct kt_pool_req tq = b.sub[i];
+					struct kt_pool_answer ta = b.sa[i];
+					struct hb_prev tp = b.pv[i];
+					int ti = b.idx[i];
+
+					b.sub[i] = b.sub[m], b.sa[i] = b.sa[m], b.pv[i] = b.pv[m], b.idx[i] = b.idx[m];
+					b.sub[m] = tq, b.sa[m] = ta, b.pv[m] = tp, b.idx[m] = ti;
+					m++;
+				}
+			}
+			if (m > nsend && (ret = hb_send(s, &b, nsend, m, NULL, NULL, err, errlen)))
+				goto out;
+			for (i = m; i < n; i++) {
+				b.sa[i].agree = b.pv[i].prev.agree;
+				b.sa[i].size = b.pv[i].prev.size;
+				b.sa[i].live = b.pv[i].prev.live;
+				b.sa[i].reserved = 0;
+				b.sa[i].status = 0;
+			}
+			s->st.hb_quiet += (uint64_t)(n - m);
+		}
+		nq = n - m;
+	}
+	/* the answers, in the caller's order */
+	int n_failed = 0;
+
+	for (i = 0; i < n; i++) {
+		k = b.idx[i];
+		if (!b.sa[i].status) {
+			ans[k] = b.sa[i];
+			if (i < n - nq && b.sub[i].pool_rate <= 0 && !b.sub[i].slots_node)
+				kt_hbmemo_set(s->memo, b.sub[i].limit, b.pv[i].digest, &b.sa[i]);
+		} else {
+			ans[k].status = b.sa[i].status;
+			kt_hbmemo_forget(s->memo, b.sub[i].limit);
+			n_failed++;
 		}
 	}
-	ret = !failed ? 0 : failed == nj ? first_fail : KT_STORE_PARTIAL;
+	ret = !n_failed ? 0 : n_failed == n ? (b.first_fail ? b.first_fail : -EIO) : KT_STORE_PARTIAL;
 out:
 	if (ret == -ENOMEM)
 		rs_seterr(s, err, errlen, "heartbeat: out of memory");
-	if (jobs)
-		rs_jobs_free(jobs, nj);
-	for (g = 0; as && g < nj; g++)
-		rs_args_free(&as[g]);
-	free(sub);
-	free(sa);
-	free(jobs);
-	free(as);
+	if (node_rep)
+		freeReplyObject(node_rep);
+	rs_args_free(&node);
+	free(changed);
+	free(b.sub);
+	free(b.sa);
+	free(b.pv);
+	free(b.slot);
+	free(b.jobs);
+	free(b.as);
+	free(b.first);
+	free(b.idx);
 	free(ord);
 	free(slot);
-	free(first);
-	free(pv);
 	return ret;
 }
 
@@ -684,6 +929,7 @@ static int do_leave(struct kt_store *s, const char *limit, const char *const *id
 {
 	struct args a = { 0 };
 	redisReply *r = NULL;
+	bool lease;
 	int i, ret;
 
 	if (!valid_limit(limit) || n < 0 || n > KT_STORE_MAX_POOL || (n && !ids)) {
@@ -699,16 +945,22 @@ static int do_leave(struct kt_store *s, const char *limit, const char *const *id
 	}
 	if (n == 0)
 		return 0;
+	lease = s->leases == KT_LEASES_NODE && s->node;
 	ret = begin(s, err, errlen);
 	if (ret)
 		return ret;
 	kt_hbmemo_forget(s->memo, limit);
-	ret = rs_args_init(&a, 3 + N_KEYS + N_WEIGHT_KEYS + N_CLASS_KEYS + n);
+	ret = rs_args_init(&a, 5 + N_KEYS + N_WEIGHT_KEYS + N_CLASS_KEYS + n);
 	if (ret)
 		goto oom;
 	a.n = 2;
-	rs_arg_fmt(&a, "%d", N_KEYS + N_WEIGHT_KEYS + N_CLASS_KEYS);
+	/* leases: node: the feed and this node's index too (leave.lua) */
+	rs_arg_fmt(&a, "%d", N_KEYS + N_WEIGHT_KEYS + N_CLASS_KEYS + (lease ? 2 : 0));
 	arg_keys(&a, s->prefix, limit, KEYS_WEIGHT | KEYS_CLASSES);
+	if (lease) {
+		rs_arg_fmt(&a, "%s:feed", s->prefix);
+		rs_arg_fmt(&a, "%s:node:{%s}:limits", s->prefix, s->node);
+	}
 	for (i = 0; i < n; i++)
 		rs_arg_ref(&a, ids[i]);
 	if (a.oom)

@@ -130,14 +130,14 @@ local function each(cmd, key, list, step)
 end
 local function load(K)
   local m = call('HMGET', K.meta, 'n', 'ns', 'bad', 'nl', 'res', 'gs', 'sd', 'lvl', 'lt', 'lp',
-                      'exp', 'due', 'sw', 'cls', 'cd', 'ck')
+                      'exp', 'due', 'sw', 'cls', 'cd', 'ck', 'ans')
   local c = {n = tonumber(m[1]) or 0, ns = tonumber(m[2]) or 0, bad = tonumber(m[3]) or 0,
              nl = tonumber(m[4]) or 0, res = tonumber(m[5]) or 0,
              gs = tonumber(m[6]), sd = tonumber(m[7]), lvl = tonumber(m[8]) or -1,
              lt = tonumber(m[9]) or 0, lp = tonumber(m[10]) or -1, exp = tonumber(m[11]),
              shared = m[6] ~= false, steady = m[12] ~= false, nd = call('ZCARD', K.dem),
              sw = tonumber(m[13]), nw = 0, cls = m[14] ~= '' and m[14] or nil,
-             ck = tonumber(m[16])}
+             ck = tonumber(m[16]), ans0 = m[17] or nil}
   if c.ck and (c.ck < 2 or c.ck > NK or c.ck ~= math.floor(c.ck)) then c.ck = nil end
   if K.wt then c.nw = call('HLEN', K.wt) end
   -- classes: "D W" per class (heartbeat.lua's csum), unless malformed

@@ -5,6 +5,15 @@
 -- KEYS: N_KEYS (11) per limit, in keyset's order (common.lua), then wt for
 -- a weighted limit, dc0..dc7 for a limit with classes, and N_SLOT_KEYS (3)
 -- more (claim, seen, sdem) for an in-flight limit.
+-- ARGV: first 4 for the call, leases: node's (store.h "Node leases"): the
+-- feed key (P:feed, "-": leases: member, the other three "-", "0", "0"),
+-- this node's index (P:node:{NODE}:limits), the horizon (ms: members'
+-- heartbeats are stamped that far ahead of TIME, so a quiet node's members
+-- stay live; its death is node.lua's to find) and the least TTL of the
+-- keys (ms). A full call then writes the limit into the feed when its
+-- answer differs from the one meta held (a join, a lapse, a size, a
+-- reserve: every change the nodes must hear), and this node's member ids
+-- into its index.
 -- ARGV per limit: stale_ms, n, ramp ("" = none), ramp_ttl_ms, hold_ms, fb
 -- (this node's fallback rate per member, "%.17g"), pool_rate ("0": equal
 -- share), floor_rate, recompute_ms, prev ("agree size live": the answer
@@ -62,6 +71,10 @@ if redis.replicate_commands then redis.replicate_commands() end
 local RECOUNT = 64
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local FEED, NIDX, TTLMIN = ARGV[1], ARGV[2], tonumber(ARGV[4]) or 0
+if FEED == '-' then FEED = nil end
+-- a member's heartbeat as written (ahead of now with leases: node)
+local stamp = f0(now + (tonumber(ARGV[3]) or 0))
 -- O(pool): every counter from hb, lapsed, size and fb
 local function rebuild(K, stale, hold)
   local seen = {}
@@ -572,11 +585,12 @@ end
 local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   local a, fresh = first, {}
   local c, ok = load(K)
+  local ans0 = c.ans0
   if not ok then c = rebuild(K, stale, hold) end
   -- 1. this node's members heartbeat; one back from lapse leaves the reserve
   for i = 1, n do
     local id = ARGV[a]
-    if call('ZADD', K.hb, now, id) == 1 then
+    if call('ZADD', K.hb, stamp, id) == 1 then
       c.n = c.n + 1
       c.grew = true
       fresh[id] = true
@@ -666,7 +680,7 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   -- TTL is shorter than what is set, or once a third of it has run;
   -- never otherwise (10 PEXPIREs a limit a heartbeat were most of its
   -- cost). Keys so outlive the last heartbeat by 2/3 of the TTL or more.
-  local ttl, expire = (stale + hold) * 3 --[[KT_STORE_EXPIRE_FACTOR]], false
+  local ttl, expire = math.max((stale + hold) * 3 --[[KT_STORE_EXPIRE_FACTOR]], TTLMIN), false
   if c.n + c.nl > 0 then
     local e = c.exp or 0
     expire = c.grew or e > now + ttl or e - now < ttl * 2 / 3
@@ -698,6 +712,18 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
       call('PEXPIRE', K.sdem, ttl)
     end
   end
+  if FEED then
+    local L = string.match(K.hb, '{(.*)}:hb$')
+    if ans0 ~= c.ans then call('ZADD', FEED, f0(now), L) end
+    if n > 0 then
+      local ids = {}
+      for i = first, a - 1, st do ids[#ids + 1] = ARGV[i] end
+      call('HSET', NIDX, L, table.concat(ids, ' '))
+      call('PEXPIRE', NIDX, ttl)
+    else
+      call('HDEL', NIDX, L)
+    end
+  end
   if dem then
     o[5], o[6], o[7], o[8] = f17(c.gs), f17(c.lvl), dem, f17(c.sw)
     if ct then o[9] = c.parts end
@@ -714,7 +740,7 @@ end
 -- after it changes nothing. It reads the limit's KEYS (hb k, meta k + 8)
 -- and ARGV (from a) in place: it runs for every limit of every node at
 -- every heartbeat, and each table, number and field costs.
-local nows, lapses = f0(now), {}
+local nows, lapses = stamp, {}
 local function steady(k, a, n, prev)
   local m = call('HMGET', KEYS[k + 8], 'due', 'ans')
   local due, stale = tonumber(m[1]), ARGV[a]
@@ -740,7 +766,7 @@ local function steady(k, a, n, prev)
 end
 -- one pass per limit: N_KEYS KEYS (+ wt for a weighted limit, + 8 dc with
 -- classes, + N_SLOT_KEYS for an in-flight limit) and 12 + n x (2 or 3) ARGV each
-local out, a, k = {}, 1, 1
+local out, a, k = {}, 5, 1
 while k <= #KEYS do
   local n, prate, prev, sl = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 6]), ARGV[a + 9], ARGV[a + 10]
   -- "T" or "T F0 C0 F1 C1 ...": T's bit 1 weighted (wt among the KEYS),

@@ -4,11 +4,15 @@
 -- KEYS: N_KEYS (11) of one limit, in keyset's order (common.lua), its wt
 -- and its dc0..dc7 (kt_store_leave always names them: a limit may have
 -- weights and classes).
+-- With leases: node two more KEYS: the feed and this node's index
+-- (node.lua): the limit goes in the feed (the nodes that stay hear of it
+-- at once) and out of the index (the next full call writes it again).
 -- ARGV: the ids that leave.
 -- Returns how many of them were live or lapsed. With consistent counters it
 -- keeps them exact; otherwise it only removes the ids and drops meta, so the
 -- next heartbeat rebuilds.
 
+if redis.replicate_commands then redis.replicate_commands() end
 --#include common.lua
 local K = keyset(1, false, #KEYS > 11 --[[N_KEYS]], #KEYS > 12)
 local c, ok = load(K)
@@ -35,4 +39,10 @@ for i = 1, #ARGV do
   if K.wt then call('HDEL', K.wt, id) end
 end
 if ok and not c.dirty then save(K, c) else call('DEL', K.meta) end
+if #KEYS >= 22 then
+  local t = call('TIME')
+  local L = string.match(K.hb, '{(.*)}:hb$')
+  if n > 0 then call('ZADD', KEYS[21], f0(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), L) end
+  call('HDEL', KEYS[22], L)
+end
 return n

@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* redisStore.leases: node against a real redis-server (store.h "Node
+ * leases"): a node renews one lease and sends a limit only when it or its
+ * pool changed; a join, a graceful leave and a death still reach the
+ * quiet nodes through the change feed within a heartbeat or two; a node
+ * whose own lease lapsed sends everything again; a node with member leases
+ * in the same pool never lapses a quiet node's members; the keys are read
+ * back from Redis. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include "ktest.h"
+#include "kt_storefx.h"
+#include "redis_proc.h"
+#include "store/store.h"
+
+#define PREFIX "ktlease"
+#define LIVE KT_POOL_REPORT_LIVE
+#define STALE 400 /* ms: the lease */
+
+static char err[KT_ERR_LEN];
+
+#define ASSERT_OK(expr) RP_ASSERT_OK(expr, err)
+
+static struct kt_store *open_node(const char *node, enum kt_store_leases leases)
+{
+	struct kt_store_cfg c;
+	struct kt_store *s;
+
+	kt_storefx_cfg_single(&c, kfx_master.port, PREFIX);
+	c.leases = leases;
+	ASSERT_OK(kt_store_open(&s, &c, err, sizeof(err)));
+	kt_storefx_track(s);
+	if (leases == KT_LEASES_NODE)
+		assert_int_equal(kt_store_set_node(s, node), 0);
+	return s;
+}
+
+/* node s heartbeats limit with its one member id */
+static struct kt_pool_answer beat(struct kt_store *s, const char *limit, const char *id)
+{
+	struct kt_pool_member m = { id, LIVE };
+	struct kt_pool_req q = { .limit = limit, .members = &m, .n_members = 1, .stale_ms = STALE,
+				 .save_ramp = -1 };
+	struct kt_pool_answer a = { -1, -1, -1 };
+
+	ASSERT_OK(kt_store_heartbeat_many(s, &q, 1, &a, err, sizeof(err)));
+	return a;
+}
+
+static struct kt_store_stats stats(struct kt_store *s)
+{
+	struct kt_store_stats st;
+
+	kt_store_get_stats(s, &st);
+	return st;
+}
+
+#define ASSERT_ANS(a, ag, sz, lv)                                                  \
+	do {                                                                       \
+		assert_int_equal((a).agree, (ag));                                 \
+		assert_int_equal((a).size, (sz));                                  \
+		assert_int_equal((a).live, (lv));                                  \
+	} while (0)
+
+/* a sorted set's score read back, -1 when the member is not there */
+static long long zscore(const char *key, const char *member)
+{
+	redisReply *r = rp_command(&kfx_master, "ZSCORE %s %s", key, member);
+	long long v = -1;
+
+	assert_non_null(r);
+	if (r->type == REDIS_REPLY_STRING)
+		v = strtoll(r->str, NULL, 10);
+	freeReplyObject(r);
+	return v;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	kt_storefx_close_all();
+	redisReply *r = rp_command(&kfx_master, "FLUSHALL");
+
+	if (r)
+		freeReplyObject(r);
+	return 0;
+}
+
+/* Two nodes agree, then go quiet: their heartbeats send node.lua alone. A
+ * third joins: the feed names the limit, both send it in a second round
+ * trip of the same heartbeat and see the join. */
+static void test_quiet_and_join(void **state)
+{
+	struct kt_store *na = open_node("A", KT_LEASES_NODE), *nb = open_node("B", KT_LEASES_NODE);
+	struct kt_store *nc = open_node("C", KT_LEASES_NODE);
+	struct kt_store_stats s0, s1;
+	struct kt_pool_answer a;
+
+	(void)state;
+	for (int i = 0; i < 2; i++) {
+		beat(na, "q", "A:1");
+		a = beat(nb, "q", "B:1");
+	}
+	ASSERT_ANS(a, 1, 2, 2);
+	a = beat(na, "q", "A:1");
+	ASSERT_ANS(a, 1, 2, 2);
+	/* the members are stamped ahead of TIME (the horizon), the nodes
+	 * hold their leases, the index names their members */
+	long long t_ms = zscore(PREFIX ":nodes", "A");
+	long long hb = zscore(PREFIX ":pool:{q}:hb", "A:1");
+
+	assert_true(t_ms > 0);
+	assert_true(hb > t_ms + (long long)KT_STORE_QUIET_HORIZON_MS - 5000);
+	redisReply *r = rp_command(&kfx_master, "HGET " PREFIX ":node:{A}:limits q");
+
+	assert_non_null(r);
+	assert_int_equal(r->type, REDIS_REPLY_STRING);
+	assert_string_equal(r->str, "A:1");
+	freeReplyObject(r);
+
+	/* a node's own change comes back to it once through the feed */
+	beat(nb, "q", "B:1");
+	beat(na, "q", "A:1");
+	beat(nb, "q", "B:1");
+	s0 = stats(na);
+	for (int i = 0; i < 5; i++) {
+		a = beat(na, "q", "A:1");
+		ASSERT_ANS(a, 1, 2, 2);
+		beat(nb, "q", "B:1");
+	}
+	s1 = stats(na);
+	assert_int_equal(s1.hb_quiet - s0.hb_quiet, 5);
+	assert_int_equal(s1.hb_scripts - s0.hb_scripts, 0); /* node.lua only */
+	assert_int_equal(s1.round_trips - s0.round_trips, 5);
+
+	/* C joins: A and B hear it at their next heartbeat */
+	a = beat(nc, "q", "C:1");
+	assert_int_equal(a.live, 3);
+	s0 = stats(na);
+	a = beat(na, "q", "A:1");
+	s1 = stats(na);
+	ASSERT_ANS(a, 0, 3, 3);
+	assert_int_equal(s1.round_trips - s0.round_trips, 2);
+	assert_int_equal(s1.hb_quiet - s0.hb_quiet, 0);
+	assert_true(s1.feed_changes > s0.feed_changes);
+	beat(nb, "q", "B:1");
+	beat(nc, "q", "C:1");
+	a = beat(na, "q", "A:1");
+	ASSERT_ANS(a, 1, 3, 3);
+	a = beat(nb, "q", "B:1");
+	ASSERT_ANS(a, 1, 3, 3);
+
+	/* C leaves gracefully: the others hear it at once */
+	const char *ids[1] = { "C:1" };
+
+	ASSERT_OK(kt_store_leave(nc, "q", ids, 1, err, sizeof(err)));
+	a = beat(na, "q", "A:1");
+	assert_int_equal(a.live, 2);
+	a = beat(nb, "q", "B:1");
+	assert_int_equal(a.live, 2);
+}
+
+/* B dies (stops heartbeating): its lease lapses after STALE; the next
+ * node.lua finds it, re-stamps B's member with the lease's time and puts
+ * the limit in the feed; A's next heartbeat sends the limit and sees B
+ * gone. Then A's own lease lapses (A silent past STALE while C runs): A's
+ * next heartbeat sends every limit again. */
+static void test_death_and_own_lapse(void **state)
+{
+	struct kt_store *na = open_node("A", KT_LEASES_NODE), *nb = open_node("B", KT_LEASES_NODE);
+	struct kt_store *nc = open_node("C", KT_LEASES_NODE);
+	struct kt_store_stats s0, s1;
+	struct kt_pool_answer a;
+	uint64_t t0, took_ms;
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		beat(na, "d", "A:1");
+		beat(nb, "d", "B:1");
+	}
+	a = beat(na, "d", "A:1");
+	ASSERT_ANS(a, 1, 2, 2);
+	s0 = stats(na);
+	a = beat(na, "d", "A:1");
+	assert_int_equal(stats(na).hb_quiet - s0.hb_quiet, 1);
+
+	/* B dies now; A heartbeats every 100 ms */
+	t0 = ktest_now_ns();
+	do {
+		rp_sleep_ms(100);
+		a = beat(na, "d", "A:1");
+		took_ms = (ktest_now_ns() - t0) / 1000000;
+	} while (a.live != 1 && took_ms < 5 * STALE);
+	assert_int_equal(a.live, 1);
+	print_message("B's death seen by A after %llu ms (lease %d ms)\n", (unsigned long long)took_ms, STALE);
+	assert_true(took_ms >= STALE - 100);
+	assert_true(took_ms <= STALE + 300);
+	/* B is out of the leases and its index is gone */
+	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":node:{B}:limits"), 0);
+	assert_int_equal(zscore(PREFIX ":nodes", "B"), -1);
+	a = beat(na, "d", "A:1");
+	ASSERT_ANS(a, 1, 1, 1);
+
+	/* A falls silent past its lease while C heartbeats (and finds it) */
+	beat(nc, "other", "C:1");
+	rp_sleep_ms(STALE + 150);
+	beat(nc, "other", "C:1");
+	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":node:{A}:limits"), 0);
+	s0 = stats(na);
+	a = beat(na, "d", "A:1");
+	s1 = stats(na);
+	ASSERT_ANS(a, 1, 1, 1);
+	assert_int_equal(s1.feed_resyncs - s0.feed_resyncs, 1);
+	assert_int_equal(s1.hb_quiet - s0.hb_quiet, 0);
+	/* and its index is back */
+	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":node:{A}:limits"), 1);
+}
+
+/* A node with member leases (an older daemon, or one not switched yet) in
+ * the same pool: its full calls never lapse a quiet node's members (they
+ * are stamped ahead), and it counts them live. */
+static void test_mixed_with_member_leases(void **state)
+{
+	struct kt_store *na = open_node("A", KT_LEASES_NODE), *nd = open_node("D", KT_LEASES_MEMBER);
+	struct kt_pool_answer a;
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		beat(na, "m", "A:1");
+		beat(nd, "m", "D:1");
+	}
+	a = beat(na, "m", "A:1");
+	ASSERT_ANS(a, 1, 2, 2);
+	/* A stays quiet for three leases while D heartbeats */
+	for (int i = 0; i < 12; i++) {
+		rp_sleep_ms(100);
+		a = beat(nd, "m", "D:1");
+		ASSERT_ANS(a, 1, 2, 2);
+		if (i % 3 == 0) /* within its lease */
+			beat(na, "m", "A:1");
+	}
+	assert_true(stats(na).hb_quiet >= 2);
+}
+
+/* Bad input changes nothing: a node name with a space, leases: node in
+ * cluster mode, a heartbeat before the name is set. */
+static void test_refused(void **state)
+{
+	struct kt_store_cfg c;
+	struct kt_store *s;
+	struct kt_pool_member m = { "X:1", LIVE };
+	struct kt_pool_req q = { .limit = "x", .members = &m, .n_members = 1, .stale_ms = STALE, .save_ramp = -1 };
+	struct kt_pool_answer a;
+
+	(void)state;
+	kt_storefx_cfg_single(&c, kfx_master.port, PREFIX);
+	c.leases = KT_LEASES_NODE;
+	ASSERT_OK(kt_store_open(&s, &c, err, sizeof(err)));
+	kt_storefx_track(s);
+	assert_int_equal(kt_store_heartbeat_many(s, &q, 1, &a, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "leases: node needs this node's name"));
+	assert_int_equal(kt_store_set_node(s, "a b"), -EINVAL);
+	assert_int_equal(kt_store_set_node(s, ""), -EINVAL);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":nodes"), 0);
+	c.redis_mode = KT_REDIS_CLUSTER;
+	c.endpoint_host[0] = (char *)"127.0.0.1";
+	c.endpoint_port[0] = kfx_master.port;
+	c.n_endpoints = 1;
+	assert_int_equal(kt_store_open(&s, &c, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "leases: node is not available with mode: cluster"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_quiet_and_join, teardown),
+		cmocka_unit_test_teardown(test_death_and_own_lapse, teardown),
+		cmocka_unit_test_teardown(test_mixed_with_member_leases, teardown),
+		cmocka_unit_test_teardown(test_refused, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);
+}

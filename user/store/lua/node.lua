@@ -1,0 +1,70 @@
+-- node.lua: a node's lease and the change feed (redisStore.leases: node),
+-- the first script of each of its heartbeats (heartbeat_groups in
+-- user/store/store_redis.c). Single server or Sentinel only: it names keys
+-- of other nodes and other limits (the config refuses leases: node with a
+-- cluster).
+--
+-- KEYS: nodes (P:nodes, sorted set node -> its lease: the Redis TIME in ms
+-- of its last heartbeat), feed (P:feed, sorted set limit -> the TIME of its
+-- last change).
+-- ARGV: prefix P, node, stale_ms, since (the `now` this node's previous
+-- node.lua answered; "0": none), keep_ms (how long the feed keeps a
+-- change), ttl_ms (of nodes and feed).
+-- Returns {now, held, changed, commands}: held 1 when the node's lease was
+-- live (renewed within stale_ms) before this call, else 0 (a new node, or
+-- one whose lease lapsed: everything it holds must be sent now); changed
+-- the limits the feed names as changed at or after since, or the integer
+-- -1 for "every limit" (no since, since older than the feed keeps or in
+-- the future, or more than FEED_MAX changes).
+--
+-- A node with leases: node stamps its members with a heartbeat that far
+-- in the future (heartbeat.lua's horizon) and sends a limit only when it or
+-- its pool changed, so its members never lapse by their own heartbeat
+-- while it lives. Its lease does: a node silent for stale_ms is found here
+-- by whichever node calls next (at most DEAD_MAX a call), each of its
+-- members (P:node:{X}:limits, limit -> its ids there, written by
+-- heartbeat.lua) gets the lease's time as its heartbeat, so the next full
+-- call of each of those limits lapses it as usual, and the limits go in the
+-- feed, so the nodes holding them send them at once.
+
+if redis.replicate_commands then redis.replicate_commands() end
+local ncall, rcall = 0, redis.call
+local function call(...)
+  ncall = ncall + 1
+  return rcall(...)
+end
+local DEAD_MAX, FEED_MAX = 16, 1000 --[[KT_STORE_FEED_MAX]]
+local P, node = ARGV[1], ARGV[2]
+local stale, since, keep, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local t = call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function f0(x) return string.format('%.0f', x) end
+local prev = tonumber(call('ZSCORE', KEYS[1], node))
+local held = 0
+if prev ~= nil and prev >= now - stale and prev <= now then held = 1 end
+call('ZADD', KEYS[1], f0(now), node)
+local dead = call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. f0(now - stale), 'WITHSCORES', 'LIMIT', 0, DEAD_MAX)
+for i = 1, #dead, 2 do
+  local x, s = dead[i], dead[i + 1]
+  local idx = P .. ':node:{' .. x .. '}:limits'
+  local r = call('HGETALL', idx)
+  for j = 1, #r, 2 do
+    local hb = P .. ':pool:{' .. r[j] .. '}:hb'
+    for id in string.gmatch(r[j + 1], '%S+') do
+      -- XX: a member already lapsed (or gone) stays as it is
+      call('ZADD', hb, 'XX', s, id)
+    end
+    call('ZADD', KEYS[2], f0(now), r[j])
+  end
+  call('DEL', idx)
+  call('ZREM', KEYS[1], x)
+end
+call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. f0(now - keep))
+call('PEXPIRE', KEYS[1], ttl)
+call('PEXPIRE', KEYS[2], ttl)
+local changed = -1
+if since ~= nil and since > 0 and since >= now - keep and since <= now then
+  local r = call('ZRANGEBYSCORE', KEYS[2], f0(since), '+inf', 'LIMIT', 0, FEED_MAX + 1)
+  if #r <= FEED_MAX then changed = r end
+end
+return {now, held, changed, ncall}
