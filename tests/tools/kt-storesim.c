@@ -102,6 +102,7 @@ struct opts {
 	bool classes;   /* --share classes */
 	int groups, groups_total; /* --groups, --groups-total (1, 1: one limit "sim") */
 	bool grouped;   /* either given: limits "sim@gNNNNN" */
+	bool node_leases; /* --leases node: redisStore.leases: node */
 };
 
 struct node {
@@ -130,6 +131,7 @@ struct worker {
 	struct samples rtt_us;       /* steady-state heartbeats: the call's duration */
 	uint64_t steady_hb, steady_rt, steady_not_agree, errors;
 	uint64_t steady_cmds, steady_bytes; /* the scripts' commands, bytes both ways */
+	uint64_t steady_quiet, steady_limits; /* limits not sent (leases: node), and all */
 	/* --share demand, every answer: granted > pool_rate - reserved + eps,
 	 * or a grant not finite or < 0; the largest `granted` answered */
 	uint64_t grant_violations;
@@ -418,6 +420,8 @@ static void *worker_main(void *arg)
 				w->steady_hb++;
 				w->steady_rt += after.round_trips - before.round_trips;
 				w->steady_cmds += after.script_commands - before.script_commands;
+				w->steady_quiet += after.hb_quiet - before.hb_quiet;
+				w->steady_limits += (uint64_t)g_o.groups;
 				w->steady_bytes += after.bytes_sent - before.bytes_sent + after.bytes_received -
 						   before.bytes_received;
 				w->steady_not_agree += not_agree;
@@ -462,6 +466,8 @@ static void usage(FILE *f)
 		"                    weighted or classes\n"
 		"  --groups-total T  distinct groups across the nodes (default G); node i has\n"
 		"                    groups (i x T / N + k) mod T, k < G; needs G >= T / N\n"
+		"  --leases L        member (default) or node: redisStore.leases; node: one\n"
+		"                    lease a node, and a limit sent only when it changed\n"
 		"  --json            one JSON object instead of the table\n"
 		"Exit: 0 all targets met, 1 a target missed, 2 bad input or setup failure.\n");
 }
@@ -509,6 +515,7 @@ static int parse_args(int argc, char **argv)
 		{ "share", required_argument, NULL, 'S' },
 		{ "groups", required_argument, NULL, 'g' },
 		{ "groups-total", required_argument, NULL, 'G' },
+		{ "leases", required_argument, NULL, 'L' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -547,6 +554,14 @@ static int parse_args(int argc, char **argv)
 			r = parse_int("groups-total", optarg, 1, 100000, &g_o.groups_total);
 			g_o.grouped = true;
 			total_given = 1;
+			break;
+		case 'L':
+			if (!strcmp(optarg, "node") || !strcmp(optarg, "member")) {
+				g_o.node_leases = optarg[0] == 'n';
+			} else {
+				fprintf(stderr, "kt-storesim: --leases: '%s' is not member or node\n", optarg);
+				r = -1;
+			}
 			break;
 		case 'j': g_o.json = true; break;
 		case 'h': usage(stdout); exit(0);
@@ -797,6 +812,7 @@ static int open_nodes(const char *prefix)
 		.host = g_o.redis_host,
 		.port = g_o.redis_port,
 		.key_prefix = (char *)prefix,
+		.leases = g_o.node_leases ? KT_LEASES_NODE : KT_LEASES_MEMBER,
 	};
 	char err[KT_ERR_LEN];
 
@@ -861,6 +877,12 @@ static int open_nodes(const char *prefix)
 				nd->members[j].klass = critical(i, j) ? 0 : 1;
 		}
 		ret = kt_store_open(&nd->st, &cfg, err, sizeof(err));
+		if (!ret && g_o.node_leases) {
+			char name[16];
+
+			snprintf(name, sizeof(name), "node%04d", i);
+			ret = kt_store_set_node(nd->st, name);
+		}
 		/* connect now: connection setup is not part of what is measured */
 		if (!ret)
 			ret = kt_store_ping(nd->st, err, sizeof(err));
@@ -1036,7 +1058,7 @@ static double crit_demand_sent_max(void)
 }
 
 struct results {
-	uint64_t heartbeats, round_trips, not_agree, errors, cmds, bytes;
+	uint64_t heartbeats, round_trips, not_agree, errors, cmds, bytes, quiet, limits;
 	struct samples script_us, rtt_us, lateness_us, steady_late_us;
 	double rt_per_hb, cpu_pct, self_cpu_pct, window_s;
 	double agree_start_ms, agree_kill_ms, bound_ms;
@@ -1140,6 +1162,10 @@ static void print_table(const struct results *r)
 		 r->heartbeats ? (double)r->cmds / (double)r->heartbeats : 0,
 		 r->heartbeats ? (double)r->bytes / (double)r->heartbeats : 0);
 	row("Redis commands / bytes per node heartbeat", m, "", "");
+	snprintf(m, sizeof(m), "%.1f of %.1f", r->heartbeats ? (double)(r->limits - r->quiet) / (double)r->heartbeats : 0,
+		 r->heartbeats ? (double)r->limits / (double)r->heartbeats : 0);
+	row(g_o.node_leases ? "limits sent per node heartbeat (leases: node)" : "limits sent per node heartbeat", m,
+	    "", "");
 	snprintf(m, sizeof(m), "%llu / %llu", (unsigned long long)r->not_agree, (unsigned long long)r->errors);
 	row(g_o.grouped ? "steady group answers not AGREE at size / errors"
 			: "steady answers not AGREE at N x M / errors",
@@ -1223,7 +1249,8 @@ static void print_json(const struct results *r, bool pass)
 	       "\"script_p50_us\":%llu,\"script_p99_us\":%llu,\"script_p999_us\":%llu,\"script_max_us\":%llu,"
 	       "\"rtt_p50_us\":%llu,\"rtt_p99_us\":%llu,"
 	       "\"redis_cpu_pct\":%.2f,\"self_cpu_pct\":%.2f,\"round_trips_per_heartbeat\":%.4f,"
-	       "\"commands_per_heartbeat\":%.2f,\"bytes_per_heartbeat\":%.1f,"
+	       "\"commands_per_heartbeat\":%.2f,\"bytes_per_heartbeat\":%.1f,\"leases\":\"%s\","
+	       "\"limits_sent_per_heartbeat\":%.2f,"
 	       "\"steady_not_agree\":%llu,\"errors\":%llu,"
 	       "\"agree_start_ms\":%.1f,\"agree_after_kill_ms\":%.1f,\"agree_after_kill_hb\":%.3f,"
 	       "\"agree_bound_ms\":%.0f,\"agree_bound_hb\":%d,"
@@ -1239,6 +1266,8 @@ static void print_json(const struct results *r, bool pass)
 	       (unsigned long long)pct(&r->rtt_us, .99), r->cpu_pct, r->self_cpu_pct, r->rt_per_hb,
 	       r->heartbeats ? (double)r->cmds / (double)r->heartbeats : 0.0,
 	       r->heartbeats ? (double)r->bytes / (double)r->heartbeats : 0.0,
+	       g_o.node_leases ? "node" : "member",
+	       r->heartbeats ? (double)(r->limits - r->quiet) / (double)r->heartbeats : 0.0,
 	       (unsigned long long)r->not_agree, (unsigned long long)r->errors, r->agree_start_ms,
 	       r->agree_kill_ms, r->agree_kill_ms >= 0 ? r->agree_kill_ms / g_o.heartbeat_ms : -1.0,
 	       r->bound_ms, g_o.stale_after + 2, r->ok_script, r->ok_rt, r->ok_kill, r->ok_start,
@@ -1407,6 +1436,8 @@ join:
 		r.heartbeats += w->steady_hb;
 		r.round_trips += w->steady_rt;
 		r.cmds += w->steady_cmds;
+		r.quiet += w->steady_quiet;
+		r.limits += w->steady_limits;
 		r.bytes += w->steady_bytes;
 		r.not_agree += w->steady_not_agree;
 		r.errors += w->errors;

@@ -224,9 +224,10 @@ static void test_death_and_own_lapse(void **state)
 	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":node:{A}:limits"), 1);
 }
 
-/* A node with member leases (an older daemon, or one not switched yet) in
- * the same pool: its full calls never lapse a quiet node's members (they
- * are stamped ahead), and it counts them live. */
+/* A node with member leases (one whose config has not switched yet) in the
+ * same pool: its full calls never lapse a quiet node's members (they are
+ * stamped ahead), it counts them live, and its changes reach the quiet
+ * node through the feed. */
 static void test_mixed_with_member_leases(void **state)
 {
 	struct kt_store *na = open_node("A", KT_LEASES_NODE), *nd = open_node("D", KT_LEASES_MEMBER);
@@ -248,6 +249,14 @@ static void test_mixed_with_member_leases(void **state)
 			beat(na, "m", "A:1");
 	}
 	assert_true(stats(na).hb_quiet >= 2);
+	/* a node with member leases writes the feed too: its join reaches
+	 * the quiet node at its next heartbeat */
+	struct kt_store *ne = open_node("E", KT_LEASES_MEMBER);
+
+	a = beat(ne, "m", "E:1");
+	assert_int_equal(a.live, 3);
+	a = beat(na, "m", "A:1");
+	ASSERT_ANS(a, 0, 3, 3);
 }
 
 /* Bad input changes nothing: a node name with a space, leases: node in

@@ -81,6 +81,8 @@ struct kt_store {
 	enum kt_store_leases leases;
 	char *node;                  /* kt_store_set_node */
 	uint64_t feed_since;         /* node.lua's last `now` (Redis ms); 0: send every limit */
+	uint64_t feed_connects;      /* st.connects when feed_since was set: a new connection
+				      * (a restart, a failover) may have lost changes */
 
 	/* latency (store.h: the step timeout) */
 	unsigned fixed_timeout_ms;   /* redisStore.timeout, 0: follow the latency */

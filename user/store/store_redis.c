@@ -455,13 +455,15 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 		arg_keys(a, s->prefix, reqs[i].limit, req_keys(&reqs[i]));
 	/* the call's own: the feed, this node's index, the horizon and the
 	 * keys' least TTL (leases: node), or none */
-	if (s->leases == KT_LEASES_NODE) {
+	if (s->mode != KT_REDIS_CLUSTER) /* member leases feed it too: a mix of both hears all */
 		rs_arg_fmt(a, "%s:feed", s->prefix);
+	else
+		rs_arg_ref(a, "-");
+	if (s->leases == KT_LEASES_NODE) {
 		rs_arg_fmt(a, "%s:node:{%s}:limits", s->prefix, s->node);
 		rs_arg_fmt(a, "%llu", (unsigned long long)KT_STORE_QUIET_HORIZON_MS);
 		rs_arg_fmt(a, "%llu", (unsigned long long)KT_STORE_QUIET_TTL_MS);
 	} else {
-		rs_arg_ref(a, "-");
 		rs_arg_ref(a, "-");
 		rs_arg_ref(a, "0");
 		rs_arg_ref(a, "0");
@@ -683,10 +685,10 @@ out:
 /* node.lua's answer {now, held, changed (array, or -1: every limit),
  * commands}: 0 and *every (send every limit), the names in *changed (the
  * reply's own strings, sorted), else -EPROTO. */
-static int parse_node(struct kt_store *s, const redisReply *r, uint64_t *now, bool *every,
+static int parse_node(struct kt_store *s, redisReply *r, uint64_t *now, bool *every,
 		      const char ***changed, int *n_changed, char *err, size_t errlen)
 {
-	const redisReply *c;
+	redisReply *c;
 
 	*changed = NULL;
 	*n_changed = 0;
@@ -710,9 +712,15 @@ static int parse_node(struct kt_store *s, const redisReply *r, uint64_t *now, bo
 			return -ENOMEM;
 		}
 	}
+	/* "LIMIT NODE": a change this node made itself is no news to it */
 	for (size_t i = 0; i < c->elements; i++) {
-		if (c->element[i]->type != REDIS_REPLY_STRING)
+		char *sp;
+
+		if (c->element[i]->type != REDIS_REPLY_STRING || !(sp = strrchr(c->element[i]->str, ' ')))
 			goto bad;
+		if (!strcmp(sp + 1, s->node))
+			continue;
+		*sp = 0;
 		(*changed)[(*n_changed)++] = c->element[i]->str;
 	}
 	qsort(*changed, (size_t)*n_changed, sizeof(**changed), cmp_str);
@@ -780,6 +788,10 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	}
 	if (!s->memo)
 		s->memo = kt_hbmemo_new(); /* NULL: every call takes the full path */
+	/* a server reached anew (restarted, failed over) may have lost the
+	 * last changes: every limit is sent once */
+	if (s->feed_connects != s->st.connects)
+		s->feed_since = 0;
 	/* by route, stable; with leases: node the quiet ones last */
 	for (i = 0; i < n; i++) {
 		struct hb_prev pv = { .digest = kt_hbmemo_digest(&reqs[i]) };
@@ -822,6 +834,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		if (ret == -ENOMEM)
 			goto out;
 		s->feed_since = ret ? 0 : since;
+		s->feed_connects = s->st.connects;
 		if (ret) {
 			/* no lease renewed: the quiet limits have no answer either */
 			for (i = nsend; i < n; i++)
@@ -945,7 +958,7 @@ static int do_leave(struct kt_store *s, const char *limit, const char *const *id
 	}
 	if (n == 0)
 		return 0;
-	lease = s->leases == KT_LEASES_NODE && s->node;
+	lease = s->mode != KT_REDIS_CLUSTER;
 	ret = begin(s, err, errlen);
 	if (ret)
 		return ret;
@@ -954,12 +967,15 @@ static int do_leave(struct kt_store *s, const char *limit, const char *const *id
 	if (ret)
 		goto oom;
 	a.n = 2;
-	/* leases: node: the feed and this node's index too (leave.lua) */
+	/* not in a cluster: the feed and this node's index too (leave.lua) */
 	rs_arg_fmt(&a, "%d", N_KEYS + N_WEIGHT_KEYS + N_CLASS_KEYS + (lease ? 2 : 0));
 	arg_keys(&a, s->prefix, limit, KEYS_WEIGHT | KEYS_CLASSES);
 	if (lease) {
 		rs_arg_fmt(&a, "%s:feed", s->prefix);
-		rs_arg_fmt(&a, "%s:node:{%s}:limits", s->prefix, s->node);
+		if (s->leases == KT_LEASES_NODE && s->node)
+			rs_arg_fmt(&a, "%s:node:{%s}:limits", s->prefix, s->node);
+		else
+			rs_arg_fmt(&a, "%s:node:{-}:limits", s->prefix);
 	}
 	for (i = 0; i < n; i++)
 		rs_arg_ref(&a, ids[i]);

@@ -5,15 +5,16 @@
 -- KEYS: N_KEYS (11) per limit, in keyset's order (common.lua), then wt for
 -- a weighted limit, dc0..dc7 for a limit with classes, and N_SLOT_KEYS (3)
 -- more (claim, seen, sdem) for an in-flight limit.
--- ARGV: first 4 for the call, leases: node's (store.h "Node leases"): the
--- feed key (P:feed, "-": leases: member, the other three "-", "0", "0"),
--- this node's index (P:node:{NODE}:limits), the horizon (ms: members'
+-- ARGV: first 4 for the call (store.h "Node leases"): the feed key (P:feed;
+-- "-" in a cluster, where there is none), this node's index
+-- (P:node:{NODE}:limits; "-" with leases: member, and the last two "0"), the horizon (ms: members'
 -- heartbeats are stamped that far ahead of TIME, so a quiet node's members
 -- stay live; its death is node.lua's to find) and the least TTL of the
--- keys (ms). A full call then writes the limit into the feed when its
+-- keys (ms). A full call then writes "LIMIT NODE" into the feed when its
 -- answer differs from the one meta held (a join, a lapse, a size, a
--- reserve: every change the nodes must hear), and this node's member ids
--- into its index.
+-- reserve: every change the nodes must hear; NODE, this one, has its
+-- answer already and need not send the limit again for it), and this
+-- node's member ids into its index.
 -- ARGV per limit: stale_ms, n, ramp ("" = none), ramp_ttl_ms, hold_ms, fb
 -- (this node's fallback rate per member, "%.17g"), pool_rate ("0": equal
 -- share), floor_rate, recompute_ms, prev ("agree size live": the answer
@@ -73,6 +74,8 @@ local t = call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local FEED, NIDX, TTLMIN = ARGV[1], ARGV[2], tonumber(ARGV[4]) or 0
 if FEED == '-' then FEED = nil end
+-- this node's name, from its index's: the feed says who changed a limit
+local ME = string.match(NIDX, ':node:{(.*)}:limits$') or '-'
 -- a member's heartbeat as written (ahead of now with leases: node)
 local stamp = f0(now + (tonumber(ARGV[3]) or 0))
 -- O(pool): every counter from hb, lapsed, size and fb
@@ -714,7 +717,14 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   end
   if FEED then
     local L = string.match(K.hb, '{(.*)}:hb$')
-    if ans0 ~= c.ans then call('ZADD', FEED, f0(now), L) end
+    if ans0 ~= c.ans then
+      call('ZADD', FEED, f0(now), L .. ' ' .. ME)
+      call('ZREMRANGEBYSCORE', FEED, '-inf', '(' .. f0(now - 60000 --[[KT_STORE_FEED_KEEP_MS]]))
+      call('PEXPIRE', FEED, ttl)
+    end
+  end
+  if NIDX ~= '-' then
+    local L = string.match(K.hb, '{(.*)}:hb$')
     if n > 0 then
       local ids = {}
       for i = first, a - 1, st do ids[#ids + 1] = ARGV[i] end

@@ -4,9 +4,10 @@
 -- KEYS: N_KEYS (11) of one limit, in keyset's order (common.lua), its wt
 -- and its dc0..dc7 (kt_store_leave always names them: a limit may have
 -- weights and classes).
--- With leases: node two more KEYS: the feed and this node's index
--- (node.lua): the limit goes in the feed (the nodes that stay hear of it
--- at once) and out of the index (the next full call writes it again).
+-- Not in a cluster, two more KEYS: the feed and this node's index
+-- (node.lua; P:node:{-}:limits with leases: member): the limit goes in the
+-- feed (quiet nodes that stay hear of it at once) and out of the index
+-- (the next full call writes it again).
 -- ARGV: the ids that leave.
 -- Returns how many of them were live or lapsed. With consistent counters it
 -- keeps them exact; otherwise it only removes the ids and drops meta, so the
@@ -42,7 +43,8 @@ if ok and not c.dirty then save(K, c) else call('DEL', K.meta) end
 if #KEYS >= 22 then
   local t = call('TIME')
   local L = string.match(K.hb, '{(.*)}:hb$')
-  if n > 0 then call('ZADD', KEYS[21], f0(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), L) end
+  local me = string.match(KEYS[22], ':node:{(.*)}:limits$') or '-'
+  if n > 0 then call('ZADD', KEYS[21], f0(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), L .. ' ' .. me) end
   call('HDEL', KEYS[22], L)
 end
 return n

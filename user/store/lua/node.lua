@@ -6,7 +6,8 @@
 --
 -- KEYS: nodes (P:nodes, sorted set node -> its lease: the Redis TIME in ms
 -- of its last heartbeat), feed (P:feed, sorted set limit -> the TIME of its
--- last change).
+-- last change), each "LIMIT NODE": NODE (or "-") made the change, and
+-- needs no word of it).
 -- ARGV: prefix P, node, stale_ms, since (the `now` this node's previous
 -- node.lua answered; "0": none), keep_ms (how long the feed keeps a
 -- change), ttl_ms (of nodes and feed).
@@ -54,7 +55,7 @@ for i = 1, #dead, 2 do
       -- XX: a member already lapsed (or gone) stays as it is
       call('ZADD', hb, 'XX', s, id)
     end
-    call('ZADD', KEYS[2], f0(now), r[j])
+    call('ZADD', KEYS[2], f0(now), r[j] .. ' -')
   end
   call('DEL', idx)
   call('ZREM', KEYS[1], x)
