@@ -84,10 +84,13 @@ static void dump_node(int i)
 
 /* ---- config ---- */
 
+static bool g_node_leases; /* the next test's nodes run redisStore.leases: node */
+
 static void use_single_redis(const struct rp_proc *r)
 {
 	snprintf(fx.redis_block, sizeof(fx.redis_block),
-		 "{mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: " PREFIX "}", r->port);
+		 "{mode: single, url: \"redis://127.0.0.1:%d/0\", keyPrefix: " PREFIX "%s}", r->port,
+		 g_node_leases ? ", leases: node" : "");
 }
 
 static void use_sentinel(const struct rp_proc *s, const char *master)
@@ -489,7 +492,7 @@ static void test_three_nodes_share_max(void **state)
 /* kill -9 one node: the survivors prune it and agree on 2 within
  * staleAfter + 2 heartbeats and get max/2 each; the dead node's kernel
  * buckets fall to the conservative rate min / 3 once their validity lapses. */
-static void test_kill9_survivors_take_over(void **state)
+static void kill9_survivors_take_over(void)
 {
 	static const int surv[] = { 0, 1 };
 	struct bg b[3];
@@ -499,10 +502,18 @@ static void test_kill9_survivors_take_over(void **state)
 	uint64_t t_kill;
 	int port;
 
-	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_redis();
 	port = start_pool_nodes(3, "kill");
+	if (g_node_leases) {
+		char *js = ktest_daemon_cmd(&fx.d[0], "status json");
+
+		/* one lease a node; status says so and reads the feed */
+		assert_non_null(js);
+		assert_non_null(strstr(js, "\"leases\":\"node\",\"feed_age_s\":0."));
+		free(js);
+		assert_int_equal(rp_command_int(&fx.rp[0], -1, "ZCARD " PREFIX ":nodes"), 3);
+	}
 
 	t_kill = ktest_now_ns();
 	assert_int_equal(ktest_daemon_signal_wait(&fx.d[2], SIGKILL), 128 + SIGKILL);
@@ -525,6 +536,9 @@ static void test_kill9_survivors_take_over(void **state)
 	assert_int_equal(rp_command_int(&fx.rp[0], -1, "ZCARD " PREFIX ":pool:{shared}:hb"), 2);
 	assert_int_equal(rp_command_int(&fx.rp[0], -1, "ZCARD " PREFIX ":pool:{shared}:lapsed"), 1);
 	assert_int_equal(rp_command_int(&fx.rp[0], -1, "HLEN " PREFIX ":pool:{shared}:size"), 2);
+	/* leases: node: the dead node's lease was found lapsed and removed */
+	if (g_node_leases)
+		assert_int_equal(rp_command_int(&fx.rp[0], -1, "ZCARD " PREFIX ":nodes"), 2);
 
 	/* the dead node's lease ran out staleAfter heartbeats after its last
 	 * heartbeat, before the kill */
@@ -554,12 +568,31 @@ static void test_kill9_survivors_take_over(void **state)
 			BURST / 3 * MIN / MAX);
 }
 
+static void test_kill9_survivors_take_over(void **state)
+{
+	(void)state;
+	g_node_leases = false;
+	kill9_survivors_take_over();
+}
+
+/* The same with redisStore.leases: node: the nodes send their limit only
+ * when it changed; the dead node's lease is found lapsed by the next
+ * survivor's heartbeat, which puts the limit in the change feed. Same
+ * bound, same rates. */
+static void test_kill9_node_leases(void **state)
+{
+	(void)state;
+	g_node_leases = true;
+	kill9_survivors_take_over();
+	g_node_leases = false;
+}
+
 /* SIGTERM one node: its members stay in the pool (a rolling restart would
  * renew them); its kernel runs out the lease at the share, then the
  * conservative fallback, which the survivors hold back once it lapsed. Then
  * a new node joins while the others are saturated: the sum of the members'
  * rates exceeds max by at most one share, for at most one heartbeat. */
-static void test_graceful_stop_and_join(void **state)
+static void graceful_stop_and_join(void)
 {
 	static const int surv[] = { 0, 1 }, after[] = { 0, 1, 3 };
 	enum { ROUNDS = 40 };
@@ -575,7 +608,6 @@ static void test_graceful_stop_and_join(void **state)
 	uint64_t t0, t_started;
 	int port, nr = 0;
 
-	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	start_redis();
 	port = start_pool_nodes(3, "join");
@@ -716,6 +748,23 @@ static void test_graceful_stop_and_join(void **state)
 		must_status(after[k], "shared", &s);
 		assert_rate(after[k], "shared", "bucket_rate", s.bucket_rate, (MAX - RES) / 3);
 	}
+}
+
+static void test_graceful_stop_and_join(void **state)
+{
+	(void)state;
+	g_node_leases = false;
+	graceful_stop_and_join();
+}
+
+/* The same with redisStore.leases: node: the quiet nodes hear the join
+ * through the change feed at their next heartbeat, so the bound holds. */
+static void test_graceful_join_node_leases(void **state)
+{
+	(void)state;
+	g_node_leases = true;
+	graceful_stop_and_join();
+	g_node_leases = false;
 }
 
 /* Node 0 holds each of the three limits `names` at `share` with its store
@@ -1131,7 +1180,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_three_nodes_share_max, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_kill9_survivors_take_over, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_kill9_node_leases, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_graceful_stop_and_join, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_graceful_join_node_leases, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_store_failure_policies, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sentinel_failover, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_resumed_ramp_up, setup, teardown),

@@ -156,11 +156,22 @@ static void store_error_metrics(const struct kt_plan *plan, const struct kt_pool
 
 	kt_pool_store_work(pool, &w);
 	kt_sb_printf(b, "# HELP kthrottle_store_heartbeat_limits_total Limits the store's heartbeats answered, by the script's path: "
-		     "steady (unchanged since the node's last heartbeat: a few commands) or full.\n"
+		     "steady (unchanged since the node's last heartbeat: a few commands), full, or quiet "
+		     "(leases: node: not sent, nothing changed).\n"
 		     "# TYPE kthrottle_store_heartbeat_limits_total counter\n"
 		     "kthrottle_store_heartbeat_limits_total{path=\"steady\"} %llu\n"
-		     "kthrottle_store_heartbeat_limits_total{path=\"full\"} %llu\n",
-		     (unsigned long long)w.steady, (unsigned long long)w.full);
+		     "kthrottle_store_heartbeat_limits_total{path=\"full\"} %llu\n"
+		     "kthrottle_store_heartbeat_limits_total{path=\"quiet\"} %llu\n"
+		     "# HELP kthrottle_store_feed_changes_total Limits the change feed named as changed by another node "
+		     "(leases: node): each sent again at once.\n"
+		     "# TYPE kthrottle_store_feed_changes_total counter\n"
+		     "kthrottle_store_feed_changes_total %llu\n"
+		     "# HELP kthrottle_store_feed_resyncs_total Heartbeats that sent every limit (leases: node): the "
+		     "node's lease had lapsed, the feed could not say, or the store was reached anew.\n"
+		     "# TYPE kthrottle_store_feed_resyncs_total counter\n"
+		     "kthrottle_store_feed_resyncs_total %llu\n",
+		     (unsigned long long)w.steady, (unsigned long long)w.full, (unsigned long long)w.quiet,
+		     (unsigned long long)w.feed_changes, (unsigned long long)w.feed_resyncs);
 	kt_sb_printf(b, "# HELP kthrottle_store_round_trips_total Round trips to the stores (a pipeline counts once).\n"
 		     "# TYPE kthrottle_store_round_trips_total counter\n"
 		     "kthrottle_store_round_trips_total %llu\n"

@@ -108,6 +108,31 @@ static void store_latency_status(const struct kt_pool *pool, struct kt_sbuf *b, 
 				     : " (the automatic one's cap): move the store closer");
 }
 
+/* redisStore.leases, and with leases: node how long ago the change feed
+ * was read (a node hears of other nodes' changes at most that late). */
+static void store_leases_status(const struct kt_pool *pool, struct kt_sbuf *b, const struct kt_limit_cfg *c,
+				int i, bool json, uint64_t now)
+{
+	bool node = c->store.leases == KT_LEASES_NODE;
+	uint64_t at = node ? kt_pool_store_feed_at(pool, i) : 0;
+	double age = at && now > at ? (double)(now - at) / 1e9 : at ? 0.0 : -1.0;
+
+	if (json) {
+		kt_sb_printf(b, ",\"leases\":\"%s\"", node ? "node" : "member");
+		if (node && age >= 0)
+			kt_sb_printf(b, ",\"feed_age_s\":%.3f", age);
+		else if (node)
+			kt_sb_printf(b, ",\"feed_age_s\":null");
+		return;
+	}
+	if (!node)
+		return;
+	if (age >= 0)
+		kt_sb_printf(b, "  store leases node: change feed read %.1fs ago\n", age);
+	else
+		kt_sb_printf(b, "  store leases node: change feed not read yet\n");
+}
+
 /* How long the store has been in state st: "up" only as far as the last
  * answered heartbeat vouches for it, i.e. until it was sent (a daemon
  * stopped for a while has not seen the store since, even if an answer it
@@ -588,8 +613,10 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 				  store_state_age_s(st, st_since, v, now));
 			kt_sb_json_str(&b, ep);
 			store_error_status(d->pool, &b, i, true, now);
-			if (c->store.kind == KT_STORE_REDIS)
+			if (c->store.kind == KT_STORE_REDIS) {
 				store_latency_status(d->pool, &b, i, true);
+				store_leases_status(d->pool, &b, c, i, true, now);
+			}
 			kt_sb_printf(&b,
 				  "},\"pool\":{\"phase\":\"%s\",\"size\":%d,\"live\":%d,\"agree\":%s,"
 				  "\"share\":%.6g,\"reserved\":%.6g,\"last_heartbeat_age_s\":%.3f,"
@@ -714,6 +741,7 @@ char *kt_report_status(const struct kt_daemon *d, bool json)
 			if (c->store.kind == KT_STORE_REDIS) {
 				store_error_status(d->pool, &b, i, false, now);
 				store_latency_status(d->pool, &b, i, false);
+				store_leases_status(d->pool, &b, c, i, false, now);
 			}
 			node_join_status(&d->bpf, &b, l, false, now);
 			kt_inflight_status(&d->bpf, l, &b, false, now);

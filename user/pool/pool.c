@@ -567,6 +567,16 @@ void kt_pool_store_latency(const struct kt_pool *p, int i, struct kt_store_laten
 	*out = sn.stats.lat;
 }
 
+uint64_t kt_pool_store_feed_at(const struct kt_pool *p, int i)
+{
+	struct kt_storeq_snap sn;
+
+	if (!p || i < 0 || i >= p->n || p->l[i].group < 0)
+		return 0;
+	kt_storeq_snapshot(p->g[p->l[i].group].q, &sn);
+	return sn.stats.feed_at_ns;
+}
+
 void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)
 {
 	struct lim *l, *o;
@@ -616,6 +626,9 @@ static void work_add(struct kt_pool_work *w, const struct kt_store_stats *st)
 	w->round_trips += st->round_trips;
 	w->script_commands += st->script_commands;
 	w->scripts += st->hb_scripts;
+	w->quiet += st->hb_quiet;
+	w->feed_changes += st->feed_changes;
+	w->feed_resyncs += st->feed_resyncs;
 	w->bytes_sent += st->bytes_sent;
 	w->bytes_received += st->bytes_received;
 }

@@ -198,14 +198,19 @@ void kt_pool_store_latency(const struct kt_pool *p, int i, struct kt_store_laten
 /* The stores' work, summed over the pool's stores since the daemon started
  * (a store handed over by a reload keeps counting, one closed by it is
  * kept): limits their heartbeats answered by the script's steady path and
- * in full, round trips, the heartbeat scripts sent and the Redis commands
- * they ran, and the bytes of commands and replies. */
+ * in full, or not sent (leases: node), round trips, the heartbeat scripts
+ * sent and the Redis commands they ran, the bytes of commands and replies,
+ * and the change feed's news (limits named, heartbeats that sent all). */
 struct kt_pool_work {
-	uint64_t steady, full;
+	uint64_t steady, full, quiet; /* quiet: leases: node, not sent */
+	uint64_t feed_changes, feed_resyncs;
 	uint64_t round_trips, scripts, script_commands;
 	uint64_t bytes_sent, bytes_received;
 };
 void kt_pool_store_work(const struct kt_pool *p, struct kt_pool_work *w);
+/* leases: node: kt_clock_ns() when limit i's store last read the change
+ * feed; 0: never (or not on Redis). */
+uint64_t kt_pool_store_feed_at(const struct kt_pool *p, int i);
 /* Reload: limit i of the new pool continues limit j of the old one (same
  * name, both on Redis): it keeps the agreed view instead of rejoining. */
 void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j);

@@ -406,6 +406,7 @@ struct kt_store_stats {
 	uint64_t hb_quiet;    /* leases: node: limits not sent, answered from the last answer */
 	uint64_t feed_changes; /* leases: node: limits the change feed named */
 	uint64_t feed_resyncs; /* leases: node: heartbeats that sent every limit (lease lapsed, feed lost) */
+	uint64_t feed_at_ns;  /* leases: node: kt_clock_ns() when the feed was last read; 0: never */
 	uint64_t bytes_sent, bytes_received; /* of commands and replies */
 	uint64_t timeouts;    /* steps that ran out of time */
 	struct kt_store_latency lat;

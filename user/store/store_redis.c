@@ -835,6 +835,8 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 			goto out;
 		s->feed_since = ret ? 0 : since;
 		s->feed_connects = s->st.connects;
+		if (!ret)
+			s->st.feed_at_ns = kt_clock_ns();
 		if (ret) {
 			/* no lease renewed: the quiet limits have no answer either */
 			for (i = nsend; i < n; i++)
