@@ -263,6 +263,36 @@ static void test_groups_one_round_trip_every_group_agrees(void **state)
 	assert_int_equal(num(out, "ok_steady"), 1);
 }
 
+/* The same fleet with redisStore.leases: node: in the steady state a node
+ * sends node.lua alone (its 20 groups unchanged: none sent), and every
+ * survivor still agrees within the kill bound. */
+static void test_groups_node_leases(void **state)
+{
+	const char *out;
+	double bound, kill_ms, sent, rt;
+
+	(void)state;
+	if (!ktest_find_prog("redis-server"))
+		skip();
+	ktest_run_bin("tools/kt-storesim", &g_out, "--nodes", "10", "--groups", "20", "--groups-total", "50",
+		      "--heartbeat-ms", "300", "--duration", "1", "--kill", "2", "--leases", "node", "--json", NULL);
+	out = g_out;
+	print_message("%s", out);
+	assert_non_null(strstr(out, "\"leases\":\"node\""));
+	sent = num(out, "limits_sent_per_heartbeat");
+	assert_true(sent >= 0 && sent < 2); /* of 20 */
+	rt = num(out, "round_trips_per_heartbeat");
+	assert_true(rt >= 0.999 && rt <= 1.1);
+	assert_true(num(out, "commands_per_heartbeat") < 30);
+	assert_int_equal(num(out, "errors"), 0);
+	assert_int_equal(num(out, "steady_not_agree"), 0);
+	bound = num(out, "agree_bound_ms");
+	kill_ms = num(out, "agree_after_kill_ms");
+	assert_true(kill_ms > 0 && kill_ms <= bound);
+	assert_int_equal(num(out, "ok_start"), 1);
+	assert_int_equal(num(out, "ok_kill"), 1);
+}
+
 static void test_bad_input_exits_2_naming_it(void **state)
 {
 	static const struct {
@@ -271,7 +301,7 @@ static void test_bad_input_exits_2_naming_it(void **state)
 		{ "--nodes", "0" },    { "--members", "x" },   { "--heartbeat-ms", "-5" },
 		{ "--stale-after", "" }, { "--duration", "1e3" }, { "--redis", "nohost" },
 		{ "--threads", "65" }, { "--kill", "100" },    { "--share", "fair" },
-		{ "--groups", "0" },   { "--groups-total", "x" },
+		{ "--groups", "0" },   { "--groups-total", "x" },  { "--leases", "pod" },
 		/* 1 group a node cannot cover 1000 over 100 nodes */
 		{ "--groups-total", "1000" },
 	};
@@ -313,6 +343,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_small_fleet_weighted_meets_targets, teardown),
 		cmocka_unit_test_teardown(test_small_fleet_classes_meets_targets, teardown),
 		cmocka_unit_test_teardown(test_groups_one_round_trip_every_group_agrees, teardown),
+		cmocka_unit_test_teardown(test_groups_node_leases, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -89,6 +89,41 @@
  * (Reporting the previous ans.live, the "report the answer", also
  * converges but needs one heartbeat more.)
  *
+ * Node leases (redisStore.leases: node; kt_store_set_node names the node;
+ * not with a cluster). Above, every node sends every limit at every
+ * heartbeat to renew its members' leases: the store's work follows nodes x
+ * limits. With node leases the work follows the nodes and the changes:
+ *   - node.lua, first in every heartbeat's pipeline, renews the node's one
+ *     lease (P:nodes: node -> TIME ms) and reads the change feed (P:feed:
+ *     "LIMIT NODE" -> TIME ms of the change) since its last read;
+ *   - the node's members are stamped KT_STORE_QUIET_HORIZON_MS ahead, so
+ *     they never lapse by their own heartbeat while the node lives, and a
+ *     full call records them in the node's index (P:node:{NODE}:limits:
+ *     limit -> its member ids there);
+ *   - a limit is sent only when its request differs from the one its last
+ *     answer was sent for, that answer had a reserve, the feed names it (a
+ *     change by another node: a full call whose answer differs from the one
+ *     meta held, or a leave, writes the feed; a change this node made is no
+ *     news), its quiet time (KT_STORE_QUIET_REFRESH_MS, less up to a
+ *     quarter by name) has passed, or node.lua found the node's own lease
+ *     lapsed, the feed unreadable, or the server reached anew: then every
+ *     limit goes. Unsent, a limit is answered its last answer ("quiet"),
+ *     as the steady path would; node.lua's success vouches for the lease;
+ *   - node.lua finds a node whose lease is older than stale_ms (at most 16
+ *     a call: whichever node calls next), gives each of its members the
+ *     lease's time as heartbeat (so the next full call lapses them as in 2.
+ *     above), puts its limits in the feed, and forgets it;
+ *   - the limits the feed names go in a second round trip of the same
+ *     heartbeat, so a death is found within stale_ms + 1 heartbeat and a
+ *     join or a leave within 1, as with member leases.
+ * Nodes with member leases write the feed too, so a pool switching
+ * between the two hears every change; they never lapse a quiet node's
+ * members (stamped ahead). A hand edit or an eviction of a quiet limit's
+ * keys is found when a node sends it (its quiet time at most; a join
+ * that finds the pool gone writes the feed, and sizes stay conservative
+ * until then: DISAGREE takes the larger). Keys then live at least
+ * KT_STORE_QUIET_TTL_MS.
+ *
  * Demand sharing (share: demand; pool_rate > 0 in the request). The size
  * agreement above is unchanged; only the division of the agreed rate
  * differs. The script divides P = max(0, pool_rate - reserved) (reserved as
