@@ -259,6 +259,54 @@ static void test_mixed_with_member_leases(void **state)
 	ASSERT_ANS(a, 0, 3, 3);
 }
 
+/* Keys of the feed and the leases turned into strings by hand never stop
+ * a heartbeat: the key is dropped and made again (the feed at the next
+ * change, the leases at once: every node sends every limit, its lease being
+ * gone; a node's index at its next full call). */
+static void test_hand_edits(void **state)
+{
+	struct kt_store *na = open_node("A", KT_LEASES_NODE), *nb = open_node("B", KT_LEASES_NODE);
+	struct kt_store_stats s0;
+	struct kt_pool_answer a;
+	static const char *const keys[] = { PREFIX ":feed", PREFIX ":nodes", PREFIX ":node:{A}:limits" };
+	static const char *const types[] = { "zset", "zset", "hash" };
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		beat(na, "h", "A:1");
+		beat(nb, "h", "B:1");
+	}
+	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
+		redisReply *r = rp_command(&kfx_master, "SET %s garbage", keys[k]);
+
+		assert_non_null(r);
+		freeReplyObject(r);
+		s0 = stats(na);
+		a = beat(na, "h", "A:1");
+		assert_int_equal(a.live, 2);
+		a = beat(nb, "h", "B:1");
+		assert_int_equal(a.live, 2);
+		a = beat(na, "h", "A:1");
+		ASSERT_ANS(a, 1, 2, 2);
+		/* the index is written again by the node's next full call */
+		if (k == 2) {
+			a = beat(na, "h", "A:2");
+			assert_int_equal(a.live, 3);
+			a = beat(na, "h", "A:1");
+			assert_int_equal(a.live, 3);
+		}
+		r = rp_command(&kfx_master, "TYPE %s", keys[k]);
+		assert_non_null(r);
+		/* the feed is made again by the next change */
+		if (strcmp(r->str, "none") || k != 0)
+			assert_string_equal(r->str, types[k]);
+		freeReplyObject(r);
+		print_message("%s: %llu resyncs, %llu quiet\n", keys[k],
+			      (unsigned long long)(stats(na).feed_resyncs - s0.feed_resyncs),
+			      (unsigned long long)(stats(na).hb_quiet - s0.hb_quiet));
+	}
+}
+
 /* Bad input changes nothing: a node name with a space, leases: node in
  * cluster mode, a heartbeat before the name is set. */
 static void test_refused(void **state)
@@ -293,6 +341,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_quiet_and_join, teardown),
 		cmocka_unit_test_teardown(test_death_and_own_lapse, teardown),
 		cmocka_unit_test_teardown(test_mixed_with_member_leases, teardown),
+		cmocka_unit_test_teardown(test_hand_edits, teardown),
 		cmocka_unit_test_teardown(test_refused, teardown),
 	};
 

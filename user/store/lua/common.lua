@@ -73,6 +73,18 @@ local function call(...)
   ncall = ncall + 1
   return rcall(...)
 end
+-- A command on a key of the change feed or the node leases (node.lua):
+-- one found of the wrong type (a hand edit) is dropped and the command run
+-- again, so such a key can never stop the heartbeats.
+local function onkey(cmd, key, ...)
+  ncall = ncall + 1
+  local r = redis.pcall(cmd, key, ...)
+  if type(r) == 'table' and r.err then
+    call('DEL', key)
+    r = call(cmd, key, ...)
+  end
+  return r
+end
 local NK = 8 --[[KT_STORE_MAX_CLASSES]]
 local function keyset(k, slots, weighted, classed)
   local K = {hb = KEYS[k], size = KEYS[k + 1], ramp = KEYS[k + 2], fb = KEYS[k + 3],

@@ -718,7 +718,7 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   if FEED then
     local L = string.match(K.hb, '{(.*)}:hb$')
     if ans0 ~= c.ans then
-      call('ZADD', FEED, f0(now), L .. ' ' .. ME)
+      onkey('ZADD', FEED, f0(now), L .. ' ' .. ME)
       call('ZREMRANGEBYSCORE', FEED, '-inf', '(' .. f0(now - 60000 --[[KT_STORE_FEED_KEEP_MS]]))
       call('PEXPIRE', FEED, ttl)
     end
@@ -728,10 +728,10 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
     if n > 0 then
       local ids = {}
       for i = first, a - 1, st do ids[#ids + 1] = ARGV[i] end
-      call('HSET', NIDX, L, table.concat(ids, ' '))
+      onkey('HSET', NIDX, L, table.concat(ids, ' '))
       call('PEXPIRE', NIDX, ttl)
     else
-      call('HDEL', NIDX, L)
+      onkey('HDEL', NIDX, L)
     end
   end
   if dem then

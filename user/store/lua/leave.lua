@@ -44,7 +44,7 @@ if #KEYS >= 22 then
   local t = call('TIME')
   local L = string.match(K.hb, '{(.*)}:hb$')
   local me = string.match(KEYS[22], ':node:{(.*)}:limits$') or '-'
-  if n > 0 then call('ZADD', KEYS[21], f0(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), L .. ' ' .. me) end
-  call('HDEL', KEYS[22], L)
+  if n > 0 then onkey('ZADD', KEYS[21], f0(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), L .. ' ' .. me) end
+  onkey('HDEL', KEYS[22], L)
 end
 return n

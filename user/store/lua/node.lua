@@ -29,18 +29,13 @@
 -- feed, so the nodes holding them send them at once.
 
 if redis.replicate_commands then redis.replicate_commands() end
-local ncall, rcall = 0, redis.call
-local function call(...)
-  ncall = ncall + 1
-  return rcall(...)
-end
+--#include common.lua
 local DEAD_MAX, FEED_MAX = 16, 1000 --[[KT_STORE_FEED_MAX]]
 local P, node = ARGV[1], ARGV[2]
 local stale, since, keep, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local t = call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function f0(x) return string.format('%.0f', x) end
-local prev = tonumber(call('ZSCORE', KEYS[1], node))
+local prev = tonumber(onkey('ZSCORE', KEYS[1], node))
 local held = 0
 if prev ~= nil and prev >= now - stale and prev <= now then held = 1 end
 call('ZADD', KEYS[1], f0(now), node)
@@ -48,19 +43,21 @@ local dead = call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. f0(now - stale), 'WIT
 for i = 1, #dead, 2 do
   local x, s = dead[i], dead[i + 1]
   local idx = P .. ':node:{' .. x .. '}:limits'
-  local r = call('HGETALL', idx)
+  local r = onkey('HGETALL', idx)
   for j = 1, #r, 2 do
     local hb = P .. ':pool:{' .. r[j] .. '}:hb'
     for id in string.gmatch(r[j + 1], '%S+') do
-      -- XX: a member already lapsed (or gone) stays as it is
-      call('ZADD', hb, 'XX', s, id)
+      -- XX: a member already lapsed (or gone) stays as it is; a hb
+      -- of the wrong type is the limit's own to rebuild
+      ncall = ncall + 1
+      redis.pcall('ZADD', hb, 'XX', s, id)
     end
-    call('ZADD', KEYS[2], f0(now), r[j] .. ' -')
+    onkey('ZADD', KEYS[2], f0(now), r[j] .. ' -')
   end
   call('DEL', idx)
   call('ZREM', KEYS[1], x)
 end
-call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. f0(now - keep))
+onkey('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. f0(now - keep))
 call('PEXPIRE', KEYS[1], ttl)
 call('PEXPIRE', KEYS[2], ttl)
 local changed = -1
