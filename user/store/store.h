@@ -271,6 +271,9 @@
  * the quiet time with room; its keys live at least KT_STORE_QUIET_TTL_MS; the feed keeps a
  * change KT_STORE_FEED_KEEP_MS and names at most KT_STORE_FEED_MAX limits
  * (more: every limit is sent). */
+/* A heartbeat's scripts hold at most this many units, a limit counting 1
+ * plus its members (a limit alone may be more): store_redis.c. */
+#define KT_STORE_SCRIPT_UNITS 128
 #define KT_STORE_QUIET_REFRESH_MS 600000ULL
 #define KT_STORE_QUIET_HORIZON_MS (2 * KT_STORE_QUIET_REFRESH_MS)
 #define KT_STORE_QUIET_TTL_MS (3 * KT_STORE_QUIET_REFRESH_MS)

@@ -558,7 +558,7 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
  * costs about 60-100 us of Redis time a limit and 20 us a member, so a
  * script holds Redis a few milliseconds at most. They still go in one
  * pipeline: one round trip, whatever their number. */
-#define HB_SCRIPT_UNITS 128
+#define HB_SCRIPT_UNITS KT_STORE_SCRIPT_UNITS
 
 /* One heartbeat's work: the requests in route order (sub), their memo
  * (pv), their answers (sa), each one's route (slot), and the scripts of
