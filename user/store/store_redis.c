@@ -723,7 +723,8 @@ static int parse_node(struct kt_store *s, redisReply *r, uint64_t *now, bool *ev
 		*sp = 0;
 		(*changed)[(*n_changed)++] = c->element[i]->str;
 	}
-	qsort(*changed, (size_t)*n_changed, sizeof(**changed), cmp_str);
+	if (*n_changed > 1)
+		qsort(*changed, (size_t)*n_changed, sizeof(**changed), cmp_str);
 	s->st.feed_changes += (uint64_t)*n_changed;
 	return 0;
 bad:
@@ -762,6 +763,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 {
 	struct hb_batch b = { 0 };
 	int *ord = calloc((size_t)n, sizeof(*ord)), *slot = calloc((size_t)n, sizeof(*slot));
+	struct hb_prev *pvo = calloc((size_t)n, sizeof(*pvo));
 	bool lease = s->leases == KT_LEASES_NODE, every = true;
 	const char **changed = NULL;
 	int i, k, nq = 0, n_changed = 0, ret = 0, nsend;
@@ -777,7 +779,8 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	b.as = calloc((size_t)n + 1, sizeof(*b.as));
 	b.first = calloc((size_t)n + 2, sizeof(*b.first));
 	b.idx = calloc((size_t)n, sizeof(*b.idx));
-	if (!b.sub || !b.sa || !b.pv || !b.slot || !b.jobs || !b.as || !b.first || !b.idx || !ord || !slot) {
+	if (!b.sub || !b.sa || !b.pv || !b.slot || !b.jobs || !b.as || !b.first || !b.idx || !ord || !slot ||
+	    !pvo) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -794,13 +797,14 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		s->feed_since = 0;
 	/* by route, stable; with leases: node the quiet ones last */
 	for (i = 0; i < n; i++) {
-		struct hb_prev pv = { .digest = kt_hbmemo_digest(&reqs[i]) };
+		struct hb_prev *pv = &b.pv[i]; /* by the caller's order here, moved below */
 		uint64_t at = 0;
 
-		pv.has = reqs[i].pool_rate <= 0 && !reqs[i].slots_node &&
-			 kt_hbmemo_get_at(s->memo, reqs[i].limit, pv.digest, &pv.prev, &at);
+		pv->digest = kt_hbmemo_digest(&reqs[i]);
+		pv->has = reqs[i].pool_rate <= 0 && !reqs[i].slots_node &&
+			  kt_hbmemo_get_at(s->memo, reqs[i].limit, pv->digest, &pv->prev, &at);
 		slot[i] = limit_route(s, reqs[i].limit);
-		if (lease && s->feed_since && pv.has && reqs[i].save_ramp < 0 &&
+		if (lease && s->feed_since && pv->has && reqs[i].save_ramp < 0 &&
 		    now_ns - at < quiet_for_ns(reqs[i].limit)) {
 			slot[i] += ROUTES;
 			nq++;
@@ -817,10 +821,9 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		b.sa[i] = ans[ord[i]];
 		b.idx[i] = ord[i];
 		b.slot[i] = slot[ord[i]] % ROUTES;
-		b.pv[i].digest = kt_hbmemo_digest(&b.sub[i]);
-		b.pv[i].has = b.sub[i].pool_rate <= 0 && !b.sub[i].slots_node &&
-			      kt_hbmemo_get(s->memo, b.sub[i].limit, b.pv[i].digest, &b.pv[i].prev);
+		pvo[i] = b.pv[ord[i]];
 	}
+	memcpy(b.pv, pvo, sizeof(*pvo) * (size_t)n);
 	nsend = n - nq;
 	if (lease && (ret = build_node(s, stale_ms, &node)))
 		goto out;
@@ -848,8 +851,8 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 				s->st.feed_resyncs++;
 			/* the quiet limits to send after all go first */
 			for (i = nsend; i < n; i++) {
-				if (every || bsearch(&b.sub[i].limit, changed, (size_t)n_changed, sizeof(*changed),
-						     cmp_str)) {
+				if (every || (n_changed && bsearch(&b.sub[i].limit, changed, (size_t)n_changed,
+								   sizeof(*changed), cmp_str))) {
 					struct kt_pool_req tq = b.sub[i];
 					struct kt_pool_answer ta = b.sa[i];
 					struct hb_prev tp = b.pv[i];
@@ -906,6 +909,7 @@ out:
 	free(b.idx);
 	free(ord);
 	free(slot);
+	free(pvo);
 	return ret;
 }
 
