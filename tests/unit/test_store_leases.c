@@ -55,6 +55,30 @@ static struct kt_pool_answer beat(struct kt_store *s, const char *limit, const c
 	return a;
 }
 
+/* beat, but a node whose connection was killed reconnects first (a failed
+ * call backs off: up to about a second) */
+static struct kt_pool_answer beat_again(struct kt_store *s, const char *limit, const char *id)
+{
+	struct kt_pool_member m = { id, LIVE };
+	struct kt_pool_req q = { .limit = limit, .members = &m, .n_members = 1, .stale_ms = STALE,
+				 .save_ramp = -1 };
+	struct kt_pool_answer a = { .status = -1 };
+
+	for (int i = 0; i < 40 && kt_store_heartbeat_many(s, &q, 1, &a, err, sizeof(err)); i++)
+		rp_sleep_ms(50);
+	assert_int_equal(a.status, 0);
+	return a;
+}
+
+/* The feed is read from the millisecond of the last read on, that one
+ * included: a change made in that very millisecond is named twice (the
+ * limit is sent once more, harmless). Before counting quiet heartbeats the
+ * tests wait that millisecond out. */
+static void settle(void)
+{
+	rp_sleep_ms(3);
+}
+
 static struct kt_store_stats stats(struct kt_store *s)
 {
 	struct kt_store_stats st;
@@ -130,6 +154,7 @@ static void test_quiet_and_join(void **state)
 	beat(nb, "q", "B:1");
 	beat(na, "q", "A:1");
 	beat(nb, "q", "B:1");
+	settle();
 	s0 = stats(na);
 	for (int i = 0; i < 5; i++) {
 		a = beat(na, "q", "A:1");
@@ -188,6 +213,7 @@ static void test_death_and_own_lapse(void **state)
 	}
 	a = beat(na, "d", "A:1");
 	ASSERT_ANS(a, 1, 2, 2);
+	settle();
 	s0 = stats(na);
 	a = beat(na, "d", "A:1");
 	assert_int_equal(stats(na).hb_quiet - s0.hb_quiet, 1);
@@ -307,6 +333,59 @@ static void test_hand_edits(void **state)
 	}
 }
 
+/* The server reached anew (the connection killed: a restart or a failover
+ * looks the same to the node) may have lost the last changes: every limit
+ * is sent once. The server's data lost too (FLUSHALL): the lease is gone,
+ * every node sends everything and the pool is whole again at once. */
+static void test_store_reached_anew(void **state)
+{
+	struct kt_store *na = open_node("A", KT_LEASES_NODE), *nb = open_node("B", KT_LEASES_NODE);
+	struct kt_store_stats s0, s1;
+	struct kt_pool_answer a;
+	redisReply *r;
+
+	(void)state;
+	for (int i = 0; i < 3; i++) {
+		beat(na, "r", "A:1");
+		beat(nb, "r", "B:1");
+	}
+	a = beat(na, "r", "A:1");
+	ASSERT_ANS(a, 1, 2, 2);
+	settle();
+	s0 = stats(na);
+	a = beat(na, "r", "A:1");
+	assert_int_equal(stats(na).hb_quiet - s0.hb_quiet, 1);
+
+	r = rp_command(&kfx_master, "CLIENT KILL TYPE normal");
+	assert_non_null(r);
+	freeReplyObject(r);
+	s0 = stats(na);
+	/* the first call finds the connection dead (an error), the next
+	 * connects anew and sends every limit */
+	a = beat_again(na, "r", "A:1");
+	s1 = stats(na);
+	assert_true(s1.connects > s0.connects);
+	assert_int_equal(a.status, 0);
+	ASSERT_ANS(a, 1, 2, 2);
+	assert_int_equal(s1.hb_quiet - s0.hb_quiet, 0);
+
+	r = rp_command(&kfx_master, "FLUSHALL");
+	assert_non_null(r);
+	freeReplyObject(r);
+	s0 = stats(na);
+	a = beat(na, "r", "A:1");
+	s1 = stats(na);
+	assert_int_equal(s1.feed_resyncs - s0.feed_resyncs, 1);
+	assert_int_equal(a.live, 1); /* B not back yet */
+	a = beat_again(nb, "r", "B:1");
+	assert_int_equal(a.live, 2);
+	beat(na, "r", "A:1");
+	a = beat(nb, "r", "B:1");
+	ASSERT_ANS(a, 1, 2, 2);
+	a = beat(na, "r", "A:1");
+	ASSERT_ANS(a, 1, 2, 2);
+}
+
 /* Bad input changes nothing: a node name with a space, leases: node in
  * cluster mode, a heartbeat before the name is set. */
 static void test_refused(void **state)
@@ -342,6 +421,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_death_and_own_lapse, teardown),
 		cmocka_unit_test_teardown(test_mixed_with_member_leases, teardown),
 		cmocka_unit_test_teardown(test_hand_edits, teardown),
+		cmocka_unit_test_teardown(test_store_reached_anew, teardown),
 		cmocka_unit_test_teardown(test_refused, teardown),
 	};
 
