@@ -65,4 +65,12 @@ int kt_storefx_teardown(void **state);
 int kt_storefx_spread_limits(const struct rp_proc *nodes, int nnodes, const char *prefix, int n,
 			     char names[][32], int *slots);
 
+/* A heartbeat's answer is (agree, size, live). */
+#define ASSERT_ANS(a, ag, sz, lv)                                                  \
+	do {                                                                       \
+		assert_int_equal((a).agree, (ag));                                 \
+		assert_int_equal((a).size, (sz));                                  \
+		assert_int_equal((a).live, (lv));                                  \
+	} while (0)
+
 #endif

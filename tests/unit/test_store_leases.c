@@ -87,13 +87,6 @@ static struct kt_store_stats stats(struct kt_store *s)
 	return st;
 }
 
-#define ASSERT_ANS(a, ag, sz, lv)                                                  \
-	do {                                                                       \
-		assert_int_equal((a).agree, (ag));                                 \
-		assert_int_equal((a).size, (sz));                                  \
-		assert_int_equal((a).live, (lv));                                  \
-	} while (0)
-
 /* a sorted set's score read back, -1 when the member is not there */
 static long long zscore(const char *key, const char *member)
 {
@@ -105,6 +98,26 @@ static long long zscore(const char *key, const char *member)
 		v = strtoll(r->str, NULL, 10);
 	freeReplyObject(r);
 	return v;
+}
+
+/* nodes a and b heartbeat limit (members A:1, B:1) until they agree, then
+ * a's next heartbeat is quiet: it sends node.lua alone */
+static void agree_then_quiet(struct kt_store *na, struct kt_store *nb, const char *limit)
+{
+	struct kt_store_stats s0;
+	struct kt_pool_answer a;
+
+	for (int i = 0; i < 3; i++) {
+		beat(na, limit, "A:1");
+		beat(nb, limit, "B:1");
+	}
+	a = beat(na, limit, "A:1");
+	ASSERT_ANS(a, 1, 2, 2);
+	settle();
+	s0 = stats(na);
+	a = beat(na, limit, "A:1");
+	ASSERT_ANS(a, 1, 2, 2);
+	assert_int_equal(stats(na).hb_quiet - s0.hb_quiet, 1);
 }
 
 static int teardown(void **state)
@@ -207,16 +220,7 @@ static void test_death_and_own_lapse(void **state)
 	uint64_t t0, took_ms;
 
 	(void)state;
-	for (int i = 0; i < 3; i++) {
-		beat(na, "d", "A:1");
-		beat(nb, "d", "B:1");
-	}
-	a = beat(na, "d", "A:1");
-	ASSERT_ANS(a, 1, 2, 2);
-	settle();
-	s0 = stats(na);
-	a = beat(na, "d", "A:1");
-	assert_int_equal(stats(na).hb_quiet - s0.hb_quiet, 1);
+	agree_then_quiet(na, nb, "d");
 
 	/* B dies now; A heartbeats every 100 ms */
 	t0 = ktest_now_ns();
@@ -298,10 +302,7 @@ static void test_hand_edits(void **state)
 	static const char *const types[] = { "zset", "zset", "hash" };
 
 	(void)state;
-	for (int i = 0; i < 3; i++) {
-		beat(na, "h", "A:1");
-		beat(nb, "h", "B:1");
-	}
+	agree_then_quiet(na, nb, "h");
 	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
 		redisReply *r = rp_command(&kfx_master, "SET %s garbage", keys[k]);
 
@@ -345,16 +346,7 @@ static void test_store_reached_anew(void **state)
 	redisReply *r;
 
 	(void)state;
-	for (int i = 0; i < 3; i++) {
-		beat(na, "r", "A:1");
-		beat(nb, "r", "B:1");
-	}
-	a = beat(na, "r", "A:1");
-	ASSERT_ANS(a, 1, 2, 2);
-	settle();
-	s0 = stats(na);
-	a = beat(na, "r", "A:1");
-	assert_int_equal(stats(na).hb_quiet - s0.hb_quiet, 1);
+	agree_then_quiet(na, nb, "r");
 
 	r = rp_command(&kfx_master, "CLIENT KILL TYPE normal");
 	assert_non_null(r);

@@ -71,13 +71,6 @@ static struct kt_pool_answer beat(struct kt_store *s, const char *limit, const c
 	return a;
 }
 
-#define ASSERT_ANS(a, ag, sz, lv)                                                  \
-	do {                                                                       \
-		assert_int_equal((a).agree, (ag));                                 \
-		assert_int_equal((a).size, (sz));                                  \
-		assert_int_equal((a).live, (lv));                                  \
-	} while (0)
-
 static void key(char *buf, size_t len, const char *limit, const char *suffix)
 {
 	snprintf(buf, len, PREFIX ":pool:{%s}:%s", limit, suffix);
