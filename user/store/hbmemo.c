@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "kthrottle.h"
-#include "kthrottle/gcra.h"
 #include "store/hbmemo.h"
 
 #define KT_HBMEMO_MIN_CAP 64

@@ -675,9 +675,11 @@ static int hb_send(struct kt_store *s, struct hb_batch *b, int lo, int hi, struc
 	ret = 0;
 out:
 	rs_jobs_free(b->jobs, nj);
-	for (g = 0; g < nj; g++)
-		if (b->jobs[g].a != node)
-			rs_args_free(&b->as[g]);
+	/* as[] serves the next round trip too: left empty */
+	for (g = 0; g < nj; g++) {
+		rs_args_free(&b->as[g]);
+		memset(&b->as[g], 0, sizeof(b->as[g]));
+	}
 	memset(b->jobs, 0, sizeof(*b->jobs) * (size_t)nj);
 	return ret;
 }
