@@ -556,7 +556,8 @@ void kt_pool_store_errors(const struct kt_pool *p, int i, struct kt_store_errors
 	*out = sn.errors;
 }
 
-void kt_pool_store_latency(const struct kt_pool *p, int i, struct kt_store_latency *out)
+/* Limit i's store's counts (a snapshot); zero without a store. */
+static void store_stats(const struct kt_pool *p, int i, struct kt_store_stats *out)
 {
 	struct kt_storeq_snap sn;
 
@@ -564,17 +565,23 @@ void kt_pool_store_latency(const struct kt_pool *p, int i, struct kt_store_laten
 	if (!p || i < 0 || i >= p->n || p->l[i].group < 0)
 		return;
 	kt_storeq_snapshot(p->g[p->l[i].group].q, &sn);
-	*out = sn.stats.lat;
+	*out = sn.stats;
+}
+
+void kt_pool_store_latency(const struct kt_pool *p, int i, struct kt_store_latency *out)
+{
+	struct kt_store_stats st;
+
+	store_stats(p, i, &st);
+	*out = st.lat;
 }
 
 uint64_t kt_pool_store_feed_at(const struct kt_pool *p, int i)
 {
-	struct kt_storeq_snap sn;
+	struct kt_store_stats st;
 
-	if (!p || i < 0 || i >= p->n || p->l[i].group < 0)
-		return 0;
-	kt_storeq_snapshot(p->g[p->l[i].group].q, &sn);
-	return sn.stats.feed_at_ns;
+	store_stats(p, i, &st);
+	return st.feed_at_ns;
 }
 
 void kt_pool_inherit(struct kt_pool *p, int i, const struct kt_pool *old, int j)

@@ -70,6 +70,19 @@ static int arg_keys(struct args *a, const char *prefix, const char *limit, unsig
 }
 
 /* The keys a heartbeat of q names. */
+/* Node leases' keys (store.h "Node leases"): the change feed, and this
+ * node's index of its members (leave.lua takes "P:node:{-}:limits", an
+ * empty one, when the node has none). */
+static void arg_feed(const struct kt_store *s, struct args *a)
+{
+	rs_arg_fmt(a, "%s:feed", s->prefix);
+}
+
+static void arg_node_index(const struct kt_store *s, struct args *a)
+{
+	rs_arg_fmt(a, "%s:node:{%s}:limits", s->prefix, s->leases == KT_LEASES_NODE && s->node ? s->node : "-");
+}
+
 static unsigned req_keys(const struct kt_pool_req *q)
 {
 	return (q->weighted ? KEYS_WEIGHT : 0) | (q->pool_rate > 0 && q->n_classes > 0 ? KEYS_CLASSES : 0) |
@@ -456,11 +469,11 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 	/* the call's own: the feed, this node's index, the horizon and the
 	 * keys' least TTL (leases: node), or none */
 	if (s->mode != KT_REDIS_CLUSTER) /* member leases feed it too: a mix of both hears all */
-		rs_arg_fmt(a, "%s:feed", s->prefix);
+		arg_feed(s, a);
 	else
 		rs_arg_ref(a, "-");
 	if (s->leases == KT_LEASES_NODE) {
-		rs_arg_fmt(a, "%s:node:{%s}:limits", s->prefix, s->node);
+		arg_node_index(s, a);
 		rs_arg_fmt(a, "%llu", (unsigned long long)KT_STORE_QUIET_HORIZON_MS);
 		rs_arg_fmt(a, "%llu", (unsigned long long)KT_STORE_QUIET_TTL_MS);
 	} else {
@@ -575,6 +588,19 @@ struct hb_batch {
 	int failed, first_fail;
 };
 
+/* Limits i and j of a batch change places (their route stays with them:
+ * both are in one route whenever this is called). */
+static void hb_swap(struct hb_batch *b, int i, int j)
+{
+	struct kt_pool_req q = b->sub[i];
+	struct kt_pool_answer a = b->sa[i];
+	struct hb_prev pv = b->pv[i];
+	int idx = b->idx[i];
+
+	b->sub[i] = b->sub[j], b->sa[i] = b->sa[j], b->pv[i] = b->pv[j], b->idx[i] = b->idx[j];
+	b->sub[j] = q, b->sa[j] = a, b->pv[j] = pv, b->idx[j] = idx;
+}
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -591,7 +617,7 @@ static int build_node(struct kt_store *s, uint64_t stale_ms, struct args *a)
 	a->n = 2;
 	rs_arg_ref(a, "2");
 	rs_arg_fmt(a, "%s:nodes", s->prefix);
-	rs_arg_fmt(a, "%s:feed", s->prefix);
+	arg_feed(s, a);
 	rs_arg_ref(a, s->prefix);
 	rs_arg_ref(a, s->node);
 	rs_arg_fmt(a, "%llu", (unsigned long long)stale_ms);
@@ -765,7 +791,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 {
 	struct hb_batch b = { 0 };
 	int *ord = calloc((size_t)n, sizeof(*ord)), *slot = calloc((size_t)n, sizeof(*slot));
-	struct hb_prev *pvo = calloc((size_t)n, sizeof(*pvo));
+	struct hb_prev *byreq = calloc((size_t)n, sizeof(*byreq)); /* the memo, by reqs[] */
 	bool lease = s->leases == KT_LEASES_NODE, every = true;
 	const char **changed = NULL;
 	int i, k, nq = 0, n_changed = 0, ret = 0, nsend;
@@ -782,7 +808,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	b.first = calloc((size_t)n + 2, sizeof(*b.first));
 	b.idx = calloc((size_t)n, sizeof(*b.idx));
 	if (!b.sub || !b.sa || !b.pv || !b.slot || !b.jobs || !b.as || !b.first || !b.idx || !ord || !slot ||
-	    !pvo) {
+	    !byreq) {
 		ret = -ENOMEM;
 		goto out;
 	}
@@ -799,7 +825,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		s->feed_since = 0;
 	/* by route, stable; with leases: node the quiet ones last */
 	for (i = 0; i < n; i++) {
-		struct hb_prev *pv = &b.pv[i]; /* by the caller's order here, moved below */
+		struct hb_prev *pv = &byreq[i];
 		uint64_t at = 0;
 
 		pv->digest = kt_hbmemo_digest(&reqs[i]);
@@ -823,9 +849,8 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		b.sa[i] = ans[ord[i]];
 		b.idx[i] = ord[i];
 		b.slot[i] = slot[ord[i]] % ROUTES;
-		pvo[i] = b.pv[ord[i]];
+		b.pv[i] = byreq[ord[i]];
 	}
-	memcpy(b.pv, pvo, sizeof(*pvo) * (size_t)n);
 	nsend = n - nq;
 	if (lease && (ret = build_node(s, stale_ms, &node)))
 		goto out;
@@ -854,16 +879,8 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 			/* the quiet limits to send after all go first */
 			for (i = nsend; i < n; i++) {
 				if (every || (n_changed && bsearch(&b.sub[i].limit, changed, (size_t)n_changed,
-								   sizeof(*changed), cmp_str))) {
-					struct kt_pool_req tq = b.sub[i];
-					struct kt_pool_answer ta = b.sa[i];
-					struct hb_prev tp = b.pv[i];
-					int ti = b.idx[i];
-
-					b.sub[i] = b.sub[m], b.sa[i] = b.sa[m], b.pv[i] = b.pv[m], b.idx[i] = b.idx[m];
-					b.sub[m] = tq, b.sa[m] = ta, b.pv[m] = tp, b.idx[m] = ti;
-					m++;
-				}
+								   sizeof(*changed), cmp_str)))
+					hb_swap(&b, i, m++);
 			}
 			if (m > nsend && (ret = hb_send(s, &b, nsend, m, NULL, NULL, err, errlen)))
 				goto out;
@@ -911,7 +928,7 @@ out:
 	free(b.idx);
 	free(ord);
 	free(slot);
-	free(pvo);
+	free(byreq);
 	return ret;
 }
 
@@ -950,7 +967,7 @@ static int do_leave(struct kt_store *s, const char *limit, const char *const *id
 {
 	struct args a = { 0 };
 	redisReply *r = NULL;
-	bool lease;
+	bool feed = s->mode != KT_REDIS_CLUSTER; /* the feed and node index exist */
 	int i, ret;
 
 	if (!valid_limit(limit) || n < 0 || n > KT_STORE_MAX_POOL || (n && !ids)) {
@@ -966,7 +983,6 @@ static int do_leave(struct kt_store *s, const char *limit, const char *const *id
 	}
 	if (n == 0)
 		return 0;
-	lease = s->mode != KT_REDIS_CLUSTER;
 	ret = begin(s, err, errlen);
 	if (ret)
 		return ret;
@@ -976,14 +992,11 @@ static int do_leave(struct kt_store *s, const char *limit, const char *const *id
 		goto oom;
 	a.n = 2;
 	/* not in a cluster: the feed and this node's index too (leave.lua) */
-	rs_arg_fmt(&a, "%d", N_KEYS + N_WEIGHT_KEYS + N_CLASS_KEYS + (lease ? 2 : 0));
+	rs_arg_fmt(&a, "%d", N_KEYS + N_WEIGHT_KEYS + N_CLASS_KEYS + (feed ? 2 : 0));
 	arg_keys(&a, s->prefix, limit, KEYS_WEIGHT | KEYS_CLASSES);
-	if (lease) {
-		rs_arg_fmt(&a, "%s:feed", s->prefix);
-		if (s->leases == KT_LEASES_NODE && s->node)
-			rs_arg_fmt(&a, "%s:node:{%s}:limits", s->prefix, s->node);
-		else
-			rs_arg_fmt(&a, "%s:node:{-}:limits", s->prefix);
+	if (feed) {
+		arg_feed(s, &a);
+		arg_node_index(s, &a);
 	}
 	for (i = 0; i < n; i++)
 		rs_arg_ref(&a, ids[i]);

@@ -104,6 +104,17 @@ end
 local function f17(x) return string.format('%.17g', x) end
 -- a TIME in ms, or a bound of one
 local function f0(x) return string.format('%.0f', x) end
+-- Redis TIME in ms: the scripts' only clock
+local function time_ms()
+  local t = call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- the limit L of a key P:pool:{L}:..., and the node N of an index
+-- P:node:{N}:limits ("-": none)
+local function limit_of(key) return string.match(key, '{(.*)}:%w+$') end
+local function node_of(idx) return string.match(idx, ':node:{(.*)}:limits$') or '-' end
+-- the change feed: node me changed limit L's pool answer at now
+local function feed_add(feed, now, L, me) onkey('ZADD', feed, f0(now), L .. ' ' .. me) end
 local function bucket(v)
   local x = tonumber(v)
   if x == nil or x < 1 or x > 1000000 --[[KT_STORE_MAX_POOL]] or x ~= math.floor(x) then return 'x' end

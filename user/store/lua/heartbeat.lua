@@ -70,12 +70,11 @@
 if redis.replicate_commands then redis.replicate_commands() end
 --#include common.lua
 local RECOUNT = 64
-local t = call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = time_ms()
 local FEED, NIDX, TTLMIN = ARGV[1], ARGV[2], tonumber(ARGV[4]) or 0
 if FEED == '-' then FEED = nil end
 -- this node's name, from its index's: the feed says who changed a limit
-local ME = string.match(NIDX, ':node:{(.*)}:limits$') or '-'
+local ME = node_of(NIDX)
 -- a member's heartbeat as written (ahead of now with leases: node)
 local stamp = f0(now + (tonumber(ARGV[3]) or 0))
 -- O(pool): every counter from hb, lapsed, size and fb
@@ -715,16 +714,15 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
       call('PEXPIRE', K.sdem, ttl)
     end
   end
+  local L = limit_of(K.hb)
   if FEED then
-    local L = string.match(K.hb, '{(.*)}:hb$')
     if ans0 ~= c.ans then
-      onkey('ZADD', FEED, f0(now), L .. ' ' .. ME)
+      feed_add(FEED, now, L, ME)
       call('ZREMRANGEBYSCORE', FEED, '-inf', '(' .. f0(now - 60000 --[[KT_STORE_FEED_KEEP_MS]]))
       call('PEXPIRE', FEED, ttl)
     end
   end
   if NIDX ~= '-' then
-    local L = string.match(K.hb, '{(.*)}:hb$')
     if n > 0 then
       local ids = {}
       for i = first, a - 1, st do ids[#ids + 1] = ARGV[i] end

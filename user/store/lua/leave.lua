@@ -41,10 +41,8 @@ for i = 1, #ARGV do
 end
 if ok and not c.dirty then save(K, c) else call('DEL', K.meta) end
 if #KEYS >= 22 then
-  local t = call('TIME')
-  local L = string.match(K.hb, '{(.*)}:hb$')
-  local me = string.match(KEYS[22], ':node:{(.*)}:limits$') or '-'
-  if n > 0 then onkey('ZADD', KEYS[21], f0(tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), L .. ' ' .. me) end
+  local L = limit_of(K.hb)
+  if n > 0 then feed_add(KEYS[21], time_ms(), L, node_of(KEYS[22])) end
   onkey('HDEL', KEYS[22], L)
 end
 return n

@@ -33,8 +33,7 @@ if redis.replicate_commands then redis.replicate_commands() end
 local DEAD_MAX, FEED_MAX = 16, 1000 --[[KT_STORE_FEED_MAX]]
 local P, node = ARGV[1], ARGV[2]
 local stale, since, keep, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local t = call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = time_ms()
 local prev = tonumber(onkey('ZSCORE', KEYS[1], node))
 local held = 0
 if prev ~= nil and prev >= now - stale and prev <= now then held = 1 end
@@ -52,7 +51,7 @@ for i = 1, #dead, 2 do
       ncall = ncall + 1
       redis.pcall('ZADD', hb, 'XX', s, id)
     end
-    onkey('ZADD', KEYS[2], f0(now), r[j] .. ' -')
+    feed_add(KEYS[2], now, r[j], '-')
   end
   call('DEL', idx)
   call('ZREM', KEYS[1], x)
