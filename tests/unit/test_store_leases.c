@@ -87,6 +87,15 @@ static struct kt_store_stats stats(struct kt_store *s)
 	return st;
 }
 
+/* a command on Redis that must be answered (fmt: at most one %s, arg) */
+static void redis_do(const char *fmt, const char *arg)
+{
+	redisReply *r = rp_command(&kfx_master, fmt, arg);
+
+	assert_non_null(r);
+	freeReplyObject(r);
+}
+
 /* a sorted set's score read back, -1 when the member is not there */
 static long long zscore(const char *key, const char *member)
 {
@@ -304,10 +313,9 @@ static void test_hand_edits(void **state)
 	(void)state;
 	agree_then_quiet(na, nb, "h");
 	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
-		redisReply *r = rp_command(&kfx_master, "SET %s garbage", keys[k]);
+		redisReply *r;
 
-		assert_non_null(r);
-		freeReplyObject(r);
+		redis_do("SET %s garbage", keys[k]);
 		s0 = stats(na);
 		a = beat(na, "h", "A:1");
 		assert_int_equal(a.live, 2);
@@ -343,14 +351,11 @@ static void test_store_reached_anew(void **state)
 	struct kt_store *na = open_node("A", KT_LEASES_NODE), *nb = open_node("B", KT_LEASES_NODE);
 	struct kt_store_stats s0, s1;
 	struct kt_pool_answer a;
-	redisReply *r;
 
 	(void)state;
 	agree_then_quiet(na, nb, "r");
 
-	r = rp_command(&kfx_master, "CLIENT KILL TYPE normal");
-	assert_non_null(r);
-	freeReplyObject(r);
+	redis_do("CLIENT KILL TYPE normal", NULL);
 	s0 = stats(na);
 	/* the first call finds the connection dead (an error), the next
 	 * connects anew and sends every limit */
@@ -361,9 +366,7 @@ static void test_store_reached_anew(void **state)
 	ASSERT_ANS(a, 1, 2, 2);
 	assert_int_equal(s1.hb_quiet - s0.hb_quiet, 0);
 
-	r = rp_command(&kfx_master, "FLUSHALL");
-	assert_non_null(r);
-	freeReplyObject(r);
+	redis_do("FLUSHALL", NULL);
 	s0 = stats(na);
 	a = beat(na, "r", "A:1");
 	s1 = stats(na);
