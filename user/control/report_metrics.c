@@ -169,9 +169,14 @@ static void store_error_metrics(const struct kt_plan *plan, const struct kt_pool
 		     "# HELP kthrottle_store_feed_resyncs_total Heartbeats that sent every limit (leases: node): the "
 		     "node's lease had lapsed, the feed could not say, or the store was reached anew.\n"
 		     "# TYPE kthrottle_store_feed_resyncs_total counter\n"
-		     "kthrottle_store_feed_resyncs_total %llu\n",
+		     "kthrottle_store_feed_resyncs_total %llu\n"
+		     "# HELP kthrottle_store_deferred_limits_total Limits a heartbeat left for the next one: not "
+		     "answered yet (new, or failed since) and over the join budget, as at a fleet's start.\n"
+		     "# TYPE kthrottle_store_deferred_limits_total counter\n"
+		     "kthrottle_store_deferred_limits_total %llu\n",
 		     (unsigned long long)w.steady, (unsigned long long)w.full, (unsigned long long)w.quiet,
-		     (unsigned long long)w.feed_changes, (unsigned long long)w.feed_resyncs);
+		     (unsigned long long)w.feed_changes, (unsigned long long)w.feed_resyncs,
+		     (unsigned long long)w.deferred);
 	kt_sb_printf(b, "# HELP kthrottle_store_round_trips_total Round trips to the stores (a pipeline counts once).\n"
 		     "# TYPE kthrottle_store_round_trips_total counter\n"
 		     "kthrottle_store_round_trips_total %llu\n"

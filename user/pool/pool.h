@@ -203,6 +203,7 @@ void kt_pool_store_latency(const struct kt_pool *p, int i, struct kt_store_laten
  * and the change feed's news (limits named, heartbeats that sent all). */
 struct kt_pool_work {
 	uint64_t steady, full, quiet; /* quiet: leases: node, not sent */
+	uint64_t deferred;            /* left for a later heartbeat by the join budget */
 	uint64_t feed_changes, feed_resyncs;
 	uint64_t round_trips, scripts, script_commands;
 	uint64_t bytes_sent, bytes_received;

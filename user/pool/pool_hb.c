@@ -560,6 +560,10 @@ bool pool_finish_job(struct kt_pool *p, struct group *g, struct hb_job *job, uin
 	for (k = 0; k < g->n; k++) {
 		struct lim *l = &p->l[g->lims[k]];
 
+		/* left for the next heartbeat by the join budget (store.h "The
+		 * start herd"): nothing was sent, nothing changes */
+		if (job->ret == KT_STORE_PARTIAL && job->ans[k].status == KT_STORE_DEFERRED)
+			continue;
 		/* cluster: a master down fails its own limits only; theirs run
 		 * out their lease as if the whole store were gone */
 		if (job->ret == KT_STORE_PARTIAL && job->ans[k].status) {

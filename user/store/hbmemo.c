@@ -5,6 +5,7 @@
  * once the table holds KT_HBMEMO_MAX names it is emptied and refilled by the
  * next heartbeats, which then take the full path once each. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +17,8 @@
 
 struct memo_entry {
 	char limit[KT_NAME_LEN]; /* "" = free slot */
-	uint64_t digest;         /* 0 = forgotten */
+	uint64_t digest;         /* 0 = no answer to repeat */
+	bool joined;             /* answered since last forgotten */
 	int agree, size, live;
 	uint64_t at_ns;          /* kt_clock_ns() when it was set */
 };
@@ -118,8 +120,20 @@ void kt_hbmemo_forget(struct kt_hbmemo *m, const char *limit)
 	if (!m || strlen(limit) >= KT_NAME_LEN)
 		return;
 	e = slot_of(m, limit);
-	if (e->limit[0])
+	if (e->limit[0]) {
 		e->digest = 0;
+		e->joined = false;
+	}
+}
+
+int kt_hbmemo_joined(const struct kt_hbmemo *m, const char *limit)
+{
+	const struct memo_entry *e;
+
+	if (!m || strlen(limit) >= KT_NAME_LEN)
+		return 1; /* no memo: nothing to hold back for */
+	e = slot_of(m, limit);
+	return e->limit[0] && e->joined;
 }
 
 static int grow(struct kt_hbmemo *m)
@@ -160,6 +174,7 @@ int kt_hbmemo_set(struct kt_hbmemo *m, const char *limit, uint64_t digest,
 	}
 	/* only an answer the steady path can repeat: it never answers a reserve */
 	e->digest = ans->reserved == 0 ? digest : 0;
+	e->joined = true;
 	e->agree = ans->agree;
 	e->size = ans->size;
 	e->live = ans->live;

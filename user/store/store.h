@@ -274,6 +274,27 @@
 /* A heartbeat's scripts hold at most this many units, a limit counting 1
  * plus its members (a limit alone may be more): store_redis.c. */
 #define KT_STORE_SCRIPT_UNITS 128
+/* The start herd: a limit this node has not had answered yet (its first
+ * heartbeat, or its first after a failure) takes the full path, the
+ * costliest (tens of microseconds of Redis a limit and a member). When a
+ * fleet starts, or comes back from an outage, that is every limit of every
+ * node in the same second, which can queue Redis past every timeout, and
+ * no node is answered again. So a heartbeat sends at most its join budget
+ * of such limits, in units (1 + members, as for scripts; at least one
+ * limit, whatever its size); the rest are KT_STORE_DEFERRED to the next.
+ * The budget starts at KT_STORE_JOIN_FIRST_UNITS; a heartbeat that left
+ * some and was answered within KT_STORE_JOIN_SLOW_MS doubles it; one that
+ * sent some and was slower, or failed for them, halves it, down to
+ * KT_STORE_JOIN_MIN_UNITS; a failure of limits that had joined (an
+ * outage: they join again, the whole fleet at once) puts it back to
+ * KT_STORE_JOIN_FIRST_UNITS at most. A deferred limit keeps what it had:
+ * nothing before its first answer, its last answer's lease after a
+ * failure. The budget is per kt_store (a daemon has one per store it
+ * talks to). */
+#define KT_STORE_JOIN_FIRST_UNITS 1024
+#define KT_STORE_JOIN_MIN_UNITS 16
+#define KT_STORE_JOIN_MAX_UNITS (1 << 24)
+#define KT_STORE_JOIN_SLOW_MS 100
 #define KT_STORE_QUIET_REFRESH_MS 600000ULL
 #define KT_STORE_QUIET_HORIZON_MS (2 * KT_STORE_QUIET_REFRESH_MS)
 #define KT_STORE_QUIET_TTL_MS (3 * KT_STORE_QUIET_REFRESH_MS)
@@ -414,14 +435,20 @@ struct kt_pool_answer {
 	/* with n_classes: this node's part of the slots per class (before
 	 * rounding and the others' claims), to split slots_grant by */
 	double slots_class_part[KT_STORE_MAX_CLASSES];
-	/* 0: answered. Only after KT_STORE_PARTIAL (cluster mode): -errno, this
-	 * limit's slot went unanswered and nothing above was written. */
+	/* 0: answered. Only after KT_STORE_PARTIAL: -errno, this limit's
+	 * slot went unanswered (cluster mode), or KT_STORE_DEFERRED, this
+	 * limit waits for the join budget; nothing above was written. */
 	int status;
 };
 
-/* kt_store_heartbeat_many's return in cluster mode when some slots answered
- * and some did not: each answer's status says which. */
+/* kt_store_heartbeat_many's return when some limits were answered and some
+ * were not (a cluster's master down, or limits deferred by the join
+ * budget): each answer's status says which. */
 #define KT_STORE_PARTIAL 1
+/* An answer's status: a limit not answered yet (its first heartbeat, or
+ * its first after a failure) that this heartbeat left for the next one,
+ * the join budget being spent ("The start herd"). Nothing was sent for it. */
+#define KT_STORE_DEFERRED 2
 
 /* Round-trip latency, and the timeouts it sets (kt_store_get_stats). */
 struct kt_store_latency {
@@ -442,6 +469,8 @@ struct kt_store_stats {
 	uint64_t script_commands; /* Redis commands the heartbeat scripts ran, as they answer */
 	uint64_t hb_scripts;  /* heartbeat scripts sent (EVALSHA), HB_SCRIPT_UNITS at most each */
 	uint64_t hb_quiet;    /* leases: node: limits not sent, answered from the last answer */
+	uint64_t hb_deferred; /* limits left for a later heartbeat by the join budget */
+	unsigned join_budget; /* units of limits not answered yet the next heartbeat may send */
 	uint64_t feed_changes; /* leases: node: limits the change feed named */
 	uint64_t feed_resyncs; /* leases: node: heartbeats that sent every limit (lease lapsed, feed lost) */
 	uint64_t feed_at_ns;  /* leases: node: kt_clock_ns() when the feed was last read; 0: never */

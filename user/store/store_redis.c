@@ -354,6 +354,7 @@ static const char *parse_slot_parts(const redisReply *c, const struct kt_pool_re
 struct hb_prev {
 	uint64_t digest;
 	bool has;
+	bool joining; /* not answered yet: sent under the join budget */
 	struct kt_pool_answer prev;
 };
 
@@ -774,6 +775,36 @@ static uint64_t quiet_for_ns(const char *limit)
 	return (KT_STORE_QUIET_REFRESH_MS - h % (KT_STORE_QUIET_REFRESH_MS / 4)) * 1000000ULL;
 }
 
+/* The join budget after the first round trip of a heartbeat (store.h "The
+ * start herd"): halved when it sent limits not answered yet and took longer
+ * than KT_STORE_JOIN_SLOW_MS or one of them failed (Redis is queueing, or
+ * gone); doubled when it sent some quickly and left others. A failure of
+ * limits that had joined puts it back to KT_STORE_JOIN_FIRST_UNITS at most:
+ * they join again under the budget, and after an outage the whole fleet
+ * does so at once, as at its start. */
+static void join_adapt(struct kt_store *s, const struct hb_batch *b, int nsent, unsigned joining,
+		       int ndeferred, uint64_t took_ns)
+{
+	bool failed_new = false, failed_old = false;
+	unsigned budget = s->st.join_budget;
+
+	for (int i = 0; i < nsent; i++) {
+		if (b->sa[i].status == 0)
+			continue;
+		if (b->pv[i].joining)
+			failed_new = true;
+		else
+			failed_old = true;
+	}
+	if (failed_new || (joining && took_ns > KT_STORE_JOIN_SLOW_MS * 1000000ULL))
+		budget = budget / 2 > KT_STORE_JOIN_MIN_UNITS ? budget / 2 : KT_STORE_JOIN_MIN_UNITS;
+	else if (failed_old && budget > KT_STORE_JOIN_FIRST_UNITS)
+		budget = KT_STORE_JOIN_FIRST_UNITS;
+	else if (joining && ndeferred)
+		budget = budget < KT_STORE_JOIN_MAX_UNITS / 2 ? budget * 2 : KT_STORE_JOIN_MAX_UNITS;
+	s->st.join_budget = budget;
+}
+
 /* The limits grouped by the transport's route (cluster: by slot, a script
  * may only touch one; single: one group), then cut into scripts of at most
  * HB_SCRIPT_UNITS, one EVALSHA each, those for one server pipelined. A
@@ -785,7 +816,11 @@ static uint64_t quiet_for_ns(const char *limit)
  * pipeline; a limit whose request is what its last answer was sent for,
  * answered without a reserve less than its quiet time ago, is not sent
  * ("quiet": that answer again) unless node.lua says the node's lease had
- * lapsed or the feed names it: then it goes in a second round trip. */
+ * lapsed or the feed names it: then it goes in a second round trip.
+ *
+ * The join budget (store.h "The start herd"): limits not answered yet go
+ * in the first round trip up to the budget, in the caller's order; the
+ * rest are deferred (sorted last, never sent) to the next heartbeat. */
 static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, int n,
 			    struct kt_pool_answer *ans, char *err, size_t errlen)
 {
@@ -794,8 +829,9 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	struct hb_prev *byreq = calloc((size_t)n, sizeof(*byreq)); /* the memo, by reqs[] */
 	bool lease = s->leases == KT_LEASES_NODE, every = true;
 	const char **changed = NULL;
-	int i, k, nq = 0, n_changed = 0, ret = 0, nsend;
-	uint64_t now_ns = kt_clock_ns(), stale_ms = UINT64_MAX, since = 0;
+	int i, k, nq = 0, nd = 0, n_changed = 0, ret = 0, nsend;
+	unsigned joining = 0; /* units of limits not answered yet, sent */
+	uint64_t now_ns = kt_clock_ns(), stale_ms = UINT64_MAX, since = 0, sent_ns;
 	struct args node = { 0 };
 	redisReply *node_rep = NULL;
 
@@ -832,8 +868,19 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		pv->has = reqs[i].pool_rate <= 0 && !reqs[i].slots_node &&
 			  kt_hbmemo_get_at(s->memo, reqs[i].limit, pv->digest, &pv->prev, &at);
 		slot[i] = limit_route(s, reqs[i].limit);
-		if (lease && s->feed_since && pv->has && reqs[i].save_ramp < 0 &&
-		    now_ns - at < quiet_for_ns(reqs[i].limit)) {
+		if (!kt_hbmemo_joined(s->memo, reqs[i].limit)) {
+			unsigned u = 1 + (unsigned)reqs[i].n_members;
+
+			/* at least one limit a heartbeat, whatever its size */
+			if (joining && joining + u > s->st.join_budget) {
+				slot[i] += 2 * ROUTES;
+				nd++;
+			} else {
+				joining += u;
+				pv->joining = true;
+			}
+		} else if (lease && s->feed_since && pv->has && reqs[i].save_ramp < 0 &&
+			   now_ns - at < quiet_for_ns(reqs[i].limit)) {
 			slot[i] += ROUTES;
 			nq++;
 		}
@@ -851,11 +898,16 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		b.slot[i] = slot[ord[i]] % ROUTES;
 		b.pv[i] = byreq[ord[i]];
 	}
-	nsend = n - nq;
+	nsend = n - nq - nd;
 	if (lease && (ret = build_node(s, stale_ms, &node)))
 		goto out;
+	sent_ns = kt_clock_ns();
 	if ((ret = hb_send(s, &b, 0, nsend, lease ? &node : NULL, &node_rep, err, errlen)))
 		goto out;
+	join_adapt(s, &b, nsend, joining, nd, kt_clock_ns() - sent_ns);
+	for (i = n - nd; i < n; i++)
+		b.sa[i].status = KT_STORE_DEFERRED;
+	s->st.hb_deferred += (uint64_t)nd;
 	if (lease) {
 		int m = nsend;
 
@@ -869,7 +921,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 			s->st.feed_at_ns = kt_clock_ns();
 		if (ret) {
 			/* no lease renewed: the quiet limits have no answer either */
-			for (i = nsend; i < n; i++)
+			for (i = nsend; i < n - nd; i++)
 				b.sa[i].status = ret;
 			b.first_fail = b.first_fail ? b.first_fail : ret;
 			m = n;
@@ -877,40 +929,51 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 			if (every)
 				s->st.feed_resyncs++;
 			/* the quiet limits to send after all go first */
-			for (i = nsend; i < n; i++) {
+			for (i = nsend; i < n - nd; i++) {
 				if (every || (n_changed && bsearch(&b.sub[i].limit, changed, (size_t)n_changed,
 								   sizeof(*changed), cmp_str)))
 					hb_swap(&b, i, m++);
 			}
 			if (m > nsend && (ret = hb_send(s, &b, nsend, m, NULL, NULL, err, errlen)))
 				goto out;
-			for (i = m; i < n; i++) {
+			for (i = m; i < n - nd; i++) {
 				b.sa[i].agree = b.pv[i].prev.agree;
 				b.sa[i].size = b.pv[i].prev.size;
 				b.sa[i].live = b.pv[i].prev.live;
 				b.sa[i].reserved = 0;
 				b.sa[i].status = 0;
 			}
-			s->st.hb_quiet += (uint64_t)(n - m);
+			s->st.hb_quiet += (uint64_t)(n - nd - m);
 		}
-		nq = n - m;
+		nq = n - nd - m;
 	}
-	/* the answers, in the caller's order */
-	int n_failed = 0;
+	/* the answers, in the caller's order: [0, n - nd - nq) were sent,
+	 * then come the quiet ones, then the deferred */
+	int n_failed = 0, n_deferred = 0;
 
 	for (i = 0; i < n; i++) {
 		k = b.idx[i];
 		if (!b.sa[i].status) {
 			ans[k] = b.sa[i];
-			if (i < n - nq && b.sub[i].pool_rate <= 0 && !b.sub[i].slots_node)
-				kt_hbmemo_set(s->memo, b.sub[i].limit, b.pv[i].digest, &b.sa[i]);
+			/* sent and answered: joined, and with a digest the steady
+			 * path can repeat (0: a demand or in-flight limit) */
+			if (i < n - nd - nq)
+				kt_hbmemo_set(s->memo, b.sub[i].limit,
+					      b.sub[i].pool_rate <= 0 && !b.sub[i].slots_node ? b.pv[i].digest : 0,
+					      &b.sa[i]);
+		} else if (b.sa[i].status == KT_STORE_DEFERRED) {
+			ans[k].status = KT_STORE_DEFERRED;
+			n_deferred++;
 		} else {
 			ans[k].status = b.sa[i].status;
 			kt_hbmemo_forget(s->memo, b.sub[i].limit);
 			n_failed++;
 		}
 	}
-	ret = !n_failed ? 0 : n_failed == n ? (b.first_fail ? b.first_fail : -EIO) : KT_STORE_PARTIAL;
+	/* deferred limits alone never fail a heartbeat: some were sent */
+	ret = !n_failed && !n_deferred		  ? 0
+	      : n_failed == n - n_deferred ? (b.first_fail ? b.first_fail : -EIO)
+					   : KT_STORE_PARTIAL;
 out:
 	if (ret == -ENOMEM)
 		rs_seterr(s, err, errlen, "heartbeat: out of memory");
