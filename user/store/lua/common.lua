@@ -154,6 +154,19 @@ end
 local function load(K)
   local m = call('HMGET', K.meta, 'n', 'ns', 'bad', 'nl', 'res', 'gs', 'sd', 'lvl', 'lt', 'lp',
                       'exp', 'due', 'sw', 'cls', 'cd', 'ck', 'ans')
+  -- no meta: a new pool, unless keys of an old one are left (an eviction,
+  -- a hand edit); one probe says, instead of counting each (a fleet's
+  -- start is mostly this)
+  local bare = true
+  for i = 1, 17 do if m[i] then bare = false; break end end
+  if bare then
+    local ks = {K.hb, K.size, K.counted, K.hist, K.sizes, K.lapsed, K.grant, K.dem}
+    if K.wt then ks[#ks + 1] = K.wt end
+    if call('EXISTS', unpack(ks)) == 0 then
+      return {n = 0, ns = 0, bad = 0, nl = 0, res = 0, gs = 0, sd = 0, sw = 0, lvl = -1, lt = 0, lp = -1,
+              shared = false, steady = false, nd = 0, nw = 0}, true
+    end
+  end
   local c = {n = tonumber(m[1]) or 0, ns = tonumber(m[2]) or 0, bad = tonumber(m[3]) or 0,
              nl = tonumber(m[4]) or 0, res = tonumber(m[5]) or 0,
              gs = tonumber(m[6]), sd = tonumber(m[7]), lvl = tonumber(m[8]) or -1,

@@ -75,6 +75,9 @@ local FEED, NIDX, TTLMIN = ARGV[1], ARGV[2], tonumber(ARGV[4]) or 0
 if FEED == '-' then FEED = nil end
 -- this node's name, from its index's: the feed says who changed a limit
 local ME = node_of(NIDX)
+-- the longest TTL a call wanted for the feed and for this node's index:
+-- trimmed and set once, after the last limit
+local feed_ttl, nidx_ttl = 0, 0
 -- a member's heartbeat as written (ahead of now with leases: node)
 local stamp = f0(now + (tonumber(ARGV[3]) or 0))
 -- O(pool): every counter from hb, lapsed, size and fb
@@ -715,19 +718,16 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
     end
   end
   local L = limit_of(K.hb)
-  if FEED then
-    if ans0 ~= c.ans then
-      feed_add(FEED, now, L, ME)
-      call('ZREMRANGEBYSCORE', FEED, '-inf', '(' .. f0(now - 60000 --[[KT_STORE_FEED_KEEP_MS]]))
-      call('PEXPIRE', FEED, ttl)
-    end
+  if FEED and ans0 ~= c.ans then
+    feed_add(FEED, now, L, ME)
+    feed_ttl = math.max(feed_ttl, ttl)
   end
   if NIDX ~= '-' then
     if n > 0 then
       local ids = {}
       for i = first, a - 1, st do ids[#ids + 1] = ARGV[i] end
       onkey('HSET', NIDX, L, table.concat(ids, ' '))
-      call('PEXPIRE', NIDX, ttl)
+      nidx_ttl = math.max(nidx_ttl, ttl)
     else
       onkey('HDEL', NIDX, L)
     end
@@ -803,6 +803,11 @@ while k <= #KEYS do
   if ct and prate > 0 then k = k + NK end
   if sl ~= '-' then k = k + 3 --[[N_SLOT_KEYS]] end
 end
+if feed_ttl > 0 then
+  call('ZREMRANGEBYSCORE', FEED, '-inf', '(' .. f0(now - 60000 --[[KT_STORE_FEED_KEEP_MS]]))
+  call('PEXPIRE', FEED, feed_ttl)
+end
+if nidx_ttl > 0 then call('PEXPIRE', NIDX, nidx_ttl) end
 -- last: the commands this call ran (the store's work, for metrics)
 out[#out + 1] = ncall
 return out
