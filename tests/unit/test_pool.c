@@ -1283,6 +1283,53 @@ static void test_writers_write_the_decision(void **state)
 	free(st);
 }
 
+/* The join budget (store.h "The start herd"): two limits of BIG members
+ * each, more units together than the first budget. The first heartbeat
+ * answers one and defers the other, which stays joining, grants nothing
+ * (no maxMembers) and is not taken for a store failure; the next
+ * heartbeat answers it. */
+#define BIG 700
+static void test_join_budget_defers(void **state)
+{
+	static char idb[2][BIG][32];
+	static const char *ids[2][BIG];
+	struct node a;
+	struct kt_pool_work w;
+	char *st = redis_store("1s", "10s", "conservative"), *limits;
+	uint64_t now = T0;
+
+	(void)state;
+	assert_true(2 * (BIG + 1) > KT_STORE_JOIN_FIRST_UNITS && BIG + 1 <= KT_STORE_JOIN_FIRST_UNITS);
+	assert_true(asprintf(&limits, "%s%s", LIMIT("big0", RL_PLAIN), LIMIT("big1", RL_PLAIN)) > 0);
+	node_new(&a, "a", st, limits, 1);
+	for (int i = 0; i < 2; i++) {
+		for (int j = 0; j < BIG; j++) {
+			snprintf(idb[i][j], sizeof(idb[i][j]), "a/big%d/m%d", i, j);
+			ids[i][j] = idb[i][j];
+		}
+		a.loc[i].member_ids = ids[i];
+		a.loc[i].n_members = BIG;
+	}
+	tick(&a, now);
+	expect(&a, 0, KT_POOL_AGREED, BIG);
+	expect(&a, 1, KT_POOL_JOINING, 0);
+	assert_true(rate1(&a, 1) == 0);
+	assert_string_equal(kt_pool_store_state(a.p, 1, NULL, NULL, 0), "up");
+	kt_pool_store_work(a.p, &w);
+	assert_int_equal(w.deferred, 1);
+	assert_int_equal(rp_command_int(&redis, -1, "EXISTS kthrottle:pool:{big1}:hb"), 0);
+	now += SEC;
+	tick(&a, now);
+	expect(&a, 1, KT_POOL_AGREED, BIG);
+	assert_near(rate1(&a, 1), MAX_RATE / BIG);
+	assert_int_equal(rp_command_int(&redis, -1, "ZCARD kthrottle:pool:{big1}:hb"), BIG);
+	kt_pool_store_work(a.p, &w);
+	assert_int_equal(w.deferred, 1);
+	node_close(&a);
+	free(limits);
+	free(st);
+}
+
 #define T(f) cmocka_unit_test_setup(f, flush)
 
 int main(void)
@@ -1304,6 +1351,7 @@ int main(void)
 		T(test_sudden_shrink_damped),
 		T(test_join_held_until_others_shrink),
 		T(test_writers_write_the_decision),
+		T(test_join_budget_defers),
 	};
 	return cmocka_run_group_tests_name("pool", tests, group_setup, group_teardown);
 }
