@@ -541,7 +541,7 @@ static void test_churn_api_first(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	fx.run = 1;
-	churn(API_FIRST, "pod", 15.0);
+	churn(API_FIRST, "pod", 8.0);
 }
 
 static void test_churn_cgroup_first(void **state)
@@ -549,7 +549,7 @@ static void test_churn_cgroup_first(void **state)
 	(void)state;
 	KTEST_SKIP_UNLESS_ROOT();
 	fx.run = 2;
-	churn(CGROUP_FIRST, "pod", 15.0);
+	churn(CGROUP_FIRST, "pod", 8.0);
 }
 
 static void test_churn_node_scope(void **state)

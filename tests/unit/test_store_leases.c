@@ -357,29 +357,54 @@ static void test_hand_edits(void **state)
 	}
 }
 
-/* The server reached anew (the connection killed: a restart or a failover
- * looks the same to the node) may have lost the last changes: every limit
- * is sent once. The server's data lost too (FLUSHALL): the lease is gone,
- * every node sends everything and the pool is whole again at once. */
+/* SCRIPT LOAD calls the server counted (INFO commandstats) */
+static long long script_loads(void)
+{
+	char v[256];
+
+	if (rp_info_field(&kfx_master, "commandstats", "cmdstat_script|load", v, sizeof(v)))
+		return 0;
+	assert_memory_equal(v, "calls=", 6);
+	return atoll(v + 6);
+}
+
+/* A connection lost to the same server (killed here; a timeout closes it
+ * too) loses nothing: the node reconnects without loading its scripts
+ * again, reads the feed on from where it was, and sends only the limits
+ * of the failed call (their answers checked by the steady path), then is
+ * quiet again. The server's data lost (FLUSHALL): the lease is gone, every
+ * node sends everything and the pool is whole again at once. Another
+ * server (a restart: a new run_id; a failover looks the same) may have
+ * lost the last changes: every limit is sent once, the scripts loaded. */
 static void test_store_reached_anew(void **state)
 {
 	struct kt_store *na = open_node("A", KT_LEASES_NODE), *nb = open_node("B", KT_LEASES_NODE);
 	struct kt_store_stats s0, s1;
 	struct kt_pool_answer a;
+	long long loads;
 
 	(void)state;
 	agree_then_quiet(na, nb, "r");
 
 	redis_do("CLIENT KILL TYPE normal", NULL);
 	s0 = stats(na);
+	loads = script_loads();
 	/* the first call finds the connection dead (an error), the next
-	 * connects anew and sends every limit */
+	 * connects again */
 	a = beat_again(na, "r", "A:1");
 	s1 = stats(na);
 	assert_true(s1.connects > s0.connects);
 	assert_int_equal(a.status, 0);
 	ASSERT_ANS(a, 1, 2, 2);
-	assert_int_equal(s1.hb_quiet - s0.hb_quiet, 0);
+	assert_int_equal(s1.feed_resyncs - s0.feed_resyncs, 0);
+	assert_int_equal(s1.hb_full - s0.hb_full, 0);
+	assert_int_equal(s1.hb_steady - s0.hb_steady, 1);
+	assert_int_equal(script_loads(), loads);
+	settle(na, "r", "A:1");
+	s0 = stats(na);
+	a = beat(na, "r", "A:1");
+	ASSERT_ANS(a, 1, 2, 2);
+	assert_int_equal(stats(na).hb_quiet - s0.hb_quiet, 1);
 
 	redis_do("FLUSHALL", NULL);
 	s0 = stats(na);
@@ -394,6 +419,16 @@ static void test_store_reached_anew(void **state)
 	ASSERT_ANS(a, 1, 2, 2);
 	a = beat(na, "r", "A:1");
 	ASSERT_ANS(a, 1, 2, 2);
+
+	assert_int_equal(rp_restart(&kfx_master), 0);
+	s0 = stats(na);
+	a = beat_again(na, "r", "A:1");
+	s1 = stats(na);
+	assert_int_equal(s1.feed_resyncs - s0.feed_resyncs, 1);
+	assert_int_equal(a.live, 1);
+	assert_true(script_loads() >= 1);
+	a = beat_again(nb, "r", "B:1");
+	assert_int_equal(a.live, 2);
 }
 
 /* Bad input changes nothing: a node name with a space, leases: node in

@@ -18,7 +18,8 @@
 struct memo_entry {
 	char limit[KT_NAME_LEN]; /* "" = free slot */
 	uint64_t digest;         /* 0 = no answer to repeat */
-	bool joined;             /* answered since last forgotten */
+	bool joined;             /* answered once: its members were registered */
+	bool confirmed;          /* the answer is its last call's (kt_hbmemo_doubt) */
 	int agree, size, live;
 	uint64_t at_ns;          /* kt_clock_ns() when it was set */
 };
@@ -120,10 +121,29 @@ void kt_hbmemo_forget(struct kt_hbmemo *m, const char *limit)
 	if (!m || strlen(limit) >= KT_NAME_LEN)
 		return;
 	e = slot_of(m, limit);
-	if (e->limit[0]) {
+	if (e->limit[0])
 		e->digest = 0;
-		e->joined = false;
-	}
+}
+
+void kt_hbmemo_doubt(struct kt_hbmemo *m, const char *limit)
+{
+	struct memo_entry *e;
+
+	if (!m || strlen(limit) >= KT_NAME_LEN)
+		return;
+	e = slot_of(m, limit);
+	if (e->limit[0])
+		e->confirmed = false;
+}
+
+int kt_hbmemo_confirmed(const struct kt_hbmemo *m, const char *limit)
+{
+	const struct memo_entry *e;
+
+	if (!m || strlen(limit) >= KT_NAME_LEN)
+		return 0;
+	e = slot_of(m, limit);
+	return e->limit[0] && e->confirmed;
 }
 
 int kt_hbmemo_joined(const struct kt_hbmemo *m, const char *limit)
@@ -175,6 +195,7 @@ int kt_hbmemo_set(struct kt_hbmemo *m, const char *limit, uint64_t digest,
 	/* only an answer the steady path can repeat: it never answers a reserve */
 	e->digest = ans->reserved == 0 ? digest : 0;
 	e->joined = true;
+	e->confirmed = true;
 	e->agree = ans->agree;
 	e->size = ans->size;
 	e->live = ans->live;

@@ -29,17 +29,23 @@ int kt_hbmemo_get(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
 /* The same, and *at_ns (when not NULL): kt_clock_ns() when it was recorded. */
 int kt_hbmemo_get_at(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
 		     struct kt_pool_answer *ans, uint64_t *at_ns);
-/* 1 when limit was answered since it was last forgotten (or since the
- * table was last emptied), whatever its digest: it has joined. */
+/* 1 when limit was answered once (since the table was last emptied),
+ * whatever its digest and however its calls went since: it has joined. */
 int kt_hbmemo_joined(const struct kt_hbmemo *m, const char *limit);
 /* Records an answered heartbeat; 0, or -ENOMEM (the limit is then forgotten).
  * digest 0 records the limit as joined with no answer to repeat (one the
  * steady path never takes: a demand or in-flight limit). */
 int kt_hbmemo_set(struct kt_hbmemo *m, const char *limit, uint64_t digest,
 		  const struct kt_pool_answer *ans);
-/* The limit's next heartbeat takes the full path (a failed call, a leave),
- * and it has not joined. */
+/* The limit's next heartbeat takes the full path (a failed call, a leave).
+ * It stays joined. */
 void kt_hbmemo_forget(struct kt_hbmemo *m, const char *limit);
+/* The limit's last call failed: its answer stays the steady path's hint
+ * (the script checks it, and the call may have run), but it is no longer
+ * one this node may repeat without asking (leases: node, "quiet"). */
+void kt_hbmemo_doubt(struct kt_hbmemo *m, const char *limit);
+/* 1 when the limit's answer came from its last call (set, not doubted). */
+int kt_hbmemo_confirmed(const struct kt_hbmemo *m, const char *limit);
 /* Entries held (limits seen since the last reset). */
 int kt_hbmemo_count(const struct kt_hbmemo *m);
 

@@ -275,23 +275,20 @@
  * plus its members (a limit alone may be more): store_redis.c. */
 #define KT_STORE_SCRIPT_UNITS 128
 /* The start herd: a limit this node has not had answered yet (its first
- * heartbeat, or its first after a failure) takes the full path, the
- * costliest (tens of microseconds of Redis a limit and a member). When a
- * fleet starts, or comes back from an outage, that is every limit of every
- * node in the same second, which can queue Redis past every timeout, and
- * no node is answered again. So a heartbeat sends at most its join budget
- * of such limits, in units (1 + members, as for scripts; at least one
- * limit, whatever its size); the rest are KT_STORE_DEFERRED to the next.
- * The budget starts at KT_STORE_JOIN_FIRST_UNITS; a heartbeat that left
- * some and was answered within KT_STORE_JOIN_SLOW_MS doubles it; one that
- * sent some and was slower, or failed for them, halves it, down to
- * KT_STORE_JOIN_MIN_UNITS; a failure of limits that had joined (an
- * outage: they join again, the whole fleet at once) puts it back to
- * KT_STORE_JOIN_FIRST_UNITS at most. A deferred limit keeps what it had:
- * nothing before its first answer, its last answer's lease after a
- * failure. The budget is per kt_store (a daemon has one per store it
- * talks to). */
-#define KT_STORE_JOIN_FIRST_UNITS 1024
+ * heartbeat) takes the full path, the costliest (tens of microseconds of
+ * Redis a limit and a member). When a fleet starts, that is every limit of
+ * every node in the same second, which can queue Redis past every timeout,
+ * and no node is answered. So a heartbeat sends at most its join budget of
+ * such limits, in units (1 + members, as for scripts; at least one limit,
+ * whatever its size); the rest are KT_STORE_DEFERRED to the next. The
+ * budget starts at KT_STORE_JOIN_FIRST_UNITS; a heartbeat that left some
+ * and was answered within KT_STORE_JOIN_SLOW_MS doubles it; one that sent
+ * some and was slower, or failed for them, halves it, down to
+ * KT_STORE_JOIN_MIN_UNITS. A limit answered once stays joined whatever
+ * its calls do next (a timeout does not make it queue again). A deferred
+ * limit keeps what it had: nothing before its first answer. The budget
+ * is per kt_store (a daemon has one per store it talks to). */
+#define KT_STORE_JOIN_FIRST_UNITS 256
 #define KT_STORE_JOIN_MIN_UNITS 16
 #define KT_STORE_JOIN_MAX_UNITS (1 << 24)
 #define KT_STORE_JOIN_SLOW_MS 100
@@ -445,8 +442,8 @@ struct kt_pool_answer {
  * were not (a cluster's master down, or limits deferred by the join
  * budget): each answer's status says which. */
 #define KT_STORE_PARTIAL 1
-/* An answer's status: a limit not answered yet (its first heartbeat, or
- * its first after a failure) that this heartbeat left for the next one,
+/* An answer's status: a limit not answered yet (its first heartbeat)
+ * that this heartbeat left for the next one,
  * the join budget being spent ("The start herd"). Nothing was sent for it. */
 #define KT_STORE_DEFERRED 2
 

@@ -393,19 +393,41 @@ static bool rs_is_sha(const redisReply *r)
 	return true;
 }
 
-/* AUTH, SELECT, ROLE (sentinel mode) and PING in one round trip; then,
- * authenticated, SCRIPT LOAD in a second. Redis closes a connection that
- * is not authenticated yet on a bulk string over 16 KiB, so a script sent
- * with a wrong or missing password would read as a reset instead of what
- * the server said; PING says NOAUTH when the server wants a password and
- * none was configured. */
+/* The run_id in an INFO server reply into id (41 bytes), else "". */
+static void info_run_id(const redisReply *r, char *id)
+{
+	const char *p;
+
+	id[0] = 0;
+	if (r->type != REDIS_REPLY_STRING || !r->str ||
+	    !(p = strstr(r->str, "\nrun_id:")))
+		return;
+	p += strlen("\nrun_id:");
+	for (int i = 0; i < 40; i++)
+		if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
+			return;
+	memcpy(id, p, 40);
+	id[40] = 0;
+}
+
+/* AUTH, SELECT, ROLE (sentinel mode), PING and INFO server in one round
+ * trip; then, authenticated, SCRIPT LOAD in a second. Redis closes a
+ * connection that is not authenticated yet on a bulk string over 16 KiB,
+ * so a script sent with a wrong or missing password would read as a reset
+ * instead of what the server said; PING says NOAUTH when the server wants
+ * a password and none was configured. INFO's run_id says whether this is
+ * the server of the last connection (a reconnect after a timeout: its
+ * scripts are loaded, it lost nothing) or another one (a restart, a
+ * failover: server_epoch counts it, and the scripts are loaded). An INFO
+ * that fails (renamed, refused) only means "another one". In cluster mode
+ * every setup counts as another one (one store, many masters). */
 int rs_setup_master(struct kt_store *s, struct kt_rconn *c, const char *where, char *err,
 			size_t errlen)
 {
-	struct rs_cmd cmds[4 + N_SCRIPTS];
-	redisReply *rep[4 + N_SCRIPTS], *r;
-	int n = 0, i_auth = -1, i_sel = -1, i_role = -1, i_ping, i, ret;
-	char db[16], t[200];
+	struct rs_cmd cmds[5 + N_SCRIPTS];
+	redisReply *rep[5 + N_SCRIPTS], *r;
+	int n = 0, i_auth = -1, i_sel = -1, i_role = -1, i_ping, i_info, i, ret;
+	char db[16], t[200], id[41];
 
 	if (s->pass) {
 		i_auth = n;
@@ -422,6 +444,8 @@ int rs_setup_master(struct kt_store *s, struct kt_rconn *c, const char *where, c
 	}
 	i_ping = n;
 	rs_cmd_set(&cmds[n++], 1, "PING");
+	i_info = n;
+	rs_cmd_set(&cmds[n++], 2, "INFO", "server");
 	ret = rs_pipeline(s, c, where, cmds, n, rep, err, errlen);
 	if (ret)
 		return ret;
@@ -458,8 +482,13 @@ int rs_setup_master(struct kt_store *s, struct kt_rconn *c, const char *where, c
 		ret = rs_starts_with(r, "NOAUTH") ? -EACCES : -EIO;
 		goto out;
 	}
+	info_run_id(rep[i_info], id);
 	rs_free_replies(rep, n);
 	n = 0;
+	if (s->mode != KT_REDIS_CLUSTER && id[0] && !strcmp(id, s->run_id) && s->sha[0][0])
+		return 0; /* the same server: its scripts are loaded (NOSCRIPT: EVAL) */
+	s->server_epoch++;
+	memcpy(s->run_id, s->mode != KT_REDIS_CLUSTER ? id : "", sizeof(s->run_id));
 	for (i = 0; i < N_SCRIPTS; i++)
 		rs_cmd_set(&cmds[n++], 3, "SCRIPT", "LOAD", rs_scripts[i]);
 	ret = rs_pipeline(s, c, where, cmds, n, rep, err, errlen);

@@ -81,8 +81,11 @@ struct kt_store {
 	enum kt_store_leases leases;
 	char *node;                  /* kt_store_set_node */
 	uint64_t feed_since;         /* node.lua's last `now` (Redis ms); 0: send every limit */
-	uint64_t feed_connects;      /* st.connects when feed_since was set: a new connection
+	uint64_t feed_epoch;         /* server_epoch when feed_since was set: another server
 				      * (a restart, a failover) may have lost changes */
+	uint64_t server_epoch;       /* counts the servers reached: + 1 at each connection
+				      * setup whose run_id differs from the last (or is unknown) */
+	char run_id[41];             /* INFO server's run_id at the last setup; "" unknown */
 
 	/* latency (store.h: the step timeout) */
 	unsigned fixed_timeout_ms;   /* redisStore.timeout, 0: follow the latency */

@@ -776,31 +776,20 @@ static uint64_t quiet_for_ns(const char *limit)
 }
 
 /* The join budget after the first round trip of a heartbeat (store.h "The
- * start herd"): halved when it sent limits not answered yet and took longer
- * than KT_STORE_JOIN_SLOW_MS or one of them failed (Redis is queueing, or
- * gone); doubled when it sent some quickly and left others. A failure of
- * limits that had joined puts it back to KT_STORE_JOIN_FIRST_UNITS at most:
- * they join again under the budget, and after an outage the whole fleet
- * does so at once, as at its start. */
-static void join_adapt(struct kt_store *s, const struct hb_batch *b, int nsent, unsigned joining,
-		       int ndeferred, uint64_t took_ns)
+ * start herd"), when it sent limits not answered yet: halved when it took
+ * longer than KT_STORE_JOIN_SLOW_MS or one of them failed (Redis is
+ * queueing, or gone); doubled when it was quick and left others. */
+static void join_adapt(struct kt_store *s, const struct hb_batch *b, int nsent, int ndeferred,
+		       uint64_t took_ns)
 {
-	bool failed_new = false, failed_old = false;
+	bool failed = false;
 	unsigned budget = s->st.join_budget;
 
-	for (int i = 0; i < nsent; i++) {
-		if (b->sa[i].status == 0)
-			continue;
-		if (b->pv[i].joining)
-			failed_new = true;
-		else
-			failed_old = true;
-	}
-	if (failed_new || (joining && took_ns > KT_STORE_JOIN_SLOW_MS * 1000000ULL))
+	for (int i = 0; i < nsent; i++)
+		failed |= b->pv[i].joining && b->sa[i].status != 0;
+	if (failed || took_ns > KT_STORE_JOIN_SLOW_MS * 1000000ULL)
 		budget = budget / 2 > KT_STORE_JOIN_MIN_UNITS ? budget / 2 : KT_STORE_JOIN_MIN_UNITS;
-	else if (failed_old && budget > KT_STORE_JOIN_FIRST_UNITS)
-		budget = KT_STORE_JOIN_FIRST_UNITS;
-	else if (joining && ndeferred)
+	else if (ndeferred)
 		budget = budget < KT_STORE_JOIN_MAX_UNITS / 2 ? budget * 2 : KT_STORE_JOIN_MAX_UNITS;
 	s->st.join_budget = budget;
 }
@@ -857,7 +846,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		s->memo = kt_hbmemo_new(); /* NULL: every call takes the full path */
 	/* a server reached anew (restarted, failed over) may have lost the
 	 * last changes: every limit is sent once */
-	if (s->feed_connects != s->st.connects)
+	if (s->feed_epoch != s->server_epoch)
 		s->feed_since = 0;
 	/* by route, stable; with leases: node the quiet ones last */
 	for (i = 0; i < n; i++) {
@@ -880,7 +869,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 				pv->joining = true;
 			}
 		} else if (lease && s->feed_since && pv->has && reqs[i].save_ramp < 0 &&
-			   now_ns - at < quiet_for_ns(reqs[i].limit)) {
+			   now_ns - at < quiet_for_ns(reqs[i].limit) && kt_hbmemo_confirmed(s->memo, reqs[i].limit)) {
 			slot[i] += ROUTES;
 			nq++;
 		}
@@ -904,7 +893,8 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	sent_ns = kt_clock_ns();
 	if ((ret = hb_send(s, &b, 0, nsend, lease ? &node : NULL, &node_rep, err, errlen)))
 		goto out;
-	join_adapt(s, &b, nsend, joining, nd, kt_clock_ns() - sent_ns);
+	if (joining)
+		join_adapt(s, &b, nsend, nd, kt_clock_ns() - sent_ns);
 	for (i = n - nd; i < n; i++)
 		b.sa[i].status = KT_STORE_DEFERRED;
 	s->st.hb_deferred += (uint64_t)nd;
@@ -915,10 +905,13 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 			       : b.first_fail ? b.first_fail : -EIO;
 		if (ret == -ENOMEM)
 			goto out;
-		s->feed_since = ret ? 0 : since;
-		s->feed_connects = s->st.connects;
-		if (!ret)
+		/* a failed read keeps the cursor: the next reads from it again
+		 * (node.lua says "every" once it is older than the feed keeps) */
+		if (!ret) {
+			s->feed_since = since;
+			s->feed_epoch = s->server_epoch;
 			s->st.feed_at_ns = kt_clock_ns();
+		}
 		if (ret) {
 			/* no lease renewed: the quiet limits have no answer either */
 			for (i = nsend; i < n - nd; i++)
@@ -965,8 +958,10 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 			ans[k].status = KT_STORE_DEFERRED;
 			n_deferred++;
 		} else {
+			/* sent again next time, its answer a hint the script
+			 * checks: a timeout costs no full call */
 			ans[k].status = b.sa[i].status;
-			kt_hbmemo_forget(s->memo, b.sub[i].limit);
+			kt_hbmemo_doubt(s->memo, b.sub[i].limit);
 			n_failed++;
 		}
 	}
