@@ -5,7 +5,7 @@
  *
  * Cases (each a cmocka test, 3 nodes agreed through one redis-server unless
  * said otherwise):
- *   a. test_steady_state       no fault, 5 s (sanity)
+ *   a. test_steady_state       no fault, 3 s (sanity)
  *   b. test_kill9              kill -9 of n2 while its pod keeps sending, 6 s
  *   c. test_sigterm_restart    SIGTERM n2, restart it 1 s later, 6 s
  *   d. test_frozen_store_link  n2's relay to Redis frozen for 8 s; n0 and n1
@@ -13,7 +13,7 @@
  *   e. test_join               n3 joins the agreed 3-node pool (allowance:
  *                              one share, max/4, for one heartbeat)
  *   f. test_wrong_password     Redis with requirepass; n2 is given a wrong
- *                              password, n0 and n1 the right one, 5 s
+ *                              password, n0 and n1 the right one, 3 s
  *   g. test_sigterm_restart_late  SIGTERM n2, restart it 5 s later (past its
  *                              600 ms lease: its buckets run at the fallback,
  *                              n0 and n1 hold that back; then it rejoins), 9 s
@@ -482,7 +482,7 @@ static void sleep_until(double t_s)
 /* a. No fault: the sanity check of the harness and of today's pool. */
 static void test_steady_state(void **state)
 {
-	const double secs = 5;
+	const double secs = 3;
 	double t0;
 	unsigned long long ok;
 
@@ -590,7 +590,7 @@ static void test_join(void **state)
 static void test_wrong_password(void **state)
 {
 	static const int good[] = { 0, 1 };
-	const double secs = 5;
+	const double secs = 3;
 	double t0;
 	unsigned long long ok;
 

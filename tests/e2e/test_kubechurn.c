@@ -4,7 +4,7 @@
  * test plays the kubelet: pod cgroups in its systemd and cgroupfs layouts,
  * every QoS class, under a test cgroup given as kubernetes.cgroupRoot.
  *
- * The churn: 50 pods per second for 15 s (KT_KUBECHURN_S overrides; `make
+ * The churn: 50 pods per second for 8 s (KT_KUBECHURN_S overrides; `make
  * bench` runs 30 s), 80% of them selected, each living LIFE_S with a process
  * sending UDP to a loopback receiver every 10 ms from its first moment.
  * Each run is made twice: the API telling of the pod before the kubelet

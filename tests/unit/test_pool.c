@@ -1288,7 +1288,7 @@ static void test_writers_write_the_decision(void **state)
  * answers one and defers the other, which stays joining, grants nothing
  * (no maxMembers) and is not taken for a store failure; the next
  * heartbeat answers it. */
-#define BIG 200
+#define BIG 600
 static void test_join_budget_defers(void **state)
 {
 	static char idb[2][BIG][32];

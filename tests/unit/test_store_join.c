@@ -22,7 +22,7 @@
 
 #define PREFIX "ktjoin"
 #define LIVE KT_POOL_REPORT_LIVE
-#define N_LIMITS 1500 /* 2 units each: 3000, joined in 4 heartbeats at best */
+#define N_LIMITS 1500 /* 2 units each: 3000, joined in 2 heartbeats at best */
 #define MAX_BEATS 16  /* to join them all, however slow the machine */
 
 static char err[KT_ERR_LEN];

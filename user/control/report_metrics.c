@@ -167,7 +167,7 @@ static void store_error_metrics(const struct kt_plan *plan, const struct kt_pool
 		     "# TYPE kthrottle_store_feed_changes_total counter\n"
 		     "kthrottle_store_feed_changes_total %llu\n"
 		     "# HELP kthrottle_store_feed_resyncs_total Heartbeats that sent every limit (leases: node): the "
-		     "node's lease had lapsed, the feed could not say, or the store was reached anew.\n"
+		     "node's lease had lapsed, the feed could not say, or another server was reached (a restart, a failover).\n"
 		     "# TYPE kthrottle_store_feed_resyncs_total counter\n"
 		     "kthrottle_store_feed_resyncs_total %llu\n"
 		     "# HELP kthrottle_store_deferred_limits_total Limits a heartbeat left for the next one: not "

@@ -288,7 +288,7 @@
  * its calls do next (a timeout does not make it queue again). A deferred
  * limit keeps what it had: nothing before its first answer. The budget
  * is per kt_store (a daemon has one per store it talks to). */
-#define KT_STORE_JOIN_FIRST_UNITS 256
+#define KT_STORE_JOIN_FIRST_UNITS 1024
 #define KT_STORE_JOIN_MIN_UNITS 16
 #define KT_STORE_JOIN_MAX_UNITS (1 << 24)
 #define KT_STORE_JOIN_SLOW_MS 100
