@@ -281,16 +281,17 @@
  * and no node is answered. So a heartbeat sends at most its join budget of
  * such limits, in units (1 + members, as for scripts; at least one limit,
  * whatever its size); the rest are KT_STORE_DEFERRED to the next. The
- * budget starts at KT_STORE_JOIN_FIRST_UNITS; a heartbeat that left some
- * and was answered within KT_STORE_JOIN_SLOW_MS doubles it; one that sent
- * some and was slower, or failed for them, halves it, down to
- * KT_STORE_JOIN_MIN_UNITS. A limit answered once stays joined whatever
- * its calls do next (a timeout does not make it queue again). A deferred
- * limit keeps what it had: nothing before its first answer. The budget
- * is per kt_store (a daemon has one per store it talks to). */
-#define KT_STORE_JOIN_FIRST_UNITS 1024
+ * budget starts unbounded (a start Redis takes costs no heartbeat); a
+ * heartbeat whose new limits failed, or came back later than
+ * KT_STORE_JOIN_SLOW_MS, sets it to half what it sent (at least
+ * KT_STORE_JOIN_MIN_UNITS), and one that came back in time and left some
+ * doubles it. A limit answered once stays joined whatever its calls do next
+ * (a timeout does not put it back in the queue). A deferred limit keeps
+ * what it had: nothing before its first answer. The budget is per kt_store
+ * (a daemon has one per store it talks to). */
 #define KT_STORE_JOIN_MIN_UNITS 16
 #define KT_STORE_JOIN_MAX_UNITS (1 << 24)
+#define KT_STORE_JOIN_FIRST_UNITS KT_STORE_JOIN_MAX_UNITS
 #define KT_STORE_JOIN_SLOW_MS 100
 #define KT_STORE_QUIET_REFRESH_MS 600000ULL
 #define KT_STORE_QUIET_HORIZON_MS (2 * KT_STORE_QUIET_REFRESH_MS)

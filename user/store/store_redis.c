@@ -775,22 +775,26 @@ static uint64_t quiet_for_ns(const char *limit)
 	return (KT_STORE_QUIET_REFRESH_MS - h % (KT_STORE_QUIET_REFRESH_MS / 4)) * 1000000ULL;
 }
 
-/* The join budget after the first round trip of a heartbeat (store.h "The
- * start herd"), when it sent limits not answered yet: halved when it took
- * longer than KT_STORE_JOIN_SLOW_MS or one of them failed (Redis is
- * queueing, or gone); doubled when it was quick and left others. */
-static void join_adapt(struct kt_store *s, const struct hb_batch *b, int nsent, int ndeferred,
-		       uint64_t took_ns)
+/* The join budget after the first round trip of a heartbeat that sent
+ * limits not answered yet, `joining` units of them (store.h "The start
+ * herd"): half of those when one of them failed or the round trip took
+ * longer than KT_STORE_JOIN_SLOW_MS (Redis is queueing, or gone); doubled
+ * when it was quick and others were left. */
+static void join_adapt(struct kt_store *s, const struct hb_batch *b, int nsent, unsigned joining,
+		       int ndeferred, uint64_t took_ns)
 {
 	bool failed = false;
 	unsigned budget = s->st.join_budget;
 
 	for (int i = 0; i < nsent; i++)
 		failed |= b->pv[i].joining && b->sa[i].status != 0;
-	if (failed || took_ns > KT_STORE_JOIN_SLOW_MS * 1000000ULL)
-		budget = budget / 2 > KT_STORE_JOIN_MIN_UNITS ? budget / 2 : KT_STORE_JOIN_MIN_UNITS;
-	else if (ndeferred)
+	if (failed || took_ns > KT_STORE_JOIN_SLOW_MS * 1000000ULL) {
+		budget = (joining < budget ? joining : budget) / 2;
+		if (budget < KT_STORE_JOIN_MIN_UNITS)
+			budget = KT_STORE_JOIN_MIN_UNITS;
+	} else if (ndeferred) {
 		budget = budget < KT_STORE_JOIN_MAX_UNITS / 2 ? budget * 2 : KT_STORE_JOIN_MAX_UNITS;
+	}
 	s->st.join_budget = budget;
 }
 
@@ -894,7 +898,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	if ((ret = hb_send(s, &b, 0, nsend, lease ? &node : NULL, &node_rep, err, errlen)))
 		goto out;
 	if (joining)
-		join_adapt(s, &b, nsend, nd, kt_clock_ns() - sent_ns);
+		join_adapt(s, &b, nsend, joining, nd, kt_clock_ns() - sent_ns);
 	for (i = n - nd; i < n; i++)
 		b.sa[i].status = KT_STORE_DEFERRED;
 	s->st.hb_deferred += (uint64_t)nd;
