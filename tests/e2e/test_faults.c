@@ -44,7 +44,7 @@
  *                              pinned kt_leases entry rewritten (size 1 with
  *                              a deadline an hour away, a fallback of the
  *                              whole pool rate, the deadline alone),
- *                              restarted with its store unreachable, 6 s
+ *                              restarted with its store unreachable, 5 s
  *
  * How it is measured: every node's cgroup has a paced sender (~1000
  * datagrams/s, far above its share) to one UDP port; what the limit admitted
@@ -727,7 +727,7 @@ static void corrupt_lease(int node, enum lease_field f)
 
 static void restart_on_corrupt_lease(enum lease_field f, const char *name, const char *label)
 {
-	const double pre = 1, post = 5;
+	const double pre = 1, post = 4;
 	double t0, t_kill;
 	unsigned long long ok;
 
