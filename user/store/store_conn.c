@@ -488,7 +488,7 @@ int rs_setup_master(struct kt_store *s, struct kt_rconn *c, const char *where, c
 	if (s->mode != KT_REDIS_CLUSTER && id[0] && !strcmp(id, s->run_id) && s->sha[0][0])
 		return 0; /* the same server: its scripts are loaded (NOSCRIPT: EVAL) */
 	s->server_epoch++;
-	memcpy(s->run_id, s->mode != KT_REDIS_CLUSTER ? id : "", sizeof(s->run_id));
+	snprintf(s->run_id, sizeof(s->run_id), "%s", s->mode != KT_REDIS_CLUSTER ? id : "");
 	for (i = 0; i < N_SCRIPTS; i++)
 		rs_cmd_set(&cmds[n++], 3, "SCRIPT", "LOAD", rs_scripts[i]);
 	ret = rs_pipeline(s, c, where, cmds, n, rep, err, errlen);
