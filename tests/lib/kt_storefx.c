@@ -66,6 +66,17 @@ int kt_storefx_teardown(void **state)
 	return 0;
 }
 
+int kt_storefx_flush_teardown(void **state)
+{
+	redisReply *r;
+
+	(void)state;
+	kt_storefx_close_all();
+	if ((r = rp_command(&kfx_master, "FLUSHALL")))
+		freeReplyObject(r);
+	return 0;
+}
+
 int kt_storefx_spread_limits(const struct rp_proc *nodes, int nnodes, const char *prefix, int n,
 			     char names[][32], int *slots)
 {

@@ -57,6 +57,10 @@ extern struct rp_proc kfx_procs[KT_STOREFX_PROCS];
 /* cmocka teardown: kt_storefx_close_all, then kt_storefx_stop_all(kfx_procs). */
 int kt_storefx_teardown(void **state);
 
+/* cmocka teardown: kt_storefx_close_all, then FLUSHALL on kfx_master (the
+ * tests of a group share its data otherwise). */
+int kt_storefx_flush_teardown(void **state);
+
 /* Limit names lim<k> (k below 1000) whose keys prefix:pool:{name}:hb fall in
  * slots that n different masters of nodes[0..nnodes) own, as the servers say
  * (CLUSTER KEYSLOT, CLUSTER SLOTS): names[i] and slots[i]. Returns how many

@@ -268,25 +268,14 @@ static void test_failure_keeps_joined(void **state)
 		ASSERT_ANS(ans[i], 1, 1, 1);
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	kt_storefx_close_all();
-	redisReply *r = rp_command(&kfx_master, "FLUSHALL");
-
-	if (r)
-		freeReplyObject(r);
-	return 0;
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(test_first_heartbeat_unbounded, teardown),
-		cmocka_unit_test_teardown(test_herd_member_leases, teardown),
-		cmocka_unit_test_teardown(test_herd_node_leases, teardown),
-		cmocka_unit_test_teardown(test_slow_store_halves, teardown),
-		cmocka_unit_test_teardown(test_failure_keeps_joined, teardown),
+		cmocka_unit_test_teardown(test_first_heartbeat_unbounded, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_herd_member_leases, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_herd_node_leases, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_slow_store_halves, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_failure_keeps_joined, kt_storefx_flush_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);

@@ -144,17 +144,6 @@ static void agree_then_quiet(struct kt_store *na, struct kt_store *nb, const cha
 			 (unsigned long long)(s1.hb_steady - s0.hb_steady));
 }
 
-static int teardown(void **state)
-{
-	(void)state;
-	kt_storefx_close_all();
-	redisReply *r = rp_command(&kfx_master, "FLUSHALL");
-
-	if (r)
-		freeReplyObject(r);
-	return 0;
-}
-
 /* Two nodes agree, then go quiet: their heartbeats send node.lua alone. A
  * third joins: the feed names the limit, both send it in a second round
  * trip of the same heartbeat and see the join. */
@@ -462,12 +451,12 @@ static void test_refused(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(test_quiet_and_join, teardown),
-		cmocka_unit_test_teardown(test_death_and_own_lapse, teardown),
-		cmocka_unit_test_teardown(test_mixed_with_member_leases, teardown),
-		cmocka_unit_test_teardown(test_hand_edits, teardown),
-		cmocka_unit_test_teardown(test_store_reached_anew, teardown),
-		cmocka_unit_test_teardown(test_refused, teardown),
+		cmocka_unit_test_teardown(test_quiet_and_join, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_death_and_own_lapse, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_mixed_with_member_leases, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_hand_edits, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_store_reached_anew, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_refused, kt_storefx_flush_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);
