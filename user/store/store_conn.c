@@ -383,14 +383,18 @@ int rs_auth_failed(struct kt_store *s, const char *where, const redisReply *r, c
 	return -EACCES;
 }
 
-static bool rs_is_sha(const redisReply *r)
+/* p starts with 40 lowercase hex digits (a SHA1, a run_id) */
+static bool hex40(const char *p)
 {
-	if (r->type != REDIS_REPLY_STRING || r->len != 40)
-		return false;
 	for (int i = 0; i < 40; i++)
-		if (!((r->str[i] >= '0' && r->str[i] <= '9') || (r->str[i] >= 'a' && r->str[i] <= 'f')))
+		if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
 			return false;
 	return true;
+}
+
+static bool rs_is_sha(const redisReply *r)
+{
+	return r->type == REDIS_REPLY_STRING && r->len == 40 && hex40(r->str);
 }
 
 /* The run_id in an INFO server reply into id (41 bytes), else "". */
@@ -399,13 +403,9 @@ static void info_run_id(const redisReply *r, char *id)
 	const char *p;
 
 	id[0] = 0;
-	if (r->type != REDIS_REPLY_STRING || !r->str ||
-	    !(p = strstr(r->str, "\nrun_id:")))
+	if (r->type != REDIS_REPLY_STRING || !r->str || !(p = strstr(r->str, "\nrun_id:")) ||
+	    !hex40(p += strlen("\nrun_id:")))
 		return;
-	p += strlen("\nrun_id:");
-	for (int i = 0; i < 40; i++)
-		if (!((p[i] >= '0' && p[i] <= '9') || (p[i] >= 'a' && p[i] <= 'f')))
-			return;
 	memcpy(id, p, 40);
 	id[40] = 0;
 }
@@ -485,9 +485,10 @@ int rs_setup_master(struct kt_store *s, struct kt_rconn *c, const char *where, c
 	info_run_id(rep[i_info], id);
 	rs_free_replies(rep, n);
 	n = 0;
-	if (s->mode != KT_REDIS_CLUSTER && id[0] && !strcmp(id, s->run_id) && s->sha[0][0])
+	if (id[0] && !strcmp(id, s->run_id) && s->sha[0][0])
 		return 0; /* the same server: its scripts are loaded (NOSCRIPT: EVAL) */
 	s->server_epoch++;
+	/* cluster: kept "", so no setup finds the same server */
 	snprintf(s->run_id, sizeof(s->run_id), "%s", s->mode != KT_REDIS_CLUSTER ? id : "");
 	for (i = 0; i < N_SCRIPTS; i++)
 		rs_cmd_set(&cmds[n++], 3, "SCRIPT", "LOAD", rs_scripts[i]);
