@@ -98,15 +98,23 @@ int kt_hbmemo_get(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
 	return kt_hbmemo_get_at(m, limit, digest, ans, NULL);
 }
 
+/* The entry holding limit, or NULL (no memo, no such name). */
+static struct memo_entry *find(const struct kt_hbmemo *m, const char *limit)
+{
+	struct memo_entry *e;
+
+	if (!m || strlen(limit) >= KT_NAME_LEN)
+		return NULL;
+	e = slot_of(m, limit);
+	return e->limit[0] ? e : NULL;
+}
+
 int kt_hbmemo_get_at(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
 		     struct kt_pool_answer *ans, uint64_t *at_ns)
 {
-	const struct memo_entry *e;
+	const struct memo_entry *e = find(m, limit);
 
-	if (!m || strlen(limit) >= KT_NAME_LEN)
-		return 0;
-	e = slot_of(m, limit);
-	if (!e->limit[0] || e->digest != digest)
+	if (!e || e->digest != digest)
 		return 0;
 	*ans = (struct kt_pool_answer){ .agree = e->agree, .size = e->size, .live = e->live };
 	if (at_ns)
@@ -116,44 +124,34 @@ int kt_hbmemo_get_at(const struct kt_hbmemo *m, const char *limit, uint64_t dige
 
 void kt_hbmemo_forget(struct kt_hbmemo *m, const char *limit)
 {
-	struct memo_entry *e;
+	struct memo_entry *e = find(m, limit);
 
-	if (!m || strlen(limit) >= KT_NAME_LEN)
-		return;
-	e = slot_of(m, limit);
-	if (e->limit[0])
+	if (e)
 		e->digest = 0;
 }
 
 void kt_hbmemo_doubt(struct kt_hbmemo *m, const char *limit)
 {
-	struct memo_entry *e;
+	struct memo_entry *e = find(m, limit);
 
-	if (!m || strlen(limit) >= KT_NAME_LEN)
-		return;
-	e = slot_of(m, limit);
-	if (e->limit[0])
+	if (e)
 		e->confirmed = false;
 }
 
 int kt_hbmemo_confirmed(const struct kt_hbmemo *m, const char *limit)
 {
-	const struct memo_entry *e;
+	const struct memo_entry *e = find(m, limit);
 
-	if (!m || strlen(limit) >= KT_NAME_LEN)
-		return 0;
-	e = slot_of(m, limit);
-	return e->limit[0] && e->confirmed;
+	return e && e->confirmed;
 }
 
 int kt_hbmemo_joined(const struct kt_hbmemo *m, const char *limit)
 {
-	const struct memo_entry *e;
+	const struct memo_entry *e = find(m, limit);
 
 	if (!m || strlen(limit) >= KT_NAME_LEN)
-		return 1; /* no memo: nothing to hold back for */
-	e = slot_of(m, limit);
-	return e->limit[0] && e->joined;
+		return 1; /* no memo (or a name it never holds): nothing to hold back for */
+	return e && e->joined;
 }
 
 static int grow(struct kt_hbmemo *m)
