@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /* The store fixture of the Redis store's unit tests (kt_storefx.h). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -64,6 +65,28 @@ int kt_storefx_teardown(void **state)
 	kt_storefx_close_all();
 	kt_storefx_stop_all(kfx_procs, KT_STOREFX_PROCS);
 	return 0;
+}
+
+void kt_storefx_do(const char *fmt, ...)
+{
+	redisContext *c = rp_connect(&kfx_master);
+	redisReply *r = NULL;
+	char e[256] = "";
+	va_list ap;
+
+	if (c) {
+		va_start(ap, fmt);
+		r = redisvCommand(c, fmt, ap);
+		va_end(ap);
+		redisFree(c);
+	}
+	if (!r)
+		fail_msg("redis: %s: no reply", fmt);
+	if (r->type == REDIS_REPLY_ERROR)
+		snprintf(e, sizeof(e), "%s", r->str);
+	freeReplyObject(r);
+	if (e[0])
+		fail_msg("redis: %s: %s", fmt, e);
 }
 
 int kt_storefx_flush_teardown(void **state)

@@ -57,6 +57,10 @@ extern struct rp_proc kfx_procs[KT_STOREFX_PROCS];
 /* cmocka teardown: kt_storefx_close_all, then kt_storefx_stop_all(kfx_procs). */
 int kt_storefx_teardown(void **state);
 
+/* cmocka: a command on kfx_master (hiredis's format) answered, and not
+ * with an error; else the test fails naming it. */
+void kt_storefx_do(const char *fmt, ...);
+
 /* cmocka teardown: kt_storefx_close_all, then FLUSHALL on kfx_master (the
  * tests of a group share its data otherwise). */
 int kt_storefx_flush_teardown(void **state);

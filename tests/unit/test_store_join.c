@@ -87,16 +87,6 @@ static int pool_exists(const char *limit)
 	return v;
 }
 
-/* a command on Redis (a literal) that must not fail */
-#define redis_do(cmd) redis_ok(rp_command(&kfx_master, cmd))
-static void redis_ok(redisReply *r)
-{
-	assert_non_null(r);
-	if (r->type == REDIS_REPLY_ERROR)
-		fail_msg("redis: %s", r->str);
-	freeReplyObject(r);
-}
-
 /* One heartbeat of all the limits: each is answered (1, 1, 1) or deferred,
  * the answered ones first (the caller's order), at most the budget in force
  * before it (units) among those not joined before (joined[i]); the budget
@@ -172,7 +162,7 @@ static void herd(enum kt_store_leases leases)
 	memset(joined, 0, sizeof(joined));
 	make_reqs(leases == KT_LEASES_NODE ? "n" : "m");
 	ASSERT_OK(kt_store_ping(s, err, sizeof(err)));
-	redis_do("CLIENT PAUSE 800 ALL");
+	kt_storefx_do("CLIENT PAUSE 800 ALL");
 	ret = kt_store_heartbeat_many(s, reqs, N_LIMITS, ans, err, sizeof(err));
 	assert_true(ret < 0);
 	assert_int_equal(stats(s).join_budget, half);
@@ -227,7 +217,7 @@ static void test_slow_store_halves(void **state)
 	for (int i = N_LIMITS / 2; i < N_LIMITS; i++)
 		joined[i] = true; /* not sent in the first heartbeat */
 	ASSERT_OK(kt_store_ping(s, err, sizeof(err)));
-	redis_do("CLIENT PAUSE 300 ALL");
+	kt_storefx_do("CLIENT PAUSE 300 ALL");
 	ASSERT_OK(kt_store_heartbeat_many(s, reqs, N_LIMITS / 2, ans, err, sizeof(err)));
 	assert_int_equal(stats(s).join_budget, N_LIMITS / 2);
 	for (int i = 0; i < N_LIMITS; i++)
@@ -252,7 +242,7 @@ static void test_failure_keeps_joined(void **state)
 	while (nd && beats++ < MAX_BEATS)
 		nd = beat_all(s, joined);
 	assert_int_equal(nd, 0);
-	redis_do("CLIENT KILL TYPE normal");
+	kt_storefx_do("CLIENT KILL TYPE normal");
 	s0 = stats(s);
 	/* the call that finds the connection dead fails every limit; a failed
 	 * call backs off, so the next ones may fail at once for a while */

@@ -95,15 +95,6 @@ static struct kt_store_stats stats(struct kt_store *s)
 	return st;
 }
 
-/* a command on Redis that must be answered (fmt: at most one %s, arg) */
-static void redis_do(const char *fmt, const char *arg)
-{
-	redisReply *r = rp_command(&kfx_master, fmt, arg);
-
-	assert_non_null(r);
-	freeReplyObject(r);
-}
-
 /* a sorted set's score read back, -1 when the member is not there */
 static long long zscore(const char *key, const char *member)
 {
@@ -319,7 +310,7 @@ static void test_hand_edits(void **state)
 	for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++) {
 		redisReply *r;
 
-		redis_do("SET %s garbage", keys[k]);
+		kt_storefx_do("SET %s garbage", keys[k]);
 		s0 = stats(na);
 		a = beat(na, "h", "A:1");
 		assert_int_equal(a.live, 2);
@@ -375,7 +366,7 @@ static void test_store_reached_anew(void **state)
 	(void)state;
 	agree_then_quiet(na, nb, "r");
 
-	redis_do("CLIENT KILL TYPE normal", NULL);
+	kt_storefx_do("CLIENT KILL TYPE normal");
 	s0 = stats(na);
 	loads = script_loads();
 	/* the first call finds the connection dead (an error), the next
@@ -395,7 +386,7 @@ static void test_store_reached_anew(void **state)
 	ASSERT_ANS(a, 1, 2, 2);
 	assert_int_equal(stats(na).hb_quiet - s0.hb_quiet, 1);
 
-	redis_do("FLUSHALL", NULL);
+	kt_storefx_do("FLUSHALL");
 	s0 = stats(na);
 	a = beat(na, "r", "A:1");
 	s1 = stats(na);
