@@ -91,6 +91,25 @@ static void test_get_set_forget(void **state)
 	assert_int_equal(kt_hbmemo_get(m, "api", d, &got), 0);
 	kt_hbmemo_forget(m, "never-seen");
 	assert_int_equal(kt_hbmemo_count(m), 1);
+	/* joined stays after forget and doubt; doubt unconfirms but keeps the
+	 * answer (the steady path's hint); the next set confirms */
+	struct kt_hbmemo_hit h;
+
+	kt_hbmemo_lookup(m, "api", d, &h);
+	assert_true(h.joined && h.confirmed && !h.has);
+	assert_int_equal(kt_hbmemo_set(m, "api", d, &a), 0);
+	kt_hbmemo_doubt(m, "api");
+	kt_hbmemo_lookup(m, "api", d, &h);
+	assert_true(h.joined && !h.confirmed && h.has);
+	assert_int_equal(h.ans.size, 6);
+	assert_int_equal(kt_hbmemo_set(m, "api", d, &a), 0);
+	kt_hbmemo_lookup(m, "api", d, &h);
+	assert_true(h.confirmed && h.at_ns > 0);
+	kt_hbmemo_lookup(m, "never-seen", d, &h);
+	assert_true(!h.joined && !h.confirmed && !h.has);
+	kt_hbmemo_lookup(NULL, "api", d, &h); /* no memo: nothing held back */
+	assert_true(h.joined && !h.has);
+	kt_hbmemo_doubt(NULL, "api");
 	/* a NULL memo (allocation failed) answers nothing and takes nothing */
 	assert_int_equal(kt_hbmemo_get(NULL, "api", d, &got), 0);
 	assert_int_equal(kt_hbmemo_set(NULL, "api", d, &a), 0);

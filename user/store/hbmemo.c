@@ -92,12 +92,6 @@ static struct memo_entry *slot_of(const struct kt_hbmemo *m, const char *limit)
 	return &m->e[i];
 }
 
-int kt_hbmemo_get(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
-		  struct kt_pool_answer *ans)
-{
-	return kt_hbmemo_get_at(m, limit, digest, ans, NULL);
-}
-
 /* The entry holding limit, or NULL (no memo, no such name). */
 static struct memo_entry *find(const struct kt_hbmemo *m, const char *limit)
 {
@@ -109,17 +103,32 @@ static struct memo_entry *find(const struct kt_hbmemo *m, const char *limit)
 	return e->limit[0] ? e : NULL;
 }
 
-int kt_hbmemo_get_at(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
-		     struct kt_pool_answer *ans, uint64_t *at_ns)
+void kt_hbmemo_lookup(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
+		      struct kt_hbmemo_hit *hit)
 {
 	const struct memo_entry *e = find(m, limit);
 
-	if (!e || e->digest != digest)
-		return 0;
-	*ans = (struct kt_pool_answer){ .agree = e->agree, .size = e->size, .live = e->live };
-	if (at_ns)
-		*at_ns = e->at_ns;
-	return 1;
+	*hit = (struct kt_hbmemo_hit){ .joined = !m || strlen(limit) >= KT_NAME_LEN };
+	if (!e)
+		return;
+	hit->joined = e->joined;
+	hit->confirmed = e->confirmed;
+	if (e->digest != digest)
+		return;
+	hit->has = 1;
+	hit->ans = (struct kt_pool_answer){ .agree = e->agree, .size = e->size, .live = e->live };
+	hit->at_ns = e->at_ns;
+}
+
+int kt_hbmemo_get(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
+		  struct kt_pool_answer *ans)
+{
+	struct kt_hbmemo_hit h;
+
+	kt_hbmemo_lookup(m, limit, digest, &h);
+	if (h.has)
+		*ans = h.ans;
+	return h.has;
 }
 
 void kt_hbmemo_forget(struct kt_hbmemo *m, const char *limit)
@@ -136,22 +145,6 @@ void kt_hbmemo_doubt(struct kt_hbmemo *m, const char *limit)
 
 	if (e)
 		e->confirmed = false;
-}
-
-int kt_hbmemo_confirmed(const struct kt_hbmemo *m, const char *limit)
-{
-	const struct memo_entry *e = find(m, limit);
-
-	return e && e->confirmed;
-}
-
-int kt_hbmemo_joined(const struct kt_hbmemo *m, const char *limit)
-{
-	const struct memo_entry *e = find(m, limit);
-
-	if (!m || strlen(limit) >= KT_NAME_LEN)
-		return 1; /* no memo (or a name it never holds): nothing to hold back for */
-	return e && e->joined;
 }
 
 static int grow(struct kt_hbmemo *m)

@@ -26,12 +26,18 @@ uint64_t kt_hbmemo_digest(const struct kt_pool_req *q);
  * heartbeat had this digest and reserved nothing, else 0. */
 int kt_hbmemo_get(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
 		  struct kt_pool_answer *ans);
-/* The same, and *at_ns (when not NULL): kt_clock_ns() when it was recorded. */
-int kt_hbmemo_get_at(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
-		     struct kt_pool_answer *ans, uint64_t *at_ns);
-/* 1 when limit was answered once (since the table was last emptied),
- * whatever its digest and however its calls went since: it has joined. */
-int kt_hbmemo_joined(const struct kt_hbmemo *m, const char *limit);
+/* Everything the memo holds of limit, in one lookup (a heartbeat asks for
+ * every limit at every heartbeat). */
+struct kt_hbmemo_hit {
+	int has;          /* kt_hbmemo_get's answer, into ans */
+	struct kt_pool_answer ans;
+	uint64_t at_ns;   /* with has: kt_clock_ns() when it was recorded */
+	int joined;       /* answered once (since the table was last emptied), however
+			   * its calls went since; 1 without a memo: nothing to hold back for */
+	int confirmed;    /* its answer came from its last call (set, not doubted) */
+};
+void kt_hbmemo_lookup(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
+		      struct kt_hbmemo_hit *hit);
 /* Records an answered heartbeat; 0, or -ENOMEM (the limit is then forgotten).
  * digest 0 records the limit as joined with no answer to repeat (one the
  * steady path never takes: a demand or in-flight limit). */
@@ -44,8 +50,6 @@ void kt_hbmemo_forget(struct kt_hbmemo *m, const char *limit);
  * (the script checks it, and the call may have run), but it is no longer
  * one this node may repeat without asking (leases: node, "quiet"). */
 void kt_hbmemo_doubt(struct kt_hbmemo *m, const char *limit);
-/* 1 when the limit's answer came from its last call (set, not doubted). */
-int kt_hbmemo_confirmed(const struct kt_hbmemo *m, const char *limit);
 /* Entries held (limits seen since the last reset). */
 int kt_hbmemo_count(const struct kt_hbmemo *m);
 

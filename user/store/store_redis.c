@@ -855,13 +855,15 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	/* by route, stable; with leases: node the quiet ones last */
 	for (i = 0; i < n; i++) {
 		struct hb_prev *pv = &byreq[i];
-		uint64_t at = 0;
+		struct kt_hbmemo_hit hit;
 
 		pv->digest = kt_hbmemo_digest(&reqs[i]);
-		pv->has = reqs[i].pool_rate <= 0 && !reqs[i].slots_node &&
-			  kt_hbmemo_get_at(s->memo, reqs[i].limit, pv->digest, &pv->prev, &at);
+		kt_hbmemo_lookup(s->memo, reqs[i].limit, pv->digest, &hit);
+		pv->has = reqs[i].pool_rate <= 0 && !reqs[i].slots_node && hit.has;
+		if (pv->has)
+			pv->prev = hit.ans;
 		slot[i] = limit_route(s, reqs[i].limit);
-		if (!kt_hbmemo_joined(s->memo, reqs[i].limit)) {
+		if (!hit.joined) {
 			unsigned u = 1 + (unsigned)reqs[i].n_members;
 
 			/* at least one limit a heartbeat, whatever its size */
@@ -873,7 +875,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 				pv->joining = true;
 			}
 		} else if (lease && s->feed_since && pv->has && reqs[i].save_ramp < 0 &&
-			   now_ns - at < quiet_for_ns(reqs[i].limit) && kt_hbmemo_confirmed(s->memo, reqs[i].limit)) {
+			   now_ns - hit.at_ns < quiet_for_ns(reqs[i].limit) && hit.confirmed) {
 			slot[i] += ROUTES;
 			nq++;
 		}
