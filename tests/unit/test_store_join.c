@@ -5,7 +5,7 @@
  * (KT_STORE_DEFERRED: nothing sent, no key made, read back from Redis),
  * and they all join within a few heartbeats, with both lease modes; a
  * slow round trip halves the budget; limits that failed after joining stay
- * joined. */
+ * joined; a queueing Redis halves the news a quiet node acknowledges. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -258,6 +258,77 @@ static void test_failure_keeps_joined(void **state)
 		ASSERT_ANS(ans[i], 1, 1, 1);
 }
 
+/* The news budget (store.h): node A quiet on N_LIMITS limits, B joins them
+ * all (more than A's inbox may name: every limit is news, not "send every
+ * limit"), and A's next heartbeat finds Redis queueing (paused past
+ * KT_STORE_JOIN_SLOW_MS, not past the timeout): it acknowledges half the
+ * news (the budget: half of what there was) and answers the rest their last
+ * answer, its size in Redis left as it was (read back); the next
+ * heartbeats send the rest, and all agree. */
+static void test_news_budget(void **state)
+{
+	struct kt_store *na = open_node_timeout("A", KT_LEASES_NODE, 5000);
+	struct kt_store *nb = open_node_timeout("B", KT_LEASES_NODE, 5000);
+	static struct kt_pool_member bmem[N_LIMITS];
+	static struct kt_pool_req breqs[N_LIMITS];
+	static char bids[N_LIMITS][32];
+	static bool joined[N_LIMITS];
+	struct kt_store_stats s0, s1;
+	int n_new = 0, beats = 0, nd = 1;
+
+	(void)state;
+	memset(joined, 0, sizeof(joined));
+	make_reqs("w");
+	while (nd && beats++ < MAX_BEATS)
+		nd = beat_all(na, joined);
+	assert_int_equal(nd, 0);
+	for (int i = 0; i < N_LIMITS; i++) {
+		snprintf(bids[i], sizeof(bids[i]), "n2:%d", i);
+		bmem[i] = (struct kt_pool_member){ bids[i], LIVE };
+		breqs[i] = reqs[i];
+		breqs[i].members = &bmem[i];
+	}
+	for (beats = 0, nd = 1; nd && beats < MAX_BEATS; beats++) {
+		int ret = kt_store_heartbeat_many(nb, breqs, N_LIMITS, ans, err, sizeof(err));
+
+		assert_true(ret == 0 || ret == KT_STORE_PARTIAL);
+		nd = 0;
+		for (int i = 0; i < N_LIMITS; i++)
+			nd += ans[i].status == KT_STORE_DEFERRED;
+	}
+	assert_int_equal(nd, 0);
+
+	kt_storefx_do("CLIENT PAUSE 300 ALL");
+	s0 = stats(na);
+	ASSERT_OK(kt_store_heartbeat_many(na, reqs, N_LIMITS, ans, err, sizeof(err)));
+	s1 = stats(na);
+	for (int i = 0; i < N_LIMITS; i++) {
+		assert_int_equal(ans[i].status, 0);
+		if (ans[i].live == 2) {
+			ASSERT_ANS(ans[i], 1, 2, 2);
+			n_new++;
+		} else {
+			ASSERT_ANS(ans[i], 1, 1, 1);
+			redisReply *r = rp_command(&kfx_master, "HGET " PREFIX ":pool:{%s}:size %s", names[i], ids[i]);
+
+			assert_non_null(r);
+			assert_string_equal(r->str, "1");
+			freeReplyObject(r);
+		}
+	}
+	print_message("slow first round trip: %d limits acknowledged, %llu postponed, budget %u\n", n_new,
+		      (unsigned long long)(s1.hb_postponed - s0.hb_postponed), s1.news_budget);
+	assert_int_equal(n_new, N_LIMITS / 2);
+	assert_int_equal(s1.hb_postponed - s0.hb_postponed, N_LIMITS / 2);
+	for (beats = 0; n_new < N_LIMITS && beats < MAX_BEATS; beats++) {
+		ASSERT_OK(kt_store_heartbeat_many(na, reqs, N_LIMITS, ans, err, sizeof(err)));
+		n_new = 0;
+		for (int i = 0; i < N_LIMITS; i++)
+			n_new += ans[i].live == 2;
+	}
+	assert_int_equal(n_new, N_LIMITS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -266,6 +337,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_herd_node_leases, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_slow_store_halves, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_failure_keeps_joined, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_news_budget, kt_storefx_flush_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);

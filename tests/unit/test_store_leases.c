@@ -210,6 +210,93 @@ static void test_quiet_and_join(void **state)
 	assert_int_equal(a.live, 2);
 }
 
+/* A node reads the changes of its own limits only (its inbox): the
+ * limit's holders are the nodes with members there; a change made by one
+ * reaches the others' inboxes and nobody else's. After the last
+ * acknowledgement of a join the nodes that hear of the agreement catch up
+ * on the steady path, without a full call. More changes a second than
+ * the feed may name (KT_STORE_FEED_MAX), all in limits a node does not
+ * hold, leave that node quiet: before inboxes, it sent every limit. */
+static void test_inbox_and_catch_up(void **state)
+{
+	struct kt_store *na = open_node("A", KT_LEASES_NODE), *nb = open_node("B", KT_LEASES_NODE);
+	struct kt_store *nc = open_node("C", KT_LEASES_NODE), *nd = open_node("D", KT_LEASES_NODE);
+	struct kt_store_stats s0, s1;
+	struct kt_pool_answer a;
+
+	(void)state;
+	agree_then_quiet(na, nb, "x");
+	beat(nc, "y", "C:1");
+	settle(nc, "y", "C:1");
+	assert_int_equal(rp_command_int(&kfx_master, -1, "SCARD " PREFIX ":pool:{x}:nodes"), 2);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "SISMEMBER " PREFIX ":pool:{x}:nodes A"), 1);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "SISMEMBER " PREFIX ":pool:{x}:nodes C"), 0);
+
+	/* D joins x: A's and B's inboxes name it, C's does not */
+	a = beat(nd, "x", "D:1");
+	ASSERT_ANS(a, 0, 3, 3);
+	assert_true(zscore(PREFIX ":node:{A}:feed", "x") > 0);
+	assert_true(zscore(PREFIX ":node:{B}:feed", "x") > 0);
+	assert_int_equal(zscore(PREFIX ":node:{C}:feed", "x"), -1);
+	assert_int_equal(zscore(PREFIX ":node:{D}:feed", "x"), -1); /* its own change */
+	s0 = stats(nc);
+	beat(nc, "y", "C:1");
+	s1 = stats(nc);
+	assert_int_equal(s1.hb_quiet - s0.hb_quiet, 1);
+	assert_int_equal(s1.feed_changes - s0.feed_changes, 0);
+
+	/* A and B acknowledge (full calls): B's makes the agreement, which
+	 * reaches A and D; they catch up without a full call */
+	s0 = stats(na);
+	a = beat(na, "x", "A:1");
+	s1 = stats(na);
+	ASSERT_ANS(a, 0, 3, 3);
+	assert_int_equal(s1.hb_full - s0.hb_full, 1);
+	a = beat(nb, "x", "B:1");
+	ASSERT_ANS(a, 1, 3, 3);
+	s0 = stats(na);
+	a = beat(na, "x", "A:1");
+	s1 = stats(na);
+	ASSERT_ANS(a, 1, 3, 3);
+	assert_int_equal(s1.hb_full - s0.hb_full, 0);
+	assert_int_equal(s1.hb_caught_up - s0.hb_caught_up, 1);
+	s0 = stats(nd);
+	a = beat(nd, "x", "D:1");
+	s1 = stats(nd);
+	ASSERT_ANS(a, 1, 3, 3);
+	assert_int_equal(s1.hb_caught_up - s0.hb_caught_up, 1);
+
+	/* D joins more limits in one heartbeat than the feed may name: the
+	 * fleet's feed has them all, C (holding none of them) stays quiet */
+	enum { MANY = KT_STORE_FEED_MAX + 50 };
+	static struct kt_pool_req qs[MANY];
+	static struct kt_pool_answer as[MANY];
+	static char names[MANY][16];
+	struct kt_pool_member m = { "D:1", LIVE };
+
+	for (int i = 0; i < MANY; i++) {
+		snprintf(names[i], sizeof(names[i]), "z%d", i);
+		qs[i] = (struct kt_pool_req){ .limit = names[i], .members = &m, .n_members = 1,
+					      .stale_ms = STALE, .save_ramp = -1 };
+	}
+	ASSERT_OK(kt_store_heartbeat_many(nd, qs, MANY, as, err, sizeof(err)));
+	assert_true(rp_command_int(&kfx_master, -1, "ZCARD " PREFIX ":feed") > KT_STORE_FEED_MAX);
+	s0 = stats(nc);
+	a = beat(nc, "y", "C:1");
+	s1 = stats(nc);
+	ASSERT_ANS(a, 1, 1, 1);
+	assert_int_equal(s1.feed_resyncs - s0.feed_resyncs, 0);
+	assert_int_equal(s1.hb_quiet - s0.hb_quiet, 1);
+
+	/* D leaves x gracefully: the others hear it, D is no holder now */
+	const char *ids[1] = { "D:1" };
+
+	ASSERT_OK(kt_store_leave(nd, "x", ids, 1, err, sizeof(err)));
+	assert_int_equal(rp_command_int(&kfx_master, -1, "SISMEMBER " PREFIX ":pool:{x}:nodes D"), 0);
+	a = beat(na, "x", "A:1");
+	assert_int_equal(a.live, 2);
+}
+
 /* B dies (stops heartbeating): its lease lapses after STALE; the next
  * node.lua finds it, re-stamps B's member with the lease's time and puts
  * the limit in the feed; A's next heartbeat sends the limit and sees B
@@ -237,8 +324,11 @@ static void test_death_and_own_lapse(void **state)
 	print_message("B's death seen by A after %llu ms (lease %d ms)\n", (unsigned long long)took_ms, STALE);
 	assert_true(took_ms >= STALE - 100);
 	assert_true(took_ms <= STALE + 300);
-	/* B is out of the leases and its index is gone */
+	/* B is out of the leases, its index, its inbox and the holders */
 	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":node:{B}:limits"), 0);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":node:{B}:feed"), 0);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "SISMEMBER " PREFIX ":pool:{d}:nodes B"), 0);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "SISMEMBER " PREFIX ":pool:{d}:nodes A"), 1);
 	assert_int_equal(zscore(PREFIX ":nodes", "B"), -1);
 	a = beat(na, "d", "A:1");
 	ASSERT_ANS(a, 1, 1, 1);
@@ -302,8 +392,10 @@ static void test_hand_edits(void **state)
 	struct kt_store *na = open_node("A", KT_LEASES_NODE), *nb = open_node("B", KT_LEASES_NODE);
 	struct kt_store_stats s0;
 	struct kt_pool_answer a;
-	static const char *const keys[] = { PREFIX ":feed", PREFIX ":nodes", PREFIX ":node:{A}:limits" };
-	static const char *const types[] = { "zset", "zset", "hash" };
+	static const char *const keys[] = { PREFIX ":feed", PREFIX ":node:{A}:feed", PREFIX ":nodes",
+					    PREFIX ":node:{A}:limits" };
+	static const char *const types[] = { "zset", "zset", "zset", "hash" };
+	enum { INDEX = 3 };
 
 	(void)state;
 	agree_then_quiet(na, nb, "h");
@@ -319,7 +411,7 @@ static void test_hand_edits(void **state)
 		a = beat(na, "h", "A:1");
 		ASSERT_ANS(a, 1, 2, 2);
 		/* the index is written again by the node's next full call */
-		if (k == 2) {
+		if (k == INDEX) {
 			a = beat(na, "h", "A:2");
 			assert_int_equal(a.live, 3);
 			a = beat(na, "h", "A:1");
@@ -327,14 +419,35 @@ static void test_hand_edits(void **state)
 		}
 		r = rp_command(&kfx_master, "TYPE %s", keys[k]);
 		assert_non_null(r);
-		/* the feed is made again by the next change */
-		if (strcmp(r->str, "none") || k != 0)
+		/* the feeds are made again by the next change */
+		if (strcmp(r->str, "none") || k > 1)
 			assert_string_equal(r->str, types[k]);
 		freeReplyObject(r);
 		print_message("%s: %llu resyncs, %llu quiet\n", keys[k],
 			      (unsigned long long)(stats(na).feed_resyncs - s0.feed_resyncs),
 			      (unsigned long long)(stats(na).hb_quiet - s0.hb_quiet));
 	}
+
+	/* an answer the full path could not have written, met by a node
+	 * catching up: the full path runs and writes the true one */
+	a = beat(nb, "h", "B:2");
+	assert_int_equal(a.live, 4);
+	kt_storefx_do("HSET " PREFIX ":pool:{h}:meta ans %s", "garbage");
+	s0 = stats(na);
+	a = beat(na, "h", "A:1");
+	ASSERT_ANS(a, 0, 4, 4);
+	assert_int_equal(stats(na).hb_full - s0.hb_full, 1);
+	assert_int_equal(stats(na).hb_caught_up - s0.hb_caught_up, 0);
+
+	/* the holders made a string: the next change drops it (nobody hears
+	 * of that change: a quiet node learns of it at its quiet time), and
+	 * the node making it is a holder again */
+	struct kt_store *nc = open_node("C", KT_LEASES_NODE);
+
+	kt_storefx_do("SET " PREFIX ":pool:{h}:nodes garbage");
+	a = beat(nc, "h", "C:1");
+	assert_int_equal(a.live, 5);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "SISMEMBER " PREFIX ":pool:{h}:nodes C"), 1);
 }
 
 /* SCRIPT LOAD calls the server counted (INFO commandstats) */
@@ -443,6 +556,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_quiet_and_join, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_inbox_and_catch_up, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_death_and_own_lapse, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_mixed_with_member_leases, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_hand_edits, kt_storefx_flush_teardown),

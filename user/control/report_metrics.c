@@ -162,21 +162,25 @@ static void store_error_metrics(const struct kt_plan *plan, const struct kt_pool
 		     "kthrottle_store_heartbeat_limits_total{path=\"steady\"} %llu\n"
 		     "kthrottle_store_heartbeat_limits_total{path=\"full\"} %llu\n"
 		     "kthrottle_store_heartbeat_limits_total{path=\"quiet\"} %llu\n"
-		     "# HELP kthrottle_store_feed_changes_total Limits the change feed named as changed by another node "
-		     "(leases: node): each sent again at once.\n"
+		     "# HELP kthrottle_store_feed_changes_total Limits the node's inbox named as changed by another node "
+		     "(leases: node): each sent again, at once or within the news budget.\n"
 		     "# TYPE kthrottle_store_feed_changes_total counter\n"
 		     "kthrottle_store_feed_changes_total %llu\n"
 		     "# HELP kthrottle_store_feed_resyncs_total Heartbeats that sent every limit (leases: node): the "
-		     "node's lease had lapsed, the feed could not say, or another server was reached (a restart, a failover).\n"
+		     "node's lease had lapsed, the inbox could not say, or another server was reached (a restart, a failover).\n"
 		     "# TYPE kthrottle_store_feed_resyncs_total counter\n"
 		     "kthrottle_store_feed_resyncs_total %llu\n"
 		     "# HELP kthrottle_store_deferred_limits_total Limits a heartbeat left for the next one: not "
 		     "answered yet (new, or failed since) and over the join budget, as at a fleet's start.\n"
 		     "# TYPE kthrottle_store_deferred_limits_total counter\n"
-		     "kthrottle_store_deferred_limits_total %llu\n",
+		     "kthrottle_store_deferred_limits_total %llu\n"
+		     "# HELP kthrottle_store_postponed_limits_total Limits another node changed that a heartbeat "
+		     "answered as before and left for a later one (leases: node): over the news budget, Redis queueing.\n"
+		     "# TYPE kthrottle_store_postponed_limits_total counter\n"
+		     "kthrottle_store_postponed_limits_total %llu\n",
 		     (unsigned long long)w.steady, (unsigned long long)w.full, (unsigned long long)w.quiet,
 		     (unsigned long long)w.feed_changes, (unsigned long long)w.feed_resyncs,
-		     (unsigned long long)w.deferred);
+		     (unsigned long long)w.deferred, (unsigned long long)w.postponed);
 	kt_sb_printf(b, "# HELP kthrottle_store_round_trips_total Round trips to the stores (a pipeline counts once).\n"
 		     "# TYPE kthrottle_store_round_trips_total counter\n"
 		     "kthrottle_store_round_trips_total %llu\n"

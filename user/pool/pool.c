@@ -635,6 +635,7 @@ static void work_add(struct kt_pool_work *w, const struct kt_store_stats *st)
 	w->scripts += st->hb_scripts;
 	w->quiet += st->hb_quiet;
 	w->deferred += st->hb_deferred;
+	w->postponed += st->hb_postponed;
 	w->feed_changes += st->feed_changes;
 	w->feed_resyncs += st->feed_resyncs;
 	w->bytes_sent += st->bytes_sent;

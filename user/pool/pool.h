@@ -200,10 +200,11 @@ void kt_pool_store_latency(const struct kt_pool *p, int i, struct kt_store_laten
  * kept): limits their heartbeats answered by the script's steady path and
  * in full, or not sent (leases: node), round trips, the heartbeat scripts
  * sent and the Redis commands they ran, the bytes of commands and replies,
- * and the change feed's news (limits named, heartbeats that sent all). */
+ * and the inbox's news (limits named, postponed, heartbeats that sent all). */
 struct kt_pool_work {
 	uint64_t steady, full, quiet; /* quiet: leases: node, not sent */
 	uint64_t deferred;            /* left for a later heartbeat by the join budget */
+	uint64_t postponed;           /* news answered as before, sent later: the news budget */
 	uint64_t feed_changes, feed_resyncs;
 	uint64_t round_trips, scripts, script_commands;
 	uint64_t bytes_sent, bytes_received;

@@ -61,7 +61,10 @@
  * no live member is due to lapse, hb still holds as many members, and each
  * of this node's members is still live, the script renews the members
  * (ZADD XX) and answers 1: "prev holds" -- 4 commands a limit instead of
- * ~18. Anything else runs the full call, which every change to the pool
+ * ~18. When meta's ans is not prev (another node changed the pool) but
+ * this node's members store the sizes a full call would write, the same
+ * checks answer ans itself ("catching up", hb_caught_up): the nodes told
+ * of an agreement reached learn it without the full path. Anything else runs the full call, which every change to the pool
  * goes through and which rewrites ans, so an answer is never older than
  * the pool's last change; hand edits of the counters are found by the next
  * full call, within stale_ms.
@@ -94,33 +97,38 @@
  * heartbeat to renew its members' leases: the store's work follows nodes x
  * limits. With node leases the work follows the nodes and the changes:
  *   - node.lua, first in every heartbeat's pipeline, renews the node's one
- *     lease (P:nodes: node -> TIME ms) and reads the change feed (P:feed:
- *     "LIMIT NODE" -> TIME ms of the change) since its last read;
+ *     lease (P:nodes: node -> TIME ms) and reads its inbox (P:node:{NODE}:
+ *     feed: limit -> TIME ms of the change) since its last read; a change
+ *     goes to the inbox of each node holding the limit (P:pool:{L}:nodes,
+ *     kept by the full path) but the one making it, and, as "LIMIT NODE",
+ *     to the fleet's feed P:feed (operators, and the previous release's
+ *     readers), so a node reads only its own limits' news;
  *   - the node's members are stamped KT_STORE_QUIET_HORIZON_MS ahead, so
  *     they never lapse by their own heartbeat while the node lives, and a
  *     full call records them in the node's index (P:node:{NODE}:limits:
  *     limit -> its member ids there);
  *   - a limit is sent only when its request differs from the one its last
- *     answer was sent for, that answer had a reserve, the feed names it (a
+ *     answer was sent for, that answer had a reserve, the inbox names it (a
  *     change by another node: a full call whose answer differs from the one
- *     meta held, or a leave, writes the feed; a change this node made is no
+ *     meta held, or a leave, tells the holders; a change this node made is no
  *     news), its quiet time (KT_STORE_QUIET_REFRESH_MS, less up to a
  *     quarter by name) has passed, or node.lua found the node's own lease
- *     lapsed, the feed unreadable, or the server reached anew: then every
- *     limit goes. Unsent, a limit is answered its last answer ("quiet"),
+ *     lapsed or the server was reached anew: then every limit goes (an
+ *     inbox that cannot say makes every limit news). Unsent, a limit is answered its last answer ("quiet"),
  *     as the steady path would; node.lua's success vouches for the lease;
  *   - node.lua finds a node whose lease is older than stale_ms (at most 16
  *     a call: whichever node calls next), gives each of its members the
  *     lease's time as heartbeat (so the next full call lapses them as in 2.
- *     above), puts its limits in the feed, and forgets it;
- *   - the limits the feed names go in a second round trip of the same
+ *     above), takes it out of its limits' holders, tells the others and
+ *     forgets it;
+ *   - the limits the inbox names go in a second round trip of the same
  *     heartbeat, so a death is found within stale_ms + 1 heartbeat and a
  *     join or a leave within 1, as with member leases.
- * Nodes with member leases write the feed too, so a pool switching
+ * Nodes with member leases tell the holders too, so a pool switching
  * between the two hears every change; they never lapse a quiet node's
  * members (stamped ahead). A hand edit or an eviction of a quiet limit's
  * keys is found when a node sends it (its quiet time at most; a join
- * that finds the pool gone writes the feed, and sizes stay conservative
+ * that finds the pool gone tells the holders, and sizes stay conservative
  * until then: DISAGREE takes the larger). Keys then live at least
  * KT_STORE_QUIET_TTL_MS.
  *
@@ -270,7 +278,7 @@
  * heartbeats are stamped KT_STORE_QUIET_HORIZON_MS ahead, so they outlive
  * the quiet time with room; its keys live at least KT_STORE_QUIET_TTL_MS; the feed keeps a
  * change KT_STORE_FEED_KEEP_MS and names at most KT_STORE_FEED_MAX limits
- * (more: every limit is sent). */
+ * (more: every limit is news). */
 /* A heartbeat's scripts hold at most this many units, a limit counting 1
  * plus its members (a limit alone may be more): store_redis.c. */
 #define KT_STORE_SCRIPT_UNITS 128
@@ -293,6 +301,19 @@
 #define KT_STORE_JOIN_MAX_UNITS (1 << 24)
 #define KT_STORE_JOIN_FIRST_UNITS KT_STORE_JOIN_MAX_UNITS
 #define KT_STORE_JOIN_SLOW_MS 100
+/* The news budget (leases: node): the limits the inbox names, and those
+ * whose last call failed, go in the second round trip within a budget of
+ * units adapted as the join budget (unbounded at first, half of what went
+ * when the heartbeat's first round trip or the second came back later than
+ * KT_STORE_JOIN_SLOW_MS or failed, doubled when quick with some left).
+ * Those left are answered their last answer, as quiet limits are, which is
+ * safe: until a node acknowledges a change (a join, a death, a leave) the
+ * others act on the larger, conservative size; they are doubted, so the
+ * next heartbeats send them. A fleet acknowledging 10,000 groups' joins at
+ * once thus queues Redis no deeper than it can answer in time, leases stay
+ * renewed, and acknowledgements of several joins of one group meet in one
+ * call. Not when the node must send every limit (a lapsed lease, a server
+ * reached anew): those all go, as before. */
 #define KT_STORE_QUIET_REFRESH_MS 600000ULL
 #define KT_STORE_QUIET_HORIZON_MS (2 * KT_STORE_QUIET_REFRESH_MS)
 #define KT_STORE_QUIET_TTL_MS (3 * KT_STORE_QUIET_REFRESH_MS)
@@ -463,12 +484,15 @@ struct kt_store_stats {
 	uint64_t connects;    /* successful connection setups */
 	uint64_t failures;    /* connection-level failures (each starts or extends DOWN) */
 	uint64_t hb_steady;   /* limits a heartbeat answered "unchanged" (the steady path) */
+	uint64_t hb_caught_up; /* of those, answered the pool's newer answer (catching up) */
 	uint64_t hb_full;     /* limits a heartbeat answered in full */
 	uint64_t script_commands; /* Redis commands the heartbeat scripts ran, as they answer */
 	uint64_t hb_scripts;  /* heartbeat scripts sent (EVALSHA), HB_SCRIPT_UNITS at most each */
 	uint64_t hb_quiet;    /* leases: node: limits not sent, answered from the last answer */
 	uint64_t hb_deferred; /* limits left for a later heartbeat by the join budget */
 	unsigned join_budget; /* units of limits not answered yet the next heartbeat may send */
+	unsigned news_budget; /* leases: node: units of news the next second round trip may send */
+	uint64_t hb_postponed; /* leases: node: news left for a later heartbeat by the news budget */
 	uint64_t feed_changes; /* leases: node: limits the change feed named */
 	uint64_t feed_resyncs; /* leases: node: heartbeats that sent every limit (lease lapsed, feed lost) */
 	uint64_t feed_at_ns;  /* leases: node: kt_clock_ns() when the feed was last read; 0: never */

@@ -255,6 +255,7 @@ int kt_store_open(struct kt_store **out, const struct kt_store_cfg *cfg, char *e
 	}
 	s->leases = cfg->leases;
 	s->st.join_budget = KT_STORE_JOIN_FIRST_UNITS;
+	s->st.news_budget = KT_STORE_JOIN_FIRST_UNITS;
 	s->fixed_timeout_ms = (unsigned)(cfg->timeout_ns / 1000000ULL);
 	s->t = s->mode == KT_REDIS_CLUSTER ? &kt_rtrans_cluster : &kt_rtrans_single;
 	if (s->t->init(s))

@@ -355,8 +355,27 @@ struct hb_prev {
 	uint64_t digest;
 	bool has;
 	bool joining; /* not answered yet: sent under the join budget */
+	bool doubted; /* quiet, but its last call failed: news to send */
+	bool postponed; /* news left to a later heartbeat by the news budget */
 	struct kt_pool_answer prev;
 };
+
+/* "agree size live" (heartbeat.lua's steady path catching up), into a;
+ * NULL, or why it is not a consistent answer. */
+static const char *parse_caught_up(const char *str, struct kt_pool_answer *a)
+{
+	int agree, size, live, end = 0;
+
+	if (sscanf(str, "%1d %7d %7d%n", &agree, &size, &live, &end) != 3 || str[end] || agree < 0 ||
+	    agree > 1 || live < 1 || size < live || size > KT_STORE_MAX_POOL || (agree && size != live))
+		return "not a consistent \"agree size live\"";
+	a->agree = agree;
+	a->size = size;
+	a->live = live;
+	a->reserved = 0;
+	a->status = 0;
+	return NULL;
+}
 
 static int parse_answers(struct kt_store *s, const redisReply *r, const struct kt_pool_req *reqs,
 			 const struct hb_prev *pv, int n, struct kt_pool_answer *ans, char *err,
@@ -397,6 +416,15 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				a.status = 0;
 				ans[i] = a;
 				s->st.hb_steady++;
+			}
+		} else if (e->type == REDIS_REPLY_STRING && q->pool_rate <= 0 && !q->slots_node) {
+			/* the steady path catching up: the answer that holds now */
+			why = !pv[i].has ? "an answer to catch up with without a previous one"
+					 : parse_caught_up(e->str, &a);
+			if (!why) {
+				ans[i] = a;
+				s->st.hb_steady++;
+				s->st.hb_caught_up++;
 			}
 		} else if (e->type != REDIS_REPLY_ARRAY || e->elements != want) {
 			why = want == ANSWER_EQUAL	   ? "not an array of 4"
@@ -616,9 +644,10 @@ static int build_node(struct kt_store *s, uint64_t stale_ms, struct args *a)
 	if (rs_args_init(a, 12))
 		return -ENOMEM;
 	a->n = 2;
-	rs_arg_ref(a, "2");
+	rs_arg_ref(a, "3");
 	rs_arg_fmt(a, "%s:nodes", s->prefix);
 	arg_feed(s, a);
+	rs_arg_fmt(a, "%s:node:{%s}:feed", s->prefix, s->node);
 	rs_arg_ref(a, s->prefix);
 	rs_arg_ref(a, s->node);
 	rs_arg_fmt(a, "%llu", (unsigned long long)stale_ms);
@@ -712,9 +741,10 @@ out:
 }
 
 /* node.lua's answer {now, held, changed (array, or -1: every limit),
- * commands}: 0 and *every (send every limit), the names in *changed (the
+ * commands}: 0 and *every (the lease had lapsed: send every limit), *all
+ * (the inbox could not say: every limit is news), the names in *changed (the
  * reply's own strings, sorted), else -EPROTO. */
-static int parse_node(struct kt_store *s, redisReply *r, uint64_t *now, bool *every,
+static int parse_node(struct kt_store *s, redisReply *r, uint64_t *now, bool *every, bool *all,
 		      const char ***changed, int *n_changed, char *err, size_t errlen)
 {
 	redisReply *c;
@@ -727,9 +757,10 @@ static int parse_node(struct kt_store *s, redisReply *r, uint64_t *now, bool *ev
 	c = r->element[2];
 	*now = (uint64_t)r->element[0]->integer;
 	*every = r->element[1]->integer == 0;
+	*all = false;
 	s->st.script_commands += (uint64_t)r->element[3]->integer;
 	if (c->type == REDIS_REPLY_INTEGER && c->integer == -1) {
-		*every = true;
+		*all = true;
 		return 0;
 	}
 	if (c->type != REDIS_REPLY_ARRAY || c->elements > KT_STORE_FEED_MAX)
@@ -741,15 +772,10 @@ static int parse_node(struct kt_store *s, redisReply *r, uint64_t *now, bool *ev
 			return -ENOMEM;
 		}
 	}
-	/* "LIMIT NODE": a change this node made itself is no news to it */
+	/* the inbox names limits this node holds, changed by other nodes */
 	for (size_t i = 0; i < c->elements; i++) {
-		char *sp;
-
-		if (c->element[i]->type != REDIS_REPLY_STRING || !(sp = strrchr(c->element[i]->str, ' ')))
+		if (c->element[i]->type != REDIS_REPLY_STRING)
 			goto bad;
-		if (!strcmp(sp + 1, s->node))
-			continue;
-		*sp = 0;
 		(*changed)[(*n_changed)++] = c->element[i]->str;
 	}
 	if (*n_changed > 1)
@@ -798,6 +824,29 @@ static void join_adapt(struct kt_store *s, const struct hb_batch *b, int nsent, 
 	s->st.join_budget = budget;
 }
 
+/* The news budget (store.h "The news budget") after a round trip of a
+ * heartbeat: `want` units of news were sent in b's [lo, hi), or are to
+ * be sent (lo == hi, after the first round trip), `left` limits
+ * postponed; `slow`: the round trip came back later than
+ * KT_STORE_JOIN_SLOW_MS. */
+static void news_adapt(struct kt_store *s, const struct hb_batch *b, int lo, int hi, unsigned want,
+		       int left, bool slow)
+{
+	bool failed = false;
+	unsigned budget = s->st.news_budget;
+
+	for (int i = lo; i < hi; i++)
+		failed |= b->sa[i].status != 0;
+	if (failed || slow) {
+		budget = (want < budget ? want : budget) / 2;
+		if (budget < KT_STORE_JOIN_MIN_UNITS)
+			budget = KT_STORE_JOIN_MIN_UNITS;
+	} else if (left) {
+		budget = budget < KT_STORE_JOIN_MAX_UNITS / 2 ? budget * 2 : KT_STORE_JOIN_MAX_UNITS;
+	}
+	s->st.news_budget = budget;
+}
+
 /* The limits grouped by the transport's route (cluster: by slot, a script
  * may only touch one; single: one group), then cut into scripts of at most
  * HB_SCRIPT_UNITS, one EVALSHA each, those for one server pipelined. A
@@ -809,7 +858,10 @@ static void join_adapt(struct kt_store *s, const struct hb_batch *b, int nsent, 
  * pipeline; a limit whose request is what its last answer was sent for,
  * answered without a reserve less than its quiet time ago, is not sent
  * ("quiet": that answer again) unless node.lua says the node's lease had
- * lapsed or the feed names it: then it goes in a second round trip.
+ * lapsed (every limit goes in a second round trip), or it is news: the
+ * inbox names it, or its last call failed; news goes in the second round
+ * trip within the news budget, the rest quiet and doubted (store.h "The
+ * news budget").
  *
  * The join budget (store.h "The start herd"): limits not answered yet go
  * in the first round trip up to the budget, in the caller's order; the
@@ -820,11 +872,11 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	struct hb_batch b = { 0 };
 	int *ord = calloc((size_t)n, sizeof(*ord)), *slot = calloc((size_t)n, sizeof(*slot));
 	struct hb_prev *byreq = calloc((size_t)n, sizeof(*byreq)); /* the memo, by reqs[] */
-	bool lease = s->leases == KT_LEASES_NODE, every = true;
+	bool lease = s->leases == KT_LEASES_NODE, every = true, all_news = false;
 	const char **changed = NULL;
 	int i, k, nq = 0, nd = 0, n_changed = 0, ret = 0, nsend;
 	unsigned joining = 0; /* units of limits not answered yet, sent */
-	uint64_t now_ns = kt_clock_ns(), stale_ms = UINT64_MAX, since = 0, sent_ns;
+	uint64_t now_ns = kt_clock_ns(), stale_ms = UINT64_MAX, since = 0, sent_ns, took_ns;
 	struct args node = { 0 };
 	redisReply *node_rep = NULL;
 
@@ -875,7 +927,9 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 				pv->joining = true;
 			}
 		} else if (lease && s->feed_since && pv->has && reqs[i].save_ramp < 0 &&
-			   now_ns - hit.at_ns < quiet_for_ns(reqs[i].limit) && hit.confirmed) {
+			   now_ns - hit.at_ns < quiet_for_ns(reqs[i].limit)) {
+			/* a failed last call goes with the news */
+			pv->doubted = !hit.confirmed;
 			slot[i] += ROUTES;
 			nq++;
 		}
@@ -899,15 +953,16 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	sent_ns = kt_clock_ns();
 	if ((ret = hb_send(s, &b, 0, nsend, lease ? &node : NULL, &node_rep, err, errlen)))
 		goto out;
+	took_ns = kt_clock_ns() - sent_ns;
 	if (joining)
-		join_adapt(s, &b, nsend, joining, nd, kt_clock_ns() - sent_ns);
+		join_adapt(s, &b, nsend, joining, nd, took_ns);
 	for (i = n - nd; i < n; i++)
 		b.sa[i].status = KT_STORE_DEFERRED;
 	s->st.hb_deferred += (uint64_t)nd;
 	if (lease) {
 		int m = nsend;
 
-		ret = node_rep ? parse_node(s, node_rep, &since, &every, &changed, &n_changed, err, errlen)
+		ret = node_rep ? parse_node(s, node_rep, &since, &every, &all_news, &changed, &n_changed, err, errlen)
 			       : b.first_fail ? b.first_fail : -EIO;
 		if (ret == -ENOMEM)
 			goto out;
@@ -925,16 +980,43 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 			b.first_fail = b.first_fail ? b.first_fail : ret;
 			m = n;
 		} else {
-			if (every)
+			if (every || all_news)
 				s->st.feed_resyncs++;
-			/* the quiet limits to send after all go first */
+			/* the quiet limits to send after all go first: every
+			 * one, or the news within the news budget */
+			unsigned want = 0, units = 0;
+			int left = 0;
+
 			for (i = nsend; i < n - nd; i++) {
-				if (every || (n_changed && bsearch(&b.sub[i].limit, changed, (size_t)n_changed,
-								   sizeof(*changed), cmp_str)))
-					hb_swap(&b, i, m++);
+				b.pv[i].postponed = !every && (b.pv[i].doubted || all_news ||
+							       (n_changed && bsearch(&b.sub[i].limit, changed,
+										     (size_t)n_changed,
+										     sizeof(*changed), cmp_str)));
+				want += b.pv[i].postponed ? 1 + (unsigned)b.sub[i].n_members : 0;
 			}
+			/* Redis queued the first round trip: less news now */
+			if (took_ns > KT_STORE_JOIN_SLOW_MS * 1000000ULL)
+				news_adapt(s, &b, 0, 0, want, 0, true);
+			for (i = nsend; i < n - nd; i++) {
+				unsigned u = 1 + (unsigned)b.sub[i].n_members;
+
+				if (!every && !b.pv[i].postponed)
+					continue;
+				if (!every && units && units + u > s->st.news_budget) {
+					left++;
+					continue;
+				}
+				b.pv[i].postponed = false;
+				units += u;
+				hb_swap(&b, i, m++);
+			}
+			sent_ns = kt_clock_ns();
 			if (m > nsend && (ret = hb_send(s, &b, nsend, m, NULL, NULL, err, errlen)))
 				goto out;
+			if (!every && m > nsend)
+				news_adapt(s, &b, nsend, m, units, left,
+					   kt_clock_ns() - sent_ns > KT_STORE_JOIN_SLOW_MS * 1000000ULL);
+			s->st.hb_postponed += (uint64_t)left;
 			for (i = m; i < n - nd; i++) {
 				b.sa[i].agree = b.pv[i].prev.agree;
 				b.sa[i].size = b.pv[i].prev.size;
@@ -960,6 +1042,8 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 				kt_hbmemo_set(s->memo, b.sub[i].limit,
 					      b.sub[i].pool_rate <= 0 && !b.sub[i].slots_node ? b.pv[i].digest : 0,
 					      &b.sa[i]);
+			else if (b.pv[i].postponed) /* news still to send */
+				kt_hbmemo_doubt(s->memo, b.sub[i].limit);
 		} else if (b.sa[i].status == KT_STORE_DEFERRED) {
 			ans[k].status = KT_STORE_DEFERRED;
 			n_deferred++;

@@ -10,11 +10,13 @@
 -- (P:node:{NODE}:limits; "-" with leases: member, and the last two "0"), the horizon (ms: members'
 -- heartbeats are stamped that far ahead of TIME, so a quiet node's members
 -- stay live; its death is node.lua's to find) and the least TTL of the
--- keys (ms). A full call then writes "LIMIT NODE" into the feed when its
--- answer differs from the one meta held (a join, a lapse, a size, a
--- reserve: every change the nodes must hear; NODE, this one, has its
--- answer already and need not send the limit again for it), and this
--- node's member ids into its index.
+-- keys (ms). A full call then notifies (common.lua) the limit's other
+-- holders when its answer differs from the one meta held (a join, a
+-- lapse, a size, a reserve: every change the nodes must hear; this node
+-- has its answer already and need not send the limit again for it), and
+-- with leases: node writes this node's member ids into its index and the
+-- node into the limit's holders (P:pool:{L}:nodes; out again once it has
+-- no members there).
 -- ARGV per limit: stale_ms, n, ramp ("" = none), ramp_ttl_ms, hold_ms, fb
 -- (this node's fallback rate per member, "%.17g"), pool_rate ("0": equal
 -- share), floor_rate, recompute_ms, prev ("agree size live": the answer
@@ -38,7 +40,8 @@
 -- claimed} (whole slots) for an in-flight limit, and with classes {part...}
 -- (this node's part of the slots per class); rates as strings (Lua numbers become
 -- integers in replies); or the integer 1: "prev still holds" (the steady
--- path). After the limits' answers, one more element: the number of Redis
+-- path), or the string "agree size live": the answer that holds now (the
+-- steady path catching up, below). After the limits' answers, one more element: the number of Redis
 -- commands the call ran.
 --
 -- A member is live while its heartbeat is at most stale_ms old (its lease);
@@ -62,7 +65,12 @@
 -- sets due at the next check of the counters (stale_ms) or the TTLs'
 -- refresh, whichever is sooner, so a hand edit or an eviction is still
 -- found within stale_ms; any change to the pool goes through a full call,
--- which rewrites ans. Anything else takes the full path.
+-- which rewrites ans. Anything else takes the full path. When ans is not
+-- prev (another node changed the pool since this node's last answer) but
+-- this node's members already store the sizes a full call would write,
+-- that call would only renew them: the path does so and answers ans
+-- itself ("catching up", HMGET size more), so the nodes that hear of an
+-- agreement reached need not run the full path to learn it.
 --
 -- TIME is the only clock; replicate_commands makes a write after TIME legal
 -- on Redis < 5 (a no-op since 5).
@@ -73,6 +81,8 @@ local RECOUNT = 64
 local now = time_ms()
 local FEED, NIDX, TTLMIN = ARGV[1], ARGV[2], tonumber(ARGV[4]) or 0
 if FEED == '-' then FEED = nil end
+-- the prefix P of P:feed: the inboxes and the holders (notify)
+local P = FEED and string.sub(FEED, 1, -6)
 -- this node's name, from its index's: the feed says who changed a limit
 local ME = node_of(NIDX)
 -- the longest TTL a call wanted for the feed and for this node's index:
@@ -719,19 +729,24 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   end
   local L = limit_of(K.hb)
   if FEED and ans0 ~= c.ans then
-    feed_add(FEED, now, L, ME)
+    notify(P, K.hb, L, ME, now)
     feed_ttl = math.max(feed_ttl, ttl)
   end
+  -- this node among the limit's holders while it has members there
   if NIDX ~= '-' then
+    local hk = holders_of(K.hb)
     if n > 0 then
       local ids = {}
       for i = first, a - 1, st do ids[#ids + 1] = ARGV[i] end
       onkey('HSET', NIDX, L, table.concat(ids, ' '))
       nidx_ttl = math.max(nidx_ttl, ttl)
+      if onkey('SADD', hk, ME) == 1 then call('PEXPIRE', hk, ttl) end
     else
       onkey('HDEL', NIDX, L)
+      onkey('SREM', hk, ME)
     end
   end
+  if FEED and expire then call('PEXPIRE', holders_of(K.hb), ttl) end
   if dem then
     o[5], o[6], o[7], o[8] = f17(c.gs), f17(c.lvl), dem, f17(c.sw)
     if ct then o[9] = c.parts end
@@ -751,9 +766,16 @@ end
 local nows, lapses = stamp, {}
 local function steady(k, a, n, prev)
   local m = call('HMGET', KEYS[k + 8], 'due', 'ans')
-  local due, stale = tonumber(m[1]), ARGV[a]
+  local due, stale, ans = tonumber(m[1]), ARGV[a], m[2]
   -- due is at most stale_ms ahead when written: further means the clock went back
-  if m[2] ~= prev or due == nil or due <= now or due - now > tonumber(stale) then return nil end
+  if not ans or due == nil or due <= now or due - now > tonumber(stale) then return nil end
+  local ag, size, live = string.match(ans, '^([01]) (%d+) (%d+)$')
+  live = tonumber(live)
+  -- one the full path could not have written (a hand edit) is its to mend
+  if ans ~= prev and (n == 0 or not live or live < 1 or tonumber(size) ~= live and
+                      (ag == '1' or tonumber(size) < live)) then
+    return nil
+  end
   local lapse = lapses[stale]
   if not lapse then
     lapse = '(' .. f0(now - tonumber(stale))
@@ -762,7 +784,21 @@ local function steady(k, a, n, prev)
   if #call('ZRANGEBYSCORE', KEYS[k], '-inf', lapse, 'LIMIT', 0, 1) > 0 then return nil end
   -- members added or removed by anyone but this script's full path (a hand
   -- edit, a node still running an older script) change the live count
-  if call('ZCARD', KEYS[k]) ~= tonumber(string.match(prev, '%d+$')) then return nil end
+  if call('ZCARD', KEYS[k]) ~= live then return nil end
+  -- Catching up: another node changed the answer since this node's last
+  -- one (its inbox named the limit). When this node's members already
+  -- store the sizes a full call would write, that call would change
+  -- nothing but their heartbeats and answer ans: so does this path.
+  if ans ~= prev then
+    local ids = {}
+    for i = a + 12, a + 10 + 2 * n, 2 do ids[#ids + 1] = ARGV[i] end
+    local sz = call('HMGET', KEYS[k + 1], unpack(ids))
+    for j = 1, n do
+      local r = ARGV[a + 11 + 2 * j]
+      if r == '0' then r = f0(live) end
+      if sz[j] ~= r then return nil end
+    end
+  end
   for i = a + 12, a + 10 + 2 * n, 2 do
     -- 0: not live, or renewed already in this millisecond (ZSCORE tells)
     if call('ZADD', KEYS[k], 'XX', 'CH', nows, ARGV[i]) ~= 1
@@ -770,6 +806,7 @@ local function steady(k, a, n, prev)
       return nil
     end
   end
+  if ans ~= prev then return ans end
   return 1
 end
 -- one pass per limit: N_KEYS KEYS (+ wt for a weighted limit, + 8 dc with

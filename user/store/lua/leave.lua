@@ -5,9 +5,10 @@
 -- and its dc0..dc7 (kt_store_leave always names them: a limit may have
 -- weights and classes).
 -- Not in a cluster, two more KEYS: the feed and this node's index
--- (node.lua; P:node:{-}:limits with leases: member): the limit goes in the
--- feed (quiet nodes that stay hear of it at once) and out of the index
--- (the next full call writes it again).
+-- (node.lua; P:node:{-}:limits with leases: member): the limit's other
+-- holders are notified (common.lua: quiet nodes that stay hear of it at
+-- once), and it goes out of the index and this node out of its holders
+-- (the next full call writes both again).
 -- ARGV: the ids that leave.
 -- Returns how many of them were live or lapsed. With consistent counters it
 -- keeps them exact; otherwise it only removes the ids and drops meta, so the
@@ -41,8 +42,9 @@ for i = 1, #ARGV do
 end
 if ok and not c.dirty then save(K, c) else call('DEL', K.meta) end
 if #KEYS >= 22 then
-  local L = limit_of(K.hb)
-  if n > 0 then feed_add(KEYS[21], time_ms(), L, node_of(KEYS[22])) end
+  local L, me = limit_of(K.hb), node_of(KEYS[22])
+  if n > 0 then notify(string.sub(KEYS[21], 1, -6), K.hb, L, me, time_ms()) end
   onkey('HDEL', KEYS[22], L)
+  if me ~= '-' then onkey('SREM', holders_of(K.hb), me) end
 end
 return n

@@ -5,17 +5,19 @@
 -- cluster).
 --
 -- KEYS: nodes (P:nodes, sorted set node -> its lease: the Redis TIME in ms
--- of its last heartbeat), feed (P:feed, sorted set limit -> the TIME of its
--- last change), each "LIMIT NODE": NODE (or "-") made the change, and
--- needs no word of it).
+-- of its last heartbeat), feed (P:feed, sorted set "LIMIT NODE" -> the TIME
+-- of the change: NODE, or "-", made it; the fleet's, trimmed here), and this
+-- node's inbox (P:node:{NODE}:feed, sorted set limit -> the TIME of its last
+-- change by another node: common.lua's notify writes it for the limits this
+-- node holds).
 -- ARGV: prefix P, node, stale_ms, since (the `now` this node's previous
 -- node.lua answered; "0": none), keep_ms (how long the feed keeps a
 -- change), ttl_ms (of nodes and feed).
 -- Returns {now, held, changed, commands}: held 1 when the node's lease was
 -- live (renewed within stale_ms) before this call, else 0 (a new node, or
 -- one whose lease lapsed: everything it holds must be sent now); changed
--- the limits the feed names as changed at or after since, or the integer
--- -1 for "every limit" (no since, since older than the feed keeps or in
+-- the limits the inbox names as changed at or after since, or the integer
+-- -1 for "every limit" (no since, since older than the inbox keeps or in
 -- the future, or more than FEED_MAX changes).
 --
 -- A node with leases: node stamps its members with a heartbeat that far
@@ -25,8 +27,9 @@
 -- by whichever node calls next (at most DEAD_MAX a call), each of its
 -- members (P:node:{X}:limits, limit -> its ids there, written by
 -- heartbeat.lua) gets the lease's time as its heartbeat, so the next full
--- call of each of those limits lapses it as usual, and the limits go in the
--- feed, so the nodes holding them send them at once.
+-- call of each of those limits lapses it as usual, it leaves the limits'
+-- holders and its inbox goes, and the limits' other holders are notified,
+-- so they send them at once.
 
 if redis.replicate_commands then redis.replicate_commands() end
 --#include common.lua
@@ -51,17 +54,18 @@ for i = 1, #dead, 2 do
       ncall = ncall + 1
       redis.pcall('ZADD', hb, 'XX', s, id)
     end
-    feed_add(KEYS[2], now, r[j], '-')
+    onkey('SREM', holders_of(hb), x)
+    notify(P, hb, r[j], '-', now)
   end
-  call('DEL', idx)
+  call('DEL', idx, P .. ':node:{' .. x .. '}:feed')
   call('ZREM', KEYS[1], x)
 end
 onkey('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. f0(now - keep))
-call('PEXPIRE', KEYS[1], ttl)
-call('PEXPIRE', KEYS[2], ttl)
+onkey('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. f0(now - keep))
+for k = 1, 3 do call('PEXPIRE', KEYS[k], ttl) end
 local changed = -1
 if since ~= nil and since > 0 and since >= now - keep and since <= now then
-  local r = call('ZRANGEBYSCORE', KEYS[2], f0(since), '+inf', 'LIMIT', 0, FEED_MAX + 1)
+  local r = onkey('ZRANGEBYSCORE', KEYS[3], f0(since), '+inf', 'LIMIT', 0, FEED_MAX + 1)
   if #r <= FEED_MAX then changed = r end
 end
 return {now, held, changed, ncall}
