@@ -99,6 +99,7 @@ struct opts {
 	char redis_host[256];
 	int redis_port; /* 0: start our own redis-server */
 	bool json;
+	bool trace;     /* a line per heartbeat of nodes 0 and N / 2 on stderr */
 	bool demand;    /* --share demand or weighted */
 	bool weighted;  /* --share weighted or classes */
 	bool classes;   /* --share classes */
@@ -314,6 +315,23 @@ static void note_answer(struct node *nd, int ph, bool ok, uint64_t now)
 		atomic_store(&g_reached_ns[ph], now);
 }
 
+/* --trace: one heartbeat of node i */
+static void trace(int i, uint64_t round, uint64_t start, uint64_t end, int ret, const struct kt_store_stats *b,
+		  const struct kt_store_stats *a)
+{
+	fprintf(stderr,
+		"node %d hb %llu at %.2f s: ret %d in %.0f ms; full %llu steady %llu (caught up %llu) quiet %llu "
+		"deferred %llu postponed %llu; news %llu resync %llu; timeouts %llu; budgets join %u news %u\n",
+		i, (unsigned long long)round, (double)(start - g_t0_ns) / 1e9, ret, (double)(end - start) / 1e6,
+		(unsigned long long)(a->hb_full - b->hb_full), (unsigned long long)(a->hb_steady - b->hb_steady),
+		(unsigned long long)(a->hb_caught_up - b->hb_caught_up), (unsigned long long)(a->hb_quiet - b->hb_quiet),
+		(unsigned long long)(a->hb_deferred - b->hb_deferred),
+		(unsigned long long)(a->hb_postponed - b->hb_postponed),
+		(unsigned long long)(a->feed_changes - b->feed_changes),
+		(unsigned long long)(a->feed_resyncs - b->feed_resyncs), (unsigned long long)(a->timeouts - b->timeouts),
+		a->join_budget, a->news_budget);
+}
+
 /* Owns nodes i with i % threads == index; node i is due at
  * t0 + round x H + i x H / N, so the whole fleet's heartbeats are spread
  * evenly over the period. A late heartbeat still runs (nothing is skipped),
@@ -356,6 +374,8 @@ static void *worker_main(void *arg)
 			end = mono_ns();
 			kt_store_get_stats(nd->st, &after);
 			w->deferred += after.hb_deferred - before.hb_deferred;
+			if (g_o.trace && (i == 0 || i == g_o.nodes / 2))
+				trace(i, round, start, end, ret, &before, &after);
 			if (push(&w->lateness_us, start > due ? (start - due) / 1000 : 0))
 				return NULL;
 			if (ph == PH_STEADY && push(&w->steady_late_us, start > due ? (start - due) / 1000 : 0))
@@ -485,6 +505,9 @@ static void usage(FILE *f)
 		"  --leases L        member (default) or node: redisStore.leases; node: one\n"
 		"                    lease a node, and a limit sent only when it changed\n"
 		"  --json            one JSON object instead of the table\n"
+		"  --trace           a line on stderr per heartbeat of node 0 and node N/2: how its\n"
+		"                    limits went (full, steady, caught up, quiet, deferred,\n"
+		"                    postponed), the inbox's news, timeouts and both budgets\n"
 		"Exit: 0 all targets met, 1 a target missed, 2 bad input or setup failure.\n");
 }
 
@@ -533,6 +556,7 @@ static int parse_args(int argc, char **argv)
 		{ "groups-total", required_argument, NULL, 'G' },
 		{ "leases", required_argument, NULL, 'L' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "trace", no_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -580,6 +604,7 @@ static int parse_args(int argc, char **argv)
 			}
 			break;
 		case 'j': g_o.json = true; break;
+		case 'T': g_o.trace = true; break;
 		case 'h': usage(stdout); exit(0);
 		default:
 			if (optopt)
@@ -1392,8 +1417,10 @@ int main(int argc, char **argv)
 		started++;
 	}
 	/* every node joins within one period and stores N x M at its next
-	 * heartbeat: 2 periods, plus slack before calling it failed */
-	t_agree = wait_agreement(PH_START, 10 * (uint64_t)g_o.heartbeat_ms + 5000);
+	 * heartbeat: 2 periods; a fleet whose start Redis takes seconds to
+	 * serve (100 nodes x 1000 groups) needs tens; plus slack before
+	 * calling it failed */
+	t_agree = wait_agreement(PH_START, 40 * (uint64_t)g_o.heartbeat_ms + 5000);
 	r.agree_start_ms = t_agree ? ms_between(g_t0_ns, t_agree) : -1;
 	if (g_interrupted)
 		goto stop;

@@ -995,7 +995,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 				want += b.pv[i].postponed ? 1 + (unsigned)b.sub[i].n_members : 0;
 			}
 			/* Redis queued the first round trip: less news now */
-			if (took_ns > KT_STORE_JOIN_SLOW_MS * 1000000ULL)
+			if (want && took_ns > KT_STORE_JOIN_SLOW_MS * 1000000ULL)
 				news_adapt(s, &b, 0, 0, want, 0, true);
 			for (i = nsend; i < n - nd; i++) {
 				unsigned u = 1 + (unsigned)b.sub[i].n_members;
