@@ -105,8 +105,20 @@ static void test_get_set_forget(void **state)
 	assert_int_equal(kt_hbmemo_set(m, "api", d, &a), 0);
 	kt_hbmemo_lookup(m, "api", d, &h);
 	assert_true(h.confirmed && h.at_ns > 0);
+	/* the Redis TIME of the answer: unknown until told, kept through a
+	 * doubt and whatever the digest, unknown again at the next set */
+	assert_int_equal(h.asof_ms, 0);
+	kt_hbmemo_asof(m, "api", 1700000000123ULL);
+	kt_hbmemo_doubt(m, "api");
+	kt_hbmemo_lookup(m, "api", d + 1, &h);
+	assert_true(h.asof_ms == 1700000000123ULL && !h.has);
+	assert_int_equal(kt_hbmemo_set(m, "api", d, &a), 0);
+	kt_hbmemo_lookup(m, "api", d, &h);
+	assert_int_equal(h.asof_ms, 0);
+	kt_hbmemo_asof(m, "never-seen", 5);
+	kt_hbmemo_asof(NULL, "api", 5);
 	kt_hbmemo_lookup(m, "never-seen", d, &h);
-	assert_true(!h.joined && !h.confirmed && !h.has);
+	assert_true(!h.joined && !h.confirmed && !h.has && !h.asof_ms);
 	kt_hbmemo_lookup(NULL, "api", d, &h); /* no memo: nothing held back */
 	assert_true(h.joined && !h.has);
 	kt_hbmemo_doubt(NULL, "api");

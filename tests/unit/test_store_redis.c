@@ -792,7 +792,7 @@ static void test_error_kinds(void **state)
 	assert_int_equal(e.count[KT_SERR_NOSCRIPT], 1);
 	assert_string_equal(kt_store_err_kind_name(KT_SERR_NOSCRIPT), "noscript");
 	/* an answered heartbeat ends the episode */
-	ktest_fakeredis_set(&g_fake, "*2\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n:7\r\n");
+	ktest_fakeredis_set(&g_fake, "*3\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n:7\r\n:1700000000000\r\n");
 	uint64_t t0 = rp_now_ms();
 	int ret;
 	while ((ret = kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err))) == -EAGAIN &&
@@ -1497,27 +1497,30 @@ static void test_malformed_replies(void **state)
 		{ ":1\r\n", "expected 1 answers" },
 		{ "*-1\r\n", "expected 1 answers" },
 		{ "*2\r\n*4\r\n:1\r\n:1\r\n:1\r\n" R "*4\r\n:1\r\n:1\r\n:1\r\n" R, "expected 1 answers" },
-		{ "*2\r\n:1\r\n:3\r\n", "\"unchanged\" without a previous answer" },
-		{ "*2\r\n:2\r\n:3\r\n", "not an array of 4" },
-		{ "*2\r\n*3\r\n:0\r\n:1\r\n:1\r\n:3\r\n", "not an array of 4" },
-		{ "*2\r\n*5\r\n:0\r\n:1\r\n:1\r\n" R ":1\r\n:3\r\n", "not an array of 4" },
-		{ "*2\r\n*4\r\n$1\r\n1\r\n:1\r\n:1\r\n" R ":3\r\n", "not an integer" },
-		{ "*2\r\n*4\r\n:2\r\n:1\r\n:1\r\n" R ":3\r\n", "not an integer" },
-		{ "*2\r\n*4\r\n:0\r\n:99999999999\r\n:1\r\n" R ":3\r\n", "not an integer" },
-		{ "*2\r\n*4\r\n:0\r\n:-1\r\n:1\r\n" R ":3\r\n", "not an integer" },
-		{ "*2\r\n*4\r\n:0\r\n:1\r\n:2\r\n" R ":3\r\n", "size below live" },
-		{ "*2\r\n*4\r\n:1\r\n:5\r\n:3\r\n" R ":3\r\n", "AGREE on a size" },
-		{ "*2\r\n*4\r\n:0\r\n:0\r\n:0\r\n" R ":3\r\n", "no live member" },
-		{ "*2\r\n*4\r\n*0\r\n:1\r\n:1\r\n" R ":3\r\n", "not an integer" },
-		{ "*2\r\n*4\r\n:0\r\n:1\r\n:1\r\n:0\r\n:3\r\n", "reserved rate" },
-		{ "*2\r\n*4\r\n:0\r\n:1\r\n:1\r\n$3\r\nnan\r\n:3\r\n", "reserved rate" },
-		{ "*2\r\n*4\r\n:0\r\n:1\r\n:1\r\n$2\r\n-1\r\n:3\r\n", "reserved rate" },
-		{ "*2\r\n*4\r\n:0\r\n:1\r\n:1\r\n$3\r\n1x5\r\n:3\r\n", "reserved rate" },
+		{ "*3\r\n:1\r\n:3\r\n:1700000000000\r\n", "\"unchanged\" without a previous answer" },
+		{ "*3\r\n$5\r\n1 1 1\r\n:3\r\n:1700000000000\r\n", "catch up with without a previous one" },
+		{ "*3\r\n:2\r\n:3\r\n:1700000000000\r\n", "not an array of 4" },
+		{ "*3\r\n*3\r\n:0\r\n:1\r\n:1\r\n:3\r\n:1700000000000\r\n", "not an array of 4" },
+		{ "*3\r\n*5\r\n:0\r\n:1\r\n:1\r\n" R ":1\r\n:3\r\n:1700000000000\r\n", "not an array of 4" },
+		{ "*3\r\n*4\r\n$1\r\n1\r\n:1\r\n:1\r\n" R ":3\r\n:1700000000000\r\n", "not an integer" },
+		{ "*3\r\n*4\r\n:2\r\n:1\r\n:1\r\n" R ":3\r\n:1700000000000\r\n", "not an integer" },
+		{ "*3\r\n*4\r\n:0\r\n:99999999999\r\n:1\r\n" R ":3\r\n:1700000000000\r\n", "not an integer" },
+		{ "*3\r\n*4\r\n:0\r\n:-1\r\n:1\r\n" R ":3\r\n:1700000000000\r\n", "not an integer" },
+		{ "*3\r\n*4\r\n:0\r\n:1\r\n:2\r\n" R ":3\r\n:1700000000000\r\n", "size below live" },
+		{ "*3\r\n*4\r\n:1\r\n:5\r\n:3\r\n" R ":3\r\n:1700000000000\r\n", "AGREE on a size" },
+		{ "*3\r\n*4\r\n:0\r\n:0\r\n:0\r\n" R ":3\r\n:1700000000000\r\n", "no live member" },
+		{ "*3\r\n*4\r\n*0\r\n:1\r\n:1\r\n" R ":3\r\n:1700000000000\r\n", "not an integer" },
+		{ "*3\r\n*4\r\n:0\r\n:1\r\n:1\r\n:0\r\n:3\r\n:1700000000000\r\n", "reserved rate" },
+		{ "*3\r\n*4\r\n:0\r\n:1\r\n:1\r\n$3\r\nnan\r\n:3\r\n:1700000000000\r\n", "reserved rate" },
+		{ "*3\r\n*4\r\n:0\r\n:1\r\n:1\r\n$2\r\n-1\r\n:3\r\n:1700000000000\r\n", "reserved rate" },
+		{ "*3\r\n*4\r\n:0\r\n:1\r\n:1\r\n$3\r\n1x5\r\n:3\r\n:1700000000000\r\n", "reserved rate" },
 		{ "+OK\r\n", "expected 1 answers" },
-		/* after the answers, the count of commands the script ran */
-		{ "*1\r\n*4\r\n:0\r\n:1\r\n:1\r\n" R, "expected 1 answers and a count" },
-		{ "*2\r\n*4\r\n:0\r\n:1\r\n:1\r\n" R ":-1\r\n", "expected 1 answers and a count" },
-		{ "*2\r\n*4\r\n:0\r\n:1\r\n:1\r\n" R "$1\r\n3\r\n", "expected 1 answers and a count" },
+		/* after the answers, the count of commands the script ran and its TIME */
+		{ "*1\r\n*4\r\n:0\r\n:1\r\n:1\r\n" R, "expected 1 answers, a count and a time" },
+		{ "*2\r\n*4\r\n:0\r\n:1\r\n:1\r\n" R ":3\r\n", "expected 1 answers, a count and a time" },
+		{ "*3\r\n*4\r\n:0\r\n:1\r\n:1\r\n" R ":-1\r\n:1700000000000\r\n", "expected 1 answers, a count and a time" },
+		{ "*3\r\n*4\r\n:0\r\n:1\r\n:1\r\n" R "$1\r\n3\r\n:1700000000000\r\n", "expected 1 answers, a count and a time" },
+		{ "*3\r\n*4\r\n:0\r\n:1\r\n:1\r\n" R ":3\r\n:0\r\n", "expected 1 answers, a count and a time" },
 	};
 #undef R
 	static const char *const ramp[] = { "$3\r\nabc\r\n", "$3\r\nnan\r\n", "$4\r\n-1.5\r\n",
@@ -1574,7 +1577,7 @@ static void test_malformed_replies(void **state)
 
 	s = open_single(g_fake.port, NULL, NULL, 0);
 	/* the fake itself works: a well-formed answer is accepted */
-	ktest_fakeredis_set(&g_fake, "*2\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n:7\r\n");
+	ktest_fakeredis_set(&g_fake, "*3\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n:7\r\n:1700000000000\r\n");
 	ASSERT_OK(kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err)));
 	ASSERT_ANS(a, 0, 4, 2);
 	ktest_fakeredis_last(&g_fake, last, sizeof(last));

@@ -22,6 +22,7 @@ struct memo_entry {
 	bool confirmed;          /* the answer is its last call's (kt_hbmemo_doubt) */
 	int agree, size, live;
 	uint64_t at_ns;          /* kt_clock_ns() when it was set */
+	uint64_t asof_ms;        /* the Redis TIME the answer was computed at; 0: unknown */
 };
 
 struct kt_hbmemo {
@@ -113,6 +114,7 @@ void kt_hbmemo_lookup(const struct kt_hbmemo *m, const char *limit, uint64_t dig
 		return;
 	hit->joined = e->joined;
 	hit->confirmed = e->confirmed;
+	hit->asof_ms = e->asof_ms;
 	if (e->digest != digest)
 		return;
 	hit->has = 1;
@@ -191,5 +193,14 @@ int kt_hbmemo_set(struct kt_hbmemo *m, const char *limit, uint64_t digest,
 	e->size = ans->size;
 	e->live = ans->live;
 	e->at_ns = kt_clock_ns();
+	e->asof_ms = 0;
 	return 0;
+}
+
+void kt_hbmemo_asof(struct kt_hbmemo *m, const char *limit, uint64_t asof_ms)
+{
+	struct memo_entry *e = find(m, limit);
+
+	if (e)
+		e->asof_ms = asof_ms;
 }

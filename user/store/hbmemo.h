@@ -35,6 +35,8 @@ struct kt_hbmemo_hit {
 	int joined;       /* answered once (since the table was last emptied), however
 			   * its calls went since; 1 without a memo: nothing to hold back for */
 	int confirmed;    /* its answer came from its last call (set, not doubted) */
+	uint64_t asof_ms; /* whatever the digest: the Redis TIME its last answer was
+			   * computed at (kt_hbmemo_asof; 0 unknown) */
 };
 void kt_hbmemo_lookup(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
 		      struct kt_hbmemo_hit *hit);
@@ -43,6 +45,9 @@ void kt_hbmemo_lookup(const struct kt_hbmemo *m, const char *limit, uint64_t dig
  * steady path never takes: a demand or in-flight limit). */
 int kt_hbmemo_set(struct kt_hbmemo *m, const char *limit, uint64_t digest,
 		  const struct kt_pool_answer *ans);
+/* The Redis TIME (ms) the limit's answer just set was computed at: a
+ * change the inbox names from before it is no news (leases: node). */
+void kt_hbmemo_asof(struct kt_hbmemo *m, const char *limit, uint64_t asof_ms);
 /* The limit's next heartbeat takes the full path (a failed call, a leave).
  * It stays joined. */
 void kt_hbmemo_forget(struct kt_hbmemo *m, const char *limit);

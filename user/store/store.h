@@ -312,8 +312,13 @@
  * next heartbeats send them. A fleet acknowledging 10,000 groups' joins at
  * once thus queues Redis no deeper than it can answer in time, leases stay
  * renewed, and acknowledgements of several joins of one group meet in one
- * call. Not when the node must send every limit (a lapsed lease, a server
- * reached anew): those all go, as before. */
+ * call. A quick round trip with news left sets the budget to what would
+ * have fitted in KT_STORE_JOIN_SLOW_MS at its pace, 2 to 8 times the last
+ * (after a burst the news is mostly answers to catch up with). Not when
+ * the node must send every limit (a lapsed lease, a server reached anew):
+ * those all go, as before. A change the inbox names from before the
+ * Redis TIME of the node's last answer for the limit (heartbeat.lua
+ * answers its own; hbmemo keeps it) is in that answer: no news. */
 #define KT_STORE_QUIET_REFRESH_MS 600000ULL
 #define KT_STORE_QUIET_HORIZON_MS (2 * KT_STORE_QUIET_REFRESH_MS)
 #define KT_STORE_QUIET_TTL_MS (3 * KT_STORE_QUIET_REFRESH_MS)

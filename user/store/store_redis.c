@@ -357,6 +357,7 @@ struct hb_prev {
 	bool joining; /* not answered yet: sent under the join budget */
 	bool doubted; /* quiet, but its last call failed: news to send */
 	bool postponed; /* news left to a later heartbeat by the news budget */
+	uint64_t asof_ms; /* the Redis TIME its last answer was computed at (0: none) */
 	struct kt_pool_answer prev;
 };
 
@@ -378,17 +379,16 @@ static const char *parse_caught_up(const char *str, struct kt_pool_answer *a)
 }
 
 static int parse_answers(struct kt_store *s, const redisReply *r, const struct kt_pool_req *reqs,
-			 const struct hb_prev *pv, int n, struct kt_pool_answer *ans, char *err,
-			 size_t errlen)
+			 struct hb_prev *pv, int n, struct kt_pool_answer *ans, char *err, size_t errlen)
 {
 	const char *why = NULL;
 	int i;
 
-	/* the answers, then the number of commands the script ran */
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n + 1 ||
-	    !rs_int_in(r->element[n], 0, INT32_MAX)) {
+	/* the answers, then the number of commands the script ran and its TIME */
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)n + 2 ||
+	    !rs_int_in(r->element[n], 0, INT32_MAX) || !rs_int_in(r->element[n + 1], 1, INT64_MAX)) {
 		rs_seterr(s, err, errlen,
-			  "redis %s:%d: heartbeat: malformed reply: expected %d answers and a count",
+			  "redis %s:%d: heartbeat: malformed reply: expected %d answers, a count and a time",
 			  s->cur_host, s->cur_port, n);
 		if (r->type != REDIS_REPLY_ARRAY)
 			s->hint = KT_SERR_WRONGTYPE;
@@ -476,6 +476,8 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 			  s->cur_host, s->cur_port, reqs[i - 1].limit, why);
 		return -EPROTO;
 	}
+	for (i = 0; i < n; i++)
+		pv[i].asof_ms = (uint64_t)r->element[n + 1]->integer;
 	return 0;
 }
 
@@ -635,6 +637,13 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* A limit node.lua's inbox names, and the Redis TIME of its last change;
+ * sorted by name (cmp_str: the name comes first). */
+struct news {
+	const char *limit;
+	uint64_t at_ms;
+};
+
 /* Cluster hash slots: a route is below this (quiet limits sort after). */
 #define ROUTES 16384
 
@@ -745,7 +754,7 @@ out:
  * (the inbox could not say: every limit is news), the names in *changed (the
  * reply's own strings, sorted), else -EPROTO. */
 static int parse_node(struct kt_store *s, redisReply *r, uint64_t *now, bool *every, bool *all,
-		      const char ***changed, int *n_changed, char *err, size_t errlen)
+		      struct news **changed, int *n_changed, char *err, size_t errlen)
 {
 	redisReply *c;
 
@@ -763,20 +772,27 @@ static int parse_node(struct kt_store *s, redisReply *r, uint64_t *now, bool *ev
 		*all = true;
 		return 0;
 	}
-	if (c->type != REDIS_REPLY_ARRAY || c->elements > KT_STORE_FEED_MAX)
+	if (c->type != REDIS_REPLY_ARRAY || c->elements > 2 * KT_STORE_FEED_MAX || c->elements % 2)
 		goto bad;
 	if (c->elements) {
-		*changed = calloc(c->elements, sizeof(**changed));
+		*changed = calloc(c->elements / 2, sizeof(**changed));
 		if (!*changed) {
 			rs_seterr(s, err, errlen, "heartbeat: out of memory");
 			return -ENOMEM;
 		}
 	}
-	/* the inbox names limits this node holds, changed by other nodes */
-	for (size_t i = 0; i < c->elements; i++) {
-		if (c->element[i]->type != REDIS_REPLY_STRING)
+	/* the inbox names limits this node holds, changed by other nodes, and when */
+	for (size_t i = 0; i < c->elements; i += 2) {
+		struct news *w = &(*changed)[(*n_changed)++];
+		char *end;
+
+		if (c->element[i]->type != REDIS_REPLY_STRING || c->element[i + 1]->type != REDIS_REPLY_STRING)
 			goto bad;
-		(*changed)[(*n_changed)++] = c->element[i]->str;
+		errno = 0;
+		w->limit = c->element[i]->str;
+		w->at_ms = strtoull(c->element[i + 1]->str, &end, 10);
+		if (errno || end == c->element[i + 1]->str || *end)
+			goto bad;
 	}
 	if (*n_changed > 1)
 		qsort(*changed, (size_t)*n_changed, sizeof(**changed), cmp_str);
@@ -825,26 +841,31 @@ static void join_adapt(struct kt_store *s, const struct hb_batch *b, int nsent, 
 }
 
 /* The news budget (store.h "The news budget") after a round trip of a
- * heartbeat: `want` units of news were sent in b's [lo, hi), or are to
- * be sent (lo == hi, after the first round trip), `left` limits
- * postponed; `slow`: the round trip came back later than
- * KT_STORE_JOIN_SLOW_MS. */
+ * heartbeat that took took_ns: `want` units of news were sent in b's
+ * [lo, hi), or are to be sent (lo == hi, after the first round trip),
+ * `left` limits postponed. Slower than KT_STORE_JOIN_SLOW_MS, or failed:
+ * half; quick with some left: what would have fitted in
+ * KT_STORE_JOIN_SLOW_MS at that pace, between twice and 8 times as much
+ * (news after a burst is mostly cheap: answers to catch up with). */
 static void news_adapt(struct kt_store *s, const struct hb_batch *b, int lo, int hi, unsigned want,
-		       int left, bool slow)
+		       int left, uint64_t took_ns)
 {
+	const uint64_t slow_ns = KT_STORE_JOIN_SLOW_MS * 1000000ULL;
 	bool failed = false;
-	unsigned budget = s->st.news_budget;
+	uint64_t budget = s->st.news_budget;
 
 	for (int i = lo; i < hi; i++)
 		failed |= b->sa[i].status != 0;
-	if (failed || slow) {
+	if (failed || took_ns > slow_ns) {
 		budget = (want < budget ? want : budget) / 2;
-		if (budget < KT_STORE_JOIN_MIN_UNITS)
-			budget = KT_STORE_JOIN_MIN_UNITS;
 	} else if (left) {
-		budget = budget < KT_STORE_JOIN_MAX_UNITS / 2 ? budget * 2 : KT_STORE_JOIN_MAX_UNITS;
+		uint64_t pace = (uint64_t)want * slow_ns / (took_ns ? took_ns : 1);
+
+		budget = pace < budget * 2 ? budget * 2 : pace > budget * 8 ? budget * 8 : pace;
 	}
-	s->st.news_budget = budget;
+	if (budget < KT_STORE_JOIN_MIN_UNITS)
+		budget = KT_STORE_JOIN_MIN_UNITS;
+	s->st.news_budget = budget < KT_STORE_JOIN_MAX_UNITS ? (unsigned)budget : KT_STORE_JOIN_MAX_UNITS;
 }
 
 /* The limits grouped by the transport's route (cluster: by slot, a script
@@ -873,7 +894,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 	int *ord = calloc((size_t)n, sizeof(*ord)), *slot = calloc((size_t)n, sizeof(*slot));
 	struct hb_prev *byreq = calloc((size_t)n, sizeof(*byreq)); /* the memo, by reqs[] */
 	bool lease = s->leases == KT_LEASES_NODE, every = true, all_news = false;
-	const char **changed = NULL;
+	struct news *changed = NULL;
 	int i, k, nq = 0, nd = 0, n_changed = 0, ret = 0, nsend;
 	unsigned joining = 0; /* units of limits not answered yet, sent */
 	uint64_t now_ns = kt_clock_ns(), stale_ms = UINT64_MAX, since = 0, sent_ns, took_ns;
@@ -911,6 +932,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 
 		pv->digest = kt_hbmemo_digest(&reqs[i]);
 		kt_hbmemo_lookup(s->memo, reqs[i].limit, pv->digest, &hit);
+		pv->asof_ms = hit.asof_ms;
 		pv->has = reqs[i].pool_rate <= 0 && !reqs[i].slots_node && hit.has;
 		if (pv->has)
 			pv->prev = hit.ans;
@@ -988,15 +1010,19 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 			int left = 0;
 
 			for (i = nsend; i < n - nd; i++) {
-				b.pv[i].postponed = !every && (b.pv[i].doubted || all_news ||
-							       (n_changed && bsearch(&b.sub[i].limit, changed,
-										     (size_t)n_changed,
-										     sizeof(*changed), cmp_str)));
+				const struct news *w = n_changed ? bsearch(&b.sub[i].limit, changed, (size_t)n_changed,
+									   sizeof(*changed), cmp_str)
+								 : NULL;
+
+				/* a change from before its last answer is in that answer */
+				if (w && w->at_ms < b.pv[i].asof_ms)
+					w = NULL;
+				b.pv[i].postponed = !every && (b.pv[i].doubted || all_news || w);
 				want += b.pv[i].postponed ? 1 + (unsigned)b.sub[i].n_members : 0;
 			}
 			/* Redis queued the first round trip: less news now */
 			if (want && took_ns > KT_STORE_JOIN_SLOW_MS * 1000000ULL)
-				news_adapt(s, &b, 0, 0, want, 0, true);
+				news_adapt(s, &b, 0, 0, want, 0, took_ns);
 			for (i = nsend; i < n - nd; i++) {
 				unsigned u = 1 + (unsigned)b.sub[i].n_members;
 
@@ -1014,8 +1040,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 			if (m > nsend && (ret = hb_send(s, &b, nsend, m, NULL, NULL, err, errlen)))
 				goto out;
 			if (!every && m > nsend)
-				news_adapt(s, &b, nsend, m, units, left,
-					   kt_clock_ns() - sent_ns > KT_STORE_JOIN_SLOW_MS * 1000000ULL);
+				news_adapt(s, &b, nsend, m, units, left, kt_clock_ns() - sent_ns);
 			s->st.hb_postponed += (uint64_t)left;
 			for (i = m; i < n - nd; i++) {
 				b.sa[i].agree = b.pv[i].prev.agree;
@@ -1038,12 +1063,14 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 			ans[k] = b.sa[i];
 			/* sent and answered: joined, and with a digest the steady
 			 * path can repeat (0: a demand or in-flight limit) */
-			if (i < n - nd - nq)
+			if (i < n - nd - nq) {
 				kt_hbmemo_set(s->memo, b.sub[i].limit,
 					      b.sub[i].pool_rate <= 0 && !b.sub[i].slots_node ? b.pv[i].digest : 0,
 					      &b.sa[i]);
-			else if (b.pv[i].postponed) /* news still to send */
+				kt_hbmemo_asof(s->memo, b.sub[i].limit, b.pv[i].asof_ms);
+			} else if (b.pv[i].postponed) { /* news still to send */
 				kt_hbmemo_doubt(s->memo, b.sub[i].limit);
+			}
 		} else if (b.sa[i].status == KT_STORE_DEFERRED) {
 			ans[k].status = KT_STORE_DEFERRED;
 			n_deferred++;

@@ -41,8 +41,8 @@
 -- (this node's part of the slots per class); rates as strings (Lua numbers become
 -- integers in replies); or the integer 1: "prev still holds" (the steady
 -- path), or the string "agree size live": the answer that holds now (the
--- steady path catching up, below). After the limits' answers, one more element: the number of Redis
--- commands the call ran.
+-- steady path catching up, below). After the limits' answers, two more
+-- elements: the number of Redis commands the call ran, and its TIME in ms.
 --
 -- A member is live while its heartbeat is at most stale_ms old (its lease);
 -- then it lapses: it moves from hb to lapsed and leaves the live count and
@@ -845,6 +845,8 @@ if feed_ttl > 0 then
   call('PEXPIRE', FEED, feed_ttl)
 end
 if nidx_ttl > 0 then call('PEXPIRE', NIDX, nidx_ttl) end
--- last: the commands this call ran (the store's work, for metrics)
+-- last: the commands this call ran (the store's work, for metrics), and
+-- its TIME: a change the inbox names from before it is in these answers
 out[#out + 1] = ncall
+out[#out + 1] = now
 return out

@@ -16,7 +16,9 @@
 -- Returns {now, held, changed, commands}: held 1 when the node's lease was
 -- live (renewed within stale_ms) before this call, else 0 (a new node, or
 -- one whose lease lapsed: everything it holds must be sent now); changed
--- the limits the inbox names as changed at or after since, or the integer
+-- the limits the inbox names as changed at or after since, each followed
+-- by the TIME of its last change (a change from before the node's last
+-- answer for the limit is no news to it), or the integer
 -- -1 for "every limit" (no since, since older than the inbox keeps or in
 -- the future, or more than FEED_MAX changes).
 --
@@ -65,7 +67,7 @@ onkey('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. f0(now - keep))
 for k = 1, 3 do call('PEXPIRE', KEYS[k], ttl) end
 local changed = -1
 if since ~= nil and since > 0 and since >= now - keep and since <= now then
-  local r = onkey('ZRANGEBYSCORE', KEYS[3], f0(since), '+inf', 'LIMIT', 0, FEED_MAX + 1)
-  if #r <= FEED_MAX then changed = r end
+  local r = onkey('ZRANGEBYSCORE', KEYS[3], f0(since), '+inf', 'WITHSCORES', 'LIMIT', 0, FEED_MAX + 1)
+  if #r <= 2 * FEED_MAX then changed = r end
 end
 return {now, held, changed, ncall}
