@@ -29,18 +29,25 @@ static char err[KT_ERR_LEN];
 
 #define ASSERT_OK(expr) RP_ASSERT_OK(expr, err)
 
-static struct kt_store *open_node(const char *node, enum kt_store_leases leases)
+/* timeout_ms: redisStore.timeout (0: follow the latency) */
+static struct kt_store *open_node_timeout(const char *node, enum kt_store_leases leases, unsigned timeout_ms)
 {
 	struct kt_store_cfg c;
 	struct kt_store *s;
 
 	kt_storefx_cfg_single(&c, kfx_master.port, PREFIX);
 	c.leases = leases;
+	c.timeout_ns = timeout_ms * 1000000ULL;
 	ASSERT_OK(kt_store_open(&s, &c, err, sizeof(err)));
 	kt_storefx_track(s);
 	if (leases == KT_LEASES_NODE)
 		assert_int_equal(kt_store_set_node(s, node), 0);
 	return s;
+}
+
+static struct kt_store *open_node(const char *node, enum kt_store_leases leases)
+{
+	return open_node_timeout(node, leases, 0);
 }
 
 /* node s heartbeats limit with its one member id */
@@ -348,6 +355,63 @@ static void test_death_and_own_lapse(void **state)
 	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":node:{A}:limits"), 1);
 }
 
+/* A node dead with more limits than one node.lua call takes on (its
+ * DEAD_CALLS bound: no script holds Redis for long): the first call
+ * lapses some of them and leaves the node in the leases with the rest of
+ * its index, the next calls finish it, and every limit of the survivor
+ * sees the death. */
+static void test_death_of_a_big_node(void **state)
+{
+	/* a lease longer than a heartbeat of BIG limits on a loaded machine */
+	enum { BIG = 6000, BIG_STALE = 2000 };
+	/* thousands of joins in one heartbeat: a timeout they fit in */
+	struct kt_store *na = open_node_timeout("A", KT_LEASES_NODE, 5000);
+	struct kt_store *nb = open_node_timeout("B", KT_LEASES_NODE, 5000);
+	struct kt_pool_req *qa = calloc(BIG, sizeof(*qa)), *qb = calloc(BIG, sizeof(*qb));
+	struct kt_pool_answer *as = calloc(BIG, sizeof(*as));
+	char (*names)[16] = calloc(BIG, sizeof(*names));
+	struct kt_pool_member ma = { "A:1", LIVE }, mb = { "B:1", LIVE };
+	long long left;
+	int live1 = 0;
+
+	(void)state;
+	assert_true(qa && qb && as && names);
+	for (int i = 0; i < BIG; i++) {
+		snprintf(names[i], sizeof(names[i]), "big%d", i);
+		qa[i] = (struct kt_pool_req){ .limit = names[i], .members = &ma, .n_members = 1,
+					      .stale_ms = BIG_STALE, .save_ramp = -1 };
+		qb[i] = qa[i];
+		qb[i].members = &mb;
+	}
+	for (int k = 0; k < 3; k++) {
+		assert_true(kt_store_heartbeat_many(na, qa, BIG, as, err, sizeof(err)) >= 0);
+		assert_true(kt_store_heartbeat_many(nb, qb, BIG, as, err, sizeof(err)) >= 0);
+	}
+	assert_int_equal(rp_command_int(&kfx_master, -1, "HLEN " PREFIX ":node:{B}:limits"), BIG);
+	/* B dies; after its lease, A's next heartbeat finds it */
+	rp_sleep_ms(BIG_STALE + 100);
+	assert_true(kt_store_heartbeat_many(na, qa, BIG, as, err, sizeof(err)) >= 0);
+	left = rp_command_int(&kfx_master, -1, "HLEN " PREFIX ":node:{B}:limits");
+	print_message("the first call took on %lld of B's %d limits\n", BIG - left, BIG);
+	assert_true(left > 0 && left < BIG);
+	assert_true(zscore(PREFIX ":nodes", "B") > 0);
+	for (int k = 0; k < 20 && live1 < BIG; k++) {
+		int ret = kt_store_heartbeat_many(na, qa, BIG, as, err, sizeof(err));
+
+		assert_true(ret == 0 || ret == KT_STORE_PARTIAL);
+		live1 = 0;
+		for (int i = 0; i < BIG; i++)
+			live1 += !as[i].status && as[i].live == 1;
+	}
+	assert_int_equal(live1, BIG);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":node:{B}:limits"), 0);
+	assert_int_equal(zscore(PREFIX ":nodes", "B"), -1);
+	free(qa);
+	free(qb);
+	free(as);
+	free(names);
+}
+
 /* A node with member leases (one whose config has not switched yet) in the
  * same pool: its full calls never lapse a quiet node's members (they are
  * stamped ahead), it counts them live, and its changes reach the quiet
@@ -558,6 +622,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_quiet_and_join, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_inbox_and_catch_up, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_death_and_own_lapse, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_death_of_a_big_node, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_mixed_with_member_leases, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_hand_edits, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_store_reached_anew, kt_storefx_flush_teardown),

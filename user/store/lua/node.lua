@@ -26,7 +26,8 @@
 -- in the future (heartbeat.lua's horizon) and sends a limit only when it or
 -- its pool changed, so its members never lapse by their own heartbeat
 -- while it lives. Its lease does: a node silent for stale_ms is found here
--- by whichever node calls next (at most DEAD_MAX a call), each of its
+-- by whichever node calls next (at most DEAD_MAX a call, DEAD_CALLS
+-- commands of their limits' work), each of its
 -- members (P:node:{X}:limits, limit -> its ids there, written by
 -- heartbeat.lua) gets the lease's time as its heartbeat, so the next full
 -- call of each of those limits lapses it as usual, it leaves the limits'
@@ -35,7 +36,10 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 --#include common.lua
-local DEAD_MAX, FEED_MAX = 16, 1000 --[[KT_STORE_FEED_MAX]]
+-- a call handles at most DEAD_MAX lapsed nodes, and stops taking their
+-- limits once it ran DEAD_CALLS commands (a limit with many holders
+-- notifies each): the rest of a node's limits go at the next call
+local DEAD_MAX, DEAD_CALLS, FEED_MAX = 16, 20000, 1000 --[[KT_STORE_FEED_MAX]]
 local P, node = ARGV[1], ARGV[2]
 local stale, since, keep, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = time_ms()
@@ -45,10 +49,12 @@ if prev ~= nil and prev >= now - stale and prev <= now then held = 1 end
 call('ZADD', KEYS[1], f0(now), node)
 local dead = call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. f0(now - stale), 'WITHSCORES', 'LIMIT', 0, DEAD_MAX)
 for i = 1, #dead, 2 do
+  if ncall >= DEAD_CALLS then break end
   local x, s = dead[i], dead[i + 1]
   local idx = P .. ':node:{' .. x .. '}:limits'
-  local r = onkey('HGETALL', idx)
+  local r, done = onkey('HGETALL', idx), {}
   for j = 1, #r, 2 do
+    if ncall >= DEAD_CALLS then break end
     local hb = P .. ':pool:{' .. r[j] .. '}:hb'
     for id in string.gmatch(r[j + 1], '%S+') do
       -- XX: a member already lapsed (or gone) stays as it is; a hb
@@ -58,9 +64,15 @@ for i = 1, #dead, 2 do
     end
     onkey('SREM', holders_of(hb), x)
     notify(P, hb, r[j], '-', now)
+    done[#done + 1] = r[j]
   end
-  call('DEL', idx, P .. ':node:{' .. x .. '}:feed')
-  call('ZREM', KEYS[1], x)
+  if 2 * #done == #r then
+    call('DEL', idx, P .. ':node:{' .. x .. '}:feed')
+    call('ZREM', KEYS[1], x)
+  else
+    -- the rest at the next call (the node stays lapsed in the leases)
+    each('HDEL', idx, done, 500)
+  end
 end
 onkey('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. f0(now - keep))
 onkey('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. f0(now - keep))
