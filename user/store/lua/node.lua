@@ -18,9 +18,9 @@
 -- one whose lease lapsed: everything it holds must be sent now); changed
 -- the limits the inbox names as changed at or after since, each followed
 -- by the TIME of its last change (a change from before the node's last
--- answer for the limit is no news to it), or the integer
--- -1 for "every limit" (no since, since older than the inbox keeps or in
--- the future, or more than FEED_MAX changes).
+-- answer for the limit is no news to it), or the integer -1 when the
+-- inbox cannot say (no since, since older than the inbox keeps or in the
+-- future, or more than FEED_MAX changes): every limit is news.
 --
 -- A node with leases: node stamps its members with a heartbeat that far
 -- in the future (heartbeat.lua's horizon) and sends a limit only when it or
