@@ -136,6 +136,7 @@ struct worker {
 	uint64_t steady_cmds, steady_bytes; /* the scripts' commands, bytes both ways */
 	uint64_t steady_quiet, steady_limits; /* limits not sent (leases: node), and all */
 	uint64_t deferred;           /* every phase: limits left for a later heartbeat (join budget) */
+	uint64_t postponed, caught_up; /* every phase: news left for later (news budget); answers caught up */
 	/* --share demand, every answer: granted > pool_rate - reserved + eps,
 	 * or a grant not finite or < 0; the largest `granted` answered */
 	uint64_t grant_violations;
@@ -374,6 +375,8 @@ static void *worker_main(void *arg)
 			end = mono_ns();
 			kt_store_get_stats(nd->st, &after);
 			w->deferred += after.hb_deferred - before.hb_deferred;
+			w->postponed += after.hb_postponed - before.hb_postponed;
+			w->caught_up += after.hb_caught_up - before.hb_caught_up;
 			if (g_o.trace && (i == 0 || i == g_o.nodes / 2))
 				trace(i, round, start, end, ret, &before, &after);
 			if (push(&w->lateness_us, start > due ? (start - due) / 1000 : 0))
@@ -1100,6 +1103,7 @@ static double crit_demand_sent_max(void)
 
 struct results {
 	uint64_t heartbeats, round_trips, not_agree, errors, cmds, bytes, quiet, limits, deferred;
+	uint64_t postponed, caught_up;
 	struct samples script_us, rtt_us, lateness_us, steady_late_us;
 	double rt_per_hb, cpu_pct, self_cpu_pct, window_s;
 	double agree_start_ms, agree_kill_ms, bound_ms;
@@ -1228,6 +1232,11 @@ static void print_table(const struct results *r)
 	    m, "", verdict(r->ok_start));
 	snprintf(m, sizeof(m), "%llu", (unsigned long long)r->deferred);
 	row("limits deferred by the join budget (all nodes)", m, "", "");
+	if (g_o.node_leases) {
+		snprintf(m, sizeof(m), "%llu / %llu", (unsigned long long)r->postponed,
+			 (unsigned long long)r->caught_up);
+		row("news postponed (news budget) / answers caught up", m, "", "");
+	}
 	if (r->agree_kill_ms >= 0)
 		snprintf(m, sizeof(m), "%.0f ms (%.2f heartbeats)", r->agree_kill_ms, r->agree_kill_ms / H);
 	else
@@ -1307,7 +1316,7 @@ static void print_json(const struct results *r, bool pass)
 	       "\"agree_start_ms\":%.1f,\"agree_after_kill_ms\":%.1f,\"agree_after_kill_hb\":%.3f,"
 	       "\"agree_bound_ms\":%.0f,\"agree_bound_hb\":%d,"
 	       "\"ok_script\":%d,\"ok_round_trips\":%d,\"ok_kill\":%d,\"ok_start\":%d,\"ok_steady\":%d,"
-	       "\"deferred\":%llu,\"pass\":%d,",
+	       "\"deferred\":%llu,\"postponed\":%llu,\"caught_up\":%llu,\"pass\":%d,",
 	       g_o.nodes, g_o.members, g_o.heartbeat_ms, g_o.stale_after, g_o.duration_s, g_o.kill,
 	       g_o.threads, (unsigned long long)r->heartbeats, r->window_s, r->script_us.n,
 	       (double)pct(&r->lateness_us, .5) / 1e3, (double)pct(&r->lateness_us, .99) / 1e3,
@@ -1323,7 +1332,8 @@ static void print_json(const struct results *r, bool pass)
 	       (unsigned long long)r->not_agree, (unsigned long long)r->errors, r->agree_start_ms,
 	       r->agree_kill_ms, r->agree_kill_ms >= 0 ? r->agree_kill_ms / g_o.heartbeat_ms : -1.0,
 	       r->bound_ms, g_o.stale_after + 2, r->ok_script, r->ok_rt, r->ok_kill, r->ok_start,
-	       r->ok_steady, (unsigned long long)r->deferred, pass);
+	       r->ok_steady, (unsigned long long)r->deferred, (unsigned long long)r->postponed,
+	       (unsigned long long)r->caught_up, pass);
 	if (g_o.grouped)
 		printf("\"groups\":%d,\"groups_total\":%d,\"group_nodes_min\":%d,\"group_nodes_max\":%d,"
 		       "\"script_per_limit_p50_us\":%.2f,\"script_per_limit_p99_us\":%.2f,",
@@ -1496,6 +1506,8 @@ join:
 		r.not_agree += w->steady_not_agree;
 		r.errors += w->errors;
 		r.deferred += w->deferred;
+		r.postponed += w->postponed;
+		r.caught_up += w->caught_up;
 		if (!r.first_error[0] && w->first_error[0])
 			snprintf(r.first_error, sizeof(r.first_error), "%s", w->first_error);
 		r.grant_violations += w->grant_violations;
