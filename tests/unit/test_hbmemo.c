@@ -73,7 +73,7 @@ static void test_get_set_forget(void **state)
 	(void)state;
 	assert_non_null(m);
 	assert_int_equal(kt_hbmemo_get(m, "api", d, &got), 0);
-	assert_int_equal(kt_hbmemo_set(m, "api", d, &a), 0);
+	assert_int_equal(kt_hbmemo_set(m, "api", d, &a, 0), 0);
 	assert_int_equal(kt_hbmemo_get(m, "api", d, &got), 1);
 	assert_int_equal(got.agree, 1);
 	assert_int_equal(got.size, 6);
@@ -83,10 +83,10 @@ static void test_get_set_forget(void **state)
 	assert_int_equal(kt_hbmemo_get(m, "apj", d, &got), 0);     /* another limit */
 	/* an answer that reserved something is not one the steady path gives */
 	a.reserved = 0.5;
-	assert_int_equal(kt_hbmemo_set(m, "api", d, &a), 0);
+	assert_int_equal(kt_hbmemo_set(m, "api", d, &a, 0), 0);
 	assert_int_equal(kt_hbmemo_get(m, "api", d, &got), 0);
 	a.reserved = 0;
-	assert_int_equal(kt_hbmemo_set(m, "api", d, &a), 0);
+	assert_int_equal(kt_hbmemo_set(m, "api", d, &a, 0), 0);
 	kt_hbmemo_forget(m, "api");
 	assert_int_equal(kt_hbmemo_get(m, "api", d, &got), 0);
 	kt_hbmemo_forget(m, "never-seen");
@@ -97,26 +97,24 @@ static void test_get_set_forget(void **state)
 
 	kt_hbmemo_lookup(m, "api", d, &h);
 	assert_true(h.joined && h.confirmed && !h.has);
-	assert_int_equal(kt_hbmemo_set(m, "api", d, &a), 0);
+	assert_int_equal(kt_hbmemo_set(m, "api", d, &a, 0), 0);
 	kt_hbmemo_doubt(m, "api");
 	kt_hbmemo_lookup(m, "api", d, &h);
 	assert_true(h.joined && !h.confirmed && h.has);
 	assert_int_equal(h.ans.size, 6);
-	assert_int_equal(kt_hbmemo_set(m, "api", d, &a), 0);
+	assert_int_equal(kt_hbmemo_set(m, "api", d, &a, 0), 0);
 	kt_hbmemo_lookup(m, "api", d, &h);
 	assert_true(h.confirmed && h.at_ns > 0);
 	/* the Redis TIME of the answer: unknown until told, kept through a
 	 * doubt and whatever the digest, unknown again at the next set */
 	assert_int_equal(h.asof_ms, 0);
-	kt_hbmemo_asof(m, "api", 1700000000123ULL);
+	assert_int_equal(kt_hbmemo_set(m, "api", d, &a, 1700000000123ULL), 0);
 	kt_hbmemo_doubt(m, "api");
 	kt_hbmemo_lookup(m, "api", d + 1, &h);
 	assert_true(h.asof_ms == 1700000000123ULL && !h.has);
-	assert_int_equal(kt_hbmemo_set(m, "api", d, &a), 0);
+	assert_int_equal(kt_hbmemo_set(m, "api", d, &a, 0), 0);
 	kt_hbmemo_lookup(m, "api", d, &h);
 	assert_int_equal(h.asof_ms, 0);
-	kt_hbmemo_asof(m, "never-seen", 5);
-	kt_hbmemo_asof(NULL, "api", 5);
 	kt_hbmemo_lookup(m, "never-seen", d, &h);
 	assert_true(!h.joined && !h.confirmed && !h.has && !h.asof_ms);
 	kt_hbmemo_lookup(NULL, "api", d, &h); /* no memo: nothing held back */
@@ -124,7 +122,7 @@ static void test_get_set_forget(void **state)
 	kt_hbmemo_doubt(NULL, "api");
 	/* a NULL memo (allocation failed) answers nothing and takes nothing */
 	assert_int_equal(kt_hbmemo_get(NULL, "api", d, &got), 0);
-	assert_int_equal(kt_hbmemo_set(NULL, "api", d, &a), 0);
+	assert_int_equal(kt_hbmemo_set(NULL, "api", d, &a, 0), 0);
 	kt_hbmemo_forget(NULL, "api");
 	kt_hbmemo_free(m);
 }
@@ -143,7 +141,7 @@ static void test_growth_and_reset(void **state)
 	for (int i = 0; i < n; i++) {
 		snprintf(name, sizeof(name), "api@g%06d", i);
 		a.live = a.size = i % 1000 + 1;
-		assert_int_equal(kt_hbmemo_set(m, name, (uint64_t)i + 1, &a), 0);
+		assert_int_equal(kt_hbmemo_set(m, name, (uint64_t)i + 1, &a, 0), 0);
 		assert_true(kt_hbmemo_count(m) <= 2 * KT_MAX_LIMITS);
 	}
 	for (int i = 0; i < n; i++) {

@@ -165,7 +165,7 @@ static int grow(struct kt_hbmemo *m)
 }
 
 int kt_hbmemo_set(struct kt_hbmemo *m, const char *limit, uint64_t digest,
-		  const struct kt_pool_answer *ans)
+		  const struct kt_pool_answer *ans, uint64_t asof_ms)
 {
 	struct memo_entry *e;
 	size_t len = strlen(limit);
@@ -193,14 +193,6 @@ int kt_hbmemo_set(struct kt_hbmemo *m, const char *limit, uint64_t digest,
 	e->size = ans->size;
 	e->live = ans->live;
 	e->at_ns = kt_clock_ns();
-	e->asof_ms = 0;
+	e->asof_ms = asof_ms;
 	return 0;
-}
-
-void kt_hbmemo_asof(struct kt_hbmemo *m, const char *limit, uint64_t asof_ms)
-{
-	struct memo_entry *e = find(m, limit);
-
-	if (e)
-		e->asof_ms = asof_ms;
 }

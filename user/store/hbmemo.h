@@ -36,18 +36,17 @@ struct kt_hbmemo_hit {
 			   * its calls went since; 1 without a memo: nothing to hold back for */
 	int confirmed;    /* its answer came from its last call (set, not doubted) */
 	uint64_t asof_ms; /* whatever the digest: the Redis TIME its last answer was
-			   * computed at (kt_hbmemo_asof; 0 unknown) */
+			   * computed at (kt_hbmemo_set's; 0 unknown) */
 };
 void kt_hbmemo_lookup(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
 		      struct kt_hbmemo_hit *hit);
 /* Records an answered heartbeat; 0, or -ENOMEM (the limit is then forgotten).
  * digest 0 records the limit as joined with no answer to repeat (one the
- * steady path never takes: a demand or in-flight limit). */
+ * steady path never takes: a demand or in-flight limit). asof_ms: the
+ * Redis TIME the answer was computed at (0 unknown): a change the inbox
+ * names from before it is no news (leases: node). */
 int kt_hbmemo_set(struct kt_hbmemo *m, const char *limit, uint64_t digest,
-		  const struct kt_pool_answer *ans);
-/* The Redis TIME (ms) the limit's answer just set was computed at: a
- * change the inbox names from before it is no news (leases: node). */
-void kt_hbmemo_asof(struct kt_hbmemo *m, const char *limit, uint64_t asof_ms);
+		  const struct kt_pool_answer *ans, uint64_t asof_ms);
 /* The limit's next heartbeat takes the full path (a failed call, a leave).
  * It stays joined. */
 void kt_hbmemo_forget(struct kt_hbmemo *m, const char *limit);

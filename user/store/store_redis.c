@@ -356,26 +356,39 @@ struct hb_prev {
 	bool has;
 	bool joining; /* not answered yet: sent under the join budget */
 	bool doubted; /* quiet, but its last call failed: news to send */
-	bool postponed; /* news left to a later heartbeat by the news budget */
+	bool news;    /* quiet, and news: sent within the news budget, else doubted */
 	uint64_t asof_ms; /* the Redis TIME its last answer was computed at (0: none) */
 	struct kt_pool_answer prev;
 };
 
-/* "agree size live" (heartbeat.lua's steady path catching up), into a;
- * NULL, or why it is not a consistent answer. */
-static const char *parse_caught_up(const char *str, struct kt_pool_answer *a)
+/* Why an answer's agree, size and live (each in range) to q do not hold
+ * together, or NULL. */
+static const char *sizes_why(const struct kt_pool_answer *a, const struct kt_pool_req *q)
+{
+	if (a->size < a->live)
+		return "size below live count";
+	if (a->agree && (a->size != a->live || a->live < 1))
+		return "AGREE on a size other than the live count";
+	if (q->n_members > 0 && a->live < 1)
+		return "no live member right after a heartbeat";
+	return NULL;
+}
+
+/* "agree size live" (heartbeat.lua's steady path catching up, only for a
+ * node with members there) to q, into a; NULL, or why not. */
+static const char *parse_caught_up(const char *str, const struct kt_pool_req *q, struct kt_pool_answer *a)
 {
 	int agree, size, live, end = 0;
 
 	if (sscanf(str, "%1d %7d %7d%n", &agree, &size, &live, &end) != 3 || str[end] || agree < 0 ||
-	    agree > 1 || live < 1 || size < live || size > KT_STORE_MAX_POOL || (agree && size != live))
+	    agree > 1 || size > KT_STORE_MAX_POOL || live < 1)
 		return "not a consistent \"agree size live\"";
 	a->agree = agree;
 	a->size = size;
 	a->live = live;
 	a->reserved = 0;
 	a->status = 0;
-	return NULL;
+	return sizes_why(a, q);
 }
 
 static int parse_answers(struct kt_store *s, const redisReply *r, const struct kt_pool_req *reqs,
@@ -420,7 +433,7 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 		} else if (e->type == REDIS_REPLY_STRING && q->pool_rate <= 0 && !q->slots_node) {
 			/* the steady path catching up: the answer that holds now */
 			why = !pv[i].has ? "an answer to catch up with without a previous one"
-					 : parse_caught_up(e->str, &a);
+					 : parse_caught_up(e->str, q, &a);
 			if (!why) {
 				ans[i] = a;
 				s->st.hb_steady++;
@@ -441,24 +454,19 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 			a.agree = (int)e->element[0]->integer;
 			a.size = (int)e->element[1]->integer;
 			a.live = (int)e->element[2]->integer;
-			if (a.size < a.live)
-				why = "size below live count";
-			else if (a.agree && (a.size != a.live || a.live < 1))
-				why = "AGREE on a size other than the live count";
-			else if (reqs[i].n_members > 0 && a.live < 1)
-				why = "no live member right after a heartbeat";
-			else if (!parse_rate(e->element[3], &a.reserved))
+			why = sizes_why(&a, q);
+			if (!why && !parse_rate(e->element[3], &a.reserved))
 				why = "reserved rate not a finite number >= 0";
-			else if (want == ANSWER_SHARE || want == ANSWER_CLASSES)
+			else if (!why && (want == ANSWER_SHARE || want == ANSWER_CLASSES))
 				why = parse_share(e, q, &a);
-			else if ((want == ANSWER_SLOTS || want == ANSWER_SLOTS_CLASSES) &&
+			else if (!why && (want == ANSWER_SLOTS || want == ANSWER_SLOTS_CLASSES) &&
 				 (!rs_int_in(e->element[4], 0, KT_STORE_MAX_SLOTS) ||
 				  !rs_int_in(e->element[5], 0, KT_STORE_MAX_SLOTS)))
 				why = "slots not whole numbers in range";
-			else if ((want == ANSWER_SLOTS || want == ANSWER_SLOTS_CLASSES) &&
+			else if (!why && (want == ANSWER_SLOTS || want == ANSWER_SLOTS_CLASSES) &&
 				 e->element[4]->integer > q->slots_pool)
 				why = "slots granted past the pool";
-			else if (want == ANSWER_SLOTS_CLASSES)
+			else if (!why && want == ANSWER_SLOTS_CLASSES)
 				why = parse_slot_parts(e->element[6], q, &a);
 			if (!why && (want == ANSWER_SLOTS || want == ANSWER_SLOTS_CLASSES)) {
 				a.slots_grant = e->element[4]->integer;
@@ -822,6 +830,16 @@ static uint64_t quiet_for_ns(const char *limit)
  * herd"): half of those when one of them failed or the round trip took
  * longer than KT_STORE_JOIN_SLOW_MS (Redis is queueing, or gone); doubled
  * when it was quick and others were left. */
+#define BUDGET_SLOW_NS (KT_STORE_JOIN_SLOW_MS * 1000000ULL)
+
+/* A budget cut, Redis queueing or failing: half of what went (or was to
+ * go) when that is less than the budget, at least KT_STORE_JOIN_MIN_UNITS. */
+static unsigned budget_cut(unsigned budget, unsigned went)
+{
+	budget = (went < budget ? went : budget) / 2;
+	return budget < KT_STORE_JOIN_MIN_UNITS ? KT_STORE_JOIN_MIN_UNITS : budget;
+}
+
 static void join_adapt(struct kt_store *s, const struct hb_batch *b, int nsent, unsigned joining,
 		       int ndeferred, uint64_t took_ns)
 {
@@ -830,10 +848,8 @@ static void join_adapt(struct kt_store *s, const struct hb_batch *b, int nsent, 
 
 	for (int i = 0; i < nsent; i++)
 		failed |= b->pv[i].joining && b->sa[i].status != 0;
-	if (failed || took_ns > KT_STORE_JOIN_SLOW_MS * 1000000ULL) {
-		budget = (joining < budget ? joining : budget) / 2;
-		if (budget < KT_STORE_JOIN_MIN_UNITS)
-			budget = KT_STORE_JOIN_MIN_UNITS;
+	if (failed || took_ns > BUDGET_SLOW_NS) {
+		budget = budget_cut(budget, joining);
 	} else if (ndeferred) {
 		budget = budget < KT_STORE_JOIN_MAX_UNITS / 2 ? budget * 2 : KT_STORE_JOIN_MAX_UNITS;
 	}
@@ -850,21 +866,20 @@ static void join_adapt(struct kt_store *s, const struct hb_batch *b, int nsent, 
 static void news_adapt(struct kt_store *s, const struct hb_batch *b, int lo, int hi, unsigned want,
 		       int left, uint64_t took_ns)
 {
-	const uint64_t slow_ns = KT_STORE_JOIN_SLOW_MS * 1000000ULL;
 	bool failed = false;
 	uint64_t budget = s->st.news_budget;
 
 	for (int i = lo; i < hi; i++)
 		failed |= b->sa[i].status != 0;
-	if (failed || took_ns > slow_ns) {
-		budget = (want < budget ? want : budget) / 2;
-	} else if (left) {
-		uint64_t pace = (uint64_t)want * slow_ns / (took_ns ? took_ns : 1);
+	if (failed || took_ns > BUDGET_SLOW_NS) {
+		s->st.news_budget = budget_cut(s->st.news_budget, want);
+		return;
+	}
+	if (left) {
+		uint64_t pace = (uint64_t)want * BUDGET_SLOW_NS / (took_ns ? took_ns : 1);
 
 		budget = pace < budget * 2 ? budget * 2 : pace > budget * 8 ? budget * 8 : pace;
 	}
-	if (budget < KT_STORE_JOIN_MIN_UNITS)
-		budget = KT_STORE_JOIN_MIN_UNITS;
 	s->st.news_budget = budget < KT_STORE_JOIN_MAX_UNITS ? (unsigned)budget : KT_STORE_JOIN_MAX_UNITS;
 }
 
@@ -1017,22 +1032,21 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 				/* a change from before its last answer is in that answer */
 				if (w && w->at_ms < b.pv[i].asof_ms)
 					w = NULL;
-				b.pv[i].postponed = !every && (b.pv[i].doubted || all_news || w);
-				want += b.pv[i].postponed ? 1 + (unsigned)b.sub[i].n_members : 0;
+				b.pv[i].news = !every && (b.pv[i].doubted || all_news || w);
+				want += b.pv[i].news ? 1 + (unsigned)b.sub[i].n_members : 0;
 			}
 			/* Redis queued the first round trip: less news now */
-			if (want && took_ns > KT_STORE_JOIN_SLOW_MS * 1000000ULL)
+			if (want && took_ns > BUDGET_SLOW_NS)
 				news_adapt(s, &b, 0, 0, want, 0, took_ns);
 			for (i = nsend; i < n - nd; i++) {
 				unsigned u = 1 + (unsigned)b.sub[i].n_members;
 
-				if (!every && !b.pv[i].postponed)
+				if (!every && !b.pv[i].news)
 					continue;
 				if (!every && units && units + u > s->st.news_budget) {
 					left++;
 					continue;
 				}
-				b.pv[i].postponed = false;
 				units += u;
 				hb_swap(&b, i, m++);
 			}
@@ -1066,9 +1080,8 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 			if (i < n - nd - nq) {
 				kt_hbmemo_set(s->memo, b.sub[i].limit,
 					      b.sub[i].pool_rate <= 0 && !b.sub[i].slots_node ? b.pv[i].digest : 0,
-					      &b.sa[i]);
-				kt_hbmemo_asof(s->memo, b.sub[i].limit, b.pv[i].asof_ms);
-			} else if (b.pv[i].postponed) { /* news still to send */
+					      &b.sa[i], b.pv[i].asof_ms);
+			} else if (b.pv[i].news) { /* quiet: news still to send */
 				kt_hbmemo_doubt(s->memo, b.sub[i].limit);
 			}
 		} else if (b.sa[i].status == KT_STORE_DEFERRED) {
