@@ -116,16 +116,17 @@ local function node_of(idx) return string.match(idx, ':node:{(.*)}:limits$') or 
 -- The nodes with leases: node that hold members of the pool whose hb key
 -- is hbk: P:pool:{L}:nodes, a set the full path keeps (heartbeat.lua).
 local function holders_of(hbk) return (string.gsub(hbk, ':hb$', ':nodes')) end
--- Node me (or "-") changed limit L's pool answer at now: "LIMIT NODE" goes
+-- Node me (or "-") changed limit L's pool answer at now (hk: its holders,
+-- holders_of): "LIMIT NODE" goes
 -- in the fleet's feed P:feed (read by nodes of earlier releases, and by
 -- operators), and L in the inbox P:node:{N}:feed of every other node N
 -- holding it, the one N's node.lua reads. A node thus reads only the
 -- changes of its own limits: at 10,000 groups a fleet changes more limits
 -- a second than any node holds.
-local function notify(P, hbk, L, me, now)
+local function notify(P, hk, L, me, now)
   local t = f0(now)
   onkey('ZADD', P .. ':feed', t, L .. ' ' .. me)
-  for _, x in ipairs(onkey('SMEMBERS', holders_of(hbk))) do
+  for _, x in ipairs(onkey('SMEMBERS', hk)) do
     if x ~= me then
       local box = P .. ':node:{' .. x .. '}:feed'
       -- a new entry may be a new key: node.lua renews the TTL of its own

@@ -727,14 +727,13 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
       call('PEXPIRE', K.sdem, ttl)
     end
   end
-  local L = limit_of(K.hb)
+  local L, hk = limit_of(K.hb), FEED and holders_of(K.hb)
   if FEED and ans0 ~= c.ans then
-    notify(P, K.hb, L, ME, now)
+    notify(P, hk, L, ME, now)
     feed_ttl = math.max(feed_ttl, ttl)
   end
   -- this node among the limit's holders while it has members there
   if NIDX ~= '-' then
-    local hk = holders_of(K.hb)
     if n > 0 then
       local ids = {}
       for i = first, a - 1, st do ids[#ids + 1] = ARGV[i] end
@@ -746,7 +745,7 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
       onkey('SREM', hk, ME)
     end
   end
-  if FEED and expire then call('PEXPIRE', holders_of(K.hb), ttl) end
+  if hk and expire then call('PEXPIRE', hk, ttl) end
   if dem then
     o[5], o[6], o[7], o[8] = f17(c.gs), f17(c.lvl), dem, f17(c.sw)
     if ct then o[9] = c.parts end

@@ -42,9 +42,9 @@ for i = 1, #ARGV do
 end
 if ok and not c.dirty then save(K, c) else call('DEL', K.meta) end
 if #KEYS >= 22 then
-  local L, me = limit_of(K.hb), node_of(KEYS[22])
-  if n > 0 then notify(string.sub(KEYS[21], 1, -6), K.hb, L, me, time_ms()) end
+  local L, me, hk = limit_of(K.hb), node_of(KEYS[22]), holders_of(K.hb)
+  if n > 0 then notify(string.sub(KEYS[21], 1, -6), hk, L, me, time_ms()) end
   onkey('HDEL', KEYS[22], L)
-  if me ~= '-' then onkey('SREM', holders_of(K.hb), me) end
+  if me ~= '-' then onkey('SREM', hk, me) end
 end
 return n

@@ -62,8 +62,9 @@ for i = 1, #dead, 2 do
       ncall = ncall + 1
       redis.pcall('ZADD', hb, 'XX', s, id)
     end
-    onkey('SREM', holders_of(hb), x)
-    notify(P, hb, r[j], '-', now)
+    local hk = holders_of(hb)
+    onkey('SREM', hk, x)
+    notify(P, hk, r[j], '-', now)
     done[#done + 1] = r[j]
   end
   if 2 * #done == #r then
