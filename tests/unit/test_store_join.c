@@ -5,7 +5,8 @@
  * (KT_STORE_DEFERRED: nothing sent, no key made, read back from Redis),
  * and they all join within a few heartbeats, with both lease modes; a
  * slow round trip halves the budget; limits that failed after joining stay
- * joined; a queueing Redis halves the news a quiet node acknowledges. */
+ * joined; a queueing Redis halves the news a quiet node acknowledges; a
+ * node whose lease lapsed joins again within its budget. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -329,6 +330,107 @@ static void test_news_budget(void **state)
 	assert_int_equal(n_new, N_LIMITS);
 }
 
+/* Redis TIME in ms, the scripts' clock */
+static long long redis_ms(void)
+{
+	redisReply *r = rp_command(&kfx_master, "TIME");
+	long long v;
+
+	assert_non_null(r);
+	assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+	v = strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
+	freeReplyObject(r);
+	return v;
+}
+
+/* leases: node. A node whose own lease lapsed (another node's node.lua
+ * found it silent and lapsed its members) joins its limits again within
+ * its join budget: after a slow first heartbeat the budget is half of
+ * what it sent, so the rejoin sends half of the limits (their members
+ * live again, read back) and defers the rest (their members still lapsed
+ * in Redis), which join at the next heartbeats. Before, every limit went
+ * at once, and at fleet size the rejoins of many nodes queued Redis past
+ * the leases of the rest. A heartbeat without news brings the news budget
+ * down to KT_STORE_NEWS_IDLE_UNITS. */
+static void test_lapsed_lease_rejoins(void **state)
+{
+	enum { STALE = 400 };
+	struct kt_store *na = open_node_timeout("A", KT_LEASES_NODE, 5000);
+	struct kt_store *nb = open_node_timeout("B", KT_LEASES_NODE, 5000);
+	struct kt_pool_member bm = { "B:1", LIVE };
+	struct kt_pool_req bq = { .limit = "other", .members = &bm, .n_members = 1, .stale_ms = STALE,
+				  .save_ramp = -1 };
+	struct kt_pool_answer ba;
+	struct kt_store_stats s0, s1;
+	int ret, nd = 0, live = 0, beats;
+	long long now_ms, lapsed = 0;
+
+	(void)state;
+	make_reqs("l");
+	for (int i = 0; i < N_LIMITS; i++)
+		reqs[i].stale_ms = STALE;
+	ASSERT_OK(kt_store_ping(na, err, sizeof(err)));
+	kt_storefx_do("CLIENT PAUSE 300 ALL");
+	ASSERT_OK(kt_store_heartbeat_many(na, reqs, N_LIMITS, ans, err, sizeof(err)));
+	assert_int_equal(stats(na).join_budget, N_LIMITS); /* half of 2 x N_LIMITS units */
+	/* quiet: no news, and the news budget as after idle */
+	ASSERT_OK(kt_store_heartbeat_many(na, reqs, N_LIMITS, ans, err, sizeof(err)));
+	assert_true(stats(na).news_budget <= KT_STORE_NEWS_IDLE_UNITS);
+
+	/* A falls silent past its lease; B's heartbeats find it (a node.lua
+	 * call takes on DEAD_CALLS commands of a dead node's limits) */
+	rp_sleep_ms(STALE + 150);
+	for (beats = 0; beats < 8; beats++) {
+		ASSERT_OK(kt_store_heartbeat_many(nb, &bq, 1, &ba, err, sizeof(err)));
+		if (!rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":node:{A}:limits"))
+			break;
+	}
+	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":node:{A}:limits"), 0);
+
+	s0 = stats(na);
+	ret = kt_store_heartbeat_many(na, reqs, N_LIMITS, ans, err, sizeof(err));
+	s1 = stats(na);
+	assert_int_equal(ret, KT_STORE_PARTIAL);
+	assert_int_equal(s1.feed_resyncs - s0.feed_resyncs, 1);
+	now_ms = redis_ms();
+	for (int i = 0; i < N_LIMITS; i++) {
+		redisReply *r = rp_command(&kfx_master, "ZSCORE " PREFIX ":pool:{%s}:hb %s", names[i], ids[i]);
+		long long hb;
+
+		assert_non_null(r);
+		hb = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
+		freeReplyObject(r);
+		if (ans[i].status == KT_STORE_DEFERRED) {
+			nd++;
+			/* not sent: its member is as the death left it */
+			lapsed += hb < now_ms - STALE;
+		} else {
+			assert_int_equal(ans[i].status, 0);
+			ASSERT_ANS(ans[i], 1, 1, 1);
+			live += hb > now_ms;
+		}
+	}
+	print_message("a lapsed lease: %d limits joined again, %d deferred (%lld still lapsed), budget %u\n",
+		      N_LIMITS - nd, nd, lapsed, s0.join_budget);
+	assert_int_equal(nd, N_LIMITS / 2);
+	assert_int_equal(lapsed, nd);
+	assert_int_equal(live, N_LIMITS - nd);
+	assert_int_equal(s1.hb_deferred - s0.hb_deferred, nd);
+	/* the rest join at the next heartbeats, the lease held meanwhile */
+	for (beats = 0; nd && beats < MAX_BEATS; beats++) {
+		ret = kt_store_heartbeat_many(na, reqs, N_LIMITS, ans, err, sizeof(err));
+		assert_true(ret == 0 || ret == KT_STORE_PARTIAL);
+		nd = 0;
+		for (int i = 0; i < N_LIMITS; i++) {
+			nd += ans[i].status == KT_STORE_DEFERRED;
+			if (!ans[i].status)
+				ASSERT_ANS(ans[i], 1, 1, 1);
+		}
+	}
+	assert_int_equal(nd, 0);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "HLEN " PREFIX ":node:{A}:limits"), N_LIMITS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -338,6 +440,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_slow_store_halves, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_failure_keeps_joined, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_news_budget, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_lapsed_lease_rejoins, kt_storefx_flush_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, kt_storefx_group_setup, kt_storefx_group_teardown);

@@ -171,7 +171,7 @@ static void store_error_metrics(const struct kt_plan *plan, const struct kt_pool
 		     "# TYPE kthrottle_store_feed_resyncs_total counter\n"
 		     "kthrottle_store_feed_resyncs_total %llu\n"
 		     "# HELP kthrottle_store_deferred_limits_total Limits a heartbeat left for the next one: not "
-		     "answered yet (new, or failed since) and over the join budget, as at a fleet's start.\n"
+		     "answered yet (new, or joining again after the node's lease lapsed) and over the join budget, as at a fleet's start.\n"
 		     "# TYPE kthrottle_store_deferred_limits_total counter\n"
 		     "kthrottle_store_deferred_limits_total %llu\n"
 		     "# HELP kthrottle_store_postponed_limits_total Limits another node changed that a heartbeat "

@@ -149,6 +149,14 @@ void kt_hbmemo_doubt(struct kt_hbmemo *m, const char *limit)
 		e->confirmed = false;
 }
 
+void kt_hbmemo_rejoin(struct kt_hbmemo *m, const char *limit)
+{
+	struct memo_entry *e = find(m, limit);
+
+	if (e)
+		e->joined = e->confirmed = false;
+}
+
 static int grow(struct kt_hbmemo *m)
 {
 	struct kt_hbmemo big = { .cap = m->cap * 2 };

@@ -54,6 +54,10 @@ void kt_hbmemo_forget(struct kt_hbmemo *m, const char *limit);
  * (the script checks it, and the call may have run), but it is no longer
  * one this node may repeat without asking (leases: node, "quiet"). */
 void kt_hbmemo_doubt(struct kt_hbmemo *m, const char *limit);
+/* The limit's members lapsed with this node's lease (leases: node): it is
+ * no longer joined, so its next heartbeats send it within the join budget,
+ * and its answer is doubted (still the steady path's hint). */
+void kt_hbmemo_rejoin(struct kt_hbmemo *m, const char *limit);
 /* Entries held (limits seen since the last reset). */
 int kt_hbmemo_count(const struct kt_hbmemo *m);
 

@@ -314,11 +314,19 @@
  * renewed, and acknowledgements of several joins of one group meet in one
  * call. A quick round trip with news left sets the budget to what would
  * have fitted in KT_STORE_JOIN_SLOW_MS at its pace, 2 to 8 times the last
- * (after a burst the news is mostly answers to catch up with). Not when
- * the node must send every limit (a lapsed lease, a server reached anew):
- * those all go, as before. A change the inbox names from before the
+ * (after a burst the news is mostly answers to catch up with). A change the inbox names from before the
  * Redis TIME of the node's last answer for the limit (heartbeat.lua
- * answers its own; hbmemo keeps it) is in that answer: no news. */
+ * answers its own; hbmemo keeps it) is in that answer: no news. A
+ * heartbeat without news brings the budget down to
+ * KT_STORE_NEWS_IDLE_UNITS (as TCP restarts its window after idle): a
+ * budget grown on cheap answers to catch up with would otherwise send the
+ * next burst of full calls (a death: every survivor at once) in one go.
+ * A lapsed lease (node.lua: held 0) sends every quiet limit, as a join:
+ * its members lapsed, each limit must join again. These go within what
+ * the join budget leaves after the heartbeat's own joins; the rest are
+ * KT_STORE_DEFERRED and join at the next heartbeats (the node runs them
+ * out on their lease, then on the fallback, as during an outage). */
+#define KT_STORE_NEWS_IDLE_UNITS 256
 #define KT_STORE_QUIET_REFRESH_MS 600000ULL
 #define KT_STORE_QUIET_HORIZON_MS (2 * KT_STORE_QUIET_REFRESH_MS)
 #define KT_STORE_QUIET_TTL_MS (3 * KT_STORE_QUIET_REFRESH_MS)
@@ -494,7 +502,7 @@ struct kt_store_stats {
 	uint64_t script_commands; /* Redis commands the heartbeat scripts ran, as they answer */
 	uint64_t hb_scripts;  /* heartbeat scripts sent (EVALSHA), HB_SCRIPT_UNITS at most each */
 	uint64_t hb_quiet;    /* leases: node: limits not sent, answered from the last answer */
-	uint64_t hb_deferred; /* limits left for a later heartbeat by the join budget */
+	uint64_t hb_deferred; /* limits left for a later heartbeat by the join budget (new, or rejoining) */
 	unsigned join_budget; /* units of limits not answered yet the next heartbeat may send */
 	unsigned news_budget; /* leases: node: units of news the next second round trip may send */
 	uint64_t hb_postponed; /* leases: node: news left for a later heartbeat by the news budget */

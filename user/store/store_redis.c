@@ -357,6 +357,7 @@ struct hb_prev {
 	bool joining; /* not answered yet: sent under the join budget */
 	bool doubted; /* quiet, but its last call failed: news to send */
 	bool news;    /* quiet, and news: sent within the news budget, else doubted */
+	bool rejoin;  /* a lapsed lease's limit left by the join budget: deferred, to join again */
 	uint64_t asof_ms; /* the Redis TIME its last answer was computed at (0: none) */
 	struct kt_pool_answer prev;
 };
@@ -840,13 +841,13 @@ static unsigned budget_cut(unsigned budget, unsigned went)
 	return budget < KT_STORE_JOIN_MIN_UNITS ? KT_STORE_JOIN_MIN_UNITS : budget;
 }
 
-static void join_adapt(struct kt_store *s, const struct hb_batch *b, int nsent, unsigned joining,
+static void join_adapt(struct kt_store *s, const struct hb_batch *b, int lo, int hi, unsigned joining,
 		       int ndeferred, uint64_t took_ns)
 {
 	bool failed = false;
 	unsigned budget = s->st.join_budget;
 
-	for (int i = 0; i < nsent; i++)
+	for (int i = lo; i < hi; i++)
 		failed |= b->pv[i].joining && b->sa[i].status != 0;
 	if (failed || took_ns > BUDGET_SLOW_NS) {
 		budget = budget_cut(budget, joining);
@@ -881,6 +882,16 @@ static void news_adapt(struct kt_store *s, const struct hb_batch *b, int lo, int
 		budget = pace < budget * 2 ? budget * 2 : pace > budget * 8 ? budget * 8 : pace;
 	}
 	s->st.news_budget = budget < KT_STORE_JOIN_MAX_UNITS ? (unsigned)budget : KT_STORE_JOIN_MAX_UNITS;
+}
+
+/* A heartbeat without news: the news budget is validated only while news
+ * uses it (as TCP restarts its window after idle), so a budget grown on
+ * cheap catching up never sends a fleet's next burst of full calls at
+ * once: at most KT_STORE_NEWS_IDLE_UNITS, grown again by news_adapt. */
+static void news_idle(struct kt_store *s)
+{
+	if (s->st.news_budget > KT_STORE_NEWS_IDLE_UNITS)
+		s->st.news_budget = KT_STORE_NEWS_IDLE_UNITS;
 }
 
 /* The limits grouped by the transport's route (cluster: by slot, a script
@@ -992,7 +1003,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		goto out;
 	took_ns = kt_clock_ns() - sent_ns;
 	if (joining)
-		join_adapt(s, &b, nsend, joining, nd, took_ns);
+		join_adapt(s, &b, 0, nsend, joining, nd, took_ns);
 	for (i = n - nd; i < n; i++)
 		b.sa[i].status = KT_STORE_DEFERRED;
 	s->st.hb_deferred += (uint64_t)nd;
@@ -1020,9 +1031,11 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 			if (every || all_news)
 				s->st.feed_resyncs++;
 			/* the quiet limits to send after all go first: every
-			 * one, or the news within the news budget */
-			unsigned want = 0, units = 0;
-			int left = 0;
+			 * one (a lapsed lease: each joins again, within what
+			 * the join budget leaves), or the news within the news
+			 * budget */
+			unsigned want = 0, units = 0, rejoining = 0;
+			int left = 0, n_rejoin = 0;
 
 			for (i = nsend; i < n - nd; i++) {
 				const struct news *w = n_changed ? bsearch(&b.sub[i].limit, changed, (size_t)n_changed,
@@ -1035,35 +1048,57 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 				b.pv[i].news = !every && (b.pv[i].doubted || all_news || w);
 				want += b.pv[i].news ? 1 + (unsigned)b.sub[i].n_members : 0;
 			}
-			/* Redis queued the first round trip: less news now */
+			/* Redis queued the first round trip: less news now;
+			 * none: the budget is as after idle (news_idle) */
 			if (want && took_ns > BUDGET_SLOW_NS)
 				news_adapt(s, &b, 0, 0, want, 0, took_ns);
+			else if (!want && !every)
+				news_idle(s);
 			for (i = nsend; i < n - nd; i++) {
 				unsigned u = 1 + (unsigned)b.sub[i].n_members;
 
-				if (!every && !b.pv[i].news)
+				if (every) {
+					if ((joining || rejoining) && joining + rejoining + u > s->st.join_budget) {
+						b.pv[i].rejoin = true;
+						n_rejoin++;
+						continue;
+					}
+					rejoining += u;
+					b.pv[i].joining = true;
+				} else if (!b.pv[i].news) {
 					continue;
-				if (!every && units && units + u > s->st.news_budget) {
+				} else if (units && units + u > s->st.news_budget) {
 					left++;
 					continue;
+				} else {
+					units += u;
 				}
-				units += u;
 				hb_swap(&b, i, m++);
 			}
 			sent_ns = kt_clock_ns();
 			if (m > nsend && (ret = hb_send(s, &b, nsend, m, NULL, NULL, err, errlen)))
 				goto out;
-			if (!every && m > nsend)
-				news_adapt(s, &b, nsend, m, units, left, kt_clock_ns() - sent_ns);
+			took_ns = kt_clock_ns() - sent_ns;
+			if (every && m > nsend)
+				join_adapt(s, &b, nsend, m, rejoining, n_rejoin, took_ns);
+			else if (m > nsend)
+				news_adapt(s, &b, nsend, m, units, left, took_ns);
 			s->st.hb_postponed += (uint64_t)left;
+			s->st.hb_deferred += (uint64_t)n_rejoin;
 			for (i = m; i < n - nd; i++) {
+				/* its members lapsed: no answer until it joins again */
+				if (b.pv[i].rejoin) {
+					b.sa[i].status = KT_STORE_DEFERRED;
+					kt_hbmemo_rejoin(s->memo, b.sub[i].limit);
+					continue;
+				}
 				b.sa[i].agree = b.pv[i].prev.agree;
 				b.sa[i].size = b.pv[i].prev.size;
 				b.sa[i].live = b.pv[i].prev.live;
 				b.sa[i].reserved = 0;
 				b.sa[i].status = 0;
 			}
-			s->st.hb_quiet += (uint64_t)(n - nd - m);
+			s->st.hb_quiet += (uint64_t)(n - nd - m - n_rejoin);
 		}
 		nq = n - nd - m;
 	}
