@@ -115,6 +115,16 @@ static void test_get_set_forget(void **state)
 	assert_int_equal(kt_hbmemo_set(m, "api", d, &a, 0), 0);
 	kt_hbmemo_lookup(m, "api", d, &h);
 	assert_int_equal(h.asof_ms, 0);
+	/* a lapsed lease: no longer joined nor confirmed, the answer still
+	 * the hint; the next set joins it again */
+	kt_hbmemo_rejoin(m, "api");
+	kt_hbmemo_lookup(m, "api", d, &h);
+	assert_true(!h.joined && !h.confirmed && h.has);
+	assert_int_equal(kt_hbmemo_set(m, "api", d, &a, 0), 0);
+	kt_hbmemo_lookup(m, "api", d, &h);
+	assert_true(h.joined && h.confirmed);
+	kt_hbmemo_rejoin(m, "never-seen");
+	kt_hbmemo_rejoin(NULL, "api");
 	kt_hbmemo_lookup(m, "never-seen", d, &h);
 	assert_true(!h.joined && !h.confirmed && !h.has && !h.asof_ms);
 	kt_hbmemo_lookup(NULL, "api", d, &h); /* no memo: nothing held back */
