@@ -136,7 +136,8 @@ struct worker {
 	uint64_t steady_cmds, steady_bytes; /* the scripts' commands, bytes both ways */
 	uint64_t steady_quiet, steady_limits; /* limits not sent (leases: node), and all */
 	uint64_t deferred;           /* every phase: limits left for a later heartbeat (join budget) */
-	uint64_t postponed, caught_up; /* every phase: news left for later (news budget); answers caught up */
+	uint64_t postponed, caught_up, acked; /* every phase: news left for later (news budget); answers caught
+					* up; acknowledged on the steady path */
 	/* --share demand, every answer: granted > pool_rate - reserved + eps,
 	 * or a grant not finite or < 0; the largest `granted` answered */
 	uint64_t grant_violations;
@@ -321,11 +322,12 @@ static void trace(int i, uint64_t round, uint64_t start, uint64_t end, int ret, 
 		  const struct kt_store_stats *a)
 {
 	fprintf(stderr,
-		"node %d hb %llu at %.2f s: ret %d in %.0f ms; full %llu steady %llu (caught up %llu) quiet %llu "
+		"node %d hb %llu at %.2f s: ret %d in %.0f ms; full %llu steady %llu (caught up %llu, acked %llu) quiet %llu "
 		"deferred %llu postponed %llu; news %llu resync %llu; timeouts %llu; budgets join %u news %u\n",
 		i, (unsigned long long)round, (double)(start - g_t0_ns) / 1e9, ret, (double)(end - start) / 1e6,
 		(unsigned long long)(a->hb_full - b->hb_full), (unsigned long long)(a->hb_steady - b->hb_steady),
-		(unsigned long long)(a->hb_caught_up - b->hb_caught_up), (unsigned long long)(a->hb_quiet - b->hb_quiet),
+		(unsigned long long)(a->hb_caught_up - b->hb_caught_up), (unsigned long long)(a->hb_acked - b->hb_acked),
+		(unsigned long long)(a->hb_quiet - b->hb_quiet),
 		(unsigned long long)(a->hb_deferred - b->hb_deferred),
 		(unsigned long long)(a->hb_postponed - b->hb_postponed),
 		(unsigned long long)(a->feed_changes - b->feed_changes),
@@ -377,6 +379,7 @@ static void *worker_main(void *arg)
 			w->deferred += after.hb_deferred - before.hb_deferred;
 			w->postponed += after.hb_postponed - before.hb_postponed;
 			w->caught_up += after.hb_caught_up - before.hb_caught_up;
+			w->acked += after.hb_acked - before.hb_acked;
 			if (g_o.trace && (i == 0 || i == g_o.nodes / 2))
 				trace(i, round, start, end, ret, &before, &after);
 			if (push(&w->lateness_us, start > due ? (start - due) / 1000 : 0))
@@ -1103,7 +1106,7 @@ static double crit_demand_sent_max(void)
 
 struct results {
 	uint64_t heartbeats, round_trips, not_agree, errors, cmds, bytes, quiet, limits, deferred;
-	uint64_t postponed, caught_up;
+	uint64_t postponed, caught_up, acked;
 	struct samples script_us, rtt_us, lateness_us, steady_late_us;
 	double rt_per_hb, cpu_pct, self_cpu_pct, window_s;
 	double agree_start_ms, agree_kill_ms, bound_ms;
@@ -1233,9 +1236,9 @@ static void print_table(const struct results *r)
 	snprintf(m, sizeof(m), "%llu", (unsigned long long)r->deferred);
 	row("limits deferred by the join budget (all nodes)", m, "", "");
 	if (g_o.node_leases) {
-		snprintf(m, sizeof(m), "%llu / %llu", (unsigned long long)r->postponed,
-			 (unsigned long long)r->caught_up);
-		row("news postponed (news budget) / answers caught up", m, "", "");
+		snprintf(m, sizeof(m), "%llu / %llu / %llu", (unsigned long long)r->postponed,
+			 (unsigned long long)r->caught_up, (unsigned long long)r->acked);
+		row("news postponed / answers caught up / acknowledged", m, "", "");
 	}
 	if (r->agree_kill_ms >= 0)
 		snprintf(m, sizeof(m), "%.0f ms (%.2f heartbeats)", r->agree_kill_ms, r->agree_kill_ms / H);
@@ -1316,7 +1319,7 @@ static void print_json(const struct results *r, bool pass)
 	       "\"agree_start_ms\":%.1f,\"agree_after_kill_ms\":%.1f,\"agree_after_kill_hb\":%.3f,"
 	       "\"agree_bound_ms\":%.0f,\"agree_bound_hb\":%d,"
 	       "\"ok_script\":%d,\"ok_round_trips\":%d,\"ok_kill\":%d,\"ok_start\":%d,\"ok_steady\":%d,"
-	       "\"deferred\":%llu,\"postponed\":%llu,\"caught_up\":%llu,\"pass\":%d,",
+	       "\"deferred\":%llu,\"postponed\":%llu,\"caught_up\":%llu,\"acked\":%llu,\"pass\":%d,",
 	       g_o.nodes, g_o.members, g_o.heartbeat_ms, g_o.stale_after, g_o.duration_s, g_o.kill,
 	       g_o.threads, (unsigned long long)r->heartbeats, r->window_s, r->script_us.n,
 	       (double)pct(&r->lateness_us, .5) / 1e3, (double)pct(&r->lateness_us, .99) / 1e3,
@@ -1333,7 +1336,7 @@ static void print_json(const struct results *r, bool pass)
 	       r->agree_kill_ms, r->agree_kill_ms >= 0 ? r->agree_kill_ms / g_o.heartbeat_ms : -1.0,
 	       r->bound_ms, g_o.stale_after + 2, r->ok_script, r->ok_rt, r->ok_kill, r->ok_start,
 	       r->ok_steady, (unsigned long long)r->deferred, (unsigned long long)r->postponed,
-	       (unsigned long long)r->caught_up, pass);
+	       (unsigned long long)r->caught_up, (unsigned long long)r->acked, pass);
 	if (g_o.grouped)
 		printf("\"groups\":%d,\"groups_total\":%d,\"group_nodes_min\":%d,\"group_nodes_max\":%d,"
 		       "\"script_per_limit_p50_us\":%.2f,\"script_per_limit_p99_us\":%.2f,",
@@ -1508,6 +1511,7 @@ join:
 		r.deferred += w->deferred;
 		r.postponed += w->postponed;
 		r.caught_up += w->caught_up;
+		r.acked += w->acked;
 		if (!r.first_error[0] && w->first_error[0])
 			snprintf(r.first_error, sizeof(r.first_error), "%s", w->first_error);
 		r.grant_violations += w->grant_violations;

@@ -115,6 +115,19 @@ static long long zscore(const char *key, const char *member)
 	return v;
 }
 
+/* a hash field read back as a number, -1 when it is not there */
+static long long hget(const char *key, const char *field)
+{
+	redisReply *r = rp_command(&kfx_master, "HGET %s %s", key, field);
+	long long v = -1;
+
+	assert_non_null(r);
+	if (r->type == REDIS_REPLY_STRING)
+		v = strtoll(r->str, NULL, 10);
+	freeReplyObject(r);
+	return v;
+}
+
 /* nodes a and b heartbeat limit (members A:1, B:1) until they agree, then
  * a's next heartbeat is quiet: it sends node.lua alone */
 static void agree_then_quiet(struct kt_store *na, struct kt_store *nb, const char *limit)
@@ -252,15 +265,27 @@ static void test_inbox_and_catch_up(void **state)
 	assert_int_equal(s1.hb_quiet - s0.hb_quiet, 1);
 	assert_int_equal(s1.feed_changes - s0.feed_changes, 0);
 
-	/* A and B acknowledge (full calls): B's makes the agreement, which
-	 * reaches A and D; they catch up without a full call */
+	/* A and B acknowledge on the steady path (their sizes written, read
+	 * back): B's makes the agreement, which reaches A and D; they catch
+	 * up, none of them with a full call */
 	s0 = stats(na);
 	a = beat(na, "x", "A:1");
 	s1 = stats(na);
 	ASSERT_ANS(a, 0, 3, 3);
-	assert_int_equal(s1.hb_full - s0.hb_full, 1);
+	assert_int_equal(s1.hb_full - s0.hb_full, 0);
+	assert_int_equal(s1.hb_acked - s0.hb_acked, 1);
+	assert_int_equal(hget(PREFIX ":pool:{x}:size", "A:1"), 3);
+	assert_int_equal(hget(PREFIX ":pool:{x}:counted", "A:1"), 3);
+	assert_int_equal(hget(PREFIX ":pool:{x}:hist", "2"), 1);
+	s0 = stats(nb);
 	a = beat(nb, "x", "B:1");
+	s1 = stats(nb);
 	ASSERT_ANS(a, 1, 3, 3);
+	assert_int_equal(s1.hb_full - s0.hb_full, 0);
+	assert_int_equal(s1.hb_acked - s0.hb_acked, 1);
+	assert_int_equal(hget(PREFIX ":pool:{x}:hist", "3"), 3);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "HEXISTS " PREFIX ":pool:{x}:hist 2"), 0);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "ZCARD " PREFIX ":pool:{x}:sizes"), 1);
 	s0 = stats(na);
 	a = beat(na, "x", "A:1");
 	s1 = stats(na);
@@ -353,6 +378,98 @@ static void test_death_and_own_lapse(void **state)
 	assert_int_equal(s1.hb_quiet - s0.hb_quiet, 0);
 	/* and its index is back */
 	assert_int_equal(rp_command_int(&kfx_master, -1, "EXISTS " PREFIX ":node:{A}:limits"), 1);
+}
+
+/* A death acknowledged: after C dies the first survivor to call lapses
+ * it (the full path), the other acknowledges on the steady path (its
+ * member's size, bucket and the answer written, read back), and the
+ * agreement that makes reaches the first, which catches up: one full call
+ * a limit. A and B heartbeat both limits every 50 ms meanwhile, as
+ * daemons do; which of them finds the death first is the race's. A
+ * counted bucket removed by hand sends an acknowledgement (of a join) to
+ * the full path, which rebuilds the counters. */
+static void test_death_acknowledged(void **state)
+{
+	struct kt_store *ns[2] = { open_node("A", KT_LEASES_NODE), open_node("B", KT_LEASES_NODE) };
+	struct kt_store *nc = open_node("C", KT_LEASES_NODE), *nd = open_node("D", KT_LEASES_NODE);
+	const char *lims[2] = { "k", "h" }, *ids[2] = { "A:1", "B:1" };
+	struct kt_pool_member mem[2] = { { "A:1", LIVE }, { "B:1", LIVE } };
+	struct kt_pool_req q[2][2];
+	struct kt_pool_answer ans[2][2];
+	struct kt_store_stats s0[2], s1[2];
+	uint64_t full = 0, acked = 0, caught = 0;
+	bool done = false;
+
+	(void)state;
+	for (int l = 0; l < 2; l++) {
+		for (int i = 0; i < 3; i++) {
+			beat(ns[0], lims[l], "A:1");
+			beat(ns[1], lims[l], "B:1");
+			beat(nc, lims[l], "C:1");
+		}
+		ASSERT_ANS(beat(ns[0], lims[l], "A:1"), 1, 3, 3);
+	}
+	for (int x = 0; x < 2; x++) {
+		for (int l = 0; l < 2; l++)
+			q[x][l] = (struct kt_pool_req){ .limit = lims[l], .members = &mem[x], .n_members = 1,
+							.stale_ms = STALE, .save_ramp = -1 };
+		s0[x] = stats(ns[x]);
+	}
+	/* C dies */
+	for (int t = 0; t < 40 && !done; t++) {
+		rp_sleep_ms(50);
+		done = true;
+		for (int x = 0; x < 2; x++) {
+			ASSERT_OK(kt_store_heartbeat_many(ns[x], q[x], 2, ans[x], err, sizeof(err)));
+			for (int l = 0; l < 2; l++)
+				done &= ans[x][l].agree == 1 && ans[x][l].live == 2;
+		}
+	}
+	assert_true(done);
+	for (int x = 0; x < 2; x++) {
+		s1[x] = stats(ns[x]);
+		full += s1[x].hb_full - s0[x].hb_full;
+		acked += s1[x].hb_acked - s0[x].hb_acked;
+		caught += s1[x].hb_caught_up - s0[x].hb_caught_up;
+		for (int l = 0; l < 2; l++) {
+			char key[64];
+
+			ASSERT_ANS(ans[x][l], 1, 2, 2);
+			snprintf(key, sizeof(key), PREFIX ":pool:{%s}:size", lims[l]);
+			assert_int_equal(hget(key, ids[x]), 2);
+			snprintf(key, sizeof(key), PREFIX ":pool:{%s}:counted", lims[l]);
+			assert_int_equal(hget(key, ids[x]), 2);
+		}
+	}
+	print_message("C's death: %llu full calls, %llu acknowledged, %llu caught up\n", (unsigned long long)full,
+		      (unsigned long long)acked, (unsigned long long)caught);
+	assert_int_equal(full, 2);
+	assert_int_equal(acked, 2);
+	assert_int_equal(caught, 2);
+	for (int l = 0; l < 2; l++) {
+		char key[64];
+
+		snprintf(key, sizeof(key), PREFIX ":pool:{%s}:hist", lims[l]);
+		assert_int_equal(hget(key, "2"), 2);
+		assert_int_equal(hget(key, "3"), -1);
+	}
+
+	/* D joins h; a hand edit removes A's counted bucket: its
+	 * acknowledgement goes to the full path, which rebuilds */
+	ASSERT_ANS(beat(nd, "h", "D:1"), 0, 3, 3);
+	assert_int_equal(rp_command_int(&kfx_master, -1, "HDEL " PREFIX ":pool:{h}:counted A:1"), 1);
+	s0[0] = stats(ns[0]);
+	ASSERT_ANS(beat(ns[0], "h", "A:1"), 0, 3, 3);
+	s1[0] = stats(ns[0]);
+	assert_int_equal(s1[0].hb_acked - s0[0].hb_acked, 0);
+	assert_int_equal(s1[0].hb_full - s0[0].hb_full, 1);
+	assert_int_equal(hget(PREFIX ":pool:{h}:counted", "A:1"), 3);
+	assert_int_equal(hget(PREFIX ":pool:{h}:hist", "3"), 2);
+	/* B's, with its bucket, on the steady path makes the agreement */
+	s0[1] = stats(ns[1]);
+	ASSERT_ANS(beat(ns[1], "h", "B:1"), 1, 3, 3);
+	s1[1] = stats(ns[1]);
+	assert_int_equal(s1[1].hb_acked - s0[1].hb_acked, 1);
 }
 
 /* A node dead with more limits than one node.lua call takes on (its
@@ -622,6 +739,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_quiet_and_join, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_inbox_and_catch_up, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_death_and_own_lapse, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_death_acknowledged, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_death_of_a_big_node, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_mixed_with_member_leases, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_hand_edits, kt_storefx_flush_teardown),

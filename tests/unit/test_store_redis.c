@@ -1127,10 +1127,12 @@ static void test_steady_path(void **state)
 	assert_true(st.bytes_sent - st0.bytes_sent > 4 * 100); /* keys and ARGV of 4 calls */
 	assert_true(st.bytes_received - st0.bytes_received >= 4 * 4); /* ":1\r\n" at least */
 
-	/* A's join and its second round were full (B joined between), its
-	 * third already steady, then the four above */
-	assert_int_equal(st.hb_full, 2);
-	assert_int_equal(st.hb_steady, 5);
+	/* A's join was full; its second round acknowledged B's join on the
+	 * steady path (its size written), its third steady, then the four
+	 * above */
+	assert_int_equal(st.hb_full, 1);
+	assert_int_equal(st.hb_steady, 6);
+	assert_int_equal(st.hb_acked, 1);
 	/* a join reaches A at its next heartbeat */
 	a = beat_fb(nc, "steady", "C", LIVE, stale, hold, 2);
 	assert_int_equal(a.live, 3);

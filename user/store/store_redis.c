@@ -376,13 +376,18 @@ static const char *sizes_why(const struct kt_pool_answer *a, const struct kt_poo
 }
 
 /* "agree size live" (heartbeat.lua's steady path catching up, only for a
- * node with members there) to q, into a; NULL, or why not. */
-static const char *parse_caught_up(const char *str, const struct kt_pool_req *q, struct kt_pool_answer *a)
+ * node with members there), or "agree size live w" (acknowledging: it
+ * wrote their sizes, *acked) to q, into a; NULL, or why not. */
+static const char *parse_caught_up(const char *str, const struct kt_pool_req *q, struct kt_pool_answer *a,
+				   bool *acked)
 {
 	int agree, size, live, end = 0;
 
-	if (sscanf(str, "%1d %7d %7d%n", &agree, &size, &live, &end) != 3 || str[end] || agree < 0 ||
-	    agree > 1 || size > KT_STORE_MAX_POOL || live < 1)
+	if (sscanf(str, "%1d %7d %7d%n", &agree, &size, &live, &end) != 3 || agree < 0 || agree > 1 ||
+	    size > KT_STORE_MAX_POOL || live < 1)
+		return "not a consistent \"agree size live\"";
+	*acked = !strcmp(str + end, " w");
+	if (str[end] && !*acked)
 		return "not a consistent \"agree size live\"";
 	a->agree = agree;
 	a->size = size;
@@ -433,12 +438,17 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 			}
 		} else if (e->type == REDIS_REPLY_STRING && q->pool_rate <= 0 && !q->slots_node) {
 			/* the steady path catching up: the answer that holds now */
+			bool acked = false;
+
 			why = !pv[i].has ? "an answer to catch up with without a previous one"
-					 : parse_caught_up(e->str, q, &a);
+					 : parse_caught_up(e->str, q, &a, &acked);
 			if (!why) {
 				ans[i] = a;
 				s->st.hb_steady++;
-				s->st.hb_caught_up++;
+				if (acked)
+					s->st.hb_acked++;
+				else
+					s->st.hb_caught_up++;
 			}
 		} else if (e->type != REDIS_REPLY_ARRAY || e->elements != want) {
 			why = want == ANSWER_EQUAL	   ? "not an array of 4"

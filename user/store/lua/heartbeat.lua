@@ -62,15 +62,24 @@
 -- keep ans, changes that). It only renews its members' heartbeats: 3 reads
 -- and a ZADD a member instead of ~18 commands. A full
 -- call writes ans only while no member is lapsed (so reserved is 0), and
--- sets due at the next check of the counters (stale_ms) or the TTLs'
--- refresh, whichever is sooner, so a hand edit or an eviction is still
--- found within stale_ms; any change to the pool goes through a full call,
--- which rewrites ans. Anything else takes the full path. When ans is not
--- prev (another node changed the pool since this node's last answer) but
--- this node's members already store the sizes a full call would write,
--- that call would only renew them: the path does so and answers ans
--- itself ("catching up", HMGET size more), so the nodes that hear of an
--- agreement reached need not run the full path to learn it.
+-- sets due at the next check of the counters (stale_ms; a third of the
+-- keys' least TTL when longer: with leases: node, whose nodes send a
+-- limit only when it changed, and whose deaths the lapse check finds) or
+-- the TTLs' refresh, whichever is sooner, so a hand edit or an eviction
+-- is still found within that time (stale_ms with member leases); any
+-- change to the pool goes through a full call, which rewrites ans.
+-- Anything else takes the full path. When ans is not prev (another node
+-- changed the pool since this node's last answer) but this node's members
+-- already store the sizes a full call would write, that call would only
+-- renew them: the path does so and answers ans itself ("catching up",
+-- HMGET size more), so the nodes that hear of an agreement reached need
+-- not run the full path to learn it. When they store other sizes (a join
+-- or a lapse moved the live count), each with a valid counted bucket, the
+-- path writes them as the full path's step 4 would, answers from the
+-- sizes' largest, and writes that into ans, telling the holders when it
+-- changed ("acknowledging", about 10 commands instead of about 40): so a
+-- death or a join that every holder of a group must acknowledge costs one
+-- full call and cheap acknowledgements.
 --
 -- TIME is the only clock; replicate_commands makes a write after TIME legal
 -- on Redis < 5 (a no-op since 5).
@@ -90,6 +99,13 @@ local ME = node_of(NIDX)
 local feed_ttl, nidx_ttl = 0, 0
 -- a member's heartbeat as written (ahead of now with leases: node)
 local stamp = f0(now + (tonumber(ARGV[3]) or 0))
+-- How long the steady path may answer without a full call's check of the
+-- counters: stale_ms, or a third of the keys' least TTL when longer (leases:
+-- node: its hand edits and evictions are found within the quiet time
+-- anyway, and a death is the lapse check's to find). A node on member
+-- leases in the same pool finds a longer due too far ahead and takes the
+-- full path, which writes its own.
+local function recheck(stale) return math.max(stale, TTLMIN / 3) end
 -- O(pool): every counter from hb, lapsed, size and fb
 local function rebuild(K, stale, hold)
   local seen = {}
@@ -708,10 +724,10 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   if c.bad == 0 and #top == 1 and hi == c.n then agree = 1 end
   local o = {agree, math.max(hi, c.n), c.n, f17(c.res)}
   -- the steady path may answer the same until the next check of the
-  -- counters (stale_ms) or the TTLs' refresh, whichever comes first
+  -- counters or the TTLs' refresh, whichever comes first
   if prate <= 0 and c.n > 0 and c.nl == 0 then
     c.ans = string.format('%d %d %d', o[1], o[2], o[3])
-    c.due = math.min(now + stale, (c.exp or 0) - ttl * 2 / 3)
+    c.due = math.min(now + recheck(stale), (c.exp or 0) - ttl * 2 / 3)
   end
   save(K, c)
   if expire then
@@ -759,15 +775,59 @@ end
 -- The steady path (see the top): 1 when the limit's answer is `prev`, or
 -- nil when the full path must run. Its ZADD XX only renews members that
 -- are live, which the full path would do first anyway, so falling through
--- after it changes nothing. It reads the limit's KEYS (hb k, meta k + 8)
--- and ARGV (from a) in place: it runs for every limit of every node at
--- every heartbeat, and each table, number and field costs.
+-- after it changes nothing. It reads the limit's KEYS (hb k, size k + 1,
+-- counted k + 5, hist k + 6, sizes k + 7, meta k + 8) and ARGV (from a)
+-- in place: it runs for every limit of every node at every heartbeat, and
+-- each table, number and field costs.
 local nows, lapses = stamp, {}
+-- Acknowledging (the steady path when this node's stored sizes are not
+-- the ones a full call would write, see the top): what the full path's
+-- step 4 would do for members that each have a valid stored size,
+-- bucket and counted entry, then its answer and notification. diff:
+-- {id, size} of the members whose size changes. nil, with nothing
+-- written, when a member's counted bucket is missing or invalid (a hand
+-- edit): the full path mends it. Answers "agree size live w" (w: sizes
+-- written).
+local function acknowledge(k, a, live, ans, diff)
+  local ids = {}
+  for j, d in ipairs(diff) do ids[j] = d[1] end
+  local cnt = call('HMGET', KEYS[k + 5], unpack(ids))
+  for j, d in ipairs(diff) do
+    if not cnt[j] or cnt[j] == 'x' or bucket(d[2]) == 'x' then return nil end
+  end
+  local K, c = {hist = KEYS[k + 6], sizes = KEYS[k + 7]}, {bad = 0}
+  for j, d in ipairs(diff) do
+    local b = bucket(d[2])
+    if b ~= cnt[j] then
+      -- the new bucket first: hist and sizes never empty, never a new key
+      count(K, c, b, 1)
+      count(K, c, cnt[j], -1)
+      call('HSET', KEYS[k + 5], d[1], b)
+    end
+    call('HSET', KEYS[k + 1], d[1], d[2])
+  end
+  -- a bucket counted below zero: the counters were off, the full path rebuilds
+  if c.dirty then return nil end
+  local top = call('ZREVRANGE', KEYS[k + 7], 0, 1)
+  local hi, agree = tonumber(top[1]) or 0, 0
+  -- no bad member (steady checked meta's count)
+  if #top == 1 and hi == live then agree = 1 end
+  local now_ans = string.format('%d %d %d', agree, math.max(hi, live), live)
+  if now_ans ~= ans then
+    call('HSET', KEYS[k + 8], 'ans', now_ans)
+    if FEED then
+      notify(P, holders_of(KEYS[k]), limit_of(KEYS[k]), ME, now)
+      feed_ttl = math.max(feed_ttl, (tonumber(ARGV[a]) + tonumber(ARGV[a + 4])) * 3 --[[KT_STORE_EXPIRE_FACTOR]],
+                          TTLMIN)
+    end
+  end
+  return now_ans .. ' w'
+end
 local function steady(k, a, n, prev)
-  local m = call('HMGET', KEYS[k + 8], 'due', 'ans')
+  local m = call('HMGET', KEYS[k + 8], 'due', 'ans', 'bad', 'gs')
   local due, stale, ans = tonumber(m[1]), ARGV[a], m[2]
-  -- due is at most stale_ms ahead when written: further means the clock went back
-  if not ans or due == nil or due <= now or due - now > tonumber(stale) then return nil end
+  -- due is at most recheck() ahead when written: further means the clock went back
+  if not ans or due == nil or due <= now or due - now > recheck(tonumber(stale)) then return nil end
   local ag, size, live = string.match(ans, '^([01]) (%d+) (%d+)$')
   live = tonumber(live)
   -- one the full path could not have written (a hand edit) is its to mend
@@ -784,10 +844,12 @@ local function steady(k, a, n, prev)
   -- members added or removed by anyone but this script's full path (a hand
   -- edit, a node still running an older script) change the live count
   if call('ZCARD', KEYS[k]) ~= live then return nil end
-  -- Catching up: another node changed the answer since this node's last
-  -- one (its inbox named the limit). When this node's members already
-  -- store the sizes a full call would write, that call would change
-  -- nothing but their heartbeats and answer ans: so does this path.
+  -- Another node changed the answer since this node's last one (its inbox
+  -- named the limit). When this node's members already store the sizes a
+  -- full call would write, that call would change nothing but their
+  -- heartbeats and answer ans: catching up. Otherwise it would write
+  -- their sizes, count them and answer anew: acknowledging.
+  local diff = nil
   if ans ~= prev then
     local ids = {}
     for i = a + 12, a + 10 + 2 * n, 2 do ids[#ids + 1] = ARGV[i] end
@@ -795,7 +857,13 @@ local function steady(k, a, n, prev)
     for j = 1, n do
       local r = ARGV[a + 11 + 2 * j]
       if r == '0' then r = f0(live) end
-      if sz[j] ~= r then return nil end
+      if sz[j] ~= r then
+        -- a member without a size, a share by demand (meta's gs) or a
+        -- bad member in the counts: the full path
+        if not sz[j] or m[4] or tonumber(m[3]) ~= 0 then return nil end
+        diff = diff or {}
+        diff[#diff + 1] = {ids[j], r}
+      end
     end
   end
   for i = a + 12, a + 10 + 2 * n, 2 do
@@ -805,6 +873,7 @@ local function steady(k, a, n, prev)
       return nil
     end
   end
+  if diff then return acknowledge(k, a, live, ans, diff) end
   if ans ~= prev then return ans end
   return 1
 end
