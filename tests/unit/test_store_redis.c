@@ -1167,6 +1167,96 @@ static void test_steady_path(void **state)
 	ASSERT_ANS(a, 1, 2, 2);
 }
 
+/* A death held for hold_ms (its fallback reserved): the steady path
+ * answers it too. After C lapses, one full call lapses it, the others
+ * acknowledge or catch up, and until C is forgotten A and B are answered
+ * on the steady path with the reserve (read against a full recount); when
+ * the first lapsed member is due to be forgotten the full path runs once
+ * and the reserve goes. Before, every heartbeat of every node took the
+ * full path for the whole hold (60 s by default). A reserve in meta's ans
+ * that is no rate (a hand edit) sends the call to the full path. */
+static void test_steady_reserve(void **state)
+{
+	const uint64_t stale = 400, hold = 1200;
+	struct kt_store *ns[3] = { open_single(kfx_master.port, NULL, NULL, 0),
+				   open_single(kfx_master.port, NULL, NULL, 0),
+				   open_single(kfx_master.port, NULL, NULL, 0) };
+	const char *ids[3] = { "rA", "rB", "rC" };
+	struct kt_store_stats st1[2];
+	struct kt_pool_answer a[2];
+	uint64_t t0, lapsed_ns = 0, forgot_ns = 0, full = 0, steady = 0;
+	char k[128];
+
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		for (int x = 0; x < 3; x++)
+			a[x % 2] = beat_fb(ns[x], "resv", ids[x], LIVE, stale, hold, 2);
+	ASSERT_ANS(a[0], 1, 3, 3);
+	/* C falls silent: A and B heartbeat every 50 ms */
+	t0 = ktest_now_ns();
+	while (ktest_now_ns() - t0 < (stale + hold + 1500) * 1000000ULL && !forgot_ns) {
+		rp_sleep_ms(50);
+		for (int x = 0; x < 2; x++)
+			a[x] = beat_fb(ns[x], "resv", ids[x], LIVE, stale, hold, 2);
+		if (!lapsed_ns && a[0].live == 2 && a[1].live == 2 && a[0].agree && a[1].agree) {
+			lapsed_ns = ktest_now_ns();
+			for (int x = 0; x < 2; x++)
+				kt_store_get_stats(ns[x], &st1[x]);
+		}
+		if (lapsed_ns) {
+			for (int x = 0; x < 2; x++)
+				assert_true(a[x].reserved == 2 || a[x].reserved == 0);
+			if (a[0].reserved == 0 && a[1].reserved == 0)
+				forgot_ns = ktest_now_ns();
+		}
+	}
+	assert_true(lapsed_ns && forgot_ns);
+	for (int x = 0; x < 2; x++) {
+		struct kt_store_stats now;
+
+		kt_store_get_stats(ns[x], &now);
+		full += now.hb_full - st1[x].hb_full;
+		steady += now.hb_steady - st1[x].hb_steady;
+		ASSERT_ANS(a[x], 1, 2, 2);
+	}
+	print_message("C held %.0f ms after A and B agreed without it: %llu full calls, %llu steady\n",
+		      (double)(forgot_ns - lapsed_ns) / 1e6, (unsigned long long)full, (unsigned long long)steady);
+	/* the forgetting, and the counters' checks every stale_ms (member
+	 * leases), each by the first node past due: every call was full */
+	assert_true(full <= hold / stale + 2);
+	assert_true(steady >= 10);
+
+	/* the reserve again (D lapses), then a hand edit of it */
+	struct kt_store *nd = open_single(kfx_master.port, NULL, NULL, 0);
+
+	beat_fb(nd, "resv", "rD", LIVE, stale, hold, 2);
+	t0 = ktest_now_ns();
+	do {
+		rp_sleep_ms(50);
+		for (int x = 0; x < 2; x++)
+			a[x] = beat_fb(ns[x], "resv", ids[x], LIVE, stale, hold, 2);
+	} while (!(a[0].reserved == 2 && a[1].reserved == 2 && a[0].agree && a[1].agree) &&
+		 ktest_now_ns() - t0 < 3000000000ULL);
+	ASSERT_ANS(a[0], 1, 2, 2);
+	assert_true(a[0].reserved == 2);
+	key(k, sizeof(k), "resv", "meta");
+	for (const char *const *g = (const char *const[]){ "1 2 2 nan", "1 2 2 -2", "1 2 2 2x", "1 2 2 1e99", NULL };
+	     *g; g++) {
+		struct kt_store_stats b0, b1;
+
+		/* one argument, spaces and all */
+		assert_int_equal(rp_command_int(&kfx_master, -1, "HSET %s ans %s", k, *g), 0);
+		kt_store_get_stats(ns[0], &b0);
+		a[0] = beat_fb(ns[0], "resv", ids[0], LIVE, stale, hold, 2);
+		kt_store_get_stats(ns[0], &b1);
+		ASSERT_ANS(a[0], 1, 2, 2);
+		assert_true(a[0].reserved == 2);
+		if (b1.hb_full - b0.hb_full != 1)
+			fail_msg("'%s': full %llu, steady %llu", *g, (unsigned long long)(b1.hb_full - b0.hb_full),
+				 (unsigned long long)(b1.hb_steady - b0.hb_steady));
+	}
+}
+
 /* Redis's own time per heartbeat script call (usec_per_call of evalsha) when
  * one node of `nodes`, each with 10 members on one limit, heartbeats. */
 static double hb_cost_us(struct kt_store *s, const char *limit, int nodes)
@@ -1580,7 +1670,8 @@ static void test_malformed_replies(void **state)
 	s = open_single(g_fake.port, NULL, NULL, 0);
 	/* the fake itself works: a well-formed answer is accepted */
 	ktest_fakeredis_set(&g_fake, "*3\r\n*4\r\n:0\r\n:4\r\n:2\r\n$3\r\n1.5\r\n:7\r\n:1700000000000\r\n");
-	ASSERT_OK(kt_store_heartbeat(s, "fake", &m, 1, 3000, &a, err, sizeof(err)));
+	/* another limit: "fake" has no answer to repeat (the cases below) */
+	ASSERT_OK(kt_store_heartbeat(s, "fake-ok", &m, 1, 3000, &a, err, sizeof(err)));
 	ASSERT_ANS(a, 0, 4, 2);
 	ktest_fakeredis_last(&g_fake, last, sizeof(last));
 	assert_true(a.reserved == 1.5);
@@ -1853,6 +1944,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_counters_exact, teardown),
 		cmocka_unit_test_teardown(test_rebuild_guard, teardown),
 		cmocka_unit_test_teardown(test_steady_path, teardown),
+		cmocka_unit_test_teardown(test_steady_reserve, teardown),
 		cmocka_unit_test_teardown(test_heartbeat_cost, teardown),
 		cmocka_unit_test_teardown(test_invalid_args, teardown),
 		cmocka_unit_test_teardown(test_tls_config_checked, teardown),

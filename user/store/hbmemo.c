@@ -21,6 +21,7 @@ struct memo_entry {
 	bool joined;             /* answered once: its members were registered */
 	bool confirmed;          /* the answer is its last call's (kt_hbmemo_doubt) */
 	int agree, size, live;
+	double reserved;
 	uint64_t at_ns;          /* kt_clock_ns() when it was set */
 	uint64_t asof_ms;        /* the Redis TIME the answer was computed at; 0: unknown */
 };
@@ -118,7 +119,8 @@ void kt_hbmemo_lookup(const struct kt_hbmemo *m, const char *limit, uint64_t dig
 	if (e->digest != digest)
 		return;
 	hit->has = 1;
-	hit->ans = (struct kt_pool_answer){ .agree = e->agree, .size = e->size, .live = e->live };
+	hit->ans = (struct kt_pool_answer){ .agree = e->agree, .size = e->size, .live = e->live,
+					    .reserved = e->reserved };
 	hit->at_ns = e->at_ns;
 }
 
@@ -193,13 +195,13 @@ int kt_hbmemo_set(struct kt_hbmemo *m, const char *limit, uint64_t digest,
 		memcpy(e->limit, limit, len + 1);
 		m->n++;
 	}
-	/* only an answer the steady path can repeat: it never answers a reserve */
-	e->digest = ans->reserved == 0 ? digest : 0;
+	e->digest = digest;
 	e->joined = true;
 	e->confirmed = true;
 	e->agree = ans->agree;
 	e->size = ans->size;
 	e->live = ans->live;
+	e->reserved = ans->reserved;
 	e->at_ns = kt_clock_ns();
 	e->asof_ms = asof_ms;
 	return 0;

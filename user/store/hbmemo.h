@@ -22,8 +22,8 @@ struct kt_hbmemo *kt_hbmemo_new(void);
 void kt_hbmemo_free(struct kt_hbmemo *m);
 /* What the steady path depends on in q; 0 never (reserved for "none"). */
 uint64_t kt_hbmemo_digest(const struct kt_pool_req *q);
-/* 1 and *ans (agree, size, live; reserved 0) when limit's last answered
- * heartbeat had this digest and reserved nothing, else 0. */
+/* 1 and *ans (agree, size, live, reserved) when limit's last answered
+ * heartbeat had this digest, else 0. */
 int kt_hbmemo_get(const struct kt_hbmemo *m, const char *limit, uint64_t digest,
 		  struct kt_pool_answer *ans);
 /* Everything the memo holds of limit, in one lookup (a heartbeat asks for

@@ -375,24 +375,37 @@ static const char *sizes_why(const struct kt_pool_answer *a, const struct kt_poo
 	return NULL;
 }
 
-/* "agree size live" (heartbeat.lua's steady path catching up, only for a
- * node with members there), or "agree size live w" (acknowledging: it
- * wrote their sizes, *acked) to q, into a; NULL, or why not. */
+/* "agree size live[ R][ w]" (heartbeat.lua's steady path catching up,
+ * only for a node with members there; R the reserve when > 0, w when it
+ * acknowledged, writing this node's sizes: *acked) to q, into a; NULL, or
+ * why not. */
 static const char *parse_caught_up(const char *str, const struct kt_pool_req *q, struct kt_pool_answer *a,
 				   bool *acked)
 {
+	static const char *const bad = "not a consistent \"agree size live\"";
 	int agree, size, live, end = 0;
+	double res = 0;
 
 	if (sscanf(str, "%1d %7d %7d%n", &agree, &size, &live, &end) != 3 || agree < 0 || agree > 1 ||
 	    size > KT_STORE_MAX_POOL || live < 1)
-		return "not a consistent \"agree size live\"";
-	*acked = !strcmp(str + end, " w");
-	if (str[end] && !*acked)
-		return "not a consistent \"agree size live\"";
+		return bad;
+	str += end;
+	if (str[0] == ' ' && str[1] != 'w') {
+		char *stop;
+
+		errno = 0;
+		res = strtod(str + 1, &stop);
+		if (errno || stop == str + 1 || !isfinite(res) || res <= 0)
+			return bad;
+		str = stop;
+	}
+	*acked = !strcmp(str, " w");
+	if (*str && !*acked)
+		return bad;
 	a->agree = agree;
 	a->size = size;
 	a->live = live;
-	a->reserved = 0;
+	a->reserved = res;
 	a->status = 0;
 	return sizes_why(a, q);
 }
@@ -431,7 +444,7 @@ static int parse_answers(struct kt_store *s, const redisReply *r, const struct k
 				a.agree = pv[i].prev.agree;
 				a.size = pv[i].prev.size;
 				a.live = pv[i].prev.live;
-				a.reserved = 0;
+				a.reserved = pv[i].prev.reserved;
 				a.status = 0;
 				ans[i] = a;
 				s->st.hb_steady++;
@@ -558,7 +571,10 @@ static int build_hb(struct kt_store *s, const struct kt_pool_req *reqs, const st
 			rs_arg_ref(a, "0");
 		}
 		/* prev: the steady path's hint (equal share only) */
-		if (pv[i].has)
+		if (pv[i].has && pv[i].prev.reserved > 0)
+			rs_arg_fmt(a, "%d %d %d %.17g", pv[i].prev.agree, pv[i].prev.size, pv[i].prev.live,
+				   pv[i].prev.reserved);
+		else if (pv[i].has)
 			rs_arg_fmt(a, "%d %d %d", pv[i].prev.agree, pv[i].prev.size, pv[i].prev.live);
 		else
 			rs_arg_ref(a, "-");
@@ -984,7 +1000,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 				joining += u;
 				pv->joining = true;
 			}
-		} else if (lease && s->feed_since && pv->has && reqs[i].save_ramp < 0 &&
+		} else if (lease && s->feed_since && pv->has && pv->prev.reserved == 0 && reqs[i].save_ramp < 0 &&
 			   now_ns - hit.at_ns < quiet_for_ns(reqs[i].limit)) {
 			/* a failed last call goes with the news */
 			pv->doubted = !hit.confirmed;

@@ -19,10 +19,10 @@
 -- no members there).
 -- ARGV per limit: stale_ms, n, ramp ("" = none), ramp_ttl_ms, hold_ms, fb
 -- (this node's fallback rate per member, "%.17g"), pool_rate ("0": equal
--- share), floor_rate, recompute_ms, prev ("agree size live": the answer
--- this node's last answered call for the limit returned, sent only when its
--- members, sizes and fb are the same as in that call and it reserved 0;
--- else "-"), slots ("node held pool cap demand" for an in-flight limit, see slots();
+-- share), floor_rate, recompute_ms, prev ("agree size live", and " R"
+-- when it reserved R > 0: the answer this node's last answered call for
+-- the limit returned, sent only when its members, sizes and fb are the
+-- same as in that call; else "-"), slots ("node held pool cap demand" for an in-flight limit, see slots();
 -- else "-"), weighted ("1": the limit has weights and wt is among its
 -- KEYS; "1 F0 C0 F1 C1 ...": and priority classes, each its floor and
 -- ceiling, the most important first; "3 F0 C0 ...": peer classes, see
@@ -40,8 +40,9 @@
 -- claimed} (whole slots) for an in-flight limit, and with classes {part...}
 -- (this node's part of the slots per class); rates as strings (Lua numbers become
 -- integers in replies); or the integer 1: "prev still holds" (the steady
--- path), or the string "agree size live": the answer that holds now (the
--- steady path catching up, below). After the limits' answers, two more
+-- path), or the string "agree size live[ R][ w]": the answer that holds
+-- now (the steady path catching up, below; R its reserve when > 0, w when
+-- it acknowledged, writing this node's sizes). After the limits' answers, two more
 -- elements: the number of Redis commands the call ran, and its TIME in ms.
 --
 -- A member is live while its heartbeat is at most stale_ms old (its lease);
@@ -60,12 +61,15 @@
 -- each of its members is still live, and the live members still number
 -- as many (a hand edit, or a node running an older script that does not
 -- keep ans, changes that). It only renews its members' heartbeats: 3 reads
--- and a ZADD a member instead of ~18 commands. A full
--- call writes ans only while no member is lapsed (so reserved is 0), and
+-- and a ZADD a member instead of ~18 commands. A full call writes ans
+-- (with the reserve while lapsed members are held, " R" after "agree size
+-- live" when R > 0: a death held for hold_ms is answered on the steady
+-- path too, not by a full call of every node at every heartbeat), and
 -- sets due at the next check of the counters (stale_ms; a third of the
 -- keys' least TTL when longer: with leases: node, whose nodes send a
 -- limit only when it changed, and whose deaths the lapse check finds) or
--- the TTLs' refresh, whichever is sooner, so a hand edit or an eviction
+-- the TTLs' refresh or when the first lapsed member is to be forgotten
+-- (the reserve drops), whichever is sooner, so a hand edit or an eviction
 -- is still found within that time (stale_ms with member leases); any
 -- change to the pool goes through a full call, which rewrites ans.
 -- Anything else takes the full path. When ans is not prev (another node
@@ -725,9 +729,16 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   local o = {agree, math.max(hi, c.n), c.n, f17(c.res)}
   -- the steady path may answer the same until the next check of the
   -- counters or the TTLs' refresh, whichever comes first
-  if prate <= 0 and c.n > 0 and c.nl == 0 then
+  if prate <= 0 and c.n > 0 then
     c.ans = string.format('%d %d %d', o[1], o[2], o[3])
     c.due = math.min(now + recheck(stale), (c.exp or 0) - ttl * 2 / 3)
+    -- lapsed members held: their reserve is part of the answer until the
+    -- first of them is forgotten, when the full path must run again
+    if c.nl > 0 then
+      if c.res > 0 then c.ans = c.ans .. ' ' .. o[4] end
+      local first = tonumber(call('ZRANGE', K.lapsed, 0, 0, 'WITHSCORES')[2])
+      if first then c.due = math.min(c.due, first + stale + hold) end
+    end
   end
   save(K, c)
   if expire then
@@ -788,7 +799,7 @@ local nows, lapses = stamp, {}
 -- written, when a member's counted bucket is missing or invalid (a hand
 -- edit): the full path mends it. Answers "agree size live w" (w: sizes
 -- written).
-local function acknowledge(k, a, live, ans, diff)
+local function acknowledge(k, a, live, res, ans, diff)
   local ids = {}
   for j, d in ipairs(diff) do ids[j] = d[1] end
   local cnt = call('HMGET', KEYS[k + 5], unpack(ids))
@@ -812,7 +823,8 @@ local function acknowledge(k, a, live, ans, diff)
   local hi, agree = tonumber(top[1]) or 0, 0
   -- no bad member (steady checked meta's count)
   if #top == 1 and hi == live then agree = 1 end
-  local now_ans = string.format('%d %d %d', agree, math.max(hi, live), live)
+  -- res: the reserve of ans (" R", or ""), which only a full call changes
+  local now_ans = string.format('%d %d %d', agree, math.max(hi, live), live) .. res
   if now_ans ~= ans then
     call('HSET', KEYS[k + 8], 'ans', now_ans)
     if FEED then
@@ -828,12 +840,17 @@ local function steady(k, a, n, prev)
   local due, stale, ans = tonumber(m[1]), ARGV[a], m[2]
   -- due is at most recheck() ahead when written: further means the clock went back
   if not ans or due == nil or due <= now or due - now > recheck(tonumber(stale)) then return nil end
-  local ag, size, live = string.match(ans, '^([01]) (%d+) (%d+)$')
+  -- "agree size live", and the reserve when lapsed members are held
+  local ag, size, live, res = string.match(ans, '^([01]) (%d+) (%d+)( ?%S*)$')
   live = tonumber(live)
   -- one the full path could not have written (a hand edit) is its to mend
   if ans ~= prev and (n == 0 or not live or live < 1 or tonumber(size) ~= live and
                       (ag == '1' or tonumber(size) < live)) then
     return nil
+  end
+  if res ~= '' then
+    local r = tonumber(res)
+    if not r or not (r > 0 and r < 1e15) then return nil end
   end
   local lapse = lapses[stale]
   if not lapse then
@@ -873,7 +890,7 @@ local function steady(k, a, n, prev)
       return nil
     end
   end
-  if diff then return acknowledge(k, a, live, ans, diff) end
+  if diff then return acknowledge(k, a, live, res, ans, diff) end
   if ans ~= prev then return ans end
   return 1
 end
