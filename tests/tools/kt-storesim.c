@@ -8,7 +8,10 @@
  * die at once. Exit 0: every target met; 1: a target missed; 2: bad input or
  * setup failure.
  * Requests carry hold_ms 0 and fallback_rate 0: the dead leave the answer as
- * soon as they lapse, which is what the agreement bound is about. Redis 7
+ * soon as they lapse, which is what the agreement bound is about
+ * (--hold-ms H: hold_ms H and fallback_rate 1, so a death holds a reserve
+ * for H ms, as onStoreFailure's fallbackFor does in the daemon; the Redis
+ * CPU of the kill phase then shows what the hold costs). Redis 7
  * slow-logs the commands a script calls as well, so the slow log is drained
  * every 100 ms and its extra cost is kept out of the CPU figure (see main).
  * With --redis the server's slow log settings are restored at the end, but
@@ -106,6 +109,7 @@ struct opts {
 	int groups, groups_total; /* --groups, --groups-total (1, 1: one limit "sim") */
 	bool grouped;   /* either given: limits "sim@gNNNNN" */
 	bool node_leases; /* --leases node: redisStore.leases: node */
+	int hold_ms;      /* --hold-ms: a dead member's fallback held that long */
 };
 
 struct node {
@@ -510,6 +514,9 @@ static void usage(FILE *f)
 		"                    groups (i x T / N + k) mod T, k < G; needs G >= T / N\n"
 		"  --leases L        member (default) or node: redisStore.leases; node: one\n"
 		"                    lease a node, and a limit sent only when it changed\n"
+		"  --hold-ms H       a dead member's fallback (rate 1) is held H ms after it\n"
+		"                    lapses (default 0), as fallbackFor does; the kill phase's\n"
+		"                    Redis CPU is measured over staleAfter + 5 heartbeats + H\n"
 		"  --json            one JSON object instead of the table\n"
 		"  --trace           a line on stderr per heartbeat of node 0 and node N/2: how its\n"
 		"                    limits went (full, steady, caught up, quiet, deferred,\n"
@@ -561,6 +568,7 @@ static int parse_args(int argc, char **argv)
 		{ "groups", required_argument, NULL, 'g' },
 		{ "groups-total", required_argument, NULL, 'G' },
 		{ "leases", required_argument, NULL, 'L' },
+		{ "hold-ms", required_argument, NULL, 'D' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "trace", no_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
@@ -609,6 +617,7 @@ static int parse_args(int argc, char **argv)
 				r = -1;
 			}
 			break;
+		case 'D': r = parse_int("hold-ms", optarg, 0, 600000, &g_o.hold_ms); break;
 		case 'j': g_o.json = true; break;
 		case 'T': g_o.trace = true; break;
 		case 'h': usage(stdout); exit(0);
@@ -901,8 +910,8 @@ static int open_nodes(const char *prefix)
 				.n_members = g_o.members,
 				.stale_ms = (uint64_t)g_o.stale_after * (uint64_t)g_o.heartbeat_ms,
 				.save_ramp = -1,
-				.hold_ms = 0,
-				.fallback_rate = 0,
+				.hold_ms = (uint64_t)g_o.hold_ms,
+				.fallback_rate = g_o.hold_ms ? 1 : 0,
 				.weighted = g_o.weighted,
 			};
 			if (g_o.classes) {
@@ -1109,6 +1118,7 @@ struct results {
 	uint64_t postponed, caught_up, acked;
 	struct samples script_us, rtt_us, lateness_us, steady_late_us;
 	double rt_per_hb, cpu_pct, self_cpu_pct, window_s;
+	double kill_cpu_pct, kill_window_s; /* Redis CPU from the kill on */
 	double agree_start_ms, agree_kill_ms, bound_ms;
 	/* --share demand */
 	uint64_t grant_violations, answers;
@@ -1172,6 +1182,8 @@ static void print_table(const struct results *r)
 		       "%d s steady, kill %d, %d threads\n",
 		       g_o.nodes, g_o.members, g_o.nodes * g_o.members, g_o.heartbeat_ms, g_o.stale_after,
 		       g_o.duration_s, g_o.kill, g_o.threads);
+	if (g_o.hold_ms)
+		printf("hold: a dead member's fallback (1/s) is held %d ms after it lapses\n", g_o.hold_ms);
 	if (g_o.demand)
 		printf("share: %s (pool_rate %.0f/s, floor_rate %.3g/s, recompute %d ms; equal share "
 		       "%.3g/s, 1 member in 7 asks 20 of them, the others 0.1..0.68 of one)\n",
@@ -1248,6 +1260,8 @@ static void print_table(const struct results *r)
 	row(g_o.grouped ? "every group AGREE at survivors x M after kill"
 			: "all survivors AGREE at (N-K) x M after the kill",
 	    m, t, verdict(r->ok_kill));
+	snprintf(m, sizeof(m), "%.1f %% over %.1f s", r->kill_cpu_pct, r->kill_window_s);
+	row(g_o.hold_ms ? "Redis CPU from the kill (through the hold)" : "Redis CPU from the kill", m, "", "");
 	if (g_o.demand) {
 		snprintf(m, sizeof(m), "%llu of %llu", (unsigned long long)r->grant_violations,
 			 (unsigned long long)r->answers);
@@ -1319,7 +1333,8 @@ static void print_json(const struct results *r, bool pass)
 	       "\"agree_start_ms\":%.1f,\"agree_after_kill_ms\":%.1f,\"agree_after_kill_hb\":%.3f,"
 	       "\"agree_bound_ms\":%.0f,\"agree_bound_hb\":%d,"
 	       "\"ok_script\":%d,\"ok_round_trips\":%d,\"ok_kill\":%d,\"ok_start\":%d,\"ok_steady\":%d,"
-	       "\"deferred\":%llu,\"postponed\":%llu,\"caught_up\":%llu,\"acked\":%llu,\"pass\":%d,",
+	       "\"deferred\":%llu,\"postponed\":%llu,\"caught_up\":%llu,\"acked\":%llu,"
+	       "\"hold_ms\":%d,\"kill_cpu_pct\":%.2f,\"kill_window_s\":%.1f,\"pass\":%d,",
 	       g_o.nodes, g_o.members, g_o.heartbeat_ms, g_o.stale_after, g_o.duration_s, g_o.kill,
 	       g_o.threads, (unsigned long long)r->heartbeats, r->window_s, r->script_us.n,
 	       (double)pct(&r->lateness_us, .5) / 1e3, (double)pct(&r->lateness_us, .99) / 1e3,
@@ -1336,7 +1351,8 @@ static void print_json(const struct results *r, bool pass)
 	       r->agree_kill_ms, r->agree_kill_ms >= 0 ? r->agree_kill_ms / g_o.heartbeat_ms : -1.0,
 	       r->bound_ms, g_o.stale_after + 2, r->ok_script, r->ok_rt, r->ok_kill, r->ok_start,
 	       r->ok_steady, (unsigned long long)r->deferred, (unsigned long long)r->postponed,
-	       (unsigned long long)r->caught_up, (unsigned long long)r->acked, pass);
+	       (unsigned long long)r->caught_up, (unsigned long long)r->acked, g_o.hold_ms, r->kill_cpu_pct,
+	       r->kill_window_s, pass);
 	if (g_o.grouped)
 		printf("\"groups\":%d,\"groups_total\":%d,\"group_nodes_min\":%d,\"group_nodes_max\":%d,"
 		       "\"script_per_limit_p50_us\":%.2f,\"script_per_limit_p99_us\":%.2f,",
@@ -1380,7 +1396,7 @@ int main(int argc, char **argv)
 	struct results r = { .agree_start_ms = -1, .agree_kill_ms = -1 };
 	char prefix[64], old_slower[32] = "", old_maxlen[32] = "";
 	redisContext *admin = NULL;
-	double cpu0 = 0, cpu1 = 0, self0 = 0, self1 = 0;
+	double cpu0 = 0, cpu1 = 0, self0 = 0, self1 = 0, kcpu0 = 0, kcpu1 = 0;
 	uint64_t t_steady, t_cpu, t_end, t_kill = 0, t_agree, half_ns, n_sat = 0, n_small = 0;
 	int started = 0, rc = 2;
 	bool pass, weights_seen = false;
@@ -1471,6 +1487,8 @@ int main(int argc, char **argv)
 	atomic_store(&g_time_rtt, false);
 	atomic_store(&g_phase, PH_GAP);
 	/* the mass death: victims stop at their next due time, without leaving */
+	if (redis_cpu_s(admin, &kcpu0))
+		goto stop;
 	atomic_store(&g_phase, PH_KILL);
 	t_kill = mono_ns();
 	r.window_s = (double)(t_end - t_steady) / 1e9;
@@ -1478,6 +1496,18 @@ int main(int argc, char **argv)
 	r.self_cpu_pct = (self1 - self0) / ((double)(t_end - t_cpu) / 1e9) * 100;
 	r.bound_ms = (double)(g_o.stale_after + 2) * g_o.heartbeat_ms;
 	t_agree = wait_agreement(PH_KILL, 3 * (uint64_t)r.bound_ms + 5000);
+	/* what the death costs Redis: the detection, the agreement and the hold */
+	{
+		uint64_t w = ((uint64_t)(g_o.stale_after + 5) * (uint64_t)g_o.heartbeat_ms + (uint64_t)g_o.hold_ms) *
+			     NS_PER_MS;
+
+		if (!g_interrupted)
+			sleep_until_ns(t_kill + w);
+		if (g_interrupted || redis_cpu_s(admin, &kcpu1))
+			goto stop;
+		r.kill_window_s = (double)(mono_ns() - t_kill) / 1e9;
+		r.kill_cpu_pct = (kcpu1 - kcpu0) / r.kill_window_s * 100;
+	}
 	if (g_o.demand && grant_sum_stored(admin, prefix, &r.stored_sum_kill, &r.stored_n_kill))
 		goto stop;
 	rc = 0;

@@ -472,6 +472,58 @@ static void test_death_acknowledged(void **state)
 	assert_int_equal(s1[1].hb_acked - s0[1].hb_acked, 1);
 }
 
+/* A death held for hold_ms (its members' fallback reserved): the
+ * survivors' answers carry the reserve, and each stays quiet for a quarter
+ * of the hold between sends instead of sending the limit every heartbeat;
+ * the reserve drops once the hold is over, for both. */
+static void test_reserve_quiet(void **state)
+{
+	enum { HOLD = 1200 };
+	struct kt_store *ns[3] = { open_node("A", KT_LEASES_NODE), open_node("B", KT_LEASES_NODE),
+				   open_node("C", KT_LEASES_NODE) };
+	struct kt_pool_member mem[3] = { { "A:1", LIVE }, { "B:1", LIVE }, { "C:1", LIVE } };
+	struct kt_pool_req q[3];
+	struct kt_pool_answer a[3];
+	struct kt_store_stats s0[2], s1[2];
+	uint64_t t0, t_held = 0, t_gone = 0, sent = 0, quiet = 0;
+
+	(void)state;
+	for (int x = 0; x < 3; x++)
+		q[x] = (struct kt_pool_req){ .limit = "rq", .members = &mem[x], .n_members = 1, .stale_ms = STALE,
+					     .save_ramp = -1, .hold_ms = HOLD, .fallback_rate = 2 };
+	for (int i = 0; i < 3; i++)
+		for (int x = 0; x < 3; x++)
+			ASSERT_OK(kt_store_heartbeat_many(ns[x], &q[x], 1, &a[x], err, sizeof(err)));
+	ASSERT_ANS(a[2], 1, 3, 3);
+	/* C dies; A and B heartbeat every 50 ms */
+	t0 = ktest_now_ns();
+	while (!t_gone && ktest_now_ns() - t0 < (STALE + 3 * HOLD) * 1000000ULL) {
+		rp_sleep_ms(50);
+		for (int x = 0; x < 2; x++)
+			ASSERT_OK(kt_store_heartbeat_many(ns[x], &q[x], 1, &a[x], err, sizeof(err)));
+		if (!t_held && a[0].agree && a[1].agree && a[0].live == 2 && a[1].live == 2) {
+			assert_true(a[0].reserved == 2 && a[1].reserved == 2);
+			t_held = ktest_now_ns();
+			for (int x = 0; x < 2; x++)
+				s0[x] = stats(ns[x]);
+		}
+		if (t_held && a[0].reserved == 0 && a[1].reserved == 0)
+			t_gone = ktest_now_ns();
+	}
+	assert_true(t_held && t_gone);
+	for (int x = 0; x < 2; x++) {
+		s1[x] = stats(ns[x]);
+		ASSERT_ANS(a[x], 1, 2, 2);
+		quiet += s1[x].hb_quiet - s0[x].hb_quiet;
+		sent += (s1[x].hb_full - s0[x].hb_full) + (s1[x].hb_steady - s0[x].hb_steady);
+	}
+	print_message("the reserve held %.0f ms after the survivors agreed (hold %d ms): %llu quiet, %llu sent\n",
+		      (double)(t_gone - t_held) / 1e6, HOLD, (unsigned long long)quiet, (unsigned long long)sent);
+	assert_true(t_gone - t_held <= 2ULL * HOLD * 1000000ULL);
+	/* every 300 ms a node, and the hold's end told: every heartbeat before */
+	assert_true(quiet >= 2 * sent);
+}
+
 /* A node dead with more limits than one node.lua call takes on (its
  * DEAD_CALLS bound: no script holds Redis for long): the first call
  * lapses some of them and leaves the node in the leases with the rest of
@@ -740,6 +792,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_inbox_and_catch_up, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_death_and_own_lapse, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_death_acknowledged, kt_storefx_flush_teardown),
+		cmocka_unit_test_teardown(test_reserve_quiet, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_death_of_a_big_node, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_mixed_with_member_leases, kt_storefx_flush_teardown),
 		cmocka_unit_test_teardown(test_hand_edits, kt_storefx_flush_teardown),

@@ -335,6 +335,14 @@
  * KT_STORE_DEFERRED and join at the next heartbeats (the node runs them
  * out on their lease, then on the fallback, as during an outage). */
 #define KT_STORE_NEWS_IDLE_UNITS 256
+/* A limit whose answer holds a reserve (lapsed members held for hold_ms)
+ * stays quiet for hold_ms / KT_STORE_RESERVE_QUIET_DIV at most: the
+ * reserve drops when a full call forgets them (its due), and the first
+ * holder to send the limit after that tells the others; until a node hears
+ * it runs on the reserve, which is conservative. Sent every heartbeat
+ * instead, every holder of every group a death touched paid a call a
+ * heartbeat for the whole hold (60 s by default). */
+#define KT_STORE_RESERVE_QUIET_DIV 4
 #define KT_STORE_QUIET_REFRESH_MS 600000ULL
 #define KT_STORE_QUIET_HORIZON_MS (2 * KT_STORE_QUIET_REFRESH_MS)
 #define KT_STORE_QUIET_TTL_MS (3 * KT_STORE_QUIET_REFRESH_MS)

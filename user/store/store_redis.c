@@ -929,7 +929,8 @@ static void news_idle(struct kt_store *s)
  *
  * leases: node (store.h "Node leases"): node.lua goes first in the
  * pipeline; a limit whose request is what its last answer was sent for,
- * answered without a reserve less than its quiet time ago, is not sent
+ * answered less than its quiet time ago (and, with a reserve, less than a
+ * quarter of its hold: KT_STORE_RESERVE_QUIET_DIV), is not sent
  * ("quiet": that answer again) unless node.lua says the node's lease had
  * lapsed (every limit goes in a second round trip), or it is news: the
  * inbox names it, or its last call failed; news goes in the second round
@@ -1000,8 +1001,10 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 				joining += u;
 				pv->joining = true;
 			}
-		} else if (lease && s->feed_since && pv->has && pv->prev.reserved == 0 && reqs[i].save_ramp < 0 &&
-			   now_ns - hit.at_ns < quiet_for_ns(reqs[i].limit)) {
+		} else if (lease && s->feed_since && pv->has && reqs[i].save_ramp < 0 &&
+			   now_ns - hit.at_ns < quiet_for_ns(reqs[i].limit) &&
+			   (pv->prev.reserved == 0 ||
+			    now_ns - hit.at_ns < reqs[i].hold_ms * 1000000ULL / KT_STORE_RESERVE_QUIET_DIV)) {
 			/* a failed last call goes with the news */
 			pv->doubted = !hit.confirmed;
 			slot[i] += ROUTES;
@@ -1121,7 +1124,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 				b.sa[i].agree = b.pv[i].prev.agree;
 				b.sa[i].size = b.pv[i].prev.size;
 				b.sa[i].live = b.pv[i].prev.live;
-				b.sa[i].reserved = 0;
+				b.sa[i].reserved = b.pv[i].prev.reserved;
 				b.sa[i].status = 0;
 			}
 			s->st.hb_quiet += (uint64_t)(n - nd - m - n_rejoin);
