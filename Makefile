@@ -277,7 +277,9 @@ test: deps
 # threads, so no node waits on another's heartbeat); with
 # redisStore.leases: node beside member leases (100 nodes x 100 of 10,000
 # and of 1,000), 1,000 nodes x 10 of 1,000 with node leases, and a start
-# the join budget spreads (100 nodes x 600 of 6,000, 64 threads as above).
+# the join budget spreads (100 nodes x 600 of 6,000, 64 threads as above),
+# and the same with the dead's fallback held 10 s (--hold-ms, as
+# fallbackFor: the held death answered on the steady path, its Redis CPU).
 SOAK_S    ?= 600
 
 bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test_faults \
@@ -296,6 +298,8 @@ bench: deps all $(BUILD)/tests/bench/bench $(TOOLS_BINS) $(BUILD)/tests/e2e/test
 	-$(BUILD)/tools/kt-storesim --nodes 1000 --members 1 --groups 10 --groups-total 1000 --leases node
 	-$(BUILD)/tools/kt-storesim --nodes 100 --members 1 --groups 600 --groups-total 6000 --leases node \
 		--threads 64 --kill 10
+	-$(BUILD)/tools/kt-storesim --nodes 100 --members 1 --groups 600 --groups-total 6000 --leases node \
+		--threads 64 --kill 10 --hold-ms 10000
 	-$(BUILD)/tools/kt-storesim --nodes 100 --members 1 --groups 1000 --groups-total 10000
 	-$(BUILD)/tools/kt-storesim --nodes 100 --members 1 --groups 1000 --groups-total 10000 --leases node \
 		--threads 64 --kill 10
