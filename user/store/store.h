@@ -336,13 +336,14 @@
  * out on their lease, then on the fallback, as during an outage). */
 #define KT_STORE_NEWS_IDLE_UNITS 256
 /* A limit whose answer holds a reserve (lapsed members held for hold_ms)
- * stays quiet for hold_ms / KT_STORE_RESERVE_QUIET_DIV at most: the
- * reserve drops when a full call forgets them (its due), and the first
- * holder to send the limit after that tells the others; until a node hears
- * it runs on the reserve, which is conservative. Sent every heartbeat
- * instead, every holder of every group a death touched paid a call a
- * heartbeat for the whole hold (60 s by default). */
-#define KT_STORE_RESERVE_QUIET_DIV 4
+ * stays quiet for hold_ms at most after that answer: the reserve came with
+ * the lapse, so no node sends the limit again before the first of the
+ * lapsed is due to be forgotten, and the first to send it after that
+ * forgets them in a full call and tells the others (news, whatever their
+ * quiet time); until a node hears it runs on the reserve, which is
+ * conservative. Sent every heartbeat instead, every holder of every group
+ * a death touched paid a call a heartbeat for the whole hold (60 s by
+ * default). */
 #define KT_STORE_QUIET_REFRESH_MS 600000ULL
 #define KT_STORE_QUIET_HORIZON_MS (2 * KT_STORE_QUIET_REFRESH_MS)
 #define KT_STORE_QUIET_TTL_MS (3 * KT_STORE_QUIET_REFRESH_MS)

@@ -929,8 +929,8 @@ static void news_idle(struct kt_store *s)
  *
  * leases: node (store.h "Node leases"): node.lua goes first in the
  * pipeline; a limit whose request is what its last answer was sent for,
- * answered less than its quiet time ago (and, with a reserve, less than a
- * quarter of its hold: KT_STORE_RESERVE_QUIET_DIV), is not sent
+ * answered less than its quiet time ago (and, with a reserve, less than
+ * its hold: store.h), is not sent
  * ("quiet": that answer again) unless node.lua says the node's lease had
  * lapsed (every limit goes in a second round trip), or it is news: the
  * inbox names it, or its last call failed; news goes in the second round
@@ -1004,7 +1004,7 @@ static int heartbeat_groups(struct kt_store *s, const struct kt_pool_req *reqs, 
 		} else if (lease && s->feed_since && pv->has && reqs[i].save_ramp < 0 &&
 			   now_ns - hit.at_ns < quiet_for_ns(reqs[i].limit) &&
 			   (pv->prev.reserved == 0 ||
-			    now_ns - hit.at_ns < reqs[i].hold_ms * 1000000ULL / KT_STORE_RESERVE_QUIET_DIV)) {
+			    now_ns - hit.at_ns < reqs[i].hold_ms * 1000000ULL)) {
 			/* a failed last call goes with the news */
 			pv->doubted = !hit.confirmed;
 			slot[i] += ROUTES;
