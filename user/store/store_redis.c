@@ -852,11 +852,6 @@ static uint64_t quiet_for_ns(const char *limit)
 	return (KT_STORE_QUIET_REFRESH_MS - h % (KT_STORE_QUIET_REFRESH_MS / 4)) * 1000000ULL;
 }
 
-/* The join budget after the first round trip of a heartbeat that sent
- * limits not answered yet, `joining` units of them (store.h "The start
- * herd"): half of those when one of them failed or the round trip took
- * longer than KT_STORE_JOIN_SLOW_MS (Redis is queueing, or gone); doubled
- * when it was quick and others were left. */
 #define BUDGET_SLOW_NS (KT_STORE_JOIN_SLOW_MS * 1000000ULL)
 
 /* A budget cut, Redis queueing or failing: half of what went (or was to
@@ -867,6 +862,12 @@ static unsigned budget_cut(unsigned budget, unsigned went)
 	return budget < KT_STORE_JOIN_MIN_UNITS ? KT_STORE_JOIN_MIN_UNITS : budget;
 }
 
+/* The join budget after a round trip that sent limits not answered yet
+ * (the first; or the second, when a lapsed lease rejoins), `joining` units
+ * of them in b's [lo, hi) (store.h "The start herd"): half of those when
+ * one of them failed or the round trip took longer than
+ * KT_STORE_JOIN_SLOW_MS (Redis is queueing, or gone); doubled when it was
+ * quick and `ndeferred` were left. */
 static void join_adapt(struct kt_store *s, const struct hb_batch *b, int lo, int hi, unsigned joining,
 		       int ndeferred, uint64_t took_ns)
 {

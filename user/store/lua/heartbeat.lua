@@ -110,6 +110,8 @@ local stamp = f0(now + (tonumber(ARGV[3]) or 0))
 -- leases in the same pool finds a longer due too far ahead and takes the
 -- full path, which writes its own.
 local function recheck(stale) return math.max(stale, TTLMIN / 3) end
+-- the TTL (ms) of the keys of a limit of stale_ms and hold_ms
+local function keys_ttl(stale, hold) return math.max((stale + hold) * 3 --[[KT_STORE_EXPIRE_FACTOR]], TTLMIN) end
 -- O(pool): every counter from hb, lapsed, size and fb
 local function rebuild(K, stale, hold)
   local seen = {}
@@ -616,6 +618,23 @@ local function slots(K, c, sl, n, stale, hold, ct)
   if call('HSET', K.claim, node, f0(math.max(held, g))) == 1 then c.grew = true end
   return g, others, parts
 end
+-- Member id moves from its counted bucket old (false: none yet) to b, the
+-- new one counted first, so hist and sizes are never emptied on the way.
+-- Answers the HSET of counted (1: a new field).
+local function rebucket(K, c, id, old, b)
+  count(K, c, b, 1)
+  if old then count(K, c, old, -1) end
+  return call('HSET', K.counted, id, b)
+end
+-- agree and size from the sizes' largest (zset sizes) and whether it is
+-- the only one, in one read, for n live members of which bad are counted
+-- invalid
+local function agreement(sizes, bad, n)
+  local top = call('ZREVRANGE', sizes, 0, 1)
+  local hi, agree = tonumber(top[1]) or 0, 0
+  if bad == 0 and #top == 1 and hi == n then agree = 1 end
+  return agree, math.max(hi, n)
+end
 -- The full path for one limit: ARGV[first..] are its members.
 local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   local a, fresh = first, {}
@@ -692,11 +711,7 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
     if r == '0' then r = f0(c.n) end
     local b, old = bucket(r), false
     if not fresh[id] then old = call('HGET', K.counted, id) end
-    if old ~= b then
-      if old then count(K, c, old, -1) end
-      count(K, c, b, 1)
-      if call('HSET', K.counted, id, b) == 1 then c.grew = true end
-    end
+    if old ~= b and rebucket(K, c, id, old, b) == 1 then c.grew = true end
     local added = call('HSET', K.size, id, r)
     c.ns = c.ns + added
     if added == 1 then c.grew = true end
@@ -715,18 +730,14 @@ local function full(K, first, stale, n, hold, fb, prate, flo, rms, st, sl, ct)
   -- TTL is shorter than what is set, or once a third of it has run;
   -- never otherwise (10 PEXPIREs a limit a heartbeat were most of its
   -- cost). Keys so outlive the last heartbeat by 2/3 of the TTL or more.
-  local ttl, expire = math.max((stale + hold) * 3 --[[KT_STORE_EXPIRE_FACTOR]], TTLMIN), false
+  local ttl, expire = keys_ttl(stale, hold), false
   if c.n + c.nl > 0 then
     local e = c.exp or 0
     expire = c.grew or e > now + ttl or e - now < ttl * 2 / 3
     if expire then c.exp = now + ttl end
   end
-  -- the largest size and whether it is the only one, in one read
-  local top = call('ZREVRANGE', K.sizes, 0, 1)
-  local hi = tonumber(top[1]) or 0
-  local agree = 0
-  if c.bad == 0 and #top == 1 and hi == c.n then agree = 1 end
-  local o = {agree, math.max(hi, c.n), c.n, f17(c.res)}
+  local agree, size = agreement(K.sizes, c.bad, c.n)
+  local o = {agree, size, c.n, f17(c.res)}
   -- the steady path may answer the same until the next check of the
   -- counters or the TTLs' refresh, whichever comes first
   if prate <= 0 and c.n > 0 then
@@ -806,31 +817,24 @@ local function acknowledge(k, a, live, res, ans, diff)
   for j, d in ipairs(diff) do
     if not cnt[j] or cnt[j] == 'x' or bucket(d[2]) == 'x' then return nil end
   end
-  local K, c = {hist = KEYS[k + 6], sizes = KEYS[k + 7]}, {bad = 0}
+  local K, c = {counted = KEYS[k + 5], hist = KEYS[k + 6], sizes = KEYS[k + 7]}, {bad = 0}
   for j, d in ipairs(diff) do
     local b = bucket(d[2])
-    if b ~= cnt[j] then
-      -- the new bucket first: hist and sizes never empty, never a new key
-      count(K, c, b, 1)
-      count(K, c, cnt[j], -1)
-      call('HSET', KEYS[k + 5], d[1], b)
-    end
+    -- a bucket that was valid: hist and sizes are never emptied, no key is made
+    if b ~= cnt[j] then rebucket(K, c, d[1], cnt[j], b) end
     call('HSET', KEYS[k + 1], d[1], d[2])
   end
   -- a bucket counted below zero: the counters were off, the full path rebuilds
   if c.dirty then return nil end
-  local top = call('ZREVRANGE', KEYS[k + 7], 0, 1)
-  local hi, agree = tonumber(top[1]) or 0, 0
   -- no bad member (steady checked meta's count)
-  if #top == 1 and hi == live then agree = 1 end
+  local agree, size = agreement(KEYS[k + 7], 0, live)
   -- res: the reserve of ans (" R", or ""), which only a full call changes
-  local now_ans = string.format('%d %d %d', agree, math.max(hi, live), live) .. res
+  local now_ans = string.format('%d %d %d', agree, size, live) .. res
   if now_ans ~= ans then
     call('HSET', KEYS[k + 8], 'ans', now_ans)
     if FEED then
       notify(P, holders_of(KEYS[k]), limit_of(KEYS[k]), ME, now)
-      feed_ttl = math.max(feed_ttl, (tonumber(ARGV[a]) + tonumber(ARGV[a + 4])) * 3 --[[KT_STORE_EXPIRE_FACTOR]],
-                          TTLMIN)
+      feed_ttl = math.max(feed_ttl, keys_ttl(tonumber(ARGV[a]), tonumber(ARGV[a + 4])))
     end
   end
   return now_ans .. ' w'
