@@ -115,20 +115,53 @@ redisReply *rp_command_argv(const struct rp_proc *p, int argc, const char **argv
 	return r;
 }
 
-long long rp_command_int(const struct rp_proc *p, long long fallback, const char *fmt, ...)
+/* A command's reply as a number: its integer (want REDIS_REPLY_INTEGER)
+ * or its string read as one (REDIS_REPLY_STRING), else fallback. */
+static long long vnumber(const struct rp_proc *p, int want, long long fallback, const char *fmt, va_list ap)
 {
-	redisReply *r;
+	redisReply *r = vcommand(p, fmt, ap);
 	long long v = fallback;
-	va_list ap;
 
-	va_start(ap, fmt);
-	r = vcommand(p, fmt, ap);
-	va_end(ap);
-	if (r && r->type == REDIS_REPLY_INTEGER)
-		v = r->integer;
+	if (r && r->type == want)
+		v = want == REDIS_REPLY_INTEGER ? r->integer : strtoll(r->str, NULL, 10);
 	if (r)
 		freeReplyObject(r);
 	return v;
+}
+
+long long rp_command_int(const struct rp_proc *p, long long fallback, const char *fmt, ...)
+{
+	long long v;
+	va_list ap;
+
+	va_start(ap, fmt);
+	v = vnumber(p, REDIS_REPLY_INTEGER, fallback, fmt, ap);
+	va_end(ap);
+	return v;
+}
+
+long long rp_command_num(const struct rp_proc *p, long long fallback, const char *fmt, ...)
+{
+	long long v;
+	va_list ap;
+
+	va_start(ap, fmt);
+	v = vnumber(p, REDIS_REPLY_STRING, fallback, fmt, ap);
+	va_end(ap);
+	return v;
+}
+
+long long rp_time_ms(const struct rp_proc *p)
+{
+	redisReply *r = rp_command(p, "TIME");
+	long long t = -1;
+
+	if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_STRING &&
+	    r->element[1]->type == REDIS_REPLY_STRING)
+		t = strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
+	if (r)
+		freeReplyObject(r);
+	return t;
 }
 
 int rp_info_field(const struct rp_proc *p, const char *section, const char *field, char *buf, size_t len)

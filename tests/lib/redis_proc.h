@@ -55,6 +55,11 @@ redisReply *rp_command(const struct rp_proc *p, const char *fmt, ...);
 redisReply *rp_command_argv(const struct rp_proc *p, int argc, const char **argv);
 /* Integer reply of a command, or `fallback` if the reply is not an integer. */
 long long rp_command_int(const struct rp_proc *p, long long fallback, const char *fmt, ...);
+/* A string reply read as a whole number (ZSCORE, HGET), or `fallback` if
+ * the reply is not a string (none: a missing member or field). */
+long long rp_command_num(const struct rp_proc *p, long long fallback, const char *fmt, ...);
+/* The server's TIME in ms (the scripts' clock), or -1 on failure. */
+long long rp_time_ms(const struct rp_proc *p);
 /* Value of `field` in INFO `section` ("replication", "commandstats", ...)
  * copied into buf. Returns 0 or -ENOENT / -EIO. */
 int rp_info_field(const struct rp_proc *p, const char *section, const char *field, char *buf, size_t len);
